@@ -1,0 +1,126 @@
+"""Array frameworks kfuse exchanges data with: NumPy, PyTorch and CuPy.
+
+One `ArrayFramework` per library says how to read an array's layout (shape, strides in
+elements, data pointer, dtype, device) and how to allocate outputs. kfuse never imports torch
+or cupy itself: an array's framework is recognised from its type's module, so `import kfuse`
+stays free of both (and of CUDA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kfuse.dtypes import DataType, from_array_dtype
+from kfuse.errors import DefinitionError, InputError
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """What kfuse needs to know about one input array, read once per call."""
+
+    framework: str  # "numpy" | "torch" | "cupy"
+    dtype: DataType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    data_ptr: int
+    device: int  # CUDA ordinal, or -1 for host memory
+
+    @property
+    def on_gpu(self) -> bool:
+        """True when the data lives in GPU memory."""
+        return self.device >= 0
+
+    @property
+    def alignment(self) -> int:
+        """The largest power of two (up to 16 bytes) dividing the data pointer."""
+        ptr = self.data_ptr
+        if ptr == 0:
+            return 16
+        return min(16, ptr & -ptr)
+
+
+def framework_of(array: Any) -> str | None:
+    """"numpy", "torch" or "cupy" for an array of that library, else None."""
+    module = type(array).__module__
+    if module.startswith("torch"):
+        return "torch"
+    if module.startswith("cupy"):
+        return "cupy"
+    if module == "numpy":
+        return "numpy"
+    return None
+
+
+def layout_of(array: Any, what: str) -> ArrayLayout:
+    """Read an array's layout; `what` names it in errors ("input 0 (T0)")."""
+    framework = framework_of(array)
+    if framework is None:
+        raise InputError(f"{what} must be a NumPy, CuPy or torch array, got "
+                         f"{type(array).__name__}")
+    try:
+        dtype = from_array_dtype(array.dtype)
+    except DefinitionError as exc:
+        raise InputError(f"{what}: {exc}") from None
+    shape = tuple(int(s) for s in array.shape)
+    if framework == "torch":
+        strides = tuple(int(s) for s in array.stride())
+        data_ptr = int(array.data_ptr())
+        device = int(array.device.index or 0) if array.device.type == "cuda" else -1
+        if array.device.type not in ("cuda", "cpu"):
+            raise InputError(f"{what} is on torch device {array.device}; kfuse takes CUDA or "
+                             "CPU tensors")
+    else:
+        itemsize = int(array.dtype.itemsize)
+        strides = tuple(int(s) // itemsize for s in array.strides)
+        if framework == "numpy":
+            data_ptr = int(array.ctypes.data)
+            device = -1
+        else:
+            data_ptr = int(array.data.ptr)
+            device = int(array.device.id)
+    return ArrayLayout(framework, dtype, shape, strides, data_ptr, device)
+
+
+def empty_like_framework(framework: str, shape: tuple[int, ...], dtype: DataType,
+                         device: int) -> Any:
+    """A new contiguous array of the given framework, dtype and device."""
+    if framework == "torch":
+        import torch
+
+        from kfuse.dtypes import to_torch_dtype
+
+        dev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+        return torch.empty(shape, dtype=to_torch_dtype(dtype), device=dev)
+    if framework == "cupy":
+        import cupy
+
+        from kfuse.dtypes import to_numpy_dtype
+
+        if dtype is DataType.BFloat16:
+            raise InputError("CuPy has no bfloat16 dtype; use torch tensors for BFloat16 outputs")
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=to_numpy_dtype(dtype))
+    import numpy as np
+
+    from kfuse.dtypes import to_numpy_dtype
+
+    if dtype is DataType.BFloat16:
+        # NumPy has no bf16: kfuse's convention is float32 storage of bf16-rounded values,
+        # which the emulator backend reads and writes as such (see kfuse.dtypes).
+        return np.empty(shape, dtype=np.float32)
+    return np.empty(shape, dtype=to_numpy_dtype(dtype))
+
+
+def current_stream(framework: str, device: int) -> int:
+    """The framework's current CUDA stream on `device`, as an integer handle."""
+    if framework == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(device).cuda_stream)
+    if framework == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device):
+            return int(cupy.cuda.get_current_stream().ptr)
+    return 0

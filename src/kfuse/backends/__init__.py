@@ -1,0 +1,22 @@
+"""Where kernels run: a CUDA device (NVRTC + driver) or the host emulator.
+
+Both backends take the same CUDA source and the same launch arguments (kernel ABI in
+docs/INTERFACES.md), so the executor does not care which one it drives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.runtime_info import EMULATOR, RuntimeInfo
+
+
+def backend_for(info: RuntimeInfo) -> Any:
+    """The backend that runs this call."""
+    if info.backend == EMULATOR:
+        from kfuse.backends.emulator import EMULATOR_BACKEND
+
+        return EMULATOR_BACKEND
+    from kfuse.backends.cuda import CUDA_BACKEND
+
+    return CUDA_BACKEND

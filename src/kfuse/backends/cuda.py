@@ -1,0 +1,47 @@
+"""The CUDA backend: NVRTC to a cubin for the device's exact architecture, cached in memory
+and on disk, loaded and launched through kfuse._C."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kfuse import kernel_cache
+
+NVRTC_OPTIONS = ("-std=c++17", "-DKFUSE_USE_PTX")
+
+
+class CudaBackend:
+    """Compiles and loads kernels for CUDA devices."""
+
+    name = "cuda"
+
+    def __init__(self) -> None:
+        self._kernels: dict[tuple[str, str, int], Any] = {}
+        self._lock = threading.Lock()
+        self.last_source: str | None = None
+
+    def compile(self, source: str, name: str, device_index: int, arch: str,
+                options: tuple[str, ...] = ()) -> Any:
+        """A loaded kernel for `source` on `device_index` (memory cache, disk cache, NVRTC)."""
+        from kfuse import _C
+
+        key = (source, name, device_index)
+        kernel = self._kernels.get(key)
+        if kernel is not None:
+            return kernel
+        all_options = list(NVRTC_OPTIONS) + list(options)
+        version = ".".join(str(v) for v in _C.nvrtc_version())
+        disk_key = kernel_cache.cache_key(source, name, arch, " ".join(all_options), version)
+        cubin = kernel_cache.load(disk_key)
+        if cubin is None:
+            cubin = _C.compile_to_cubin(source, name + ".cu", arch, all_options)
+            kernel_cache.store(disk_key, cubin)
+        kernel = _C.Kernel(cubin, name, device_index)
+        with self._lock:
+            self._kernels[key] = kernel
+        self.last_source = source
+        return kernel
+
+
+CUDA_BACKEND = CudaBackend()

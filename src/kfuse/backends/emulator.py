@@ -1,0 +1,32 @@
+"""The emulator backend: the same CUDA source, compiled by the host C++ compiler and run on
+the CPU (kfuse.emulator). Slow, and meant for testing and debugging without a GPU."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+class EmulatorBackend:
+    """Builds EmulatedKernels; the emulator caches compiled libraries by source hash."""
+
+    name = "emulator"
+
+    def __init__(self) -> None:
+        self._kernels: dict[tuple[str, str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def compile(self, source: str, name: str, device: Any) -> Any:
+        """An EmulatedKernel for `source`, with `device`'s launch limits."""
+        from kfuse.emulator import EmulatedKernel
+
+        key = (source, name, getattr(device, "name", str(device)))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = EmulatedKernel(source, name, device=device)
+            with self._lock:
+                self._kernels[key] = kernel
+        return kernel
+
+
+EMULATOR_BACKEND = EmulatorBackend()

@@ -1,0 +1,143 @@
+"""Map every value a kernel computes onto one iteration domain.
+
+A generated kernel walks one *reference domain* (the axes of a reference tensor). Every value
+it needs is described by a `Use`: the Val plus a *view*, which says, for each axis of the Val,
+which reference axis indexes it (or None: the axis is broadcast, index 0). Walking the fusion
+backwards from the outputs assigns views through broadcasts, expands, squeezes and permutes,
+so that a fusion input read through a permute becomes a kernel operand whose strides are
+simply re-ordered, and an intermediate consumed through two different views is computed at
+both (pointwise work is cheap to recompute; memory traffic is not).
+
+Reduction kernels use the same machinery: their reference domain is the reduction's input
+domain, and `ReductionOp` maps its output's axes to the kept reference axes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kfuse.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, PermuteOp,
+                            ReductionOp, SqueezeOp, TernaryOp, UnaryOp, WelfordOp)
+from kfuse.ir.values import Scalar, TensorView, Val
+
+View = tuple  # tuple[int | None, ...]: per Val axis, the reference axis or None
+
+
+class UnsupportedExpr(Exception):
+    """An expr the kernel being planned cannot contain (the scheduler turns it into a reason)."""
+
+
+@dataclass(frozen=True)
+class Use:
+    """A Val evaluated at a view of the reference domain."""
+
+    val: Val
+    view: View
+
+    def __repr__(self) -> str:
+        return f"{self.val.name}@{self.view}"
+
+
+@dataclass
+class DomainMap:
+    """The result of mapping a set of outputs onto a reference domain.
+
+    uses: every (Val, view) needed, producers before consumers.
+    input_uses: the uses of fusion tensor inputs (each becomes a kernel operand).
+    scalars: the non-constant Scalars read (each becomes a kernel parameter).
+    """
+
+    ref_rank: int
+    uses: list[Use] = field(default_factory=list)
+    input_uses: list[Use] = field(default_factory=list)
+    scalars: list[Scalar] = field(default_factory=list)
+
+
+def operand_views(expr: Expr, out_view: View) -> list[View | None]:
+    """The view at which each input of `expr` is read when its output is at `out_view`.
+
+    Scalars get None. Raises UnsupportedExpr for exprs that do not keep a one-to-one element
+    mapping (reshape, reductions are handled by their own kernels).
+    """
+    if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+        views: list[View | None] = []
+        for v in expr.inputs:
+            if isinstance(v, TensorView):
+                views.append(tuple(None if ax.is_broadcast else r
+                                   for ax, r in zip(v.axes, out_view)))
+            else:
+                views.append(None)
+        return views
+    tensor = expr.inputs[0]
+    assert isinstance(tensor, TensorView)
+    if isinstance(expr, BroadcastOp):
+        kept = [r for r, new in zip(out_view, expr.is_new_axis) if not new]
+        return [tuple(kept)] + [None] * (len(expr.inputs) - 1)
+    if isinstance(expr, ExpandOp):
+        view = tuple(None if ax.is_broadcast else r for ax, r in zip(tensor.axes, out_view))
+        return [view] + [None] * (len(expr.inputs) - 1)
+    if isinstance(expr, SqueezeOp):
+        rest = iter(out_view)
+        view = tuple(None if i in expr.dims else next(rest) for i in range(tensor.ndim))
+        return [view]
+    if isinstance(expr, PermuteOp):
+        view_list: list[int | None] = [None] * tensor.ndim
+        for i, src in enumerate(expr.perm):
+            view_list[src] = out_view[i]
+        return [tuple(view_list)]
+    raise UnsupportedExpr(f"{type(expr).__name__} changes the element mapping")
+
+
+def reduction_input_view(expr: ReductionOp | WelfordOp, out_view: View,
+                         reduction_axes: tuple[int, ...]) -> View:
+    """The view of a reduction's input: kept axes follow the output, reduced axes take the
+    reference's reduction axes in order."""
+    tensor = expr.inputs[0]
+    assert isinstance(tensor, TensorView)
+    kept = iter(out_view)
+    reduced = iter(reduction_axes)
+    return tuple(next(reduced) if i in expr.dims else next(kept) for i in range(tensor.ndim))
+
+
+def map_to_domain(outputs: list[tuple[Val, View]], ref_rank: int,
+                  stop_at: dict[Val, View] | None = None) -> DomainMap:
+    """Collect every Use needed to compute `outputs` (each a Val with its view).
+
+    `stop_at` lists Vals that are produced elsewhere (e.g. reduction results inside a
+    persistent kernel): they are leaves here, like fusion inputs, but not kernel operands.
+    """
+    stop_at = stop_at or {}
+    result = DomainMap(ref_rank)
+    seen: set[Use] = set()
+    scalar_ids: set[int] = set()
+
+    def visit(val: Val, view: View) -> None:
+        use = Use(val, view)
+        if use in seen:
+            return
+        if isinstance(val, Scalar):
+            if not val.is_constant and id(val) not in scalar_ids:
+                scalar_ids.add(id(val))
+                result.scalars.append(val)
+            return
+        seen.add(use)
+        if val in stop_at or val.definition is None:
+            if val.definition is None:
+                result.input_uses.append(use)
+            result.uses.append(use)
+            return
+        expr = val.definition
+        if isinstance(expr, (ReductionOp, WelfordOp)):
+            raise UnsupportedExpr(f"{type(expr).__name__} needs a reduction kernel")
+        in_views = operand_views(expr, view)
+        if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+            # Only the tensor operand carries data; extents of expand/broadcast are shapes.
+            visit(expr.inputs[0], in_views[0])
+        else:
+            for inp, in_view in zip(expr.inputs, in_views):
+                visit(inp, () if in_view is None else in_view)
+        result.uses.append(use)
+
+    for val, view in outputs:
+        visit(val, view)
+    return result

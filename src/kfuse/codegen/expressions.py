@@ -1,0 +1,113 @@
+"""Pointwise ops as C++ expression templates, and the per-element body built from them.
+
+The table is data: a new op is one line here plus its reference implementation. Operands
+arrive in the op's compute dtype (the frontend inserts the casts, see kfuse.ir.ops), so the
+only type work left is that Half/BFloat16 values are storage types: they are widened to float
+for the math and rounded back to their dtype when stored in a variable, which is exactly
+PyTorch's eager rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from kfuse.dtypes import DataType
+from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
+from kfuse.ir.values import Scalar
+
+_REDUCED = (DataType.Half, DataType.BFloat16)
+
+# Templates keyed by op name; {0} {1} {2} are operands already in the compute C++ type.
+_FLOAT_TEMPLATES: dict[str, str] = {
+    **{name: f"kf::{name}({{0}})" for name in (
+        "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin acos atan "
+        "sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu_tanh floor ceil round "
+        "trunc sign abs neg relu isnan isinf isfinite").split()},
+    "gelu": "kf::gelu_erf({0})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "maximum": "kf::maximum({0}, {1})", "minimum": "kf::minimum({0}, {1})",
+    "fmod": "kf::fmod({0}, {1})", "remainder": "kf::remainder({0}, {1})",
+    "pow": "kf::pow({0}, {1})", "atan2": "kf::atan2({0}, {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})",
+    "logical_not": "(!{0})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
+    "where": "({0} ? {1} : {2})", "clamp": "kf::clamp({0}, {1}, {2})",
+    "lerp": "kf::lerp({0}, {1}, {2})",
+}
+
+# Integer operands: rounding ops are the identity, bitwise ops are C operators.
+_INT_TEMPLATES: dict[str, str] = {
+    **_FLOAT_TEMPLATES,
+    "floor": "{0}", "ceil": "{0}", "round": "{0}", "trunc": "{0}",
+    "relu": "kf::maximum({0}, ({T})0)",
+    "pow": "kf::ipow({0}, {1})",
+    "bitwise_not": "(~{0})", "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})",
+}
+
+# Bool operands: torch's bool arithmetic is logical.
+_BOOL_TEMPLATES: dict[str, str] = {
+    **_FLOAT_TEMPLATES,
+    "add": "({0} || {1})", "mul": "({0} && {1})", "maximum": "({0} || {1})",
+    "minimum": "({0} && {1})", "abs": "{0}", "sign": "{0}",
+    "isnan": "false", "isinf": "false", "isfinite": "true",
+    "bitwise_not": "(!{0})", "bitwise_and": "({0} && {1})", "bitwise_or": "({0} || {1})",
+    "bitwise_xor": "({0} != {1})",
+}
+
+
+def compute_ctype(dtype: DataType) -> str:
+    """The C++ type arithmetic on `dtype` values is done in (float for Half/BFloat16)."""
+    return "float" if dtype in _REDUCED else dtype.cuda_type
+
+
+def literal(value: object, dtype: DataType) -> str:
+    """An exact C++ literal for a constant of `dtype` (its compute type)."""
+    if dtype is DataType.Bool:
+        return "true" if value else "false"
+    if dtype.is_integral:
+        v = int(value)  # type: ignore[arg-type]
+        if dtype is DataType.Int:
+            # -2^63 has no literal form; spell it as an expression.
+            return f"({v + 1}LL - 1LL)" if v == -(2 ** 63) else f"{v}LL"
+        return f"{v}"
+    v = float(value)  # type: ignore[arg-type]
+    ctype = compute_ctype(dtype)
+    if math.isfinite(v):
+        return f"(({ctype}){v!r})"
+    bits = struct.unpack("<q", struct.pack("<d", v))[0]
+    return f"(({ctype})__longlong_as_double({bits}LL))"
+
+
+def expression(expr: Expr, operands: list[str]) -> str:
+    """The C++ expression computing `expr`'s output from operand expressions.
+
+    `operands` are in the operands' compute types (see `compute_ctype`); the result is in the
+    output's compute type.
+    """
+    if isinstance(expr, CastOp):
+        src = expr.inputs[0].dtype
+        dst = expr.dtype
+        return f"kf::cast<{compute_ctype(dst)}>(({compute_ctype(src)}){operands[0]})"
+    assert isinstance(expr, (UnaryOp, BinaryOp, TernaryOp))
+    # The operand type decides the template family (for where: the values, not the condition).
+    operand_dtype = expr.inputs[1 if expr.op == "where" else 0].dtype
+    if operand_dtype is DataType.Bool:
+        table = _BOOL_TEMPLATES
+    elif operand_dtype.is_integral:
+        table = _INT_TEMPLATES
+    else:
+        table = _FLOAT_TEMPLATES
+    template = table.get(expr.op)
+    if template is None:
+        raise KeyError(f"no CUDA template for op {expr.op!r} on {operand_dtype.value}")
+    return template.format(*operands, T=compute_ctype(operand_dtype))
+
+
+def scalar_operand(val: Scalar, param_name: str | None) -> str:
+    """How the body reads a scalar: its literal, or the kernel parameter holding it."""
+    if val.is_constant:
+        return literal(val.value, val.dtype)
+    assert param_name is not None
+    return f"(({compute_ctype(val.dtype)}){param_name})"

@@ -1,0 +1,101 @@
+"""Kernel operands laid out over the (merged) reference domain, from the actual inputs.
+
+Each tensor operand is described by strides over the reference axes (0 where it is broadcast).
+Adjacent reference axes that every operand walks contiguously are merged, and size-1 axes are
+dropped, so a contiguous tensor of any rank becomes one long axis: fewer index computations,
+longer vectorizable rows. The merged rank, each operand's access kind and the index type are
+part of a kernel's signature; the sizes themselves are run-time arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT32_MAX = 2 ** 31 - 1
+
+# How a kernel reads an operand along the innermost merged axis.
+VEC = "vec"  # unit stride and aligned: V elements in one (up to 16-byte) access
+BCAST = "bcast"  # stride 0: one element serves the whole vector
+STRIDED = "strided"  # anything else: V scalar accesses
+
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """One tensor operand over the reference domain (before or after merging)."""
+
+    data_ptr: int
+    itemsize: int
+    strides: tuple[int, ...]
+
+    def max_offset(self, sizes: tuple[int, ...]) -> int:
+        """The largest element offset the kernel can touch (for the index type choice)."""
+        return sum((n - 1) * abs(s) for n, s in zip(sizes, self.strides) if n > 0)
+
+
+def ref_strides(view: tuple, strides: tuple[int, ...], ref_rank: int) -> tuple[int, ...]:
+    """Strides over the reference axes for a tensor read at `view` (None axes have size 1)."""
+    out = [0] * ref_rank
+    for axis_ref, stride in zip(view, strides):
+        if axis_ref is not None:
+            out[axis_ref] += stride
+    return tuple(out)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides in elements."""
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * max(shape[i + 1], 1)
+    return tuple(strides)
+
+
+def merge_axes(sizes: tuple[int, ...], operands: list[OperandLayout]
+               ) -> tuple[tuple[int, ...], list[OperandLayout]]:
+    """Drop size-1 axes and merge adjacent axes every operand walks contiguously.
+
+    Returns at least one axis (a 0-d domain becomes one axis of size 1).
+    """
+    keep = [r for r, n in enumerate(sizes) if n != 1]
+    if any(n == 0 for n in sizes):
+        keep = list(range(len(sizes)))  # nothing runs; keep the shape simple to read
+    new_sizes: list[int] = []
+    new_strides: list[list[int]] = [[] for _ in operands]
+    for r in keep:
+        if new_sizes and all(st[-1] == op.strides[r] * sizes[r]
+                             for st, op in zip(new_strides, operands)):
+            new_sizes[-1] *= sizes[r]
+            for st, op in zip(new_strides, operands):
+                st[-1] = op.strides[r]
+            continue
+        new_sizes.append(sizes[r])
+        for st, op in zip(new_strides, operands):
+            st.append(op.strides[r])
+    if not new_sizes:
+        new_sizes = [1]
+        new_strides = [[0] for _ in operands]
+    merged = [OperandLayout(op.data_ptr, op.itemsize, tuple(st))
+              for op, st in zip(operands, new_strides)]
+    return tuple(new_sizes), merged
+
+
+def access_kind(op: OperandLayout, vector: int) -> str:
+    """How `op` can be read along the innermost axis with vectors of `vector` elements."""
+    inner = op.strides[-1]
+    if inner == 0:
+        return BCAST
+    if inner != 1:
+        return STRIDED
+    if vector == 1:
+        return VEC
+    # Vec accesses are at most 16 bytes wide (wider vectors are several 16-byte accesses).
+    aligned = op.data_ptr % min(16, vector * op.itemsize) == 0
+    rows_aligned = all(s % vector == 0 for s in op.strides[:-1])
+    return VEC if aligned and rows_aligned else STRIDED
+
+
+def needs_int64(sizes: tuple[int, ...], operands: list[OperandLayout]) -> bool:
+    """True when an element count or offset does not fit int32 indexing."""
+    numel = 1
+    for n in sizes:
+        numel *= n
+    return numel > INT32_MAX or any(op.max_offset(sizes) > INT32_MAX for op in operands)

@@ -1,0 +1,205 @@
+"""The pointwise kernel: plan (what to compute) and CUDA source (how to walk it).
+
+Loop structure (2-D, the break point being the innermost merged axis):
+
+    rows  = the outer merged axes, walked by (blockIdx.y, threadIdx.y), grid-strided;
+            each thread turns its row into one base offset per operand (one div/mod chain
+            per row, not per element)
+    inner = the innermost merged axis, in vectors of V elements, walked by
+            (blockIdx.x, threadIdx.x) with U vectors per thread per step, grid-strided.
+
+A step whose U vectors are all full loads everything first (bytes in flight), then computes
+and stores; the ragged end of a row takes a scalar path. When all axes merge into one, there
+is a single row: the 1-D schedule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from kfuse.codegen.body import emit_body, from_storage, to_storage
+from kfuse.codegen.domain import DomainMap, Use, map_to_domain
+from kfuse.codegen.expressions import compute_ctype
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.runtime_header import runtime_header
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import Scalar, TensorView
+
+
+@dataclass(frozen=True)
+class PointwisePlan:
+    """What a pointwise kernel computes, independent of the inputs' sizes."""
+
+    fusion: Fusion
+    reference: TensorView
+    domain: DomainMap
+    output_views: tuple[tuple, ...]
+
+    @property
+    def ref_rank(self) -> int:
+        """Rank of the reference domain before merging."""
+        return self.reference.ndim
+
+
+def plan_pointwise(fusion: Fusion) -> PointwisePlan:
+    """Map the fusion's outputs onto the reference output's domain.
+
+    Raises UnsupportedExpr (from the domain mapper) when an expr cannot be generated here; the
+    scheduler checks the rest (output shapes) against the actual inputs.
+    """
+    reference = max(fusion.outputs, key=lambda t: t.ndim)
+    rank = reference.ndim
+    output_views = []
+    for out in fusion.outputs:
+        output_views.append(tuple(None if ax.is_broadcast else r
+                                  for r, ax in enumerate(out.axes)))
+    domain = map_to_domain([(o, v) for o, v in zip(fusion.outputs, output_views)], rank)
+    return PointwisePlan(fusion, reference, domain, tuple(output_views))
+
+
+@dataclass(frozen=True)
+class PointwiseKernelSpec:
+    """Everything the CUDA source depends on: the compile-time half of a launch."""
+
+    rank: int  # merged rank
+    vector: int
+    unroll: int
+    block_x: int
+    block_y: int
+    index_type: str  # "int" | "long long"
+    input_kinds: tuple[str, ...]
+    output_kinds: tuple[str, ...]
+
+
+def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
+    """A stable name: the scheduler plus a hash of the fusion and the spec."""
+    digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
+    return f"kfuse_pointwise_{digest}"
+
+
+def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str, str]:
+    """CUDA source and kernel name for `plan` compiled as `spec`."""
+    name = kernel_name(plan, spec)
+    domain = plan.domain
+    rank, vec, unroll, index = spec.rank, spec.vector, spec.unroll, spec.index_type
+    inputs = domain.input_uses
+    outputs = list(zip(plan.fusion.outputs, plan.output_views))
+    scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
+
+    params = [f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}"
+              for k, u in enumerate(inputs)]
+    params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
+    params += [f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
+               for k, (o, _) in enumerate(outputs)]
+
+    # The element body, as a device function of loaded values.
+    leaves = {u: f"x{k}" for k, u in enumerate(inputs)}
+    leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
+    body = emit_body(domain.uses, leaves_compute, scalar_params)
+    body_params = [f"{u.val.dtype.cuda_type} {leaves[u]}" for u in inputs]
+    body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
+    body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
+    body_lines = list(body.lines)
+    for k, (o, view) in enumerate(outputs):
+        body_lines.append(f"y{k} = {to_storage(body.names[Use(o, view)], o.dtype)};")
+    scalar_args = [f"s{k}" for k in range(len(domain.scalars))]
+
+    def call(loaded: list[str], outs: list[str]) -> str:
+        return f"{name}_body({', '.join(loaded + scalar_args + outs)});"
+
+    nt = spec.block_x * spec.block_y
+    lines = [runtime_header(), "",
+             f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
+    lines += [f"  {line}" for line in body_lines]
+    lines += ["}", "",
+              f'extern "C" __global__ void __launch_bounds__({nt}) {name}(',
+              "    " + ",\n    ".join(params) + ") {",
+              f"  typedef {index} Index;",
+              f"  const Index n_inner = out0.size[{rank - 1}];",
+              "  Index n_rows = 1;"]
+    lines += [f"  n_rows *= out0.size[{d}];" for d in range(rank - 1)]
+    lines += [f"  const Index n_vec = (n_inner + {vec - 1}) / {vec};",
+              "  for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
+              "       row += (Index)gridDim.y * blockDim.y) {"]
+    operands = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(outputs))]
+    lines += [f"    Index base_{op} = 0;" for op in operands]
+    if rank > 1:
+        lines.append("    {")
+        lines.append("      Index rem = row;")
+        for d in range(rank - 2, -1, -1):
+            coord = "rem" if d == 0 else f"rem % out0.size[{d}]"
+            lines.append(f"      const Index c{d} = {coord};")
+            if d > 0:
+                lines.append(f"      rem /= out0.size[{d}];")
+            lines += [f"      base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
+        lines.append("    }")
+    lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands]
+    lines += [f"    for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
+              " v0 < n_vec;",
+              f"         v0 += (Index)gridDim.x * blockDim.x * {unroll}) {{",
+              f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{"]
+    # Fast path: loads for all U vectors, then compute and store.
+    for k, (u, kind) in enumerate(zip(inputs, spec.input_kinds)):
+        ctype = u.val.dtype.cuda_type
+        if kind == VEC:
+            lines.append(f"        kf::Vec<{ctype}, {vec}> x{k}[{unroll}];")
+        elif kind == BCAST:
+            lines.append(f"        {ctype} x{k}[{unroll}];")
+        else:
+            lines.append(f"        {ctype} x{k}[{unroll}][{vec}];")
+    lines += ["#pragma unroll",
+              f"        for (int u = 0; u < {unroll}; ++u) {{",
+              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]
+    for k, kind in enumerate(spec.input_kinds):
+        if kind == VEC:
+            lines.append(f"          x{k}[u] = kf::load_vec<{vec}>(in{k}, base_in{k} + i0);")
+        elif kind == BCAST:
+            lines.append(f"          x{k}[u] = kf::load(in{k}, base_in{k});")
+        else:
+            lines += ["#pragma unroll",
+                      f"          for (int j = 0; j < {vec}; ++j) x{k}[u][j] = "
+                      f"kf::load(in{k}, base_in{k} + (i0 + j) * step_in{k});"]
+    lines += ["        }",
+              "#pragma unroll",
+              f"        for (int u = 0; u < {unroll}; ++u) {{",
+              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]
+    for k, (o, _) in enumerate(outputs):
+        lines.append(f"          kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};")
+    loaded = []
+    for k, kind in enumerate(spec.input_kinds):
+        loaded.append(f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]")
+    lines += ["#pragma unroll",
+              f"          for (int j = 0; j < {vec}; ++j) {{",
+              "            " + call(loaded, [f"y{k}[j]" for k in range(len(outputs))]),
+              "          }"]
+    for k, kind in enumerate(spec.output_kinds):
+        if kind == VEC:
+            lines.append(f"          kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
+        else:
+            lines += ["#pragma unroll",
+                      f"          for (int j = 0; j < {vec}; ++j) "
+                      f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
+    lines += ["        }",
+              "      } else {",
+              f"        for (int u = 0; u < {unroll}; ++u) {{",
+              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
+              f"          for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
+              "            const Index i = i0 + j;"]
+    for k, (o, _) in enumerate(outputs):
+        lines.append(f"            {o.dtype.cuda_type} y{k};")
+    loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(len(inputs))]
+    lines.append("            " + call(loaded, [f"y{k}" for k in range(len(outputs))]))
+    lines += [f"            kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
+              for k in range(len(outputs))]
+    lines += ["          }", "        }", "      }", "    }", "  }", "}", ""]
+    return "\n".join(lines), name
+
+
+def _scalar_ctype(s: Scalar) -> str:
+    """Kernel ABI: Half/BFloat16 scalars travel as float."""
+    return compute_ctype(s.dtype)
+
+
+__all__ = ["PointwisePlan", "PointwiseKernelSpec", "plan_pointwise", "emit_pointwise",
+           "STRIDED"]

@@ -1,0 +1,63 @@
+"""The run-time half of FusionDefinition: execute, manual_execute, last_cuda_source.
+
+Kept apart from the frontend (which only builds the IR) so that defining a fusion never
+imports the schedulers, the code generator or the backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FusionExecution:
+    """Mixed into FusionDefinition; expects `self.fusion`."""
+
+    fusion: Any
+    _executor_cache: Any = None
+
+    def _executor(self) -> Any:
+        if self._executor_cache is None:
+            from kfuse.errors import DefinitionError
+            from kfuse.executor import FusionExecutorCache
+
+            if not self.fusion.outputs or getattr(self, "_state", "closed") != "closed":
+                raise DefinitionError("execute: finish the definition (leave its `with` block) "
+                                      "before running it")
+            self._executor_cache = FusionExecutorCache(self.fusion)
+        return self._executor_cache
+
+    def execute(self, inputs: Any, *, stream: int | None = None, device: int | None = None
+                ) -> list[Any]:
+        """Run the fusion: pick a scheduler, compile (cached), launch, return the outputs.
+
+        inputs: arrays (CuPy or torch on a GPU; NumPy or CPU torch run on the host emulator)
+        and Python numbers for scalar inputs, in definition order. Outputs are new arrays of
+        the inputs' framework on their device, produced on the framework's current stream
+        unless `stream` (an integer CUDA stream handle) is given.
+        """
+        return self._executor().execute(list(inputs), stream=stream, device=device)
+
+    def manual_execute(self, inputs: Any, heuristic_params: Any, *, stream: int | None = None,
+                       device: int | None = None) -> list[Any]:
+        """Run with exactly `heuristic_params` (e.g. from schedule.compute_heuristics, then
+        edited); never re-scheduled. Raises SchedulerError when its scheduler rejects the
+        fusion for these inputs."""
+        from kfuse.errors import SchedulerError
+
+        if not hasattr(heuristic_params, "scheduler_type"):
+            raise SchedulerError(f"manual_execute: heuristic_params must be a HeuristicParams, "
+                                 f"got {type(heuristic_params).__name__}")
+        return self._executor().execute(list(inputs), stream=stream, device=device,
+                                        params=heuristic_params)
+
+    def last_cuda_source(self) -> str | None:
+        """The generated CUDA source of the kernel(s) the last execute ran."""
+        if self._executor_cache is None:
+            return None
+        return self._executor_cache.last_cuda_source()
+
+    def last_scheduler(self) -> Any:
+        """The SchedulerType the last execute used (None before the first)."""
+        if self._executor_cache is None or self._executor_cache.last_compiled is None:
+            return None
+        return self._executor_cache.last_compiled.scheduler

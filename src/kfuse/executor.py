@@ -1,0 +1,205 @@
+"""FusionExecutorCache: input signature -> scheduler, params and compiled launches -> outputs.
+
+A call's signature is everything a compiled launch depends on: each input's dtype, shape,
+strides and 16-byte alignment class, the scalar inputs' types, and the target device. A
+cached call only reads pointers, allocates outputs and launches. Kernels themselves are
+cached by their source (backends), so different shapes with the same parameters and layout
+class share one kernel.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kfuse.arrays import ArrayLayout, current_stream, empty_like_framework
+from kfuse.backends import backend_for
+from kfuse.dtypes import DataType
+from kfuse.errors import InputError, SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import TensorView
+from kfuse.launch import KernelLaunch
+from kfuse.runtime_info import EMULATOR, RuntimeInfo, build_runtime_info
+from kfuse.schedule import rejection_reason
+from kfuse.schedule.registry import SCHEDULERS, scheduler_for
+from kfuse.schedule.types import SchedulerType
+
+
+@dataclass
+class CompiledFusion:
+    """What one input signature compiled to."""
+
+    scheduler: SchedulerType
+    params: Any
+    launches: list[KernelLaunch]
+
+
+class FusionExecutorCache:
+    """Runs one Fusion, caching its compiled form per input signature."""
+
+    def __init__(self, fusion: Fusion) -> None:
+        self.fusion = fusion
+        self._compiled: dict[tuple, CompiledFusion] = {}
+        self._lock = threading.Lock()
+        self.last_compiled: CompiledFusion | None = None
+
+    def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
+                params: Any = None) -> list[Any]:
+        """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly."""
+        info = build_runtime_info(self.fusion, inputs, device=device)
+        key = _signature(info, params)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compile(info, params)
+            with self._lock:
+                self._compiled[key] = compiled
+        self.last_compiled = compiled
+        return _run(compiled, info, stream)
+
+    def last_cuda_source(self) -> str | None:
+        """The CUDA source of the last launch's kernel(s), or None before the first run."""
+        if self.last_compiled is None or not self.last_compiled.launches:
+            return None
+        return "\n".join(launch.source for launch in self.last_compiled.launches)
+
+    def _compile(self, info: RuntimeInfo, params: Any) -> CompiledFusion:
+        if params is not None:
+            scheduler = scheduler_for(SchedulerType(params.scheduler_type))
+            reason = rejection_reason(scheduler, self.fusion, info)
+            if reason is not None:
+                raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
+        else:
+            reasons = []
+            scheduler = None
+            for candidate in SCHEDULERS:
+                reason = rejection_reason(candidate, self.fusion, info)
+                if reason is None:
+                    scheduler = candidate
+                    break
+                reasons.append(reason)
+            if scheduler is None:
+                raise SchedulerError("no scheduler takes this fusion:\n  " + "\n  ".join(reasons))
+            params = scheduler.heuristics(self.fusion, info)
+        launches = build_launches(scheduler.scheduler_type, self.fusion, info, params)
+        return CompiledFusion(scheduler.scheduler_type, params, launches)
+
+
+def build_launches(scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeInfo,
+                   params: Any) -> list[KernelLaunch]:
+    """The launches a scheduler's params compile to (none for no_op)."""
+    if scheduler_type is SchedulerType.no_op:
+        return []
+    backend = _BackendForInfo(backend_for(info), info)
+    if scheduler_type is SchedulerType.pointwise:
+        from kfuse.schedule.pointwise import pointwise_launch
+
+        return [pointwise_launch(fusion, info, params, backend)]
+    raise SchedulerError(f"the {scheduler_type.value} scheduler cannot generate kernels yet")
+
+
+class _BackendForInfo:
+    """A backend bound to one call's target, so schedulers only pass source and name."""
+
+    def __init__(self, backend: Any, info: RuntimeInfo) -> None:
+        self.backend = backend
+        self.info = info
+
+    def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
+        if info.backend == EMULATOR:
+            return self.backend.compile(source, name, info.device)
+        return self.backend.compile(source, name, info.device_index, info.device.arch)
+
+
+def _signature(info: RuntimeInfo, params: Any) -> tuple:
+    parts: list[Any] = [info.backend, info.device_index, info.framework]
+    for val, arg in zip(info.fusion.inputs, info.inputs):
+        if isinstance(val, TensorView):
+            lay = info.layouts[val]
+            parts.append((lay.dtype, lay.shape, lay.strides, lay.data_ptr % 16))
+        else:
+            parts.append(type(arg))
+    if params is not None:
+        parts.append(("params", type(params).__name__, hash(params)))
+    return tuple(parts)
+
+
+def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
+    fusion = info.fusion
+    outputs = [_allocate(info, out) for out in fusion.outputs]
+    if not compiled.launches:
+        return outputs
+    staged_inputs, staged_outputs, finish = _stage(info, outputs)
+    input_ptrs = [0] * len(fusion.inputs)
+    for pos, val in enumerate(fusion.inputs):
+        if isinstance(val, TensorView):
+            input_ptrs[pos] = staged_inputs.get(pos, info.layouts[val].data_ptr)
+    output_ptrs = [_data_ptr(a) for a in staged_outputs]
+    if stream is None:
+        stream = current_stream(info.framework, info.device_index) if info.device_index >= 0 else 0
+    for launch in compiled.launches:
+        args = launch.arguments(input_ptrs, output_ptrs, info.extents)
+        launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
+    finish()
+    return outputs
+
+
+def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
+    return empty_like_framework(info.framework, info.shape(out), out.dtype, info.device_index)
+
+
+def _data_ptr(array: Any) -> int:
+    from kfuse.arrays import layout_of
+
+    return layout_of(array, "output").data_ptr
+
+
+def _stage(info: RuntimeInfo, outputs: list[Any]) -> tuple[dict[int, int], list[Any], Any]:
+    """NumPy has no bfloat16: BFloat16 data held as float32 (kfuse.dtypes) is converted to
+    real bf16 bits for the emulator, and bf16 results back to float32."""
+    if info.framework != "numpy":
+        return {}, outputs, lambda: None
+    import numpy as np
+
+    from kfuse.dtypes import round_to_bfloat16
+
+    keep: list[Any] = []
+    staged_inputs: dict[int, int] = {}
+    for pos, val in enumerate(info.fusion.inputs):
+        if isinstance(val, TensorView) and val.dtype is DataType.BFloat16:
+            arr = np.ascontiguousarray(round_to_bfloat16(info.inputs[pos]))
+            bits = (arr.view(np.uint32) >> 16).astype(np.uint16)
+            keep.append(bits)
+            staged_inputs[pos] = bits.ctypes.data
+            _restride(info, val, bits)
+    staged_outputs: list[Any] = []
+    conversions: list[tuple[Any, Any]] = []
+    for out, arr in zip(info.fusion.outputs, outputs):
+        if out.dtype is DataType.BFloat16:
+            bits = np.empty(arr.shape, dtype=np.uint16)
+            staged_outputs.append(bits)
+            conversions.append((bits, arr))
+        else:
+            staged_outputs.append(arr)
+
+    def finish() -> None:
+        for bits, arr in conversions:
+            arr[...] = (bits.astype(np.uint32) << 16).view(np.float32)
+        keep.clear()
+
+    return staged_inputs, staged_outputs, finish
+
+
+def _restride(info: RuntimeInfo, val: TensorView, staged: Any) -> None:
+    # The staged copy is contiguous: launches built for the original strides would misread
+    # it, so bf16 NumPy inputs must be planned with contiguous strides. Checked, not assumed.
+    lay = info.layouts[val]
+    from kfuse.codegen.layout import contiguous_strides
+
+    if lay.shape and lay.strides != contiguous_strides(lay.shape):
+        raise InputError(f"{val.name}: non-contiguous BFloat16 NumPy arrays are not supported "
+                         "by the emulator (NumPy has no bf16 dtype); pass a contiguous array or "
+                         "a torch bfloat16 CPU tensor")
+
+
+__all__ = ["FusionExecutorCache", "ArrayLayout"]

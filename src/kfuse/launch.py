@@ -1,0 +1,79 @@
+"""KernelLaunch: one kernel launch of a compiled fusion, with where each argument comes from.
+
+Schedulers build these once per input signature; the executor fills in the pointers (and the
+values of scalars) on every call, so a cached call does no planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kfuse.dtypes import DataType
+from kfuse.ir.values import Scalar
+from kfuse.kernel_args import TensorArg
+
+
+@dataclass(frozen=True)
+class InputOperand:
+    """Input `position`'s data, seen through `shape`/`strides`."""
+
+    position: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OutputOperand:
+    """Output `index`'s data, seen through `shape`/`strides`."""
+
+    index: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScalarOperand:
+    """A non-constant Scalar of the fusion (an input, or computed from sizes)."""
+
+    val: Scalar
+
+
+Operand = InputOperand | OutputOperand | ScalarOperand
+
+
+@dataclass
+class KernelLaunch:
+    """A kernel and how to launch it."""
+
+    kernel: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    operands: list[Operand]
+    scheduler: str
+    source: str = field(repr=False, default="")
+
+    def arguments(self, input_ptrs: list[int], output_ptrs: list[int],
+                  extents: dict[Any, Any]) -> list[Any]:
+        """The launch arguments for one call."""
+        args: list[Any] = []
+        for op in self.operands:
+            if isinstance(op, InputOperand):
+                args.append(TensorArg(input_ptrs[op.position], op.shape, op.strides))
+            elif isinstance(op, OutputOperand):
+                args.append(TensorArg(output_ptrs[op.index], op.shape, op.strides))
+            else:
+                args.append(scalar_argument(op.val, extents[op.val]))
+        return args
+
+
+def scalar_argument(val: Scalar, value: Any) -> Any:
+    """A scalar as the kernel ABI passes it (Half/BFloat16 as float)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if val.dtype is DataType.Bool:
+        return bool(value)
+    if val.dtype.is_integral:
+        return int(value)
+    return float(value)

@@ -1,0 +1,142 @@
+"""RuntimeInfo: what the schedulers know about one call's inputs, checked against the fusion.
+
+Built once per call from the actual arrays: their layouts, the concrete extent of every
+TensorView (shape inference), the target (a CUDA device or the host emulator) and that
+target's DeviceDescription. Every mismatch with the definition is an InputError naming the
+input, raised here, before anything is compiled or launched.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from kfuse import knobs
+from kfuse.arrays import ArrayLayout, framework_of, layout_of
+from kfuse.dtypes import DataType
+from kfuse.errors import InputError
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import Scalar, TensorView, Val
+
+EMULATOR = "emulator"
+CUDA = "cuda"
+
+
+@dataclass
+class RuntimeInfo:
+    """One call's inputs, as the compiler sees them."""
+
+    fusion: Fusion
+    inputs: list[Any]
+    layouts: dict[TensorView, ArrayLayout]
+    extents: dict[Val, Any]  # TensorView -> shape tuple, Scalar -> value
+    framework: str
+    backend: str  # CUDA or EMULATOR
+    device_index: int  # CUDA ordinal; -1 for the emulator
+    device: Any  # kfuse.device.DeviceDescription
+
+    def shape(self, tv: TensorView) -> tuple[int, ...]:
+        """The concrete shape of any TensorView of the fusion."""
+        return self.extents[tv]
+
+    def scalar_value(self, s: Scalar) -> Any:
+        """The value of a non-constant Scalar (an input or one computed from sizes)."""
+        return self.extents[s]
+
+
+def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: int | None = None
+                       ) -> RuntimeInfo:
+    """Check `inputs` against `fusion` and describe them. Raises InputError."""
+    inputs = list(inputs)
+    if len(inputs) != len(fusion.inputs):
+        raise InputError(f"the fusion takes {len(fusion.inputs)} inputs "
+                         f"({', '.join(v.name for v in fusion.inputs)}), got {len(inputs)}")
+    layouts: dict[TensorView, ArrayLayout] = {}
+    frameworks: set[str] = set()
+    for pos, (val, arg) in enumerate(zip(fusion.inputs, inputs)):
+        what = f"input {pos} ({val.name})"
+        if isinstance(val, TensorView):
+            layout = layout_of(arg, what)
+            _check_dtype(val, layout, what)
+            layouts[val] = layout
+            frameworks.add(layout.framework)
+        else:
+            _check_scalar(val, arg, what)
+    if len(frameworks) > 1:
+        raise InputError(f"inputs mix array frameworks ({', '.join(sorted(frameworks))}); "
+                         "pass arrays of one framework")
+    framework = frameworks.pop() if frameworks else "numpy"
+    devices = {lay.device for lay in layouts.values()}
+    if len(devices) > 1:
+        where = ", ".join(f"{tv.name} on {'cpu' if lay.device < 0 else f'cuda:{lay.device}'}"
+                          for tv, lay in layouts.items())
+        raise InputError(f"inputs are on different devices ({where}); kfuse runs a fusion on "
+                         "one device")
+    on_device = devices.pop() if devices else -1
+    forced = knobs.get().device
+    if on_device < 0:
+        if device is not None and device >= 0:
+            raise InputError(f"device={device} was asked for, but the inputs are host (CPU) "
+                             "arrays; move them to the GPU or leave device unset to use the "
+                             "host emulator")
+        backend, index = EMULATOR, -1
+    else:
+        if forced == EMULATOR:
+            raise InputError("KFUSE_DEVICE=emulator runs fusions on host arrays, but the inputs "
+                             f"are on cuda:{on_device}")
+        if device is not None and device != on_device:
+            raise InputError(f"device={device} was asked for, but the inputs are on "
+                             f"cuda:{on_device}")
+        backend, index = CUDA, on_device
+    extents = fusion.infer_shapes(inputs)
+    return RuntimeInfo(fusion, inputs, layouts, extents, framework, backend, index,
+                       _device_description(backend, index))
+
+
+def describe_shapes(fusion: Fusion, inputs: list[Any]) -> RuntimeInfo:
+    """A RuntimeInfo for scheduling queries: arrays, or plain shapes for a dry run."""
+    if all(framework_of(a) is not None or not isinstance(v, TensorView)
+           for v, a in zip(fusion.inputs, inputs)):
+        return build_runtime_info(fusion, inputs)
+    raise InputError("scheduling queries take the arrays the fusion will run on")
+
+
+def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
+    if layout.dtype is val.dtype:
+        return
+    # NumPy has no bfloat16: float32 arrays holding bf16 values stand in (kfuse.dtypes).
+    if (val.dtype is DataType.BFloat16 and layout.framework == "numpy"
+            and layout.dtype is DataType.Float):
+        return
+    raise InputError(f"{what} was defined as {val.dtype.value} but the array is "
+                     f"{layout.dtype.value}")
+
+
+def _check_scalar(val: Val, arg: Any, what: str) -> None:
+    if framework_of(arg) is not None and getattr(arg, "ndim", 0) != 0:
+        raise InputError(f"{what} is a scalar input; got an array of shape "
+                         f"{tuple(arg.shape)}")
+    if isinstance(arg, (bool, int, float)) or hasattr(arg, "item"):
+        return
+    raise InputError(f"{what} is a scalar input; got {type(arg).__name__}")
+
+
+def _device_description(backend: str, index: int) -> Any:
+    from kfuse import device as devices
+
+    if backend == EMULATOR:
+        try:
+            return devices.get_profile(knobs.get().emulator_profile)
+        except ValueError as exc:
+            raise InputError(f"KFUSE_EMULATOR_PROFILE: {exc}") from None
+    return _cuda_device(index)
+
+
+@functools.cache
+def _cuda_device(index: int) -> Any:
+    """The DeviceDescription of CUDA device `index` (queried once per process)."""
+    from kfuse import _C
+    from kfuse.device import from_properties
+
+    return from_properties(_C.get_device_properties(index))

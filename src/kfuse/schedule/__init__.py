@@ -1,0 +1,81 @@
+"""Public scheduling API, modelled on nvFuser's: ask which schedulers take a fusion for given
+inputs, compute a scheduler's parameters, and (through FusionDefinition.manual_execute) run
+exactly those parameters.
+
+    ok, why = schedule.can_schedule(fd.fusion, SchedulerType.reduction, inputs)
+    schedule.find_compatible_schedulers(fd.fusion, inputs)   # [SchedulerType.pointwise]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.errors import KfuseError, SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime_info import RuntimeInfo, build_runtime_info
+from kfuse.schedule.registry import SCHEDULERS, scheduler_for
+from kfuse.schedule.types import Rejection, SchedulerType
+
+__all__ = ["SchedulerType", "can_schedule", "find_compatible_schedulers", "compute_heuristics",
+           "rejection_reason"]
+
+
+def _fusion_of(fusion_or_fd: Any) -> Fusion:
+    fusion = getattr(fusion_or_fd, "fusion", fusion_or_fd)
+    if not isinstance(fusion, Fusion):
+        raise SchedulerError(f"expected a Fusion or FusionDefinition, got "
+                             f"{type(fusion_or_fd).__name__}")
+    return fusion
+
+
+def rejection_reason(scheduler: Any, fusion: Fusion, info: RuntimeInfo | None) -> str | None:
+    """None when `scheduler` accepts, else "Scheduler <name> rejected: <cause>"."""
+    try:
+        scheduler.check(fusion, info)
+    except Rejection as exc:
+        return f"Scheduler {scheduler.scheduler_type.value} rejected: {exc}"
+    return None
+
+
+def can_schedule(fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]
+                 ) -> tuple[bool, str]:
+    """(True, "") when the scheduler takes the fusion for these inputs, else (False, reason).
+
+    Never raises for a valid fusion: bad inputs and unknown schedulers come back as reasons.
+    """
+    try:
+        scheduler_type = SchedulerType(getattr(scheduler_type, "value", scheduler_type))
+    except ValueError:
+        return False, f"unknown scheduler type {scheduler_type!r}"
+    name = scheduler_type.value
+    if scheduler_type is SchedulerType.none:
+        return False, "Scheduler none rejected: 'none' is not a scheduler"
+    try:
+        fusion = _fusion_of(fusion)
+        info = build_runtime_info(fusion, inputs)
+    except KfuseError as exc:
+        return False, f"Scheduler {name} rejected: {exc}"
+    reason = rejection_reason(scheduler_for(scheduler_type), fusion, info)
+    return (True, "") if reason is None else (False, reason)
+
+
+def find_compatible_schedulers(fusion: Any, inputs: list[Any]) -> list[SchedulerType]:
+    """Every scheduler that takes the whole fusion for these inputs, in priority order."""
+    fusion = _fusion_of(fusion)
+    info = build_runtime_info(fusion, inputs)
+    return [s.scheduler_type for s in SCHEDULERS if rejection_reason(s, fusion, info) is None]
+
+
+def compute_heuristics(fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]) -> Any:
+    """The parameters `scheduler_type` picks for these inputs (the fusion is not changed).
+
+    Raises SchedulerError with the rejection reason when the scheduler cannot take it.
+    """
+    fusion = _fusion_of(fusion)
+    info = build_runtime_info(fusion, inputs)
+    scheduler = scheduler_for(SchedulerType(getattr(scheduler_type, "value", scheduler_type)))
+    reason = rejection_reason(scheduler, fusion, info)
+    if reason is not None:
+        raise SchedulerError(reason)
+    return scheduler.heuristics(fusion, info)

@@ -1,0 +1,191 @@
+"""The pointwise scheduler: any DAG of elementwise ops, casts and broadcasts, in one kernel.
+
+Heuristics, from the device and the actual inputs:
+* merge the reference axes that every operand walks contiguously (kfuse.codegen.layout);
+* vector width: 16 bytes of the narrowest unit-stride operand, halved until the output rows
+  stay aligned (operands that are not aligned enough are read with scalar loads, so the vector
+  width never exceeds what an operand's alignment allows);
+* unroll: two vectors per thread once the problem fills the device several times, for bytes
+  in flight;
+* blocks of 128-512 threads shaped (x along the inner axis, y along rows) so that short rows
+  still fill a block: the 2-D schedule whenever a broadcast or a stride stops the merge;
+* int32 indexing unless an offset or the element count needs int64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kfuse.codegen.domain import UnsupportedExpr
+from kfuse.codegen.layout import (OperandLayout, access_kind, contiguous_strides, merge_axes,
+                                  needs_int64, ref_strides)
+from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_pointwise
+from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.types import Rejection, SchedulerType
+
+MAX_GRID_Y = 65535
+MAX_GRID_X = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class PointwiseLayout:
+    """One call's operands over the merged reference domain (inputs first, then outputs)."""
+
+    sizes: tuple[int, ...]
+    inputs: list[OperandLayout]
+    outputs: list[OperandLayout]
+
+    @property
+    def rank(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def n_inner(self) -> int:
+        return self.sizes[-1]
+
+    @property
+    def n_rows(self) -> int:
+        rows = 1
+        for n in self.sizes[:-1]:
+            rows *= n
+        return rows
+
+    @property
+    def numel(self) -> int:
+        return self.n_rows * self.n_inner
+
+
+class PointwiseScheduler:
+    """Schedules fusions with no reduction into one pointwise kernel."""
+
+    scheduler_type = SchedulerType.pointwise
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        for expr in fusion.exprs:
+            if isinstance(expr, (ReductionOp, WelfordOp)):
+                raise Rejection(f"fusion has a reduction ({_describe(expr)}); pointwise "
+                                "kernels compute each output element independently")
+            if isinstance(expr, ReshapeOp):
+                raise Rejection(f"fusion has a reshape ({expr.outputs[0].name}), which the "
+                                "pointwise kernel does not generate")
+        try:
+            plan = plan_pointwise(fusion)
+        except UnsupportedExpr as exc:
+            raise Rejection(str(exc)) from None
+        if info is None:
+            return
+        ref_shape = info.shape(plan.reference)
+        for out in fusion.outputs:
+            if info.shape(out) != ref_shape:
+                raise Rejection(f"outputs have different shapes ({out.name} is "
+                                f"{info.shape(out)}, {plan.reference.name} is {ref_shape})")
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import PointwiseParams
+
+        plan = plan_pointwise(fusion)
+        layout = pointwise_layout(plan, info, output_ptrs=None)
+        device = info.device
+        params = PointwiseParams()
+        vector = _vector_width(layout)
+        work = -(-layout.n_inner // vector) * layout.n_rows
+        waves = work / max(1, device.sm_count * device.max_threads_per_sm)
+        unroll = 2 if waves >= 4 else 1
+        threads = 128 if work < device.sm_count * 256 else 256
+        vecs_per_row = -(-layout.n_inner // vector)
+        block_x = 32
+        while block_x < threads and block_x * unroll < vecs_per_row:
+            block_x *= 2
+        block_y = max(1, threads // block_x)
+        params.vectorization_factor = vector
+        params.unroll_factor = unroll
+        params.break_point = layout.rank - 1 if layout.rank > 1 else -1
+        params.block_x, params.block_y = block_x, block_y
+        grid_x = max(1, min(MAX_GRID_X, -(-vecs_per_row // (block_x * unroll))))
+        grid_y_needed = max(1, -(-layout.n_rows // block_y))
+        params.grid_x = grid_x
+        params.grid_y = min(MAX_GRID_Y, grid_y_needed)
+        params.split_grid_y = grid_y_needed > MAX_GRID_Y
+        params.lparams.grid_x, params.lparams.grid_y = params.grid_x, params.grid_y
+        params.lparams.block_x, params.lparams.block_y = block_x, block_y
+        params.cparams.index_type = "int64" if needs_int64(
+            layout.sizes, layout.inputs + layout.outputs) else "int32"
+        return params
+
+    def kernel_spec(self, plan: PointwisePlan, layout: PointwiseLayout, params: Any
+                    ) -> PointwiseKernelSpec:
+        """The compile-time description of `params` applied to this call's layout."""
+        vector = int(params.vectorization_factor)
+        index_type = "long long" if (params.cparams.index_type == "int64" or needs_int64(
+            layout.sizes, layout.inputs + layout.outputs)) else "int"
+        return PointwiseKernelSpec(
+            rank=layout.rank, vector=vector, unroll=int(params.unroll_factor),
+            block_x=int(params.block_x), block_y=int(params.block_y), index_type=index_type,
+            input_kinds=tuple(access_kind(op, vector) for op in layout.inputs),
+            output_kinds=tuple(access_kind(op, vector) for op in layout.outputs))
+
+
+def pointwise_layout(plan: PointwisePlan, info: RuntimeInfo,
+                     output_ptrs: list[int] | None) -> PointwiseLayout:
+    """Operands of this call over the merged reference domain.
+
+    Outputs are laid out contiguously (kfuse allocates them); `output_ptrs` gives their
+    addresses once allocated (None while planning: fresh allocations are 256-byte aligned).
+    """
+    rank = plan.ref_rank
+    sizes = info.shape(plan.reference)
+    operands: list[OperandLayout] = []
+    for use in plan.domain.input_uses:
+        layout = info.layouts[use.val]
+        operands.append(OperandLayout(layout.data_ptr, use.val.dtype.itemsize,
+                                      ref_strides(use.view, layout.strides, rank)))
+    for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):
+        ptr = 256 if output_ptrs is None else output_ptrs[k]
+        strides = contiguous_strides(info.shape(out))
+        operands.append(OperandLayout(ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
+    merged_sizes, merged = merge_axes(tuple(sizes), operands)
+    n_in = len(plan.domain.input_uses)
+    return PointwiseLayout(merged_sizes, merged[:n_in], merged[n_in:])
+
+
+def _vector_width(layout: PointwiseLayout) -> int:
+    unit = [op for op in layout.inputs + layout.outputs if op.strides[-1] == 1]
+    if not unit:
+        return 1
+    vector = 16 // min(op.itemsize for op in unit)
+    vector = min(vector, 8)  # more than 8 elements buys nothing but registers
+    while vector > 1 and layout.rank > 1 and layout.n_inner % vector != 0:
+        vector //= 2
+    while vector > 1 and layout.numel < vector:
+        vector //= 2
+    return vector
+
+
+def _describe(expr: Any) -> str:
+    op = getattr(expr, "op", None) or type(expr).__name__
+    return f"{op} of {expr.inputs[0].name}"
+
+
+def pointwise_launch(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any) -> Any:
+    """Compile (or fetch) the kernel for `params` and describe its launch for these inputs."""
+    from kfuse.codegen.pointwise import emit_pointwise
+    from kfuse.launch import InputOperand, KernelLaunch, OutputOperand, ScalarOperand
+
+    plan = plan_pointwise(fusion)
+    layout = pointwise_layout(plan, info, output_ptrs=None)
+    spec = PointwiseScheduler().kernel_spec(plan, layout, params)
+    source, name = emit_pointwise(plan, spec)
+    kernel = backend.compile(source, name, info)
+    positions = {v: i for i, v in enumerate(fusion.inputs)}
+    operands: list[Any] = []
+    for use, op in zip(plan.domain.input_uses, layout.inputs):
+        operands.append(InputOperand(positions[use.val], layout.sizes, op.strides))
+    operands += [ScalarOperand(s) for s in plan.domain.scalars]
+    for k, op in enumerate(layout.outputs):
+        operands.append(OutputOperand(k, layout.sizes, op.strides))
+    grid = (int(params.grid_x), int(params.grid_y), 1)
+    block = (int(params.block_x), int(params.block_y), 1)
+    return KernelLaunch(kernel, grid, block, 0, operands, "pointwise", source)

@@ -1,0 +1,77 @@
+"""The schedulers in priority order, and the placeholders for those not built yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.ir.exprs import ReductionOp, WelfordOp
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.pointwise import PointwiseScheduler
+from kfuse.schedule.types import Rejection, SchedulerType
+
+
+class NoOpScheduler:
+    """Fusions whose outputs are all empty: nothing to launch, outputs are only allocated."""
+
+    scheduler_type = SchedulerType.no_op
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        if info is None:
+            raise Rejection("whether outputs are empty depends on the inputs")
+        for out in fusion.outputs:
+            shape = info.shape(out)
+            if all(n != 0 for n in shape):
+                raise Rejection(f"output {out.name} has {_numel(shape)} elements; no_op takes "
+                                "fusions whose outputs are all empty")
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import HeuristicParams
+
+        return HeuristicParams("no_op")
+
+
+class PendingScheduler:
+    """A scheduler of a later issue: rejects with its reason, so queries never raise."""
+
+    def __init__(self, scheduler_type: SchedulerType, needs_reduction: bool) -> None:
+        self.scheduler_type = scheduler_type
+        self.needs_reduction = needs_reduction
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        has_reduction = any(isinstance(e, (ReductionOp, WelfordOp)) for e in fusion.exprs)
+        if self.needs_reduction and not has_reduction:
+            raise Rejection("fusion has no reduction")
+        if self.scheduler_type is SchedulerType.expr_eval:
+            raise Rejection("fusion has no op that runs through a library (matmul, linear)")
+        raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented in this "
+                        "version of kfuse")
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented")
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+SCHEDULERS: list[Any] = [
+    NoOpScheduler(),
+    PointwiseScheduler(),
+    PendingScheduler(SchedulerType.reduction, needs_reduction=True),
+    PendingScheduler(SchedulerType.inner_persistent, needs_reduction=True),
+    PendingScheduler(SchedulerType.outer_persistent, needs_reduction=True),
+    PendingScheduler(SchedulerType.expr_eval, needs_reduction=False),
+]
+"""Every scheduler, in the order find_compatible_schedulers reports and execute tries them."""
+
+
+def scheduler_for(scheduler_type: SchedulerType) -> Any:
+    """The registered scheduler of a type."""
+    for s in SCHEDULERS:
+        if s.scheduler_type is scheduler_type:
+            return s
+    raise KeyError(scheduler_type)

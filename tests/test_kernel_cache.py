@@ -1,0 +1,77 @@
+"""The on-disk cubin cache: hit, miss, corrupt entry, and 'off'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kfuse import _C, kernel_cache
+from kfuse.backends.cuda import CudaBackend
+
+SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
+
+
+@pytest.fixture
+def counted_nvrtc(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = _C.compile_to_cubin
+
+    def counting(source: str, name: str, arch: str, options: list[str]) -> bytes:
+        calls.append(name)
+        return real(source, name, arch, options)
+
+    monkeypatch.setattr(_C, "compile_to_cubin", counting)
+    return calls
+
+
+def entries(folder: Path) -> list[Path]:
+    return [p for p in (folder / "cubin").iterdir() if not p.name.startswith(".")]
+
+
+def test_miss_then_hit_across_processes_worth_of_backends(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          counted_nvrtc: list[str]) -> None:
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    CudaBackend().compile(SOURCE, "k", 0, "sm_90")
+    assert len(counted_nvrtc) == 1 and len(entries(tmp_path)) == 1
+    second = CudaBackend().compile(SOURCE, "k", 0, "sm_90")  # a fresh in-memory cache
+    assert len(counted_nvrtc) == 1, "the second compile must come from disk"
+    assert second.name == "k"
+    CudaBackend().compile(SOURCE, "k", 0, "sm_80")  # another arch is another entry
+    assert len(counted_nvrtc) == 2 and len(entries(tmp_path)) == 2
+
+
+def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              counted_nvrtc: list[str]) -> None:
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    CudaBackend().compile(SOURCE, "k", 0, "sm_90")
+    (entry,) = entries(tmp_path)
+    good = kernel_cache.load(entry.name)
+    assert good is not None and good[:4] == b"\x7fELF"
+    blob = bytearray(entry.read_bytes())
+    blob[-10] ^= 0xFF  # flip bits in the payload: the integrity hash no longer matches
+    entry.write_bytes(bytes(blob))
+    CudaBackend().compile(SOURCE, "k", 0, "sm_90")
+    assert len(counted_nvrtc) == 2
+    assert kernel_cache.load(entry.name) == good, "the rebuilt entry replaced the corrupt one"
+    entry.write_bytes(b"garbage")
+    assert kernel_cache.load(entry.name) is None
+
+
+def test_cache_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFUSE_CACHE_DIR", "off")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    CudaBackend().compile(SOURCE, "k", 0, "sm_90")
+    assert not any(tmp_path.rglob("*"))
+
+
+def test_key_covers_every_input_of_the_cubin() -> None:
+    base = ("src", "name", "sm_90", "-O3", "13.0")
+    keys = {kernel_cache.cache_key(*base)}
+    for i in range(len(base)):
+        changed = list(base)
+        changed[i] += "x"
+        keys.add(kernel_cache.cache_key(*changed))
+    assert len(keys) == len(base) + 1

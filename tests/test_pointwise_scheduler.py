@@ -1,0 +1,173 @@
+"""The pointwise scheduler on CPU: selection, rejection reasons, heuristics, NVRTC, caches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.schedule import SchedulerType
+
+PROFILES = ["h100", "h200", "a100"]
+
+
+def exp_add() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1])
+        b = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(fd.ops.add(a, b)))
+    return fd
+
+
+def exp_sum() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(fd.ops.sum(x, dims=[1])))
+    return fd
+
+
+def bias_gelu(dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        b = fd.define_tensor(shape=[-1], dtype=dtype)
+        xf = fd.ops.cast(x, DataType.Float)
+        bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x),
+                                     broadcast_dims=[1])
+        y = fd.ops.mul(fd.ops.gelu(fd.ops.add(xf, bf), approximate="tanh"), 0.5)
+        fd.add_output(fd.ops.cast(y, dtype))
+    return fd
+
+
+def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
+
+def test_tutorial_exp_add_selects_exactly_pointwise() -> None:
+    fd = exp_add()
+    assert schedule.find_compatible_schedulers(fd.fusion, [rand(4, 4), rand(4, 4)]) == [
+        SchedulerType.pointwise]
+
+
+def test_tutorial_exp_sum_is_rejected_by_pointwise_with_a_reason() -> None:
+    ok, why = schedule.can_schedule(exp_sum().fusion, SchedulerType.pointwise, [rand(4, 4)])
+    assert not ok
+    assert why.startswith("Scheduler pointwise rejected:")
+    assert "reduction" in why and "sum" in why
+
+
+def test_reduction_scheduler_rejects_a_fusion_without_reduction() -> None:
+    ok, why = schedule.can_schedule(exp_add().fusion, SchedulerType.reduction,
+                                    [rand(4, 4), rand(4, 4)])
+    assert (ok, why) == (False, "Scheduler reduction rejected: fusion has no reduction")
+
+
+@pytest.mark.parametrize("stype", list(SchedulerType))
+def test_any_scheduler_on_any_fusion_never_raises(stype: SchedulerType) -> None:
+    for fd, inputs in [(exp_add(), [rand(4, 4), rand(4, 4)]), (exp_sum(), [rand(3, 5)]),
+                       (exp_add(), [rand(4, 4)]), (exp_add(), [rand(4, 4), rand(4, 5)])]:
+        ok, why = schedule.can_schedule(fd.fusion, stype, inputs)
+        assert isinstance(ok, bool) and isinstance(why, str)
+        if not ok:
+            assert stype.value in why
+
+
+def test_bad_inputs_come_back_as_a_reason() -> None:
+    ok, why = schedule.can_schedule(exp_add().fusion, SchedulerType.pointwise,
+                                    [rand(4, 4), rand(4, 5)])
+    assert not ok and "input" in why
+
+
+def test_outputs_of_different_shapes_are_rejected() -> None:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1])
+        b = fd.define_tensor(shape=[1, -1])
+        fd.add_output(fd.ops.add(a, b))
+        fd.add_output(fd.ops.neg(b))
+    ok, why = schedule.can_schedule(fd.fusion, SchedulerType.pointwise, [rand(3, 4), rand(1, 4)])
+    assert not ok and "different shapes" in why
+
+
+def test_compute_heuristics_does_not_change_the_fusion() -> None:
+    fd = exp_add()
+    before = repr(fd)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [rand(4, 4), rand(4, 4)])
+    assert hp.scheduler_type == "pointwise"
+    assert repr(fd) == before
+
+
+def test_compute_heuristics_of_a_rejecting_scheduler_raises_scheduler_error() -> None:
+    from kfuse.errors import SchedulerError
+
+    with pytest.raises(SchedulerError, match="Scheduler pointwise rejected"):
+        schedule.compute_heuristics(exp_sum().fusion, SchedulerType.pointwise, [rand(4, 4)])
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("shape,offset", [((16384, 8192), 0), ((3, 5), 0), ((1, 1000003), 1),
+                                          ((100003, 7), 0), ((1, 1), 0), ((2049, 33), 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatch, profile: str,
+                                                  shape: tuple, offset: int,
+                                                  dtype: type) -> None:
+    from kfuse.device import get_profile
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
+    device = get_profile(profile)
+    dt = {np.float32: DataType.Float, np.float64: DataType.Double,
+          np.float16: DataType.Half}[dtype]
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=dt)
+        b = fd.define_tensor(shape=[1, -1], dtype=dt)
+        fd.add_output(fd.ops.mul(a, b))
+    # Inputs as zero-copy views so that the misaligned offset is real; shapes only matter.
+    base = np.empty(shape[0] * shape[1] + offset, dtype=dtype)
+    a_arr = base[offset:offset + shape[0] * shape[1]].reshape(shape)
+    b_arr = np.empty((1, shape[1]), dtype=dtype)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [a_arr, b_arr])
+    itemsize = np.dtype(dtype).itemsize
+    vector = hp.vectorization_factor
+    assert vector * itemsize <= 16, "a vector access never exceeds 16 bytes"
+    assert shape[1] % vector == 0 or shape[0] == 1, "vectors never straddle output rows"
+    threads = hp.block_x * hp.block_y
+    assert 32 <= threads <= device.max_threads_per_block and threads % 32 == 0
+    assert 1 <= hp.grid_y <= 65535 and 1 <= hp.grid_x < 2 ** 31
+    assert hp.lparams.block_x == hp.block_x and hp.lparams.grid_y == hp.grid_y
+    assert hp.cparams.index_type == "int32"
+
+    from kfuse.codegen.layout import VEC
+    from kfuse.codegen.pointwise import plan_pointwise
+    from kfuse.runtime_info import build_runtime_info
+    from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
+
+    info = build_runtime_info(fd.fusion, [a_arr, b_arr])
+    plan = plan_pointwise(fd.fusion)
+    layout = pointwise_layout(plan, info, None)
+    spec = PointwiseScheduler().kernel_spec(plan, layout, hp)
+    for op, kind in zip(layout.inputs, spec.input_kinds):
+        if kind == VEC:  # vector loads only where the alignment allows them
+            assert op.data_ptr % min(16, vector * itemsize) == 0
+
+
+def test_int64_indexing_is_chosen_only_when_needed() -> None:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1])
+        fd.add_output(fd.ops.neg(a))
+    small = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise,
+                                        [np.empty(1000, np.float32)])
+    assert small.cparams.index_type == "int32"
+    # A broadcast view has a huge logical size but no memory: 2^31 + 8 elements.
+    huge = np.broadcast_to(np.empty(1, np.float32), (2 ** 31 + 8,))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [huge])
+    assert hp.cparams.index_type == "int64"
+
+
+def test_broadcast_rows_make_a_2d_schedule_and_contiguous_tensors_a_1d_one() -> None:
+    fd = bias_gelu(DataType.Float)
+    x, b = rand(64, 256), rand(256)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [x, b])
+    assert hp.break_point == 1  # rows stay apart: the bias walks them with stride 0
+    hp1 = schedule.compute_heuristics(exp_add().fusion, SchedulerType.pointwise,
+                                      [rand(64, 256), rand(64, 256)])
+    assert hp1.break_point == -1  # everything merged into one axis
