@@ -1,0 +1,196 @@
+"""FusionDefinition: the user-facing way to define a fusion, and its `fd.ops` namespace.
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.relu(x) * 2.0)
+
+Every op checks its operands and raises kfuse.errors.DefinitionError at the line that defines
+something invalid. Composite ops (mean, var, softmax, layer_norm, ...) expand to primitives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kfuse.dtypes import DataType, as_dtype, from_array_dtype
+from kfuse.errors import DefinitionError
+from kfuse.execution import FusionExecution
+from kfuse.frontend_ops import Ops
+from kfuse.ir.builder import Builder, describe
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.printer import fusion_to_python
+from kfuse.ir.values import Axis, Scalar, TensorView, Val
+
+__all__ = ["FusionDefinition", "DataType"]
+
+
+class FusionDefinition(FusionExecution):
+    """A fusion under construction; use it as a context manager.
+
+    Attributes: `fusion` (the kfuse.ir.Fusion being built), `ops` (the op namespace).
+    Leaving the `with` block finalizes the fusion (it must have an output); afterwards no op
+    may be added.
+    """
+
+    def __init__(self) -> None:
+        self.fusion = Fusion()
+        self._builder = Builder(self.fusion, self)
+        self.ops = Ops(self)
+        self._state = "new"
+
+    # ---- context ----
+    def __enter__(self) -> FusionDefinition:
+        if self._state != "new":
+            raise DefinitionError("a FusionDefinition can be entered only once")
+        self._state = "open"
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._state = "closed"
+        if exc_type is not None:
+            return  # let the user's error through
+        if not self.fusion.outputs:
+            raise DefinitionError("the fusion has no outputs: call fd.add_output(t) inside the "
+                                  "`with FusionDefinition() as fd:` block")
+        self.fusion.finalize()
+
+    def check_open(self, op: str) -> None:
+        """Raise DefinitionError unless ops may be added now."""
+        if self._state == "new":
+            raise DefinitionError(f"{op}: called outside the `with FusionDefinition() as fd:` "
+                                  "block (enter it first)")
+        if self._state == "closed":
+            raise DefinitionError(f"{op}: the FusionDefinition is already finished; ops must "
+                                  "be called inside its `with` block")
+
+    # ---- inputs ----
+    def define_tensor(self, shape: Sequence[int] | None = None,
+                      contiguity: bool | Sequence[bool | None] | None = None,
+                      dtype: Any = DataType.Float, stride_order: Sequence[int] | None = None,
+                      *, sizes: Sequence[int] | None = None,
+                      strides: Sequence[int] | None = None) -> TensorView:
+        """A tensor input.
+
+        shape: one entry per axis: -1 symbolic, 1 broadcast, another n >= 0 a fixed size.
+        contiguity: None (any strides), a bool for every non-broadcast axis, or a list with one
+        entry per axis (None for broadcast axes). stride_order: see TensorView.
+        Alternatively give `sizes` and `strides` (in elements) of an example tensor: sizes of 1
+        become broadcast axes, the others symbolic, and contiguity and stride order are derived
+        from the strides.
+        """
+        self.check_open("define_tensor")
+        if sizes is not None or strides is not None:
+            if shape is not None or sizes is None or strides is None:
+                raise DefinitionError("define_tensor: give either shape or both sizes and "
+                                      "strides")
+            shape, contiguity, stride_order = _layout_from_strides(list(sizes), list(strides))
+        if shape is None:
+            raise DefinitionError("define_tensor: shape is required")
+        axes = []
+        for i, n in enumerate(shape):
+            if isinstance(n, bool) or not isinstance(n, int) or n < -1:
+                raise DefinitionError(f"define_tensor: shape entry {i} is {n!r}; use -1 "
+                                      "(symbolic), 1 (broadcast) or a size >= 0")
+            axes.append(Axis(n == 1, None if n == -1 else n))
+        dt = as_dtype(dtype, what="define_tensor: dtype")
+        tv = self._builder.new_tensor(dt, axes, is_input=True)
+        tv.contiguity = _contiguity(contiguity, axes)
+        if stride_order is not None:
+            order = tuple(stride_order)
+            if sorted(order) != list(range(len(axes))):
+                raise DefinitionError(f"define_tensor: stride_order {list(order)} is not a "
+                                      f"permutation of range({len(axes)})")
+            if order != tuple(range(len(axes) - 1, -1, -1)):
+                tv.stride_order = order
+        self.fusion.inputs.append(tv)
+        return tv
+
+    def from_array(self, a: Any) -> TensorView:
+        """A tensor input shaped like array `a` (NumPy, CuPy or torch, duck-typed)."""
+        self.check_open("from_array")
+        try:
+            shape = [int(s) for s in a.shape]
+            dtype = from_array_dtype(a.dtype)
+            if callable(getattr(a, "stride", None)):
+                strides = [int(s) for s in a.stride()]  # torch: elements
+            else:
+                strides = [int(s) // dtype.itemsize for s in a.strides]  # NumPy/CuPy: bytes
+        except (AttributeError, TypeError) as e:
+            raise DefinitionError(f"from_array: {type(a).__name__} is not an array ({e})") \
+                from None
+        return self.define_tensor(sizes=shape, strides=strides, dtype=dtype)
+
+    def define_scalar(self, value: Any = None, dtype: Any = None) -> Scalar:
+        """A scalar: a symbolic input when value is None (dtype defaults to Double), else a
+        constant (dtype defaults from the Python type: bool, int -> Int, float -> Double)."""
+        self.check_open("define_scalar")
+        dt = None if dtype is None else as_dtype(dtype, what="define_scalar: dtype")
+        if value is None:
+            s = self._builder.new_scalar(dt or DataType.Double, is_input=True)
+            self.fusion.inputs.append(s)
+            return s
+        return self._builder.constant(value, dt)
+
+    # ---- outputs ----
+    def add_output(self, t: Any) -> None:
+        """Mark tensor `t` (any tensor of this definition, inputs included) as an output."""
+        self.check_open("add_output")
+        if not isinstance(t, TensorView):
+            raise DefinitionError(f"add_output: {describe(t)} is not a tensor; outputs must be "
+                                  "tensors")
+        self._builder.operand(t, "add_output", 0)
+        self.fusion.outputs.append(t)
+
+    @property
+    def inputs(self) -> list[Val]:
+        """The fusion's inputs in definition order."""
+        return list(self.fusion.inputs)
+
+    @property
+    def outputs(self) -> list[TensorView]:
+        """The fusion's outputs."""
+        return list(self.fusion.outputs)
+
+    def __repr__(self) -> str:
+        return fusion_to_python(self.fusion)
+
+
+def _contiguity(contiguity: Any, axes: list[Axis]) -> tuple[bool | None, ...] | None:
+    if contiguity is None:
+        return None
+    if isinstance(contiguity, bool):
+        return tuple(None if a.is_broadcast else contiguity for a in axes)
+    entries = list(contiguity)
+    if len(entries) != len(axes):
+        raise DefinitionError(f"define_tensor: contiguity has {len(entries)} entries but shape "
+                              f"has {len(axes)}")
+    out = []
+    for i, (c, a) in enumerate(zip(entries, axes, strict=False)):
+        if c is not None and not isinstance(c, bool):
+            raise DefinitionError(f"define_tensor: contiguity entry {i} is {c!r}, expected "
+                                  "True, False or None")
+        out.append(None if a.is_broadcast else (False if c is None else c))
+    return tuple(out)
+
+
+def _layout_from_strides(sizes: list[int], strides: list[int]
+                         ) -> tuple[list[int], list[bool | None], list[int] | None]:
+    if len(sizes) != len(strides):
+        raise DefinitionError(f"define_tensor: {len(sizes)} sizes but {len(strides)} strides")
+    n = len(sizes)
+    shape = [1 if s == 1 else -1 for s in sizes]
+    # Sort axes from the largest stride to the smallest; ties keep the row-major order.
+    order = sorted(range(n), key=lambda i: (-strides[i], i))
+    stride_order = [0] * n
+    for rank, axis in enumerate(order):
+        stride_order[axis] = n - 1 - rank
+    contiguity: list[bool | None] = [None] * n
+    expected = 1
+    for axis in reversed(order):
+        if sizes[axis] == 1:
+            continue
+        contiguity[axis] = strides[axis] == expected
+        expected = strides[axis] * sizes[axis]
+    row_major = stride_order == list(range(n - 1, -1, -1))
+    return shape, contiguity, None if row_major else stride_order

@@ -1,0 +1,275 @@
+"""`fd.ops`: the op namespace of a FusionDefinition (primitives and composites).
+
+Pointwise ops (one method per name in kfuse.ir.ops.OPS) accept tensors, scalars and Python
+numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks). Composites
+(mean, var, var_mean, softmax, log_softmax, layer_norm, rms_norm) expand to primitives and
+compute Half/BFloat16 inputs in Float, returning the input's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kfuse.dtypes import DataType, as_dtype
+from kfuse.errors import DefinitionError
+from kfuse.ir.builder import describe
+from kfuse.ir.ops import OPS
+from kfuse.ir.values import Scalar, TensorView, Val
+
+if TYPE_CHECKING:
+    from kfuse.frontend import FusionDefinition
+
+_NARROW = (DataType.Half, DataType.BFloat16)
+
+
+def _pointwise_method(name: str) -> Any:
+    info = OPS[name]
+
+    def method(self: Ops, *args: Any) -> Val:
+        return self._pointwise(name, args)
+
+    method.__name__ = name
+    method.__doc__ = (f"Pointwise {name} ({info.arity} operand{'s' if info.arity > 1 else ''}, "
+                      f"category {info.category!r}, result {info.result!r}); see kfuse.ir.ops.")
+    return method
+
+
+class Ops:
+    """The op namespace; create through FusionDefinition (fd.ops)."""
+
+    def __init__(self, fd: FusionDefinition) -> None:
+        self._fd = fd
+
+    @property
+    def _b(self) -> Any:
+        return self._fd._builder
+
+    def _pointwise(self, name: str, args: Sequence[Any]) -> Val:
+        self._fd.check_open(name)
+        return self._b.pointwise(name, args)
+
+    # ---- pointwise extras ----
+    def gelu(self, x: Any, approximate: str = "none") -> Val:
+        """GELU: approximate="none" (erf form) or "tanh"."""
+        self._fd.check_open("gelu")
+        if approximate not in ("none", "tanh"):
+            raise DefinitionError(f"gelu: approximate must be 'none' or 'tanh', got "
+                                  f"{approximate!r}")
+        return self._b.pointwise("gelu" if approximate == "none" else "gelu_tanh", [x])
+
+    def truediv(self, a: Any, b: Any) -> Val:
+        """True division (same as div)."""
+        return self._pointwise("div", (a, b))
+
+    def cast(self, x: Any, dtype: Any) -> Val:
+        """x converted to dtype."""
+        self._fd.check_open("cast")
+        return self._b.cast(x, dtype)
+
+    # ---- shape ops ----
+    def broadcast(self, x: Any, is_broadcast_dim: Sequence[bool]) -> TensorView:
+        """Insert broadcast axes where is_broadcast_dim is True (nvFuser's broadcast)."""
+        self._fd.check_open("broadcast")
+        return self._b.broadcast(x, is_broadcast_dim)
+
+    def broadcast_in_dim(self, x: Any, shape: Sequence[Any], broadcast_dims: Sequence[int]
+                         ) -> TensorView:
+        """Place x's axes at broadcast_dims of a tensor of `shape` (ints or Int scalars, e.g.
+        fd.ops.shape(y)); the other axes are new, and broadcast axes are expanded to shape."""
+        self._fd.check_open("broadcast_in_dim")
+        v = self._b.tensor(x, "broadcast_in_dim")
+        shape = list(shape)
+        dims = list(broadcast_dims)
+        if len(dims) != v.ndim:
+            raise DefinitionError(f"broadcast_in_dim: broadcast_dims {dims} has {len(dims)} "
+                                  f"entries but {describe(v)} has {v.ndim} axes")
+        for i, d in enumerate(dims):
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < len(shape):
+                raise DefinitionError(f"broadcast_in_dim: broadcast_dims entry {i} ({d!r}) is "
+                                      f"not an axis of the {len(shape)}-d output shape")
+        if any(a >= b for a, b in zip(dims, dims[1:], strict=False)):
+            raise DefinitionError(f"broadcast_in_dim: broadcast_dims {dims} must be strictly "
+                                  "increasing")
+        b = self._b.broadcast(v, [i not in dims for i in range(len(shape))],
+                              op="broadcast_in_dim")
+        return self._b.expand(b, shape, op="broadcast_in_dim")
+
+    def expand(self, x: Any, shape: Sequence[Any]) -> TensorView:
+        """Expand broadcast axes to `shape` (-1 keeps an axis)."""
+        self._fd.check_open("expand")
+        return self._b.expand(x, list(shape))
+
+    def squeeze(self, x: Any, dims: Sequence[int]) -> TensorView:
+        """Remove the given broadcast axes."""
+        self._fd.check_open("squeeze")
+        return self._b.squeeze(x, [dims] if isinstance(dims, int) else list(dims))
+
+    def permute(self, x: Any, dims: Sequence[int]) -> TensorView:
+        """Reorder axes: output axis i is input axis dims[i]."""
+        self._fd.check_open("permute")
+        return self._b.permute(x, list(dims))
+
+    def reshape(self, x: Any, new_shape: Sequence[Any]) -> TensorView:
+        """Row-major reshape to new_shape (ints or Int scalars, one -1 allowed)."""
+        self._fd.check_open("reshape")
+        return self._b.reshape(x, list(new_shape))
+
+    def size(self, x: Any, dim: int) -> Scalar:
+        """The extent of axis `dim` of x, an Int scalar."""
+        self._fd.check_open("size")
+        return self._b.size(x, dim)
+
+    def shape(self, x: Any) -> list[Scalar]:
+        """All extents of x, as a list of Int scalars."""
+        self._fd.check_open("shape")
+        v = self._b.tensor(x, "shape")
+        return [self._b.size(v, i) for i in range(v.ndim)]
+
+    # ---- reductions ----
+    def _reduce(self, op: str, x: Any, dims: Any, keepdim: bool, dtype: Any) -> TensorView:
+        self._fd.check_open(op)
+        return self._b.reduction(op, x, dims, keepdim, dtype)
+
+    def sum(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+            ) -> TensorView:
+        """Sum over dims (all when None). dtype: accumulate/output dtype; by default ints and
+        Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype."""
+        return self._reduce("sum", x, dims, keepdim, dtype)
+
+    def prod(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+             ) -> TensorView:
+        """Product over dims; dtype rules as for sum."""
+        return self._reduce("prod", x, dims, keepdim, dtype)
+
+    def max(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+            ) -> TensorView:
+        """Maximum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
+        return self._reduce("max", x, dims, keepdim, dtype)
+
+    def min(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+            ) -> TensorView:
+        """Minimum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
+        return self._reduce("min", x, dims, keepdim, dtype)
+
+    def welford(self, x: Any, dims: Any) -> tuple[TensorView, TensorView, TensorView]:
+        """(avg, m2, count) over dims (see kfuse.ir.WelfordOp)."""
+        self._fd.check_open("welford")
+        return self._b.welford(x, dims)
+
+    def _count(self, v: TensorView, dims: tuple[int, ...]) -> Val:
+        """The number of reduced elements, as an exact Int scalar (product of sizes)."""
+        n: Val = self._b.size(v, dims[0])
+        for d in dims[1:]:
+            n = self._b.pointwise("mul", [n, self._b.size(v, d)])
+        return n
+
+    def _float_input(self, x: Any, op: str, dtype: Any = None) -> tuple[TensorView, DataType]:
+        """x cast for floating math: returns (x in its compute dtype, the result dtype)."""
+        v = self._b.tensor(x, op)
+        out = v.dtype if dtype is None else as_dtype(dtype, what=f"{op}: dtype")
+        if not out.is_floating:
+            raise DefinitionError(f"{op}: {describe(v)} needs a floating dtype "
+                                  f"(got {out.value}); cast it or pass dtype=")
+        compute = DataType.Float if out in _NARROW else out
+        return self._b.cast(v, compute, op=op), out
+
+    def mean(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+             ) -> TensorView:
+        """Mean over dims: sum / N with N the exact product of the reduced sizes."""
+        self._fd.check_open("mean")
+        v, out = self._float_input(x, "mean", dtype)
+        dims_n = self._b._reduction_dims(v, dims, "mean")
+        s = self._b.reduction("sum", v, dims_n, False, v.dtype)
+        m = self._b.cast(self._b.pointwise("div", [s, self._count(v, dims_n)]), out)
+        return self._b.keepdim(m, dims_n, v.ndim, keepdim, "mean")
+
+    def var_mean(self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
+                 ) -> tuple[TensorView, TensorView]:
+        """(variance, mean) over dims via Welford; variance = m2 / (N - correction)."""
+        self._fd.check_open("var_mean")
+        if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
+            raise DefinitionError(f"var_mean: correction must be an int >= 0, got "
+                                  f"{correction!r}")
+        v, out = self._float_input(x, "var_mean")
+        dims_n = self._b._reduction_dims(v, dims, "var_mean")
+        avg, m2, _ = self._b.welford(v, dims_n)
+        denom = self._count(v, dims_n)
+        if correction:
+            denom = self._b.pointwise("sub", [denom, correction])
+        var = self._b.cast(self._b.pointwise("div", [m2, denom]), out)
+        mean = self._b.cast(avg, out)
+        return (self._b.keepdim(var, dims_n, v.ndim, keepdim, "var_mean"),
+                self._b.keepdim(mean, dims_n, v.ndim, keepdim, "var_mean"))
+
+    def var(self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
+            ) -> TensorView:
+        """Variance over dims (Welford), divided by N - correction."""
+        return self.var_mean(x, dims, correction, keepdim)[0]
+
+    # ---- normalizations ----
+    def softmax(self, x: Any, dim: int = -1) -> TensorView:
+        """exp(x - max) / sum(exp(x - max)) along dim."""
+        self._fd.check_open("softmax")
+        v, out = self._float_input(x, "softmax")
+        (d,) = self._b.dims(v, [dim], "softmax")
+        e = self._b.pointwise("exp", [self._b.pointwise(
+            "sub", [v, self._b.reduction("max", v, (d,), True)])])
+        s = self._b.reduction("sum", e, (d,), True)
+        return self._b.cast(self._b.pointwise("div", [e, s]), out)
+
+    def log_softmax(self, x: Any, dim: int = -1) -> TensorView:
+        """(x - max) - log(sum(exp(x - max))) along dim."""
+        self._fd.check_open("log_softmax")
+        v, out = self._float_input(x, "log_softmax")
+        (d,) = self._b.dims(v, [dim], "log_softmax")
+        shifted = self._b.pointwise("sub", [v, self._b.reduction("max", v, (d,), True)])
+        s = self._b.reduction("sum", self._b.pointwise("exp", [shifted]), (d,), True)
+        return self._b.cast(self._b.pointwise("sub", [shifted, self._b.pointwise("log", [s])]),
+                            out)
+
+    def _norm_dims(self, v: TensorView, normalized_ndim: int, op: str) -> tuple[int, ...]:
+        if isinstance(normalized_ndim, bool) or not isinstance(normalized_ndim, int) or \
+                not 1 <= normalized_ndim <= v.ndim:
+            raise DefinitionError(f"{op}: normalized_ndim {normalized_ndim!r} must be between "
+                                  f"1 and the rank of {describe(v)}")
+        return tuple(range(v.ndim - normalized_ndim, v.ndim))
+
+    def _affine(self, y: Val, weight: Any, bias: Any, op: str) -> Val:
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is None:
+                continue
+            t = self._b.tensor(p, op, 1 if name == "weight" else 2)
+            if t.dtype in _NARROW:
+                t = self._b.cast(t, DataType.Float, op=op)
+            y = self._b.pointwise("mul" if name == "weight" else "add", [y, t])
+        return y
+
+    def layer_norm(self, x: Any, weight: Any = None, bias: Any = None, *, eps: float = 1e-5,
+                   normalized_ndim: int = 1) -> TensorView:
+        """(x - mean) * rsqrt(var + eps) * weight + bias over the last normalized_ndim axes
+        (biased variance, as torch.nn.functional.layer_norm)."""
+        self._fd.check_open("layer_norm")
+        v, out = self._float_input(x, "layer_norm")
+        dims = self._norm_dims(v, normalized_ndim, "layer_norm")
+        var, mean = self.var_mean(v, dims, correction=0, keepdim=True)
+        inv = self._b.pointwise("rsqrt", [self._b.pointwise("add", [var, eps])])
+        y = self._b.pointwise("mul", [self._b.pointwise("sub", [v, mean]), inv])
+        return self._b.cast(self._affine(y, weight, bias, "layer_norm"), out)
+
+    def rms_norm(self, x: Any, weight: Any = None, *, eps: float = 1e-6,
+                 normalized_ndim: int = 1) -> TensorView:
+        """x * rsqrt(mean(x * x) + eps) * weight over the last normalized_ndim axes."""
+        self._fd.check_open("rms_norm")
+        v, out = self._float_input(x, "rms_norm")
+        dims = self._norm_dims(v, normalized_ndim, "rms_norm")
+        ms = self.mean(self._b.pointwise("mul", [v, v]), dims, keepdim=True)
+        inv = self._b.pointwise("rsqrt", [self._b.pointwise("add", [ms, eps])])
+        y = self._b.pointwise("mul", [v, inv])
+        return self._b.cast(self._affine(y, weight, None, "rms_norm"), out)
+
+
+for _name in OPS:
+    if not hasattr(Ops, _name) and _name != "gelu_tanh":
+        setattr(Ops, _name, _pointwise_method(_name))
+del _name

@@ -1,0 +1,32 @@
+"""The Fusion IR: Vals (TensorView, Scalar), Exprs, Fusion, and the op table.
+
+See docs/INTERFACES.md ("Fusion IR"). Built by kfuse.frontend; walked by the reference, the
+schedulers and the code generator.
+"""
+
+from kfuse.ir.exprs import (
+                            EXPR_CLASSES,
+                            POINTWISE_EXPRS,
+                            BinaryOp,
+                            BroadcastOp,
+                            CastOp,
+                            ExpandOp,
+                            Expr,
+                            PermuteOp,
+                            ReductionOp,
+                            ReshapeOp,
+                            SizeOp,
+                            SqueezeOp,
+                            TernaryOp,
+                            UnaryOp,
+                            WelfordOp,
+)
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.ops import OPS, OpInfo
+from kfuse.ir.values import Axis, Scalar, TensorView, Val
+
+__all__ = [
+    "Axis", "Val", "TensorView", "Scalar", "Expr", "UnaryOp", "BinaryOp", "TernaryOp",
+    "CastOp", "BroadcastOp", "ExpandOp", "SqueezeOp", "PermuteOp", "ReshapeOp", "ReductionOp",
+    "WelfordOp", "SizeOp", "EXPR_CLASSES", "POINTWISE_EXPRS", "Fusion", "OPS", "OpInfo",
+]

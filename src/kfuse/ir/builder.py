@@ -1,0 +1,392 @@
+"""Checked construction of Fusion IR: type promotion, implicit casts and broadcasts, and the
+DefinitionErrors for invalid definitions. kfuse.frontend's fd.ops is a thin layer over this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kfuse.dtypes import DataType, as_dtype, promote_types, python_scalar_dtype
+from kfuse.errors import DefinitionError
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    Expr,
+    PermuteOp,
+    ReductionOp,
+    ReshapeOp,
+    SizeOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    WelfordOp,
+)
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.ops import OPS, REDUCTION_OPS
+from kfuse.ir.values import Axis, Scalar, TensorView, Val
+
+_INT_RANGE = {DataType.Int32: (-2**31, 2**31 - 1), DataType.Int: (-2**63, 2**63 - 1)}
+
+
+def describe(v: Any) -> str:
+    """A short description of an operand for error messages."""
+    if isinstance(v, TensorView):
+        return f"{v.name} (rank {v.ndim} {v.dtype.value} tensor)"
+    if isinstance(v, Scalar):
+        return f"{v.name} ({v.dtype.value} scalar)"
+    return f"{v!r} ({type(v).__name__})"
+
+
+class Builder:
+    """Creates Vals and Exprs in `fusion` on behalf of `owner` (a FusionDefinition)."""
+
+    def __init__(self, fusion: Fusion, owner: Any) -> None:
+        self.fusion = fusion
+        self.owner = owner
+
+    # ---- vals ----
+    def new_tensor(self, dtype: DataType, axes: Sequence[Axis], *, is_input: bool = False
+                   ) -> TensorView:
+        """A fresh TensorView."""
+        name, serial = self.fusion.next_name("T")
+        return TensorView(name, dtype, tuple(axes), is_input=is_input, owner=self.owner,
+                          serial=serial)
+
+    def new_scalar(self, dtype: DataType, *, is_input: bool = False) -> Scalar:
+        """A fresh non-constant Scalar."""
+        name, serial = self.fusion.next_name("S")
+        return Scalar(name, dtype, None, is_input=is_input, owner=self.owner, serial=serial)
+
+    def constant(self, value: Any, dtype: DataType | None = None, *, op: str = "define_scalar"
+                 ) -> Scalar:
+        """A constant Scalar; the value is converted to dtype's Python kind, range-checked."""
+        if dtype is None:
+            dtype = python_scalar_dtype(value)
+        if hasattr(value, "item"):
+            value = value.item()
+        if not isinstance(value, (bool, int, float)):
+            raise DefinitionError(f"{op}: {value!r} is not a number")
+        if dtype is DataType.Bool:
+            value = bool(value)
+        elif dtype.is_integral:
+            if isinstance(value, float) and not value.is_integer():
+                raise DefinitionError(f"{op}: {value!r} is not an integer ({dtype.value})")
+            value = int(value)
+            lo, hi = _INT_RANGE[dtype]
+            if not lo <= value <= hi:
+                raise DefinitionError(f"{op}: {value} does not fit in {dtype.value}")
+        else:
+            value = float(value)
+        name, serial = self.fusion.next_name("C")
+        return Scalar(name, dtype, value, owner=self.owner, serial=serial)
+
+    def operand(self, x: Any, op: str, pos: int) -> Val:
+        """Check an operand: a Val of this definition, or a Python number (made a constant)."""
+        if isinstance(x, Val):
+            if x.owner is not self.owner:
+                raise DefinitionError(f"{op}: operand {pos} ({x.name}) belongs to another "
+                                      "FusionDefinition")
+            return x
+        if isinstance(x, (bool, int, float)) or (hasattr(x, "dtype") and
+                                                  getattr(x, "ndim", None) == 0):
+            try:
+                return self.constant(x, op=op)
+            except DefinitionError as e:
+                raise DefinitionError(f"{op}: operand {pos}: {e}") from None
+        raise DefinitionError(f"{op}: operand {pos} is {describe(x)}, expected a tensor or "
+                              "scalar of this FusionDefinition or a Python number")
+
+    def tensor(self, x: Any, op: str, pos: int = 0) -> TensorView:
+        """Check that an operand is a TensorView of this definition."""
+        v = self.operand(x, op, pos)
+        if not isinstance(v, TensorView):
+            raise DefinitionError(f"{op}: operand {pos} is {describe(x)}, expected a tensor")
+        return v
+
+    def add(self, expr: Expr) -> Expr:
+        """Register an expr with the fusion."""
+        return self.fusion.register_expr(expr)
+
+    # ---- pointwise ----
+    def cast(self, x: Any, dtype: Any, *, op: str = "cast") -> Val:
+        """x converted to dtype (x itself when it already has it; constants are re-made)."""
+        v = self.operand(x, op, 0)
+        dtype = as_dtype(dtype, what=f"{op}: dtype")
+        if v.dtype is dtype:
+            return v
+        if isinstance(v, Scalar) and v.is_constant:
+            value = v.value
+            if dtype.is_floating or dtype is DataType.Bool:
+                return self.constant(bool(value) if dtype is DataType.Bool else float(value),
+                                     dtype, op=op)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise DefinitionError(f"{op}: cannot convert {value} to {dtype.value}")
+            return self.constant(int(value), dtype, op=op)
+        if isinstance(v, TensorView):
+            out: Val = self.new_tensor(dtype, v.axes)
+        else:
+            out = self.new_scalar(dtype)
+        self.add(CastOp(inputs=(v,), outputs=(out,), dtype=dtype))
+        return out
+
+    def pointwise(self, op: str, args: Sequence[Any]) -> Val:
+        """Build a UnaryOp/BinaryOp/TernaryOp, inserting casts and broadcasts."""
+        info = OPS[op]
+        if len(args) != info.arity:
+            raise DefinitionError(f"{op} takes {info.arity} operands, got {len(args)}")
+        vals = [self.operand(a, op, i) for i, a in enumerate(args)]
+        cond = None
+        if op == "where":
+            cond, vals = vals[0], vals[1:]
+            if cond.dtype is not DataType.Bool:
+                raise DefinitionError(f"where: the condition {describe(cond)} must be Bool "
+                                      "(compare or cast it first)")
+        compute = self._compute_dtype(op, vals)
+        if info.category == "logical":
+            compute = DataType.Bool
+        if info.category != "compare" or op not in ("isnan", "isinf", "isfinite"):
+            vals = [self.cast(v, compute, op=op) for v in vals]
+        out_dtype = DataType.Bool if info.result == "bool" else compute
+        if cond is not None:
+            vals = [cond, *vals]
+        vals = self._align(op, vals)
+        tensors = [v for v in vals if isinstance(v, TensorView)]
+        if tensors:
+            out: Val = self.new_tensor(out_dtype, self._result_axes(op, tensors))
+        else:
+            out = self.new_scalar(out_dtype)
+        cls = {1: UnaryOp, 2: BinaryOp, 3: TernaryOp}[info.arity]
+        self.add(cls(inputs=tuple(vals), outputs=(out,), op=op))
+        return out
+
+    def _compute_dtype(self, op: str, vals: list[Val]) -> DataType:
+        info = OPS[op]
+        tensor_dt = [v.dtype for v in vals if isinstance(v, TensorView)]
+        weak_dt = [v.dtype for v in vals if not isinstance(v, TensorView)]
+        if not info.accepts_float:
+            for i, v in enumerate(vals):
+                if v.dtype.is_floating:
+                    raise DefinitionError(f"{op}: operand {i} {describe(v)} is floating; "
+                                          f"{op} needs Bool or integer operands")
+        dt = promote_types(tensor_dt, weak_dt)
+        if info.category == "float_math" or info.result == "float":
+            if not dt.is_floating:
+                dt = DataType.Float
+        if not info.accepts_bool and dt is DataType.Bool:
+            raise DefinitionError(f"{op}: Bool operands are not supported "
+                                  f"({', '.join(describe(v) for v in vals)})")
+        return dt
+
+    def _align(self, op: str, vals: list[Val]) -> list[Val]:
+        """Right-align tensor ranks numpy-style by inserting BroadcastOps."""
+        rank = max((v.ndim for v in vals if isinstance(v, TensorView)), default=0)
+        out = []
+        for v in vals:
+            if isinstance(v, TensorView) and v.ndim < rank:
+                v = self.broadcast(v, [True] * (rank - v.ndim) + [False] * v.ndim, op=op)
+            out.append(v)
+        return out
+
+    def _result_axes(self, op: str, tensors: list[TensorView]) -> list[Axis]:
+        axes = []
+        for i in range(tensors[0].ndim):
+            real = [(t, t.axes[i]) for t in tensors if not t.axes[i].is_broadcast]
+            if not real:
+                axes.append(Axis(True, 1))
+                continue
+            static = [(t, a) for t, a in real if a.extent is not None]
+            for (t1, a1), (t2, a2) in zip(static, static[1:], strict=False):
+                if a1.extent != a2.extent:
+                    raise DefinitionError(
+                        f"{op}: incompatible broadcast: axis {i} of {describe(t1)} has size "
+                        f"{a1.extent} but axis {i} of {describe(t2)} has size {a2.extent} "
+                        "(after right-aligning ranks)")
+            axes.append(Axis(False, static[0][1].extent if static else None))
+        return axes
+
+    # ---- shape ops ----
+    def broadcast(self, x: Any, is_new_axis: Sequence[bool], *, op: str = "broadcast"
+                  ) -> TensorView:
+        """Insert broadcast axes where is_new_axis is True."""
+        v = self.tensor(x, op)
+        flags = tuple(bool(b) for b in is_new_axis)
+        if sum(not b for b in flags) != v.ndim:
+            raise DefinitionError(f"{op}: is_broadcast_dim {list(flags)} has "
+                                  f"{sum(not b for b in flags)} False entries but "
+                                  f"{describe(v)} has {v.ndim} axes")
+        if all(not b for b in flags):
+            return v
+        it = iter(v.axes)
+        axes = [Axis(True, 1) if b else next(it) for b in flags]
+        out = self.new_tensor(v.dtype, axes)
+        self.add(BroadcastOp(inputs=(v,), outputs=(out,), is_new_axis=flags))
+        return out
+
+    def extent(self, e: Any, op: str, i: int) -> Scalar | int:
+        """A shape entry: an int (kept) or an integer Scalar of this definition."""
+        if isinstance(e, bool) or not isinstance(e, (int, Scalar)):
+            raise DefinitionError(f"{op}: shape entry {i} is {describe(e)}, expected an int "
+                                  "or an integer scalar")
+        if isinstance(e, Scalar):
+            self.operand(e, op, i)
+            if not e.dtype.is_integral:
+                raise DefinitionError(f"{op}: shape entry {i} {describe(e)} is not an integer")
+            return e.value if e.is_constant else e
+        if e < -1:
+            raise DefinitionError(f"{op}: shape entry {i} is {e}; sizes are >= 0 (or -1)")
+        return e
+
+    def expand(self, x: Any, shape: Sequence[Any], *, op: str = "expand") -> TensorView:
+        """Expand broadcast axes to the extents in shape (-1 or 1 keeps an axis)."""
+        v = self.tensor(x, op)
+        if len(shape) != v.ndim:
+            raise DefinitionError(f"{op}: shape has {len(shape)} entries but {describe(v)} "
+                                  f"has {v.ndim} axes")
+        extents: list[Scalar | None] = []
+        for i, (axis, e) in enumerate(zip(v.axes, shape, strict=False)):
+            e = self.extent(e, op, i)
+            if not axis.is_broadcast:
+                if isinstance(e, int) and e not in (-1,) and axis.extent not in (None, e):
+                    raise DefinitionError(f"{op}: axis {i} of {describe(v)} has size "
+                                          f"{axis.extent}, cannot expand it to {e}")
+                extents.append(None)  # symbolic axes are assumed to match
+            elif isinstance(e, int):
+                extents.append(None if e in (-1, 1) else self.constant(e, DataType.Int, op=op))
+            else:
+                extents.append(e)
+        if all(e is None for e in extents):
+            return v
+        axes = [a if e is None else Axis(False, e.value if e.is_constant else None)
+                for a, e in zip(v.axes, extents, strict=False)]
+        out = self.new_tensor(v.dtype, axes)
+        scalars = tuple(e for e in extents if e is not None and not e.is_constant)
+        self.add(ExpandOp(inputs=(v, *scalars), outputs=(out,), extents=tuple(extents)))
+        return out
+
+    def squeeze(self, x: Any, dims: Sequence[int], *, op: str = "squeeze") -> TensorView:
+        """Remove broadcast axes."""
+        v = self.tensor(x, op)
+        norm = self.dims(v, dims, op)
+        for d in norm:
+            if not v.axes[d].is_broadcast:
+                raise DefinitionError(f"{op}: axis {d} of {describe(v)} is not a broadcast "
+                                      "axis (only size-1 broadcast axes can be squeezed)")
+        if not norm:
+            return v
+        out = self.new_tensor(v.dtype, [a for i, a in enumerate(v.axes) if i not in norm])
+        self.add(SqueezeOp(inputs=(v,), outputs=(out,), dims=norm))
+        return out
+
+    def permute(self, x: Any, perm: Sequence[int], *, op: str = "permute") -> TensorView:
+        """Reorder axes: output axis i is input axis perm[i]."""
+        v = self.tensor(x, op)
+        try:
+            p = tuple(int(d) + (v.ndim if int(d) < 0 else 0) for d in perm)
+        except (TypeError, ValueError):
+            raise DefinitionError(f"{op}: dims {perm!r} must be integers") from None
+        if sorted(p) != list(range(v.ndim)):
+            raise DefinitionError(f"{op}: {list(perm)} is not a permutation of the "
+                                  f"{v.ndim} axes of {describe(v)}")
+        if p == tuple(range(v.ndim)):
+            return v
+        out = self.new_tensor(v.dtype, [v.axes[d] for d in p])
+        self.add(PermuteOp(inputs=(v,), outputs=(out,), perm=p))
+        return out
+
+    def reshape(self, x: Any, shape: Sequence[Any], *, op: str = "reshape") -> TensorView:
+        """Row-major reshape; at most one entry may be -1."""
+        v = self.tensor(x, op)
+        entries = [self.extent(e, op, i) for i, e in enumerate(shape)]
+        if sum(1 for e in entries if isinstance(e, int) and e == -1) > 1:
+            raise DefinitionError(f"{op}: at most one shape entry may be -1, got {list(shape)}")
+        ints = [e for e in entries if isinstance(e, int)]
+        statics = [a.extent for a in v.axes]
+        if len(ints) == len(entries) and -1 not in ints and None not in statics:
+            if math.prod(ints) != math.prod(statics):
+                raise DefinitionError(f"{op}: cannot reshape {describe(v)} of size "
+                                      f"{statics} to {ints}")
+        scalars = tuple(self.constant(e, DataType.Int, op=op) if isinstance(e, int) else e
+                        for e in entries)
+        axes = [Axis(True, 1) if isinstance(e, int) and e == 1 else
+                Axis(False, e if isinstance(e, int) and e != -1 else None) for e in entries]
+        out = self.new_tensor(v.dtype, axes)
+        inputs = (v, *(s for s in scalars if not s.is_constant))
+        self.add(ReshapeOp(inputs=inputs, outputs=(out,), shape=scalars))
+        return out
+
+    def size(self, x: Any, dim: Any, *, op: str = "size") -> Scalar:
+        """The extent of one axis, as an Int Scalar."""
+        v = self.tensor(x, op)
+        (d,) = self.dims(v, [dim], op)
+        out = self.new_scalar(DataType.Int)
+        self.add(SizeOp(inputs=(v,), outputs=(out,), dim=d))
+        return out
+
+    def dims(self, v: TensorView, dims: Sequence[Any], op: str) -> tuple[int, ...]:
+        """Normalize axis indices (negative counts from the end), sorted, checked."""
+        out = []
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, int):
+                raise DefinitionError(f"{op}: dim {d!r} is not an integer")
+            n = d + v.ndim if d < 0 else d
+            if not 0 <= n < v.ndim:
+                raise DefinitionError(f"{op}: dim {d} is out of range for {describe(v)}")
+            if n in out:
+                raise DefinitionError(f"{op}: dim {d} is listed twice in {list(dims)}")
+            out.append(n)
+        return tuple(sorted(out))
+
+    # ---- reductions ----
+    def reduction(self, op: str, x: Any, dims: Sequence[int] | None, keepdim: bool,
+                  dtype: Any = None) -> TensorView:
+        """sum/prod/max/min over dims; see ReductionOp for the dtype rules."""
+        assert op in REDUCTION_OPS
+        v = self.tensor(x, op)
+        norm = self._reduction_dims(v, dims, op)
+        out_dtype = None
+        if dtype is not None:
+            acc = as_dtype(dtype, what=f"{op}: dtype")
+        elif op in ("sum", "prod") and not v.dtype.is_floating:
+            acc = DataType.Int  # torch: integer and bool sums are int64
+        elif op in ("sum", "prod") and v.dtype in (DataType.Half, DataType.BFloat16):
+            acc, out_dtype = DataType.Float, v.dtype  # accumulate in float, return v's dtype
+        else:
+            acc = v.dtype
+        src = self.cast(v, acc, op=op)
+        red = self.new_tensor(acc, [a for i, a in enumerate(v.axes) if i not in norm])
+        self.add(ReductionOp(inputs=(src,), outputs=(red,), op=op, dims=norm, dtype=acc))
+        result: Val = red if out_dtype is None else self.cast(red, out_dtype, op=op)
+        return self.keepdim(result, norm, v.ndim, keepdim, op)
+
+    def _reduction_dims(self, v: TensorView, dims: Any, op: str) -> tuple[int, ...]:
+        if dims is None:
+            dims = list(range(v.ndim))
+        elif isinstance(dims, int):
+            dims = [dims]
+        norm = self.dims(v, list(dims), op)
+        if not norm:
+            raise DefinitionError(f"{op}: no dims to reduce for {describe(v)}")
+        return norm
+
+    def keepdim(self, v: Any, dims: tuple[int, ...], ndim: int, keepdim: bool, op: str) -> Any:
+        """Re-insert reduced axes as broadcast axes when keepdim is set."""
+        if not keepdim:
+            return v
+        return self.broadcast(v, [i in dims for i in range(ndim)], op=op)
+
+    def welford(self, x: Any, dims: Sequence[int] | None, *, op: str = "welford"
+                ) -> tuple[TensorView, TensorView, TensorView]:
+        """(avg, m2, count) of x over dims; x is cast to Float unless Float or Double."""
+        v = self.tensor(x, op)
+        norm = self._reduction_dims(v, dims, op)
+        acc = v.dtype if v.dtype in (DataType.Float, DataType.Double) else DataType.Float
+        src = self.cast(v, acc, op=op)
+        axes = [a for i, a in enumerate(v.axes) if i not in norm]
+        outs = (self.new_tensor(acc, axes), self.new_tensor(acc, axes),
+                self.new_tensor(DataType.Int, axes))
+        self.add(WelfordOp(inputs=(src,), outputs=outs, dims=norm))
+        return outs

@@ -1,0 +1,203 @@
+"""Exprs of the Fusion IR: one frozen class per kind, each with `inputs` and `outputs` tuples.
+
+Attributes beyond inputs/outputs are listed in each class' `ATTRS` (used by printing and by
+structural equality). Scalars an Expr needs (ExpandOp extents, ReshapeOp shape entries) are
+also among its `inputs`, after the tensor, so the expr list is topologically ordered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kfuse.dtypes import DataType
+from kfuse.ir.values import Scalar, TensorView, Val
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Expr:
+    """Base class: `inputs` and `outputs` are tuples of Vals."""
+
+    inputs: tuple[Val, ...]
+    outputs: tuple[Val, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def input(self) -> Val:
+        """The first input (the tensor for single-tensor ops)."""
+        return self.inputs[0]
+
+    @property
+    def output(self) -> Val:
+        """The first output."""
+        return self.outputs[0]
+
+    def attributes(self) -> dict[str, Any]:
+        """This expr's attributes by name (excluding inputs and outputs)."""
+        return {name: getattr(self, name) for name in self.ATTRS}
+
+    def _math(self) -> str:
+        args = ", ".join(_operand(v) for v in self.inputs)
+        attrs = ", ".join(f"{k}={_attr(v)}" for k, v in self.attributes().items())
+        return f"{type(self).__name__}({args}{', ' if attrs else ''}{attrs})"
+
+    def __str__(self) -> str:
+        outs = ", ".join(str(v) for v in self.outputs)
+        return f"{outs} = {self._math()}"
+
+
+def _operand(v: Val) -> str:
+    if isinstance(v, Scalar) and v.is_constant:
+        return repr(v.value)
+    return v.name
+
+
+def _attr(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_attr(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, Val):
+        return _operand(v)
+    return repr(v)
+
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "bitwise_and": "&", "bitwise_or": "|",
+          "bitwise_xor": "^", "logical_and": "&&", "logical_or": "||", "remainder": "%"}
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class UnaryOp(Expr):
+    """out = op(in); `op` is a name from kfuse.ir.ops.OPS with arity 1."""
+
+    op: str
+    ATTRS: ClassVar[tuple[str, ...]] = ("op",)
+
+    def _math(self) -> str:
+        return f"{self.op}({_operand(self.inputs[0])})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class BinaryOp(Expr):
+    """out = op(lhs, rhs); operands are TensorViews of equal rank or Scalars."""
+
+    op: str
+    ATTRS: ClassVar[tuple[str, ...]] = ("op",)
+
+    def _math(self) -> str:
+        a, b = (_operand(v) for v in self.inputs)
+        if self.op in _INFIX:
+            return f"{a} {_INFIX[self.op]} {b}"
+        return f"{self.op}({a}, {b})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class TernaryOp(Expr):
+    """out = op(a, b, c) for where(cond, x, y), clamp(x, lo, hi), lerp(start, end, weight)."""
+
+    op: str
+    ATTRS: ClassVar[tuple[str, ...]] = ("op",)
+
+    def _math(self) -> str:
+        return f"{self.op}({', '.join(_operand(v) for v in self.inputs)})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CastOp(Expr):
+    """out = (dtype) in; works on TensorViews and Scalars."""
+
+    dtype: DataType
+    ATTRS: ClassVar[tuple[str, ...]] = ("dtype",)
+
+    def _math(self) -> str:
+        return f"cast<{self.dtype.value}>({_operand(self.inputs[0])})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class BroadcastOp(Expr):
+    """Insert broadcast axes: the output has len(is_new_axis) axes; positions marked True are
+    new broadcast axes, the input's axes fill the False positions in order."""
+
+    is_new_axis: tuple[bool, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("is_new_axis",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ExpandOp(Expr):
+    """Expand broadcast axes: extents[i] is None (axis kept as is) or the Scalar extent that
+    broadcast axis i takes. The output axis is then a non-broadcast axis whose data is read
+    with stride 0 from the input. inputs = (tensor, *the non-None extents in axis order)."""
+
+    extents: tuple[Scalar | None, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("extents",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SqueezeOp(Expr):
+    """Remove the listed axes (sorted, each a broadcast axis of the input)."""
+
+    dims: tuple[int, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("dims",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PermuteOp(Expr):
+    """out axis i = in axis perm[i] (torch.permute's convention)."""
+
+    perm: tuple[int, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("perm",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ReshapeOp(Expr):
+    """Row-major reshape to `shape`: Int Scalars, at most one of them the constant -1 (inferred
+    from the element count). inputs = (tensor, *the non-constant Scalars of shape)."""
+
+    shape: tuple[Scalar, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("shape",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ReductionOp(Expr):
+    """Reduce `dims` (sorted, input axis indices) away with op in sum|prod|max|min.
+
+    The input, output and accumulation dtype are all `dtype` (the frontend casts first).
+    Empty reductions give the identity: 0, 1, -inf/lowest, +inf/highest. max/min propagate NaN.
+    """
+
+    op: str
+    dims: tuple[int, ...]
+    dtype: DataType
+    ATTRS: ClassVar[tuple[str, ...]] = ("op", "dims", "dtype")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class WelfordOp(Expr):
+    """Welford reduction of `dims`: outputs (avg, m2, count), all with the reduced shape.
+
+    avg and m2 (sum of squared deviations from the mean) have the input's floating dtype,
+    count is Int. When the reduced extent is 0, avg and m2 are NaN and count 0.
+    """
+
+    dims: tuple[int, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("dims",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SizeOp(Expr):
+    """out (Int Scalar) = extent of axis `dim` of the input TensorView."""
+
+    dim: int
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim",)
+
+
+EXPR_CLASSES: tuple[type[Expr], ...] = (
+    UnaryOp, BinaryOp, TernaryOp, CastOp, BroadcastOp, ExpandOp, SqueezeOp, PermuteOp,
+    ReshapeOp, ReductionOp, WelfordOp, SizeOp,
+)
+POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+
+
+def is_tensor_expr(expr: Expr) -> bool:
+    """True when the expr produces a TensorView (scalar arithmetic and SizeOp do not)."""
+    return isinstance(expr.outputs[0], TensorView)
+

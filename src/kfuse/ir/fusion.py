@@ -1,0 +1,166 @@
+"""Fusion: the container of a fusion's IR (inputs, outputs, topologically ordered exprs)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kfuse.ir.exprs import Expr
+from kfuse.ir.values import Scalar, TensorView, Val
+
+
+class Fusion:
+    """A fusion's IR.
+
+    inputs: TensorViews and symbolic Scalars in definition order. outputs: TensorViews.
+    exprs: the exprs the outputs need, in topological (definition) order. all_exprs: every
+    expr defined, including dead ones. vals: every non-constant Val of `exprs` and `inputs`.
+    Equality is structural (same inputs, exprs and outputs up to naming), and hashing agrees.
+    """
+
+    def __init__(self) -> None:
+        self.inputs: list[Val] = []
+        self.outputs: list[TensorView] = []
+        self.all_exprs: list[Expr] = []
+        self.exprs: list[Expr] = []
+        self._counters = {"T": 0, "S": 0, "C": 0}
+        self._serial = 0
+
+    # ---- construction (used by the frontend) ----
+    def next_name(self, kind: str) -> tuple[str, int]:
+        """A fresh name with prefix kind ('T', 'S' or 'C') and the next creation serial."""
+        name = f"{kind}{self._counters[kind]}"
+        self._counters[kind] += 1
+        self._serial += 1
+        return name, self._serial
+
+    def register_expr(self, expr: Expr) -> Expr:
+        """Record `expr` and make it the definition of its outputs."""
+        for out in expr.outputs:
+            out.definition = expr
+        self.all_exprs.append(expr)
+        return expr
+
+    def finalize(self) -> None:
+        """Prune dead exprs and renumber Vals canonically (T0.., S0.. in definition order), so
+        that printing a fusion and re-running the printout gives the same names."""
+        live: set[int] = set()
+        needed = [v for v in self.outputs]
+        seen: set[int] = set()
+        while needed:
+            v = needed.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if v.definition is not None:
+                live.add(id(v.definition))
+                needed.extend(v.definition.inputs)
+        self.exprs = [e for e in self.all_exprs if id(e) in live]
+        counters = {"T": 0, "S": 0}
+        statements: list[Any] = sorted(
+            [(v.serial, [v]) for v in self.inputs]
+            + [(e.outputs[0].serial, list(e.outputs)) for e in self.exprs],
+            key=lambda item: item[0])
+        renamed: set[int] = set()
+        for _, outs in statements:
+            for v in outs:
+                if id(v) in renamed:
+                    continue
+                kind = "T" if isinstance(v, TensorView) else "S"
+                v.name = f"{kind}{counters[kind]}"
+                counters[kind] += 1
+                renamed.add(id(v))
+        # Dead vals keep distinct names after the live ones.
+        for e in self.all_exprs:
+            if id(e) not in live:
+                for v in e.outputs:
+                    kind = "T" if isinstance(v, TensorView) else "S"
+                    v.name = f"{kind}{counters[kind]}"
+                    counters[kind] += 1
+
+    # ---- queries ----
+    @property
+    def vals(self) -> list[Val]:
+        """Inputs, then the outputs of `exprs`, in order (constants are not listed)."""
+        out: list[Val] = list(self.inputs)
+        for e in self.exprs:
+            out.extend(e.outputs)
+        return out
+
+    @property
+    def tensor_inputs(self) -> list[TensorView]:
+        """The TensorView inputs, in order."""
+        return [v for v in self.inputs if isinstance(v, TensorView)]
+
+    def uses(self, val: Val) -> list[Expr]:
+        """The live exprs that read `val`."""
+        return [e for e in self.exprs if any(v is val for v in e.inputs)]
+
+    def infer_shapes(self, inputs: list[Any]) -> dict[Val, Any]:
+        """Concrete extents of every TensorView (tuple of ints) and the value of every computed
+        integer Scalar, from the inputs (arrays, shapes, or numbers for scalar inputs).
+
+        Raises kfuse.errors.InputError naming the input when sizes do not fit the definition.
+        """
+        from kfuse.ir.shapes import infer_shapes
+
+        return infer_shapes(self, inputs)
+
+    # ---- structural equality ----
+    def structure(self) -> tuple:
+        """A hashable description of the fusion that ignores names."""
+        index: dict[int, tuple] = {}
+
+        def ref(v: Val) -> tuple:
+            if isinstance(v, Scalar) and v.is_constant:
+                value = v.value
+                if isinstance(value, float) and math.isnan(value):
+                    value = "nan"
+                return ("const", v.dtype.value, type(v.value).__name__, value)
+            return index[id(v)]
+
+        def attr(x: Any) -> Any:
+            if isinstance(x, tuple):
+                return tuple(attr(y) for y in x)
+            if isinstance(x, Val):
+                return ref(x)
+            return x
+
+        parts: list[Any] = []
+        for i, v in enumerate(self.inputs):
+            index[id(v)] = ("in", i)
+            if isinstance(v, TensorView):
+                parts.append(("tensor", v.dtype.value, v.axes, v.contiguity, v.stride_order))
+            else:
+                parts.append(("scalar", v.dtype.value))
+        for j, e in enumerate(self.exprs):
+            parts.append((type(e).__name__, tuple(ref(v) for v in e.inputs),
+                          tuple(attr(x) for x in e.attributes().values()),
+                          tuple((type(o).__name__, o.dtype.value,
+                                 getattr(o, "axes", None)) for o in e.outputs)))
+            for k, o in enumerate(e.outputs):
+                index[id(o)] = ("expr", j, k)
+        parts.append(("outputs", tuple(ref(v) for v in self.outputs)))
+        return tuple(parts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fusion):
+            return NotImplemented
+        return self.structure() == other.structure()
+
+    def __hash__(self) -> int:
+        return hash(self.structure())
+
+    # ---- printing ----
+    def __str__(self) -> str:
+        lines = ["Inputs:"]
+        lines += [f"  {v}" for v in self.inputs]
+        lines.append("Exprs:")
+        lines += [f"  {e}" for e in self.exprs]
+        lines.append("Outputs:")
+        lines += [f"  {v}" for v in self.outputs]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"<Fusion {len(self.inputs)} inputs, {len(self.exprs)} exprs, "
+                f"{len(self.outputs)} outputs>")

@@ -1,0 +1,183 @@
+"""Shape inference: concrete extents of every TensorView from the inputs' sizes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kfuse.errors import InputError
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    Expr,
+    PermuteOp,
+    ReductionOp,
+    ReshapeOp,
+    SizeOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    WelfordOp,
+)
+from kfuse.ir.scalar_eval import eval_scalar, to_python
+from kfuse.ir.values import Scalar, TensorView, Val
+
+
+class _Origin:
+    """Where an extent came from, for error messages."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _shape_of(x: Any) -> tuple[int, ...] | None:
+    if isinstance(x, (tuple, list)):
+        return tuple(int(s) for s in x)
+    shape = getattr(x, "shape", None)
+    return None if shape is None else tuple(int(s) for s in shape)
+
+
+def infer_shapes(fusion: Any, inputs: list[Any]) -> dict[Val, Any]:
+    """See Fusion.infer_shapes. Returns {TensorView: tuple[int, ...], Scalar: value}."""
+    if len(inputs) != len(fusion.inputs):
+        raise InputError(f"the fusion takes {len(fusion.inputs)} inputs, got {len(inputs)}")
+    shapes: dict[Val, Any] = {}
+    origins: dict[Val, list[_Origin]] = {}
+    for pos, (val, arg) in enumerate(zip(fusion.inputs, inputs, strict=False)):
+        if isinstance(val, TensorView):
+            shape = _shape_of(arg)
+            where = f"input {pos} ({val.name})"
+            if shape is None:
+                raise InputError(f"{where} must be an array or a shape, got {type(arg).__name__}")
+            if len(shape) != val.ndim:
+                raise InputError(f"{where} was defined with rank {val.ndim} but has shape "
+                                 f"{shape} (rank {len(shape)})")
+            for i, (axis, n) in enumerate(zip(val.axes, shape, strict=False)):
+                if axis.is_broadcast and n != 1:
+                    raise InputError(f"{where} axis {i} was defined as a broadcast axis (size 1)"
+                                     f" but has size {n}")
+                if axis.extent is not None and n != axis.extent:
+                    raise InputError(f"{where} axis {i} was defined with size {axis.extent} but "
+                                     f"has size {n}")
+            shapes[val] = shape
+            origins[val] = [_Origin(f"{where} axis {i}") for i in range(val.ndim)]
+        else:
+            value = arg.item() if hasattr(arg, "item") else arg
+            shapes[val] = value
+    for expr in fusion.exprs:
+        _infer(expr, shapes, origins)
+    return shapes
+
+
+def _value(v: Val, shapes: dict[Val, Any]) -> Any:
+    if isinstance(v, Scalar) and v.is_constant:
+        return v.value
+    return shapes.get(v)
+
+
+def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]) -> None:
+    out = expr.outputs[0]
+    if not isinstance(out, TensorView):
+        _infer_scalar(expr, shapes)
+        return
+    tv = expr.inputs[0]
+    shape = shapes[tv] if isinstance(tv, TensorView) else ()
+    orig = origins.get(tv, [])
+    if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+        shapes[out], origins[out] = _pointwise(expr, shapes, origins)
+    elif isinstance(expr, BroadcastOp):
+        it = iter(zip(shape, orig, strict=False))
+        pairs = [(1, _Origin(f"broadcast axis of {out.name}")) if new else next(it)
+                 for new in expr.is_new_axis]
+        shapes[out] = tuple(p[0] for p in pairs)
+        origins[out] = [p[1] for p in pairs]
+    elif isinstance(expr, ExpandOp):
+        new_shape, new_orig = list(shape), list(orig)
+        for i, ext in enumerate(expr.extents):
+            if ext is None:
+                continue
+            n = _value(ext, shapes)
+            if n is None or int(n) < 0:
+                raise InputError(f"{out.name} = expand(...): extent {ext.name} of axis {i} is "
+                                 f"{n}, not a size")
+            new_shape[i] = int(n)
+            new_orig[i] = _Origin(f"expand extent {ext} of {out.name} axis {i}")
+        shapes[out], origins[out] = tuple(new_shape), new_orig
+    elif isinstance(expr, SqueezeOp):
+        keep = [i for i in range(len(shape)) if i not in expr.dims]
+        shapes[out] = tuple(shape[i] for i in keep)
+        origins[out] = [orig[i] for i in keep]
+    elif isinstance(expr, PermuteOp):
+        shapes[out] = tuple(shape[p] for p in expr.perm)
+        origins[out] = [orig[p] for p in expr.perm]
+    elif isinstance(expr, ReshapeOp):
+        shapes[out] = _reshape(expr, shape, shapes)
+        origins[out] = [_Origin(f"reshape to {out.name} axis {i}") for i in range(out.ndim)]
+    elif isinstance(expr, (ReductionOp, WelfordOp)):
+        keep = [i for i in range(len(shape)) if i not in expr.dims]
+        for o in expr.outputs:
+            shapes[o] = tuple(shape[i] for i in keep)
+            origins[o] = [orig[i] for i in keep]
+    else:  # pragma: no cover - every Expr class is handled above
+        raise InputError(f"shape inference does not know {type(expr).__name__}")
+
+
+def _pointwise(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
+               ) -> tuple[tuple[int, ...], list[_Origin]]:
+    out = expr.outputs[0]
+    result: list[int] = [1] * out.ndim
+    res_orig: list[_Origin | None] = [None] * out.ndim
+    for operand in expr.inputs:
+        if not isinstance(operand, TensorView):
+            continue
+        for i, axis in enumerate(operand.axes):
+            if axis.is_broadcast:
+                continue
+            n = shapes[operand][i]
+            if res_orig[i] is None:
+                result[i], res_orig[i] = n, origins[operand][i]
+            elif n != result[i]:
+                raise InputError(
+                    f"{res_orig[i].text} has size {result[i]} but {origins[operand][i].text} "
+                    f"has size {n}; they meet in {out.name} = {expr._math()}")
+    final = [o if o is not None else _Origin(f"broadcast axis of {out.name}") for o in res_orig]
+    return tuple(result), final
+
+
+def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]
+             ) -> tuple[int, ...]:
+    out = expr.outputs[0]
+    total = math.prod(shape)
+    entries = [_value(s, shapes) for s in expr.shape]
+    if any(e is None for e in entries):
+        raise InputError(f"reshape to {out.name}: a shape entry has no value")
+    entries = [int(e) for e in entries]
+    known = math.prod(e for e in entries if e != -1)
+    if -1 in entries:
+        if known == 0 or total % known:
+            raise InputError(f"reshape of {expr.inputs[0].name} with shape {shape} "
+                             f"({total} elements) to {entries}: the sizes do not divide")
+        entries[entries.index(-1)] = total // known
+    elif known != total:
+        raise InputError(f"reshape of {expr.inputs[0].name} with shape {shape} ({total} "
+                         f"elements) to {tuple(entries)} ({known} elements)")
+    for i, (axis, n) in enumerate(zip(out.axes, entries, strict=False)):
+        if axis.is_broadcast and n != 1:
+            raise InputError(f"reshape to {out.name}: axis {i} must be 1, got {n}")
+    return tuple(entries)
+
+
+def _infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
+    out = expr.outputs[0]
+    if isinstance(expr, SizeOp):
+        shapes[out] = shapes[expr.inputs[0]][expr.dim]
+        return
+    args = [_value(v, shapes) for v in expr.inputs]
+    if any(a is None for a in args):
+        shapes[out] = None  # depends on a scalar input whose value was not given
+    elif isinstance(expr, CastOp):
+        shapes[out] = to_python(args[0], expr.dtype)
+    else:
+        shapes[out] = eval_scalar(expr.op, args, out.dtype)

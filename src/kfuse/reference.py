@@ -1,0 +1,257 @@
+"""Eager reference evaluation of a Fusion, op by op, with the inputs' array framework.
+
+    evaluate(fusion, inputs, accumulate="float64" | "same") -> list of output arrays
+
+NumPy (and CuPy) inputs are evaluated with NumPy-style functions, torch inputs with torch
+functions, on the inputs' device. This is an implementation independent of the code generator.
+
+accumulate="float64" (the default, "golden" values): floating tensors are held and computed in
+float64; only CastOps round (a cast to Float/Half/BFloat16 rounds the value to that precision,
+kept in float64 storage). Floating outputs are returned as float64 arrays; integer and Bool
+outputs in their declared dtype.
+
+accumulate="same": every op computes in its declared dtype, Half and BFloat16 computed in
+float32 and rounded at each op's output, as a kernel that stores every intermediate would.
+Outputs have their declared dtype.
+
+BFloat16 with NumPy: NumPy has no bf16, so a NumPy BFloat16 input is a float32 array (its
+values are rounded to bf16, round-to-nearest-even, on the way in) and a BFloat16 output in
+"same" mode is a float32 array holding bf16 values. torch bf16 tensors are used as they are.
+Scalar inputs are Python numbers (or 0-d arrays).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.dtypes import DataType, from_array_dtype
+from kfuse.errors import DefinitionError, InputError
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    Expr,
+    PermuteOp,
+    ReductionOp,
+    ReshapeOp,
+    SizeOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    WelfordOp,
+)
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.ops import OPS
+from kfuse.ir.scalar_eval import eval_scalar, to_python
+from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.reference_backends import NumpyLikeBackend, backend_for
+
+_NARROW = (DataType.Half, DataType.BFloat16)
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def evaluate(fusion: Any, inputs: list[Any], *, accumulate: str = "float64") -> list[Any]:
+    """Run `fusion` (a Fusion or FusionDefinition) on `inputs`; see the module docstring."""
+    if not isinstance(fusion, Fusion):
+        fusion = getattr(fusion, "fusion", fusion)
+    if accumulate not in ("float64", "same"):
+        raise ValueError(f"accumulate must be 'float64' or 'same', got {accumulate!r}")
+    inputs = list(inputs)
+    shapes = fusion.infer_shapes(inputs)
+    arrays = [a for v, a in zip(fusion.inputs, inputs, strict=False) if isinstance(v, TensorView)]
+    run = _Evaluator(backend_for(arrays), accumulate == "float64", shapes)
+    for pos, (val, arg) in enumerate(zip(fusion.inputs, inputs, strict=False)):
+        run.env[val] = run.load_input(pos, val, arg)
+    with run.be.errstate():
+        for expr in fusion.exprs:
+            run.run(expr)
+    return [run.output(v) for v in fusion.outputs]
+
+
+class _Evaluator:
+    def __init__(self, be: NumpyLikeBackend, wide: bool, shapes: dict[Val, Any]) -> None:
+        self.be = be
+        self.wide = wide
+        self.shapes = shapes
+        self.env: dict[Val, Any] = {}
+        self.like: Any = None  # an input array: device for constants (torch)
+
+    # ---- storage ----
+    def storage(self, dtype: DataType) -> Any:
+        return self.be.storage_dtype(dtype, self.wide)
+
+    def compute_storage(self, dtype: DataType) -> Any:
+        if dtype in _NARROW and not self.wide:
+            return self.be.storage_dtype(DataType.Float, False)
+        return self.storage(dtype)
+
+    def store(self, a: Any, dtype: DataType) -> Any:
+        """Convert a computed array to the storage of `dtype` (rounding bf16 for NumPy)."""
+        out = self.be.astype(a, self.storage(dtype))
+        if dtype is DataType.BFloat16 and not self.wide and self.be.name != "torch":
+            out = self.be.round_bf16(out)
+        return out
+
+    def load_input(self, pos: int, val: Val, arg: Any) -> Any:
+        if isinstance(val, Scalar):
+            value = arg.item() if hasattr(arg, "item") else arg
+            if not isinstance(value, (bool, int, float)):
+                raise InputError(f"input {pos} ({val.name}) must be a number, got "
+                                 f"{type(arg).__name__}")
+            return to_python(value, val.dtype)
+        try:
+            got = from_array_dtype(arg.dtype)
+        except DefinitionError:
+            raise InputError(f"input {pos} ({val.name}): unsupported dtype {arg.dtype}") from None
+        numpy_bf16 = val.dtype is DataType.BFloat16 and got is DataType.Float and \
+            self.be.name != "torch"
+        if got is not val.dtype and not numpy_bf16:
+            raise InputError(f"input {pos} ({val.name}) has dtype {got.value} but was defined "
+                             f"as {val.dtype.value}")
+        if self.like is None:
+            self.like = arg
+        a = arg
+        if numpy_bf16:
+            a = self.be.round_bf16(a)
+        return self.be.astype(a, self.storage(val.dtype))
+
+    def output(self, v: TensorView) -> Any:
+        return self.be.to_output(self.env[v])
+
+    def operand(self, v: Val, compute: DataType) -> Any:
+        """A tensor operand in its compute storage, or a scalar as a 0-d array."""
+        value = v.value if isinstance(v, Scalar) and v.is_constant else self.env[v]
+        if isinstance(v, Scalar):
+            return self.be.constant(value, self.compute_storage(compute), self.like)
+        return self.be.astype(value, self.compute_storage(compute))
+
+    # ---- exprs ----
+    def run(self, expr: Expr) -> None:
+        out = expr.outputs[0]
+        if not isinstance(out, TensorView):
+            self.env[out] = self.scalar(expr)
+        elif isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)):
+            self.env[out] = self.store(self.pointwise(expr), out.dtype)
+        elif isinstance(expr, CastOp):
+            self.env[out] = self.cast(expr)
+        elif isinstance(expr, ReductionOp):
+            a = self.env[expr.inputs[0]]
+            if self.be.name != "torch" or expr.op in ("sum", "prod"):
+                a = self.be.astype(a, self.compute_storage(expr.dtype))
+            red = self.be.reduce(expr.op, a, expr.dims, self.compute_storage(expr.dtype))
+            self.env[out] = self.store(red, out.dtype)
+        elif isinstance(expr, WelfordOp):
+            self.welford(expr)
+        else:
+            self.env[out] = self.shape_op(expr)
+
+    def scalar(self, expr: Expr) -> Any:
+        if isinstance(expr, SizeOp):
+            return self.shapes[expr.outputs[0]]
+        args = [v.value if isinstance(v, Scalar) and v.is_constant else self.env[v]
+                for v in expr.inputs]
+        if isinstance(expr, CastOp):
+            return to_python(args[0], expr.dtype)
+        return eval_scalar(expr.op, args, expr.outputs[0].dtype)
+
+    def cast(self, expr: CastOp) -> Any:
+        src = self.env[expr.inputs[0]] if not (isinstance(expr.inputs[0], Scalar) and
+                                               expr.inputs[0].is_constant) else None
+        if expr.dtype.is_floating and self.wide:
+            return self.be.round_to(self.be.astype(src, self.storage(expr.dtype)), expr.dtype)
+        return self.store(src, expr.dtype)
+
+    def pointwise(self, expr: Expr) -> Any:
+        op = expr.op
+        values = expr.inputs[1:] if op == "where" else expr.inputs
+        compute = values[0].dtype
+        args = [self.operand(v, compute) for v in values]
+        if op == "where":
+            cond = self.operand(expr.inputs[0], DataType.Bool)
+            return self.be.where(cond, *args)
+        if op in ("floor", "ceil", "round", "trunc") and not compute.is_floating:
+            return args[0]
+        if op == "sign" and compute is DataType.Bool:
+            return args[0]
+        return _apply(self.be, op, args, compute)
+
+    def welford(self, expr: WelfordOp) -> None:
+        be = self.be
+        avg_v, m2_v, count_v = expr.outputs
+        a = be.astype(self.env[expr.inputs[0]], self.compute_storage(avg_v.dtype))
+        in_shape = self.shapes[expr.inputs[0]]
+        count = 1
+        for d in expr.dims:
+            count *= in_shape[d]
+        out_shape = self.shapes[avg_v]
+        storage = self.compute_storage(avg_v.dtype)
+        if count == 0:
+            nan = be.full(out_shape, float("nan"), storage, self.like)
+            avg, m2 = nan, nan
+        else:
+            avg = be.reduce("sum", a, expr.dims, storage) / count
+            diff = a - be.expand_dims(avg, expr.dims)
+            m2 = be.reduce("sum", diff * diff, expr.dims, storage)
+        self.env[avg_v] = self.store(avg, avg_v.dtype)
+        self.env[m2_v] = self.store(m2, m2_v.dtype)
+        self.env[count_v] = be.full(out_shape, count, self.storage(DataType.Int), self.like)
+
+    def shape_op(self, expr: Expr) -> Any:
+        be = self.be
+        a = self.env[expr.inputs[0]]
+        out_shape = self.shapes[expr.outputs[0]]
+        if isinstance(expr, BroadcastOp):
+            return be.expand_dims(a, tuple(i for i, b in enumerate(expr.is_new_axis) if b))
+        if isinstance(expr, ExpandOp):
+            return be.broadcast_to(a, out_shape)
+        if isinstance(expr, SqueezeOp):
+            return be.squeeze(a, expr.dims)
+        if isinstance(expr, PermuteOp):
+            return be.permute(a, expr.perm)
+        if isinstance(expr, ReshapeOp):
+            return be.reshape(a, out_shape)
+        raise InputError(f"the reference cannot evaluate {type(expr).__name__}")  # pragma: no cover
+
+
+def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) -> Any:
+    """Evaluate pointwise `op` (a name from kfuse.ir.ops) on arrays in compute storage."""
+    if op not in OPS:
+        raise InputError(f"unknown op {op!r}")  # pragma: no cover
+    a = args[0]
+    if op == "neg":
+        return -a
+    if op == "reciprocal":
+        return 1 / a
+    if op == "rsqrt":
+        return 1 / be.fn("sqrt")(a)
+    if op in ("erf", "erfc"):
+        return be.erf(a) if op == "erf" else 1 - be.erf(a)
+    if op == "silu":
+        return a * be.fn("sigmoid")(a)
+    if op == "gelu":
+        return 0.5 * a * (1 + be.erf(a * 0.7071067811865476))
+    if op == "gelu_tanh":
+        return 0.5 * a * (1 + be.fn("tanh")(_SQRT_2_OVER_PI * (a + 0.044715 * a * a * a)))
+    if op == "relu":
+        return be.fn("maximum")(a, be.constant(0, a.dtype, a) if be.name == "torch" else
+                                be.xp.zeros((), a.dtype))
+    if op in _OPERATORS:
+        return _OPERATORS[op](*args)
+    if op == "clamp":
+        mx, mn = be.fn("maximum"), be.fn("minimum")
+        return mn(mx(a, args[1]), args[2])
+    if op == "lerp":
+        start, end, w = args
+        # torch's formula: accurate at both ends of the weight range.
+        return be.where(abs(w) < 0.5, start + w * (end - start), end - (end - start) * (1 - w))
+    return be.fn(op)(*args)
+
+
+_OPERATORS = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "abs": abs,
+}

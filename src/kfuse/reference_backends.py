@@ -1,0 +1,230 @@
+"""Array backends of the reference evaluator: NumPy/CuPy (one class, module-parametrized) and
+torch. Each maps kfuse's op names onto the framework's functions. Kept apart from the code
+generator on purpose: an independent implementation of the same semantics (kfuse.ir.ops).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from kfuse.dtypes import DataType
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+class NumpyLikeBackend:
+    """NumPy or CuPy (`xp` is the module). BFloat16 is stored as float32 holding bf16 values."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self.name = xp.__name__
+
+    # ---- storage ----
+    def storage_dtype(self, dtype: DataType, wide: bool) -> Any:
+        """The array dtype holding values of `dtype` (float64 for floats when `wide`)."""
+        if dtype.is_floating and wide:
+            return self.xp.float64
+        return {DataType.Bool: self.xp.bool_, DataType.Int32: self.xp.int32,
+                DataType.Int: self.xp.int64, DataType.Half: self.xp.float16,
+                DataType.BFloat16: self.xp.float32, DataType.Float: self.xp.float32,
+                DataType.Double: self.xp.float64}[dtype]
+
+    def round_bf16(self, a: Any) -> Any:
+        """Round float values to bf16 precision (RNE), returned as float32."""
+        xp = self.xp
+        f = a.astype(xp.float32)
+        bits = f.view(xp.uint32).astype(xp.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(xp.uint32)
+        return xp.where(xp.isnan(f), f, rounded.view(xp.float32))
+
+    def astype(self, a: Any, storage: Any) -> Any:
+        return self.xp.asarray(a).astype(storage, copy=False)
+
+    def round_to(self, a: Any, dtype: DataType) -> Any:
+        """Round floating values to `dtype`'s precision, keeping a's storage dtype."""
+        xp = self.xp
+        if dtype is DataType.BFloat16:
+            return self.round_bf16(a).astype(a.dtype)
+        if dtype is DataType.Half:
+            return a.astype(xp.float16).astype(a.dtype)
+        if dtype is DataType.Float:
+            return a.astype(xp.float32).astype(a.dtype)
+        return a
+
+    def constant(self, value: Any, storage: Any, like: Any) -> Any:
+        return self.xp.asarray(value, dtype=storage)
+
+    def to_output(self, a: Any) -> Any:
+        return self.xp.array(a, copy=True, order="C")
+
+    def errstate(self) -> Any:
+        return self.xp.errstate(all="ignore") if hasattr(self.xp, "errstate") else _Null()
+
+    # ---- math ----
+    def erf(self, a: Any) -> Any:
+        xp = self.xp
+        if xp.__name__ == "cupy":
+            import cupyx.scipy.special as sp  # only reached with CuPy inputs
+            return sp.erf(a)
+        return xp.asarray(xp.vectorize(math.erf, otypes=[a.dtype])(a)) if a.size else a.copy()
+
+    def fn(self, name: str) -> Callable[..., Any]:
+        xp = self.xp
+        table: dict[str, Callable[..., Any]] = {
+            "asin": xp.arcsin, "acos": xp.arccos, "atan": xp.arctan, "asinh": xp.arcsinh,
+            "acosh": xp.arccosh, "atanh": xp.arctanh, "atan2": xp.arctan2, "round": xp.rint,
+            "bitwise_not": xp.invert, "sigmoid": lambda a: 1 / (1 + xp.exp(-a)),
+        }
+        return table.get(name) or getattr(xp, name)
+
+    def where(self, c: Any, a: Any, b: Any) -> Any:
+        return self.xp.where(c, a, b)
+
+    def reduce(self, op: str, a: Any, dims: tuple[int, ...], storage: Any) -> Any:
+        xp = self.xp
+        if op == "sum":
+            return xp.sum(a, axis=dims, dtype=storage)
+        if op == "prod":
+            return xp.prod(a, axis=dims, dtype=storage)
+        return (xp.max if op == "max" else xp.min)(a, axis=dims, initial=_identity(op, a, xp))
+
+    def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
+        return self.xp.expand_dims(a, axes) if axes else a
+
+    def broadcast_to(self, a: Any, shape: tuple[int, ...]) -> Any:
+        return self.xp.broadcast_to(a, shape)
+
+    def squeeze(self, a: Any, dims: tuple[int, ...]) -> Any:
+        return self.xp.squeeze(a, axis=dims)
+
+    def permute(self, a: Any, perm: tuple[int, ...]) -> Any:
+        return self.xp.transpose(a, perm)
+
+    def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
+        return self.xp.reshape(a, shape)
+
+    def full(self, shape: tuple[int, ...], value: Any, storage: Any, like: Any) -> Any:
+        return self.xp.full(shape, value, dtype=storage)
+
+
+class TorchBackend(NumpyLikeBackend):
+    """torch tensors (any device); BFloat16 and Half are torch's own dtypes."""
+
+    def __init__(self, torch: Any) -> None:
+        self.xp = torch
+        self.name = "torch"
+
+    def storage_dtype(self, dtype: DataType, wide: bool) -> Any:
+        t = self.xp
+        if dtype.is_floating and wide:
+            return t.float64
+        return {DataType.Bool: t.bool, DataType.Int32: t.int32, DataType.Int: t.int64,
+                DataType.Half: t.float16, DataType.BFloat16: t.bfloat16,
+                DataType.Float: t.float32, DataType.Double: t.float64}[dtype]
+
+    def astype(self, a: Any, storage: Any) -> Any:
+        return a.to(storage)
+
+    def round_to(self, a: Any, dtype: DataType) -> Any:
+        if dtype.is_floating and dtype is not DataType.Double:
+            return a.to(self.storage_dtype(dtype, False)).to(a.dtype)
+        return a
+
+    def constant(self, value: Any, storage: Any, like: Any) -> Any:
+        return self.xp.tensor(value, dtype=storage, device=like.device)
+
+    def to_output(self, a: Any) -> Any:
+        return a.clone(memory_format=self.xp.contiguous_format)
+
+    def errstate(self) -> Any:
+        return _Null()
+
+    def erf(self, a: Any) -> Any:
+        return self.xp.erf(a)
+
+    def fn(self, name: str) -> Callable[..., Any]:
+        t = self.xp
+        table: dict[str, Callable[..., Any]] = {"round": t.round, "remainder": t.remainder}
+        return table.get(name) or getattr(t, name)
+
+    def where(self, c: Any, a: Any, b: Any) -> Any:
+        return self.xp.where(c, a, b)
+
+    def reduce(self, op: str, a: Any, dims: tuple[int, ...], storage: Any) -> Any:
+        t = self.xp
+        if op == "sum":
+            return t.sum(a, dim=dims, dtype=storage)
+        if op == "prod":
+            out = a.to(storage)
+            for d in sorted(dims, reverse=True):
+                out = t.prod(out, dim=d)
+            return out
+        if a.numel() == 0:
+            shape = tuple(n for i, n in enumerate(a.shape) if i not in dims)
+            return t.full(shape, _identity(op, a, None), dtype=a.dtype, device=a.device)
+        return (t.amax if op == "max" else t.amin)(a, dim=dims)
+
+    def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
+        for ax in sorted(axes):
+            a = a.unsqueeze(ax)
+        return a
+
+    def broadcast_to(self, a: Any, shape: tuple[int, ...]) -> Any:
+        return a.expand(shape)
+
+    def squeeze(self, a: Any, dims: tuple[int, ...]) -> Any:
+        return a.reshape(tuple(n for i, n in enumerate(a.shape) if i not in dims))
+
+    def permute(self, a: Any, perm: tuple[int, ...]) -> Any:
+        return a.permute(perm)
+
+    def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
+        return a.reshape(shape)
+
+    def full(self, shape: tuple[int, ...], value: Any, storage: Any, like: Any) -> Any:
+        return self.xp.full(shape, value, dtype=storage, device=like.device)
+
+
+def _identity(op: str, a: Any, xp: Any) -> Any:
+    """Identity of max/min for a's dtype (used for empty reductions)."""
+    kind = str(a.dtype)
+    if "bool" in kind:
+        return op == "min"
+    if "int" in kind:
+        import numpy as np
+        info = np.iinfo(kind.replace("torch.", ""))
+        return info.min if op == "max" else info.max
+    return -math.inf if op == "max" else math.inf
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def backend_for(arrays: list[Any]) -> NumpyLikeBackend:
+    """The backend of the inputs' framework; InputError when frameworks are mixed."""
+    from kfuse.errors import InputError
+
+    kinds = set()
+    for a in arrays:
+        module = type(a).__module__.split(".")[0]
+        kinds.add({"numpy": "numpy", "torch": "torch", "cupy": "cupy"}.get(module, module))
+    if len(kinds) > 1:
+        raise InputError(f"inputs mix array frameworks: {sorted(kinds)}")
+    kind = kinds.pop() if kinds else "numpy"
+    if kind == "torch":
+        import torch
+        return TorchBackend(torch)
+    if kind == "cupy":
+        import cupy
+        return NumpyLikeBackend(cupy)
+    if kind != "numpy":
+        raise InputError(f"unsupported input array type from module {kind!r}")
+    import numpy
+    return NumpyLikeBackend(numpy)

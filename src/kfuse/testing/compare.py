@@ -1,0 +1,139 @@
+"""assert_close and the tolerances kfuse's tests use to compare kernels with the reference."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kfuse.dtypes import DataType
+from kfuse.ir.exprs import ReductionOp, WelfordOp
+from kfuse.ir.values import TensorView
+
+# (rtol, atol) for one op's worth of rounding, per dtype.
+TOLERANCES: dict[DataType, tuple[float, float]] = {
+    DataType.Double: (1e-10, 1e-12),
+    DataType.Float: (1.3e-5, 1e-5),
+    DataType.Half: (2e-3, 1e-4),
+    DataType.BFloat16: (1.6e-2, 1e-3),
+}
+
+
+def tolerance(dtype: DataType, reduction_size: int = 1) -> tuple[float, float]:
+    """(rtol, atol) for `dtype` after reducing `reduction_size` elements; see assert_close."""
+    if not dtype.is_floating:
+        return 0.0, 0.0
+    rtol, atol = TOLERANCES[dtype]
+    grow = math.sqrt(max(1, reduction_size))
+    return rtol * grow, atol * grow
+
+
+def to_numpy(a: Any) -> Any:
+    """A NumPy copy of a NumPy/CuPy/torch array (bf16/half as float64), or of a number."""
+    import numpy as np
+
+    if hasattr(a, "detach"):  # torch
+        t = a.detach().cpu()
+        if t.is_floating_point():
+            t = t.double()
+        return t.numpy()
+    if hasattr(a, "get") and type(a).__module__.startswith("cupy"):
+        return a.get()
+    return np.asarray(a)
+
+
+def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: int = 1) -> None:
+    """Assert that `actual` matches `expected` within `dtype`'s tolerance.
+
+    Integer and Bool dtypes must match exactly. Floating dtypes pass where
+    |actual - expected| <= atol + rtol * |expected| with (rtol, atol) from TOLERANCES, both
+    grown by sqrt(reduction_size) (rounding errors of a sum grow like a random walk):
+    Double (1e-10, 1e-12), Float (1.3e-5, 1e-5), Half (2e-3, 1e-4), BFloat16 (1.6e-2, 1e-3).
+    NaN must appear at the same positions on both sides, and infinities must match exactly
+    (same positions, same sign). Shapes must be equal. Raises AssertionError describing the
+    worst mismatch and the number of mismatches.
+    """
+    import numpy as np
+
+    a = to_numpy(actual)
+    e = to_numpy(expected)
+    if a.shape != e.shape:
+        raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
+    if not dtype.is_floating:
+        bad = a.astype(np.int64) != e.astype(np.int64)
+        if bad.any():
+            idx = tuple(int(i[0]) for i in np.nonzero(bad))
+            raise AssertionError(f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
+                                 f"first at {idx}: actual {a[idx]}, expected {e[idx]}")
+        return
+    a = a.astype(np.float64)
+    e = e.astype(np.float64)
+    rtol, atol = tolerance(dtype, reduction_size)
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    inf_mismatch = (np.isinf(a) | np.isinf(e)) & (a != e) & ~nan_a & ~nan_e
+    with np.errstate(invalid="ignore"):
+        err = np.abs(a - e)
+        bad = (nan_a != nan_e) | inf_mismatch | (~nan_a & ~nan_e & ~np.isinf(e) &
+                                                 ~(err <= atol + rtol * np.abs(e)))
+    if bad.any():
+        score = np.where(bad, np.nan_to_num(err, nan=np.inf, posinf=np.inf), -1.0)
+        idx = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim else ()
+        raise AssertionError(
+            f"{int(bad.sum())} of {a.size} {dtype.value} elements are not close "
+            f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
+            f"actual {a[idx]!r}, expected {e[idx]!r}")
+
+
+def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
+    """The least precise floating dtype computed on the way to `output` (its own dtype when it
+    is not floating): errors made there bound the output's accuracy."""
+    if not output.dtype.is_floating:
+        return output.dtype
+    order = [DataType.BFloat16, DataType.Half, DataType.Float, DataType.Double]
+    worst = output.dtype
+    for expr in _cone(fusion, output):
+        for o in expr.outputs:
+            if isinstance(o, TensorView) and o.dtype.is_floating and \
+                    order.index(o.dtype) < order.index(worst):
+                worst = o.dtype
+    return worst
+
+
+def output_reduction_size(fusion: Any, output: TensorView, shapes: dict) -> int:
+    """The product of the reduced extents of every reduction on the way to `output` (1 when
+    there is none), for assert_close's reduction_size. `shapes` is Fusion.infer_shapes'."""
+    total = 1
+    for expr in _cone(fusion, output):
+        if isinstance(expr, (ReductionOp, WelfordOp)):
+            shape = shapes[expr.inputs[0]]
+            total *= max(1, math.prod(shape[d] for d in expr.dims))
+    return total
+
+
+def assert_outputs_close(fusion: Any, actual: list[Any], expected: list[Any],
+                         inputs: list[Any]) -> None:
+    """assert_close on every output, with the dtype and reduction size the fusion implies."""
+    fusion = getattr(fusion, "fusion", fusion)
+    if len(actual) != len(expected):
+        raise AssertionError(f"{len(actual)} outputs, expected {len(expected)}")
+    shapes = fusion.infer_shapes(inputs)
+    for i, (out, a, e) in enumerate(zip(fusion.outputs, actual, expected, strict=False)):
+        try:
+            assert_close(a, e, output_tolerance_dtype(fusion, out),
+                         output_reduction_size(fusion, out, shapes))
+        except AssertionError as err:
+            raise AssertionError(f"output {i} ({out.name}): {err}") from None
+
+
+def _cone(fusion: Any, output: TensorView) -> list:
+    fusion = getattr(fusion, "fusion", fusion)
+    seen: set[int] = set()
+    stack = [output]
+    exprs = []
+    while stack:
+        v = stack.pop()
+        if id(v) in seen or v.definition is None:
+            continue
+        seen.add(id(v))
+        exprs.append(v.definition)
+        stack.extend(v.definition.inputs)
+    return exprs

@@ -1,0 +1,272 @@
+"""inputs_for: a Hypothesis strategy of inputs (arrays and scalars) for a fusion definition.
+
+Sizes include edge cases (0, 1, primes, just below/above powers of two); layouts include
+contiguous arrays, arrays offset by one element (breaking 16-byte alignment), strided views,
+permuted memory orders and stride-0 broadcast views, as far as each input's declared
+contiguity allows. Values are uniform in [-value_range, value_range] for floats (rounded to
+the dtype), small integers for Int32/Int, random Bool; Fusions from kfuse.testing.fusions keep
+their ops inside their domains, so no NaN appears unless asked for (special_values=True).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kfuse.dtypes import DataType
+from kfuse.errors import InputError
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    PermuteOp,
+    ReductionOp,
+    SizeOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    WelfordOp,
+)
+from kfuse.ir.values import Scalar, TensorView
+
+EDGE_SIZES = (1, 2, 3, 5, 7, 8, 13, 16, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
+              1023, 1024, 1025)
+LAYOUTS = ("contiguous", "offset", "strided", "permuted", "broadcast")
+
+
+class _AxisClasses:
+    """Union-find over the symbolic axes of the inputs: axes that must have equal sizes."""
+
+    def __init__(self, fusion: Any) -> None:
+        self.parent: dict[Any, Any] = {}
+        self.axis: dict[tuple[int, int], Any] = {}
+        self.scalar_class: dict[int, Any] = {}
+        for v in fusion.inputs:
+            if isinstance(v, TensorView):
+                for i, a in enumerate(v.axes):
+                    if not a.is_broadcast:
+                        self.axis[(id(v), i)] = self.find((id(v), i))
+        for e in fusion.exprs:
+            self._expr(e)
+
+    def find(self, k: Any) -> Any:
+        self.parent.setdefault(k, k)
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def union(self, a: Any, b: Any) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def _get(self, v: Any, i: int) -> Any:
+        return self.axis.get((id(v), i))
+
+    def _expr(self, e: Any) -> None:
+        out = e.outputs[0]
+        if isinstance(e, SizeOp):
+            self.scalar_class[id(out)] = self._get(e.inputs[0], e.dim)
+            return
+        if not isinstance(out, TensorView):
+            return
+        src = e.inputs[0]
+        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+            for i in range(out.ndim):
+                ks = [self._get(t, i) for t in e.inputs if isinstance(t, TensorView)]
+                ks = [k for k in ks if k is not None]
+                for k in ks[1:]:
+                    self.union(k, ks[0])
+                if ks:
+                    self.axis[(id(out), i)] = ks[0]
+        elif isinstance(e, BroadcastOp):
+            j = 0
+            for i, new in enumerate(e.is_new_axis):
+                if not new:
+                    if self._get(src, j) is not None:
+                        self.axis[(id(out), i)] = self._get(src, j)
+                    j += 1
+        elif isinstance(e, ExpandOp):
+            for i, ext in enumerate(e.extents):
+                k = self._get(src, i) if ext is None else self._scalar(ext)
+                if k is not None:
+                    self.axis[(id(out), i)] = k
+        elif isinstance(e, (SqueezeOp, ReductionOp, WelfordOp)):
+            keep = [i for i in range(src.ndim) if i not in e.dims]
+            for o in e.outputs:
+                for j, i in enumerate(keep):
+                    if self._get(src, i) is not None:
+                        self.axis[(id(o), j)] = self._get(src, i)
+        elif isinstance(e, PermuteOp):
+            for j, p in enumerate(e.perm):
+                if self._get(src, p) is not None:
+                    self.axis[(id(out), j)] = self._get(src, p)
+        # ReshapeOp: fresh extents; shape inference checks the element count.
+
+    def _scalar(self, s: Scalar) -> Any:
+        if s.is_constant:
+            return None
+        if id(s) not in self.scalar_class or self.scalar_class[id(s)] is None:
+            self.scalar_class[id(s)] = self.find(("scalar", id(s)))
+        return self.scalar_class[id(s)]
+
+
+def inputs_for(fd: Any, *, framework: str = "numpy", device: Any = None,
+               max_elements: int = 4096, allow_empty: bool = True, layouts: bool = True,
+               value_range: float = 2.0, special_values: bool = False
+               ) -> st.SearchStrategy[list]:
+    """A strategy of input lists for `fd` (a FusionDefinition or Fusion).
+
+    framework: "numpy", "torch" or "cupy" (device: a torch device string, default "cpu";
+    ignored for NumPy). max_elements bounds every tensor's element count. layouts=False draws
+    only contiguous, aligned arrays. special_values mixes NaN/inf/-0.0 into floating inputs.
+    """
+    fusion = getattr(fd, "fusion", fd)
+    classes = _AxisClasses(fusion)
+
+    @st.composite
+    def draw_inputs(draw: Any) -> list:
+        size_of: dict[Any, int] = {}
+
+        def size(k: Any) -> int:
+            k = classes.find(k)
+            if k not in size_of:
+                lo = 0 if allow_empty else 1
+                size_of[k] = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(lo, 9)))
+            return size_of[k]
+
+        shapes: list[Any] = []
+        for v in fusion.inputs:
+            if isinstance(v, TensorView):
+                shapes.append([1 if a.is_broadcast else a.extent if a.extent is not None
+                               else size(classes.axis[(id(v), i)])
+                               for i, a in enumerate(v.axes)])
+            else:
+                shapes.append(None)
+        _shrink(shapes, classes, fusion, size_of, max_elements)
+        seed = draw(st.integers(0, 2**32 - 1))
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        out: list[Any] = []
+        for v, shape in zip(fusion.inputs, shapes, strict=False):
+            if isinstance(v, TensorView):
+                layout = draw(st.sampled_from(_allowed_layouts(v))) if layouts else "contiguous"
+                out.append(_make_array(draw, rng, v, tuple(shape), layout, framework, device,
+                                       value_range, special_values))
+            else:
+                k = classes.scalar_class.get(id(v))
+                out.append(size(k) if k is not None else _scalar_value(draw, v, value_range))
+        try:
+            fusion.infer_shapes(out)
+        except InputError:
+            assume(False)
+        return out
+
+    return draw_inputs()
+
+
+def _shrink(shapes: list, classes: _AxisClasses, fusion: Any, size_of: dict, limit: int) -> None:
+    """Halve the largest sizes until every tensor fits in `limit` elements."""
+    for _ in range(64):
+        over = False
+        for v, shape in zip(fusion.inputs, shapes, strict=False):
+            if shape is None or math.prod(shape) <= limit:
+                continue
+            over = True
+            i = max(range(len(shape)), key=lambda j: shape[j])
+            k = classes.axis.get((id(v), i))
+            if k is None:
+                return  # a fixed extent: nothing to shrink
+            size_of[classes.find(k)] = max(1, size_of[classes.find(k)] // 2)
+        if not over:
+            return
+        for idx, v in enumerate(fusion.inputs):
+            if isinstance(v, TensorView):
+                shapes[idx] = [1 if a.is_broadcast else a.extent if a.extent is not None else
+                               size_of[classes.find(classes.axis[(id(v), i)])]
+                               for i, a in enumerate(v.axes)]
+
+
+def _allowed_layouts(v: TensorView) -> list[str]:
+    if v.contiguity is None:
+        return list(LAYOUTS)
+    if all(c in (True, None) for c in v.contiguity):
+        return ["contiguous", "offset"]
+    return ["contiguous", "offset", "strided"]
+
+
+def _scalar_value(draw: Any, v: Scalar, value_range: float) -> Any:
+    if v.dtype is DataType.Bool:
+        return draw(st.booleans())
+    if v.dtype.is_integral:
+        return draw(st.integers(-4, 4))
+    return float(draw(st.sampled_from([-2.0, -1.5, -0.5, 0.25, 0.5, 1.0, 1.75, 2.0]))
+                 ) * value_range / 2.0
+
+
+def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool) -> Any:
+    import numpy as np
+
+    from kfuse.dtypes import round_to_bfloat16
+    if dtype is DataType.Bool:
+        return rng.integers(0, 2, n).astype(np.bool_)
+    if dtype.is_integral:
+        return rng.integers(-8, 9, n).astype(np.int32 if dtype is DataType.Int32 else np.int64)
+    vals = rng.uniform(-value_range, value_range, n)
+    if special and n:
+        picks = rng.integers(0, n, max(1, n // 8))
+        vals[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0], len(picks))
+    if dtype is DataType.BFloat16:
+        return round_to_bfloat16(vals)
+    return vals.astype({DataType.Half: np.float16, DataType.Float: np.float32,
+                        DataType.Double: np.float64}[dtype])
+
+
+def _make_array(draw: Any, rng: Any, v: TensorView, shape: tuple[int, ...], layout: str,
+                framework: str, device: Any, value_range: float, special: bool) -> Any:
+    import numpy as np
+
+    n = len(shape)
+    order = list(range(n))
+    if v.stride_order is not None:  # declared memory order: outermost = highest rank
+        order = sorted(range(n), key=lambda i: -v.stride_order[i])
+    if layout == "permuted" and n > 1:
+        order = list(draw(st.permutations(order)))
+    padded = draw(st.integers(0, n - 1)) if layout == "strided" and n else None
+    bcast = set()
+    if layout == "broadcast" and n:
+        bcast = {draw(st.integers(0, n - 1))}
+    offset = 1 if layout == "offset" else 0
+    strides = [0] * n
+    acc = 1
+    for ax in reversed(order):
+        if ax in bcast:
+            continue
+        mult = 2 if ax == padded else 1
+        strides[ax] = acc * mult
+        acc *= mult * max(shape[ax], 1)
+    base = _values(rng, v.dtype, offset + acc, value_range, special)
+    if framework == "numpy":
+        item = base.itemsize
+        return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * item for s in strides])
+    if framework == "torch":
+        import torch
+
+        buf = torch.from_numpy(base)
+        if v.dtype is DataType.BFloat16:
+            buf = buf.to(torch.bfloat16)
+        buf = buf.to(device or "cpu")
+        return torch.as_strided(buf, shape, strides, offset)
+    if framework == "cupy":
+        import cupy
+
+        if v.dtype is DataType.BFloat16:
+            raise InputError("CuPy has no bfloat16 arrays")
+        buf = cupy.asarray(base)
+        return cupy.lib.stride_tricks.as_strided(buf[offset:], shape,
+                                                 [s * base.itemsize for s in strides])
+    raise InputError(f"unknown framework {framework!r}")

@@ -1,0 +1,356 @@
+"""fusions(): a Hypothesis strategy of random valid FusionDefinitions.
+
+Generated fusions keep comparisons with the reference meaningful:
+* ops with restricted domains get guarded operands (log(|x| + 0.5), atanh(0.9 tanh(x)), ...);
+* values that could overflow are squashed with tanh before exp-like ops;
+* discontinuous ops (floor, round, sign, comparisons, logical ops, float->int casts, fmod)
+  only see *exact* operands (inputs, or values derived from inputs without rounding), so a
+  kernel computing in float32 and the float64 reference take the same branch;
+* Half/BFloat16 inputs are cast to Float before math, and narrow dtypes appear again only as
+  final output casts (the usual mixed-precision pattern).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kfuse.dtypes import DataType
+from kfuse.errors import DefinitionError
+from kfuse.frontend import FusionDefinition
+from kfuse.ir.ops import OPS
+from kfuse.ir.values import TensorView, Val
+
+KINDS = frozenset({"pointwise", "reduction", "normalization", "multi_reduction"})
+DEFAULT_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16, DataType.Double,
+                  DataType.Int32, DataType.Int, DataType.Bool)
+_NARROW = (DataType.Half, DataType.BFloat16)
+_DOMAIN = {"log": "pos", "log2": "pos", "log10": "pos", "sqrt": "pos", "rsqrt": "pos",
+           "reciprocal": "pos", "log1p": "nonneg", "acosh": "ge1", "asin": "unit",
+           "acos": "unit", "atanh": "unit", "tan": "tan", "exp": "small", "exp2": "small",
+           "expm1": "small", "sinh": "small", "cosh": "small", "sin": "moderate",
+           "cos": "moderate"}
+_EXACT_ONLY = {"floor", "ceil", "round", "trunc", "sign", "eq", "ne", "lt", "le", "gt", "ge",
+               "logical_and", "logical_or", "logical_not", "atan2", "fmod", "remainder"}
+_EXACT_KEEPING = {"abs", "neg", "relu", "maximum", "minimum", "floor", "ceil", "round",
+                  "trunc", "sign", "where", "clamp", "isnan", "isinf", "isfinite",
+                  "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt",
+                  "le", "gt", "ge", "logical_and", "logical_or", "logical_not"}
+
+
+@dataclass
+class _Entry:
+    val: Val
+    exact: bool  # computed without rounding from the inputs
+    bound: float  # an upper bound of |value| for inputs within the default value range
+
+
+class _Gen:
+    def __init__(self, draw: Any, fd: FusionDefinition, rank: int, dtypes: tuple,
+                 ops: tuple[str, ...]) -> None:
+        self.draw, self.fd, self.rank, self.dtypes, self.ops = draw, fd, rank, dtypes, ops
+        self.pool: list[_Entry] = []
+        self.results: list[_Entry] = []  # candidates for outputs, newest last
+        self.required: list[_Entry] = []  # reductions that must reach an output
+
+    # ---- inputs ----
+    def add_input(self, rank: int, full: bool, dtype: DataType) -> _Entry:
+        shape = [-1 if full or not self.draw(st.integers(0, 4)) == 0 else 1
+                 for _ in range(rank)]
+        contiguity = self.draw(st.sampled_from([None, None, True]))
+        t = self.fd.define_tensor(shape=shape, contiguity=contiguity, dtype=dtype)
+        bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
+        e = _Entry(t, True, bound)
+        self.pool.append(e)
+        return e
+
+    def pick(self, *, exact: bool = False, full: bool = False, floating: bool = False
+             ) -> _Entry:
+        cands = [e for e in self.pool if (e.exact or not exact) and
+                 (not full or e.val.ndim == self.rank)]
+        if not cands:
+            cands = [e for e in self.pool if e.val.is_input and (not full or
+                                                                 e.val.ndim == self.rank)]
+        if not cands:
+            cands = self.pool
+        # Prefer recent values (chains) but reach back (DAGs).
+        e = self.draw(st.sampled_from(cands[-4:] if self.draw(st.booleans()) else cands))
+        if e.val.dtype in _NARROW or (floating and not e.val.dtype.is_floating):
+            e = _Entry(self.fd.ops.cast(e.val, DataType.Float), e.exact, e.bound)
+        return e
+
+    # ---- pointwise ----
+    def guard(self, op: str, e: _Entry) -> _Entry:
+        o = self.fd.ops
+        kind = _DOMAIN.get(op)
+        v, b = e.val, e.bound
+        if kind == "pos":
+            return _Entry(o.add(o.abs(v), 0.5), False, b + 0.5)
+        if kind == "nonneg":
+            return _Entry(o.abs(v), e.exact, b)
+        if kind == "ge1":
+            return _Entry(o.add(o.abs(v), 1.5), False, b + 1.5)
+        if kind == "unit":
+            return _Entry(o.mul(o.tanh(v), 0.9), False, 0.9)
+        if kind == "tan" or (kind == "small" and b > 8) or (kind == "moderate" and b > 50):
+            return _Entry(o.tanh(v), False, 1.0)
+        return e
+
+    def unary(self, op: str) -> _Entry | None:
+        e = self.guard(op, self.pick(exact=op in _EXACT_ONLY))
+        bound = _unary_bound(op, e.bound)
+        out = getattr(self.fd.ops, op)(e.val) if op != "gelu_tanh" else \
+            self.fd.ops.gelu(e.val, approximate="tanh")
+        return _Entry(out, e.exact and op in _EXACT_KEEPING, bound)
+
+    def operand(self, exact: bool) -> tuple[Any, bool, float]:
+        """A tensor entry, or sometimes a constant or symbolic scalar."""
+        r = self.draw(st.integers(0, 5))
+        if r == 0:
+            c = self.draw(st.sampled_from([2, -1, 3, 0.5, 1.5, -0.25, True]))
+            return c, True, abs(float(c))
+        if r == 1 and self.scalars:
+            s = self.draw(st.sampled_from(self.scalars))
+            return s, True, 2.0 if s.dtype.is_floating else 4.0
+        e = self.pick(exact=exact)
+        return e.val, e.exact, e.bound
+
+    scalars: list[Val] = []
+
+    def binary(self, op: str) -> _Entry | None:
+        o = self.fd.ops
+        need_exact = op in _EXACT_ONLY
+        a, ea, ba = self.operand(need_exact)
+        b, eb, bb = self.operand(need_exact)
+        if not isinstance(a, Val) and not isinstance(b, Val):
+            a, ea, ba = self.pick().val, True, 2.0
+        if op in ("div", "fmod", "remainder", "pow"):
+            return self.divlike(op, a, ea, ba, b)
+        if op == "mul" and ba * bb > 1e4 or op == "add" and ba + bb > 1e4:
+            return None
+        out = getattr(o, op)(a, b)
+        bound = {"add": ba + bb, "sub": ba + bb, "mul": ba * bb,
+                 "atan2": math.pi}.get(op, max(ba, bb))
+        return _Entry(out, ea and eb and op in _EXACT_KEEPING, bound)
+
+    def divlike(self, op: str, a: Any, ea: bool, ba: float, b: Any) -> _Entry | None:
+        o = self.fd.ops
+        is_int = isinstance(a, Val) and not a.dtype.is_floating
+        if op == "pow":
+            if is_int:
+                return _Entry(o.pow(a, self.draw(st.sampled_from([0, 1, 2, 3]))), ea, ba ** 3)
+            base = o.add(o.abs(a), 0.5)
+            expo = self.draw(st.sampled_from([2.0, 3.0, 0.5, -1.0, -2.0]))
+            return _Entry(o.pow(base, expo), False, max((ba + 0.5) ** abs(expo), 4.0))
+        if op in ("fmod", "remainder"):
+            if is_int and isinstance(b, Val) and not b.dtype.is_floating:
+                return _Entry(getattr(o, op)(a, o.add(o.abs(b), 1)), ea, ba)
+            if not ea:
+                return None
+            d = self.draw(st.sampled_from([0.5, 2.0, 0.25, -0.5]))
+            return _Entry(getattr(o, op)(a, d), True, abs(d))
+        denom = b if not isinstance(b, Val) else (
+            o.add(o.abs(b), 0.5) if b.dtype.is_floating else o.add(o.abs(b), 1))
+        if not isinstance(denom, Val) and abs(float(denom)) < 0.25:
+            denom = 0.5
+        return _Entry(o.div(a, denom), False, ba * 4)
+
+    def ternary(self, op: str) -> _Entry | None:
+        o = self.fd.ops
+        if op == "where":
+            x, y = self.pick(exact=True), self.pick(exact=True)
+            cond = o.lt(x.val, y.val) if self.draw(st.booleans()) else o.ge(x.val, 0.5)
+            a, b = self.pick(), self.pick()
+            return _Entry(o.where(cond, a.val, b.val), a.exact and b.exact,
+                          max(a.bound, b.bound))
+        if op == "clamp":
+            a = self.pick()
+            if a.val.dtype is DataType.Bool:
+                return None
+            lo = self.draw(st.sampled_from([-1, 0, -2]))
+            return _Entry(o.clamp(a.val, lo, lo + self.draw(st.sampled_from([1, 2, 3]))),
+                          a.exact, a.bound)
+        s, e, w = self.pick(floating=True), self.pick(floating=True), self.pick(floating=True)
+        return _Entry(o.lerp(s.val, e.val, w.val), False, (s.bound + e.bound) * (1 + w.bound))
+
+    def pointwise_step(self) -> None:
+        op = self.draw(st.sampled_from(self.ops))
+        arity = OPS[op].arity
+        try:
+            e = (self.unary, self.binary, self.ternary)[arity - 1](op)
+        except DefinitionError:
+            return  # e.g. a bitwise op drew floating operands; dead exprs are pruned
+        if e is not None and isinstance(e.val, TensorView):
+            self.pool.append(e)
+            self.results.append(e)
+
+    # ---- reductions ----
+    def reduction_step(self) -> None:
+        o = self.fd.ops
+        e = self.pick(full=True)
+        if e.val.ndim == 0:
+            return
+        dims = self.draw(st.lists(st.integers(0, e.val.ndim - 1), min_size=1, max_size=2,
+                                  unique=True))
+        op = self.draw(st.sampled_from(["sum", "max", "min", "mean", "prod", "var"]))
+        keep = self.draw(st.booleans())
+        v = e.val
+        if op in ("mean", "var", "prod") and not v.dtype.is_floating:
+            v = o.cast(v, DataType.Float)
+        if op == "prod":
+            v = o.add(o.mul(o.tanh(v), 1e-3), 1.0)
+        if op == "var":
+            out = o.var(v, dims, correction=self.draw(st.sampled_from([0, 1])), keepdim=keep)
+        else:
+            out = getattr(o, op)(v, dims, keepdim=keep)
+        grow = 1100.0 if op == "sum" else 1.0
+        entry = _Entry(out, e.exact and op in ("max", "min"), e.bound * grow + 3.0)
+        self.results.append(entry)
+        self.required.append(entry)
+        if keep:
+            self.pool.append(entry)
+
+    def normalization_step(self) -> None:
+        o = self.fd.ops
+        x = self.pick(full=True, floating=True)
+        v = x.val
+        pattern = self.draw(st.sampled_from(["softmax", "log_softmax", "layer_norm", "rms_norm",
+                                             "var_mean", "center"]))
+        dim = self.draw(st.integers(0, v.ndim - 1))
+        if pattern in ("softmax", "log_softmax"):
+            out = getattr(o, pattern)(v, dim)
+        elif pattern in ("layer_norm", "rms_norm"):
+            k = self.draw(st.integers(1, min(2, v.ndim)))
+            dt = self.draw(st.sampled_from([d for d in self.dtypes if d.is_floating] or
+                                           [DataType.Float]))
+            w = self.fd.define_tensor(shape=[-1] * k, dtype=dt) if self.draw(st.booleans()) \
+                else None
+            if pattern == "layer_norm":
+                b = self.fd.define_tensor(shape=[-1] * k, dtype=dt) if self.draw(st.booleans()) \
+                    else None
+                out = o.layer_norm(v, w, b, normalized_ndim=k)
+            else:
+                out = o.rms_norm(v, w, normalized_ndim=k)
+        elif pattern == "var_mean":
+            var, mean = o.var_mean(v, [dim], keepdim=True)
+            self.results.append(_Entry(mean, False, x.bound))
+            out = var
+        else:
+            out = o.sub(v, o.mean(v, [dim], keepdim=True))
+        e = _Entry(out, False, 4.0 * x.bound + 10.0)
+        self.pool.append(e)
+        self.results.append(e)
+        self.required.append(e)
+
+
+def _unary_bound(op: str, b: float) -> float:
+    if op in ("exp", "exp2", "expm1", "sinh", "cosh"):
+        return math.exp(min(b, 50.0)) * 2 + 1
+    if op in ("isnan", "isinf", "isfinite", "logical_not", "sign", "sigmoid", "tanh", "erf",
+              "sin", "cos"):
+        return 1.0
+    if op in ("rsqrt", "reciprocal"):
+        return 2.0
+    if op in ("log", "log2", "log10", "log1p", "sqrt", "atan", "asin", "acos", "atanh",
+              "asinh", "acosh", "tan", "erfc"):
+        return b + 4.0
+    return b + 1.0
+
+
+@st.composite
+def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tuple,
+             kinds: frozenset, ops: tuple, allow_scalars: bool, max_outputs: int
+             ) -> FusionDefinition:
+    kind = draw(st.sampled_from(sorted(kinds)))
+    rank = draw(st.integers(1, max_rank))
+    with FusionDefinition() as fd:
+        gen = _Gen(draw, fd, rank, dtypes, ops)
+        gen.scalars = []
+        n_inputs = draw(st.integers(1, max_inputs))
+        for i in range(n_inputs):
+            full = i == 0
+            gen.add_input(rank if full else draw(st.integers(1, rank)), full,
+                          draw(st.sampled_from(dtypes)))
+        if allow_scalars and draw(st.integers(0, 3)) == 0:
+            gen.scalars.append(fd.define_scalar(dtype=draw(st.sampled_from(
+                [DataType.Double, DataType.Int]))))
+        n_ops = draw(st.integers(1, max_ops))
+        if kind == "reduction":
+            n_red = 1
+        elif kind == "multi_reduction":
+            n_red = draw(st.integers(2, 3))
+        else:
+            n_red = 0
+        special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red,
+                                          max_size=n_red)))
+        norm_at = draw(st.integers(0, n_ops)) if kind == "normalization" else -1
+        for step in range(n_ops + 1):
+            for _ in range(special_at.count(step)):
+                gen.reduction_step()
+            if step == norm_at:
+                gen.normalization_step()
+            if step < n_ops:
+                gen.pointwise_step()
+        _add_outputs(draw, fd, gen, max_outputs)
+    return fd
+
+
+def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -> None:
+    results = gen.results or gen.pool
+    chosen = [results[-1]]
+    extra = draw(st.integers(0, max_outputs - 1))
+    for _ in range(extra):
+        chosen.append(draw(st.sampled_from(results + gen.pool[:1])))
+    reached = _cone_ids([e.val for e in chosen])
+    chosen += [e for e in gen.required if id(e.val) not in reached]
+    narrow = [d for d in gen.dtypes if d in _NARROW]
+    for e in chosen:
+        v = e.val
+        if narrow and v.dtype.is_floating and e.bound < 6e4 and draw(st.booleans()):
+            v = fd.ops.cast(v, draw(st.sampled_from(narrow)))
+        fd.add_output(v)
+
+
+def _cone_ids(vals: list[Val]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(vals)
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.definition is not None:
+            stack.extend(v.definition.inputs)
+    return seen
+
+
+def fusions(*, max_inputs: int = 3, max_ops: int = 8, max_rank: int = 3,
+            dtypes: tuple[DataType, ...] = DEFAULT_DTYPES,
+            kinds: frozenset[str] | set[str] = frozenset({"pointwise"}),
+            ops: tuple[str, ...] | None = None, allow_scalars: bool = True,
+            max_outputs: int = 3) -> st.SearchStrategy[FusionDefinition]:
+    """A strategy of finished FusionDefinitions.
+
+    max_inputs: tensor inputs (>= 1; layer/rms norm may add weight and bias inputs).
+    max_ops: pointwise ops per fusion (composites count as one). max_rank: rank of the
+    largest input. dtypes: input dtypes to draw from (narrow dtypes also used for output
+    casts). kinds: subset of {"pointwise", "reduction", "normalization", "multi_reduction"};
+    "pointwise" fusions contain no ReductionOp/WelfordOp. ops: pointwise op names from
+    kfuse.ir.ops.OPS to use (default all). allow_scalars: sometimes add a symbolic scalar
+    input. max_outputs: outputs chosen per fusion (a reduction or normalization result that
+    no chosen output uses is added as an output too, so it is never pruned).
+    """
+    kinds = frozenset(kinds)
+    if not kinds or not kinds <= KINDS:
+        raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got {kinds}")
+    if max_inputs < 1 or max_ops < 1 or max_rank < 1 or max_outputs < 1:
+        raise ValueError("max_inputs, max_ops, max_rank and max_outputs must be >= 1")
+    ops = tuple(ops) if ops is not None else tuple(OPS)
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown ops {unknown}")
+    return _fusions(max_inputs, max_ops, max_rank, tuple(dtypes), kinds, ops, allow_scalars,
+                    max_outputs)

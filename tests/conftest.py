@@ -1,0 +1,51 @@
+"""Shared pytest configuration: Hypothesis profiles and the `gpu` marker.
+
+Profiles: `ci` (default; fast) and `campaign` (long runs). Select with the environment
+variable KFUSE_HYPOTHESIS_PROFILE=campaign or pytest's --hypothesis-profile=campaign.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow,
+                                                 HealthCheck.data_too_large])
+settings.register_profile("campaign", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow,
+                                                 HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("KFUSE_HYPOTHESIS_PROFILE", "ci"))
+
+
+@functools.cache
+def _gpu_skip_reason() -> str | None:
+    """None when a GPU is usable, else why GPU tests are skipped (checked once, lazily)."""
+    try:
+        from kfuse import _C
+    except ImportError as e:
+        return f"kfuse._C is not built ({e})"
+    try:
+        count = _C.device_count()
+    except Exception as e:  # noqa: BLE001 - any driver failure means "no GPU here"
+        return f"no CUDA driver/device ({type(e).__name__}: {e})"
+    return None if count > 0 else "no CUDA device found"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped when none)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not any(item.get_closest_marker("gpu") for item in items):
+        return
+    reason = _gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

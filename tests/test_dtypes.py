@@ -1,0 +1,96 @@
+"""DataType properties, framework mappings, bf16 rounding and PyTorch-compatible promotion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kfuse.dtypes import (
+    DataType,
+    as_dtype,
+    promote_types,
+    round_to_bfloat16,
+    to_numpy_dtype,
+    to_torch_dtype,
+)
+from kfuse.errors import DefinitionError
+from kfuse.frontend import FusionDefinition
+
+ALL = list(DataType)
+
+
+def test_properties() -> None:
+    assert [d.itemsize for d in ALL] == [1, 4, 8, 2, 2, 4, 8]
+    assert {d for d in ALL if d.is_floating} == {DataType.Half, DataType.BFloat16,
+                                                 DataType.Float, DataType.Double}
+    assert {d for d in ALL if d.is_integral} == {DataType.Int32, DataType.Int}
+    assert [d for d in ALL if d.is_boolean] == [DataType.Bool]
+    assert DataType.BFloat16.cuda_type == "kf::bfloat16"
+    assert DataType.Int.cuda_type == "long long"
+
+
+@pytest.mark.parametrize("dtype", [d for d in ALL if d is not DataType.BFloat16])
+def test_numpy_and_torch_mapping_round_trip(dtype: DataType) -> None:
+    assert as_dtype(to_numpy_dtype(dtype)) is dtype
+    assert as_dtype(to_torch_dtype(dtype)) is dtype
+
+
+def test_bfloat16_has_no_numpy_dtype_but_a_torch_one() -> None:
+    with pytest.raises(DefinitionError, match="BFloat16"):
+        to_numpy_dtype(DataType.BFloat16)
+    assert to_torch_dtype(DataType.BFloat16) is torch.bfloat16
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=50))
+def test_round_to_bfloat16_matches_torch(values: list[float]) -> None:
+    a = np.array(values, dtype=np.float32)
+    expected = torch.from_numpy(a).to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(round_to_bfloat16(a), expected)
+
+
+def _result(op: str, *args: object) -> DataType:
+    with FusionDefinition() as fd:
+        vals = [fd.define_tensor(shape=[-1], dtype=a) if isinstance(a, DataType) else a
+                for a in args]
+        out = getattr(fd.ops, op)(*vals)
+        fd.add_output(out)
+    return out.dtype
+
+
+def _torch_arg(a: object) -> object:
+    return torch.zeros(3, dtype=to_torch_dtype(a)) if isinstance(a, DataType) else a
+
+
+@given(st.sampled_from(ALL), st.sampled_from(ALL))
+def test_tensor_promotion_matches_torch(a: DataType, b: DataType) -> None:
+    expected = torch.result_type(_torch_arg(a), _torch_arg(b))
+    assert to_torch_dtype(_result("add", a, b)) == expected
+    assert to_torch_dtype(_result("maximum", a, b)) == expected
+    assert _result("lt", a, b) is DataType.Bool
+    div = torch.true_divide(_torch_arg(a), _torch_arg(b)).dtype
+    assert to_torch_dtype(_result("div", a, b)) == div
+
+
+@given(st.sampled_from(ALL), st.sampled_from([True, 3, -2, 0.5, 2.0]), st.booleans())
+def test_scalar_promotion_matches_torch(a: DataType, scalar: object, scalar_first: bool
+                                        ) -> None:
+    args = (scalar, a) if scalar_first else (a, scalar)
+    expected = torch.result_type(*[_torch_arg(x) for x in args])
+    assert to_torch_dtype(_result("mul", *args)) == expected
+
+
+@given(st.sampled_from(ALL))
+def test_float_math_on_integers_gives_float(a: DataType) -> None:
+    expected = torch.exp(torch.zeros(2, dtype=to_torch_dtype(a))).dtype
+    assert to_torch_dtype(_result("exp", a)) == expected
+
+
+def test_promote_types_documented_corners() -> None:
+    assert promote_types([DataType.Half, DataType.BFloat16]) is DataType.Float
+    assert promote_types([DataType.Int32], [DataType.Double]) is DataType.Float
+    assert promote_types([DataType.Bool], [DataType.Int]) is DataType.Int
+    assert promote_types([DataType.Half], [DataType.Double]) is DataType.Half
+    assert promote_types([], [DataType.Int, DataType.Double]) is DataType.Double

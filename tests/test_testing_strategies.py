@@ -1,0 +1,107 @@
+"""kfuse.testing: fusions() respects its parameters, inputs_for() fits the definition,
+assert_close applies its documented tolerances."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import find, given
+from hypothesis import strategies as st
+
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.ir import ReductionOp, TensorView, WelfordOp
+from kfuse.testing import assert_close, fusions, inputs_for, tolerance
+
+
+def _reductions(fd: FusionDefinition) -> int:
+    return sum(isinstance(e, (ReductionOp, WelfordOp)) for e in fd.fusion.exprs)
+
+
+@given(fusions(kinds={"pointwise"}, max_rank=2, max_inputs=2))
+def test_pointwise_fusions_have_no_reductions(fd: FusionDefinition) -> None:
+    assert _reductions(fd) == 0
+    assert fd.fusion.outputs
+    assert len(fd.fusion.tensor_inputs) <= 2
+    assert all(v.ndim <= 2 for v in fd.fusion.tensor_inputs)
+
+
+@given(fusions(kinds={"reduction", "multi_reduction", "normalization"}))
+def test_reduction_kinds_reduce(fd: FusionDefinition) -> None:
+    assert _reductions(fd) >= 1
+
+
+@given(fusions(dtypes=(DataType.BFloat16,), ops=("add", "mul", "exp")))
+def test_dtype_and_op_restrictions(fd: FusionDefinition) -> None:
+    assert all(v.dtype is DataType.BFloat16 for v in fd.fusion.tensor_inputs)
+    ops = {getattr(e, "op", None) for e in fd.fusion.exprs} - {None}
+    assert ops <= {"add", "mul", "exp", "abs", "tanh"}  # abs/tanh: domain guards
+
+
+def test_fusions_rejects_bad_parameters() -> None:
+    with pytest.raises(ValueError, match="kinds"):
+        fusions(kinds={"convolution"})
+    with pytest.raises(ValueError, match="unknown ops"):
+        fusions(ops=("frobnicate",))
+
+
+@given(st.data())
+def test_inputs_fit_the_definition(data: st.DataObject) -> None:
+    fd = data.draw(fusions(kinds={"pointwise", "reduction", "normalization"}))
+    framework = data.draw(st.sampled_from(["numpy", "torch"]))
+    ins = data.draw(inputs_for(fd, framework=framework))
+    shapes = fd.fusion.infer_shapes(ins)  # raises on a mismatch
+    for v, a in zip(fd.fusion.inputs, ins, strict=False):
+        if isinstance(v, TensorView):
+            assert shapes[v] == tuple(a.shape)
+            assert math.prod(a.shape) <= 4096
+            if framework == "torch":
+                assert isinstance(a, torch.Tensor)
+
+
+@pytest.mark.parametrize("layout", ["misaligned", "stride0", "noncontiguous", "empty",
+                                    "prime"])
+def test_inputs_cover_edge_layouts_and_sizes(layout: str) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(x * 2.0)
+    checks = {
+        "misaligned": lambda a: a.size > 0 and a.__array_interface__["data"][0] % 16 != 0,
+        "stride0": lambda a: 0 in a.strides and max(a.shape) > 1,
+        "noncontiguous": lambda a: not a.flags.c_contiguous,
+        "empty": lambda a: a.size == 0,
+        "prime": lambda a: any(n in (7, 13, 31, 127, 257) for n in a.shape),
+    }
+    find(inputs_for(fd), lambda ins: checks[layout](ins[0]))  # raises if never produced
+
+
+def test_contiguous_declaration_gives_contiguous_inputs() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        fd.add_output(x)
+
+    @given(inputs_for(fd))
+    def check(ins: list) -> None:
+        (a,) = ins
+        assert a.flags.c_contiguous or a.size <= 1 or 1 in a.shape
+
+    check()
+
+
+def test_assert_close_tolerances_and_special_values() -> None:
+    e = np.array([1.0, np.nan, np.inf, -2.0])
+    assert_close(e * (1 + 1e-6), e, DataType.Float)
+    with pytest.raises(AssertionError, match="not close"):
+        assert_close(e * (1 + 1e-3), e, DataType.Float)
+    assert_close(e * (1 + 1e-3), e, DataType.BFloat16)
+    with pytest.raises(AssertionError):
+        assert_close(np.array([1.0, 0.0, np.inf, -2.0]), e, DataType.BFloat16)  # NaN moved
+    with pytest.raises(AssertionError):
+        assert_close(np.array([1.0, np.nan, -np.inf, -2.0]), e, DataType.BFloat16)
+    with pytest.raises(AssertionError, match="differ"):
+        assert_close(np.array([1, 2]), np.array([1, 3]), DataType.Int)
+    assert tolerance(DataType.Float, 100)[0] == pytest.approx(10 * tolerance(DataType.Float)[0])
+    assert_close(torch.ones(3, dtype=torch.bfloat16), np.ones(3), DataType.BFloat16)
