@@ -1,0 +1,294 @@
+"""Build an emulated kernel: rewrite the CUDA source for the host compiler, append the launch
+shim, compile it with g++ into a shared library, and cache the library on disk and in memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from kfuse import knobs
+from kfuse.errors import EmulatorError
+
+HEADER_DIR = Path(__file__).resolve().parent
+HEADERS = ("cuda_emu.h", "emu_launch.h")
+
+# -O1 keeps a kernel's compile near half a second while running it 5-10x faster than -O0.
+# Strict aliasing is off because CUDA code reinterprets float arrays as float4 and the like.
+CXX_FLAGS = (
+    "-std=c++17",
+    "-O1",
+    "-shared",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-fno-strict-aliasing",
+    "-fno-threadsafe-statics",
+    "-U_FORTIFY_SOURCE",
+    "-DKFUSE_EMULATOR",
+    "-w",
+    "-pipe",
+)
+
+# Bumped whenever the exported entry points or the marker symbols change meaning.
+_SHIM_ABI = 2
+_SOURCE_NAME = "kernel.cu"
+_ERROR_LINES = 20
+
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?P<type>[^;{}\[\]]*?)\b(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+)
+_ALIGN_SPEC = re.compile(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)")
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A loaded kernel library and what it says about the kernel."""
+
+    library: ctypes.CDLL
+    path: Path
+    param_sizes: tuple[int, ...]
+    uses_fibers: bool
+
+
+_memory_cache: dict[str, CompiledKernel] = {}
+_cache_lock = threading.Lock()
+_compiler_invocations = 0
+_compiler_ids: dict[str, str] = {}
+
+
+def compiler_invocations() -> int:
+    """How many times this process has run the host compiler (cache misses)."""
+    return _compiler_invocations
+
+
+def clear_memory_cache() -> None:
+    """Forget the kernels loaded by this process (the disk cache stays)."""
+    with _cache_lock:
+        _memory_cache.clear()
+
+
+def _compiler() -> str:
+    # The emulation header relies on GCC (noipa, x86-64 asm): g++ it is.
+    return "g++"
+
+
+def cache_dir() -> Path | None:
+    """Where compiled kernels are kept: $KFUSE_CACHE_DIR/emulator, else
+    ~/.cache/kfuse/emulator; None when KFUSE_CACHE_DIR is "off"."""
+    root = knobs.get().cache_dir
+    if root is not None and root.lower() == "off":
+        return None
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "kfuse"
+    return base / "emulator"
+
+
+def _compiler_id(cxx: str) -> str:
+    cached = _compiler_ids.get(cxx)
+    if cached is not None:
+        return cached
+    path = shutil.which(cxx)
+    if path is None:
+        raise EmulatorError(
+            f"the host C++ compiler {cxx!r} was not found on PATH; the emulator needs g++"
+        )
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    ident = f"{path}\n{out.splitlines()[0] if out else ''}"
+    _compiler_ids[cxx] = ident
+    return ident
+
+
+def rewrite_extern_shared(source: str) -> str:
+    """Turn each `extern __shared__ T name[];` into a pointer to the block's dynamic shared
+    memory. Line structure is kept so compiler messages point at the caller's lines."""
+
+    def replace(m: re.Match[str]) -> str:
+        type_text = " ".join(_ALIGN_SPEC.sub(" ", m.group("type")).split())
+        if not type_text:
+            return m.group(0)
+        name = m.group("name")
+        newlines = "\n" * m.group(0).count("\n")
+        return (
+            f"{type_text}* const {name} = "
+            f"reinterpret_cast<{type_text}*>(kf_emu_dyn_smem);{newlines}"
+        )
+
+    return _EXTERN_SHARED.sub(replace, source)
+
+
+def translation_unit(source: str, kernel_name: str) -> str:
+    """The text g++ compiles: emulation header, the rewritten kernel source, the launch shim."""
+    return (
+        '#include "cuda_emu.h"\n'
+        f'#line 1 "{_SOURCE_NAME}"\n'
+        f"{rewrite_extern_shared(source)}\n"
+        '#line 1 "kf_emu_shim"\n'
+        '#include "emu_launch.h"\n'
+        f"KF_EMU_KERNEL_ENTRY({kernel_name})\n"
+    )
+
+
+def _cache_key(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str) -> str:
+    h = hashlib.sha256()
+    for part in (
+        f"abi={_SHIM_ABI}",
+        _compiler_id(cxx),
+        "\0".join(flags),
+        kernel_name,
+        source,
+        *((HEADER_DIR / name).read_text() for name in HEADERS),
+    ):
+        h.update(part.encode())
+        h.update(b"\0\1\0")
+    return h.hexdigest()[:40]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cached_library(directory: Path, key: str) -> Path | None:
+    lib, sig = directory / f"{key}.so", directory / f"{key}.sha256"
+    try:
+        if sig.read_text().strip() == _digest(lib):
+            return lib
+    except OSError:
+        return None
+    return None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _format_compile_error(kernel_name: str, source: str, log: str) -> str:
+    lines = log.splitlines()
+    shown = "\n".join(lines[:_ERROR_LINES])
+    if len(lines) > _ERROR_LINES:
+        shown += f"\n... ({len(lines) - _ERROR_LINES} more lines)"
+    msg = f"the host compiler rejected kernel {kernel_name!r}"
+    undeclared = re.search(r"'([A-Za-z_]\w*)' was not declared in this scope", log)
+    if undeclared:
+        msg += (
+            f": {undeclared.group(1)!r} is not defined (a CUDA built-in the emulator does "
+            "not provide?)"
+        )
+    msg += f"\n{shown}"
+    where = re.search(rf"^{re.escape(_SOURCE_NAME)}:(\d+):(?:\d+:)? (?:fatal )?error", log, re.M)
+    if where:
+        line = int(where.group(1))
+        src = source.splitlines()
+        lo, hi = max(1, line - 3), min(len(src), line + 3)
+        width = len(str(hi))
+        numbered = "\n".join(
+            f"{'>' if i == line else ' '} {i:{width}d} | {src[i - 1]}" for i in range(lo, hi + 1)
+        )
+        msg += f"\n\nkernel source around line {line}:\n{numbered}"
+    return msg
+
+
+def _run_compiler(
+    source: str, kernel_name: str, flags: tuple[str, ...], cxx: str, out: Path
+) -> None:
+    global _compiler_invocations
+    with tempfile.TemporaryDirectory(prefix="kfuse-emu-") as tmp:
+        unit = Path(tmp) / "unit.cpp"
+        unit.write_text(translation_unit(source, kernel_name))
+        cmd = [cxx, *flags, f"-I{HEADER_DIR}", "-x", "c++", str(unit), "-o", str(out)]
+        env = dict(os.environ, LC_ALL="C")
+        _compiler_invocations += 1
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise EmulatorError(_format_compile_error(kernel_name, source, proc.stderr))
+
+
+def _compile_to_cache(
+    source: str, kernel_name: str, flags: tuple[str, ...], cxx: str, key: str
+) -> Path:
+    directory = cache_dir()
+    if directory is None:  # disk cache off: a private folder, for this process only
+        directory = Path(tempfile.mkdtemp(prefix="kfuse-emu-"))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        hit = _cached_library(directory, key)
+        if hit is not None:
+            return hit
+        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
+        os.close(fd)
+    except OSError as e:
+        warnings.warn(
+            f"kfuse.emulator: cache directory {directory} is not usable ({e}); "
+            "compiling into a temporary directory",
+            stacklevel=3,
+        )
+        directory = Path(tempfile.mkdtemp(prefix="kfuse-emu-cache-"))
+        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
+        os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _run_compiler(source, kernel_name, flags, cxx, tmp)
+        lib = directory / f"{key}.so"
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _write_atomically(directory / f"{key}.sha256", _digest(lib).encode())
+    return lib
+
+
+def _load(path: Path) -> CompiledKernel:
+    library = ctypes.CDLL(str(path))
+    count = library.kf_emu_param_count()
+    sizes = (ctypes.c_longlong * max(count, 1))()
+    library.kf_emu_param_sizes(sizes)
+    launch = library.kf_emu_launch
+    launch.restype = ctypes.c_int
+    launch.argtypes = [
+        ctypes.POINTER(ctypes.c_uint),
+        ctypes.POINTER(ctypes.c_uint),
+        ctypes.c_ulonglong,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_int,
+        ctypes.c_longlong,
+        ctypes.c_longlong,
+        ctypes.c_double,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.POINTER(ctypes.c_ulonglong),
+    ]
+    uses_fibers = any(
+        hasattr(library, marker)
+        for marker in ("kf_emu_uses_fibers_barrier", "kf_emu_uses_fibers_warp")
+    )
+    return CompiledKernel(library, path, tuple(sizes[i] for i in range(count)), uses_fibers)
+
+
+def load_kernel(source: str, kernel_name: str, extra_flags: tuple[str, ...] = ()) -> CompiledKernel:
+    """Compile (or fetch from the caches) the emulated kernel `kernel_name` of `source`."""
+    if not re.fullmatch(r"[A-Za-z_]\w*", kernel_name):
+        raise EmulatorError(f"kernel name {kernel_name!r} is not a C identifier")
+    if not re.search(rf"\b{kernel_name}\s*\(", source):
+        raise EmulatorError(f"kernel {kernel_name!r} is not defined in the given source")
+    cxx = _compiler()
+    flags = CXX_FLAGS + tuple(extra_flags)
+    with _cache_lock:
+        key = _cache_key(source, kernel_name, flags, cxx)
+        hit = _memory_cache.get(key)
+        if hit is None:
+            hit = _load(_compile_to_cache(source, kernel_name, flags, cxx, key))
+            _memory_cache[key] = hit
+        return hit
