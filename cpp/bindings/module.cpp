@@ -1,0 +1,10 @@
+// bindings/module.cpp: the kfuse._C extension; registers each binding area in order.
+#include "bindings.h"
+
+NB_MODULE(_C, m) {
+    m.doc() = "kfuse's C++ core: lazy CUDA driver and NVRTC access, params, kernel launch. "
+              "Importing it loads no CUDA library.";
+    kfuse::bindings::register_errors(m);
+    kfuse::bindings::register_params(m);
+    kfuse::bindings::register_runtime(m);
+}

@@ -1,0 +1,25 @@
+"""kfuse: a Python-driven fusion compiler for NVIDIA GPUs.
+
+Importing kfuse loads no CUDA library and creates no CUDA state: the driver and NVRTC are
+loaded the first time something needs them.
+"""
+
+from kfuse import _C
+from kfuse._C import CompileParams, HeuristicParams, LaunchParams, PointwiseParams, ReductionParams
+from kfuse.errors import (
+    CompileError,
+    CudaError,
+    DefinitionError,
+    EmulatorError,
+    InputError,
+    KfuseError,
+    ProfilerError,
+    SchedulerError,
+)
+from kfuse.kernel_executor import KernelExecutor
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse import schedule
+from kfuse.schedule import SchedulerType
+
+__version__ = "0.1.0"

@@ -1,0 +1,43 @@
+"""kfuse's exceptions: one hierarchy rooted at :class:`KfuseError`.
+
+``CudaError`` and ``CompileError`` are defined by the C++ extension (it raises them) and are
+re-exported here; ``kfuse.errors.CudaError is kfuse._C.CudaError``.
+"""
+
+from kfuse import _C
+from kfuse._errors_base import KfuseError
+
+CudaError = _C.CudaError
+CompileError = _C.CompileError
+
+
+class DefinitionError(KfuseError):
+    """An invalid fusion definition, raised where it is defined (names the op and operand)."""
+
+
+class InputError(KfuseError):
+    """Inputs that do not match the definition (dtype, rank, device, framework mix)."""
+
+
+class SchedulerError(KfuseError):
+    """No scheduler accepts a fusion segment; carries each scheduler's rejection reason."""
+
+
+class ProfilerError(KfuseError):
+    """The profiler (CUPTI) could not be used or reported an error."""
+
+
+class EmulatorError(KfuseError):
+    """The host emulator could not build or run generated CUDA source."""
+
+
+__all__ = [
+    "KfuseError",
+    "DefinitionError",
+    "InputError",
+    "SchedulerError",
+    "CompileError",
+    "CudaError",
+    "ProfilerError",
+    "EmulatorError",
+]

@@ -1,0 +1,62 @@
+"""The one module that reads kfuse's environment variables (``KFUSE_*``).
+
+Everything else asks :func:`get`, which reads the environment on every call (cheap), so a
+test or a long-running process sees changes. To add a knob: add a field to :class:`Knobs`,
+read it in :meth:`Knobs.from_environ`, and describe it in :data:`ENVIRONMENT_VARIABLES` and
+the README's table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Every variable kfuse reads, with what it does (shown by ``python -m kfuse info``).
+ENVIRONMENT_VARIABLES: dict[str, str] = {
+    "KFUSE_CUDA_LIBRARY": "path of the libcuda.so.1 to load (default: the dynamic linker's)",
+    "KFUSE_NVRTC_LIBRARY": "path of the libnvrtc.so to load (default: found by cuda.pathfinder)",
+    "KFUSE_DEVICE": "'emulator' forces the host emulator (inputs must be host arrays)",
+    "KFUSE_EMULATOR_PROFILE": "device the emulator pretends to be: h100 (default), h200, a100",
+    "KFUSE_CACHE_DIR": "folder of the on-disk kernel caches (default ~/.cache/kfuse; 'off' "
+                       "disables them)",
+}
+
+
+def _path(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """A snapshot of kfuse's settings from the environment."""
+
+    cuda_library: str | None = None
+    """``KFUSE_CUDA_LIBRARY``: the CUDA driver library to dlopen instead of libcuda.so.1."""
+    nvrtc_library: str | None = None
+    """``KFUSE_NVRTC_LIBRARY``: the NVRTC library to dlopen instead of cuda.pathfinder's."""
+
+    device: str | None = None
+    """``KFUSE_DEVICE``: ``emulator`` runs every fusion through the host emulator."""
+    emulator_profile: str = "h100"
+    """``KFUSE_EMULATOR_PROFILE``: the named DeviceDescription the emulator's heuristics use."""
+    cache_dir: str | None = None
+    """``KFUSE_CACHE_DIR``: where compiled kernels are cached on disk (``off``: nowhere)."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Knobs:
+        """Read every knob from ``environ`` (default: ``os.environ``)."""
+        env = os.environ if environ is None else environ
+        return cls(
+            cuda_library=_path(env, "KFUSE_CUDA_LIBRARY"),
+            nvrtc_library=_path(env, "KFUSE_NVRTC_LIBRARY"),
+            device=(_path(env, "KFUSE_DEVICE") or "").lower() or None,
+            emulator_profile=(_path(env, "KFUSE_EMULATOR_PROFILE") or "h100").lower(),
+            cache_dir=env.get("KFUSE_CACHE_DIR", "").strip() or None,
+        )
+
+
+def get() -> Knobs:
+    """The knobs as the environment sets them now."""
+    return Knobs.from_environ()
