@@ -50,6 +50,13 @@ class FusionExecution:
         return self._executor().execute(list(inputs), stream=stream, device=device,
                                         params=heuristic_params)
 
+    def segments(self, inputs: Any, *, device: int | None = None) -> list[Any]:
+        """How execute would run the fusion on `inputs`: a list of Segment descriptions
+        (scheduler, inputs and outputs by name, exprs, and why the fusion was split), in
+        execution order; one Segment when a single scheduler takes the whole fusion.
+        Nothing is compiled; a segmentation is cached for the inputs' signature."""
+        return self._executor().segments(list(inputs), device=device)
+
     def last_cuda_source(self) -> str | None:
         """The generated CUDA source of the kernel(s) the last execute ran."""
         if self._executor_cache is None:

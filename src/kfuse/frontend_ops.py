@@ -126,6 +126,23 @@ class Ops:
         v = self._b.tensor(x, "shape")
         return [self._b.size(v, i) for i in range(v.ndim)]
 
+    # ---- library ops (run by the expr_eval scheduler, never generated) ----
+    def matmul(self, a: Any, b: Any) -> TensorView:
+        """a @ b with torch.matmul semantics for operands of rank >= 2: [..., n, k] @
+        [..., k, m] -> [..., n, m], batch axes broadcast. Floating operands; the result keeps
+        their (promoted) dtype, so BFloat16 stays BFloat16."""
+        self._fd.check_open("matmul")
+        from kfuse.ir.library_ops import build_matmul
+
+        return build_matmul(self._b, a, b)
+
+    def linear(self, x: Any, weight: Any, bias: Any = None) -> TensorView:
+        """torch.nn.functional.linear: x [..., k] @ weight[m, k].T + bias[m] (bias optional)."""
+        self._fd.check_open("linear")
+        from kfuse.ir.library_ops import build_linear
+
+        return build_linear(self._b, x, weight, bias)
+
     # ---- reductions ----
     def _reduce(self, op: str, x: Any, dims: Any, keepdim: bool, dtype: Any) -> TensorView:
         self._fd.check_open(op)

@@ -32,6 +32,8 @@ from kfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    LinearOp,
+    MatmulOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
@@ -143,6 +145,8 @@ class _Evaluator:
             self.env[out] = self.store(red, out.dtype)
         elif isinstance(expr, WelfordOp):
             self.welford(expr)
+        elif isinstance(expr, (MatmulOp, LinearOp)):
+            self.env[out] = self.store(self.library(expr), out.dtype)
         else:
             self.env[out] = self.shape_op(expr)
 
@@ -175,6 +179,14 @@ class _Evaluator:
         if op == "sign" and compute is DataType.Bool:
             return args[0]
         return _apply(self.be, op, args, compute)
+
+    def library(self, expr: Expr) -> Any:
+        """matmul / linear in the output's compute storage (float64 when golden)."""
+        args = [self.operand(v, expr.outputs[0].dtype) for v in expr.inputs]
+        if isinstance(expr, MatmulOp):
+            return self.be.matmul(args[0], args[1])
+        y = self.be.matmul(args[0], self.be.permute(args[1], (1, 0)))
+        return y + args[2] if len(args) == 3 else y
 
     def welford(self, expr: WelfordOp) -> None:
         be = self.be

@@ -93,6 +93,10 @@ class NumpyLikeBackend:
     def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
         return self.xp.expand_dims(a, axes) if axes else a
 
+    def matmul(self, a: Any, b: Any) -> Any:
+        """xp.matmul (torch.matmul for torch): batch axes broadcast."""
+        return self.xp.matmul(a, b)
+
     def broadcast_to(self, a: Any, shape: tuple[int, ...]) -> Any:
         return self.xp.broadcast_to(a, shape)
 

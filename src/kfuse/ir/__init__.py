@@ -6,12 +6,15 @@ schedulers and the code generator.
 
 from kfuse.ir.exprs import (
                             EXPR_CLASSES,
+                            LIBRARY_EXPRS,
                             POINTWISE_EXPRS,
                             BinaryOp,
                             BroadcastOp,
                             CastOp,
                             ExpandOp,
                             Expr,
+                            LinearOp,
+                            MatmulOp,
                             PermuteOp,
                             ReductionOp,
                             ReshapeOp,
@@ -28,5 +31,6 @@ from kfuse.ir.values import Axis, Scalar, TensorView, Val
 __all__ = [
     "Axis", "Val", "TensorView", "Scalar", "Expr", "UnaryOp", "BinaryOp", "TernaryOp",
     "CastOp", "BroadcastOp", "ExpandOp", "SqueezeOp", "PermuteOp", "ReshapeOp", "ReductionOp",
-    "WelfordOp", "SizeOp", "EXPR_CLASSES", "POINTWISE_EXPRS", "Fusion", "OPS", "OpInfo",
+    "WelfordOp", "SizeOp", "MatmulOp", "LinearOp", "LIBRARY_EXPRS", "EXPR_CLASSES",
+    "POINTWISE_EXPRS", "Fusion", "OPS", "OpInfo",
 ]

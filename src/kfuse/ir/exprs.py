@@ -190,11 +190,39 @@ class SizeOp(Expr):
     ATTRS: ClassVar[tuple[str, ...]] = ("dim",)
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class MatmulOp(Expr):
+    """out = a @ b with torch.matmul semantics for operands of rank >= 2: a [..., n, k],
+    b [..., k, m] -> [batch..., n, m], the batch axes right-aligned and broadcast. Both
+    operands and the output have one floating dtype. Run by a library (expr_eval), never
+    generated."""
+
+    ATTRS: ClassVar[tuple[str, ...]] = ()
+
+    def _math(self) -> str:
+        a, b = (_operand(v) for v in self.inputs)
+        return f"matmul({a}, {b})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class LinearOp(Expr):
+    """out = x @ w.T (+ bias), torch.nn.functional.linear: x [..., k], w [m, k], bias [m]
+    (optional, the third input) -> [..., m]. One floating dtype throughout. Run by a library
+    (expr_eval), never generated."""
+
+    ATTRS: ClassVar[tuple[str, ...]] = ()
+
+    def _math(self) -> str:
+        return f"linear({', '.join(_operand(v) for v in self.inputs)})"
+
+
 EXPR_CLASSES: tuple[type[Expr], ...] = (
     UnaryOp, BinaryOp, TernaryOp, CastOp, BroadcastOp, ExpandOp, SqueezeOp, PermuteOp,
-    ReshapeOp, ReductionOp, WelfordOp, SizeOp,
+    ReshapeOp, ReductionOp, WelfordOp, SizeOp, MatmulOp, LinearOp,
 )
 POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+LIBRARY_EXPRS = (MatmulOp, LinearOp)
+"""Exprs kfuse does not generate code for: they run through the inputs' framework library."""
 
 
 def is_tensor_expr(expr: Expr) -> bool:

@@ -11,6 +11,8 @@ from kfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    LinearOp,
+    MatmulOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
@@ -79,6 +81,10 @@ def _call(expr: Expr) -> str:
         return f"fd.ops.welford({a[0]}, dims={list(expr.dims)})"
     if isinstance(expr, SizeOp):
         return f"fd.ops.size({a[0]}, dim={expr.dim})"
+    if isinstance(expr, MatmulOp):
+        return f"fd.ops.matmul({a[0]}, {a[1]})"
+    if isinstance(expr, LinearOp):
+        return f"fd.ops.linear({', '.join(a)})"
     raise TypeError(f"no printer for {type(expr).__name__}")  # pragma: no cover
 
 

@@ -12,6 +12,8 @@ from kfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    LinearOp,
+    MatmulOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
@@ -120,6 +122,11 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         for o in expr.outputs:
             shapes[o] = tuple(shape[i] for i in keep)
             origins[o] = [orig[i] for i in keep]
+    elif isinstance(expr, (MatmulOp, LinearOp)):
+        from kfuse.ir.library_ops import infer_library_shape
+
+        shapes[out] = infer_library_shape(expr, shapes)
+        origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
     else:  # pragma: no cover - every Expr class is handled above
         raise InputError(f"shape inference does not know {type(expr).__name__}")
 

@@ -30,11 +30,24 @@ def _fusion_of(fusion_or_fd: Any) -> Fusion:
 
 
 def rejection_reason(scheduler: Any, fusion: Fusion, info: RuntimeInfo | None) -> str | None:
-    """None when `scheduler` accepts, else "Scheduler <name> rejected: <cause>"."""
+    """None when `scheduler` accepts, else "Scheduler <name> rejected: <cause>".
+
+    Library ops (matmul, linear) are rejected here for every kernel-generating scheduler, so
+    no kernel planner ever has to walk them.
+    """
+    from kfuse.codegen.domain import UnsupportedExpr
+    from kfuse.schedule.expr_eval import describe_library_expr, library_expr
+
+    name = scheduler.scheduler_type.value
+    if scheduler.scheduler_type not in (SchedulerType.expr_eval, SchedulerType.no_op):
+        lib = library_expr(fusion)
+        if lib is not None:
+            return (f"Scheduler {name} rejected: fusion has {describe_library_expr(lib)}, "
+                    "which runs through a library (expr_eval), not generated code")
     try:
         scheduler.check(fusion, info)
-    except Rejection as exc:
-        return f"Scheduler {scheduler.scheduler_type.value} rejected: {exc}"
+    except (Rejection, UnsupportedExpr) as exc:
+        return f"Scheduler {name} rejected: {exc}"
     return None
 
 

@@ -23,6 +23,8 @@ from kfuse.ir.exprs import (
     BroadcastOp,
     CastOp,
     ExpandOp,
+    LinearOp,
+    MatmulOp,
     PermuteOp,
     ReductionOp,
     SizeOp,
@@ -104,7 +106,36 @@ class _AxisClasses:
             for j, p in enumerate(e.perm):
                 if self._get(src, p) is not None:
                     self.axis[(id(out), j)] = self._get(src, p)
+        elif isinstance(e, (MatmulOp, LinearOp)):
+            self._library(e)
         # ReshapeOp: fresh extents; shape inference checks the element count.
+
+    def _library(self, e: Any) -> None:
+        """matmul / linear: the contracted axes meet; the output takes the free axes."""
+        a, b = e.inputs[0], e.inputs[1]
+        out = e.outputs[0]
+        if isinstance(e, MatmulOp):
+            pairs = [(a, a.ndim - 1, b, b.ndim - 2)]
+            free = [(a, a.ndim - 2, out.ndim - 2), (b, b.ndim - 1, out.ndim - 1)]
+            for t in (a, b):  # batch axes, right-aligned
+                for j in range(t.ndim - 2):
+                    free.append((t, j, out.ndim - t.ndim + j))
+        else:
+            pairs = [(a, a.ndim - 1, b, 1)]
+            if len(e.inputs) == 3:
+                pairs.append((e.inputs[2], 0, b, 0))
+            free = [(b, 0, out.ndim - 1)] + [(a, j, j) for j in range(a.ndim - 1)]
+        for t1, i1, t2, i2 in pairs:
+            k1, k2 = self._get(t1, i1), self._get(t2, i2)
+            if k1 is not None and k2 is not None:
+                self.union(k1, k2)
+        for t, i, j in free:
+            k = self._get(t, i)
+            if k is not None:
+                if self._get(out, j) is not None:
+                    self.union(k, self._get(out, j))
+                else:
+                    self.axis[(id(out), j)] = k
 
     def _scalar(self, s: Scalar) -> Any:
         if s.is_constant:

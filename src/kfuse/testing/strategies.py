@@ -24,7 +24,8 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView, Val
 
-KINDS = frozenset({"pointwise", "reduction", "normalization", "multi_reduction"})
+KINDS = frozenset({"pointwise", "reduction", "normalization", "multi_reduction",
+                   "multi_segment"})
 DEFAULT_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16, DataType.Double,
                   DataType.Int32, DataType.Int, DataType.Bool)
 _NARROW = (DataType.Half, DataType.BFloat16)
@@ -278,6 +279,9 @@ def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tu
             gen.scalars.append(fd.define_scalar(dtype=draw(st.sampled_from(
                 [DataType.Double, DataType.Int]))))
         n_ops = draw(st.integers(1, max_ops))
+        if kind == "multi_segment":
+            _multi_segment(draw, fd, gen, n_ops, max_outputs)
+            return fd
         if kind == "reduction":
             n_red = 1
         elif kind == "multi_reduction":
@@ -296,6 +300,56 @@ def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tu
                 gen.pointwise_step()
         _add_outputs(draw, fd, gen, max_outputs)
     return fd
+
+
+def _multi_segment(draw: Any, fd: FusionDefinition, gen: _Gen, n_ops: int,
+                   max_outputs: int) -> None:
+    """A fusion no single scheduler takes (for most inputs): two reductions over different
+    axes, outputs of unrelated shapes, or a matmul with pointwise work around it."""
+    patterns = ["unrelated_outputs", "matmul"]
+    if gen.rank >= 2:
+        patterns.append("two_reductions")
+    pattern = draw(st.sampled_from(patterns))
+    o = fd.ops
+    if pattern == "two_reductions":
+        for _ in range(draw(st.integers(0, n_ops))):
+            gen.pointwise_step()
+        e = gen.pick(full=True, floating=True)
+        op1, op2 = draw(st.sampled_from(["sum", "max", "mean"])), \
+            draw(st.sampled_from(["sum", "max", "min", "mean"]))
+        r1 = getattr(o, op1)(e.val, [draw(st.integers(0, e.val.ndim - 1))])
+        r2 = getattr(o, op2)(r1, [draw(st.integers(0, r1.ndim - 1))])
+        grow = 1100.0 if op1 == "sum" else 1.0
+        grow *= 1100.0 if op2 == "sum" else 1.0
+        last = _Entry(r2, False, e.bound * grow + 3.0)
+        gen.results.append(last)
+        gen.required.append(last)
+        if draw(st.booleans()):
+            gen.results.append(_Entry(r1, False, e.bound * 1100.0 + 3.0))
+        _add_outputs(draw, fd, gen, max_outputs)
+        return
+    # Library results are not exact: keep them away from discontinuous ops.
+    ops = gen.ops if pattern != "matmul" else \
+        tuple(op for op in gen.ops if op not in _EXACT_ONLY and op != "where") or ("add",)
+    other = _Gen(draw, fd, draw(st.integers(1, gen.rank)), gen.dtypes, ops)
+    other.scalars = gen.scalars
+    if pattern == "matmul":
+        dt = draw(st.sampled_from([DataType.Float, DataType.Double]))
+        x = fd.define_tensor(shape=[-1] * draw(st.integers(2, 3)), dtype=dt)
+        w = fd.define_tensor(shape=[-1, -1], dtype=dt)
+        if draw(st.booleans()):
+            y = o.matmul(x, w)
+        else:
+            y = o.linear(x, w, fd.define_tensor(shape=[-1], dtype=dt)
+                         if draw(st.booleans()) else None)
+        other.rank = y.ndim
+        other.pool.append(_Entry(y, False, 4.0 * 1100.0))
+    else:
+        other.add_input(other.rank, True, draw(st.sampled_from(gen.dtypes)))
+    for _ in range(n_ops):
+        (gen if draw(st.booleans()) else other).pointwise_step()
+    _add_outputs(draw, fd, gen, max(1, max_outputs - 1))
+    _add_outputs(draw, fd, other, 1)
 
 
 def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -> None:
@@ -337,11 +391,14 @@ def fusions(*, max_inputs: int = 3, max_ops: int = 8, max_rank: int = 3,
     max_inputs: tensor inputs (>= 1; layer/rms norm may add weight and bias inputs).
     max_ops: pointwise ops per fusion (composites count as one). max_rank: rank of the
     largest input. dtypes: input dtypes to draw from (narrow dtypes also used for output
-    casts). kinds: subset of {"pointwise", "reduction", "normalization", "multi_reduction"};
-    "pointwise" fusions contain no ReductionOp/WelfordOp. ops: pointwise op names from
-    kfuse.ir.ops.OPS to use (default all). allow_scalars: sometimes add a symbolic scalar
-    input. max_outputs: outputs chosen per fusion (a reduction or normalization result that
-    no chosen output uses is added as an output too, so it is never pruned).
+    casts). kinds: subset of {"pointwise", "reduction", "normalization", "multi_reduction",
+    "multi_segment"}; "pointwise" fusions contain no ReductionOp/WelfordOp; "multi_segment"
+    fusions need several segments for most inputs (two reductions over different axes,
+    outputs of unrelated shapes, or a matmul/linear with pointwise work after it).
+    ops: pointwise op names from kfuse.ir.ops.OPS to use (default all). allow_scalars:
+    sometimes add a symbolic scalar input. max_outputs: outputs chosen per fusion (a
+    reduction or normalization result that no chosen output uses is added as an output too,
+    so it is never pruned).
     """
     kinds = frozenset(kinds)
     if not kinds or not kinds <= KINDS:

@@ -1,0 +1,183 @@
+"""The expr_eval scheduler: fusions of ops kfuse does not generate code for.
+
+matmul and linear run through the inputs' framework library (torch.matmul /
+torch.nn.functional.linear, cupy.matmul, numpy.matmul) on the caller's stream; reshape runs as
+the framework's reshape (a copy). Casts may sit between them. Everything else (pointwise work,
+reductions) belongs to generated segments, which the segmenter splits off around these ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from kfuse.dtypes import DataType
+from kfuse.ir.exprs import LIBRARY_EXPRS, CastOp, Expr, LinearOp, MatmulOp, ReshapeOp
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import TensorView
+from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.types import Rejection, SchedulerType
+
+EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp)
+"""Exprs this scheduler exists for; CastOps are accepted alongside them."""
+
+
+def library_expr(fusion: Fusion) -> Expr | None:
+    """The first expr of `fusion` that only a library runs (None when there is none)."""
+    return next((e for e in fusion.exprs if isinstance(e, LIBRARY_EXPRS)), None)
+
+
+def describe_library_expr(expr: Expr) -> str:
+    """"a matmul (T3)" for rejection messages."""
+    kind = "matmul" if isinstance(expr, MatmulOp) else "linear"
+    return f"a {kind} ({expr.outputs[0].name})"
+
+
+class ExprEvalScheduler:
+    """Runs matmul / linear / reshape (and casts) through the inputs' framework."""
+
+    scheduler_type = SchedulerType.expr_eval
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        tensor_exprs = [e for e in fusion.exprs if isinstance(e.outputs[0], TensorView)]
+        if not any(isinstance(e, EVALUATED_EXPRS) for e in tensor_exprs):
+            raise Rejection("fusion has no op that runs through a library (matmul, linear, "
+                            "reshape)")
+        for e in tensor_exprs:
+            if not isinstance(e, (*EVALUATED_EXPRS, CastOp)):
+                raise Rejection(f"{e.outputs[0].name} = {e._math()} is generated work; "
+                                "expr_eval takes only library ops (matmul, linear, reshape) "
+                                "and casts")
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import HeuristicParams
+
+        return HeuristicParams("expr_eval")
+
+    def runner(self, fusion: Fusion, info: RuntimeInfo, params: Any
+               ) -> Callable[[RuntimeInfo, int | None], list[Any]]:
+        """The callable the executor runs instead of kernel launches."""
+        return lambda call_info, stream: run_expr_eval(fusion, call_info, stream)
+
+
+def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
+    """Evaluate the fusion's exprs with the framework of the inputs; new output arrays."""
+    ops = _FRAMEWORK_OPS[info.framework]()
+    env: dict[int, Any] = {id(v): a for v, a in zip(fusion.inputs, info.inputs, strict=True)}
+    fresh: set[int] = set()
+    with ops.on_stream(info.device_index, stream):
+        for expr in fusion.exprs:
+            out = expr.outputs[0]
+            if not isinstance(out, TensorView):
+                continue  # scalar values are in info.extents
+            args = [env[id(v)] for v in expr.inputs if isinstance(v, TensorView)]
+            if isinstance(expr, MatmulOp):
+                env[id(out)] = ops.matmul(args[0], args[1], out.dtype)
+            elif isinstance(expr, LinearOp):
+                env[id(out)] = ops.linear(args, out.dtype)
+            elif isinstance(expr, CastOp):
+                env[id(out)] = ops.cast(args[0], out.dtype)
+            else:
+                env[id(out)] = ops.reshape(args[0], info.shape(out))
+            if isinstance(expr, LIBRARY_EXPRS):
+                fresh.add(id(out))
+        results = []
+        seen: set[int] = set()
+        for out in fusion.outputs:
+            value = env[id(out)]
+            # Outputs are new arrays: copy views of inputs and repeated outputs.
+            results.append(value if id(out) in fresh and id(out) not in seen
+                           else ops.copy(value))
+            seen.add(id(out))
+    return results
+
+
+class _TorchOps:
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+
+    def on_stream(self, device: int, stream: int | None) -> Any:
+        if device < 0 or stream is None:
+            return contextlib.nullcontext()
+        t = self.torch
+        return t.cuda.stream(t.cuda.ExternalStream(stream, device=t.device("cuda", device)))
+
+    def matmul(self, a: Any, b: Any, dtype: DataType) -> Any:
+        return self.torch.matmul(a, b)
+
+    def linear(self, args: list[Any], dtype: DataType) -> Any:
+        return self.torch.nn.functional.linear(*args)
+
+    def cast(self, a: Any, dtype: DataType) -> Any:
+        from kfuse.dtypes import to_torch_dtype
+
+        return a.to(to_torch_dtype(dtype))
+
+    def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
+        return a.reshape(shape)
+
+    def copy(self, a: Any) -> Any:
+        return a.clone(memory_format=self.torch.contiguous_format)
+
+
+class _NumpyLikeOps:
+    """NumPy and CuPy. NumPy BFloat16 is float32 storage of bf16 values (kfuse.dtypes), and
+    Half/BFloat16 products are accumulated in float32, as a GPU library does."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+
+    def on_stream(self, device: int, stream: int | None) -> Any:
+        if device < 0 or stream is None:
+            return contextlib.nullcontext()
+        return self.xp.cuda.ExternalStream(stream)
+
+    def _finish(self, value: Any, dtype: DataType) -> Any:
+        if dtype is DataType.BFloat16:
+            from kfuse.dtypes import round_to_bfloat16
+
+            return round_to_bfloat16(value.astype(self.xp.float32))
+        from kfuse.dtypes import to_numpy_dtype
+
+        return value.astype(to_numpy_dtype(dtype), copy=False)
+
+    def _wide(self, a: Any, dtype: DataType) -> Any:
+        return a.astype(self.xp.float32) if dtype in (DataType.Half, DataType.BFloat16) else a
+
+    def matmul(self, a: Any, b: Any, dtype: DataType) -> Any:
+        return self._finish(self.xp.matmul(self._wide(a, dtype), self._wide(b, dtype)), dtype)
+
+    def linear(self, args: list[Any], dtype: DataType) -> Any:
+        x, w = self._wide(args[0], dtype), self._wide(args[1], dtype)
+        y = self.xp.matmul(x, w.T)
+        if len(args) == 3:
+            y = y + self._wide(args[2], dtype)
+        return self._finish(y, dtype)
+
+    def cast(self, a: Any, dtype: DataType) -> Any:
+        return self._finish(a, dtype)
+
+    def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
+        return self.xp.reshape(a, shape)
+
+    def copy(self, a: Any) -> Any:
+        return self.xp.array(a, copy=True, order="C")
+
+
+def _numpy_ops() -> _NumpyLikeOps:
+    import numpy
+
+    return _NumpyLikeOps(numpy)
+
+
+def _cupy_ops() -> _NumpyLikeOps:
+    import cupy
+
+    return _NumpyLikeOps(cupy)
+
+
+_FRAMEWORK_OPS: dict[str, Callable[[], Any]] = {"torch": _TorchOps, "numpy": _numpy_ops,
+                                                "cupy": _cupy_ops}

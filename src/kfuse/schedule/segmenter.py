@@ -1,0 +1,303 @@
+"""The segmenter: split a fusion that no single scheduler takes into the fewest segments it
+can find that each have an accepting scheduler.
+
+Every tensor-producing expr starts as its own group (scalar exprs and SizeOps are no groups:
+their values come from the parent's shape inference on the host and reach the segments as
+scalar inputs). Pairs of groups are then merged, in a fixed order, while the merged group's
+sub-fusion is accepted by some scheduler for the actual inputs and the group graph stays
+acyclic: producer -> consumer pairs first, then groups sharing an input, then any pair.
+Each merge restarts the scan, so the result does not depend on dict or set ordering.
+
+A segment is a Fusion of its own (cloned exprs; inputs are the fusion inputs it reads, the
+intermediates other segments produce and every non-constant Scalar it uses; outputs are the
+values used outside it or that are fusion outputs), so it runs through an ordinary
+FusionExecutorCache. Fusion outputs that are fusion inputs unchanged are copied by the
+framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kfuse.arrays import ArrayLayout
+from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
+from kfuse.ir.exprs import ExpandOp, Expr, ReshapeOp, is_tensor_expr
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.types import SchedulerType
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A readable description of one segment (what fd.segments returns).
+
+    index: position in execution order. scheduler: the SchedulerType that takes it.
+    inputs / outputs: names of the values in the parent fusion. exprs: the parent's exprs it
+    computes, printed. reason: why the fusion was split (the whole fusion's rejections), or
+    why this segment exists. fusion: the segment's own Fusion (None for copies).
+    """
+
+    index: int
+    scheduler: SchedulerType
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    exprs: tuple[str, ...]
+    reason: str
+    fusion: Fusion | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        n = len(self.exprs)
+        what = f"{n} expr{'s' if n != 1 else ''}" if n else "copy"
+        return (f"Segment({self.index}, {self.scheduler.value}: "
+                f"{', '.join(self.inputs) or '-'} -> {', '.join(self.outputs)}, {what})")
+
+
+@dataclass
+class SegmentPlan:
+    """One segment as the executor runs it: `fusion` with `inputs`/`outputs` (parent Vals,
+    in the order of fusion.inputs / fusion.outputs)."""
+
+    scheduler: SchedulerType
+    fusion: Fusion
+    exprs: tuple[Expr, ...]
+    inputs: tuple[Val, ...]
+    outputs: tuple[TensorView, ...]
+
+
+@dataclass
+class SegmentedFusion:
+    """A fusion split into segments, in dependency order."""
+
+    fusion: Fusion
+    plans: list[SegmentPlan]
+    copies: list[TensorView]  # fusion outputs that are fusion inputs unchanged
+    reason: str
+
+    def describe(self) -> list[Segment]:
+        """The segments as Segment descriptions (copies last)."""
+        out = []
+        for i, p in enumerate(self.plans):
+            out.append(Segment(i, p.scheduler, tuple(v.name for v in p.inputs),
+                               tuple(v.name for v in p.outputs), tuple(str(e) for e in p.exprs),
+                               self.reason, p.fusion))
+        for v in self.copies:
+            out.append(Segment(len(out), SchedulerType.expr_eval, (v.name,), (v.name,), (),
+                               f"output {v.name} is input {v.name} unchanged: copied by the "
+                               "framework"))
+        return out
+
+
+def segment_fusion(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedFusion:
+    """Split `fusion` for the call `info` describes; `reason` says why it was split.
+
+    Raises SchedulerError when an expr on its own has no scheduler.
+    """
+    return _Segmenter(fusion, info).run(reason)
+
+
+class _Segmenter:
+    def __init__(self, fusion: Fusion, info: RuntimeInfo) -> None:
+        self.fusion = fusion
+        self.info = info
+        self.exprs = [e for e in fusion.exprs if is_tensor_expr(e)]
+        producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
+        self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer})
+                     for e in self.exprs]
+        self.input_ids = [frozenset(id(v) for v in e.inputs if isinstance(v, TensorView))
+                          for e in self.exprs]
+        self.output_ids = {id(v) for v in fusion.outputs}
+        self._accepted: dict[frozenset[int], tuple[SchedulerType | None, str]] = {}
+
+    # ---- the search ----
+    def run(self, reason: str) -> SegmentedFusion:
+        groups = [frozenset([i]) for i in range(len(self.exprs))]
+        for g in groups:
+            scheduler, why = self.accept(g)
+            if scheduler is None:
+                raise SchedulerError(f"{str(self.exprs[min(g)])}: no scheduler takes this "
+                                     f"expr even on its own:\n  {why}")
+        while True:
+            pair = self._next_merge(groups)
+            if pair is None:
+                break
+            a, b = pair
+            groups = [g for g in groups if g is not a and g is not b] + [a | b]
+        ordered = self._topological(groups)
+        plans = [self._plan(g) for g in ordered]
+        produced = {id(o) for e in self.exprs for o in e.outputs}
+        copies = [v for v in self.fusion.outputs if id(v) not in produced]
+        return SegmentedFusion(self.fusion, plans, list(dict.fromkeys(copies)), reason)
+
+    def _next_merge(self, groups: list[frozenset[int]]) -> tuple | None:
+        groups = sorted(groups, key=min)
+        owner = {i: g for g in groups for i in g}
+        succ: dict[frozenset[int], set[frozenset[int]]] = {g: set() for g in groups}
+        for g in groups:
+            for i in g:
+                for d in self.deps[i]:
+                    if owner[d] is not g:
+                        succ[owner[d]].add(g)
+        edges = [(a, b) for a in groups for b in groups if b in succ[a]]
+        unlinked = [(a, b) for ai, a in enumerate(groups) for b in groups[ai + 1:]
+                    if b not in succ[a] and a not in succ[b]]
+        siblings = [p for p in unlinked if self._share_input(*p)]
+        others = [p for p in unlinked if not self._share_input(*p)]
+        for a, b in edges + siblings + others:
+            if self._keeps_acyclic(a, b, succ) and self.accept(a | b)[0] is not None:
+                return a, b
+        return None
+
+    def _share_input(self, a: frozenset[int], b: frozenset[int]) -> bool:
+        ins_a = frozenset().union(*(self.input_ids[i] for i in a))
+        return any(ins_a & self.input_ids[i] for i in b)
+
+    @staticmethod
+    def _keeps_acyclic(a: frozenset[int], b: frozenset[int],
+                       succ: dict[frozenset[int], set[frozenset[int]]]) -> bool:
+        """No path between a and b through a third group (it would become a cycle)."""
+        for src, dst in ((a, b), (b, a)):
+            stack = [g for g in succ[src] if g is not dst]
+            seen: set[int] = set()
+            while stack:
+                g = stack.pop()
+                if g is dst:
+                    return False
+                if id(g) in seen:
+                    continue
+                seen.add(id(g))
+                stack.extend(succ[g])
+        return True
+
+    def _topological(self, groups: list[frozenset[int]]) -> list[frozenset[int]]:
+        owner = {i: g for g in groups for i in g}
+        preds = {g: {owner[d] for i in g for d in self.deps[i]} - {g} for g in groups}
+        done: list[frozenset[int]] = []
+        left = sorted(groups, key=min)
+        while left:
+            g = next(g for g in left if preds[g] <= set(done))
+            done.append(g)
+            left.remove(g)
+        return done
+
+    # ---- acceptance ----
+    def accept(self, members: frozenset[int]) -> tuple[SchedulerType | None, str]:
+        """The first scheduler that takes the group's sub-fusion (cached per group)."""
+        if members not in self._accepted:
+            from kfuse.schedule import rejection_reason
+            from kfuse.schedule.registry import SCHEDULERS
+
+            plan = self._plan(members, scheduler=SchedulerType.none)
+            info = synthetic_info(plan, self.info)
+            reasons = []
+            result: tuple[SchedulerType | None, str] = (None, "")
+            for s in SCHEDULERS:
+                why = rejection_reason(s, plan.fusion, info)
+                if why is None:
+                    result = (s.scheduler_type, "")
+                    break
+                reasons.append(why)
+            else:
+                result = (None, "\n  ".join(reasons))
+            self._accepted[members] = result
+        return self._accepted[members]
+
+    def _plan(self, members: frozenset[int], scheduler: SchedulerType | None = None
+              ) -> SegmentPlan:
+        exprs = [self.exprs[i] for i in sorted(members)]
+        inside = {id(o) for e in exprs for o in e.outputs}
+        inputs: list[Val] = []
+        for e in exprs:
+            for v in e.inputs:
+                if isinstance(v, Scalar) and v.is_constant:
+                    continue
+                if id(v) not in inside and all(v is not u for u in inputs):
+                    inputs.append(v)
+        used_outside = {id(v) for i, e in enumerate(self.exprs) if i not in members
+                        for v in e.inputs}
+        outputs = [o for e in exprs for o in e.outputs
+                   if id(o) in used_outside or id(o) in self.output_ids]
+        if scheduler is None:
+            scheduler = self.accept(members)[0]
+        return SegmentPlan(scheduler, build_sub_fusion(exprs, inputs, outputs, self.fusion),
+                           tuple(exprs), tuple(inputs), tuple(outputs))
+
+
+def build_sub_fusion(exprs: list[Expr], inputs: list[Val], outputs: list[TensorView],
+                     parent: Fusion) -> Fusion:
+    """A new Fusion computing `outputs` from `inputs` with clones of `exprs`.
+
+    Fusion tensor inputs keep their contiguity and stride order; intermediates become plain
+    tensor inputs with the same axes and dtype; constants are shared.
+    """
+    sub = Fusion()
+    mapping: dict[int, Val] = {}
+    parent_inputs = {id(v) for v in parent.inputs}
+
+    def clone(v: Val, is_input: bool) -> Val:
+        name, serial = sub.next_name("T" if isinstance(v, TensorView) else "S")
+        if isinstance(v, TensorView):
+            new: Val = TensorView(name, v.dtype, v.axes, is_input=is_input, serial=serial)
+            if id(v) in parent_inputs:
+                new.contiguity, new.stride_order = v.contiguity, v.stride_order  # type: ignore
+        else:
+            new = Scalar(name, v.dtype, None, is_input=is_input, serial=serial)
+        mapping[id(v)] = new
+        return new
+
+    def ref(v: Any) -> Any:
+        if v is None or (isinstance(v, Scalar) and v.is_constant):
+            return v
+        return mapping[id(v)]
+
+    for v in inputs:
+        sub.inputs.append(clone(v, True))
+    for e in exprs:
+        changes: dict[str, Any] = {}
+        if isinstance(e, ExpandOp):
+            changes["extents"] = tuple(ref(x) for x in e.extents)
+        elif isinstance(e, ReshapeOp):
+            changes["shape"] = tuple(ref(x) for x in e.shape)
+        new_inputs = tuple(ref(v) for v in e.inputs)
+        new_outputs = tuple(clone(o, False) for o in e.outputs)
+        sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs,
+                                              **changes))
+    sub.outputs = [mapping[id(o)] for o in outputs]  # type: ignore[misc]
+    sub.finalize()
+    return sub
+
+
+def segment_arguments(plan: SegmentPlan, env: dict[int, Any], info: RuntimeInfo) -> list[Any]:
+    """The arguments of one segment: arrays from `env` (by parent Val id), scalar values from
+    the parent's shape inference."""
+    return [env[id(v)] if isinstance(v, TensorView) else info.extents[v] for v in plan.inputs]
+
+
+def synthetic_info(plan: SegmentPlan, info: RuntimeInfo) -> RuntimeInfo:
+    """A RuntimeInfo for deciding on a segment before its intermediates exist: fusion inputs
+    keep their real layouts; intermediates are contiguous, freshly allocated arrays."""
+    from kfuse.codegen.layout import contiguous_strides
+
+    parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
+    args: list[Any] = []
+    layouts: dict[TensorView, ArrayLayout] = {}
+    for new, old in zip(plan.fusion.inputs, plan.inputs, strict=True):
+        if isinstance(old, TensorView):
+            shape = info.shape(old)
+            lay = parent_layouts.get(id(old))
+            if lay is None:
+                dtype = old.dtype
+                if info.framework == "numpy" and dtype is DataType.BFloat16:
+                    dtype = DataType.Float  # NumPy holds bf16 in float32 storage
+                lay = ArrayLayout(info.framework, dtype, shape, contiguous_strides(shape), 256,
+                                  info.device_index)
+            layouts[new] = lay  # type: ignore[index]
+            args.append(shape)
+        else:
+            args.append(info.extents[old])
+    extents = plan.fusion.infer_shapes(args)
+    return RuntimeInfo(plan.fusion, args, layouts, extents, info.framework, info.backend,
+                       info.device_index, info.device)
