@@ -19,7 +19,7 @@ from kfuse.dtypes import DataType
 from kfuse.errors import InputError, SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-from kfuse.launch import KernelLaunch
+from kfuse.launch import KernelLaunch, workspace_bytes
 from kfuse.runtime_info import EMULATOR, RuntimeInfo, build_runtime_info
 from kfuse.schedule import rejection_reason
 from kfuse.schedule.registry import SCHEDULERS, scheduler_for
@@ -30,16 +30,22 @@ from kfuse.schedule.types import SchedulerType
 class CompiledFusion:
     """What one input signature compiled to."""
 
-    scheduler: SchedulerType
+    scheduler: SchedulerType  # SchedulerType.none for a segmented fusion
     params: Any
     launches: list[KernelLaunch]
+    # Runs the call instead of `launches`: expr_eval's library calls, or a segmented fusion's
+    # segments (kfuse.segmented_executor.SegmentedRunner).
+    runner: Any = None
 
 
 class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
-    def __init__(self, fusion: Fusion) -> None:
+    def __init__(self, fusion: Fusion, *, segment: bool = True) -> None:
         self.fusion = fusion
+        # Whether a fusion no single scheduler takes is split into segments (a segment's own
+        # cache is created with segment=False, so it never splits again).
+        self.segment = segment
         self._compiled: dict[tuple, CompiledFusion] = {}
         self._lock = threading.Lock()
         self.last_compiled: CompiledFusion | None = None
@@ -55,11 +61,36 @@ class FusionExecutorCache:
             with self._lock:
                 self._compiled[key] = compiled
         self.last_compiled = compiled
+        if compiled.runner is not None:
+            return compiled.runner(info, stream)
         return _run(compiled, info, stream)
+
+    def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
+        """How the fusion runs for these inputs: a list of kfuse.schedule.segmenter.Segment
+        (one when a single scheduler takes the whole fusion). A segmentation is cached for
+        the input signature, so a later execute reuses it."""
+        info = build_runtime_info(self.fusion, inputs, device=device)
+        key = _signature(info, None)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            scheduler, _ = self._pick(info)
+            if scheduler is not None:
+                return [_whole(self.fusion, scheduler.scheduler_type)]
+            compiled = self._compile(info, None)
+            with self._lock:
+                self._compiled[key] = compiled
+        segmented = getattr(compiled.runner, "segmented", None)
+        if segmented is not None:
+            return segmented.describe()
+        return [_whole(self.fusion, compiled.scheduler)]
 
     def last_cuda_source(self) -> str | None:
         """The CUDA source of the last launch's kernel(s), or None before the first run."""
-        if self.last_compiled is None or not self.last_compiled.launches:
+        if self.last_compiled is None:
+            return None
+        if hasattr(self.last_compiled.runner, "cuda_source"):
+            return self.last_compiled.runner.cuda_source()
+        if not self.last_compiled.launches:
             return None
         return "\n".join(launch.source for launch in self.last_compiled.launches)
 
@@ -68,21 +99,46 @@ class FusionExecutorCache:
             scheduler = scheduler_for(SchedulerType(params.scheduler_type))
             reason = rejection_reason(scheduler, self.fusion, info)
             if reason is not None:
+                if self._pick(info)[0] is None:
+                    reason += ("\n  no single scheduler takes this fusion: it needs several "
+                               "segments, which only fd.execute runs (fd.segments(inputs) "
+                               "shows them)")
                 raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
         else:
-            reasons = []
-            scheduler = None
-            for candidate in SCHEDULERS:
-                reason = rejection_reason(candidate, self.fusion, info)
-                if reason is None:
-                    scheduler = candidate
-                    break
-                reasons.append(reason)
+            scheduler, reasons = self._pick(info)
             if scheduler is None:
-                raise SchedulerError("no scheduler takes this fusion:\n  " + "\n  ".join(reasons))
+                why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
+                if not self.segment:
+                    raise SchedulerError(why)
+                from kfuse.segmented_executor import compile_segmented
+
+                runner = compile_segmented(self.fusion, info, why)
+                return CompiledFusion(SchedulerType.none, None, [], runner)
             params = scheduler.heuristics(self.fusion, info)
+        make_runner = getattr(scheduler, "runner", None)
+        if make_runner is not None:
+            return CompiledFusion(scheduler.scheduler_type, params, [],
+                                  make_runner(self.fusion, info, params))
         launches = build_launches(scheduler.scheduler_type, self.fusion, info, params)
         return CompiledFusion(scheduler.scheduler_type, params, launches)
+
+    def _pick(self, info: RuntimeInfo) -> tuple[Any, list[str]]:
+        """The first scheduler that takes the whole fusion (or None) and the rejections."""
+        reasons = []
+        for candidate in SCHEDULERS:
+            reason = rejection_reason(candidate, self.fusion, info)
+            if reason is None:
+                return candidate, reasons
+            reasons.append(reason)
+        return None, reasons
+
+
+def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
+    from kfuse.schedule.segmenter import Segment
+
+    return Segment(0, scheduler_type, tuple(v.name for v in fusion.inputs),
+                   tuple(v.name for v in fusion.outputs), tuple(str(e) for e in fusion.exprs),
+                   f"one scheduler ({scheduler_type.value}) takes the whole fusion", fusion)
 
 
 def build_launches(scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeInfo,
@@ -95,6 +151,14 @@ def build_launches(scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeI
         from kfuse.schedule.pointwise import pointwise_launch
 
         return [pointwise_launch(fusion, info, params, backend)]
+    if scheduler_type is SchedulerType.reduction:
+        from kfuse.schedule.reduction import reduction_launches
+
+        return reduction_launches(fusion, info, params, backend)
+    if scheduler_type is SchedulerType.inner_persistent:
+        from kfuse.schedule.persistent import persistent_launches
+
+        return persistent_launches(fusion, info, params, backend)
     raise SchedulerError(f"the {scheduler_type.value} scheduler cannot generate kernels yet")
 
 
@@ -137,8 +201,14 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
     output_ptrs = [_data_ptr(a) for a in staged_outputs]
     if stream is None:
         stream = current_stream(info.framework, info.device_index) if info.device_index >= 0 else 0
+    # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
+    # every framework's allocation aligned for any accumulator type.
+    workspaces = [empty_like_framework(info.framework, (-(-n // 8),), DataType.Double,
+                                       info.device_index)
+                  for n in workspace_bytes(compiled.launches)]
+    workspace_ptrs = [_data_ptr(w) for w in workspaces]
     for launch in compiled.launches:
-        args = launch.arguments(input_ptrs, output_ptrs, info.extents)
+        args = launch.arguments(input_ptrs, output_ptrs, info.extents, workspace_ptrs)
         launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
     finish()
     return outputs
@@ -150,6 +220,9 @@ def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
 
 def _data_ptr(array: Any) -> int:
     from kfuse.arrays import layout_of
+
+    if type(array).__module__ == "numpy":
+        return int(array.ctypes.data)  # also the uint16 bf16 staging buffers
 
     return layout_of(array, "output").data_ptr
 

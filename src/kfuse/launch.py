@@ -39,7 +39,20 @@ class ScalarOperand:
     val: Scalar
 
 
-Operand = InputOperand | OutputOperand | ScalarOperand
+@dataclass(frozen=True)
+class WorkspaceOperand:
+    """Scratch memory the executor allocates per call (e.g. a grid reduction's partials):
+    bytes [offset, offset + nbytes) of workspace buffer `index`, seen as a tensor of
+    `shape`/`strides` (in elements). Every launch of one call sees the same buffers."""
+
+    index: int
+    offset: int
+    nbytes: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+Operand = InputOperand | OutputOperand | ScalarOperand | WorkspaceOperand
 
 
 @dataclass
@@ -55,7 +68,8 @@ class KernelLaunch:
     source: str = field(repr=False, default="")
 
     def arguments(self, input_ptrs: list[int], output_ptrs: list[int],
-                  extents: dict[Any, Any]) -> list[Any]:
+                  extents: dict[Any, Any], workspace_ptrs: list[int] | None = None
+                  ) -> list[Any]:
         """The launch arguments for one call."""
         args: list[Any] = []
         for op in self.operands:
@@ -63,9 +77,23 @@ class KernelLaunch:
                 args.append(TensorArg(input_ptrs[op.position], op.shape, op.strides))
             elif isinstance(op, OutputOperand):
                 args.append(TensorArg(output_ptrs[op.index], op.shape, op.strides))
+            elif isinstance(op, WorkspaceOperand):
+                assert workspace_ptrs is not None, "the executor allocates workspaces"
+                args.append(TensorArg(workspace_ptrs[op.index] + op.offset, op.shape,
+                                      op.strides))
             else:
                 args.append(scalar_argument(op.val, extents[op.val]))
         return args
+
+
+def workspace_bytes(launches: list[KernelLaunch]) -> list[int]:
+    """Bytes of each workspace buffer the launches use (index -> size)."""
+    sizes: dict[int, int] = {}
+    for launch in launches:
+        for op in launch.operands:
+            if isinstance(op, WorkspaceOperand):
+                sizes[op.index] = max(sizes.get(op.index, 0), op.offset + op.nbytes)
+    return [sizes.get(i, 0) for i in range(max(sizes, default=-1) + 1)]
 
 
 def scalar_argument(val: Scalar, value: Any) -> Any:

@@ -7,7 +7,10 @@ from typing import Any
 from kfuse.ir.exprs import ReductionOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.expr_eval import ExprEvalScheduler
+from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler
+from kfuse.schedule.reduction import ReductionScheduler
 from kfuse.schedule.types import Rejection, SchedulerType
 
 
@@ -42,8 +45,6 @@ class PendingScheduler:
         has_reduction = any(isinstance(e, (ReductionOp, WelfordOp)) for e in fusion.exprs)
         if self.needs_reduction and not has_reduction:
             raise Rejection("fusion has no reduction")
-        if self.scheduler_type is SchedulerType.expr_eval:
-            raise Rejection("fusion has no op that runs through a library (matmul, linear)")
         raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented in this "
                         "version of kfuse")
 
@@ -61,10 +62,10 @@ def _numel(shape: tuple[int, ...]) -> int:
 SCHEDULERS: list[Any] = [
     NoOpScheduler(),
     PointwiseScheduler(),
-    PendingScheduler(SchedulerType.reduction, needs_reduction=True),
-    PendingScheduler(SchedulerType.inner_persistent, needs_reduction=True),
+    ReductionScheduler(),
+    InnerPersistentScheduler(),
     PendingScheduler(SchedulerType.outer_persistent, needs_reduction=True),
-    PendingScheduler(SchedulerType.expr_eval, needs_reduction=False),
+    ExprEvalScheduler(),
 ]
 """Every scheduler, in the order find_compatible_schedulers reports and execute tries them."""
 

@@ -1,0 +1,244 @@
+"""The inner persistent kernel: each row is read once, held in registers, reduced, reused.
+
+Layout of the work (canonical domain of kfuse.codegen.reduction_plan, reduced axis last):
+
+    rows   walked by (blockIdx.x, threadIdx.y), grid-strided; block_y rows per block
+    row    block_x threads share it; thread x holds vectors x, x + block_x, ...,
+           x + (B - 1) * block_x of V elements each (B = persistent batch), so the loads of a
+           warp are contiguous. block_x * B * V >= the row length.
+
+Every loop over the lanes of a vector has a constant trip count (guards inside), so the held
+arrays stay in registers (a data-dependent index would put them in local memory).
+
+Per row: load the held vectors of every loop input (16-byte loads where aligned), then for each
+reduction in order compute its input from the held values (and earlier results), reduce
+per thread, combine with kf::block_reduce_x (every thread of the row gets the result), and
+finally compute the full-size outputs from the held values and the row outputs (thread 0).
+Welford reductions are done in two passes over the held values (mean, then the sum of squared
+deviations), which is exact where the streaming update is not and needs no division per
+element.
+"""
+
+from __future__ import annotations
+
+from kfuse.codegen.expressions import compute_ctype, literal
+from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.reduction import (
+    ReductionKernelSpec,
+    accumulators,
+    decompose,
+    epilogue_call,
+    functions_source,
+    kernel_name,
+    result_args,
+    result_assignments,
+    scalar_names,
+    smem_bytes,
+    stage_call,
+    tensor_params,
+)
+from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.runtime_header import runtime_header
+from kfuse.ir.exprs import WelfordOp
+
+
+def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str) -> str:
+    """The held storage value of loop input i at batch slot b, lane j."""
+    kind = spec.loop_kinds[i]
+    if kind == BCAST:
+        return f"x{i}[0]"
+    return f"x{i}[{b}][{j}]"
+
+
+def streamed_inputs(plan: ReductionPlan) -> set[int]:
+    """Loop inputs no reduction reads (weights, biases): they are loaded again where the
+    full-size outputs are computed instead of being held in registers across the reductions."""
+    held = {u for dm in plan.stages for u in dm.input_uses}
+    return {i for i, u in enumerate(plan.loop_inputs) if u not in held}
+
+
+def min_blocks_per_sm(threads: int) -> int:
+    """__launch_bounds__' second argument: enough resident blocks that a thread keeps at most
+    REGISTER_TARGET registers (the compiler otherwise keeps every held value converted to
+    float and runs at a fraction of the occupancy bandwidth needs)."""
+    return max(1, min(16, 65536 // (REGISTER_TARGET * threads)))
+
+
+REGISTER_TARGET = 64
+
+
+def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) -> list[str]:
+    """Load input i's vector at element i0 of the row into `target` (a Vec or an array of
+    V), element by element where the vector is cut by the row end."""
+    vec = spec.vector
+    kind = spec.loop_kinds[i]
+    if spec.exact:
+        if kind == VEC:
+            return [f"{indent}if (i0 < n_red) {target} = kf::load_vec<{vec}>(in{i}, "
+                    f"base_in{i} + i0);"]
+        return [f"{indent}if (i0 < n_red) {{", "#pragma unroll",
+                f"{indent}  for (int j = 0; j < {vec}; ++j) {target}[j] = "
+                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});", f"{indent}}}"]
+    lines = [f"{indent}if (i0 + {vec} <= n_red) {{"]
+    if kind == VEC:
+        lines.append(f"{indent}  {target} = kf::load_vec<{vec}>(in{i}, base_in{i} + i0);")
+    else:
+        lines += ["#pragma unroll",
+                  f"{indent}  for (int j = 0; j < {vec}; ++j) {target}[j] = "
+                  f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});"]
+    lines += [f"{indent}}} else {{", "#pragma unroll",
+              f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
+              f"{indent}    if (i0 + j < n_red) {target}[j] = "
+              f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
+              f"{indent}  }}", f"{indent}}}"]
+    return lines
+
+
+def _declare(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int,
+             indent: str) -> list[str]:
+    ctype = plan.loop_inputs[i].val.dtype.cuda_type
+    if spec.loop_kinds[i] == VEC:
+        return [f"{indent}kf::Vec<{ctype}, {spec.vector}> {name}[{count}] = {{}};"]
+    return [f"{indent}{ctype} {name}[{count}][{spec.vector}] = {{}};"]
+
+
+def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
+    """Source and name of the inner persistent kernel."""
+    name = kernel_name(plan, spec)
+    rank, vec, batch = spec.rank, spec.vector, spec.unroll
+    bx, by = spec.block_x, spec.block_y
+    kept = range(rank - 1)
+    n_loop = len(plan.loop_inputs)
+    streamed = streamed_inputs(plan)
+    lines = [runtime_header(), ""]
+    lines += functions_source(plan, name, stages=True, full=True, epilogue=True)
+    params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
+    lines += [f'extern "C" __global__ void __launch_bounds__({bx * by}, '
+              f'{min_blocks_per_sm(bx * by)}) {name}(',
+              "    " + ",\n    ".join(params) + ") {"]
+    lines += [f"  typedef {spec.index_type} Index;",
+              f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+              f"  const Index n_red = in0.size[{rank - 1}];",
+              "  Index n_rows = 1;"]
+    lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
+    lines += [f"  for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
+              f" row0 += (Index)gridDim.x * {by}) {{",
+              "    const Index row = row0 + threadIdx.y;",
+              "    const bool row_ok = row < n_rows;"]
+    ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in plan.loop_outputs]
+    lines += [f"    Index base_{op} = 0;" for op in ops]
+    lines.append("    if (row_ok) {")
+    lines += decompose("row", kept, ops, "      ")
+    lines.append("    }")
+    lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops]
+    # Held values, zero-initialised so that lanes past the row end hold defined values.
+    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
+        if kind == BCAST:
+            lines.append(f"    {u.val.dtype.cuda_type} x{i}[1] = {{}};")
+            lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
+        elif i not in streamed:
+            lines += _declare(plan, spec, i, f"x{i}", batch, "    ")
+    lines += ["    if (row_ok) {", "#pragma unroll",
+              f"      for (int b = 0; b < {batch}; ++b) {{",
+              f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};"]
+    for i, kind in enumerate(spec.loop_kinds):
+        if kind != BCAST and i not in streamed:
+            lines += _load_vector(spec, i, f"x{i}[b]", "        ")
+    lines += ["      }", "    }"]
+    for acc in accumulators(plan):
+        lines += _reduce_held(plan, spec, name, acc.k)
+    if plan.loop_outputs:
+        lines += _store_full(plan, spec, name)
+    if plan.row_outputs:
+        lines.append("    if (threadIdx.x == 0 && row_ok) {")
+        lines += epilogue_call(plan, name, "row", "      ", kept)
+        lines.append("    }")
+    lines += ["  }", "}", ""]
+    return "\n".join(lines), name
+
+
+def _valid_loop(spec: ReductionKernelSpec, body: list[str], indent: str) -> list[str]:
+    """Run `body` for every held element of this thread that lies inside the row."""
+    bx, vec, batch = spec.block_x, spec.vector, spec.unroll
+    lines = ["#pragma unroll", f"{indent}for (int b = 0; b < {batch}; ++b) {{",
+             f"{indent}  const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
+             "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
+             f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{"]
+    lines += [f"{indent}      {line}" for line in body]
+    lines += [f"{indent}    }}", f"{indent}  }}", f"{indent}}}"]
+    return lines
+
+
+def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int
+                 ) -> list[str]:
+    acc = accumulators(plan)[k]
+    streamed = streamed_inputs(plan)
+    # Stages do not read streamed inputs; they get a placeholder value.
+    loaded = [f"{u.val.dtype.cuda_type}{{}}" if i in streamed else held_element(spec, i, "b", "j")
+              for i, u in enumerate(plan.loop_inputs)]
+    value = stage_call(plan, name, k, loaded)
+    red = plan.reductions[k]
+    if not isinstance(red, WelfordOp):
+        lines = [f"    {acc.ctype} acc{k} = {acc.identity()};"]
+        lines += _valid_loop(spec, [acc.update(f"acc{k}", value)], "    ")
+        lines.append(f"    const {acc.ctype} red{k} = {acc.block_reduce(f'acc{k}', 'kf_smem')};")
+        lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
+        return lines
+    t = compute_ctype(red.inputs[0].dtype)
+    nan = literal(float("nan"), red.inputs[0].dtype)
+    total = f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))"
+    lines = [f"    {t} sum{k} = ({t})0;"]
+    lines += _valid_loop(spec, [f"sum{k} += {value};"], "    ")
+    lines += [f"    const {t} r{k}_avg = {total.format(f'sum{k}')} / ({t})n_red;",
+              f"    {t} sq{k} = ({t})0;"]
+    lines += _valid_loop(spec, [f"const {t} d = {value} - r{k}_avg;", f"sq{k} += d * d;"],
+                         "    ")
+    lines += [f"    const {t} m2_{k} = {total.format(f'sq{k}')};",
+              f"    const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
+              f"    const long long r{k}_n = (long long)n_red;"]
+    return lines
+
+
+def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> list[str]:
+    bx, vec, batch = spec.block_x, spec.vector, spec.unroll
+    outs = plan.fusion.outputs
+    n_loop = len(plan.loop_inputs)
+    lines = ["    if (row_ok) {", "#pragma unroll",
+             f"      for (int b = 0; b < {batch}; ++b) {{",
+             f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
+             "        if (i0 < n_red) {"]
+    for k in plan.loop_outputs:
+        lines.append(f"          kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};")
+    streamed = streamed_inputs(plan)
+    for i in sorted(streamed):
+        if spec.loop_kinds[i] != BCAST:
+            lines += _declare(plan, spec, i, f"x{i}", 1, "          ")
+            lines += _load_vector(spec, i, f"x{i}[0]", "          ")
+    args = [held_element(spec, i, "0" if i in streamed else "b", "j") for i in range(n_loop)]
+    args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
+    args += [f"y{k}[j]" for k in plan.loop_outputs]
+    lines += ["#pragma unroll", f"          for (int j = 0; j < {vec}; ++j) {{",
+              f"            {name}_full({', '.join(args)});", "          }",
+              f"          if (i0 + {vec} <= n_red) {{"]
+    kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
+    for k in plan.loop_outputs:
+        if kinds[k] == VEC:
+            lines.append(f"            kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
+        else:
+            lines += ["#pragma unroll",
+                      f"            for (int j = 0; j < {vec}; ++j) kf::store(out{k}, "
+                      f"base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
+    if spec.exact:
+        lines += ["          }", "        }", "      }", "    }"]
+        return lines
+    lines += ["          } else {",
+              "#pragma unroll",
+              f"            for (int j = 0; j < {vec}; ++j) {{",
+              "              if (i0 + j < n_red) {"]
+    lines += [f"                kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, "
+              f"y{k}[j]);" for k in plan.loop_outputs]
+    lines += ["              }", "            }", "          }", "        }", "      }", "    }"]
+    return lines
+
+
+__all__ = ["emit_persistent"]

@@ -1,0 +1,321 @@
+"""What a reduction kernel computes, shared by the reduction and inner_persistent schedulers.
+
+A reduction fusion is seen on one *reference domain*: the axes of its (first) reduction's input.
+Its reduced axes D and kept axes K split every value of the fusion into three kinds:
+
+* *loop* values live on the whole domain (rank R): the prologue that feeds the reductions,
+  and, in a persistent kernel, full-size outputs computed from the held row;
+* *reduced* values live on the kept axes (rank R - |D|, or rank R with the reduced axes
+  broadcast, as keepdim makes them): reduction results and the epilogue computed from them;
+* reduction results themselves, which the loop side may read again (broadcast back over D)
+  only in a persistent kernel.
+
+Every value is mapped onto the reference domain *by position*: a rank-R value's axis i is
+reference axis i, a rank-(R - |D|) value's axis i is the i-th kept axis. Reduction results may
+flow only through pointwise ops, casts, broadcasts that re-insert exactly the reduced axes, and
+expands; anything else is a rejection reason.
+
+The layout half (from the actual inputs) merges adjacent kept axes and adjacent reduced axes
+that every operand walks contiguously, giving the canonical kernel domain (kept..., reduced):
+kernels see every tensor operand with that rank, the reduced axis last.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kfuse.codegen.domain import DomainMap, Use, View, map_to_domain
+from kfuse.codegen.layout import INT32_MAX, contiguous_strides, ref_strides
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    Expr,
+    ReductionOp,
+    ReshapeOp,
+    TernaryOp,
+    UnaryOp,
+    WelfordOp,
+)
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import TensorView, Val
+
+_POINTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+
+
+class PlanError(Exception):
+    """The fusion does not fit a reduction kernel; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class ReductionPlan:
+    """The structure of a reduction fusion, independent of sizes.
+
+    reductions: ReductionOp/WelfordOp exprs in topological order.
+    reduced_axes / kept_axes: reference axes. stages[k]: the uses computing reduction k's
+    input on the loop domain (earlier reduction results are leaves). loop_outputs: indices of
+    outputs that live on the whole domain (persistent kernels only); full_map computes them.
+    row_outputs: indices of outputs on the kept axes; epilogue computes them. loop_inputs: the
+    fusion-input uses read on the loop domain (union over stages and loop outputs).
+    dependent_inputs: some reduction input reads an earlier reduction result.
+    """
+
+    fusion: Fusion
+    reductions: tuple[Expr, ...]
+    ref_rank: int
+    reduced_axes: tuple[int, ...]
+    kept_axes: tuple[int, ...]
+    stages: tuple[DomainMap, ...]
+    full_map: DomainMap
+    epilogue: DomainMap
+    loop_inputs: tuple[Use, ...]
+    output_views: tuple[View, ...]
+    loop_outputs: tuple[int, ...]
+    row_outputs: tuple[int, ...]
+    dependent_inputs: bool
+
+    @property
+    def reference(self) -> TensorView:
+        """The first reduction's input: its shape is the reference domain."""
+        tv = self.reductions[0].inputs[0]
+        assert isinstance(tv, TensorView)
+        return tv
+
+    @property
+    def needs_persistence(self) -> bool:
+        """True when un-reduced values are needed after a reduction."""
+        return self.dependent_inputs or bool(self.loop_outputs)
+
+    @property
+    def scalars(self) -> list:
+        """Non-constant Scalars any part reads, each once, in a fixed order."""
+        seen: list = []
+        for dm in (*self.stages, self.full_map, self.epilogue):
+            for s in dm.scalars:
+                if not any(s is t for t in seen):
+                    seen.append(s)
+        return seen
+
+    def reduction_outputs(self) -> dict[Val, tuple[int, int]]:
+        """Each reduction result Val -> (reduction index, output position in its expr)."""
+        return {o: (k, j) for k, r in enumerate(self.reductions) for j, o in enumerate(r.outputs)}
+
+
+def _describe(expr: Expr) -> str:
+    op = getattr(expr, "op", None) or type(expr).__name__
+    return f"{expr.outputs[0].name} = {op} of {expr.inputs[0].name}"
+
+
+def positional_view(val: TensorView, rank: int, kept: tuple[int, ...]) -> View:
+    """A value's view of the reference domain by position (see the module docstring)."""
+    if val.ndim == rank:
+        return tuple(None if ax.is_broadcast else i for i, ax in enumerate(val.axes))
+    if val.ndim == len(kept):
+        return tuple(None if ax.is_broadcast else kept[i] for i, ax in enumerate(val.axes))
+    raise PlanError(f"{val.name} has rank {val.ndim}, which is neither the reduction domain's "
+                    f"rank {rank} nor its reduced rank {len(kept)}")
+
+
+def plan_reductions(fusion: Fusion) -> ReductionPlan:
+    """Analyse a fusion with reductions; raises PlanError with the reason it does not fit."""
+    reds = tuple(e for e in fusion.exprs if isinstance(e, (ReductionOp, WelfordOp)))
+    if not reds:
+        raise PlanError("fusion has no reduction")
+    for e in fusion.exprs:
+        if isinstance(e, ReshapeOp):
+            raise PlanError(f"fusion has a reshape ({e.outputs[0].name}), which reduction "
+                            "kernels do not generate")
+    first = reds[0]
+    ref = first.inputs[0]
+    assert isinstance(ref, TensorView)
+    rank, dims = ref.ndim, tuple(first.dims)
+    for r in reds[1:]:
+        if r.inputs[0].ndim != rank or tuple(r.dims) != dims:
+            raise PlanError(f"reductions over different axes: {_describe(first)} reduces axes "
+                            f"{list(dims)} of a rank-{rank} tensor, {_describe(r)} reduces "
+                            f"{list(r.dims)} of a rank-{r.inputs[0].ndim} tensor")
+    kept = tuple(i for i in range(rank) if i not in dims)
+    red_outs = {o for r in reds for o in r.outputs}
+    dependent = _check_dependent_exprs(fusion, red_outs, rank, dims)
+    stop_at = {o: positional_view(o, rank, kept) for o in red_outs}  # type: ignore[arg-type]
+    dependent_inputs = any(r.inputs[0] in dependent for r in reds)
+
+    output_views = []
+    loop_outputs, row_outputs = [], []
+    for k, out in enumerate(fusion.outputs):
+        view = positional_view(out, rank, kept)
+        output_views.append(view)
+        if any(view[i] in dims for i in range(len(view)) if view[i] is not None):
+            loop_outputs.append(k)
+        else:
+            row_outputs.append(k)
+    stages = tuple(map_to_domain([(r.inputs[0], positional_view(r.inputs[0], rank, kept))],
+                                 rank, stop_at) for r in reds)
+    full_map = map_to_domain([(fusion.outputs[k], output_views[k]) for k in loop_outputs],
+                             rank, stop_at)
+    epilogue = map_to_domain([(fusion.outputs[k], output_views[k]) for k in row_outputs],
+                             rank, stop_at)
+    loop_inputs: list[Use] = []
+    for dm in (*stages, full_map):
+        for u in dm.input_uses:
+            if u not in loop_inputs:
+                loop_inputs.append(u)
+    return ReductionPlan(fusion, reds, rank, dims, kept, stages, full_map, epilogue,
+                         tuple(loop_inputs), tuple(output_views), tuple(loop_outputs),
+                         tuple(row_outputs), dependent_inputs)
+
+
+def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple[int, ...]
+                           ) -> set:
+    """The Vals computed from reduction results; rejects ops that would move their axes."""
+    dependent: set = set(red_outs)
+    for e in fusion.exprs:
+        if isinstance(e, (ReductionOp, WelfordOp)):
+            continue
+        if not any(v in dependent for v in e.inputs):
+            continue
+        if isinstance(e, BroadcastOp):
+            out = e.outputs[0]
+            if out.ndim != rank or tuple(i for i, b in enumerate(e.is_new_axis) if b) != dims:
+                raise PlanError(f"{_describe(e)} broadcasts a reduction result to axes "
+                                f"{[i for i, b in enumerate(e.is_new_axis) if b]}, not to the "
+                                f"reduced axes {list(dims)}")
+        elif not isinstance(e, (*_POINTWISE, ExpandOp)):
+            raise PlanError(f"{_describe(e)}: {type(e).__name__} of a reduction result is not "
+                            "supported by reduction kernels")
+        dependent.update(e.outputs)
+    return dependent
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout: the actual strides, merged into the canonical (kept..., reduced) kernel domain.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor operand over the canonical domain: strides of the kept axes, then reduced."""
+
+    data_ptr: int
+    itemsize: int
+    strides: tuple[int, ...]
+
+    @property
+    def red_stride(self) -> int:
+        return self.strides[-1]
+
+    @property
+    def kept_strides(self) -> tuple[int, ...]:
+        return self.strides[:-1]
+
+
+@dataclass(frozen=True)
+class ReductionLayout:
+    """One call's operands over the canonical domain: sizes = (*kept_sizes, red_size)."""
+
+    sizes: tuple[int, ...]
+    loop: tuple[Operand, ...]  # plan.loop_inputs
+    row: tuple[Operand, ...]  # plan.epilogue.input_uses
+    outputs: tuple[Operand, ...]  # fusion outputs
+
+    @property
+    def rank(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def red_size(self) -> int:
+        return self.sizes[-1]
+
+    @property
+    def kept_sizes(self) -> tuple[int, ...]:
+        return self.sizes[:-1]
+
+    @property
+    def n_rows(self) -> int:
+        return math.prod(self.kept_sizes)
+
+    def needs_int64(self) -> bool:
+        """True when an offset or element count does not fit int32."""
+        if self.n_rows * self.red_size > INT32_MAX:
+            return True
+        for op in self.loop + self.row + self.outputs:
+            if sum((n - 1) * abs(s) for n, s in zip(self.sizes, op.strides) if n > 0) > INT32_MAX:
+                return True
+        return False
+
+
+def reduction_layout(plan: ReductionPlan, info: object, output_ptrs: list[int] | None = None
+                     ) -> ReductionLayout:
+    """The operands of this call on the canonical domain. Raises PlanError when the reduced
+    axes cannot be merged into one (non-adjacent, or strided differently per operand)."""
+    rank = plan.ref_rank
+    ref_shape = tuple(info.shape(plan.reference))  # type: ignore[attr-defined]
+    for r in plan.reductions[1:]:
+        shape = tuple(info.shape(r.inputs[0]))  # type: ignore[attr-defined]
+        if shape != ref_shape:
+            raise PlanError(f"reduction inputs have different shapes ({r.inputs[0].name} is "
+                            f"{shape}, {plan.reference.name} is {ref_shape})")
+    for out, view in zip(plan.fusion.outputs, plan.output_views):
+        want = tuple(1 if a is None else ref_shape[a] for a in view)
+        if tuple(info.shape(out)) != want:  # type: ignore[attr-defined]
+            raise PlanError(f"output {out.name} has shape {info.shape(out)}, which does not "  # type: ignore[attr-defined]
+                            f"match the reduction domain {ref_shape}")
+
+    def input_operand(use: Use) -> tuple[int, int, tuple[int, ...]]:
+        lay = info.layouts[use.val]  # type: ignore[attr-defined]
+        return lay.data_ptr, use.val.dtype.itemsize, ref_strides(use.view, lay.strides, rank)
+
+    raw = [input_operand(u) for u in plan.loop_inputs]
+    raw += [input_operand(u) for u in plan.epilogue.input_uses]
+    for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):
+        ptr = 256 if output_ptrs is None else output_ptrs[k]
+        strides = contiguous_strides(tuple(info.shape(out)))  # type: ignore[attr-defined]
+        raw.append((ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
+    kept_sizes, kept_strides = _merge(plan.kept_axes, ref_shape, [s for _, _, s in raw])
+    red_sizes, red_strides = _merge(plan.reduced_axes, ref_shape, [s for _, _, s in raw])
+    if len(red_sizes) != 1:
+        raise PlanError(f"the reduced axes {list(plan.reduced_axes)} of {plan.reference.name} "
+                        f"(shape {ref_shape}) are not one contiguous block in memory; reductions "
+                        "over non-adjacent or differently strided axes are not supported")
+    operands = tuple(Operand(p, size, tuple(ks) + tuple(rs))
+                     for (p, size, _), ks, rs in zip(raw, kept_strides, red_strides))
+    n_loop, n_row = len(plan.loop_inputs), len(plan.epilogue.input_uses)
+    return ReductionLayout(tuple(kept_sizes) + tuple(red_sizes), operands[:n_loop],
+                           operands[n_loop:n_loop + n_row], operands[n_loop + n_row:])
+
+
+def _merge(axes: tuple[int, ...], shape: tuple[int, ...], strides: list[tuple[int, ...]]
+           ) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 axes of `axes` and merge neighbours every operand walks contiguously.
+    Always returns at least one axis (size 1, stride 0 when there is none)."""
+    keep = [a for a in axes if shape[a] != 1]
+    if any(shape[a] == 0 for a in axes):
+        keep = [a for a in axes if shape[a] == 0][:1]  # an empty group: one empty axis
+    sizes: list[int] = []
+    out: list[list[int]] = [[] for _ in strides]
+    for a in keep:
+        if sizes and all(o[-1] == s[a] * shape[a] for o, s in zip(out, strides)):
+            sizes[-1] *= shape[a]
+            for o, s in zip(out, strides):
+                o[-1] = s[a]
+            continue
+        sizes.append(shape[a])
+        for o, s in zip(out, strides):
+            o.append(s[a])
+    if not sizes:
+        sizes = [1]
+        out = [[0] for _ in strides]
+    return sizes, out
+
+
+def vector_ok(op: Operand, axis: int, vector: int, sizes: tuple[int, ...]) -> bool:
+    """Whether `op` can be read along canonical `axis` in aligned vectors of `vector`."""
+    if op.strides[axis] != 1:
+        return False
+    if vector == 1:
+        return True
+    if op.data_ptr % min(16, vector * op.itemsize) != 0:
+        return False
+    return all(s % vector == 0 for i, s in enumerate(op.strides) if i != axis and sizes[i] != 1)

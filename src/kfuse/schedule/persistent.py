@@ -1,0 +1,179 @@
+"""The inner_persistent scheduler: normalizations whose rows fit in registers.
+
+Takes reduction fusions (same reduced axes everywhere, reduced axes innermost in memory) that
+need the un-reduced row again after a reduction: softmax and log_softmax (a sum of values
+computed from the max), layer/RMS norm (outputs on the whole row computed from the mean and
+variance), several outputs (normalized row plus mean and rstd). Fusions that need no
+persistence belong to the reduction scheduler, so the two never both accept a fusion.
+
+ReductionParams, as this scheduler reads them (persistent = True):
+* block_x: threads per row; block_y: rows per block; grid_x: blocks over rows (grid-strided);
+* vectorize_reduction: V elements per vector access along the row;
+* persistent_batch_size: B vectors held per thread: block_x * B * V must cover the row;
+* cparams.index_type as for the reduction scheduler.
+Heuristics: V from 16-byte accesses, block_x so that each thread holds about 4 vectors
+(up to 1024 threads per row), B = the vectors left per thread; a row that needs more than
+MAX_HELD_WORDS 32-bit registers of held values per thread is rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.persistent import emit_persistent
+from kfuse.codegen.reduction import ReductionKernelSpec, smem_bytes
+from kfuse.codegen.reduction_plan import (
+    PlanError,
+    ReductionLayout,
+    ReductionPlan,
+    plan_reductions,
+    reduction_layout,
+    vector_ok,
+)
+from kfuse.errors import SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.reduction import (
+    MAX_GRID_X,
+    STATIC_SMEM_LIMIT,
+    _int,
+    fill_launch_params,
+    operand_list,
+    pick_vector,
+    pow2_ceil,
+    validate_common,
+)
+from kfuse.schedule.types import Rejection, SchedulerType
+
+MAX_HELD_WORDS = 64
+"""32-bit registers of held row values a thread may use (the rest of the 255 go to the math)."""
+
+MAX_ROW_THREADS = 1024
+VECTORS_PER_THREAD = 4
+
+
+def held_bytes_per_element(plan: ReductionPlan, layout: ReductionLayout) -> int:
+    """Register bytes one row element costs: every loop input not broadcast along the row."""
+    return sum(u.val.dtype.itemsize for u, op in zip(plan.loop_inputs, layout.loop)
+               if op.red_stride != 0) or 1
+
+
+class InnerPersistentScheduler:
+    """Schedules normalization-like fusions into one persistent kernel per call."""
+
+    scheduler_type = SchedulerType.inner_persistent
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        try:
+            plan = plan_reductions(fusion)
+        except PlanError as exc:
+            raise Rejection(str(exc)) from None
+        if not plan.needs_persistence:
+            raise Rejection("no value needs the un-reduced input after a reduction; the "
+                            "reduction scheduler takes this fusion")
+        if info is None:
+            return
+        try:
+            layout = reduction_layout(plan, info)
+        except PlanError as exc:
+            raise Rejection(str(exc)) from None
+        if layout.n_rows > 1 and layout.red_size > 1 and layout.loop and \
+                not any(op.red_stride == 1 for op in layout.loop) and \
+                any(op.strides[-2] == 1 for op in layout.loop):
+            raise Rejection("the reduced axis is not the innermost in memory (an outer "
+                            "normalization: outer_persistent's job)")
+        _choose(plan, layout)  # raises Rejection when the row cannot be held
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import ReductionParams
+
+        plan = plan_reductions(fusion)
+        layout = reduction_layout(plan, info)
+        vector, block_x, batch = _choose(plan, layout)
+        n_rows = layout.n_rows
+        block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
+        params = ReductionParams("inner_persistent")
+        params.fastest_dim_reduction = True
+        params.persistent = True
+        params.persistent_batch_size = batch
+        params.vectorize_reduction = vector
+        params.unroll_reduction = 1
+        params.block_x, params.block_y = block_x, block_y
+        params.grid_x = max(1, min(MAX_GRID_X, -(-n_rows // block_y)))
+        params.grid_y = 1
+        params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
+        fill_launch_params(params, plan)
+        return params
+
+
+def _choose(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, int, int]:
+    """(vector, threads per row, batch) for this row; Rejection when it cannot be held."""
+    n_red = layout.red_size
+    full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
+    vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
+    vecs = max(1, -(-n_red // vector))
+    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // VECTORS_PER_THREAD)))
+    batch = -(-vecs // block_x)
+    words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
+    if words > MAX_HELD_WORDS:
+        raise Rejection(f"a row of {n_red} elements needs {words} registers of held values per "
+                        f"thread with {block_x} threads per row (at most {MAX_HELD_WORDS}); "
+                        "rows this long are not held persistently")
+    return vector, block_x, batch
+
+
+def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
+                    ) -> ReductionKernelSpec:
+    """The compile-time description of persistent `params` for this call's layout."""
+    if not bool(params.persistent):
+        raise SchedulerError("inner_persistent needs ReductionParams.persistent = True")
+    if not bool(params.fastest_dim_reduction):
+        raise SchedulerError("inner_persistent needs fastest_dim_reduction = True")
+    vector = _int(params, "vectorize_reduction")
+    batch = _int(params, "persistent_batch_size")
+    validate_common(params, "inner_persistent", vector, batch, device)
+    if _int(params, "grid_y") != 1:
+        raise SchedulerError("inner_persistent keeps a row in one block: grid_y must be 1")
+    bx = _int(params, "block_x")
+    if bx * batch * vector < layout.red_size:
+        raise SchedulerError(f"ReductionParams hold block_x * persistent_batch_size * "
+                             f"vectorize_reduction = {bx} * {batch} * {vector} elements per row, "
+                             f"fewer than the row's {layout.red_size}")
+    axis = layout.rank - 1
+
+    def kind(op: Any) -> str:
+        if op.strides[axis] == 0:
+            return BCAST
+        return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
+
+    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) \
+        else "int"
+    out_kinds = tuple(STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
+                      for k in plan.loop_outputs)
+    spec = ReductionKernelSpec("persistent", layout.rank, vector, batch, bx,
+                               _int(params, "block_y"), 1, index,
+                               tuple(kind(op) for op in layout.loop), out_kinds,
+                               exact=layout.red_size % vector == 0)
+    if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
+        raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
+                             f"memory (limit {STATIC_SMEM_LIMIT})")
+    return spec
+
+
+def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any
+                        ) -> list[Any]:
+    """Compile (or fetch) the persistent kernel for `params` and describe its launch."""
+    from kfuse.launch import KernelLaunch
+
+    try:
+        plan = plan_reductions(fusion)
+        layout = reduction_layout(plan, info)
+    except PlanError as exc:
+        raise SchedulerError(f"inner_persistent: {exc}") from None
+    spec = persistent_spec(plan, layout, params, info.device)
+    source, name = emit_persistent(plan, spec)
+    ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
+    grid = (_int(params, "grid_x"), 1, 1)
+    return [KernelLaunch(backend.compile(source, name, info), grid, (spec.block_x, spec.block_y, 1),
+                         0, ops, "inner_persistent", source)]

@@ -1,0 +1,332 @@
+"""The reduction scheduler: reductions with a pointwise prologue and epilogue, no persistence.
+
+Takes fusions whose reductions (sum, prod, max, min, Welford) all reduce the same axes of
+same-shaped inputs, computed from the fusion inputs by pointwise ops and broadcasts, and whose
+outputs live on the kept axes (keepdim included). Fusions that need the un-reduced input again
+after a reduction belong to inner_persistent.
+
+ReductionParams, as this scheduler reads them:
+* fastest_dim_reduction: True for the inner kernel (the reduced axis is the innermost in
+  memory: block_x threads reduce a row, block_y rows per block), False for the outer kernel
+  (threads along the innermost kept axis, block_y threads splitting the reduced axis);
+* vectorize_reduction (inner) / vectorize_iter (outer): elements per vector access V
+  (a power of two <= 16; operands that are not aligned for it are read element by element);
+* unroll_reduction: vectors (inner) or reduced rows (outer) each thread loads before it
+  accumulates them;
+* grid_x: blocks over the kept elements (grid-strided); grid_y: blocks splitting the reduced
+  axis. grid_y > 1 is a grid reduction: partial results go to a workspace and a second kernel
+  combines them in a fixed order (cross_grid_count = grid_y, cross_block set);
+* cparams.index_type: int32 unless sizes need int64 (int64 is used whenever needed).
+Heuristics choose them from the device (SM count, threads per SM) and the sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.reduction import (
+    FINALIZE_THREADS,
+    ReductionKernelSpec,
+    accumulators,
+    emit_reduction,
+    smem_bytes,
+)
+from kfuse.codegen.reduction_plan import (
+    PlanError,
+    ReductionLayout,
+    ReductionPlan,
+    plan_reductions,
+    reduction_layout,
+    vector_ok,
+)
+from kfuse.errors import SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime_info import RuntimeInfo
+from kfuse.schedule.types import Rejection, SchedulerType
+
+MAX_GRID_X = 2 ** 31 - 1
+MAX_GRID_Y = 65535
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+def _plan(fusion: Fusion) -> ReductionPlan:
+    try:
+        return plan_reductions(fusion)
+    except PlanError as exc:
+        raise Rejection(str(exc)) from None
+
+
+def _layout(plan: ReductionPlan, info: RuntimeInfo) -> ReductionLayout:
+    try:
+        return reduction_layout(plan, info)
+    except PlanError as exc:
+        raise Rejection(str(exc)) from None
+
+
+def pow2_ceil(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class ReductionScheduler:
+    """Schedules non-persistent reduction fusions (see the module docstring)."""
+
+    scheduler_type = SchedulerType.reduction
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        plan = _plan(fusion)
+        if plan.dependent_inputs:
+            red = next(r for r in plan.reductions[1:]
+                       if any(u.val in plan.reduction_outputs() for u in
+                              plan.stages[plan.reductions.index(r)].uses))
+            raise Rejection(f"the input of {red.outputs[0].name} ({getattr(red, 'op', 'welford')}) "
+                            "needs an earlier reduction result, so the un-reduced input is "
+                            "needed again after a reduction (inner_persistent's job)")
+        if plan.loop_outputs:
+            out = fusion.outputs[plan.loop_outputs[0]]
+            raise Rejection(f"output {out.name} has the reduced axes: it needs the un-reduced "
+                            "input again after the reduction (inner_persistent's job)")
+        if info is not None:
+            _layout(plan, info)
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import ReductionParams
+
+        plan = _plan(fusion)
+        layout = _layout(plan, info)
+        params = ReductionParams("reduction")
+        if is_inner(layout):
+            _inner_heuristics(params, layout, info.device)
+        else:
+            _outer_heuristics(params, layout, info.device)
+        params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
+        fill_launch_params(params, plan)
+        return params
+
+
+def is_inner(layout: ReductionLayout) -> bool:
+    """Whether the reduced axis, rather than a kept one, is the one walked contiguously."""
+    if layout.n_rows <= 1 or not layout.loop:
+        return True
+    inner = sum(op.itemsize for op in layout.loop if op.red_stride == 1)
+    outer = sum(op.itemsize for op in layout.loop if op.strides[-2] == 1)
+    return inner >= outer
+
+
+def pick_vector(layout: ReductionLayout, axis: int, extent: int, extra: tuple = ()) -> int:
+    """16 bytes of the narrowest unit-stride operand along `axis`, halved until every such
+    operand is aligned for it (and the vector is not longer than the axis)."""
+    unit = [op for op in layout.loop + tuple(extra) if op.strides[axis] == 1]
+    if not unit:
+        return 1
+    vector = min(8, 16 // min(op.itemsize for op in unit))
+    while vector > 1 and (vector > extent or
+                          not all(vector_ok(op, axis, vector, layout.sizes) for op in unit)):
+        vector //= 2
+    return vector
+
+
+def _target_blocks(device: Any, threads: int) -> int:
+    return device.sm_count * max(1, device.max_threads_per_sm // threads)
+
+
+def _inner_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None:
+    n_red, n_rows = layout.red_size, layout.n_rows
+    vector = pick_vector(layout, layout.rank - 1, n_red)
+    vecs = max(1, _cdiv(n_red, vector))
+    block_x = 1
+    while block_x < 512 and block_x * 4 < vecs:
+        block_x *= 2
+    block_x = max(block_x, min(32, pow2_ceil(vecs)))
+    block_y = max(1, min(128 // block_x, pow2_ceil(n_rows)))
+    unroll = max(1, min(4, _cdiv(vecs, block_x)))
+    grid_x = max(1, min(MAX_GRID_X, _cdiv(n_rows, block_y)))
+    parts = 1
+    target = _target_blocks(device, block_x * block_y)
+    if grid_x * 2 < target and vecs >= block_x * unroll * 2:
+        parts = min(max(1, target // grid_x), _cdiv(vecs, block_x * unroll), MAX_GRID_Y)
+    params.fastest_dim_reduction = True
+    params.vectorize_reduction = vector
+    params.unroll_reduction = unroll
+    params.block_x, params.block_y = block_x, block_y
+    params.grid_x, params.grid_y = grid_x, parts
+
+
+def _outer_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None:
+    n_red, n_rows = layout.red_size, layout.n_rows
+    n_in = layout.kept_sizes[-1]
+    vector = pick_vector(layout, layout.rank - 2, n_in)
+    cols = (n_rows // max(1, n_in)) * _cdiv(n_in, vector)
+    block_x = min(32, pow2_ceil(cols))
+    block_y = max(1, min((512 if block_x >= 32 else 256) // block_x, 32, pow2_ceil(n_red)))
+    unroll = max(1, min(4, _cdiv(n_red, block_y)))
+    grid_x = max(1, min(MAX_GRID_X, _cdiv(cols, block_x)))
+    parts = 1
+    target = _target_blocks(device, block_x * block_y)
+    if grid_x * 2 < target:
+        # Split the reduced axis over more blocks, keeping >= 8 loads in each thread's loop.
+        parts = max(1, min(max(1, target // grid_x), _cdiv(n_red, block_y * unroll * 8),
+                           MAX_GRID_Y))
+    params.fastest_dim_reduction = False
+    params.vectorize_iter = vector
+    params.unroll_reduction = unroll
+    params.block_x, params.block_y = block_x, block_y
+    params.grid_x, params.grid_y = grid_x, parts
+
+
+def fill_launch_params(params: Any, plan: ReductionPlan) -> None:
+    """Mirror the chosen configuration into the generic fields (lparams, cross-grid flags)."""
+    parts = int(params.grid_y)
+    params.cross_block = parts > 1
+    params.cross_grid_count = parts
+    if params.fastest_dim_reduction:
+        params.cross_block_inner_reduction = int(params.block_x) > 1
+    else:
+        params.cross_block_outer_reduction = int(params.block_y) > 1
+    params.lparams.grid_x, params.lparams.grid_y = int(params.grid_x), parts
+    params.lparams.block_x, params.lparams.block_y = int(params.block_x), int(params.block_y)
+
+
+# ---------------------------------------------------------------------------------------------
+# From params to launches
+# ---------------------------------------------------------------------------------------------
+
+
+def _int(params: Any, name: str) -> int:
+    value = getattr(params, name)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SchedulerError(f"ReductionParams.{name} is {value!r}, expected an integer") \
+            from None
+
+
+def validate_common(params: Any, kind: str, vector: int, unroll: int, device: Any) -> None:
+    """Raise SchedulerError for parameters no kernel can run with."""
+    bx, by = _int(params, "block_x"), _int(params, "block_y")
+    if bx < 1 or by < 1 or bx * by > device.max_threads_per_block:
+        raise SchedulerError(f"ReductionParams block ({bx}, {by}) must have between 1 and "
+                             f"{device.max_threads_per_block} threads")
+    if vector not in (1, 2, 4, 8, 16):
+        raise SchedulerError(f"ReductionParams vector width {vector} must be 1, 2, 4, 8 or 16")
+    if not 1 <= unroll <= 64:
+        raise SchedulerError(f"ReductionParams unroll/batch {unroll} must be between 1 and 64")
+    gx, gy = _int(params, "grid_x"), _int(params, "grid_y")
+    if not 1 <= gx <= MAX_GRID_X or not 1 <= gy <= MAX_GRID_Y:
+        raise SchedulerError(f"ReductionParams grid ({gx}, {gy}) is outside the launch limits "
+                             f"(1..{MAX_GRID_X}, 1..{MAX_GRID_Y})")
+    if _int(params, "unroll_iter") != 1:
+        raise SchedulerError(f"ReductionParams.unroll_iter = {params.unroll_iter}: the {kind} "
+                             "kernel does not unroll over kept elements (use 1)")
+
+
+def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
+                ) -> ReductionKernelSpec:
+    """The compile-time description of `params` applied to this call's layout."""
+    if bool(params.persistent):
+        raise SchedulerError("ReductionParams.persistent is set: the reduction scheduler "
+                             "generates non-persistent kernels (use inner_persistent)")
+    inner = bool(params.fastest_dim_reduction)
+    kind = "inner" if inner else "outer"
+    vector = _int(params, "vectorize_reduction" if inner else "vectorize_iter")
+    unroll = _int(params, "unroll_reduction")
+    validate_common(params, kind, vector, unroll, device)
+    axis = layout.rank - 1 if inner else layout.rank - 2
+    kinds = tuple(_kind(op, axis, vector, layout) for op in layout.loop)
+    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) \
+        else "int"
+    spec = ReductionKernelSpec(kind, layout.rank, vector, unroll, _int(params, "block_x"),
+                               _int(params, "block_y"), _int(params, "grid_y"), index, kinds, ())
+    if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
+        raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
+                             f"memory for the block combine (limit {STATIC_SMEM_LIMIT}); use "
+                             "fewer threads or a narrower vector")
+    return spec
+
+
+def _kind(op: Any, axis: int, vector: int, layout: ReductionLayout) -> str:
+    if op.strides[axis] == 0:
+        return BCAST
+    return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
+
+
+def operand_list(plan: ReductionPlan, layout: ReductionLayout, *, loop: bool, row: bool,
+                 workspace: list | None) -> list[Any]:
+    """Launch operands in the order of kfuse.codegen.reduction.tensor_params."""
+    from kfuse.launch import InputOperand, OutputOperand, ScalarOperand
+
+    positions = {v: i for i, v in enumerate(plan.fusion.inputs)}
+    ops: list[Any] = [InputOperand(positions[u.val], layout.sizes, op.strides)
+                      for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
+                      if loop or i == 0]
+    if row:
+        ops += [InputOperand(positions[u.val], _shape(layout, op), op.strides)
+                for u, op in zip(plan.epilogue.input_uses, layout.row)]
+    ops += [ScalarOperand(s) for s in plan.scalars]
+    ops += [OutputOperand(k, _shape(layout, op), op.strides)
+            for k, op in enumerate(layout.outputs)]
+    if workspace:
+        ops += workspace
+    return ops
+
+
+def _shape(layout: ReductionLayout, op: Any) -> tuple[int, ...]:
+    """An operand's extents as passed: 1 along the reduced axis when it does not walk it, so
+    that an empty reduction does not make the outputs look empty (kernels read the reduced
+    extent from the first loop input)."""
+    return layout.sizes if op.red_stride != 0 else layout.sizes[:-1] + (1,)
+
+
+def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any]:
+    """The partial-result arrays of a grid reduction, packed into workspace buffer 0."""
+    from kfuse.launch import WorkspaceOperand
+
+    ops = []
+    offset = 0
+    count = parts * n_rows
+    for acc in accumulators(plan):
+        elem = acc.size // len(acc.partial_fields)
+        for _ in acc.partial_fields:
+            nbytes = count * elem
+            ops.append(WorkspaceOperand(0, offset, nbytes, (count,), (1,)))
+            offset += -(-nbytes // 16) * 16
+    return ops
+
+
+def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any
+                       ) -> list[Any]:
+    """Compile (or fetch) the kernels for `params` and describe their launches."""
+    from kfuse.launch import KernelLaunch
+
+    try:
+        plan = plan_reductions(fusion)
+        layout = reduction_layout(plan, info)
+    except PlanError as exc:
+        raise SchedulerError(f"reduction: {exc}") from None
+    spec = kernel_spec(plan, layout, params, info.device)
+    kernels = emit_reduction(plan, spec)
+    block = (spec.block_x, spec.block_y, 1)
+    grid = (_int(params, "grid_x"), spec.grid_parts, 1)
+    if spec.grid_parts == 1:
+        source, name = kernels[0]
+        ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
+        return [KernelLaunch(backend.compile(source, name, info), grid, block, 0, ops,
+                             "reduction", source)]
+    ws = workspace_operands(plan, spec.grid_parts, layout.n_rows)
+    (src1, name1), (src2, name2) = kernels
+    first = KernelLaunch(backend.compile(src1, name1, info), grid, block, 0,
+                         operand_list(plan, layout, loop=True, row=False, workspace=ws),
+                         "reduction", src1)
+    fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_THREADS))), 1, 1)
+    second = KernelLaunch(backend.compile(src2, name2, info), fin_grid, (FINALIZE_THREADS, 1, 1),
+                          0, operand_list(plan, layout, loop=False, row=True, workspace=ws),
+                          "reduction", src2)
+    return [first, second]

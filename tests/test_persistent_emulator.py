@@ -1,0 +1,162 @@
+"""The inner_persistent scheduler end to end on the host emulator: normalizations against
+kfuse.reference, row lengths around vector and warp boundaries, edited params."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+from kfuse.testing import assert_outputs_close
+
+IP = SchedulerType.inner_persistent
+
+
+def rand(shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def check(fd: FusionDefinition, inputs: list, params: object = None) -> list:
+    if params is None:
+        out = fd.execute(inputs)
+        assert fd.last_scheduler() is IP
+    else:
+        out = fd.manual_execute(inputs, heuristic_params=params)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+def softmax_fd(dtype: DataType = DataType.Float, log: bool = False, rank: int = 2
+               ) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
+        fd.add_output((fd.ops.log_softmax if log else fd.ops.softmax)(x, -1))
+    return fd
+
+
+def layer_norm_fd(dtype: DataType = DataType.Float, affine: bool = True,
+                  stats: bool = False) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype) if affine else None
+        b = fd.define_tensor(shape=[-1], dtype=dtype) if affine else None
+        fd.add_output(fd.ops.layer_norm(x, w, b, eps=1e-5))
+        if stats:
+            xf = fd.ops.cast(x, DataType.Float)
+            var, mean = fd.ops.var_mean(xf, [1], correction=0)
+            fd.add_output(mean)
+            fd.add_output(fd.ops.rsqrt(var + 1e-5))
+    return fd
+
+
+def rms_norm_fd(dtype: DataType = DataType.Float) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.rms_norm(x, w, eps=1e-6))
+    return fd
+
+
+@pytest.mark.parametrize("n", [1, 3, 31, 32, 33, 1000, 1024, 4097])
+def test_softmax_row_lengths(n: int) -> None:
+    rows = 3 if n > 1000 else 5
+    check(softmax_fd(), [rand((rows, n)) * 3])
+
+
+@pytest.mark.parametrize("n", [1, 33, 1024])
+def test_log_softmax(n: int) -> None:
+    check(softmax_fd(log=True), [rand((4, n))])
+
+
+@pytest.mark.parametrize("n", [3, 32, 1000])
+def test_layer_norm_with_weight_bias_and_stats(n: int) -> None:
+    fd = layer_norm_fd(stats=True)
+    check(fd, [rand((6, n)), rand((n,), seed=1), rand((n,), seed=2)])
+
+
+@pytest.mark.parametrize("n", [31, 256])
+def test_layer_norm_without_affine_and_rms_norm(n: int) -> None:
+    check(layer_norm_fd(affine=False), [rand((6, n))])
+    check(rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)])
+
+
+def test_half_and_double_normalizations() -> None:
+    check(softmax_fd(DataType.Half), [rand((4, 200), np.float16)])
+    check(layer_norm_fd(DataType.Double), [rand((4, 70), np.float64), rand((70,), np.float64),
+                                            rand((70,), np.float64)])
+
+
+def test_bfloat16_torch_cpu() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(5, 520, dtype=torch.bfloat16)
+    w = torch.randn(520, dtype=torch.bfloat16)
+    fd = rms_norm_fd(DataType.BFloat16)
+    out = fd.execute([x, w])
+    assert fd.last_scheduler() is IP and out[0].dtype == torch.bfloat16
+    assert_outputs_close(fd, out, evaluate(fd.fusion, [x, w]), [x, w])
+    fd = layer_norm_fd(DataType.BFloat16)
+    b = torch.randn(520, dtype=torch.bfloat16)
+    out = fd.execute([x, w, b])
+    assert_outputs_close(fd, out, evaluate(fd.fusion, [x, w, b]), [x, w, b])
+
+
+def test_multi_axis_normalization_and_3d_rows() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        fd.add_output(fd.ops.layer_norm(x, normalized_ndim=2))
+    check(fd, [rand((3, 4, 9))])
+    check(softmax_fd(rank=3), [rand((2, 3, 17))])
+
+
+def test_centering_with_welford_outputs() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        avg, m2, n = fd.ops.welford(x, [1])
+        fd.add_output(fd.ops.sub(x, fd.ops.broadcast(avg, [False, True])))
+        fd.add_output(m2)
+        fd.add_output(n)
+    check(fd, [rand((5, 77))])
+
+
+def test_empty_rows_give_nan_statistics() -> None:
+    fd = layer_norm_fd(affine=False, stats=True)
+    x = np.zeros((3, 0), np.float32)
+    out = fd.execute([x])
+    assert out[0].shape == (3, 0) and np.isnan(out[1]).all() and np.isnan(out[2]).all()
+
+
+def test_strided_rows() -> None:
+    base = rand((8, 100))
+    check(softmax_fd(), [base[::2, 1:]])
+
+
+@pytest.mark.parametrize("edit", [
+    {"block_x": 32, "persistent_batch_size": 8}, {"block_x": 64, "block_y": 2},
+    {"vectorize_reduction": 1, "persistent_batch_size": 16}, {"block_x": 100, "block_y": 3},
+    {"grid_x": 1}, {"block_x": 1024, "block_y": 1, "persistent_batch_size": 1}])
+def test_edited_params_stay_correct(edit: dict) -> None:
+    fd = layer_norm_fd(stats=True)
+    x, w, b = rand((7, 250)), rand((250,), seed=1), rand((250,), seed=2)
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x, w, b])
+    assert hp.persistent and hp.scheduler_type == "inner_persistent"
+    for k, v in edit.items():
+        setattr(hp, k, v)
+    check(fd, [x, w, b], hp)
+
+
+def test_params_that_cannot_hold_the_row_raise() -> None:
+    fd = softmax_fd()
+    x = rand((2, 300))
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    hp.block_x, hp.persistent_batch_size, hp.vectorize_reduction = 32, 2, 2
+    with pytest.raises(SchedulerError, match="fewer than the row's 300"):
+        fd.manual_execute([x], heuristic_params=hp)
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    hp.persistent = False
+    with pytest.raises(SchedulerError, match="persistent"):
+        fd.manual_execute([x], heuristic_params=hp)

@@ -1,0 +1,156 @@
+"""The inner_persistent scheduler on a GPU: normalizations with torch CUDA tensors and CuPy
+arrays, row lengths up to the longest the heuristics hold, W4/W5/W6 at full size."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_support import requires_gpu
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+from kfuse.testing import assert_outputs_close
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+IP = SchedulerType.inner_persistent
+BF = DataType.BFloat16
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+def softmax_fd(dtype: DataType, log: bool = False) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        fd.add_output((fd.ops.log_softmax if log else fd.ops.softmax)(x, 1))
+    return fd
+
+
+def layer_norm_fd(dtype: DataType, stats: bool = False) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        b = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.layer_norm(x, w, b, eps=1e-5))
+        if stats:
+            var, mean = fd.ops.var_mean(fd.ops.cast(x, DataType.Float), [1], correction=0)
+            fd.add_output(mean)
+            fd.add_output(fd.ops.rsqrt(var + 1e-5))
+    return fd
+
+
+def rms_norm_fd(dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.rms_norm(x, w, eps=1e-6))
+    return fd
+
+
+def run_and_check(fd: FusionDefinition, inputs: list) -> list:
+    out = fd.execute(inputs)
+    assert fd.last_scheduler() is IP
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+def _inputs(torch, kind: str, rows: int, n: int, tdt):  # noqa: ANN001, ANN202
+    x = torch.randn(rows, n, device="cuda").to(tdt)
+    if kind == "softmax":
+        return [x]
+    w = torch.randn(n, device="cuda").to(tdt)
+    if kind == "rms_norm":
+        return [x, w]
+    return [x, w, torch.randn(n, device="cuda").to(tdt)]
+
+
+def _fd(kind: str, dtype: DataType) -> FusionDefinition:
+    return {"softmax": softmax_fd, "layer_norm": layer_norm_fd, "rms_norm": rms_norm_fd}[kind](
+        dtype)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("n", [1, 3, 31, 32, 33, 1000, 1024, 4097])
+def test_torch_normalizations(kind: str, dtype: str, n: int) -> None:
+    torch = _torch()
+    dt = {"float32": DataType.Float, "bfloat16": BF, "float16": DataType.Half}[dtype]
+    run_and_check(_fd(kind, dt), _inputs(torch, kind, 257, n, getattr(torch, dtype)))
+
+
+def _longest_held(kind: str, dtype: DataType, torch, tdt) -> int:  # noqa: ANN001
+    n = 1024
+    while True:
+        ok, _ = schedule.can_schedule(_fd(kind, dtype), IP,
+                                      _inputs(torch, kind, 2, 2 * n, tdt))
+        if not ok:
+            return n
+        n *= 2
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_longest_rows_the_heuristics_accept(kind: str, dtype: str) -> None:
+    torch = _torch()
+    dt = {"float32": DataType.Float, "bfloat16": BF}[dtype]
+    tdt = getattr(torch, dtype)
+    n = _longest_held(kind, dt, torch, tdt)
+    for length in (n, n - 1):
+        run_and_check(_fd(kind, dt), _inputs(torch, kind, 64, length, tdt))
+
+
+def test_layer_norm_statistics_and_log_softmax() -> None:
+    torch = _torch()
+    x = torch.randn(512, 768, device="cuda", dtype=torch.bfloat16)
+    w, b = torch.randn(768, device="cuda"), torch.randn(768, device="cuda")
+    run_and_check(layer_norm_fd(DataType.Float, stats=True), [x.float(), w, b])
+    run_and_check(softmax_fd(BF, log=True), [x])
+
+
+def test_cupy_inputs() -> None:
+    cupy = pytest.importorskip("cupy")
+    x = cupy.random.standard_normal((300, 1000)).astype(cupy.float32)
+    run_and_check(softmax_fd(DataType.Float), [x])
+
+
+def test_tutorial_layer_norm_with_manual_params_matches_torch() -> None:
+    torch = _torch()
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        var, mean = fd.ops.var_mean(x, [1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.sub(x, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+    t = torch.randn(300, 1000, device="cuda")
+    expected = torch.nn.functional.layer_norm(t, (1000,), eps=1e-5)
+    hp = schedule.compute_heuristics(fd.fusion, IP, [t])
+    for edit in ({}, {"block_x": 32, "persistent_batch_size": 8},
+                 {"vectorize_reduction": 1, "persistent_batch_size": 4 * hp.persistent_batch_size},
+                 {"block_y": 2}):
+        p = hp.copy()
+        for k, v in edit.items():
+            setattr(p, k, v)
+        out = fd.manual_execute([t], heuristic_params=p)
+        torch.testing.assert_close(out[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("workload", ["W4", "W5", "W6"])
+def test_full_size_workloads(workload: str) -> None:
+    torch = _torch()
+    kind = {"W4": "softmax", "W5": "rms_norm", "W6": "layer_norm"}[workload]
+    inputs = _inputs(torch, kind, 32768, 4096, torch.bfloat16)
+    out = fd_out = _fd(kind, BF)
+    out = fd_out.execute(inputs)
+    x = inputs[0].float()
+    if kind == "softmax":
+        expected = torch.softmax(x, 1)
+    elif kind == "rms_norm":
+        expected = x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * inputs[1].float()
+    else:
+        expected = torch.nn.functional.layer_norm(x, (4096,), inputs[1].float(),
+                                                  inputs[2].float(), eps=1e-5)
+    torch.testing.assert_close(out[0].float(), expected, rtol=2e-2, atol=2e-2)

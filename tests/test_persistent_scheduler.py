@@ -1,0 +1,148 @@
+"""The inner_persistent scheduler on CPU: selection (disjoint from reduction), rejection
+reasons, heuristics on synthetic devices, NVRTC compiling its kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.schedule import SchedulerType
+
+IP = SchedulerType.inner_persistent
+PROFILES = ["h100", "h200", "a100"]
+
+
+def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
+
+def tutorial_layer_norm() -> FusionDefinition:
+    """nvFuser's tutorial layer norm, written from primitives."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        n = fd.ops.size(x, 1)
+        mean = fd.ops.div(fd.ops.sum(x, [1]), n)
+        mean_b = fd.ops.broadcast_in_dim(mean, shape=fd.ops.shape(x), broadcast_dims=[0])
+        diff = fd.ops.sub(x, mean_b)
+        var = fd.ops.div(fd.ops.sum(fd.ops.mul(diff, diff), [1]), n)
+        var_b = fd.ops.broadcast_in_dim(var, shape=fd.ops.shape(x), broadcast_dims=[0])
+        fd.add_output(fd.ops.mul(diff, fd.ops.rsqrt(fd.ops.add(var_b, 1e-5))))
+    return fd
+
+
+def tutorial_layer_norm_var_mean() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        var, mean = fd.ops.var_mean(x, [1], correction=0, keepdim=True)
+        eps = fd.define_scalar(1e-5)
+        fd.add_output(fd.ops.mul(fd.ops.sub(x, mean), fd.ops.rsqrt(fd.ops.add(var, eps))))
+    return fd
+
+
+def layer_norm(dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        b = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.layer_norm(x, w, b))
+    return fd
+
+
+def softmax(dtype: DataType = DataType.Float) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        fd.add_output(fd.ops.softmax(x, 1))
+    return fd
+
+
+def rms_norm(dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.rms_norm(x, w))
+    return fd
+
+
+@pytest.mark.parametrize("make", [tutorial_layer_norm, tutorial_layer_norm_var_mean])
+def test_tutorial_layer_norm_selects_exactly_inner_persistent(make: object) -> None:
+    fd = make()  # type: ignore[operator]
+    assert schedule.find_compatible_schedulers(fd.fusion, [rand(4, 4)]) == [IP]
+
+
+def test_normalizations_select_inner_persistent() -> None:
+    assert schedule.find_compatible_schedulers(softmax().fusion, [rand(4, 8)]) == [IP]
+    fd = layer_norm(DataType.Float)
+    assert schedule.find_compatible_schedulers(fd.fusion, [rand(4, 8), rand(8), rand(8)]) == [IP]
+
+
+def test_outer_normalization_is_left_to_outer_persistent() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.softmax(x, 0))
+    ok, why = schedule.can_schedule(fd.fusion, IP, [rand(8, 8)])
+    assert not ok and "outer_persistent" in why
+
+
+def test_rows_too_long_to_hold_are_rejected_with_a_reason() -> None:
+    fd = softmax()
+    x = np.empty((2, 1 << 17), np.float32)
+    ok, why = schedule.can_schedule(fd.fusion, IP, [x])
+    assert not ok and "registers" in why and str(1 << 17) in why
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("dtype,np_dtype", [(DataType.Float, np.float32),
+                                            (DataType.BFloat16, np.float32),
+                                            (DataType.Half, np.float16)])
+@pytest.mark.parametrize("n", [1, 7, 32, 1000, 4096, 16384])
+def test_heuristics_cover_the_row_within_limits(monkeypatch: pytest.MonkeyPatch, profile: str,
+                                                dtype: DataType, np_dtype: type, n: int) -> None:
+    from kfuse.device import get_profile
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
+    device = get_profile(profile)
+    fd = layer_norm(dtype)
+    inputs = [np.empty((64, n), np_dtype), np.empty(n, np_dtype), np.empty(n, np_dtype)]
+    hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    assert hp.persistent and hp.fastest_dim_reduction and hp.grid_y == 1
+    assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction >= n
+    assert hp.block_x * hp.block_y <= device.max_threads_per_block
+    assert hp.vectorize_reduction * dtype.itemsize <= 16
+    held = hp.persistent_batch_size * hp.vectorize_reduction * 3 * dtype.itemsize / 4
+    assert held <= 64
+    if n == 4096 and dtype is not DataType.Float:
+        assert hp.vectorize_reduction == 8 and hp.block_x in (128, 256)
+
+
+def test_w4_softmax_heuristics() -> None:
+    fd = softmax(DataType.BFloat16)
+    x = np.empty((32768, 4096), np.float32)  # bf16 stand-in; only the layout matters
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    assert hp.vectorize_reduction == 8 and hp.block_x * hp.persistent_batch_size * 8 == 4096
+    assert hp.grid_x * hp.block_y >= 32768 or hp.grid_x >= 132
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm", "tutorial", "odd"])
+def test_nvrtc_compiles_persistent_kernels(arch: str, case: str) -> None:
+    from tests.test_reduction_scheduler import _sources
+
+    from kfuse import _C
+
+    bf = DataType.BFloat16
+    if case == "softmax":
+        srcs = _sources(softmax(bf), [rand(64, 4096)], IP)
+    elif case == "layer_norm":
+        srcs = _sources(layer_norm(bf), [rand(64, 4096), rand(4096), rand(4096)], IP)
+    elif case == "rms_norm":
+        srcs = _sources(rms_norm(DataType.Float), [rand(64, 1000), rand(1000)], IP)
+    elif case == "tutorial":
+        srcs = _sources(tutorial_layer_norm_var_mean(), [rand(64, 100)], IP)
+    else:
+        srcs = _sources(softmax(DataType.Half), [rand(64, 33, dtype=np.float16)], IP)
+    for source, name in srcs:
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
+        assert len(cubin) > 0

@@ -1,0 +1,226 @@
+"""The reduction scheduler end to end on the host emulator: fd.execute on NumPy / CPU torch
+inputs against kfuse.reference, for inner, outer, multi-axis and grid reductions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+from kfuse.testing import assert_outputs_close
+
+
+def rand(shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-50, 50, size=shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def check(fd: FusionDefinition, inputs: list, params: object = None,
+          scheduler: SchedulerType = SchedulerType.reduction) -> list:
+    if params is None:
+        out = fd.execute(inputs)
+        assert fd.last_scheduler() is scheduler
+    else:
+        out = fd.manual_execute(inputs, heuristic_params=params)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+def reduce_fd(op: str, dims: list[int], rank: int = 2, dtype: DataType = DataType.Float,
+              keepdim: bool = False, **kw: object) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
+        fd.add_output(getattr(fd.ops, op)(x, dims, keepdim=keepdim, **kw))
+    return fd
+
+
+@pytest.mark.parametrize("shape,dims", [((5, 37), [1]), ((37, 5), [0]), ((3, 4, 33), [1, 2]),
+                                        ((6, 5, 4), [0, 1]), ((4, 6, 5), [1]),
+                                        ((1000,), [0]), ((2, 3, 4), [0, 1, 2])])
+def test_sum_inner_outer_and_multi_axis(shape: tuple, dims: list) -> None:
+    fd = reduce_fd("sum", dims, rank=len(shape))
+    check(fd, [rand(shape)])
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_every_op_both_directions(op: str, dim: int) -> None:
+    x = rand((9, 70)) if dim else rand((70, 9))
+    if op == "prod":
+        x = (1.0 + 0.01 * x).astype(np.float32)
+    check(reduce_fd(op, [dim]), [x])
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [
+    (DataType.Float, np.float32), (DataType.Double, np.float64), (DataType.Half, np.float16),
+    (DataType.Int32, np.int32), (DataType.Int, np.int64),
+    (DataType.Bool, np.bool_)])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_every_dtype(dtype: DataType, np_dtype: type, op: str) -> None:
+    fd = reduce_fd(op, [1], dtype=dtype)
+    x = rand((6, 45), np_dtype)
+    out = check(fd, [x])
+    if op == "sum" and not dtype.is_floating:
+        assert out[0].dtype == np.int64  # ints and bools sum in int64
+
+
+def test_sum_with_wider_accumulate_dtype_from_bf16() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sum(x, [1], dtype=DataType.Float))
+    out = check(fd, [rand((4, 300))])
+    assert out[0].dtype == np.float32
+
+
+def test_keepdim_prologue_epilogue_and_input_broadcast() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        b = fd.define_tensor(shape=[-1])  # broadcast along rows in the prologue
+        c = fd.define_tensor(shape=[-1, 1])  # read per output in the epilogue
+        s = fd.define_scalar(dtype=DataType.Double)
+        y = fd.ops.relu(x * 2.0 + b)
+        r = fd.ops.sum(y, [1], keepdim=True)
+        fd.add_output(fd.ops.tanh(r * s + c))
+        fd.add_output(fd.ops.max(y, [1]))
+    check(fd, [rand((7, 50)), rand((50,), seed=1), rand((7, 1), seed=2), 0.25])
+
+
+def test_var_mean_welford_and_count() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        v, m = fd.ops.var_mean(x, [0], correction=1)
+        fd.add_output(v)
+        fd.add_output(m)
+        avg, m2, n = fd.ops.welford(fd.ops.cast(x, DataType.Float), [0])
+        fd.add_output(n)
+    check(fd, [rand((33, 10), np.float16)])
+    check(fd, [rand((5, 70), np.float16)])
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean", "var"])
+def test_empty_reduction_gives_the_identity(op: str) -> None:
+    fd = reduce_fd(op, [1])
+    x = np.zeros((3, 0), np.float32)
+    out = check(fd, [x])
+    expected = {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}
+    if op in expected:
+        assert (out[0] == expected[op]).all()
+    else:
+        assert np.isnan(out[0]).all()
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 1), 1), ((1, 4), 0), ((1, 1), 0), ((1, 7), 1)])
+def test_extent_one(shape: tuple, dim: int) -> None:
+    check(reduce_fd("sum", [dim]), [rand(shape)])
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_nan_propagates_through_max_and_min(op: str) -> None:
+    x = rand((4, 40))
+    x[1, 17] = np.nan
+    x[3, 39] = np.nan
+    out = check(reduce_fd(op, [1]), [x])
+    assert np.isnan(out[0][[1, 3]]).all() and not np.isnan(out[0][[0, 2]]).any()
+    xt = np.ascontiguousarray(x.T)
+    out = check(reduce_fd(op, [0]), [xt])
+    assert np.isnan(out[0][[1, 3]]).all()
+
+
+def test_non_contiguous_and_transposed_inputs() -> None:
+    base = rand((40, 30))
+    check(reduce_fd("sum", [1]), [base.T])  # reduced axis strided: the outer kernel
+    check(reduce_fd("sum", [1]), [base[::2, ::3]])
+    check(reduce_fd("sum", [0]), [base[:, 1:]])  # misaligned rows: no vectors
+
+
+def test_torch_cpu_inputs() -> None:
+    torch = pytest.importorskip("torch")
+    fd = reduce_fd("sum", [1], dtype=DataType.BFloat16)
+    x = torch.randn(5, 66, dtype=torch.bfloat16)
+    out = fd.execute([x])
+    assert out[0].dtype == torch.bfloat16
+    assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
+
+
+def test_grid_reduction_paths_are_taken_for_few_outputs() -> None:
+    fd = reduce_fd("sum", [1])
+    x = rand((1, 1 << 14))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+    assert hp.fastest_dim_reduction and hp.grid_y > 1 and hp.cross_grid_count == hp.grid_y
+    check(fd, [x])
+    assert "_fin" in fd.last_cuda_source()
+    fd0 = reduce_fd("sum", [0])
+    xt = rand((4096, 3))
+    hp = schedule.compute_heuristics(fd0.fusion, SchedulerType.reduction, [xt])
+    assert not hp.fastest_dim_reduction and hp.grid_y > 1
+    check(fd0, [xt])
+
+
+@pytest.mark.parametrize("inner", [True, False])
+@pytest.mark.parametrize("op", ["sum", "max", "var"])
+def test_forced_grid_reduction_with_manual_params(inner: bool, op: str) -> None:
+    fd = reduce_fd(op, [1 if inner else 0])
+    x = rand((6, 301)) if inner else rand((301, 6))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+    hp.grid_y = 5
+    hp.block_x, hp.block_y = (32, 2) if inner else (4, 8)
+    check(fd, [x], hp)
+
+
+@pytest.mark.parametrize("edit", [
+    {"block_x": 8, "block_y": 4}, {"block_x": 48, "block_y": 1}, {"vectorize_reduction": 1},
+    {"vectorize_reduction": 2, "unroll_reduction": 3}, {"grid_x": 1}, {"block_x": 1}])
+def test_edited_inner_params_stay_correct(edit: dict) -> None:
+    fd = reduce_fd("sum", [1])
+    x = rand((9, 203))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+    for k, v in edit.items():
+        setattr(hp, k, v)
+    check(fd, [x], hp)
+
+
+@pytest.mark.parametrize("edit", [
+    {"block_x": 3, "block_y": 5}, {"vectorize_iter": 2}, {"vectorize_iter": 1},
+    {"unroll_reduction": 1, "block_y": 1}, {"grid_x": 1, "block_x": 2}])
+def test_edited_outer_params_stay_correct(edit: dict) -> None:
+    fd = reduce_fd("max", [0])
+    x = rand((77, 36))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+    assert not hp.fastest_dim_reduction
+    for k, v in edit.items():
+        setattr(hp, k, v)
+    check(fd, [x], hp)
+
+
+def test_switching_direction_by_params_stays_correct() -> None:
+    fd = reduce_fd("sum", [1])
+    x = rand((20, 24))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+    hp.fastest_dim_reduction = False
+    hp.vectorize_iter = 1
+    check(fd, [x], hp)
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"block_x": 64, "block_y": 32}, "threads"), ({"vectorize_reduction": 3}, "vector"),
+    ({"grid_y": 70000}, "grid"), ({"persistent": True}, "persistent"),
+    ({"unroll_iter": 2}, "unroll_iter")])
+def test_impossible_params_raise_scheduler_error(edit: dict, message: str) -> None:
+    fd = reduce_fd("sum", [1])
+    x = rand((4, 40))
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+    for k, v in edit.items():
+        setattr(hp, k, v)
+    with pytest.raises(SchedulerError, match=message):
+        fd.manual_execute([x], heuristic_params=hp)

@@ -1,0 +1,228 @@
+"""The reduction scheduler on CPU: selection, rejection reasons, heuristics on synthetic
+devices, and NVRTC compiling the generated kernels for sm_80 and sm_90."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
+from kfuse.frontend import FusionDefinition
+from kfuse.schedule import SchedulerType
+
+PROFILES = ["h100", "h200", "a100"]
+RED = SchedulerType.reduction
+
+
+def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
+
+def exp_sum() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(fd.ops.sum(x, dims=[1])))
+    return fd
+
+
+def sum_fd(dims: list[int], rank: int = 2, dtype: DataType = DataType.Float
+           ) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
+        fd.add_output(fd.ops.sum(x, dims))
+    return fd
+
+
+def test_tutorial_exp_sum_selects_exactly_reduction() -> None:
+    assert schedule.find_compatible_schedulers(exp_sum().fusion, [rand(4, 4)]) == [RED]
+
+
+def test_reduction_of_a_reduction_result_is_rejected_with_a_reason() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.sum(fd.ops.sum(x, [1]), [0]))
+    ok, why = schedule.can_schedule(fd.fusion, RED, [rand(4, 4)])
+    assert not ok and why.startswith("Scheduler reduction rejected:")
+    assert "different axes" in why
+
+
+def test_reductions_over_different_axes_are_rejected() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.max(x, [0]))
+    ok, why = schedule.can_schedule(fd.fusion, RED, [rand(4, 4)])
+    assert not ok and "reductions over different axes" in why
+
+
+def test_reusing_the_input_after_the_reduction_is_left_to_inner_persistent() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
+    ok, why = schedule.can_schedule(fd.fusion, RED, [rand(4, 4)])
+    assert not ok and "inner_persistent" in why and "un-reduced" in why
+    with FusionDefinition() as fd2:
+        x = fd2.define_tensor(shape=[-1, -1])
+        fd2.add_output(fd2.ops.softmax(x, 1))
+    ok, why = schedule.can_schedule(fd2.fusion, RED, [rand(4, 4)])
+    assert not ok and "needs an earlier reduction result" in why
+
+
+def test_non_adjacent_reduced_axes_are_rejected_with_a_reason() -> None:
+    fd = sum_fd([0, 2], rank=3)
+    ok, why = schedule.can_schedule(fd.fusion, RED, [rand(3, 4, 5)])
+    assert not ok and "not one contiguous block" in why
+    # ... unless the axis between them has extent 1.
+    assert schedule.can_schedule(fd.fusion, RED, [rand(3, 1, 5)]) == (True, "")
+
+
+def test_a_permute_of_a_reduction_result_is_rejected() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        fd.add_output(fd.ops.permute(fd.ops.sum(x, [2]), [1, 0]))
+    ok, why = schedule.can_schedule(fd.fusion, RED, [rand(2, 3, 4)])
+    assert not ok and "PermuteOp" in why
+
+
+def test_reduction_and_inner_persistent_are_disjoint_on_simple_reductions() -> None:
+    for fd in (sum_fd([1]), sum_fd([0]), exp_sum()):
+        found = schedule.find_compatible_schedulers(fd.fusion, [rand(4, 4)])
+        assert found == [RED]
+    ok, why = schedule.can_schedule(exp_sum().fusion, SchedulerType.inner_persistent,
+                                    [rand(4, 4)])
+    assert not ok and "reduction scheduler takes this fusion" in why
+
+
+def test_compute_heuristics_returns_reduction_params() -> None:
+    from kfuse._C import ReductionParams
+
+    hp = schedule.compute_heuristics(exp_sum().fusion, RED, [rand(8, 64)])
+    assert isinstance(hp, ReductionParams) and hp.scheduler_type == "reduction"
+    assert hp.fastest_dim_reduction and not hp.persistent
+    hp0 = schedule.compute_heuristics(sum_fd([0]).fusion, RED, [rand(64, 64)])
+    assert not hp0.fastest_dim_reduction
+
+
+def _big(shape: tuple[int, ...], dtype: type = np.float32, offset: int = 0) -> np.ndarray:
+    # np.empty does not touch memory: large shapes cost address space only.
+    n = int(np.prod(shape))
+    return np.empty(n + offset, dtype)[offset:offset + n].reshape(shape)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("shape,dims,offset", [
+    ((16384, 16384), [1], 0), ((16384, 16384), [0], 0), ((1, 1 << 26), [1], 0),
+    ((1 << 26, 1), [0], 0), ((7, 100003), [1], 0), ((100003, 7), [0], 0),
+    ((4, 4), [1], 0), ((1000, 33), [1], 1), ((33, 1000), [0], 1), ((64, 8, 128), [0, 1], 0)])
+def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatch,
+                                                  profile: str, shape: tuple, dims: list,
+                                                  offset: int) -> None:
+    from kfuse.codegen.layout import VEC
+    from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
+    from kfuse.device import get_profile
+    from kfuse.runtime_info import build_runtime_info
+    from kfuse.schedule.reduction import kernel_spec
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
+    device = get_profile(profile)
+    fd = sum_fd(dims, rank=len(shape))
+    x = _big(shape, offset=offset)
+    hp = schedule.compute_heuristics(fd.fusion, RED, [x])
+    threads = hp.block_x * hp.block_y
+    assert 1 <= threads <= device.max_threads_per_block
+    assert 1 <= hp.grid_x < 2 ** 31 and 1 <= hp.grid_y <= 65535
+    assert hp.lparams.block_x == hp.block_x and hp.lparams.grid_y == hp.grid_y
+    vector = hp.vectorize_reduction if hp.fastest_dim_reduction else hp.vectorize_iter
+    assert vector * 4 <= 16
+    reduced = int(np.prod([shape[d] for d in dims]))
+    kept = x.size // reduced
+    assert hp.fastest_dim_reduction == (dims[-1] == len(shape) - 1 or kept == 1)
+    if kept * 4 < device.sm_count and reduced >= 1 << 16:
+        assert hp.grid_y > 1, "few outputs: the reduced axis is split over blocks"
+    if shape == (16384, 16384):
+        assert vector == 4, "16-byte loads for the bandwidth targets"
+        assert hp.grid_y * hp.grid_x >= device.sm_count
+    info = build_runtime_info(fd.fusion, [x])
+    plan = plan_reductions(fd.fusion)
+    layout = reduction_layout(plan, info)
+    spec = kernel_spec(plan, layout, hp, device)
+    for op, kind in zip(layout.loop, spec.loop_kinds):
+        if kind == VEC:
+            assert op.data_ptr % min(16, vector * 4) == 0
+    if offset:
+        assert vector == 1 or spec.loop_kinds != (VEC,)
+    assert hp.cparams.index_type == ("int64" if x.size > 2 ** 31 - 1 else "int32")
+
+
+def test_int64_indexing_when_offsets_need_it() -> None:
+    fd = sum_fd([1])
+    huge = np.broadcast_to(np.empty((1, 1), np.float32), (2 ** 16, 2 ** 16))
+    hp = schedule.compute_heuristics(fd.fusion, RED, [huge])
+    assert hp.cparams.index_type == "int64"
+
+
+def _sources(fd: FusionDefinition, inputs: list, stype: SchedulerType,
+             edit: dict | None = None) -> list[tuple[str, str]]:
+    from kfuse.codegen.persistent import emit_persistent
+    from kfuse.codegen.reduction import emit_reduction
+    from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
+    from kfuse.runtime_info import build_runtime_info
+    from kfuse.schedule.persistent import persistent_spec
+    from kfuse.schedule.reduction import kernel_spec
+
+    hp = schedule.compute_heuristics(fd.fusion, stype, inputs)
+    for k, v in (edit or {}).items():
+        setattr(hp, k, v)
+    info = build_runtime_info(fd.fusion, inputs)
+    plan = plan_reductions(fd.fusion)
+    layout = reduction_layout(plan, info)
+    if stype is SchedulerType.inner_persistent:
+        return [emit_persistent(plan, persistent_spec(plan, layout, hp, info.device))]
+    return emit_reduction(plan, kernel_spec(plan, layout, hp, info.device))
+
+
+def _welford_fd() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        v, m = fd.ops.var_mean(x, [1])
+        fd.add_output(v)
+        fd.add_output(m)
+    return fd
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("case", ["inner", "outer", "grid_inner", "grid_outer", "welford",
+                                  "int", "multi"])
+def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
+    from kfuse import _C
+
+    if case == "inner":
+        srcs = _sources(exp_sum(), [rand(64, 1000)], RED)
+    elif case == "outer":
+        srcs = _sources(sum_fd([0]), [rand(1000, 64)], RED)
+    elif case == "grid_inner":
+        srcs = _sources(sum_fd([1]), [rand(1, 1 << 16)], RED)
+    elif case == "grid_outer":
+        srcs = _sources(sum_fd([0]), [rand(1 << 14, 3)], RED, {"grid_y": 4})
+    elif case == "welford":
+        srcs = _sources(_welford_fd(), [rand(64, 300)], RED, {"grid_y": 3})
+    elif case == "int":
+        srcs = _sources(sum_fd([1], dtype=DataType.Int32), [np.ones((4, 64), np.int32)], RED)
+    else:
+        srcs = _sources(sum_fd([0, 1], rank=3), [rand(6, 5, 4)], RED)
+    if case.startswith("grid") or case == "welford":
+        assert len(srcs) == 2
+    for source, name in srcs:
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
+        assert len(cubin) > 0
+
+
+def test_scheduler_error_for_a_rejected_manual_params() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.softmax(x, 1))
+    hp = schedule.compute_heuristics(exp_sum().fusion, RED, [rand(4, 4)])
+    with pytest.raises(SchedulerError, match="reduction rejected"):
+        fd.manual_execute([rand(4, 4)], heuristic_params=hp)
