@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import dataclass
 
 from kfuse.codegen.body import emit_body, from_storage, to_storage
-from kfuse.codegen.domain import DomainMap, Use, map_to_domain
+from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.runtime_header import runtime_header
@@ -45,15 +45,32 @@ class PointwisePlan:
 def plan_pointwise(fusion: Fusion) -> PointwisePlan:
     """Map the fusion's outputs onto the reference output's domain.
 
-    Raises UnsupportedExpr (from the domain mapper) when an expr cannot be generated here; the
-    scheduler checks the rest (output shapes) against the actual inputs.
+    The reference is the first output of the highest rank (most non-broadcast axes). Another output takes the view it
+    already has inside the reference's computation (an input or intermediate that feeds it),
+    else, at equal rank, the reference's axes. An output smaller than the domain (broadcast
+    axes) is written by every thread that maps to it, with the same value.
+
+    Raises UnsupportedExpr when an expr or an output cannot be generated here; the scheduler
+    checks the rest (output shapes) against the actual inputs.
     """
-    reference = max(fusion.outputs, key=lambda t: t.ndim)
+    reference = max(fusion.outputs,
+                    key=lambda t: (t.ndim, sum(not ax.is_broadcast for ax in t.axes)))
     rank = reference.ndim
+    ref_view = tuple(None if ax.is_broadcast else r for r, ax in enumerate(reference.axes))
+    ref_map = map_to_domain([(reference, ref_view)], rank)
     output_views = []
     for out in fusion.outputs:
-        output_views.append(tuple(None if ax.is_broadcast else r
-                                  for r, ax in enumerate(out.axes)))
+        known = {u.view for u in ref_map.uses if u.val is out}
+        if len(known) == 1:
+            output_views.append(known.pop())
+        elif out.ndim == rank:
+            output_views.append(tuple(None if ax.is_broadcast else r
+                                      for r, ax in enumerate(out.axes)))
+        elif all(ax.is_broadcast for ax in out.axes):
+            output_views.append((None,) * out.ndim)  # one element, whatever the rank
+        else:
+            raise UnsupportedExpr(f"output {out.name} (rank {out.ndim}) cannot be placed on "
+                                  f"the domain of {reference.name} (rank {rank})")
     domain = map_to_domain([(o, v) for o, v in zip(fusion.outputs, output_views)], rank)
     return PointwisePlan(fusion, reference, domain, tuple(output_views))
 

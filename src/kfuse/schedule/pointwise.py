@@ -79,6 +79,8 @@ class PointwiseScheduler:
             return
         ref_shape = info.shape(plan.reference)
         for out in fusion.outputs:
+            # A smaller output would be written by every thread that maps to it: correct but
+            # wasteful, so such fusions are left to the segmenter (one kernel per shape).
             if info.shape(out) != ref_shape:
                 raise Rejection(f"outputs have different shapes ({out.name} is "
                                 f"{info.shape(out)}, {plan.reference.name} is {ref_shape})")
