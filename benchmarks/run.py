@@ -55,11 +55,12 @@ def copy_bandwidth(torch: Any, reps: int) -> float:
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
-def check(name: str, result: Any, reference: Any, dtype: Any) -> str:
+def check(name: str, result: Any, reference: Any, dtype: Any,
+          tolerance: tuple[float, float] | None = None) -> str:
     """'ok' or a description of the mismatch (max abs error against the float64 result)."""
     import torch
 
-    atol, rtol = {torch.bfloat16: (1e-2, 1e-2), torch.float16: (1e-3, 1e-3)}.get(
+    atol, rtol = tolerance or {torch.bfloat16: (1e-2, 1e-2), torch.float16: (1e-3, 1e-3)}.get(
         dtype, (1e-5, 1e-5))
     got = result.double() if hasattr(result, "double") else torch.as_tensor(result).double()
     err = (got - reference).abs()
@@ -98,7 +99,7 @@ def run_workload(torch: Any, w: Workload, quick: bool, reps: int, copy_gbs: floa
             result = fn()
             if name == "cupy":
                 result = torch.from_dlpack(result)
-            status = check(name, result, reference, inputs[0].dtype)
+            status = check(name, result, reference, inputs[0].dtype, w.tolerance)
             ms = time_ms(torch, fn, reps)
         except Exception as exc:  # noqa: BLE001
             rows.append({"workload": w.id, "peer": name, "status": f"error: {exc}"})
@@ -109,6 +110,90 @@ def run_workload(torch: Any, w: Workload, quick: bool, reps: int, copy_gbs: floa
                      "gbs": gbs, "fraction_of_copy": gbs / copy_gbs, "bytes": nbytes})
         log(f"  {w.id:5s} {name:14s} {ms:8.3f} ms {gbs:8.0f} GB/s {100 * gbs / copy_gbs:5.1f}% "
             f"of copy  [{status}]")
+    return rows
+
+
+def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """H1: wall-clock microseconds per cached call of out = (a + b) * 2 on fp32 [1024]."""
+    from kfuse import FusionDefinition
+
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], contiguity=True)
+        b = fd.define_tensor(shape=[-1], contiguity=True)
+        fd.add_output(fd.ops.mul(fd.ops.add(a, b), 2.0))
+    ta = torch.randn(1024, device="cuda")
+    tb = torch.randn(1024, device="cuda")
+    peers: dict[str, Callable[[], Any]] = {
+        "kfuse (torch)": lambda: fd.execute([ta, tb]),
+        "torch eager (two ops)": lambda: (ta + tb) * 2,
+    }
+    try:
+        import cupy
+
+        ca, cb = cupy.from_dlpack(ta), cupy.from_dlpack(tb)
+        kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 y", "y = (a + b) * 2.0f",
+                                        "kfuse_bench_h1")
+        cout = cupy.empty_like(ca)
+        peers["kfuse (cupy)"] = lambda: fd.execute([ca, cb])
+        peers["cupy ElementwiseKernel (preallocated out)"] = lambda: kernel(ca, cb, cout)
+        peers["cupy ElementwiseKernel (allocating)"] = lambda: kernel(ca, cb)
+    except Exception as exc:  # noqa: BLE001
+        log(f"  cupy unavailable: {exc}")
+    rows = []
+    for name, fn in peers.items():
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):  # five batches; the median batch is reported
+            start = time.perf_counter()
+            for _ in range(calls // 5):
+                fn()
+            torch.cuda.synchronize()
+            samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
+        us = statistics.median(samples)
+        rows.append({"workload": "H1", "peer": name, "us_per_call": us})
+        log(f"  H1    {name:42s} {us:7.2f} us per call")
+    by_peer = {r["peer"]: r["us_per_call"] for r in rows}
+    ref = by_peer.get("cupy ElementwiseKernel (allocating)")
+    if ref:
+        for r in rows:
+            if r["peer"].startswith("kfuse"):
+                r["ratio_to_cupy_allocating"] = r["us_per_call"] / ref
+                log(f"  H1    {r['peer']}: {r['us_per_call'] / ref:.2f}x CuPy's allocating call")
+    return rows
+
+
+def compile_time(torch: Any, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """C1: first-call time of W5 with cold caches, then with only the on-disk cache warm."""
+    import os
+    import tempfile
+
+    from kfuse.backends.cuda import CUDA_BACKEND
+
+    from workloads import _norm_inputs, _rmsnorm_definition
+
+    inputs = _norm_inputs(True, False)(torch, True)
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        old = os.environ.get("KFUSE_CACHE_DIR")
+        os.environ["KFUSE_CACHE_DIR"] = cache
+        try:
+            for label in ("cold (codegen + NVRTC + load)", "warm disk cache (codegen + load)"):
+                CUDA_BACKEND._kernels.clear()  # forget loaded kernels: only the disk remains
+                fd = _rmsnorm_definition()
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                fd.execute(inputs)
+                torch.cuda.synchronize()
+                ms = (time.perf_counter() - start) * 1e3
+                rows.append({"workload": "C1", "peer": label, "ms": ms})
+                log(f"  C1    {label:42s} {ms:8.1f} ms")
+        finally:
+            if old is None:
+                os.environ.pop("KFUSE_CACHE_DIR", None)
+            else:
+                os.environ["KFUSE_CACHE_DIR"] = old
     return rows
 
 
@@ -136,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"{w.id}: {w.description}")
         results += run_workload(torch, w, args.quick, reps, copy_gbs, log)
+    if not wanted or "H1" in wanted:
+        log("H1: host overhead of a cached call, out = (a + b) * 2 on fp32 [1024]")
+        results += host_overhead(torch, 4000 if args.quick else 20000, log)
+    if not wanted or "C1" in wanted:
+        log("C1: compile time of W5's kernel")
+        results += compile_time(torch, log)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": props.name, "torch": torch.__version__, "copy_gbs": copy_gbs,
