@@ -71,7 +71,7 @@ def check(name: str, result: Any, reference: Any, dtype: Any,
 
 
 def run_workload(torch: Any, w: Workload, quick: bool, reps: int, copy_gbs: float,
-                 log: Callable[[str], None]) -> list[dict[str, Any]]:
+                 log: Callable[[str], None], only_peers: set[str]) -> list[dict[str, Any]]:
     inputs = w.make_inputs(torch, quick)
     reference = w.reference(*inputs)
     nbytes = w.bytes_moved(inputs)
@@ -95,6 +95,8 @@ def run_workload(torch: Any, w: Workload, quick: bool, reps: int, copy_gbs: floa
             log(f"  cupy unavailable: {exc}")
     rows = []
     for name, fn in peers.items():
+        if only_peers and name not in only_peers:
+            continue
         try:
             result = fn()
             if name == "cupy":
@@ -203,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated workload ids")
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--json", default="", help="write the results here")
+    parser.add_argument("--peers", default="",
+                        help="comma-separated peers to run (kfuse, torch eager, torch.compile, "
+                             "cupy); default all")
     args = parser.parse_args(argv)
     import torch
 
@@ -220,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and w.id not in wanted:
             continue
         log(f"{w.id}: {w.description}")
-        results += run_workload(torch, w, args.quick, reps, copy_gbs, log)
+        results += run_workload(torch, w, args.quick, reps, copy_gbs, log,
+                                {p for p in args.peers.split(",") if p})
     if not wanted or "H1" in wanted:
         log("H1: host overhead of a cached call, out = (a + b) * 2 on fp32 [1024]")
         results += host_overhead(torch, 4000 if args.quick else 20000, log)

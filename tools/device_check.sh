@@ -77,7 +77,10 @@ info() {
 
 gpu_tests() {
     set -x
-    "$PY" -m pytest -m gpu -v -rs --junitxml="$OUT/pytest-gpu.xml" tests
+    # KFUSE_GPU_TEST_TIMEOUT (seconds) bounds the run so that later steps still get their turn.
+    local limit=()
+    [ -n "${KFUSE_GPU_TEST_TIMEOUT:-}" ] && limit=(timeout "$KFUSE_GPU_TEST_TIMEOUT")
+    "${limit[@]}" "$PY" -m pytest -m gpu -v -rfEs -p no:cacheprovider tests
 }
 
 extra() {

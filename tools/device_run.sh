@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build and install, GPU tests, then the benchmarks, with logs and
+# bench.json under $OUT and a summary at the end (tools/device_check.sh does the steps).
+#
+#   tools/device_run.sh quick   # GPU tests (bounded) + short benchmarks, no torch.compile
+#   tools/device_run.sh full    # GPU tests + the whole benchmark suite against every peer
+set -u
+MODE="${1:-full}"
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/kfuse-device-logs}"
+mkdir -p "$OUT"
+if [ "$MODE" = quick ]; then
+    export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-170}"
+    BENCH=(timeout 150 python3 benchmarks/run.py --quick --reps 20 --peers "kfuse,torch eager,cupy"
+           --json "$OUT/bench.json")
+else
+    export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-240}"
+    BENCH=(timeout 290 python3 benchmarks/run.py --json "$OUT/bench.json")
+fi
+exec bash "$(dirname "${BASH_SOURCE[0]}")/device_check.sh" "${BENCH[@]}"
