@@ -88,7 +88,13 @@ class NumpyLikeBackend:
             return xp.sum(a, axis=dims, dtype=storage)
         if op == "prod":
             return xp.prod(a, axis=dims, dtype=storage)
-        return (xp.max if op == "max" else xp.min)(a, axis=dims, initial=_identity(op, a, xp))
+        fn = xp.max if op == "max" else xp.min
+        if any(a.shape[d] == 0 for d in dims):
+            # An empty reduction gives the identity; CuPy's max/min take no `initial`, so the
+            # identity is built here for every array module alike.
+            kept = tuple(n for i, n in enumerate(a.shape) if i not in dims)
+            return xp.full(kept, _identity(op, a, xp), dtype=a.dtype)
+        return fn(a, axis=dims)
 
     def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
         return self.xp.expand_dims(a, axes) if axes else a

@@ -150,6 +150,11 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
         if any(view[i] in dims for i in range(len(view)) if view[i] is not None):
             loop_outputs.append(k)
         else:
+            # A row output is written once per row, so it must have every kept axis; a
+            # smaller one (a broadcast input passed through, say) is another segment's.
+            if {a for a in view if a is not None} != set(kept):
+                raise PlanError(f"output {out.name} does not span the kept axes of the "
+                                "reduction; it is computed in a segment of its own")
             row_outputs.append(k)
     stages = tuple(map_to_domain([(r.inputs[0], positional_view(r.inputs[0], rank, kept))],
                                  rank, stop_at) for r in reds)

@@ -47,6 +47,7 @@ from kfuse.schedule.reduction import (
 from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_HELD_WORDS = 64
+MAX_BATCH = 64  # the most vectors one thread holds (validate_common's limit)
 """32-bit registers of held row values a thread may use (the rest of the 255 go to the math)."""
 
 MAX_ROW_THREADS = 1024
@@ -116,6 +117,10 @@ def _choose(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, int, int
     block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // VECTORS_PER_THREAD)))
     batch = -(-vecs // block_x)
     words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
+    if batch > MAX_BATCH:
+        raise Rejection(f"a row of {n_red} elements needs {batch} loads of {vector} element(s) "
+                        f"per thread with {block_x} threads per row (at most {MAX_BATCH}); "
+                        "rows this long are not held persistently")
     if words > MAX_HELD_WORDS:
         raise Rejection(f"a row of {n_red} elements needs {words} registers of held values per "
                         f"thread with {block_x} threads per row (at most {MAX_HELD_WORDS}); "

@@ -24,7 +24,7 @@ from typing import Any
 from kfuse.arrays import ArrayLayout
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
-from kfuse.ir.exprs import ExpandOp, Expr, ReshapeOp, is_tensor_expr
+from kfuse.ir.exprs import ExpandOp, Expr, ReductionOp, ReshapeOp, is_tensor_expr
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime_info import RuntimeInfo
@@ -103,7 +103,7 @@ class _Segmenter:
     def __init__(self, fusion: Fusion, info: RuntimeInfo) -> None:
         self.fusion = fusion
         self.info = info
-        self.exprs = [e for e in fusion.exprs if is_tensor_expr(e)]
+        self.exprs = split_reductions([e for e in fusion.exprs if is_tensor_expr(e)], info)
         producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
         self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer})
                      for e in self.exprs]
@@ -224,6 +224,48 @@ class _Segmenter:
             scheduler = self.accept(members)[0]
         return SegmentPlan(scheduler, build_sub_fusion(exprs, inputs, outputs, self.fusion),
                            tuple(exprs), tuple(inputs), tuple(outputs))
+
+
+def split_reductions(exprs: list[Expr], info: RuntimeInfo) -> list[Expr]:
+    """Replace each sum/prod/max/min over several separate runs of axes (dims [0, 2] of a
+    rank-3 tensor) by a chain of reductions, one per run, innermost run first.
+
+    No kernel reduces non-adjacent axes at once, but the ops are associative, so reducing one
+    run after the other gives the same result (up to floating-point order). The chain's
+    intermediates get their extents in `info` so that segments can be planned around them.
+    """
+    out: list[Expr] = []
+    for e in exprs:
+        runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
+        if len(runs) < 2:
+            out.append(e)
+            continue
+        current: TensorView = e.inputs[0]  # type: ignore[assignment]
+        shape = list(info.shape(current))
+        for k, run in enumerate(reversed(runs)):  # the highest axes first: lower indices hold
+            last = k == len(runs) - 1
+            if last:
+                result = e.outputs[0]
+            else:
+                axes = tuple(ax for i, ax in enumerate(current.axes) if i not in run)
+                result = TensorView(f"{e.outputs[0].name}_part{k}", e.dtype, axes)
+                shape = [n for i, n in enumerate(shape) if i not in run]
+                info.extents[result] = tuple(shape)
+            out.append(dataclasses.replace(e, inputs=(current,), outputs=(result,),
+                                           dims=tuple(run)))
+            current = result  # type: ignore[assignment]
+    return out
+
+
+def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Sorted dims as maximal runs of consecutive axes: (0, 2, 3) -> [(0,), (2, 3)]."""
+    runs: list[list[int]] = []
+    for d in sorted(dims):
+        if runs and runs[-1][-1] == d - 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return [tuple(r) for r in runs]
 
 
 def build_sub_fusion(exprs: list[Expr], inputs: list[Val], outputs: list[TensorView],
