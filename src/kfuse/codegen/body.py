@@ -43,11 +43,12 @@ class Body:
 
 
 def emit_body(uses: list[Use], leaves: dict[Use, str], scalar_params: dict[Scalar, str],
-              prefix: str = "v") -> Body:
+              prefix: str = "v", fast: frozenset[Val] = frozenset()) -> Body:
     """Emit `const T name = ...;` for every non-leaf use, in order.
 
     leaves: compute-typed C++ expressions for the uses that are read, not computed (loaded
     inputs, reduction results). scalar_params: kernel parameter names of non-constant Scalars.
+    fast: vals whose ops may take their approximate forms (kfuse.codegen.precision).
     """
     names: dict[Use, str] = dict(leaves)
     lines: list[str] = []
@@ -60,7 +61,7 @@ def emit_body(uses: list[Use], leaves: dict[Use, str], scalar_params: dict[Scala
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             operands = [_operand(inp, use, expr, i, names, scalar_params)
                         for i, inp in enumerate(expr.inputs)]
-            value = round_to_dtype(expression(expr, operands), val.dtype)
+            value = round_to_dtype(expression(expr, operands, val in fast), val.dtype)
         else:
             # Broadcast, expand, squeeze, permute: the value is the input's at the mapped view.
             from kfuse.codegen.domain import operand_views

@@ -80,12 +80,15 @@ def literal(value: object, dtype: DataType) -> str:
     return f"(({ctype})__longlong_as_double({bits}LL))"
 
 
-def expression(expr: Expr, operands: list[str]) -> str:
+def expression(expr: Expr, operands: list[str], fast: bool = False) -> str:
     """The C++ expression computing `expr`'s output from operand expressions.
 
     `operands` are in the operands' compute types (see `compute_ctype`); the result is in the
-    output's compute type.
+    output's compute type. `fast`: the op may use its approximate form (kfuse.codegen.precision
+    decides when that is safe).
     """
+    if fast and isinstance(expr, UnaryOp) and compute_ctype(expr.inputs[0].dtype) == "float":
+        return f"kf::{expr.op}_fast({operands[0]})"
     if isinstance(expr, CastOp):
         src = expr.inputs[0].dtype
         dst = expr.dtype

@@ -22,6 +22,7 @@ from kfuse.codegen.body import emit_body, from_storage, to_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.precision import approximable
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
@@ -113,7 +114,8 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     # The element body, as a device function of loaded values.
     leaves = {u: f"x{k}" for k, u in enumerate(inputs)}
     leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
-    body = emit_body(domain.uses, leaves_compute, scalar_params)
+    body = emit_body(domain.uses, leaves_compute, scalar_params,
+                     fast=approximable(plan.fusion))
     body_params = [f"{u.val.dtype.cuda_type} {leaves[u]}" for u in inputs]
     body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
     body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]

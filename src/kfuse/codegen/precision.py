@@ -1,0 +1,56 @@
+"""Which values may be computed with fast approximations: those that only reach BFloat16
+outputs through arithmetic.
+
+bf16 keeps 8 bits of mantissa, so a value whose every use ends, through pointwise arithmetic
+and casts, in a BFloat16 output is rounded far more coarsely than the ~2 float ulp of the
+hardware exp2/reciprocal approximations. Comparisons, logical ops and reductions stop the
+argument: a flipped comparison or an error summed over a row is not rounded away.
+"""
+
+from __future__ import annotations
+
+from kfuse.dtypes import DataType
+from kfuse.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, PermuteOp, SqueezeOp,
+                            TernaryOp, UnaryOp)
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.ops import OPS
+from kfuse.ir.values import Val
+
+FAST_OPS = frozenset({"exp", "sigmoid", "silu", "gelu_tanh"})
+_MOVES = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp)
+
+
+def approximable(fusion: Fusion) -> frozenset[Val]:
+    """The vals defined by a FAST_OPS op whose value only reaches BFloat16 outputs."""
+    uses: dict[int, list] = {}
+    for e in fusion.exprs:
+        for v in e.inputs:
+            uses.setdefault(id(v), []).append(e)
+    outputs = {id(o) for o in fusion.outputs}
+    low: dict[int, bool] = {}
+    for e in reversed(fusion.exprs):
+        for v in e.outputs:
+            low[id(v)] = _only_low(v, uses.get(id(v), []), outputs, low)
+    return frozenset(e.outputs[0] for e in fusion.exprs
+                     if isinstance(e, UnaryOp) and e.op in FAST_OPS
+                     and e.outputs[0].dtype is DataType.Float and low.get(id(e.outputs[0])))
+
+
+def _only_low(v: Val, consumers: list, outputs: set[int], low: dict[int, bool]) -> bool:
+    if id(v) in outputs and v.dtype is not DataType.BFloat16:
+        return False
+    if not consumers:
+        return id(v) in outputs
+    for e in consumers:
+        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp)):
+            if OPS[e.op].category not in ("arith", "float_math") or e.op == "where" and \
+                    e.inputs[0] is v:
+                return False
+        elif isinstance(e, CastOp):
+            if not e.dtype.is_floating:
+                return False
+        elif not isinstance(e, _MOVES):
+            return False
+        if not all(low.get(id(o), False) for o in e.outputs):
+            return False
+    return True

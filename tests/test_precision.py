@@ -1,0 +1,63 @@
+"""Fast approximations are used only where every use ends in a BFloat16 output."""
+
+from __future__ import annotations
+
+import pytest
+
+from kfuse import DataType, FusionDefinition, _C
+from kfuse.codegen.precision import approximable
+
+
+def gelu_fusion(out_dtype: DataType, extra_float_output: bool = False,
+                compare: bool = False) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        g = fd.ops.gelu(xf, approximate="tanh")
+        y = fd.ops.mul(g, 0.5)
+        fd.add_output(fd.ops.cast(y, out_dtype))
+        if extra_float_output:
+            fd.add_output(g)
+        if compare:
+            fd.add_output(fd.ops.gt(g, 0.25))
+    return fd
+
+
+def fast_ops(fd: FusionDefinition) -> set[str]:
+    return {v.definition.op for v in approximable(fd.fusion)}
+
+
+def test_bf16_only_uses_are_approximated() -> None:
+    assert fast_ops(gelu_fusion(DataType.BFloat16)) == {"gelu_tanh"}
+
+
+@pytest.mark.parametrize("kwargs", [{"out_dtype": DataType.Float},
+                                    {"out_dtype": DataType.Half},
+                                    {"out_dtype": DataType.BFloat16, "extra_float_output": True},
+                                    {"out_dtype": DataType.BFloat16, "compare": True}])
+def test_any_precise_use_keeps_the_precise_form(kwargs: dict) -> None:
+    assert fast_ops(gelu_fusion(**kwargs)) == set()
+
+
+def test_reductions_stop_the_approximation() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        e = fd.ops.exp(fd.ops.cast(x, DataType.Float))
+        fd.add_output(fd.ops.cast(fd.ops.sum(e, dims=[1]), DataType.BFloat16))
+    assert fast_ops(fd) == set()
+
+
+def test_generated_source_uses_the_fast_form_and_compiles() -> None:
+    import numpy as np
+    import torch
+
+    fd = gelu_fusion(DataType.BFloat16)
+    x = torch.randn(8, 64).to(torch.bfloat16)
+    (out,) = fd.execute([x])
+    source = fd.last_cuda_source()
+    assert "kf::gelu_tanh_fast(" in source
+    for arch in ("sm_80", "sm_90"):
+        assert _C.compile_to_cubin(source, "k.cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])[:4] \
+            == b"\x7fELF"
+    want = torch.nn.functional.gelu(x.double(), approximate="tanh") * 0.5
+    np.testing.assert_allclose(out.double().numpy(), want.numpy(), rtol=1.6e-2, atol=1e-3)
