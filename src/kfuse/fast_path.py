@@ -23,9 +23,10 @@ def layout_key(inputs: list[Any]) -> tuple | None:
     for t in inputs:
         module = type(t).__module__
         if module.startswith("torch"):
-            if not t.is_cuda:
+            device = t.device
+            if device.type != "cuda":
                 return None
-            key.append((t.dtype, t.shape, t.stride(), t.data_ptr() & 15, t.device))
+            key.append((t.dtype, t.shape, t.stride(), t.data_ptr() & 15, device))
         elif module.startswith("cupy"):
             key.append((t.dtype, t.shape, t.strides, t.data.ptr & 15, t.device.id))
         else:
@@ -62,7 +63,12 @@ class FastCall:
             self.workspaces = [((-(-n // 8),), torch.float64, device)
                                for n in workspace_bytes(self.launches)]
             self._empty = torch.empty
-            self._stream = lambda: torch.cuda.current_stream(device).cuda_stream
+            # torch's raw current-stream query skips building a Stream object per call; the
+            # public call is the fallback for torch builds without it.
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            index = self.device_index
+            self._stream = ((lambda: raw(index)) if raw is not None
+                            else (lambda: torch.cuda.current_stream(device).cuda_stream))
         else:
             import cupy
 
