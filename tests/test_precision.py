@@ -39,11 +39,11 @@ def test_any_precise_use_keeps_the_precise_form(kwargs: dict) -> None:
     assert fast_ops(gelu_fusion(**kwargs)) == set()
 
 
-def test_reductions_stop_the_approximation() -> None:
+def test_products_stop_the_approximation() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         e = fd.ops.exp(fd.ops.cast(x, DataType.Float))
-        fd.add_output(fd.ops.cast(fd.ops.sum(e, dims=[1]), DataType.BFloat16))
+        fd.add_output(fd.ops.cast(fd.ops.prod(e, dims=[1]), DataType.BFloat16))
     assert fast_ops(fd) == set()
 
 
@@ -61,3 +61,24 @@ def test_generated_source_uses_the_fast_form_and_compiles() -> None:
             == b"\x7fELF"
     want = torch.nn.functional.gelu(x.double(), approximate="tanh") * 0.5
     np.testing.assert_allclose(out.double().numpy(), want.numpy(), rtol=1.6e-2, atol=1e-3)
+
+
+def test_bf16_softmax_takes_fast_exp_and_division_but_float_softmax_does_not() -> None:
+    def softmax(out: DataType) -> FusionDefinition:
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.softmax(fd.ops.cast(x, DataType.Float), dim=-1)
+            fd.add_output(fd.ops.cast(y, out))
+        return fd
+
+    assert fast_ops(softmax(DataType.BFloat16)) == {"exp", "div"}
+    assert fast_ops(softmax(DataType.Float)) == set()
+
+
+def test_welford_statistics_stop_the_approximation() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        e = fd.ops.exp(fd.ops.cast(x, DataType.Float))
+        var, mean = fd.ops.var_mean(e, [1])
+        fd.add_output(fd.ops.cast(var, DataType.BFloat16))
+    assert "exp" not in fast_ops(fd)  # (the final division by N - 1 may still be fast)

@@ -87,8 +87,11 @@ def expression(expr: Expr, operands: list[str], fast: bool = False) -> str:
     output's compute type. `fast`: the op may use its approximate form (kfuse.codegen.precision
     decides when that is safe).
     """
-    if fast and isinstance(expr, UnaryOp) and compute_ctype(expr.inputs[0].dtype) == "float":
-        return f"kf::{expr.op}_fast({operands[0]})"
+    if fast and compute_ctype(expr.inputs[0].dtype) == "float":
+        if isinstance(expr, UnaryOp):
+            return f"kf::{expr.op}_fast({operands[0]})"
+        if isinstance(expr, BinaryOp) and expr.op == "div":
+            return f"kf::div_fast({operands[0]}, {operands[1]})"
     if isinstance(expr, CastOp):
         src = expr.inputs[0].dtype
         dst = expr.dtype

@@ -1,22 +1,23 @@
 """Which values may be computed with fast approximations: those that only reach BFloat16
 outputs through arithmetic.
 
-bf16 keeps 8 bits of mantissa, so a value whose every use ends, through pointwise arithmetic
-and casts, in a BFloat16 output is rounded far more coarsely than the ~2 float ulp of the
-hardware exp2/reciprocal approximations. Comparisons, logical ops and reductions stop the
-argument: a flipped comparison or an error summed over a row is not rounded away.
+bf16 keeps 8 bits of mantissa, so a value whose every use ends, through pointwise arithmetic,
+casts and sum/max/min reductions, in a BFloat16 output is rounded far more coarsely than the
+~2 float ulp of the hardware exp2/reciprocal approximations (a sum of values each off by
+2 ulp is off by at most 2 ulp relative). Comparisons, logical ops, products and Welford
+statistics stop the argument: a flipped comparison or a cancellation is not rounded away.
 """
 
 from __future__ import annotations
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, PermuteOp, SqueezeOp,
-                            TernaryOp, UnaryOp)
+from kfuse.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, PermuteOp, ReductionOp,
+                            SqueezeOp, TernaryOp, UnaryOp)
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import Val
 
-FAST_OPS = frozenset({"exp", "sigmoid", "silu", "gelu_tanh"})
+FAST_OPS = frozenset({"exp", "sigmoid", "silu", "gelu_tanh", "div"})
 _MOVES = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp)
 
 
@@ -32,7 +33,7 @@ def approximable(fusion: Fusion) -> frozenset[Val]:
         for v in e.outputs:
             low[id(v)] = _only_low(v, uses.get(id(v), []), outputs, low)
     return frozenset(e.outputs[0] for e in fusion.exprs
-                     if isinstance(e, UnaryOp) and e.op in FAST_OPS
+                     if isinstance(e, (UnaryOp, BinaryOp)) and e.op in FAST_OPS
                      and e.outputs[0].dtype is DataType.Float and low.get(id(e.outputs[0])))
 
 
@@ -48,6 +49,9 @@ def _only_low(v: Val, consumers: list, outputs: set[int], low: dict[int, bool]) 
                 return False
         elif isinstance(e, CastOp):
             if not e.dtype.is_floating:
+                return False
+        elif isinstance(e, ReductionOp):
+            if e.op not in ("sum", "max", "min"):
                 return False
         elif not isinstance(e, _MOVES):
             return False

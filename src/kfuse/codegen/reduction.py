@@ -30,6 +30,7 @@ from kfuse.codegen.body import emit_body, from_storage, round_to_dtype, to_stora
 from kfuse.codegen.domain import DomainMap, Use
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.precision import approximable
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
@@ -201,7 +202,7 @@ def stage_function(plan: ReductionPlan, name: str, k: int, scalars: dict) -> lis
     dm = plan.stages[k]
     leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
     leaves.update(_result_leaves(plan, dm))
-    body = emit_body(dm.uses, leaves, scalars)
+    body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
     r = plan.reductions[k]
     view = next(u.view for u in dm.uses if u.val is r.inputs[0])
     value = body.names[Use(r.inputs[0], view)]
@@ -222,7 +223,7 @@ def full_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str]:
     dm = plan.full_map
     leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
     leaves.update(_result_leaves(plan, dm))
-    body = emit_body(dm.uses, leaves, scalars)
+    body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
     outs = plan.fusion.outputs
     lines = list(body.lines)
     params = _loop_params(plan) + _scalar_params(scalars)
@@ -239,7 +240,7 @@ def epilogue_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str
     dm = plan.epilogue
     leaves = {u: from_storage(f"rx{i}", u.val.dtype) for i, u in enumerate(dm.input_uses)}
     leaves.update(_result_leaves(plan, dm))
-    body = emit_body(dm.uses, leaves, scalars, prefix="e")
+    body = emit_body(dm.uses, leaves, scalars, prefix="e", fast=approximable(plan.fusion))
     outs = plan.fusion.outputs
     lines = list(body.lines)
     params = [f"{u.val.dtype.cuda_type} rx{i}" for i, u in enumerate(dm.input_uses)]

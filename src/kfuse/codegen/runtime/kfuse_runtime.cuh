@@ -952,9 +952,13 @@ __device__ __forceinline__ float exp_fast(float x) {
 #endif
 }
 
+// a * approx(1 / b): 2 ulp, and unlike __fdividef right at the extremes that matter here
+// (inf / finite = inf, finite / inf = 0, 0 / 0 = NaN).
 __device__ __forceinline__ float div_fast(float a, float b) {
 #ifdef KFUSE_USE_PTX
-  return __fdividef(a, b);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return a * r;
 #else
   return a / b;
 #endif
