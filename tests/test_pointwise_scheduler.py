@@ -171,3 +171,32 @@ def test_broadcast_rows_make_a_2d_schedule_and_contiguous_tensors_a_1d_one() -> 
     hp1 = schedule.compute_heuristics(exp_add().fusion, SchedulerType.pointwise,
                                       [rand(64, 256), rand(64, 256)])
     assert hp1.break_point == -1  # everything merged into one axis
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kfuse.testing import fusions, inputs_for  # noqa: E402
+
+
+@settings(max_examples=12)
+@given(data=st.data(), fd=fusions(kinds={"pointwise"}, max_rank=3,
+                                  dtypes=(DataType.Float, DataType.Half, DataType.Int32,
+                                          DataType.Double, DataType.Bool)))
+def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(data: st.DataObject,
+                                                               fd: FusionDefinition) -> None:
+    from kfuse import _C
+    from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
+    from kfuse.runtime_info import build_runtime_info
+    from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
+
+    inputs = data.draw(inputs_for(fd, framework="numpy", max_elements=512))
+    if not schedule.can_schedule(fd.fusion, SchedulerType.pointwise, inputs)[0]:
+        return
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+    plan = plan_pointwise(fd.fusion)
+    layout = pointwise_layout(plan, build_runtime_info(fd.fusion, inputs), None)
+    source, name = emit_pointwise(plan, PointwiseScheduler().kernel_spec(plan, layout, hp))
+    for arch in ("sm_80", "sm_90"):
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
+        assert cubin[:4] == b"\x7fELF"
