@@ -12,6 +12,8 @@ void register_errors(nanobind::module_ &m);
 void register_params(nanobind::module_ &m);
 // Driver and NVRTC functions, DeviceProperties, Kernel, KernelExecutor.
 void register_runtime(nanobind::module_ &m);
+// ProfilerError, the CUPTI profiling session, the record join, KernelProfile, FusionProfile.
+void register_profile(nanobind::module_ &m);
 
 }  // namespace bindings
 }  // namespace kfuse

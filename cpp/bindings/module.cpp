@@ -2,9 +2,10 @@
 #include "bindings.h"
 
 NB_MODULE(_C, m) {
-    m.doc() = "kfuse's C++ core: lazy CUDA driver and NVRTC access, params, kernel launch. "
-              "Importing it loads no CUDA library.";
+    m.doc() = "kfuse's C++ core: lazy CUDA driver, NVRTC and CUPTI access, params, kernel "
+              "launch, profiling. Importing it loads no CUDA library.";
     kfuse::bindings::register_errors(m);
     kfuse::bindings::register_params(m);
     kfuse::bindings::register_runtime(m);
+    kfuse::bindings::register_profile(m);
 }

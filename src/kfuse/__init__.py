@@ -17,6 +17,7 @@ from kfuse.errors import (
     SchedulerError,
 )
 from kfuse.kernel_executor import KernelExecutor
+from kfuse.profiler import FusionProfile, KernelProfile, PythonProfiler
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse import schedule

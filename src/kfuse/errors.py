@@ -1,7 +1,7 @@
 """kfuse's exceptions: one hierarchy rooted at :class:`KfuseError`.
 
-``CudaError`` and ``CompileError`` are defined by the C++ extension (it raises them) and are
-re-exported here; ``kfuse.errors.CudaError is kfuse._C.CudaError``.
+``CudaError``, ``CompileError`` and ``ProfilerError`` are defined by the C++ extension (it
+raises them) and are re-exported here; ``kfuse.errors.CudaError is kfuse._C.CudaError``.
 """
 
 from kfuse import _C
@@ -9,6 +9,7 @@ from kfuse._errors_base import KfuseError
 
 CudaError = _C.CudaError
 CompileError = _C.CompileError
+ProfilerError = _C.ProfilerError
 
 
 class DefinitionError(KfuseError):
@@ -21,10 +22,6 @@ class InputError(KfuseError):
 
 class SchedulerError(KfuseError):
     """No scheduler accepts a fusion segment; carries each scheduler's rejection reason."""
-
-
-class ProfilerError(KfuseError):
-    """The profiler (CUPTI) could not be used or reported an error."""
 
 
 class EmulatorError(KfuseError):

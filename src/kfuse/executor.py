@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from kfuse import profiling_hooks
 from kfuse.arrays import ArrayLayout, current_stream, empty_like_framework
 from kfuse.backends import backend_for
 from kfuse.dtypes import DataType
@@ -56,24 +57,29 @@ class FusionExecutorCache:
                 params: Any = None) -> list[Any]:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly."""
         fast_key = None
-        if params is None and device is None:
+        # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
+        if params is None and device is None and profiling_hooks.active is None:
             fast_key, fast = self._fast.lookup(inputs)
             if fast is not None:
                 self.last_compiled = fast.compiled
                 return fast.run(inputs, stream)
-        info = build_runtime_info(self.fusion, inputs, device=device)
-        key = _signature(info, params)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._compile(info, params)
-            with self._lock:
-                self._compiled[key] = compiled
-        self.last_compiled = compiled
-        if compiled.runner is not None:
-            return compiled.runner(info, stream)
-        outputs = _run(compiled, info, stream)
-        self._fast.remember(fast_key, compiled, info)
-        return outputs
+        with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
+            info = build_runtime_info(self.fusion, inputs, device=device)
+            key = _signature(info, params)
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                started = profiling_hooks.clock()
+                compiled = self._compile(info, params)
+                profiling_hooks.compiled(profiling_hooks.clock() - started)
+                with self._lock:
+                    self._compiled[key] = compiled
+            self.last_compiled = compiled
+            with profiling_hooks.segment(compiled.scheduler, info):  # tags its launches
+                if compiled.runner is not None:
+                    return compiled.runner(info, stream)
+                outputs = _run(compiled, info, stream)
+            self._fast.remember(fast_key, compiled, info)
+            return outputs
 
     def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
         """How the fusion runs for these inputs: a list of kfuse.schedule.segmenter.Segment
@@ -180,9 +186,13 @@ class _BackendForInfo:
         self.info = info
 
     def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
+        started = profiling_hooks.clock()
         if info.backend == EMULATOR:
-            return self.backend.compile(source, name, info.device)
-        return self.backend.compile(source, name, info.device_index, info.device.arch)
+            kernel = self.backend.compile(source, name, info.device)
+        else:
+            kernel = self.backend.compile(source, name, info.device_index, info.device.arch)
+        profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
+        return kernel
 
 
 def _signature(info: RuntimeInfo, params: Any) -> tuple:

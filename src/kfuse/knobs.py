@@ -16,6 +16,8 @@ from dataclasses import dataclass
 ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_CUDA_LIBRARY": "path of the libcuda.so.1 to load (default: the dynamic linker's)",
     "KFUSE_NVRTC_LIBRARY": "path of the libnvrtc.so to load (default: found by cuda.pathfinder)",
+    "KFUSE_CUPTI_LIBRARY": "path of the libcupti.so the profiler loads (default: found by "
+                           "cuda.pathfinder)",
     "KFUSE_DEVICE": "'emulator' forces the host emulator (inputs must be host arrays)",
     "KFUSE_EMULATOR_PROFILE": "device the emulator pretends to be: h100 (default), h200, a100",
     "KFUSE_CACHE_DIR": "folder of the on-disk kernel caches (default ~/.cache/kfuse; 'off' "
@@ -36,6 +38,9 @@ class Knobs:
     """``KFUSE_CUDA_LIBRARY``: the CUDA driver library to dlopen instead of libcuda.so.1."""
     nvrtc_library: str | None = None
     """``KFUSE_NVRTC_LIBRARY``: the NVRTC library to dlopen instead of cuda.pathfinder's."""
+    cupti_library: str | None = None
+    """``KFUSE_CUPTI_LIBRARY``: the CUPTI library PythonProfiler dlopens instead of
+    cuda.pathfinder's."""
 
     device: str | None = None
     """``KFUSE_DEVICE``: ``emulator`` runs every fusion through the host emulator."""
@@ -51,6 +56,7 @@ class Knobs:
         return cls(
             cuda_library=_path(env, "KFUSE_CUDA_LIBRARY"),
             nvrtc_library=_path(env, "KFUSE_NVRTC_LIBRARY"),
+            cupti_library=_path(env, "KFUSE_CUPTI_LIBRARY"),
             device=(_path(env, "KFUSE_DEVICE") or "").lower() or None,
             emulator_profile=(_path(env, "KFUSE_EMULATOR_PROFILE") or "h100").lower(),
             cache_dir=env.get("KFUSE_CACHE_DIR", "").strip() or None,
