@@ -169,12 +169,18 @@ def _valid_loop(spec: ReductionKernelSpec, body: list[str], indent: str) -> list
     return lines
 
 
+def _placeholder(ctype: str) -> str:
+    """A value-initialised `ctype` ("long long{}" is no C++: multi-word types are cast)."""
+    return f"static_cast<{ctype}>(0)" if " " in ctype else f"{ctype}{{}}"
+
+
 def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int
                  ) -> list[str]:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
     # Stages do not read streamed inputs; they get a placeholder value.
-    loaded = [f"{u.val.dtype.cuda_type}{{}}" if i in streamed else held_element(spec, i, "b", "j")
+    loaded = [_placeholder(u.val.dtype.cuda_type) if i in streamed
+              else held_element(spec, i, "b", "j")
               for i, u in enumerate(plan.loop_inputs)]
     value = stage_call(plan, name, k, loaded)
     red = plan.reductions[k]

@@ -152,7 +152,9 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
         else:
             # A row output is written once per row, so it must have every kept axis; a
             # smaller one (a broadcast input passed through, say) is another segment's.
-            if {a for a in view if a is not None} != set(kept):
+            spanned = {a for a in view if a is not None}
+            needed = {a for a in kept if not ref.axes[a].is_broadcast}
+            if not needed <= spanned <= set(kept):
                 raise PlanError(f"output {out.name} does not span the kept axes of the "
                                 "reduction; it is computed in a segment of its own")
             row_outputs.append(k)

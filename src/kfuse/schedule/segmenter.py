@@ -100,10 +100,13 @@ def segment_fusion(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedF
 
 
 class _Segmenter:
-    def __init__(self, fusion: Fusion, info: RuntimeInfo) -> None:
+    def __init__(self, fusion: Fusion, info: RuntimeInfo,
+                 split_all: frozenset[int] | set[int] = frozenset()) -> None:
         self.fusion = fusion
         self.info = info
-        self.exprs = split_reductions([e for e in fusion.exprs if is_tensor_expr(e)], info)
+        self.split_all = frozenset(split_all)
+        self.exprs = split_reductions([e for e in fusion.exprs if is_tensor_expr(e)], info,
+                                      self.split_all)
         producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
         self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer})
                      for e in self.exprs]
@@ -117,6 +120,12 @@ class _Segmenter:
         groups = [frozenset([i]) for i in range(len(self.exprs))]
         for g in groups:
             scheduler, why = self.accept(g)
+            e = self.exprs[min(g)]
+            if scheduler is None and isinstance(e, ReductionOp) and len(e.dims) > 1:
+                # Adjacent axes that are not one block in memory (a strided view): reduce
+                # them one axis at a time instead.
+                self.__init__(self.fusion, self.info, split_all={id(e)} | self.split_all)
+                return self.run(reason)
             if scheduler is None:
                 raise SchedulerError(f"{str(self.exprs[min(g)])}: no scheduler takes this "
                                      f"expr even on its own:\n  {why}")
@@ -226,17 +235,21 @@ class _Segmenter:
                            tuple(exprs), tuple(inputs), tuple(outputs))
 
 
-def split_reductions(exprs: list[Expr], info: RuntimeInfo) -> list[Expr]:
+def split_reductions(exprs: list[Expr], info: RuntimeInfo,
+                     one_axis_at_a_time: frozenset[int] = frozenset()) -> list[Expr]:
     """Replace each sum/prod/max/min over several separate runs of axes (dims [0, 2] of a
     rank-3 tensor) by a chain of reductions, one per run, innermost run first.
 
     No kernel reduces non-adjacent axes at once, but the ops are associative, so reducing one
     run after the other gives the same result (up to floating-point order). The chain's
     intermediates get their extents in `info` so that segments can be planned around them.
+    Reductions listed (by id) in `one_axis_at_a_time` are split into one axis per step.
     """
     out: list[Expr] = []
     for e in exprs:
         runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
+        if id(e) in one_axis_at_a_time:
+            runs = [(d,) for d in sorted(e.dims)]
         if len(runs) < 2:
             out.append(e)
             continue
