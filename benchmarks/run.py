@@ -15,8 +15,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -171,9 +172,9 @@ def compile_time(torch: Any, log: Callable[[str], None]) -> list[dict[str, Any]]
     import os
     import tempfile
 
-    from kfuse.backends.cuda import CUDA_BACKEND
-
     from workloads import _norm_inputs, _rmsnorm_definition
+
+    from kfuse.backends.cuda import CUDA_BACKEND
 
     inputs = _norm_inputs(True, False)(torch, True)
     rows = []

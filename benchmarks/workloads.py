@@ -7,8 +7,9 @@ with CuPy, compute a float64 reference, and how many bytes must move.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kfuse import DataType, FusionDefinition
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfuse import DataType, FusionDefinition, _C
+from kfuse import _C, DataType, FusionDefinition
 from kfuse.codegen.precision import approximable
 
 

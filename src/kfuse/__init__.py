@@ -4,8 +4,9 @@ Importing kfuse loads no CUDA library and creates no CUDA state: the driver and 
 loaded the first time something needs them.
 """
 
-from kfuse import _C
+from kfuse import _C, schedule
 from kfuse._C import CompileParams, HeuristicParams, LaunchParams, PointwiseParams, ReductionParams
+from kfuse.dtypes import DataType
 from kfuse.errors import (
     CompileError,
     CudaError,
@@ -16,11 +17,9 @@ from kfuse.errors import (
     ProfilerError,
     SchedulerError,
 )
+from kfuse.frontend import FusionDefinition
 from kfuse.kernel_executor import KernelExecutor
 from kfuse.profiler import FusionProfile, KernelProfile, PythonProfiler
-from kfuse.dtypes import DataType
-from kfuse.frontend import FusionDefinition
-from kfuse import schedule
 from kfuse.schedule import SchedulerType
 
 __version__ = "0.1.0"

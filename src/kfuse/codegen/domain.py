@@ -16,8 +16,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kfuse.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, PermuteOp,
-                            ReductionOp, SqueezeOp, TernaryOp, UnaryOp, WelfordOp)
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    Expr,
+    PermuteOp,
+    ReductionOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    WelfordOp,
+)
 from kfuse.ir.values import Scalar, TensorView, Val
 
 View = tuple  # tuple[int | None, ...]: per Val axis, the reference axis or None

@@ -46,10 +46,10 @@ class PointwisePlan:
 def plan_pointwise(fusion: Fusion) -> PointwisePlan:
     """Map the fusion's outputs onto the reference output's domain.
 
-    The reference is the first output of the highest rank (most non-broadcast axes). Another output takes the view it
-    already has inside the reference's computation (an input or intermediate that feeds it),
-    else, at equal rank, the reference's axes. An output smaller than the domain (broadcast
-    axes) is written by every thread that maps to it, with the same value.
+    The reference is the first output of the highest rank (then most non-broadcast axes).
+    Another output takes the view it already has inside the reference's computation (an input
+    or intermediate that feeds it), else, at equal rank, the reference's axes; the scheduler
+    then requires every output to have the reference's shape.
 
     Raises UnsupportedExpr when an expr or an output cannot be generated here; the scheduler
     checks the rest (output shapes) against the actual inputs.

@@ -11,8 +11,17 @@ statistics stop the argument: a flipped comparison or a cancellation is not roun
 from __future__ import annotations
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, PermuteOp, ReductionOp,
-                            SqueezeOp, TernaryOp, UnaryOp)
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    PermuteOp,
+    ReductionOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+)
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import Val

@@ -18,8 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfuse.codegen.domain import UnsupportedExpr
-from kfuse.codegen.layout import (OperandLayout, access_kind, contiguous_strides, merge_axes,
-                                  needs_int64, ref_strides)
+from kfuse.codegen.layout import (
+    OperandLayout,
+    access_kind,
+    contiguous_strides,
+    merge_axes,
+    needs_int64,
+    ref_strides,
+)
 from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_pointwise
 from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
