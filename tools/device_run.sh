@@ -14,7 +14,8 @@ if [ "$MODE" = quick ]; then
     BENCH=(timeout 150 python3 benchmarks/run.py --quick --reps 20 --peers "kfuse,torch eager,cupy"
            --json "$OUT/bench.json")
 else
-    export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-240}"
-    BENCH=(timeout 290 python3 benchmarks/run.py --json "$OUT/bench.json")
+    export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}"
+    export KFUSE_PROFILER_TEST_TIMEOUT="${KFUSE_PROFILER_TEST_TIMEOUT:-80}"
+    BENCH=(timeout 270 python3 benchmarks/run.py --json "$OUT/bench.json")
 fi
 exec bash "$(dirname "${BASH_SOURCE[0]}")/device_check.sh" "${BENCH[@]}"
