@@ -155,6 +155,11 @@ def test_under_torch_profiler_fails_cleanly() -> None:
             with kfuse.PythonProfiler():
                 pass
         fd.execute([x])  # kfuse still runs under torch's profiler
-    with kfuse.PythonProfiler() as prof:  # and CUPTI is usable again afterwards
-        fd.execute([x])
-    assert len(prof.profile.kernel_profiles) == 1
+    # Once torch.profiler has run, torch keeps its CUPTI subscription for the rest of the
+    # process (seen with torch 2.11 on an H200), so kfuse can only refuse, clearly, and kfuse
+    # itself keeps working.
+    with pytest.raises(kfuse.ProfilerError, match="already in use by another profiler"):
+        with kfuse.PythonProfiler():
+            pass
+    (out,) = fd.execute([x])
+    torch.testing.assert_close(out, x * 2.0 + 1.0)

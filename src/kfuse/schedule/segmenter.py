@@ -24,7 +24,8 @@ from typing import Any
 from kfuse.arrays import ArrayLayout
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
-from kfuse.ir.exprs import ExpandOp, Expr, ReductionOp, ReshapeOp, is_tensor_expr
+from kfuse.ir.exprs import (ExpandOp, Expr, PermuteOp, ReductionOp, ReshapeOp, WelfordOp,
+                            is_tensor_expr)
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime_info import RuntimeInfo
@@ -121,7 +122,8 @@ class _Segmenter:
         for g in groups:
             scheduler, why = self.accept(g)
             e = self.exprs[min(g)]
-            if scheduler is None and isinstance(e, ReductionOp) and len(e.dims) > 1:
+            if scheduler is None and isinstance(e, (ReductionOp, WelfordOp)) \
+                    and len(e.dims) > 1 and id(e) not in self.split_all:
                 # Adjacent axes that are not one block in memory (a strided view): reduce
                 # them one axis at a time instead.
                 self.__init__(self.fusion, self.info, split_all={id(e)} | self.split_all)
@@ -247,6 +249,10 @@ def split_reductions(exprs: list[Expr], info: RuntimeInfo,
     """
     out: list[Expr] = []
     for e in exprs:
+        if isinstance(e, WelfordOp) and (len(_axis_runs(e.dims)) > 1
+                                         or id(e) in one_axis_at_a_time):
+            out += _welford_over_trailing_axes(e, info)
+            continue
         runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
         if id(e) in one_axis_at_a_time:
             runs = [(d,) for d in sorted(e.dims)]
@@ -268,6 +274,21 @@ def split_reductions(exprs: list[Expr], info: RuntimeInfo,
                                            dims=tuple(run)))
             current = result  # type: ignore[assignment]
     return out
+
+
+def _welford_over_trailing_axes(e: WelfordOp, info: RuntimeInfo) -> list[Expr]:
+    """Welford statistics do not chain like sums, so a Welford over axes that are not one block
+    in memory reads a permuted copy (kept axes first, reduced axes last), which a pointwise
+    segment writes contiguously; the reduced axes are then the innermost block."""
+    x: TensorView = e.inputs[0]  # type: ignore[assignment]
+    kept = [i for i in range(x.ndim) if i not in e.dims]
+    perm = tuple(kept + sorted(e.dims))
+    shape = info.shape(x)
+    moved = TensorView(f"{x.name}_moved", x.dtype, tuple(x.axes[p] for p in perm))
+    info.extents[moved] = tuple(shape[p] for p in perm)
+    permute = PermuteOp(inputs=(x,), outputs=(moved,), perm=perm)
+    trailing = tuple(range(len(kept), x.ndim))
+    return [permute, dataclasses.replace(e, inputs=(moved,), dims=trailing)]
 
 
 def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
