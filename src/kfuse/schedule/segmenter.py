@@ -24,8 +24,15 @@ from typing import Any
 from kfuse.arrays import ArrayLayout
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
-from kfuse.ir.exprs import (ExpandOp, Expr, PermuteOp, ReductionOp, ReshapeOp, WelfordOp,
-                            is_tensor_expr)
+from kfuse.ir.exprs import (
+    ExpandOp,
+    Expr,
+    PermuteOp,
+    ReductionOp,
+    ReshapeOp,
+    WelfordOp,
+    is_tensor_expr,
+)
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime_info import RuntimeInfo
