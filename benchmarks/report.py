@@ -13,7 +13,9 @@ from typing import Any
 
 def table(data: dict[str, Any]) -> str:
     """The results as Markdown: one row per workload and peer."""
-    lines = [f"Device: {data['device']}; torch {data['torch']}; {data.get('date', '')}; "
+    extra = "".join(f"; {k} {data[k]}" for k in ("driver", "nvrtc", "python", "kfuse_commit")
+                    if k in data)
+    lines = [f"Device: {data['device']}; torch {data['torch']}{extra}; {data.get('date', '')}; "
              f"device-to-device copy {data['copy_gbs']:.0f} GB/s.", "",
              "| workload | peer | time | bandwidth | of copy | check |",
              "|---|---|---|---|---|---|"]

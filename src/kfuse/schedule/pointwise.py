@@ -102,7 +102,7 @@ class PointwiseScheduler:
         work = -(-layout.n_inner // vector) * layout.n_rows
         waves = work / max(1, device.sm_count * device.max_threads_per_sm)
         unroll = 2 if waves >= 4 else 1
-        threads = 128 if work < device.sm_count * 256 else 256
+        threads = 128  # measured best on the H200 for W1/W1f (benchmarks/sweep.py)
         vecs_per_row = -(-layout.n_inner // vector)
         block_x = 32
         while block_x < threads and block_x * unroll < vecs_per_row:
