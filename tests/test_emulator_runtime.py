@@ -4,17 +4,12 @@ as generated kernels have it: Tensor arguments, bounds-checked kf::load/store, b
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from kfuse.codegen.runtime_header import runtime_header
 from kfuse.emulator import EmulatedKernel
 from kfuse.errors import EmulatorError
-
-RUNTIME = Path(__file__).resolve().parents[1] / "src/kfuse/codegen/runtime/kfuse_runtime.cuh"
-
-pytestmark = pytest.mark.skipif(not RUNTIME.exists(), reason="kfuse_runtime.cuh not present")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -46,7 +41,7 @@ row_sum(kf::Tensor<float, 2, int> x, kf::Tensor<float, 1, int> out,
 
 
 def _source() -> str:
-    return RUNTIME.read_text() + "\n" + KERNELS
+    return runtime_header() + "\n" + KERNELS
 
 
 @pytest.mark.parametrize("block", [32, 96, 256, 1024, 48])
