@@ -22,7 +22,7 @@ element.
 from __future__ import annotations
 
 from kfuse.codegen.expressions import compute_ctype, literal
-from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction import (
     ReductionKernelSpec,
     accumulators,
@@ -38,6 +38,7 @@ from kfuse.codegen.reduction import (
     tensor_params,
 )
 from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import WelfordOp
 
@@ -96,10 +97,10 @@ def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) ->
 
 def _declare(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int,
              indent: str) -> list[str]:
-    ctype = plan.loop_inputs[i].val.dtype.cuda_type
-    if spec.loop_kinds[i] == VEC:
-        return [f"{indent}kf::Vec<{ctype}, {spec.vector}> {name}[{count}] = {{}};"]
-    return [f"{indent}{ctype} {name}[{count}][{spec.vector}] = {{}};"]
+    # Broadcast inputs are declared apart (one element); here every other kind holds V lanes.
+    kind = VEC if spec.loop_kinds[i] == VEC else STRIDED
+    return [register_array(name, plan.loop_inputs[i].val.dtype.cuda_type, kind, spec.vector,
+                           count, indent, zero=True)]
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:

@@ -23,6 +23,7 @@ from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.precision import approximable
+from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
@@ -160,13 +161,8 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
               f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{"]
     # Fast path: loads for all U vectors, then compute and store.
     for k, (u, kind) in enumerate(zip(inputs, spec.input_kinds)):
-        ctype = u.val.dtype.cuda_type
-        if kind == VEC:
-            lines.append(f"        kf::Vec<{ctype}, {vec}> x{k}[{unroll}];")
-        elif kind == BCAST:
-            lines.append(f"        {ctype} x{k}[{unroll}];")
-        else:
-            lines.append(f"        {ctype} x{k}[{unroll}][{vec}];")
+        lines.append(register_array(f"x{k}", u.val.dtype.cuda_type, kind, vec, unroll,
+                                    indent="        "))
     lines += ["#pragma unroll",
               f"        for (int u = 0; u < {unroll}; ++u) {{",
               f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]

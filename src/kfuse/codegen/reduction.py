@@ -32,6 +32,7 @@ from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import ReductionOp, WelfordOp
@@ -397,13 +398,7 @@ def load_block(plan: ReductionPlan, spec: ReductionKernelSpec, count: str, offse
     vec = spec.vector
     lines = []
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
-        ctype = u.val.dtype.cuda_type
-        if kind == VEC:
-            lines.append(f"{indent}kf::Vec<{ctype}, {vec}> x{i}[{count}];")
-        elif kind == BCAST:
-            lines.append(f"{indent}{ctype} x{i}[{count}];")
-        else:
-            lines.append(f"{indent}{ctype} x{i}[{count}][{vec}];")
+        lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
     lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
               f"{indent}  const Index i0 = {offset};"]
     for i, kind in enumerate(spec.loop_kinds):
@@ -644,13 +639,7 @@ def _outer_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, coun
     vec = spec.vector
     lines = []
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
-        ctype = u.val.dtype.cuda_type
-        if kind == VEC:
-            lines.append(f"{indent}kf::Vec<{ctype}, {vec}> x{i}[{count}];")
-        elif kind == BCAST:
-            lines.append(f"{indent}{ctype} x{i}[{count}];")
-        else:
-            lines.append(f"{indent}{ctype} x{i}[{count}][{vec}];")
+        lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
     lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
               f"{indent}  const Index rr = r + (Index)u * rstride;"]
     for i, kind in enumerate(spec.loop_kinds):
