@@ -127,7 +127,8 @@ class _Gen:
         a, ea, ba = self.operand(need_exact)
         b, eb, bb = self.operand(need_exact)
         if not isinstance(a, Val) and not isinstance(b, Val):
-            a, ea, ba = self.pick().val, True, 2.0
+            picked = self.pick(exact=need_exact)  # keep the exactness a discontinuous op needs
+            a, ea, ba = picked.val, picked.exact, picked.bound
         if op in ("div", "fmod", "remainder", "pow"):
             return self.divlike(op, a, ea, ba, b)
         if op == "mul" and ba * bb > 1e4 or op == "add" and ba + bb > 1e4:
