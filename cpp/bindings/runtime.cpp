@@ -257,7 +257,7 @@ void register_runtime(nb::module_ &m) {
                 k.launch(to_dim3(grid, "grid"), to_dim3(block, "block"), shared_mem, stream,
                          convert_args(args));
             },
-            "grid"_a, "block"_a, "shared_mem"_a = 0, "stream"_a = 0, "args"_a,
+            "grid"_a, "block"_a, "shared_mem"_a, "stream"_a, "args"_a,
             "Launch with args packed by parameter size (docs/INTERFACES.md, Kernel ABI).");
 
     // ---- KernelExecutor --------------------------------------------------------------------
