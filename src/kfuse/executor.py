@@ -160,37 +160,23 @@ def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
 def build_launches(scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeInfo,
                    params: Any) -> list[KernelLaunch]:
     """The launches a scheduler's params compile to (none for no_op)."""
-    if scheduler_type is SchedulerType.no_op:
-        return []
-    backend = _BackendForInfo(backend_for(info), info)
-    if scheduler_type is SchedulerType.pointwise:
-        from kfuse.schedule.pointwise import pointwise_launch
-
-        return [pointwise_launch(fusion, info, params, backend)]
-    if scheduler_type is SchedulerType.reduction:
-        from kfuse.schedule.reduction import reduction_launches
-
-        return reduction_launches(fusion, info, params, backend)
-    if scheduler_type is SchedulerType.inner_persistent:
-        from kfuse.schedule.persistent import persistent_launches
-
-        return persistent_launches(fusion, info, params, backend)
-    raise SchedulerError(f"the {scheduler_type.value} scheduler cannot generate kernels yet")
+    scheduler = scheduler_for(scheduler_type)
+    if not hasattr(scheduler, "launches"):
+        raise SchedulerError(f"the {scheduler_type.value} scheduler cannot generate kernels")
+    return scheduler.launches(fusion, info, params, TargetCompiler())
 
 
-class _BackendForInfo:
-    """A backend bound to one call's target, so schedulers only pass source and name."""
-
-    def __init__(self, backend: Any, info: RuntimeInfo) -> None:
-        self.backend = backend
-        self.info = info
+class TargetCompiler:
+    """Compiles a kernel for the target of the call it is given (GPU or emulator), timing it
+    for the profiler, so schedulers only pass source and name."""
 
     def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
         started = profiling_hooks.clock()
+        backend = backend_for(info)
         if info.backend == EMULATOR:
-            kernel = self.backend.compile(source, name, info.device)
+            kernel = backend.compile(source, name, info.device)
         else:
-            kernel = self.backend.compile(source, name, info.device_index, info.device.arch)
+            kernel = backend.compile(source, name, info.device_index, info.device.arch)
         profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
 

@@ -86,6 +86,11 @@ class InnerPersistentScheduler:
                             "normalization: outer_persistent's job)")
         _choose(plan, layout)  # raises Rejection when the row cannot be held
 
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
+                 ) -> list[Any]:
+        """The kernel launches `params` compile to for this call."""
+        return persistent_launches(fusion, info, params, compiler)
+
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import ReductionParams
 

@@ -91,6 +91,11 @@ class PointwiseScheduler:
                 raise Rejection(f"outputs have different shapes ({out.name} is "
                                 f"{info.shape(out)}, {plan.reference.name} is {ref_shape})")
 
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
+                 ) -> list[Any]:
+        """The kernel launches `params` compile to for this call."""
+        return [pointwise_launch(fusion, info, params, compiler)]
+
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import PointwiseParams
 

@@ -97,6 +97,11 @@ class ReductionScheduler:
         if info is not None:
             _layout(plan, info)
 
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
+                 ) -> list[Any]:
+        """The kernel launches `params` compile to for this call."""
+        return reduction_launches(fusion, info, params, compiler)
+
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import ReductionParams
 

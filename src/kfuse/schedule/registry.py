@@ -28,6 +28,11 @@ class NoOpScheduler:
                 raise Rejection(f"output {out.name} has {_numel(shape)} elements; no_op takes "
                                 "fusions whose outputs are all empty")
 
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
+                 ) -> list[Any]:
+        """Nothing to launch: the outputs are only allocated."""
+        return []
+
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import HeuristicParams
 
