@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
@@ -33,14 +34,14 @@ def run_and_compare(fd: FusionDefinition, inputs: list) -> None:
     assert_outputs_close(fd.fusion, actual, expected, inputs)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=NUMPY_DTYPES, max_rank=3))
 def test_random_pointwise_fusions_on_numpy(data: st.DataObject, fd: FusionDefinition) -> None:
     inputs = data.draw(inputs_for(fd, framework="numpy", max_elements=2048))
     run_and_compare(fd, inputs)
 
 
-@settings(max_examples=15)
+@settings(max_examples=examples(15))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=TORCH_DTYPES, max_rank=3))
 def test_random_pointwise_fusions_on_cpu_torch(data: st.DataObject, fd: FusionDefinition) -> None:
     pytest.importorskip("torch")
@@ -48,7 +49,7 @@ def test_random_pointwise_fusions_on_cpu_torch(data: st.DataObject, fd: FusionDe
     run_and_compare(fd, inputs)
 
 
-@settings(max_examples=10)
+@settings(max_examples=examples(10))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=(DataType.Float, DataType.Half),
                                   max_rank=3))
 def test_manual_execute_with_edited_params_matches(data: st.DataObject,

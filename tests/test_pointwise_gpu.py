@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from example_budget import examples
 from kfuse import DataType, FusionDefinition, schedule
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
@@ -23,7 +24,7 @@ def check(fd: FusionDefinition, inputs: list, outputs: list) -> None:
     assert_outputs_close(fd.fusion, outputs, evaluate(fd.fusion, inputs), inputs)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=ALL, max_rank=4))
 def test_execute_matches_reference_with_torch(data: st.DataObject, fd: FusionDefinition) -> None:
     pytest.importorskip("torch")
@@ -34,7 +35,7 @@ def test_execute_matches_reference_with_torch(data: st.DataObject, fd: FusionDef
     check(fd, inputs, outputs)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=CUPY, max_rank=3))
 def test_execute_matches_reference_with_cupy(data: st.DataObject, fd: FusionDefinition) -> None:
     cupy = pytest.importorskip("cupy")
@@ -45,7 +46,7 @@ def test_execute_matches_reference_with_cupy(data: st.DataObject, fd: FusionDefi
     check(fd, inputs, outputs)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=ALL, max_rank=3))
 def test_manual_execute_with_edited_params(data: st.DataObject, fd: FusionDefinition) -> None:
     pytest.importorskip("torch")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.schedule import SchedulerType
+from kfuse.testing import fusions, inputs_for
 
 PROFILES = ["h100", "h200", "a100"]
 
@@ -173,13 +177,7 @@ def test_broadcast_rows_make_a_2d_schedule_and_contiguous_tensors_a_1d_one() -> 
     assert hp1.break_point == -1  # everything merged into one axis
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from kfuse.testing import fusions, inputs_for  # noqa: E402
-
-
-@settings(max_examples=12)
+@settings(max_examples=examples(12))
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, max_rank=3,
                                   dtypes=(DataType.Float, DataType.Half, DataType.Int32,
                                           DataType.Double, DataType.Bool)))

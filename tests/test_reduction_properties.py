@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from example_budget import examples
 from kfuse import schedule
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
@@ -29,14 +30,14 @@ def _run(data: st.DataObject, kinds: set[str]) -> None:
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.too_slow,
                                                   HealthCheck.filter_too_much], deadline=None)
 @given(st.data())
 def test_random_reductions_match_the_reference(data: st.DataObject) -> None:
     _run(data, {"reduction"})
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.too_slow,
                                                   HealthCheck.filter_too_much], deadline=None)
 @given(st.data())
 def test_random_normalizations_match_the_reference(data: st.DataObject) -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError, SchedulerError
@@ -273,7 +274,7 @@ def test_reshape_runs_as_its_own_segment() -> None:
 
 
 # ---- properties ----
-@settings(max_examples=10, deadline=None,
+@settings(max_examples=examples(10), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(data=st.data())
@@ -285,7 +286,7 @@ def test_random_multi_segment_fusions_match_the_reference(data: st.DataObject) -
     run_and_check(fd, inputs)
 
 
-@settings(max_examples=6, deadline=None,
+@settings(max_examples=examples(6), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_random_multi_segment_fusions_on_cpu_torch(data: st.DataObject) -> None:
@@ -299,7 +300,7 @@ def test_random_multi_segment_fusions_on_cpu_torch(data: st.DataObject) -> None:
 def test_the_multi_segment_kind_needs_several_segments() -> None:
     seen = []
 
-    @settings(max_examples=15, deadline=None, database=None,
+    @settings(max_examples=examples(15), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def count(data: st.DataObject) -> None:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from example_budget import examples
 from gpu_support import requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
@@ -96,7 +97,7 @@ def test_softmax_over_rows_too_long_to_hold(row: int) -> None:
     torch.testing.assert_close(out[0], torch.softmax(inputs[0], -1))
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_random_multi_segment_fusions(data: st.DataObject) -> None:
