@@ -12,18 +12,32 @@ def _info(argv: Sequence[str]) -> int:
     return info.main(argv)
 
 
-def _not_yet(name: str) -> Callable[[Sequence[str]], int]:
-    def run(argv: Sequence[str]) -> int:
-        print(f"kfuse {name}: not available yet")
-        return 0
+def _demo(argv: Sequence[str]) -> int:
+    from kfuse import demo
 
-    return run
+    return demo.main(argv)
+
+
+def _bench(argv: Sequence[str]) -> int:
+    """The benchmark suite lives in the source tree (it imports torch, CuPy and matplotlib,
+    which kfuse itself does not need): run it from a checkout."""
+    import runpy
+    from pathlib import Path
+
+    script = Path.cwd() / "benchmarks" / "run.py"
+    if not script.exists():
+        print("kfuse bench: run it from a kfuse source checkout (benchmarks/run.py was not "
+              f"found under {Path.cwd()})")
+        return 2
+    sys.argv = [str(script), *argv]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "info": _info,
-    "demo": _not_yet("demo"),
-    "bench": _not_yet("bench"),
+    "demo": _demo,
+    "bench": _bench,
 }
 
 
