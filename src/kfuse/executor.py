@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfuse import profiling_hooks
-from kfuse.arrays import ArrayLayout, current_stream, empty_like_framework
+from kfuse.arrays import current_stream, empty_like_framework
 from kfuse.backends import backend_for
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError, SchedulerError
@@ -281,4 +281,4 @@ def _restride(info: RuntimeInfo, val: TensorView, staged: Any) -> None:
                          "a torch bfloat16 CPU tensor")
 
 
-__all__ = ["FusionExecutorCache", "ArrayLayout"]
+__all__ = ["FusionExecutorCache", "build_launches"]

@@ -17,7 +17,7 @@ from kfuse.arrays import ArrayLayout, framework_of, layout_of
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.ir.values import TensorView, Val
 
 EMULATOR = "emulator"
 CUDA = "cuda"
@@ -39,10 +39,6 @@ class RuntimeInfo:
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         """The concrete shape of any TensorView of the fusion."""
         return self.extents[tv]
-
-    def scalar_value(self, s: Scalar) -> Any:
-        """The value of a non-constant Scalar (an input or one computed from sizes)."""
-        return self.extents[s]
 
 
 def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: int | None = None
@@ -92,14 +88,6 @@ def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: int | None 
     extents = fusion.infer_shapes(inputs)
     return RuntimeInfo(fusion, inputs, layouts, extents, framework, backend, index,
                        _device_description(backend, index))
-
-
-def describe_shapes(fusion: Fusion, inputs: list[Any]) -> RuntimeInfo:
-    """A RuntimeInfo for scheduling queries: arrays, or plain shapes for a dry run."""
-    if all(framework_of(a) is not None or not isinstance(v, TensorView)
-           for v, a in zip(fusion.inputs, inputs)):
-        return build_runtime_info(fusion, inputs)
-    raise InputError("scheduling queries take the arrays the fusion will run on")
 
 
 def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:

@@ -19,7 +19,6 @@ class CudaBackend:
     def __init__(self) -> None:
         self._kernels: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()
-        self.last_source: str | None = None
 
     def compile(self, source: str, name: str, device_index: int, arch: str,
                 options: tuple[str, ...] = ()) -> Any:
@@ -40,7 +39,6 @@ class CudaBackend:
         kernel = _C.Kernel(cubin, name, device_index)
         with self._lock:
             self._kernels[key] = kernel
-        self.last_source = source
         return kernel
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from kfuse.codegen.body import emit_body, from_storage, to_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
-from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
@@ -214,7 +214,3 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
 def _scalar_ctype(s: Scalar) -> str:
     """Kernel ABI: Half/BFloat16 scalars travel as float."""
     return compute_ctype(s.dtype)
-
-
-__all__ = ["PointwisePlan", "PointwiseKernelSpec", "plan_pointwise", "emit_pointwise",
-           "STRIDED"]
