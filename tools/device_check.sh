@@ -101,7 +101,8 @@ step environment environment
 step wheels carried_wheels
 if step build build_install; then
     step info info
-    step gpu-tests gpu_tests
+    # KFUSE_SKIP_GPU_TESTS=1: only the extra command (a probe or a sweep), not the tests.
+    [ "${KFUSE_SKIP_GPU_TESTS:-0}" = 1 ] || step gpu-tests gpu_tests
     if [ $# -gt 0 ]; then
         step extra extra "$@"
     fi

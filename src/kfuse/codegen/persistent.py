@@ -35,12 +35,13 @@ from kfuse.codegen.reduction import (
     scalar_names,
     smem_bytes,
     stage_call,
+    stage_value,
     tensor_params,
 )
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
-from kfuse.ir.exprs import WelfordOp
+from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
 
 
 def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str) -> str:
@@ -56,6 +57,27 @@ def streamed_inputs(plan: ReductionPlan) -> set[int]:
     full-size outputs are computed instead of being held in registers across the reductions."""
     held = {u for dm in plan.stages for u in dm.input_uses}
     return {i for i, u in enumerate(plan.loop_inputs) if u not in held}
+
+
+def keepable(plan: ReductionPlan) -> tuple[int, ...]:
+    """Reductions whose per-element input the full-size outputs use again and that cost
+    arithmetic to compute (softmax's exp(x - max)): worth keeping in registers between the
+    reduction and the outputs. Values that are loads and casts are cheaper to recompute than
+    to hold, and Welford's are not kept (its inputs are held already)."""
+    full_uses = set(plan.full_map.uses)
+    leaves = {u.val for u in plan.loop_inputs} | set(plan.reduction_outputs())
+
+    def computed(val: object) -> bool:
+        if val in leaves:
+            return False
+        expr = getattr(val, "definition", None)
+        if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)) and not isinstance(expr, CastOp):
+            return True
+        return expr is not None and bool(expr.inputs) and computed(expr.inputs[0])
+
+    return tuple(k for k, r in enumerate(plan.reductions)
+                 if not isinstance(r, WelfordOp) and stage_value(plan, k) in full_uses
+                 and computed(stage_value(plan, k).val))
 
 
 def min_blocks_per_sm(threads: int) -> int:
@@ -112,7 +134,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     n_loop = len(plan.loop_inputs)
     streamed = streamed_inputs(plan)
     lines = [runtime_header(), ""]
-    lines += functions_source(plan, name, stages=True, full=True, epilogue=True)
+    lines += functions_source(plan, name, stages=True, full=True, epilogue=True,
+                              kept=spec.kept)
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     lines += [f'extern "C" __global__ void __launch_bounds__({bx * by}, '
               f'{min_blocks_per_sm(bx * by)}) {name}(',
@@ -146,6 +169,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         if kind != BCAST and i not in streamed:
             lines += _load_vector(spec, i, f"x{i}[b]", "        ")
     lines += ["      }", "    }"]
+    for k in spec.kept:
+        ctype = compute_ctype(stage_value(plan, k).val.dtype)
+        lines.append(f"    {ctype} c{k}[{batch}][{vec}] = {{}};")
     for acc in accumulators(plan):
         lines += _reduce_held(plan, spec, name, acc.k)
     if plan.loop_outputs:
@@ -187,7 +213,11 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
     red = plan.reductions[k]
     if not isinstance(red, WelfordOp):
         lines = [f"    {acc.ctype} acc{k} = {acc.identity()};"]
-        lines += _valid_loop(spec, [acc.update(f"acc{k}", value)], "    ")
+        if k in spec.kept:  # the value is computed once and kept for the full-size outputs
+            body = [f"c{k}[b][j] = {value};", acc.update(f"acc{k}", f"c{k}[b][j]")]
+        else:
+            body = [acc.update(f"acc{k}", value)]
+        lines += _valid_loop(spec, body, "    ")
         lines.append(f"    const {acc.ctype} red{k} = {acc.block_reduce(f'acc{k}', 'kf_smem')};")
         lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
         return lines
@@ -223,6 +253,7 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
             lines += _load_vector(spec, i, f"x{i}[0]", "          ")
     args = [held_element(spec, i, "0" if i in streamed else "b", "j") for i in range(n_loop)]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
+    args += [f"c{k}[b][j]" for k in spec.kept]
     args += [f"y{k}[j]" for k in plan.loop_outputs]
     lines += ["#pragma unroll", f"          for (int j = 0; j < {vec}; ++j) {{",
               f"            {name}_full({', '.join(args)});", "          }",
@@ -248,4 +279,4 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
     return lines
 
 
-__all__ = ["emit_persistent"]
+__all__ = ["emit_persistent", "keepable"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from kfuse.codegen.body import emit_body, from_storage, to_storage
+from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.layout import BCAST, VEC
@@ -122,7 +122,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
     body_lines = list(body.lines)
     for k, (o, view) in enumerate(outputs):
-        body_lines.append(f"y{k} = {to_storage(body.names[Use(o, view)], o.dtype)};")
+        body_lines.append(f"y{k} = {body.store(Use(o, view))};")
     scalar_args = [f"s{k}" for k in range(len(domain.scalars))]
 
     def call(loaded: list[str], outs: list[str]) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from kfuse.codegen.body import emit_body, from_storage, round_to_dtype, to_storage
+from kfuse.codegen.body import emit_body, from_storage, round_to_dtype
 from kfuse.codegen.domain import DomainMap, Use
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.layout import BCAST, VEC
@@ -66,6 +66,9 @@ class ReductionKernelSpec:
     loop_kinds: tuple[str, ...]
     output_kinds: tuple[str, ...]
     exact: bool = False  # persistent: the row length is a multiple of `vector`
+    # persistent: reductions whose per-element input values are kept in registers for the
+    # full-size outputs instead of being computed again (kfuse.codegen.persistent.keepable)
+    kept: tuple[int, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,8 +208,7 @@ def stage_function(plan: ReductionPlan, name: str, k: int, scalars: dict) -> lis
     leaves.update(_result_leaves(plan, dm))
     body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
     r = plan.reductions[k]
-    view = next(u.view for u in dm.uses if u.val is r.inputs[0])
-    value = body.names[Use(r.inputs[0], view)]
+    value = body.names[stage_value(plan, k)]
     params = _loop_params(plan) + _scalar_params(scalars)
     params += _result_params(plan, stage_dependencies(plan, k))
     return _function(name, compute_ctype(r.inputs[0].dtype), params,
@@ -219,20 +221,30 @@ def stage_dependencies(plan: ReductionPlan, k: int) -> list[int]:
     return sorted({where[u.val][0] for u in plan.stages[k].uses if u.val in where})
 
 
-def full_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str]:
-    """`name(x0.., s0.., all results, y_k&..)` computing the full-size outputs."""
+def stage_value(plan: ReductionPlan, k: int) -> Use:
+    """The Use whose value stage k returns (reduction k's input on the row)."""
+    r = plan.reductions[k]
+    return next(u for u in plan.stages[k].uses if u.val is r.inputs[0])
+
+
+def full_function(plan: ReductionPlan, name: str, scalars: dict, kept: tuple[int, ...] = ()
+                  ) -> list[str]:
+    """`name(x0.., s0.., all results, kept stage values.., y_k&..)` computing the full-size
+    outputs; `kept` stages' values arrive as parameters c<k> instead of being recomputed."""
     dm = plan.full_map
     leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
     leaves.update(_result_leaves(plan, dm))
+    leaves.update({stage_value(plan, k): f"c{k}" for k in kept})
     body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
     outs = plan.fusion.outputs
     lines = list(body.lines)
     params = _loop_params(plan) + _scalar_params(scalars)
     params += _result_params(plan, range(len(plan.reductions)))
+    params += [f"{compute_ctype(stage_value(plan, k).val.dtype)} c{k}" for k in kept]
     for k in plan.loop_outputs:
         o = outs[k]
         params.append(f"{o.dtype.cuda_type}& y{k}")
-        lines.append(f"y{k} = {to_storage(body.names[Use(o, plan.output_views[k])], o.dtype)};")
+        lines.append(f"y{k} = {body.store(Use(o, plan.output_views[k]))};")
     return _function(name, "void", params, lines)
 
 
@@ -249,7 +261,7 @@ def epilogue_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str
     for k in plan.row_outputs:
         o = outs[k]
         params.append(f"{o.dtype.cuda_type}& y{k}")
-        lines.append(f"y{k} = {to_storage(body.names[Use(o, plan.output_views[k])], o.dtype)};")
+        lines.append(f"y{k} = {body.store(Use(o, plan.output_views[k]))};")
     return _function(name, "void", params, lines)
 
 
@@ -348,7 +360,7 @@ def epilogue_call(plan: ReductionPlan, name: str, row: str, indent: str,
 
 
 def functions_source(plan: ReductionPlan, name: str, *, stages: bool, full: bool,
-                     epilogue: bool) -> list[str]:
+                     epilogue: bool, kept: tuple[int, ...] = ()) -> list[str]:
     """The device functions a kernel source needs."""
     scalars = scalar_names(plan)
     lines: list[str] = []
@@ -356,7 +368,7 @@ def functions_source(plan: ReductionPlan, name: str, *, stages: bool, full: bool
         for k in range(len(plan.reductions)):
             lines += stage_function(plan, f"{name}_stage{k}", k, scalars)
     if full and plan.loop_outputs:
-        lines += full_function(plan, f"{name}_full", scalars)
+        lines += full_function(plan, f"{name}_full", scalars, kept)
     if epilogue and plan.row_outputs:
         lines += epilogue_function(plan, f"{name}_epi", scalars)
     return lines

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
-from kfuse.codegen.persistent import emit_persistent
-from kfuse.codegen.reduction import ReductionKernelSpec, smem_bytes
+from kfuse.codegen.persistent import emit_persistent, keepable
+from kfuse.codegen.reduction import ReductionKernelSpec, smem_bytes, stage_value
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionLayout,
@@ -58,6 +58,16 @@ def held_bytes_per_element(plan: ReductionPlan, layout: ReductionLayout) -> int:
     """Register bytes one row element costs: every loop input not broadcast along the row."""
     return sum(u.val.dtype.itemsize for u, op in zip(plan.loop_inputs, layout.loop)
                if op.red_stride != 0) or 1
+
+
+def kept_stages(plan: ReductionPlan, layout: ReductionLayout, batch: int, vector: int
+                ) -> tuple[int, ...]:
+    """The keepable stage values (softmax's exponentials) when they fit in registers next
+    to the held row: recomputing them costs the transcendental again for every element."""
+    keep = keepable(plan)
+    extra = sum(max(4, stage_value(plan, k).val.dtype.itemsize) for k in keep)
+    words = -(-batch * vector * (held_bytes_per_element(plan, layout) + extra) // 4)
+    return keep if keep and words <= MAX_HELD_WORDS else ()
 
 
 class InnerPersistentScheduler:
@@ -164,7 +174,8 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
     spec = ReductionKernelSpec("persistent", layout.rank, vector, batch, bx,
                                _int(params, "block_y"), 1, index,
                                tuple(kind(op) for op in layout.loop), out_kinds,
-                               exact=layout.red_size % vector == 0)
+                               exact=layout.red_size % vector == 0,
+                               kept=kept_stages(plan, layout, batch, vector))
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
                              f"memory (limit {STATIC_SMEM_LIMIT})")

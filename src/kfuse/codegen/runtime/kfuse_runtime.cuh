@@ -82,6 +82,12 @@ __device__ __forceinline__ bfloat16 bfloat16_from_bits(unsigned short b) {
   return h;
 }
 
+// A float that holds a bfloat16 value exactly (rounded by cast<bfloat16>, or widened from
+// one): its top half is that bfloat16, so narrowing it needs no conversion instruction.
+__device__ __forceinline__ bfloat16 bfloat16_from_exact(float f) {
+  return bfloat16_from_bits((unsigned short)(__float_as_uint(f) >> 16));
+}
+
 namespace detail {
 
 // float -> binary16, round to nearest even, exact for every input (subnormals, overflow to
@@ -481,14 +487,29 @@ __device__ __forceinline__ float atan2(float a, float b) { return ::atan2f(a, b)
 __device__ __forceinline__ double atan2(double a, double b) { return ::atan2(a, b); }
 
 // torch.maximum / minimum: a NaN in either operand wins.
+// On sm_80+ one max.NaN / min.NaN instruction does this (a canonical NaN instead of a's
+// payload); the portable form costs about six integer and float instructions per element, which
+// makes a max reduction such as softmax's issue-bound.
 __device__ __forceinline__ float maximum(float a, float b) {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
   return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
+#endif
 }
 __device__ __forceinline__ double maximum(double a, double b) {
   return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
 }
 __device__ __forceinline__ float minimum(float a, float b) {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
   return isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b));
+#endif
 }
 __device__ __forceinline__ double minimum(double a, double b) {
   return isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b));
@@ -944,9 +965,14 @@ __device__ __forceinline__ I ipow(I base, I exp) {
 // see kfuse/codegen/precision.py): the hardware exp2 and reciprocal approximations, about
 // 2 float ulp, far below bf16's 2^-8. gelu_tanh uses 0.5 * (1 + tanh(u)) = 1 / (1 + e^-2u),
 // which also avoids the cancellation of 1 + tanh(u) near -1.
+// exp_fast is ex2.approx.ftz(x * log2(e)): two instructions. __expf without -ftz adds a
+// denormal fix-up (a compare and two multiplies); results below 2^-126 are far below what a
+// bf16 output can tell from zero.
 __device__ __forceinline__ float exp_fast(float x) {
 #ifdef KFUSE_USE_PTX
-  return __expf(x);
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+  return r;
 #else
   return ::expf(x);
 #endif
