@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kfuse import FusionDefinition
-from kfuse.fast_path import layout_key
+from kfuse.fast_path import input_layouts
 
 
 def add_mul() -> FusionDefinition:
@@ -18,7 +18,7 @@ def add_mul() -> FusionDefinition:
 
 
 def test_host_arrays_never_take_the_fast_path() -> None:
-    assert layout_key([np.zeros(3, np.float32)]) is None
+    assert input_layouts([np.zeros(3, np.float32)]) is None
 
 
 @pytest.mark.gpu
@@ -56,3 +56,62 @@ def test_cached_cupy_call_is_correct_on_a_user_stream() -> None:
         (out,) = fd.execute([a, b], stream=stream.ptr)
     stream.synchronize()
     cupy.testing.assert_allclose(out, (a + b) * 2, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_fast_path_hits_are_right_for_every_allocation_kind() -> None:
+    """Outputs shaped like an input (empty_like), outputs of another shape (empty_strided) and
+    a grid reduction's workspace all come out right on repeated cached calls."""
+    torch = pytest.importorskip("torch")
+    from kfuse import DataType
+
+    with FusionDefinition() as fd:
+        col = fd.define_tensor(shape=[-1, 1])
+        row = fd.define_tensor(shape=[1, -1])
+        fd.add_output(fd.ops.add(col, row))
+    with FusionDefinition() as total:
+        x = total.define_tensor(shape=[-1], dtype=DataType.Float)
+        total.add_output(total.ops.sum(x, [0]))
+    col_t, row_t = torch.randn(300, 1, device="cuda"), torch.randn(1, 77, device="cuda")
+    big = torch.randn(1 << 22, device="cuda")
+    for _ in range(3):
+        (outer,) = fd.execute([col_t, row_t])
+        (s,) = total.execute([big])
+    torch.testing.assert_close(outer, col_t + row_t)
+    torch.testing.assert_close(s, big.double().sum().float(), rtol=1e-4, atol=1e-2)
+    col_t.copy_(torch.randn_like(col_t))
+    (outer,) = fd.execute([col_t, row_t])  # same layout, new values: still a hit, still right
+    torch.testing.assert_close(outer, col_t + row_t)
+
+
+@pytest.mark.gpu
+def test_bad_input_after_a_cached_call_is_still_rejected() -> None:
+    torch = pytest.importorskip("torch")
+    from kfuse import InputError
+
+    fd = add_mul()
+    a, b = torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda")
+    fd.execute([a, b])
+    fd.execute([a, b])
+    with pytest.raises(InputError):
+        fd.execute([a, b.double()])
+    with pytest.raises(InputError):
+        fd.execute([a, b.cpu()])
+    with pytest.raises(InputError):
+        fd.execute([a])
+
+
+@pytest.mark.gpu
+def test_cached_torch_call_runs_on_the_current_stream() -> None:
+    torch = pytest.importorskip("torch")
+    fd = add_mul()
+    a, b = torch.randn(512, 512, device="cuda"), torch.randn(512, 512, device="cuda")
+    fd.execute([a, b])
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # holds the side stream back
+        a.add_(1.0)                    # queued behind the sleep
+        (out,) = fd.execute([a, b])    # sees the new `a` only if queued on the same stream
+    stream.synchronize()
+    torch.testing.assert_close(out, (a + b) * 2)

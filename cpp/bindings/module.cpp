@@ -7,5 +7,6 @@ NB_MODULE(_C, m) {
     kfuse::bindings::register_errors(m);
     kfuse::bindings::register_params(m);
     kfuse::bindings::register_runtime(m);
+    kfuse::bindings::register_fast_call(m);
     kfuse::bindings::register_profile(m);
 }

@@ -48,6 +48,8 @@ std::string resolve_nvrtc_library() {
     }
 }
 
+}  // namespace
+
 std::array<int64_t, 3> to_dim3(const std::vector<int64_t> &v, const char *what) {
     if (v.empty() || v.size() > 3)
         throw nb::value_error((std::string(what) + " must have 1 to 3 dimensions").c_str());
@@ -60,7 +62,7 @@ std::array<int64_t, 3> to_dim3(const std::vector<int64_t> &v, const char *what) 
 // An object with an int `data` (device pointer) and `shape`/`strides` sequences (elements):
 // a tensor described by hand, e.g. by the executor for memory it manages itself. Its device
 // is not known, so it is not checked against the kernel's (device_id -1).
-bool tensor_from_descriptor(nb::handle item, size_t i, KernelArg &a) {
+static bool tensor_from_descriptor(nb::handle item, size_t i, KernelArg &a) {
     if (!nb::hasattr(item, "data") || !nb::hasattr(item, "shape") || !nb::hasattr(item, "strides"))
         return false;
     nb::object data = item.attr("data");
@@ -134,6 +136,8 @@ std::vector<KernelArg> convert_args(nb::handle args) {
     }
     return out;
 }
+
+namespace {
 
 nb::bytes to_bytes(const std::string &s) { return nb::bytes(s.data(), s.size()); }
 

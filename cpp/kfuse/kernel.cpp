@@ -206,21 +206,28 @@ void Kernel::pack(const Loaded &l, const std::vector<KernelArg> &args,
     }
 }
 
-void Kernel::launch(const std::array<int64_t, 3> &grid, const std::array<int64_t, 3> &block,
-                    int64_t shared_mem, uintptr_t stream, const std::vector<KernelArg> &args) {
+Kernel::Loaded &Kernel::prepare(const std::array<int64_t, 3> &grid,
+                                const std::array<int64_t, 3> &block, int64_t shared_mem) {
     Loaded &l = loaded();
     check_config(l, grid, block, shared_mem);
-    std::vector<uint64_t> storage;
-    std::vector<void *> pointers;
-    pack(l, args, storage, pointers);
-    driver::make_current(device_);
     if (shared_mem > l.dynamic_smem_limit) {
+        driver::make_current(device_);
         driver::check(driver::sym::cuFuncSetAttribute()(
                           l.function, cu::FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_mem)),
                       ("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel '" + name_ +
                        "')").c_str());
         l.dynamic_smem_limit = shared_mem;
     }
+    return l;
+}
+
+void Kernel::launch(const std::array<int64_t, 3> &grid, const std::array<int64_t, 3> &block,
+                    int64_t shared_mem, uintptr_t stream, const std::vector<KernelArg> &args) {
+    Loaded &l = prepare(grid, block, shared_mem);
+    std::vector<uint64_t> storage;
+    std::vector<void *> pointers;
+    pack(l, args, storage, pointers);
+    driver::make_current(device_);
     CUresult r = driver::sym::cuLaunchKernel()(
         l.function, unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2]), unsigned(block[0]),
         unsigned(block[1]), unsigned(block[2]), unsigned(shared_mem),

@@ -55,6 +55,7 @@ public:
                 int64_t shared_mem, uintptr_t stream, const std::vector<KernelArg> &args);
 
 private:
+    friend class PackedLaunch;
     struct Loaded {
         CUmodule module = nullptr;
         CUfunction function = nullptr;
@@ -63,6 +64,9 @@ private:
         int64_t dynamic_smem_limit = 48 * 1024;  // current MAX_DYNAMIC_SHARED_SIZE_BYTES
     };
     Loaded &loaded();
+    // Checks a configuration and raises the dynamic shared memory limit where it needs to.
+    Loaded &prepare(const std::array<int64_t, 3> &grid, const std::array<int64_t, 3> &block,
+                    int64_t shared_mem);
     void check_config(const Loaded &l, const std::array<int64_t, 3> &grid,
                       const std::array<int64_t, 3> &block, int64_t shared_mem) const;
     void pack(const Loaded &l, const std::vector<KernelArg> &args,

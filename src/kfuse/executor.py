@@ -56,13 +56,13 @@ class FusionExecutorCache:
     def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
                 params: Any = None) -> list[Any]:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly."""
-        fast_key = None
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
-        if params is None and device is None and profiling_hooks.active is None:
-            fast_key, fast = self._fast.lookup(inputs)
-            if fast is not None:
-                self.last_compiled = fast.compiled
-                return fast.run(inputs, stream)
+        plain = params is None and device is None and profiling_hooks.active is None
+        if plain:
+            hit = self._fast.run(inputs, stream)
+            if hit is not None:
+                self.last_compiled, outputs = hit
+                return outputs
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)
             key = _signature(info, params)
@@ -78,7 +78,8 @@ class FusionExecutorCache:
                 if compiled.runner is not None:
                     return compiled.runner(info, stream)
                 outputs = _run(compiled, info, stream)
-            self._fast.remember(fast_key, compiled, info)
+            if plain:
+                self._fast.remember(inputs, compiled, info)
             return outputs
 
     def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:

@@ -1,9 +1,12 @@
 """The host fast path: a cached GPU call that skips validation and shape inference.
 
-A call whose inputs have exactly the layout of an earlier call (framework, dtype, shape,
+A call whose inputs have exactly the layout of an earlier call (array type, dtype, shape,
 strides, device, 16-byte alignment class) would pass the same checks and infer the same
-shapes, so the executor remembers, per such key, the compiled launches and everything the
-checks produced. A hit then only reads pointers, allocates outputs, packs and launches.
+shapes. So after a checked call the executor hands that call's layout and compiled launches
+to kfuse._C.FastCall, which matches later calls' inputs, allocates outputs through their
+framework, queries the framework's current stream and launches arguments packed once
+(kfuse._C.PackedLaunch), all in C++. Inputs of any other layout fall through to the checked
+path.
 
 Only plain GPU calls take it: tensor inputs only (a scalar input's value can change every
 call), no pinned params or device, single-scheduler fusions (segmented and library runs keep
@@ -15,118 +18,140 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.ir.values import TensorView
+from kfuse.kernel_args import TensorArg
+from kfuse.launch import (
+    InputOperand,
+    OutputOperand,
+    WorkspaceOperand,
+    scalar_argument,
+    workspace_bytes,
+)
 
 
-def layout_key(inputs: list[Any]) -> tuple | None:
-    """The exact layout of GPU tensor inputs, or None when the fast path does not apply."""
-    key: list[Any] = []
+def input_layouts(inputs: list[Any]) -> list[tuple] | None:
+    """What a later call's inputs must match, one (type, dtype, shape, strides, pointer mod
+    16, device) per input, or None when these inputs cannot take the fast path."""
+    specs = []
     for t in inputs:
         module = type(t).__module__
         if module.startswith("torch"):
-            device = t.device
-            if device.type != "cuda":
+            if t.device.type != "cuda":
                 return None
-            key.append((t.dtype, t.shape, t.stride(), t.data_ptr() & 15, device))
+            specs.append((type(t), t.dtype, tuple(t.shape), tuple(t.stride()),
+                          t.data_ptr() & 15, t.get_device()))
         elif module.startswith("cupy"):
-            key.append((t.dtype, t.shape, t.strides, t.data.ptr & 15, t.device.id))
+            specs.append((type(t), t.dtype, t.shape, t.strides, t.data.ptr & 15,
+                          t.data.device_id))
         else:
             return None
-    return tuple(key)
+    return specs
 
 
-def _data_ptr(t: Any) -> int:
-    return t.data_ptr() if type(t).__module__.startswith("torch") else t.data.ptr
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
-class FastCall:
-    """What one input layout compiled to, ready to launch."""
+def packed_launch(launch: Any, extents: dict[Any, Any]) -> Any:
+    """launch's arguments packed once, with a pointer slot for every array operand."""
+    from kfuse._C import PackedLaunch
 
-    def __init__(self, compiled: Any, info: Any) -> None:
-        from kfuse.dtypes import to_numpy_dtype, to_torch_dtype
-        from kfuse.launch import workspace_bytes
-
-        self.compiled = compiled
-        self.launches = compiled.launches
-        self.extents = info.extents
-        self.framework = info.framework
-        self.device_index = info.device_index
-        fusion = info.fusion
-        self.tensor_positions = [i for i, v in enumerate(fusion.inputs)
-                                 if isinstance(v, TensorView)]
-        self.n_inputs = len(fusion.inputs)
-        if self.framework == "torch":
-            import torch
-
-            device = torch.device("cuda", self.device_index)
-            self.outputs = [(info.shape(o), to_torch_dtype(o.dtype), device)
-                            for o in fusion.outputs]
-            self.workspaces = [((-(-n // 8),), torch.float64, device)
-                               for n in workspace_bytes(self.launches)]
-            self._empty = torch.empty
-            # torch's raw current-stream query skips building a Stream object per call; the
-            # public call is the fallback for torch builds without it.
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            index = self.device_index
-            self._stream = ((lambda: raw(index)) if raw is not None
-                            else (lambda: torch.cuda.current_stream(device).cuda_stream))
+    args: list[Any] = []
+    slots: list[tuple[int, str, int, int]] = []
+    for p, op in enumerate(launch.operands):
+        if isinstance(op, InputOperand):
+            slots.append((p, "input", op.position, 0))
+        elif isinstance(op, OutputOperand):
+            slots.append((p, "output", op.index, 0))
+        elif isinstance(op, WorkspaceOperand):
+            slots.append((p, "workspace", op.index, op.offset))
         else:
-            import cupy
+            args.append(scalar_argument(op.val, extents[op.val]))
+            continue
+        args.append(TensorArg(0, op.shape, op.strides))  # the pointer is patched per call
+    return PackedLaunch(launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem,
+                        args, slots)
 
-            self.outputs = [(info.shape(o), to_numpy_dtype(o.dtype)) for o in fusion.outputs]
-            self.workspaces = [((-(-n // 8),), "float64") for n in workspace_bytes(self.launches)]
-            cupy_device = cupy.cuda.Device(self.device_index)
 
-            def empty(shape: Any, dtype: Any, _dev: Any = cupy_device) -> Any:
-                with _dev:
-                    return cupy.empty(shape, dtype=dtype)
+def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any) -> Any:
+    import torch
 
-            def stream(_dev: Any = cupy_device) -> int:
-                with _dev:
-                    return cupy.cuda.get_current_stream().ptr
+    from kfuse._C import FastCall
+    from kfuse.dtypes import to_torch_dtype
 
-            self._empty = empty
-            self._stream = stream
+    device = torch.device("cuda", info.device_index)
+    outputs = []
+    for o in info.fusion.outputs:
+        shape, dtype = tuple(info.shape(o)), to_torch_dtype(o.dtype)
+        # empty_like skips torch.empty's argument parsing (about 2 us of the call): it gives a
+        # contiguous array when the input it copies is one of the same shape and dtype.
+        like = next((k for k, t in enumerate(inputs) if t.dtype == dtype
+                     and tuple(t.shape) == shape and t.is_contiguous()), -1)
+        outputs.append((torch.empty_like, (), None, like) if like >= 0 else
+                       (torch.empty_strided, (shape, _contiguous_strides(shape)),
+                        {"dtype": dtype, "device": device}, -1))
+    workspaces = [(torch.empty_strided, ((-(-n // 8),), (1,)),
+                   {"dtype": torch.float64, "device": device}, -1)
+                  for n in workspace_bytes(compiled.launches)]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        stream, stream_args = raw, (info.device_index,)
+    else:  # torch builds without the raw query
+        stream, stream_args = (lambda: torch.cuda.current_stream(device).cuda_stream), ()
+    launches = [packed_launch(launch, info.extents) for launch in compiled.launches]
+    return FastCall("torch", info.device_index, specs, outputs, workspaces, launches, stream,
+                    stream_args, None, compiled)
 
-    def run(self, inputs: list[Any], stream: int | None) -> list[Any]:
-        """Launch on `inputs` (whose layout matches this entry's key)."""
-        if self.framework == "torch":
-            outputs = [self._empty(shape, dtype=dtype, device=dev)
-                       for shape, dtype, dev in self.outputs]
-            workspaces = [self._empty(shape, dtype=dtype, device=dev)
-                          for shape, dtype, dev in self.workspaces]
-        else:
-            outputs = [self._empty(shape, dtype) for shape, dtype in self.outputs]
-            workspaces = [self._empty(shape, dtype) for shape, dtype in self.workspaces]
-        input_ptrs = [0] * self.n_inputs
-        for pos in self.tensor_positions:
-            input_ptrs[pos] = _data_ptr(inputs[pos])
-        output_ptrs = [_data_ptr(o) for o in outputs]
-        workspace_ptrs = [_data_ptr(w) for w in workspaces]
-        if stream is None:
-            stream = self._stream()
-        for launch in self.launches:
-            args = launch.arguments(input_ptrs, output_ptrs, self.extents, workspace_ptrs)
-            launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
-        return outputs
+
+def _cupy_call(specs: list[tuple], compiled: Any, info: Any) -> Any:
+    import cupy
+
+    from kfuse._C import FastCall
+    from kfuse.dtypes import to_numpy_dtype
+
+    outputs = [(cupy.empty, (tuple(info.shape(o)), to_numpy_dtype(o.dtype)), None, -1)
+               for o in info.fusion.outputs]
+    workspaces = [(cupy.empty, ((-(-n // 8),), "float64"), None, -1)
+                  for n in workspace_bytes(compiled.launches)]
+    launches = [packed_launch(launch, info.extents) for launch in compiled.launches]
+    # cupy allocates on, and reports the stream of, the current device: the call only takes
+    # the fast path while that is the inputs' device.
+    return FastCall("cupy", info.device_index, specs, outputs, workspaces, launches,
+                    cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice, compiled)
 
 
 class FastPathCache:
-    """Layout key -> FastCall, for one fusion."""
+    """The fast calls of one fusion (kfuse._C.FastCallCache, newest layouts first)."""
 
     def __init__(self) -> None:
-        self._calls: dict[tuple, FastCall] = {}
+        self._calls: Any = None
 
-    def lookup(self, inputs: list[Any]) -> tuple[tuple | None, FastCall | None]:
-        """(key, cached call); key None when the inputs cannot take the fast path."""
-        key = layout_key(inputs)
-        return key, (self._calls.get(key) if key is not None else None)
+    def run(self, inputs: list[Any], stream: int | None) -> tuple[Any, list[Any]] | None:
+        """(compiled, outputs) when `inputs` match a remembered layout, else None."""
+        if self._calls is None:
+            return None
+        return self._calls(inputs, stream)
 
-    def remember(self, key: tuple | None, compiled: Any, info: Any) -> None:
-        """Keep `compiled` for `key` when such a call can take the fast path."""
-        if key is None or compiled.runner is not None or not compiled.launches:
+    def remember(self, inputs: list[Any], compiled: Any, info: Any) -> None:
+        """Keep `compiled` for the layout of `inputs` when such a call can take the fast path."""
+        if compiled.runner is not None or not compiled.launches:
             return
         if any(not isinstance(v, TensorView) for v in info.fusion.inputs):
             return
         if info.framework not in ("torch", "cupy") or info.device_index < 0:
             return
-        self._calls[key] = FastCall(compiled, info)
+        specs = input_layouts(inputs)
+        if specs is None:
+            return
+        if info.framework == "torch":
+            entry = _torch_call(inputs, specs, compiled, info)
+        else:
+            entry = _cupy_call(specs, compiled, info)
+        if self._calls is None:
+            from kfuse._C import FastCallCache
+
+            self._calls = FastCallCache()
+        self._calls.add(entry)

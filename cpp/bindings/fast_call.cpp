@@ -1,0 +1,365 @@
+// bindings/fast_call.cpp: the host fast path of cached GPU calls, in C++.
+//
+// kfuse.fast_path builds one FastCall per input layout a fusion has run with (and a
+// FastCallCache per fusion). A call then matches the inputs against those layouts, allocates
+// outputs through the inputs' framework, asks the framework for its current stream and
+// launches packed launches, without running any of kfuse's Python code. Inputs of another
+// layout make __call__ return None, and the caller takes the checked path. Only the limited
+// C API is used (the module is built for the stable ABI).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "../kfuse/packed_launch.h"
+#include "bindings.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kfuse {
+namespace bindings {
+
+namespace {
+
+// Interned attribute names, created on first use (with the GIL held) and kept for the
+// process's life.
+PyObject *name(const char *s) { return PyUnicode_InternFromString(s); }
+PyObject *attr_dtype() { static PyObject *n = name("dtype"); return n; }
+PyObject *attr_shape() { static PyObject *n = name("shape"); return n; }
+PyObject *attr_stride() { static PyObject *n = name("stride"); return n; }
+PyObject *attr_strides() { static PyObject *n = name("strides"); return n; }
+PyObject *attr_data_ptr() { static PyObject *n = name("data_ptr"); return n; }
+PyObject *attr_get_device() { static PyObject *n = name("get_device"); return n; }
+PyObject *attr_data() { static PyObject *n = name("data"); return n; }
+PyObject *attr_ptr() { static PyObject *n = name("ptr"); return n; }
+PyObject *attr_device_id() { static PyObject *n = name("device_id"); return n; }
+
+// A new reference that is released at scope exit.
+struct Ref {
+    PyObject *p;
+    explicit Ref(PyObject *o) : p(o) {}
+    ~Ref() { Py_XDECREF(p); }
+    Ref(const Ref &) = delete;
+    Ref &operator=(const Ref &) = delete;
+    explicit operator bool() const { return p != nullptr; }
+};
+
+[[noreturn]] void raise_current() { throw nb::python_error(); }
+
+PyObject *call_method(PyObject *o, PyObject *method) {
+    Ref m(PyObject_GetAttr(o, method));
+    if (!m)
+        raise_current();
+    PyObject *r = PyObject_CallNoArgs(m.p);
+    if (!r)
+        raise_current();
+    return r;
+}
+
+PyObject *get(PyObject *o, PyObject *attribute) {
+    PyObject *r = PyObject_GetAttr(o, attribute);
+    if (!r)
+        raise_current();
+    return r;
+}
+
+bool equal(PyObject *a, PyObject *b) {
+    if (a == b)
+        return true;
+    int r = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (r < 0)
+        raise_current();
+    return r == 1;
+}
+
+uintptr_t as_pointer(PyObject *o) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        raise_current();
+    return uintptr_t(v);
+}
+
+enum class Framework { Torch, CuPy };
+
+// The layout one tensor input must have: exactly what the checked path saw when it compiled.
+struct InputSpec {
+    nb::object type, dtype, shape, strides;  // strides as the framework reports them
+    int64_t align = 0;                       // data pointer modulo 16
+    int64_t device = 0;
+};
+
+// How to allocate one buffer: callable(*args, **kwargs), or callable(inputs[like]).
+struct BufferSpec {
+    nb::object callable, args, kwargs;
+    int like = -1;
+};
+
+class FastCall {
+public:
+    FastCall(const std::string &framework, int device, std::vector<nb::tuple> inputs,
+             std::vector<nb::tuple> outputs, std::vector<nb::tuple> workspaces,
+             std::vector<nb::object> launches, nb::object stream_callable, nb::object stream_args,
+             nb::object device_callable, nb::object tag)
+        : device_(device), stream_callable_(std::move(stream_callable)),
+          stream_args_(std::move(stream_args)), device_callable_(std::move(device_callable)),
+          tag_(std::move(tag)) {
+        if (framework == "torch")
+            framework_ = Framework::Torch;
+        else if (framework == "cupy")
+            framework_ = Framework::CuPy;
+        else
+            throw nb::value_error("FastCall: framework must be 'torch' or 'cupy'");
+        for (nb::tuple t : inputs) {
+            if (t.size() != 6)
+                throw nb::value_error("FastCall: an input spec is (type, dtype, shape, strides, "
+                                      "align, device)");
+            inputs_.push_back({nb::borrow(t[0]), nb::borrow(t[1]), nb::borrow(t[2]),
+                               nb::borrow(t[3]), nb::cast<int64_t>(t[4]),
+                               nb::cast<int64_t>(t[5])});
+        }
+        buffers(outputs, outputs_);
+        buffers(workspaces, workspaces_);
+        for (nb::object l : launches) {
+            launches_.push_back(nb::cast<PackedLaunch *>(l));
+            launch_objects_.push_back(l);
+        }
+        for (const PackedLaunch *l : launches_) {
+            if (l->count(PointerSlot::Source::Input) > int(inputs_.size()) ||
+                l->count(PointerSlot::Source::Output) > int(outputs_.size()) ||
+                l->count(PointerSlot::Source::Workspace) > int(workspaces_.size()))
+                throw nb::value_error("FastCall: a launch reads more pointers than the call has");
+        }
+    }
+
+    // (tag, outputs) after launching, or None when `inputs` do not have this layout.
+    nb::object call(nb::handle inputs, nb::handle stream) const {
+        PyObject *seq = inputs.ptr();
+        const bool is_list = PyList_Check(seq), is_tuple = PyTuple_Check(seq);
+        if (!is_list && !is_tuple)
+            return nb::none();
+        const Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
+        if (n != Py_ssize_t(inputs_.size()))
+            return nb::none();
+        std::vector<uintptr_t> input_ptrs(inputs_.size());
+        std::vector<PyObject *> items(inputs_.size());
+        for (size_t i = 0; i < inputs_.size(); ++i) {
+            PyObject *t = is_list ? PyList_GetItem(seq, Py_ssize_t(i))
+                                  : PyTuple_GetItem(seq, Py_ssize_t(i));
+            items[i] = t;
+            if (!matches(inputs_[i], t, input_ptrs[i]))
+                return nb::none();
+        }
+        if (framework_ == Framework::CuPy && !on_current_device())
+            return nb::none();  // cupy allocates on the current device: take the checked path
+        uintptr_t raw_stream = stream.is_none() ? current_stream() : nb::cast<uintptr_t>(stream);
+        std::vector<uintptr_t> output_ptrs, workspace_ptrs;
+        nb::list outputs = allocate(outputs_, items, output_ptrs);
+        nb::list workspaces = allocate(workspaces_, items, workspace_ptrs);
+        for (const PackedLaunch *l : launches_)
+            l->launch(raw_stream, input_ptrs.data(), output_ptrs.data(), workspace_ptrs.data());
+        return nb::make_tuple(tag_, outputs);
+    }
+
+    const nb::object &tag() const { return tag_; }
+
+private:
+    static void buffers(const std::vector<nb::tuple> &specs, std::vector<BufferSpec> &out) {
+        for (nb::tuple t : specs) {
+            if (t.size() != 4)
+                throw nb::value_error("FastCall: a buffer spec is (callable, args, kwargs, like)");
+            out.push_back({nb::borrow(t[0]), nb::borrow(t[1]), nb::borrow(t[2]),
+                           nb::cast<int>(t[3])});
+        }
+    }
+
+    bool matches(const InputSpec &spec, PyObject *t, uintptr_t &ptr) const {
+        if (reinterpret_cast<PyObject *>(Py_TYPE(t)) != spec.type.ptr())
+            return false;
+        Ref dtype(get(t, attr_dtype()));
+        if (!equal(dtype.p, spec.dtype.ptr()))
+            return false;
+        Ref shape(get(t, attr_shape()));
+        if (!equal(shape.p, spec.shape.ptr()))
+            return false;
+        if (framework_ == Framework::Torch) {
+            Ref strides(call_method(t, attr_stride()));
+            if (!equal(strides.p, spec.strides.ptr()))
+                return false;
+            Ref p(call_method(t, attr_data_ptr()));
+            ptr = as_pointer(p.p);
+            Ref device(call_method(t, attr_get_device()));
+            if (PyLong_AsLongLong(device.p) != spec.device)
+                return false;
+        } else {
+            Ref strides(get(t, attr_strides()));
+            if (!equal(strides.p, spec.strides.ptr()))
+                return false;
+            Ref data(get(t, attr_data()));
+            Ref p(get(data.p, attr_ptr()));
+            ptr = as_pointer(p.p);
+            Ref device(get(data.p, attr_device_id()));
+            if (PyLong_AsLongLong(device.p) != spec.device)
+                return false;
+        }
+        if (PyErr_Occurred())
+            raise_current();
+        return int64_t(ptr & 15) == spec.align;
+    }
+
+    bool on_current_device() const {
+        Ref d(PyObject_CallNoArgs(device_callable_.ptr()));
+        if (!d)
+            raise_current();
+        return PyLong_AsLongLong(d.p) == device_;
+    }
+
+    uintptr_t current_stream() const {
+        Ref s(PyObject_Call(stream_callable_.ptr(), stream_args_.ptr(), nullptr));
+        if (!s)
+            raise_current();
+        if (PyLong_Check(s.p))
+            return as_pointer(s.p);
+        Ref p(get(s.p, attr_ptr()));  // a cupy Stream
+        return as_pointer(p.p);
+    }
+
+    nb::list allocate(const std::vector<BufferSpec> &specs, const std::vector<PyObject *> &items,
+                      std::vector<uintptr_t> &ptrs) const {
+        nb::list out;
+        ptrs.resize(specs.size());
+        for (size_t k = 0; k < specs.size(); ++k) {
+            const BufferSpec &b = specs[k];
+            PyObject *made;
+            if (b.like >= 0) {
+                Ref args(PyTuple_Pack(1, items[size_t(b.like)]));
+                if (!args)
+                    raise_current();
+                made = PyObject_Call(b.callable.ptr(), args.p, nullptr);
+            } else {
+                made = PyObject_Call(b.callable.ptr(), b.args.ptr(),
+                                     b.kwargs.is_none() ? nullptr : b.kwargs.ptr());
+            }
+            if (!made)
+                raise_current();
+            nb::object array = nb::steal(made);
+            if (framework_ == Framework::Torch) {
+                Ref p(call_method(made, attr_data_ptr()));
+                ptrs[k] = as_pointer(p.p);
+            } else {
+                Ref data(get(made, attr_data()));
+                Ref p(get(data.p, attr_ptr()));
+                ptrs[k] = as_pointer(p.p);
+            }
+            out.append(array);
+        }
+        return out;
+    }
+
+    Framework framework_ = Framework::Torch;
+    int64_t device_;
+    std::vector<InputSpec> inputs_;
+    std::vector<BufferSpec> outputs_, workspaces_;
+    std::vector<PackedLaunch *> launches_;
+    std::vector<nb::object> launch_objects_;  // keeps launches_ (and their kernels) alive
+    nb::object stream_callable_, stream_args_, device_callable_, tag_;
+};
+
+// The FastCalls of one fusion, newest first; a call tries each until one matches.
+class FastCallCache {
+public:
+    static constexpr size_t kMaxEntries = 8;
+
+    void add(nb::object entry) {
+        (void)nb::cast<FastCall *>(entry);
+        entries_.insert(entries_.begin(), entry);
+        if (entries_.size() > kMaxEntries)
+            entries_.pop_back();
+    }
+
+    nb::object call(nb::handle inputs, nb::handle stream) const {
+        for (const nb::object &e : entries_) {
+            nb::object r = nb::cast<FastCall *>(e)->call(inputs, stream);
+            if (!r.is_none())
+                return r;
+        }
+        return nb::none();
+    }
+
+    size_t size() const { return entries_.size(); }
+    void clear() { entries_.clear(); }
+
+private:
+    std::vector<nb::object> entries_;
+};
+
+PointerSlot::Source to_source(const std::string &s) {
+    if (s == "input")
+        return PointerSlot::Source::Input;
+    if (s == "output")
+        return PointerSlot::Source::Output;
+    if (s == "workspace")
+        return PointerSlot::Source::Workspace;
+    throw nb::value_error("pointer slot source must be 'input', 'output' or 'workspace'");
+}
+
+}  // namespace
+
+void register_fast_call(nb::module_ &m) {
+    nb::class_<PackedLaunch>(m, "PackedLaunch",
+                             "A launch packed once; each call patches its arrays' data pointers "
+                             "in (the host fast path).")
+        .def(
+            "__init__",
+            [](PackedLaunch *self, Kernel &kernel, const std::vector<int64_t> &grid,
+               const std::vector<int64_t> &block, int64_t shared_mem, nb::handle args,
+               const std::vector<std::tuple<int, std::string, int, int64_t>> &slots) {
+                std::vector<PointerSlot> converted;
+                for (const auto &[param, source, index, offset] : slots) {
+                    if (param < 0)
+                        throw nb::value_error("pointer slot parameter must be >= 0");
+                    converted.push_back({to_source(source), index, offset, size_t(param)});
+                }
+                new (self) PackedLaunch(kernel, to_dim3(grid, "grid"), to_dim3(block, "block"),
+                                        shared_mem, convert_args(args), std::move(converted));
+            },
+            "kernel"_a, "grid"_a, "block"_a, "shared_mem"_a, "args"_a, "slots"_a,
+            nb::keep_alive<1, 2>(),
+            "slots: (parameter, 'input' | 'output' | 'workspace', index, byte offset) for each "
+            "tensor parameter whose data pointer changes per call.")
+        .def(
+            "launch",
+            [](const PackedLaunch &self, uintptr_t stream, const std::vector<uintptr_t> &inputs,
+               const std::vector<uintptr_t> &outputs, const std::vector<uintptr_t> &workspaces) {
+                if (self.count(PointerSlot::Source::Input) > int(inputs.size()) ||
+                    self.count(PointerSlot::Source::Output) > int(outputs.size()) ||
+                    self.count(PointerSlot::Source::Workspace) > int(workspaces.size()))
+                    throw nb::value_error("PackedLaunch.launch: too few pointers");
+                self.launch(stream, inputs.data(), outputs.data(), workspaces.data());
+            },
+            "stream"_a, "inputs"_a, "outputs"_a, "workspaces"_a);
+
+    nb::class_<FastCall>(m, "FastCall", "One input layout's cached call (kfuse.fast_path).")
+        .def(nb::init<const std::string &, int, std::vector<nb::tuple>, std::vector<nb::tuple>,
+                      std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,
+                      nb::object, nb::object>(),
+             "framework"_a, "device"_a, "inputs"_a, "outputs"_a, "workspaces"_a, "launches"_a,
+             "stream_callable"_a, "stream_args"_a, "device_callable"_a, "tag"_a)
+        .def("__call__", &FastCall::call, "inputs"_a, "stream"_a = nb::none(),
+             "(tag, outputs) after launching, or None when the inputs have another layout.")
+        .def_prop_ro("tag", &FastCall::tag);
+
+    nb::class_<FastCallCache>(m, "FastCallCache", "A fusion's FastCalls, newest first.")
+        .def(nb::init<>())
+        .def("add", &FastCallCache::add, "entry"_a)
+        .def("__call__", &FastCallCache::call, "inputs"_a, "stream"_a = nb::none())
+        .def("__len__", &FastCallCache::size)
+        .def("clear", &FastCallCache::clear);
+}
+
+}  // namespace bindings
+}  // namespace kfuse
