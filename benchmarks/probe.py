@@ -137,6 +137,19 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     args = launch.arguments([a.data_ptr(), b.data_ptr()], [c.data_ptr()], {}, [])
     probes["kfuse Kernel.launch (args prebuilt)"] = lambda: launch.kernel.launch(
         launch.grid, launch.block, 0, stream, args)
+    from kfuse._C import FastCall
+    from kfuse.fast_path import input_layouts, packed_launch
+
+    packed = packed_launch(launch, {})
+    pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    probes["PackedLaunch.launch"] = lambda: packed.launch(stream, [pa, pb], [pc], [])
+    match_only = FastCall("torch", 0, input_layouts([a, b]), [], [], [], raw, (0,), None, None)
+    match_alloc = FastCall("torch", 0, input_layouts([a, b]), [(torch.empty_like, (), None, 0)],
+                           [], [], raw, (0,), None, None)
+    probes["FastCall: match only"] = lambda: match_only([a, b], None)
+    probes["FastCall: match + allocate"] = lambda: match_alloc([a, b], None)
+    cache = fd._executor_cache.fast_calls
+    probes["FastCallCache call (torch, no Python frame)"] = lambda: cache([a, b], None)
     probes["kfuse execute (torch)"] = lambda: fd.execute([a, b])
     probes["kfuse execute (cupy)"] = lambda: fd.execute([ca, cb])
     kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = (a + b) * 2",

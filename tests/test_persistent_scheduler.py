@@ -146,3 +146,29 @@ def test_nvrtc_compiles_persistent_kernels(arch: str, case: str) -> None:
     for source, name in srcs:
         cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
         assert len(cubin) > 0
+
+
+def test_softmax_keeps_its_exponentials_and_norms_keep_nothing() -> None:
+    """The exp(x - max) of softmax's sum is kept in registers for the outputs; a layer or RMS
+    norm's reduction inputs are loads or products the outputs do not reuse."""
+    from kfuse.codegen.persistent import keepable
+    from kfuse.codegen.reduction_plan import plan_reductions
+
+    assert keepable(plan_reductions(softmax().fusion)) == (1,)
+    assert keepable(plan_reductions(layer_norm(DataType.Float).fusion)) == ()
+    assert keepable(plan_reductions(rms_norm(DataType.BFloat16).fusion)) == ()
+
+
+def test_kept_values_need_room_next_to_the_held_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kfuse.schedule.persistent as sp
+    from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
+    from kfuse.runtime_info import build_runtime_info
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    fd = softmax(DataType.Float)
+    plan = plan_reductions(fd.fusion)
+    layout = reduction_layout(plan, build_runtime_info(fd.fusion, [rand(4, 4096)]))
+    # a float row held as 4 vectors of 4 per thread: 16 words held + 16 kept fits; 16 vectors
+    # (64 words held) leaves no room, so the exponentials are recomputed instead
+    assert sp.kept_stages(plan, layout, batch=4, vector=4) == (1,)
+    assert sp.kept_stages(plan, layout, batch=16, vector=4) == ()

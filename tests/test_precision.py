@@ -82,3 +82,26 @@ def test_welford_statistics_stop_the_approximation() -> None:
         var, mean = fd.ops.var_mean(e, [1])
         fd.add_output(fd.ops.cast(var, DataType.BFloat16))
     assert "exp" not in fast_ops(fd)  # (the final division by N - 1 may still be fast)
+
+
+def test_bf16_outputs_are_rounded_exactly_once() -> None:
+    """A bf16 output narrows a value already rounded to bf16 by taking its top half (no second
+    conversion): the stored bits equal torch's float -> bf16 rounding, ties included."""
+    torch = pytest.importorskip("torch")
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.cast(fd.ops.mul(a, b), DataType.BFloat16))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=gen)
+    # exact ties between two bf16 values: mantissa bits 0x8000 below the kept 16
+    # values in [1, 2) whose low 16 bits are exactly 0x8000, with any bf16 mantissa above
+    ties = (torch.randint(0, 1 << 7, (1024,), generator=gen, dtype=torch.int32) << 16
+            | 0x8000 | 0x3F800000).view(torch.float32)
+    x = torch.cat([x, ties, torch.tensor([float("inf"), -0.0, 3.0e38, 1e-40])])
+    y = torch.ones_like(x)
+    y[:4096] = torch.randn(4096, generator=gen)
+    (out,) = fd.execute([x, y])
+    assert "bfloat16_from_exact" in fd.last_cuda_source()
+    expected = (x * y).to(torch.bfloat16)
+    assert torch.equal(out.view(torch.int16), expected.view(torch.int16))

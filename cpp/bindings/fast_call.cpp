@@ -348,7 +348,7 @@ void register_fast_call(nb::module_ &m) {
                       std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,
                       nb::object, nb::object>(),
              "framework"_a, "device"_a, "inputs"_a, "outputs"_a, "workspaces"_a, "launches"_a,
-             "stream_callable"_a, "stream_args"_a, "device_callable"_a.none(), "tag"_a)
+             "stream_callable"_a, "stream_args"_a, "device_callable"_a.none(), "tag"_a.none())
         .def("__call__", &FastCall::call, "inputs"_a, "stream"_a.none() = nb::none(),
              "(tag, outputs) after launching, or None when the inputs have another layout.")
         .def_prop_ro("tag", &FastCall::tag);

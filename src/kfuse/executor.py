@@ -18,7 +18,7 @@ from kfuse.arrays import current_stream, empty_like_framework
 from kfuse.backends import backend_for
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError, SchedulerError
-from kfuse.fast_path import FastPathCache
+from kfuse.fast_path import fast_call_for
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
 from kfuse.launch import KernelLaunch, workspace_bytes
@@ -51,15 +51,17 @@ class FusionExecutorCache:
         self._compiled: dict[tuple, CompiledFusion] = {}
         self._lock = threading.Lock()
         self.last_compiled: CompiledFusion | None = None
-        self._fast = FastPathCache()
+        # kfuse._C.FastCallCache of the layouts seen, created by the first call that can take
+        # the host fast path (FusionExecution.execute tries it before anything else).
+        self.fast_calls: Any = None
 
     def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
                 params: Any = None) -> list[Any]:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly."""
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
         plain = params is None and device is None and profiling_hooks.active is None
-        if plain:
-            hit = self._fast.run(inputs, stream)
+        if plain and self.fast_calls is not None:
+            hit = self.fast_calls(inputs, stream)
             if hit is not None:
                 self.last_compiled, outputs = hit
                 return outputs
@@ -79,8 +81,20 @@ class FusionExecutorCache:
                     return compiled.runner(info, stream)
                 outputs = _run(compiled, info, stream)
             if plain:
-                self._fast.remember(inputs, compiled, info)
+                self._remember_fast_call(inputs, compiled, info)
             return outputs
+
+    def _remember_fast_call(self, inputs: list[Any], compiled: CompiledFusion, info: Any
+                            ) -> None:
+        entry = fast_call_for(inputs, compiled, info)
+        if entry is None:
+            return
+        with self._lock:
+            if self.fast_calls is None:
+                from kfuse._C import FastCallCache
+
+                self.fast_calls = FastCallCache()
+            self.fast_calls.add(entry)
 
     def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
         """How the fusion runs for these inputs: a list of kfuse.schedule.segmenter.Segment

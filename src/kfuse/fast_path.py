@@ -123,35 +123,18 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any) -> Any:
                     cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice, compiled)
 
 
-class FastPathCache:
-    """The fast calls of one fusion (kfuse._C.FastCallCache, newest layouts first)."""
-
-    def __init__(self) -> None:
-        self._calls: Any = None
-
-    def run(self, inputs: list[Any], stream: int | None) -> tuple[Any, list[Any]] | None:
-        """(compiled, outputs) when `inputs` match a remembered layout, else None."""
-        if self._calls is None:
-            return None
-        return self._calls(inputs, stream)
-
-    def remember(self, inputs: list[Any], compiled: Any, info: Any) -> None:
-        """Keep `compiled` for the layout of `inputs` when such a call can take the fast path."""
-        if compiled.runner is not None or not compiled.launches:
-            return
-        if any(not isinstance(v, TensorView) for v in info.fusion.inputs):
-            return
-        if info.framework not in ("torch", "cupy") or info.device_index < 0:
-            return
-        specs = input_layouts(inputs)
-        if specs is None:
-            return
-        if info.framework == "torch":
-            entry = _torch_call(inputs, specs, compiled, info)
-        else:
-            entry = _cupy_call(specs, compiled, info)
-        if self._calls is None:
-            from kfuse._C import FastCallCache
-
-            self._calls = FastCallCache()
-        self._calls.add(entry)
+def fast_call_for(inputs: list[Any], compiled: Any, info: Any) -> Any | None:
+    """A kfuse._C.FastCall replaying `compiled` for inputs laid out as `inputs` are, or None
+    when such a call cannot take the fast path."""
+    if compiled.runner is not None or not compiled.launches:
+        return None
+    if any(not isinstance(v, TensorView) for v in info.fusion.inputs):
+        return None
+    if info.framework not in ("torch", "cupy") or info.device_index < 0:
+        return None
+    specs = input_layouts(inputs)
+    if specs is None:
+        return None
+    if info.framework == "torch":
+        return _torch_call(inputs, specs, compiled, info)
+    return _cupy_call(specs, compiled, info)
