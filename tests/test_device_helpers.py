@@ -1,4 +1,4 @@
-"""Tests of the device runtime header (src/kfuse/codegen/runtime/kfuse_runtime.cuh).
+"""Tests of the device runtime headers (src/kfuse/codegen/runtime/*.cuh).
 
 Three ways in, none of which needs kfuse._C:
   * NVRTC (through ctypes) compiles a kernel that instantiates every helper for every dtype, for
@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HEADER = Path(__file__).resolve().parents[1] / "src/kfuse/codegen/runtime/kfuse_runtime.cuh"
+from kfuse.codegen.runtime_header import runtime_header
+
+HEADER_TEXT = runtime_header()  # kfuse_runtime.cuh + kfuse_reductions.cuh, as kernels see them
 
 DTYPES = {  # kfuse dtype -> C++ type in kernels
     "bool": "bool",
@@ -104,7 +106,7 @@ def _compile_or_fail(nvrtc: _Nvrtc, source: str, options: list[str]) -> tuple[by
 
 def _instantiation_kernel() -> str:
     """A kernel that touches every helper for every dtype it is defined for."""
-    lines = [HEADER.read_text(), ""]
+    lines = [HEADER_TEXT, ""]
     lines.append(
         """
 template <typename T>
@@ -223,7 +225,7 @@ __device__ F exercise_welford(F x, kf::WelfordState<F>* scratch) {
 
 
 def test_header_is_self_contained() -> None:
-    text = HEADER.read_text()
+    text = HEADER_TEXT
     code = re.sub(r"//[^\n]*", "", text)  # the rules apply to code, not to comments explaining them
     assert not re.search(r"^\s*#\s*include", code, re.M)
     assert not re.search(r"\b(u?int(8|16|32|64)_t|size_t|std::)", code)
@@ -248,7 +250,7 @@ def test_nvrtc_accepts_the_emulators_bounds_hook(nvrtc: _Nvrtc) -> None:
     source = (
         "#define KF_CHECK_BOUNDS(t, off, n) do { if ((off) < 0 || (off) + (n) > (t).size[0] * 4) "
         "__trap(); } while (0)\n"
-        + HEADER.read_text()
+        + HEADER_TEXT
         + """
 extern "C" __global__ void k(kf::Tensor<float, 1, int> t) {
   kf::store_vec<4>(t, 4 * (int)threadIdx.x, kf::load_vec<4>(t, 4 * (int)threadIdx.x));
@@ -260,7 +262,7 @@ extern "C" __global__ void k(kf::Tensor<float, 1, int> t) {
 
 def test_ptx_fast_paths_and_vector_accesses(nvrtc: _Nvrtc) -> None:
     source = (
-        HEADER.read_text()
+        HEADER_TEXT
         + """
 extern "C" __global__ void k(kf::Tensor<float, 1, int> f, kf::Tensor<kf::half, 1, int> h,
                              kf::Tensor<kf::bfloat16, 1, int> b) {
@@ -456,7 +458,7 @@ class _HostProgram:
             for a in _CPP_OF
             for b in _CPP_OF
         )
-        source = _HOST_STUBS + HEADER.read_text() + _HOST_MAIN.replace("CASTS", casts)
+        source = _HOST_STUBS + HEADER_TEXT + _HOST_MAIN.replace("CASTS", casts)
         self.dir = workdir
         src = workdir / "host_helpers.cpp"
         src.write_text(source)
@@ -1019,7 +1021,7 @@ extern "C" __global__ void convert(const unsigned int* in, unsigned int* out, in
 
 @pytest.mark.gpu
 def test_gpu_ptx_conversions_match_portable_ones(nvrtc: _Nvrtc, driver: _Driver) -> None:
-    src = HEADER.read_text() + _GPU_CONVERT
+    src = HEADER_TEXT + _GPU_CONVERT
     bits = _float_corpus(7).view(np.uint32)
     bits = np.concatenate([bits, np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)])
     results = []
@@ -1101,7 +1103,7 @@ extern "C" __global__ void reduce(const float* in, float* out, int mode, int unu
 def test_gpu_block_reductions(nvrtc: _Nvrtc, driver: _Driver, block: tuple) -> None:
     cubin, _ = _compile_or_fail(
         nvrtc,
-        HEADER.read_text() + _GPU_REDUCE,
+        HEADER_TEXT + _GPU_REDUCE,
         [f"--gpu-architecture={driver.arch}", "-std=c++17", "-DKFUSE_USE_PTX"],
     )
     bx, by, bz = block

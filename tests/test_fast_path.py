@@ -73,3 +73,26 @@ def test_bad_specs_are_rejected_when_built() -> None:
         FastCall("jax", 0, [], [], [], [], lambda: 0, (), None, 0)
     with pytest.raises(ValueError, match="input spec"):
         FastCall("torch", 0, [(1, 2)], [], [], [], lambda: 0, (), None, 0)
+
+
+def test_a_cycle_through_the_cache_is_collected() -> None:
+    """The compiled fusion a FastCall keeps may lead back to the object holding its cache;
+    the cycle collector must see through the C++ objects to free it."""
+    import gc
+    import weakref
+
+    class Tag:
+        pass
+
+    class Holder:
+        pass
+
+    a = torch.randn(3)
+    tag, holder = Tag(), Holder()
+    holder.cache = FastCallCache()
+    holder.cache.add(entry([a], tag))
+    tag.holder = holder  # tag -> holder -> cache -> FastCall -> tag
+    alive = weakref.ref(tag)
+    del tag, holder
+    gc.collect()
+    assert alive() is None

@@ -143,7 +143,7 @@ public:
         if (!is_list && !is_tuple)
             return nb::none();
         const Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
-        if (n != Py_ssize_t(inputs_.size()))
+        if (cleared_ || n != Py_ssize_t(inputs_.size()))
             return nb::none();
         std::vector<uintptr_t> input_ptrs(inputs_.size());
         std::vector<PyObject *> items(inputs_.size());
@@ -166,6 +166,41 @@ public:
     }
 
     const nb::object &tag() const { return tag_; }
+
+    // Python's cycle collector sees the objects a FastCall holds through these (its tag is
+    // the compiled fusion, which a user's objects may lead back to).
+    int traverse(visitproc visit, void *arg) const {
+        for (const InputSpec &i : inputs_) {
+            Py_VISIT(i.type.ptr());
+            Py_VISIT(i.dtype.ptr());
+            Py_VISIT(i.shape.ptr());
+            Py_VISIT(i.strides.ptr());
+        }
+        for (const auto *list : {&outputs_, &workspaces_})
+            for (const BufferSpec &b : *list) {
+                Py_VISIT(b.callable.ptr());
+                Py_VISIT(b.args.ptr());
+                Py_VISIT(b.kwargs.ptr());
+            }
+        for (const nb::object &l : launch_objects_)
+            Py_VISIT(l.ptr());
+        Py_VISIT(stream_callable_.ptr());
+        Py_VISIT(stream_args_.ptr());
+        Py_VISIT(device_callable_.ptr());
+        Py_VISIT(tag_.ptr());
+        return 0;
+    }
+
+    // Drops every reference; a cleared FastCall matches nothing and launches nothing.
+    void clear() {
+        cleared_ = true;
+        inputs_.clear();
+        outputs_.clear();
+        workspaces_.clear();
+        launches_.clear();
+        launch_objects_.clear();
+        stream_callable_ = stream_args_ = device_callable_ = tag_ = nb::none();
+    }
 
 private:
     static void buffers(const std::vector<nb::tuple> &specs, std::vector<BufferSpec> &out) {
@@ -261,6 +296,7 @@ private:
     }
 
     Framework framework_ = Framework::Torch;
+    bool cleared_ = false;
     int64_t device_;
     std::vector<InputSpec> inputs_;
     std::vector<BufferSpec> outputs_, workspaces_;
@@ -293,6 +329,12 @@ public:
     size_t size() const { return entries_.size(); }
     void clear() { entries_.clear(); }
 
+    int traverse(visitproc visit, void *arg) const {
+        for (const nb::object &e : entries_)
+            Py_VISIT(e.ptr());
+        return 0;
+    }
+
 private:
     std::vector<nb::object> entries_;
 };
@@ -306,6 +348,28 @@ PointerSlot::Source to_source(const std::string &s) {
         return PointerSlot::Source::Workspace;
     throw nb::value_error("pointer slot source must be 'input', 'output' or 'workspace'");
 }
+
+// tp_traverse / tp_clear for a bound class T with traverse() and clear() (nanobind's recipe
+// for objects that hold Python references: without them a cycle through one is never freed).
+template <typename T>
+int traverse_slot(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    if (!nb::inst_ready(self))
+        return 0;
+    return nb::inst_ptr<T>(self)->traverse(visit, arg);
+}
+
+template <typename T>
+int clear_slot(PyObject *self) {
+    if (nb::inst_ready(self))
+        nb::inst_ptr<T>(self)->clear();
+    return 0;
+}
+
+template <typename T>
+PyType_Slot gc_slots[] = {{Py_tp_traverse, (void *)traverse_slot<T>},
+                          {Py_tp_clear, (void *)clear_slot<T>},
+                          {0, nullptr}};
 
 }  // namespace
 
@@ -343,7 +407,8 @@ void register_fast_call(nb::module_ &m) {
             },
             "stream"_a, "inputs"_a, "outputs"_a, "workspaces"_a);
 
-    nb::class_<FastCall>(m, "FastCall", "One input layout's cached call (kfuse.fast_path).")
+    nb::class_<FastCall>(m, "FastCall", "One input layout's cached call (kfuse.fast_path).",
+                         nb::type_slots(gc_slots<FastCall>))
         .def(nb::init<const std::string &, int, std::vector<nb::tuple>, std::vector<nb::tuple>,
                       std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,
                       nb::object, nb::object>(),
@@ -353,7 +418,8 @@ void register_fast_call(nb::module_ &m) {
              "(tag, outputs) after launching, or None when the inputs have another layout.")
         .def_prop_ro("tag", &FastCall::tag);
 
-    nb::class_<FastCallCache>(m, "FastCallCache", "A fusion's FastCalls, newest first.")
+    nb::class_<FastCallCache>(m, "FastCallCache", "A fusion's FastCalls, newest first.",
+                              nb::type_slots(gc_slots<FastCallCache>))
         .def(nb::init<>())
         .def("add", &FastCallCache::add, "entry"_a)
         .def("__call__", &FastCallCache::call, "inputs"_a, "stream"_a.none() = nb::none())

@@ -1,0 +1,360 @@
+// kfuse device runtime, part 2: reduction operators, Welford, warp and block reductions, and
+// the fast transcendental forms. Follows kfuse_runtime.cuh (whose rules it keeps: no #include,
+// PTX only under KFUSE_USE_PTX with a portable #else) in every kernel's source.
+
+namespace kf {
+
+// ---------------------------------------------------------------------------------------------
+// Reduction operators. Each is a functor (so block reductions take it by value) with the
+// identity the code generator initialises accumulators with. max/min propagate NaN as torch
+// does. Accumulator types: int, long long, float, double (and bool for max/min).
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+template <typename T>
+struct Limits;
+
+template <>
+struct Limits<float> {
+  __device__ __forceinline__ static float lowest() { return __uint_as_float(0xff800000u); }
+  __device__ __forceinline__ static float highest() { return __uint_as_float(0x7f800000u); }
+};
+template <>
+struct Limits<double> {
+  __device__ __forceinline__ static double lowest() {
+    return __longlong_as_double((long long)0xfff0000000000000ULL);
+  }
+  __device__ __forceinline__ static double highest() {
+    return __longlong_as_double(0x7ff0000000000000LL);
+  }
+};
+template <>
+struct Limits<int> {
+  __device__ __forceinline__ static int lowest() { return -2147483647 - 1; }
+  __device__ __forceinline__ static int highest() { return 2147483647; }
+};
+template <>
+struct Limits<long long> {
+  __device__ __forceinline__ static long long lowest() { return -9223372036854775807LL - 1; }
+  __device__ __forceinline__ static long long highest() { return 9223372036854775807LL; }
+};
+template <>
+struct Limits<bool> {
+  __device__ __forceinline__ static bool lowest() { return false; }
+  __device__ __forceinline__ static bool highest() { return true; }
+};
+
+}  // namespace detail
+
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  template <typename T>
+  __device__ __forceinline__ static T identity() { return (T)0; }
+};
+
+struct ProdOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
+  template <typename T>
+  __device__ __forceinline__ static T identity() { return (T)1; }
+};
+
+struct MaxOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return maximum(a, b); }
+  __device__ __forceinline__ bool operator()(bool a, bool b) const { return a || b; }
+  template <typename T>
+  __device__ __forceinline__ static T identity() { return detail::Limits<T>::lowest(); }
+};
+
+struct MinOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return minimum(a, b); }
+  __device__ __forceinline__ bool operator()(bool a, bool b) const { return a && b; }
+  template <typename T>
+  __device__ __forceinline__ static T identity() { return detail::Limits<T>::highest(); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Welford (mean, M2, count), combined with Chan et al.'s parallel formula. count is kept in T
+// so that the combine is pure floating point.
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+struct WelfordState {
+  T mean;
+  T m2;
+  T count;
+};
+
+template <typename T>
+__device__ __forceinline__ WelfordState<T> welford_identity() {
+  WelfordState<T> s;
+  s.mean = (T)0;
+  s.m2 = (T)0;
+  s.count = (T)0;
+  return s;
+}
+
+template <typename T>
+__device__ __forceinline__ void welford_update(WelfordState<T>& s, T x) {
+  s.count += (T)1;
+  T delta = x - s.mean;
+  s.mean += delta / s.count;
+  s.m2 += delta * (x - s.mean);
+}
+
+template <typename T>
+__device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>& a,
+                                                           const WelfordState<T>& b) {
+  // Empty sides are skipped explicitly: 0/0 would otherwise poison the result with NaN.
+  if (b.count == (T)0) return a;
+  if (a.count == (T)0) return b;
+  WelfordState<T> r;
+  r.count = a.count + b.count;
+  T delta = b.mean - a.mean;
+  T b_frac = b.count / r.count;
+  r.mean = a.mean + delta * b_frac;
+  r.m2 = a.m2 + b.m2 + delta * delta * a.count * b_frac;
+  return r;
+}
+
+struct WelfordOp {
+  template <typename T>
+  __device__ __forceinline__ WelfordState<T> operator()(const WelfordState<T>& a,
+                                                        const WelfordState<T>& b) const {
+    return welford_combine(a, b);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Warp and block reductions. Deterministic: a fixed combine tree, no atomics, so a given launch
+// configuration always gives the same bits. Every thread of the warp / block must call them
+// (they contain __shfl_*_sync with a full mask, and __syncthreads).
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+// Shuffles for the accumulator types, plus WelfordState field by field.
+template <typename T>
+__device__ __forceinline__ T shfl_xor(unsigned mask, T v, int lane_mask) {
+  return __shfl_xor_sync(mask, v, lane_mask, 32);
+}
+template <typename T>
+__device__ __forceinline__ WelfordState<T> shfl_xor(unsigned mask, const WelfordState<T>& v,
+                                                    int lane_mask) {
+  WelfordState<T> r;
+  r.mean = __shfl_xor_sync(mask, v.mean, lane_mask, 32);
+  r.m2 = __shfl_xor_sync(mask, v.m2, lane_mask, 32);
+  r.count = __shfl_xor_sync(mask, v.count, lane_mask, 32);
+  return r;
+}
+// bool has no shuffle of its own.
+__device__ __forceinline__ bool shfl_xor(unsigned mask, bool v, int lane_mask) {
+  return __shfl_xor_sync(mask, (int)v, lane_mask, 32) != 0;
+}
+
+template <typename T>
+__device__ __forceinline__ T shfl_down(unsigned mask, T v, int delta) {
+  return __shfl_down_sync(mask, v, delta, 32);
+}
+template <typename T>
+__device__ __forceinline__ WelfordState<T> shfl_down(unsigned mask, const WelfordState<T>& v,
+                                                     int delta) {
+  WelfordState<T> r;
+  r.mean = __shfl_down_sync(mask, v.mean, delta, 32);
+  r.m2 = __shfl_down_sync(mask, v.m2, delta, 32);
+  r.count = __shfl_down_sync(mask, v.count, delta, 32);
+  return r;
+}
+__device__ __forceinline__ bool shfl_down(unsigned mask, bool v, int delta) {
+  return __shfl_down_sync(mask, (int)v, delta, 32) != 0;
+}
+
+template <typename T>
+__device__ __forceinline__ T shfl(unsigned mask, T v, int src) {
+  return __shfl_sync(mask, v, src, 32);
+}
+template <typename T>
+__device__ __forceinline__ WelfordState<T> shfl(unsigned mask, const WelfordState<T>& v,
+                                                int src) {
+  WelfordState<T> r;
+  r.mean = __shfl_sync(mask, v.mean, src, 32);
+  r.m2 = __shfl_sync(mask, v.m2, src, 32);
+  r.count = __shfl_sync(mask, v.count, src, 32);
+  return r;
+}
+__device__ __forceinline__ bool shfl(unsigned mask, bool v, int src) {
+  return __shfl_sync(mask, (int)v, src, 32) != 0;
+}
+
+// Butterfly over groups of `width` lanes (a power of two <= 32, groups aligned to it): every
+// lane of a group ends with the group's result.
+template <typename T, typename Op>
+__device__ __forceinline__ T butterfly(T v, Op op, unsigned mask, int width) {
+  for (int offset = width >> 1; offset > 0; offset >>= 1) {
+    v = op(v, shfl_xor(mask, v, offset));
+  }
+  return v;
+}
+
+// Lanes 0..n-1 of a full warp hold values (n <= 32, any n); returns the reduction of those n
+// values to every lane. A down-sweep guarded by n, then a broadcast from lane 0.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce_first(T v, Op op, int n, int lane) {
+  int span = 1;
+  while (span < n) span <<= 1;
+  for (int offset = span >> 1; offset > 0; offset >>= 1) {
+    T other = shfl_down(0xffffffffu, v, offset);
+    if (lane + offset < n) v = op(v, other);
+  }
+  return shfl(0xffffffffu, v, 0);
+}
+
+// The block is seen as rows of `row_len` consecutive threads (in thread_rank order); each row
+// is reduced independently and every thread gets its row's result.
+// scratch: at least block_threads() elements of T in shared memory.
+template <typename T, typename Op>
+__device__ __forceinline__ T reduce_rows(T v, Op op, T* scratch, int row_len) {
+  const int nthreads = block_threads();
+  const int rank = thread_rank();
+  const int row = rank / row_len;
+  const int x = rank - row * row_len;
+
+  if (row_len % 32 == 0) {
+    // Whole warps, each inside one row: shuffle within warps, then combine warp results.
+    const int lane = rank & 31;
+    const int warps_per_row = row_len / 32;
+    v = butterfly(v, op, 0xffffffffu, 32);
+    if (warps_per_row == 1) return v;
+    if (lane == 0) scratch[rank >> 5] = v;
+    __syncthreads();
+    // Every warp of the row repeats the same combine tree, so they agree bit for bit.
+    const int first = row * warps_per_row;
+    T w = scratch[first + (lane < warps_per_row ? lane : 0)];
+    w = warp_reduce_first(w, op, warps_per_row, lane);
+    __syncthreads();  // scratch may be reused by the next call
+    return w;
+  }
+
+  if (row_len < 32 && (32 % row_len) == 0) {
+    // Several whole rows per warp. The last warp may be partial: shuffle among present lanes.
+    const int warp_base = rank & ~31;
+    const int present = nthreads - warp_base;
+    const unsigned mask = present >= 32 ? 0xffffffffu : ((1u << present) - 1u);
+    return butterfly(v, op, mask, row_len);
+  }
+
+  // Rows that neither fill nor tile warps (e.g. 48 or 100 threads): tree in shared memory.
+  T* mine = scratch + row * row_len;
+  mine[x] = v;
+  __syncthreads();
+  int span = 1;
+  while (span < row_len) span <<= 1;
+  for (int offset = span >> 1; offset > 0; offset >>= 1) {
+    if (x < offset && x + offset < row_len) mine[x] = op(mine[x], mine[x + offset]);
+    __syncthreads();
+  }
+  T r = mine[0];
+  __syncthreads();  // scratch may be reused by the next call
+  return r;
+}
+
+}  // namespace detail
+
+// Reduction over the 32 lanes of a full warp; every lane gets the result.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
+  return detail::butterfly(v, op, 0xffffffffu, 32);
+}
+
+// Reduction over threadIdx.x, independently for each (threadIdx.y, threadIdx.z); every thread
+// gets its row's result. Any block shape up to 1024 threads. scratch: __shared__ T with at least
+// blockDim.x * blockDim.y * blockDim.z elements.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce_x(T v, Op op, T* scratch) {
+  return detail::reduce_rows(v, op, scratch, (int)blockDim.x);
+}
+
+// Reduction over the whole block; every thread gets the result. Same scratch contract.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce(T v, Op op, T* scratch) {
+  return detail::reduce_rows(v, op, scratch, block_threads());
+}
+
+template <typename T>
+__device__ __forceinline__ WelfordState<T> warp_welford(const WelfordState<T>& s) {
+  return warp_reduce(s, WelfordOp());
+}
+
+template <typename T>
+__device__ __forceinline__ WelfordState<T> block_welford_x(const WelfordState<T>& s,
+                                                           WelfordState<T>* scratch) {
+  return block_reduce_x(s, WelfordOp(), scratch);
+}
+
+template <typename T>
+__device__ __forceinline__ WelfordState<T> block_welford(const WelfordState<T>& s,
+                                                         WelfordState<T>* scratch) {
+  return block_reduce(s, WelfordOp(), scratch);
+}
+
+// Integer power with torch's integer semantics: exact by repeated squaring (wrapping like
+// the integer multiply), and for negative exponents the truncated result of 1 / base^-e, which
+// is 0 except for bases 1 and -1.
+template <typename I>
+__device__ __forceinline__ I ipow(I base, I exp) {
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp & 1) ? (I)-1 : (I)1;
+    return 0;
+  }
+  I result = 1;
+  while (exp) {
+    if (exp & 1) result = (I)(result * base);
+    base = (I)(base * base);
+    exp >>= 1;
+  }
+  return result;
+}
+
+// Fast forms for values whose every use ends in a BFloat16 output (the code generator decides,
+// see kfuse/codegen/precision.py): the hardware exp2 and reciprocal approximations, about
+// 2 float ulp, far below bf16's 2^-8. gelu_tanh uses 0.5 * (1 + tanh(u)) = 1 / (1 + e^-2u),
+// which also avoids the cancellation of 1 + tanh(u) near -1.
+// exp_fast is ex2.approx.ftz(x * log2(e)): two instructions. __expf without -ftz adds a
+// denormal fix-up (a compare and two multiplies); results below 2^-126 are far below what a
+// bf16 output can tell from zero.
+__device__ __forceinline__ float exp_fast(float x) {
+#ifdef KFUSE_USE_PTX
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+  return r;
+#else
+  return ::expf(x);
+#endif
+}
+
+// a * approx(1 / b): 2 ulp, and unlike __fdividef right at the extremes that matter here
+// (inf / finite = inf, finite / inf = 0, 0 / 0 = NaN).
+__device__ __forceinline__ float div_fast(float a, float b) {
+#ifdef KFUSE_USE_PTX
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return a * r;
+#else
+  return a / b;
+#endif
+}
+
+__device__ __forceinline__ float sigmoid_fast(float x) { return div_fast(1.0f, 1.0f + exp_fast(-x)); }
+__device__ __forceinline__ float silu_fast(float x) { return div_fast(x, 1.0f + exp_fast(-x)); }
+__device__ __forceinline__ float gelu_tanh_fast(float x) {
+  float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);
+  return div_fast(x, 1.0f + exp_fast(-2.0f * u));
+}
+
+}  // namespace kf
+
