@@ -236,9 +236,29 @@ def main(argv: list[str] | None = None) -> int:
         results += compile_time(torch, log)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "device": props.name, "torch": torch.__version__, "copy_gbs": copy_gbs,
-            "date": time.strftime("%Y-%m-%d"), "results": results}, indent=2))
+            "device": props.name, "torch": torch.__version__, **versions(),
+            "copy_gbs": copy_gbs, "date": time.strftime("%Y-%m-%d"), "results": results},
+            indent=2))
     return 0
+
+
+def versions() -> dict[str, str]:
+    """Driver (CUDA version it supports), NVRTC, Python and the kfuse commit, for the record."""
+    import platform
+    import subprocess
+
+    from kfuse import _C
+
+    driver = _C.driver_version()
+    out = {"driver": f"CUDA {driver // 1000}.{driver % 1000 // 10}",
+           "nvrtc": ".".join(map(str, _C.nvrtc_version())), "python": platform.python_version()}
+    try:
+        out["kfuse_commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass  # not a checkout
+    return out
 
 
 if __name__ == "__main__":
