@@ -82,39 +82,6 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
     return rows
 
 
-def streaming_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
-    """W1 and W1f with and without evict-first output stores, alternated three times, with
-    torch.compile's W1f in between, all in this process."""
-    import kfuse.codegen.pointwise as pw
-
-    from workloads import WORKLOADS
-
-    rows: list[dict[str, Any]] = []
-    for w in [w for w in WORKLOADS if w.id in ("W1", "W1f")]:
-        inputs = w.make_inputs(torch, False)
-        nbytes = w.bytes_moved(inputs)
-        runners = {}
-        for flag in (False, True):
-            pw.STREAMING_STORES = flag
-            fd = w.definition()
-            fd.execute(inputs)  # compiles with this setting (the source differs)
-            runners[f"kfuse stream={flag:d}"] = (lambda fd=fd: fd.execute(inputs))
-        pw.STREAMING_STORES = False
-        plain, streamed = (fn()[0] for fn in runners.values())
-        log(f"  {w.id}: streamed stores give identical bits: {bool(torch.equal(plain, streamed))}")
-        compiled = torch.compile(w.eager)
-        compiled(*inputs)
-        runners["torch.compile"] = lambda: compiled(*inputs)
-        for round_ in range(3):
-            for name, fn in runners.items():
-                ms = time_ms(torch, fn, 50)
-                frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-                rows.append({"workload": w.id, "runner": name, "round": round_, "ms": ms,
-                             "fraction_of_copy": frac})
-                log(f"  {w.id} round {round_} {name:16s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
-    return rows
-
-
 def _per_call_us(fn: Any, n: int = 20000) -> float:
     for _ in range(200):
         fn()
@@ -210,10 +177,6 @@ def main() -> int:
     if "host" in only:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
-    if "stream" in only:
-        copy_gbs = copy_bandwidth(torch, 20)
-        log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
-        result["streaming"] = streaming_probe(torch, copy_gbs, log)
     if "softmax" in only:
         copy_gbs = copy_bandwidth(torch, 20)
         result["copy_gbs"] = copy_gbs

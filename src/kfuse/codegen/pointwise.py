@@ -91,10 +91,6 @@ class PointwiseKernelSpec:
     output_kinds: tuple[str, ...]
 
 
-# Full-vector output stores carry an evict-first hint (kf::store_vec_stream).
-STREAMING_STORES = False
-
-
 def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
     """A stable name: the scheduler plus a hash of the fusion and the spec."""
     digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
@@ -194,8 +190,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
               "          }"]
     for k, kind in enumerate(spec.output_kinds):
         if kind == VEC:
-            store = "store_vec_stream" if STREAMING_STORES else "store_vec"
-            lines.append(f"          kf::{store}<{vec}>(out{k}, base_out{k} + i0, y{k});")
+            lines.append(f"          kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
         else:
             lines += ["#pragma unroll",
                       f"          for (int j = 0; j < {vec}; ++j) "

@@ -646,25 +646,6 @@ __device__ __forceinline__ void store_vec(const Tensor<T, N, Index>& t, Off off,
   store_vec<V>(t.data + off, v);
 }
 
-// store_vec with an evict-first (streaming) hint where the Vec is 16 bytes: for outputs a
-// kernel writes once and never reads, so they do not displace data that is read again.
-template <int V, typename T, int N, typename Index, typename Off>
-__device__ __forceinline__ void store_vec_stream(const Tensor<T, N, Index>& t, Off off,
-                                                 const Vec<T, V>& v) {
-  KF_BOUNDS_(t, off, V);
-#if defined(KFUSE_USE_PTX)
-  if constexpr (sizeof(Vec<T, V>) == 16) {
-    const unsigned int* w = reinterpret_cast<const unsigned int*>(&v);
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
-                 :
-                 : "l"(t.data + off), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
-    return;
-  }
-#endif
-  store_vec<V>(t.data + off, v);
-}
-
 }  // namespace kf
 
 #undef KF_BOUNDS_
