@@ -1,8 +1,7 @@
 """Diagnostic probes on the GPU, for tuning (not part of the suite):
 
-* softmax (W4 shape, bf16 rows of 4096): the persistent schedule over block shapes, with and
-  without keeping the exponentials in registers, and over the register target of
-  __launch_bounds__; long rows (16384 to 65536) over threads per row;
+* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 65536, and long
+  rows (16384 to 65536) held in shared memory over threads per row and register targets;
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
@@ -29,56 +28,52 @@ def _kernel_of(fd: Any) -> Any:
 
 
 def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 65536, and
+    for long rows the row held in registers or in shared memory over threads per row and the
+    register target of __launch_bounds__."""
     import kfuse.codegen.persistent as cg
-    import kfuse.schedule.persistent as sp
     from kfuse import SchedulerType, schedule
 
-    keepable, target = sp.keepable, cg.REGISTER_TARGET
+    target = cg.REGISTER_TARGET
     rows: list[dict[str, Any]] = []
 
-    def measure(n: int, configs: list[tuple[int, int]], keeps: list[bool],
-                targets: list[int]) -> None:
+    def measure(n: int, configs: list[tuple[int, bool, int]]) -> None:
         x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
         ref = torch.softmax(x.double(), -1)
         nbytes = 2 * x.numel() * 2
-        for keep in keeps:
-            sp.keepable = keepable if keep else (lambda plan: ())
-            for reg in targets:
-                cg.REGISTER_TARGET = reg
-                for bx, by in configs:
-                    fd = _softmax_definition()
-                    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent,
-                                                     [x])
-                    if bx:
-                        hp.block_x, hp.block_y = bx, by
-                        hp.persistent_batch_size = -(-n // (bx * hp.vectorize_reduction))
-                        hp.grid_x = min(hp.grid_x, -(-x.shape[0] // by))
-                    try:
-                        (out,) = fd.manual_execute([x], heuristic_params=hp)
-                    except Exception as exc:  # a config the scheduler refuses
-                        log(f"  n={n} keep={keep} reg={reg} ({bx},{by}): {exc}")
-                        continue
-                    err = float((out.double() - ref).abs().max())
-                    ms = time_ms(torch, lambda fd=fd, hp=hp: fd.manual_execute(
-                        [x], heuristic_params=hp), 30)
-                    k = _kernel_of(fd)
-                    frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-                    rows.append({"row": n, "keep": keep, "register_target": reg,
-                                 "block": [hp.block_x, hp.block_y],
-                                 "batch": hp.persistent_batch_size, "ms": ms,
-                                 "fraction_of_copy": frac, "regs": k.num_regs,
-                                 "local_mem": k.local_mem, "max_abs_err": err})
-                    log(f"  n={n:6d} keep={keep:d} reg={reg:3d} block=({hp.block_x:4d},"
-                        f"{hp.block_y}) B={hp.persistent_batch_size:2d}: {ms * 1e3:7.1f} us "
-                        f"{100 * frac:5.1f}% regs={k.num_regs} lmem={k.local_mem} err={err:.1e}")
-        sp.keepable, cg.REGISTER_TARGET = keepable, target
+        for bx, smem, reg in configs:
+            cg.REGISTER_TARGET = reg
+            fd = _softmax_definition()
+            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x])
+            if bx:  # 0: the heuristics' own choice
+                hp.block_x, hp.block_y, hp.smem_persistent = bx, 1, smem
+                hp.persistent_batch_size = -(-n // (bx * hp.vectorize_reduction))
+                hp.grid_x = min(hp.grid_x, x.shape[0])
+            try:
+                (out,) = fd.manual_execute([x], heuristic_params=hp)
+            except Exception as exc:  # a config the scheduler refuses
+                log(f"  n={n} ({bx}, smem={smem}, reg={reg}): {exc}")
+                continue
+            err = float((out.double() - ref).abs().max())
+            ms = time_ms(torch, lambda fd=fd, hp=hp: fd.manual_execute(
+                [x], heuristic_params=hp), 30)
+            k = _kernel_of(fd)
+            frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
+            rows.append({"row": n, "heuristics": not bx, "smem": bool(hp.smem_persistent),
+                         "register_target": reg, "block": [hp.block_x, hp.block_y],
+                         "batch": hp.persistent_batch_size, "ms": ms, "fraction_of_copy": frac,
+                         "regs": k.num_regs, "local_mem": k.local_mem, "max_abs_err": err})
+            log(f"  n={n:6d} {'heur' if not bx else '    '} smem={int(hp.smem_persistent)} "
+                f"reg={reg:3d} block={hp.block_x:4d} B={hp.persistent_batch_size:2d}: "
+                f"{ms * 1e3:7.1f} us {100 * frac:5.1f}% regs={k.num_regs} lmem={k.local_mem} "
+                f"err={err:.1e}")
+        cg.REGISTER_TARGET = target
 
-    measure(4096, [(0, 0), (32, 4), (32, 8), (64, 2), (64, 4), (128, 1), (128, 2), (256, 1),
-                   (512, 1)], [True, False], [64, 128])
-    for n in (1024, 2048, 8192):
-        measure(n, [(0, 0)], [True, False], [64])
+    for n in (1024, 2048, 4096, 8192):
+        measure(n, [(0, False, target)])
     for n in (16384, 32768, 65536):
-        measure(n, [(0, 0), (256, 1), (512, 1), (1024, 1)], [True, False], [64, 128])
+        measure(n, [(0, False, target)] + [(bx, True, reg) for bx in (256, 512, 1024)
+                                             for reg in (64, 40)])
     return rows
 
 

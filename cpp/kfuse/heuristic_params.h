@@ -126,6 +126,7 @@ public:
     bool fastest_dim_reduction = true;  // the reduced axes are the innermost (inner reduction)
     bool persistent = false;            // the reduction dim lives in registers/smem
     int64_t persistent_batch_size = 1;  // elements of the reduction dim each thread holds
+    bool smem_persistent = false;       // persistent: the held row lives in shared memory
     int64_t block_x = 1;
     int64_t block_y = 1;
     int64_t grid_x = 1;
@@ -150,6 +151,7 @@ public:
             field("fastest_dim_reduction", &P::fastest_dim_reduction),
             field("persistent", &P::persistent),
             field("persistent_batch_size", &P::persistent_batch_size),
+            field("smem_persistent", &P::smem_persistent),
             field("block_x", &P::block_x), field("block_y", &P::block_y),
             field("grid_x", &P::grid_x), field("grid_y", &P::grid_y),
             field("vectorize_iter", &P::vectorize_iter),

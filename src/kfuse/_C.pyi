@@ -294,6 +294,12 @@ class ReductionParams(HeuristicParams):
     def persistent_batch_size(self, arg: int, /) -> None: ...
 
     @property
+    def smem_persistent(self) -> bool: ...
+
+    @smem_persistent.setter
+    def smem_persistent(self, arg: bool, /) -> None: ...
+
+    @property
     def block_x(self) -> int: ...
 
     @block_x.setter
@@ -562,6 +568,44 @@ class KernelExecutor:
 
     def kernel(self, device: int) -> Kernel:
         """The Kernel loaded on `device`."""
+
+class PackedLaunch:
+    """
+    A launch packed once; each call patches its arrays' data pointers in (the host fast path).
+    """
+
+    def __init__(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], shared_mem: int, args: object, slots: Sequence[tuple[int, str, int, int]]) -> None:
+        """
+        slots: (parameter, 'input' | 'output' | 'workspace', index, byte offset) for each tensor parameter whose data pointer changes per call.
+        """
+
+    def launch(self, stream: int, inputs: Sequence[int], outputs: Sequence[int], workspaces: Sequence[int]) -> None: ...
+
+class FastCall:
+    """One input layout's cached call (kfuse.fast_path)."""
+
+    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None) -> None: ...
+
+    def __call__(self, inputs: object, stream: object | None = None) -> object:
+        """
+        (tag, outputs) after launching, or None when the inputs have another layout.
+        """
+
+    @property
+    def tag(self) -> object: ...
+
+class FastCallCache:
+    """A fusion's FastCalls, newest first."""
+
+    def __init__(self) -> None: ...
+
+    def add(self, entry: object) -> None: ...
+
+    def __call__(self, inputs: object, stream: object | None = None) -> object: ...
+
+    def __len__(self) -> int: ...
+
+    def clear(self) -> None: ...
 
 class ProfilerError(kfuse._errors_base.KfuseError):
     """

@@ -44,12 +44,52 @@ from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
 
 
-def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str) -> str:
-    """The held storage value of loop input i at batch slot b, lane j."""
+def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str, streamed: bool = False
+                 ) -> str:
+    """The held storage value of loop input i at batch slot b, lane j (in shared memory: lane
+    j of the vector held_views read for slot b)."""
     kind = spec.loop_kinds[i]
     if kind == BCAST:
         return f"x{i}[0]"
+    if spec.smem_held and not streamed:
+        return f"hv{i}[{j}]"
     return f"x{i}[{b}][{j}]"
+
+
+def smem_slot(spec: ReductionKernelSpec, i: int, b: str) -> str:
+    """Input i's held vector of batch slot b for this thread in shared memory. Slots are laid
+    out [row of the block][b][threadIdx.x], so a warp's accesses are consecutive vectors."""
+    return (f"h{i}[((Index)threadIdx.y * {spec.unroll} + (Index)({b})) * {spec.block_x} + "
+            f"(Index)threadIdx.x]")
+
+
+def held_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
+    """Loop inputs held across the reductions (not broadcast along the row, not streamed)."""
+    streamed = streamed_inputs(plan)
+    return [i for i, kind in enumerate(spec.loop_kinds) if kind != BCAST and i not in streamed]
+
+
+def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
+    """Dynamic shared memory the held rows of one block take (0 when held in registers)."""
+    if not spec.smem_held:
+        return 0
+    slots = spec.block_x * spec.block_y * spec.unroll
+    return sum(slots * _vec_bytes(plan, spec, i) for i in held_inputs(plan, spec))
+
+
+def _vec_bytes(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> int:
+    """Bytes of one held kf::Vec of input i, padded to 16 so every region stays aligned."""
+    raw = plan.loop_inputs[i].val.dtype.itemsize * spec.vector
+    return -(-raw // 16) * 16 if raw > 16 else raw
+
+
+def _held_views(plan: ReductionPlan, spec: ReductionKernelSpec, b: str, indent: str
+                ) -> list[str]:
+    """In shared-memory mode: read this thread's vector of slot b of every held input."""
+    if not spec.smem_held:
+        return []
+    return [f"{indent}const kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
+            f"hv{i} = {smem_slot(spec, i, b)};" for i in held_inputs(plan, spec)]
 
 
 def streamed_inputs(plan: ReductionPlan) -> set[int]:
@@ -141,7 +181,15 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
               f'{min_blocks_per_sm(bx * by)}) {name}(',
               "    " + ",\n    ".join(params) + ") {"]
     lines += [f"  typedef {spec.index_type} Index;",
-              f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+              f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];"]
+    if spec.smem_held:
+        lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
+        offset = 0
+        for i in held_inputs(plan, spec):
+            vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {vec}>"
+            lines.append(f"  {vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
+            offset += spec.block_x * spec.block_y * batch * _vec_bytes(plan, spec, i)
+    lines += [
               f"  const Index n_red = in0.size[{rank - 1}];",
               "  Index n_rows = 1;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
@@ -160,13 +208,19 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         if kind == BCAST:
             lines.append(f"    {u.val.dtype.cuda_type} x{i}[1] = {{}};")
             lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
-        elif i not in streamed:
+        elif i not in streamed and not spec.smem_held:
             lines += _declare(plan, spec, i, f"x{i}", batch, "    ")
     lines += ["    if (row_ok) {", "#pragma unroll",
               f"      for (int b = 0; b < {batch}; ++b) {{",
               f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};"]
-    for i, kind in enumerate(spec.loop_kinds):
-        if kind != BCAST and i not in streamed:
+    for i in held_inputs(plan, spec):
+        if spec.smem_held:
+            target = smem_slot(spec, i, "b")
+            if not spec.exact:  # lanes past the row end must hold defined values
+                ctype = plan.loop_inputs[i].val.dtype.cuda_type
+                lines.append(f"        {target} = kf::Vec<{ctype}, {vec}>{{}};")
+            lines += _load_vector(spec, i, target, "        ")
+        else:
             lines += _load_vector(spec, i, f"x{i}[b]", "        ")
     lines += ["      }", "    }"]
     for k in spec.kept:
@@ -184,11 +238,14 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     return "\n".join(lines), name
 
 
-def _valid_loop(spec: ReductionKernelSpec, body: list[str], indent: str) -> list[str]:
-    """Run `body` for every held element of this thread that lies inside the row."""
+def _valid_loop(spec: ReductionKernelSpec, body: list[str], indent: str,
+                views: list[str] | None = None) -> list[str]:
+    """Run `body` for every held element of this thread that lies inside the row; `views`
+    (the shared-memory reads of _held_views) start each batch slot."""
     bx, vec, batch = spec.block_x, spec.vector, spec.unroll
     lines = ["#pragma unroll", f"{indent}for (int b = 0; b < {batch}; ++b) {{",
              f"{indent}  const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
+             *(views or []),
              "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
              f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{"]
     lines += [f"{indent}      {line}" for line in body]
@@ -211,13 +268,14 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
               for i, u in enumerate(plan.loop_inputs)]
     value = stage_call(plan, name, k, loaded)
     red = plan.reductions[k]
+    views = _held_views(plan, spec, "b", "      ")
     if not isinstance(red, WelfordOp):
         lines = [f"    {acc.ctype} acc{k} = {acc.identity()};"]
         if k in spec.kept:  # the value is computed once and kept for the full-size outputs
             body = [f"c{k}[b][j] = {value};", acc.update(f"acc{k}", f"c{k}[b][j]")]
         else:
             body = [acc.update(f"acc{k}", value)]
-        lines += _valid_loop(spec, body, "    ")
+        lines += _valid_loop(spec, body, "    ", views)
         lines.append(f"    const {acc.ctype} red{k} = {acc.block_reduce(f'acc{k}', 'kf_smem')};")
         lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
         return lines
@@ -225,11 +283,11 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
     nan = literal(float("nan"), red.inputs[0].dtype)
     total = f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))"
     lines = [f"    {t} sum{k} = ({t})0;"]
-    lines += _valid_loop(spec, [f"sum{k} += {value};"], "    ")
+    lines += _valid_loop(spec, [f"sum{k} += {value};"], "    ", views)
     lines += [f"    const {t} r{k}_avg = {total.format(f'sum{k}')} / ({t})n_red;",
               f"    {t} sq{k} = ({t})0;"]
     lines += _valid_loop(spec, [f"const {t} d = {value} - r{k}_avg;", f"sq{k} += d * d;"],
-                         "    ")
+                         "    ", views)
     lines += [f"    const {t} m2_{k} = {total.format(f'sq{k}')};",
               f"    const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
               f"    const long long r{k}_n = (long long)n_red;"]
@@ -251,7 +309,9 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
         if spec.loop_kinds[i] != BCAST:
             lines += _declare(plan, spec, i, f"x{i}", 1, "          ")
             lines += _load_vector(spec, i, f"x{i}[0]", "          ")
-    args = [held_element(spec, i, "0" if i in streamed else "b", "j") for i in range(n_loop)]
+    lines += _held_views(plan, spec, "b", "          ")
+    args = [held_element(spec, i, "0", "j", streamed=True) if i in streamed
+            else held_element(spec, i, "b", "j") for i in range(n_loop)]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += [f"y{k}[j]" for k in plan.loop_outputs]
@@ -279,4 +339,4 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
     return lines
 
 
-__all__ = ["emit_persistent", "keepable"]
+__all__ = ["emit_persistent", "keepable", "smem_bytes_held"]

@@ -69,6 +69,9 @@ class ReductionKernelSpec:
     # persistent: reductions whose per-element input values are kept in registers for the
     # full-size outputs instead of being computed again (kfuse.codegen.persistent.keepable)
     kept: tuple[int, ...] = ()
+    # persistent: the held row lives in dynamic shared memory (smem_bytes_held) rather than
+    # in registers; each thread reads back only the slots it wrote, so no barrier is needed
+    smem_held: bool = False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
-from kfuse.codegen.persistent import emit_persistent, keepable
+from kfuse.codegen.persistent import emit_persistent, keepable, min_blocks_per_sm, smem_bytes_held
 from kfuse.codegen.reduction import ReductionKernelSpec, smem_bytes, stage_value
 from kfuse.codegen.reduction_plan import (
     PlanError,
@@ -107,12 +107,16 @@ class InnerPersistentScheduler:
         plan = plan_reductions(fusion)
         layout = reduction_layout(plan, info)
         vector, block_x, batch = _choose(plan, layout)
+        smem = _smem_layout(plan, layout, vector, block_x, info.device)
+        if smem is not None:
+            block_x, batch = smem
         n_rows = layout.n_rows
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
         params = ReductionParams("inner_persistent")
         params.fastest_dim_reduction = True
         params.persistent = True
         params.persistent_batch_size = batch
+        params.smem_persistent = smem is not None
         params.vectorize_reduction = vector
         params.unroll_reduction = 1
         params.block_x, params.block_y = block_x, block_y
@@ -143,6 +147,34 @@ def _choose(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, int, int
     return vector, block_x, batch
 
 
+SMEM_ROW_THREADS = 512
+
+
+def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, block_x: int,
+                 device: Any) -> tuple[int, int] | None:
+    """(threads per row, batch) holding the row in shared memory, when that keeps more rows in
+    flight per SM than registers do, else None.
+
+    A row that needs blocks of 1024 threads in registers fills the register file with one
+    block: one row per SM is in flight and memory idles while it reduces. In shared memory
+    a block of SMEM_ROW_THREADS threads needs few registers and the row's bytes only, so
+    shared memory sets how many rows an SM holds."""
+    if block_x < 2 * SMEM_ROW_THREADS:
+        return None
+    vecs = -(-layout.red_size // vector)
+    bx = SMEM_ROW_THREADS
+    batch = -(-vecs // bx)
+    if batch > MAX_BATCH:
+        return None
+    held = sum(u.val.dtype.itemsize for u, op in zip(plan.loop_inputs, layout.loop)
+               if op.red_stride != 0) * vector * batch * bx
+    in_registers = max(1, min_blocks_per_sm(block_x))
+    in_smem = min(device.shared_mem_per_sm // max(1, held), device.max_threads_per_sm // bx)
+    if held > device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT or in_smem <= in_registers:
+        return None
+    return bx, batch
+
+
 def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
                     ) -> ReductionKernelSpec:
     """The compile-time description of persistent `params` for this call's layout."""
@@ -171,14 +203,22 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
         else "int"
     out_kinds = tuple(STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
                       for k in plan.loop_outputs)
+    in_smem = bool(params.smem_persistent)
     spec = ReductionKernelSpec("persistent", layout.rank, vector, batch, bx,
                                _int(params, "block_y"), 1, index,
                                tuple(kind(op) for op in layout.loop), out_kinds,
                                exact=layout.red_size % vector == 0,
-                               kept=kept_stages(plan, layout, batch, vector))
+                               kept=() if in_smem else kept_stages(plan, layout, batch, vector),
+                               smem_held=in_smem)
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
                              f"memory (limit {STATIC_SMEM_LIMIT})")
+    total = smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
+    if total > device.shared_mem_per_block_optin:
+        raise SchedulerError(f"ReductionParams hold {smem_bytes_held(plan, spec)} bytes of rows "
+                             f"in shared memory per block; with the reductions' "
+                             f"{smem_bytes(plan, spec)} that exceeds the device's "
+                             f"{device.shared_mem_per_block_optin} bytes per block")
     return spec
 
 
@@ -197,4 +237,4 @@ def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend:
     ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
     grid = (_int(params, "grid_x"), 1, 1)
     return [KernelLaunch(backend.compile(source, name, info), grid, (spec.block_x, spec.block_y, 1),
-                         0, ops, "inner_persistent", source)]
+                         smem_bytes_held(plan, spec), ops, "inner_persistent", source)]
