@@ -138,7 +138,9 @@ def test_strided_rows() -> None:
 @pytest.mark.parametrize("edit", [
     {"block_x": 32, "persistent_batch_size": 8}, {"block_x": 64, "block_y": 2},
     {"vectorize_reduction": 1, "persistent_batch_size": 16}, {"block_x": 100, "block_y": 3},
-    {"grid_x": 1}, {"block_x": 1024, "block_y": 1, "persistent_batch_size": 1}])
+    {"grid_x": 1}, {"block_x": 1024, "block_y": 1, "persistent_batch_size": 1},
+    {"smem_persistent": True}, {"smem_persistent": True, "block_x": 32, "block_y": 4,
+                                "persistent_batch_size": 8}])
 def test_edited_params_stay_correct(edit: dict) -> None:
     fd = layer_norm_fd(stats=True)
     x, w, b = rand((7, 250)), rand((250,), seed=1), rand((250,), seed=2)
@@ -168,3 +170,13 @@ def test_softmax_with_kept_exponentials_matches_the_reference_on_ragged_rows() -
     for n in (4093, 4096):
         check(fd, [rand((5, n)) * 4])
     assert "c1[" in fd.last_cuda_source()
+
+
+@pytest.mark.parametrize("n", [1, 31, 1000, 4097])
+def test_rows_held_in_shared_memory_match_the_reference(n: int) -> None:
+    for fd, inputs in [(softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
+                       (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)])]:
+        hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+        hp.smem_persistent = True
+        check(fd, inputs, hp)
+        assert "kf_held" in fd.last_cuda_source()

@@ -112,7 +112,10 @@ def test_heuristics_cover_the_row_within_limits(monkeypatch: pytest.MonkeyPatch,
     assert hp.block_x * hp.block_y <= device.max_threads_per_block
     assert hp.vectorize_reduction * dtype.itemsize <= 16
     held = hp.persistent_batch_size * hp.vectorize_reduction * 3 * dtype.itemsize / 4
-    assert held <= 64
+    if hp.smem_persistent:  # words of the row per thread, in shared memory
+        assert held * 4 * hp.block_x * hp.block_y <= device.shared_mem_per_block_optin
+    else:  # in registers
+        assert held <= 64
     if n == 4096 and dtype is not DataType.Float:
         assert hp.vectorize_reduction == 8 and hp.block_x in (128, 256)
 
@@ -172,3 +175,16 @@ def test_kept_values_need_room_next_to_the_held_row(monkeypatch: pytest.MonkeyPa
     # (64 words held) leaves no room, so the exponentials are recomputed instead
     assert sp.kept_stages(plan, layout, batch=4, vector=4) == (1,)
     assert sp.kept_stages(plan, layout, batch=16, vector=4) == ()
+
+
+@pytest.mark.parametrize("n,smem,block_x", [(8192, False, 256), (16384, True, 256),
+                                            (32768, True, 512), (65536, True, 1024)])
+def test_long_rows_are_held_in_shared_memory(monkeypatch: pytest.MonkeyPatch, n: int,
+                                             smem: bool, block_x: int) -> None:
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    fd = softmax(DataType.BFloat16)
+    x = np.empty((2 ** 27 // n, n), np.float32)  # bf16 stand-in; only the layout matters
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    assert (hp.smem_persistent, hp.block_x) == (smem, block_x)
+    if smem:
+        assert hp.persistent_batch_size == 8
