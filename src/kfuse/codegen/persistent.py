@@ -1,4 +1,4 @@
-"""The inner persistent kernel: each row is read once, held in registers, reduced, reused.
+"""The inner persistent kernel: each row is read once, held on chip, reduced, reused.
 
 Layout of the work (canonical domain of kfuse.codegen.reduction_plan, reduced axis last):
 
@@ -8,7 +8,9 @@ Layout of the work (canonical domain of kfuse.codegen.reduction_plan, reduced ax
            warp are contiguous. block_x * B * V >= the row length.
 
 Every loop over the lanes of a vector has a constant trip count (guards inside), so the held
-arrays stay in registers (a data-dependent index would put them in local memory).
+arrays stay in registers (a data-dependent index would put them in local memory). With
+spec.smem_held the held vectors go to dynamic shared memory instead, one slot per (row of the
+block, b, thread x); each thread reads back only its own slots, so no barrier is needed.
 
 Per row: load the held vectors of every loop input (16-byte loads where aligned), then for each
 reduction in order compute its input from the held values (and earlier results), reduce

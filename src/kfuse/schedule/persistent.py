@@ -1,4 +1,5 @@
-"""The inner_persistent scheduler: normalizations whose rows fit in registers.
+"""The inner_persistent scheduler: normalizations whose rows fit on chip (registers, or
+shared memory for long rows).
 
 Takes reduction fusions (same reduced axes everywhere, reduced axes innermost in memory) that
 need the un-reduced row again after a reduction: softmax and log_softmax (a sum of values
@@ -10,10 +11,12 @@ ReductionParams, as this scheduler reads them (persistent = True):
 * block_x: threads per row; block_y: rows per block; grid_x: blocks over rows (grid-strided);
 * vectorize_reduction: V elements per vector access along the row;
 * persistent_batch_size: B vectors held per thread: block_x * B * V must cover the row;
+* smem_persistent: the held vectors live in dynamic shared memory instead of registers;
 * cparams.index_type as for the reduction scheduler.
 Heuristics: V from 16-byte accesses, block_x so that each thread holds about 4 vectors
 (up to 1024 threads per row), B = the vectors left per thread; a row that needs more than
-MAX_HELD_WORDS 32-bit registers of held values per thread is rejected.
+MAX_HELD_WORDS 32-bit registers of held values per thread is rejected. Rows that need 512 or
+more threads that way are held in shared memory instead (_smem_layout).
 """
 
 from __future__ import annotations
