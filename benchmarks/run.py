@@ -243,23 +243,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def versions() -> dict[str, str]:
-    """Driver (CUDA version it supports), NVRTC, Python and the kfuse commit, for the record."""
+    """Driver, NVRTC and Python versions, for the record. (No commit: the benchmark may run
+    from a copy of a working tree whose git metadata is not its own; say it in the notes.)"""
     import platform
     import subprocess
 
     from kfuse import _C
 
-    driver = _C.driver_version()
-    out = {"driver": f"CUDA {driver // 1000}.{driver % 1000 // 10}",
-           "nvrtc": ".".join(map(str, _C.nvrtc_version())), "python": platform.python_version()}
+    cuda = _C.driver_version()
+    driver = f"CUDA {cuda // 1000}.{cuda % 1000 // 10}"
     try:
-        out["kfuse_commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        if smi:
+            driver = f"{smi[0]} ({driver})"
     except (OSError, subprocess.CalledProcessError):
-        pass  # not a checkout
-    return out
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        pass  # no nvidia-smi: the CUDA version the driver supports is still known
+    return {"driver": driver, "nvrtc": ".".join(map(str, _C.nvrtc_version())),
+            "python": platform.python_version()}
