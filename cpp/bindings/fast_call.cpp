@@ -51,11 +51,10 @@ struct Ref {
 
 [[noreturn]] void raise_current() { throw nb::python_error(); }
 
+// CallMethodObjArgs skips building a bound method object for methods defined in C (torch's
+// data_ptr, stride, get_device), which GetAttr followed by a call would allocate every time.
 PyObject *call_method(PyObject *o, PyObject *method) {
-    Ref m(PyObject_GetAttr(o, method));
-    if (!m)
-        raise_current();
-    PyObject *r = PyObject_CallNoArgs(m.p);
+    PyObject *r = PyObject_CallMethodObjArgs(o, method, nullptr);
     if (!r)
         raise_current();
     return r;
@@ -85,6 +84,22 @@ uintptr_t as_pointer(PyObject *o) {
 }
 
 enum class Framework { Torch, CuPy };
+
+// Per-call arrays: on the stack for the usual handful of arrays, on the heap beyond.
+template <typename T>
+class Scratch {
+public:
+    explicit Scratch(size_t n) : data_(n <= kInline ? inline_ : (heap_.resize(n), heap_.data())) {}
+    T &operator[](size_t i) { return data_[i]; }
+    const T &operator[](size_t i) const { return data_[i]; }
+    T *data() { return data_; }
+
+private:
+    static constexpr size_t kInline = 16;
+    T inline_[kInline];
+    std::vector<T> heap_;
+    T *data_;
+};
 
 // The layout one tensor input must have: exactly what the checked path saw when it compiled.
 struct InputSpec {
@@ -145,8 +160,8 @@ public:
         const Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
         if (cleared_ || n != Py_ssize_t(inputs_.size()))
             return nb::none();
-        std::vector<uintptr_t> input_ptrs(inputs_.size());
-        std::vector<PyObject *> items(inputs_.size());
+        Scratch<uintptr_t> input_ptrs(inputs_.size());
+        Scratch<PyObject *> items(inputs_.size());
         for (size_t i = 0; i < inputs_.size(); ++i) {
             PyObject *t = is_list ? PyList_GetItem(seq, Py_ssize_t(i))
                                   : PyTuple_GetItem(seq, Py_ssize_t(i));
@@ -157,7 +172,7 @@ public:
         if (framework_ == Framework::CuPy && !on_current_device())
             return nb::none();  // cupy allocates on the current device: take the checked path
         uintptr_t raw_stream = stream.is_none() ? current_stream() : nb::cast<uintptr_t>(stream);
-        std::vector<uintptr_t> output_ptrs, workspace_ptrs;
+        Scratch<uintptr_t> output_ptrs(outputs_.size()), workspace_ptrs(workspaces_.size());
         nb::list outputs = allocate(outputs_, items, output_ptrs);
         nb::list workspaces = allocate(workspaces_, items, workspace_ptrs);
         for (const PackedLaunch *l : launches_)
@@ -263,10 +278,9 @@ private:
         return as_pointer(p.p);
     }
 
-    nb::list allocate(const std::vector<BufferSpec> &specs, const std::vector<PyObject *> &items,
-                      std::vector<uintptr_t> &ptrs) const {
+    nb::list allocate(const std::vector<BufferSpec> &specs, const Scratch<PyObject *> &items,
+                      Scratch<uintptr_t> &ptrs) const {
         nb::list out;
-        ptrs.resize(specs.size());
         for (size_t k = 0; k < specs.size(); ++k) {
             const BufferSpec &b = specs[k];
             PyObject *made;
@@ -318,8 +332,11 @@ public:
     }
 
     nb::object call(nb::handle inputs, nb::handle stream) const {
-        for (const nb::object &e : entries_) {
-            nb::object r = nb::cast<FastCall *>(e)->call(inputs, stream);
+        // By index, holding each entry: a call runs Python code (attribute reads, allocation),
+        // during which another thread may add an entry and reallocate the vector.
+        for (size_t k = 0; k < entries_.size(); ++k) {
+            nb::object entry = entries_[k];
+            nb::object r = nb::cast<FastCall *>(entry)->call(inputs, stream);
             if (!r.is_none())
                 return r;
         }
