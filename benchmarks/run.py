@@ -261,3 +261,7 @@ def versions() -> dict[str, str]:
         pass  # no nvidia-smi: the CUDA version the driver supports is still known
     return {"driver": driver, "nvrtc": ".".join(map(str, _C.nvrtc_version())),
             "python": platform.python_version()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,3 +28,15 @@ def test_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> None:
 def test_unknown_command_prints_usage(tmp_path: Path) -> None:
     result = run("frobnicate", cwd=tmp_path)
     assert result.returncode == 2 and "usage" in result.stdout
+
+
+def test_the_benchmark_script_runs_as_a_script() -> None:
+    """benchmarks/run.py is what `python -m kfuse bench` runs: it must act when executed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "--quick" in done.stdout
