@@ -180,3 +180,19 @@ def test_rows_held_in_shared_memory_match_the_reference(n: int) -> None:
         hp.smem_persistent = True
         check(fd, inputs, hp)
         assert "kf_held" in fd.last_cuda_source()
+
+
+def test_held_inputs_of_different_dtypes_share_shared_memory() -> None:
+    """Two held rows (bf16 and float) in shared memory, with an odd number of slots: each
+    region starts on a 16-byte boundary."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.softmax(fd.ops.add(fd.ops.cast(x, DataType.Float), y), -1))
+    inputs = [rand((5, 3)), rand((5, 3), seed=1)]
+    hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    hp.smem_persistent = True
+    hp.block_x, hp.block_y, hp.vectorize_reduction, hp.persistent_batch_size = 1, 1, 1, 3
+    check(fd, inputs, hp)
+    source = fd.last_cuda_source()
+    assert "kf_held + 0)" in source and "kf_held + 16)" in source

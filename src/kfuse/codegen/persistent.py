@@ -71,18 +71,28 @@ def held_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
     return [i for i, kind in enumerate(spec.loop_kinds) if kind != BCAST and i not in streamed]
 
 
+def smem_regions(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[int, int]]:
+    """(held input, byte offset) of each region of the held rows in dynamic shared memory.
+    A region holds one kf::Vec (itemsize * V bytes, a power of two) per slot; each starts
+    on a 16-byte boundary, whatever the sizes of the regions before it."""
+    slots = spec.block_x * spec.block_y * spec.unroll
+    regions, offset = [], 0
+    for i in held_inputs(plan, spec):
+        regions.append((i, offset))
+        offset += -(-slots * plan.loop_inputs[i].val.dtype.itemsize * spec.vector // 16) * 16
+    return regions
+
+
 def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     """Dynamic shared memory the held rows of one block take (0 when held in registers)."""
     if not spec.smem_held:
         return 0
     slots = spec.block_x * spec.block_y * spec.unroll
-    return sum(slots * _vec_bytes(plan, spec, i) for i in held_inputs(plan, spec))
-
-
-def _vec_bytes(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> int:
-    """Bytes of one held kf::Vec of input i, padded to 16 so every region stays aligned."""
-    raw = plan.loop_inputs[i].val.dtype.itemsize * spec.vector
-    return -(-raw // 16) * 16 if raw > 16 else raw
+    regions = smem_regions(plan, spec)
+    if not regions:
+        return 0
+    last, offset = regions[-1]
+    return offset + slots * plan.loop_inputs[last].val.dtype.itemsize * spec.vector
 
 
 def _held_views(plan: ReductionPlan, spec: ReductionKernelSpec, b: str, indent: str
@@ -186,11 +196,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
               f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];"]
     if spec.smem_held:
         lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
-        offset = 0
-        for i in held_inputs(plan, spec):
+        for i, offset in smem_regions(plan, spec):
             vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {vec}>"
             lines.append(f"  {vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
-            offset += spec.block_x * spec.block_y * batch * _vec_bytes(plan, spec, i)
     lines += [
               f"  const Index n_red = in0.size[{rank - 1}];",
               "  Index n_rows = 1;"]
