@@ -135,7 +135,7 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     from kfuse._C import FastCall
     from kfuse.fast_path import input_layouts, packed_launch
 
-    packed = packed_launch(launch, {})
+    packed = packed_launch(launch, {}, 2, 1, 0)
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
     probes["PackedLaunch.launch"] = lambda: packed.launch(stream, [pa, pb], [pc], [])
     match_only = FastCall("torch", 0, input_layouts([a, b]), [], [], [], raw, (0,), None, None)

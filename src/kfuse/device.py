@@ -8,6 +8,7 @@ This module never imports or calls CUDA.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -59,40 +60,32 @@ class DeviceDescription:
 # the SXM parts. The H200 row was read from a live H200; memory clock and bus width are the
 # driver's, whose product gives the published bandwidth (H100 3.35 TB/s, H200 ~4.8 TB/s,
 # A100 80GB 2039 GB/s).
+_H100 = DeviceDescription(
+    name="NVIDIA H100 80GB HBM3",
+    major=9,
+    minor=0,
+    sm_count=132,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    max_blocks_per_sm=32,
+    warp_size=32,
+    shared_mem_per_block=48 * 1024,
+    shared_mem_per_block_optin=227 * 1024,
+    shared_mem_per_sm=228 * 1024,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    l2_cache_bytes=50 * 1024 * 1024,
+    total_memory=85_520_809_984,  # 81559 MiB
+    memory_clock_khz=2_619_000,
+    memory_bus_width=5120,
+)
+
 PROFILES: dict[str, DeviceDescription] = {
-    "h100": DeviceDescription(
-        name="NVIDIA H100 80GB HBM3",
-        major=9,
-        minor=0,
-        sm_count=132,
-        max_threads_per_block=1024,
-        max_threads_per_sm=2048,
-        max_blocks_per_sm=32,
-        warp_size=32,
-        shared_mem_per_block=48 * 1024,
-        shared_mem_per_block_optin=227 * 1024,
-        shared_mem_per_sm=228 * 1024,
-        regs_per_block=65536,
-        regs_per_sm=65536,
-        l2_cache_bytes=50 * 1024 * 1024,
-        total_memory=85_520_809_984,  # 81559 MiB
-        memory_clock_khz=2_619_000,
-        memory_bus_width=5120,
-    ),
-    "h200": DeviceDescription(
+    "h100": _H100,
+    # The same SMs as the H100, with more L2 and HBM3e.
+    "h200": dataclasses.replace(
+        _H100,
         name="NVIDIA H200",
-        major=9,
-        minor=0,
-        sm_count=132,
-        max_threads_per_block=1024,
-        max_threads_per_sm=2048,
-        max_blocks_per_sm=32,
-        warp_size=32,
-        shared_mem_per_block=48 * 1024,
-        shared_mem_per_block_optin=227 * 1024,
-        shared_mem_per_sm=228 * 1024,
-        regs_per_block=65536,
-        regs_per_sm=65536,
         l2_cache_bytes=60 * 1024 * 1024,
         total_memory=150_109_880_320,  # 143771 MiB ("141 GB")
         memory_clock_khz=3_201_000,

@@ -39,14 +39,16 @@ class FusionExecution:
         """
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
-        # layout launches from C++ (kfuse.fast_path); anything else takes the checked path.
+        # layout launches from C++ (kfuse.fast_path); anything else takes the checked path,
+        # which is told not to try the fast path again.
         if executor is not None and device is None and executor.fast_calls is not None \
                 and profiling_hooks.active is None:
             hit = executor.fast_calls(inputs, stream)
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 return outputs
-        return self._executor().execute(list(inputs), stream=stream, device=device)
+        return self._executor().execute(list(inputs), stream=stream, device=device,
+                                        try_fast=False)
 
     def manual_execute(self, inputs: Any, heuristic_params: Any, *, stream: int | None = None,
                        device: int | None = None) -> list[Any]:

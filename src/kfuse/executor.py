@@ -56,11 +56,12 @@ class FusionExecutorCache:
         self.fast_calls: Any = None
 
     def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
-                params: Any = None) -> list[Any]:
-        """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly."""
+                params: Any = None, try_fast: bool = True) -> list[Any]:
+        """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly.
+        try_fast=False: the caller already tried fast_calls on these inputs (and missed)."""
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
         plain = params is None and device is None and profiling_hooks.active is None
-        if plain and self.fast_calls is not None:
+        if plain and try_fast and self.fast_calls is not None:
             hit = self.fast_calls(inputs, stream)
             if hit is not None:
                 self.last_compiled, outputs = hit

@@ -17,29 +17,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from kfuse.arrays import framework_of
 from kfuse.ir.values import TensorView
-from kfuse.kernel_args import TensorArg
-from kfuse.launch import (
-    InputOperand,
-    OutputOperand,
-    WorkspaceOperand,
-    scalar_argument,
-    workspace_bytes,
-)
+from kfuse.launch import InputOperand, OutputOperand, WorkspaceOperand, workspace_bytes
 
 
 def input_layouts(inputs: list[Any]) -> list[tuple] | None:
     """What a later call's inputs must match, one (type, dtype, shape, strides, pointer mod
-    16, device) per input, or None when these inputs cannot take the fast path."""
+    16, device) per input in the framework's own terms, or None when these inputs cannot take
+    the fast path."""
     specs = []
     for t in inputs:
-        module = type(t).__module__
-        if module.startswith("torch"):
-            if t.device.type != "cuda":
-                return None
+        framework = framework_of(t)
+        if framework == "torch" and t.device.type == "cuda":
             specs.append((type(t), t.dtype, tuple(t.shape), tuple(t.stride()),
                           t.data_ptr() & 15, t.get_device()))
-        elif module.startswith("cupy"):
+        elif framework == "cupy":
             specs.append((type(t), t.dtype, t.shape, t.strides, t.data.ptr & 15,
                           t.data.device_id))
         else:
@@ -55,12 +48,14 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def packed_launch(launch: Any, extents: dict[Any, Any]) -> Any:
-    """launch's arguments packed once, with a pointer slot for every array operand."""
+def packed_launch(launch: Any, extents: dict[Any, Any], n_inputs: int, n_outputs: int,
+                  n_workspaces: int) -> Any:
+    """launch's arguments packed once (KernelLaunch.arguments with null pointers), with a
+    pointer slot for every array operand."""
     from kfuse._C import PackedLaunch
 
-    args: list[Any] = []
-    slots: list[tuple[int, str, int, int]] = []
+    args = launch.arguments([0] * n_inputs, [0] * n_outputs, extents, [0] * n_workspaces)
+    slots = []
     for p, op in enumerate(launch.operands):
         if isinstance(op, InputOperand):
             slots.append((p, "input", op.position, 0))
@@ -68,12 +63,14 @@ def packed_launch(launch: Any, extents: dict[Any, Any]) -> Any:
             slots.append((p, "output", op.index, 0))
         elif isinstance(op, WorkspaceOperand):
             slots.append((p, "workspace", op.index, op.offset))
-        else:
-            args.append(scalar_argument(op.val, extents[op.val]))
-            continue
-        args.append(TensorArg(0, op.shape, op.strides))  # the pointer is patched per call
     return PackedLaunch(launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem,
                         args, slots)
+
+
+def _packed_launches(compiled: Any, info: Any) -> list[Any]:
+    counts = (len(info.fusion.inputs), len(info.fusion.outputs),
+              len(workspace_bytes(compiled.launches)))
+    return [packed_launch(launch, info.extents, *counts) for launch in compiled.launches]
 
 
 def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any) -> Any:
@@ -101,7 +98,7 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any)
         stream, stream_args = raw, (info.device_index,)
     else:  # torch builds without the raw query
         stream, stream_args = (lambda: torch.cuda.current_stream(device).cuda_stream), ()
-    launches = [packed_launch(launch, info.extents) for launch in compiled.launches]
+    launches = _packed_launches(compiled, info)
     return FastCall("torch", info.device_index, specs, outputs, workspaces, launches, stream,
                     stream_args, None, compiled)
 
@@ -116,7 +113,7 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any) -> Any:
                for o in info.fusion.outputs]
     workspaces = [(cupy.empty, ((-(-n // 8),), "float64"), None, -1)
                   for n in workspace_bytes(compiled.launches)]
-    launches = [packed_launch(launch, info.extents) for launch in compiled.launches]
+    launches = _packed_launches(compiled, info)
     # cupy allocates on, and reports the stream of, the current device: the call only takes
     # the fast path while that is the inputs' device.
     return FastCall("cupy", info.device_index, specs, outputs, workspaces, launches,

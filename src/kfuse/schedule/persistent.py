@@ -169,8 +169,7 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     vecs = -(-layout.red_size // vector)
     bx = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // SMEM_BATCH)))
     batch = -(-vecs // bx)
-    held = sum(u.val.dtype.itemsize for u, op in zip(plan.loop_inputs, layout.loop)
-               if op.red_stride != 0) * vector * batch * bx
+    held = held_bytes_per_element(plan, layout) * vector * batch * bx
     if batch > MAX_BATCH or held > device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT:
         return None
     return bx, batch
