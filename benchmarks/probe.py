@@ -1,11 +1,12 @@
 """Diagnostic probes on the GPU, for tuning (not part of the suite):
 
-* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 65536, and long
-  rows (16384 to 65536) held in shared memory over threads per row and register targets;
+* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 131072, and long
+  rows held in shared memory, whole or in part, over threads and vectors per thread;
+* W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
-    python benchmarks/probe.py [--json out.json] [--only softmax,host]
+    python benchmarks/probe.py [--json out.json] [--only softmax,loads,host]
 """
 
 from __future__ import annotations
@@ -28,52 +29,117 @@ def _kernel_of(fd: Any) -> Any:
 
 
 def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
-    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 65536, and
-    for long rows the row held in registers or in shared memory over threads per row and the
-    register target of __launch_bounds__."""
+    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 131072
+    (what fd.execute runs, segmented where no scheduler holds the row), and for long rows
+    hand-set shared-memory layouts: threads per row, vectors per thread, vectors reloaded."""
     import kfuse.codegen.persistent as cg
     from kfuse import SchedulerType, schedule
 
     target = cg.REGISTER_TARGET
     rows: list[dict[str, Any]] = []
 
-    def measure(n: int, configs: list[tuple[int, bool, int]]) -> None:
+    def record(n: int, label: str, run: Any, out: Any, ref: Any, extra: dict[str, Any]) -> None:
+        err = float((out.double() - ref).abs().max())
+        ms = time_ms(torch, run, 30)
+        frac = 2 * 2 * 2 ** 27 / (ms * 1e-3) / 1e9 / copy_gbs
+        rows.append({"row": n, "config": label, "ms": ms, "fraction_of_copy": frac,
+                     "max_abs_err": err, **extra})
+        log(f"  n={n:6d} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% err={err:.1e} "
+            + " ".join(f"{k}={v}" for k, v in extra.items()))
+
+    def measure(n: int, configs: list[tuple[int, int, int, int]]) -> None:
         x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
         ref = torch.softmax(x.double(), -1)
-        nbytes = 2 * x.numel() * 2
-        for bx, smem, reg in configs:
-            cg.REGISTER_TARGET = reg
+        fd = _softmax_definition()
+        (out,) = fd.execute([x])
+        segments = len(fd.segments([x]))
+        record(n, "execute", lambda: fd.execute([x]), out, ref,
+               {"scheduler": str(fd.last_scheduler()), "segments": segments})
+        for bx, batch, reload, reg in configs:  # bx 0: the heuristics' params
             fd = _softmax_definition()
-            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x])
-            if bx:  # 0: the heuristics' own choice
-                hp.block_x, hp.block_y, hp.smem_persistent = bx, 1, smem
-                hp.persistent_batch_size = -(-n // (bx * hp.vectorize_reduction))
-                hp.grid_x = min(hp.grid_x, x.shape[0])
-            try:
+            cg.REGISTER_TARGET = reg
+            try:  # the register target stays set while timing: a call may generate again
+                hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x])
+                if bx:
+                    hp.block_x, hp.block_y, hp.smem_persistent = bx, 1, True
+                    hp.persistent_batch_size, hp.reload_batch_size = batch, reload
+                    hp.grid_x = min(hp.grid_x, x.shape[0])
                 (out,) = fd.manual_execute([x], heuristic_params=hp)
-            except Exception as exc:  # a config the scheduler refuses
-                log(f"  n={n} ({bx}, smem={smem}, reg={reg}): {exc}")
-                continue
-            err = float((out.double() - ref).abs().max())
-            ms = time_ms(torch, lambda fd=fd, hp=hp: fd.manual_execute(
-                [x], heuristic_params=hp), 30)
-            k = _kernel_of(fd)
-            frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-            rows.append({"row": n, "heuristics": not bx, "smem": bool(hp.smem_persistent),
-                         "register_target": reg, "block": [hp.block_x, hp.block_y],
-                         "batch": hp.persistent_batch_size, "ms": ms, "fraction_of_copy": frac,
-                         "regs": k.num_regs, "local_mem": k.local_mem, "max_abs_err": err})
-            log(f"  n={n:6d} {'heur' if not bx else '    '} smem={int(hp.smem_persistent)} "
-                f"reg={reg:3d} block={hp.block_x:4d} B={hp.persistent_batch_size:2d}: "
-                f"{ms * 1e3:7.1f} us {100 * frac:5.1f}% regs={k.num_regs} lmem={k.local_mem} "
-                f"err={err:.1e}")
-        cg.REGISTER_TARGET = target
+                k = _kernel_of(fd)
+                label = (f"{'heur ' if not bx else ''}smem={int(hp.smem_persistent)} "
+                         f"bx={hp.block_x} B={hp.persistent_batch_size} "
+                         f"R={hp.reload_batch_size} reg={reg}")
+                record(n, label,
+                       lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp),
+                       out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
+            except Exception as exc:  # a layout the scheduler refuses
+                log(f"  n={n} ({bx}, {batch}, {reload}, {reg}): {exc}")
+            finally:
+                cg.REGISTER_TARGET = target
 
+    heur = (0, 0, 0, target)
     for n in (1024, 2048, 4096, 8192):
-        measure(n, [(0, False, target)])
-    for n in (16384, 32768, 65536):
-        measure(n, [(0, False, target)] + [(bx, True, reg) for bx in (256, 512, 1024)
-                                             for reg in (64, 40)])
+        measure(n, [])
+    # (threads per row, vectors per thread, vectors reloaded, register target): the register
+    # target sets __launch_bounds__' blocks per SM, to match what shared memory allows
+    measure(16384, [heur, (256, 8, 0, 40), (256, 8, 0, 32)])
+    measure(32768, [heur, (512, 8, 0, 40), (1024, 4, 0, 32)])
+    measure(65536, [heur, (512, 16, 7, 40), (512, 16, 10, 32), (1024, 8, 2, 32),
+                    (512, 16, 16, 32)])
+    measure(131072, [heur, (1024, 16, 5, 32)])
+    return rows
+
+
+def pointwise_load_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """W1f with its 16-byte loads as the runtime emits them, as ld.global.nc with no L1
+    allocation, and with an L2 256-byte prefetch hint, alternated with torch.compile."""
+    from workloads import WORKLOADS
+
+    import kfuse.codegen.pointwise as pointwise
+
+    w1f = next(w for w in WORKLOADS if w.id == "W1f")
+    inputs = w1f.make_inputs(torch, False)
+    ref = w1f.reference(*inputs)
+    plain = pointwise.runtime_header
+    header = plain()
+    generic = ("__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {\n"
+               "  return *reinterpret_cast<const Vec<T, V>*>(p);\n}")
+    assert generic in header, "the runtime's load_vec changed; update the probe"
+
+    def with_load(ptx: str) -> str:
+        return header.replace(generic, (
+            "__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {\n"
+            "  if constexpr (sizeof(Vec<T, V>) == 16) {\n"
+            "    Vec<T, V> v; unsigned* w = reinterpret_cast<unsigned*>(&v);\n"
+            f'    asm volatile("{ptx}.v4.u32 {{%0, %1, %2, %3}}, [%4];"\n'
+            '                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));\n'
+            "    return v;\n"
+            "  }\n"
+            "  return *reinterpret_cast<const Vec<T, V>*>(p);\n}"))
+
+    runs: dict[str, Any] = {}
+    variants = [("kfuse", None), ("kfuse nc.L1::no_allocate", "ld.global.nc.L1::no_allocate"),
+                ("kfuse nc.L2::256B", "ld.global.nc.L1::no_allocate.L2::256B")]
+    for label, ptx in variants:
+        source = plain() if ptx is None else with_load(ptx)
+        pointwise.runtime_header = lambda source=source: source
+        fd = w1f.definition()
+        (out,) = fd.execute(inputs)  # compiled now, with this header
+        pointwise.runtime_header = plain
+        err = float((out.double() - ref).abs().max())
+        log(f"  {label}: max abs err {err:.1e}")
+        runs[label] = lambda fd=fd: fd.execute(inputs)
+    compiled = torch.compile(w1f.eager)
+    compiled(*inputs)
+    runs["torch.compile"] = lambda: compiled(*inputs)
+    nbytes = w1f.bytes_moved(inputs)
+    rows = []
+    for round_ in range(3):
+        for label, run in runs.items():
+            ms = time_ms(torch, run, 50)
+            frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
+            rows.append({"round": round_, "config": label, "ms": ms, "fraction_of_copy": frac})
+            log(f"  round {round_} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
     return rows
 
 
@@ -160,7 +226,7 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", default="")
-    parser.add_argument("--only", default="softmax,host")
+    parser.add_argument("--only", default="softmax,loads,host")
     args = parser.parse_args()
     import torch
 
@@ -172,11 +238,14 @@ def main() -> int:
     if "host" in only:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
-    if "softmax" in only:
+    if only & {"softmax", "loads"}:
         copy_gbs = copy_bandwidth(torch, 20)
         result["copy_gbs"] = copy_gbs
         log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+    if "softmax" in only:
         result["softmax"] = softmax_probe(torch, copy_gbs, log)
+    if "loads" in only:
+        result["w1f_loads"] = pointwise_load_probe(torch, copy_gbs, log)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -162,6 +162,11 @@ def test_params_that_cannot_hold_the_row_raise() -> None:
     hp.persistent = False
     with pytest.raises(SchedulerError, match="persistent"):
         fd.manual_execute([x], heuristic_params=hp)
+    for reload in (-1, 2):
+        hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+        hp.persistent_batch_size, hp.reload_batch_size = 1, reload
+        with pytest.raises(SchedulerError, match=f"reload_batch_size = {reload} must be"):
+            fd.manual_execute([x], heuristic_params=hp)
 
 
 def test_softmax_with_kept_exponentials_matches_the_reference_on_ragged_rows() -> None:
@@ -196,3 +201,24 @@ def test_held_inputs_of_different_dtypes_share_shared_memory() -> None:
     check(fd, inputs, hp)
     source = fd.last_cuda_source()
     assert "kf_held + 0)" in source and "kf_held + 16)" in source
+
+
+@pytest.mark.parametrize("smem", [False, True])
+@pytest.mark.parametrize("n", [1000, 4097])
+@pytest.mark.parametrize("share", ["one", "all"])
+def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -> None:
+    """The last reload_batch_size vectors of each thread are read again from global memory by
+    every pass instead of being held: softmax (kept exponentials in registers), a layer norm
+    with statistics (two-pass Welford, streamed weight and bias) and an RMS norm."""
+    cases = [(softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
+             (layer_norm_fd(stats=True), [rand((5, n)), rand((n,), seed=1), rand((n,), seed=2)]),
+             (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)])]
+    for fd, inputs in cases:
+        hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+        hp.smem_persistent = smem
+        hp.block_x, hp.block_y = (32 if n < 2048 else 128), 2
+        batch = -(-n // (hp.block_x * hp.vectorize_reduction))
+        hp.persistent_batch_size = batch
+        hp.reload_batch_size = 1 if share == "one" else batch
+        check(fd, inputs, hp)
+        assert "rv0" in fd.last_cuda_source()

@@ -109,6 +109,34 @@ def test_longest_rows_the_heuristics_accept(kind: str, dtype: str) -> None:
     assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
 
 
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("n", [65536, 65533])
+def test_long_rows_held_in_part(kind: str, n: int) -> None:
+    """Rows of 65536 bf16 are held in part in shared memory (two blocks an SM) and their
+    tails reloaded on every pass; a ragged length takes scalar accesses."""
+    torch = _torch()
+    fd = _fd(kind, BF)
+    inputs = _inputs(torch, kind, 300, n, torch.bfloat16)
+    hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    assert hp.smem_persistent and hp.reload_batch_size > 0
+    run_and_check(fd, inputs)
+
+
+def test_dynamic_shared_memory_of_exactly_48_kb() -> None:
+    """48 KB of held rows next to the static shared memory of the block reduction exceed the
+    default dynamic limit (48 KB less the static part): the launch must raise the limit."""
+    torch = _torch()
+    fd = softmax_fd(BF)
+    x = torch.randn(64, 32768, device="cuda").to(torch.bfloat16)
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    hp.block_x, hp.block_y, hp.smem_persistent = 256, 1, True
+    hp.persistent_batch_size, hp.reload_batch_size = 16, 4  # 12 * 256 * 16 B = 48 KB held
+    out = fd.manual_execute([x], heuristic_params=hp)
+    assert fd._executor_cache.last_compiled.launches[0].shared_mem == 48 * 1024
+    torch.testing.assert_close(out[0].float(), torch.softmax(x.float(), -1), atol=1e-2,
+                               rtol=1e-2)
+
+
 def test_layer_norm_statistics_and_log_softmax() -> None:
     torch = _torch()
     x = torch.randn(512, 768, device="cuda", dtype=torch.bfloat16)

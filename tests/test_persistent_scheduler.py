@@ -111,8 +111,11 @@ def test_heuristics_cover_the_row_within_limits(monkeypatch: pytest.MonkeyPatch,
     assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction >= n
     assert hp.block_x * hp.block_y <= device.max_threads_per_block
     assert hp.vectorize_reduction * dtype.itemsize <= 16
-    held = hp.persistent_batch_size * hp.vectorize_reduction * 3 * dtype.itemsize / 4
-    if hp.smem_persistent:  # words of the row per thread, in shared memory
+    # Words of x per thread held on chip (weight and bias are streamed; reloaded vectors are
+    # read again instead of held).
+    held_vectors = hp.persistent_batch_size - hp.reload_batch_size
+    held = held_vectors * hp.vectorize_reduction * dtype.itemsize / 4
+    if hp.smem_persistent:  # in shared memory
         assert held * 4 * hp.block_x * hp.block_y <= device.shared_mem_per_block_optin
     else:  # in registers
         assert held <= 64
@@ -129,14 +132,21 @@ def test_w4_softmax_heuristics() -> None:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm", "tutorial", "odd"])
-def test_nvrtc_compiles_persistent_kernels(arch: str, case: str) -> None:
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm", "tutorial", "odd",
+                                  "long_rows"])
+def test_nvrtc_compiles_persistent_kernels(monkeypatch: pytest.MonkeyPatch, arch: str,
+                                           case: str) -> None:
     from tests.test_reduction_scheduler import _sources
 
     from kfuse import _C
 
     bf = DataType.BFloat16
-    if case == "softmax":
+    if case == "long_rows":  # held in part in shared memory, the rest reloaded
+        monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+        srcs = _sources(softmax(bf), [rand(4, 65536)], IP)
+        srcs += _sources(layer_norm(bf), [rand(4, 65536), rand(65536), rand(65536)], IP)
+        assert all("kf_held" in source and "rv0" in source for source, _ in srcs)
+    elif case == "softmax":
         srcs = _sources(softmax(bf), [rand(64, 4096)], IP)
     elif case == "layer_norm":
         srcs = _sources(layer_norm(bf), [rand(64, 4096), rand(4096), rand(4096)], IP)
@@ -173,18 +183,37 @@ def test_kept_values_need_room_next_to_the_held_row(monkeypatch: pytest.MonkeyPa
     layout = reduction_layout(plan, build_runtime_info(fd.fusion, [rand(4, 4096)]))
     # a float row held as 4 vectors of 4 per thread: 16 words held + 16 kept fits; 16 vectors
     # (64 words held) leaves no room, so the exponentials are recomputed instead
-    assert sp.kept_stages(plan, layout, batch=4, vector=4) == (1,)
-    assert sp.kept_stages(plan, layout, batch=16, vector=4) == ()
+    assert sp.kept_stages(plan, layout, batch=4, held_batch=4, vector=4) == (1,)
+    assert sp.kept_stages(plan, layout, batch=16, held_batch=16, vector=4) == ()
 
 
-@pytest.mark.parametrize("n,smem,block_x", [(8192, False, 256), (16384, True, 256),
-                                            (32768, True, 512), (65536, True, 1024)])
+@pytest.mark.parametrize("n,smem,block_x,batch,reload", [
+    (8192, False, 256, 4, 0),
+    (16384, True, 256, 8, 0),
+    (32768, True, 512, 8, 0),
+    # 128 KB a row: two blocks of an SM hold 13 of 16 vectors per thread each and reload 3
+    (65536, True, 512, 16, 3),
+    # two blocks an SM would reload 41 MB of rows in flight (more than half the 60 MB L2):
+    # one block holds 11 of 16 vectors per thread
+    (131072, True, 1024, 16, 5),
+])
 def test_long_rows_are_held_in_shared_memory(monkeypatch: pytest.MonkeyPatch, n: int,
-                                             smem: bool, block_x: int) -> None:
+                                             smem: bool, block_x: int, batch: int,
+                                             reload: int) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)
     x = np.empty((2 ** 27 // n, n), np.float32)  # bf16 stand-in; only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
     assert (hp.smem_persistent, hp.block_x) == (smem, block_x)
-    if smem:
-        assert hp.persistent_batch_size == 8
+    assert (hp.persistent_batch_size, hp.reload_batch_size) == (batch, reload)
+    assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction >= n
+
+
+def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    fd = softmax(DataType.BFloat16)
+    x = np.empty((512, 262144), np.float32)
+    ok, why = schedule.can_schedule(fd.fusion, IP, [x])
+    assert not ok
+    assert "262144 elements is too long to hold" in why and "of L2" in why

@@ -127,6 +127,9 @@ public:
     bool persistent = false;            // the reduction dim lives in registers/smem
     int64_t persistent_batch_size = 1;  // elements of the reduction dim each thread holds
     bool smem_persistent = false;       // persistent: the held row lives in shared memory
+    // persistent: of the persistent_batch_size vectors per thread, the last reload_batch_size
+    // are not held but read again from global memory (served by L2) on every pass over the row
+    int64_t reload_batch_size = 0;
     int64_t block_x = 1;
     int64_t block_y = 1;
     int64_t grid_x = 1;
@@ -152,6 +155,7 @@ public:
             field("persistent", &P::persistent),
             field("persistent_batch_size", &P::persistent_batch_size),
             field("smem_persistent", &P::smem_persistent),
+            field("reload_batch_size", &P::reload_batch_size),
             field("block_x", &P::block_x), field("block_y", &P::block_y),
             field("grid_x", &P::grid_x), field("grid_y", &P::grid_y),
             field("vectorize_iter", &P::vectorize_iter),

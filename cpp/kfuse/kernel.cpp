@@ -73,6 +73,10 @@ Kernel::Loaded &Kernel::loaded() {
     l->static_shared_mem =
         func_attribute(l->function, cu::FUNC_SHARED_SIZE_BYTES, "SHARED_SIZE_BYTES");
     l->local_mem = func_attribute(l->function, cu::FUNC_LOCAL_SIZE_BYTES, "LOCAL_SIZE_BYTES");
+    // The default is 48 KB less the static shared memory, not 48 KB: read it rather than
+    // assume it (a kernel with 2 KB static and 48 KB dynamic needs the attribute raised).
+    l->dynamic_smem_limit = func_attribute(l->function, cu::FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           "MAX_DYNAMIC_SHARED_SIZE_BYTES");
     l->max_threads_per_block =
         func_attribute(l->function, cu::FUNC_MAX_THREADS_PER_BLOCK, "MAX_THREADS_PER_BLOCK");
     loaded_ = std::move(l);

@@ -61,7 +61,7 @@ private:
         CUfunction function = nullptr;
         std::vector<size_t> param_sizes;
         int num_regs = 0, static_shared_mem = 0, local_mem = 0, max_threads_per_block = 0;
-        int64_t dynamic_smem_limit = 48 * 1024;  // current MAX_DYNAMIC_SHARED_SIZE_BYTES
+        int64_t dynamic_smem_limit = 0;  // current MAX_DYNAMIC_SHARED_SIZE_BYTES
     };
     Loaded &loaded();
     // Checks a configuration and raises the dynamic shared memory limit where it needs to.

@@ -11,6 +11,9 @@ Every loop over the lanes of a vector has a constant trip count (guards inside),
 arrays stay in registers (a data-dependent index would put them in local memory). With
 spec.smem_held the held vectors go to dynamic shared memory instead, one slot per (row of the
 block, b, thread x); each thread reads back only its own slots, so no barrier is needed.
+With spec.reload > 0 only the first H = B - reload vectors are held; the rest (the row's tail)
+are read again from global memory by every pass, which L2 serves after the first. Held and
+reloaded slots are walked by separate loops so that every index stays a constant.
 
 Per row: load the held vectors of every loop input (16-byte loads where aligned), then for each
 reduction in order compute its input from the held values (and earlier results), reduce
@@ -22,6 +25,8 @@ element.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
@@ -46,13 +51,16 @@ from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
 
 
-def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str, streamed: bool = False
-                 ) -> str:
-    """The held storage value of loop input i at batch slot b, lane j (in shared memory: lane
-    j of the vector held_views read for slot b)."""
+def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str, streamed: bool = False,
+                 reloaded: bool = False) -> str:
+    """The value of loop input i at batch slot b, lane j: from its registers, from the
+    vector _held_views read out of shared memory for slot b, or (reloaded slots) from the
+    vector _reload_views loaded again for slot b."""
     kind = spec.loop_kinds[i]
     if kind == BCAST:
         return f"x{i}[0]"
+    if reloaded and not streamed:
+        return f"rv{i}[{j}]"
     if spec.smem_held and not streamed:
         return f"hv{i}[{j}]"
     return f"x{i}[{b}][{j}]"
@@ -61,8 +69,16 @@ def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str, streamed: bo
 def smem_slot(spec: ReductionKernelSpec, i: int, b: str) -> str:
     """Input i's held vector of batch slot b for this thread in shared memory. Slots are laid
     out [row of the block][b][threadIdx.x], so a warp's accesses are consecutive vectors."""
-    return (f"h{i}[((Index)threadIdx.y * {spec.unroll} + (Index)({b})) * {spec.block_x} + "
+    return (f"h{i}[((Index)threadIdx.y * {spec.held_batch} + (Index)({b})) * {spec.block_x} + "
             f"(Index)threadIdx.x]")
+
+
+def slot_loops(spec: ReductionKernelSpec) -> list[tuple[int, int, bool]]:
+    """(first, end, reloaded) of the loops over a thread's vector slots: the held ones, then
+    the reloaded ones; a loop with no slots is left out."""
+    held = spec.held_batch
+    loops = [(0, held, False)] if held else []
+    return loops + [(held, spec.unroll, True)] if spec.reload else loops
 
 
 def held_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
@@ -75,7 +91,7 @@ def smem_regions(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[i
     """(held input, byte offset) of each region of the held rows in dynamic shared memory.
     A region holds one kf::Vec (itemsize * V bytes, a power of two) per slot; each starts
     on a 16-byte boundary, whatever the sizes of the regions before it."""
-    slots = spec.block_x * spec.block_y * spec.unroll
+    slots = spec.block_x * spec.block_y * spec.held_batch
     regions, offset = [], 0
     for i in held_inputs(plan, spec):
         regions.append((i, offset))
@@ -87,9 +103,9 @@ def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     """Dynamic shared memory the held rows of one block take (0 when held in registers)."""
     if not spec.smem_held:
         return 0
-    slots = spec.block_x * spec.block_y * spec.unroll
+    slots = spec.block_x * spec.block_y * spec.held_batch
     regions = smem_regions(plan, spec)
-    if not regions:
+    if not regions or not slots:
         return 0
     last, offset = regions[-1]
     return offset + slots * plan.loop_inputs[last].val.dtype.itemsize * spec.vector
@@ -102,6 +118,26 @@ def _held_views(plan: ReductionPlan, spec: ReductionKernelSpec, b: str, indent: 
         return []
     return [f"{indent}const kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
             f"hv{i} = {smem_slot(spec, i, b)};" for i in held_inputs(plan, spec)]
+
+
+def _reload_views(plan: ReductionPlan, spec: ReductionKernelSpec, indent: str) -> list[str]:
+    """For a reloaded slot: load this thread's vector of every held input again (lanes past
+    the row end stay zero, so every lane holds a defined value)."""
+    held = held_inputs(plan, spec)
+    lines = [f"{indent}kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
+             f"rv{i}{{}};" for i in held]
+    lines.append(f"{indent}if (row_ok) {{")
+    for i in held:
+        lines += _load_vector(spec, i, f"rv{i}", indent + "  ")
+    return lines + [f"{indent}}}"]
+
+
+def _slot_views(plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool, indent: str
+                ) -> list[str]:
+    """What starts each slot of a pass: the reloads, or the shared-memory reads."""
+    if reloaded:
+        return _reload_views(plan, spec, indent)
+    return _held_views(plan, spec, "b", indent)
 
 
 def streamed_inputs(plan: ReductionPlan) -> set[int]:
@@ -218,21 +254,22 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         if kind == BCAST:
             lines.append(f"    {u.val.dtype.cuda_type} x{i}[1] = {{}};")
             lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
-        elif i not in streamed and not spec.smem_held:
-            lines += _declare(plan, spec, i, f"x{i}", batch, "    ")
-    lines += ["    if (row_ok) {", "#pragma unroll",
-              f"      for (int b = 0; b < {batch}; ++b) {{",
-              f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};"]
-    for i in held_inputs(plan, spec):
-        if spec.smem_held:
-            target = smem_slot(spec, i, "b")
-            if not spec.exact:  # lanes past the row end must hold defined values
-                ctype = plan.loop_inputs[i].val.dtype.cuda_type
-                lines.append(f"        {target} = kf::Vec<{ctype}, {vec}>{{}};")
-            lines += _load_vector(spec, i, target, "        ")
-        else:
-            lines += _load_vector(spec, i, f"x{i}[b]", "        ")
-    lines += ["      }", "    }"]
+        elif i not in streamed and not spec.smem_held and spec.held_batch:
+            lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
+    if spec.held_batch:
+        lines += ["    if (row_ok) {", "#pragma unroll",
+                  f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
+                  f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};"]
+        for i in held_inputs(plan, spec):
+            if spec.smem_held:
+                target = smem_slot(spec, i, "b")
+                if not spec.exact:  # lanes past the row end must hold defined values
+                    ctype = plan.loop_inputs[i].val.dtype.cuda_type
+                    lines.append(f"        {target} = kf::Vec<{ctype}, {vec}>{{}};")
+                lines += _load_vector(spec, i, target, "        ")
+            else:
+                lines += _load_vector(spec, i, f"x{i}[b]", "        ")
+        lines += ["      }", "    }"]
     for k in spec.kept:
         ctype = compute_ctype(stage_value(plan, k).val.dtype)
         lines.append(f"    {ctype} c{k}[{batch}][{vec}] = {{}};")
@@ -248,18 +285,28 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     return "\n".join(lines), name
 
 
-def _valid_loop(spec: ReductionKernelSpec, body: list[str], indent: str,
-                views: list[str] | None = None) -> list[str]:
-    """Run `body` for every held element of this thread that lies inside the row; `views`
-    (the shared-memory reads of _held_views) start each batch slot."""
-    bx, vec, batch = spec.block_x, spec.vector, spec.unroll
-    lines = ["#pragma unroll", f"{indent}for (int b = 0; b < {batch}; ++b) {{",
-             f"{indent}  const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
-             *(views or []),
-             "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
-             f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{"]
-    lines += [f"{indent}      {line}" for line in body]
-    lines += [f"{indent}    }}", f"{indent}  }}", f"{indent}}}"]
+def _slot_loop(spec: ReductionKernelSpec, first: int, end: int, body: list[str], indent: str
+               ) -> list[str]:
+    """`for b in [first, end)`: i0 (the slot's first element in the row), then `body`."""
+    bx, vec = spec.block_x, spec.vector
+    return ["#pragma unroll", f"{indent}for (int b = {first}; b < {end}; ++b) {{",
+            f"{indent}  const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
+            *body, f"{indent}}}"]
+
+
+def _valid_loop(plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any, indent: str
+                ) -> list[str]:
+    """Run `body_of(reloaded)` for every element of this thread that lies inside the row, over
+    the held slots and then the reloaded ones (which load their vectors first)."""
+    vec = spec.vector
+    lines: list[str] = []
+    for first, end, reloaded in slot_loops(spec):
+        body = [*_slot_views(plan, spec, reloaded, indent + "  "),
+                "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
+                f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{",
+                *[f"{indent}      {line}" for line in body_of(reloaded)],
+                f"{indent}    }}", f"{indent}  }}"]
+        lines += _slot_loop(spec, first, end, body, indent)
     return lines
 
 
@@ -272,20 +319,24 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
                  ) -> list[str]:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
-    # Stages do not read streamed inputs; they get a placeholder value.
-    loaded = [_placeholder(u.val.dtype.cuda_type) if i in streamed
-              else held_element(spec, i, "b", "j")
-              for i, u in enumerate(plan.loop_inputs)]
-    value = stage_call(plan, name, k, loaded)
+
+    def value(reloaded: bool) -> str:
+        # Stages do not read streamed inputs; they get a placeholder value.
+        loaded = [_placeholder(u.val.dtype.cuda_type) if i in streamed
+                  else held_element(spec, i, "b", "j", reloaded=reloaded)
+                  for i, u in enumerate(plan.loop_inputs)]
+        return stage_call(plan, name, k, loaded)
+
     red = plan.reductions[k]
-    views = _held_views(plan, spec, "b", "      ")
     if not isinstance(red, WelfordOp):
         lines = [f"    {acc.ctype} acc{k} = {acc.identity()};"]
-        if k in spec.kept:  # the value is computed once and kept for the full-size outputs
-            body = [f"c{k}[b][j] = {value};", acc.update(f"acc{k}", f"c{k}[b][j]")]
-        else:
-            body = [acc.update(f"acc{k}", value)]
-        lines += _valid_loop(spec, body, "    ", views)
+
+        def body(reloaded: bool) -> list[str]:
+            if k in spec.kept:  # computed once and kept for the full-size outputs
+                return [f"c{k}[b][j] = {value(reloaded)};", acc.update(f"acc{k}", f"c{k}[b][j]")]
+            return [acc.update(f"acc{k}", value(reloaded))]
+
+        lines += _valid_loop(plan, spec, body, "    ")
         lines.append(f"    const {acc.ctype} red{k} = {acc.block_reduce(f'acc{k}', 'kf_smem')};")
         lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
         return lines
@@ -293,11 +344,11 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
     nan = literal(float("nan"), red.inputs[0].dtype)
     total = f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))"
     lines = [f"    {t} sum{k} = ({t})0;"]
-    lines += _valid_loop(spec, [f"sum{k} += {value};"], "    ", views)
+    lines += _valid_loop(plan, spec, lambda r: [f"sum{k} += {value(r)};"], "    ")
     lines += [f"    const {t} r{k}_avg = {total.format(f'sum{k}')} / ({t})n_red;",
               f"    {t} sq{k} = ({t})0;"]
-    lines += _valid_loop(spec, [f"const {t} d = {value} - r{k}_avg;", f"sq{k} += d * d;"],
-                         "    ", views)
+    lines += _valid_loop(plan, spec, lambda r: [f"const {t} d = {value(r)} - r{k}_avg;",
+                                                f"sq{k} += d * d;"], "    ")
     lines += [f"    const {t} m2_{k} = {total.format(f'sq{k}')};",
               f"    const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
               f"    const long long r{k}_n = (long long)n_red;"]
@@ -305,13 +356,20 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
 
 
 def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> list[str]:
-    bx, vec, batch = spec.block_x, spec.vector, spec.unroll
+    lines = ["    if (row_ok) {"]
+    for first, end, reloaded in slot_loops(spec):
+        lines += _slot_loop(spec, first, end, _store_slot(plan, spec, name, reloaded), "      ")
+    return lines + ["    }"]
+
+
+def _store_slot(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, reloaded: bool
+                ) -> list[str]:
+    """The full-size outputs of one slot of this thread: computed lane by lane from the row
+    values and the reductions' results, stored as one vector where the row allows."""
+    vec = spec.vector
     outs = plan.fusion.outputs
     n_loop = len(plan.loop_inputs)
-    lines = ["    if (row_ok) {", "#pragma unroll",
-             f"      for (int b = 0; b < {batch}; ++b) {{",
-             f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
-             "        if (i0 < n_red) {"]
+    lines = ["        if (i0 < n_red) {"]
     for k in plan.loop_outputs:
         lines.append(f"          kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};")
     streamed = streamed_inputs(plan)
@@ -319,9 +377,9 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
         if spec.loop_kinds[i] != BCAST:
             lines += _declare(plan, spec, i, f"x{i}", 1, "          ")
             lines += _load_vector(spec, i, f"x{i}[0]", "          ")
-    lines += _held_views(plan, spec, "b", "          ")
+    lines += _slot_views(plan, spec, reloaded, "          ")
     args = [held_element(spec, i, "0", "j", streamed=True) if i in streamed
-            else held_element(spec, i, "b", "j") for i in range(n_loop)]
+            else held_element(spec, i, "b", "j", reloaded=reloaded) for i in range(n_loop)]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += [f"y{k}[j]" for k in plan.loop_outputs]
@@ -337,16 +395,14 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
                       f"            for (int j = 0; j < {vec}; ++j) kf::store(out{k}, "
                       f"base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
     if spec.exact:
-        lines += ["          }", "        }", "      }", "    }"]
-        return lines
+        return lines + ["          }", "        }"]
     lines += ["          } else {",
               "#pragma unroll",
               f"            for (int j = 0; j < {vec}; ++j) {{",
               "              if (i0 + j < n_red) {"]
     lines += [f"                kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, "
               f"y{k}[j]);" for k in plan.loop_outputs]
-    lines += ["              }", "            }", "          }", "        }", "      }", "    }"]
-    return lines
+    return lines + ["              }", "            }", "          }", "        }"]
 
 
 __all__ = ["emit_persistent", "keepable", "smem_bytes_held"]

@@ -72,6 +72,15 @@ class ReductionKernelSpec:
     # persistent: the held row lives in dynamic shared memory (smem_bytes_held) rather than
     # in registers; each thread reads back only the slots it wrote, so no barrier is needed
     smem_held: bool = False
+    # persistent: the last `reload` of the `unroll` vectors per thread are not held; every pass
+    # over the row reads them again from global memory (the first pass from DRAM, later ones
+    # mostly from L2), so a row longer than the chip holds per block still moves once
+    reload: int = 0
+
+    @property
+    def held_batch(self) -> int:
+        """persistent: the vectors per thread held on chip (the rest are reloaded)."""
+        return self.unroll - self.reload
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,11 +12,15 @@ ReductionParams, as this scheduler reads them (persistent = True):
 * vectorize_reduction: V elements per vector access along the row;
 * persistent_batch_size: B vectors held per thread: block_x * B * V must cover the row;
 * smem_persistent: the held vectors live in dynamic shared memory instead of registers;
+* reload_batch_size: the last R of the B vectors are not held; each pass reads them again
+  from global memory (L2 serves all passes but the first);
 * cparams.index_type as for the reduction scheduler.
 Heuristics: V from 16-byte accesses, block_x so that each thread holds about 4 vectors
-(up to 1024 threads per row), B = the vectors left per thread; a row that needs more than
-MAX_HELD_WORDS 32-bit registers of held values per thread is rejected. Rows that need 512 or
-more threads that way are held in shared memory instead (_smem_layout).
+(up to 1024 threads per row), B = the vectors left per thread. Rows that need 512 or more
+threads that way are held in shared memory instead (_smem_layout); rows too long for two
+blocks of an SM to hold there are held in part and the rest reloaded. A row that fits neither
+way (more than MAX_HELD_WORDS 32-bit registers of held values per thread, and a reloaded
+part that L2 would not keep) is rejected.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
-from kfuse.codegen.persistent import emit_persistent, keepable, smem_bytes_held
+from kfuse.codegen.persistent import (
+    emit_persistent,
+    keepable,
+    smem_bytes_held,
+    streamed_inputs,
+)
 from kfuse.codegen.reduction import ReductionKernelSpec, smem_bytes, stage_value
 from kfuse.codegen.reduction_plan import (
     PlanError,
@@ -58,18 +67,22 @@ VECTORS_PER_THREAD = 4
 
 
 def held_bytes_per_element(plan: ReductionPlan, layout: ReductionLayout) -> int:
-    """Register bytes one row element costs: every loop input not broadcast along the row."""
-    return sum(u.val.dtype.itemsize for u, op in zip(plan.loop_inputs, layout.loop)
-               if op.red_stride != 0) or 1
+    """Bytes one row element costs to hold: every loop input a reduction reads that is not
+    broadcast along the row (weights and biases are streamed, not held)."""
+    streamed = streamed_inputs(plan)
+    return sum(u.val.dtype.itemsize for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
+               if op.red_stride != 0 and i not in streamed) or 1
 
 
-def kept_stages(plan: ReductionPlan, layout: ReductionLayout, batch: int, vector: int
-                ) -> tuple[int, ...]:
+def kept_stages(plan: ReductionPlan, layout: ReductionLayout, batch: int, held_batch: int,
+                vector: int) -> tuple[int, ...]:
     """The keepable stage values (softmax's exponentials) when they fit in registers next
-    to the held row: recomputing them costs the transcendental again for every element."""
+    to the held part of the row: recomputing them costs the transcendental again for every
+    element. They are kept for every slot, held or reloaded."""
     keep = keepable(plan)
     extra = sum(max(4, stage_value(plan, k).val.dtype.itemsize) for k in keep)
-    words = -(-batch * vector * (held_bytes_per_element(plan, layout) + extra) // 4)
+    held = held_batch * held_bytes_per_element(plan, layout)
+    words = -(-vector * (held + batch * extra) // 4)
     return keep if keep and words <= MAX_HELD_WORDS else ()
 
 
@@ -97,7 +110,7 @@ class InnerPersistentScheduler:
                 any(op.strides[-2] == 1 for op in layout.loop):
             raise Rejection("the reduced axis is not the innermost in memory (an outer "
                             "normalization: outer_persistent's job)")
-        _choose(plan, layout)  # raises Rejection when the row cannot be held
+        _choose(plan, layout, info.device)  # raises Rejection when the row cannot be held
 
     def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
                  ) -> list[Any]:
@@ -109,17 +122,15 @@ class InnerPersistentScheduler:
 
         plan = plan_reductions(fusion)
         layout = reduction_layout(plan, info)
-        vector, block_x, batch = _choose(plan, layout)
-        smem = _smem_layout(plan, layout, vector, block_x, info.device)
-        if smem is not None:
-            block_x, batch = smem
+        vector, block_x, batch, in_smem, reload = _choose(plan, layout, info.device)
         n_rows = layout.n_rows
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
         params = ReductionParams("inner_persistent")
         params.fastest_dim_reduction = True
         params.persistent = True
         params.persistent_batch_size = batch
-        params.smem_persistent = smem is not None
+        params.smem_persistent = in_smem
+        params.reload_batch_size = reload
         params.vectorize_reduction = vector
         params.unroll_reduction = 1
         params.block_x, params.block_y = block_x, block_y
@@ -130,49 +141,74 @@ class InnerPersistentScheduler:
         return params
 
 
-def _choose(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, int, int]:
-    """(vector, threads per row, batch) for this row; Rejection when it cannot be held."""
+def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any
+            ) -> tuple[int, int, int, bool, int]:
+    """(vector, threads per row, batch, held in shared memory, reload) for this row;
+    Rejection when it can be held neither in registers nor in shared memory."""
     n_red = layout.red_size
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
     vecs = max(1, -(-n_red // vector))
     block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // VECTORS_PER_THREAD)))
+    smem = _smem_layout(plan, layout, vector, block_x, device)
+    if smem is not None:
+        return (vector, *smem[:2], True, smem[2])
     batch = -(-vecs // block_x)
     words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
-    if batch > MAX_BATCH:
-        raise Rejection(f"a row of {n_red} elements needs {batch} loads of {vector} element(s) "
-                        f"per thread with {block_x} threads per row (at most {MAX_BATCH}); "
-                        "rows this long are not held persistently")
-    if words > MAX_HELD_WORDS:
-        raise Rejection(f"a row of {n_red} elements needs {words} registers of held values per "
-                        f"thread with {block_x} threads per row (at most {MAX_HELD_WORDS}); "
-                        "rows this long are not held persistently")
-    return vector, block_x, batch
+    if batch > MAX_BATCH or words > MAX_HELD_WORDS:
+        raise Rejection(f"a row of {n_red} elements is too long to hold: with {block_x} threads "
+                        f"per row it needs {batch} loads of {vector} element(s) per thread (at "
+                        f"most {MAX_BATCH}) and {words} registers of held values (at most "
+                        f"{MAX_HELD_WORDS}), and in shared memory its reloaded part would take "
+                        f"more than 1/{L2_SPILL_SHARE} of L2; rows this long are not held "
+                        "persistently")
+    return vector, block_x, batch, False, 0
 
 
 SMEM_FROM_ROW_THREADS = 512
 SMEM_BATCH = 8
+MIN_ROWS_PER_SM = 2
+SMEM_RESERVE = 4 * 1024
+"""Shared memory per block kept out of the held row: the reductions' static buffer and the
+1 KB the driver reserves per block."""
+L2_SPILL_SHARE = 2
+"""At most 1/L2_SPILL_SHARE of L2 goes to the reloaded parts of the rows in flight."""
 
 
 def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, block_x: int,
-                 device: Any) -> tuple[int, int] | None:
-    """(threads per row, batch) holding the row in shared memory instead of registers, or None.
+                 device: Any) -> tuple[int, int, int] | None:
+    """(threads per row, batch, reload) holding the row in shared memory instead of registers,
+    or None.
 
     A row that needs SMEM_FROM_ROW_THREADS or more threads per row in registers leaves one
     or two rows in flight per SM (such a block fills the register file), and memory idles while
     they reduce; rows of 65536 bf16 also spill. In shared memory a thread needs few registers,
     so SMEM_BATCH vectors per thread give small blocks and shared memory sets how many rows an
     SM holds. Measured on an H200 (bf16 softmax): rows of 16384 went from 84% to 91% of copy,
-    32768 from 65% to 86%, 65536 from 39% to 67%."""
+    32768 from 65% to 86%, 65536 from 39% to 67%.
+
+    A row whose whole length would leave fewer than MIN_ROWS_PER_SM blocks per SM is held
+    only in part: each of MIN_ROWS_PER_SM blocks takes its share of the SM's shared memory and
+    reloads the row's tail on every pass (the first pass brings it into L2, the later ones
+    hit there), so one block reduces while the other streams. When even that would spill more
+    of the rows in flight than L2 keeps, one block per SM holds as much as it can; when that
+    spills too much as well, the row is not held (None)."""
     if block_x < SMEM_FROM_ROW_THREADS:
         return None
     vecs = -(-layout.red_size // vector)
-    bx = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // SMEM_BATCH)))
-    batch = -(-vecs // bx)
-    held = held_bytes_per_element(plan, layout) * vector * batch * bx
-    if batch > MAX_BATCH or held > device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT:
-        return None
-    return bx, batch
+    slot_bytes = held_bytes_per_element(plan, layout) * vector
+    per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
+    for rows_per_sm in (MIN_ROWS_PER_SM, 1):
+        bx = min(MAX_ROW_THREADS // rows_per_sm, pow2_ceil(-(-vecs // SMEM_BATCH)))
+        batch = -(-vecs // bx)
+        if batch > MAX_BATCH:
+            continue
+        budget = min(per_block, device.shared_mem_per_sm // rows_per_sm - SMEM_RESERVE)
+        held = min(batch, budget // (slot_bytes * bx))
+        spilled = device.sm_count * rows_per_sm * (batch - held) * bx * slot_bytes
+        if spilled <= device.l2_cache_bytes // L2_SPILL_SHARE:
+            return bx, batch, batch - held
+    return None
 
 
 def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
@@ -188,6 +224,10 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
     if _int(params, "grid_y") != 1:
         raise SchedulerError("inner_persistent keeps a row in one block: grid_y must be 1")
     bx = _int(params, "block_x")
+    reload = _int(params, "reload_batch_size")
+    if not 0 <= reload <= batch:
+        raise SchedulerError(f"ReductionParams.reload_batch_size = {reload} must be between 0 "
+                             f"and persistent_batch_size ({batch})")
     if bx * batch * vector < layout.red_size:
         raise SchedulerError(f"ReductionParams hold block_x * persistent_batch_size * "
                              f"vectorize_reduction = {bx} * {batch} * {vector} elements per row, "
@@ -208,8 +248,9 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
                                _int(params, "block_y"), 1, index,
                                tuple(kind(op) for op in layout.loop), out_kinds,
                                exact=layout.red_size % vector == 0,
-                               kept=() if in_smem else kept_stages(plan, layout, batch, vector),
-                               smem_held=in_smem)
+                               kept=() if in_smem else kept_stages(plan, layout, batch,
+                                                                   batch - reload, vector),
+                               smem_held=in_smem, reload=reload)
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
                              f"memory (limit {STATIC_SMEM_LIMIT})")

@@ -239,6 +239,9 @@ def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, devic
     if bool(params.persistent):
         raise SchedulerError("ReductionParams.persistent is set: the reduction scheduler "
                              "generates non-persistent kernels (use inner_persistent)")
+    if _int(params, "reload_batch_size") != 0:
+        raise SchedulerError("ReductionParams.reload_batch_size is set: only the persistent "
+                             "kernel holds (and reloads) rows (use 0)")
     inner = bool(params.fastest_dim_reduction)
     kind = "inner" if inner else "outer"
     vector = _int(params, "vectorize_reduction" if inner else "vectorize_iter")
