@@ -32,10 +32,8 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
     """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 131072
     (what fd.execute runs, segmented where no scheduler holds the row), and for long rows
     hand-set shared-memory layouts: threads per row, vectors per thread, vectors reloaded."""
-    import kfuse.codegen.persistent as cg
     from kfuse import SchedulerType, schedule
 
-    target = cg.REGISTER_TARGET
     rows: list[dict[str, Any]] = []
 
     def record(n: int, label: str, run: Any, out: Any, ref: Any, extra: dict[str, Any]) -> None:
@@ -47,46 +45,39 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
         log(f"  n={n:6d} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% err={err:.1e} "
             + " ".join(f"{k}={v}" for k, v in extra.items()))
 
-    def measure(n: int, configs: list[tuple[int, int, int, int]]) -> None:
+    def measure(n: int, configs: list[tuple[int, int, int]]) -> None:
         x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
         ref = torch.softmax(x.double(), -1)
         fd = _softmax_definition()
         (out,) = fd.execute([x])
         segments = len(fd.segments([x]))
-        record(n, "execute", lambda: fd.execute([x]), out, ref,
+        hp = fd._executor_cache.last_compiled.params if segments == 1 else None
+        label = "execute" if hp is None else (
+            f"execute bx={hp.block_x} B={hp.persistent_batch_size} R={hp.reload_batch_size}")
+        record(n, label, lambda: fd.execute([x]), out, ref,
                {"scheduler": str(fd.last_scheduler()), "segments": segments})
-        for bx, batch, reload, reg in configs:  # bx 0: the heuristics' params
+        for bx, batch, reload in configs:
             fd = _softmax_definition()
-            cg.REGISTER_TARGET = reg
-            try:  # the register target stays set while timing: a call may generate again
+            try:
                 hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x])
-                if bx:
-                    hp.block_x, hp.block_y, hp.smem_persistent = bx, 1, True
-                    hp.persistent_batch_size, hp.reload_batch_size = batch, reload
-                    hp.grid_x = min(hp.grid_x, x.shape[0])
+                hp.block_x, hp.block_y, hp.smem_persistent = bx, 1, True
+                hp.persistent_batch_size, hp.reload_batch_size = batch, reload
+                hp.grid_x = min(hp.grid_x, x.shape[0])
                 (out,) = fd.manual_execute([x], heuristic_params=hp)
-                k = _kernel_of(fd)
-                label = (f"{'heur ' if not bx else ''}smem={int(hp.smem_persistent)} "
-                         f"bx={hp.block_x} B={hp.persistent_batch_size} "
-                         f"R={hp.reload_batch_size} reg={reg}")
-                record(n, label,
-                       lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp),
-                       out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
             except Exception as exc:  # a layout the scheduler refuses
-                log(f"  n={n} ({bx}, {batch}, {reload}, {reg}): {exc}")
-            finally:
-                cg.REGISTER_TARGET = target
+                log(f"  n={n} ({bx}, {batch}, {reload}): {exc}")
+                continue
+            k = _kernel_of(fd)
+            record(n, f"bx={bx} B={batch} R={reload}",
+                   lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp),
+                   out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
 
-    heur = (0, 0, 0, target)
-    for n in (1024, 2048, 4096, 8192):
+    for n in (1024, 2048, 4096, 8192, 16384, 32768):
         measure(n, [])
-    # (threads per row, vectors per thread, vectors reloaded, register target): the register
-    # target sets __launch_bounds__' blocks per SM, to match what shared memory allows
-    measure(16384, [heur, (256, 8, 0, 40), (256, 8, 0, 32)])
-    measure(32768, [heur, (512, 8, 0, 40), (1024, 4, 0, 32)])
-    measure(65536, [heur, (512, 16, 7, 40), (512, 16, 10, 32), (1024, 8, 2, 32),
-                    (512, 16, 16, 32)])
-    measure(131072, [heur, (1024, 16, 5, 32)])
+    # (threads per row, vectors per thread, vectors reloaded): one block an SM holding the
+    # whole row, two blocks reloading more of it
+    measure(65536, [(1024, 8, 0), (512, 16, 6)])
+    measure(131072, [(512, 32, 19)])
     return rows
 
 

@@ -127,6 +127,11 @@ __device__ void exercise_memory(kf::Tensor<T, 2, int> a, kf::Tensor<T, 1, long l
     kf::Vec<T, 8> v8 = kf::load_vec<8>(p + 8 * i);
     kf::store_vec<8>(p + 8 * i + 8, v8);
   }
+  constexpr int V16 = 16 / sizeof(T);
+  __shared__ kf::Vec<T, V16> slots[32];
+  kf::copy_async(&slots[i % 32], a, V16 * i);
+  kf::copy_async_wait();
+  kf::store_vec<V16>(p + V16 * i, slots[i % 32]);
 }
 
 template <typename F>
@@ -278,6 +283,10 @@ extern "C" __global__ void k(kf::Tensor<float, 1, int> f, kf::Tensor<kf::half, 1
   kf::store_vec<4>(f, 4 * i, v);
   kf::store_vec<8>(h, 8 * i, w);
   kf::store_vec<4>(b, 4 * i, u);
+  __shared__ kf::Vec<kf::bfloat16, 8> held[32];
+  kf::copy_async(&held[i % 32], b, 8 * i);
+  kf::copy_async_wait();
+  kf::store_vec<8>(b, 8 * i + 8, held[i % 32]);
 }
 """
     )
@@ -289,6 +298,8 @@ extern "C" __global__ void k(kf::Tensor<float, 1, int> f, kf::Tensor<kf::half, 1
     assert "cvt.f32.f16" in ptx
     assert "ld.global.v4" in ptx  # 16-byte loads: 4 floats and 8 halves
     assert "st.global.v4" in ptx
+    # held rows go to shared memory without registers
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_all" in ptx
     # ... and no element-wise 16-bit traffic left: 4 bfloat16 go out as one 8-byte store
     assert not re.search(r"(ld|st)\.global\.[ub]16", ptx)
 

@@ -221,4 +221,8 @@ def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -
         hp.persistent_batch_size = batch
         hp.reload_batch_size = 1 if share == "one" else batch
         check(fd, inputs, hp)
-        assert "rv0" in fd.last_cuda_source()
+        source = fd.last_cuda_source()
+        assert "rv0" in source
+        # 16-byte vectors go to shared memory by cp.async (4097: one element per access)
+        held = share == "one"
+        assert ("kf::copy_async(" in source) == (smem and held and n == 1000)

@@ -10,7 +10,8 @@ Layout of the work (canonical domain of kfuse.codegen.reduction_plan, reduced ax
 Every loop over the lanes of a vector has a constant trip count (guards inside), so the held
 arrays stay in registers (a data-dependent index would put them in local memory). With
 spec.smem_held the held vectors go to dynamic shared memory instead, one slot per (row of the
-block, b, thread x); each thread reads back only its own slots, so no barrier is needed.
+block, b, thread x), copied there by cp.async where they are 16-byte vectors; each thread
+reads back only its own slots, so no barrier is needed.
 With spec.reload > 0 only the first H = B - reload vectors are held; the rest (the row's tail)
 are read again from global memory by every pass, which L2 serves after the first. Held and
 reloaded slots are walked by separate loops so that every index stays a constant.
@@ -262,14 +263,12 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
                   f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};"]
         for i in held_inputs(plan, spec):
             if spec.smem_held:
-                target = smem_slot(spec, i, "b")
-                if not spec.exact:  # lanes past the row end must hold defined values
-                    ctype = plan.loop_inputs[i].val.dtype.cuda_type
-                    lines.append(f"        {target} = kf::Vec<{ctype}, {vec}>{{}};")
-                lines += _load_vector(spec, i, target, "        ")
+                lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
             else:
                 lines += _load_vector(spec, i, f"x{i}[b]", "        ")
         lines += ["      }", "    }"]
+        if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
+            lines.append("    kf::copy_async_wait();")
     for k in spec.kept:
         ctype = compute_ctype(stage_value(plan, k).val.dtype)
         lines.append(f"    {ctype} c{k}[{batch}][{vec}] = {{}};")
@@ -292,6 +291,34 @@ def _slot_loop(spec: ReductionKernelSpec, first: int, end: int, body: list[str],
     return ["#pragma unroll", f"{indent}for (int b = {first}; b < {end}; ++b) {{",
             f"{indent}  const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
             *body, f"{indent}}}"]
+
+
+def _async_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
+    """Whether input i's held vectors go to shared memory by cp.async (16-byte vectors,
+    contiguous along the row). Copies that bypass registers leave the loads of the whole
+    held row in flight at once; measured on an H200 (bf16 softmax), they took rows of 16384
+    from 91% to 94% of copy, 32768 from 86% to 91% and 65536 from 77% to 82%."""
+    return spec.loop_kinds[i] == VEC and plan.loop_inputs[i].val.dtype.itemsize * spec.vector == 16
+
+
+def _fill_slot(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: str,
+               indent: str) -> list[str]:
+    """Fill input i's shared-memory slot `target` for the vector at i0; lanes past the row end
+    must hold defined values."""
+    vec = spec.vector
+    ctype = plan.loop_inputs[i].val.dtype.cuda_type
+    if _async_ok(plan, spec, i):
+        copy = f"kf::copy_async(&{target}, in{i}, base_in{i} + i0);"
+        if spec.exact:
+            return [f"{indent}if (i0 < n_red) {copy}"]
+        return [f"{indent}if (i0 + {vec} <= n_red) {{", f"{indent}  {copy}",
+                f"{indent}}} else {{", f"{indent}  {target} = kf::Vec<{ctype}, {vec}>{{}};",
+                "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
+                f"{indent}    if (i0 + j < n_red) {target}[j] = "
+                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
+                f"{indent}  }}", f"{indent}}}"]
+    lines = [] if spec.exact else [f"{indent}{target} = kf::Vec<{ctype}, {vec}>{{}};"]
+    return lines + _load_vector(spec, i, target, indent)
 
 
 def _valid_loop(plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any, indent: str

@@ -621,6 +621,29 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
   *reinterpret_cast<Vec<T, V>*>(p) = v;
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80
+// and later). The copy is complete for the issuing thread after copy_async_wait().
+template <typename T, int V, int N, typename Index, typename Off>
+__device__ __forceinline__ void copy_async(Vec<T, V>* dst, const Tensor<T, N, Index>& t,
+                                           Off off) {
+  static_assert(sizeof(Vec<T, V>) == 16, "kf::copy_async moves 16-byte vectors");
+  KF_BOUNDS_(t, off, V);
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(t.data + off)
+               : "memory");
+#else
+  *dst = load_vec<V>(t.data + off);
+#endif
+}
+
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 template <typename T, int N, typename Index, typename Off>
 __device__ __forceinline__ T load(const Tensor<T, N, Index>& t, Off off) {
   KF_BOUNDS_(t, off, 1);
