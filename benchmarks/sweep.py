@@ -38,7 +38,8 @@ def pointwise_sweep(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any
             vecs = -(-inputs[0].shape[1] // hp.vectorization_factor)
             hp.grid_x = max(1, -(-vecs // (bx * unroll)))
             hp.grid_y = min(65535, -(-inputs[0].shape[0] // by))
-            ms = time_ms(torch, lambda: fd.manual_execute(inputs, heuristic_params=hp), 30)
+            ms = time_ms(torch, lambda fd=fd, inputs=inputs, hp=hp: fd.manual_execute(
+                inputs, heuristic_params=hp), 30)
             gbs = nbytes / (ms * 1e-3) / 1e9
             rows.append({"workload": w.id, "unroll": unroll, "block": [bx, by], "ms": ms,
                          "fraction_of_copy": gbs / copy_gbs})
@@ -54,7 +55,7 @@ def softmax_sweep(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
         x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
         (out,) = fd.execute([x])
         err = float((out.double() - torch.softmax(x.double(), -1)).abs().max())
-        ms = time_ms(torch, lambda: fd.execute([x]), 30)
+        ms = time_ms(torch, lambda fd=fd, x=x: fd.execute([x]), 30)
         gbs = 2 * x.numel() * 2 / (ms * 1e-3) / 1e9
         segments = len(fd.segments([x]))
         rows.append({"row": n, "ms": ms, "fraction_of_copy": gbs / copy_gbs,
