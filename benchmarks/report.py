@@ -61,7 +61,8 @@ def chart(data: dict[str, Any], path: Path) -> None:
     ax.set_xticklabels(workloads)
     ax.set_ylabel("% of device-to-device copy bandwidth")
     ax.set_title(f"{data['device']}, {data.get('date', '')}")
-    ax.legend(fontsize=8)
+    # below the axes: above them it covered the bars of the last workloads
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
