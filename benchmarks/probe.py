@@ -191,6 +191,7 @@ def _per_call_us(fn: Any, n: int = 20000) -> float:
 
 def host_probe(torch: Any, log: Any) -> dict[str, float]:
     import cupy
+    import numpy
 
     out: dict[str, float] = {}
     a = torch.randn(1024, device="cuda")
@@ -214,6 +215,8 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         "t.device": lambda: a.device,
         "t.get_device()": a.get_device,
         "cupy.empty": lambda: cupy.empty((1024,), dtype=cupy.float32),
+        "cupy.empty (positional)": lambda: cupy.empty((1024,), numpy.float32),
+        "cupy.ndarray(shape, dtype)": lambda: cupy.ndarray((1024,), numpy.float32),
         "cupy current stream ptr": lambda: cupy.cuda.get_current_stream().ptr,
         "cupy x.data.ptr": lambda: ca.data.ptr,
         "cupy x.strides": lambda: ca.strides,
@@ -245,6 +248,12 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     match_alloc = FastCall("torch", 0, input_layouts([a, b]), [(torch.empty_like, (), None, 0)],
                            [], [], raw, (0,), None, None)
     probes["FastCall: match only"] = lambda: match_only([a, b], None)
+    for label, alloc in [("cupy.empty", cupy.empty), ("cupy.ndarray", cupy.ndarray)]:
+        cupy_call = FastCall("cupy", 0, input_layouts([ca, cb]),
+                             [(alloc, ((1024,), numpy.float32), None, -1)], [], [],
+                             cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice,
+                             None)
+        probes[f"FastCall cupy: match + {label}"] = lambda c=cupy_call: c([ca, cb], None)
     probes["FastCall: match + allocate"] = lambda: match_alloc([a, b], None)
     cache = fd._executor_cache.fast_calls
     probes["FastCallCache call (torch, no Python frame)"] = lambda: cache([a, b], None)

@@ -85,6 +85,33 @@ def test_fast_path_hits_are_right_for_every_allocation_kind() -> None:
 
 
 @pytest.mark.gpu
+def test_cupy_fast_path_hits_allocate_outputs_and_workspaces() -> None:
+    """CuPy hits allocate through cupy.ndarray: a broadcast output and a grid reduction's
+    float64 workspace come out right, as CuPy arrays of the right shape and dtype."""
+    cupy = pytest.importorskip("cupy")
+    from kfuse import DataType
+
+    with FusionDefinition() as fd:
+        col = fd.define_tensor(shape=[-1, 1])
+        row = fd.define_tensor(shape=[1, -1])
+        fd.add_output(fd.ops.add(col, row))
+    with FusionDefinition() as total:
+        x = total.define_tensor(shape=[-1], dtype=DataType.Float)
+        total.add_output(total.ops.sum(x, [0]))
+    col_c = cupy.random.standard_normal((300, 1), dtype=cupy.float32)
+    row_c = cupy.random.standard_normal((1, 77), dtype=cupy.float32)
+    big = cupy.random.standard_normal(1 << 22, dtype=cupy.float32)
+    for _ in range(3):  # the first call compiles, the others are fast-path hits
+        (outer,) = fd.execute([col_c, row_c])
+        (s,) = total.execute([big])
+    assert isinstance(outer, cupy.ndarray) and outer.shape == (300, 77)
+    assert outer.dtype == cupy.float32 and s.dtype == cupy.float32
+    assert fd._executor_cache.fast_calls([col_c, row_c], None) is not None
+    cupy.testing.assert_allclose(outer, col_c + row_c, rtol=1e-6)
+    cupy.testing.assert_allclose(s, big.astype(cupy.float64).sum(), rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.gpu
 def test_bad_input_after_a_cached_call_is_still_rejected() -> None:
     torch = pytest.importorskip("torch")
     from kfuse import InputError

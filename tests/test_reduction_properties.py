@@ -42,3 +42,26 @@ def test_random_reductions_match_the_reference(data: st.DataObject) -> None:
 @given(st.data())
 def test_random_normalizations_match_the_reference(data: st.DataObject) -> None:
     _run(data, {"normalization"})
+
+
+@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.too_slow,
+                                                  HealthCheck.filter_too_much], deadline=None)
+@given(st.data())
+def test_random_normalizations_with_drawn_persistent_layouts(data: st.DataObject) -> None:
+    """Any layout a user may set (threads per row, registers or shared memory, some or all
+    vectors reloaded instead of held) computes the same result."""
+    fd = data.draw(fusions(kinds={"normalization"}, max_ops=4, max_rank=3, max_outputs=2))
+    inputs = data.draw(inputs_for(fd, framework="torch", max_elements=600))
+    ok, _ = schedule.can_schedule(fd.fusion, SchedulerType.inner_persistent, inputs)
+    assume(ok)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, inputs)
+    covered = hp.block_x * hp.persistent_batch_size  # vectors a row needs, at least
+    smallest = max(1, -(-covered // 64))  # a thread holds at most 64 vectors
+    hp.block_x = data.draw(st.sampled_from([b for b in (1, 2, 4, 8, 16, 32, 64)
+                                            if b >= smallest] or [smallest]))
+    hp.block_y = 1
+    hp.persistent_batch_size = -(-covered // hp.block_x)
+    hp.reload_batch_size = data.draw(st.integers(0, hp.persistent_batch_size))
+    hp.smem_persistent = data.draw(st.booleans())
+    out = fd.manual_execute(inputs, heuristic_params=hp)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)

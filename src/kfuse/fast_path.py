@@ -109,9 +109,10 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any) -> Any:
     from kfuse._C import FastCall
     from kfuse.dtypes import to_numpy_dtype
 
-    outputs = [(cupy.empty, (tuple(info.shape(o)), to_numpy_dtype(o.dtype)), None, -1)
+    # The ndarray constructor is what cupy.empty calls, less a Python frame (0.4 us a call).
+    outputs = [(cupy.ndarray, (tuple(info.shape(o)), to_numpy_dtype(o.dtype)), None, -1)
                for o in info.fusion.outputs]
-    workspaces = [(cupy.empty, ((-(-n // 8),), "float64"), None, -1)
+    workspaces = [(cupy.ndarray, ((-(-n // 8),), "float64"), None, -1)
                   for n in workspace_bytes(compiled.launches)]
     launches = _packed_launches(compiled, info)
     # cupy allocates on, and reports the stream of, the current device: the call only takes
