@@ -266,6 +266,16 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         out[f"fast path hit ({label})"] = float(cache(arrays, None) is not None)
         log(f"  fast path hit ({label}): {cache(arrays, None) is not None}")
     probes["kfuse execute (cupy from_dlpack)"] = lambda: fd.execute([da, db])
+    # A scalar input: the fast path computes its parameter's value on every call
+    with FusionDefinition() as scaled:
+        x = scaled.define_tensor(shape=[-1], dtype=DataType.Float)
+        y = scaled.define_tensor(shape=[-1], dtype=DataType.Float)
+        s = scaled.define_scalar(dtype=DataType.Double)
+        scaled.add_output(scaled.ops.mul(scaled.ops.add(x, y), s))
+    scaled.execute([a, b, 2.0])
+    probes["kfuse execute (torch, scalar input)"] = lambda: scaled.execute([a, b, 2.5])
+    probes["kfuse checked path (torch, scalar input)"] = \
+        lambda: scaled._executor_cache.execute([a, b, 2.5], try_fast=False)
     kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = (a + b) * 2",
                                     "probe_h1")
     probes["cupy ElementwiseKernel (allocating)"] = lambda: kernel(ca, cb)

@@ -96,3 +96,54 @@ def test_a_cycle_through_the_cache_is_collected() -> None:
     del tag, holder
     gc.collect()
     assert alive() is None
+
+
+def test_scalar_inputs_match_by_python_type_whatever_their_value() -> None:
+    a = torch.randn(4, 5)
+    call = FastCall("torch", -1, [layout(a), (float,)], [(torch.empty_like, (), None, 0)], [],
+                    [], lambda: 0, (), None, "tag")
+    assert call([torch.randn(4, 5), 3.5], None) is not None
+    assert call([torch.randn(4, 5), -1e300], None) is not None  # any value of that type
+    for other in (3, True, "3.5", None, torch.tensor(3.5), torch.randn(4, 5)):
+        assert call([torch.randn(4, 5), other], None) is None  # another type: checked path
+
+
+def test_scalar_specs_come_from_python_numbers_only() -> None:
+    import numpy as np
+
+    from kfuse.fast_path import scalar_spec
+
+    assert scalar_spec(2.0) == (float,)
+    assert scalar_spec(2) == (int,)
+    assert scalar_spec(True) == (bool,)
+    # NumPy scalars and 0-d arrays take the checked path every time
+    for other in (np.float64(2.0), np.int32(2), torch.tensor(2.0), "2"):
+        assert scalar_spec(other) is None
+
+
+def test_scalar_programs_replay_the_checked_paths_scalar_values() -> None:
+    """A program exists where scalar inputs feed element-wise math (also through the casts
+    the frontend inserts and scalar arithmetic); it computes what the checked path would."""
+    from kfuse import DataType, FusionDefinition
+    from kfuse.fast_path import ScalarProgram
+
+    with FusionDefinition() as derived:  # s * 2 and the int k are scalars computed on the host
+        x = derived.define_tensor(shape=[-1])
+        s = derived.define_scalar(dtype=DataType.Double)
+        k = derived.define_scalar(dtype=DataType.Int)
+        derived.add_output(derived.ops.add(derived.ops.mul(x, derived.ops.mul(s, 2.0)), k))
+    with FusionDefinition() as shaped:  # n sets an output's shape
+        x = shaped.define_tensor(shape=[-1])
+        n = shaped.define_scalar(dtype=DataType.Int)
+        shaped.add_output(shaped.ops.reshape(x, [n, -1]))
+    a = torch.randn(6)
+    assert ScalarProgram.of(shaped.fusion, shaped.fusion.infer_shapes([a, 2])) is None
+    fusion = derived.fusion
+    program = ScalarProgram.of(fusion, fusion.infer_shapes([a, 1.5, 3]))
+    assert program is not None
+    operands = [v for e in fusion.exprs for v in e.inputs
+                if type(v).__name__ == "Scalar" and program.slot(v) is not None]
+    assert operands  # the scalars the tensor ops read
+    for values in ([a, 0.1, 7], [a, -2.5, -1], [a, 1e30, 2 ** 40]):
+        expected = fusion.infer_shapes(values)
+        assert program(values) == tuple(expected[v] for v in program.operands)

@@ -112,6 +112,56 @@ def test_cupy_fast_path_hits_allocate_outputs_and_workspaces() -> None:
 
 
 @pytest.mark.gpu
+def test_scalar_inputs_take_the_fast_path_with_each_calls_values() -> None:
+    """Scalar inputs of every kind (used directly, through the casts the frontend inserts and
+    through scalar arithmetic) may change on every cached call: each result is the checked
+    path's, bit for bit, and the calls are fast-path hits."""
+    torch = pytest.importorskip("torch")
+    from kfuse import DataType
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        a = fd.define_scalar(dtype=DataType.Double)
+        f = fd.define_scalar(dtype=DataType.Float)
+        k = fd.define_scalar(dtype=DataType.Int)
+        flag = fd.define_scalar(dtype=DataType.Bool)
+        y = fd.ops.add(fd.ops.mul(x, a), f)
+        z = fd.ops.add(fd.ops.mul(y, k), fd.ops.mul(a, 2.0))  # a * 2 is computed on the host
+        fd.add_output(fd.ops.where(flag, z, fd.ops.neg(z)))
+    t = torch.randn(64, 1000, device="cuda")
+    fd.execute([t, 1.0, 1.0, 1, True])  # compiles; later calls with these types are hits
+    for values in [(1.5, 0.25, 3, True), (-2.0, 1e-3, -7, False), (0.5, 3.0, 0, True),
+                   (1e3, -1.0, 2 ** 33, False)]:
+        inputs = [t, *values]
+        assert fd._executor_cache.fast_calls(inputs, None) is not None
+        (fast,) = fd.execute(inputs)
+        (checked,) = fd._executor_cache.execute(inputs, try_fast=False)
+        assert torch.equal(fast, checked)
+        a_, f_, k_, flag_ = values
+        z_ = (t.double() * a_ + f_) * k_ + 2.0 * a_
+        torch.testing.assert_close(fast.double(), z_ if flag_ else -z_, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_a_scalar_out_of_its_parameters_range_fails_as_on_the_checked_path() -> None:
+    torch = pytest.importorskip("torch")
+    from kfuse import DataType, InputError
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        k = fd.define_scalar(dtype=DataType.Int32)  # a 4-byte kernel parameter
+        fd.add_output(fd.ops.add(x, k))
+    t = torch.arange(100, dtype=torch.int32, device="cuda")
+    fd.execute([t, 5])
+    assert torch.equal(fd.execute([t, 7])[0], t + 7)
+    with pytest.raises(Exception, match="does not fit"):
+        fd.execute([t, 2 ** 40])
+    assert torch.equal(fd.execute([t, -3])[0], t - 3)
+    with pytest.raises(InputError):  # not a number: the checked path names the input
+        fd.execute([t, "3"])
+
+
+@pytest.mark.gpu
 def test_bad_input_after_a_cached_call_is_still_rejected() -> None:
     torch = pytest.importorskip("torch")
     from kfuse import InputError

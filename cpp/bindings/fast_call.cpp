@@ -1,16 +1,19 @@
 // bindings/fast_call.cpp: the host fast path of cached GPU calls, in C++.
 //
 // kfuse.fast_path builds one FastCall per input layout a fusion has run with (and a
-// FastCallCache per fusion). A call then matches the inputs against those layouts, allocates
-// outputs through the inputs' framework, asks the framework for its current stream and
-// launches packed launches, without running any of kfuse's Python code. Inputs of another
-// layout make __call__ return None, and the caller takes the checked path. Only the limited
-// C API is used (the module is built for the stable ABI).
+// FastCallCache per fusion). A call then matches the inputs against those layouts (scalar
+// inputs by their Python type), allocates outputs through the inputs' framework, asks the
+// framework for its current stream and launches packed launches, without running any of
+// kfuse's Python code; only a fusion with scalar inputs calls back into Python, for the
+// values of the scalar parameters (kfuse.fast_path.ScalarProgram). Inputs of another layout
+// make __call__ return None, and the caller takes the checked path. Only the limited C API is
+// used (the module is built for the stable ABI).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -102,11 +105,38 @@ private:
 };
 
 // The layout one tensor input must have: exactly what the checked path saw when it compiled.
+// A scalar input (scalar = true) must have the same Python type; its value may change.
 struct InputSpec {
     nb::object type, dtype, shape, strides;  // strides as the framework reports them
     int64_t align = 0;                       // data pointer modulo 16
     int64_t device = 0;
+    bool scalar = false;
 };
+
+// A Python number in every form a scalar parameter may take; false (no error set) when it
+// has no float value (then the checked path decides what to do with it).
+bool to_scalar(PyObject *o, ScalarValue &v) {
+    v.f = PyFloat_AsDouble(o);
+    if (v.f == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    const int truth = PyObject_IsTrue(o);
+    if (truth < 0) {
+        PyErr_Clear();
+        return false;
+    }
+    v.b = truth == 1;
+    v.has_i = false;
+    if (PyLong_Check(o)) {
+        v.i = PyLong_AsLongLong(o);
+        if (v.i == -1 && PyErr_Occurred())
+            PyErr_Clear();  // beyond 64 bits: no int form (an int parameter refuses it)
+        else
+            v.has_i = true;
+    }
+    return true;
+}
 
 // How to allocate one buffer: callable(*args, **kwargs), or callable(inputs[like]).
 struct BufferSpec {
@@ -119,10 +149,10 @@ public:
     FastCall(const std::string &framework, int device, std::vector<nb::tuple> inputs,
              std::vector<nb::tuple> outputs, std::vector<nb::tuple> workspaces,
              std::vector<nb::object> launches, nb::object stream_callable, nb::object stream_args,
-             nb::object device_callable, nb::object tag)
+             nb::object device_callable, nb::object tag, nb::object scalars)
         : device_(device), stream_callable_(std::move(stream_callable)),
           stream_args_(std::move(stream_args)), device_callable_(std::move(device_callable)),
-          tag_(std::move(tag)) {
+          tag_(std::move(tag)), scalars_(std::move(scalars)) {
         if (framework == "torch")
             framework_ = Framework::Torch;
         else if (framework == "cupy")
@@ -130,9 +160,14 @@ public:
         else
             throw nb::value_error("FastCall: framework must be 'torch' or 'cupy'");
         for (nb::tuple t : inputs) {
+            if (t.size() == 1) {  // a scalar input: (type,)
+                inputs_.push_back({nb::borrow(t[0]), nb::none(), nb::none(), nb::none(), 0, 0,
+                                   true});
+                continue;
+            }
             if (t.size() != 6)
                 throw nb::value_error("FastCall: an input spec is (type, dtype, shape, strides, "
-                                      "align, device)");
+                                      "align, device), or (type,) for a scalar input");
             inputs_.push_back({nb::borrow(t[0]), nb::borrow(t[1]), nb::borrow(t[2]),
                                nb::borrow(t[3]), nb::cast<int64_t>(t[4]),
                                nb::cast<int64_t>(t[5])});
@@ -144,10 +179,16 @@ public:
             launch_objects_.push_back(l);
         }
         for (const PackedLaunch *l : launches_) {
-            if (l->count(PointerSlot::Source::Input) > int(inputs_.size()) ||
-                l->count(PointerSlot::Source::Output) > int(outputs_.size()) ||
-                l->count(PointerSlot::Source::Workspace) > int(workspaces_.size()))
+            if (l->count(ArgSlot::Source::Input) > int(inputs_.size()) ||
+                l->count(ArgSlot::Source::Output) > int(outputs_.size()) ||
+                l->count(ArgSlot::Source::Workspace) > int(workspaces_.size()))
                 throw nb::value_error("FastCall: a launch reads more pointers than the call has");
+            scalar_count_ = std::max(scalar_count_, l->count(ArgSlot::Source::Scalar));
+        }
+        if (scalar_count_ > 0 && scalars_.is_none())
+            throw nb::value_error("FastCall: the launches have scalar slots but no scalar "
+                                  "program computes their values");
+        for (const PackedLaunch *l : launches_) {
         }
     }
 
@@ -166,9 +207,21 @@ public:
             PyObject *t = is_list ? PyList_GetItem(seq, Py_ssize_t(i))
                                   : PyTuple_GetItem(seq, Py_ssize_t(i));
             items[i] = t;
-            if (!matches(inputs_[i], t, input_ptrs[i]))
+            if (inputs_[i].scalar) {
+                input_ptrs[i] = 0;
+                if (reinterpret_cast<PyObject *>(Py_TYPE(t)) != inputs_[i].type.ptr())
+                    return nb::none();
+            } else if (!matches(inputs_[i], t, input_ptrs[i])) {
                 return nb::none();
+            }
         }
+        Scratch<ScalarValue> scalars{size_t(scalar_count_)};
+        if (scalar_count_ > 0 && !scalar_values(seq, scalars))
+            return nb::none();
+        for (const PackedLaunch *l : launches_)
+            if (!l->accepts(scalars.data()))
+                return nb::none();  // e.g. out of a 32-bit parameter's range: the checked path
+                                    // says so
         if (framework_ == Framework::CuPy && !on_current_device())
             return nb::none();  // cupy allocates on the current device: take the checked path
         uintptr_t raw_stream = stream.is_none() ? current_stream() : nb::cast<uintptr_t>(stream);
@@ -176,7 +229,8 @@ public:
         nb::list outputs = allocate(outputs_, items, output_ptrs);
         nb::list workspaces = allocate(workspaces_, items, workspace_ptrs);
         for (const PackedLaunch *l : launches_)
-            l->launch(raw_stream, input_ptrs.data(), output_ptrs.data(), workspace_ptrs.data());
+            l->launch(raw_stream, input_ptrs.data(), output_ptrs.data(), workspace_ptrs.data(),
+                      scalars.data());
         return nb::make_tuple(tag_, outputs);
     }
 
@@ -203,6 +257,7 @@ public:
         Py_VISIT(stream_args_.ptr());
         Py_VISIT(device_callable_.ptr());
         Py_VISIT(tag_.ptr());
+        Py_VISIT(scalars_.ptr());
         return 0;
     }
 
@@ -214,7 +269,8 @@ public:
         workspaces_.clear();
         launches_.clear();
         launch_objects_.clear();
-        stream_callable_ = stream_args_ = device_callable_ = tag_ = nb::none();
+        stream_callable_ = stream_args_ = device_callable_ = tag_ = scalars_ = nb::none();
+        scalar_count_ = 0;
     }
 
 private:
@@ -259,6 +315,22 @@ private:
         if (PyErr_Occurred())
             raise_current();
         return int64_t(ptr & 15) == spec.align;
+    }
+
+    // The scalar parameters' values for this call's inputs, from the scalar program (the
+    // checked path's own evaluation; its errors propagate as the checked path's would);
+    // false when one is not a number.
+    bool scalar_values(PyObject *inputs, Scratch<ScalarValue> &out) const {
+        Ref values(PyObject_CallFunctionObjArgs(scalars_.ptr(), inputs, nullptr));
+        if (!values)
+            raise_current();
+        if (!PyTuple_Check(values.p) || PyTuple_Size(values.p) < scalar_count_)
+            throw nb::value_error("FastCall: the scalar program must return a tuple of a value "
+                                  "for each scalar slot");
+        for (int k = 0; k < scalar_count_; ++k)
+            if (!to_scalar(PyTuple_GetItem(values.p, k), out[size_t(k)]))
+                return false;
+        return true;
     }
 
     bool on_current_device() const {
@@ -317,6 +389,8 @@ private:
     std::vector<PackedLaunch *> launches_;
     std::vector<nb::object> launch_objects_;  // keeps launches_ (and their kernels) alive
     nb::object stream_callable_, stream_args_, device_callable_, tag_;
+    nb::object scalars_;  // callable(inputs) -> tuple of the scalar slots' values, or None
+    int scalar_count_ = 0;
 };
 
 // The FastCalls of one fusion, newest first; a call tries each until one matches.
@@ -356,14 +430,16 @@ private:
     std::vector<nb::object> entries_;
 };
 
-PointerSlot::Source to_source(const std::string &s) {
+ArgSlot::Source to_source(const std::string &s) {
     if (s == "input")
-        return PointerSlot::Source::Input;
+        return ArgSlot::Source::Input;
     if (s == "output")
-        return PointerSlot::Source::Output;
+        return ArgSlot::Source::Output;
     if (s == "workspace")
-        return PointerSlot::Source::Workspace;
-    throw nb::value_error("pointer slot source must be 'input', 'output' or 'workspace'");
+        return ArgSlot::Source::Workspace;
+    if (s == "scalar")
+        return ArgSlot::Source::Scalar;
+    throw nb::value_error("slot source must be 'input', 'output', 'workspace' or 'scalar'");
 }
 
 // tp_traverse / tp_clear for a bound class T with traverse() and clear() (nanobind's recipe
@@ -399,11 +475,16 @@ void register_fast_call(nb::module_ &m) {
             [](PackedLaunch *self, Kernel &kernel, const std::vector<int64_t> &grid,
                const std::vector<int64_t> &block, int64_t shared_mem, nb::handle args,
                const std::vector<std::tuple<int, std::string, int, int64_t>> &slots) {
-                std::vector<PointerSlot> converted;
+                std::vector<ArgSlot> converted;
                 for (const auto &[param, source, index, offset] : slots) {
                     if (param < 0)
-                        throw nb::value_error("pointer slot parameter must be >= 0");
-                    converted.push_back({to_source(source), index, offset, size_t(param)});
+                        throw nb::value_error("slot parameter must be >= 0");
+                    ArgSlot slot;
+                    slot.source = to_source(source);
+                    slot.index = index;
+                    slot.byte_offset = offset;
+                    slot.param = size_t(param);
+                    converted.push_back(slot);
                 }
                 new (self) PackedLaunch(kernel, to_dim3(grid, "grid"), to_dim3(block, "block"),
                                         shared_mem, convert_args(args), std::move(converted));
@@ -411,26 +492,43 @@ void register_fast_call(nb::module_ &m) {
             "kernel"_a, "grid"_a, "block"_a, "shared_mem"_a, "args"_a, "slots"_a,
             nb::keep_alive<1, 2>(),
             "slots: (parameter, 'input' | 'output' | 'workspace', index, byte offset) for each "
-            "tensor parameter whose data pointer changes per call.")
+            "tensor parameter whose data pointer changes per call, and (parameter, 'scalar', "
+            "input position, 0) for each scalar input's parameter.")
         .def(
             "launch",
             [](const PackedLaunch &self, uintptr_t stream, const std::vector<uintptr_t> &inputs,
-               const std::vector<uintptr_t> &outputs, const std::vector<uintptr_t> &workspaces) {
-                if (self.count(PointerSlot::Source::Input) > int(inputs.size()) ||
-                    self.count(PointerSlot::Source::Output) > int(outputs.size()) ||
-                    self.count(PointerSlot::Source::Workspace) > int(workspaces.size()))
+               const std::vector<uintptr_t> &outputs, const std::vector<uintptr_t> &workspaces,
+               const std::vector<nb::object> &scalars) {
+                if (self.count(ArgSlot::Source::Input) > int(inputs.size()) ||
+                    self.count(ArgSlot::Source::Output) > int(outputs.size()) ||
+                    self.count(ArgSlot::Source::Workspace) > int(workspaces.size()))
                     throw nb::value_error("PackedLaunch.launch: too few pointers");
-                self.launch(stream, inputs.data(), outputs.data(), workspaces.data());
+                if (self.count(ArgSlot::Source::Scalar) > int(scalars.size()))
+                    throw nb::value_error("PackedLaunch.launch: too few scalars");
+                std::vector<ScalarValue> values(scalars.size());
+                for (size_t i = 0; i < scalars.size(); ++i)
+                    if (!scalars[i].is_none() && !to_scalar(scalars[i].ptr(), values[i]))
+                        throw nb::type_error("PackedLaunch.launch: a scalar is not a number");
+                if (!self.accepts(values.data()))
+                    throw nb::value_error("PackedLaunch.launch: a scalar does not fit its "
+                                          "parameter");
+                self.launch(stream, inputs.data(), outputs.data(), workspaces.data(),
+                            values.data());
             },
-            "stream"_a, "inputs"_a, "outputs"_a, "workspaces"_a);
+            "stream"_a, "inputs"_a, "outputs"_a, "workspaces"_a,
+            "scalars"_a = std::vector<nb::object>(),
+            "scalars: the values of the launch's scalar slots, by slot index.");
 
     nb::class_<FastCall>(m, "FastCall", "One input layout's cached call (kfuse.fast_path).",
                          nb::type_slots(gc_slots<FastCall>))
         .def(nb::init<const std::string &, int, std::vector<nb::tuple>, std::vector<nb::tuple>,
                       std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,
-                      nb::object, nb::object>(),
+                      nb::object, nb::object, nb::object>(),
              "framework"_a, "device"_a, "inputs"_a, "outputs"_a, "workspaces"_a, "launches"_a,
-             "stream_callable"_a, "stream_args"_a, "device_callable"_a.none(), "tag"_a.none())
+             "stream_callable"_a, "stream_args"_a, "device_callable"_a.none(), "tag"_a.none(),
+             "scalars"_a.none() = nb::none(),
+             "scalars: callable(inputs) returning the values of the launches' scalar slots "
+             "(required when they have any).")
         .def("__call__", &FastCall::call, "inputs"_a, "stream"_a.none() = nb::none(),
              "(tag, outputs) after launching, or None when the inputs have another layout.")
         .def_prop_ro("tag", &FastCall::tag);

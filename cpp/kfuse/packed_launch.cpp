@@ -1,15 +1,24 @@
-// kfuse/packed_launch.cpp: pack once, patch pointers and launch per call.
+// kfuse/packed_launch.cpp: pack once, patch pointers and scalar values, launch per call.
 #include "packed_launch.h"
 
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 namespace kfuse {
 
+namespace {
+
+bool fits_int32(int64_t v) {
+    return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+}
+
+}  // namespace
+
 PackedLaunch::PackedLaunch(Kernel &kernel, const std::array<int64_t, 3> &grid,
                            const std::array<int64_t, 3> &block, int64_t shared_mem,
-                           const std::vector<KernelArg> &args, std::vector<PointerSlot> slots)
+                           const std::vector<KernelArg> &args, std::vector<ArgSlot> slots)
     : kernel_(kernel), shared_mem_(unsigned(shared_mem)), slots_(std::move(slots)) {
     Kernel::Loaded &l = kernel.prepare(grid, block, shared_mem);
     function_ = l.function;
@@ -18,13 +27,20 @@ PackedLaunch::PackedLaunch(Kernel &kernel, const std::array<int64_t, 3> &grid,
     const char *base = reinterpret_cast<const char *>(storage_.data());
     for (void *p : pointers)
         offsets_.push_back(size_t(static_cast<const char *>(p) - base));
-    for (const PointerSlot &s : slots_) {
-        if (s.param >= args.size() || args[s.param].kind != KernelArg::Kind::Tensor)
-            throw std::invalid_argument("kernel '" + kernel.name() + "': pointer slot for "
-                                        "parameter " + std::to_string(s.param) +
-                                        ", which is not a tensor parameter");
+    for (ArgSlot &s : slots_) {
+        const std::string where = "kernel '" + kernel.name() + "': slot for parameter " +
+                                  std::to_string(s.param);
+        if (s.param >= args.size())
+            throw std::invalid_argument(where + ", which does not exist");
         if (s.index < 0)
-            throw std::invalid_argument("pointer slot index must be >= 0");
+            throw std::invalid_argument(where + ": the index must be >= 0");
+        const bool tensor = args[s.param].kind == KernelArg::Kind::Tensor;
+        if ((s.source == ArgSlot::Source::Scalar) == tensor)
+            throw std::invalid_argument(where + (tensor ? ", a tensor, takes a pointer slot"
+                                                        : ", a scalar, takes a scalar slot"));
+        // pack() accepted the placeholder, so kind and size are a valid pair.
+        s.kind = args[s.param].kind;
+        s.size = l.param_sizes[s.param];
     }
     for (int i = 0; i < 3; ++i) {
         grid_[i] = unsigned(grid[i]);
@@ -32,16 +48,27 @@ PackedLaunch::PackedLaunch(Kernel &kernel, const std::array<int64_t, 3> &grid,
     }
 }
 
-int PackedLaunch::count(PointerSlot::Source source) const {
+int PackedLaunch::count(ArgSlot::Source source) const {
     int n = 0;
-    for (const PointerSlot &s : slots_)
+    for (const ArgSlot &s : slots_)
         if (s.source == source && s.index + 1 > n)
             n = s.index + 1;
     return n;
 }
 
+bool PackedLaunch::accepts(const ScalarValue *scalars) const {
+    for (const ArgSlot &s : slots_) {
+        if (s.source != ArgSlot::Source::Scalar || s.kind != KernelArg::Kind::Int)
+            continue;
+        const ScalarValue &v = scalars[s.index];
+        if (!v.has_i || (s.size == 4 && !fits_int32(v.i)))
+            return false;
+    }
+    return true;
+}
+
 void PackedLaunch::launch(uintptr_t stream, const uintptr_t *inputs, const uintptr_t *outputs,
-                          const uintptr_t *workspaces) const {
+                          const uintptr_t *workspaces, const ScalarValue *scalars) const {
     // Kernels of a fusion take a few dozen words; the rare larger one goes to the heap.
     constexpr size_t kInlineWords = 128, kInlineParams = 64;
     uint64_t inline_words[kInlineWords];
@@ -60,12 +87,26 @@ void PackedLaunch::launch(uintptr_t stream, const uintptr_t *inputs, const uintp
     }
     std::memcpy(words, storage_.data(), storage_.size() * sizeof(uint64_t));
     char *base = reinterpret_cast<char *>(words);
-    for (const PointerSlot &s : slots_) {
-        const uintptr_t *from = s.source == PointerSlot::Source::Input    ? inputs
-                                : s.source == PointerSlot::Source::Output ? outputs
-                                                                          : workspaces;
+    for (const ArgSlot &s : slots_) {
+        char *dst = base + offsets_[s.param];
+        if (s.source == ArgSlot::Source::Scalar) {
+            const ScalarValue &v = scalars[s.index];
+            if (s.kind == KernelArg::Kind::Bool) {
+                *dst = v.b ? 1 : 0;
+            } else if (s.kind == KernelArg::Kind::Int) {  // accepts() checked the range
+                const int32_t narrow = int32_t(v.i);
+                std::memcpy(dst, s.size == 4 ? static_cast<const void *>(&narrow) : &v.i, s.size);
+            } else {
+                const float narrow = float(v.f);
+                std::memcpy(dst, s.size == 4 ? static_cast<const void *>(&narrow) : &v.f, s.size);
+            }
+            continue;
+        }
+        const uintptr_t *from = s.source == ArgSlot::Source::Input    ? inputs
+                                : s.source == ArgSlot::Source::Output ? outputs
+                                                                      : workspaces;
         uintptr_t p = from[s.index] + uintptr_t(s.byte_offset);
-        std::memcpy(base + offsets_[s.param], &p, sizeof(p));
+        std::memcpy(dst, &p, sizeof(p));
     }
     for (size_t i = 0; i < offsets_.size(); ++i)
         params[i] = base + offsets_[i];

@@ -582,15 +582,19 @@ class PackedLaunch:
 
     def __init__(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], shared_mem: int, args: object, slots: Sequence[tuple[int, str, int, int]]) -> None:
         """
-        slots: (parameter, 'input' | 'output' | 'workspace', index, byte offset) for each tensor parameter whose data pointer changes per call.
+        slots: (parameter, 'input' | 'output' | 'workspace', index, byte offset) for each tensor parameter whose data pointer changes per call, and (parameter, 'scalar', input position, 0) for each scalar input's parameter.
         """
 
-    def launch(self, stream: int, inputs: Sequence[int], outputs: Sequence[int], workspaces: Sequence[int]) -> None: ...
+    def launch(self, stream: int, inputs: Sequence[int], outputs: Sequence[int], workspaces: Sequence[int], scalars: Sequence[object] = []) -> None:
+        """scalars: the values of the launch's scalar slots, by slot index."""
 
 class FastCall:
     """One input layout's cached call (kfuse.fast_path)."""
 
-    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None) -> None: ...
+    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None, scalars: object | None = None) -> None:
+        """
+        scalars: callable(inputs) returning the values of the launches' scalar slots (required when they have any).
+        """
 
     def __call__(self, inputs: object, stream: object | None = None) -> object:
         """

@@ -8,9 +8,11 @@ framework, queries the framework's current stream and launches arguments packed 
 (kfuse._C.PackedLaunch), all in C++. Inputs of any other layout fall through to the checked
 path.
 
-Only plain GPU calls take it: tensor inputs only (a scalar input's value can change every
-call), no pinned params or device, single-scheduler fusions (segmented and library runs keep
-their own caches).
+Only plain GPU calls take it: no pinned params or device, single-scheduler fusions
+(segmented and library runs keep their own caches). Scalar inputs given as Python numbers
+match by type; the values of the scalar parameters they set are computed again on every
+call (ScalarProgram). Fusions whose scalar inputs reach a shape or an output stay on the
+checked path.
 """
 
 from __future__ import annotations
@@ -18,16 +20,36 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.arrays import framework_of
-from kfuse.ir.values import TensorView
+from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+from kfuse.ir.shapes import infer_scalar
+from kfuse.ir.values import Scalar, TensorView
 from kfuse.launch import InputOperand, OutputOperand, WorkspaceOperand, workspace_bytes
 
+SCALAR_TYPES = (bool, int, float)
+"""The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
+anything else take the checked path)."""
 
-def input_layouts(inputs: list[Any]) -> list[tuple] | None:
+
+def scalar_spec(value: Any) -> tuple | None:
+    """What a later call's value for a scalar input must match: (type,) for a Python number
+    (any value of that type matches), None for anything else."""
+    return (type(value),) if type(value) in SCALAR_TYPES else None
+
+
+def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None
+                  ) -> list[tuple] | None:
     """What a later call's inputs must match, one (type, dtype, shape, strides, pointer mod
-    16, device) per input in the framework's own terms, or None when these inputs cannot take
+    16, device) per array input in the framework's own terms and (type,) per scalar input
+    (`fusion_inputs` says which inputs are scalars), or None when these inputs cannot take
     the fast path."""
     specs = []
-    for t in inputs:
+    for k, t in enumerate(inputs):
+        if fusion_inputs is not None and isinstance(fusion_inputs[k], Scalar):
+            spec = scalar_spec(t)
+            if spec is None:
+                return None
+            specs.append(spec)
+            continue
         framework = framework_of(t)
         if framework == "torch" and t.device.type == "cuda":
             specs.append((type(t), t.dtype, tuple(t.shape), tuple(t.stride()),
@@ -49,9 +71,10 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def packed_launch(launch: Any, extents: dict[Any, Any], n_inputs: int, n_outputs: int,
-                  n_workspaces: int) -> Any:
-    """launch's arguments packed once (KernelLaunch.arguments with null pointers), with a
-    pointer slot for every array operand."""
+                  n_workspaces: int, program: ScalarProgram | None = None) -> Any:
+    """launch's arguments packed once (KernelLaunch.arguments with null pointers, and this
+    call's scalar values), with a slot for every array operand and for every scalar operand
+    that `program` computes from the scalar inputs."""
     from kfuse._C import PackedLaunch
 
     args = launch.arguments([0] * n_inputs, [0] * n_outputs, extents, [0] * n_workspaces)
@@ -63,17 +86,85 @@ def packed_launch(launch: Any, extents: dict[Any, Any], n_inputs: int, n_outputs
             slots.append((p, "output", op.index, 0))
         elif isinstance(op, WorkspaceOperand):
             slots.append((p, "workspace", op.index, op.offset))
+        elif program is not None and (k := program.slot(op.val)) is not None:
+            slots.append((p, "scalar", k, 0))
     return PackedLaunch(launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem,
                         args, slots)
 
 
-def _packed_launches(compiled: Any, info: Any) -> list[Any]:
+class NotReplayable(Exception):
+    """A scalar input reaches something other than element-wise math."""
+
+
+class ScalarProgram:
+    """How a cached call gets the values of its scalar parameters from its inputs.
+
+    Scalar inputs may change every call. Where they feed element-wise math, directly or
+    through scalar expressions (the casts the frontend inserts, arithmetic on scalars), the
+    kernel reads them (or the scalars computed from them) as parameters, and a later call
+    needs only the new values: calling the program computes them with the checked path's
+    own evaluation (kfuse.ir.shapes.infer_scalar). A scalar input that reaches anything else
+    (a shape, an output) makes the constructor raise NotReplayable."""
+
+    def __init__(self, fusion: Any, extents: dict[Any, Any]) -> None:
+        self.inputs = [(k, v) for k, v in enumerate(fusion.inputs) if isinstance(v, Scalar)]
+        self._dependent = {id(v) for _, v in self.inputs}
+        self.exprs = []  # the scalar expressions that read a scalar input, in order
+        for expr in fusion.exprs:
+            if not any(id(v) in self._dependent for v in expr.inputs):
+                continue
+            if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+                raise NotReplayable(type(expr).__name__)
+            if all(isinstance(o, Scalar) for o in expr.outputs):
+                self.exprs.append(expr)
+                self._dependent.update(id(o) for o in expr.outputs)
+            elif not all(isinstance(o, TensorView) for o in expr.outputs):
+                raise NotReplayable(type(expr).__name__)
+        if any(id(v) in self._dependent for v in fusion.outputs):
+            raise NotReplayable("output")
+        # Scalars those expressions also read that no scalar input changes (sizes): fixed
+        # for the layout a FastCall matches.
+        self.fixed = {v: extents[v] for e in self.exprs for v in e.inputs
+                      if isinstance(v, Scalar) and not v.is_constant
+                      and id(v) not in self._dependent}
+        self.operands: list[Any] = []  # the scalar slots' values, by slot index
+
+    @classmethod
+    def of(cls, fusion: Any, extents: dict[Any, Any]) -> ScalarProgram | None:
+        """The program of `fusion`, or None when a later call cannot replay it."""
+        try:
+            return cls(fusion, extents)
+        except NotReplayable:
+            return None
+
+    def slot(self, val: Any) -> int | None:
+        """The slot index of scalar operand `val`, or None when no scalar input changes it."""
+        if id(val) not in self._dependent:
+            return None
+        for k, v in enumerate(self.operands):
+            if v is val:
+                return k
+        self.operands.append(val)
+        return len(self.operands) - 1
+
+    def __call__(self, inputs: Any) -> tuple:
+        values = dict(self.fixed)
+        for position, val in self.inputs:
+            values[val] = inputs[position]
+        for expr in self.exprs:
+            infer_scalar(expr, values)
+        return tuple(values[v] for v in self.operands)
+
+
+def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[Any]:
     counts = (len(info.fusion.inputs), len(info.fusion.outputs),
               len(workspace_bytes(compiled.launches)))
-    return [packed_launch(launch, info.extents, *counts) for launch in compiled.launches]
+    return [packed_launch(launch, info.extents, *counts, program)
+            for launch in compiled.launches]
 
 
-def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any) -> Any:
+def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
+                program: ScalarProgram) -> Any:
     import torch
 
     from kfuse._C import FastCall
@@ -85,7 +176,8 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any)
         shape, dtype = tuple(info.shape(o)), to_torch_dtype(o.dtype)
         # empty_like skips torch.empty's argument parsing (about 2 us of the call): it gives a
         # contiguous array when the input it copies is one of the same shape and dtype.
-        like = next((k for k, t in enumerate(inputs) if t.dtype == dtype
+        like = next((k for k, (t, v) in enumerate(zip(inputs, info.fusion.inputs))
+                     if isinstance(v, TensorView) and t.dtype == dtype
                      and tuple(t.shape) == shape and t.is_contiguous()), -1)
         outputs.append((torch.empty_like, (), None, like) if like >= 0 else
                        (torch.empty_strided, (shape, _contiguous_strides(shape)),
@@ -98,12 +190,12 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any)
         stream, stream_args = raw, (info.device_index,)
     else:  # torch builds without the raw query
         stream, stream_args = (lambda: torch.cuda.current_stream(device).cuda_stream), ()
-    launches = _packed_launches(compiled, info)
+    launches = _packed_launches(compiled, info, program)
     return FastCall("torch", info.device_index, specs, outputs, workspaces, launches, stream,
-                    stream_args, None, compiled)
+                    stream_args, None, compiled, program if program.operands else None)
 
 
-def _cupy_call(specs: list[tuple], compiled: Any, info: Any) -> Any:
+def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProgram) -> Any:
     import cupy
 
     from kfuse._C import FastCall
@@ -114,11 +206,12 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any) -> Any:
                for o in info.fusion.outputs]
     workspaces = [(cupy.ndarray, ((-(-n // 8),), "float64"), None, -1)
                   for n in workspace_bytes(compiled.launches)]
-    launches = _packed_launches(compiled, info)
+    launches = _packed_launches(compiled, info, program)
     # cupy allocates on, and reports the stream of, the current device: the call only takes
     # the fast path while that is the inputs' device.
     return FastCall("cupy", info.device_index, specs, outputs, workspaces, launches,
-                    cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice, compiled)
+                    cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice, compiled,
+                    program if program.operands else None)
 
 
 def fast_call_for(inputs: list[Any], compiled: Any, info: Any) -> Any | None:
@@ -126,13 +219,12 @@ def fast_call_for(inputs: list[Any], compiled: Any, info: Any) -> Any | None:
     when such a call cannot take the fast path."""
     if compiled.runner is not None or not compiled.launches:
         return None
-    if any(not isinstance(v, TensorView) for v in info.fusion.inputs):
-        return None
     if info.framework not in ("torch", "cupy") or info.device_index < 0:
         return None
-    specs = input_layouts(inputs)
-    if specs is None:
+    specs = input_layouts(inputs, info.fusion.inputs)
+    program = None if specs is None else ScalarProgram.of(info.fusion, info.extents)
+    if program is None:
         return None
     if info.framework == "torch":
-        return _torch_call(inputs, specs, compiled, info)
-    return _cupy_call(specs, compiled, info)
+        return _torch_call(inputs, specs, compiled, info, program)
+    return _cupy_call(specs, compiled, info, program)

@@ -82,7 +82,7 @@ def _value(v: Val, shapes: dict[Val, Any]) -> Any:
 def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]) -> None:
     out = expr.outputs[0]
     if not isinstance(out, TensorView):
-        _infer_scalar(expr, shapes)
+        infer_scalar(expr, shapes)
         return
     tv = expr.inputs[0]
     shape = shapes[tv] if isinstance(tv, TensorView) else ()
@@ -176,7 +176,9 @@ def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]
     return tuple(entries)
 
 
-def _infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
+def infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
+    """The value of `expr`'s scalar output into `shapes`, from its inputs' values there (also
+    what the host fast path runs for scalars computed from scalar inputs)."""
     out = expr.outputs[0]
     if isinstance(expr, SizeOp):
         shapes[out] = shapes[expr.inputs[0]][expr.dim]
