@@ -276,6 +276,18 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     probes["kfuse execute (torch, scalar input)"] = lambda: scaled.execute([a, b, 2.5])
     probes["kfuse checked path (torch, scalar input)"] = \
         lambda: scaled._executor_cache.execute([a, b, 2.5], try_fast=False)
+    # What a miss costs: the checked path with and without building the new layout's FastCall
+    checked = fd._executor_cache
+    probes["kfuse checked path (torch) + FastCall build"] = \
+        lambda: checked.execute([a, b], try_fast=False)
+
+    def checked_only() -> None:
+        checked._remember_fast_call = lambda *args: None  # instance attribute: no build
+        try:
+            checked.execute([a, b], try_fast=False)
+        finally:
+            del checked._remember_fast_call
+    probes["kfuse checked path (torch), no FastCall build"] = checked_only
     kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = (a + b) * 2",
                                     "probe_h1")
     probes["cupy ElementwiseKernel (allocating)"] = lambda: kernel(ca, cb)
