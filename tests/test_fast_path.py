@@ -147,3 +147,28 @@ def test_scalar_programs_replay_the_checked_paths_scalar_values() -> None:
     for values in ([a, 0.1, 7], [a, -2.5, -1], [a, 1e30, 2 ** 40]):
         expected = fusion.infer_shapes(values)
         assert program(values) == tuple(expected[v] for v in program.operands)
+
+
+def test_a_layout_already_cached_is_not_built_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call that misses for a reason its layout's entry checks on every call (another
+    current CuPy device, a scalar out of its parameter's range) takes the checked path; it
+    must not build and add that layout's FastCall again. Layouts the cache dropped may be."""
+    import kfuse.executor as executor
+    from kfuse import FusionDefinition
+
+    built: list[object] = []
+    monkeypatch.setattr(executor, "layout_key", lambda inputs, info: tuple(inputs))
+    monkeypatch.setattr(executor, "fast_call_for",
+                        lambda inputs, compiled, info, layout: built.append(inputs) or FastCall(
+                            "torch", -1, [], [], [], [], lambda: 0, (), None, None))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1])))
+    cache = executor.FusionExecutorCache(fd.fusion)
+    for _ in range(3):
+        cache._remember_fast_call([1], None, None)
+    assert built == [[1]] and len(cache.fast_calls) == 1
+    for n in range(2, 2 + FastCallCache.MAX_ENTRIES):  # pushes [1] out of the cache
+        cache._remember_fast_call([n], None, None)
+    assert len(cache.fast_calls) == FastCallCache.MAX_ENTRIES
+    cache._remember_fast_call([1], None, None)  # dropped, so built again
+    assert built.count([1]) == 2

@@ -58,11 +58,9 @@ def test_cached_cupy_call_is_correct_on_a_user_stream() -> None:
     cupy.testing.assert_allclose(out, (a + b) * 2, rtol=1e-6)
 
 
-@pytest.mark.gpu
-def test_fast_path_hits_are_right_for_every_allocation_kind() -> None:
-    """Outputs shaped like an input (empty_like), outputs of another shape (empty_strided) and
-    a grid reduction's workspace all come out right on repeated cached calls."""
-    torch = pytest.importorskip("torch")
+def outer_sum_and_total() -> tuple[FusionDefinition, FusionDefinition]:
+    """col + row (an output shaped like neither input) and the sum of a vector (a grid
+    reduction with a workspace): between them, every kind of buffer a hit allocates."""
     from kfuse import DataType
 
     with FusionDefinition() as fd:
@@ -72,6 +70,15 @@ def test_fast_path_hits_are_right_for_every_allocation_kind() -> None:
     with FusionDefinition() as total:
         x = total.define_tensor(shape=[-1], dtype=DataType.Float)
         total.add_output(total.ops.sum(x, [0]))
+    return fd, total
+
+
+@pytest.mark.gpu
+def test_fast_path_hits_are_right_for_every_allocation_kind() -> None:
+    """Outputs shaped like an input (empty_like), outputs of another shape (empty_strided) and
+    a grid reduction's workspace all come out right on repeated cached calls."""
+    torch = pytest.importorskip("torch")
+    fd, total = outer_sum_and_total()
     col_t, row_t = torch.randn(300, 1, device="cuda"), torch.randn(1, 77, device="cuda")
     big = torch.randn(1 << 22, device="cuda")
     for _ in range(3):
@@ -89,15 +96,7 @@ def test_cupy_fast_path_hits_allocate_outputs_and_workspaces() -> None:
     """CuPy hits allocate through cupy.ndarray: a broadcast output and a grid reduction's
     float64 workspace come out right, as CuPy arrays of the right shape and dtype."""
     cupy = pytest.importorskip("cupy")
-    from kfuse import DataType
-
-    with FusionDefinition() as fd:
-        col = fd.define_tensor(shape=[-1, 1])
-        row = fd.define_tensor(shape=[1, -1])
-        fd.add_output(fd.ops.add(col, row))
-    with FusionDefinition() as total:
-        x = total.define_tensor(shape=[-1], dtype=DataType.Float)
-        total.add_output(total.ops.sum(x, [0]))
+    fd, total = outer_sum_and_total()
     col_c = cupy.random.standard_normal((300, 1), dtype=cupy.float32)
     row_c = cupy.random.standard_normal((1, 77), dtype=cupy.float32)
     big = cupy.random.standard_normal(1 << 22, dtype=cupy.float32)

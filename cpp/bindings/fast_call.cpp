@@ -188,8 +188,6 @@ public:
         if (scalar_count_ > 0 && scalars_.is_none())
             throw nb::value_error("FastCall: the launches have scalar slots but no scalar "
                                   "program computes their values");
-        for (const PackedLaunch *l : launches_) {
-        }
     }
 
     // (tag, outputs) after launching, or None when `inputs` do not have this layout.
@@ -216,12 +214,14 @@ public:
             }
         }
         Scratch<ScalarValue> scalars{size_t(scalar_count_)};
-        if (scalar_count_ > 0 && !scalar_values(seq, scalars))
-            return nb::none();
-        for (const PackedLaunch *l : launches_)
-            if (!l->accepts(scalars.data()))
-                return nb::none();  // e.g. out of a 32-bit parameter's range: the checked path
-                                    // says so
+        if (scalar_count_ > 0) {  // a fusion without scalar inputs skips all of this
+            if (!scalar_values(seq, scalars))
+                return nb::none();
+            for (const PackedLaunch *l : launches_)
+                if (!l->accepts(scalars.data()))
+                    return nb::none();  // e.g. out of a 32-bit parameter's range: the checked
+                                        // path says so
+        }
         if (framework_ == Framework::CuPy && !on_current_device())
             return nb::none();  // cupy allocates on the current device: take the checked path
         uintptr_t raw_stream = stream.is_none() ? current_stream() : nb::cast<uintptr_t>(stream);
@@ -536,6 +536,8 @@ void register_fast_call(nb::module_ &m) {
     nb::class_<FastCallCache>(m, "FastCallCache", "A fusion's FastCalls, newest first.",
                               nb::type_slots(gc_slots<FastCallCache>))
         .def(nb::init<>())
+        .def_ro_static("MAX_ENTRIES", &FastCallCache::kMaxEntries,
+                       "FastCalls kept; adding one more drops the oldest.")
         .def("add", &FastCallCache::add, "entry"_a)
         .def("__call__", &FastCallCache::call, "inputs"_a, "stream"_a.none() = nb::none())
         .def("__len__", &FastCallCache::size)

@@ -20,10 +20,6 @@ int func_attribute(CUfunction f, int attr, const char *what) {
     return v;
 }
 
-bool fits_int32(int64_t v) {
-    return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-}
-
 }  // namespace
 
 Kernel::Kernel(std::string cubin, std::string kernel_name, int device)

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,11 @@ namespace kfuse {
 // One launch argument, already taken apart by the bindings (no Python types here).
 // How it is packed depends on the kernel parameter's byte size: see docs/INTERFACES.md,
 // "Kernel ABI".
+// Whether v fits a 32-bit int parameter or index.
+inline bool fits_int32(int64_t v) {
+    return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+}
+
 struct KernelArg {
     static constexpr int kMaxRank = 16;
     enum class Kind { Tensor, Bool, Int, Float } kind = Kind::Int;

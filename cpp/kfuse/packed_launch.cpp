@@ -2,19 +2,10 @@
 #include "packed_launch.h"
 
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
 namespace kfuse {
-
-namespace {
-
-bool fits_int32(int64_t v) {
-    return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-}
-
-}  // namespace
 
 PackedLaunch::PackedLaunch(Kernel &kernel, const std::array<int64_t, 3> &grid,
                            const std::array<int64_t, 3> &block, int64_t shared_mem,

@@ -3,6 +3,7 @@ kfuse's C++ core: lazy CUDA driver, NVRTC and CUPTI access, params, kernel launc
 """
 
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 import kfuse._errors_base
 
@@ -608,6 +609,9 @@ class FastCallCache:
     """A fusion's FastCalls, newest first."""
 
     def __init__(self) -> None: ...
+
+    MAX_ENTRIES: Final[int] = ...
+    """FastCalls kept; adding one more drops the oldest."""
 
     def add(self, entry: object) -> None: ...
 

@@ -18,7 +18,7 @@ from kfuse.arrays import current_stream, empty_like_framework
 from kfuse.backends import backend_for
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError, SchedulerError
-from kfuse.fast_path import fast_call_for
+from kfuse.fast_path import fast_call_for, layout_key
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
 from kfuse.launch import KernelLaunch, workspace_bytes
@@ -54,6 +54,11 @@ class FusionExecutorCache:
         # kfuse._C.FastCallCache of the layouts seen, created by the first call that can take
         # the host fast path (FusionExecution.execute tries it before anything else).
         self.fast_calls: Any = None
+        # The layouts that have an entry there, in the cache's order of age (it keeps the
+        # newest FastCallCache.MAX_ENTRIES): a layout that misses for a reason its entry
+        # already checks on every call (another current CuPy device, a scalar value out of
+        # its parameter's range) must not build, and add, the same entry again on every call.
+        self._fast_layouts: dict[tuple, None] = {}
 
     def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
                 params: Any = None, try_fast: bool = True) -> list[Any]:
@@ -87,15 +92,23 @@ class FusionExecutorCache:
 
     def _remember_fast_call(self, inputs: list[Any], compiled: CompiledFusion, info: Any
                             ) -> None:
-        entry = fast_call_for(inputs, compiled, info)
+        layout = layout_key(inputs, info)
+        if layout is None or layout in self._fast_layouts:
+            return
+        entry = fast_call_for(inputs, compiled, info, layout)
         if entry is None:
             return
         with self._lock:
+            if layout in self._fast_layouts:  # another thread added it meanwhile
+                return
             if self.fast_calls is None:
                 from kfuse._C import FastCallCache
 
                 self.fast_calls = FastCallCache()
             self.fast_calls.add(entry)
+            self._fast_layouts[layout] = None
+            if len(self._fast_layouts) > self.fast_calls.MAX_ENTRIES:
+                del self._fast_layouts[next(iter(self._fast_layouts))]  # dropped by the cache
 
     def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
         """How the fusion runs for these inputs: a list of kfuse.schedule.segmenter.Segment

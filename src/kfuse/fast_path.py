@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.arrays import framework_of
+from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
@@ -60,14 +61,6 @@ def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None
         else:
             return None
     return specs
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def packed_launch(launch: Any, extents: dict[Any, Any], n_inputs: int, n_outputs: int,
@@ -180,7 +173,7 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
                      if isinstance(v, TensorView) and t.dtype == dtype
                      and tuple(t.shape) == shape and t.is_contiguous()), -1)
         outputs.append((torch.empty_like, (), None, like) if like >= 0 else
-                       (torch.empty_strided, (shape, _contiguous_strides(shape)),
+                       (torch.empty_strided, (shape, contiguous_strides(shape)),
                         {"dtype": dtype, "device": device}, -1))
     workspaces = [(torch.empty_strided, ((-(-n // 8),), (1,)),
                    {"dtype": torch.float64, "device": device}, -1)
@@ -192,7 +185,7 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
         stream, stream_args = (lambda: torch.cuda.current_stream(device).cuda_stream), ()
     launches = _packed_launches(compiled, info, program)
     return FastCall("torch", info.device_index, specs, outputs, workspaces, launches, stream,
-                    stream_args, None, compiled, program if program.operands else None)
+                    stream_args, None, compiled, program)
 
 
 def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProgram) -> Any:
@@ -211,18 +204,25 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
     # the fast path while that is the inputs' device.
     return FastCall("cupy", info.device_index, specs, outputs, workspaces, launches,
                     cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice, compiled,
-                    program if program.operands else None)
+                    program)
 
 
-def fast_call_for(inputs: list[Any], compiled: Any, info: Any) -> Any | None:
-    """A kfuse._C.FastCall replaying `compiled` for inputs laid out as `inputs` are, or None
-    when such a call cannot take the fast path."""
-    if compiled.runner is not None or not compiled.launches:
-        return None
+def layout_key(inputs: list[Any], info: Any) -> tuple | None:
+    """What a FastCall for `inputs` would match (input_layouts, hashable), or None when they
+    cannot take the fast path."""
     if info.framework not in ("torch", "cupy") or info.device_index < 0:
         return None
     specs = input_layouts(inputs, info.fusion.inputs)
-    program = None if specs is None else ScalarProgram.of(info.fusion, info.extents)
+    return None if specs is None else tuple(specs)
+
+
+def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) -> Any | None:
+    """A kfuse._C.FastCall replaying `compiled` for inputs laid out as `inputs` are (`layout`,
+    their layout_key), or None when such a call cannot take the fast path."""
+    if compiled.runner is not None or not compiled.launches:
+        return None
+    specs = list(layout)
+    program = ScalarProgram.of(info.fusion, info.extents)
     if program is None:
         return None
     if info.framework == "torch":
