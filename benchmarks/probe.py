@@ -3,10 +3,11 @@
 * softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 131072, and long
   rows held in shared memory, whole or in part, over threads and vectors per thread;
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
+* W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
-    python benchmarks/probe.py [--json out.json] [--only softmax,loads,host]
+    python benchmarks/probe.py [--json out.json] [--only softmax,loads,outer,grid,host]
 """
 
 from __future__ import annotations
@@ -134,6 +135,48 @@ def pointwise_load_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
     return rows
 
 
+def pointwise_grid_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """W1 and W1f with the heuristics' grid (a block per slice of a row: 131072 blocks for
+    W1f) and with the row grid capped, so that fewer, resident blocks loop over the rows,
+    alternated with torch.compile."""
+    from workloads import WORKLOADS
+
+    from kfuse import SchedulerType, schedule
+
+    rows = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for wid in ("W1f", "W1"):
+        w = next(w for w in WORKLOADS if w.id == wid)
+        inputs = w.make_inputs(torch, False)
+        ref = w.reference(*inputs)
+        fd = w.definition()
+        base = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+        runs: dict[str, Any] = {}
+        # blocks resident per SM at 128 threads: 16; caps of 1, 2 and 4 resident waves
+        for waves in (0, 1, 2, 4):
+            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+            if waves:
+                hp.grid_y = max(1, min(base.grid_y, waves * sms * 16 // max(1, base.grid_x)))
+                hp.lparams.grid_y = hp.grid_y
+            label = f"kfuse grid {hp.grid_x}x{hp.grid_y}"
+            (out,) = fd.manual_execute(inputs, heuristic_params=hp)
+            err = float((out.double() - ref).abs().max())
+            log(f"  {wid} {label}: max abs err {err:.1e}")
+            runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
+        compiled = torch.compile(w.eager)
+        compiled(*inputs)
+        runs["torch.compile"] = lambda compiled=compiled, i=inputs: compiled(*i)
+        nbytes = w.bytes_moved(inputs)
+        for round_ in range(3):
+            for label, run in runs.items():
+                ms = time_ms(torch, run, 50)
+                frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
+                rows.append({"workload": wid, "round": round_, "config": label, "ms": ms,
+                             "fraction_of_copy": frac})
+                log(f"  {wid} round {round_} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
+    return rows
+
+
 def outer_reduction_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
     """W3 (sum over dim 0, fp32 [16384, 16384]) over blocks splitting the reduced axis
     (grid_y), threads along it (block_y) and rows per load batch (unroll), next to
@@ -230,8 +273,9 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         fd.add_output(fd.ops.mul(fd.ops.add(x, y), 2.0))
     b = torch.randn(1024, device="cuda")
     cb = cupy.random.standard_normal(1024, dtype=cupy.float32)
-    fd.execute([a, b])
-    fd.execute([ca, cb])
+    for _ in range(2):  # a layout's FastCall is built on its second checked call
+        fd.execute([a, b])
+        fd.execute([ca, cb])
     launch = fd._executor_cache.last_compiled.launches[0]
     stream = raw(0)
     c = torch.empty_like(a)
@@ -262,6 +306,7 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     # The suite's H1 hands kfuse CuPy views of torch tensors (cupy.from_dlpack)
     da, db = cupy.from_dlpack(a), cupy.from_dlpack(b)
     fd.execute([da, db])
+    fd.execute([da, db])  # a layout's FastCall is built on its second checked call
     for label, arrays in [("cupy", [ca, cb]), ("cupy from_dlpack", [da, db]), ("torch", [a, b])]:
         out[f"fast path hit ({label})"] = float(cache(arrays, None) is not None)
         log(f"  fast path hit ({label}): {cache(arrays, None) is not None}")
@@ -272,22 +317,22 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         y = scaled.define_tensor(shape=[-1], dtype=DataType.Float)
         s = scaled.define_scalar(dtype=DataType.Double)
         scaled.add_output(scaled.ops.mul(scaled.ops.add(x, y), s))
-    scaled.execute([a, b, 2.0])
+    for _ in range(2):  # a layout's FastCall is built on its second checked call
+        scaled.execute([a, b, 2.0])
     probes["kfuse execute (torch, scalar input)"] = lambda: scaled.execute([a, b, 2.5])
     probes["kfuse checked path (torch, scalar input)"] = \
         lambda: scaled._executor_cache.execute([a, b, 2.5], try_fast=False)
-    # What a miss costs: the checked path with and without building the new layout's FastCall
-    checked = fd._executor_cache
-    probes["kfuse checked path (torch) + FastCall build"] = \
-        lambda: checked.execute([a, b], try_fast=False)
+    # What a miss costs: the checked path (this layout's FastCall exists, so none is built),
+    # and building a layout's FastCall, which a layout's second checked call adds to that
+    from kfuse.fast_path import fast_call_for, layout_key
+    from kfuse.runtime_info import build_runtime_info
 
-    def checked_only() -> None:
-        checked._remember_fast_call = lambda *args: None  # instance attribute: no build
-        try:
-            checked.execute([a, b], try_fast=False)
-        finally:
-            del checked._remember_fast_call
-    probes["kfuse checked path (torch), no FastCall build"] = checked_only
+    checked = fd._executor_cache
+    probes["kfuse checked path (torch)"] = lambda: checked.execute([a, b], try_fast=False)
+    info = build_runtime_info(fd.fusion, [a, b])
+    layout = layout_key([a, b], info)
+    probes["FastCall build (fast_call_for)"] = \
+        lambda: fast_call_for([a, b], checked.last_compiled, info, layout)
     kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = (a + b) * 2",
                                     "probe_h1")
     probes["cupy ElementwiseKernel (allocating)"] = lambda: kernel(ca, cb)
@@ -313,7 +358,7 @@ def main() -> int:
     if "host" in only:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
-    if only & {"softmax", "loads", "outer"}:
+    if only & {"softmax", "loads", "outer", "grid"}:
         copy_gbs = copy_bandwidth(torch, 20)
         result["copy_gbs"] = copy_gbs
         log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
@@ -323,6 +368,8 @@ def main() -> int:
         result["w3_outer"] = outer_reduction_probe(torch, copy_gbs, log)
     if "loads" in only:
         result["w1f_loads"] = pointwise_load_probe(torch, copy_gbs, log)
+    if "grid" in only:
+        result["pointwise_grid"] = pointwise_grid_probe(torch, copy_gbs, log)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -164,11 +164,36 @@ def test_a_layout_already_cached_is_not_built_again(monkeypatch: pytest.MonkeyPa
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1])))
     cache = executor.FusionExecutorCache(fd.fusion)
-    for _ in range(3):
+    for _ in range(3):  # built on the second call, not again on the third
         cache._remember_fast_call([1], None, None)
     assert built == [[1]] and len(cache.fast_calls) == 1
     for n in range(2, 2 + FastCallCache.MAX_ENTRIES):  # pushes [1] out of the cache
         cache._remember_fast_call([n], None, None)
+        cache._remember_fast_call([n], None, None)
     assert len(cache.fast_calls) == FastCallCache.MAX_ENTRIES
     cache._remember_fast_call([1], None, None)  # dropped, so built again
     assert built.count([1]) == 2
+
+
+def test_a_layouts_fastcall_is_built_on_its_second_checked_call(monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """One-off layouts (shapes that change every call) build no FastCall, so they neither pay
+    for one nor push repeated layouts out of the cache; the seen set stays bounded."""
+    import kfuse.executor as executor
+    from kfuse import FusionDefinition
+
+    built: list[object] = []
+    monkeypatch.setattr(executor, "layout_key", lambda inputs, info: tuple(inputs))
+    monkeypatch.setattr(executor, "fast_call_for",
+                        lambda inputs, compiled, info, layout: built.append(inputs) or FastCall(
+                            "torch", -1, [], [], [], [], lambda: 0, (), None, None))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1])))
+    cache = executor.FusionExecutorCache(fd.fusion)
+    cache._remember_fast_call([1], None, None)
+    assert built == [] and cache.fast_calls is None
+    cache._remember_fast_call([1], None, None)
+    assert built == [[1]] and len(cache.fast_calls) == 1
+    for n in range(2, 2 + executor.SEEN_LAYOUTS):  # one-off layouts push [1] out
+        cache._remember_fast_call([n], None, None)
+    assert len(cache._seen_layouts) == executor.SEEN_LAYOUTS and built == [[1]]

@@ -30,6 +30,8 @@ def test_cached_torch_call_skips_validation_and_is_correct(monkeypatch: pytest.M
     fd = add_mul()
     a, b = torch.randn(300, 257, device="cuda"), torch.randn(300, 257, device="cuda")
     fd.execute([a, b])
+    assert fd._executor_cache.fast_calls is None  # one call of a layout builds nothing yet
+    fd.execute([a, b])  # the second builds its FastCall
 
     def no_slow_path(*args: object, **kw: object) -> None:
         raise AssertionError("the slow path ran for a cached layout")
@@ -52,7 +54,7 @@ def test_cached_cupy_call_is_correct_on_a_user_stream() -> None:
     b = cupy.random.standard_normal((64, 1000), dtype=cupy.float32)
     stream = cupy.cuda.Stream(non_blocking=True)
     cupy.cuda.Device().synchronize()  # the inputs were written on another stream
-    for _ in range(3):  # the first call compiles, the others are fast-path hits
+    for _ in range(3):  # compiles; builds the FastCall; a fast-path hit
         (out,) = fd.execute([a, b], stream=stream.ptr)
     stream.synchronize()
     cupy.testing.assert_allclose(out, (a + b) * 2, rtol=1e-6)
@@ -100,7 +102,7 @@ def test_cupy_fast_path_hits_allocate_outputs_and_workspaces() -> None:
     col_c = cupy.random.standard_normal((300, 1), dtype=cupy.float32)
     row_c = cupy.random.standard_normal((1, 77), dtype=cupy.float32)
     big = cupy.random.standard_normal(1 << 22, dtype=cupy.float32)
-    for _ in range(3):  # the first call compiles, the others are fast-path hits
+    for _ in range(3):  # compiles; builds the FastCall; a fast-path hit
         (outer,) = fd.execute([col_c, row_c])
         (s,) = total.execute([big])
     assert isinstance(outer, cupy.ndarray) and outer.shape == (300, 77)
@@ -128,7 +130,8 @@ def test_scalar_inputs_take_the_fast_path_with_each_calls_values() -> None:
         z = fd.ops.add(fd.ops.mul(y, k), fd.ops.mul(a, 2.0))  # a * 2 is computed on the host
         fd.add_output(fd.ops.where(flag, z, fd.ops.neg(z)))
     t = torch.randn(64, 1000, device="cuda")
-    fd.execute([t, 1.0, 1.0, 1, True])  # compiles; later calls with these types are hits
+    for _ in range(2):  # compiles, then builds the FastCall; later calls are hits
+        fd.execute([t, 1.0, 1.0, 1, True])
     for values in [(1.5, 0.25, 3, True), (-2.0, 1e-3, -7, False), (0.5, 3.0, 0, True),
                    (1e3, -1.0, 2 ** 33, False)]:
         inputs = [t, *values]
@@ -152,6 +155,8 @@ def test_a_scalar_out_of_its_parameters_range_fails_as_on_the_checked_path() -> 
         fd.add_output(fd.ops.add(x, k))
     t = torch.arange(100, dtype=torch.int32, device="cuda")
     fd.execute([t, 5])
+    fd.execute([t, 6])
+    assert fd._executor_cache.fast_calls([t, 7], None) is not None
     assert torch.equal(fd.execute([t, 7])[0], t + 7)
     with pytest.raises(Exception, match="does not fit"):
         fd.execute([t, 2 ** 40])
@@ -183,6 +188,7 @@ def test_cached_torch_call_runs_on_the_current_stream() -> None:
     fd = add_mul()
     a, b = torch.randn(512, 512, device="cuda"), torch.randn(512, 512, device="cuda")
     fd.execute([a, b])
+    fd.execute([a, b])  # the layout's FastCall exists from the second call
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):

@@ -40,6 +40,10 @@ class CompiledFusion:
     runner: Any = None
 
 
+SEEN_LAYOUTS = 64
+"""Layouts an executor remembers having run once (see FusionExecutorCache._seen_layouts)."""
+
+
 class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
@@ -51,14 +55,19 @@ class FusionExecutorCache:
         self._compiled: dict[tuple, CompiledFusion] = {}
         self._lock = threading.Lock()
         self.last_compiled: CompiledFusion | None = None
-        # kfuse._C.FastCallCache of the layouts seen, created by the first call that can take
-        # the host fast path (FusionExecution.execute tries it before anything else).
+        # kfuse._C.FastCallCache of the layouts seen twice, created by the first call that can
+        # take the host fast path (FusionExecution.execute tries it before anything else).
         self.fast_calls: Any = None
         # The layouts that have an entry there, in the cache's order of age (it keeps the
         # newest FastCallCache.MAX_ENTRIES): a layout that misses for a reason its entry
         # already checks on every call (another current CuPy device, a scalar value out of
         # its parameter's range) must not build, and add, the same entry again on every call.
         self._fast_layouts: dict[tuple, None] = {}
+        # Layouts the checked path has run once (insertion-ordered, at most SEEN_LAYOUTS): a
+        # FastCall is built on a layout's second checked call, so that callers whose shapes
+        # change on every call neither pay for building one (a third of a miss) nor push
+        # the layouts they do repeat out of the cache.
+        self._seen_layouts: dict[tuple, None] = {}
 
     def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
                 params: Any = None, try_fast: bool = True) -> list[Any]:
@@ -94,6 +103,14 @@ class FusionExecutorCache:
                             ) -> None:
         layout = layout_key(inputs, info)
         if layout is None or layout in self._fast_layouts:
+            return
+        with self._lock:
+            first_time = layout not in self._seen_layouts
+            if first_time:
+                self._seen_layouts[layout] = None
+                if len(self._seen_layouts) > SEEN_LAYOUTS:
+                    del self._seen_layouts[next(iter(self._seen_layouts))]
+        if first_time:
             return
         entry = fast_call_for(inputs, compiled, info, layout)
         if entry is None:
