@@ -3,11 +3,12 @@
 * softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 131072, and long
   rows held in shared memory, whole or in part, over threads and vectors per thread;
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
+* W4 to W6 (rows of 4096) over persistent layouts (norms);
 * W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
-    python benchmarks/probe.py [--json out.json] [--only softmax,loads,outer,grid,host]
+    python benchmarks/probe.py [--json out.json] [--only softmax,loads,outer,norms,grid,host]
 """
 
 from __future__ import annotations
@@ -174,6 +175,55 @@ def pointwise_grid_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
                 rows.append({"workload": wid, "round": round_, "config": label, "ms": ms,
                              "fraction_of_copy": frac})
                 log(f"  {wid} round {round_} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
+    return rows
+
+
+def norm_layout_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """W4, W5 and W6 (rows of 4096 bf16) with the heuristics' layout and hand-set ones:
+    threads per row, vectors per thread, rows per block, row held in registers or in shared
+    memory; alternated with torch.compile over three rounds."""
+    from workloads import WORKLOADS
+
+    from kfuse import SchedulerType, schedule
+
+    # (threads per row, vectors per thread, rows per block, in shared memory)
+    layouts = [(64, 8, 2, False), (256, 2, 1, False), (512, 1, 1, False), (128, 4, 2, False),
+               (128, 4, 1, True), (256, 2, 1, True)]
+    rows = []
+    for wid in ("W4", "W5", "W6"):
+        w = next(w for w in WORKLOADS if w.id == wid)
+        inputs = w.make_inputs(torch, False)
+        ref = w.reference(*inputs)
+        fd = w.definition()
+        runs: dict[str, Any] = {}
+        for layout in [None, *layouts]:
+            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, inputs)
+            if layout is not None:
+                hp.block_x, hp.persistent_batch_size, hp.block_y, hp.smem_persistent = layout
+                hp.reload_batch_size = 0
+                hp.grid_x = -(-inputs[0].shape[0] // hp.block_y)
+            label = (f"{'heuristics ' if layout is None else ''}bx={hp.block_x} "
+                     f"B={hp.persistent_batch_size} by={hp.block_y}"
+                     f"{' smem' if hp.smem_persistent else ''}")
+            try:
+                (out,) = fd.manual_execute(inputs, heuristic_params=hp)
+            except Exception as exc:  # a layout the scheduler refuses
+                log(f"  {wid} {label}: {exc}")
+                continue
+            err = float((out.double() - ref).abs().max())
+            log(f"  {wid} {label}: max abs err {err:.1e}")
+            runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
+        compiled = torch.compile(w.eager)
+        compiled(*inputs)
+        runs["torch.compile"] = lambda compiled=compiled, i=inputs: compiled(*i)
+        nbytes = w.bytes_moved(inputs)
+        for round_ in range(3):
+            for label, run in runs.items():
+                ms = time_ms(torch, run, 50)
+                frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
+                rows.append({"workload": wid, "round": round_, "config": label, "ms": ms,
+                             "fraction_of_copy": frac})
+                log(f"  {wid} round {round_} {label:32s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
     return rows
 
 
@@ -358,7 +408,7 @@ def main() -> int:
     if "host" in only:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
-    if only & {"softmax", "loads", "outer", "grid"}:
+    if only & {"softmax", "loads", "outer", "grid", "norms"}:
         copy_gbs = copy_bandwidth(torch, 20)
         result["copy_gbs"] = copy_gbs
         log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
@@ -368,6 +418,8 @@ def main() -> int:
         result["w3_outer"] = outer_reduction_probe(torch, copy_gbs, log)
     if "loads" in only:
         result["w1f_loads"] = pointwise_load_probe(torch, copy_gbs, log)
+    if "norms" in only:
+        result["norm_layouts"] = norm_layout_probe(torch, copy_gbs, log)
     if "grid" in only:
         result["pointwise_grid"] = pointwise_grid_probe(torch, copy_gbs, log)
     if args.json:

@@ -178,29 +178,19 @@ void Kernel::pack(const Loaded &l, const std::vector<KernelArg> &args,
             case KernelArg::Kind::Bool:
                 if (S != 1)
                     bad("got a bool, which needs a 1-byte parameter");
-                *dst = a.b ? 1 : 0;
+                write_scalar(dst, a.kind, S, a.b, a.i, a.f);
                 break;
             case KernelArg::Kind::Int:
-                if (S == 4) {
-                    if (!fits_int32(a.i))
-                        bad(std::to_string(a.i) + " does not fit the 32-bit int parameter");
-                    int32_t v = int32_t(a.i);
-                    std::memcpy(dst, &v, 4);
-                } else if (S == 8) {
-                    std::memcpy(dst, &a.i, 8);
-                } else {
+                if (S != 4 && S != 8)
                     bad("got an int, which needs a 4- or 8-byte parameter");
-                }
+                if (S == 4 && !fits_int32(a.i))
+                    bad(std::to_string(a.i) + " does not fit the 32-bit int parameter");
+                write_scalar(dst, a.kind, S, a.b, a.i, a.f);
                 break;
             case KernelArg::Kind::Float:
-                if (S == 4) {
-                    float v = float(a.f);
-                    std::memcpy(dst, &v, 4);
-                } else if (S == 8) {
-                    std::memcpy(dst, &a.f, 8);
-                } else {
+                if (S != 4 && S != 8)
                     bad("got a float, which needs a 4- or 8-byte parameter");
-                }
+                write_scalar(dst, a.kind, S, a.b, a.i, a.f);
                 break;
         }
     }

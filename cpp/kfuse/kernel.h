@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -13,14 +14,14 @@
 
 namespace kfuse {
 
-// One launch argument, already taken apart by the bindings (no Python types here).
-// How it is packed depends on the kernel parameter's byte size: see docs/INTERFACES.md,
-// "Kernel ABI".
 // Whether v fits a 32-bit int parameter or index.
 inline bool fits_int32(int64_t v) {
     return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
 }
 
+// One launch argument, already taken apart by the bindings (no Python types here).
+// How it is packed depends on the kernel parameter's byte size: see docs/INTERFACES.md,
+// "Kernel ABI".
 struct KernelArg {
     static constexpr int kMaxRank = 16;
     enum class Kind { Tensor, Bool, Int, Float } kind = Kind::Int;
@@ -36,6 +37,22 @@ struct KernelArg {
     int64_t i = 0;
     double f = 0.0;
 };
+
+// Writes a scalar argument into its parameter of `size` bytes (a bool: 1; an int or a float:
+// 4 or 8, narrowed to 32 bits for 4). The caller has checked the size and, for a 4-byte int,
+// that the value fits (Kernel::pack when packing, PackedLaunch::accepts per call).
+inline void write_scalar(char *dst, KernelArg::Kind kind, size_t size, bool b, int64_t i,
+                         double f) {
+    if (kind == KernelArg::Kind::Bool) {
+        *dst = b ? 1 : 0;
+    } else if (kind == KernelArg::Kind::Int) {
+        const int32_t narrow = int32_t(i);
+        std::memcpy(dst, size == 4 ? static_cast<const void *>(&narrow) : &i, size);
+    } else if (kind == KernelArg::Kind::Float) {
+        const float narrow = float(f);
+        std::memcpy(dst, size == 4 ? static_cast<const void *>(&narrow) : &f, size);
+    }
+}
 
 class Kernel {
 public:

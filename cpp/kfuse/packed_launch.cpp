@@ -80,17 +80,9 @@ void PackedLaunch::launch(uintptr_t stream, const uintptr_t *inputs, const uintp
     char *base = reinterpret_cast<char *>(words);
     for (const ArgSlot &s : slots_) {
         char *dst = base + offsets_[s.param];
-        if (s.source == ArgSlot::Source::Scalar) {
+        if (s.source == ArgSlot::Source::Scalar) {  // accepts() checked an int's range
             const ScalarValue &v = scalars[s.index];
-            if (s.kind == KernelArg::Kind::Bool) {
-                *dst = v.b ? 1 : 0;
-            } else if (s.kind == KernelArg::Kind::Int) {  // accepts() checked the range
-                const int32_t narrow = int32_t(v.i);
-                std::memcpy(dst, s.size == 4 ? static_cast<const void *>(&narrow) : &v.i, s.size);
-            } else {
-                const float narrow = float(v.f);
-                std::memcpy(dst, s.size == 4 ? static_cast<const void *>(&narrow) : &v.f, s.size);
-            }
+            write_scalar(dst, s.kind, s.size, v.b, v.i, v.f);
             continue;
         }
         const uintptr_t *from = s.source == ArgSlot::Source::Input    ? inputs

@@ -179,31 +179,33 @@ def min_blocks_per_sm(threads: int) -> int:
 REGISTER_TARGET = 64
 
 
+def _element_loads(spec: ReductionKernelSpec, i: int, target: str, indent: str, guarded: bool
+                   ) -> list[str]:
+    """Load input i's elements i0 .. i0 + V - 1 into target[j] one by one; guarded: only
+    those inside the row (a vector cut by the row end)."""
+    load = f"{target}[j] = kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});"
+    loop = f"{indent}for (int j = 0; j < {spec.vector}; ++j)"
+    if not guarded:
+        return ["#pragma unroll", f"{loop} {load}"]
+    return ["#pragma unroll", f"{loop} {{", f"{indent}  if (i0 + j < n_red) {load}", f"{indent}}}"]
+
+
 def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) -> list[str]:
     """Load input i's vector at element i0 of the row into `target` (a Vec or an array of
     V), element by element where the vector is cut by the row end."""
     vec = spec.vector
-    kind = spec.loop_kinds[i]
+    whole = (f"{target} = kf::load_vec<{vec}>(in{i}, base_in{i} + i0);"
+             if spec.loop_kinds[i] == VEC else None)
     if spec.exact:
-        if kind == VEC:
-            return [f"{indent}if (i0 < n_red) {target} = kf::load_vec<{vec}>(in{i}, "
-                    f"base_in{i} + i0);"]
-        return [f"{indent}if (i0 < n_red) {{", "#pragma unroll",
-                f"{indent}  for (int j = 0; j < {vec}; ++j) {target}[j] = "
-                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});", f"{indent}}}"]
-    lines = [f"{indent}if (i0 + {vec} <= n_red) {{"]
-    if kind == VEC:
-        lines.append(f"{indent}  {target} = kf::load_vec<{vec}>(in{i}, base_in{i} + i0);")
-    else:
-        lines += ["#pragma unroll",
-                  f"{indent}  for (int j = 0; j < {vec}; ++j) {target}[j] = "
-                  f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});"]
-    lines += [f"{indent}}} else {{", "#pragma unroll",
-              f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
-              f"{indent}    if (i0 + j < n_red) {target}[j] = "
-              f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
-              f"{indent}  }}", f"{indent}}}"]
-    return lines
+        if whole is not None:
+            return [f"{indent}if (i0 < n_red) {whole}"]
+        return [f"{indent}if (i0 < n_red) {{",
+                *_element_loads(spec, i, target, indent + "  ", guarded=False), f"{indent}}}"]
+    return [f"{indent}if (i0 + {vec} <= n_red) {{",
+            *([f"{indent}  {whole}"] if whole is not None
+              else _element_loads(spec, i, target, indent + "  ", guarded=False)),
+            f"{indent}}} else {{",
+            *_element_loads(spec, i, target, indent + "  ", guarded=True), f"{indent}}}"]
 
 
 def _declare(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int,
@@ -313,10 +315,7 @@ def _fill_slot(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: s
             return [f"{indent}if (i0 < n_red) {copy}"]
         return [f"{indent}if (i0 + {vec} <= n_red) {{", f"{indent}  {copy}",
                 f"{indent}}} else {{", f"{indent}  {target} = kf::Vec<{ctype}, {vec}>{{}};",
-                "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
-                f"{indent}    if (i0 + j < n_red) {target}[j] = "
-                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
-                f"{indent}  }}", f"{indent}}}"]
+                *_element_loads(spec, i, target, indent + "  ", guarded=True), f"{indent}}}"]
     lines = [] if spec.exact else [f"{indent}{target} = kf::Vec<{ctype}, {vec}>{{}};"]
     return lines + _load_vector(spec, i, target, indent)
 

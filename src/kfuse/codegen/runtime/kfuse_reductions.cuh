@@ -137,57 +137,63 @@ struct WelfordOp {
 
 namespace detail {
 
-// Shuffles for the accumulator types, plus WelfordState field by field.
-template <typename T>
-__device__ __forceinline__ T shfl_xor(unsigned mask, T v, int lane_mask) {
-  return __shfl_xor_sync(mask, v, lane_mask, 32);
+// The three lane moves, as functors (NVRTC compiles no lambdas in device code) that shuffled()
+// applies to each 32-bit-shuffleable part of a value.
+struct ShflXor {
+  unsigned mask;
+  int lane_mask;
+  template <typename U>
+  __device__ __forceinline__ U operator()(U x) const {
+    return __shfl_xor_sync(mask, x, lane_mask, 32);
+  }
+};
+struct ShflDown {
+  unsigned mask;
+  int delta;
+  template <typename U>
+  __device__ __forceinline__ U operator()(U x) const {
+    return __shfl_down_sync(mask, x, delta, 32);
+  }
+};
+struct ShflFrom {
+  unsigned mask;
+  int src;
+  template <typename U>
+  __device__ __forceinline__ U operator()(U x) const {
+    return __shfl_sync(mask, x, src, 32);
+  }
+};
+
+// A value moved across lanes: the accumulator types directly, WelfordState field by field, and
+// bool, which has no shuffle of its own, as an int.
+template <typename T, typename Move>
+__device__ __forceinline__ T shuffled(T v, Move move) {
+  return move(v);
 }
-template <typename T>
-__device__ __forceinline__ WelfordState<T> shfl_xor(unsigned mask, const WelfordState<T>& v,
-                                                    int lane_mask) {
+template <typename T, typename Move>
+__device__ __forceinline__ WelfordState<T> shuffled(const WelfordState<T>& v, Move move) {
   WelfordState<T> r;
-  r.mean = __shfl_xor_sync(mask, v.mean, lane_mask, 32);
-  r.m2 = __shfl_xor_sync(mask, v.m2, lane_mask, 32);
-  r.count = __shfl_xor_sync(mask, v.count, lane_mask, 32);
+  r.mean = move(v.mean);
+  r.m2 = move(v.m2);
+  r.count = move(v.count);
   return r;
 }
-// bool has no shuffle of its own.
-__device__ __forceinline__ bool shfl_xor(unsigned mask, bool v, int lane_mask) {
-  return __shfl_xor_sync(mask, (int)v, lane_mask, 32) != 0;
+template <typename Move>
+__device__ __forceinline__ bool shuffled(bool v, Move move) {
+  return move((int)v) != 0;
 }
 
 template <typename T>
-__device__ __forceinline__ T shfl_down(unsigned mask, T v, int delta) {
-  return __shfl_down_sync(mask, v, delta, 32);
+__device__ __forceinline__ T shfl_xor(unsigned mask, const T& v, int lane_mask) {
+  return shuffled(v, ShflXor{mask, lane_mask});
 }
 template <typename T>
-__device__ __forceinline__ WelfordState<T> shfl_down(unsigned mask, const WelfordState<T>& v,
-                                                     int delta) {
-  WelfordState<T> r;
-  r.mean = __shfl_down_sync(mask, v.mean, delta, 32);
-  r.m2 = __shfl_down_sync(mask, v.m2, delta, 32);
-  r.count = __shfl_down_sync(mask, v.count, delta, 32);
-  return r;
-}
-__device__ __forceinline__ bool shfl_down(unsigned mask, bool v, int delta) {
-  return __shfl_down_sync(mask, (int)v, delta, 32) != 0;
-}
-
-template <typename T>
-__device__ __forceinline__ T shfl(unsigned mask, T v, int src) {
-  return __shfl_sync(mask, v, src, 32);
+__device__ __forceinline__ T shfl_down(unsigned mask, const T& v, int delta) {
+  return shuffled(v, ShflDown{mask, delta});
 }
 template <typename T>
-__device__ __forceinline__ WelfordState<T> shfl(unsigned mask, const WelfordState<T>& v,
-                                                int src) {
-  WelfordState<T> r;
-  r.mean = __shfl_sync(mask, v.mean, src, 32);
-  r.m2 = __shfl_sync(mask, v.m2, src, 32);
-  r.count = __shfl_sync(mask, v.count, src, 32);
-  return r;
-}
-__device__ __forceinline__ bool shfl(unsigned mask, bool v, int src) {
-  return __shfl_sync(mask, (int)v, src, 32) != 0;
+__device__ __forceinline__ T shfl(unsigned mask, const T& v, int src) {
+  return shuffled(v, ShflFrom{mask, src});
 }
 
 // Butterfly over groups of `width` lanes (a power of two <= 32, groups aligned to it): every
