@@ -4,13 +4,11 @@
   rows held in shared memory, whole or in part, over threads and vectors per thread;
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
 * W4 to W6 (rows of 4096) over persistent layouts (norms);
-* W5 and W6 with the weight and bias loaded with the row (prefetch);
 * W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
-    python benchmarks/probe.py [--json out.json]
-        [--only softmax,loads,outer,norms,prefetch,grid,host]
+    python benchmarks/probe.py [--json out.json] [--only softmax,loads,outer,norms,grid,host]
 """
 
 from __future__ import annotations
@@ -229,45 +227,6 @@ def norm_layout_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
     return rows
 
 
-def prefetch_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
-    """W5 and W6 with their weight (and bias) loaded where the outputs are computed, as
-    emitted, and loaded into registers with the row (codegen.persistent.PREFETCH_STREAMED),
-    alternated with torch.compile over three rounds."""
-    from workloads import WORKLOADS
-
-    import kfuse.codegen.persistent as persistent
-
-    rows = []
-    for wid in ("W5", "W6"):
-        w = next(w for w in WORKLOADS if w.id == wid)
-        inputs = w.make_inputs(torch, False)
-        ref = w.reference(*inputs)
-        runs: dict[str, Any] = {}
-        for prefetch in (False, True):
-            persistent.PREFETCH_STREAMED = prefetch
-            fd = w.definition()
-            (out,) = fd.execute(inputs)  # compiled now, with this setting
-            persistent.PREFETCH_STREAMED = False
-            k = _kernel_of(fd)
-            err = float((out.double() - ref).abs().max())
-            label = "prefetched" if prefetch else "as emitted"
-            log(f"  {wid} {label}: max abs err {err:.1e} regs={k.num_regs} "
-                f"local_mem={k.local_mem}")
-            runs[label] = lambda fd=fd, i=inputs: fd.execute(i)
-        compiled = torch.compile(w.eager)
-        compiled(*inputs)
-        runs["torch.compile"] = lambda compiled=compiled, i=inputs: compiled(*i)
-        nbytes = w.bytes_moved(inputs)
-        for round_ in range(3):
-            for label, run in runs.items():
-                ms = time_ms(torch, run, 50)
-                frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-                rows.append({"workload": wid, "round": round_, "config": label, "ms": ms,
-                             "fraction_of_copy": frac})
-                log(f"  {wid} round {round_} {label:16s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
-    return rows
-
-
 def outer_reduction_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
     """W3 (sum over dim 0, fp32 [16384, 16384]) over blocks splitting the reduced axis
     (grid_y), threads along it (block_y) and rows per load batch (unroll), next to
@@ -449,7 +408,7 @@ def main() -> int:
     if "host" in only:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
-    if only & {"softmax", "loads", "outer", "grid", "norms", "prefetch"}:
+    if only & {"softmax", "loads", "outer", "grid", "norms"}:
         copy_gbs = copy_bandwidth(torch, 20)
         result["copy_gbs"] = copy_gbs
         log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
@@ -461,8 +420,6 @@ def main() -> int:
         result["w1f_loads"] = pointwise_load_probe(torch, copy_gbs, log)
     if "norms" in only:
         result["norm_layouts"] = norm_layout_probe(torch, copy_gbs, log)
-    if "prefetch" in only:
-        result["prefetch"] = prefetch_probe(torch, copy_gbs, log)
     if "grid" in only:
         result["pointwise_grid"] = pointwise_grid_probe(torch, copy_gbs, log)
     if args.json:

@@ -148,19 +148,6 @@ def streamed_inputs(plan: ReductionPlan) -> set[int]:
     return {i for i, u in enumerate(plan.loop_inputs) if u not in held}
 
 
-PREFETCH_STREAMED = False
-"""Whether streamed inputs held in registers are loaded with the row (see prefetched_inputs)."""
-
-
-def prefetched_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
-    """Streamed inputs (weights, biases) loaded into registers together with the row, before
-    the reductions, so that their loads overlap the row's and the outputs wait on none; only
-    for rows held whole in registers."""
-    if not PREFETCH_STREAMED or spec.smem_held or spec.reload or not spec.held_batch:
-        return []
-    return [i for i in sorted(streamed_inputs(plan)) if spec.loop_kinds[i] != BCAST]
-
-
 def keepable(plan: ReductionPlan) -> tuple[int, ...]:
     """Reductions whose per-element input the full-size outputs use again and that cost
     arithmetic to compute (softmax's exp(x - max)): worth keeping in registers between the
@@ -272,9 +259,6 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
         elif i not in streamed and not spec.smem_held and spec.held_batch:
             lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
-    prefetched = prefetched_inputs(plan, spec)
-    for i in prefetched:
-        lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
     if spec.held_batch:
         lines += ["    if (row_ok) {", "#pragma unroll",
                   f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
@@ -284,8 +268,6 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
                 lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
             else:
                 lines += _load_vector(spec, i, f"x{i}[b]", "        ")
-        for i in prefetched:
-            lines += _load_vector(spec, i, f"x{i}[b]", "        ")
         lines += ["      }", "    }"]
         if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
             lines.append("    kf::copy_async_wait();")
@@ -417,15 +399,13 @@ def _store_slot(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, reloa
     for k in plan.loop_outputs:
         lines.append(f"          kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};")
     streamed = streamed_inputs(plan)
-    prefetched = prefetched_inputs(plan, spec)
     for i in sorted(streamed):
-        if spec.loop_kinds[i] != BCAST and i not in prefetched:
+        if spec.loop_kinds[i] != BCAST:
             lines += _declare(plan, spec, i, f"x{i}", 1, "          ")
             lines += _load_vector(spec, i, f"x{i}[0]", "          ")
     lines += _slot_views(plan, spec, reloaded, "          ")
-    args = [held_element(spec, i, "b" if i in prefetched else "0", "j", streamed=True)
-            if i in streamed else held_element(spec, i, "b", "j", reloaded=reloaded)
-            for i in range(n_loop)]
+    args = [held_element(spec, i, "0", "j", streamed=True) if i in streamed
+            else held_element(spec, i, "b", "j", reloaded=reloaded) for i in range(n_loop)]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += [f"y{k}[j]" for k in plan.loop_outputs]
