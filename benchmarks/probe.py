@@ -1,7 +1,7 @@
 """Diagnostic probes on the GPU, for tuning (not part of the suite):
 
-* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 131072, and long
-  rows held in shared memory, whole or in part, over threads and vectors per thread;
+* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 524288, and long
+  rows held in shared memory, whole or in part, or split over thread-block clusters;
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
 * W4 to W6 (rows of 4096) over persistent layouts (norms);
 * W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
@@ -31,9 +31,10 @@ def _kernel_of(fd: Any) -> Any:
 
 
 def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
-    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 131072
+    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 524288
     (what fd.execute runs, segmented where no scheduler holds the row), and for long rows
-    hand-set shared-memory layouts: threads per row, vectors per thread, vectors reloaded."""
+    hand-set shared-memory layouts: threads per row, vectors per thread, vectors reloaded,
+    blocks of a cluster sharing the row."""
     from kfuse import SchedulerType, schedule
 
     rows: list[dict[str, Any]] = []
@@ -55,31 +56,35 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
         segments = len(fd.segments([x]))
         hp = fd._executor_cache.last_compiled.params if segments == 1 else None
         label = "execute" if hp is None else (
-            f"execute bx={hp.block_x} B={hp.persistent_batch_size} R={hp.reload_batch_size}")
+            f"execute bx={hp.block_x} B={hp.persistent_batch_size} R={hp.reload_batch_size} "
+            f"C={hp.cluster_size}")
         record(n, label, lambda: fd.execute([x]), out, ref,
                {"scheduler": str(fd.last_scheduler()), "segments": segments})
-        for bx, batch, reload in configs:
+        for bx, batch, reload, cluster in configs:
             fd = _softmax_definition()
             try:
                 hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x])
                 hp.block_x, hp.block_y, hp.smem_persistent = bx, 1, True
                 hp.persistent_batch_size, hp.reload_batch_size = batch, reload
-                hp.grid_x = min(hp.grid_x, x.shape[0])
+                hp.cluster_size, hp.grid_x = cluster, x.shape[0] * cluster
                 (out,) = fd.manual_execute([x], heuristic_params=hp)
             except Exception as exc:  # a layout the scheduler refuses
-                log(f"  n={n} ({bx}, {batch}, {reload}): {exc}")
+                log(f"  n={n} ({bx}, {batch}, {reload}, {cluster}): {exc}")
                 continue
             k = _kernel_of(fd)
-            record(n, f"bx={bx} B={batch} R={reload}",
+            record(n, f"bx={bx} B={batch} R={reload} C={cluster}",
                    lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp),
                    out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
 
-    for n in (1024, 2048, 4096, 8192, 16384, 32768):
+    for n in (1024, 2048, 4096, 8192, 16384):
         measure(n, [])
-    # (threads per row, vectors per thread, vectors reloaded): one block an SM holding the
-    # whole row, two blocks reloading more of it
-    measure(65536, [(1024, 8, 0), (512, 16, 6)])
-    measure(131072, [(512, 32, 19)])
+    # (threads per row, vectors per thread, vectors reloaded, cluster size): the heuristics'
+    # earlier layouts (one block a row, held in part) next to rows split over clusters
+    measure(32768, [(256, 8, 0, 2), (128, 8, 0, 4)])
+    measure(65536, [(512, 16, 3, 1), (1024, 8, 0, 1), (256, 8, 0, 4), (1024, 4, 0, 2)])
+    measure(131072, [(1024, 16, 5, 1), (1024, 8, 0, 2), (256, 8, 0, 8)])
+    measure(262144, [(1024, 8, 0, 4)])
+    measure(524288, [])
     return rows
 
 

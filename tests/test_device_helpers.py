@@ -304,6 +304,37 @@ extern "C" __global__ void k(kf::Tensor<float, 1, int> f, kf::Tensor<kf::half, 1
     assert not re.search(r"(ld|st)\.global\.[ub]16", ptx)
 
 
+def test_cluster_reductions_use_distributed_shared_memory(nvrtc: _Nvrtc) -> None:
+    """kf::cluster_reduce combines the blocks of a cluster through barrier.cluster and loads
+    from the other blocks' shared memory (mapa + ld.shared::cluster), for every accumulator
+    kind: a float sum, a bool max, a double Welford state."""
+    source = (
+        HEADER_TEXT
+        + """
+extern "C" __global__ void __cluster_dims__(2, 1, 1) k(float* f, bool* b, double* d) {
+  __shared__ __align__(16) unsigned char slots[64];
+  __shared__ __align__(16) unsigned char scratch[1024 * 24];
+  int phase = 0;
+  float s = kf::block_reduce_x(f[threadIdx.x], kf::SumOp(), reinterpret_cast<float*>(scratch));
+  f[threadIdx.x] = kf::cluster_reduce<2>(s, kf::SumOp(), slots, phase);
+  bool m = kf::block_reduce_x(b[threadIdx.x], kf::MaxOp(), reinterpret_cast<bool*>(scratch));
+  b[threadIdx.x] = kf::cluster_reduce<2>(m, kf::MaxOp(), slots, phase);
+  kf::WelfordState<double> w = kf::welford_identity<double>();
+  kf::welford_update(w, d[threadIdx.x]);
+  w = kf::block_welford_x(w, reinterpret_cast<kf::WelfordState<double>*>(scratch));
+  d[threadIdx.x] = kf::cluster_reduce<2>(w, kf::WelfordOp(), slots, phase).m2;
+  kf::cluster_sync();
+}
+"""
+    )
+    _, ptx = _compile_or_fail(
+        nvrtc, source, ["--gpu-architecture=compute_90", "-std=c++17", "-DKFUSE_USE_PTX"]
+    )
+    assert ".explicitcluster" in ptx and ".reqnctapercluster 2" in ptx
+    assert "barrier.cluster.arrive.release" in ptx and "barrier.cluster.wait.acquire" in ptx
+    assert "mapa.shared::cluster" in ptx and "ld.shared::cluster.u32" in ptx
+
+
 # ---------------------------------------------------------------------------------------------
 # The header as host C++ (the emulator's view), checked against NumPy
 # ---------------------------------------------------------------------------------------------

@@ -112,15 +112,63 @@ def test_longest_rows_the_heuristics_accept(kind: str, dtype: str) -> None:
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
 @pytest.mark.parametrize("n", [65536, 65533])
 def test_long_rows_held_in_part(kind: str, n: int) -> None:
-    """Rows of 65536 bf16 are held in part in shared memory (two blocks an SM) and their
-    tails reloaded on every pass. A ragged length takes scalar accesses, twice the vectors
-    per thread: one block an SM holds it whole."""
+    """Rows of 65536 bf16 held in part in shared memory (two blocks an SM, the layout the
+    heuristics pick where there are no clusters), their tails reloaded on every pass. A ragged
+    length takes scalar accesses, twice the vectors per thread: one block an SM holds it whole
+    (what the heuristics pick for it)."""
     torch = _torch()
     fd = _fd(kind, BF)
     inputs = _inputs(torch, kind, 300, n, torch.bfloat16)
     hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    if n == 65536:
+        hp.cluster_size, hp.block_x, hp.grid_x = 1, 512, 300
+        hp.persistent_batch_size, hp.reload_batch_size = 16, 3
     assert hp.smem_persistent and (hp.reload_batch_size > 0) == (n == 65536)
+    out = fd.manual_execute(inputs, heuristic_params=hp)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("n", [65536, 131072, 262144, 262143])
+def test_long_rows_split_over_clusters(kind: str, n: int) -> None:
+    """On an sm_90 GPU the heuristics split rows too long for one block over a thread-block
+    cluster (each block holds its part whole; the reductions combine through distributed
+    shared memory). A ragged length takes scalar accesses."""
+    torch = _torch()
+    fd = _fd(kind, BF)
+    inputs = _inputs(torch, kind, 200, n, torch.bfloat16)
+    hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    assert hp.cluster_size > 1 and hp.reload_batch_size == 0
+    assert hp.grid_x % hp.cluster_size == 0
     run_and_check(fd, inputs)
+    # The cluster's combine is a fixed tree: the same bits every run.
+    again = fd.execute(inputs)
+    assert torch.equal(again[0], run_and_check(fd, inputs)[0])
+
+
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("in_smem", [False, True])
+def test_pinned_cluster_layouts(cluster: int, in_smem: bool) -> None:
+    """Any row may be split over a cluster by hand, held in registers or in shared memory:
+    a layer norm with its statistics (row outputs, written once per cluster), and the
+    tutorial's var_mean layer norm (a Welford state combined across the cluster)."""
+    torch = _torch()
+    x = torch.randn(300, 4097, device="cuda")
+    w, b = torch.randn(4097, device="cuda"), torch.randn(4097, device="cuda")
+    with FusionDefinition() as tutorial:
+        t = tutorial.define_tensor(shape=[-1, -1])
+        var, mean = tutorial.ops.var_mean(t, [1], correction=0, keepdim=True)
+        tutorial.add_output(tutorial.ops.mul(tutorial.ops.sub(t, mean),
+                                             tutorial.ops.rsqrt(tutorial.ops.add(var, 1e-5))))
+        tutorial.add_output(var)
+    for fd, inputs in [(layer_norm_fd(DataType.Float, stats=True), [x, w, b]), (tutorial, [x])]:
+        hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+        hp.cluster_size, hp.smem_persistent, hp.block_y = cluster, in_smem, 1
+        hp.block_x, hp.grid_x = 128, 300 * cluster
+        hp.persistent_batch_size = -(-4097 // (128 * cluster))  # one element per vector
+        hp.vectorize_reduction, hp.reload_batch_size = 1, 0
+        out = fd.manual_execute(inputs, heuristic_params=hp)
+        assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
 
 
 def test_dynamic_shared_memory_of_exactly_48_kb() -> None:

@@ -3,6 +3,8 @@ devices, and NVRTC compiling the generated kernels for sm_80 and sm_90."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -164,22 +166,29 @@ def test_int64_indexing_when_offsets_need_it() -> None:
 
 
 def _sources(fd: FusionDefinition, inputs: list, stype: SchedulerType,
-             edit: dict | None = None) -> list[tuple[str, str]]:
+             edit: dict | None = None, clusters: bool = False) -> list[tuple[str, str]]:
+    """Source and name of each kernel for these inputs; clusters: as on a GPU that runs
+    thread-block clusters (the heuristics and the checks for an sm_90 target)."""
     from kfuse.codegen.persistent import emit_persistent
     from kfuse.codegen.reduction import emit_reduction
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime_info import CUDA, build_runtime_info
     from kfuse.schedule.persistent import persistent_spec
     from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.registry import scheduler_for
 
-    hp = schedule.compute_heuristics(fd.fusion, stype, inputs)
+    info = build_runtime_info(fd.fusion, inputs)
+    if clusters:
+        info = dataclasses.replace(info, backend=CUDA)
+        hp = scheduler_for(stype).heuristics(fd.fusion, info)
+    else:
+        hp = schedule.compute_heuristics(fd.fusion, stype, inputs)
     for k, v in (edit or {}).items():
         setattr(hp, k, v)
-    info = build_runtime_info(fd.fusion, inputs)
     plan = plan_reductions(fd.fusion)
     layout = reduction_layout(plan, info)
     if stype is SchedulerType.inner_persistent:
-        return [emit_persistent(plan, persistent_spec(plan, layout, hp, info.device))]
+        return [emit_persistent(plan, persistent_spec(plan, layout, hp, info.device, clusters))]
     return emit_reduction(plan, kernel_spec(plan, layout, hp, info.device))
 
 

@@ -130,6 +130,9 @@ public:
     // persistent: of the persistent_batch_size vectors per thread, the last reload_batch_size
     // are not held but read again from global memory (served by L2) on every pass over the row
     int64_t reload_batch_size = 0;
+    // persistent: blocks of a thread-block cluster (sm_90+) that share one row, each holding
+    // its own part and combining the reductions through distributed shared memory; 1: none
+    int64_t cluster_size = 1;
     int64_t block_x = 1;
     int64_t block_y = 1;
     int64_t grid_x = 1;
@@ -156,6 +159,7 @@ public:
             field("persistent_batch_size", &P::persistent_batch_size),
             field("smem_persistent", &P::smem_persistent),
             field("reload_batch_size", &P::reload_batch_size),
+            field("cluster_size", &P::cluster_size),
             field("block_x", &P::block_x), field("block_y", &P::block_y),
             field("grid_x", &P::grid_x), field("grid_y", &P::grid_y),
             field("vectorize_iter", &P::vectorize_iter),

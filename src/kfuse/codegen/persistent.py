@@ -228,11 +228,17 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     lines += functions_source(plan, name, stages=True, full=True, epilogue=True,
                               kept=spec.kept)
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
+    cluster = spec.cluster
+    dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
     lines += [f'extern "C" __global__ void __launch_bounds__({bx * by}, '
-              f'{min_blocks_per_sm(bx * by)}) {name}(',
+              f'{min_blocks_per_sm(bx * by)}){dims} {name}(',
               "    " + ",\n    ".join(params) + ") {"]
     lines += [f"  typedef {spec.index_type} Index;",
               f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];"]
+    if cluster > 1:  # the blocks of a cluster share a row: see kf::cluster_reduce
+        lines += ["  __shared__ __align__(16) unsigned char kf_cluster_slots[64];",
+                  "  int kf_phase = 0;",
+                  f"  const Index kf_rank = (Index)(blockIdx.x % {cluster});"]
     if spec.smem_held:
         lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
         for i, offset in smem_regions(plan, spec):
@@ -242,8 +248,10 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
               f"  const Index n_red = in0.size[{rank - 1}];",
               "  Index n_rows = 1;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
-    lines += [f"  for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
-              f" row0 += (Index)gridDim.x * {by}) {{",
+    block, blocks = (("blockIdx.x", "gridDim.x") if cluster == 1 else
+                     (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})"))
+    lines += [f"  for (Index row0 = (Index){block} * {by}; row0 < n_rows;"
+              f" row0 += (Index){blocks} * {by}) {{",
               "    const Index row = row0 + threadIdx.y;",
               "    const bool row_ok = row < n_rows;"]
     ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in plan.loop_outputs]
@@ -262,7 +270,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     if spec.held_batch:
         lines += ["    if (row_ok) {", "#pragma unroll",
                   f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
-                  f"        const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};"]
+                  f"        const Index i0 = {slot_start(spec)};"]
         for i in held_inputs(plan, spec):
             if spec.smem_held:
                 lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
@@ -278,21 +286,41 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         lines += _reduce_held(plan, spec, name, acc.k)
     if plan.loop_outputs:
         lines += _store_full(plan, spec, name)
-    if plan.row_outputs:
-        lines.append("    if (threadIdx.x == 0 && row_ok) {")
+    if plan.row_outputs:  # one thread of the row's (first) block writes them
+        first = " && kf_rank == 0" if cluster > 1 else ""
+        lines.append(f"    if (threadIdx.x == 0{first} && row_ok) {{")
         lines += epilogue_call(plan, name, "row", "      ", kept)
         lines.append("    }")
-    lines += ["  }", "}", ""]
+    lines.append("  }")
+    if cluster > 1:  # no block may exit while another still reads its shared memory
+        lines.append("  kf::cluster_sync();")
+    lines += ["}", ""]
     return "\n".join(lines), name
 
 
 def _slot_loop(spec: ReductionKernelSpec, first: int, end: int, body: list[str], indent: str
                ) -> list[str]:
     """`for b in [first, end)`: i0 (the slot's first element in the row), then `body`."""
-    bx, vec = spec.block_x, spec.vector
     return ["#pragma unroll", f"{indent}for (int b = {first}; b < {end}; ++b) {{",
-            f"{indent}  const Index i0 = ((Index)threadIdx.x + (Index)b * {bx}) * {vec};",
-            *body, f"{indent}}}"]
+            f"{indent}  const Index i0 = {slot_start(spec)};", *body, f"{indent}}}"]
+
+
+def slot_start(spec: ReductionKernelSpec) -> str:
+    """The row element where this thread's vector of slot b starts. In a cluster, block r's
+    threads take vectors r * block_x .. of every cluster-wide stretch of cluster * block_x."""
+    bx, vec, cluster = spec.block_x, spec.vector, spec.cluster
+    if cluster == 1:
+        return f"((Index)threadIdx.x + (Index)b * {bx}) * {vec}"
+    return f"((Index)threadIdx.x + kf_rank * {bx} + (Index)b * {bx * cluster}) * {vec}"
+
+
+def _combined(spec: ReductionKernelSpec, block_reduce: str, functor: str) -> str:
+    """The row's reduction from this block's `block_reduce` expression: combined over the
+    blocks of the cluster when the row is split over one."""
+    if spec.cluster == 1:
+        return block_reduce
+    return (f"kf::cluster_reduce<{spec.cluster}>({block_reduce}, {functor}(), "
+            "kf_cluster_slots, kf_phase)")
 
 
 def _async_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
@@ -363,12 +391,15 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
             return [acc.update(f"acc{k}", value(reloaded))]
 
         lines += _valid_loop(plan, spec, body, "    ")
-        lines.append(f"    const {acc.ctype} red{k} = {acc.block_reduce(f'acc{k}', 'kf_smem')};")
+        total = _combined(spec, acc.block_reduce(f"acc{k}", "kf_smem"), acc.functor)
+        lines.append(f"    const {acc.ctype} red{k} = {total};")
         lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
         return lines
     t = compute_ctype(red.inputs[0].dtype)
     nan = literal(float("nan"), red.inputs[0].dtype)
-    total = f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))"
+    total = _combined(
+        spec, f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))",
+        "kf::SumOp")
     lines = [f"    {t} sum{k} = ({t})0;"]
     lines += _valid_loop(plan, spec, lambda r: [f"sum{k} += {value(r)};"], "    ")
     lines += [f"    const {t} r{k}_avg = {total.format(f'sum{k}')} / ({t})n_red;",

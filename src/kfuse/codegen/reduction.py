@@ -76,6 +76,9 @@ class ReductionKernelSpec:
     # over the row reads them again from global memory (the first pass from DRAM, later ones
     # mostly from L2), so a row longer than the chip holds per block still moves once
     reload: int = 0
+    # persistent: the row is split over the `cluster` blocks of a thread-block cluster (sm_90+),
+    # whose reductions combine through distributed shared memory; 1: one block per row
+    cluster: int = 1
 
     @property
     def held_batch(self) -> int:

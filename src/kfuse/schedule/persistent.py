@@ -14,11 +14,15 @@ ReductionParams, as this scheduler reads them (persistent = True):
 * smem_persistent: the held vectors live in dynamic shared memory instead of registers;
 * reload_batch_size: the last R of the B vectors are not held; each pass reads them again
   from global memory (L2 serves all passes but the first);
+* cluster_size: C blocks of a thread-block cluster (sm_90+, not the emulator) share each row,
+  thread x of block r holding vectors x + r * block_x + b * C * block_x; their reductions
+  are combined through distributed shared memory (block_y 1, grid_x a multiple of C);
 * cparams.index_type as for the reduction scheduler.
 Heuristics: V from 16-byte accesses, block_x so that each thread holds about 4 vectors
 (up to 1024 threads per row), B = the vectors left per thread. Rows that need 512 or more
 threads that way are held in shared memory instead (_smem_layout); rows too long for two
-blocks of an SM to hold there are held in part and the rest reloaded. A row that fits neither
+blocks of an SM to hold there are split over a thread-block cluster where the device has them
+(_cluster_layout), else held in part and the rest reloaded. A row that fits neither
 way (more than MAX_HELD_WORDS 32-bit registers of held values per thread, and a reloaded
 part that L2 would not keep) is rejected.
 """
@@ -45,7 +49,7 @@ from kfuse.codegen.reduction_plan import (
 )
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime_info import CUDA, RuntimeInfo
 from kfuse.schedule.reduction import (
     MAX_GRID_X,
     STATIC_SMEM_LIMIT,
@@ -110,7 +114,7 @@ class InnerPersistentScheduler:
                 any(op.strides[-2] == 1 for op in layout.loop):
             raise Rejection("the reduced axis is not the innermost in memory (an outer "
                             "normalization: outer_persistent's job)")
-        _choose(plan, layout, info.device)  # raises Rejection when the row cannot be held
+        _choose(plan, layout, info.device, clusters_supported(info))  # Rejection: not held
 
     def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
                  ) -> list[Any]:
@@ -122,7 +126,8 @@ class InnerPersistentScheduler:
 
         plan = plan_reductions(fusion)
         layout = reduction_layout(plan, info)
-        vector, block_x, batch, in_smem, reload = _choose(plan, layout, info.device)
+        vector, block_x, batch, in_smem, reload, cluster = _choose(
+            plan, layout, info.device, clusters_supported(info))
         n_rows = layout.n_rows
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
         params = ReductionParams("inner_persistent")
@@ -131,28 +136,36 @@ class InnerPersistentScheduler:
         params.persistent_batch_size = batch
         params.smem_persistent = in_smem
         params.reload_batch_size = reload
+        params.cluster_size = cluster
         params.vectorize_reduction = vector
         params.unroll_reduction = 1
         params.block_x, params.block_y = block_x, block_y
-        params.grid_x = max(1, min(MAX_GRID_X, -(-n_rows // block_y)))
+        params.grid_x = max(1, min(MAX_GRID_X // cluster, -(-n_rows // block_y))) * cluster
         params.grid_y = 1
         params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
         fill_launch_params(params, plan)
         return params
 
 
-def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any
-            ) -> tuple[int, int, int, bool, int]:
-    """(vector, threads per row, batch, held in shared memory, reload) for this row;
-    Rejection when it can be held neither in registers nor in shared memory."""
+def clusters_supported(info: RuntimeInfo) -> bool:
+    """Whether this call's target runs thread-block clusters: a GPU of compute capability 9.0
+    or later (the host emulator runs one block at a time)."""
+    return info.backend == CUDA and info.device.major >= 9
+
+
+def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool
+            ) -> tuple[int, int, int, bool, int, int]:
+    """(vector, threads per row, batch, held in shared memory, reload, cluster size) for this
+    row; Rejection when it can be held neither in registers nor in shared memory."""
     n_red = layout.red_size
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
     vecs = max(1, -(-n_red // vector))
     block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // VECTORS_PER_THREAD)))
-    smem = _smem_layout(plan, layout, vector, block_x, device)
+    smem = _smem_layout(plan, layout, vector, block_x, device, clusters)
     if smem is not None:
-        return (vector, *smem[:2], True, smem[2])
+        bx, batch, reload, cluster = smem
+        return vector, bx, batch, True, reload, cluster
     batch = -(-vecs // block_x)
     words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
     if batch > MAX_BATCH or words > MAX_HELD_WORDS:
@@ -160,9 +173,11 @@ def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any
                         f"per row it needs {batch} loads of {vector} element(s) per thread (at "
                         f"most {MAX_BATCH}) and {words} registers of held values (at most "
                         f"{MAX_HELD_WORDS}), and in shared memory its reloaded part would take "
-                        f"more than 1/{L2_SPILL_SHARE} of L2; rows this long are not held "
-                        "persistently")
-    return vector, block_x, batch, False, 0
+                        f"more than 1/{L2_SPILL_SHARE} of L2"
+                        + (f", even split over a cluster of {CLUSTER_SIZES[-1]} blocks" if clusters
+                           else " (and this target has no thread-block clusters)")
+                        + "; rows this long are not held persistently")
+    return vector, block_x, batch, False, 0, 1
 
 
 SMEM_FROM_ROW_THREADS = 512
@@ -176,9 +191,9 @@ L2_SPILL_SHARE = 2
 
 
 def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, block_x: int,
-                 device: Any) -> tuple[int, int, int] | None:
-    """(threads per row, batch, reload) holding the row in shared memory instead of registers,
-    or None.
+                 device: Any, clusters: bool) -> tuple[int, int, int, int] | None:
+    """(threads per row, batch, reload, cluster size) holding the row in shared memory instead
+    of registers, or None.
 
     A row that needs SMEM_FROM_ROW_THREADS or more threads per row in registers leaves one
     or two rows in flight per SM (such a block fills the register file), and memory idles while
@@ -187,17 +202,32 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     SM holds. Measured on an H200 (bf16 softmax): rows of 16384 went from 84% to 91% of copy,
     32768 from 65% to 86%, 65536 from 39% to 67%.
 
-    A row whose whole length would leave fewer than MIN_ROWS_PER_SM blocks per SM is held
-    only in part: each of MIN_ROWS_PER_SM blocks takes its share of the SM's shared memory and
-    reloads the row's tail on every pass (the first pass brings it into L2, the later ones
-    hit there), so one block reduces while the other streams. When even that would spill more
-    of the rows in flight than L2 keeps, one block per SM holds as much as it can; when that
-    spills too much as well, the row is not held (None). Measured on an H200 (bf16 softmax,
-    65536 a row): one block an SM holding all of it 67% of copy, two holding 13/16 each 77%
-    (82% with the held part copied in by cp.async); two holding 10/16 were no slower, while
-    smaller blocks, or lower register targets for more blocks an SM, were slower."""
+    A row whose whole length would leave fewer than MIN_ROWS_PER_SM blocks per SM is split
+    over a thread-block cluster where the target has them (_cluster_layout). Otherwise it is
+    held only in part: each of MIN_ROWS_PER_SM blocks takes its share of the SM's shared
+    memory and reloads the row's tail on every pass (the first pass brings it into L2, the
+    later ones hit there), so one block reduces while the other streams. When even that would
+    spill more of the rows in flight than L2 keeps, one block per SM holds as much as it can;
+    when that spills too much as well, the row is not held (None). Measured on an H200 (bf16
+    softmax, 65536 a row): one block an SM holding all of it 67% of copy, two holding 13/16
+    each 77% (82% with the held part copied in by cp.async); two holding 10/16 were no slower,
+    while smaller blocks, or lower register targets for more blocks an SM, were slower."""
     if block_x < SMEM_FROM_ROW_THREADS:
         return None
+    part = _one_block_layout(plan, layout, vector, device)
+    if part is not None and part[2] == 0:
+        return (*part, 1)
+    if clusters:
+        split = _cluster_layout(plan, layout, vector, device)
+        if split is not None:
+            return split
+    return None if part is None else (*part, 1)
+
+
+def _one_block_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, device: Any
+                      ) -> tuple[int, int, int] | None:
+    """(threads, batch, reload) of one block per row in shared memory, whole or in part (see
+    _smem_layout), or None."""
     vecs = -(-layout.red_size // vector)
     slot_bytes = held_bytes_per_element(plan, layout) * vector
     per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
@@ -214,9 +244,34 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     return None
 
 
-def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
-                    ) -> ReductionKernelSpec:
-    """The compile-time description of persistent `params` for this call's layout."""
+CLUSTER_SIZES = (2, 4, 8)
+"""Cluster sizes tried, smallest first; 8 is the largest every sm_90 GPU schedules."""
+
+
+def _cluster_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, device: Any
+                    ) -> tuple[int, int, int, int] | None:
+    """(threads, batch, 0, cluster size): the smallest cluster whose blocks each hold their
+    part of the row whole in shared memory, MIN_ROWS_PER_SM blocks per SM if possible, else
+    one; None when no cluster of CLUSTER_SIZES does. The reductions cost two cluster barriers
+    per pass, against reloading the row's tail from L2 on every pass."""
+    vecs = -(-layout.red_size // vector)
+    slot_bytes = held_bytes_per_element(plan, layout) * vector
+    per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
+    for rows_per_sm in (MIN_ROWS_PER_SM, 1):
+        budget = min(per_block, device.shared_mem_per_sm // rows_per_sm - SMEM_RESERVE)
+        for cluster in CLUSTER_SIZES:
+            part = -(-vecs // cluster)
+            bx = min(MAX_ROW_THREADS // rows_per_sm, pow2_ceil(-(-part // SMEM_BATCH)))
+            batch = -(-part // bx)
+            if batch <= MAX_BATCH and batch * bx * slot_bytes <= budget:
+                return bx, batch, 0, cluster
+    return None
+
+
+def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any,
+                    clusters: bool = False) -> ReductionKernelSpec:
+    """The compile-time description of persistent `params` for this call's layout; clusters:
+    whether the target runs thread-block clusters (clusters_supported)."""
     if not bool(params.persistent):
         raise SchedulerError("inner_persistent needs ReductionParams.persistent = True")
     if not bool(params.fastest_dim_reduction):
@@ -231,10 +286,24 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
     if not 0 <= reload <= batch:
         raise SchedulerError(f"ReductionParams.reload_batch_size = {reload} must be between 0 "
                              f"and persistent_batch_size ({batch})")
-    if bx * batch * vector < layout.red_size:
+    cluster = _int(params, "cluster_size")
+    if cluster != 1:
+        if not clusters:
+            raise SchedulerError(f"ReductionParams.cluster_size = {cluster}: thread-block "
+                                 "clusters need a GPU of compute capability 9.0 or later (the "
+                                 "host emulator has none); use 1")
+        if not 2 <= cluster <= CLUSTER_SIZES[-1]:
+            raise SchedulerError(f"ReductionParams.cluster_size = {cluster} must be between 1 "
+                                 f"and {CLUSTER_SIZES[-1]}")
+        if _int(params, "block_y") != 1 or _int(params, "grid_x") % cluster:
+            raise SchedulerError(f"ReductionParams.cluster_size = {cluster} needs block_y = 1 "
+                                 f"and grid_x a multiple of it (got {params.block_y} and "
+                                 f"{params.grid_x})")
+    if bx * batch * vector * cluster < layout.red_size:
         raise SchedulerError(f"ReductionParams hold block_x * persistent_batch_size * "
-                             f"vectorize_reduction = {bx} * {batch} * {vector} elements per row, "
-                             f"fewer than the row's {layout.red_size}")
+                             f"vectorize_reduction * cluster_size = {bx} * {batch} * {vector} * "
+                             f"{cluster} elements per row, fewer than the row's "
+                             f"{layout.red_size}")
     axis = layout.rank - 1
 
     def kind(op: Any) -> str:
@@ -253,7 +322,7 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
                                exact=layout.red_size % vector == 0,
                                kept=() if in_smem else kept_stages(plan, layout, batch,
                                                                    batch - reload, vector),
-                               smem_held=in_smem, reload=reload)
+                               smem_held=in_smem, reload=reload, cluster=cluster)
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
                              f"memory (limit {STATIC_SMEM_LIMIT})")
@@ -276,7 +345,7 @@ def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend:
         layout = reduction_layout(plan, info)
     except PlanError as exc:
         raise SchedulerError(f"inner_persistent: {exc}") from None
-    spec = persistent_spec(plan, layout, params, info.device)
+    spec = persistent_spec(plan, layout, params, info.device, clusters_supported(info))
     source, name = emit_persistent(plan, spec)
     ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
     grid = (_int(params, "grid_x"), 1, 1)

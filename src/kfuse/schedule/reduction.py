@@ -249,6 +249,9 @@ def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, devic
     if _int(params, "reload_batch_size") != 0:
         raise SchedulerError("ReductionParams.reload_batch_size is set: only the persistent "
                              "kernel holds (and reloads) rows (use 0)")
+    if _int(params, "cluster_size") != 1:
+        raise SchedulerError("ReductionParams.cluster_size is set: only the persistent kernel "
+                             "splits rows over thread-block clusters (use 1)")
     inner = bool(params.fastest_dim_reduction)
     kind = "inner" if inner else "outer"
     vector = _int(params, "vectorize_reduction" if inner else "vectorize_iter")

@@ -307,6 +307,69 @@ __device__ __forceinline__ WelfordState<T> block_welford(const WelfordState<T>& 
   return block_reduce(s, WelfordOp(), scratch);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Thread-block clusters (sm_90 and later): the blocks of a cluster share one row, and each
+// reduction's block results are combined through distributed shared memory. Every thread of
+// every block of the cluster must call these, the same number of times; a kernel that uses
+// them ends with cluster_sync(), so that no block exits while another may still read its
+// shared memory. Without PTX (the emulator, which never runs a cluster) they act on one block.
+// ---------------------------------------------------------------------------------------------
+
+// Barrier over the whole cluster; shared-memory writes before it are visible to every block
+// of the cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+
+// The value at `local` (this block's shared memory) in the shared memory of block `rank` of
+// the cluster.
+template <typename T>
+__device__ __forceinline__ T cluster_load(const T* local, unsigned rank) {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  constexpr int kWords = (int)((sizeof(T) + 3) / 4);
+  union {
+    T value;
+    unsigned words[kWords];
+  } u;
+  unsigned addr, remote;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(local));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(u.words[w]) : "r"(remote + 4u * w)
+                 : "memory");
+  }
+  return u.value;
+#else
+  (void)rank;
+  return *local;
+#endif
+}
+
+// Combines each block's `block_value` (its block reduction's result) over the C blocks of the
+// cluster, in rank order, so every block gets the same bits. slots: 64 bytes of this block's
+// shared memory, 16-byte aligned: two 32-byte slots used in turn (phase), so that one barrier
+// per reduction suffices: a block writes a slot again only two reductions later, after a
+// barrier every block passes once it has read that slot.
+template <int C, typename T, typename Op>
+__device__ __forceinline__ T cluster_reduce(T block_value, Op op, unsigned char* slots,
+                                            int& phase) {
+  static_assert(sizeof(T) <= 32, "kf::cluster_reduce: a value must fit a 32-byte slot");
+  T* slot = reinterpret_cast<T*>(slots + 32 * phase);
+  phase ^= 1;
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) *slot = block_value;
+  cluster_sync();
+  T r = cluster_load(slot, 0u);
+#pragma unroll
+  for (int k = 1; k < C; ++k) r = op(r, cluster_load(slot, (unsigned)k));
+  return r;
+}
+
 // Integer power with torch's integer semantics: exact by repeated squaring (wrapping like
 // the integer multiply), and for negative exponents the truncated result of 1 / base^-e, which
 // is 0 except for bases 1 and -1.
