@@ -35,6 +35,7 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
     (what fd.execute runs, segmented where no scheduler holds the row), and for long rows
     hand-set shared-memory layouts: threads per row, vectors per thread, vectors reloaded,
     blocks of a cluster sharing the row."""
+    import kfuse.schedule.persistent as persistent
     from kfuse import SchedulerType, schedule
 
     rows: list[dict[str, Any]] = []
@@ -42,13 +43,14 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
     def record(n: int, label: str, run: Any, out: Any, ref: Any, extra: dict[str, Any]) -> None:
         err = float((out.double() - ref).abs().max())
         ms = time_ms(torch, run, 30)
-        frac = 2 * 2 * 2 ** 27 / (ms * 1e-3) / 1e9 / copy_gbs
+        frac = 2 * 2 * out.numel() / (ms * 1e-3) / 1e9 / copy_gbs
         rows.append({"row": n, "config": label, "ms": ms, "fraction_of_copy": frac,
                      "max_abs_err": err, **extra})
         log(f"  n={n:6d} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% err={err:.1e} "
             + " ".join(f"{k}={v}" for k, v in extra.items()))
 
-    def measure(n: int, configs: list[tuple[int, int, int]]) -> None:
+    def measure(n: int, configs: list[tuple[int, int, int, int]],
+                without_clusters: bool = False) -> None:
         x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
         ref = torch.softmax(x.double(), -1)
         fd = _softmax_definition()
@@ -60,6 +62,17 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
             f"C={hp.cluster_size}")
         record(n, label, lambda: fd.execute([x]), out, ref,
                {"scheduler": str(fd.last_scheduler()), "segments": segments})
+        if without_clusters:  # what the heuristics pick where there are no clusters
+            plain = persistent.clusters_supported
+            persistent.clusters_supported = lambda info: False
+            try:
+                flat = _softmax_definition()
+                (out,) = flat.execute([x])
+                parts = len(flat.segments([x]))
+            finally:
+                persistent.clusters_supported = plain
+            record(n, "execute without clusters", lambda: flat.execute([x]), out, ref,
+                   {"scheduler": str(flat.last_scheduler()), "segments": parts})
         for bx, batch, reload, cluster in configs:
             fd = _softmax_definition()
             try:
@@ -76,15 +89,16 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
                    lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp),
                    out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
 
-    for n in (1024, 2048, 4096, 8192, 16384):
+    for n in (1024, 2048, 4096, 8192, 16384, 32768):
         measure(n, [])
-    # (threads per row, vectors per thread, vectors reloaded, cluster size): the heuristics'
-    # earlier layouts (one block a row, held in part) next to rows split over clusters
-    measure(32768, [(256, 8, 0, 2), (128, 8, 0, 4)])
-    measure(65536, [(512, 16, 3, 1), (1024, 8, 0, 1), (256, 8, 0, 4), (1024, 4, 0, 2)])
-    measure(131072, [(1024, 16, 5, 1), (1024, 8, 0, 2), (256, 8, 0, 8)])
-    measure(262144, [(1024, 8, 0, 4)])
-    measure(524288, [])
+    # (threads per row, vectors per thread, vectors reloaded, cluster size): the rows the
+    # heuristics split over clusters next to what they pick without clusters (held in part by
+    # one block an SM, or segmented), and other layouts
+    measure(65536, [(128, 8, 0, 8)])
+    measure(65533, [], without_clusters=True)
+    measure(131072, [(128, 16, 0, 8), (512, 8, 0, 4)], without_clusters=True)
+    measure(262144, [(128, 32, 0, 8), (256, 16, 0, 8)], without_clusters=True)
+    measure(524288, [(512, 16, 0, 8), (256, 32, 0, 8)], without_clusters=True)
     return rows
 
 

@@ -217,3 +217,114 @@ def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.Mon
     ok, why = schedule.can_schedule(fd.fusion, IP, [x])
     assert not ok
     assert "262144 elements is too long to hold" in why and "of L2" in why
+    assert "no thread-block clusters" in why  # the emulator runs one block at a time
+
+
+def _on_sm90(monkeypatch: pytest.MonkeyPatch, fd: FusionDefinition, inputs: list) -> object:
+    """The RuntimeInfo of a call on an H200-like GPU (which runs thread-block clusters)."""
+    import dataclasses
+
+    from kfuse.runtime_info import CUDA, build_runtime_info
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    return dataclasses.replace(build_runtime_info(fd.fusion, inputs), backend=CUDA)
+
+
+@pytest.mark.parametrize("dtype,n,block_x,batch,reload,cluster", [
+    # two blocks an SM hold most of the row and reload the rest: no cluster
+    (DataType.BFloat16, 65536, 512, 16, 3, 1),
+    # scalar accesses: one block an SM holds the row whole: no cluster
+    (DataType.BFloat16, 65533, 1024, 64, 0, 1),
+    # one block an SM would reload 5/16 of the row: 8 blocks of a cluster hold it whole
+    (DataType.BFloat16, 131072, 256, 8, 0, 8),
+    (DataType.BFloat16, 262144, 256, 16, 0, 8),
+    (DataType.BFloat16, 524288, 512, 16, 0, 8),  # one block of 128 KB an SM
+    (DataType.Float, 65536, 256, 8, 0, 8),
+    (DataType.Float, 262144, 512, 16, 0, 8),
+])
+def test_long_rows_split_over_clusters_on_sm90(monkeypatch: pytest.MonkeyPatch,
+                                               dtype: DataType, n: int, block_x: int,
+                                               batch: int, reload: int, cluster: int) -> None:
+    from kfuse.schedule.registry import scheduler_for
+
+    fd = softmax(dtype)
+    x = np.empty((300, n), np.float32)  # a bf16 stand-in; only the layout matters
+    hp = scheduler_for(IP).heuristics(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
+    assert (hp.smem_persistent, hp.block_x, hp.block_y) == (True, block_x, 1)
+    assert (hp.persistent_batch_size, hp.reload_batch_size, hp.cluster_size) == \
+        (batch, reload, cluster)
+    assert hp.grid_x == 300 * cluster  # one cluster a row
+    assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction * cluster >= n
+
+
+def test_rows_longer_than_a_cluster_holds_are_rejected(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    from kfuse.schedule.registry import scheduler_for
+    from kfuse.schedule.types import Rejection
+
+    fd = softmax(DataType.BFloat16)
+    x = np.empty((8, 2 ** 20), np.float32)
+    with pytest.raises(Rejection, match="even split over a cluster of 8 blocks"):
+        scheduler_for(IP).check(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
+
+
+def test_cluster_params_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster the target cannot run, or one the launch cannot form, is a SchedulerError
+    that says why, before anything is compiled."""
+    from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
+    from kfuse.errors import SchedulerError
+    from kfuse.schedule.persistent import persistent_spec
+
+    fd = softmax()
+    x = rand(64, 4096)
+    info = _on_sm90(monkeypatch, fd, [x])
+    plan = plan_reductions(fd.fusion)
+    layout = reduction_layout(plan, info)
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    hp.cluster_size, hp.grid_x = 2, 128
+    persistent_spec(plan, layout, hp, info.device, clusters=True)  # a valid cluster
+    with pytest.raises(SchedulerError, match="compute capability 9.0 or later"):
+        persistent_spec(plan, layout, hp, info.device, clusters=False)
+    with pytest.raises(SchedulerError, match="compute capability 9.0 or later"):
+        fd.manual_execute([x], heuristic_params=hp)  # the emulator runs no clusters
+    for field, value, message in [("cluster_size", 16, "between 1 and 8"),
+                                  ("grid_x", 127, "a multiple of it"),
+                                  ("block_y", 2, "needs block_y = 1")]:
+        bad = schedule.compute_heuristics(fd.fusion, IP, [x])
+        bad.cluster_size, bad.grid_x = 2, 128
+        setattr(bad, field, value)
+        with pytest.raises(SchedulerError, match=message):
+            persistent_spec(plan, layout, bad, info.device, clusters=True)
+    with FusionDefinition() as total:
+        total.add_output(total.ops.sum(total.define_tensor(shape=[-1, -1]), [1]))
+    hp = schedule.compute_heuristics(total.fusion, SchedulerType.reduction, [x])
+    hp.cluster_size = 2
+    with pytest.raises(SchedulerError, match="only the persistent kernel splits rows"):
+        total.manual_execute([x], heuristic_params=hp)
+
+
+def test_nvrtc_compiles_cluster_kernels() -> None:
+    """Rows split over clusters: softmax (max and sum), a layer norm with its statistics
+    (row outputs written by the cluster's first block), the tutorial's var_mean (the mean and
+    the squared deviations combined across the cluster), for sm_90."""
+    from tests.test_reduction_scheduler import _sources
+
+    from kfuse import _C
+
+    bf = DataType.BFloat16
+    n = 131072
+    srcs = _sources(softmax(bf), [rand(4, n)], IP, clusters=True)
+    with FusionDefinition() as stats:
+        x = stats.define_tensor(shape=[-1, -1], dtype=bf)
+        var, mean = stats.ops.var_mean(stats.ops.cast(x, DataType.Float), [1], correction=0)
+        stats.add_output(stats.ops.layer_norm(x, None, None))
+        stats.add_output(mean)
+        stats.add_output(var)
+    srcs += _sources(stats, [rand(4, n)], IP, clusters=True)
+    srcs += _sources(tutorial_layer_norm_var_mean(), [rand(4, n)], IP, clusters=True)
+    for source, name in srcs:
+        assert "__cluster_dims__(8, 1, 1)" in source and "kf::cluster_reduce<8>" in source
+        cubin = _C.compile_to_cubin(source, name + ".cu", "sm_90",
+                                    ["-std=c++17", "-DKFUSE_USE_PTX"])
+        assert len(cubin) > 0
+    assert "kf_rank == 0" in srcs[1][0]  # the statistics are written once a row

@@ -10,7 +10,7 @@ persistence belong to the reduction scheduler, so the two never both accept a fu
 ReductionParams, as this scheduler reads them (persistent = True):
 * block_x: threads per row; block_y: rows per block; grid_x: blocks over rows (grid-strided);
 * vectorize_reduction: V elements per vector access along the row;
-* persistent_batch_size: B vectors held per thread: block_x * B * V must cover the row;
+* persistent_batch_size: B vectors held per thread: block_x * B * V * C must cover the row;
 * smem_persistent: the held vectors live in dynamic shared memory instead of registers;
 * reload_batch_size: the last R of the B vectors are not held; each pass reads them again
   from global memory (L2 serves all passes but the first);
@@ -21,10 +21,11 @@ ReductionParams, as this scheduler reads them (persistent = True):
 Heuristics: V from 16-byte accesses, block_x so that each thread holds about 4 vectors
 (up to 1024 threads per row), B = the vectors left per thread. Rows that need 512 or more
 threads that way are held in shared memory instead (_smem_layout); rows too long for two
-blocks of an SM to hold there are split over a thread-block cluster where the device has them
-(_cluster_layout), else held in part and the rest reloaded. A row that fits neither
-way (more than MAX_HELD_WORDS 32-bit registers of held values per thread, and a reloaded
-part that L2 would not keep) is rejected.
+blocks of an SM to hold there are held in part by each and the rest reloaded. Rows that one
+block an SM could still not hold whole are split over a cluster of 8 blocks where the device
+runs clusters (_cluster_layout), else held in part by one block an SM. A row that fits none
+of these (more than MAX_HELD_WORDS 32-bit registers of held values per thread, a reloaded
+part that L2 would not keep, a part too large for a cluster's blocks) is rejected.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters:
                         f"most {MAX_BATCH}) and {words} registers of held values (at most "
                         f"{MAX_HELD_WORDS}), and in shared memory its reloaded part would take "
                         f"more than 1/{L2_SPILL_SHARE} of L2"
-                        + (f", even split over a cluster of {CLUSTER_SIZES[-1]} blocks" if clusters
+                        + (f", even split over a cluster of {CLUSTER_SIZE} blocks" if clusters
                            else " (and this target has no thread-block clusters)")
                         + "; rows this long are not held persistently")
     return vector, block_x, batch, False, 0, 1
@@ -202,32 +203,32 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     SM holds. Measured on an H200 (bf16 softmax): rows of 16384 went from 84% to 91% of copy,
     32768 from 65% to 86%, 65536 from 39% to 67%.
 
-    A row whose whole length would leave fewer than MIN_ROWS_PER_SM blocks per SM is split
-    over a thread-block cluster where the target has them (_cluster_layout). Otherwise it is
-    held only in part: each of MIN_ROWS_PER_SM blocks takes its share of the SM's shared
-    memory and reloads the row's tail on every pass (the first pass brings it into L2, the
-    later ones hit there), so one block reduces while the other streams. When even that would
-    spill more of the rows in flight than L2 keeps, one block per SM holds as much as it can;
-    when that spills too much as well, the row is not held (None). Measured on an H200 (bf16
-    softmax, 65536 a row): one block an SM holding all of it 67% of copy, two holding 13/16
-    each 77% (82% with the held part copied in by cp.async); two holding 10/16 were no slower,
-    while smaller blocks, or lower register targets for more blocks an SM, were slower."""
+    A row whose whole length would leave fewer than MIN_ROWS_PER_SM blocks per SM is held
+    only in part: each of MIN_ROWS_PER_SM blocks takes its share of the SM's shared memory and
+    reloads the row's tail on every pass (the first pass brings it into L2, the later ones hit
+    there), so one block reduces while the other streams. When even that would spill more of
+    the rows in flight than L2 keeps, one block per SM holds as much as it can, unless the
+    target has thread-block clusters: then a row that one block cannot hold whole is split
+    over a cluster (_cluster_layout). When nothing holds it, the row is not held (None).
+    Measured on an H200 (bf16 softmax, 65536 a row): one block an SM holding all of it 67% of
+    copy, two holding 13/16 each 77% (82% with the held part copied in by cp.async; split over
+    clusters of 2 to 8 blocks, 68 to 74%); two holding 10/16 were no slower, while smaller
+    blocks, or lower register targets for more blocks an SM, were slower."""
     if block_x < SMEM_FROM_ROW_THREADS:
         return None
     part = _one_block_layout(plan, layout, vector, device)
-    if part is not None and part[2] == 0:
-        return (*part, 1)
-    if clusters:
-        split = _cluster_layout(plan, layout, vector, device)
-        if split is not None:
-            return split
-    return None if part is None else (*part, 1)
+    if part is not None and (part[3] == MIN_ROWS_PER_SM or part[2] == 0 or not clusters):
+        return (*part[:3], 1)
+    split = _cluster_layout(plan, layout, vector, device) if clusters else None
+    if split is not None:
+        return split
+    return None if part is None else (*part[:3], 1)
 
 
 def _one_block_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, device: Any
-                      ) -> tuple[int, int, int] | None:
-    """(threads, batch, reload) of one block per row in shared memory, whole or in part (see
-    _smem_layout), or None."""
+                      ) -> tuple[int, int, int, int] | None:
+    """(threads, batch, reload, blocks per SM) of one block per row in shared memory, whole or
+    in part (see _smem_layout), or None."""
     vecs = -(-layout.red_size // vector)
     slot_bytes = held_bytes_per_element(plan, layout) * vector
     per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
@@ -240,31 +241,37 @@ def _one_block_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int,
         held = min(batch, budget // (slot_bytes * bx))
         spilled = device.sm_count * rows_per_sm * (batch - held) * bx * slot_bytes
         if spilled <= device.l2_cache_bytes // L2_SPILL_SHARE:
-            return bx, batch, batch - held
+            return bx, batch, batch - held, rows_per_sm
     return None
 
 
-CLUSTER_SIZES = (2, 4, 8)
-"""Cluster sizes tried, smallest first; 8 is the largest every sm_90 GPU schedules."""
+CLUSTER_SIZE = 8
+"""Blocks of a cluster that share a long row: the most every sm_90 GPU schedules. Measured on
+an H200 (bf16 softmax, 131072 a row): clusters of 8 blocks of 256 threads, 71% of copy; of 4
+blocks of 512, 62%; of 2 blocks of 1024, 57%; one block an SM holding 11/16 of the row, 65%.
+Rows of 262144 and 524288, which no single block holds, ran segmented at 13%."""
+CLUSTER_THREADS_PER_SM = 512
+"""Threads of the cluster blocks an SM runs together. More, smaller batches per thread were
+slower (H200, bf16 softmax): 262144 a row (two blocks an SM), 256 threads and 16 vectors each
+69% of copy, 512 and 8 60%, 128 and 32 66%; 524288 (one block an SM), 512 threads 51%,
+1024 48%, 256 47%."""
 
 
 def _cluster_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, device: Any
                     ) -> tuple[int, int, int, int] | None:
-    """(threads, batch, 0, cluster size): the smallest cluster whose blocks each hold their
-    part of the row whole in shared memory, MIN_ROWS_PER_SM blocks per SM if possible, else
-    one; None when no cluster of CLUSTER_SIZES does. The reductions cost two cluster barriers
-    per pass, against reloading the row's tail from L2 on every pass."""
+    """(threads, batch, 0, CLUSTER_SIZE): each block of the cluster holds its part of the row
+    whole in shared memory, MIN_ROWS_PER_SM blocks per SM if they fit, else one; None when the
+    parts do not fit even one block per SM."""
     vecs = -(-layout.red_size // vector)
+    part = -(-vecs // CLUSTER_SIZE)  # vectors each block of the cluster holds
     slot_bytes = held_bytes_per_element(plan, layout) * vector
     per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
     for rows_per_sm in (MIN_ROWS_PER_SM, 1):
         budget = min(per_block, device.shared_mem_per_sm // rows_per_sm - SMEM_RESERVE)
-        for cluster in CLUSTER_SIZES:
-            part = -(-vecs // cluster)
-            bx = min(MAX_ROW_THREADS // rows_per_sm, pow2_ceil(-(-part // SMEM_BATCH)))
-            batch = -(-part // bx)
-            if batch <= MAX_BATCH and batch * bx * slot_bytes <= budget:
-                return bx, batch, 0, cluster
+        bx = min(CLUSTER_THREADS_PER_SM // rows_per_sm, pow2_ceil(-(-part // SMEM_BATCH)))
+        batch = -(-part // bx)
+        if batch <= MAX_BATCH and batch * bx * slot_bytes <= budget:
+            return bx, batch, 0, CLUSTER_SIZE
     return None
 
 
@@ -292,9 +299,9 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
             raise SchedulerError(f"ReductionParams.cluster_size = {cluster}: thread-block "
                                  "clusters need a GPU of compute capability 9.0 or later (the "
                                  "host emulator has none); use 1")
-        if not 2 <= cluster <= CLUSTER_SIZES[-1]:
+        if not 2 <= cluster <= CLUSTER_SIZE:
             raise SchedulerError(f"ReductionParams.cluster_size = {cluster} must be between 1 "
-                                 f"and {CLUSTER_SIZES[-1]}")
+                                 f"and {CLUSTER_SIZE}")
         if _int(params, "block_y") != 1 or _int(params, "grid_x") % cluster:
             raise SchedulerError(f"ReductionParams.cluster_size = {cluster} needs block_y = 1 "
                                  f"and grid_x a multiple of it (got {params.block_y} and "

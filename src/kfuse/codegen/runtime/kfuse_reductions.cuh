@@ -331,14 +331,14 @@ __device__ __forceinline__ void cluster_sync() {
 template <typename T>
 __device__ __forceinline__ T cluster_load(const T* local, unsigned rank) {
 #if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  unsigned addr, remote;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(local));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
   constexpr int kWords = (int)((sizeof(T) + 3) / 4);
   union {
     T value;
     unsigned words[kWords];
   } u;
-  unsigned addr, remote;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(local));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
 #pragma unroll
   for (int w = 0; w < kWords; ++w) {
     asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(u.words[w]) : "r"(remote + 4u * w)
@@ -365,7 +365,6 @@ __device__ __forceinline__ T cluster_reduce(T block_value, Op op, unsigned char*
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) *slot = block_value;
   cluster_sync();
   T r = cluster_load(slot, 0u);
-#pragma unroll
   for (int k = 1; k < C; ++k) r = op(r, cluster_load(slot, (unsigned)k));
   return r;
 }
