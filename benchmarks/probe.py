@@ -1,6 +1,6 @@
 """Diagnostic probes on the GPU, for tuning (not part of the suite):
 
-* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 524288, and long
+* softmax (bf16, 2^27 elements): the heuristics' choice for rows of 1024 to 1048576, and long
   rows held in shared memory, whole or in part, or split over thread-block clusters;
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
 * W4 to W6 (rows of 4096) over persistent layouts (norms);
@@ -31,7 +31,7 @@ def _kernel_of(fd: Any) -> Any:
 
 
 def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
-    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 524288
+    """bf16 softmax, 2^27 elements: the heuristics' choice over row lengths 1024 to 1048576
     (what fd.execute runs, segmented where no scheduler holds the row), and for long rows
     hand-set shared-memory layouts: threads per row, vectors per thread, vectors reloaded,
     blocks of a cluster sharing the row."""
@@ -97,8 +97,9 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
     measure(65536, [(128, 8, 0, 8)])
     measure(65533, [], without_clusters=True)
     measure(131072, [(128, 16, 0, 8), (512, 8, 0, 4)], without_clusters=True)
-    measure(262144, [(128, 32, 0, 8), (256, 16, 0, 8)], without_clusters=True)
+    measure(262144, [(128, 32, 0, 8), (512, 8, 0, 8)], without_clusters=True)
     measure(524288, [(512, 16, 0, 8), (256, 32, 0, 8)], without_clusters=True)
+    measure(1048576, [], without_clusters=True)
     return rows
 
 

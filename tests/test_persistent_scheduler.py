@@ -238,9 +238,11 @@ def _on_sm90(monkeypatch: pytest.MonkeyPatch, fd: FusionDefinition, inputs: list
     # one block an SM would reload 5/16 of the row: 8 blocks of a cluster hold it whole
     (DataType.BFloat16, 131072, 256, 8, 0, 8),
     (DataType.BFloat16, 262144, 256, 16, 0, 8),
-    (DataType.BFloat16, 524288, 512, 16, 0, 8),  # one block of 128 KB an SM
+    # a cluster block's part is itself too long for two blocks an SM: held 27/32, as above
+    (DataType.BFloat16, 524288, 256, 32, 5, 8),
+    (DataType.BFloat16, 1048576, 512, 32, 10, 8),  # one block an SM holds 22/32
     (DataType.Float, 65536, 256, 8, 0, 8),
-    (DataType.Float, 262144, 512, 16, 0, 8),
+    (DataType.Float, 262144, 256, 32, 5, 8),
 ])
 def test_long_rows_split_over_clusters_on_sm90(monkeypatch: pytest.MonkeyPatch,
                                                dtype: DataType, n: int, block_x: int,
@@ -263,7 +265,7 @@ def test_rows_longer_than_a_cluster_holds_are_rejected(monkeypatch: pytest.Monke
     from kfuse.schedule.types import Rejection
 
     fd = softmax(DataType.BFloat16)
-    x = np.empty((8, 2 ** 20), np.float32)
+    x = np.empty((8, 2 ** 21), np.float32)
     with pytest.raises(Rejection, match="even split over a cluster of 8 blocks"):
         scheduler_for(IP).check(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
 

@@ -216,24 +216,26 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     blocks, or lower register targets for more blocks an SM, were slower."""
     if block_x < SMEM_FROM_ROW_THREADS:
         return None
-    part = _one_block_layout(plan, layout, vector, device)
-    if part is not None and (part[3] == MIN_ROWS_PER_SM or part[2] == 0 or not clusters):
-        return (*part[:3], 1)
-    split = _cluster_layout(plan, layout, vector, device) if clusters else None
-    if split is not None:
-        return split
-    return None if part is None else (*part[:3], 1)
-
-
-def _one_block_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, device: Any
-                      ) -> tuple[int, int, int, int] | None:
-    """(threads, batch, reload, blocks per SM) of one block per row in shared memory, whole or
-    in part (see _smem_layout), or None."""
     vecs = -(-layout.red_size // vector)
     slot_bytes = held_bytes_per_element(plan, layout) * vector
+    one = _held_in_shared_memory(vecs, slot_bytes, device, MAX_ROW_THREADS)
+    if one is not None and (one[3] == MIN_ROWS_PER_SM or one[2] == 0 or not clusters):
+        return (*one[:3], 1)
+    split = (_held_in_shared_memory(-(-vecs // CLUSTER_SIZE), slot_bytes, device,
+                                    CLUSTER_THREADS_PER_SM) if clusters else None)
+    if split is not None:
+        return (*split[:3], CLUSTER_SIZE)
+    return None if one is None else (*one[:3], 1)
+
+
+def _held_in_shared_memory(vecs: int, slot_bytes: int, device: Any, threads_per_sm: int
+                           ) -> tuple[int, int, int, int] | None:
+    """(threads, batch, reload, blocks per SM) of blocks that each hold `vecs` vectors of a row
+    (all of it, or a cluster block's part) in shared memory, whole or in part (see
+    _smem_layout), with at most threads_per_sm threads an SM; or None."""
     per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
     for rows_per_sm in (MIN_ROWS_PER_SM, 1):
-        bx = min(MAX_ROW_THREADS // rows_per_sm, pow2_ceil(-(-vecs // SMEM_BATCH)))
+        bx = min(threads_per_sm // rows_per_sm, pow2_ceil(-(-vecs // SMEM_BATCH)))
         batch = -(-vecs // bx)
         if batch > MAX_BATCH:
             continue
@@ -246,33 +248,17 @@ def _one_block_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int,
 
 
 CLUSTER_SIZE = 8
-"""Blocks of a cluster that share a long row: the most every sm_90 GPU schedules. Measured on
-an H200 (bf16 softmax, 131072 a row): clusters of 8 blocks of 256 threads, 71% of copy; of 4
-blocks of 512, 62%; of 2 blocks of 1024, 57%; one block an SM holding 11/16 of the row, 65%.
-Rows of 262144 and 524288, which no single block holds, ran segmented at 13%."""
+"""Blocks of a cluster that share a long row (_smem_layout): the most every sm_90 GPU
+schedules. Each block holds its part of the row as one block would hold a whole row: whole
+if it fits, else in part, the rest reloaded. Measured on an H200 (bf16 softmax, 131072 a
+row): clusters of 8 blocks of 256 threads, 71% of copy; of 4 blocks of 512, 62%; of 2 blocks
+of 1024, 57%; one block an SM holding 11/16 of the row, 65%. Rows of 262144 and 524288,
+which no single block holds, ran segmented at 13%."""
 CLUSTER_THREADS_PER_SM = 512
 """Threads of the cluster blocks an SM runs together. More, smaller batches per thread were
 slower (H200, bf16 softmax): 262144 a row (two blocks an SM), 256 threads and 16 vectors each
 69% of copy, 512 and 8 60%, 128 and 32 66%; 524288 (one block an SM), 512 threads 51%,
 1024 48%, 256 47%."""
-
-
-def _cluster_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, device: Any
-                    ) -> tuple[int, int, int, int] | None:
-    """(threads, batch, 0, CLUSTER_SIZE): each block of the cluster holds its part of the row
-    whole in shared memory, MIN_ROWS_PER_SM blocks per SM if they fit, else one; None when the
-    parts do not fit even one block per SM."""
-    vecs = -(-layout.red_size // vector)
-    part = -(-vecs // CLUSTER_SIZE)  # vectors each block of the cluster holds
-    slot_bytes = held_bytes_per_element(plan, layout) * vector
-    per_block = device.shared_mem_per_block_optin - STATIC_SMEM_LIMIT
-    for rows_per_sm in (MIN_ROWS_PER_SM, 1):
-        budget = min(per_block, device.shared_mem_per_sm // rows_per_sm - SMEM_RESERVE)
-        bx = min(CLUSTER_THREADS_PER_SM // rows_per_sm, pow2_ceil(-(-part // SMEM_BATCH)))
-        batch = -(-part // bx)
-        if batch <= MAX_BATCH and batch * bx * slot_bytes <= budget:
-            return bx, batch, 0, CLUSTER_SIZE
-    return None
 
 
 def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any,
