@@ -290,6 +290,7 @@ def test_cluster_params_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SchedulerError, match="compute capability 9.0 or later"):
         fd.manual_execute([x], heuristic_params=hp)  # the emulator runs no clusters
     for field, value, message in [("cluster_size", 16, "between 1 and 8"),
+                                  ("cluster_size", 0, "between 1 and 8"),
                                   ("grid_x", 127, "a multiple of it"),
                                   ("block_y", 2, "needs block_y = 1")]:
         bad = schedule.compute_heuristics(fd.fusion, IP, [x])

@@ -23,7 +23,7 @@ Heuristics: V from 16-byte accesses, block_x so that each thread holds about 4 v
 threads that way are held in shared memory instead (_smem_layout); rows too long for two
 blocks of an SM to hold there are held in part by each and the rest reloaded. Rows that one
 block an SM could still not hold whole are split over a cluster of 8 blocks where the device
-runs clusters (_cluster_layout), else held in part by one block an SM. A row that fits none
+runs clusters (CLUSTER_SIZE), else held in part by one block an SM. A row that fits none
 of these (more than MAX_HELD_WORDS 32-bit registers of held values per thread, a reloaded
 part that L2 would not keep, a part too large for a cluster's blocks) is rejected.
 """
@@ -209,7 +209,7 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     there), so one block reduces while the other streams. When even that would spill more of
     the rows in flight than L2 keeps, one block per SM holds as much as it can, unless the
     target has thread-block clusters: then a row that one block cannot hold whole is split
-    over a cluster (_cluster_layout). When nothing holds it, the row is not held (None).
+    over a cluster (CLUSTER_SIZE). When nothing holds it, the row is not held (None).
     Measured on an H200 (bf16 softmax, 65536 a row): one block an SM holding all of it 67% of
     copy, two holding 13/16 each 77% (82% with the held part copied in by cp.async; split over
     clusters of 2 to 8 blocks, 68 to 74%); two holding 10/16 were no slower, while smaller
@@ -281,14 +281,14 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
         raise SchedulerError(f"ReductionParams.reload_batch_size = {reload} must be between 0 "
                              f"and persistent_batch_size ({batch})")
     cluster = _int(params, "cluster_size")
+    if not 1 <= cluster <= CLUSTER_SIZE:
+        raise SchedulerError(f"ReductionParams.cluster_size = {cluster} must be between 1 "
+                             f"and {CLUSTER_SIZE}")
     if cluster != 1:
         if not clusters:
             raise SchedulerError(f"ReductionParams.cluster_size = {cluster}: thread-block "
                                  "clusters need a GPU of compute capability 9.0 or later (the "
                                  "host emulator has none); use 1")
-        if not 2 <= cluster <= CLUSTER_SIZE:
-            raise SchedulerError(f"ReductionParams.cluster_size = {cluster} must be between 1 "
-                                 f"and {CLUSTER_SIZE}")
         if _int(params, "block_y") != 1 or _int(params, "grid_x") % cluster:
             raise SchedulerError(f"ReductionParams.cluster_size = {cluster} needs block_y = 1 "
                                  f"and grid_x a multiple of it (got {params.block_y} and "
