@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
@@ -331,3 +334,55 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
                                     ["-std=c++17", "-DKFUSE_USE_PTX"])
         assert len(cubin) > 0
     assert "kf_rank == 0" in srcs[1][0]  # the statistics are written once a row
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(kind=st.sampled_from(["softmax", "layer_norm", "rms_norm"]),
+       dtype=st.sampled_from([DataType.BFloat16, DataType.Half, DataType.Float]),
+       n=st.integers(1, 2 ** 21), rows=st.integers(1, 5000))
+def test_heuristics_on_sm90_give_valid_layouts(kind: str, dtype: DataType, n: int,
+                                               rows: int) -> None:
+    """On an H200-like target (clusters on), whatever row the heuristics accept, their layout
+    covers the row, fits the block's shared memory, forms whole clusters, keeps the reloaded
+    rows in flight within half of L2, and persistent_spec accepts it; rejections say why."""
+    import _pytest.monkeypatch
+
+    from kfuse.codegen.persistent import smem_bytes_held
+    from kfuse.codegen.reduction import smem_bytes
+    from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
+    from kfuse.schedule.persistent import L2_SPILL_SHARE, SMEM_RESERVE, persistent_spec
+    from kfuse.schedule.registry import scheduler_for
+    from kfuse.schedule.types import Rejection
+
+    fd = {"softmax": softmax, "layer_norm": layer_norm, "rms_norm": rms_norm}[kind](dtype)
+    # Only the layout matters (no kernel runs): one row of memory, described as `rows` rows
+    # (the stand-in for bf16 is float32), so that long rows cost no memory.
+    row = np.empty(n, np.float16 if dtype is DataType.Half else np.float32)
+    x = np.lib.stride_tricks.as_strided(row, (rows, n), (row.nbytes, row.itemsize),
+                                        writeable=False)
+    inputs = [x] if kind == "softmax" else [x, row] if kind == "rms_norm" else [x, row, row]
+    with _pytest.monkeypatch.MonkeyPatch.context() as mp:
+        info = _on_sm90(mp, fd, inputs)
+        try:
+            scheduler_for(IP).check(fd.fusion, info)
+        except Rejection as why:
+            assert f"a row of {n} elements is too long to hold" in str(why)
+            assert n > 65536  # every shorter row is held, whatever the dtype
+            return
+        hp = scheduler_for(IP).heuristics(fd.fusion, info)
+    plan = plan_reductions(fd.fusion)
+    layout = reduction_layout(plan, info)
+    spec = persistent_spec(plan, layout, hp, info.device, clusters=True)
+    cluster, vector = hp.cluster_size, hp.vectorize_reduction
+    assert hp.block_x * hp.persistent_batch_size * vector * cluster >= n
+    assert hp.grid_x % cluster == 0 and hp.grid_x // cluster <= rows
+    assert cluster == 1 or (hp.block_y == 1 and hp.smem_persistent)
+    assert smem_bytes(plan, spec) + smem_bytes_held(plan, spec) <= \
+        info.device.shared_mem_per_block_optin
+    # the reloaded parts of the rows in flight (as many blocks an SM as shared memory fits,
+    # at most two) stay within the share of L2 they may take
+    held = smem_bytes_held(plan, spec)
+    blocks = max(1, min(2, info.device.shared_mem_per_sm // (held + SMEM_RESERVE)))
+    slot = plan.loop_inputs[0].val.dtype.itemsize * vector
+    in_flight = info.device.sm_count * blocks * hp.reload_batch_size * hp.block_x * slot
+    assert in_flight <= info.device.l2_cache_bytes // L2_SPILL_SHARE
