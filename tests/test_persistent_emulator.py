@@ -226,3 +226,20 @@ def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -
         # 16-byte vectors go to shared memory by cp.async (4097: one element per access)
         held = share == "one"
         assert ("kf::copy_async(" in source) == (smem and held and n == 1000)
+
+
+def test_an_output_that_broadcasts_an_empty_kept_axis_gets_a_segment_of_its_own() -> None:
+    """The domain [1, 0] has no points, so a persistent kernel would never write exp(y), of
+    shape [1, 1]: the fusion is split and every output is right (found by a Hypothesis
+    campaign, which saw garbage in that output)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        y = fd.define_tensor(shape=[-1, 1])
+        fd.add_output(fd.ops.exp(y))
+        fd.add_output(fd.ops.sum(x, [0]))
+    inputs = [rand((1, 0)), rand((1, 1), seed=1)]
+    ok, why = schedule.can_schedule(fd.fusion, IP, inputs)
+    assert not ok and "empty along axis 1, which it broadcasts" in why
+    out = fd.execute(inputs)
+    assert len(fd.segments(inputs)) == 2
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
