@@ -142,17 +142,25 @@ def pointwise_load_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
         err = float((out.double() - ref).abs().max())
         log(f"  {label}: max abs err {err:.1e}")
         runs[label] = lambda fd=fd: fd.execute(inputs)
-    compiled = torch.compile(w1f.eager)
+    return _alternated_with_compile(torch, w1f, inputs, runs, copy_gbs, log)
+
+
+def _alternated_with_compile(torch: Any, workload: Any, inputs: list[Any], runs: dict[str, Any],
+                             copy_gbs: float, log: Any, tag: str = "") -> list[dict[str, Any]]:
+    """Add the workload's torch.compile to `runs`, then time every run in three alternated
+    rounds: one row per run and round (with "workload": tag when a tag is given)."""
+    compiled = torch.compile(workload.eager)
     compiled(*inputs)
     runs["torch.compile"] = lambda: compiled(*inputs)
-    nbytes = w1f.bytes_moved(inputs)
+    nbytes = workload.bytes_moved(inputs)
     rows = []
     for round_ in range(3):
         for label, run in runs.items():
             ms = time_ms(torch, run, 50)
             frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-            rows.append({"round": round_, "config": label, "ms": ms, "fraction_of_copy": frac})
-            log(f"  round {round_} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
+            row = {"round": round_, "config": label, "ms": ms, "fraction_of_copy": frac}
+            rows.append({"workload": tag, **row} if tag else row)
+            log(f"  {tag} round {round_} {label:32s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
     return rows
 
 
@@ -184,17 +192,7 @@ def pointwise_grid_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
             err = float((out.double() - ref).abs().max())
             log(f"  {wid} {label}: max abs err {err:.1e}")
             runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
-        compiled = torch.compile(w.eager)
-        compiled(*inputs)
-        runs["torch.compile"] = lambda compiled=compiled, i=inputs: compiled(*i)
-        nbytes = w.bytes_moved(inputs)
-        for round_ in range(3):
-            for label, run in runs.items():
-                ms = time_ms(torch, run, 50)
-                frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-                rows.append({"workload": wid, "round": round_, "config": label, "ms": ms,
-                             "fraction_of_copy": frac})
-                log(f"  {wid} round {round_} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
+        rows += _alternated_with_compile(torch, w, inputs, runs, copy_gbs, log, wid)
     return rows
 
 
@@ -233,17 +231,7 @@ def norm_layout_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
             err = float((out.double() - ref).abs().max())
             log(f"  {wid} {label}: max abs err {err:.1e}")
             runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
-        compiled = torch.compile(w.eager)
-        compiled(*inputs)
-        runs["torch.compile"] = lambda compiled=compiled, i=inputs: compiled(*i)
-        nbytes = w.bytes_moved(inputs)
-        for round_ in range(3):
-            for label, run in runs.items():
-                ms = time_ms(torch, run, 50)
-                frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
-                rows.append({"workload": wid, "round": round_, "config": label, "ms": ms,
-                             "fraction_of_copy": frac})
-                log(f"  {wid} round {round_} {label:32s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
+        rows += _alternated_with_compile(torch, w, inputs, runs, copy_gbs, log, wid)
     return rows
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kfuse._C import FastCall, FastCallCache
+from kfuse.executor import SEEN_LAYOUTS
 
 torch = pytest.importorskip("torch")
 
@@ -149,10 +152,9 @@ def test_scalar_programs_replay_the_checked_paths_scalar_values() -> None:
         assert program(values) == tuple(expected[v] for v in program.operands)
 
 
-def test_a_layout_already_cached_is_not_built_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A call that misses for a reason its layout's entry checks on every call (another
-    current CuPy device, a scalar out of its parameter's range) takes the checked path; it
-    must not build and add that layout's FastCall again. Layouts the cache dropped may be."""
+def _counting_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[object]]:
+    """An executor cache whose layout keys are the inputs themselves and whose FastCall
+    builds are recorded (the inputs of each) instead of packed."""
     import kfuse.executor as executor
     from kfuse import FusionDefinition
 
@@ -163,7 +165,14 @@ def test_a_layout_already_cached_is_not_built_again(monkeypatch: pytest.MonkeyPa
                             "torch", -1, [], [], [], [], lambda: 0, (), None, None))
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1])))
-    cache = executor.FusionExecutorCache(fd.fusion)
+    return executor.FusionExecutorCache(fd.fusion), built
+
+
+def test_a_layout_already_cached_is_not_built_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call that misses for a reason its layout's entry checks on every call (another
+    current CuPy device, a scalar out of its parameter's range) takes the checked path; it
+    must not build and add that layout's FastCall again. Layouts the cache dropped may be."""
+    cache, built = _counting_cache(monkeypatch)
     for _ in range(3):  # built on the second call, not again on the third
         cache._remember_fast_call([1], None, None)
     assert built == [[1]] and len(cache.fast_calls) == 1
@@ -179,21 +188,11 @@ def test_a_layouts_fastcall_is_built_on_its_second_checked_call(monkeypatch: pyt
                                                                 ) -> None:
     """One-off layouts (shapes that change every call) build no FastCall, so they neither pay
     for one nor push repeated layouts out of the cache; the seen set stays bounded."""
-    import kfuse.executor as executor
-    from kfuse import FusionDefinition
-
-    built: list[object] = []
-    monkeypatch.setattr(executor, "layout_key", lambda inputs, info: tuple(inputs))
-    monkeypatch.setattr(executor, "fast_call_for",
-                        lambda inputs, compiled, info, layout: built.append(inputs) or FastCall(
-                            "torch", -1, [], [], [], [], lambda: 0, (), None, None))
-    with FusionDefinition() as fd:
-        fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1])))
-    cache = executor.FusionExecutorCache(fd.fusion)
+    cache, built = _counting_cache(monkeypatch)
     cache._remember_fast_call([1], None, None)
     assert built == [] and cache.fast_calls is None
     cache._remember_fast_call([1], None, None)
     assert built == [[1]] and len(cache.fast_calls) == 1
-    for n in range(2, 2 + executor.SEEN_LAYOUTS):  # one-off layouts push [1] out
+    for n in range(2, 2 + SEEN_LAYOUTS):  # one-off layouts push [1] out
         cache._remember_fast_call([n], None, None)
-    assert len(cache._seen_layouts) == executor.SEEN_LAYOUTS and built == [[1]]
+    assert len(cache._seen_layouts) == SEEN_LAYOUTS and built == [[1]]

@@ -44,6 +44,13 @@ SEEN_LAYOUTS = 64
 """Layouts an executor remembers having run once (see FusionExecutorCache._seen_layouts)."""
 
 
+def _add_bounded(keys: dict[tuple, None], key: tuple, limit: int) -> None:
+    """Add `key` to an insertion-ordered set, dropping the oldest key beyond `limit`."""
+    keys[key] = None
+    if len(keys) > limit:
+        del keys[next(iter(keys))]
+
+
 class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
@@ -107,9 +114,7 @@ class FusionExecutorCache:
         with self._lock:
             first_time = layout not in self._seen_layouts
             if first_time:
-                self._seen_layouts[layout] = None
-                if len(self._seen_layouts) > SEEN_LAYOUTS:
-                    del self._seen_layouts[next(iter(self._seen_layouts))]
+                _add_bounded(self._seen_layouts, layout, SEEN_LAYOUTS)
         if first_time:
             return
         entry = fast_call_for(inputs, compiled, info, layout)
@@ -122,10 +127,8 @@ class FusionExecutorCache:
                 from kfuse._C import FastCallCache
 
                 self.fast_calls = FastCallCache()
-            self.fast_calls.add(entry)
-            self._fast_layouts[layout] = None
-            if len(self._fast_layouts) > self.fast_calls.MAX_ENTRIES:
-                del self._fast_layouts[next(iter(self._fast_layouts))]  # dropped by the cache
+            self.fast_calls.add(entry)  # which drops its oldest beyond MAX_ENTRIES, as here
+            _add_bounded(self._fast_layouts, layout, self.fast_calls.MAX_ENTRIES)
 
     def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
         """How the fusion runs for these inputs: a list of kfuse.schedule.segmenter.Segment
