@@ -52,7 +52,7 @@ def main() -> int:
     fd = workload.definition()
     fd.execute(inputs)
     launch = fd._executor_cache.last_compiled.launches[0]
-    print(f"kfuse: {launch.kernel.name} params {launch.params}")
+    print(f"kfuse: grid {launch.grid} block {launch.block} shared {launch.shared_mem}")
     _, codes = run_and_get_code(torch.compile(workload.eager), *inputs)
     (out / "inductor.py").write_text("\n\n".join(codes))
     for line in "\n".join(codes).splitlines():
