@@ -128,6 +128,34 @@ def test_softmax_over_rows_too_long_to_hold() -> None:
     run_and_check(fd, inputs)
 
 
+def channels_last_batch_norm(dtype: DataType) -> FusionDefinition:
+    """Statistics over N, H, W of a channels-last input, in float, with weight and bias."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        xf = fd.ops.cast(x, DataType.Float)
+        var, mean = fd.ops.var_mean(xf, [0, 1, 2], correction=0, keepdim=True)
+        wf = fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x),
+                                     broadcast_dims=[3])
+        y = fd.ops.mul(fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(var + 1e-5)), wf)
+        fd.add_output(fd.ops.cast(y, dtype))
+    return fd
+
+
+def test_casts_of_inputs_are_computed_in_each_segment_not_written_out() -> None:
+    """A half batch norm splits into its statistics and the normalization; both read the
+    half input and widen it themselves, so no float copy of it is written between them."""
+    fd = channels_last_batch_norm(DataType.Half)
+    inputs = [rand(4, 5, 6, 40, dtype=np.float16), rand(40, seed=1, dtype=np.float16)]
+    segs = fd.segments(inputs)
+    assert schedulers(segs) == [RED, PW]
+    assert segs[0].inputs[0] == "T0" and segs[1].inputs[0] == "T0"
+    assert any("= cast<Float>(T0)" in e for e in segs[0].exprs)
+    assert any("= cast<Float>(T0)" in e for e in segs[1].exprs)
+    assert len(segs[0].outputs) == 2  # the statistics only
+    run_and_check(fd, inputs)
+
+
 def test_symbolic_scalars_and_sizes_reach_segments() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])

@@ -26,7 +26,8 @@ from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction import (
-    FINALIZE_THREADS,
+    FINALIZE_X,
+    FINALIZE_Y,
     ReductionKernelSpec,
     accumulators,
     emit_reduction,
@@ -343,8 +344,9 @@ def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: 
     first = KernelLaunch(backend.compile(src1, name1, info), grid, block, 0,
                          operand_list(plan, layout, loop=True, row=False, workspace=ws),
                          "reduction", src1)
-    fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_THREADS))), 1, 1)
-    second = KernelLaunch(backend.compile(src2, name2, info), fin_grid, (FINALIZE_THREADS, 1, 1),
+    fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
+    second = KernelLaunch(backend.compile(src2, name2, info), fin_grid,
+                          (FINALIZE_X, FINALIZE_Y, 1),
                           0, operand_list(plan, layout, loop=False, row=True, workspace=ws),
                           "reduction", src2)
     return [first, second]

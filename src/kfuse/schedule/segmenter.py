@@ -8,6 +8,11 @@ sub-fusion is accepted by some scheduler for the actual inputs and the group gra
 acyclic: producer -> consumer pairs first, then groups sharing an input, then any pair.
 Each merge restarts the scan, so the result does not depend on dict or set ordering.
 
+Casts and broadcasts of fusion inputs (x.float() in a bf16 normalization) are forwarded:
+they join no group; every segment that reads their result computes it again from the input.
+Otherwise the segment producing them would write the widened copy (a bf16 batch norm wrote
+its input once more as fp32, in a kernel of its own) and the consumers would read it back.
+
 A segment is a Fusion of its own (cloned exprs; inputs are the fusion inputs it reads, the
 intermediates other segments produce and every non-constant Scalar it uses; outputs are the
 values used outside it or that are fusion outputs), so it runs through an ordinary
@@ -25,6 +30,8 @@ from kfuse.arrays import ArrayLayout
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
+    BroadcastOp,
+    CastOp,
     ExpandOp,
     Expr,
     PermuteOp,
@@ -109,23 +116,51 @@ def segment_fusion(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedF
 
 class _Segmenter:
     def __init__(self, fusion: Fusion, info: RuntimeInfo,
-                 split_all: frozenset[int] | set[int] = frozenset()) -> None:
+                 split_all: frozenset[int] | set[int] = frozenset(), forward: bool = True
+                 ) -> None:
         self.fusion = fusion
         self.info = info
         self.split_all = frozenset(split_all)
+        self.forward = forward
         self.exprs = split_reductions([e for e in fusion.exprs if is_tensor_expr(e)], info,
                                       self.split_all)
-        producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
-        self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer})
-                     for e in self.exprs]
-        self.input_ids = [frozenset(id(v) for v in e.inputs if isinstance(v, TensorView))
-                          for e in self.exprs]
         self.output_ids = {id(v) for v in fusion.outputs}
+        producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
+        self.forwarded = self._forwardable(producer) if forward else frozenset()
+        # A forwarded expr's value comes with every segment reading it: depend on (and share)
+        # what it is computed from instead, which are fusion inputs.
+        self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer}
+                            - self.forwarded) for e in self.exprs]
+        self.input_ids = [frozenset(id(self._root(v, producer)) for v in e.inputs
+                                    if isinstance(v, TensorView))
+                          for e in self.exprs]
         self._accepted: dict[frozenset[int], tuple[SchedulerType | None, str]] = {}
+
+    def _forwardable(self, producer: dict[int, int]) -> frozenset[int]:
+        """Casts and broadcasts computed from fusion inputs only (through other such exprs)
+        whose results are not fusion outputs."""
+        inputs = {id(v) for v in self.fusion.inputs}
+        out: set[int] = set()
+        for i, e in enumerate(self.exprs):
+            if not isinstance(e, (CastOp, BroadcastOp)) or len(e.inputs) != 1:
+                continue
+            (v,) = e.inputs
+            if not isinstance(v, TensorView) or any(id(o) in self.output_ids
+                                                    for o in e.outputs):
+                continue
+            if id(v) in inputs or producer.get(id(v)) in out:
+                out.add(i)
+        return frozenset(out)
+
+    def _root(self, v: TensorView, producer: dict[int, int]) -> TensorView:
+        """The value itself, or for a forwarded value the fusion input it comes from."""
+        while producer.get(id(v)) in self.forwarded:
+            v = self.exprs[producer[id(v)]].inputs[0]  # type: ignore[assignment]
+        return v
 
     # ---- the search ----
     def run(self, reason: str) -> SegmentedFusion:
-        groups = [frozenset([i]) for i in range(len(self.exprs))]
+        groups = [frozenset([i]) for i in range(len(self.exprs)) if i not in self.forwarded]
         for g in groups:
             scheduler, why = self.accept(g)
             e = self.exprs[min(g)]
@@ -133,7 +168,13 @@ class _Segmenter:
                     and len(e.dims) > 1 and id(e) not in self.split_all:
                 # Adjacent axes that are not one block in memory (a strided view): reduce
                 # them one axis at a time instead.
-                self.__init__(self.fusion, self.info, split_all={id(e)} | self.split_all)
+                self.__init__(self.fusion, self.info, split_all={id(e)} | self.split_all,
+                              forward=self.forward)
+                return self.run(reason)
+            if scheduler is None and self.forwarded:
+                # Some scheduler refuses the expr with its forwarded inputs: segment without
+                # forwarding, where each expr is accepted on its own.
+                self.__init__(self.fusion, self.info, split_all=self.split_all, forward=False)
                 return self.run(reason)
             if scheduler is None:
                 raise SchedulerError(f"{str(self.exprs[min(g)])}: no scheduler takes this "
@@ -223,9 +264,22 @@ class _Segmenter:
             self._accepted[members] = result
         return self._accepted[members]
 
+    def _with_forwarded(self, members: frozenset[int]) -> list[int]:
+        """`members` and the forwarded exprs they read from, in fusion order."""
+        producer = {id(o): i for i in self.forwarded for o in self.exprs[i].outputs}
+        needed = set(members)
+        stack = list(members)
+        while stack:
+            for v in self.exprs[stack.pop()].inputs:
+                j = producer.get(id(v))
+                if j is not None and j not in needed:
+                    needed.add(j)
+                    stack.append(j)
+        return sorted(needed)
+
     def _plan(self, members: frozenset[int], scheduler: SchedulerType | None = None
               ) -> SegmentPlan:
-        exprs = [self.exprs[i] for i in sorted(members)]
+        exprs = [self.exprs[i] for i in self._with_forwarded(members)]
         inside = {id(o) for e in exprs for o in e.outputs}
         inputs: list[Val] = []
         for e in exprs:
@@ -236,7 +290,8 @@ class _Segmenter:
                     inputs.append(v)
         used_outside = {id(v) for i, e in enumerate(self.exprs) if i not in members
                         for v in e.inputs}
-        outputs = [o for e in exprs for o in e.outputs
+        # Forwarded values are computed again wherever they are read, never passed on.
+        outputs = [o for i in sorted(members) for o in self.exprs[i].outputs
                    if id(o) in used_outside or id(o) in self.output_ids]
         if scheduler is None:
             scheduler = self.accept(members)[0]
