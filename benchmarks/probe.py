@@ -5,10 +5,13 @@
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
 * W4 to W6 (rows of 4096) over persistent layouts (norms);
 * W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
+* W1 and W1f with their registers limited (CompileParams.maxrregcount), next to torch.compile
+  (regs);
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
-    python benchmarks/probe.py [--json out.json] [--only softmax,loads,outer,norms,grid,host]
+    python benchmarks/probe.py [--json out.json]
+        [--only softmax,loads,outer,norms,grid,regs,host]
 """
 
 from __future__ import annotations
@@ -191,6 +194,37 @@ def pointwise_grid_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
             (out,) = fd.manual_execute(inputs, heuristic_params=hp)
             err = float((out.double() - ref).abs().max())
             log(f"  {wid} {label}: max abs err {err:.1e}")
+            runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
+        rows += _alternated_with_compile(torch, w, inputs, runs, copy_gbs, log, wid)
+    return rows
+
+
+def pointwise_register_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """W1 and W1f compiled with CompileParams.maxrregcount None, 40 and 32 (more resident
+    blocks per SM: 48 registers allow 10 blocks of 128 threads, 32 allow 16), alternated with
+    torch.compile, whose Triton kernel takes 26 registers."""
+    from workloads import WORKLOADS
+
+    from kfuse import SchedulerType, schedule
+
+    rows = []
+    for wid in ("W1f", "W1"):
+        w = next(w for w in WORKLOADS if w.id == wid)
+        inputs = w.make_inputs(torch, False)
+        ref = w.reference(*inputs)
+        fd = w.definition()
+        runs: dict[str, Any] = {}
+        for limit in (None, 40, 32):
+            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+            cp = hp.cparams
+            cp.maxrregcount = limit
+            hp.cparams = cp
+            (out,) = fd.manual_execute(inputs, heuristic_params=hp)
+            kernel = fd._executor_cache.last_compiled.launches[0].kernel
+            err = float((out.double() - ref).abs().max())
+            label = f"kfuse maxrregcount={limit}"
+            log(f"  {wid} {label}: {kernel.num_regs} registers, {kernel.local_mem} B local, "
+                f"max abs err {err:.1e}")
             runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
         rows += _alternated_with_compile(torch, w, inputs, runs, copy_gbs, log, wid)
     return rows
@@ -430,6 +464,8 @@ def main() -> int:
         result["norm_layouts"] = norm_layout_probe(torch, copy_gbs, log)
     if "grid" in only:
         result["pointwise_grid"] = pointwise_grid_probe(torch, copy_gbs, log)
+    if "regs" in only:
+        result["pointwise_registers"] = pointwise_register_probe(torch, copy_gbs, log)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from kfuse import _C, kernel_cache
+from kfuse import _C, executor, kernel_cache
 from kfuse.backends.cuda import CudaBackend
 
+Compiles = list[tuple[str, str, tuple[str, ...]]]  # (name, arch, options) per NVRTC compile
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
 
 
 @pytest.fixture
-def counted_nvrtc(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    calls: list[str] = []
+def counted_nvrtc(monkeypatch: pytest.MonkeyPatch) -> Compiles:
+    """Each NVRTC compile's (name, arch, options)."""
+    calls: Compiles = []
     real = _C.compile_to_cubin
 
     def counting(source: str, name: str, arch: str, options: list[str]) -> bytes:
-        calls.append(name)
+        calls.append((name, arch, tuple(options)))
         return real(source, name, arch, options)
 
     monkeypatch.setattr(_C, "compile_to_cubin", counting)
@@ -31,7 +34,7 @@ def entries(folder: Path) -> list[Path]:
 
 def test_miss_then_hit_across_processes_worth_of_backends(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
-                                                          counted_nvrtc: list[str]) -> None:
+                                                          counted_nvrtc: Compiles) -> None:
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     assert len(counted_nvrtc) == 1 and len(entries(tmp_path)) == 1
@@ -43,7 +46,7 @@ def test_miss_then_hit_across_processes_worth_of_backends(tmp_path: Path,
 
 
 def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              counted_nvrtc: list[str]) -> None:
+                                              counted_nvrtc: Compiles) -> None:
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     (entry,) = entries(tmp_path)
@@ -75,3 +78,22 @@ def test_key_covers_every_input_of_the_cubin() -> None:
         changed[i] += "x"
         keys.add(kernel_cache.cache_key(*changed))
     assert len(keys) == len(base) + 1
+
+
+def test_compile_params_reach_nvrtc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    counted_nvrtc: Compiles) -> None:
+    """A fusion's HeuristicParams.cparams: maxrregcount and extra_options are NVRTC options,
+    arch overrides the device's; kernels differing only in them are different entries."""
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(executor, "backend_for", lambda info: CudaBackend())
+    gpu = SimpleNamespace(backend="cuda", device_index=0, device=SimpleNamespace(arch="sm_90"))
+    executor.TargetCompiler(_C.CompileParams()).compile(SOURCE, "k", gpu)
+    cp = _C.CompileParams(maxrregcount=32, extra_options=["-lineinfo"])
+    executor.TargetCompiler(cp).compile(SOURCE, "k", gpu)
+    cp.arch = "sm_80"
+    executor.TargetCompiler(cp).compile(SOURCE, "k", gpu)
+    (_, arch0, plain), (_, arch1, limited), (_, arch2, _) = counted_nvrtc
+    assert arch0 == arch1 == "sm_90" and arch2 == "sm_80"
+    assert "--maxrregcount=32" not in plain
+    assert "--maxrregcount=32" in limited and limited[-1] == "-lineinfo"
+    assert len(entries(tmp_path)) == 3

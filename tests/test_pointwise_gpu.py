@@ -163,3 +163,25 @@ def test_fast_bf16_forms_hold_over_the_whole_range() -> None:
         want = ref(x.double())
         finite = torch.isfinite(want)
         torch.testing.assert_close(out.double()[finite], want[finite], rtol=1.6e-2, atol=1e-3)
+
+
+def test_maxrregcount_limits_the_kernels_registers() -> None:
+    """CompileParams.maxrregcount reaches NVRTC: the bias + gelu kernel, which takes more
+    registers by default, fits the limit and computes the same values."""
+    torch = pytest.importorskip("torch")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        bx = fd.ops.broadcast_in_dim(b, shape=fd.ops.shape(x), broadcast_dims=[1])
+        fd.add_output(fd.ops.gelu(fd.ops.add(x, bx), approximate="tanh"))
+    inputs = [torch.randn(4096, 8192, device="cuda"), torch.randn(8192, device="cuda")]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+    (default_out,) = fd.manual_execute(inputs, heuristic_params=hp)
+    default_regs = fd._executor_cache.last_compiled.launches[0].kernel.num_regs
+    assert default_regs > 32
+    cp = hp.cparams
+    cp.maxrregcount = 32
+    hp.cparams = cp
+    (out,) = fd.manual_execute(inputs, heuristic_params=hp)
+    assert fd._executor_cache.last_compiled.launches[0].kernel.num_regs <= 32
+    torch.testing.assert_close(out, default_out, atol=1e-6, rtol=1e-6)

@@ -212,12 +212,18 @@ def build_launches(scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeI
     scheduler = scheduler_for(scheduler_type)
     if not hasattr(scheduler, "launches"):
         raise SchedulerError(f"the {scheduler_type.value} scheduler cannot generate kernels")
-    return scheduler.launches(fusion, info, params, TargetCompiler())
+    return scheduler.launches(fusion, info, params, TargetCompiler(params.cparams))
 
 
 class TargetCompiler:
     """Compiles a kernel for the target of the call it is given (GPU or emulator), timing it
-    for the profiler, so schedulers only pass source and name."""
+    for the profiler, so schedulers only pass source and name. On a GPU, `cparams` (the
+    params' CompileParams) add their NVRTC options (maxrregcount, extra_options) and may
+    name the architecture; the emulator has no registers to limit and ignores them."""
+
+    def __init__(self, cparams: Any = None) -> None:
+        self.options: tuple[str, ...] = tuple(cparams.nvrtc_options()) if cparams else ()
+        self.arch: str | None = cparams.arch if cparams else None
 
     def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
         started = profiling_hooks.clock()
@@ -225,7 +231,8 @@ class TargetCompiler:
         if info.backend == EMULATOR:
             kernel = backend.compile(source, name, info.device)
         else:
-            kernel = backend.compile(source, name, info.device_index, info.device.arch)
+            kernel = backend.compile(source, name, info.device_index,
+                                     self.arch or info.device.arch, self.options)
         profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
 

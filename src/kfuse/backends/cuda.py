@@ -17,7 +17,7 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str, int], Any] = {}
+        self._kernels: dict[tuple[str, str, int, str, tuple[str, ...]], Any] = {}
         self._lock = threading.Lock()
 
     def compile(self, source: str, name: str, device_index: int, arch: str,
@@ -25,7 +25,7 @@ class CudaBackend:
         """A loaded kernel for `source` on `device_index` (memory cache, disk cache, NVRTC)."""
         from kfuse import _C
 
-        key = (source, name, device_index)
+        key = (source, name, device_index, arch, options)
         kernel = self._kernels.get(key)
         if kernel is not None:
             return kernel
