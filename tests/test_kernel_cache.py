@@ -9,6 +9,7 @@ import pytest
 
 from kfuse import _C, executor, kernel_cache
 from kfuse.backends.cuda import CudaBackend
+from kfuse.errors import SchedulerError
 
 Compiles = list[tuple[str, str, tuple[str, ...]]]  # (name, arch, options) per NVRTC compile
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
@@ -86,7 +87,8 @@ def test_compile_params_reach_nvrtc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     arch overrides the device's; kernels differing only in them are different entries."""
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(executor, "backend_for", lambda info: CudaBackend())
-    gpu = SimpleNamespace(backend="cuda", device_index=0, device=SimpleNamespace(arch="sm_90"))
+    gpu = SimpleNamespace(backend="cuda", device_index=0,
+                          device=SimpleNamespace(arch="sm_90", regs_per_block=65536))
     executor.TargetCompiler(_C.CompileParams()).compile(SOURCE, "k", gpu)
     cp = _C.CompileParams(maxrregcount=32, extra_options=["-lineinfo"])
     executor.TargetCompiler(cp).compile(SOURCE, "k", gpu)
@@ -97,3 +99,14 @@ def test_compile_params_reach_nvrtc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "--maxrregcount=32" not in plain
     assert "--maxrregcount=32" in limited and limited[-1] == "-lineinfo"
     assert len(entries(tmp_path)) == 3
+
+
+def test_a_register_limit_replaces_the_launch_bounds() -> None:
+    """NVRTC ignores --maxrregcount for a kernel with __launch_bounds__, so a limit removes
+    them; a limit no block of the kernel's size can have is refused, naming both numbers."""
+    bounded = 'extern "C" __global__ void __launch_bounds__(256, 2) k(float* p) {}\n'
+    assert executor.without_launch_bounds(bounded, 64, 65536) == \
+        'extern "C" __global__ void k(float* p) {}\n'
+    executor.without_launch_bounds(bounded, 255, 65536)  # 256 * 255 registers fit a block
+    with pytest.raises(SchedulerError, match="maxrregcount = 255 for blocks of 512 threads"):
+        executor.without_launch_bounds(bounded.replace("256, 2", "512"), 255, 65536)

@@ -9,6 +9,7 @@ class share one kernel.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -224,6 +225,7 @@ class TargetCompiler:
     def __init__(self, cparams: Any = None) -> None:
         self.options: tuple[str, ...] = tuple(cparams.nvrtc_options()) if cparams else ()
         self.arch: str | None = cparams.arch if cparams else None
+        self.maxrregcount: int | None = cparams.maxrregcount if cparams else None
 
     def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
         started = profiling_hooks.clock()
@@ -231,10 +233,34 @@ class TargetCompiler:
         if info.backend == EMULATOR:
             kernel = backend.compile(source, name, info.device)
         else:
+            if self.maxrregcount is not None:
+                source = without_launch_bounds(source, self.maxrregcount,
+                                               info.device.regs_per_block)
             kernel = backend.compile(source, name, info.device_index,
                                      self.arch or info.device.arch, self.options)
         profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
+
+
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\((\d+)(?:,\s*\d+)?\)\s*")
+
+
+def without_launch_bounds(source: str, maxrregcount: int, regs_per_block: int) -> str:
+    """The kernel source with its __launch_bounds__ removed, so that NVRTC's --maxrregcount
+    decides the registers: NVRTC does not apply --maxrregcount to a kernel that has launch
+    bounds (a kernel bounded to 128 threads kept 40 to 48 registers under --maxrregcount=32;
+    without the bounds it took 32). SchedulerError when a block of the kernel's threads
+    could not get that many registers each."""
+
+    def check(match: re.Match[str]) -> str:
+        threads = int(match.group(1))
+        if threads * maxrregcount > regs_per_block:
+            raise SchedulerError(f"CompileParams.maxrregcount = {maxrregcount} for blocks of "
+                                 f"{threads} threads needs {threads * maxrregcount} registers "
+                                 f"a block; the device gives a block at most {regs_per_block}")
+        return ""
+
+    return _LAUNCH_BOUNDS.sub(check, source)
 
 
 def _signature(info: RuntimeInfo, params: Any) -> tuple:
