@@ -11,8 +11,9 @@ from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
-from kfuse.testing import fusions, inputs_for
+from kfuse.testing import assert_outputs_close, fusions, inputs_for
 
 PROFILES = ["h100", "h200", "a100"]
 
@@ -175,6 +176,34 @@ def test_broadcast_rows_make_a_2d_schedule_and_contiguous_tensors_a_1d_one() -> 
     hp1 = schedule.compute_heuristics(exp_add().fusion, SchedulerType.pointwise,
                                       [rand(64, 256), rand(64, 256)])
     assert hp1.break_point == -1  # everything merged into one axis
+
+
+@pytest.mark.parametrize("row", [8, 256, 264, 512, 8192])
+def test_a_threads_unrolled_vectors_lie_inside_its_row(row: int) -> None:
+    """Threads along a row times vectors each never exceed the row's vectors (a half row of
+    256 has 32 vectors of 8: 16 threads of 2, not 32 threads whose second vector is past
+    the end), and many rows still fill 128-thread blocks."""
+    fd = bias_gelu(DataType.Half)
+    x, b = np.zeros((1 << 20, row), np.float16), np.zeros(row, np.float16)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [x, b])
+    vecs = -(-row // hp.vectorization_factor)
+    assert hp.unroll_factor == (2 if vecs >= 2 else 1)  # a million rows: many waves of work
+    assert hp.block_x * hp.unroll_factor <= vecs
+    assert hp.block_x * hp.block_y == 128
+    assert hp.block_x == 128 or hp.block_x * 2 * hp.unroll_factor > vecs  # the widest that fits
+
+
+def test_row_ends_in_the_middle_of_a_threads_vectors() -> None:
+    """Rows of 4 * 37 + 2 floats under 8 threads of 4 vectors: the last thread's vectors are
+    partly whole, partly a 2-element remainder, partly past the end."""
+    fd = bias_gelu(DataType.Float)
+    x, b = rand(3, 4 * 37 + 2), rand(4 * 37 + 2)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [x, b])
+    hp.vectorization_factor, hp.unroll_factor = 4, 4
+    hp.block_x, hp.block_y, hp.grid_x, hp.grid_y = 8, 2, 2, 1
+    expected = evaluate(fd.fusion, [x, b])
+    assert_outputs_close(fd.fusion, fd.manual_execute([x, b], heuristic_params=hp), expected,
+                         [x, b])
 
 
 @settings(max_examples=examples(12))

@@ -106,11 +106,15 @@ class PointwiseScheduler:
         vector = _vector_width(layout)
         work = -(-layout.n_inner // vector) * layout.n_rows
         waves = work / max(1, device.sm_count * device.max_threads_per_sm)
-        unroll = 2 if waves >= 4 else 1
         threads = 128  # measured best on the H200 for W1/W1f (benchmarks/sweep.py)
         vecs_per_row = -(-layout.n_inner // vector)
-        block_x = 32
-        while block_x < threads and block_x * unroll < vecs_per_row:
+        unroll = 2 if waves >= 4 and vecs_per_row >= 2 else 1
+        # The widest block_x (a power of two, at most `threads`) whose unrolled vectors fit
+        # in a row, so that threads are not left with vectors past its end: with 32 threads
+        # along a row of 32 vectors (a bf16 batch norm over 256 channels), every thread's
+        # second vector was out of range and the whole kernel ran 4x slower.
+        block_x = 1
+        while block_x < threads and block_x * 2 * unroll <= vecs_per_row:
             block_x *= 2
         block_y = max(1, threads // block_x)
         params.vectorization_factor = vector
