@@ -4,6 +4,8 @@
   rows held in shared memory, whole or in part, or split over thread-block clusters;
 * W1f's loads as emitted, as ld.global.nc, and with an L2 prefetch hint, next to torch.compile;
 * W4 to W6 (rows of 4096) over persistent layouts (norms);
+* normalizations over the leading axes (dim 0, channels-last batch norms) and few-column
+  sums over dim 0, next to torch.compile and torch.sum (outer_norm);
 * W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
 * W1 and W1f with their registers limited (CompileParams.maxrregcount), next to torch.compile
   (regs);
@@ -11,7 +13,7 @@
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
     python benchmarks/probe.py [--json out.json]
-        [--only softmax,loads,outer,norms,grid,regs,host]
+        [--only softmax,loads,outer,outer_norm,norms,grid,regs,host]
 """
 
 from __future__ import annotations
@@ -269,6 +271,103 @@ def norm_layout_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
     return rows
 
 
+def _norm_over_leading_axes(dtype: Any, rank: int, weighted: bool) -> Any:
+    """(x - mean) * rsqrt(var + 1e-5) over every axis but the last, in float, cast back;
+    times a weight and plus a bias over the last axis when `weighted` (a channels-last
+    batch norm). Outputs the normalized tensor and the variance."""
+    from kfuse import FusionDefinition
+    from kfuse.dtypes import DataType
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
+        xf = fd.ops.cast(x, DataType.Float)
+        var, mean = fd.ops.var_mean(xf, list(range(rank - 1)), correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        if weighted:
+            shape = fd.ops.shape(x)
+            w = fd.define_tensor(shape=[-1], dtype=dtype)
+            b = fd.define_tensor(shape=[-1], dtype=dtype)
+            wf = fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=shape,
+                                         broadcast_dims=[rank - 1])
+            bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=shape,
+                                         broadcast_dims=[rank - 1])
+            y = fd.ops.add(fd.ops.mul(y, wf), bf)
+        fd.add_output(fd.ops.cast(y, dtype))
+        if not weighted:
+            fd.add_output(var)
+    return fd
+
+
+def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """Normalizations over the leading axes next to torch.compile: norms over dim 0 of
+    row-major matrices (64 to 8000 reduced rows) and channels-last batch norms, with the
+    kernels each runs from the profiler; then sums over dim 0 with few columns (bias
+    gradients) against torch.sum. Each moves its input once each way (a sum: once)."""
+    import kfuse
+    from kfuse import FusionDefinition
+    from kfuse.dtypes import DataType
+
+    def norm_eager(x: Any, *wb: Any) -> Any:
+        xf = x.float()
+        dims = tuple(range(x.dim() - 1))
+        var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
+        y = (xf - mean) * torch.rsqrt(var + 1e-5)
+        if wb:
+            return (y * wb[0].float() + wb[1].float()).to(x.dtype)
+        return y.to(x.dtype), var
+
+    bf16 = torch.bfloat16
+    cases = []
+    for shape, dt in [((64, 65536), bf16), ((256, 16384), bf16), ((1024, 16384), bf16),
+                      ((4096, 16384), bf16), ((1024, 16384), torch.float32), ((8000, 64), bf16),
+                      ((64, 28, 28, 512), bf16), ((32, 56, 56, 256), bf16)]:
+        kdt = DataType.BFloat16 if dt == bf16 else DataType.Float
+        x = torch.randn(*shape, device="cuda").to(dt)
+        weighted = len(shape) == 4
+        inputs = [x] + ([torch.randn(shape[-1], device="cuda").to(dt)] * 2 if weighted else [])
+        label = f"{'batch norm' if weighted else 'norm0'} {str(dt)[6:]} {list(shape)}"
+        cases.append((label, _norm_over_leading_axes(kdt, len(shape), weighted), inputs))
+    rows = []
+    for label, fd, inputs in cases:
+        out = fd.execute(inputs)[0]
+        expected = norm_eager(*[i.double() for i in inputs])
+        expected = expected[0] if isinstance(expected, tuple) else expected
+        err = float((out.double() - expected).abs().max())
+        log(f"  {label}: {fd.last_scheduler()}, {len(fd.segments(inputs))} segment(s), "
+            f"max abs err {err:.1e}")
+        with kfuse.PythonProfiler() as prof:
+            fd.execute(inputs)
+        for k in prof.profile.kernel_profiles:
+            log(f"    {k.scheduler:16s} {k.time_ms * 1e3:7.1f} us grid {k.grid} "
+                f"block {k.block} regs {k.registers}")
+        compiled = torch.compile(norm_eager, dynamic=False)
+        compiled(*inputs)
+        nbytes = 2 * inputs[0].numel() * inputs[0].element_size()
+        for peer, run in [("kfuse", lambda fd=fd, i=inputs: fd.execute(i)),
+                          ("torch.compile", lambda c=compiled, i=inputs: c(*i))]:
+            ms = time_ms(torch, run, 30)
+            frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
+            rows.append({"case": label, "peer": peer, "ms": ms, "fraction_of_copy": frac})
+            log(f"  {label} {peer:14s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
+        torch._dynamo.reset()  # each case compiles on its own
+    for shape in [(50176, 512), (1 << 20, 256), (200704, 64)]:
+        x = torch.randn(*shape, device="cuda")
+        with FusionDefinition() as fd:
+            t = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+            fd.add_output(fd.ops.sum(t, [0]))
+        (out,) = fd.execute([x])
+        err = float((out.double() - x.double().sum(0)).abs().max())
+        for peer, run in [("kfuse", lambda fd=fd, x=x: fd.execute([x])),
+                          ("torch.sum", lambda x=x: x.sum(0))]:
+            ms = time_ms(torch, run, 30)
+            frac = x.numel() * 4 / (ms * 1e-3) / 1e9 / copy_gbs
+            rows.append({"case": f"sum0 {list(shape)}", "peer": peer, "ms": ms,
+                         "fraction_of_copy": frac})
+            log(f"  sum0 {list(shape)} {peer:10s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% "
+                f"err={err:.1e}")
+    return rows
+
+
 def outer_reduction_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
     """W3 (sum over dim 0, fp32 [16384, 16384]) over blocks splitting the reduced axis
     (grid_y), threads along it (block_y) and rows per load batch (unroll), next to
@@ -450,7 +549,7 @@ def main() -> int:
     if "host" in only:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
-    if only & {"softmax", "loads", "outer", "grid", "norms"}:
+    if only & {"softmax", "loads", "outer", "outer_norm", "grid", "norms", "regs"}:
         copy_gbs = copy_bandwidth(torch, 20)
         result["copy_gbs"] = copy_gbs
         log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
@@ -460,6 +559,8 @@ def main() -> int:
         result["w3_outer"] = outer_reduction_probe(torch, copy_gbs, log)
     if "loads" in only:
         result["w1f_loads"] = pointwise_load_probe(torch, copy_gbs, log)
+    if "outer_norm" in only:
+        result["outer_norm"] = outer_norm_probe(torch, copy_gbs, log)
     if "norms" in only:
         result["norm_layouts"] = norm_layout_probe(torch, copy_gbs, log)
     if "grid" in only:
