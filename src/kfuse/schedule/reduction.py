@@ -185,12 +185,9 @@ def _outer_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None
     parts = 1
     target = _target_blocks(device, block_x * block_y)
     if grid_x * 2 < target:
-        # Split the reduced axis over more blocks, down to one batch of `unroll` loads a
-        # thread. (Eight batches a thread, as before, left few-column reductions with a
-        # fraction of a wave: a norm over dim 0 of bf16 [8000, 64] ran 4 blocks, one of
-        # [1024, 16384] 128; the finalize kernel combines the extra partials cheaply.)
+        # Split the reduced axis over more blocks, keeping >= 8 loads in each thread's loop.
         parts = max(1, min(max(1, OUTER_WAVES * target // grid_x),
-                           _cdiv(n_red, block_y * unroll), MAX_GRID_Y))
+                           _cdiv(n_red, block_y * unroll * 8), MAX_GRID_Y))
     params.fastest_dim_reduction = False
     params.vectorize_iter = vector
     params.unroll_reduction = unroll
