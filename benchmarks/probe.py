@@ -350,6 +350,25 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
             rows.append({"case": label, "peer": peer, "ms": ms, "fraction_of_copy": frac})
             log(f"  {label} {peer:14s} {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
         torch._dynamo.reset()  # each case compiles on its own
+    # Welford statistics against a plain sum over the same bf16 input: how much of the
+    # statistics kernel's time is its arithmetic (a division per element).
+    for shape in [(4096, 16384), (50176, 512)]:
+        x = torch.randn(*shape, device="cuda").to(bf16)
+        for stat in ("sum", "var_mean"):
+            with FusionDefinition() as fd:
+                t = fd.ops.cast(fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16),
+                                DataType.Float)
+                if stat == "sum":
+                    fd.add_output(fd.ops.sum(t, [0]))
+                else:
+                    for v in fd.ops.var_mean(t, [0], correction=0):
+                        fd.add_output(v)
+            fd.execute([x])
+            ms = time_ms(torch, lambda fd=fd, x=x: fd.execute([x]), 30)
+            frac = x.numel() * 2 / (ms * 1e-3) / 1e9 / copy_gbs
+            rows.append({"case": f"{stat}0 bf16 {list(shape)}", "peer": "kfuse", "ms": ms,
+                         "fraction_of_copy": frac})
+            log(f"  {stat}0 bf16 {list(shape)} kfuse {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
     for shape in [(50176, 512), (1 << 20, 256), (200704, 64)]:
         x = torch.randn(*shape, device="cuda")
         with FusionDefinition() as fd:

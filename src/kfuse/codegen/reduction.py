@@ -690,11 +690,18 @@ def _outer_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, coun
 
 FINALIZE_X = 32
 """Kept elements a finalize block takes (threadIdx.x)."""
-FINALIZE_Y = 4
-"""Threads sharing one kept element's partials (threadIdx.y): partial p goes to thread
-p % FINALIZE_Y."""
 FINALIZE_BATCH = 8
 """Partials a finalize thread loads before it combines them."""
+
+
+def finalize_threads_y(parts: int) -> int:
+    """Threads sharing one kept element's partials (threadIdx.y; partial p goes to thread
+    p % y): 4, or more for many partials, so that each thread loads at most about two
+    batches (few kept elements give few blocks, and each thread's batches wait in turn)."""
+    y = 4
+    while y < 32 and y * 2 * FINALIZE_BATCH < parts:
+        y *= 2
+    return y
 
 
 def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
@@ -702,14 +709,14 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
 
     A loop that loads one partial and combines it before loading the next waits a full
     memory latency per partial: with few kept elements (a batch norm over 512 channels has
-    4 blocks of them) that took 40 us for 98 partials. So FINALIZE_Y threads share each kept
-    element, each loads FINALIZE_BATCH of its partials at a time, and thread y = 0 combines
-    the FINALIZE_Y results in order. The order is fixed by the kernel, so results stay
-    deterministic.
+    4 blocks of them) that took 40 us for 98 partials. So several threads share each kept
+    element (finalize_threads_y), each loads FINALIZE_BATCH of its partials at a time, and
+    thread y = 0 combines their results in order. The order is fixed by the kernel, so
+    results stay deterministic.
     """
     name = kernel_name(plan, spec, "_fin")
     rank, parts = spec.rank, spec.grid_parts
-    fx, fy, batch = FINALIZE_X, FINALIZE_Y, FINALIZE_BATCH
+    fx, fy, batch = FINALIZE_X, finalize_threads_y(parts), FINALIZE_BATCH
     kept = range(rank - 1)
     accs = accumulators(plan)
     lines = [runtime_header(), ""]
@@ -717,7 +724,8 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     params = tensor_params(plan, spec, loop=False, row=True, workspace=True)
     lines += header_lines(name, params, fx * fy)
     lines += [f"  typedef {spec.index_type} Index;",
-              f"  __shared__ __align__(16) unsigned char kf_smem[{finalize_smem_bytes(plan)}];",
+              "  __shared__ __align__(16) unsigned char "
+              f"kf_smem[{finalize_smem_bytes(plan, parts)}];",
               f"  const Index n_red = in0.size[{rank - 1}];",
               "  Index n_rows = 1;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
@@ -764,9 +772,9 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     return "\n".join(lines), name
 
 
-def finalize_smem_bytes(plan: ReductionPlan) -> int:
+def finalize_smem_bytes(plan: ReductionPlan, parts: int) -> int:
     """Static shared memory of the finalize kernel: one accumulator per thread."""
-    return FINALIZE_X * FINALIZE_Y * max(a.size for a in accumulators(plan))
+    return FINALIZE_X * finalize_threads_y(parts) * max(a.size for a in accumulators(plan))
 
 
 def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[str, str]]:
@@ -778,4 +786,4 @@ def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple
 
 
 __all__ = ["ReductionKernelSpec", "emit_reduction", "emit_inner", "emit_outer",
-           "emit_finalize", "accumulators", "DataType", "FINALIZE_X", "FINALIZE_Y"]
+           "emit_finalize", "accumulators", "DataType", "FINALIZE_X", "finalize_threads_y"]

@@ -27,10 +27,10 @@ from typing import Any
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction import (
     FINALIZE_X,
-    FINALIZE_Y,
     ReductionKernelSpec,
     accumulators,
     emit_reduction,
+    finalize_threads_y,
     smem_bytes,
 )
 from kfuse.codegen.reduction_plan import (
@@ -346,7 +346,7 @@ def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: 
                          "reduction", src1)
     fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
     second = KernelLaunch(backend.compile(src2, name2, info), fin_grid,
-                          (FINALIZE_X, FINALIZE_Y, 1),
+                          (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1),
                           0, operand_list(plan, layout, loop=False, row=True, workspace=ws),
                           "reduction", src2)
     return [first, second]
