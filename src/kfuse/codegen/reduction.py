@@ -444,14 +444,39 @@ def load_block(plan: ReductionPlan, spec: ReductionKernelSpec, count: str, offse
 
 def accumulate_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str,
                      indent: str, acc_suffix: str = "") -> list[str]:
-    """Run every stage on the loaded block and fold it into the accumulators."""
-    lines = ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
-             "#pragma unroll", f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{"]
-    loaded = _loaded(spec, "u", "j")
-    for acc in accumulators(plan):
-        target = f"acc{acc.k}{acc_suffix}"
-        lines.append(f"{indent}    {acc.update(target, stage_call(plan, name, acc.k, loaded))}")
-    lines += [f"{indent}  }}", f"{indent}}}"]
+    """Run every stage on the loaded block and fold it into the accumulators.
+
+    acc_suffix "[j]" (the outer kernel): lane j of each vector has an accumulator of its
+    own; otherwise every loaded element goes to the one accumulator. Welford accumulators
+    take their values a batch at a time (kf::welford_update_batch: one division a batch)."""
+    accs = accumulators(plan)
+    plain = [a for a in accs if not a.welford]
+    lines = []
+    if plain:
+        lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
+                  "#pragma unroll", f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{"]
+        loaded = _loaded(spec, "u", "j")
+        for acc in plain:
+            target = f"acc{acc.k}{acc_suffix}"
+            call = stage_call(plan, name, acc.k, loaded)
+            lines.append(f"{indent}    {acc.update(target, call)}")
+        lines += [f"{indent}  }}", f"{indent}}}"]
+    per_lane = acc_suffix == "[j]"
+    for acc in (a for a in accs if a.welford):
+        size = count if per_lane else f"({count}) * {spec.vector}"
+        slot = "u" if per_lane else f"u * {spec.vector} + j"
+        call = stage_call(plan, name, acc.k, _loaded(spec, "u", "j"))
+        fill = ["#pragma unroll", f"{indent}  for (int u = 0; u < {count}; ++u) {{",
+                f"{indent}    batch[{slot}] = {call};", f"{indent}  }}"]
+        fold = f"{indent}  kf::welford_update_batch(acc{acc.k}{acc_suffix}, batch);"
+        if per_lane:
+            lines += ["#pragma unroll", f"{indent}for (int j = 0; j < {spec.vector}; ++j) {{",
+                      f"{indent}  {acc.value_type} batch[{size}];", *fill, fold, f"{indent}}}"]
+        else:
+            lines += [f"{indent}{{", f"{indent}  {acc.value_type} batch[{size}];",
+                      "#pragma unroll", f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
+                      *[f"  {line}" if line.startswith(indent) else line for line in fill],
+                      f"{indent}  }}", fold, f"{indent}}}"]
     return lines
 
 

@@ -121,6 +121,29 @@ __device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>
   return r;
 }
 
+// Folds N values loaded together into s: their own mean and M2 first, then one combine
+// (Chan et al.), so a batch costs one division instead of one per value. The batch is
+// measured from its first value, so that values far from zero (1000 +- 0.01) do not lose
+// their spread in a sum of large numbers. (N is a constant: the compiler unrolls the loops;
+// no #pragma, which the emulator's host compiler rejects.)
+template <typename T, int N>
+__device__ __forceinline__ void welford_update_batch(WelfordState<T>& s, const T (&v)[N]) {
+  const T shift = v[0];
+  T sum = (T)0;
+  for (int i = 1; i < N; ++i) sum += v[i] - shift;
+  const T mean = sum / (T)N;
+  T m2 = (T)0;
+  for (int i = 0; i < N; ++i) {
+    const T d = (v[i] - shift) - mean;
+    m2 += d * d;
+  }
+  WelfordState<T> b;
+  b.count = (T)N;
+  b.mean = shift + mean;
+  b.m2 = m2;
+  s = welford_combine(s, b);
+}
+
 struct WelfordOp {
   template <typename T>
   __device__ __forceinline__ WelfordState<T> operator()(const WelfordState<T>& a,
