@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -237,9 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": props.name, "torch": torch.__version__, **versions(),
-            "copy_gbs": copy_gbs, "date": time.strftime("%Y-%m-%d"), "results": results},
-            indent=2))
+            "copy_gbs": copy_gbs, "date": time.strftime("%Y-%m-%d"), **commit(),
+            "results": results}, indent=2))
     return 0
+
+
+def commit() -> dict[str, str]:
+    """The kfuse commit measured, from KFUSE_COMMIT (the GPU machine gets a copy of the
+    working tree whose git metadata may be stale, so the caller names it)."""
+    named = os.environ.get("KFUSE_COMMIT", "")
+    return {"kfuse_commit": named} if named else {}
 
 
 def versions() -> dict[str, str]:
