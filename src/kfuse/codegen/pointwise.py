@@ -128,40 +128,6 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     def call(loaded: list[str], outs: list[str]) -> str:
         return f"{name}_body({', '.join(loaded + scalar_args + outs)});"
 
-    def vector_part(count: int, first: str, ind: str) -> list[str]:
-        """Loads of `count` vectors (vector u at v0 + (first + u) * blockDim.x), then their
-        computation and stores, all by vectors."""
-        out = [register_array(f"x{k}", u.val.dtype.cuda_type, kind, vec, count, indent=ind)
-               for k, (u, kind) in enumerate(zip(inputs, spec.input_kinds))]
-        index = f"  const Index i0 = (v0 + (Index)({first} + u) * blockDim.x) * {vec};"
-        out += ["#pragma unroll", f"{ind}for (int u = 0; u < {count}; ++u) {{", ind + index]
-        for k, kind in enumerate(spec.input_kinds):
-            if kind == VEC:
-                out.append(f"{ind}  x{k}[u] = kf::load_vec<{vec}>(in{k}, base_in{k} + i0);")
-            elif kind == BCAST:
-                out.append(f"{ind}  x{k}[u] = kf::load(in{k}, base_in{k});")
-            else:
-                out += ["#pragma unroll",
-                        f"{ind}  for (int j = 0; j < {vec}; ++j) x{k}[u][j] = "
-                        f"kf::load(in{k}, base_in{k} + (i0 + j) * step_in{k});"]
-        out += [f"{ind}}}", "#pragma unroll", f"{ind}for (int u = 0; u < {count}; ++u) {{",
-                ind + index]
-        out += [f"{ind}  kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};"
-                for k, (o, _) in enumerate(outputs)]
-        loaded = [f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]"
-                  for k, kind in enumerate(spec.input_kinds)]
-        out += ["#pragma unroll", f"{ind}  for (int j = 0; j < {vec}; ++j) {{",
-                f"{ind}    " + call(loaded, [f"y{k}[j]" for k in range(len(outputs))]),
-                f"{ind}  }}"]
-        for k, kind in enumerate(spec.output_kinds):
-            if kind == VEC:
-                out.append(f"{ind}  kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
-            else:
-                out += ["#pragma unroll",
-                        f"{ind}  for (int j = 0; j < {vec}; ++j) "
-                        f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
-        return out + [f"{ind}}}"]
-
     nt = spec.block_x * spec.block_y
     lines = [runtime_header(), "",
              f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
@@ -194,24 +160,54 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
               f"         v0 += (Index)gridDim.x * blockDim.x * {unroll}) {{",
               f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{"]
     # Fast path: loads for all U vectors, then compute and store.
-    lines += vector_part(unroll, "0", "        ")
-    # The end of a row: each of the U vectors that lies wholly inside it still goes by
-    # vectors; only a last, partial one goes element by element.
-    lines += ["      } else {",
-              f"        for (int t = 0; t < {unroll}; ++t) {{",
-              f"          const Index i0 = (v0 + (Index)t * blockDim.x) * {vec};",
-              f"          if (i0 + {vec} <= n_inner) {{"]
-    lines += vector_part(1, "t", "            ")
-    lines += ["          } else {",
-              f"            for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
-              "              const Index i = i0 + j;"]
+    for k, (u, kind) in enumerate(zip(inputs, spec.input_kinds)):
+        lines.append(register_array(f"x{k}", u.val.dtype.cuda_type, kind, vec, unroll,
+                                    indent="        "))
+    lines += ["#pragma unroll",
+              f"        for (int u = 0; u < {unroll}; ++u) {{",
+              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]
+    for k, kind in enumerate(spec.input_kinds):
+        if kind == VEC:
+            lines.append(f"          x{k}[u] = kf::load_vec<{vec}>(in{k}, base_in{k} + i0);")
+        elif kind == BCAST:
+            lines.append(f"          x{k}[u] = kf::load(in{k}, base_in{k});")
+        else:
+            lines += ["#pragma unroll",
+                      f"          for (int j = 0; j < {vec}; ++j) x{k}[u][j] = "
+                      f"kf::load(in{k}, base_in{k} + (i0 + j) * step_in{k});"]
+    lines += ["        }",
+              "#pragma unroll",
+              f"        for (int u = 0; u < {unroll}; ++u) {{",
+              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]
     for k, (o, _) in enumerate(outputs):
-        lines.append(f"              {o.dtype.cuda_type} y{k};")
+        lines.append(f"          kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};")
+    loaded = []
+    for k, kind in enumerate(spec.input_kinds):
+        loaded.append(f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]")
+    lines += ["#pragma unroll",
+              f"          for (int j = 0; j < {vec}; ++j) {{",
+              "            " + call(loaded, [f"y{k}[j]" for k in range(len(outputs))]),
+              "          }"]
+    for k, kind in enumerate(spec.output_kinds):
+        if kind == VEC:
+            lines.append(f"          kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
+        else:
+            lines += ["#pragma unroll",
+                      f"          for (int j = 0; j < {vec}; ++j) "
+                      f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
+    lines += ["        }",
+              "      } else {",
+              f"        for (int u = 0; u < {unroll}; ++u) {{",
+              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
+              f"          for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
+              "            const Index i = i0 + j;"]
+    for k, (o, _) in enumerate(outputs):
+        lines.append(f"            {o.dtype.cuda_type} y{k};")
     loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(len(inputs))]
-    lines.append("              " + call(loaded, [f"y{k}" for k in range(len(outputs))]))
-    lines += [f"              kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
+    lines.append("            " + call(loaded, [f"y{k}" for k in range(len(outputs))]))
+    lines += [f"            kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
               for k in range(len(outputs))]
-    lines += ["            }", "          }", "        }", "      }", "    }", "  }", "}", ""]
+    lines += ["          }", "        }", "      }", "    }", "  }", "}", ""]
     return "\n".join(lines), name
 
 
