@@ -17,6 +17,7 @@ def table(data: dict[str, Any]) -> str:
                     if k in data)
     lines = [f"Device: {data['device']}; torch {data['torch']}{extra}; {data.get('date', '')}; "
              f"device-to-device copy {data['copy_gbs']:.0f} GB/s.", "",
+             *([data["note"], ""] if "note" in data else []),
              "| workload | peer | time | bandwidth | of copy | check |",
              "|---|---|---|---|---|---|"]
     for r in data["results"]:
