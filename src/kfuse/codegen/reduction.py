@@ -466,17 +466,20 @@ def accumulate_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, 
         size = count if per_lane else f"({count}) * {spec.vector}"
         slot = "u" if per_lane else f"u * {spec.vector} + j"
         call = stage_call(plan, name, acc.k, _loaded(spec, "u", "j"))
-        fill = ["#pragma unroll", f"{indent}  for (int u = 0; u < {count}; ++u) {{",
-                f"{indent}    batch[{slot}] = {call};", f"{indent}  }}"]
+
+        def fill(ind: str, slot: str = slot, call: str = call) -> list[str]:
+            return ["#pragma unroll", f"{ind}for (int u = 0; u < {count}; ++u) {{",
+                    f"{ind}  batch[{slot}] = {call};", f"{ind}}}"]
+
         fold = f"{indent}  kf::welford_update_batch(acc{acc.k}{acc_suffix}, batch);"
-        if per_lane:
+        declare = f"{indent}  {acc.value_type} batch[{size}];"
+        if per_lane:  # a batch per lane: the lane's values of the loaded vectors
             lines += ["#pragma unroll", f"{indent}for (int j = 0; j < {spec.vector}; ++j) {{",
-                      f"{indent}  {acc.value_type} batch[{size}];", *fill, fold, f"{indent}}}"]
-        else:
-            lines += [f"{indent}{{", f"{indent}  {acc.value_type} batch[{size}];",
-                      "#pragma unroll", f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
-                      *[f"  {line}" if line.startswith(indent) else line for line in fill],
-                      f"{indent}  }}", fold, f"{indent}}}"]
+                      declare, *fill(indent + "  "), fold, f"{indent}}}"]
+        else:  # one batch: every element loaded
+            lines += [f"{indent}{{", declare, "#pragma unroll",
+                      f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
+                      *fill(indent + "    "), f"{indent}  }}", fold, f"{indent}}}"]
     return lines
 
 
