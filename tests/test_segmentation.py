@@ -156,6 +156,30 @@ def test_casts_of_inputs_are_computed_in_each_segment_not_written_out() -> None:
     run_and_check(fd, inputs)
 
 
+def test_a_refused_forwarded_cast_falls_back_to_segments_without_forwarding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were a scheduler to refuse an expr together with the casts forwarded into it, the
+    segmenter segments again without forwarding (the cast then gets a segment of its own)."""
+    from kfuse.ir.exprs import CastOp
+    from kfuse.schedule.pointwise import PointwiseScheduler
+    from kfuse.schedule.types import Rejection
+
+    real_check = PointwiseScheduler.check
+
+    def refuses_casts_with_company(self: PointwiseScheduler, fusion, info) -> None:
+        if len(fusion.exprs) > 1 and any(isinstance(e, CastOp) for e in fusion.exprs):
+            raise Rejection("refused by the test")
+        real_check(self, fusion, info)
+
+    monkeypatch.setattr(PointwiseScheduler, "check", refuses_casts_with_company)
+    fd = channels_last_batch_norm(DataType.Half)
+    inputs = [rand(4, 5, 6, 40, dtype=np.float16), rand(40, seed=1, dtype=np.float16)]
+    segs = fd.segments(inputs)
+    assert len(segs) > 2 and not any("= cast<Float>(T0)" in e for s in segs[1:]
+                                     for e in s.exprs)
+    run_and_check(fd, inputs)
+
+
 def test_symbolic_scalars_and_sizes_reach_segments() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
