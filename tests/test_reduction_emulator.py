@@ -169,12 +169,12 @@ def test_grid_reduction_paths_are_taken_for_few_outputs() -> None:
 
 @pytest.mark.parametrize("inner", [True, False])
 @pytest.mark.parametrize("op", ["sum", "max", "var"])
-@pytest.mark.parametrize(("kept", "parts"), [(6, 5), (70, 37), (40, 130)])
+@pytest.mark.parametrize(("kept", "parts"), [(6, 5), (70, 37), (40, 130), (33, 300)])
 def test_forced_grid_reduction_with_manual_params(inner: bool, op: str, kept: int,
                                                   parts: int) -> None:
     # 37 partials: more than one load batch of each finalize thread, and not a multiple of
     # the threads sharing a kept element; 70 kept elements: more than one finalize block;
-    # 130 partials: more threads share each kept element.
+    # 130 and 300 partials: more threads share each kept element (16, 32: 1024 a block).
     fd = reduce_fd(op, [1 if inner else 0])
     x = rand((kept, 301)) if inner else rand((301, kept))
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
