@@ -222,10 +222,10 @@ class TargetCompiler:
     params' CompileParams) add their NVRTC options (maxrregcount, extra_options) and may
     name the architecture; the emulator has no registers to limit and ignores them."""
 
-    def __init__(self, cparams: Any = None) -> None:
-        self.options: tuple[str, ...] = tuple(cparams.nvrtc_options()) if cparams else ()
-        self.arch: str | None = cparams.arch if cparams else None
-        self.maxrregcount: int | None = cparams.maxrregcount if cparams else None
+    def __init__(self, cparams: Any) -> None:
+        self.options: tuple[str, ...] = tuple(cparams.nvrtc_options())
+        self.arch: str | None = cparams.arch
+        self.maxrregcount: int | None = cparams.maxrregcount
 
     def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
         started = profiling_hooks.clock()

@@ -753,7 +753,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     lines += header_lines(name, params, fx * fy)
     lines += [f"  typedef {spec.index_type} Index;",
               "  __shared__ __align__(16) unsigned char "
-              f"kf_smem[{finalize_smem_bytes(plan, parts)}];",
+              f"kf_smem[{fx * fy * max(a.size for a in accs)}];",  # an accumulator a thread
               f"  const Index n_red = in0.size[{rank - 1}];",
               "  Index n_rows = 1;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
@@ -798,11 +798,6 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     lines += epilogue_call(plan, name, "row", "      ", kept)
     lines += ["    }", "  }", "}", ""]
     return "\n".join(lines), name
-
-
-def finalize_smem_bytes(plan: ReductionPlan, parts: int) -> int:
-    """Static shared memory of the finalize kernel: one accumulator per thread."""
-    return FINALIZE_X * finalize_threads_y(parts) * max(a.size for a in accumulators(plan))
 
 
 def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[str, str]]:
