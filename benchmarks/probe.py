@@ -9,11 +9,13 @@
 * W1 and W1f with the pointwise grid capped to a few waves of resident blocks (grid);
 * W1 and W1f with their registers limited (CompileParams.maxrregcount), next to torch.compile
   (regs);
+* outer reductions (norm statistics over dim 0, a sum) with the reduced axis split over more
+  blocks and fewer rows a load batch than the heuristics choose (outer_split);
 * the host cost of the pieces of a cached call (allocation, stream query, attribute reads,
   the launch) next to kfuse's whole H1 call and CuPy's ElementwiseKernel.
 
     python benchmarks/probe.py [--json out.json]
-        [--only softmax,loads,outer,outer_norm,norms,grid,regs,host]
+        [--only softmax,loads,outer,outer_norm,outer_split,norms,grid,regs,host]
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
                 continue
             k = _kernel_of(fd)
             record(n, f"bx={bx} B={batch} R={reload} C={cluster}",
-                   lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp),
+                   lambda fd=fd, hp=hp, x=x: fd.manual_execute([x], heuristic_params=hp),
                    out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
 
     for n in (1024, 2048, 4096, 8192, 16384, 32768):
@@ -387,6 +389,67 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
     return rows
 
 
+def outer_split_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
+    """Outer reductions (the statistics of norms over dim 0, and W3's sum) with the reduced
+    axis split over more blocks (grid_y) and fewer rows a load batch (unroll) than the
+    heuristics choose: both kernels (partials and finalize) timed together, kfuse only."""
+    from kfuse import FusionDefinition, SchedulerType, schedule
+    from kfuse.dtypes import DataType
+
+    def statistics(dtype: Any, welford: bool) -> Any:
+        with FusionDefinition() as fd:
+            t = fd.ops.cast(fd.define_tensor(shape=[-1, -1], dtype=dtype), DataType.Float)
+            if welford:
+                for v in fd.ops.var_mean(t, [0], correction=0):
+                    fd.add_output(v)
+            else:
+                fd.add_output(fd.ops.sum(t, [0]))
+        return fd
+
+    rows: list[dict[str, Any]] = []
+    cases = [((1024, 16384), True), ((256, 16384), True), ((4096, 16384), True),
+             ((8000, 64), True), ((50176, 512), True), ((4096, 16384), False),
+             ((200704, 64), False)]
+    for shape, welford in cases:
+        x = torch.randn(*shape, device="cuda").to(torch.bfloat16)
+        fd = statistics(DataType.BFloat16, welford)
+        base = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+        p0, u0 = int(base.grid_y), int(base.unroll_reduction)
+        ref = x.double().var(0, unbiased=False) if welford else x.double().sum(0)
+        case = f"{'var_mean0' if welford else 'sum0'} bf16 {list(shape)}"
+        # (grid_y over the heuristics', rows a load batch, register limit)
+        for scale, unroll, regs in [(1, u0, None), (2, u0, None), (4, u0, None), (8, u0, None),
+                                    (2, max(1, u0 // 2), None), (4, max(1, u0 // 2), None),
+                                    (1, u0, 64), (2, u0, 64), (1, u0, 56), (2, u0, 48)]:
+            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+            hp.grid_y, hp.unroll_reduction = min(65535, p0 * scale), unroll
+            if regs:
+                cp = hp.cparams
+                cp.maxrregcount = regs
+                hp.cparams = cp
+            label = (f"grid=({hp.grid_x}, {hp.grid_y}) block=({hp.block_x}, {hp.block_y}) "
+                     f"U={unroll}{f' regs<={regs}' if regs else ''}")
+            try:
+                out = fd.manual_execute([x], heuristic_params=hp)[0]
+            except Exception as exc:  # a configuration the scheduler refuses
+                log(f"  {case} {label}: {exc}")
+                continue
+            err = float((out.double() - ref).abs().max())
+            k = _kernel_of(fd)
+
+            def run(fd: Any = fd, hp: Any = hp, x: Any = x) -> Any:
+                return fd.manual_execute([x], heuristic_params=hp)
+
+            ms = time_ms(torch, run, 30)
+            rows.append({"case": case, "config": label,
+                         "heuristics": scale == 1 and unroll == u0 and not regs,
+                         "registers": k.num_regs, "local_mem": k.local_mem,
+                         "ms": ms, "max_abs_err": err})
+            log(f"  {case:26s} {label:52s} {ms * 1e3:7.1f} us err={err:.1e} "
+                f"({k.num_regs} regs, {k.local_mem} B local)")
+    return rows
+
+
 def outer_reduction_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
     """W3 (sum over dim 0, fp32 [16384, 16384]) over blocks splitting the reduced axis
     (grid_y), threads along it (block_y) and rows per load batch (unroll), next to
@@ -575,7 +638,8 @@ def main() -> int:
                     "outer_norm": ("outer_norm", outer_norm_probe),
                     "norms": ("norm_layouts", norm_layout_probe),
                     "grid": ("pointwise_grid", pointwise_grid_probe),
-                    "regs": ("pointwise_registers", pointwise_register_probe)}
+                    "regs": ("pointwise_registers", pointwise_register_probe),
+                    "outer_split": ("outer_split", outer_split_probe)}
     chosen = [name for name in against_copy if name in only]
     if chosen:
         copy_gbs = copy_bandwidth(torch, 20)

@@ -208,6 +208,21 @@ def test_edited_outer_params_stay_correct(edit: dict) -> None:
     check(fd, [x], hp)
 
 
+@pytest.mark.parametrize("op", ["sum", "var"])
+@pytest.mark.parametrize("unroll", [8, 5, 2])
+def test_outer_rows_left_after_the_unrolled_loop(op: str, unroll: int) -> None:
+    # Each thread takes rows r, r + 8, r + 16, ... (block_y 4, grid_y 2): the 8 * k + m
+    # reduced rows below leave every thread 0 to unroll - 1 rows after its unrolled batches,
+    # which it takes in batches of halving powers of two. A row skipped or taken twice shows.
+    fd = reduce_fd(op, [0])
+    for n_red in range(8 * unroll, 8 * unroll + 8 * unroll):
+        x = rand((n_red, 12), seed=n_red)
+        hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+        assert not hp.fastest_dim_reduction
+        hp.block_x, hp.block_y, hp.grid_y, hp.unroll_reduction = 4, 4, 2, unroll
+        check(fd, [x], hp)
+
+
 def test_switching_direction_by_params_stays_correct() -> None:
     fd = reduce_fd("sum", [1])
     x = rand((20, 24))

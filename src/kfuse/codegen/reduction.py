@@ -9,12 +9,13 @@ extent. Three kernels:
   accumulating them (bytes in flight), a scalar loop takes the ragged end, then
   kf::block_reduce_x combines the threads of a row;
 * outer (a kept axis innermost): threadIdx.x walks vectors of V kept elements (coalesced),
-  threadIdx.y splits the reduced axis (U rows loaded per step), and the block_y partial results
-  are combined through shared memory in a fixed order;
+  threadIdx.y splits the reduced axis (U rows loaded per step, then the rows left in batches
+  of halving powers of two), and the block_y partial results are combined through shared
+  memory in a fixed tree;
 * finalize: when grid_parts (gridDim.y) > 1 the blocks along y each reduce a slice of the
   reduced axis and write a partial result to a workspace; this second kernel combines the
-  partials of each output in order and runs the epilogue. No atomics, no spinning: results are
-  deterministic for given parameters.
+  partials of each output in a fixed order and runs the epilogue. No atomics, no spinning:
+  results are deterministic for given parameters.
 
 The prologue (computing each reduction's input), the epilogue (outputs from reduction results)
 and, for persistent kernels, the full-size outputs are device functions emitted by
@@ -639,10 +640,17 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
               f" r += {unroll} * rstride) {{"]
     lines += _outer_block(plan, spec, name, str(unroll), "          ")
     lines.append("        }")
-    if unroll > 1:
-        lines.append("        for (; r < n_red; r += rstride) {")
-        lines += _outer_block(plan, spec, name, "1", "          ")
-        lines.append("        }")
+    # Fewer than `unroll` rows are left: take them in batches of halving powers of two (4, 2,
+    # 1 after 8; 4, 2, 1 after 5), so that they cost about log2(unroll) memory latencies rather
+    # than one each. Threads with few rows in all (a finely split or short reduced axis) have
+    # nothing but this.
+    count = 1 << ((unroll - 1).bit_length() - 1) if unroll > 1 else 0
+    while count >= 1:
+        last = "r" if count == 1 else f"r + (Index)({count - 1}) * rstride"
+        lines.append(f"        if ({last} < n_red) {{")
+        lines += _outer_block(plan, spec, name, str(count), "          ")
+        lines += [f"          r += {'' if count == 1 else f'{count} * '}rstride;", "        }"]
+        count //= 2
     lines += ["      } else {",
               "        for (; r < n_red; r += rstride) {",
               "#pragma unroll",
@@ -657,19 +665,8 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
         lines.append(f"            {a.update(f'acc{a.k}[j]', call)}")
     lines += ["          }", "        }", "      }", "    }"]
     if by > 1:
-        lines.append(f"    const int slot = (threadIdx.y * {bx} + threadIdx.x) * {vec};")
-        other = f"scratch[(t * {bx} + threadIdx.x) * {vec} + j]"
         for a in accs:
-            lines += ["    {",
-                      f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
-                      f"      for (int j = 0; j < {vec}; ++j) scratch[slot + j] = acc{a.k}[j];",
-                      "      __syncthreads();",
-                      "      if (threadIdx.y == 0) {",
-                      f"        for (int t = 1; t < {by}; ++t) {{",
-                      f"          for (int j = 0; j < {vec}; ++j) {{",
-                      f"            {a.combine(f'acc{a.k}[j]', other)}",
-                      "          }", "        }", "      }",
-                      "      __syncthreads();", "    }"]
+            lines += _combine_over_y(a, by, bx, vec, f"acc{a.k}")
     lines += ["    if (threadIdx.y == 0 && col_ok) {",
               "#pragma unroll",
               f"      for (int j = 0; j < {vec}; ++j) {{",
@@ -739,7 +736,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     memory latency per partial: with few kept elements (a batch norm over 512 channels has
     4 blocks of them) that took 40 us for 98 partials. So several threads share each kept
     element (finalize_threads_y), each loads FINALIZE_BATCH of its partials at a time, and
-    thread y = 0 combines their results in order. The order is fixed by the kernel, so
+    their results are combined over threadIdx.y in a fixed tree (_combine_over_y), so
     results stay deterministic.
     """
     name = kernel_name(plan, spec, "_fin")
@@ -783,21 +780,47 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     lines += [f"          {a.combine(f'red{a.k}', f'part{a.k}[u]')}" for a in accs]
     lines += ["        }", "      }", "    }"]
     for a in accs:
-        lines += ["    {",
-                  f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
-                  f"      scratch[threadIdx.y * {fx} + threadIdx.x] = red{a.k};",
-                  "      __syncthreads();",
-                  "      if (threadIdx.y == 0) {",
-                  f"        for (int t = 1; t < {fy}; ++t) {{",
-                  f"          {a.combine(f'red{a.k}', f'scratch[t * {fx} + threadIdx.x]')}",
-                  "        }", "      }",
-                  "      __syncthreads();  // scratch is reused by the next accumulator", "    }"]
+        lines += _combine_over_y(a, fy, fx, None, f"red{a.k}")
     lines.append("    if (threadIdx.y == 0 && row_ok) {")
     for a in accs:
         lines += [f"      {s}" for s in result_assignments(plan, a.k, f"red{a.k}", "n_red")]
     lines += epilogue_call(plan, name, "row", "      ", kept)
     lines += ["    }", "  }", "}", ""]
     return "\n".join(lines), name
+
+
+def _combine_over_y(a: Accumulator, ny: int, nx: int, vec: int | None, acc: str) -> list[str]:
+    """Statements combining each thread's accumulator `acc` (an array of `vec`, or a scalar
+    when vec is None) over threadIdx.y into thread y == 0's, through shared memory.
+
+    Partners pair up in a fixed tree (y with y + 1, then y with y + 2, ...), so results are
+    deterministic and there are log2(ny) steps. A loop in which thread y == 0 alone combined
+    the other ny - 1 values in turn was one warp's chain of dependent combines: with ny = 32
+    and Welford's division, it took most of a 32 us statistics kernel while the other warps
+    waited at the barrier (Nsight Compute: 76% of their cycles). Ends with a barrier, so the
+    shared memory is free for the next accumulator.
+    """
+    item = acc if vec is None else f"{acc}[j]"
+    at = "" if vec is None else " + j"
+    width = vec or 1
+
+    def each(indent: str, body: list[str]) -> list[str]:
+        if vec is None:
+            return [indent + b for b in body]
+        return (["#pragma unroll", f"{indent}for (int j = 0; j < {vec}; ++j) {{"]
+                + [f"{indent}  {b}" for b in body] + [f"{indent}}}"])
+
+    return (["    {",
+             f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
+             f"      const int mine = (threadIdx.y * {nx} + threadIdx.x) * {width};"]
+            + each("      ", [f"scratch[mine{at}] = {item};"])
+            + ["      __syncthreads();",
+               f"      for (int s = 1; s < {ny}; s *= 2) {{",
+               f"        if ((threadIdx.y & (2 * s - 1)) == 0 && threadIdx.y + s < {ny}) {{",
+               f"          const int theirs = ((threadIdx.y + s) * {nx} + threadIdx.x) * {width};"]
+            + each("          ", [a.combine(item, f"scratch[theirs{at}]"),
+                                  f"scratch[mine{at}] = {item};"])
+            + ["        }", "        __syncthreads();", "      }", "    }"])
 
 
 def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[str, str]]:
