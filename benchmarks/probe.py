@@ -390,15 +390,11 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
 
 
 def outer_split_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]:
-    """Outer reductions (the statistics of norms over dim 0, and sums) with the reduced axis
-    split over more blocks (grid_y) and fewer rows a load batch (unroll) than the heuristics
-    choose, with and without pipelined loads (the next batch loading while the current one is
-    accumulated): both kernels (partials and finalize) timed together, kfuse only."""
-    import kfuse.schedule.reduction as reduction_scheduler
+    """Outer reductions (the statistics of norms over dim 0, and W3's sum) with the reduced
+    axis split over more blocks (grid_y) and fewer rows a load batch (unroll) than the
+    heuristics choose: both kernels (partials and finalize) timed together, kfuse only."""
     from kfuse import FusionDefinition, SchedulerType, schedule
     from kfuse.dtypes import DataType
-
-    pipelined_default = reduction_scheduler.OUTER_PIPELINE
 
     def statistics(dtype: Any, welford: bool) -> Any:
         with FusionDefinition() as fd:
@@ -410,50 +406,47 @@ def outer_split_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
                 fd.add_output(fd.ops.sum(t, [0]))
         return fd
 
-    def measure(case: str, x: Any, ref: Any, welford: bool, scale: int, unroll: int | None,
-                piped: bool) -> None:
-        fd = statistics(DataType.BFloat16, welford)  # a cache of its own for each kernel
-        hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
-        heuristics = scale == 1 and unroll is None and piped == pipelined_default
-        hp.grid_y = min(65535, int(hp.grid_y) * scale)
-        if unroll is not None:
-            hp.unroll_reduction = unroll
-        label = (f"grid=({hp.grid_x}, {hp.grid_y}) block=({hp.block_x}, {hp.block_y}) "
-                 f"U={hp.unroll_reduction}{' pipelined' if piped else ''}")
-        try:
-            out = fd.manual_execute([x], heuristic_params=hp)[0]
-        except Exception as exc:  # a configuration the scheduler refuses
-            log(f"  {case} {label}: {exc}")
-            return
-        err = float((out.double() - ref).abs().max())
-        k = _kernel_of(fd)
-        ms = time_ms(torch, lambda: fd.manual_execute([x], heuristic_params=hp), 30)
-        rows.append({"case": case, "config": label, "heuristics": heuristics,
-                     "registers": k.num_regs, "local_mem": k.local_mem, "ms": ms,
-                     "max_abs_err": err})
-        log(f"  {case:26s} {label:48s} {ms * 1e3:7.1f} us err={err:.1e} "
-            f"({k.num_regs} regs, {k.local_mem} B local)")
-
     rows: list[dict[str, Any]] = []
     cases = [((1024, 16384), True), ((256, 16384), True), ((4096, 16384), True),
              ((8000, 64), True), ((50176, 512), True), ((4096, 16384), False),
              ((200704, 64), False)]
     for shape, welford in cases:
         x = torch.randn(*shape, device="cuda").to(torch.bfloat16)
+        fd = statistics(DataType.BFloat16, welford)
+        base = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+        p0, u0 = int(base.grid_y), int(base.unroll_reduction)
         ref = x.double().var(0, unbiased=False) if welford else x.double().sum(0)
         case = f"{'var_mean0' if welford else 'sum0'} bf16 {list(shape)}"
-        u0 = int(schedule.compute_heuristics(statistics(DataType.BFloat16, welford).fusion,
-                                             SchedulerType.reduction, [x]).unroll_reduction)
-        half = max(1, u0 // 2)
-        # (grid_y over the heuristics', rows a load batch (None: the heuristics'), pipelined)
-        for scale, unroll, piped in [(1, None, False), (2, None, False), (1, half, False),
-                                     (1, None, True), (1, half, True), (2, half, True),
-                                     (2, None, True)]:
-            reduction_scheduler.OUTER_PIPELINE = piped
+        # (grid_y over the heuristics', rows a load batch, register limit)
+        for scale, unroll, regs in [(1, u0, None), (2, u0, None), (4, u0, None), (8, u0, None),
+                                    (2, max(1, u0 // 2), None), (4, max(1, u0 // 2), None),
+                                    (1, u0, 64), (2, u0, 64), (1, u0, 56), (2, u0, 48)]:
+            hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
+            hp.grid_y, hp.unroll_reduction = min(65535, p0 * scale), unroll
+            if regs:
+                cp = hp.cparams
+                cp.maxrregcount = regs
+                hp.cparams = cp
+            label = (f"grid=({hp.grid_x}, {hp.grid_y}) block=({hp.block_x}, {hp.block_y}) "
+                     f"U={unroll}{f' regs<={regs}' if regs else ''}")
             try:
-                measure(case, x, ref, welford, scale, unroll, piped)
-            finally:
-                reduction_scheduler.OUTER_PIPELINE = pipelined_default
+                out = fd.manual_execute([x], heuristic_params=hp)[0]
+            except Exception as exc:  # a configuration the scheduler refuses
+                log(f"  {case} {label}: {exc}")
+                continue
+            err = float((out.double() - ref).abs().max())
+            k = _kernel_of(fd)
+
+            def run(fd: Any = fd, hp: Any = hp, x: Any = x) -> Any:
+                return fd.manual_execute([x], heuristic_params=hp)
+
+            ms = time_ms(torch, run, 30)
+            rows.append({"case": case, "config": label,
+                         "heuristics": scale == 1 and unroll == u0 and not regs,
+                         "registers": k.num_regs, "local_mem": k.local_mem,
+                         "ms": ms, "max_abs_err": err})
+            log(f"  {case:26s} {label:52s} {ms * 1e3:7.1f} us err={err:.1e} "
+                f"({k.num_regs} regs, {k.local_mem} B local)")
     return rows
 
 

@@ -80,9 +80,6 @@ class ReductionKernelSpec:
     # persistent: the row is split over the `cluster` blocks of a thread-block cluster (sm_90+),
     # whose reductions combine through distributed shared memory; 1: one block per row
     cluster: int = 1
-    # outer: each thread loads its next `unroll` rows while it accumulates the current ones
-    # (two register buffers), so its loads are in flight during the arithmetic
-    pipelined: bool = False
 
     @property
     def held_batch(self) -> int:
@@ -638,11 +635,11 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
                   f"    for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};"]
     lines += ["    if (col_ok) {",
               f"      Index r = (Index)blockIdx.y * {by} + threadIdx.y;",
-              f"      if (nvalid == {vec}) {{"]
-    lines += _outer_pipelined(plan, spec, name) if spec.pipelined else (
-        [f"        for (; r + (Index)({unroll - 1}) * rstride < n_red;"
-         f" r += {unroll} * rstride) {{"]
-        + _outer_block(plan, spec, name, str(unroll), "          ") + ["        }"])
+              f"      if (nvalid == {vec}) {{",
+              f"        for (; r + (Index)({unroll - 1}) * rstride < n_red;"
+              f" r += {unroll} * rstride) {{"]
+    lines += _outer_block(plan, spec, name, str(unroll), "          ")
+    lines.append("        }")
     # Fewer than `unroll` rows are left: take them in batches of halving powers of two (4, 2,
     # 1 after 8; 4, 2, 1 after 5), so that they cost about log2(unroll) memory latencies rather
     # than one each. Threads with few rows in all (a finely split or short reduced axis) have
@@ -691,77 +688,24 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
 def _outer_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str,
                  indent: str) -> list[str]:
     """Load `count` reduced rows (r + u * rstride) of V columns and accumulate them."""
-    lines = _outer_arrays(plan, spec, "x", count, indent)
-    lines += _outer_loads(spec, "x", "r", count, indent)
-    lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
-    return lines
-
-
-def _outer_arrays(plan: ReductionPlan, spec: ReductionKernelSpec, prefix: str, count: str,
-                  indent: str) -> list[str]:
-    """Declarations of the register arrays holding `count` rows of each loop input."""
-    return [register_array(f"{prefix}{i}", u.val.dtype.cuda_type, kind, spec.vector, count,
-                           indent)
-            for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds))]
-
-
-def _outer_loads(spec: ReductionKernelSpec, prefix: str, first: str, count: str,
-                 indent: str) -> list[str]:
-    """Load `count` reduced rows (first + u * rstride) of V columns into the arrays."""
     vec = spec.vector
-    lines = ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
-             f"{indent}  const Index rr = {first} + (Index)u * rstride;"]
+    lines = []
+    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
+        lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
+    lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
+              f"{indent}  const Index rr = r + (Index)u * rstride;"]
     for i, kind in enumerate(spec.loop_kinds):
         at = f"base_in{i} + rr * rs_in{i}"
         if kind == VEC:
-            lines.append(f"{indent}  {prefix}{i}[u] = kf::load_vec<{vec}>(in{i}, {at});")
+            lines.append(f"{indent}  x{i}[u] = kf::load_vec<{vec}>(in{i}, {at});")
         elif kind == BCAST:
-            lines.append(f"{indent}  {prefix}{i}[u] = kf::load(in{i}, {at});")
+            lines.append(f"{indent}  x{i}[u] = kf::load(in{i}, {at});")
         else:
             lines += ["#pragma unroll",
-                      f"{indent}  for (int j = 0; j < {vec}; ++j) {prefix}{i}[u][j] = "
+                      f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
                       f"kf::load(in{i}, {at} + j * step_in{i});"]
     lines.append(f"{indent}}}")
-    return lines
-
-
-def _outer_pipelined(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> list[str]:
-    """The outer kernel's whole-batch loop with the next batch's loads issued before the
-    current batch is accumulated (spec.pipelined). The loop runs twice per iteration, on
-    buffers x and y in turn, so that no registers are copied between them."""
-    unroll, vec = spec.unroll, spec.vector
-    full = f"(Index)({unroll - 1}) * rstride < n_red"
-    step = f"{unroll} * rstride"
-
-    def named(buffer: str) -> list[str]:
-        # accumulate_block reads x<i>: name the buffer so (references, resolved at compile
-        # time: the arrays stay in registers)
-        out = []
-        for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
-            t = u.val.dtype.cuda_type
-            shape = (f"const kf::Vec<{t}, {vec}> (&x{i})[{unroll}]" if kind == VEC else
-                     f"const {t} (&x{i})[{unroll}]" if kind == BCAST else
-                     f"const {t} (&x{i})[{unroll}][{vec}]")
-            out.append(f"            {shape} = {buffer}{i};")
-        return out
-
-    def half(cur: str, nxt: str) -> list[str]:
-        # accumulate `cur` (rows from r), with rows from r + step loading into `nxt`
-        return ([f"          more = r + {step} + {full};",
-                 "          if (more) {"]
-                + _outer_loads(spec, nxt, f"r + {step}", str(unroll), "            ")
-                + ["          }", "          {"] + named(cur)
-                + accumulate_block(plan, spec, name, str(unroll), "            ",
-                                   acc_suffix="[j]")
-                + ["          }", f"          r += {step};", "          if (!more) break;"])
-
-    lines = _outer_arrays(plan, spec, "xa", str(unroll), "        ")
-    lines += _outer_arrays(plan, spec, "xb", str(unroll), "        ")
-    lines += [f"        if (r + {full}) {{", "          bool more;"]
-    lines += _outer_loads(spec, "xa", "r", str(unroll), "          ")
-    lines += ["          for (;;) {"]
-    lines += [s if s.startswith("#") else f"  {s}" for s in half("xa", "xb") + half("xb", "xa")]
-    lines += ["          }", "        }"]
+    lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
     return lines
 
 

@@ -166,9 +166,6 @@ def _inner_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None
     params.grid_x, params.grid_y = grid_x, parts
 
 
-OUTER_PIPELINE = True
-"""Outer kernels load each thread's next batch of rows while accumulating the current one."""
-
 OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
 
@@ -272,8 +269,7 @@ def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, devic
     index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) \
         else "int"
     spec = ReductionKernelSpec(kind, layout.rank, vector, unroll, _int(params, "block_x"),
-                               _int(params, "block_y"), _int(params, "grid_y"), index, kinds, (),
-                               pipelined=OUTER_PIPELINE and not inner)
+                               _int(params, "block_y"), _int(params, "grid_y"), index, kinds, ())
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
                              f"memory for the block combine (limit {STATIC_SMEM_LIMIT}); use "
