@@ -210,17 +210,25 @@ def test_edited_outer_params_stay_correct(edit: dict) -> None:
 
 @pytest.mark.parametrize("op", ["sum", "var"])
 @pytest.mark.parametrize("unroll", [8, 5, 2])
-def test_outer_rows_left_after_the_unrolled_loop(op: str, unroll: int) -> None:
-    # Each thread takes rows r, r + 8, r + 16, ... (block_y 4, grid_y 2): the 8 * k + m
-    # reduced rows below leave every thread 0 to unroll - 1 rows after its unrolled batches,
-    # which it takes in batches of halving powers of two. A row skipped or taken twice shows.
+@pytest.mark.parametrize(("block_y", "grid_y", "tail"), [(4, 2, True), (1, 1, False)])
+def test_outer_rows_left_after_the_unrolled_loop(op: str, unroll: int, block_y: int,
+                                                 grid_y: int, tail: bool) -> None:
+    # Each thread takes rows r, r + block_y * grid_y, ...: the n_red below leave the threads
+    # 0 to unroll - 1 rows after their whole batches. Threads with few batches (block_y 4,
+    # grid_y 2: one) take those rows in batches of halving powers of two; threads with many
+    # (block_y 1, grid_y 1: eight) one at a time. A row skipped or taken twice shows.
     fd = reduce_fd(op, [0])
-    for n_red in range(8 * unroll, 8 * unroll + 8 * unroll):
+    threads = block_y * grid_y
+    first = (1 if tail else 8) * unroll * threads
+    for n_red in range(first, first + unroll * threads):
         x = rand((n_red, 12), seed=n_red)
         hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
         assert not hp.fastest_dim_reduction
-        hp.block_x, hp.block_y, hp.grid_y, hp.unroll_reduction = 4, 4, 2, unroll
+        hp.block_x, hp.block_y, hp.grid_y, hp.unroll_reduction = 4, block_y, grid_y, unroll
         check(fd, [x], hp)
+        halving = "if (r < n_red)" in fd.last_cuda_source()
+        assert halving == (tail and unroll > 1)
+
 
 
 def test_switching_direction_by_params_stays_correct() -> None:

@@ -9,9 +9,9 @@ extent. Three kernels:
   accumulating them (bytes in flight), a scalar loop takes the ragged end, then
   kf::block_reduce_x combines the threads of a row;
 * outer (a kept axis innermost): threadIdx.x walks vectors of V kept elements (coalesced),
-  threadIdx.y splits the reduced axis (U rows loaded per step, then the rows left in batches
-  of halving powers of two), and the block_y partial results are combined through shared
-  memory in a fixed tree;
+  threadIdx.y splits the reduced axis (U rows loaded per step; the rows left one at a time,
+  or in batches of halving powers of two where threads have few rows), and the block_y
+  partial results are combined through shared memory in a fixed order (a tree for many);
 * finalize: when grid_parts (gridDim.y) > 1 the blocks along y each reduce a slice of the
   reduced axis and write a partial result to a workspace; this second kernel combines the
   partials of each output in a fixed order and runs the epilogue. No atomics, no spinning:
@@ -80,6 +80,10 @@ class ReductionKernelSpec:
     # persistent: the row is split over the `cluster` blocks of a thread-block cluster (sm_90+),
     # whose reductions combine through distributed shared memory; 1: one block per row
     cluster: int = 1
+    # outer: the rows a thread has left after its whole batches are loaded in batches of
+    # halving powers of two rather than one at a time. For threads with few rows in all; it
+    # costs registers (W3's kernel went from 32 to 34, 8 blocks an SM to 6, 8% slower).
+    tail_batches: bool = False
 
     @property
     def held_batch(self) -> int:
@@ -590,6 +594,11 @@ def _store_partials(accs: list[Accumulator], index: str, indent: str,
 # ---------------------------------------------------------------------------------------------
 
 
+SERIAL_COMBINE_MAX = 8
+"""Outer kernels with at most this many threads along the reduced axis combine their partials
+by thread y == 0 in turn; more go through the tree of _combine_over_y."""
+
+
 def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
     """Source and name of the outer-reduction kernel."""
     name = kernel_name(plan, spec)
@@ -640,17 +649,23 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
               f" r += {unroll} * rstride) {{"]
     lines += _outer_block(plan, spec, name, str(unroll), "          ")
     lines.append("        }")
-    # Fewer than `unroll` rows are left: take them in batches of halving powers of two (4, 2,
-    # 1 after 8; 4, 2, 1 after 5), so that they cost about log2(unroll) memory latencies rather
-    # than one each. Threads with few rows in all (a finely split or short reduced axis) have
-    # nothing but this.
-    count = 1 << ((unroll - 1).bit_length() - 1) if unroll > 1 else 0
-    while count >= 1:
-        last = "r" if count == 1 else f"r + (Index)({count - 1}) * rstride"
-        lines.append(f"        if ({last} < n_red) {{")
-        lines += _outer_block(plan, spec, name, str(count), "          ")
-        lines += [f"          r += {'' if count == 1 else f'{count} * '}rstride;", "        }"]
-        count //= 2
+    if spec.tail_batches:
+        # Fewer than `unroll` rows are left: take them in batches of halving powers of two (4,
+        # 2, 1 after 8; 4, 2, 1 after 5), so that they cost about log2(unroll) memory latencies
+        # rather than one each. Threads with few rows in all (a finely split or short reduced
+        # axis) have nothing but this.
+        count = 1 << ((unroll - 1).bit_length() - 1) if unroll > 1 else 0
+        while count >= 1:
+            last = "r" if count == 1 else f"r + (Index)({count - 1}) * rstride"
+            lines.append(f"        if ({last} < n_red) {{")
+            lines += _outer_block(plan, spec, name, str(count), "          ")
+            lines += [f"          r += {'' if count == 1 else f'{count} * '}rstride;",
+                      "        }"]
+            count //= 2
+    elif unroll > 1:
+        lines.append("        for (; r < n_red; r += rstride) {")
+        lines += _outer_block(plan, spec, name, "1", "          ")
+        lines.append("        }")
     lines += ["      } else {",
               "        for (; r < n_red; r += rstride) {",
               "#pragma unroll",
@@ -664,9 +679,25 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
         call = stage_call(plan, name, a.k, [f"e{i}" for i in range(n_loop)])
         lines.append(f"            {a.update(f'acc{a.k}[j]', call)}")
     lines += ["          }", "        }", "      }", "    }"]
-    if by > 1:
+    if by > SERIAL_COMBINE_MAX:
         for a in accs:
             lines += _combine_over_y(a, by, bx, vec, f"acc{a.k}")
+    elif by > 1:
+        # Few partials: thread y == 0 combines them in turn, which costs fewer registers than
+        # the tree (W3's kernel keeps 32 and 8 blocks an SM).
+        other = f"scratch[(t * {bx} + threadIdx.x) * {vec} + j]"
+        lines.append(f"    const int slot = (threadIdx.y * {bx} + threadIdx.x) * {vec};")
+        for a in accs:
+            lines += ["    {",
+                      f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
+                      f"      for (int j = 0; j < {vec}; ++j) scratch[slot + j] = acc{a.k}[j];",
+                      "      __syncthreads();",
+                      "      if (threadIdx.y == 0) {",
+                      f"        for (int t = 1; t < {by}; ++t) {{",
+                      f"          for (int j = 0; j < {vec}; ++j) {{",
+                      f"            {a.combine(f'acc{a.k}[j]', other)}",
+                      "          }", "        }", "      }",
+                      "      __syncthreads();", "    }"]
     lines += ["    if (threadIdx.y == 0 && col_ok) {",
               "#pragma unroll",
               f"      for (int j = 0; j < {vec}; ++j) {{",

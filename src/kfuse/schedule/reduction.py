@@ -166,6 +166,10 @@ def _inner_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None
     params.grid_x, params.grid_y = grid_x, parts
 
 
+TAIL_BATCHES = 4
+"""Outer threads with fewer batches of rows than this take their last rows in batches of
+halving size (ReductionKernelSpec.tail_batches); threads with more keep the lighter loop."""
+
 OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
 
@@ -268,8 +272,12 @@ def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, devic
     kinds = tuple(_kind(op, axis, vector, layout) for op in layout.loop)
     index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) \
         else "int"
-    spec = ReductionKernelSpec(kind, layout.rank, vector, unroll, _int(params, "block_x"),
-                               _int(params, "block_y"), _int(params, "grid_y"), index, kinds, ())
+    by, parts = _int(params, "block_y"), _int(params, "grid_y")
+    # a thread with fewer than TAIL_BATCHES batches of rows takes its last rows in batches
+    rows_per_thread = -(-layout.red_size // max(1, by * parts))
+    spec = ReductionKernelSpec(kind, layout.rank, vector, unroll, _int(params, "block_x"), by,
+                               parts, index, kinds, (),
+                               tail_batches=not inner and rows_per_thread < TAIL_BATCHES * unroll)
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
                              f"memory for the block combine (limit {STATIC_SMEM_LIMIT}); use "
