@@ -604,25 +604,54 @@ of [64, 65536], 12.4 against 9.0 us on an H200)."""
 def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
     """Source and name of the outer-reduction kernel."""
     name = kernel_name(plan, spec)
-    rank, vec, unroll = spec.rank, spec.vector, spec.unroll
-    bx, by, parts = spec.block_x, spec.block_y, spec.grid_parts
-    kept = range(rank - 1)
-    inner_axis = rank - 2
-    n_loop = len(plan.loop_inputs)
+    vec, parts = spec.vector, spec.grid_parts
+    kept = range(spec.rank - 1)
     accs = accumulators(plan)
     lines = [runtime_header(), ""]
     lines += functions_source(plan, name, stages=True, full=False, epilogue=parts == 1)
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
-    lines += header_lines(name, params, bx * by)
-    lines += [f"  typedef {spec.index_type} Index;",
-              f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
-              f"  const Index n_red = in0.size[{rank - 1}];",
-              f"  const Index n_in = out0.size[{inner_axis}];",
-              "  Index n_rows = n_in;"]
+    lines += header_lines(name, params, spec.block_x * spec.block_y)
+    lines += outer_columns(plan, spec, "(Index)gridDim.y", [])
+    lines += outer_accumulate(plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
+    lines += outer_combine(plan, spec)
+    lines += ["    if (threadIdx.y == 0 && col_ok) {",
+              "#pragma unroll",
+              f"      for (int j = 0; j < {vec}; ++j) {{",
+              "        if (j >= nvalid) continue;",
+              "        const Index row = outer * n_in + c0 + j;"]
+    if parts > 1:
+        for a in accs:
+            lines.append(f"        const {a.ctype} red{a.k} = acc{a.k}[j];")
+        lines += _store_partials(accs, "(Index)blockIdx.y * n_rows + row", "        ")
+    else:
+        for a in accs:
+            lines += [f"        {s}" for s in result_assignments(plan, a.k, f"acc{a.k}[j]",
+                                                                  "n_red")]
+        lines += epilogue_call(plan, name, "row", "        ", kept)
+    lines += ["      }", "    }", "  }", "}", ""]
+    return "\n".join(lines), name
+
+
+def outer_columns(plan: ReductionPlan, spec: ReductionKernelSpec, splits: str,
+                  outputs: list[int]) -> list[str]:
+    """The start of an outer kernel: its shared memory and extents, then the loop over this
+    block's groups of V columns (left open), with each thread's column group (cv, outer, c0,
+    nvalid), its operands' bases and steps, and its accumulators. `splits`: the blocks along
+    the reduced axis (rstride = splits * block_y); `outputs`: fusion outputs on the full
+    domain the kernel also addresses (out<k>: base, step along the columns, stride along the
+    reduced axis)."""
+    rank, vec, bx, by = spec.rank, spec.vector, spec.block_x, spec.block_y
+    inner_axis = rank - 2
+    n_loop = len(plan.loop_inputs)
+    lines = [f"  typedef {spec.index_type} Index;",
+             f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+             f"  const Index n_red = in0.size[{rank - 1}];",
+             f"  const Index n_in = out0.size[{inner_axis}];",
+             "  Index n_rows = n_in;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in range(inner_axis)]
     lines += [f"  const Index nvec_in = (n_in + {vec - 1}) / {vec};",
               "  const Index n_cols = n_in == 0 ? 0 : n_rows / n_in * nvec_in;",
-              f"  const Index rstride = (Index)gridDim.y * {by};",
+              f"  const Index rstride = {splits} * {by};",
               f"  for (Index col0 = (Index)blockIdx.x * {bx}; col0 < n_cols;"
               f" col0 += (Index)gridDim.x * {bx}) {{",
               "    const Index cv = col0 + threadIdx.x;",
@@ -630,25 +659,36 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
               "    Index outer = 0;",
               "    Index c0 = 0;",
               "    int nvalid = 0;"]
-    ins = [f"in{i}" for i in range(n_loop)]
-    lines += [f"    Index base_{op} = 0;" for op in ins]
+    ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
+    lines += [f"    Index base_{op} = 0;" for op in ops]
     lines += ["    if (col_ok) {",
               "      outer = cv / nvec_in;",
               f"      c0 = (cv - outer * nvec_in) * {vec};",
               f"      nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});"]
-    lines += decompose("outer", range(inner_axis), ins, "      ")
-    lines += [f"      base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ins]
+    lines += decompose("outer", range(inner_axis), ops, "      ")
+    lines += [f"      base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ops]
     lines.append("    }")
-    lines += [f"    const Index step_in{i} = in{i}.stride[{inner_axis}];" for i in range(n_loop)]
-    lines += [f"    const Index rs_in{i} = in{i}.stride[{rank - 1}];" for i in range(n_loop)]
-    for a in accs:
+    steps = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
+    lines += [f"    const Index step_{op} = {op}.stride[{inner_axis}];" for op in steps]
+    lines += [f"    const Index rs_{op} = {op}.stride[{rank - 1}];" for op in steps]
+    for a in accumulators(plan):
         lines += [f"    {a.ctype} acc{a.k}[{vec}];",
                   f"    for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};"]
-    lines += ["    if (col_ok) {",
-              f"      Index r = (Index)blockIdx.y * {by} + threadIdx.y;",
-              f"      if (nvalid == {vec}) {{",
-              f"        for (; r + (Index)({unroll - 1}) * rstride < n_red;"
-              f" r += {unroll} * rstride) {{"]
+    return lines
+
+
+def outer_accumulate(plan: ReductionPlan, spec: ReductionKernelSpec, name: str,
+                     first: str) -> list[str]:
+    """Fold this thread's rows (first + threadIdx.y, then every rstride) of its column group
+    into its accumulators: whole batches of `unroll` rows, the rest (spec.tail_batches), and
+    element by element for a group cut by the end of the columns."""
+    vec, unroll = spec.vector, spec.unroll
+    n_loop = len(plan.loop_inputs)
+    lines = ["    if (col_ok) {",
+             f"      Index r = {first} + threadIdx.y;",
+             f"      if (nvalid == {vec}) {{",
+             f"        for (; r + (Index)({unroll - 1}) * rstride < n_red;"
+             f" r += {unroll} * rstride) {{"]
     lines += _outer_block(plan, spec, name, str(unroll), "          ")
     lines.append("        }")
     if spec.tail_batches:
@@ -677,10 +717,18 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
               for i in range(n_loop)]
     for i, (u, arg) in enumerate(zip(plan.loop_inputs, loaded)):
         lines.append(f"            const {u.val.dtype.cuda_type} e{i} = {arg};")
-    for a in accs:
+    for a in accumulators(plan):
         call = stage_call(plan, name, a.k, [f"e{i}" for i in range(n_loop)])
         lines.append(f"            {a.update(f'acc{a.k}[j]', call)}")
     lines += ["          }", "        }", "      }", "    }"]
+    return lines
+
+
+def outer_combine(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
+    """Combine the block_y threads' accumulators of each column into thread y == 0's."""
+    bx, by, vec = spec.block_x, spec.block_y, spec.vector
+    accs = accumulators(plan)
+    lines: list[str] = []
     if by > SERIAL_COMBINE_MAX or (by > 1 and any(a.welford for a in accs)):
         for a in accs:
             lines += _combine_over_y(a, by, bx, vec, f"acc{a.k}")
@@ -700,22 +748,7 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
                       f"            {a.combine(f'acc{a.k}[j]', other)}",
                       "          }", "        }", "      }",
                       "      __syncthreads();", "    }"]
-    lines += ["    if (threadIdx.y == 0 && col_ok) {",
-              "#pragma unroll",
-              f"      for (int j = 0; j < {vec}; ++j) {{",
-              "        if (j >= nvalid) continue;",
-              "        const Index row = outer * n_in + c0 + j;"]
-    if parts > 1:
-        for a in accs:
-            lines.append(f"        const {a.ctype} red{a.k} = acc{a.k}[j];")
-        lines += _store_partials(accs, "(Index)blockIdx.y * n_rows + row", "        ")
-    else:
-        for a in accs:
-            lines += [f"        {s}" for s in result_assignments(plan, a.k, f"acc{a.k}[j]",
-                                                                  "n_red")]
-        lines += epilogue_call(plan, name, "row", "        ", kept)
-    lines += ["      }", "    }", "  }", "}", ""]
-    return "\n".join(lines), name
+    return lines
 
 
 def _outer_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str,
