@@ -668,9 +668,8 @@ def outer_columns(plan: ReductionPlan, spec: ReductionKernelSpec, splits: str,
     lines += decompose("outer", range(inner_axis), ops, "      ")
     lines += [f"      base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ops]
     lines.append("    }")
-    steps = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
-    lines += [f"    const Index step_{op} = {op}.stride[{inner_axis}];" for op in steps]
-    lines += [f"    const Index rs_{op} = {op}.stride[{rank - 1}];" for op in steps]
+    lines += [f"    const Index step_{op} = {op}.stride[{inner_axis}];" for op in ops]
+    lines += [f"    const Index rs_{op} = {op}.stride[{rank - 1}];" for op in ops]
     for a in accumulators(plan):
         lines += [f"    {a.ctype} acc{a.k}[{vec}];",
                   f"    for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};"]

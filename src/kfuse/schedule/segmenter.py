@@ -127,6 +127,9 @@ class _Segmenter:
         self.output_ids = {id(v) for v in fusion.outputs}
         producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
         self.forwarded = self._forwardable(producer) if forward else frozenset()
+        # forwarded expr producing each forwarded value (for _with_forwarded)
+        self.forwarded_producer = {id(o): i for i in self.forwarded
+                                   for o in self.exprs[i].outputs}
         # A forwarded expr's value comes with every segment reading it: depend on (and share)
         # what it is computed from instead, which are fusion inputs.
         self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer}
@@ -266,12 +269,11 @@ class _Segmenter:
 
     def _with_forwarded(self, members: frozenset[int]) -> list[int]:
         """`members` and the forwarded exprs they read from, in fusion order."""
-        producer = {id(o): i for i in self.forwarded for o in self.exprs[i].outputs}
         needed = set(members)
         stack = list(members)
         while stack:
             for v in self.exprs[stack.pop()].inputs:
-                j = producer.get(id(v))
+                j = self.forwarded_producer.get(id(v))
                 if j is not None and j not in needed:
                     needed.add(j)
                     stack.append(j)
