@@ -1,4 +1,4 @@
-"""``python -m kfuse info | demo | bench``: a small dispatcher over kfuse's command-line tools."""
+"""``python -m kfuse info | demo | bench | campaign``: a small dispatcher over kfuse's command-line tools."""
 
 from __future__ import annotations
 
@@ -34,10 +34,17 @@ def _bench(argv: Sequence[str]) -> int:
     return 0
 
 
+def _campaign(argv: Sequence[str]) -> int:
+    from kfuse.campaign import cli
+
+    return cli.main(argv)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "info": _info,
     "demo": _demo,
     "bench": _bench,
+    "campaign": _campaign,
 }
 
 

@@ -112,6 +112,31 @@ def empty_like_framework(framework: str, shape: tuple[int, ...], dtype: DataType
     return np.empty(shape, dtype=to_numpy_dtype(dtype))
 
 
+POISON_BYTE = 0x7B
+"""Every byte of a poisoned buffer. Each dtype reads it as a finite value no fusion of the
+tests computes (float 1.3e36, half 61280, int32 2071690107) and as a Bool byte that is
+neither 0 nor 1, so an element that no kernel wrote fails any comparison, NaN and infinity
+expected included (a NaN or zero fill would hide behind those)."""
+
+
+def poison(array: Any) -> None:
+    """Fill `array` (contiguous, any framework) with POISON_BYTE, on the framework's current
+    stream."""
+    framework = framework_of(array)
+    if framework == "torch":
+        import torch
+
+        array.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)
+    elif framework == "cupy":
+        import cupy
+
+        array.reshape(-1).view(cupy.uint8).fill(POISON_BYTE)
+    else:
+        import numpy as np
+
+        array.reshape(-1).view(np.uint8).fill(POISON_BYTE)
+
+
 def current_stream(framework: str, device: int) -> int:
     """The framework's current CUDA stream on `device`, as an integer handle."""
     if framework == "torch":

@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kfuse import profiling_hooks
-from kfuse.arrays import current_stream, empty_like_framework
+from kfuse import knobs, profiling_hooks
+from kfuse.arrays import current_stream, empty_like_framework, poison
 from kfuse.backends import backend_for
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError, SchedulerError
@@ -279,6 +279,12 @@ def _signature(info: RuntimeInfo, params: Any) -> tuple:
 def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
     fusion = info.fusion
     outputs = [_allocate(info, out) for out in fusion.outputs]
+    # With poison on, an element that no kernel writes shows as wrong instead of as whatever
+    # the memory held before (on the GPU, often the right values of an earlier call).
+    poisoned = info.backend == EMULATOR or knobs.get().poison
+    if poisoned:
+        for array in outputs:
+            poison(array)
     if not compiled.launches:
         return outputs
     staged_inputs, staged_outputs, finish = _stage(info, outputs)
@@ -294,6 +300,10 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
     workspaces = [empty_like_framework(info.framework, (-(-n // 8),), DataType.Double,
                                        info.device_index)
                   for n in workspace_bytes(compiled.launches)]
+    if poisoned:
+        for array in (*workspaces, *(a for a in staged_outputs
+                                      if all(a is not o for o in outputs))):
+            poison(array)
     workspace_ptrs = [_data_ptr(w) for w in workspaces]
     for launch in compiled.launches:
         args = launch.arguments(input_ptrs, output_ptrs, info.extents, workspace_ptrs)

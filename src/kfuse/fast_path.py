@@ -149,6 +149,28 @@ class ScalarProgram:
         return tuple(values[v] for v in self.operands)
 
 
+def _poisoning(allocate: Any) -> Any:
+    """`allocate`, followed by kfuse.arrays.poison on what it returns (KFUSE_POISON)."""
+    from kfuse.arrays import poison
+
+    def allocate_poisoned(*args: Any, **kwargs: Any) -> Any:
+        array = allocate(*args, **kwargs)
+        poison(array)
+        return array
+
+    return allocate_poisoned
+
+
+def _buffer_specs(specs: list[tuple]) -> list[tuple]:
+    """FastCall's (callable, args, kwargs, like) buffer specs, poisoning when KFUSE_POISON
+    is set where the FastCall is built."""
+    from kfuse import knobs
+
+    if not knobs.get().poison:
+        return specs
+    return [(_poisoning(fn), args, kwargs, like) for fn, args, kwargs, like in specs]
+
+
 def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[Any]:
     counts = (len(info.fusion.inputs), len(info.fusion.outputs),
               len(workspace_bytes(compiled.launches)))
@@ -184,8 +206,9 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
     else:  # torch builds without the raw query
         stream, stream_args = (lambda: torch.cuda.current_stream(device).cuda_stream), ()
     launches = _packed_launches(compiled, info, program)
-    return FastCall("torch", info.device_index, specs, outputs, workspaces, launches, stream,
-                    stream_args, None, compiled, program)
+    return FastCall("torch", info.device_index, specs, _buffer_specs(outputs),
+                    _buffer_specs(workspaces), launches, stream, stream_args, None, compiled,
+                    program)
 
 
 def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProgram) -> Any:
@@ -202,9 +225,9 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
     launches = _packed_launches(compiled, info, program)
     # cupy allocates on, and reports the stream of, the current device: the call only takes
     # the fast path while that is the inputs' device.
-    return FastCall("cupy", info.device_index, specs, outputs, workspaces, launches,
-                    cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice, compiled,
-                    program)
+    return FastCall("cupy", info.device_index, specs, _buffer_specs(outputs),
+                    _buffer_specs(workspaces), launches, cupy.cuda.get_current_stream, (),
+                    cupy.cuda.runtime.getDevice, compiled, program)
 
 
 def layout_key(inputs: list[Any], info: Any) -> tuple | None:

@@ -22,6 +22,9 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_EMULATOR_PROFILE": "device the emulator pretends to be: h100 (default), h200, a100",
     "KFUSE_CACHE_DIR": "folder of the on-disk kernel caches (default ~/.cache/kfuse; 'off' "
                        "disables them)",
+    "KFUSE_POISON": "1 fills every new GPU output and scratch buffer with a poison pattern "
+                    "before its kernels run, so that an element no kernel writes shows "
+                    "(the emulator always does)",
 }
 
 
@@ -48,6 +51,8 @@ class Knobs:
     """``KFUSE_EMULATOR_PROFILE``: the named DeviceDescription the emulator's heuristics use."""
     cache_dir: str | None = None
     """``KFUSE_CACHE_DIR``: where compiled kernels are cached on disk (``off``: nowhere)."""
+    poison: bool = False
+    """``KFUSE_POISON``: fill new GPU outputs and workspaces with kfuse.arrays.POISON_BYTE."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Knobs:
@@ -60,6 +65,7 @@ class Knobs:
             device=(_path(env, "KFUSE_DEVICE") or "").lower() or None,
             emulator_profile=(_path(env, "KFUSE_EMULATOR_PROFILE") or "h100").lower(),
             cache_dir=env.get("KFUSE_CACHE_DIR", "").strip() or None,
+            poison=env.get("KFUSE_POISON", "").strip().lower() not in ("", "0", "off", "no"),
         )
 
 

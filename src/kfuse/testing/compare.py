@@ -49,7 +49,8 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
     grown by sqrt(reduction_size) (rounding errors of a sum grow like a random walk):
     Double (1e-10, 1e-12), Float (1.3e-5, 1e-5), Half (2e-3, 1e-4), BFloat16 (1.6e-2, 1e-3).
     NaN must appear at the same positions on both sides, and infinities must match exactly
-    (same positions, same sign). Shapes must be equal. Raises AssertionError describing the
+    (same positions, same sign). Bool arrays must hold bytes 0 and 1 only. Shapes must be
+    equal. Raises AssertionError describing the
     worst mismatch and the number of mismatches.
     """
     import numpy as np
@@ -58,6 +59,15 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
     e = to_numpy(expected)
     if a.shape != e.shape:
         raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
+    if a.dtype == np.bool_:
+        # A bool byte other than 0 or 1 reads as True: only the raw bytes show an element
+        # that no kernel wrote (kfuse.arrays.POISON_BYTE).
+        raw = np.ascontiguousarray(a).view(np.uint8)
+        if (raw > 1).any():
+            idx = tuple(int(i[0]) for i in np.nonzero(raw > 1))
+            raise AssertionError(f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
+                                 f"other than 0 or 1 (never written?); first at {idx}: "
+                                 f"{int(raw[idx])}")
     if not dtype.is_floating:
         bad = a.astype(np.int64) != e.astype(np.int64)
         if bad.any():

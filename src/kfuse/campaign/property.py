@@ -1,0 +1,116 @@
+"""The property every campaign example checks, shared by `kfuse campaign` and kfuse's tests.
+
+One example is a random fusion of one kind (kfuse.testing.fusions) with random inputs
+(kfuse.testing.inputs_for). It must give the float64 reference's results
+(kfuse.testing.assert_outputs_close) on every one of three calls:
+
+1. the first call schedules, generates and compiles;
+2. the second, with new values in the same layout, finds everything cached;
+3. the third, again with new values, takes the host fast path on a GPU.
+
+So a cache that hands back something of an earlier call, or of another fusion, is a mismatch
+too; the calls of all earlier examples run in the same process before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kfuse.dtypes import DataType
+from kfuse.errors import KfuseError
+from kfuse.testing import assert_outputs_close, fusions, inputs_for
+from kfuse.testing.inputs import refill
+from kfuse.testing.strategies import DEFAULT_DTYPES, KINDS
+
+CALLS = 3
+"""Calls of each example: compile, cached, fast path."""
+
+OUTCOMES = ("passed", "mismatch", "kfuse_error", "raw_error")
+"""What one example can end in: a kfuse error (KfuseError) on a generated fusion is a bug too,
+but not a wrong result; a raw error is any other exception."""
+
+
+@dataclass(frozen=True)
+class ExampleSpace:
+    """What a campaign draws from."""
+
+    kinds: tuple[str, ...] = tuple(sorted(KINDS))
+    dtypes: tuple[DataType, ...] = DEFAULT_DTYPES
+    max_rank: int = 4
+    max_ops: int = 10
+    max_elements: int = 1 << 18
+    special_values: str = "mix"  # "on", "off", or "mix" (drawn per example)
+    layouts: bool = True
+    framework: str = "torch"  # torch or numpy (numpy only on the emulator)
+    device: str = "cuda"  # a torch device string, "cpu" for the emulator
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.kinds) - KINDS)
+        if not self.kinds or unknown:
+            raise ValueError(f"unknown kinds {unknown}; kinds are {', '.join(sorted(KINDS))}")
+        if self.special_values not in ("on", "off", "mix"):
+            raise ValueError("special_values must be on, off or mix")
+        if self.max_rank < 1 or self.max_ops < 1 or self.max_elements < 1:
+            raise ValueError("max_rank, max_ops and max_elements must be at least 1")
+
+
+@dataclass
+class Example:
+    """One drawn example."""
+
+    kind: str
+    fd: Any
+    inputs: list[Any]
+    special_values: bool
+    refill_seeds: tuple[int, ...] = field(default=())
+
+
+@st.composite
+def examples(draw: Any, space: ExampleSpace) -> Example:
+    """A strategy of Examples from `space`."""
+    kind = draw(st.sampled_from(space.kinds))
+    fd = draw(fusions(kinds={kind}, max_rank=space.max_rank, max_ops=space.max_ops,
+                      dtypes=space.dtypes))
+    special = space.special_values == "on" or (space.special_values == "mix"
+                                                and draw(st.booleans()))
+    inputs = draw(inputs_for(fd, framework=space.framework, device=space.device,
+                             max_elements=space.max_elements, layouts=space.layouts,
+                             special_values=special))
+    seeds = tuple(draw(st.integers(0, 2**32 - 1)) for _ in range(CALLS - 1))
+    return Example(kind, fd, inputs, special, seeds)
+
+
+class Mismatch(AssertionError):
+    """A call's outputs differ from the reference's."""
+
+
+def check(example: Example) -> None:
+    """Run the example's calls and compare every output of each with the reference.
+
+    Raises Mismatch (naming the call), or whatever kfuse raised."""
+    from kfuse.reference import evaluate
+
+    fd = example.fd
+    calls = [example.inputs] + [refill(fd, example.inputs, seed,
+                                       special_values=example.special_values)
+                                for seed in example.refill_seeds]
+    for number, inputs in enumerate(calls, 1):
+        outputs = fd.execute(inputs)
+        try:
+            assert_outputs_close(fd, outputs, evaluate(fd.fusion, inputs), inputs)
+        except AssertionError as exc:
+            raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """The OUTCOMES entry an example that raised `exc` (None: nothing) ends in."""
+    if exc is None:
+        return "passed"
+    if isinstance(exc, AssertionError):
+        return "mismatch"
+    if isinstance(exc, KfuseError):
+        return "kfuse_error"
+    return "raw_error"

@@ -1,0 +1,177 @@
+"""Repro scripts: a failing campaign example as a standalone script and its saved inputs.
+
+`write` puts two files side by side: `<name>.py`, the printed definition (repr(fd), which
+rebuilds it) followed by a call of `replay`, and `<name>.npz`, every input exactly: framework,
+device, dtype, shape, strides, the data pointer's 16-byte alignment class and the values of
+every element the view spans (bf16 widened to float32, which holds it exactly). Running the
+script checks the example again with kfuse.campaign.property.check and exits 0 when it
+passes, 1 when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kfuse.campaign.property import Example, check, outcome_of
+from kfuse.dtypes import DataType
+from kfuse.ir.values import TensorView
+
+_SCRIPT = '''#!/usr/bin/env python3
+"""kfuse campaign: {outcome} in a {kind} fusion.
+
+Found by: {command}
+{where}
+Inputs: {inputs}
+
+{message}
+"""
+import sys
+from pathlib import Path
+
+from kfuse import DataType, FusionDefinition  # noqa: F401 (the definition uses both)
+from kfuse.campaign.repro import replay
+
+{definition}
+if __name__ == "__main__":
+    sys.exit(replay(fd, Path(__file__).with_suffix(".npz"), sys.argv[1:]))
+'''
+
+
+def write(folder: Path, name: str, example: Example, outcome: str, message: str, command: str,
+          where: str) -> Path:
+    """Write `<name>.py` and `<name>.npz` for `example`, which ended in `outcome` (an
+    OUTCOMES entry, or "crash") with `message`; the script's path. `command` is the command
+    line that found it, `where` says when in the run."""
+    import numpy as np
+
+    fusion = example.fd.fusion
+    arrays: dict[str, Any] = {}
+    meta: list[dict[str, Any]] = []
+    for k, (v, a) in enumerate(zip(fusion.inputs, example.inputs, strict=True)):
+        if isinstance(v, TensorView):
+            values, entry = _save_array(a)
+            arrays[f"input{k}"] = values
+            meta.append(entry)
+        else:
+            meta.append({"scalar": a})
+    header = {"kind": example.kind, "special_values": example.special_values,
+              "refill_seeds": list(example.refill_seeds), "inputs": meta}
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / f"{name}.npz", header=np.array(json.dumps(header)), **arrays)
+    described = "; ".join(
+        f"{v.name} = {m['scalar']!r}" if "scalar" in m else
+        f"{v.name} {m['framework']} {m['dtype']} {tuple(m['shape'])} strides "
+        f"{tuple(m['strides'])} on {m['device']}" for v, m in zip(fusion.inputs, meta))
+    text = _SCRIPT.format(outcome=outcome.replace("_", " "), kind=example.kind,
+                          command=command, where=where, inputs=described,
+                          message=_docstring_safe(message), definition=repr(example.fd))
+    script = folder / f"{name}.py"
+    script.write_text(text)
+    script.chmod(0o755)
+    return script
+
+
+def _docstring_safe(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"""', "'''")
+
+
+def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
+    """(the values of every element the view spans, as a 1-D NumPy array; its layout)."""
+    from kfuse.arrays import framework_of, layout_of
+    from kfuse.testing.compare import to_numpy
+
+    lay = layout_of(a, "input")
+    span = 1 + sum((n - 1) * s for n, s in zip(lay.shape, lay.strides)) if all(lay.shape) else 0
+    framework = framework_of(a)
+    if framework == "torch":
+        import torch
+
+        flat = torch.as_strided(a, (span,), (1,))
+        values = to_numpy(flat)
+        device = str(a.device)
+    elif framework == "cupy":
+        import cupy
+
+        values = cupy.lib.stride_tricks.as_strided(a, (span,), (a.itemsize,)).get()
+        device = f"cuda:{a.device.id}"
+    else:
+        import numpy as np
+
+        values = np.lib.stride_tricks.as_strided(a, (span,), (a.itemsize,)).copy()
+        device = "cpu"
+    entry = {"framework": framework, "device": device, "dtype": lay.dtype.value,
+             "shape": list(lay.shape), "strides": list(lay.strides),
+             "alignment": lay.data_ptr % 16}
+    return values, entry
+
+
+def load(path: Path, device: str | None = None) -> tuple[dict[str, Any], list[Any]]:
+    """The header and the inputs saved in `path`, rebuilt exactly (on `device` instead of
+    the saved one when given)."""
+    import numpy as np
+
+    with np.load(path) as saved:
+        header = json.loads(str(saved["header"]))
+        inputs = []
+        for k, entry in enumerate(header["inputs"]):
+            if "scalar" in entry:
+                inputs.append(entry["scalar"])
+            else:
+                inputs.append(_rebuild(saved[f"input{k}"], entry, device))
+    return header, inputs
+
+
+def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
+    """The saved array: `values` at the saved strides, starting on the saved alignment."""
+    import numpy as np
+
+    from kfuse.testing.inputs import _aligned_start
+
+    dtype = DataType(entry["dtype"])
+    shape, strides, n = tuple(entry["shape"]), tuple(entry["strides"]), len(values)
+    if entry["framework"] == "torch":
+        import torch
+
+        from kfuse.dtypes import to_torch_dtype
+
+        buf = torch.zeros(n + 16, dtype=to_torch_dtype(dtype), device=device or entry["device"])
+        start = _aligned_start(entry["alignment"], buf.data_ptr(), buf.element_size())
+        buf[start:start + n] = torch.from_numpy(values).to(buf.dtype)
+        return torch.as_strided(buf, shape, strides, start)
+    if entry["framework"] == "cupy":
+        import cupy
+
+        from kfuse.dtypes import to_numpy_dtype
+
+        buf = cupy.zeros(n + 16, to_numpy_dtype(dtype))
+        start = _aligned_start(entry["alignment"], buf.data.ptr, buf.itemsize)
+        buf[start:start + n] = cupy.asarray(values.astype(buf.dtype))
+        return cupy.lib.stride_tricks.as_strided(buf[start:], shape,
+                                                 [s * buf.itemsize for s in strides])
+    buf = np.zeros(n + 16, values.dtype)
+    start = _aligned_start(entry["alignment"], buf.ctypes.data, buf.itemsize)
+    buf[start:start + n] = values
+    return np.lib.stride_tricks.as_strided(buf[start:], shape, [s * buf.itemsize for s in strides])
+
+
+def replay(fd: Any, npz: Path, argv: list[str]) -> int:
+    """Check `fd` on the inputs saved in `npz` as the campaign did; 0 when it passes, 1 when
+    it fails. argv: `--device DEVICE` moves the inputs (e.g. cuda:1, or cpu for the host
+    emulator)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Replay a kfuse campaign failure.")
+    parser.add_argument("--device", help="run on this torch device instead of the saved one")
+    args = parser.parse_args(argv)
+    header, inputs = load(npz, args.device)
+    example = Example(header["kind"], fd, inputs, header["special_values"],
+                      tuple(header["refill_seeds"]))
+    try:
+        check(example)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported the same way
+        print(f"FAILED ({outcome_of(exc).replace('_', ' ')}): {type(exc).__name__}: {exc}")
+        return 1
+    print("passed: kfuse matches the reference on every call")
+    return 0

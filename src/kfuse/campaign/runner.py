@@ -1,0 +1,218 @@
+"""The campaign's parent process: a process pool of workers, rounds handed out, progress
+shown, the summary written.
+
+The standard library's ProcessPoolExecutor (spawn: each worker initializes CUDA itself) runs
+the workers; each worker takes the next GPU in turn. The parent keeps every worker busy with
+rounds (kfuse.campaign.worker.Round) until the budget or the example count is reached.
+Outcomes arrive through a queue as each example ends. If a worker dies (a crash, or the
+watchdog ending a hang), the pool is broken: the parent records the crash with the repro of
+the example that was in flight, starts a new pool and goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queue_module
+import random
+import socket
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kfuse.campaign.property import ExampleSpace
+from kfuse.campaign.progress import Progress
+from kfuse.campaign.summary import Summary
+from kfuse.campaign.worker import Round, run_round, start
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """Everything one invocation of `kfuse campaign` runs."""
+
+    space: ExampleSpace
+    out: Path
+    gpus: tuple[int, ...]  # empty: the host emulator
+    workers: int
+    budget: float | None  # seconds, or None with `examples`
+    examples: int | None
+    seed: int
+    shard: tuple[int, int] = (0, 1)
+    poison: bool = True
+    shrink_seconds: float = 30.0
+    example_timeout: float = 300.0
+    command: str = "kfuse campaign"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def round_seed(self, index: int) -> int:
+        """Hypothesis' seed for round `index` of this shard: rounds of different shards, or
+        of campaigns with different seeds, draw different examples."""
+        return random.Random(f"{self.seed}:{self.shard[0]}/{self.shard[1]}:{index}"
+                             ).getrandbits(64)
+
+    def round(self, index: int, examples: int) -> Round:
+        """Round `index`, of `examples` examples."""
+        return Round(index, self.round_seed(index), examples, self.space, self.out,
+                     self.command, self.shrink_seconds, self.example_timeout)
+
+    def environment(self) -> dict[str, str]:
+        """Variables every worker sets before importing anything of CUDA's."""
+        env = {"KFUSE_POISON": "1" if self.poison else "0"}
+        if not self.gpus:
+            env["KFUSE_DEVICE"] = "emulator"
+        return env
+
+
+# Rounds last about this long, so that the budget is kept to within a round and a worker's
+# results come back often.
+ROUND_SECONDS = 4.0
+
+
+def run(campaign: Campaign) -> Summary:
+    """Run the campaign; the summary is also written to `<out>/summary.json`."""
+    summary = Summary(info=dict(campaign.info))
+    summary.info.update(host=socket.gethostname(), seed=campaign.seed,
+                        shard=f"{campaign.shard[0]}/{campaign.shard[1]}",
+                        workers=campaign.workers)
+    progress = Progress(summary, sys.stdout)
+    context = multiprocessing.get_context("spawn")
+    started = time.monotonic()
+    next_round = 0
+    per_round = 8 if not campaign.gpus else 16
+    with progress:
+        while True:
+            outcome = _run_pool(campaign, context, summary, progress, started, next_round,
+                                per_round)
+            next_round, per_round, broken = outcome
+            if not broken or _done(campaign, summary, started):
+                break
+    summary.seconds = time.monotonic() - started
+    summary.write(campaign.out / "summary.json")
+    return summary
+
+
+def _done(campaign: Campaign, summary: Summary, started: float) -> bool:
+    if campaign.budget is not None:
+        return time.monotonic() - started >= campaign.budget
+    return summary.examples >= (campaign.examples or 0)
+
+
+def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Progress,
+              started: float, next_round: int, per_round: int) -> tuple[int, int, bool]:
+    """Run rounds on one pool until the campaign is done or the pool breaks; returns (the
+    next round's index, examples a round, whether the pool broke)."""
+    messages = context.Queue()
+    slots = context.Value("i", 0)
+    running: dict[Future, tuple[Round, float]] = {}
+    assigned = 0  # examples of rounds in flight
+    broken = False
+    pool = ProcessPoolExecutor(max_workers=campaign.workers, mp_context=context,
+                               initializer=start,
+                               initargs=(messages, slots, list(campaign.gpus),
+                                         campaign.environment(), campaign.out))
+    try:
+        while True:
+            done = _done(campaign, summary, started)
+            while not done and not broken and len(running) < campaign.workers + 2:
+                want = per_round
+                if campaign.examples is not None:
+                    want = min(want, campaign.examples - summary.examples - assigned)
+                    if want <= 0:
+                        break
+                spec = campaign.round(next_round, want)
+                next_round += 1
+                try:
+                    running[pool.submit(run_round, spec)] = (spec, time.monotonic())
+                except BrokenProcessPool:
+                    broken = True
+                    break
+                assigned += want
+            if not running:
+                break
+            finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            _drain(messages, summary, progress)
+            for future in finished:
+                spec, submitted = running.pop(future)
+                assigned -= spec.examples
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
+                if result.examples:
+                    # Size rounds to last about ROUND_SECONDS at the rate a worker runs.
+                    rate = result.examples / max(result.seconds, 1e-3)
+                    per_round = max(2, min(200, int(rate * ROUND_SECONDS)))
+            progress.refresh(time.monotonic() - started)
+            if broken or (done and not running):
+                break
+            if done:
+                for future in list(running):
+                    if future.cancel():
+                        spec, _ = running.pop(future)
+                        assigned -= spec.examples
+    finally:
+        pool.shutdown(wait=not broken, cancel_futures=True)
+        _drain(messages, summary, progress)
+    if broken:
+        _record_crashes(campaign, summary, progress)
+    return next_round, per_round, broken
+
+
+def _drain(messages: Any, summary: Summary, progress: Progress) -> None:
+    """Take every message the workers have sent so far."""
+    while True:
+        try:
+            pid, gpu, what, *rest = messages.get_nowait()
+        except (queue_module.Empty, EOFError, OSError):
+            return
+        if what == "example":
+            kind, outcome = rest
+            summary.count(kind, outcome, gpu)
+        elif what == "failure":
+            summary.failures.append(rest[0])
+            progress.failure(rest[0])
+
+
+def _record_crashes(campaign: Campaign, summary: Summary, progress: Progress) -> None:
+    """A broken pool: every worker whose in-flight repro is left and that no longer runs died
+    with that example; keep its repro as a crash."""
+    for script in sorted(campaign.out.glob("inflight-*.py")):
+        pid = int(script.stem.split("-")[1])
+        if _alive(pid):
+            continue
+        summary.crashes += 1
+        name = f"crash-{pid}"
+        crash = script.with_name(f"{name}.py")
+        script.replace(crash)
+        npz = script.with_suffix(".npz")
+        if npz.exists():
+            npz.replace(crash.with_suffix(".npz"))
+        log = campaign.out / f"worker-{pid}.log"
+        record = {"outcome": "crash", "kind": _kind_of(crash), "worker": pid,
+                  "message": "the worker process died while running this example",
+                  "repro": str(crash), "log": str(log) if log.exists() else None,
+                  "reproduces_alone": None}
+        summary.failures.append(record)
+        progress.failure(record)
+
+
+def _kind_of(script: Path) -> str | None:
+    for line in script.read_text().splitlines()[:3]:
+        if " fusion." in line and " in a " in line:
+            return line.split(" in a ", 1)[1].split(" fusion", 1)[0]
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,200 @@
+"""One campaign worker process: runs rounds of examples with Hypothesis and reports back.
+
+A round is a Hypothesis run of up to `examples` examples from one seed (so a round can be run
+again alone: `kfuse campaign --replay-round`). A failing example stops the round's
+generation; Hypothesis then shrinks it (for at most `shrink_seconds`) and the smallest failing
+example is written as a repro script. Every example's outcome goes to the parent through the
+progress queue as soon as it is known, so a worker that dies loses nothing already counted.
+
+Before each example runs, its repro is written as `inflight-<pid>`: if the process crashes or
+hangs (a watchdog ends it after `example_timeout` seconds, dumping every thread's stack to
+`worker-<pid>.log`), that file is the repro of what killed it.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kfuse.campaign.property import Example, ExampleSpace, check, examples, outcome_of
+
+IN_FLIGHT = ("this example was running when its worker process died (a crash, or a hang that "
+             "the watchdog ended)")
+
+MAX_REPROS_PER_WORKER = 40
+"""Repros one worker writes at most (a systematic bug fails thousands of examples; the
+rest are counted)."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round runs."""
+
+    index: int
+    seed: int
+    examples: int
+    space: ExampleSpace
+    out: Path
+    command: str
+    shrink_seconds: float = 30.0
+    example_timeout: float = 300.0
+    check_alone: bool = True
+
+
+@dataclass
+class RoundResult:
+    """What a round did (the per-example outcomes went to the queue already)."""
+
+    index: int
+    examples: int
+    shrink_runs: int
+    seconds: float
+    failures: list[dict[str, Any]]
+
+
+# The worker's process-wide state, set by `start`.
+_QUEUE: Any = None
+_GPU: int | None = None
+_REPROS = 0
+_EXAMPLES_BEFORE = 0
+
+
+def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str],
+          out: Path) -> None:
+    """ProcessPoolExecutor initializer: take the next worker slot and its GPU."""
+    global _QUEUE, _GPU
+    os.environ.update(environment)
+    _QUEUE = queue
+    # The pool ends the other workers when one dies: they leave no in-flight repro behind,
+    # so that the one left is the dead worker's.
+    signal.signal(signal.SIGTERM, lambda *_: (_remove_in_flight(out), os._exit(0)))
+    with slots.get_lock():
+        slot = slots.value
+        slots.value += 1
+    if gpus:
+        _GPU = gpus[slot % len(gpus)]
+        import torch
+
+        torch.cuda.set_device(_GPU)
+
+
+def run_round(spec: Round) -> RoundResult:
+    """Run one round in this process; see the module docstring."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+    from hypothesis import strategies as st
+
+    global _EXAMPLES_BEFORE
+    space = spec.space if _GPU is None else replace(spec.space, device=f"cuda:{_GPU}")
+    inflight = f"inflight-{os.getpid()}"  # removed by _remove_in_flight
+    log = open(spec.out / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - faulthandler's
+    state: dict[str, Any] = {"examples": 0, "shrink_runs": 0, "failed_at": None, "first": None,
+                             "last": None}
+    started = time.monotonic()
+
+    @settings(max_examples=spec.examples, database=None, deadline=None, derandomize=False,
+              phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False,
+              verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+    @seed(spec.seed)
+    @given(st.data())
+    def one_example(data: Any) -> None:
+        shrinking = state["failed_at"] is not None
+        if shrinking and time.monotonic() - state["failed_at"] > spec.shrink_seconds:
+            return  # shrinking ran out of time: let Hypothesis finish quickly
+        example = data.draw(examples(space))
+        where = (f"round {spec.index} of {spec.examples} examples, after "
+                 f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
+                 f"{os.getpid()}")
+        _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
+        faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
+        try:
+            check(example)
+            exc: BaseException | None = None
+        except Exception as raised:  # noqa: BLE001 - every outcome is counted
+            exc = raised
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        if shrinking:
+            state["shrink_runs"] += 1
+        else:
+            state["examples"] += 1
+            _report("example", example.kind, outcome_of(exc))
+        if exc is not None:
+            if state["failed_at"] is None:
+                state["failed_at"] = time.monotonic()
+                state["first"] = (example, exc, where)
+            state["last"] = (example, exc, where)
+            raise exc
+
+    failures = []
+    try:
+        one_example()
+    except BaseException as exc:  # noqa: BLE001 - the failure Hypothesis reports, or Flaky
+        if state["last"] is None:
+            raise  # not an example's failure: a bug of the campaign itself
+        failures.append(_record(spec, state, exc))
+        _report("failure", failures[-1])
+    finally:
+        log.close()
+        _remove_in_flight(spec.out)
+    _EXAMPLES_BEFORE += state["examples"] + state["shrink_runs"]
+    return RoundResult(spec.index, state["examples"], state["shrink_runs"],
+                       time.monotonic() - started, failures)
+
+
+def _remove_in_flight(out: Path) -> None:
+    for path in out.glob(f"inflight-{os.getpid()}.*"):
+        path.unlink(missing_ok=True)
+
+
+def _report(*message: Any) -> None:
+    if _QUEUE is not None:
+        _QUEUE.put((os.getpid(), _GPU, *message))
+
+
+def _write_repro(spec: Round, name: str, example: Example, outcome: str, message: str,
+                 where: str) -> Path:
+    from kfuse.campaign import repro
+
+    return repro.write(spec.out, name, example, outcome, message, spec.command, where)
+
+
+def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[str, Any]:
+    """The failure record of a round that failed; writes its repro (within the cap)."""
+    global _REPROS
+    example, exc, where = state["last"]
+    first_example, first_exc, _ = state["first"]
+    record: dict[str, Any] = {
+        "outcome": outcome_of(exc), "kind": example.kind, "round": spec.index,
+        "round_examples": spec.examples, "round_seed": spec.seed, "gpu": _GPU, "worker": os.getpid(),
+        "message": f"{type(exc).__name__}: {exc}"[:2000],
+        "first_message": f"{type(first_exc).__name__}: {first_exc}"[:2000],
+        "shrunk": example is not first_example,
+        # Flaky: the smallest failing example passed when Hypothesis ran it again.
+        "flaky": type(final).__name__.startswith("Flaky"),
+        "repro": None, "reproduces_alone": None,
+    }
+    if _REPROS < MAX_REPROS_PER_WORKER:
+        _REPROS += 1
+        name = f"failure-{os.getpid()}-{spec.index}"
+        script = _write_repro(spec, name, example, record["outcome"], record["message"], where)
+        record["repro"] = str(script)
+        if spec.check_alone:
+            record["reproduces_alone"] = _fails_alone(script)
+    return record
+
+
+def _fails_alone(script: Path) -> bool | None:
+    """Whether the repro script fails in a fresh process (None: it could not tell)."""
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=300)
+    except subprocess.TimeoutExpired:
+        return None
+    return done.returncode != 0
