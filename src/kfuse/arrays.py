@@ -8,6 +8,7 @@ stays free of both (and of CUDA).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,43 @@ def poison(array: Any) -> None:
         import numpy as np
 
         array.reshape(-1).view(np.uint8).fill(POISON_BYTE)
+
+
+def stream_context(framework: str, device: int, stream: int | None) -> Any:
+    """A context in which CUDA stream handle `stream` is the framework's current stream on
+    `device`, so that what the framework allocates and runs there (output copies, library
+    calls, the arrays a call allocates) is ordered with kfuse's launches on that stream. A
+    null context for None, for host arrays, and when `stream` is current already.
+
+    Handle 0 is the legacy default stream. It is not torch.cuda.ExternalStream(0): torch
+    makes that a new stream from its pool, which does not wait for the default stream's work
+    (a copy made there raced with the kernel that wrote what it copied)."""
+    if stream is None or device < 0 or framework not in ("torch", "cupy"):
+        return contextlib.nullcontext()
+    if framework == "torch":
+        import torch
+
+        dev = torch.device("cuda", device)
+        if torch.cuda.current_stream(dev).cuda_stream == stream:
+            return contextlib.nullcontext()
+        if stream == 0:
+            return torch.cuda.stream(torch.cuda.default_stream(dev))
+        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev))
+    import cupy
+
+    with cupy.cuda.Device(device):
+        if cupy.cuda.get_current_stream().ptr == stream:
+            return contextlib.nullcontext()
+    return _cupy_stream(device, stream)
+
+
+@contextlib.contextmanager
+def _cupy_stream(device: int, stream: int) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(device):
+        with cupy.cuda.Stream.null if stream == 0 else cupy.cuda.ExternalStream(stream, device):
+            yield
 
 
 def current_stream(framework: str, device: int) -> int:

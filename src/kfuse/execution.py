@@ -37,6 +37,12 @@ class FusionExecution:
         the inputs' framework on their device, produced on the framework's current stream
         unless `stream` (an integer CUDA stream handle) is given.
         """
+        if stream is not None:
+            # As if called inside the framework's context for that stream: what the call
+            # allocates (outputs, scratch, segments' intermediates) is then ordered with the
+            # launches there, and the framework frees nothing that a launch still uses.
+            with _callers_stream(inputs, stream):
+                return self.execute(inputs, device=device)
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
         # layout launches from C++ (kfuse.fast_path); anything else takes the checked path,
@@ -60,8 +66,9 @@ class FusionExecution:
         if not hasattr(heuristic_params, "scheduler_type"):
             raise SchedulerError(f"manual_execute: heuristic_params must be a HeuristicParams, "
                                  f"got {type(heuristic_params).__name__}")
-        return self._executor().execute(list(inputs), stream=stream, device=device,
-                                        params=heuristic_params)
+        with _callers_stream(inputs, stream):
+            return self._executor().execute(list(inputs), device=device,
+                                            params=heuristic_params)
 
     def segments(self, inputs: Any, *, device: int | None = None) -> list[Any]:
         """How execute would run the fusion on `inputs`: a list of Segment descriptions
@@ -81,3 +88,26 @@ class FusionExecution:
         if self._executor_cache is None or self._executor_cache.last_compiled is None:
             return None
         return self._executor_cache.last_compiled.scheduler
+
+
+def _callers_stream(inputs: Any, stream: int | None) -> Any:
+    """kfuse.arrays.stream_context for the framework and device of the first GPU array of
+    `inputs` (a null context when there is none: host arrays run on no stream)."""
+    import contextlib
+
+    from kfuse.arrays import framework_of, layout_of, stream_context
+    from kfuse.errors import InputError
+
+    if stream is not None and (type(stream) is not int or stream < 0):
+        raise InputError(f"stream must be a CUDA stream handle (an int >= 0, such as "
+                         f"torch.cuda.Stream().cuda_stream or cupy's Stream.ptr), got "
+                         f"{stream!r}")
+    if stream is not None:
+        for a in inputs if isinstance(inputs, (list, tuple)) else ():
+            framework = framework_of(a)
+            if framework in ("torch", "cupy"):
+                lay = layout_of(a, "input")
+                if lay.device >= 0:
+                    return stream_context(framework, lay.device, stream)
+    return contextlib.nullcontext()
+

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.arrays import current_stream
+from kfuse.arrays import stream_context
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
 from kfuse.runtime_info import RuntimeInfo
@@ -39,8 +39,6 @@ class SegmentedRunner:
 
     def __call__(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         fusion = self.segmented.fusion
-        if stream is None and info.device_index >= 0:
-            stream = current_stream(info.framework, info.device_index)
         env: dict[int, Any] = {id(v): a for v, a in zip(fusion.inputs, info.inputs, strict=True)
                                if isinstance(v, TensorView)}
         for plan, cache, release in zip(self.segmented.plans, self.caches, self.release,
@@ -74,22 +72,16 @@ def compile_segmented(fusion: Fusion, info: RuntimeInfo, reason: str) -> Segment
 
 
 def copy_array(info: RuntimeInfo, a: Any, stream: int | None) -> Any:
-    """A new contiguous copy of `a` with its framework, on `stream` for GPU arrays."""
-    if info.framework == "torch":
-        import contextlib
+    """A new contiguous copy of `a` with its framework, on `stream` (None: the framework's
+    current stream) for GPU arrays."""
+    with stream_context(info.framework, info.device_index, stream):
+        if info.framework == "torch":
+            import torch
 
-        import torch
-
-        ctx: Any = contextlib.nullcontext()
-        if info.device_index >= 0 and stream is not None:
-            ctx = torch.cuda.stream(torch.cuda.ExternalStream(
-                stream, device=torch.device("cuda", info.device_index)))
-        with ctx:
             return a.clone(memory_format=torch.contiguous_format)
-    if info.framework == "cupy":
-        import cupy
+        if info.framework == "cupy":
+            import cupy
 
-        with cupy.cuda.ExternalStream(stream or 0):
             return cupy.array(a, copy=True, order="C")
     import numpy
 

@@ -91,6 +91,9 @@ def run(campaign: Campaign) -> Summary:
             if not broken or _done(campaign, summary, started):
                 break
     summary.seconds = time.monotonic() - started
+    for log in campaign.out.glob("worker-*.log"):
+        if log.stat().st_size == 0:  # the watchdog wrote nothing: no worker hung
+            log.unlink()
     summary.write(campaign.out / "summary.json")
     return summary
 
@@ -156,7 +159,9 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
                         spec, _ = running.pop(future)
                         assigned -= spec.examples
     finally:
-        pool.shutdown(wait=not broken, cancel_futures=True)
+        # On a broken pool this joins the workers the pool ended: afterwards only the dead
+        # worker's in-flight repro is left (the others remove theirs when told to stop).
+        pool.shutdown(wait=True, cancel_futures=True)
         _drain(messages, summary, progress)
     if broken:
         _record_crashes(campaign, summary, progress)
@@ -179,12 +184,10 @@ def _drain(messages: Any, summary: Summary, progress: Progress) -> None:
 
 
 def _record_crashes(campaign: Campaign, summary: Summary, progress: Progress) -> None:
-    """A broken pool: every worker whose in-flight repro is left and that no longer runs died
-    with that example; keep its repro as a crash."""
+    """A broken pool: a worker whose in-flight repro is left died with that example; keep its
+    repro as a crash."""
     for script in sorted(campaign.out.glob("inflight-*.py")):
         pid = int(script.stem.split("-")[1])
-        if _alive(pid):
-            continue
         summary.crashes += 1
         name = f"crash-{pid}"
         crash = script.with_name(f"{name}.py")
@@ -206,13 +209,3 @@ def _kind_of(script: Path) -> str | None:
         if " fusion." in line and " in a " in line:
             return line.split(" in a ", 1)[1].split(" fusion", 1)[0]
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

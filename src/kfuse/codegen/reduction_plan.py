@@ -269,9 +269,12 @@ def reduction_layout(plan: ReductionPlan, info: object, output_ptrs: list[int] |
         if tuple(info.shape(out)) != want:  # type: ignore[attr-defined]
             raise PlanError(f"output {out.name} has shape {info.shape(out)}, which does not "  # type: ignore[attr-defined]
                             f"match the reduction domain {ref_shape}")
-        # Kernels write an output from the domain's points: one that broadcasts an empty
-        # kept axis would have elements no point writes.
-        empty = [a for a in plan.kept_axes if ref_shape[a] == 0 and a not in view]
+        # Kernels write an output from the domain's points: those of its row, or for an
+        # output along the reduced axes, every point. One that broadcasts an empty axis of
+        # those would have elements no point writes.
+        along_row = any(a in view for a in plan.reduced_axes)
+        axes = plan.kept_axes + (plan.reduced_axes if along_row else ())
+        empty = [a for a in axes if ref_shape[a] == 0 and a not in view]
         if empty and math.prod(want) > 0:
             raise PlanError(f"output {out.name} has {math.prod(want)} element(s), but the "
                             f"reduction domain {ref_shape} is empty along axis {empty[0]}, "

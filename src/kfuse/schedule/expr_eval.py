@@ -8,7 +8,6 @@ reductions) belongs to generated segments, which the segmenter splits off around
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -63,10 +62,12 @@ class ExprEvalScheduler:
 
 def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
     """Evaluate the fusion's exprs with the framework of the inputs; new output arrays."""
+    from kfuse.arrays import stream_context
+
     ops = _FRAMEWORK_OPS[info.framework]()
     env: dict[int, Any] = {id(v): a for v, a in zip(fusion.inputs, info.inputs, strict=True)}
     fresh: set[int] = set()
-    with ops.on_stream(info.device_index, stream):
+    with stream_context(info.framework, info.device_index, stream):
         for expr in fusion.exprs:
             out = expr.outputs[0]
             if not isinstance(out, TensorView):
@@ -99,12 +100,6 @@ class _TorchOps:
 
         self.torch = torch
 
-    def on_stream(self, device: int, stream: int | None) -> Any:
-        if device < 0 or stream is None:
-            return contextlib.nullcontext()
-        t = self.torch
-        return t.cuda.stream(t.cuda.ExternalStream(stream, device=t.device("cuda", device)))
-
     def matmul(self, a: Any, b: Any, dtype: DataType) -> Any:
         return self.torch.matmul(a, b)
 
@@ -129,11 +124,6 @@ class _NumpyLikeOps:
 
     def __init__(self, xp: Any) -> None:
         self.xp = xp
-
-    def on_stream(self, device: int, stream: int | None) -> Any:
-        if device < 0 or stream is None:
-            return contextlib.nullcontext()
-        return self.xp.cuda.ExternalStream(stream)
 
     def _finish(self, value: Any, dtype: DataType) -> Any:
         if dtype is DataType.BFloat16:

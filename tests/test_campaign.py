@@ -1,0 +1,247 @@
+"""`kfuse campaign` on the host emulator: the command's errors, a short run and its summary,
+failures shrunk into repro scripts that replay their exact inputs, a worker killed mid-run,
+shards merged."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kfuse.campaign import repro, worker
+from kfuse.campaign.property import Example, ExampleSpace, Mismatch, check
+from kfuse.campaign.summary import Summary, load, merge
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+
+torch = pytest.importorskip("torch")
+
+
+def campaign(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KFUSE_CACHE_DIR": str(cwd / "cache")}
+    return subprocess.run([sys.executable, "-m", "kfuse", "campaign", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--device", "cuda"], "--device cuda"),
+    (["--kinds", "pointwise", "bogus"], "unknown kinds ['bogus']"),
+    (["--budget", "0"], "--budget must be more than 0"),
+    (["--examples", "0"], "--examples must be at least 1"),
+    (["--out", "/proc/no/such/dir"], "--out /proc/no/such/dir: cannot write there"),
+    (["--shard", "3/2"], "--shard 3/2: need 0 <= I < N"),
+    (["--shard", "x"], "--shard must be I/N"),
+    (["--dtypes", "Float8"], "unknown dtype 'Float8'"),
+    (["--max-rank", "0"], "must be at least 1"),
+    (["--budget", "5", "--examples", "3"], "not allowed with argument"),
+    (["merge", "missing.json", "--out", "m.json"], "is not a campaign summary"),
+])
+def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path, args: list[str],
+                                                 says: str) -> None:
+    if args[:2] == ["--device", "cuda"] and _has_gpu():
+        pytest.skip("this machine has a GPU: --device cuda is valid here")
+    done = campaign(*args, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kfuse campaign"), done.stderr
+    assert says in lines[0]
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def _has_gpu() -> bool:
+    try:
+        from kfuse import _C
+
+        return _C.device_count() > 0
+    except Exception:  # noqa: BLE001 - no driver
+        return False
+
+
+def test_help_describes_the_options(tmp_path: Path) -> None:
+    done = campaign("--help", cwd=tmp_path)
+    assert done.returncode == 0
+    for option in ("--budget", "--examples", "--kinds", "--dtypes", "--max-rank", "--max-ops",
+                   "--seed", "--shard", "--out", "--device"):
+        assert option in done.stdout
+
+
+def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = campaign("--device", "emulator", "--examples", "6", "--workers", "2", "--seed", "5",
+                    "--kinds", "pointwise", "reduction", "--max-ops", "3", "--out", str(out),
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert last.startswith(f"{summary['passed']} passed, 0 failed")
+    assert summary["examples"] >= 6 and summary["failed"] == 0
+    assert set(summary["by_kind"]) <= {"pointwise", "reduction"}
+    assert summary["by_gpu"] == {"emulator": summary["examples"]}
+    assert summary["device"] == "host emulator" and summary["seed"] == 5
+    assert summary["shard"] == "0/1" and summary["examples_per_second"] > 0
+    assert not list(out.glob("inflight-*")), "no in-flight repro is left behind"
+
+
+def _example(fd: FusionDefinition, inputs: list) -> Example:
+    return Example("pointwise", fd, inputs, special_values=False, refill_seeds=(1, 2))
+
+
+def _two_outputs() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        s = fd.define_scalar(dtype=DataType.Double)
+        y = fd.ops.mul(fd.ops.cast(x, DataType.Float), s)
+        fd.add_output(y)
+        fd.add_output(fd.ops.exp(y))
+    return fd
+
+
+def test_repro_inputs_round_trip_exactly(tmp_path: Path) -> None:
+    fd = _two_outputs()
+    base = torch.randn(40, dtype=torch.float32).to(torch.bfloat16)
+    x = torch.as_strided(base, (3, 5), (1, 6), 1)  # permuted, offset by one element
+    path = repro.write(tmp_path, "case", _example(fd, [x, 0.5]), "mismatch", "msg", "cmd",
+                       "where")
+    header, (y, s) = repro.load(path.with_suffix(".npz"))
+    assert header["kind"] == "pointwise" and header["refill_seeds"] == [1, 2]
+    assert s == 0.5 and y.dtype == torch.bfloat16
+    assert tuple(y.shape) == (3, 5) and y.stride() == (1, 6)
+    assert y.data_ptr() % 16 == x.data_ptr() % 16
+    assert torch.equal(y, x)
+
+
+def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Path) -> None:
+    fd = _two_outputs()
+    x = torch.randn(4, 6).to(torch.bfloat16)
+    good = repro.write(tmp_path, "good", _example(fd, [x, 1.5]), "mismatch", "m", "cmd", "w")
+    # Inputs that do not fit the definition fail in every process: a kfuse error.
+    bad = repro.write(tmp_path, "bad", _example(fd, [torch.randn(4, 6), 1.5]), "kfuse_error",
+                      "m", "cmd", "w")
+    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, str(good)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0 and "passed" in done.stdout, done.stdout + done.stderr
+    done = subprocess.run([sys.executable, str(bad)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 1 and "FAILED (kfuse error)" in done.stdout, done.stdout
+
+
+def test_a_failing_round_is_shrunk_into_a_repro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """A planted bug (any fusion with two or more outputs 'fails'): the round stops, the
+    smallest failing example Hypothesis finds is written as a repro, and the record says it
+    does not fail alone (the planted bug is not in the script's process)."""
+    monkeypatch.setenv("KFUSE_DEVICE", "emulator")
+
+    def planted(example: Example) -> None:
+        check(example)
+        if len(example.fd.fusion.outputs) > 1:
+            raise Mismatch("planted: more than one output")
+
+    monkeypatch.setattr(worker, "check", planted)
+    monkeypatch.setattr(worker, "_REPROS", 0)
+    space = ExampleSpace(kinds=("pointwise",), framework="torch", device="cpu",
+                         max_elements=64, max_ops=3)
+    spec = worker.Round(0, 11, 40, space, tmp_path, "kfuse campaign (test)", shrink_seconds=60)
+    result = worker.run_round(spec)
+    assert len(result.failures) == 1, result
+    record = result.failures[0]
+    assert record["outcome"] == "mismatch" and "planted" in record["message"]
+    assert record["reproduces_alone"] is False
+    script = Path(record["repro"])
+    text = script.read_text()
+    assert "kfuse campaign (test)" in text and "round 0 of 40 examples" in text
+    # Shrunk: no more outputs than the bug needs, and the smallest inputs.
+    assert text.count("fd.add_output(") == 2
+    _, inputs = repro.load(script.with_suffix(".npz"))
+    assert all(getattr(a, "numel", lambda: 1)() <= 1 for a in inputs)
+    assert not list(tmp_path.glob("inflight-*")), "the in-flight repro is removed"
+
+
+def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "kfuse", "campaign", "--device", "emulator",
+                             "--budget", "40", "--workers", "2", "--seed", "3", "--out",
+                             str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        inflight = sorted(out.glob("inflight-*.py")) if out.exists() else []
+        if inflight:
+            victim = int(inflight[0].stem.split("-")[1])
+        time.sleep(0.2)
+    assert victim is not None, "no worker started an example"
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stdout + stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["crashes"] == 1
+    (crash,) = [f for f in summary["failures"] if f["outcome"] == "crash"]
+    assert crash["worker"] == victim
+    assert Path(crash["repro"]).exists() and Path(crash["repro"]).with_suffix(".npz").exists()
+    # The campaign went on after the crash, on a new pool.
+    assert summary["passed"] > 0 and "1 worker crashes" in stdout.strip().splitlines()[-1]
+
+
+def test_shards_merge_into_one_summary(tmp_path: Path) -> None:
+    paths = []
+    for shard in ("0/2", "1/2"):
+        out = tmp_path / shard.replace("/", "-")
+        done = campaign("--device", "emulator", "--examples", "3", "--workers", "1", "--seed",
+                        "9", "--shard", shard, "--kinds", "pointwise", "--max-ops", "2",
+                        "--out", str(out), cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        paths.append(out / "summary.json")
+    shards = [load(p) for p in paths]
+    done = campaign("merge", *map(str, paths), "--out", str(tmp_path / "merged.json"),
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert merged["examples"] == sum(s.examples for s in shards)
+    assert merged["merged_from"] == 2 and len(merged["shards"]) == 2
+    assert {s["shard"] for s in merged["shards"]} == {"0/2", "1/2"}
+    assert done.stdout.strip().startswith(f"{merged['passed']} passed, 0 failed")
+
+
+def test_merge_adds_counts_and_keeps_every_failure() -> None:
+    a, b = Summary(info={"host": "a"}), Summary(info={"host": "b"})
+    a.count("pointwise", "passed", 0)
+    a.count("reduction", "mismatch", 1)
+    b.count("pointwise", "passed", 0)
+    b.crashes = 1
+    a.failures, b.failures = [{"outcome": "mismatch"}], [{"outcome": "crash"}]
+    a.seconds, b.seconds = 10.0, 20.0
+    m = merge([a, b])
+    assert m.examples == 3 and m.passed == 2 and m.failed == 2
+    assert m.by_gpu == {"a:0": 1, "a:1": 1, "b:0": 1}
+    assert [f["outcome"] for f in m.failures] == ["mismatch", "crash"]
+    assert m.seconds == 20.0 and m.final_line().startswith("2 passed, 2 failed")
+
+
+def test_the_seed_and_shard_decide_each_round() -> None:
+    from kfuse.campaign.runner import Campaign
+
+    def seeds(seed: int, shard: tuple[int, int]) -> list[int]:
+        c = Campaign(ExampleSpace(), Path("."), (), 1, 1.0, None, seed, shard)
+        return [c.round_seed(i) for i in range(4)]
+
+    assert seeds(1, (0, 2)) == seeds(1, (0, 2))
+    assert len(set(seeds(1, (0, 2)) + seeds(1, (1, 2)) + seeds(2, (0, 2)))) == 12
+
+
+def test_poisoned_bool_bytes_fail_the_comparison() -> None:
+    from kfuse.arrays import POISON_BYTE
+    from kfuse.testing import assert_close
+
+    out = np.full(5, POISON_BYTE, np.uint8).view(np.bool_)
+    with pytest.raises(AssertionError, match="byte other than 0 or 1"):
+        assert_close(out, np.ones(5, np.bool_), DataType.Bool)
