@@ -105,3 +105,24 @@ def test_bf16_outputs_are_rounded_exactly_once() -> None:
     assert "bfloat16_from_exact" in fd.last_cuda_source()
     expected = (x * y).to(torch.bfloat16)
     assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
+
+
+def test_the_fast_gelu_meets_infinities_as_torch_does() -> None:
+    """Where torch's 0.5 * x * (1 + tanh(u)) is exactly -0 (tanh(u) rounds to -1), the fast
+    form's quotient was a tiny negative number instead: inf times it gave -inf, not NaN."""
+    import numpy as np
+    import torch
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        inf = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        g = fd.ops.gelu(fd.ops.cast(x, DataType.Float), approximate="tanh")
+        fd.add_output(fd.ops.cast(fd.ops.mul(g, fd.ops.cast(inf, DataType.Float)),
+                                  DataType.BFloat16))
+    assert fast_ops(fd) == {"gelu_tanh"}
+    x = torch.tensor([-np.inf, -8.0, -6.0, -5.0, -1.0, 0.0, 2.0, np.inf, np.nan]
+                     ).to(torch.bfloat16)
+    inf = torch.full_like(x, np.inf)
+    (out,) = fd.execute([x, inf])
+    want = torch.nn.functional.gelu(x.float(), approximate="tanh") * inf.float()
+    torch.testing.assert_close(out.float(), want, equal_nan=True)

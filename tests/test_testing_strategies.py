@@ -105,3 +105,27 @@ def test_assert_close_tolerances_and_special_values() -> None:
         assert_close(np.array([1, 2]), np.array([1, 3]), DataType.Int)
     assert tolerance(DataType.Float, 100)[0] == pytest.approx(10 * tolerance(DataType.Float)[0])
     assert_close(torch.ones(3, dtype=torch.bfloat16), np.ones(3), DataType.BFloat16)
+
+
+def test_special_values_may_follow_the_kernels_precision() -> None:
+    """Whether a value overflows, underflows or cancels to exactly zero, and so whether inf
+    times it is NaN, depends on the precision: where a NaN or infinity is involved, matching
+    the reference computed in the kernel's precision passes; nothing else does."""
+    golden = np.array([-np.inf, 1.7e40, np.nan, 3.0, 0.0])
+    same = np.array([np.nan, np.inf, np.nan, 3.0, 0.0])
+    kernel = np.array([np.nan, np.inf, np.nan, 3.0, 0.0])
+    with pytest.raises(AssertionError):
+        assert_close(kernel, golden, DataType.Float)
+    assert_close(kernel, golden, DataType.Float, alternative=same)
+    for wrong in ([np.nan, np.inf, 1.0, 3.0, 0.0],   # a NaN both references have, lost
+                  [np.nan, np.inf, np.nan, 3.5, 0.0],  # finite and wrong
+                  [np.nan, -np.inf, np.nan, 3.0, 0.0],  # an infinity of the wrong sign
+                  [-np.inf, 1.7e40, np.nan, 3.0, np.nan]):  # a NaN neither has
+        with pytest.raises(AssertionError, match="in the kernel's precision"):
+            assert_close(np.array(wrong), golden, DataType.Float, alternative=same)
+    # Integers: an element where the references disagree may match either.
+    assert_close(np.array([0, 5]), np.array([7, 5]), DataType.Int,
+                 alternative=np.array([0, 5]))
+    with pytest.raises(AssertionError):
+        assert_close(np.array([0, 4]), np.array([7, 5]), DataType.Int,
+                     alternative=np.array([0, 5]))

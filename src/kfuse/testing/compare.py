@@ -41,7 +41,8 @@ def to_numpy(a: Any) -> Any:
     return np.asarray(a)
 
 
-def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: int = 1) -> None:
+def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: int = 1, *,
+                 alternative: Any = None) -> None:
     """Assert that `actual` matches `expected` within `dtype`'s tolerance.
 
     Integer and Bool dtypes must match exactly. Floating dtypes pass where
@@ -50,8 +51,14 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
     Double (1e-10, 1e-12), Float (1.3e-5, 1e-5), Half (2e-3, 1e-4), BFloat16 (1.6e-2, 1e-3).
     NaN must appear at the same positions on both sides, and infinities must match exactly
     (same positions, same sign). Bool arrays must hold bytes 0 and 1 only. Shapes must be
-    equal. Raises AssertionError describing the
-    worst mismatch and the number of mismatches.
+    equal. Raises AssertionError describing the worst mismatch and the number of mismatches.
+
+    alternative: the same reference computed in the kernel's precision
+    (kfuse.reference.evaluate(..., accumulate="same")). Whether a value overflows to inf,
+    underflows to zero or cancels to exactly zero (and so whether inf * it is NaN) depends on
+    the precision it is computed in; where `expected`, `alternative` or `actual` is NaN or
+    infinite, and for integer and Bool elements where the two references disagree, an element
+    also passes when it matches `alternative` by the same rules.
     """
     import numpy as np
 
@@ -68,8 +75,12 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
             raise AssertionError(f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
                                  f"other than 0 or 1 (never written?); first at {idx}: "
                                  f"{int(raw[idx])}")
+    alt = None if alternative is None else to_numpy(alternative)
     if not dtype.is_floating:
         bad = a.astype(np.int64) != e.astype(np.int64)
+        if alt is not None:
+            alt = alt.astype(np.int64)
+            bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
         if bad.any():
             idx = tuple(int(i[0]) for i in np.nonzero(bad))
             raise AssertionError(f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
@@ -78,19 +89,32 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
     a = a.astype(np.float64)
     e = e.astype(np.float64)
     rtol, atol = tolerance(dtype, reduction_size)
-    nan_a, nan_e = np.isnan(a), np.isnan(e)
-    inf_mismatch = (np.isinf(a) | np.isinf(e)) & (a != e) & ~nan_a & ~nan_e
-    with np.errstate(invalid="ignore"):
-        err = np.abs(a - e)
-        bad = (nan_a != nan_e) | inf_mismatch | (~nan_a & ~nan_e & ~np.isinf(e) &
-                                                 ~(err <= atol + rtol * np.abs(e)))
+    bad, err = _not_close(a, e, rtol, atol)
+    if alt is not None and bad.any():
+        alt = alt.astype(np.float64)
+        special = ~np.isfinite(a) | ~np.isfinite(e) | ~np.isfinite(alt)
+        bad &= ~(special & ~_not_close(a, alt, rtol, atol)[0])
     if bad.any():
         score = np.where(bad, np.nan_to_num(err, nan=np.inf, posinf=np.inf), -1.0)
         idx = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim else ()
         raise AssertionError(
             f"{int(bad.sum())} of {a.size} {dtype.value} elements are not close "
             f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
-            f"actual {a[idx]!r}, expected {e[idx]!r}")
+            f"actual {a[idx]!r}, expected {e[idx]!r}"
+            + ("" if alt is None else f" (in the kernel's precision {alt[idx]!r})"))
+
+
+def _not_close(a: Any, e: Any, rtol: float, atol: float) -> tuple[Any, Any]:
+    """(where float64 arrays `a` and `e` differ by assert_close's rules, |a - e|)."""
+    import numpy as np
+
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    inf_mismatch = (np.isinf(a) | np.isinf(e)) & (a != e) & ~nan_a & ~nan_e
+    with np.errstate(invalid="ignore"):
+        err = np.abs(a - e)
+        bad = (nan_a != nan_e) | inf_mismatch | (~nan_a & ~nan_e & ~np.isinf(e) &
+                                                 ~(err <= atol + rtol * np.abs(e)))
+    return bad, err
 
 
 def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
@@ -123,8 +147,9 @@ def output_reduction_size(fusion: Any, output: TensorView, shapes: dict) -> int:
 
 
 def assert_outputs_close(fusion: Any, actual: list[Any], expected: list[Any],
-                         inputs: list[Any]) -> None:
-    """assert_close on every output, with the dtype and reduction size the fusion implies."""
+                         inputs: list[Any], *, alternative: list[Any] | None = None) -> None:
+    """assert_close on every output, with the dtype and reduction size the fusion implies
+    (and the output of `alternative`, the reference in the kernel's precision, if given)."""
     fusion = getattr(fusion, "fusion", fusion)
     if len(actual) != len(expected):
         raise AssertionError(f"{len(actual)} outputs, expected {len(expected)}")
@@ -132,7 +157,8 @@ def assert_outputs_close(fusion: Any, actual: list[Any], expected: list[Any],
     for i, (out, a, e) in enumerate(zip(fusion.outputs, actual, expected, strict=False)):
         try:
             assert_close(a, e, output_tolerance_dtype(fusion, out),
-                         output_reduction_size(fusion, out, shapes))
+                         output_reduction_size(fusion, out, shapes),
+                         alternative=None if alternative is None else alternative[i])
         except AssertionError as err:
             raise AssertionError(f"output {i} ({out.name}): {err}") from None
 

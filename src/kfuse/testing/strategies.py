@@ -133,6 +133,11 @@ class _Gen:
             return self.divlike(op, a, ea, ba, b)
         if op == "mul" and ba * bb > 1e4 or op == "add" and ba + bb > 1e4:
             return None
+        if op == "atan2":
+            # atan2 shows the sign of a zero, which is unspecified where a max, min or clamp
+            # tie made it (torch on the CPU keeps the first operand's, NumPy the second's):
+            # + 0.0 turns -0.0 into +0.0 in the kernel and the reference alike.
+            a, b = (o.add(v, 0.0) if isinstance(v, Val) else v for v in (a, b))
         out = getattr(o, op)(a, b)
         bound = {"add": ba + bb, "sub": ba + bb, "mul": ba * bb,
                  "atan2": math.pi}.get(op, max(ba, bb))

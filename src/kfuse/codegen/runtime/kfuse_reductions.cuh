@@ -98,11 +98,15 @@ __device__ __forceinline__ WelfordState<T> welford_identity() {
   return s;
 }
 
+// Infinities: the mean of values with +inf (and no -inf or NaN) is +inf, as torch.mean's
+// sum / n gives, and M2 (the variance) is NaN, as torch's is. Where an infinity makes the
+// difference of the means infinite or NaN, mean + delta * share would be inf - inf = NaN; the
+// sum of the two means gives the right infinity (or NaN for inf and -inf) instead.
 template <typename T>
 __device__ __forceinline__ void welford_update(WelfordState<T>& s, T x) {
   s.count += (T)1;
   T delta = x - s.mean;
-  s.mean += delta / s.count;
+  s.mean = isfinite(delta) ? s.mean + delta / s.count : s.mean + x;
   s.m2 += delta * (x - s.mean);
 }
 
@@ -116,7 +120,7 @@ __device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>
   r.count = a.count + b.count;
   T delta = b.mean - a.mean;
   T b_frac = b.count / r.count;
-  r.mean = a.mean + delta * b_frac;
+  r.mean = isfinite(delta) ? a.mean + delta * b_frac : a.mean + b.mean;  // see welford_update
   r.m2 = a.m2 + b.m2 + delta * delta * a.count * b_frac;
   return r;
 }
@@ -126,11 +130,12 @@ __device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>
 // measured from its first value, so that values far from zero (1000 +- 0.01) do not lose
 // their spread in a sum of large numbers. (N is a constant: the compiler unrolls the loops;
 // no #pragma, which the emulator's host compiler rejects.)
+// A NaN or infinite first value is no shift (inf - inf would make every value NaN).
 template <typename T, int N>
 __device__ __forceinline__ void welford_update_batch(WelfordState<T>& s, const T (&v)[N]) {
-  const T shift = v[0];
+  const T shift = isfinite(v[0]) ? v[0] : (T)0;
   T sum = (T)0;
-  for (int i = 1; i < N; ++i) sum += v[i] - shift;
+  for (int i = 0; i < N; ++i) sum += v[i] - shift;
   const T mean = sum / (T)N;
   T m2 = (T)0;
   for (int i = 0; i < N; ++i) {
@@ -442,9 +447,12 @@ __device__ __forceinline__ float div_fast(float a, float b) {
 
 __device__ __forceinline__ float sigmoid_fast(float x) { return div_fast(1.0f, 1.0f + exp_fast(-x)); }
 __device__ __forceinline__ float silu_fast(float x) { return div_fast(x, 1.0f + exp_fast(-x)); }
+// Below u = -9, tanhf(u) is -1 and torch's 0.5 * x * (1 + tanh(u)) is exactly x * 0 (-0, or
+// NaN for x = -inf), where the quotient would give a tiny negative number: the same value in
+// bf16, but not the same value to multiply an infinity by (-0 * inf is NaN, as in torch).
 __device__ __forceinline__ float gelu_tanh_fast(float x) {
   float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);
-  return div_fast(x, 1.0f + exp_fast(-2.0f * u));
+  return u < -9.0f ? x * 0.0f : div_fast(x, 1.0f + exp_fast(-2.0f * u));
 }
 
 }  // namespace kf
