@@ -129,3 +129,20 @@ def test_special_values_may_follow_the_kernels_precision() -> None:
     with pytest.raises(AssertionError):
         assert_close(np.array([0, 4]), np.array([7, 5]), DataType.Int,
                      alternative=np.array([0, 5]))
+
+
+def test_inputs_with_an_empty_axis_still_bound_what_is_left() -> None:
+    """A [0, 1025, 1023, 1023] input has no elements, but its sum over axis 0 has 1e9: an
+    emulator campaign ran out of memory on it. Empty axes count as one."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1])
+        fd.add_output(fd.ops.sum(x, [0]))
+
+    @given(inputs_for(fd, framework="torch", max_elements=4096))
+    def bounded(ins: list) -> None:
+        assert math.prod(max(1, n) for n in ins[0].shape) <= 4096
+
+    bounded()
+    empty = find(inputs_for(fd, framework="torch", max_elements=4096),
+                 lambda ins: ins[0].shape[0] == 0 and min(ins[0].shape[1:]) > 8)
+    assert math.prod(empty[0].shape[1:]) <= 4096

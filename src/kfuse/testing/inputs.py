@@ -152,7 +152,8 @@ def inputs_for(fd: Any, *, framework: str = "numpy", device: Any = None,
     """A strategy of input lists for `fd` (a FusionDefinition or Fusion).
 
     framework: "numpy", "torch" or "cupy" (device: a torch device string, default "cpu";
-    ignored for NumPy). max_elements bounds every tensor's element count. layouts=False draws
+    ignored for NumPy). max_elements bounds every tensor's element count, an empty axis
+    counted as one (what a reduction over it leaves must fit too). layouts=False draws
     only contiguous, aligned arrays. special_values mixes NaN/inf/-0.0 into floating inputs.
     """
     fusion = getattr(fd, "fusion", fd)
@@ -201,11 +202,13 @@ def inputs_for(fd: Any, *, framework: str = "numpy", device: Any = None,
 
 
 def _shrink(shapes: list, classes: _AxisClasses, fusion: Any, size_of: dict, limit: int) -> None:
-    """Halve the largest sizes until every tensor fits in `limit` elements."""
+    """Halve the largest sizes until every tensor fits in `limit` elements, counting an empty
+    axis as one: a reduction over it (an input of [0, 1025, 1023, 1023] summed over axis 0)
+    still has an output of the other extents."""
     for _ in range(64):
         over = False
         for v, shape in zip(fusion.inputs, shapes, strict=False):
-            if shape is None or math.prod(shape) <= limit:
+            if shape is None or math.prod(max(1, n) for n in shape) <= limit:
                 continue
             over = True
             i = max(range(len(shape)), key=lambda j: shape[j])
