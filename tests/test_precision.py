@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_support import requires_gpu
 from kfuse import _C, DataType, FusionDefinition
 from kfuse.codegen.precision import approximable
 
@@ -107,7 +108,9 @@ def test_bf16_outputs_are_rounded_exactly_once() -> None:
     assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
 
 
-def test_the_fast_gelu_meets_infinities_as_torch_does() -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
+                                                                         requires_gpu])])
+def test_the_fast_gelu_meets_infinities_as_torch_does(device: str) -> None:
     """Where torch's 0.5 * x * (1 + tanh(u)) is exactly -0 (tanh(u) rounds to -1), the fast
     form's quotient was a tiny negative number instead: inf times it gave -inf, not NaN."""
     import numpy as np
@@ -123,6 +126,6 @@ def test_the_fast_gelu_meets_infinities_as_torch_does() -> None:
     x = torch.tensor([-np.inf, -8.0, -6.0, -5.0, -1.0, 0.0, 2.0, np.inf, np.nan]
                      ).to(torch.bfloat16)
     inf = torch.full_like(x, np.inf)
-    (out,) = fd.execute([x, inf])
+    (out,) = fd.execute([x.to(device), inf.to(device)])
     want = torch.nn.functional.gelu(x.float(), approximate="tanh") * inf.float()
-    torch.testing.assert_close(out.float(), want, equal_nan=True)
+    torch.testing.assert_close(out.cpu().float(), want, equal_nan=True)
