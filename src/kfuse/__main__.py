@@ -1,4 +1,4 @@
-"""``python -m kfuse info | demo | bench | campaign``: a small dispatcher over kfuse's command-line tools."""
+"""``python -m kfuse info | demo | bench | campaign``: a dispatcher over kfuse's commands."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ the example that was in flight, starts a new pool and goes on.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import queue as queue_module
 import random
 import socket
@@ -24,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kfuse.campaign.property import ExampleSpace
 from kfuse.campaign.progress import Progress
+from kfuse.campaign.property import ExampleSpace
 from kfuse.campaign.summary import Summary
 from kfuse.campaign.worker import Round, run_round, start
 

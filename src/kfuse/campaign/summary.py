@@ -78,7 +78,8 @@ class Summary:
         return {**self.info, "examples": self.examples, "passed": self.passed,
                 "failed": self.failed, "seconds": round(self.seconds, 1),
                 "examples_per_second": round(self.rate(), 2),
-                "by_kind": {k: {o: c[o] for o in OUTCOMES} for k, c in sorted(self.by_kind.items())},
+                "by_kind": {k: {o: c[o] for o in OUTCOMES}
+                            for k, c in sorted(self.by_kind.items())},
                 "by_gpu": dict(sorted(self.by_gpu.items())),
                 "examples_per_second_per_gpu": {
                     g: round(n / self.seconds, 2) if self.seconds else 0.0

@@ -172,7 +172,8 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
     first_example, first_exc, _ = state["first"]
     record: dict[str, Any] = {
         "outcome": outcome_of(exc), "kind": example.kind, "round": spec.index,
-        "round_examples": spec.examples, "round_seed": spec.seed, "gpu": _GPU, "worker": os.getpid(),
+        "round_examples": spec.examples, "round_seed": spec.seed, "gpu": _GPU,
+        "worker": os.getpid(),
         "message": f"{type(exc).__name__}: {exc}"[:2000],
         "first_message": f"{type(first_exc).__name__}: {first_exc}"[:2000],
         "shrunk": example is not first_example,
