@@ -170,3 +170,13 @@ def test_errors_are_never_internal_exceptions() -> None:
         with pytest.raises(DefinitionError):
             with FusionDefinition() as fd:
                 call(fd)
+
+
+@pytest.mark.parametrize("stream", ["0", -1, True, 1.5])
+def test_a_stream_must_be_a_handle(stream: object) -> None:
+    from kfuse.errors import InputError
+
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp(fd.define_tensor(shape=[-1])))
+    with pytest.raises(InputError, match="stream must be a CUDA stream handle"):
+        fd.execute([np.ones(3, np.float32)], stream=stream)

@@ -91,23 +91,23 @@ class FusionExecution:
 
 
 def _callers_stream(inputs: Any, stream: int | None) -> Any:
-    """kfuse.arrays.stream_context for the framework and device of the first GPU array of
-    `inputs` (a null context when there is none: host arrays run on no stream)."""
+    """kfuse.arrays.stream_context for `stream` and the framework and device of the first GPU
+    array of `inputs` (a null context without a stream, or without GPU arrays)."""
     import contextlib
 
     from kfuse.arrays import framework_of, layout_of, stream_context
     from kfuse.errors import InputError
 
-    if stream is not None and (type(stream) is not int or stream < 0):
+    if stream is None:
+        return contextlib.nullcontext()
+    if type(stream) is not int or stream < 0:
         raise InputError(f"stream must be a CUDA stream handle (an int >= 0, such as "
                          f"torch.cuda.Stream().cuda_stream or cupy's Stream.ptr), got "
                          f"{stream!r}")
-    if stream is not None:
-        for a in inputs if isinstance(inputs, (list, tuple)) else ():
-            framework = framework_of(a)
-            if framework in ("torch", "cupy"):
-                lay = layout_of(a, "input")
-                if lay.device >= 0:
-                    return stream_context(framework, lay.device, stream)
+    for a in inputs if isinstance(inputs, (list, tuple)) else ():
+        framework = framework_of(a)
+        if framework in ("torch", "cupy"):
+            lay = layout_of(a, "input")
+            if lay.device >= 0:
+                return stream_context(framework, lay.device, stream)
     return contextlib.nullcontext()
-
