@@ -4,12 +4,16 @@
 #
 #   tools/device_run.sh quick   # GPU tests (bounded) + short benchmarks, no torch.compile
 #   tools/device_run.sh full    # GPU tests + the whole benchmark suite against every peer
+#   tools/device_run.sh campaign [SECONDS]  # GPU tests + a kfuse campaign (default 300 s)
 set -u
 MODE="${1:-full}"
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/kfuse-device-logs}"
 mkdir -p "$OUT"
-if [ "$MODE" = quick ]; then
+if [ "$MODE" = campaign ]; then
+    export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}"
+    BENCH=(bash "$(dirname "${BASH_SOURCE[0]}")/device_campaign.sh" "${2:-300}")
+elif [ "$MODE" = quick ]; then
     export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-170}"
     BENCH=(timeout 150 python3 benchmarks/run.py --quick --reps 20 --peers "kfuse,torch eager,cupy"
            --json "$OUT/bench.json")
