@@ -41,6 +41,10 @@ def describe(v: Any) -> str:
     return f"{v!r} ({type(v).__name__})"
 
 
+MAX_EXTENT = 2**63 - 1
+"""The largest extent: sizes are int64 everywhere (kernels, frameworks)."""
+
+
 class Builder:
     """Creates Vals and Exprs in `fusion` on behalf of `owner` (a FusionDefinition)."""
 
@@ -238,6 +242,8 @@ class Builder:
             return e.value if e.is_constant else e
         if e < -1:
             raise DefinitionError(f"{op}: shape entry {i} is {e}; sizes are >= 0 (or -1)")
+        if e > MAX_EXTENT:
+            raise DefinitionError(f"{op}: shape entry {i} is {e}; sizes are at most 2**63 - 1")
         return e
 
     def expand(self, x: Any, shape: Sequence[Any], *, op: str = "expand") -> TensorView:
@@ -253,14 +259,20 @@ class Builder:
                 if isinstance(e, int) and e not in (-1,) and axis.extent not in (None, e):
                     raise DefinitionError(f"{op}: axis {i} of {describe(v)} has size "
                                           f"{axis.extent}, cannot expand it to {e}")
-                extents.append(None)  # symbolic axes are assumed to match
+                # A size asked of an axis that is not broadcast is checked at execute
+                # (kfuse.ir.shapes), not taken on trust: a symbolic axis may not match it.
+                if isinstance(e, int):
+                    e = None if e == -1 or axis.extent == e else self.constant(e, DataType.Int,
+                                                                              op=op)
+                extents.append(e)
             elif isinstance(e, int):
                 extents.append(None if e in (-1, 1) else self.constant(e, DataType.Int, op=op))
             else:
                 extents.append(e)
         if all(e is None for e in extents):
             return v
-        axes = [a if e is None else Axis(False, e.value if e.is_constant else None)
+        axes = [a if e is None or not a.is_broadcast else
+                Axis(False, e.value if e.is_constant else None)
                 for a, e in zip(v.axes, extents, strict=False)]
         out = self.new_tensor(v.dtype, axes)
         scalars = tuple(e for e in extents if e is not None and not e.is_constant)

@@ -73,6 +73,12 @@ def infer_shapes(fusion: Any, inputs: list[Any]) -> dict[Val, Any]:
     return shapes
 
 
+def _named(v: Val) -> str:
+    """A scalar's name and, for a size, where it comes from."""
+    d = v.definition
+    return f"{v.name} (size {d.dim} of {d.inputs[0].name})" if isinstance(d, SizeOp) else v.name
+
+
 def _value(v: Val, shapes: dict[Val, Any]) -> Any:
     if isinstance(v, Scalar) and v.is_constant:
         return v.value
@@ -104,6 +110,13 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
             if n is None or int(n) < 0:
                 raise InputError(f"{out.name} = expand(...): extent {ext.name} of axis {i} is "
                                  f"{n}, not a size")
+            if not tv.axes[i].is_broadcast:
+                # Only broadcast axes expand; the size asked of any other must be its size.
+                if int(n) != shape[i]:
+                    asked = str(int(n)) if ext.is_constant else f"{_named(ext)} = {int(n)}"
+                    raise InputError(f"{out.name} = expand({tv.name}, ...): {orig[i].text} has "
+                                     f"size {shape[i]}, but axis {i} was asked to be {asked}")
+                continue
             new_shape[i] = int(n)
             new_orig[i] = _Origin(f"expand extent {ext} of {out.name} axis {i}")
         shapes[out], origins[out] = tuple(new_shape), new_orig

@@ -94,6 +94,8 @@ class _AxisClasses:
         elif isinstance(e, ExpandOp):
             for i, ext in enumerate(e.extents):
                 k = self._get(src, i) if ext is None else self._scalar(ext)
+                if ext is not None and self._get(src, i) is not None and k is not None:
+                    self.union(self._get(src, i), k)  # a size the axis is checked against
                 if k is not None:
                     self.axis[(id(out), i)] = k
         elif isinstance(e, (SqueezeOp, ReductionOp, WelfordOp)):
