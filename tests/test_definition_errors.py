@@ -180,3 +180,21 @@ def test_a_stream_must_be_a_handle(stream: object) -> None:
         fd.add_output(fd.ops.exp(fd.define_tensor(shape=[-1])))
     with pytest.raises(InputError, match="stream must be a CUDA stream handle"):
         fd.execute([np.ones(3, np.float32)], stream=stream)
+
+
+@pytest.mark.parametrize("error", [ValueError("user code failed"), "definition"])
+def test_a_definition_whose_block_raised_says_so_when_run(error: object) -> None:
+    """It used to fail with a raw KeyError from deep in the runtime."""
+    with pytest.raises((ValueError, DefinitionError)):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1])
+            fd.add_output(fd.ops.exp(x))
+            if isinstance(error, Exception):
+                raise error
+            fd.ops.exp(None)  # a DefinitionError inside the block
+    for run in (lambda: fd.execute([np.ones(3, np.float32)]),
+                lambda: fd.segments([np.ones(3, np.float32)])):
+        with pytest.raises(DefinitionError, match="`with` block raised .*define it again"):
+            run()
+    with pytest.raises(DefinitionError, match="`with` block raised"):
+        fd.ops.exp(x)

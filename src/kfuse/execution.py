@@ -16,13 +16,19 @@ class FusionExecution:
 
     fusion: Any
     _executor_cache: Any = None
+    _broken_by = ""  # what the `with` block raised, for a definition it left incomplete
 
     def _executor(self) -> Any:
         if self._executor_cache is None:
             from kfuse.errors import DefinitionError
             from kfuse.executor import FusionExecutorCache
 
-            if not self.fusion.outputs or getattr(self, "_state", "closed") != "closed":
+            state = getattr(self, "_state", "closed")
+            if state == "broken":
+                raise DefinitionError(f"execute: the FusionDefinition's `with` block raised "
+                                      f"({self._broken_by}), so the fusion is incomplete; "
+                                      "define it again")
+            if not self.fusion.outputs or state != "closed":
                 raise DefinitionError("execute: finish the definition (leave its `with` block) "
                                       "before running it")
             self._executor_cache = FusionExecutorCache(self.fusion)

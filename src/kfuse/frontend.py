@@ -47,9 +47,13 @@ class FusionDefinition(FusionExecution):
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._state = "closed"
         if exc_type is not None:
+            # The definition stopped half way: running what it holds would run something
+            # the user did not finish writing.
+            self._state = "broken"
+            self._broken_by = f"{exc_type.__name__}: {exc}"
             return  # let the user's error through
+        self._state = "closed"
         if not self.fusion.outputs:
             raise DefinitionError("the fusion has no outputs: call fd.add_output(t) inside the "
                                   "`with FusionDefinition() as fd:` block")
@@ -63,6 +67,9 @@ class FusionDefinition(FusionExecution):
         if self._state == "closed":
             raise DefinitionError(f"{op}: the FusionDefinition is already finished; ops must "
                                   "be called inside its `with` block")
+        if self._state == "broken":
+            raise DefinitionError(f"{op}: the FusionDefinition's `with` block raised "
+                                  f"({self._broken_by}); define the fusion again")
 
     # ---- inputs ----
     def define_tensor(self, shape: Sequence[int] | None = None,
