@@ -149,13 +149,13 @@ def test_bad_arguments_are_reported_by_parameter() -> None:
     ex = kfuse.KernelExecutor()
     ex.compile(SAXPY.replace("INDEX", "long long"), "saxpy", kfuse.LaunchParams(grid_x=1,
                                                                                  block_x=32))
-    with pytest.raises(ValueError, match="takes 4 parameters"):
+    with pytest.raises(kfuse.InputError, match="takes 4 parameters"):
         ex.run([out, x, y])
-    with pytest.raises(ValueError, match="parameter 1"):
+    with pytest.raises(kfuse.InputError, match="parameter 1"):
         ex.run([out, x.cpu(), y, 2.5])
-    with pytest.raises(ValueError, match="parameter 3"):
+    with pytest.raises(kfuse.InputError, match="parameter 3"):
         ex.run([out, x, y, True])  # a bool needs a 1-byte parameter, this one has 4
-    with pytest.raises(TypeError, match="argument 3"):
+    with pytest.raises(kfuse.InputError, match="argument 3"):
         ex.run([out, x, y, "2.5"])
 
 

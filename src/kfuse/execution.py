@@ -59,7 +59,7 @@ class FusionExecution:
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 return outputs
-        return self._executor().execute(list(inputs), stream=stream, device=device,
+        return self._executor().execute(_input_list(inputs), stream=stream, device=device,
                                         try_fast=False)
 
     def manual_execute(self, inputs: Any, heuristic_params: Any, *, stream: int | None = None,
@@ -73,7 +73,7 @@ class FusionExecution:
             raise SchedulerError(f"manual_execute: heuristic_params must be a HeuristicParams, "
                                  f"got {type(heuristic_params).__name__}")
         with _callers_stream(inputs, stream):
-            return self._executor().execute(list(inputs), device=device,
+            return self._executor().execute(_input_list(inputs), device=device,
                                             params=heuristic_params)
 
     def segments(self, inputs: Any, *, device: int | None = None) -> list[Any]:
@@ -81,7 +81,7 @@ class FusionExecution:
         (scheduler, inputs and outputs by name, exprs, and why the fusion was split), in
         execution order; one Segment when a single scheduler takes the whole fusion.
         Nothing is compiled; a segmentation is cached for the inputs' signature."""
-        return self._executor().segments(list(inputs), device=device)
+        return self._executor().segments(_input_list(inputs), device=device)
 
     def last_cuda_source(self) -> str | None:
         """The generated CUDA source of the kernel(s) the last execute ran."""
@@ -94,6 +94,12 @@ class FusionExecution:
         if self._executor_cache is None or self._executor_cache.last_compiled is None:
             return None
         return self._executor_cache.last_compiled.scheduler
+
+
+def _input_list(inputs: Any) -> list[Any]:
+    from kfuse.runtime_info import input_list
+
+    return input_list(inputs)
 
 
 def _callers_stream(inputs: Any, stream: int | None) -> Any:

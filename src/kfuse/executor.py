@@ -24,7 +24,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
 from kfuse.launch import KernelLaunch, workspace_bytes
 from kfuse.runtime_info import EMULATOR, RuntimeInfo, build_runtime_info
-from kfuse.schedule import rejection_reason
+from kfuse.schedule import rejection_reason, resolve_scheduler
 from kfuse.schedule.registry import SCHEDULERS, scheduler_for
 from kfuse.schedule.types import SchedulerType
 
@@ -162,7 +162,7 @@ class FusionExecutorCache:
 
     def _compile(self, info: RuntimeInfo, params: Any) -> CompiledFusion:
         if params is not None:
-            scheduler = scheduler_for(SchedulerType(params.scheduler_type))
+            scheduler = resolve_scheduler(params.scheduler_type)
             reason = rejection_reason(scheduler, self.fusion, info)
             if reason is not None:
                 if self._pick(info)[0] is None:

@@ -17,7 +17,7 @@ from kfuse.dtypes import DataType, as_dtype, from_array_dtype
 from kfuse.errors import DefinitionError
 from kfuse.execution import FusionExecution
 from kfuse.frontend_ops import Ops
-from kfuse.ir.builder import Builder, describe
+from kfuse.ir.builder import MAX_EXTENT, Builder, as_index, describe
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.printer import fusion_to_python
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
@@ -91,20 +91,27 @@ class FusionDefinition(FusionExecution):
             if shape is not None or sizes is None or strides is None:
                 raise DefinitionError("define_tensor: give either shape or both sizes and "
                                       "strides")
-            shape, contiguity, stride_order = _layout_from_strides(list(sizes), list(strides))
+            shape, contiguity, stride_order = _layout_from_strides(
+                _index_list(sizes, "sizes"), _index_list(strides, "strides"))
         if shape is None:
             raise DefinitionError("define_tensor: shape is required")
+        if not isinstance(shape, (list, tuple)):
+            raise DefinitionError(f"define_tensor: shape must be a list, got {describe(shape)}")
         axes = []
         for i, n in enumerate(shape):
-            if isinstance(n, bool) or not isinstance(n, int) or n < -1:
-                raise DefinitionError(f"define_tensor: shape entry {i} is {n!r}; use -1 "
-                                      "(symbolic), 1 (broadcast) or a size >= 0")
+            try:
+                n = as_index(n, "define_tensor", f"shape entry {i}")
+            except DefinitionError:
+                n = None
+            if n is None or not -1 <= n <= MAX_EXTENT:
+                raise DefinitionError(f"define_tensor: shape entry {i} is {shape[i]!r}; use -1 "
+                                      "(symbolic), 1 (broadcast) or a size from 0 to 2**63 - 1")
             axes.append(Axis(n == 1, None if n == -1 else n))
         dt = as_dtype(dtype, what="define_tensor: dtype")
         tv = self._builder.new_tensor(dt, axes, is_input=True)
         tv.contiguity = _contiguity(contiguity, axes)
         if stride_order is not None:
-            order = tuple(stride_order)
+            order = tuple(_index_list(stride_order, "stride_order"))
             if sorted(order) != list(range(len(axes))):
                 raise DefinitionError(f"define_tensor: stride_order {list(order)} is not a "
                                       f"permutation of range({len(axes)})")
@@ -168,6 +175,9 @@ def _contiguity(contiguity: Any, axes: list[Axis]) -> tuple[bool | None, ...] | 
         return None
     if isinstance(contiguity, bool):
         return tuple(None if a.is_broadcast else contiguity for a in axes)
+    if not isinstance(contiguity, (list, tuple)):
+        raise DefinitionError(f"define_tensor: contiguity must be None, a bool or a list, got "
+                              f"{describe(contiguity)}")
     entries = list(contiguity)
     if len(entries) != len(axes):
         raise DefinitionError(f"define_tensor: contiguity has {len(entries)} entries but shape "
@@ -179,6 +189,14 @@ def _contiguity(contiguity: Any, axes: list[Axis]) -> tuple[bool | None, ...] | 
                                   "True, False or None")
         out.append(None if a.is_broadcast else (False if c is None else c))
     return tuple(out)
+
+
+def _index_list(values: Any, what: str) -> list[int]:
+    """A list argument of integers (define_tensor's sizes, strides, stride_order)."""
+    if not isinstance(values, (list, tuple)):
+        raise DefinitionError(f"define_tensor: {what} must be a list of integers, got "
+                              f"{describe(values)}")
+    return [as_index(v, "define_tensor", f"{what} entry {k}") for k, v in enumerate(values)]
 
 
 def _layout_from_strides(sizes: list[int], strides: list[int]

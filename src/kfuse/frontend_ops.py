@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import DataType, as_dtype
 from kfuse.errors import DefinitionError
-from kfuse.ir.builder import describe
+from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -79,13 +79,16 @@ class Ops:
         fd.ops.shape(y)); the other axes are new, and broadcast axes are expanded to shape."""
         self._fd.check_open("broadcast_in_dim")
         v = self._b.tensor(x, "broadcast_in_dim")
+        if not isinstance(shape, (list, tuple)):
+            raise DefinitionError(f"broadcast_in_dim: shape must be a list, got "
+                                  f"{describe(shape)}")
         shape = list(shape)
-        dims = list(broadcast_dims)
+        dims = as_index_list(broadcast_dims, "broadcast_in_dim", "broadcast_dims")
         if len(dims) != v.ndim:
             raise DefinitionError(f"broadcast_in_dim: broadcast_dims {dims} has {len(dims)} "
                                   f"entries but {describe(v)} has {v.ndim} axes")
         for i, d in enumerate(dims):
-            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < len(shape):
+            if not 0 <= d < len(shape):
                 raise DefinitionError(f"broadcast_in_dim: broadcast_dims entry {i} ({d!r}) is "
                                       f"not an axis of the {len(shape)}-d output shape")
         if any(a >= b for a, b in zip(dims, dims[1:], strict=False)):
@@ -98,22 +101,22 @@ class Ops:
     def expand(self, x: Any, shape: Sequence[Any]) -> TensorView:
         """Expand broadcast axes to `shape` (-1 keeps an axis)."""
         self._fd.check_open("expand")
-        return self._b.expand(x, list(shape))
+        return self._b.expand(x, shape)
 
     def squeeze(self, x: Any, dims: Sequence[int]) -> TensorView:
         """Remove the given broadcast axes."""
         self._fd.check_open("squeeze")
-        return self._b.squeeze(x, [dims] if isinstance(dims, int) else list(dims))
+        return self._b.squeeze(x, dims)
 
     def permute(self, x: Any, dims: Sequence[int]) -> TensorView:
         """Reorder axes: output axis i is input axis dims[i]."""
         self._fd.check_open("permute")
-        return self._b.permute(x, list(dims))
+        return self._b.permute(x, dims)
 
     def reshape(self, x: Any, new_shape: Sequence[Any]) -> TensorView:
         """Row-major reshape to new_shape (ints or Int scalars, one -1 allowed)."""
         self._fd.check_open("reshape")
-        return self._b.reshape(x, list(new_shape))
+        return self._b.reshape(x, new_shape)
 
     def size(self, x: Any, dim: int) -> Scalar:
         """The extent of axis `dim` of x, an Int scalar."""
@@ -229,7 +232,7 @@ class Ops:
         """exp(x - max) / sum(exp(x - max)) along dim."""
         self._fd.check_open("softmax")
         v, out = self._float_input(x, "softmax")
-        (d,) = self._b.dims(v, [dim], "softmax")
+        (d,) = self._b.dims(v, [as_index(dim, "softmax", "dim")], "softmax")
         e = self._b.pointwise("exp", [self._b.pointwise(
             "sub", [v, self._b.reduction("max", v, (d,), True)])])
         s = self._b.reduction("sum", e, (d,), True)
@@ -239,7 +242,7 @@ class Ops:
         """(x - max) - log(sum(exp(x - max))) along dim."""
         self._fd.check_open("log_softmax")
         v, out = self._float_input(x, "log_softmax")
-        (d,) = self._b.dims(v, [dim], "log_softmax")
+        (d,) = self._b.dims(v, [as_index(dim, "log_softmax", "dim")], "log_softmax")
         shifted = self._b.pointwise("sub", [v, self._b.reduction("max", v, (d,), True)])
         s = self._b.reduction("sum", self._b.pointwise("exp", [shifted]), (d,), True)
         return self._b.cast(self._b.pointwise("sub", [shifted, self._b.pointwise("log", [s])]),

@@ -9,11 +9,32 @@ the legacy default stream (0) when there is none.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kfuse import _C, profiling_hooks
+from kfuse.errors import InputError
+
+
+@contextlib.contextmanager
+def _input_errors(what: str) -> Iterator[None]:
+    """The extension's argument errors (TypeError, ValueError, and RuntimeError for a call out
+    of order) as kfuse InputErrors: bad use of KernelExecutor is the caller's input."""
+    try:
+        yield
+    except (TypeError, ValueError, RuntimeError) as exc:
+        if isinstance(exc, _C.CudaError | _C.CompileError):
+            raise
+        raise InputError(f"KernelExecutor.{what}: {exc}") from None
+
+
+def _check_type(value: Any, kind: type, what: str, optional: bool = True) -> None:
+    if (value is None and optional) or isinstance(value, kind):
+        return
+    raise InputError(f"KernelExecutor: {what} must be a {kind.__name__}"
+                     f"{' or None' if optional else ''}, got {type(value).__name__}")
 
 
 def stream_handle(stream: Any) -> int:
@@ -28,7 +49,7 @@ def stream_handle(stream: Any) -> int:
         handle = getattr(stream, attribute, None)
         if isinstance(handle, int):
             return handle
-    raise TypeError(f"cannot use {type(stream).__name__} as a CUDA stream")
+    raise InputError(f"cannot use {type(stream).__name__} as a CUDA stream")
 
 
 def current_stream_for(args: Sequence[Any]) -> int:
@@ -70,8 +91,13 @@ class KernelExecutor:
         compile_params: _C.CompileParams | None = None,
     ) -> None:
         """Compile ``kernel_name`` from ``source``; raises CompileError with the NVRTC log."""
+        _check_type(source, str, "source", optional=False)
+        _check_type(kernel_name, str, "kernel_name", optional=False)
+        _check_type(launch_constraints, _C.LaunchParams, "launch_constraints")
+        _check_type(compile_params, _C.CompileParams, "compile_params")
         started = profiling_hooks.clock()
-        self._impl.compile(source, kernel_name, launch_constraints, compile_params)
+        with _input_errors("compile"):
+            self._impl.compile(source, kernel_name, launch_constraints, compile_params)
         # A PythonProfiler reports a compile done in its block with the next run.
         self._unreported_compile_s = (profiling_hooks.clock() - started
                                       if profiling_hooks.active is not None else 0.0)
@@ -83,8 +109,13 @@ class KernelExecutor:
         stream: Any = None,
     ) -> None:
         """Launch on ``stream`` (None: the args' framework's current stream)."""
+        if not isinstance(args, (list, tuple)):
+            raise InputError(f"KernelExecutor.run: args must be a list, got "
+                             f"{type(args).__name__}")
+        _check_type(launch_constraints, _C.LaunchParams, "launch_constraints")
         handle = current_stream_for(args) if stream is None else stream_handle(stream)
-        with profiling_hooks.user_kernel(args, self._unreported_compile_s):
+        with profiling_hooks.user_kernel(args, self._unreported_compile_s), \
+                _input_errors("run"):
             self._impl.run(list(args), launch_constraints, handle)
         self._unreported_compile_s = 0.0
 

@@ -41,10 +41,20 @@ class RuntimeInfo:
         return self.extents[tv]
 
 
+def input_list(inputs: Any) -> list[Any]:
+    """A call's inputs as a new list; InputError unless they are a list or tuple."""
+    if not isinstance(inputs, (list, tuple)):
+        raise InputError(f"inputs must be a list of arrays and numbers, got "
+                         f"{type(inputs).__name__}")
+    return list(inputs)
+
+
 def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: int | None = None
                        ) -> RuntimeInfo:
     """Check `inputs` against `fusion` and describe them. Raises InputError."""
-    inputs = list(inputs)
+    inputs = input_list(inputs)
+    if device is not None and (type(device) is not int or device < 0):
+        raise InputError(f"device must be a CUDA device index (an int >= 0), got {device!r}")
     if len(inputs) != len(fusion.inputs):
         raise InputError(f"the fusion takes {len(fusion.inputs)} inputs "
                          f"({', '.join(v.name for v in fusion.inputs)}), got {len(inputs)}")
@@ -102,12 +112,22 @@ def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
 
 
 def _check_scalar(val: Val, arg: Any, what: str) -> None:
+    """A scalar input's value must be of its dtype's kind: a bool for Bool, an integer for
+    Int and Int32, a number for a floating dtype (a 0-d array of such a value too). Nothing
+    is converted silently: 2.7 for an Int would have been truncated to 2."""
     if framework_of(arg) is not None and getattr(arg, "ndim", 0) != 0:
         raise InputError(f"{what} is a scalar input; got an array of shape "
                          f"{tuple(arg.shape)}")
-    if isinstance(arg, (bool, int, float)) or hasattr(arg, "item"):
-        return
-    raise InputError(f"{what} is a scalar input; got {type(arg).__name__}")
+    value = arg.item() if hasattr(arg, "item") else arg
+    if val.dtype is DataType.Bool:
+        ok = isinstance(value, bool)
+    elif val.dtype.is_integral:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        raise InputError(f"{what} is a scalar input of dtype {val.dtype.value}; got {value!r} "
+                         f"({type(arg).__name__})")
 
 
 def _device_description(backend: str, index: int) -> Any:

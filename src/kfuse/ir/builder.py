@@ -5,6 +5,7 @@ DefinitionErrors for invalid definitions. kfuse.frontend's fd.ops is a thin laye
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,28 @@ def describe(v: Any) -> str:
 
 MAX_EXTENT = 2**63 - 1
 """The largest extent: sizes are int64 everywhere (kernels, frameworks)."""
+
+
+def as_index(d: Any, op: str, what: str) -> int:
+    """`d` as a Python int: an int or any integer that supports __index__ (NumPy's); a bool,
+    float or string is a DefinitionError naming `what`, never silently converted."""
+    if not isinstance(d, bool) and getattr(getattr(d, "dtype", None), "kind", "") != "b":
+        try:
+            return operator.index(d)
+        except TypeError:
+            pass
+    raise DefinitionError(f"{op}: {what} {d!r} is not an integer")
+
+
+def as_index_list(dims: Any, op: str, what: str = "dim") -> list[int]:
+    """One integer, or a list or tuple of them, as a list of Python ints (see as_index)."""
+    if isinstance(dims, (list, tuple)):
+        return [as_index(d, op, f"{what} entry {k}") for k, d in enumerate(dims)]
+    try:
+        return [as_index(dims, op, what)]
+    except DefinitionError:
+        raise DefinitionError(f"{op}: {what} must be an integer or a list of integers, got "
+                              f"{describe(dims)}") from None
 
 
 class Builder:
@@ -230,11 +253,20 @@ class Builder:
         self.add(BroadcastOp(inputs=(v,), outputs=(out,), is_new_axis=flags))
         return out
 
+    def shape_entries(self, shape: Any, op: str) -> list[Any]:
+        """A shape argument as a list (its entries are checked by `extent`)."""
+        if not isinstance(shape, (list, tuple)):
+            raise DefinitionError(f"{op}: shape must be a list of sizes, got {describe(shape)}")
+        return list(shape)
+
     def extent(self, e: Any, op: str, i: int) -> Scalar | int:
         """A shape entry: an int (kept) or an integer Scalar of this definition."""
-        if isinstance(e, bool) or not isinstance(e, (int, Scalar)):
-            raise DefinitionError(f"{op}: shape entry {i} is {describe(e)}, expected an int "
-                                  "or an integer scalar")
+        if not isinstance(e, Scalar):
+            try:
+                e = as_index(e, op, f"shape entry {i}")
+            except DefinitionError:
+                raise DefinitionError(f"{op}: shape entry {i} is {describe(e)}, expected an "
+                                      "int or an integer scalar") from None
         if isinstance(e, Scalar):
             self.operand(e, op, i)
             if not e.dtype.is_integral:
@@ -249,6 +281,7 @@ class Builder:
     def expand(self, x: Any, shape: Sequence[Any], *, op: str = "expand") -> TensorView:
         """Expand broadcast axes to the extents in shape (-1 or 1 keeps an axis)."""
         v = self.tensor(x, op)
+        shape = self.shape_entries(shape, op)
         if len(shape) != v.ndim:
             raise DefinitionError(f"{op}: shape has {len(shape)} entries but {describe(v)} "
                                   f"has {v.ndim} axes")
@@ -296,12 +329,9 @@ class Builder:
     def permute(self, x: Any, perm: Sequence[int], *, op: str = "permute") -> TensorView:
         """Reorder axes: output axis i is input axis perm[i]."""
         v = self.tensor(x, op)
-        try:
-            p = tuple(int(d) + (v.ndim if int(d) < 0 else 0) for d in perm)
-        except (TypeError, ValueError):
-            raise DefinitionError(f"{op}: dims {perm!r} must be integers") from None
+        p = tuple(d + (v.ndim if d < 0 else 0) for d in as_index_list(perm, op, "dims"))
         if sorted(p) != list(range(v.ndim)):
-            raise DefinitionError(f"{op}: {list(perm)} is not a permutation of the "
+            raise DefinitionError(f"{op}: {list(p)} is not a permutation of the "
                                   f"{v.ndim} axes of {describe(v)}")
         if p == tuple(range(v.ndim)):
             return v
@@ -312,7 +342,7 @@ class Builder:
     def reshape(self, x: Any, shape: Sequence[Any], *, op: str = "reshape") -> TensorView:
         """Row-major reshape; at most one entry may be -1."""
         v = self.tensor(x, op)
-        entries = [self.extent(e, op, i) for i, e in enumerate(shape)]
+        entries = [self.extent(e, op, i) for i, e in enumerate(self.shape_entries(shape, op))]
         if sum(1 for e in entries if isinstance(e, int) and e == -1) > 1:
             raise DefinitionError(f"{op}: at most one shape entry may be -1, got {list(shape)}")
         ints = [e for e in entries if isinstance(e, int)]
@@ -333,22 +363,22 @@ class Builder:
     def size(self, x: Any, dim: Any, *, op: str = "size") -> Scalar:
         """The extent of one axis, as an Int Scalar."""
         v = self.tensor(x, op)
-        (d,) = self.dims(v, [dim], op)
+        (d,) = self.dims(v, [as_index(dim, op, 'dim')], op)
         out = self.new_scalar(DataType.Int)
         self.add(SizeOp(inputs=(v,), outputs=(out,), dim=d))
         return out
 
-    def dims(self, v: TensorView, dims: Sequence[Any], op: str) -> tuple[int, ...]:
-        """Normalize axis indices (negative counts from the end), sorted, checked."""
-        out = []
-        for d in dims:
-            if isinstance(d, bool) or not isinstance(d, int):
-                raise DefinitionError(f"{op}: dim {d!r} is not an integer")
+    def dims(self, v: TensorView, dims: Any, op: str) -> tuple[int, ...]:
+        """Normalize axis indices (one, or a list; negative counts from the end), sorted,
+        checked."""
+        out: list[int] = []
+        given = as_index_list(dims, op)
+        for d in given:
             n = d + v.ndim if d < 0 else d
             if not 0 <= n < v.ndim:
                 raise DefinitionError(f"{op}: dim {d} is out of range for {describe(v)}")
             if n in out:
-                raise DefinitionError(f"{op}: dim {d} is listed twice in {list(dims)}")
+                raise DefinitionError(f"{op}: dim {d} is listed twice in {given}")
             out.append(n)
         return tuple(sorted(out))
 
@@ -375,11 +405,7 @@ class Builder:
         return self.keepdim(result, norm, v.ndim, keepdim, op)
 
     def _reduction_dims(self, v: TensorView, dims: Any, op: str) -> tuple[int, ...]:
-        if dims is None:
-            dims = list(range(v.ndim))
-        elif isinstance(dims, int):
-            dims = [dims]
-        norm = self.dims(v, list(dims), op)
+        norm = self.dims(v, list(range(v.ndim)) if dims is None else dims, op)
         if not norm:
             raise DefinitionError(f"{op}: no dims to reduce for {describe(v)}")
         return norm

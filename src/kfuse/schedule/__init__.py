@@ -29,6 +29,19 @@ def _fusion_of(fusion_or_fd: Any) -> Fusion:
     return fusion
 
 
+def resolve_scheduler(scheduler_type: Any) -> Any:
+    """The registered scheduler of a SchedulerType (or its name); SchedulerError for
+    anything else, and for SchedulerType.none, which names no scheduler."""
+    try:
+        kind = SchedulerType(getattr(scheduler_type, "value", scheduler_type))
+    except (ValueError, TypeError):
+        raise SchedulerError(f"unknown scheduler type {scheduler_type!r}; the types are "
+                             f"{', '.join(t.value for t in SchedulerType)}") from None
+    if kind is SchedulerType.none:
+        raise SchedulerError("Scheduler none rejected: 'none' is not a scheduler")
+    return scheduler_for(kind)
+
+
 def rejection_reason(scheduler: Any, fusion: Fusion, info: RuntimeInfo | None) -> str | None:
     """None when `scheduler` accepts, else "Scheduler <name> rejected: <cause>".
 
@@ -58,18 +71,16 @@ def can_schedule(fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]
     Never raises for a valid fusion: bad inputs and unknown schedulers come back as reasons.
     """
     try:
-        scheduler_type = SchedulerType(getattr(scheduler_type, "value", scheduler_type))
-    except ValueError:
-        return False, f"unknown scheduler type {scheduler_type!r}"
-    name = scheduler_type.value
-    if scheduler_type is SchedulerType.none:
-        return False, "Scheduler none rejected: 'none' is not a scheduler"
+        scheduler = resolve_scheduler(scheduler_type)
+    except SchedulerError as exc:
+        return False, str(exc)
+    name = scheduler.scheduler_type.value
     try:
         fusion = _fusion_of(fusion)
         info = build_runtime_info(fusion, inputs)
     except KfuseError as exc:
         return False, f"Scheduler {name} rejected: {exc}"
-    reason = rejection_reason(scheduler_for(scheduler_type), fusion, info)
+    reason = rejection_reason(scheduler, fusion, info)
     return (True, "") if reason is None else (False, reason)
 
 
@@ -86,8 +97,8 @@ def compute_heuristics(fusion: Any, scheduler_type: SchedulerType, inputs: list[
     Raises SchedulerError with the rejection reason when the scheduler cannot take it.
     """
     fusion = _fusion_of(fusion)
+    scheduler = resolve_scheduler(scheduler_type)
     info = build_runtime_info(fusion, inputs)
-    scheduler = scheduler_for(SchedulerType(getattr(scheduler_type, "value", scheduler_type)))
     reason = rejection_reason(scheduler, fusion, info)
     if reason is not None:
         raise SchedulerError(reason)
