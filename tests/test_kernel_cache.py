@@ -51,16 +51,23 @@ def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     (entry,) = entries(tmp_path)
-    good = kernel_cache.load(entry.name)
+    version = ".".join(str(v) for v in _C.nvrtc_version())
+    options = "-std=c++17 -DKFUSE_USE_PTX"
+    identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", options, version)
+    good = kernel_cache.load(entry.name, identity)
     assert good is not None and good[:4] == b"\x7fELF"
     blob = bytearray(entry.read_bytes())
     blob[-10] ^= 0xFF  # flip bits in the payload: the integrity hash no longer matches
     entry.write_bytes(bytes(blob))
-    CudaBackend().compile(SOURCE, "k", 0, "sm_90")
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     assert len(counted_nvrtc) == 2
-    assert kernel_cache.load(entry.name) == good, "the rebuilt entry replaced the corrupt one"
+    assert kernel_cache.load(entry.name, identity) == good, \
+        "the rebuilt entry replaced the corrupt one"
     entry.write_bytes(b"garbage")
-    assert kernel_cache.load(entry.name) is None
+    with pytest.warns(RuntimeWarning, match="not a kfuse cache entry"):
+        assert kernel_cache.load(entry.name, identity) is None
+    assert not entry.exists(), "the bad entry is removed"
 
 
 def test_cache_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,20 +1,17 @@
 """The on-disk cubin cache: one file per (source, options, NVRTC version, arch).
 
-Entries carry a SHA-256 of their payload and are written atomically (temporary file, then
-rename), so a crash or a concurrent writer never leaves a half-written entry behind, and a
-corrupt entry is detected, ignored and rebuilt.
+Each file is a kfuse.disk_cache entry: its header names the key and the kernel it holds, and
+both are checked (with the payload's size and SHA-256) before a cubin is used; a bad entry is
+removed with a warning and rebuilt. Entries are written atomically.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
-from kfuse import knobs
-
-_MAGIC = b"KFUSECUBIN1\n"
+from kfuse import disk_cache, knobs
 
 
 def cache_key(*parts: str) -> str:
@@ -24,6 +21,13 @@ def cache_key(*parts: str) -> str:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def kernel_identity(source: str, name: str, arch: str, options: str, nvrtc: str
+                    ) -> dict[str, str]:
+    """What an entry must record to be the cubin asked for."""
+    return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "name": name,
+            "arch": arch, "options": options, "nvrtc": nvrtc}
 
 
 def cache_dir() -> Path | None:
@@ -37,34 +41,27 @@ def cache_dir() -> Path | None:
     return Path(base) / "kfuse" / "cubin"
 
 
-def load(key: str) -> bytes | None:
-    """The cached payload, or None when missing or corrupt."""
+def load(key: str, identity: dict[str, str]) -> bytes | None:
+    """The cached cubin, or None when there is none or the entry is bad (then removed)."""
     folder = cache_dir()
     if folder is None:
         return None
+    path = folder / key
     try:
-        blob = (folder / key).read_bytes()
-    except OSError:
+        blob = disk_cache.read_file(path)
+        return None if blob is None else disk_cache.unpack(blob, key, identity)
+    except disk_cache.BadEntry as exc:
+        disk_cache.discard(path, str(exc))
         return None
-    if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 64:
-        return None
-    digest = blob[len(_MAGIC):len(_MAGIC) + 64].decode("ascii", "replace")
-    payload = blob[len(_MAGIC) + 64:]
-    if hashlib.sha256(payload).hexdigest() != digest:
-        return None
-    return payload
 
 
-def store(key: str, payload: bytes) -> None:
+def store(key: str, identity: dict[str, str], payload: bytes) -> None:
     """Write an entry atomically; a cache that cannot be written is skipped, not an error."""
     folder = cache_dir()
     if folder is None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
-        os.replace(tmp, folder / key)
+        disk_cache.write_atomically(folder / key, disk_cache.pack(key, identity, payload))
     except OSError:
         return

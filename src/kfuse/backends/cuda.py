@@ -32,10 +32,12 @@ class CudaBackend:
         all_options = list(NVRTC_OPTIONS) + list(options)
         version = ".".join(str(v) for v in _C.nvrtc_version())
         disk_key = kernel_cache.cache_key(source, name, arch, " ".join(all_options), version)
-        cubin = kernel_cache.load(disk_key)
+        identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options),
+                                                version)
+        cubin = kernel_cache.load(disk_key, identity)
         if cubin is None:
             cubin = _C.compile_to_cubin(source, name + ".cu", arch, all_options)
-            kernel_cache.store(disk_key, cubin)
+            kernel_cache.store(disk_key, identity, cubin)
         kernel = _C.Kernel(cubin, name, device_index)
         with self._lock:
             self._kernels[key] = kernel

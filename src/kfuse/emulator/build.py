@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfuse import knobs
+from kfuse import disk_cache, knobs
 from kfuse.errors import EmulatorError
 
 HEADER_DIR = Path(__file__).resolve().parent
@@ -151,29 +151,32 @@ def _cache_key(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str) 
     return h.hexdigest()[:40]
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _identity(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str
+              ) -> dict[str, str]:
+    """What a library entry must record to be the kernel asked for."""
+    headers = hashlib.sha256("".join((HEADER_DIR / n).read_text() for n in HEADERS).encode())
+    return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+            "kernel": kernel_name, "flags": " ".join(flags), "compiler": _compiler_id(cxx),
+            "abi": str(_SHIM_ABI), "headers_sha256": headers.hexdigest()}
 
 
-def _cached_library(directory: Path, key: str) -> Path | None:
-    lib, sig = directory / f"{key}.so", directory / f"{key}.sha256"
+def _cached_library(directory: Path, key: str, identity: dict[str, str]) -> Path | None:
+    """`<key>.so` when `<key>.meta` records this key and kernel and the library's size and
+    checksum; None when there is no such entry or it is bad (then removed, with a warning)."""
+    lib, meta = directory / f"{key}.so", directory / f"{key}.meta"
     try:
-        if sig.read_text().strip() == _digest(lib):
-            return lib
-    except OSError:
+        head = disk_cache.read_file(meta)
+        if head is None:
+            return None
+        header = disk_cache.check_header(head, key, identity)
+        body = disk_cache.read_file(lib)
+        if body is None:
+            raise disk_cache.BadEntry("has no library")
+        disk_cache.check_payload(body, header)
+    except disk_cache.BadEntry as exc:
+        disk_cache.discard(meta, str(exc), lib)
         return None
-    return None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return lib
 
 
 def _format_compile_error(kernel_name: str, source: str, log: str) -> str:
@@ -217,37 +220,45 @@ def _run_compiler(
         raise EmulatorError(_format_compile_error(kernel_name, source, proc.stderr))
 
 
-def _compile_to_cache(
-    source: str, kernel_name: str, flags: tuple[str, ...], cxx: str, key: str
-) -> Path:
-    directory = cache_dir()
-    if directory is None:  # disk cache off: a private folder, for this process only
-        directory = Path(tempfile.mkdtemp(prefix="kfuse-emu-"))
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        hit = _cached_library(directory, key)
-        if hit is not None:
-            return hit
-        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
-        os.close(fd)
-    except OSError as e:
-        warnings.warn(
-            f"kfuse.emulator: cache directory {directory} is not usable ({e}); "
-            "compiling into a temporary directory",
-            stacklevel=3,
-        )
-        directory = Path(tempfile.mkdtemp(prefix="kfuse-emu-cache-"))
-        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
-        os.close(fd)
+def _compile_into(directory: Path, source: str, kernel_name: str, flags: tuple[str, ...],
+                  cxx: str, key: str, identity: dict[str, str]) -> Path:
+    """Build `<key>.so` in the cache folder, then its `<key>.meta`; each written atomically."""
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".so.tmp")
+    os.close(fd)
     tmp = Path(tmp_name)
+    lib = directory / f"{key}.so"
     try:
         _run_compiler(source, kernel_name, flags, cxx, tmp)
-        lib = directory / f"{key}.so"
+        body = tmp.read_bytes()
+        disk_cache.clear_the_way(lib)
         os.replace(tmp, lib)
     finally:
         tmp.unlink(missing_ok=True)
-    _write_atomically(directory / f"{key}.sha256", _digest(lib).encode())
+    disk_cache.write_atomically(directory / f"{key}.meta",
+                                disk_cache.header(key, identity, body))
     return lib
+
+
+def _build_and_load(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str,
+                    key: str) -> CompiledKernel:
+    identity = _identity(source, kernel_name, flags, cxx)
+    directory = cache_dir()
+    if directory is not None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lib = _cached_library(directory, key, identity)
+            if lib is None:
+                lib = _compile_into(directory, source, kernel_name, flags, cxx, key, identity)
+            return _load(lib)
+        except OSError as e:
+            warnings.warn(f"kfuse.emulator: cache directory {directory} is not usable ({e}); "
+                          "compiling into a temporary directory", stacklevel=4)
+    # No usable cache: build in a folder of this call's own, removed once the library is
+    # loaded (a loaded library stays mapped after its file is gone).
+    with tempfile.TemporaryDirectory(prefix="kfuse-emu-") as tmp:
+        lib = Path(tmp) / f"{key}.so"
+        _run_compiler(source, kernel_name, flags, cxx, lib)
+        return _load(lib)
 
 
 def _load(path: Path) -> CompiledKernel:
@@ -289,6 +300,6 @@ def load_kernel(source: str, kernel_name: str, extra_flags: tuple[str, ...] = ()
         key = _cache_key(source, kernel_name, flags, cxx)
         hit = _memory_cache.get(key)
         if hit is None:
-            hit = _load(_compile_to_cache(source, kernel_name, flags, cxx, key))
+            hit = _build_and_load(source, kernel_name, flags, cxx, key)
             _memory_cache[key] = hit
         return hit
