@@ -174,3 +174,14 @@ def test_numpy_and_torch_references_agree_on_random_fusions(data: st.DataObject)
     golden = evaluate(fd, as_numpy)
     assert_outputs_close(fd, evaluate(fd, ins), golden, as_numpy)
     assert_outputs_close(fd, evaluate(fd, as_numpy, accumulate="same"), golden, as_numpy)
+
+
+def test_erfc_does_not_cancel_for_large_arguments() -> None:
+    """erfc(6) is 2.2e-17; 1 - erf(6) is 0, which made a kernel's right answer look wrong."""
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.erfc(fd.define_tensor(shape=[-1], dtype=DataType.Double)))
+    x = [6.0, 8.0, 10.0, -3.0]
+    want = np.array([math.erfc(v) for v in x])
+    for a in (np.array(x), torch.tensor(x, dtype=torch.float64)):
+        (got,) = evaluate(fd.fusion, [a])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)

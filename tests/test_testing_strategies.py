@@ -146,3 +146,13 @@ def test_inputs_with_an_empty_axis_still_bound_what_is_left() -> None:
     empty = find(inputs_for(fd, framework="torch", max_elements=4096),
                  lambda ins: ins[0].shape[0] == 0 and min(ins[0].shape[1:]) > 8)
     assert math.prod(empty[0].shape[1:]) <= 4096
+
+
+def test_an_ill_conditioned_result_is_judged_against_the_kernels_precision() -> None:
+    """A normalization of nearly equal values: float32's own result is 6e-5 off float64's."""
+    golden, same = np.array([-0.23454965]), np.array([-0.23449214])
+    with pytest.raises(AssertionError):
+        assert_close(np.array([-0.23442695]), golden, DataType.Float)
+    assert_close(np.array([-0.23442695]), golden, DataType.Float, alternative=same)
+    with pytest.raises(AssertionError):  # more than three times float32's own error
+        assert_close(np.array([-0.2343]), golden, DataType.Float, alternative=same)

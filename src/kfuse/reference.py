@@ -238,7 +238,7 @@ def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) ->
     if op == "rsqrt":
         return 1 / be.fn("sqrt")(a)
     if op in ("erf", "erfc"):
-        return be.erf(a) if op == "erf" else 1 - be.erf(a)
+        return be.erf(a, complement=op == "erfc")
     if op == "silu":
         return a * be.fn("sigmoid")(a)
     if op == "gelu":

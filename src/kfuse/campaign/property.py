@@ -2,9 +2,9 @@
 
 One example is a random fusion of one kind (kfuse.testing.fusions) with random inputs
 (kfuse.testing.inputs_for). It must give the float64 reference's results
-(kfuse.testing.assert_outputs_close) on every one of three calls (with NaN, inf and -0.0 in
-the inputs, a NaN or infinity may instead be the one the reference computed in the kernel's
-precision gives: see assert_close's `alternative`):
+(kfuse.testing.assert_outputs_close) on every one of three calls (or, for an ill-conditioned
+result or a NaN or infinity that depends on the precision, the reference computed in the
+kernel's precision: see assert_close's `alternative`):
 
 1. the first call schedules, generates and compiles;
 2. the second, with new values in the same layout, finds everything cached;
@@ -104,10 +104,9 @@ def check(example: Example) -> None:
         expected = evaluate(fd.fusion, inputs)
         try:
             assert_outputs_close(fd, outputs, expected, inputs)
-        except AssertionError as exc:
-            if not example.special_values:
-                raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
-            # Where NaN and infinities arise can depend on the precision computed in.
+        except AssertionError:
+            # What float64 cannot judge alone (ill-conditioned results, where NaN and
+            # infinities arise) is judged with the reference in the kernel's precision.
             same = evaluate(fd.fusion, inputs, accumulate="same")
             try:
                 assert_outputs_close(fd, outputs, expected, inputs, alternative=same)
