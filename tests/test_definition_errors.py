@@ -198,3 +198,13 @@ def test_a_definition_whose_block_raised_says_so_when_run(error: object) -> None
             run()
     with pytest.raises(DefinitionError, match="`with` block raised"):
         fd.ops.exp(x)
+
+
+def test_an_output_too_large_to_allocate_is_a_kfuse_error() -> None:
+    import kfuse
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[1])
+        fd.add_output(fd.ops.expand(x, shape=[2**50]))
+    with pytest.raises(kfuse.OutOfMemoryError, match=r"output T1: Float \(1125899906842624,\)"):
+        fd.execute([np.ones(1, np.float32)])

@@ -14,6 +14,7 @@ from kfuse.errors import (
     EmulatorError,
     InputError,
     KfuseError,
+    OutOfMemoryError,
     ProfilerError,
     SchedulerError,
 )

@@ -9,6 +9,7 @@ stays free of both (and of CUDA).
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +45,14 @@ class ArrayLayout:
 def framework_of(array: Any) -> str | None:
     """"numpy", "torch" or "cupy" for an array of that library, else None."""
     module = type(array).__module__
+    # Arrays only: torch.Size, a CuPy stream or a NumPy scalar come from the same modules.
     if module.startswith("torch"):
-        return "torch"
+        torch = sys.modules.get("torch")
+        return "torch" if torch is not None and isinstance(array, torch.Tensor) else None
     if module.startswith("cupy"):
-        return "cupy"
-    if module == "numpy":
+        cupy = sys.modules.get("cupy")
+        return "cupy" if cupy is not None and isinstance(array, cupy.ndarray) else None
+    if module == "numpy" and type(array).__name__ == "ndarray":
         return "numpy"
     return None
 
@@ -84,8 +88,36 @@ def layout_of(array: Any, what: str) -> ArrayLayout:
 
 
 def empty_like_framework(framework: str, shape: tuple[int, ...], dtype: DataType,
-                         device: int) -> Any:
-    """A new contiguous array of the given framework, dtype and device."""
+                         device: int, what: str = "an output") -> Any:
+    """A new contiguous array of the given framework, dtype and device; OutOfMemoryError,
+    naming `what` and its size, when the framework cannot allocate it."""
+    try:
+        return _empty(framework, shape, dtype, device)
+    except (MemoryError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and not is_out_of_memory(exc):
+            raise
+        from kfuse.errors import OutOfMemoryError
+
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        where = "host memory" if device < 0 else f"cuda:{device}"
+        raise OutOfMemoryError(f"cannot allocate {what}: {dtype.value} {tuple(shape)}, "
+                               f"{nbytes} bytes, in {where} ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether a framework's exception says it ran out of memory (torch raises a
+    RuntimeError subclass, CuPy and NumPy a MemoryError)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text or \
+        type(exc).__name__ == "OutOfMemoryError"
+
+
+def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int) -> Any:
     if framework == "torch":
         import torch
 

@@ -24,6 +24,10 @@ class SchedulerError(KfuseError):
     """No scheduler accepts a fusion segment; carries each scheduler's rejection reason."""
 
 
+class OutOfMemoryError(KfuseError):
+    """An output or scratch buffer could not be allocated; names the buffer and its size."""
+
+
 class EmulatorError(KfuseError):
     """The host emulator could not build or run generated CUDA source."""
 
@@ -37,4 +41,5 @@ __all__ = [
     "CudaError",
     "ProfilerError",
     "EmulatorError",
+    "OutOfMemoryError",
 ]

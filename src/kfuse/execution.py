@@ -55,7 +55,10 @@ class FusionExecution:
         # which is told not to try the fast path again.
         if executor is not None and device is None and executor.fast_calls is not None \
                 and profiling_hooks.active is None:
-            hit = executor.fast_calls(inputs, stream)
+            try:
+                hit = executor.fast_calls(inputs, stream)
+            except (MemoryError, RuntimeError) as exc:
+                _raise_out_of_memory(exc)
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 return outputs
@@ -94,6 +97,17 @@ class FusionExecution:
         if self._executor_cache is None or self._executor_cache.last_compiled is None:
             return None
         return self._executor_cache.last_compiled.scheduler
+
+
+def _raise_out_of_memory(exc: BaseException) -> None:
+    """A cached call's allocation failure as kfuse's OutOfMemoryError (else `exc` again)."""
+    from kfuse.arrays import is_out_of_memory
+    from kfuse.errors import OutOfMemoryError
+
+    if not is_out_of_memory(exc):
+        raise exc
+    raise OutOfMemoryError(f"cannot allocate the outputs of a cached call: "
+                           f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
 
 
 def _input_list(inputs: Any) -> list[Any]:

@@ -298,8 +298,8 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
     # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
     # every framework's allocation aligned for any accumulator type.
     workspaces = [empty_like_framework(info.framework, (-(-n // 8),), DataType.Double,
-                                       info.device_index)
-                  for n in workspace_bytes(compiled.launches)]
+                                       info.device_index, what=f"workspace {k}")
+                  for k, n in enumerate(workspace_bytes(compiled.launches))]
     if poisoned:
         for array in (*workspaces, *(a for a in staged_outputs
                                       if all(a is not o for o in outputs))):
@@ -313,7 +313,8 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
 
 
 def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
-    return empty_like_framework(info.framework, info.shape(out), out.dtype, info.device_index)
+    return empty_like_framework(info.framework, info.shape(out), out.dtype, info.device_index,
+                                what=f"output {out.name}")
 
 
 def _data_ptr(array: Any) -> int:

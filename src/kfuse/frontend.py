@@ -203,6 +203,10 @@ def _layout_from_strides(sizes: list[int], strides: list[int]
                          ) -> tuple[list[int], list[bool | None], list[int] | None]:
     if len(sizes) != len(strides):
         raise DefinitionError(f"define_tensor: {len(sizes)} sizes but {len(strides)} strides")
+    for k, n in enumerate(sizes):
+        if not 0 <= n <= MAX_EXTENT:
+            raise DefinitionError(f"define_tensor: sizes entry {k} is {n}; sizes are from 0 "
+                                  "to 2**63 - 1")
     n = len(sizes)
     shape = [1 if s == 1 else -1 for s in sizes]
     # Sort axes from the largest stride to the smallest; ties keep the row-major order.
