@@ -137,3 +137,19 @@ def test_heuristic_params_round_trip(params: kfuse.HeuristicParams) -> None:
     assert again == params and hash(again) == hash(params)
     assert repr(again) == repr(params)
     assert again.to_dict() == params.to_dict()
+
+
+@pytest.mark.parametrize("field, value", [("block_x", None), ("block_x", "a"), ("block_x", 2.5),
+                                          ("persistent", 1), ("lparams", 5)])
+def test_a_field_of_the_wrong_type_is_a_params_error(field: str, value: object) -> None:
+    """A kfuse error naming the field (and still a TypeError), not nanobind's own."""
+    p = kfuse.ReductionParams("reduction")
+    with pytest.raises(kfuse.ParamsError, match=f"ReductionParams.{field}|HeuristicParams"):
+        setattr(p, field, value)
+    with pytest.raises(TypeError):
+        setattr(p, field, value)
+    launch = kfuse.LaunchParams(block_x=32)
+    with pytest.raises(kfuse.ParamsError, match="LaunchParams.block_x has the wrong type"):
+        launch.block_x = "32"
+    launch.block_x = None  # optional fields take None
+    assert launch.block_x is None

@@ -183,7 +183,7 @@ def test_manual_execute_with_edited_params_is_right_or_a_kfuse_error(
         params = data.draw(JUNK)
     else:
         for name in data.draw(st.lists(st.sampled_from(PARAM_FIELDS), max_size=3)):
-            value = data.draw(st.integers(-3, 2048))
+            value = data.draw(st.one_of(st.integers(-3, 2048), JUNK))
             _ok_or_kfuse_error(lambda n=name, v=value: setattr(params, n, v)
                                if hasattr(params, n) else None)
     out = _ok_or_kfuse_error(lambda: fd.manual_execute(inputs, heuristic_params=params))

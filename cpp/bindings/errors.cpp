@@ -4,6 +4,7 @@
 
 #include "../kfuse/cuda_driver.h"
 #include "../kfuse/nvrtc.h"
+#include "../kfuse/params_error.h"
 #include "bindings.h"
 
 namespace nb = nanobind;
@@ -16,6 +17,7 @@ namespace {
 // more machinery for no benefit: the types are immutable).
 PyObject *g_cuda_error = nullptr;
 PyObject *g_compile_error = nullptr;
+PyObject *g_params_error = nullptr;
 
 PyObject *new_exception(const char *name, const char *doc, nb::handle base, nb::dict attrs) {
     PyObject *type = PyErr_NewExceptionWithDoc(name, doc, base.ptr(), attrs.ptr());
@@ -55,6 +57,15 @@ void register_errors(nb::module_ &m) {
         "log) and source; the message has both, with the source's lines numbered.",
         base, compile_defaults);
 
+    // Also a ValueError and a TypeError: a bad params value or type raised those before, and
+    // code that catches them, as Python's conventions suggest, still does.
+    nb::object value_error = nb::borrow(PyExc_ValueError), type_error = nb::borrow(PyExc_TypeError);
+    g_params_error = new_exception(
+        "kfuse._C.ParamsError",
+        "A launch, compile or heuristic parameter was given a value it cannot take (out of "
+        "range, or of the wrong type); the message names the field.",
+        nb::make_tuple(base, value_error, type_error), nb::dict());
+    m.attr("ParamsError") = nb::borrow(g_params_error);
     m.attr("CudaError") = nb::borrow(g_cuda_error);
     m.attr("CompileError") = nb::borrow(g_compile_error);
 
@@ -67,6 +78,8 @@ void register_errors(nb::module_ &m) {
             attrs["name"] = e.name();
             attrs["text"] = e.text();
             raise(g_cuda_error, e.what(), attrs);
+        } catch (const ParamsError &e) {
+            PyErr_SetString(g_params_error, e.what());
         } catch (const CompileError &e) {
             nb::dict attrs;
             attrs["log"] = e.log();

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "../kfuse/heuristic_params.h"
+#include "../kfuse/params_error.h"
 #include "bindings.h"
 
 namespace nb = nanobind;
@@ -25,7 +26,7 @@ void reject_unknown(nb::dict d, const std::set<std::string> &known, const char *
     for (auto [key, value] : d) {
         std::string k = nb::cast<std::string>(nb::str(key));
         if (!known.count(k))
-            throw nb::value_error((std::string(what) + ": unknown field '" + k + "'").c_str());
+            throw ParamsError((std::string(what) + ": unknown field '" + k + "'").c_str());
     }
 }
 
@@ -34,10 +35,10 @@ T cast_field(nb::handle value, const char *owner, const char *name) {
     T out{};
     if constexpr (std::is_same_v<T, bool>) {
         if (!PyBool_Check(value.ptr()))
-            throw nb::type_error((std::string(owner) + "." + name + " must be a bool").c_str());
+            throw ParamsError((std::string(owner) + "." + name + " must be a bool").c_str());
     }
     if (!nb::try_cast<T>(value, out))
-        throw nb::type_error((std::string(owner) + "." + name + " has the wrong type: " +
+        throw ParamsError((std::string(owner) + "." + name + " has the wrong type: " +
                               nb::cast<std::string>(nb::repr(value)))
                                  .c_str());
     return out;
@@ -118,9 +119,26 @@ void assign_fields(P &p, nb::dict d) {
         P::fields());
 }
 
+// A read-write attribute whose setter checks the value's type itself (cast_field), so that a
+// wrong type is a ParamsError naming the field instead of nanobind's generic TypeError.
+template <class C, class T, class Cls>
+void def_field(Cls &cls, const char *owner, const char *name, T C::*member,
+               const char *doc = "") {
+    cls.def_prop_rw(
+        name, [member](C &c) -> T & { return c.*member; },
+        [member, owner, name](C &c, nb::handle value) {
+            c.*member = cast_field<T>(value, owner, name);
+        },
+        // A params field (lparams) is held by reference, as def_rw would; numbers are copied.
+        nb::for_getter(nb::rv_policy::reference_internal),
+        nb::for_setter(nb::arg("value").none()),  // None too: optional fields take it
+        doc);  // nanobind reads the string: never nullptr
+}
+
 template <class P, class Cls>
-void bind_fields(Cls &cls) {
-    std::apply([&](const auto &...f) { (cls.def_rw(f.name, f.member), ...); }, P::fields());
+void bind_fields(Cls &cls, const char *owner) {
+    std::apply([&](const auto &...f) { (def_field(cls, owner, f.name, f.member), ...); },
+               P::fields());
 }
 
 nb::dict params_to_dict(const HeuristicParams &p) {
@@ -159,7 +177,7 @@ std::unique_ptr<HeuristicParams> make_from(const std::string &type, nb::dict fie
 
 std::unique_ptr<HeuristicParams> params_from_dict(nb::dict d) {
     if (!d.contains("scheduler_type"))
-        throw nb::value_error("HeuristicParams.from_dict: the dict has no 'scheduler_type'");
+        throw ParamsError("HeuristicParams.from_dict: the dict has no 'scheduler_type'");
     std::string type = cast_field<std::string>(d["scheduler_type"], "HeuristicParams",
                                                "scheduler_type");
     nb::dict fields;
@@ -186,7 +204,7 @@ std::unique_ptr<HeuristicParams> params_from_dict(nb::dict d) {
         else if (covers(field_names<ReductionParams>()))
             cls = "ReductionParams";
         else
-            throw nb::value_error(("HeuristicParams.from_dict: no params class has all the "
+            throw ParamsError(("HeuristicParams.from_dict: no params class has all the "
                                    "fields given for scheduler_type '" + type + "'").c_str());
     }
     std::unique_ptr<HeuristicParams> p;
@@ -217,7 +235,7 @@ void init_with_kwargs(P *self, const std::string &scheduler_type, nb::kwargs kwa
     for (auto [key, value] : fields) {
         std::string k = nb::cast<std::string>(nb::str(key));
         if (!known.count(k))
-            throw nb::type_error((std::string(tmp.class_name()) +
+            throw ParamsError((std::string(tmp.class_name()) +
                                   "() got an unexpected keyword argument '" + k + "'").c_str());
     }
     assign_fields(tmp, fields);
@@ -227,7 +245,7 @@ void init_with_kwargs(P *self, const std::string &scheduler_type, nb::kwargs kwa
 }  // namespace
 
 void register_params(nb::module_ &m) {
-    nb::class_<LaunchParams>(
+    auto launch = nb::class_<LaunchParams>(
         m, "LaunchParams",
         "Grid and block dimensions and dynamic shared memory for a launch. Unset (None) "
         "dimensions are 1 at launch; grid_x and block_x must be given by compile-time or "
@@ -247,13 +265,6 @@ void register_params(nb::module_ &m) {
             nb::kw_only(), "grid_x"_a = nb::none(), "grid_y"_a = nb::none(),
             "grid_z"_a = nb::none(), "block_x"_a = nb::none(), "block_y"_a = nb::none(),
             "block_z"_a = nb::none(), "shared_mem"_a = 0)
-        .def_rw("grid_x", &LaunchParams::grid_x)
-        .def_rw("grid_y", &LaunchParams::grid_y)
-        .def_rw("grid_z", &LaunchParams::grid_z)
-        .def_rw("block_x", &LaunchParams::block_x)
-        .def_rw("block_y", &LaunchParams::block_y)
-        .def_rw("block_z", &LaunchParams::block_z)
-        .def_rw("shared_mem", &LaunchParams::shared_mem)
         .def_prop_ro("grid", [](const LaunchParams &p) {
             auto g = p.grid();
             return nb::make_tuple(g[0], g[1], g[2]);
@@ -277,8 +288,15 @@ void register_params(nb::module_ &m) {
         .def("__repr__", &LaunchParams::repr)
         .def("__copy__", [](const LaunchParams &p) { return p; })
         .def("__deepcopy__", [](const LaunchParams &p, nb::handle) { return p; }, "memo"_a);
+    def_field(launch, "LaunchParams", "grid_x", &LaunchParams::grid_x);
+    def_field(launch, "LaunchParams", "grid_y", &LaunchParams::grid_y);
+    def_field(launch, "LaunchParams", "grid_z", &LaunchParams::grid_z);
+    def_field(launch, "LaunchParams", "block_x", &LaunchParams::block_x);
+    def_field(launch, "LaunchParams", "block_y", &LaunchParams::block_y);
+    def_field(launch, "LaunchParams", "block_z", &LaunchParams::block_z);
+    def_field(launch, "LaunchParams", "shared_mem", &LaunchParams::shared_mem);
 
-    nb::class_<CompileParams>(
+    auto compile = nb::class_<CompileParams>(
         m, "CompileParams",
         "How a kernel is compiled: index_type ('int32' or 'int64'), maxrregcount (None: NVRTC "
         "decides), arch ('sm_90'...; None: the device's own), extra NVRTC options.")
@@ -303,10 +321,6 @@ void register_params(nb::module_ &m) {
                 CompileParams::check_index_type(t);
                 p.index_type = t;
             })
-        .def_rw("maxrregcount", &CompileParams::maxrregcount)
-        .def_rw("arch", &CompileParams::arch)
-        .def_rw("extra_options", &CompileParams::extra_options,
-                "A copy of the list: assign a new list to change it.")
         .def("nvrtc_options", &CompileParams::nvrtc_options,
              "The NVRTC options these parameters add (the architecture is passed apart).")
         .def("validate", &CompileParams::validate)
@@ -320,14 +334,16 @@ void register_params(nb::module_ &m) {
         .def("__repr__", &CompileParams::repr)
         .def("__copy__", [](const CompileParams &p) { return p; })
         .def("__deepcopy__", [](const CompileParams &p, nb::handle) { return p; }, "memo"_a);
+    def_field(compile, "CompileParams", "maxrregcount", &CompileParams::maxrregcount);
+    def_field(compile, "CompileParams", "arch", &CompileParams::arch);
+    def_field(compile, "CompileParams", "extra_options", &CompileParams::extra_options,
+              "A copy of the list: assign a new list to change it.");
 
-    nb::class_<HeuristicParams>(
+    auto heuristic = nb::class_<HeuristicParams>(
         m, "HeuristicParams",
         "What a scheduler decided for one kernel: launch (lparams) and compile (cparams) "
         "parameters plus the subclass's fields. scheduler_type is fixed at construction.")
         .def(nb::init<std::string>(), "scheduler_type"_a = "none")
-        .def_rw("lparams", &HeuristicParams::lparams)
-        .def_rw("cparams", &HeuristicParams::cparams)
         .def_prop_ro("scheduler_type", &HeuristicParams::scheduler_type)
         .def("to_dict", &params_to_dict,
              "{'scheduler_type': ..., <fields>..., 'lparams': {...}, 'cparams': {...}}")
@@ -343,6 +359,8 @@ void register_params(nb::module_ &m) {
              nb::is_operator())
         .def("__hash__", &HeuristicParams::hash)
         .def("__repr__", &HeuristicParams::repr);
+    def_field(heuristic, "HeuristicParams", "lparams", &HeuristicParams::lparams);
+    def_field(heuristic, "HeuristicParams", "cparams", &HeuristicParams::cparams);
 
     auto pointwise = nb::class_<PointwiseParams, HeuristicParams>(
         m, "PointwiseParams",
@@ -351,7 +369,7 @@ void register_params(nb::module_ &m) {
         "arguments set fields: PointwiseParams(vectorization_factor=4).");
     pointwise.def("__init__", &init_with_kwargs<PointwiseParams>,
                   "scheduler_type"_a = "pointwise", "kwargs"_a);
-    bind_fields<PointwiseParams>(pointwise);
+    bind_fields<PointwiseParams>(pointwise, "PointwiseParams");
 
     auto reduction = nb::class_<ReductionParams, HeuristicParams>(
         m, "ReductionParams",
@@ -360,7 +378,7 @@ void register_params(nb::module_ &m) {
         "reduction domains, and cross-block / cross-grid flags. Keyword arguments set fields.");
     reduction.def("__init__", &init_with_kwargs<ReductionParams>,
                   "scheduler_type"_a = "reduction", "kwargs"_a);
-    bind_fields<ReductionParams>(reduction);
+    bind_fields<ReductionParams>(reduction, "ReductionParams");
 }
 
 }  // namespace bindings

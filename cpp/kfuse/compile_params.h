@@ -1,6 +1,8 @@
 // kfuse/compile_params.h: how a kernel is compiled (index type, registers, arch, NVRTC flags).
 #pragma once
 
+#include "params_error.h"
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -20,17 +22,17 @@ struct CompileParams {
 
     static void check_index_type(const std::string &t) {
         if (t != "int32" && t != "int64")
-            throw std::invalid_argument(
+            throw ParamsError(
                 "CompileParams.index_type must be 'int32' or 'int64', got '" + t + "'");
     }
 
     void validate() const {
         check_index_type(index_type);
         if (maxrregcount && (*maxrregcount < 16 || *maxrregcount > 255))
-            throw std::invalid_argument("CompileParams.maxrregcount must be in [16, 255] or "
+            throw ParamsError("CompileParams.maxrregcount must be in [16, 255] or "
                                         "None, got " + std::to_string(*maxrregcount));
         if (arch && arch->rfind("sm_", 0) != 0)
-            throw std::invalid_argument("CompileParams.arch must look like 'sm_90' or be None, "
+            throw ParamsError("CompileParams.arch must look like 'sm_90' or be None, "
                                         "got '" + *arch + "'");
     }
 

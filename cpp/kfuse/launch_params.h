@@ -1,6 +1,8 @@
 // kfuse/launch_params.h: grid and block dimensions plus dynamic shared memory for one launch.
 #pragma once
 
+#include "params_error.h"
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -29,11 +31,11 @@ struct LaunchParams {
         const char *names[6] = {"grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"};
         for (int i = 0; i < 6; ++i)
             if (dims[i]->has_value() && **dims[i] < 1)
-                throw std::invalid_argument(std::string("LaunchParams.") + names[i] +
+                throw ParamsError(std::string("LaunchParams.") + names[i] +
                                             " must be >= 1 or None, got " +
                                             std::to_string(**dims[i]));
         if (shared_mem < 0)
-            throw std::invalid_argument("LaunchParams.shared_mem must be >= 0, got " +
+            throw ParamsError("LaunchParams.shared_mem must be >= 0, got " +
                                         std::to_string(shared_mem));
     }
 

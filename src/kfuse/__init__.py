@@ -15,6 +15,7 @@ from kfuse.errors import (
     InputError,
     KfuseError,
     OutOfMemoryError,
+    ParamsError,
     ProfilerError,
     SchedulerError,
 )

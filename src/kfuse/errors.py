@@ -1,7 +1,8 @@
 """kfuse's exceptions: one hierarchy rooted at :class:`KfuseError`.
 
-``CudaError``, ``CompileError`` and ``ProfilerError`` are defined by the C++ extension (it
-raises them) and are re-exported here; ``kfuse.errors.CudaError is kfuse._C.CudaError``.
+``CudaError``, ``CompileError``, ``ParamsError`` and ``ProfilerError`` are defined by the C++
+extension (it raises them) and are re-exported here; ``kfuse.errors.CudaError is
+kfuse._C.CudaError``.
 """
 
 from kfuse import _C
@@ -10,6 +11,7 @@ from kfuse._errors_base import KfuseError
 CudaError = _C.CudaError
 CompileError = _C.CompileError
 ProfilerError = _C.ProfilerError
+ParamsError = _C.ParamsError  # also a ValueError and a TypeError
 
 
 class DefinitionError(KfuseError):
@@ -40,6 +42,7 @@ __all__ = [
     "CompileError",
     "CudaError",
     "ProfilerError",
+    "ParamsError",
     "EmulatorError",
     "OutOfMemoryError",
 ]
