@@ -208,3 +208,13 @@ def test_an_output_too_large_to_allocate_is_a_kfuse_error() -> None:
         fd.add_output(fd.ops.expand(x, shape=[2**50]))
     with pytest.raises(kfuse.OutOfMemoryError, match=r"output T1: Float \(1125899906842624,\)"):
         fd.execute([np.ones(1, np.float32)])
+
+
+@pytest.mark.parametrize("call", [lambda fd, x: fd.ops.sum(x, [1], keepdim="no"),
+                                  lambda fd, x: fd.ops.mean(x, [1], keepdim=1),
+                                  lambda fd, x: fd.ops.broadcast(x, [True, "x", False]),
+                                  lambda fd, x: fd.ops.broadcast(x, "ab")])
+def test_flags_are_bools_not_anything_truthy(call: Callable) -> None:
+    with pytest.raises(DefinitionError, match="bool"):
+        with FusionDefinition() as fd:
+            call(fd, fd.define_tensor(shape=[-1, -1]))

@@ -46,6 +46,11 @@ MAX_EXTENT = 2**63 - 1
 """The largest extent: sizes are int64 everywhere (kernels, frameworks)."""
 
 
+def _is_bool(b: Any) -> bool:
+    """A Python or NumPy bool (a flag given as 1 or "no" is not silently taken as one)."""
+    return isinstance(b, bool) or getattr(getattr(b, "dtype", None), "kind", "") == "b"
+
+
 def as_index(d: Any, op: str, what: str) -> int:
     """`d` as a Python int: an int or any integer that supports __index__ (NumPy's); a bool,
     float or string is a DefinitionError naming `what`, never silently converted."""
@@ -240,6 +245,10 @@ class Builder:
                   ) -> TensorView:
         """Insert broadcast axes where is_new_axis is True."""
         v = self.tensor(x, op)
+        if not isinstance(is_new_axis, (list, tuple)) or \
+                not all(_is_bool(b) for b in is_new_axis):
+            raise DefinitionError(f"{op}: is_broadcast_dim must be a list of bools, got "
+                                  f"{describe(is_new_axis)}")
         flags = tuple(bool(b) for b in is_new_axis)
         if sum(not b for b in flags) != v.ndim:
             raise DefinitionError(f"{op}: is_broadcast_dim {list(flags)} has "
@@ -412,6 +421,8 @@ class Builder:
 
     def keepdim(self, v: Any, dims: tuple[int, ...], ndim: int, keepdim: bool, op: str) -> Any:
         """Re-insert reduced axes as broadcast axes when keepdim is set."""
+        if not _is_bool(keepdim):
+            raise DefinitionError(f"{op}: keepdim must be a bool, got {describe(keepdim)}")
         if not keepdim:
             return v
         return self.broadcast(v, [i in dims for i in range(ndim)], op=op)
