@@ -109,7 +109,7 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
     next round's index, examples a round, whether the pool broke)."""
     messages = context.Queue()
     slots = context.Value("i", 0)
-    running: dict[Future, tuple[Round, float]] = {}
+    running: dict[Future, Round] = {}
     assigned = 0  # examples of rounds in flight
     broken = False
     pool = ProcessPoolExecutor(max_workers=campaign.workers, mp_context=context,
@@ -128,7 +128,7 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
                 spec = campaign.round(next_round, want)
                 next_round += 1
                 try:
-                    running[pool.submit(run_round, spec)] = (spec, time.monotonic())
+                    running[pool.submit(run_round, spec)] = spec
                 except BrokenProcessPool:
                     broken = True
                     break
@@ -138,7 +138,7 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
             finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(messages, summary, progress)
             for future in finished:
-                spec, submitted = running.pop(future)
+                spec = running.pop(future)
                 assigned -= spec.examples
                 try:
                     result = future.result()
@@ -155,7 +155,7 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
             if done:
                 for future in list(running):
                     if future.cancel():
-                        spec, _ = running.pop(future)
+                        spec = running.pop(future)
                         assigned -= spec.examples
     finally:
         # On a broken pool this joins the workers the pool ended: afterwards only the dead
