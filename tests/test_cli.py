@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kfuse", *args], cwd=cwd, capture_output=True,
@@ -22,12 +24,39 @@ def test_demo_runs_and_checks_itself_without_a_gpu(tmp_path: Path) -> None:
 def test_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> None:
     result = run("bench", cwd=tmp_path)
     assert result.returncode == 2
-    assert "source checkout" in result.stdout
+    assert "source checkout" in result.stderr
 
 
-def test_unknown_command_prints_usage(tmp_path: Path) -> None:
-    result = run("frobnicate", cwd=tmp_path)
-    assert result.returncode == 2 and "usage" in result.stdout
+@pytest.mark.parametrize("args, says", [(["frobnicate"], "unknown command 'frobnicate'"),
+                                        ([], "no command given"),
+                                        (["info", "--bogus"], "unrecognized arguments"),
+                                        (["demo", "extra"], "unrecognized arguments")])
+def test_a_bad_command_line_is_one_line_and_status_2(tmp_path: Path, args: list[str],
+                                                     says: str) -> None:
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and says in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_commands_and_each_has_its_own(tmp_path: Path) -> None:
+    top = run("--help", cwd=tmp_path)
+    assert top.returncode == 0
+    for command in ("info", "demo", "bench", "campaign"):
+        assert command in top.stdout
+    info = run("info", "--help", cwd=tmp_path)
+    assert info.returncode == 0 and "--json" in info.stdout
+    assert "devices:" not in info.stdout, "--help must not run the report"
+
+
+def test_info_as_json(tmp_path: Path) -> None:
+    import json
+
+    result = run("info", "--json", cwd=tmp_path)
+    assert result.returncode == 0
+    facts = json.loads(result.stdout)
+    assert facts["versions"]["kfuse"] and set(facts) >= {"driver", "nvrtc", "devices"}
+    assert isinstance(facts["devices"]["count"], int)
 
 
 def test_the_benchmark_script_runs_as_a_script() -> None:

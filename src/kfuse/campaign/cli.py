@@ -11,7 +11,6 @@ line on stderr, never a traceback).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -21,22 +20,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kfuse.command_line import Parser, UsageError
+
 DTYPE_NAMES = ("Float", "Half", "BFloat16", "Double", "Int32", "Int", "Bool")
 
 
-class UsageError(Exception):
-    """A bad command line; its message is printed as one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits with its own usage text
-        raise UsageError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     from kfuse.testing import KINDS
 
-    p = _Parser(prog="kfuse campaign",
+    p = Parser(prog="kfuse campaign",
                 description="Run random fusions through kfuse on every visible GPU (or the host "
                             "emulator) and check each against the float64 reference; write a "
                             "repro script for every failure and a JSON summary.",
@@ -268,7 +260,7 @@ class _Counter:
 def _merge(argv: list[str]) -> int:
     from kfuse.campaign.summary import load, merge
 
-    p = _Parser(prog="kfuse campaign merge",
+    p = Parser(prog="kfuse campaign merge",
                 description="Join the summary.json files of a campaign's shards.")
     p.add_argument("summaries", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True, help="the merged JSON to write")
