@@ -67,8 +67,10 @@ class Campaign:
 
 
 # Rounds last about this long, so that the budget is kept to within a round and a worker's
-# results come back often.
+# results come back often; at most MAX_ROUND examples, because the rate swings (a run of
+# kernels from the disk cache is ten times faster than one that compiles).
 ROUND_SECONDS = 4.0
+MAX_ROUND = 48
 
 
 def run(campaign: Campaign) -> Summary:
@@ -148,7 +150,7 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
                 if result.examples:
                     # Size rounds to last about ROUND_SECONDS at the rate a worker runs.
                     rate = result.examples / max(result.seconds, 1e-3)
-                    per_round = max(2, min(200, int(rate * ROUND_SECONDS)))
+                    per_round = max(2, min(MAX_ROUND, int(rate * ROUND_SECONDS)))
             progress.refresh(time.monotonic() - started)
             if broken or (done and not running):
                 break
