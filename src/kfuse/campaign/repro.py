@@ -127,7 +127,7 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
     """The saved array: `values` at the saved strides, starting on the saved alignment."""
     import numpy as np
 
-    from kfuse.testing.inputs import _aligned_start
+    from kfuse.testing.inputs import aligned_start
 
     dtype = DataType(entry["dtype"])
     shape, strides, n = tuple(entry["shape"]), tuple(entry["strides"]), len(values)
@@ -137,7 +137,7 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
         from kfuse.dtypes import to_torch_dtype
 
         buf = torch.zeros(n + 16, dtype=to_torch_dtype(dtype), device=device or entry["device"])
-        start = _aligned_start(entry["alignment"], buf.data_ptr(), buf.element_size())
+        start = aligned_start(entry["alignment"], buf.data_ptr(), buf.element_size())
         buf[start:start + n] = torch.from_numpy(values).to(buf.dtype)
         return torch.as_strided(buf, shape, strides, start)
     if entry["framework"] == "cupy":
@@ -145,15 +145,16 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
 
         from kfuse.dtypes import to_numpy_dtype
 
-        buf = cupy.zeros(n + 16, to_numpy_dtype(dtype))
-        start = _aligned_start(entry["alignment"], buf.data.ptr, buf.itemsize)
-        buf[start:start + n] = cupy.asarray(values.astype(buf.dtype))
-        return cupy.lib.stride_tricks.as_strided(buf[start:], shape,
-                                                 [s * buf.itemsize for s in strides])
-    buf = np.zeros(n + 16, values.dtype)
-    start = _aligned_start(entry["alignment"], buf.ctypes.data, buf.itemsize)
-    buf[start:start + n] = values
-    return np.lib.stride_tricks.as_strided(buf[start:], shape, [s * buf.itemsize for s in strides])
+        dev = cupy.zeros(n + 16, to_numpy_dtype(dtype))
+        start = aligned_start(entry["alignment"], dev.data.ptr, dev.itemsize)
+        dev[start:start + n] = cupy.asarray(values.astype(dev.dtype))
+        return cupy.lib.stride_tricks.as_strided(dev[start:], shape,
+                                                 [s * dev.itemsize for s in strides])
+    host = np.zeros(n + 16, values.dtype)
+    start = aligned_start(entry["alignment"], host.ctypes.data, host.itemsize)
+    host[start:start + n] = values
+    return np.lib.stride_tricks.as_strided(host[start:], shape,
+                                           [s * host.itemsize for s in strides])
 
 
 def replay(fd: Any, npz: Path, argv: list[str]) -> int:

@@ -74,7 +74,11 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str],
     _QUEUE = queue
     # The pool ends the other workers when one dies: they leave no in-flight repro behind,
     # so that the one left is the dead worker's.
-    signal.signal(signal.SIGTERM, lambda *_: (_remove_in_flight(out), os._exit(0)))
+    def stop(*_: Any) -> None:
+        _remove_in_flight(out)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
     with slots.get_lock():
         slot = slots.value
         slots.value += 1

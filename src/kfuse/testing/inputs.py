@@ -344,22 +344,22 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
         if v.dtype is DataType.BFloat16:
             buf = buf.to(torch.bfloat16)
         buf = buf.to(array.device)
-        start = _aligned_start(lay.data_ptr, buf.data_ptr(), buf.element_size())
+        start = aligned_start(lay.data_ptr, buf.data_ptr(), buf.element_size())
         return torch.as_strided(buf, lay.shape, lay.strides, start)
     if framework == "cupy":
         import cupy
 
         buf = cupy.asarray(base)
-        start = _aligned_start(lay.data_ptr, buf.data.ptr, buf.itemsize)
+        start = aligned_start(lay.data_ptr, buf.data.ptr, buf.itemsize)
         return cupy.lib.stride_tricks.as_strided(buf[start:], lay.shape,
                                                  [s * buf.itemsize for s in lay.strides])
     import numpy as np
 
-    start = _aligned_start(lay.data_ptr, base.ctypes.data, base.itemsize)
+    start = aligned_start(lay.data_ptr, base.ctypes.data, base.itemsize)
     return np.lib.stride_tricks.as_strided(base[start:], lay.shape,
                                            [s * base.itemsize for s in lay.strides])
 
 
-def _aligned_start(want_ptr: int, buffer_ptr: int, itemsize: int) -> int:
+def aligned_start(want_ptr: int, buffer_ptr: int, itemsize: int) -> int:
     """The first element of a buffer at `buffer_ptr` whose address is `want_ptr` modulo 16."""
     return ((want_ptr - buffer_ptr) % 16) // itemsize
