@@ -8,6 +8,7 @@ code silently treats such an array as real float32 data. PyTorch bfloat16 tensor
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 from kfuse.errors import DefinitionError
@@ -167,7 +168,8 @@ def promote_pair(a: DataType, b: DataType) -> DataType:
     return a if ra > rb else b
 
 
-def promote_types(tensor_dtypes: list[DataType], weak_dtypes: list[DataType] = ()) -> DataType:
+def promote_types(tensor_dtypes: Sequence[DataType],
+                  weak_dtypes: Sequence[DataType] = ()) -> DataType:
     """The result dtype of an op on tensors and weakly typed scalars, following PyTorch.
 
     Rules (those of torch.result_type, without complex numbers):

@@ -190,7 +190,7 @@ class FusionExecutorCache:
 
     def _pick(self, info: RuntimeInfo) -> tuple[Any, list[str]]:
         """The first scheduler that takes the whole fusion (or None) and the rejections."""
-        reasons = []
+        reasons: list[str] = []
         for candidate in SCHEDULERS:
             reason = rejection_reason(candidate, self.fusion, info)
             if reason is None:

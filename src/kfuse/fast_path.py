@@ -141,7 +141,7 @@ class ScalarProgram:
         return len(self.operands) - 1
 
     def __call__(self, inputs: Any) -> tuple:
-        values = dict(self.fixed)
+        values: dict[Any, Any] = dict(self.fixed)
         for position, val in self.inputs:
             values[val] = inputs[position]
         for expr in self.exprs:
@@ -201,6 +201,7 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
                    {"dtype": torch.float64, "device": device}, -1)
                   for n in workspace_bytes(compiled.launches)]
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    stream_args: tuple[Any, ...]
     if raw is not None:
         stream, stream_args = raw, (info.device_index,)
     else:  # torch builds without the raw query

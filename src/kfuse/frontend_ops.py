@@ -8,7 +8,7 @@ compute Half/BFloat16 inputs in Float, returning the input's dtype.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import DataType, as_dtype
@@ -40,6 +40,11 @@ class Ops:
 
     def __init__(self, fd: FusionDefinition) -> None:
         self._fd = fd
+
+    if TYPE_CHECKING:
+        # The pointwise methods (add, exp, where, ...) are made from kfuse.ir.ops.OPS at the
+        # end of this module, one per name.
+        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
     @property
     def _b(self) -> Any:

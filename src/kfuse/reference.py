@@ -22,7 +22,8 @@ Scalar inputs are Python numbers (or 0-d arrays).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from kfuse.dtypes import DataType, from_array_dtype
 from kfuse.errors import DefinitionError, InputError
@@ -157,7 +158,7 @@ class _Evaluator:
                 for v in expr.inputs]
         if isinstance(expr, CastOp):
             return to_python(args[0], expr.dtype)
-        return eval_scalar(expr.op, args, expr.outputs[0].dtype)
+        return eval_scalar(cast(Any, expr).op, args, expr.outputs[0].dtype)
 
     def cast(self, expr: CastOp) -> Any:
         src = self.env[expr.inputs[0]] if not (isinstance(expr.inputs[0], Scalar) and
@@ -167,7 +168,7 @@ class _Evaluator:
         return self.store(src, expr.dtype)
 
     def pointwise(self, expr: Expr) -> Any:
-        op = expr.op
+        op = cast(Any, expr).op
         values = expr.inputs[1:] if op == "where" else expr.inputs
         compute = values[0].dtype
         args = [self.operand(v, compute) for v in values]
@@ -260,7 +261,7 @@ def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) ->
     return be.fn(op)(*args)
 
 
-_OPERATORS = {
+_OPERATORS: dict[str, Callable[..., Any]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
     "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,

@@ -7,8 +7,9 @@ with the same body emitter, so an op behaves identically whatever scheduler runs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from kfuse.codegen.domain import Use
+from kfuse.codegen.domain import Use, View
 from kfuse.codegen.expressions import compute_ctype, expression, scalar_operand
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
@@ -82,7 +83,7 @@ def emit_body(uses: list[Use], leaves: dict[Use, str], scalar_params: dict[Scala
             # Broadcast, expand, squeeze, permute: the value is the input's at the mapped view.
             from kfuse.codegen.domain import operand_views
 
-            in_use = Use(expr.inputs[0], operand_views(expr, use.view)[0])
+            in_use = Use(expr.inputs[0], cast(View, operand_views(expr, use.view)[0]))
             value = names[in_use]
         name = f"{prefix}{k}"
         lines.append(f"const {compute_ctype(val.dtype)} {name} = {value};")

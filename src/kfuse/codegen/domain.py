@@ -15,6 +15,7 @@ domain, and `ReductionOp` maps its output's axes to the kept reference axes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -143,7 +144,7 @@ def map_to_domain(outputs: list[tuple[Val, View]], ref_rank: int,
         in_views = operand_views(expr, view)
         if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             # Only the tensor operand carries data; extents of expand/broadcast are shapes.
-            visit(expr.inputs[0], in_views[0])
+            visit(expr.inputs[0], cast(View, in_views[0]))  # a tensor's view
         else:
             for inp, in_view in zip(expr.inputs, in_views):
                 visit(inp, () if in_view is None else in_view)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any, cast
 
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
@@ -67,16 +68,16 @@ def literal(value: object, dtype: DataType) -> str:
     if dtype is DataType.Bool:
         return "true" if value else "false"
     if dtype.is_integral:
-        v = int(value)  # type: ignore[arg-type]
+        v = int(cast(Any, value))
         if dtype is DataType.Int:
             # -2^63 has no literal form; spell it as an expression.
             return f"({v + 1}LL - 1LL)" if v == -(2 ** 63) else f"{v}LL"
         return f"{v}"
-    v = float(value)  # type: ignore[arg-type]
+    x = float(cast(Any, value))
     ctype = compute_ctype(dtype)
-    if math.isfinite(v):
-        return f"(({ctype}){v!r})"
-    bits = struct.unpack("<q", struct.pack("<d", v))[0]
+    if math.isfinite(x):
+        return f"(({ctype}){x!r})"
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
     return f"(({ctype})__longlong_as_double({bits}LL))"
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from kfuse.codegen.domain import DomainMap, Use, View, map_to_domain
 from kfuse.codegen.layout import INT32_MAX, contiguous_strides, ref_strides
@@ -132,10 +133,11 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
     assert isinstance(ref, TensorView)
     rank, dims = ref.ndim, tuple(first.dims)
     for r in reds[1:]:
-        if r.inputs[0].ndim != rank or tuple(r.dims) != dims:
+        r_rank = cast(TensorView, r.inputs[0]).ndim
+        if r_rank != rank or tuple(r.dims) != dims:
             raise PlanError(f"reductions over different axes: {_describe(first)} reduces axes "
                             f"{list(dims)} of a rank-{rank} tensor, {_describe(r)} reduces "
-                            f"{list(r.dims)} of a rank-{r.inputs[0].ndim} tensor")
+                            f"{list(r.dims)} of a rank-{r_rank} tensor")
     kept = tuple(i for i in range(rank) if i not in dims)
     red_outs = {o for r in reds for o in r.outputs}
     dependent = _check_dependent_exprs(fusion, red_outs, rank, dims)
@@ -158,7 +160,8 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
                 raise PlanError(f"output {out.name} does not span the kept axes of the "
                                 "reduction; it is computed in a segment of its own")
             row_outputs.append(k)
-    stages = tuple(map_to_domain([(r.inputs[0], positional_view(r.inputs[0], rank, kept))],
+    stages = tuple(map_to_domain([(r.inputs[0], positional_view(cast(TensorView, r.inputs[0]),
+                                                                 rank, kept))],
                                  rank, stop_at) for r in reds)
     full_map = map_to_domain([(fusion.outputs[k], output_views[k]) for k in loop_outputs],
                              rank, stop_at)
@@ -184,7 +187,7 @@ def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple
         if not any(v in dependent for v in e.inputs):
             continue
         if isinstance(e, BroadcastOp):
-            out = e.outputs[0]
+            out = cast(TensorView, e.outputs[0])
             if out.ndim != rank or tuple(i for i, b in enumerate(e.is_new_axis) if b) != dims:
                 raise PlanError(f"{_describe(e)} broadcasts a reduction result to axes "
                                 f"{[i for i, b in enumerate(e.is_new_axis) if b]}, not to the "

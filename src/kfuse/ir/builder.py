@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from kfuse.dtypes import DataType, as_dtype, promote_types, python_scalar_dtype
 from kfuse.errors import DefinitionError
@@ -357,7 +357,7 @@ class Builder:
         ints = [e for e in entries if isinstance(e, int)]
         statics = [a.extent for a in v.axes]
         if len(ints) == len(entries) and -1 not in ints and None not in statics:
-            if math.prod(ints) != math.prod(statics):
+            if math.prod(ints) != math.prod(cast("list[int]", statics)):
                 raise DefinitionError(f"{op}: cannot reshape {describe(v)} of size "
                                       f"{statics} to {ints}")
         scalars = tuple(self.constant(e, DataType.Int, op=op) if isinstance(e, int) else e

@@ -45,7 +45,7 @@ class Fusion:
         """Prune dead exprs and renumber Vals canonically (T0.., S0.. in definition order), so
         that printing a fusion and re-running the printout gives the same names."""
         live: set[int] = set()
-        needed = [v for v in self.outputs]
+        needed: list[Val] = list(self.outputs)
         seen: set[int] = set()
         while needed:
             v = needed.pop()
@@ -73,9 +73,9 @@ class Fusion:
         # Dead vals keep distinct names after the live ones.
         for e in self.all_exprs:
             if id(e) not in live:
-                for v in e.outputs:
-                    kind = "T" if isinstance(v, TensorView) else "S"
-                    v.name = f"{kind}{counters[kind]}"
+                for dead in e.outputs:
+                    kind = "T" if isinstance(dead, TensorView) else "S"
+                    dead.name = f"{kind}{counters[kind]}"
                     counters[kind] += 1
 
     # ---- queries ----

@@ -8,7 +8,7 @@ BFloat16 matmul stays BFloat16 as in torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from kfuse.dtypes import promote_types
 from kfuse.errors import DefinitionError, InputError
@@ -94,7 +94,7 @@ def infer_library_shape(expr: Any, shapes: dict[Val, Any]) -> tuple[int, ...]:
     contracted sizes or batch sizes disagree."""
     out = expr.outputs[0]
     if isinstance(expr, MatmulOp):
-        a, b = expr.inputs
+        a, b = cast("tuple[TensorView, TensorView]", expr.inputs)
         sa, sb = shapes[a], shapes[b]
         if sa[-1] != sb[-2]:
             raise InputError(f"{out.name} = matmul({a.name}, {b.name}): {a.name} has shape "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from kfuse.errors import InputError
 from kfuse.ir.exprs import (
@@ -110,7 +110,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
             if n is None or int(n) < 0:
                 raise InputError(f"{out.name} = expand(...): extent {ext.name} of axis {i} is "
                                  f"{n}, not a size")
-            if not tv.axes[i].is_broadcast:
+            if not cast(TensorView, tv).axes[i].is_broadcast:
                 # Only broadcast axes expand; the size asked of any other must be its size.
                 if int(n) != shape[i]:
                     asked = str(int(n)) if ext.is_constant else f"{_named(ext)} = {int(n)}"
@@ -146,7 +146,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
 
 def _pointwise(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
                ) -> tuple[tuple[int, ...], list[_Origin]]:
-    out = expr.outputs[0]
+    out = cast(TensorView, expr.outputs[0])
     result: list[int] = [1] * out.ndim
     res_orig: list[_Origin | None] = [None] * out.ndim
     for operand in expr.inputs:
@@ -156,11 +156,12 @@ def _pointwise(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Orig
             if axis.is_broadcast:
                 continue
             n = shapes[operand][i]
-            if res_orig[i] is None:
+            first = res_orig[i]
+            if first is None:
                 result[i], res_orig[i] = n, origins[operand][i]
             elif n != result[i]:
                 raise InputError(
-                    f"{res_orig[i].text} has size {result[i]} but {origins[operand][i].text} "
+                    f"{first.text} has size {result[i]} but {origins[operand][i].text} "
                     f"has size {n}; they meet in {out.name} = {expr._math()}")
     final = [o if o is not None else _Origin(f"broadcast axis of {out.name}") for o in res_orig]
     return tuple(result), final
@@ -168,7 +169,7 @@ def _pointwise(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Orig
 
 def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]
              ) -> tuple[int, ...]:
-    out = expr.outputs[0]
+    out = cast(TensorView, expr.outputs[0])
     total = math.prod(shape)
     entries = [_value(s, shapes) for s in expr.shape]
     if any(e is None for e in entries):
@@ -202,4 +203,4 @@ def infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
     elif isinstance(expr, CastOp):
         shapes[out] = to_python(args[0], expr.dtype)
     else:
-        shapes[out] = eval_scalar(expr.op, args, out.dtype)
+        shapes[out] = eval_scalar(cast(Any, expr).op, args, out.dtype)

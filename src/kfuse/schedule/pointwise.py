@@ -15,7 +15,7 @@ Heuristics, from the device and the actual inputs:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kfuse.codegen.domain import UnsupportedExpr
 from kfuse.codegen.layout import (
@@ -29,6 +29,7 @@ from kfuse.codegen.layout import (
 from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_pointwise
 from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import TensorView
 from kfuse.runtime_info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
@@ -156,7 +157,7 @@ def pointwise_layout(plan: PointwisePlan, info: RuntimeInfo,
     sizes = info.shape(plan.reference)
     operands: list[OperandLayout] = []
     for use in plan.domain.input_uses:
-        layout = info.layouts[use.val]
+        layout = info.layouts[cast(TensorView, use.val)]
         operands.append(OperandLayout(layout.data_ptr, use.val.dtype.itemsize,
                                       ref_strides(use.view, layout.strides, rank)))
     for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):

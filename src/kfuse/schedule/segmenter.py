@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kfuse.arrays import ArrayLayout
 from kfuse.dtypes import DataType
@@ -171,14 +171,13 @@ class _Segmenter:
                     and len(e.dims) > 1 and id(e) not in self.split_all:
                 # Adjacent axes that are not one block in memory (a strided view): reduce
                 # them one axis at a time instead.
-                self.__init__(self.fusion, self.info, split_all={id(e)} | self.split_all,
-                              forward=self.forward)
-                return self.run(reason)
+                return _Segmenter(self.fusion, self.info, split_all={id(e)} | self.split_all,
+                                  forward=self.forward).run(reason)
             if scheduler is None and self.forwarded:
                 # Some scheduler refuses the expr with its forwarded inputs: segment without
                 # forwarding, where each expr is accepted on its own.
-                self.__init__(self.fusion, self.info, split_all=self.split_all, forward=False)
-                return self.run(reason)
+                return _Segmenter(self.fusion, self.info, split_all=self.split_all,
+                                  forward=False).run(reason)
             if scheduler is None:
                 raise SchedulerError(f"{str(self.exprs[min(g)])}: no scheduler takes this "
                                      f"expr even on its own:\n  {why}")
@@ -297,8 +296,10 @@ class _Segmenter:
                    if id(o) in used_outside or id(o) in self.output_ids]
         if scheduler is None:
             scheduler = self.accept(members)[0]
-        return SegmentPlan(scheduler, build_sub_fusion(exprs, inputs, outputs, self.fusion),
-                           tuple(exprs), tuple(inputs), tuple(outputs))
+        return SegmentPlan(cast(SchedulerType, scheduler),  # the group was accepted
+                           build_sub_fusion(exprs, inputs, outputs, self.fusion),
+                           tuple(exprs), tuple(inputs),
+                           tuple(cast("list[TensorView]", outputs)))
 
 
 def split_reductions(exprs: list[Expr], info: RuntimeInfo,
@@ -319,11 +320,12 @@ def split_reductions(exprs: list[Expr], info: RuntimeInfo,
             continue
         runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
         if id(e) in one_axis_at_a_time:
-            runs = [(d,) for d in sorted(e.dims)]
+            runs = [(d,) for d in sorted(cast(ReductionOp, e).dims)]
         if len(runs) < 2:
             out.append(e)
             continue
-        current: TensorView = e.inputs[0]  # type: ignore[assignment]
+        red = cast(ReductionOp, e)  # runs are only made for reductions
+        current = cast(TensorView, red.inputs[0])
         shape = list(info.shape(current))
         for k, run in enumerate(reversed(runs)):  # the highest axes first: lower indices hold
             last = k == len(runs) - 1
@@ -331,10 +333,10 @@ def split_reductions(exprs: list[Expr], info: RuntimeInfo,
                 result = e.outputs[0]
             else:
                 axes = tuple(ax for i, ax in enumerate(current.axes) if i not in run)
-                result = TensorView(f"{e.outputs[0].name}_part{k}", e.dtype, axes)
+                result = TensorView(f"{e.outputs[0].name}_part{k}", red.dtype, axes)
                 shape = [n for i, n in enumerate(shape) if i not in run]
                 info.extents[result] = tuple(shape)
-            out.append(dataclasses.replace(e, inputs=(current,), outputs=(result,),
+            out.append(dataclasses.replace(red, inputs=(current,), outputs=(result,),
                                            dims=tuple(run)))
             current = result  # type: ignore[assignment]
     return out
@@ -366,7 +368,7 @@ def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [tuple(r) for r in runs]
 
 
-def build_sub_fusion(exprs: list[Expr], inputs: list[Val], outputs: list[TensorView],
+def build_sub_fusion(exprs: list[Expr], inputs: list[Val], outputs: list[Val],
                      parent: Fusion) -> Fusion:
     """A new Fusion computing `outputs` from `inputs` with clones of `exprs`.
 

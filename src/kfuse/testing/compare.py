@@ -7,7 +7,7 @@ from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import LinearOp, MatmulOp, ReductionOp, WelfordOp
-from kfuse.ir.values import TensorView
+from kfuse.ir.values import TensorView, Val
 
 # (rtol, atol) for one op's worth of rounding, per dtype.
 TOLERANCES: dict[DataType, tuple[float, float]] = {
@@ -80,10 +80,10 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
         # that no kernel wrote (kfuse.arrays.POISON_BYTE).
         raw = np.ascontiguousarray(a).view(np.uint8)
         if (raw > 1).any():
-            idx = tuple(int(i[0]) for i in np.nonzero(raw > 1))
+            first = tuple(int(i[0]) for i in np.nonzero(raw > 1))
             raise AssertionError(f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
-                                 f"other than 0 or 1 (never written?); first at {idx}: "
-                                 f"{int(raw[idx])}")
+                                 f"other than 0 or 1 (never written?); first at {first}: "
+                                 f"{int(raw[first])}")
     alt = None if alternative is None else to_numpy(alternative)
     if not dtype.is_floating:
         bad = a.astype(np.int64) != e.astype(np.int64)
@@ -91,9 +91,9 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
             alt = alt.astype(np.int64)
             bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
         if bad.any():
-            idx = tuple(int(i[0]) for i in np.nonzero(bad))
+            at = tuple(int(i[0]) for i in np.nonzero(bad))
             raise AssertionError(f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
-                                 f"first at {idx}: actual {a[idx]}, expected {e[idx]}")
+                                 f"first at {at}: actual {a[at]}, expected {e[at]}")
         return
     a = a.astype(np.float64)
     e = e.astype(np.float64)
@@ -108,7 +108,8 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
         bad &= ~within
     if bad.any():
         score = np.where(bad, np.nan_to_num(err, nan=np.inf, posinf=np.inf), -1.0)
-        idx = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim else ()
+        idx: tuple[Any, ...] = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim \
+            else ()
         raise AssertionError(
             f"{int(bad.sum())} of {a.size} {dtype.value} elements are not close "
             f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
@@ -178,7 +179,7 @@ def assert_outputs_close(fusion: Any, actual: list[Any], expected: list[Any],
 def _cone(fusion: Any, output: TensorView) -> list:
     fusion = getattr(fusion, "fusion", fusion)
     seen: set[int] = set()
-    stack = [output]
+    stack: list[Val] = [output]
     exprs = []
     while stack:
         v = stack.pop()

@@ -268,8 +268,9 @@ def _make_array(draw: Any, rng: Any, v: TensorView, shape: tuple[int, ...], layo
 
     n = len(shape)
     order = list(range(n))
-    if v.stride_order is not None:  # declared memory order: outermost = highest rank
-        order = sorted(range(n), key=lambda i: -v.stride_order[i])
+    declared = v.stride_order
+    if declared is not None:  # declared memory order: outermost = highest rank
+        order = sorted(range(n), key=lambda i: -declared[i])
     if layout == "permuted" and n > 1:
         order = list(draw(st.permutations(order)))
     padded = draw(st.integers(0, n - 1)) if layout == "strided" and n else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import strategies as st
 
@@ -44,7 +44,7 @@ _EXACT_KEEPING = {"abs", "neg", "relu", "maximum", "minimum", "floor", "ceil", "
 
 @dataclass
 class _Entry:
-    val: Val
+    val: TensorView
     exact: bool  # computed without rounding from the inputs
     bound: float  # an upper bound of |value| for inputs within the default value range
 
@@ -80,7 +80,8 @@ class _Gen:
         # Prefer recent values (chains) but reach back (DAGs).
         e = self.draw(st.sampled_from(cands[-4:] if self.draw(st.booleans()) else cands))
         if e.val.dtype in _NARROW or (floating and not e.val.dtype.is_floating):
-            e = _Entry(self.fd.ops.cast(e.val, DataType.Float), e.exact, e.bound)
+            e = _Entry(cast(TensorView, self.fd.ops.cast(e.val, DataType.Float)), e.exact,
+                       e.bound)
         return e
 
     # ---- pointwise ----
@@ -105,7 +106,7 @@ class _Gen:
         bound = _unary_bound(op, e.bound)
         out = getattr(self.fd.ops, op)(e.val) if op != "gelu_tanh" else \
             self.fd.ops.gelu(e.val, approximate="tanh")
-        return _Entry(out, e.exact and op in _EXACT_KEEPING, bound)
+        return _Entry(cast(TensorView, out), e.exact and op in _EXACT_KEEPING, bound)
 
     def operand(self, exact: bool) -> tuple[Any, bool, float]:
         """A tensor entry, or sometimes a constant or symbolic scalar."""
@@ -204,7 +205,7 @@ class _Gen:
                                   unique=True))
         op = self.draw(st.sampled_from(["sum", "max", "min", "mean", "prod", "var"]))
         keep = self.draw(st.booleans())
-        v = e.val
+        v: Any = e.val
         if op in ("mean", "var", "prod") and not v.dtype.is_floating:
             v = o.cast(v, DataType.Float)
         if op == "prod":
@@ -368,7 +369,7 @@ def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -
     chosen += [e for e in gen.required if id(e.val) not in reached]
     narrow = [d for d in gen.dtypes if d in _NARROW]
     for e in chosen:
-        v = e.val
+        v: Any = e.val
         if narrow and v.dtype.is_floating and e.bound < 6e4 and draw(st.booleans()):
             v = fd.ops.cast(v, draw(st.sampled_from(narrow)))
         fd.add_output(v)
