@@ -162,12 +162,25 @@ def variants(sms: int) -> list[tuple[str, str, dict[str, int], int]]:
     for u, t in ((2, 128), (4, 128), (4, 256), (8, 128)):
         out.append((f"vec {u}/{t}", "vec", {"u": u, "threads": t, "grid_stride": 0}, 0))
     for u, t, b in ((4, 256, 4), (8, 128, 8)):
-        out.append((f"grid-stride {u}/{t} x{b}", "vec",
-                    {"u": u, "threads": t, "grid_stride": 1}, b))
-    for kb, stages, b, t in ((16, 4, 3, 256), (32, 3, 2, 256), (8, 8, 3, 256), (16, 6, 2, 256),
-                             (16, 2, 6, 128), (32, 6, 1, 512)):
-        out.append((f"bulk {kb}K/{stages} x{b} t{t}", "bulk",
-                    {"chunk": kb * 256, "stages": stages, "threads": t}, b))
+        out.append(
+            (f"grid-stride {u}/{t} x{b}", "vec", {"u": u, "threads": t, "grid_stride": 1}, b)
+        )
+    for kb, stages, b, t in (
+        (16, 4, 3, 256),
+        (32, 3, 2, 256),
+        (8, 8, 3, 256),
+        (16, 6, 2, 256),
+        (16, 2, 6, 128),
+        (32, 6, 1, 512),
+    ):
+        out.append(
+            (
+                f"bulk {kb}K/{stages} x{b} t{t}",
+                "bulk",
+                {"chunk": kb * 256, "stages": stages, "threads": t},
+                b,
+            )
+        )
     return out
 
 
@@ -219,16 +232,25 @@ def main() -> int:
                 kern = build(cupy, kind, math, **sizes)
                 if smem > 48 * 1024:
                     kern.max_dynamic_shared_size_bytes = smem
-                def call(kern: Any = kern, grid: int = grid, threads: int = threads,
-                         smem: int = smem) -> None:
-                    kern((grid,), (threads,), (cx, cb, co, cupy.int64(n), cupy.int32(n_inner)),
-                         shared_mem=smem)
+
+                def call(
+                    kern: Any = kern, grid: int = grid, threads: int = threads, smem: int = smem
+                ) -> None:
+                    kern(
+                        (grid,),
+                        (threads,),
+                        (cx, cb, co, cupy.int64(n), cupy.int32(n_inner)),
+                        shared_mem=smem,
+                    )
 
                 out.fill_(float("nan"))
                 call()
                 torch.cuda.synchronize()
-                status = check(name, out, ref, torch.float32) if math else (
-                    "ok" if torch.equal(out, x) else f"MISMATCH {name}: copy differs")
+                status = (
+                    check(name, out, ref, torch.float32)
+                    if math
+                    else ("ok" if torch.equal(out, x) else f"MISMATCH {name}: copy differs")
+                )
             except Exception as e:  # a variant that does not build or launch is reported
                 status = f"FAILED {name}: {type(e).__name__}: {e}"
             if status != "ok":
@@ -245,12 +267,18 @@ def main() -> int:
             rows.append({"round": round_, "config": label, "ms": ms, "fraction_of_copy": frac})
     log(f"\n{'config':34s} " + " ".join(f"round {r} us (%copy)" for r in range(args.rounds)))
     for label in runs:
-        cells = [f"{r['ms'] * 1e3:7.1f} ({100 * r['fraction_of_copy']:5.1f})"
-                 for r in rows if r["config"] == label]
+        cells = [
+            f"{r['ms'] * 1e3:7.1f} ({100 * r['fraction_of_copy']:5.1f})"
+            for r in rows
+            if r["config"] == label
+        ]
         log(f"{label:34s} " + "  ".join(cells))
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"copy_gbs": copy_gbs, "sms": sms, "rows": rows, "failures": failures}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {"copy_gbs": copy_gbs, "sms": sms, "rows": rows, "failures": failures}, indent=2
+            )
+        )
     return 1 if failures else 0
 
 

@@ -51,24 +51,46 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
         err = float((out.double() - ref).abs().max())
         ms = time_ms(torch, run, 30)
         frac = 2 * 2 * out.numel() / (ms * 1e-3) / 1e9 / copy_gbs
-        rows.append({"row": n, "config": label, "ms": ms, "fraction_of_copy": frac,
-                     "max_abs_err": err, **extra})
-        log(f"  n={n:6d} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% err={err:.1e} "
-            + " ".join(f"{k}={v}" for k, v in extra.items()))
+        rows.append(
+            {
+                "row": n,
+                "config": label,
+                "ms": ms,
+                "fraction_of_copy": frac,
+                "max_abs_err": err,
+                **extra,
+            }
+        )
+        log(
+            f"  n={n:6d} {label:28s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% err={err:.1e} "
+            + " ".join(f"{k}={v}" for k, v in extra.items())
+        )
 
-    def measure(n: int, configs: list[tuple[int, int, int, int]],
-                without_clusters: bool = False) -> None:
-        x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
+    def measure(
+        n: int, configs: list[tuple[int, int, int, int]], without_clusters: bool = False
+    ) -> None:
+        x = torch.randn(2**27 // n, n, device="cuda").to(torch.bfloat16)
         ref = torch.softmax(x.double(), -1)
         fd = _softmax_definition()
         (out,) = fd.execute([x])
         segments = len(fd.segments([x]))
         hp = fd._executor_cache.last_compiled.params if segments == 1 else None
-        label = "execute" if hp is None else (
-            f"execute bx={hp.block_x} B={hp.persistent_batch_size} R={hp.reload_batch_size} "
-            f"C={hp.cluster_size}")
-        record(n, label, lambda: fd.execute([x]), out, ref,
-               {"scheduler": str(fd.last_scheduler()), "segments": segments})
+        label = (
+            "execute"
+            if hp is None
+            else (
+                f"execute bx={hp.block_x} B={hp.persistent_batch_size} R={hp.reload_batch_size} "
+                f"C={hp.cluster_size}"
+            )
+        )
+        record(
+            n,
+            label,
+            lambda: fd.execute([x]),
+            out,
+            ref,
+            {"scheduler": str(fd.last_scheduler()), "segments": segments},
+        )
         if without_clusters:  # what the heuristics pick where there are no clusters
             plain = persistent.clusters_supported
             persistent.clusters_supported = lambda info: False
@@ -78,8 +100,14 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
                 parts = len(flat.segments([x]))
             finally:
                 persistent.clusters_supported = plain
-            record(n, "execute without clusters", lambda: flat.execute([x]), out, ref,
-                   {"scheduler": str(flat.last_scheduler()), "segments": parts})
+            record(
+                n,
+                "execute without clusters",
+                lambda: flat.execute([x]),
+                out,
+                ref,
+                {"scheduler": str(flat.last_scheduler()), "segments": parts},
+            )
         for bx, batch, reload, cluster in configs:
             fd = _softmax_definition()
             try:
@@ -92,9 +120,14 @@ def softmax_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
                 log(f"  n={n} ({bx}, {batch}, {reload}, {cluster}): {exc}")
                 continue
             k = _kernel_of(fd)
-            record(n, f"bx={bx} B={batch} R={reload} C={cluster}",
-                   lambda fd=fd, hp=hp, x=x: fd.manual_execute([x], heuristic_params=hp),
-                   out, ref, {"regs": k.num_regs, "local_mem": k.local_mem})
+            record(
+                n,
+                f"bx={bx} B={batch} R={reload} C={cluster}",
+                lambda fd=fd, hp=hp, x=x: fd.manual_execute([x], heuristic_params=hp),
+                out,
+                ref,
+                {"regs": k.num_regs, "local_mem": k.local_mem},
+            )
 
     for n in (1024, 2048, 4096, 8192, 16384, 32768):
         measure(n, [])
@@ -122,24 +155,33 @@ def pointwise_load_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
     ref = w1f.reference(*inputs)
     plain = pointwise.runtime_header
     header = plain()
-    generic = ("__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {\n"
-               "  return *reinterpret_cast<const Vec<T, V>*>(p);\n}")
+    generic = (
+        "__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {\n"
+        "  return *reinterpret_cast<const Vec<T, V>*>(p);\n}"
+    )
     assert generic in header, "the runtime's load_vec changed; update the probe"
 
     def with_load(ptx: str) -> str:
-        return header.replace(generic, (
-            "__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {\n"
-            "  if constexpr (sizeof(Vec<T, V>) == 16) {\n"
-            "    Vec<T, V> v; unsigned* w = reinterpret_cast<unsigned*>(&v);\n"
-            f'    asm volatile("{ptx}.v4.u32 {{%0, %1, %2, %3}}, [%4];"\n'
-            '                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));\n'
-            "    return v;\n"
-            "  }\n"
-            "  return *reinterpret_cast<const Vec<T, V>*>(p);\n}"))
+        return header.replace(
+            generic,
+            (
+                "__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {\n"
+                "  if constexpr (sizeof(Vec<T, V>) == 16) {\n"
+                "    Vec<T, V> v; unsigned* w = reinterpret_cast<unsigned*>(&v);\n"
+                f'    asm volatile("{ptx}.v4.u32 {{%0, %1, %2, %3}}, [%4];"\n'
+                '                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));\n'
+                "    return v;\n"
+                "  }\n"
+                "  return *reinterpret_cast<const Vec<T, V>*>(p);\n}"
+            ),
+        )
 
     runs: dict[str, Any] = {}
-    variants = [("kfuse", None), ("kfuse nc.L1::no_allocate", "ld.global.nc.L1::no_allocate"),
-                ("kfuse nc.L2::256B", "ld.global.nc.L1::no_allocate.L2::256B")]
+    variants = [
+        ("kfuse", None),
+        ("kfuse nc.L1::no_allocate", "ld.global.nc.L1::no_allocate"),
+        ("kfuse nc.L2::256B", "ld.global.nc.L1::no_allocate.L2::256B"),
+    ]
     for label, ptx in variants:
         source = plain() if ptx is None else with_load(ptx)
         pointwise.runtime_header = lambda source=source: source
@@ -152,8 +194,15 @@ def pointwise_load_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str
     return _alternated_with_compile(torch, w1f, inputs, runs, copy_gbs, log)
 
 
-def _alternated_with_compile(torch: Any, workload: Any, inputs: list[Any], runs: dict[str, Any],
-                             copy_gbs: float, log: Any, tag: str = "") -> list[dict[str, Any]]:
+def _alternated_with_compile(
+    torch: Any,
+    workload: Any,
+    inputs: list[Any],
+    runs: dict[str, Any],
+    copy_gbs: float,
+    log: Any,
+    tag: str = "",
+) -> list[dict[str, Any]]:
     """Add the workload's torch.compile to `runs`, then time every run in three alternated
     rounds: one row per run and round (with "workload": tag when a tag is given)."""
     compiled = torch.compile(workload.eager)
@@ -227,8 +276,10 @@ def pointwise_register_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict
             kernel = fd._executor_cache.last_compiled.launches[0].kernel
             err = float((out.double() - ref).abs().max())
             label = f"kfuse maxrregcount={limit}"
-            log(f"  {wid} {label}: {kernel.num_regs} registers, {kernel.local_mem} B local, "
-                f"max abs err {err:.1e}")
+            log(
+                f"  {wid} {label}: {kernel.num_regs} registers, {kernel.local_mem} B local, "
+                f"max abs err {err:.1e}"
+            )
             runs[label] = lambda fd=fd, hp=hp, i=inputs: fd.manual_execute(i, heuristic_params=hp)
         rows += _alternated_with_compile(torch, w, inputs, runs, copy_gbs, log, wid)
     return rows
@@ -243,8 +294,14 @@ def norm_layout_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
     from kfuse import SchedulerType, schedule
 
     # (threads per row, vectors per thread, rows per block, in shared memory)
-    layouts = [(64, 8, 2, False), (256, 2, 1, False), (512, 1, 1, False), (128, 4, 2, False),
-               (128, 4, 1, True), (256, 2, 1, True)]
+    layouts = [
+        (64, 8, 2, False),
+        (256, 2, 1, False),
+        (512, 1, 1, False),
+        (128, 4, 2, False),
+        (128, 4, 1, True),
+        (256, 2, 1, True),
+    ]
     rows = []
     for wid in ("W4", "W5", "W6"):
         w = next(w for w in WORKLOADS if w.id == wid)
@@ -258,9 +315,11 @@ def norm_layout_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
                 hp.block_x, hp.persistent_batch_size, hp.block_y, hp.smem_persistent = layout
                 hp.reload_batch_size = 0
                 hp.grid_x = -(-inputs[0].shape[0] // hp.block_y)
-            label = (f"{'heuristics ' if layout is None else ''}bx={hp.block_x} "
-                     f"B={hp.persistent_batch_size} by={hp.block_y}"
-                     f"{' smem' if hp.smem_persistent else ''}")
+            label = (
+                f"{'heuristics ' if layout is None else ''}bx={hp.block_x} "
+                f"B={hp.persistent_batch_size} by={hp.block_y}"
+                f"{' smem' if hp.smem_persistent else ''}"
+            )
             try:
                 (out,) = fd.manual_execute(inputs, heuristic_params=hp)
             except Exception as exc:  # a layout the scheduler refuses
@@ -289,10 +348,12 @@ def _norm_over_leading_axes(dtype: Any, rank: int, weighted: bool) -> Any:
             shape = fd.ops.shape(x)
             w = fd.define_tensor(shape=[-1], dtype=dtype)
             b = fd.define_tensor(shape=[-1], dtype=dtype)
-            wf = fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=shape,
-                                         broadcast_dims=[rank - 1])
-            bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=shape,
-                                         broadcast_dims=[rank - 1])
+            wf = fd.ops.broadcast_in_dim(
+                fd.ops.cast(w, DataType.Float), shape=shape, broadcast_dims=[rank - 1]
+            )
+            bf = fd.ops.broadcast_in_dim(
+                fd.ops.cast(b, DataType.Float), shape=shape, broadcast_dims=[rank - 1]
+            )
             y = fd.ops.add(fd.ops.mul(y, wf), bf)
         fd.add_output(fd.ops.cast(y, dtype))
         if not weighted:
@@ -320,9 +381,16 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
 
     bf16 = torch.bfloat16
     cases = []
-    for shape, dt in [((64, 65536), bf16), ((256, 16384), bf16), ((1024, 16384), bf16),
-                      ((4096, 16384), bf16), ((1024, 16384), torch.float32), ((8000, 64), bf16),
-                      ((64, 28, 28, 512), bf16), ((32, 56, 56, 256), bf16)]:
+    for shape, dt in [
+        ((64, 65536), bf16),
+        ((256, 16384), bf16),
+        ((1024, 16384), bf16),
+        ((4096, 16384), bf16),
+        ((1024, 16384), torch.float32),
+        ((8000, 64), bf16),
+        ((64, 28, 28, 512), bf16),
+        ((32, 56, 56, 256), bf16),
+    ]:
         kdt = DataType.BFloat16 if dt == bf16 else DataType.Float
         x = torch.randn(*shape, device="cuda").to(dt)
         weighted = len(shape) == 4
@@ -335,18 +403,24 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
         expected = norm_eager(*[i.double() for i in inputs])
         expected = expected[0] if isinstance(expected, tuple) else expected
         err = float((out.double() - expected).abs().max())
-        log(f"  {label}: {fd.last_scheduler()}, {len(fd.segments(inputs))} segment(s), "
-            f"max abs err {err:.1e}")
+        log(
+            f"  {label}: {fd.last_scheduler()}, {len(fd.segments(inputs))} segment(s), "
+            f"max abs err {err:.1e}"
+        )
         with kfuse.PythonProfiler() as prof:
             fd.execute(inputs)
         for k in prof.profile.kernel_profiles:
-            log(f"    {k.scheduler:16s} {k.time_ms * 1e3:7.1f} us grid {k.grid} "
-                f"block {k.block} regs {k.registers}")
+            log(
+                f"    {k.scheduler:16s} {k.time_ms * 1e3:7.1f} us grid {k.grid} "
+                f"block {k.block} regs {k.registers}"
+            )
         compiled = torch.compile(norm_eager, dynamic=False)
         compiled(*inputs)
         nbytes = 2 * inputs[0].numel() * inputs[0].element_size()
-        for peer, run in [("kfuse", lambda fd=fd, i=inputs: fd.execute(i)),
-                          ("torch.compile", lambda c=compiled, i=inputs: c(*i))]:
+        for peer, run in [
+            ("kfuse", lambda fd=fd, i=inputs: fd.execute(i)),
+            ("torch.compile", lambda c=compiled, i=inputs: c(*i)),
+        ]:
             ms = time_ms(torch, run, 30)
             frac = nbytes / (ms * 1e-3) / 1e9 / copy_gbs
             rows.append({"case": label, "peer": peer, "ms": ms, "fraction_of_copy": frac})
@@ -358,8 +432,9 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
         x = torch.randn(*shape, device="cuda").to(bf16)
         for stat in ("sum", "var_mean"):
             with FusionDefinition() as fd:
-                t = fd.ops.cast(fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16),
-                                DataType.Float)
+                t = fd.ops.cast(
+                    fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16), DataType.Float
+                )
                 if stat == "sum":
                     fd.add_output(fd.ops.sum(t, [0]))
                 else:
@@ -368,8 +443,14 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
             fd.execute([x])
             ms = time_ms(torch, lambda fd=fd, x=x: fd.execute([x]), 30)
             frac = x.numel() * 2 / (ms * 1e-3) / 1e9 / copy_gbs
-            rows.append({"case": f"{stat}0 bf16 {list(shape)}", "peer": "kfuse", "ms": ms,
-                         "fraction_of_copy": frac})
+            rows.append(
+                {
+                    "case": f"{stat}0 bf16 {list(shape)}",
+                    "peer": "kfuse",
+                    "ms": ms,
+                    "fraction_of_copy": frac,
+                }
+            )
             log(f"  {stat}0 bf16 {list(shape)} kfuse {ms * 1e3:7.1f} us {100 * frac:5.1f}%")
     for shape in [(50176, 512), (1 << 20, 256), (200704, 64)]:
         x = torch.randn(*shape, device="cuda")
@@ -378,14 +459,19 @@ def outer_norm_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, An
             fd.add_output(fd.ops.sum(t, [0]))
         (out,) = fd.execute([x])
         err = float((out.double() - x.double().sum(0)).abs().max())
-        for peer, run in [("kfuse", lambda fd=fd, x=x: fd.execute([x])),
-                          ("torch.sum", lambda x=x: x.sum(0))]:
+        for peer, run in [
+            ("kfuse", lambda fd=fd, x=x: fd.execute([x])),
+            ("torch.sum", lambda x=x: x.sum(0)),
+        ]:
             ms = time_ms(torch, run, 30)
             frac = x.numel() * 4 / (ms * 1e-3) / 1e9 / copy_gbs
-            rows.append({"case": f"sum0 {list(shape)}", "peer": peer, "ms": ms,
-                         "fraction_of_copy": frac})
-            log(f"  sum0 {list(shape)} {peer:10s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% "
-                f"err={err:.1e}")
+            rows.append(
+                {"case": f"sum0 {list(shape)}", "peer": peer, "ms": ms, "fraction_of_copy": frac}
+            )
+            log(
+                f"  sum0 {list(shape)} {peer:10s} {ms * 1e3:7.1f} us {100 * frac:5.1f}% "
+                f"err={err:.1e}"
+            )
     return rows
 
 
@@ -407,9 +493,15 @@ def outer_split_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
         return fd
 
     rows: list[dict[str, Any]] = []
-    cases = [((1024, 16384), True), ((256, 16384), True), ((4096, 16384), True),
-             ((8000, 64), True), ((50176, 512), True), ((4096, 16384), False),
-             ((200704, 64), False)]
+    cases = [
+        ((1024, 16384), True),
+        ((256, 16384), True),
+        ((4096, 16384), True),
+        ((8000, 64), True),
+        ((50176, 512), True),
+        ((4096, 16384), False),
+        ((200704, 64), False),
+    ]
     for shape, welford in cases:
         x = torch.randn(*shape, device="cuda").to(torch.bfloat16)
         fd = statistics(DataType.BFloat16, welford)
@@ -418,17 +510,28 @@ def outer_split_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
         ref = x.double().var(0, unbiased=False) if welford else x.double().sum(0)
         case = f"{'var_mean0' if welford else 'sum0'} bf16 {list(shape)}"
         # (grid_y over the heuristics', rows a load batch, register limit)
-        for scale, unroll, regs in [(1, u0, None), (2, u0, None), (4, u0, None), (8, u0, None),
-                                    (2, max(1, u0 // 2), None), (4, max(1, u0 // 2), None),
-                                    (1, u0, 64), (2, u0, 64), (1, u0, 56), (2, u0, 48)]:
+        for scale, unroll, regs in [
+            (1, u0, None),
+            (2, u0, None),
+            (4, u0, None),
+            (8, u0, None),
+            (2, max(1, u0 // 2), None),
+            (4, max(1, u0 // 2), None),
+            (1, u0, 64),
+            (2, u0, 64),
+            (1, u0, 56),
+            (2, u0, 48),
+        ]:
             hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
             hp.grid_y, hp.unroll_reduction = min(65535, p0 * scale), unroll
             if regs:
                 cp = hp.cparams
                 cp.maxrregcount = regs
                 hp.cparams = cp
-            label = (f"grid=({hp.grid_x}, {hp.grid_y}) block=({hp.block_x}, {hp.block_y}) "
-                     f"U={unroll}{f' regs<={regs}' if regs else ''}")
+            label = (
+                f"grid=({hp.grid_x}, {hp.grid_y}) block=({hp.block_x}, {hp.block_y}) "
+                f"U={unroll}{f' regs<={regs}' if regs else ''}"
+            )
             try:
                 out = fd.manual_execute([x], heuristic_params=hp)[0]
             except Exception as exc:  # a configuration the scheduler refuses
@@ -441,12 +544,21 @@ def outer_split_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, A
                 return fd.manual_execute([x], heuristic_params=hp)
 
             ms = time_ms(torch, run, 30)
-            rows.append({"case": case, "config": label,
-                         "heuristics": scale == 1 and unroll == u0 and not regs,
-                         "registers": k.num_regs, "local_mem": k.local_mem,
-                         "ms": ms, "max_abs_err": err})
-            log(f"  {case:26s} {label:52s} {ms * 1e3:7.1f} us err={err:.1e} "
-                f"({k.num_regs} regs, {k.local_mem} B local)")
+            rows.append(
+                {
+                    "case": case,
+                    "config": label,
+                    "heuristics": scale == 1 and unroll == u0 and not regs,
+                    "registers": k.num_regs,
+                    "local_mem": k.local_mem,
+                    "ms": ms,
+                    "max_abs_err": err,
+                }
+            )
+            log(
+                f"  {case:26s} {label:52s} {ms * 1e3:7.1f} us err={err:.1e} "
+                f"({k.num_regs} regs, {k.local_mem} B local)"
+            )
     return rows
 
 
@@ -479,15 +591,22 @@ def outer_reduction_probe(torch: Any, copy_gbs: float, log: Any) -> list[dict[st
     # the heuristics', the earlier heuristics' (512 threads, 4 rows a load batch, one wave),
     # and neighbours of the chosen layout
     for block_x, block_y, unroll, grid_y in [
-            (0, 0, 0, 0), (32, 16, 4, 4), (32, 8, 16, 16), (32, 8, 8, 32), (64, 4, 8, 16),
-            (32, 16, 8, 8)]:
+        (0, 0, 0, 0),
+        (32, 16, 4, 4),
+        (32, 8, 16, 16),
+        (32, 8, 8, 32),
+        (64, 4, 8, 16),
+        (32, 16, 8, 8),
+    ]:
         fd = w3.definition()
         hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x])
         if block_y:
             hp.block_x, hp.grid_x = block_x, -(-columns // block_x)
             hp.block_y, hp.unroll_reduction, hp.grid_y = block_y, unroll, grid_y
-        label = (f"{'heur ' if not block_y else ''}block=({hp.block_x}, {hp.block_y}) "
-                 f"U={hp.unroll_reduction} grid_y={hp.grid_y}")
+        label = (
+            f"{'heur ' if not block_y else ''}block=({hp.block_x}, {hp.block_y}) "
+            f"U={hp.unroll_reduction} grid_y={hp.grid_y}"
+        )
         try:
             fd.manual_execute([x], heuristic_params=hp)
             record(label, lambda fd=fd, hp=hp: fd.manual_execute([x], heuristic_params=hp))
@@ -515,15 +634,16 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     raw = torch._C._cuda_getCurrentRawStream
     ca = cupy.random.standard_normal(1024, dtype=cupy.float32)
     probes = {
-        "torch.empty(shape, dtype, device)": lambda: torch.empty((1024,), dtype=torch.float32,
-                                                                 device=dev),
+        "torch.empty(shape, dtype, device)": lambda: torch.empty(
+            (1024,), dtype=torch.float32, device=dev
+        ),
         "torch.empty_like": lambda: torch.empty_like(a),
         "tensor.new_empty": lambda: a.new_empty((1024,)),
-        "torch.empty_strided": lambda: torch.empty_strided((1024,), (1,), dtype=torch.float32,
-                                                           device=dev),
+        "torch.empty_strided": lambda: torch.empty_strided(
+            (1024,), (1,), dtype=torch.float32, device=dev
+        ),
         "raw current stream": lambda: raw(0),
-        "torch.cuda.current_stream().cuda_stream":
-            lambda: torch.cuda.current_stream().cuda_stream,
+        "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
         "t.data_ptr()": a.data_ptr,
         "t.shape": lambda: a.shape,
         "t.stride()": a.stride,
@@ -554,7 +674,8 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     c = torch.empty_like(a)
     args = launch.arguments([a.data_ptr(), b.data_ptr()], [c.data_ptr()], {}, [])
     probes["kfuse Kernel.launch (args prebuilt)"] = lambda: launch.kernel.launch(
-        launch.grid, launch.block, 0, stream, args)
+        launch.grid, launch.block, 0, stream, args
+    )
     from kfuse._C import FastCall
     from kfuse.fast_path import input_layouts, packed_launch
 
@@ -562,14 +683,32 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
     probes["PackedLaunch.launch"] = lambda: packed.launch(stream, [pa, pb], [pc], [])
     match_only = FastCall("torch", 0, input_layouts([a, b]), [], [], [], raw, (0,), None, None)
-    match_alloc = FastCall("torch", 0, input_layouts([a, b]), [(torch.empty_like, (), None, 0)],
-                           [], [], raw, (0,), None, None)
+    match_alloc = FastCall(
+        "torch",
+        0,
+        input_layouts([a, b]),
+        [(torch.empty_like, (), None, 0)],
+        [],
+        [],
+        raw,
+        (0,),
+        None,
+        None,
+    )
     probes["FastCall: match only"] = lambda: match_only([a, b], None)
     for label, alloc in [("cupy.empty", cupy.empty), ("cupy.ndarray", cupy.ndarray)]:
-        cupy_call = FastCall("cupy", 0, input_layouts([ca, cb]),
-                             [(alloc, ((1024,), numpy.float32), None, -1)], [], [],
-                             cupy.cuda.get_current_stream, (), cupy.cuda.runtime.getDevice,
-                             None)
+        cupy_call = FastCall(
+            "cupy",
+            0,
+            input_layouts([ca, cb]),
+            [(alloc, ((1024,), numpy.float32), None, -1)],
+            [],
+            [],
+            cupy.cuda.get_current_stream,
+            (),
+            cupy.cuda.runtime.getDevice,
+            None,
+        )
         probes[f"FastCall cupy: match + {label}"] = lambda c=cupy_call: c([ca, cb], None)
     probes["FastCall: match + allocate"] = lambda: match_alloc([a, b], None)
     cache = fd._executor_cache.fast_calls
@@ -593,8 +732,9 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     for _ in range(2):  # a layout's FastCall is built on its second checked call
         scaled.execute([a, b, 2.0])
     probes["kfuse execute (torch, scalar input)"] = lambda: scaled.execute([a, b, 2.5])
-    probes["kfuse checked path (torch, scalar input)"] = \
-        lambda: scaled._executor_cache.execute([a, b, 2.5], try_fast=False)
+    probes["kfuse checked path (torch, scalar input)"] = lambda: scaled._executor_cache.execute(
+        [a, b, 2.5], try_fast=False
+    )
     # What a miss costs: the checked path (this layout's FastCall exists, so none is built),
     # and building a layout's FastCall, which a layout's second checked call adds to that
     from kfuse.fast_path import fast_call_for, layout_key
@@ -604,10 +744,12 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     probes["kfuse checked path (torch)"] = lambda: checked.execute([a, b], try_fast=False)
     info = build_runtime_info(fd.fusion, [a, b])
     layout = layout_key([a, b], info)
-    probes["FastCall build (fast_call_for)"] = \
-        lambda: fast_call_for([a, b], checked.last_compiled, info, layout)
-    kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = (a + b) * 2",
-                                    "probe_h1")
+    probes["FastCall build (fast_call_for)"] = lambda: fast_call_for(
+        [a, b], checked.last_compiled, info, layout
+    )
+    kernel = cupy.ElementwiseKernel(
+        "float32 a, float32 b", "float32 c", "c = (a + b) * 2", "probe_h1"
+    )
     probes["cupy ElementwiseKernel (allocating)"] = lambda: kernel(ca, cb)
     for name, fn in probes.items():
         out[name] = _per_call_us(fn)
@@ -632,14 +774,16 @@ def main() -> int:
         log("host cost per call:")
         result["host"] = host_probe(torch, log)
     # The probes measured against the copy bandwidth: --only name -> (JSON key, probe).
-    against_copy = {"softmax": ("softmax", softmax_probe),
-                    "outer": ("w3_outer", outer_reduction_probe),
-                    "loads": ("w1f_loads", pointwise_load_probe),
-                    "outer_norm": ("outer_norm", outer_norm_probe),
-                    "norms": ("norm_layouts", norm_layout_probe),
-                    "grid": ("pointwise_grid", pointwise_grid_probe),
-                    "regs": ("pointwise_registers", pointwise_register_probe),
-                    "outer_split": ("outer_split", outer_split_probe)}
+    against_copy = {
+        "softmax": ("softmax", softmax_probe),
+        "outer": ("w3_outer", outer_reduction_probe),
+        "loads": ("w1f_loads", pointwise_load_probe),
+        "outer_norm": ("outer_norm", outer_norm_probe),
+        "norms": ("norm_layouts", norm_layout_probe),
+        "grid": ("pointwise_grid", pointwise_grid_probe),
+        "regs": ("pointwise_registers", pointwise_register_probe),
+        "outer_split": ("outer_split", outer_split_probe),
+    }
     chosen = [name for name in against_copy if name in only]
     if chosen:
         copy_gbs = copy_bandwidth(torch, 20)

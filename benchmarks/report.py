@@ -1,6 +1,6 @@
 """Turn a benchmark JSON (benchmarks/run.py --json) into a Markdown table and a PNG chart.
 
-    python benchmarks/report.py results/bench.json   # writes bench.md and bench.png beside it
+python benchmarks/report.py results/bench.json   # writes bench.md and bench.png beside it
 """
 
 from __future__ import annotations
@@ -13,23 +13,31 @@ from typing import Any
 
 def table(data: dict[str, Any]) -> str:
     """The results as Markdown: one row per workload and peer."""
-    extra = "".join(f"; {k} {data[k]}" for k in ("driver", "nvrtc", "python", "kfuse_commit")
-                    if k in data)
-    lines = [f"Device: {data['device']}; torch {data['torch']}{extra}; {data.get('date', '')}; "
-             f"device-to-device copy {data['copy_gbs']:.0f} GB/s.", "",
-             *([data["note"], ""] if "note" in data else []),
-             "| workload | peer | time | bandwidth | of copy | check |",
-             "|---|---|---|---|---|---|"]
+    extra = "".join(
+        f"; {k} {data[k]}" for k in ("driver", "nvrtc", "python", "kfuse_commit") if k in data
+    )
+    lines = [
+        f"Device: {data['device']}; torch {data['torch']}{extra}; {data.get('date', '')}; "
+        f"device-to-device copy {data['copy_gbs']:.0f} GB/s.",
+        "",
+        *([data["note"], ""] if "note" in data else []),
+        "| workload | peer | time | bandwidth | of copy | check |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in data["results"]:
         if "gbs" in r:
-            lines.append(f"| {r['workload']} | {r['peer']} | {r['ms'] * 1e3:.1f} us | "
-                         f"{r['gbs']:.0f} GB/s | {100 * r['fraction_of_copy']:.1f}% | "
-                         f"{r['status']} |")
+            lines.append(
+                f"| {r['workload']} | {r['peer']} | {r['ms'] * 1e3:.1f} us | "
+                f"{r['gbs']:.0f} GB/s | {100 * r['fraction_of_copy']:.1f}% | "
+                f"{r['status']} |"
+            )
         elif "us_per_call" in r:
-            extra = (f" ({r['ratio_to_cupy_allocating']:.2f}x CuPy allocating)"
-                     if "ratio_to_cupy_allocating" in r else "")
-            lines.append(f"| H1 | {r['peer']} | {r['us_per_call']:.2f} us per call{extra} "
-                         "| | | |")
+            extra = (
+                f" ({r['ratio_to_cupy_allocating']:.2f}x CuPy allocating)"
+                if "ratio_to_cupy_allocating" in r
+                else ""
+            )
+            lines.append(f"| H1 | {r['peer']} | {r['us_per_call']:.2f} us per call{extra} | | | |")
         elif "ms" in r:
             lines.append(f"| {r['workload']} | {r['peer']} | {r['ms']:.1f} ms | | | |")
         else:

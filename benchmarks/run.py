@@ -50,20 +50,22 @@ def time_ms(torch: Any, fn: Callable[[], Any], reps: int, warmup: int = 5) -> fl
 
 def copy_bandwidth(torch: Any, reps: int) -> float:
     """Device-to-device copy bandwidth in GB/s (bytes read + written), 2 GiB buffers."""
-    n = 2 ** 29  # 2 GiB of float32
+    n = 2**29  # 2 GiB of float32
     src = torch.randn(n, device="cuda")
     dst = torch.empty_like(src)
     ms = time_ms(torch, lambda: dst.copy_(src), reps)
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
-def check(name: str, result: Any, reference: Any, dtype: Any,
-          tolerance: tuple[float, float] | None = None) -> str:
+def check(
+    name: str, result: Any, reference: Any, dtype: Any, tolerance: tuple[float, float] | None = None
+) -> str:
     """'ok' or a description of the mismatch (max abs error against the float64 result)."""
     import torch
 
     atol, rtol = tolerance or {torch.bfloat16: (1e-2, 1e-2), torch.float16: (1e-3, 1e-3)}.get(
-        dtype, (1e-5, 1e-5))
+        dtype, (1e-5, 1e-5)
+    )
     got = result.double() if hasattr(result, "double") else torch.as_tensor(result).double()
     err = (got - reference).abs()
     bad = err > atol + rtol * reference.abs()
@@ -72,8 +74,15 @@ def check(name: str, result: Any, reference: Any, dtype: Any,
     return "ok"
 
 
-def run_workload(torch: Any, w: Workload, quick: bool, reps: int, copy_gbs: float,
-                 log: Callable[[str], None], only_peers: set[str]) -> list[dict[str, Any]]:
+def run_workload(
+    torch: Any,
+    w: Workload,
+    quick: bool,
+    reps: int,
+    copy_gbs: float,
+    log: Callable[[str], None],
+    only_peers: set[str],
+) -> list[dict[str, Any]]:
     inputs = w.make_inputs(torch, quick)
     reference = w.reference(*inputs)
     nbytes = w.bytes_moved(inputs)
@@ -110,10 +119,21 @@ def run_workload(torch: Any, w: Workload, quick: bool, reps: int, copy_gbs: floa
             log(f"  {w.id:5s} {name:14s} error: {exc}")
             continue
         gbs = nbytes / (ms * 1e-3) / 1e9
-        rows.append({"workload": w.id, "peer": name, "status": status, "ms": ms,
-                     "gbs": gbs, "fraction_of_copy": gbs / copy_gbs, "bytes": nbytes})
-        log(f"  {w.id:5s} {name:14s} {ms:8.3f} ms {gbs:8.0f} GB/s {100 * gbs / copy_gbs:5.1f}% "
-            f"of copy  [{status}]")
+        rows.append(
+            {
+                "workload": w.id,
+                "peer": name,
+                "status": status,
+                "ms": ms,
+                "gbs": gbs,
+                "fraction_of_copy": gbs / copy_gbs,
+                "bytes": nbytes,
+            }
+        )
+        log(
+            f"  {w.id:5s} {name:14s} {ms:8.3f} ms {gbs:8.0f} GB/s {100 * gbs / copy_gbs:5.1f}% "
+            f"of copy  [{status}]"
+        )
     return rows
 
 
@@ -135,8 +155,9 @@ def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[di
         import cupy
 
         ca, cb = cupy.from_dlpack(ta), cupy.from_dlpack(tb)
-        kernel = cupy.ElementwiseKernel("float32 a, float32 b", "float32 y", "y = (a + b) * 2.0f",
-                                        "kfuse_bench_h1")
+        kernel = cupy.ElementwiseKernel(
+            "float32 a, float32 b", "float32 y", "y = (a + b) * 2.0f", "kfuse_bench_h1"
+        )
         cout = cupy.empty_like(ca)
         peers["kfuse (cupy)"] = lambda: fd.execute([ca, cb])
         peers["cupy ElementwiseKernel (preallocated out)"] = lambda: kernel(ca, cb, cout)
@@ -207,9 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated workload ids")
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--json", default="", help="write the results here")
-    parser.add_argument("--peers", default="",
-                        help="comma-separated peers to run (kfuse, torch eager, torch.compile, "
-                             "cupy); default all")
+    parser.add_argument(
+        "--peers",
+        default="",
+        help="comma-separated peers to run (kfuse, torch eager, torch.compile, cupy); default all",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -227,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and w.id not in wanted:
             continue
         log(f"{w.id}: {w.description}")
-        results += run_workload(torch, w, args.quick, reps, copy_gbs, log,
-                                {p for p in args.peers.split(",") if p})
+        results += run_workload(
+            torch, w, args.quick, reps, copy_gbs, log, {p for p in args.peers.split(",") if p}
+        )
     if not wanted or "H1" in wanted:
         log("H1: host overhead of a cached call, out = (a + b) * 2 on fp32 [1024]")
         results += host_overhead(torch, 4000 if args.quick else 20000, log)
@@ -236,10 +260,20 @@ def main(argv: list[str] | None = None) -> int:
         log("C1: compile time of W5's kernel")
         results += compile_time(torch, log)
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "device": props.name, "torch": torch.__version__, **versions(),
-            "copy_gbs": copy_gbs, "date": time.strftime("%Y-%m-%d"), **commit(),
-            "results": results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "device": props.name,
+                    "torch": torch.__version__,
+                    **versions(),
+                    "copy_gbs": copy_gbs,
+                    "date": time.strftime("%Y-%m-%d"),
+                    **commit(),
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 
@@ -261,14 +295,21 @@ def versions() -> dict[str, str]:
     cuda = _C.driver_version()
     driver = f"CUDA {cuda // 1000}.{cuda % 1000 // 10}"
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, check=True).stdout.split()
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         if smi:
             driver = f"{smi[0]} ({driver})"
     except (OSError, subprocess.CalledProcessError):
         pass  # no nvidia-smi: the CUDA version the driver supports is still known
-    return {"driver": driver, "nvrtc": ".".join(map(str, _C.nvrtc_version())),
-            "python": platform.python_version()}
+    return {
+        "driver": driver,
+        "nvrtc": ".".join(map(str, _C.nvrtc_version())),
+        "python": platform.python_version(),
+    }
 
 
 if __name__ == "__main__":

@@ -29,22 +29,37 @@ def pointwise_sweep(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any
         nbytes = w.bytes_moved(inputs)
         fd = w.definition()
         base = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
-        log(f"{w.id} heuristics: V={base.vectorization_factor} U={base.unroll_factor} "
-            f"block=({base.block_x},{base.block_y}) grid=({base.grid_x},{base.grid_y})")
-        for unroll, (bx, by) in itertools.product([1, 2, 4], [(128, 1), (256, 1), (512, 1),
-                                                              (128, 4), (256, 2)]):
+        log(
+            f"{w.id} heuristics: V={base.vectorization_factor} U={base.unroll_factor} "
+            f"block=({base.block_x},{base.block_y}) grid=({base.grid_x},{base.grid_y})"
+        )
+        for unroll, (bx, by) in itertools.product(
+            [1, 2, 4], [(128, 1), (256, 1), (512, 1), (128, 4), (256, 2)]
+        ):
             hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
             hp.unroll_factor, hp.block_x, hp.block_y = unroll, bx, by
             vecs = -(-inputs[0].shape[1] // hp.vectorization_factor)
             hp.grid_x = max(1, -(-vecs // (bx * unroll)))
             hp.grid_y = min(65535, -(-inputs[0].shape[0] // by))
-            ms = time_ms(torch, lambda fd=fd, inputs=inputs, hp=hp: fd.manual_execute(
-                inputs, heuristic_params=hp), 30)
+            ms = time_ms(
+                torch,
+                lambda fd=fd, inputs=inputs, hp=hp: fd.manual_execute(inputs, heuristic_params=hp),
+                30,
+            )
             gbs = nbytes / (ms * 1e-3) / 1e9
-            rows.append({"workload": w.id, "unroll": unroll, "block": [bx, by], "ms": ms,
-                         "fraction_of_copy": gbs / copy_gbs})
-            log(f"  {w.id} U={unroll} block=({bx},{by}): {ms * 1e3:7.1f} us "
-                f"{100 * gbs / copy_gbs:5.1f}% of copy")
+            rows.append(
+                {
+                    "workload": w.id,
+                    "unroll": unroll,
+                    "block": [bx, by],
+                    "ms": ms,
+                    "fraction_of_copy": gbs / copy_gbs,
+                }
+            )
+            log(
+                f"  {w.id} U={unroll} block=({bx},{by}): {ms * 1e3:7.1f} us "
+                f"{100 * gbs / copy_gbs:5.1f}% of copy"
+            )
     return rows
 
 
@@ -52,17 +67,26 @@ def softmax_sweep(torch: Any, copy_gbs: float, log: Any) -> list[dict[str, Any]]
     rows = []
     fd = _softmax_definition()
     for n in [1024, 2048, 4096, 8192, 16384, 32768, 65536]:
-        x = torch.randn(2 ** 27 // n, n, device="cuda").to(torch.bfloat16)
+        x = torch.randn(2**27 // n, n, device="cuda").to(torch.bfloat16)
         (out,) = fd.execute([x])
         err = float((out.double() - torch.softmax(x.double(), -1)).abs().max())
         ms = time_ms(torch, lambda fd=fd, x=x: fd.execute([x]), 30)
         gbs = 2 * x.numel() * 2 / (ms * 1e-3) / 1e9
         segments = len(fd.segments([x]))
-        rows.append({"row": n, "ms": ms, "fraction_of_copy": gbs / copy_gbs,
-                     "scheduler": str(fd.last_scheduler()), "segments": segments,
-                     "max_abs_err": err})
-        log(f"  softmax bf16 row {n:6d}: {ms * 1e3:7.1f} us {100 * gbs / copy_gbs:5.1f}% of "
-            f"copy, {fd.last_scheduler()} ({segments} segment(s)), max err {err:.2e}")
+        rows.append(
+            {
+                "row": n,
+                "ms": ms,
+                "fraction_of_copy": gbs / copy_gbs,
+                "scheduler": str(fd.last_scheduler()),
+                "segments": segments,
+                "max_abs_err": err,
+            }
+        )
+        log(
+            f"  softmax bf16 row {n:6d}: {ms * 1e3:7.1f} us {100 * gbs / copy_gbs:5.1f}% of "
+            f"copy, {fd.last_scheduler()} ({segments} segment(s)), max err {err:.2e}"
+        )
     return rows
 
 
@@ -77,8 +101,11 @@ def main() -> int:
 
     copy_gbs = copy_bandwidth(torch, 20)
     log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
-    result = {"copy_gbs": copy_gbs, "softmax": softmax_sweep(torch, copy_gbs, log),
-              "pointwise": pointwise_sweep(torch, copy_gbs, log)}
+    result = {
+        "copy_gbs": copy_gbs,
+        "softmax": softmax_sweep(torch, copy_gbs, log),
+        "pointwise": pointwise_sweep(torch, copy_gbs, log),
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -39,8 +39,9 @@ def _bias_gelu_definition(dtype: DataType) -> Callable[[], FusionDefinition]:
             x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dtype)
             b = fd.define_tensor(shape=[-1], contiguity=True, dtype=dtype)
             xf = fd.ops.cast(x, DataType.Float)
-            bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x),
-                                         broadcast_dims=[1])
+            bf = fd.ops.broadcast_in_dim(
+                fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+            )
             y = fd.ops.mul(fd.ops.gelu(fd.ops.add(xf, bf), approximate="tanh"), 0.5)
             fd.add_output(fd.ops.cast(y, dtype))
         return fd
@@ -70,11 +71,13 @@ def _bias_gelu_cupy(x: Any, b: Any) -> Any:
 
     if _CUPY_GELU is None:
         _CUPY_GELU = cupy.ElementwiseKernel(
-            "float32 x, float32 b", "float32 y",
+            "float32 x, float32 b",
+            "float32 y",
             "float v = x + b; "
             "y = 0.5f * (0.5f * v * (1.0f + tanhf(0.7978845608028654f * "
             "(v + 0.044715f * v * v * v))));",
-            "kfuse_bench_bias_gelu")
+            "kfuse_bench_bias_gelu",
+        )
     return _CUPY_GELU(x, b[None, :])
 
 
@@ -151,9 +154,12 @@ def _rmsnorm_definition() -> FusionDefinition:
         w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
         xf = fd.ops.cast(x, DataType.Float)
         ms = fd.ops.mean(fd.ops.mul(xf, xf), dims=[1], keepdim=True)
-        y = fd.ops.mul(fd.ops.mul(xf, fd.ops.rsqrt(fd.ops.add(ms, 1e-6))),
-                       fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float),
-                                               shape=fd.ops.shape(x), broadcast_dims=[1]))
+        y = fd.ops.mul(
+            fd.ops.mul(xf, fd.ops.rsqrt(fd.ops.add(ms, 1e-6))),
+            fd.ops.broadcast_in_dim(
+                fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+            ),
+        )
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
     return fd
 
@@ -178,8 +184,12 @@ def _layernorm_definition() -> FusionDefinition:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
         w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
-        y = fd.ops.layer_norm(fd.ops.cast(x, DataType.Float), fd.ops.cast(w, DataType.Float),
-                              fd.ops.cast(b, DataType.Float), eps=1e-5)
+        y = fd.ops.layer_norm(
+            fd.ops.cast(x, DataType.Float),
+            fd.ops.cast(w, DataType.Float),
+            fd.ops.cast(b, DataType.Float),
+            eps=1e-5,
+        )
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
     return fd
 
@@ -194,8 +204,7 @@ def _layernorm_eager(x: Any, w: Any, b: Any) -> Any:
 def _layernorm_reference(x: Any, w: Any, b: Any) -> Any:
     import torch
 
-    return torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), w.double(), b.double(),
-                                          1e-5)
+    return torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), w.double(), b.double(), 1e-5)
 
 
 def _cupy_sum(axis: int) -> Callable[..., Any]:
@@ -206,23 +215,72 @@ def _cupy_sum(axis: int) -> Callable[..., Any]:
 
 
 WORKLOADS: list[Workload] = [
-    Workload("W1", "gelu_tanh(x + bias) * 0.5, bf16 [16384, 8192]", _w1_inputs("bfloat16"),
-             _bias_gelu_definition(DataType.BFloat16), _bias_gelu_eager, _bias_gelu_reference,
-             _elementwise_bytes),
-    Workload("W1f", "gelu_tanh(x + bias) * 0.5, fp32 [16384, 8192]", _w1_inputs("float32"),
-             _bias_gelu_definition(DataType.Float), _bias_gelu_eager, _bias_gelu_reference,
-             _elementwise_bytes, cupy=_bias_gelu_cupy),
-    Workload("W2", "sum(x, dim=1), fp32 [16384, 16384]", _sum_inputs, _sum_definition(1),
-             lambda x: x.sum(dim=1), lambda x: x.double().sum(dim=1), _read_bytes,
-             cupy=_cupy_sum(1), tolerance=(1e-2, 1e-4)),
-    Workload("W3", "sum(x, dim=0), fp32 [16384, 16384]", _sum_inputs, _sum_definition(0),
-             lambda x: x.sum(dim=0), lambda x: x.double().sum(dim=0), _read_bytes,
-             cupy=_cupy_sum(0), tolerance=(1e-2, 1e-4)),
-    Workload("W4", "softmax(float(x), -1) as bf16, [32768, 4096]", _norm_inputs(False, False),
-             _softmax_definition, _softmax_eager, _softmax_reference, _elementwise_bytes),
-    Workload("W5", "rmsnorm, bf16 [32768, 4096], fp32 math", _norm_inputs(True, False),
-             _rmsnorm_definition, _rmsnorm_eager, _rmsnorm_reference, _elementwise_bytes),
-    Workload("W6", "layernorm with weight and bias, bf16 [32768, 4096]",
-             _norm_inputs(True, True), _layernorm_definition, _layernorm_eager,
-             _layernorm_reference, _elementwise_bytes),
+    Workload(
+        "W1",
+        "gelu_tanh(x + bias) * 0.5, bf16 [16384, 8192]",
+        _w1_inputs("bfloat16"),
+        _bias_gelu_definition(DataType.BFloat16),
+        _bias_gelu_eager,
+        _bias_gelu_reference,
+        _elementwise_bytes,
+    ),
+    Workload(
+        "W1f",
+        "gelu_tanh(x + bias) * 0.5, fp32 [16384, 8192]",
+        _w1_inputs("float32"),
+        _bias_gelu_definition(DataType.Float),
+        _bias_gelu_eager,
+        _bias_gelu_reference,
+        _elementwise_bytes,
+        cupy=_bias_gelu_cupy,
+    ),
+    Workload(
+        "W2",
+        "sum(x, dim=1), fp32 [16384, 16384]",
+        _sum_inputs,
+        _sum_definition(1),
+        lambda x: x.sum(dim=1),
+        lambda x: x.double().sum(dim=1),
+        _read_bytes,
+        cupy=_cupy_sum(1),
+        tolerance=(1e-2, 1e-4),
+    ),
+    Workload(
+        "W3",
+        "sum(x, dim=0), fp32 [16384, 16384]",
+        _sum_inputs,
+        _sum_definition(0),
+        lambda x: x.sum(dim=0),
+        lambda x: x.double().sum(dim=0),
+        _read_bytes,
+        cupy=_cupy_sum(0),
+        tolerance=(1e-2, 1e-4),
+    ),
+    Workload(
+        "W4",
+        "softmax(float(x), -1) as bf16, [32768, 4096]",
+        _norm_inputs(False, False),
+        _softmax_definition,
+        _softmax_eager,
+        _softmax_reference,
+        _elementwise_bytes,
+    ),
+    Workload(
+        "W5",
+        "rmsnorm, bf16 [32768, 4096], fp32 math",
+        _norm_inputs(True, False),
+        _rmsnorm_definition,
+        _rmsnorm_eager,
+        _rmsnorm_reference,
+        _elementwise_bytes,
+    ),
+    Workload(
+        "W6",
+        "layernorm with weight and bias, bf16 [32768, 4096]",
+        _norm_inputs(True, True),
+        _layernorm_definition,
+        _layernorm_eager,
+        _layernorm_reference,
+        _elementwise_bytes,
+    ),
 ]

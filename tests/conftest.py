@@ -14,12 +14,19 @@ from hypothesis import HealthCheck, settings
 
 # `ci` is derandomized: the same examples every run, so a submission's CI result does not
 # depend on luck; `campaign` explores new examples each run.
-settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow,
-                                                 HealthCheck.data_too_large])
-settings.register_profile("campaign", max_examples=2000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow,
-                                                 HealthCheck.data_too_large])
+settings.register_profile(
+    "ci",
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "campaign",
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile(os.environ.get("KFUSE_HYPOTHESIS_PROFILE", "ci"))
 
 

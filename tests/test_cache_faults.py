@@ -66,6 +66,7 @@ def run(op: str) -> None:
 
 # ---- the emulator's library cache ------------------------------------------------------
 
+
 def corrupt(kind: str, path: Path) -> None:
     path.unlink()
     if kind == "fifo":
@@ -76,15 +77,16 @@ def corrupt(kind: str, path: Path) -> None:
         path.mkdir()
         (path / "inside").write_text("x")
     elif kind == "not_utf8":
-        path.write_bytes(b"KFUSE-CACHE-ENTRY 2\n{\"key\": \"\xff\xfe\"}\n")
+        path.write_bytes(b'KFUSE-CACHE-ENTRY 2\n{"key": "\xff\xfe"}\n')
     elif kind == "truncated":
         path.write_bytes(b"\x7fELF\x02\x01")
 
 
 @pytest.mark.parametrize("part", ["so", "meta"])
 @pytest.mark.parametrize("kind", ["dev_zero", "directory", "not_utf8", "truncated"])
-def test_a_corrupt_library_entry_is_rebuilt(cache: Path, monkeypatch: pytest.MonkeyPatch,
-                                            part: str, kind: str) -> None:
+def test_a_corrupt_library_entry_is_rebuilt(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, part: str, kind: str
+) -> None:
     run("exp")
     lib, meta = library_entry(cache)
     corrupt(kind, lib if part == "so" else meta)
@@ -99,8 +101,9 @@ def test_a_corrupt_library_entry_is_rebuilt(cache: Path, monkeypatch: pytest.Mon
     assert build.compiler_invocations() == calls
 
 
-def test_another_entry_copied_under_a_key_is_not_loaded(cache: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_entry_copied_under_a_key_is_not_loaded(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Valid files of another kernel, checksum and all: once loaded without complaint, and
     the results were silently wrong."""
     run("exp")
@@ -119,8 +122,13 @@ def test_another_entry_copied_under_a_key_is_not_loaded(cache: Path,
 
 def _in_a_subprocess(code: str, cache: Path, timeout: float = 240) -> str:
     env = {**os.environ, "KFUSE_CACHE_DIR": str(cache)}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
@@ -147,8 +155,9 @@ def test_a_fifo_in_the_cache_does_not_block(tmp_path: Path, part: str) -> None:
     assert "right" in out and "it was removed" in out
 
 
-def test_no_build_folder_is_left_behind_without_a_cache(monkeypatch: pytest.MonkeyPatch,
-                                                        tmp_path: Path) -> None:
+def test_no_build_folder_is_left_behind_without_a_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("KFUSE_CACHE_DIR", "off")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
@@ -158,8 +167,9 @@ def test_no_build_folder_is_left_behind_without_a_cache(monkeypatch: pytest.Monk
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
 
 
-def test_a_read_only_cache_is_used_without_writing(cache: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_read_only_cache_is_used_without_writing(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if os.geteuid() == 0:
         pytest.skip("root writes into read-only folders")
     run("exp")
@@ -175,9 +185,9 @@ def test_a_read_only_cache_is_used_without_writing(cache: Path,
         folder.chmod(0o755)
 
 
-def test_a_cache_folder_that_cannot_exist_is_worked_around(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_a_cache_folder_that_cannot_exist_is_worked_around(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """KFUSE_CACHE_DIR below a file: nothing can be created there (as root too)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -189,6 +199,7 @@ def test_a_cache_folder_that_cannot_exist_is_worked_around(tmp_path: Path,
 
 
 # ---- the cubin cache ---------------------------------------------------------------------
+
 
 def cubin_entry(cache: Path) -> Path:
     (entry,) = [p for p in (cache / "cubin").iterdir() if not p.name.startswith(".")]
@@ -211,8 +222,9 @@ def test_another_cubin_copied_under_a_key_is_not_loaded(cache: Path) -> None:
     entry = cubin_entry(cache)
     mine = entry.read_bytes()
     CudaBackend().compile(OTHER, "k", 0, "sm_90")
-    (other_entry,) = [p for p in (cache / "cubin").iterdir()
-                      if p != entry and not p.name.startswith(".")]
+    (other_entry,) = [
+        p for p in (cache / "cubin").iterdir() if p != entry and not p.name.startswith(".")
+    ]
     entry.write_bytes(other_entry.read_bytes())
     with pytest.warns(RuntimeWarning, match="another key"):
         CudaBackend().compile(SOURCE, "k", 0, "sm_90")
@@ -231,8 +243,9 @@ def test_a_fifo_cubin_entry_does_not_block(tmp_path: Path) -> None:
     assert "compiled" in _in_a_subprocess(code, tmp_path)
 
 
-def test_concurrent_writers_leave_a_valid_entry(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_writers_leave_a_valid_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     code = f"""
         from kfuse.backends.cuda import CudaBackend
         for _ in range(5):
@@ -240,9 +253,16 @@ def test_concurrent_writers_leave_a_valid_entry(tmp_path: Path,
         print("compiled")
     """
     env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path)}
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     assert not any("removed" in o for o in outputs), outputs
@@ -250,8 +270,9 @@ def test_concurrent_writers_leave_a_valid_entry(tmp_path: Path,
     from kfuse import kernel_cache
 
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", "-std=c++17 -DKFUSE_USE_PTX",
-                                            version)
+    identity = kernel_cache.kernel_identity(
+        SOURCE, "k", "sm_90", "-std=c++17 -DKFUSE_USE_PTX", version
+    )
     entry = cubin_entry(tmp_path)
     import warnings
 

@@ -26,25 +26,35 @@ torch = pytest.importorskip("torch")
 
 def campaign(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "KFUSE_CACHE_DIR": str(cwd / "cache")}
-    return subprocess.run([sys.executable, "-m", "kfuse", "campaign", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "kfuse", "campaign", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--device", "cuda"], "--device cuda"),
-    (["--kinds", "pointwise", "bogus"], "unknown kinds ['bogus']"),
-    (["--budget", "0"], "--budget must be more than 0"),
-    (["--examples", "0"], "--examples must be at least 1"),
-    (["--out", "/proc/no/such/dir"], "--out /proc/no/such/dir: cannot write there"),
-    (["--shard", "3/2"], "--shard 3/2: need 0 <= I < N"),
-    (["--shard", "x"], "--shard must be I/N"),
-    (["--dtypes", "Float8"], "unknown dtype 'Float8'"),
-    (["--max-rank", "0"], "must be at least 1"),
-    (["--budget", "5", "--examples", "3"], "not allowed with argument"),
-    (["merge", "missing.json", "--out", "m.json"], "is not a campaign summary"),
-])
-def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path, args: list[str],
-                                                 says: str) -> None:
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--device", "cuda"], "--device cuda"),
+        (["--kinds", "pointwise", "bogus"], "unknown kinds ['bogus']"),
+        (["--budget", "0"], "--budget must be more than 0"),
+        (["--examples", "0"], "--examples must be at least 1"),
+        (["--out", "/proc/no/such/dir"], "--out /proc/no/such/dir: cannot write there"),
+        (["--shard", "3/2"], "--shard 3/2: need 0 <= I < N"),
+        (["--shard", "x"], "--shard must be I/N"),
+        (["--dtypes", "Float8"], "unknown dtype 'Float8'"),
+        (["--max-rank", "0"], "must be at least 1"),
+        (["--budget", "5", "--examples", "3"], "not allowed with argument"),
+        (["merge", "missing.json", "--out", "m.json"], "is not a campaign summary"),
+    ],
+)
+def test_bad_arguments_get_one_line_and_status_2(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
     if args[:2] == ["--device", "cuda"] and _has_gpu():
         pytest.skip("this machine has a GPU: --device cuda is valid here")
     done = campaign(*args, cwd=tmp_path, timeout=120)
@@ -67,16 +77,41 @@ def _has_gpu() -> bool:
 def test_help_describes_the_options(tmp_path: Path) -> None:
     done = campaign("--help", cwd=tmp_path)
     assert done.returncode == 0
-    for option in ("--budget", "--examples", "--kinds", "--dtypes", "--max-rank", "--max-ops",
-                   "--seed", "--shard", "--out", "--device"):
+    for option in (
+        "--budget",
+        "--examples",
+        "--kinds",
+        "--dtypes",
+        "--max-rank",
+        "--max-ops",
+        "--seed",
+        "--shard",
+        "--out",
+        "--device",
+    ):
         assert option in done.stdout
 
 
 def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    done = campaign("--device", "emulator", "--examples", "6", "--workers", "2", "--seed", "5",
-                    "--kinds", "pointwise", "reduction", "--max-ops", "3", "--out", str(out),
-                    cwd=tmp_path)
+    done = campaign(
+        "--device",
+        "emulator",
+        "--examples",
+        "6",
+        "--workers",
+        "2",
+        "--seed",
+        "5",
+        "--kinds",
+        "pointwise",
+        "reduction",
+        "--max-ops",
+        "3",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     last = done.stdout.strip().splitlines()[-1]
     summary = json.loads((out / "summary.json").read_text())
@@ -107,8 +142,7 @@ def test_repro_inputs_round_trip_exactly(tmp_path: Path) -> None:
     fd = _two_outputs()
     base = torch.randn(40, dtype=torch.float32).to(torch.bfloat16)
     x = torch.as_strided(base, (3, 5), (1, 6), 1)  # permuted, offset by one element
-    path = repro.write(tmp_path, "case", _example(fd, [x, 0.5]), "mismatch", "msg", "cmd",
-                       "where")
+    path = repro.write(tmp_path, "case", _example(fd, [x, 0.5]), "mismatch", "msg", "cmd", "where")
     header, (y, s) = repro.load(path.with_suffix(".npz"))
     assert header["kind"] == "pointwise" and header["refill_seeds"] == [1, 2]
     assert s == 0.5 and y.dtype == torch.bfloat16
@@ -122,19 +156,23 @@ def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Pat
     x = torch.randn(4, 6).to(torch.bfloat16)
     good = repro.write(tmp_path, "good", _example(fd, [x, 1.5]), "mismatch", "m", "cmd", "w")
     # Inputs that do not fit the definition fail in every process: a kfuse error.
-    bad = repro.write(tmp_path, "bad", _example(fd, [torch.randn(4, 6), 1.5]), "kfuse_error",
-                      "m", "cmd", "w")
+    bad = repro.write(
+        tmp_path, "bad", _example(fd, [torch.randn(4, 6), 1.5]), "kfuse_error", "m", "cmd", "w"
+    )
     env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, str(good)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(good)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0 and "passed" in done.stdout, done.stdout + done.stderr
-    done = subprocess.run([sys.executable, str(bad)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(bad)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 1 and "FAILED (kfuse error)" in done.stdout, done.stdout
 
 
-def test_a_failing_round_is_shrunk_into_a_repro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                ) -> None:
+def test_a_failing_round_is_shrunk_into_a_repro(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A planted bug (any fusion with two or more outputs 'fails'): the round stops, the
     smallest failing example Hypothesis finds is written as a repro, and the record says it
     does not fail alone (the planted bug is not in the script's process)."""
@@ -147,8 +185,9 @@ def test_a_failing_round_is_shrunk_into_a_repro(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(worker, "check", planted)
     monkeypatch.setattr(worker, "_REPROS", 0)
-    space = ExampleSpace(kinds=("pointwise",), framework="torch", device="cpu",
-                         max_elements=64, max_ops=3)
+    space = ExampleSpace(
+        kinds=("pointwise",), framework="torch", device="cpu", max_elements=64, max_ops=3
+    )
     spec = worker.Round(0, 11, 40, space, tmp_path, "kfuse campaign (test)", shrink_seconds=60)
     result = worker.run_round(spec)
     assert len(result.failures) == 1, result
@@ -168,10 +207,29 @@ def test_a_failing_round_is_shrunk_into_a_repro(tmp_path: Path, monkeypatch: pyt
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.Popen([sys.executable, "-m", "kfuse", "campaign", "--device", "emulator",
-                             "--budget", "40", "--workers", "2", "--seed", "3", "--out",
-                             str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kfuse",
+            "campaign",
+            "--device",
+            "emulator",
+            "--budget",
+            "40",
+            "--workers",
+            "2",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     victim = None
     while victim is None and time.monotonic() < deadline:
@@ -196,14 +254,29 @@ def test_shards_merge_into_one_summary(tmp_path: Path) -> None:
     paths = []
     for shard in ("0/2", "1/2"):
         out = tmp_path / shard.replace("/", "-")
-        done = campaign("--device", "emulator", "--examples", "3", "--workers", "1", "--seed",
-                        "9", "--shard", shard, "--kinds", "pointwise", "--max-ops", "2",
-                        "--out", str(out), cwd=tmp_path)
+        done = campaign(
+            "--device",
+            "emulator",
+            "--examples",
+            "3",
+            "--workers",
+            "1",
+            "--seed",
+            "9",
+            "--shard",
+            shard,
+            "--kinds",
+            "pointwise",
+            "--max-ops",
+            "2",
+            "--out",
+            str(out),
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         paths.append(out / "summary.json")
     shards = [load(p) for p in paths]
-    done = campaign("merge", *map(str, paths), "--out", str(tmp_path / "merged.json"),
-                    cwd=tmp_path)
+    done = campaign("merge", *map(str, paths), "--out", str(tmp_path / "merged.json"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert merged["examples"] == sum(s.examples for s in shards)

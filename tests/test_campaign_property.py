@@ -18,8 +18,7 @@ from kfuse.campaign.property import Example, ExampleSpace, check, examples
 
 torch = pytest.importorskip("torch")
 
-EMULATED = ExampleSpace(framework="torch", device="cpu", max_elements=1 << 9, max_ops=5,
-                        max_rank=3)
+EMULATED = ExampleSpace(framework="torch", device="cpu", max_elements=1 << 9, max_ops=5, max_rank=3)
 ON_GPU = ExampleSpace(framework="torch", device="cuda", max_elements=1 << 16)
 
 
@@ -31,8 +30,12 @@ def run_in_two_orders(batch: list[Example], order: list[int]) -> None:
 
 
 def _test(space: ExampleSpace, ci: int) -> object:
-    @settings(max_examples=budget(ci), deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=budget(ci),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def test(data: st.DataObject) -> None:
         batch = data.draw(st.lists(examples(space), min_size=2, max_size=4))
@@ -44,5 +47,4 @@ def _test(space: ExampleSpace, ci: int) -> object:
 
 test_random_fusions_one_after_another_on_the_emulator = _test(EMULATED, 6)
 
-test_random_fusions_one_after_another_on_the_gpu = pytest.mark.gpu(requires_gpu(
-    _test(ON_GPU, 60)))
+test_random_fusions_one_after_another_on_the_gpu = pytest.mark.gpu(requires_gpu(_test(ON_GPU, 60)))

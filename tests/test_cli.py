@@ -10,8 +10,9 @@ import pytest
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kfuse", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "kfuse", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_demo_runs_and_checks_itself_without_a_gpu(tmp_path: Path) -> None:
@@ -27,12 +28,18 @@ def test_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> None:
     assert "source checkout" in result.stderr
 
 
-@pytest.mark.parametrize("args, says", [(["frobnicate"], "unknown command 'frobnicate'"),
-                                        ([], "no command given"),
-                                        (["info", "--bogus"], "unrecognized arguments"),
-                                        (["demo", "extra"], "unrecognized arguments")])
-def test_a_bad_command_line_is_one_line_and_status_2(tmp_path: Path, args: list[str],
-                                                     says: str) -> None:
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["frobnicate"], "unknown command 'frobnicate'"),
+        ([], "no command given"),
+        (["info", "--bogus"], "unrecognized arguments"),
+        (["demo", "extra"], "unrecognized arguments"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_and_status_2(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and says in result.stderr
@@ -66,6 +73,7 @@ def test_the_benchmark_script_runs_as_a_script() -> None:
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
-    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "--quick" in done.stdout

@@ -980,10 +980,13 @@ def test_welford_chunks_match_numpy(host: _HostProgram) -> None:
 
 
 @pytest.mark.parametrize("seed", [6, 7, 8])
-@pytest.mark.parametrize(("center", "spread", "rel"), [
-    (3.0, 2.0, 5e-5), (0.0, 1e-3, 5e-5), (-5e4, 3.0, 2e-3), (1000.0, 0.01, 1e-2)])
+@pytest.mark.parametrize(
+    ("center", "spread", "rel"),
+    [(3.0, 2.0, 5e-5), (0.0, 1e-3, 5e-5), (-5e4, 3.0, 2e-3), (1000.0, 0.01, 1e-2)],
+)
 def test_welford_in_batches_is_as_accurate_as_value_by_value(
-        host: _HostProgram, seed: int, center: float, spread: float, rel: float) -> None:
+    host: _HostProgram, seed: int, center: float, spread: float, rel: float
+) -> None:
     """kf::welford_update_batch (a batch's own mean and M2, measured from its first value,
     then one combine) in float stays within the same bound of float64's statistics as one
     update per value, over 100003 values, also far from zero (the last rows: a spread of

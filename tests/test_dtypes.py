@@ -24,8 +24,12 @@ ALL = list(DataType)
 
 def test_properties() -> None:
     assert [d.itemsize for d in ALL] == [1, 4, 8, 2, 2, 4, 8]
-    assert {d for d in ALL if d.is_floating} == {DataType.Half, DataType.BFloat16,
-                                                 DataType.Float, DataType.Double}
+    assert {d for d in ALL if d.is_floating} == {
+        DataType.Half,
+        DataType.BFloat16,
+        DataType.Float,
+        DataType.Double,
+    }
     assert {d for d in ALL if d.is_integral} == {DataType.Int32, DataType.Int}
     assert [d for d in ALL if d.is_boolean] == [DataType.Bool]
     assert DataType.BFloat16.cuda_type == "kf::bfloat16"
@@ -53,8 +57,9 @@ def test_round_to_bfloat16_matches_torch(values: list[float]) -> None:
 
 def _result(op: str, *args: object) -> DataType:
     with FusionDefinition() as fd:
-        vals = [fd.define_tensor(shape=[-1], dtype=a) if isinstance(a, DataType) else a
-                for a in args]
+        vals = [
+            fd.define_tensor(shape=[-1], dtype=a) if isinstance(a, DataType) else a for a in args
+        ]
         out = getattr(fd.ops, op)(*vals)
         fd.add_output(out)
     return out.dtype
@@ -75,8 +80,7 @@ def test_tensor_promotion_matches_torch(a: DataType, b: DataType) -> None:
 
 
 @given(st.sampled_from(ALL), st.sampled_from([True, 3, -2, 0.5, 2.0]), st.booleans())
-def test_scalar_promotion_matches_torch(a: DataType, scalar: object, scalar_first: bool
-                                        ) -> None:
+def test_scalar_promotion_matches_torch(a: DataType, scalar: object, scalar_first: bool) -> None:
     args = (scalar, a) if scalar_first else (a, scalar)
     expected = torch.result_type(*[_torch_arg(x) for x in args])
     assert to_torch_dtype(_result("mul", *args)) == expected

@@ -13,15 +13,17 @@ torch = pytest.importorskip("torch")
 
 
 def layout(t: object) -> tuple:
-    return (type(t), t.dtype, tuple(t.shape), tuple(t.stride()), t.data_ptr() & 15,
-            t.get_device())
+    return (type(t), t.dtype, tuple(t.shape), tuple(t.stride()), t.data_ptr() & 15, t.get_device())
 
 
 def entry(inputs: list, tag: object) -> FastCall:
-    outputs = [(torch.empty_like, (), None, 0),  # shaped like input 0
-               (torch.empty_strided, ((2, 3), (3, 1)), {"dtype": torch.float64}, -1)]
-    return FastCall("torch", -1, [layout(t) for t in inputs], outputs, [], [],
-                    lambda: 0, (), None, tag)
+    outputs = [
+        (torch.empty_like, (), None, 0),  # shaped like input 0
+        (torch.empty_strided, ((2, 3), (3, 1)), {"dtype": torch.float64}, -1),
+    ]
+    return FastCall(
+        "torch", -1, [layout(t) for t in inputs], outputs, [], [], lambda: 0, (), None, tag
+    )
 
 
 def test_a_matching_layout_allocates_the_outputs_and_returns_the_tag() -> None:
@@ -35,15 +37,18 @@ def test_a_matching_layout_allocates_the_outputs_and_returns_the_tag() -> None:
     assert second.shape == (2, 3) and second.dtype == torch.float64
 
 
-@pytest.mark.parametrize("other", [
-    lambda: [torch.randn(4, 6), torch.randn(4, 5)],                 # shape
-    lambda: [torch.randn(4, 5).double(), torch.randn(4, 5)],        # dtype
-    lambda: [torch.randn(5, 4).t(), torch.randn(4, 5)],             # strides
-    lambda: [torch.randn(41)[1:21].view(4, 5), torch.randn(4, 5)],  # alignment class
-    lambda: [torch.randn(4, 5)],                                    # count
-    lambda: [torch.randn(4, 5), torch.nn.Parameter(torch.randn(4, 5))],  # array type
-    lambda: [torch.randn(4, 5), 2.0],                               # not an array
-])
+@pytest.mark.parametrize(
+    "other",
+    [
+        lambda: [torch.randn(4, 6), torch.randn(4, 5)],  # shape
+        lambda: [torch.randn(4, 5).double(), torch.randn(4, 5)],  # dtype
+        lambda: [torch.randn(5, 4).t(), torch.randn(4, 5)],  # strides
+        lambda: [torch.randn(41)[1:21].view(4, 5), torch.randn(4, 5)],  # alignment class
+        lambda: [torch.randn(4, 5)],  # count
+        lambda: [torch.randn(4, 5), torch.nn.Parameter(torch.randn(4, 5))],  # array type
+        lambda: [torch.randn(4, 5), 2.0],  # not an array
+    ],
+)
 def test_any_other_layout_is_a_miss(other: object) -> None:
     a, b = torch.randn(4, 5), torch.randn(4, 5)
     assert entry([a, b], 1)(other(), None) is None
@@ -65,8 +70,9 @@ def test_a_failing_allocation_raises_instead_of_launching() -> None:
         raise MemoryError("out of memory (test)")
 
     a = torch.randn(3)
-    call = FastCall("torch", -1, [layout(a)], [(broken, (), None, -1)], [], [], lambda: 0, (),
-                    None, 0)
+    call = FastCall(
+        "torch", -1, [layout(a)], [(broken, (), None, -1)], [], [], lambda: 0, (), None, 0
+    )
     with pytest.raises(MemoryError, match="test"):
         call([torch.randn(3)], None)
 
@@ -103,8 +109,18 @@ def test_a_cycle_through_the_cache_is_collected() -> None:
 
 def test_scalar_inputs_match_by_python_type_whatever_their_value() -> None:
     a = torch.randn(4, 5)
-    call = FastCall("torch", -1, [layout(a), (float,)], [(torch.empty_like, (), None, 0)], [],
-                    [], lambda: 0, (), None, "tag")
+    call = FastCall(
+        "torch",
+        -1,
+        [layout(a), (float,)],
+        [(torch.empty_like, (), None, 0)],
+        [],
+        [],
+        lambda: 0,
+        (),
+        None,
+        "tag",
+    )
     assert call([torch.randn(4, 5), 3.5], None) is not None
     assert call([torch.randn(4, 5), -1e300], None) is not None  # any value of that type
     for other in (3, True, "3.5", None, torch.tensor(3.5), torch.randn(4, 5)):
@@ -144,10 +160,14 @@ def test_scalar_programs_replay_the_checked_paths_scalar_values() -> None:
     fusion = derived.fusion
     program = ScalarProgram.of(fusion, fusion.infer_shapes([a, 1.5, 3]))
     assert program is not None
-    operands = [v for e in fusion.exprs for v in e.inputs
-                if type(v).__name__ == "Scalar" and program.slot(v) is not None]
+    operands = [
+        v
+        for e in fusion.exprs
+        for v in e.inputs
+        if type(v).__name__ == "Scalar" and program.slot(v) is not None
+    ]
     assert operands  # the scalars the tensor ops read
-    for values in ([a, 0.1, 7], [a, -2.5, -1], [a, 1e30, 2 ** 40]):
+    for values in ([a, 0.1, 7], [a, -2.5, -1], [a, 1e30, 2**40]):
         expected = fusion.infer_shapes(values)
         assert program(values) == tuple(expected[v] for v in program.operands)
 
@@ -160,9 +180,13 @@ def _counting_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[object]]
 
     built: list[object] = []
     monkeypatch.setattr(executor, "layout_key", lambda inputs, info: tuple(inputs))
-    monkeypatch.setattr(executor, "fast_call_for",
-                        lambda inputs, compiled, info, layout: built.append(inputs) or FastCall(
-                            "torch", -1, [], [], [], [], lambda: 0, (), None, None))
+    monkeypatch.setattr(
+        executor,
+        "fast_call_for",
+        lambda inputs, compiled, info, layout: (
+            built.append(inputs) or FastCall("torch", -1, [], [], [], [], lambda: 0, (), None, None)
+        ),
+    )
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1])))
     return executor.FusionExecutorCache(fd.fusion), built
@@ -184,8 +208,9 @@ def test_a_layout_already_cached_is_not_built_again(monkeypatch: pytest.MonkeyPa
     assert built.count([1]) == 2
 
 
-def test_a_layouts_fastcall_is_built_on_its_second_checked_call(monkeypatch: pytest.MonkeyPatch
-                                                                ) -> None:
+def test_a_layouts_fastcall_is_built_on_its_second_checked_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One-off layouts (shapes that change every call) build no FastCall, so they neither pay
     for one nor push repeated layouts out of the cache; the seen set stays bounded."""
     cache, built = _counting_cache(monkeypatch)

@@ -22,8 +22,7 @@ def test_host_arrays_never_take_the_fast_path() -> None:
 
 
 @pytest.mark.gpu
-def test_cached_torch_call_skips_validation_and_is_correct(monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def test_cached_torch_call_skips_validation_and_is_correct(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     import kfuse.executor as executor
 
@@ -132,8 +131,12 @@ def test_scalar_inputs_take_the_fast_path_with_each_calls_values() -> None:
     t = torch.randn(64, 1000, device="cuda")
     for _ in range(2):  # compiles, then builds the FastCall; later calls are hits
         fd.execute([t, 1.0, 1.0, 1, True])
-    for values in [(1.5, 0.25, 3, True), (-2.0, 1e-3, -7, False), (0.5, 3.0, 0, True),
-                   (1e3, -1.0, 2 ** 33, False)]:
+    for values in [
+        (1.5, 0.25, 3, True),
+        (-2.0, 1e-3, -7, False),
+        (0.5, 3.0, 0, True),
+        (1e3, -1.0, 2**33, False),
+    ]:
         inputs = [t, *values]
         assert fd._executor_cache.fast_calls(inputs, None) is not None
         (fast,) = fd.execute(inputs)
@@ -159,7 +162,7 @@ def test_a_scalar_out_of_its_parameters_range_fails_as_on_the_checked_path() -> 
     assert fd._executor_cache.fast_calls([t, 7], None) is not None
     assert torch.equal(fd.execute([t, 7])[0], t + 7)
     with pytest.raises(Exception, match="does not fit"):
-        fd.execute([t, 2 ** 40])
+        fd.execute([t, 2**40])
     assert torch.equal(fd.execute([t, -3])[0], t - 3)
     with pytest.raises(InputError):  # not a number: the checked path names the input
         fd.execute([t, "3"])
@@ -193,7 +196,7 @@ def test_cached_torch_call_runs_on_the_current_stream() -> None:
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         torch.cuda._sleep(50_000_000)  # holds the side stream back
-        a.add_(1.0)                    # queued behind the sleep
-        (out,) = fd.execute([a, b])    # sees the new `a` only if queued on the same stream
+        a.add_(1.0)  # queued behind the sleep
+        (out,) = fd.execute([a, b])  # sees the new `a` only if queued on the same stream
     stream.synchronize()
     torch.testing.assert_close(out, (a + b) * 2)

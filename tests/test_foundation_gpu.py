@@ -42,8 +42,12 @@ extern "C" __global__ void smem_copy(float* out, const float* x, int n) {
 """
 
 FRAMEWORKS = [
-    pytest.param(name, marks=pytest.mark.skipif(
-        importlib.util.find_spec(name) is None, reason=f"{name} is not installed"))
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec(name) is None, reason=f"{name} is not installed"
+        ),
+    )
     for name in ("torch", "cupy")
 ]
 
@@ -147,8 +151,9 @@ def test_bad_arguments_are_reported_by_parameter() -> None:
     pytest.importorskip("torch")
     out, x, y, _ = make_inputs("torch")
     ex = kfuse.KernelExecutor()
-    ex.compile(SAXPY.replace("INDEX", "long long"), "saxpy", kfuse.LaunchParams(grid_x=1,
-                                                                                 block_x=32))
+    ex.compile(
+        SAXPY.replace("INDEX", "long long"), "saxpy", kfuse.LaunchParams(grid_x=1, block_x=32)
+    )
     with pytest.raises(kfuse.InputError, match="takes 4 parameters"):
         ex.run([out, x, y])
     with pytest.raises(kfuse.InputError, match="parameter 1"):
@@ -181,8 +186,9 @@ def test_tensor_descriptor_arguments() -> None:
     out, x, y, expected = make_inputs("torch")
     described = [Descriptor(t.data_ptr(), tuple(t.shape), tuple(t.stride())) for t in (out, x, y)]
     ex = kfuse.KernelExecutor()
-    ex.compile(SAXPY.replace("INDEX", "long long"), "saxpy",
-               kfuse.LaunchParams(grid_x=8, block_x=128))
+    ex.compile(
+        SAXPY.replace("INDEX", "long long"), "saxpy", kfuse.LaunchParams(grid_x=8, block_x=128)
+    )
     ex.run([*described, 2.5])
     torch.cuda.synchronize()
     np.testing.assert_array_equal(to_numpy(out), expected)

@@ -32,7 +32,7 @@ def test_compile_to_cubin_for_explicit_arch(arch: str) -> None:
 
 
 def test_syntax_error_gives_log_and_numbered_source() -> None:
-    bad = "extern \"C\" __global__ void k(float* x) {\n    x[0] = 1.0f\n}\n"
+    bad = 'extern "C" __global__ void k(float* x) {\n    x[0] = 1.0f\n}\n'
     with pytest.raises(kfuse.CompileError) as info:
         _C.compile_to_cubin(bad, "bad.cu", "sm_80")
     err = info.value

@@ -44,8 +44,9 @@ def test_launch_params_reject_nonpositive_dims(field: str) -> None:
 
 
 def test_compile_params_validate() -> None:
-    cp = kfuse.CompileParams(index_type="int32", maxrregcount=64, arch="sm_90",
-                             extra_options=["-lineinfo"])
+    cp = kfuse.CompileParams(
+        index_type="int32", maxrregcount=64, arch="sm_90", extra_options=["-lineinfo"]
+    )
     assert cp.nvrtc_options() == ["--maxrregcount=64", "-lineinfo"]
     assert cp == kfuse.CompileParams.from_dict(cp.to_dict())
     assert hash(cp) == hash(kfuse.CompileParams.from_dict(cp.to_dict()))
@@ -77,12 +78,24 @@ def test_heuristic_params_dict_layout() -> None:
     d = kfuse.ReductionParams(block_x=32).to_dict()
     assert d["scheduler_type"] == "reduction" and d["block_x"] == 32
     assert d["fastest_dim_reduction"] is True
-    assert set(d["lparams"]) == {"grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                                 "shared_mem"}
+    assert set(d["lparams"]) == {
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "shared_mem",
+    }
     assert set(d["cparams"]) == {"index_type", "maxrregcount", "arch", "extra_options"}
-    for key in ("vectorize_iter", "unroll_reduction", "cross_grid_count",
-                "cross_block_inner_reduction", "cross_block_outer_reduction",
-                "persistent_batch_size"):
+    for key in (
+        "vectorize_iter",
+        "unroll_reduction",
+        "cross_grid_count",
+        "cross_block_inner_reduction",
+        "cross_block_outer_reduction",
+        "persistent_batch_size",
+    ):
         assert key in d
 
 
@@ -104,12 +117,18 @@ def test_equality_distinguishes_class_and_type() -> None:
 
 optional_dim = st.none() | st.integers(1, 2**31 - 1)
 launch_params = st.builds(
-    kfuse.LaunchParams, grid_x=optional_dim, grid_y=optional_dim, grid_z=optional_dim,
-    block_x=optional_dim, block_y=optional_dim, block_z=optional_dim,
+    kfuse.LaunchParams,
+    grid_x=optional_dim,
+    grid_y=optional_dim,
+    grid_z=optional_dim,
+    block_x=optional_dim,
+    block_y=optional_dim,
+    block_z=optional_dim,
     shared_mem=st.integers(0, 1 << 20),
 )
 compile_params = st.builds(
-    kfuse.CompileParams, index_type=st.sampled_from(["int32", "int64"]),
+    kfuse.CompileParams,
+    index_type=st.sampled_from(["int32", "int64"]),
     maxrregcount=st.none() | st.integers(16, 255),
     arch=st.none() | st.sampled_from(["sm_80", "sm_90"]),
     extra_options=st.lists(st.sampled_from(["-lineinfo", "--use_fast_math"]), max_size=2),
@@ -139,8 +158,10 @@ def test_heuristic_params_round_trip(params: kfuse.HeuristicParams) -> None:
     assert again.to_dict() == params.to_dict()
 
 
-@pytest.mark.parametrize("field, value", [("block_x", None), ("block_x", "a"), ("block_x", 2.5),
-                                          ("persistent", 1), ("lparams", 5)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("block_x", None), ("block_x", "a"), ("block_x", 2.5), ("persistent", 1), ("lparams", 5)],
+)
 def test_a_field_of_the_wrong_type_is_a_params_error(field: str, value: object) -> None:
     """A kfuse error naming the field (and still a TypeError), not nanobind's own."""
     p = kfuse.ReductionParams("reduction")

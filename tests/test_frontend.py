@@ -31,8 +31,10 @@ def rms_norm_fd() -> FusionDefinition:
         ms = fd.ops.sum(fd.ops.mul(xf, xf), dims=[1], keepdim=True)
         y = fd.ops.mul(
             fd.ops.mul(xf, fd.ops.rsqrt(fd.ops.add(fd.ops.div(ms, fd.ops.size(x, 1)), 1e-6))),
-            fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x),
-                                    broadcast_dims=[1]))
+            fd.ops.broadcast_in_dim(
+                fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+            ),
+        )
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
     return fd
 
@@ -78,6 +80,7 @@ def test_structural_equality_sees_differences() -> None:
             x = fd.define_tensor(shape=[-1])
             fd.add_output(getattr(fd.ops, op)(x, 2.0))
         return fd
+
     assert make("add").fusion == make("add").fusion
     assert make("add").fusion != make("mul").fusion
 
@@ -102,8 +105,21 @@ def test_python_operators_and_scalars() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
         s = fd.define_scalar(dtype=DataType.Int)
-        outs = [x + 1, 2 * x, 1 - x, x / 2, -x, abs(x), x < s, x % 3, x ** 2, ~x, x & 3,
-                1.5 + x, 2.0 / x]
+        outs = [
+            x + 1,
+            2 * x,
+            1 - x,
+            x / 2,
+            -x,
+            abs(x),
+            x < s,
+            x % 3,
+            x**2,
+            ~x,
+            x & 3,
+            1.5 + x,
+            2.0 / x,
+        ]
         for o in outs:
             fd.add_output(o)
     dtypes = [o.dtype for o in outs]
@@ -168,17 +184,19 @@ def test_reshape_permute_squeeze_shapes() -> None:
     assert fd.fusion.infer_shapes([(3, 1, 4)])[y] == (12,)
 
 
-@pytest.mark.parametrize(("shapes", "fragment"), [
-    ([(3, 4)], "rank 1"),
-    ([(3,), (5,)], "input 0 (T0) axis 0 has size 3 but input 1 (T1) axis 0 has size 5"),
-    ([(3,), (3, 2)], "defined as a broadcast axis"),
-    ([(3,)], "takes 2 inputs"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "fragment"),
+    [
+        ([(3, 4)], "rank 1"),
+        ([(3,), (5,)], "input 0 (T0) axis 0 has size 3 but input 1 (T1) axis 0 has size 5"),
+        ([(3,), (3, 2)], "defined as a broadcast axis"),
+        ([(3,)], "takes 2 inputs"),
+    ],
+)
 def test_infer_shapes_errors_name_the_input(shapes: list, fragment: str) -> None:
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1])
-        b = fd.define_tensor(shape=[-1] if fragment != "defined as a broadcast axis"
-                             else [-1, 1])
+        b = fd.define_tensor(shape=[-1] if fragment != "defined as a broadcast axis" else [-1, 1])
         fd.add_output(a + b if b.ndim == 1 else b * 2.0)
     if len(shapes) == 2 and len(shapes[0]) == 2:
         pass

@@ -33,9 +33,9 @@ def entries(folder: Path) -> list[Path]:
     return [p for p in (folder / "cubin").iterdir() if not p.name.startswith(".")]
 
 
-def test_miss_then_hit_across_processes_worth_of_backends(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch,
-                                                          counted_nvrtc: Compiles) -> None:
+def test_miss_then_hit_across_processes_worth_of_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_nvrtc: Compiles
+) -> None:
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     assert len(counted_nvrtc) == 1 and len(entries(tmp_path)) == 1
@@ -46,8 +46,9 @@ def test_miss_then_hit_across_processes_worth_of_backends(tmp_path: Path,
     assert len(counted_nvrtc) == 2 and len(entries(tmp_path)) == 2
 
 
-def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              counted_nvrtc: Compiles) -> None:
+def test_corrupt_entry_is_ignored_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_nvrtc: Compiles
+) -> None:
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     (entry,) = entries(tmp_path)
@@ -62,8 +63,9 @@ def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path: Path, monkeypatch: pytes
     with pytest.warns(RuntimeWarning, match="checksum"):
         CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     assert len(counted_nvrtc) == 2
-    assert kernel_cache.load(entry.name, identity) == good, \
+    assert kernel_cache.load(entry.name, identity) == good, (
         "the rebuilt entry replaced the corrupt one"
+    )
     entry.write_bytes(b"garbage")
     with pytest.warns(RuntimeWarning, match="not a kfuse cache entry"):
         assert kernel_cache.load(entry.name, identity) is None
@@ -88,14 +90,16 @@ def test_key_covers_every_input_of_the_cubin() -> None:
     assert len(keys) == len(base) + 1
 
 
-def test_compile_params_reach_nvrtc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    counted_nvrtc: Compiles) -> None:
+def test_compile_params_reach_nvrtc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_nvrtc: Compiles
+) -> None:
     """A fusion's HeuristicParams.cparams: maxrregcount and extra_options are NVRTC options,
     arch overrides the device's; kernels differing only in them are different entries."""
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(executor, "backend_for", lambda info: CudaBackend())
-    gpu = SimpleNamespace(backend="cuda", device_index=0,
-                          device=SimpleNamespace(arch="sm_90", regs_per_block=65536))
+    gpu = SimpleNamespace(
+        backend="cuda", device_index=0, device=SimpleNamespace(arch="sm_90", regs_per_block=65536)
+    )
     executor.TargetCompiler(_C.CompileParams()).compile(SOURCE, "k", gpu)
     cp = _C.CompileParams(maxrregcount=32, extra_options=["-lineinfo"])
     executor.TargetCompiler(cp).compile(SOURCE, "k", gpu)
@@ -112,8 +116,10 @@ def test_a_register_limit_replaces_the_launch_bounds() -> None:
     """NVRTC ignores --maxrregcount for a kernel with __launch_bounds__, so a limit removes
     them; a limit no block of the kernel's size can have is refused, naming both numbers."""
     bounded = 'extern "C" __global__ void __launch_bounds__(256, 2) k(float* p) {}\n'
-    assert executor.without_launch_bounds(bounded, 64, 65536) == \
-        'extern "C" __global__ void k(float* p) {}\n'
+    assert (
+        executor.without_launch_bounds(bounded, 64, 65536)
+        == 'extern "C" __global__ void k(float* p) {}\n'
+    )
     executor.without_launch_bounds(bounded, 255, 65536)  # 256 * 255 registers fit a block
     with pytest.raises(SchedulerError, match="maxrregcount = 255 for blocks of 512 threads"):
         executor.without_launch_bounds(bounded.replace("256, 2", "512"), 255, 65536)

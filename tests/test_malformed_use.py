@@ -39,12 +39,39 @@ with _FOREIGN as _f:
 
 # Values no argument expects, and some that only look right.
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.sampled_from([-1, 0, 1, 2, 3]),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
-    st.sampled_from([np.int64(1), np.float32(0.5), np.bool_(True), np.zeros(2), np.array(3),
-                     object(), slice(1), {"a": 1}, (1, "x"), [0.5, 1], [True, False],
-                     ["1", "0"], [None], [], [[0]], DataType.Float, "Float", "float64",
-                     _FOREIGN_TENSOR, b"\xff", math.nan, 2**63, -2**63 - 1]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([-1, 0, 1, 2, 3]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.sampled_from(
+        [
+            np.int64(1),
+            np.float32(0.5),
+            np.bool_(True),
+            np.zeros(2),
+            np.array(3),
+            object(),
+            slice(1),
+            {"a": 1},
+            (1, "x"),
+            [0.5, 1],
+            [True, False],
+            ["1", "0"],
+            [None],
+            [],
+            [[0]],
+            DataType.Float,
+            "Float",
+            "float64",
+            _FOREIGN_TENSOR,
+            b"\xff",
+            math.nan,
+            2**63,
+            -(2**63) - 1,
+        ]
+    ),
     st.lists(st.integers(-3, 3), max_size=4),
 )
 
@@ -83,12 +110,16 @@ def _arguments(draw: Any, fd: FusionDefinition, op: str, vals: list) -> tuple[li
 
 @settings(max_examples=examples(60), **SETTINGS)
 @given(data=st.data(), op=st.sampled_from(OPS))
-def test_every_op_with_bad_arguments_raises_definition_errors(data: st.DataObject,
-                                                              op: str) -> None:
+def test_every_op_with_bad_arguments_raises_definition_errors(data: st.DataObject, op: str) -> None:
     with FusionDefinition() as fd:
-        vals = [fd.define_tensor(shape=[-1, -1]), fd.define_tensor(shape=[-1], dtype=DataType.Int),
-                fd.define_tensor(shape=[1, -1], dtype=DataType.Bool), fd.define_scalar(),
-                fd.define_scalar(3), 2.0]
+        vals = [
+            fd.define_tensor(shape=[-1, -1]),
+            fd.define_tensor(shape=[-1], dtype=DataType.Int),
+            fd.define_tensor(shape=[1, -1], dtype=DataType.Bool),
+            fd.define_scalar(),
+            fd.define_scalar(3),
+            2.0,
+        ]
         vals += [fd.ops.shape(vals[0])]
         args, kwargs = _arguments(data.draw, fd, op, vals)
         _ok_or_kfuse_error(lambda: getattr(fd.ops, op)(*args, **kwargs))
@@ -96,15 +127,31 @@ def test_every_op_with_bad_arguments_raises_definition_errors(data: st.DataObjec
 
 
 @settings(max_examples=examples(60), **SETTINGS)
-@given(shape=JUNK, contiguity=JUNK, dtype=JUNK, stride_order=JUNK, value=JUNK,
-       scalar_dtype=JUNK, output=JUNK)
-def test_define_and_add_output_with_bad_arguments(shape: Any, contiguity: Any, dtype: Any,
-                                                   stride_order: Any, value: Any,
-                                                   scalar_dtype: Any, output: Any) -> None:
+@given(
+    shape=JUNK,
+    contiguity=JUNK,
+    dtype=JUNK,
+    stride_order=JUNK,
+    value=JUNK,
+    scalar_dtype=JUNK,
+    output=JUNK,
+)
+def test_define_and_add_output_with_bad_arguments(
+    shape: Any,
+    contiguity: Any,
+    dtype: Any,
+    stride_order: Any,
+    value: Any,
+    scalar_dtype: Any,
+    output: Any,
+) -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1])
-        _ok_or_kfuse_error(lambda: fd.define_tensor(shape=shape, contiguity=contiguity,
-                                                    dtype=dtype, stride_order=stride_order))
+        _ok_or_kfuse_error(
+            lambda: fd.define_tensor(
+                shape=shape, contiguity=contiguity, dtype=dtype, stride_order=stride_order
+            )
+        )
         _ok_or_kfuse_error(lambda: fd.define_tensor(sizes=shape, strides=contiguity))
         _ok_or_kfuse_error(lambda: fd.define_scalar(value, dtype=scalar_dtype))
         _ok_or_kfuse_error(lambda: fd.add_output(output))
@@ -112,6 +159,7 @@ def test_define_and_add_output_with_bad_arguments(shape: Any, contiguity: Any, d
 
 
 # ---- execute ---------------------------------------------------------------------------
+
 
 def _definition() -> FusionDefinition:
     with FusionDefinition() as fd:
@@ -131,10 +179,16 @@ DEFINITION = _definition()
 def _arrays(draw: Any) -> Any:
     """Small torch arrays of any dtype and rank, sometimes transposed."""
     shape = draw(st.lists(st.integers(0, 5), min_size=0, max_size=3))
-    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.int64, torch.bool,
-                                  torch.float64, torch.float16]))
-    t = torch.zeros(shape, dtype=dtype) if dtype is torch.bool else \
-        torch.arange(math.prod(shape)).reshape(shape).to(dtype)
+    dtype = draw(
+        st.sampled_from(
+            [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float64, torch.float16]
+        )
+    )
+    t = (
+        torch.zeros(shape, dtype=dtype)
+        if dtype is torch.bool
+        else torch.arange(math.prod(shape)).reshape(shape).to(dtype)
+    )
     if t.ndim == 2 and draw(st.booleans()):
         t = t.t()  # not contiguous, against the definition's contiguity
     return t
@@ -144,8 +198,7 @@ def _arrays(draw: Any) -> Any:
 def _inputs(draw: Any) -> list:
     """Input lists of the wrong length, or right but for one entry."""
     good = [torch.randn(3, 4), torch.randn(4).to(torch.bfloat16), 2]
-    pick = st.one_of(st.sampled_from(good), _arrays(), JUNK,
-                     st.just(np.ones((3, 4), np.float32)))
+    pick = st.one_of(st.sampled_from(good), _arrays(), JUNK, st.just(np.ones((3, 4), np.float32)))
     if draw(st.integers(0, 3)) == 0:
         return [draw(pick) for _ in range(draw(st.integers(0, 4)))]
     inputs = list(good)
@@ -154,46 +207,63 @@ def _inputs(draw: Any) -> list:
 
 
 @settings(max_examples=examples(40), **SETTINGS)
-@given(inputs=st.one_of(_inputs(), JUNK), stream=st.one_of(st.none(), JUNK),
-       device=st.one_of(st.none(), JUNK))
-def test_execute_with_bad_inputs_is_right_or_a_kfuse_error(inputs: Any, stream: Any,
-                                                          device: Any) -> None:
+@given(
+    inputs=st.one_of(_inputs(), JUNK),
+    stream=st.one_of(st.none(), JUNK),
+    device=st.one_of(st.none(), JUNK),
+)
+def test_execute_with_bad_inputs_is_right_or_a_kfuse_error(
+    inputs: Any, stream: Any, device: Any
+) -> None:
     out = _ok_or_kfuse_error(lambda: DEFINITION.execute(inputs, stream=stream, device=device))
     if out is not None:
         assert_outputs_close(DEFINITION, out, evaluate(DEFINITION.fusion, inputs), inputs)
     _ok_or_kfuse_error(lambda: DEFINITION.segments(inputs, device=device))
 
 
-PARAM_FIELDS = ["block_x", "block_y", "grid_x", "grid_y", "vectorize_reduction",
-                "persistent_batch_size", "unroll_reduction", "cluster_size",
-                "reload_batch_size", "unroll_iter", "vectorize_iter"]
+PARAM_FIELDS = [
+    "block_x",
+    "block_y",
+    "grid_x",
+    "grid_y",
+    "vectorize_reduction",
+    "persistent_batch_size",
+    "unroll_reduction",
+    "cluster_size",
+    "reload_batch_size",
+    "unroll_iter",
+    "vectorize_iter",
+]
 
 
 @settings(max_examples=examples(40), **SETTINGS)
 @given(data=st.data(), scheduler=st.sampled_from(list(SchedulerType)))
 def test_manual_execute_with_edited_params_is_right_or_a_kfuse_error(
-        data: st.DataObject, scheduler: SchedulerType) -> None:
+    data: st.DataObject, scheduler: SchedulerType
+) -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.softmax(x, 1) if data.draw(st.booleans()) else fd.ops.exp(x))
     inputs = [torch.randn(5, 33)]
-    params = _ok_or_kfuse_error(lambda: schedule.compute_heuristics(fd.fusion, scheduler,
-                                                                    inputs))
+    params = _ok_or_kfuse_error(lambda: schedule.compute_heuristics(fd.fusion, scheduler, inputs))
     if params is None:
         params = data.draw(JUNK)
     else:
         for name in data.draw(st.lists(st.sampled_from(PARAM_FIELDS), max_size=3)):
             value = data.draw(st.one_of(st.integers(-3, 2048), JUNK))
-            _ok_or_kfuse_error(lambda n=name, v=value: setattr(params, n, v)
-                               if hasattr(params, n) else None)
+            _ok_or_kfuse_error(
+                lambda n=name, v=value: setattr(params, n, v) if hasattr(params, n) else None
+            )
     out = _ok_or_kfuse_error(lambda: fd.manual_execute(inputs, heuristic_params=params))
     if out is not None:
         assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
 
 
 @settings(max_examples=examples(40), **SETTINGS)
-@given(scheduler=st.one_of(st.sampled_from(list(SchedulerType)), JUNK),
-       inputs=st.one_of(_inputs(), JUNK))
+@given(
+    scheduler=st.one_of(st.sampled_from(list(SchedulerType)), JUNK),
+    inputs=st.one_of(_inputs(), JUNK),
+)
 def test_the_schedule_api_with_bad_arguments(scheduler: Any, inputs: Any) -> None:
     fusion = DEFINITION.fusion
     _ok_or_kfuse_error(lambda: schedule.find_compatible_schedulers(fusion, inputs))
@@ -203,13 +273,24 @@ def test_the_schedule_api_with_bad_arguments(scheduler: Any, inputs: Any) -> Non
 
 # ---- KernelExecutor, PythonProfiler ------------------------------------------------------
 
+
 @settings(max_examples=examples(25), **SETTINGS)
-@given(source=st.one_of(st.sampled_from([
-    'extern "C" __global__ void k(float* o) { o[0] = 1.0f; }', "not C++ at all {",
-    'extern "C" __global__ void other() {}']), JUNK), name=st.one_of(st.just("k"), JUNK),
-    args=st.one_of(st.lists(JUNK, max_size=3), JUNK), launch=JUNK)
-def test_kernel_executor_with_bad_arguments(source: Any, name: Any, args: Any,
-                                            launch: Any) -> None:
+@given(
+    source=st.one_of(
+        st.sampled_from(
+            [
+                'extern "C" __global__ void k(float* o) { o[0] = 1.0f; }',
+                "not C++ at all {",
+                'extern "C" __global__ void other() {}',
+            ]
+        ),
+        JUNK,
+    ),
+    name=st.one_of(st.just("k"), JUNK),
+    args=st.one_of(st.lists(JUNK, max_size=3), JUNK),
+    launch=JUNK,
+)
+def test_kernel_executor_with_bad_arguments(source: Any, name: Any, args: Any, launch: Any) -> None:
     ex = kfuse.KernelExecutor()
     _ok_or_kfuse_error(lambda: ex.compile(source, name, kfuse.LaunchParams(block_x=32)))
     _ok_or_kfuse_error(lambda: ex.compile(source, name, launch))
@@ -230,16 +311,40 @@ def test_the_profiler_works_or_is_a_kfuse_error() -> None:
 
 # ---- the campaign command ----------------------------------------------------------------
 
-OPTIONS = ["--device", "--budget", "--examples", "--kinds", "--dtypes", "--max-rank",
-           "--max-ops", "--max-elements", "--special-values", "--seed", "--shard",
-           "--workers", "--shrink-seconds", "--example-timeout", "--replay-round"]
+OPTIONS = [
+    "--device",
+    "--budget",
+    "--examples",
+    "--kinds",
+    "--dtypes",
+    "--max-rank",
+    "--max-ops",
+    "--max-elements",
+    "--special-values",
+    "--seed",
+    "--shard",
+    "--workers",
+    "--shrink-seconds",
+    "--example-timeout",
+    "--replay-round",
+]
 
 
 @settings(max_examples=examples(60), **SETTINGS)
-@given(argv=st.lists(st.one_of(st.sampled_from(OPTIONS), st.text(max_size=6),
-                               st.integers(-5, 5).map(str), st.just("nan")), max_size=6))
-def test_campaign_arguments_parse_or_are_usage_errors(argv: list[str], tmp_path_factory: Any
-                                                      ) -> None:
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(OPTIONS),
+            st.text(max_size=6),
+            st.integers(-5, 5).map(str),
+            st.just("nan"),
+        ),
+        max_size=6,
+    )
+)
+def test_campaign_arguments_parse_or_are_usage_errors(
+    argv: list[str], tmp_path_factory: Any
+) -> None:
     from kfuse.campaign import cli
 
     argv = [*argv, "--out", str(tmp_path_factory.mktemp("campaign"))]  # nothing written here

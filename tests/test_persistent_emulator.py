@@ -31,16 +31,18 @@ def check(fd: FusionDefinition, inputs: list, params: object = None) -> list:
     return out
 
 
-def softmax_fd(dtype: DataType = DataType.Float, log: bool = False, rank: int = 2
-               ) -> FusionDefinition:
+def softmax_fd(
+    dtype: DataType = DataType.Float, log: bool = False, rank: int = 2
+) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
         fd.add_output((fd.ops.log_softmax if log else fd.ops.softmax)(x, -1))
     return fd
 
 
-def layer_norm_fd(dtype: DataType = DataType.Float, affine: bool = True,
-                  stats: bool = False) -> FusionDefinition:
+def layer_norm_fd(
+    dtype: DataType = DataType.Float, affine: bool = True, stats: bool = False
+) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
         w = fd.define_tensor(shape=[-1], dtype=dtype) if affine else None
@@ -87,8 +89,10 @@ def test_layer_norm_without_affine_and_rms_norm(n: int) -> None:
 
 def test_half_and_double_normalizations() -> None:
     check(softmax_fd(DataType.Half), [rand((4, 200), np.float16)])
-    check(layer_norm_fd(DataType.Double), [rand((4, 70), np.float64), rand((70,), np.float64),
-                                            rand((70,), np.float64)])
+    check(
+        layer_norm_fd(DataType.Double),
+        [rand((4, 70), np.float64), rand((70,), np.float64), rand((70,), np.float64)],
+    )
 
 
 def test_bfloat16_torch_cpu() -> None:
@@ -135,12 +139,19 @@ def test_strided_rows() -> None:
     check(softmax_fd(), [base[::2, 1:]])
 
 
-@pytest.mark.parametrize("edit", [
-    {"block_x": 32, "persistent_batch_size": 8}, {"block_x": 64, "block_y": 2},
-    {"vectorize_reduction": 1, "persistent_batch_size": 16}, {"block_x": 100, "block_y": 3},
-    {"grid_x": 1}, {"block_x": 1024, "block_y": 1, "persistent_batch_size": 1},
-    {"smem_persistent": True}, {"smem_persistent": True, "block_x": 32, "block_y": 4,
-                                "persistent_batch_size": 8}])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"block_x": 32, "persistent_batch_size": 8},
+        {"block_x": 64, "block_y": 2},
+        {"vectorize_reduction": 1, "persistent_batch_size": 16},
+        {"block_x": 100, "block_y": 3},
+        {"grid_x": 1},
+        {"block_x": 1024, "block_y": 1, "persistent_batch_size": 1},
+        {"smem_persistent": True},
+        {"smem_persistent": True, "block_x": 32, "block_y": 4, "persistent_batch_size": 8},
+    ],
+)
 def test_edited_params_stay_correct(edit: dict) -> None:
     fd = layer_norm_fd(stats=True)
     x, w, b = rand((7, 250)), rand((250,), seed=1), rand((250,), seed=2)
@@ -179,8 +190,10 @@ def test_softmax_with_kept_exponentials_matches_the_reference_on_ragged_rows() -
 
 @pytest.mark.parametrize("n", [1, 31, 1000, 4097])
 def test_rows_held_in_shared_memory_match_the_reference(n: int) -> None:
-    for fd, inputs in [(softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
-                       (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)])]:
+    for fd, inputs in [
+        (softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
+        (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)]),
+    ]:
         hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
         hp.smem_persistent = True
         check(fd, inputs, hp)
@@ -210,9 +223,11 @@ def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -
     """The last reload_batch_size vectors of each thread are read again from global memory by
     every pass instead of being held: softmax (kept exponentials in registers), a layer norm
     with statistics (two-pass Welford, streamed weight and bias) and an RMS norm."""
-    cases = [(softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
-             (layer_norm_fd(stats=True), [rand((5, n)), rand((n,), seed=1), rand((n,), seed=2)]),
-             (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)])]
+    cases = [
+        (softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
+        (layer_norm_fd(stats=True), [rand((5, n)), rand((n,), seed=1), rand((n,), seed=2)]),
+        (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)]),
+    ]
     for fd, inputs in cases:
         hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
         hp.smem_persistent = smem

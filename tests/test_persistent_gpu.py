@@ -72,7 +72,8 @@ def _inputs(torch, kind: str, rows: int, n: int, tdt):  # noqa: ANN001, ANN202
 
 def _fd(kind: str, dtype: DataType) -> FusionDefinition:
     return {"softmax": softmax_fd, "layer_norm": layer_norm_fd, "rms_norm": rms_norm_fd}[kind](
-        dtype)
+        dtype
+    )
 
 
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
@@ -87,8 +88,7 @@ def test_torch_normalizations(kind: str, dtype: str, n: int) -> None:
 def _longest_held(kind: str, dtype: DataType, torch, tdt) -> int:  # noqa: ANN001
     n = 1024
     while True:
-        ok, _ = schedule.can_schedule(_fd(kind, dtype), IP,
-                                      _inputs(torch, kind, 2, 2 * n, tdt))
+        ok, _ = schedule.can_schedule(_fd(kind, dtype), IP, _inputs(torch, kind, 2, 2 * n, tdt))
         if not ok:
             return n
         n *= 2
@@ -159,8 +159,11 @@ def test_pinned_cluster_layouts(cluster: int, in_smem: bool) -> None:
     with FusionDefinition() as tutorial:
         t = tutorial.define_tensor(shape=[-1, -1])
         var, mean = tutorial.ops.var_mean(t, [1], correction=0, keepdim=True)
-        tutorial.add_output(tutorial.ops.mul(tutorial.ops.sub(t, mean),
-                                             tutorial.ops.rsqrt(tutorial.ops.add(var, 1e-5))))
+        tutorial.add_output(
+            tutorial.ops.mul(
+                tutorial.ops.sub(t, mean), tutorial.ops.rsqrt(tutorial.ops.add(var, 1e-5))
+            )
+        )
         tutorial.add_output(var)
     for fd, inputs in [(layer_norm_fd(DataType.Float, stats=True), [x, w, b]), (tutorial, [x])]:
         hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
@@ -183,8 +186,7 @@ def test_dynamic_shared_memory_of_exactly_48_kb() -> None:
     hp.persistent_batch_size, hp.reload_batch_size = 16, 4  # 12 * 256 * 16 B = 48 KB held
     out = fd.manual_execute([x], heuristic_params=hp)
     assert fd._executor_cache.last_compiled.launches[0].shared_mem == 48 * 1024
-    torch.testing.assert_close(out[0].float(), torch.softmax(x.float(), -1), atol=1e-2,
-                               rtol=1e-2)
+    torch.testing.assert_close(out[0].float(), torch.softmax(x.float(), -1), atol=1e-2, rtol=1e-2)
 
 
 def test_layer_norm_statistics_and_log_softmax() -> None:
@@ -210,9 +212,12 @@ def test_tutorial_layer_norm_with_manual_params_matches_torch() -> None:
     t = torch.randn(300, 1000, device="cuda")
     expected = torch.nn.functional.layer_norm(t, (1000,), eps=1e-5)
     hp = schedule.compute_heuristics(fd.fusion, IP, [t])
-    for edit in ({}, {"block_x": 32, "persistent_batch_size": 8},
-                 {"vectorize_reduction": 1, "persistent_batch_size": 4 * hp.persistent_batch_size},
-                 {"block_y": 2}):
+    for edit in (
+        {},
+        {"block_x": 32, "persistent_batch_size": 8},
+        {"vectorize_reduction": 1, "persistent_batch_size": 4 * hp.persistent_batch_size},
+        {"block_y": 2},
+    ):
         p = hp.copy()
         for k, v in edit.items():
             setattr(p, k, v)
@@ -233,6 +238,7 @@ def test_full_size_workloads(workload: str) -> None:
     elif kind == "rms_norm":
         expected = x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * inputs[1].float()
     else:
-        expected = torch.nn.functional.layer_norm(x, (4096,), inputs[1].float(),
-                                                  inputs[2].float(), eps=1e-5)
+        expected = torch.nn.functional.layer_norm(
+            x, (4096,), inputs[1].float(), inputs[2].float(), eps=1e-5
+        )
     torch.testing.assert_close(out[0].float(), expected, rtol=2e-2, atol=2e-2)

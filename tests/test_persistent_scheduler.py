@@ -97,12 +97,14 @@ def test_rows_too_long_to_hold_are_rejected_with_a_reason() -> None:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-@pytest.mark.parametrize("dtype,np_dtype", [(DataType.Float, np.float32),
-                                            (DataType.BFloat16, np.float32),
-                                            (DataType.Half, np.float16)])
+@pytest.mark.parametrize(
+    "dtype,np_dtype",
+    [(DataType.Float, np.float32), (DataType.BFloat16, np.float32), (DataType.Half, np.float16)],
+)
 @pytest.mark.parametrize("n", [1, 7, 32, 1000, 4096, 16384])
-def test_heuristics_cover_the_row_within_limits(monkeypatch: pytest.MonkeyPatch, profile: str,
-                                                dtype: DataType, np_dtype: type, n: int) -> None:
+def test_heuristics_cover_the_row_within_limits(
+    monkeypatch: pytest.MonkeyPatch, profile: str, dtype: DataType, np_dtype: type, n: int
+) -> None:
     from kfuse.device import get_profile
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
@@ -135,10 +137,12 @@ def test_w4_softmax_heuristics() -> None:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm", "tutorial", "odd",
-                                  "long_rows"])
-def test_nvrtc_compiles_persistent_kernels(monkeypatch: pytest.MonkeyPatch, arch: str,
-                                           case: str) -> None:
+@pytest.mark.parametrize(
+    "case", ["softmax", "layer_norm", "rms_norm", "tutorial", "odd", "long_rows"]
+)
+def test_nvrtc_compiles_persistent_kernels(
+    monkeypatch: pytest.MonkeyPatch, arch: str, case: str
+) -> None:
     from tests.test_reduction_scheduler import _sources
 
     from kfuse import _C
@@ -190,30 +194,32 @@ def test_kept_values_need_room_next_to_the_held_row(monkeypatch: pytest.MonkeyPa
     assert sp.kept_stages(plan, layout, batch=16, held_batch=16, vector=4) == ()
 
 
-@pytest.mark.parametrize("n,smem,block_x,batch,reload", [
-    (8192, False, 256, 4, 0),
-    (16384, True, 256, 8, 0),
-    (32768, True, 512, 8, 0),
-    # 128 KB a row: two blocks of an SM hold 13 of 16 vectors per thread each and reload 3
-    (65536, True, 512, 16, 3),
-    # two blocks an SM would reload 41 MB of rows in flight (more than half the 60 MB L2):
-    # one block holds 11 of 16 vectors per thread
-    (131072, True, 1024, 16, 5),
-])
-def test_long_rows_are_held_in_shared_memory(monkeypatch: pytest.MonkeyPatch, n: int,
-                                             smem: bool, block_x: int, batch: int,
-                                             reload: int) -> None:
+@pytest.mark.parametrize(
+    "n,smem,block_x,batch,reload",
+    [
+        (8192, False, 256, 4, 0),
+        (16384, True, 256, 8, 0),
+        (32768, True, 512, 8, 0),
+        # 128 KB a row: two blocks of an SM hold 13 of 16 vectors per thread each and reload 3
+        (65536, True, 512, 16, 3),
+        # two blocks an SM would reload 41 MB of rows in flight (more than half the 60 MB L2):
+        # one block holds 11 of 16 vectors per thread
+        (131072, True, 1024, 16, 5),
+    ],
+)
+def test_long_rows_are_held_in_shared_memory(
+    monkeypatch: pytest.MonkeyPatch, n: int, smem: bool, block_x: int, batch: int, reload: int
+) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)
-    x = np.empty((2 ** 27 // n, n), np.float32)  # bf16 stand-in; only the layout matters
+    x = np.empty((2**27 // n, n), np.float32)  # bf16 stand-in; only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
     assert (hp.smem_persistent, hp.block_x) == (smem, block_x)
     assert (hp.persistent_batch_size, hp.reload_batch_size) == (batch, reload)
     assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction >= n
 
 
-def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)
     x = np.empty((512, 262144), np.float32)
@@ -233,42 +239,53 @@ def _on_sm90(monkeypatch: pytest.MonkeyPatch, fd: FusionDefinition, inputs: list
     return dataclasses.replace(build_runtime_info(fd.fusion, inputs), backend=CUDA)
 
 
-@pytest.mark.parametrize("dtype,n,block_x,batch,reload,cluster", [
-    # two blocks an SM hold most of the row and reload the rest: no cluster
-    (DataType.BFloat16, 65536, 512, 16, 3, 1),
-    # scalar accesses: one block an SM holds the row whole: no cluster
-    (DataType.BFloat16, 65533, 1024, 64, 0, 1),
-    # one block an SM would reload 5/16 of the row: 8 blocks of a cluster hold it whole
-    (DataType.BFloat16, 131072, 256, 8, 0, 8),
-    (DataType.BFloat16, 262144, 256, 16, 0, 8),
-    # a cluster block's part is itself too long for two blocks an SM: held 27/32, as above
-    (DataType.BFloat16, 524288, 256, 32, 5, 8),
-    (DataType.BFloat16, 1048576, 512, 32, 10, 8),  # one block an SM holds 22/32
-    (DataType.Float, 65536, 256, 8, 0, 8),
-    (DataType.Float, 262144, 256, 32, 5, 8),
-])
-def test_long_rows_split_over_clusters_on_sm90(monkeypatch: pytest.MonkeyPatch,
-                                               dtype: DataType, n: int, block_x: int,
-                                               batch: int, reload: int, cluster: int) -> None:
+@pytest.mark.parametrize(
+    "dtype,n,block_x,batch,reload,cluster",
+    [
+        # two blocks an SM hold most of the row and reload the rest: no cluster
+        (DataType.BFloat16, 65536, 512, 16, 3, 1),
+        # scalar accesses: one block an SM holds the row whole: no cluster
+        (DataType.BFloat16, 65533, 1024, 64, 0, 1),
+        # one block an SM would reload 5/16 of the row: 8 blocks of a cluster hold it whole
+        (DataType.BFloat16, 131072, 256, 8, 0, 8),
+        (DataType.BFloat16, 262144, 256, 16, 0, 8),
+        # a cluster block's part is itself too long for two blocks an SM: held 27/32, as above
+        (DataType.BFloat16, 524288, 256, 32, 5, 8),
+        (DataType.BFloat16, 1048576, 512, 32, 10, 8),  # one block an SM holds 22/32
+        (DataType.Float, 65536, 256, 8, 0, 8),
+        (DataType.Float, 262144, 256, 32, 5, 8),
+    ],
+)
+def test_long_rows_split_over_clusters_on_sm90(
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: DataType,
+    n: int,
+    block_x: int,
+    batch: int,
+    reload: int,
+    cluster: int,
+) -> None:
     from kfuse.schedule.registry import scheduler_for
 
     fd = softmax(dtype)
     x = np.empty((300, n), np.float32)  # a bf16 stand-in; only the layout matters
     hp = scheduler_for(IP).heuristics(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
     assert (hp.smem_persistent, hp.block_x, hp.block_y) == (True, block_x, 1)
-    assert (hp.persistent_batch_size, hp.reload_batch_size, hp.cluster_size) == \
-        (batch, reload, cluster)
+    assert (hp.persistent_batch_size, hp.reload_batch_size, hp.cluster_size) == (
+        batch,
+        reload,
+        cluster,
+    )
     assert hp.grid_x == 300 * cluster  # one cluster a row
     assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction * cluster >= n
 
 
-def test_rows_longer_than_a_cluster_holds_are_rejected(monkeypatch: pytest.MonkeyPatch
-                                                       ) -> None:
+def test_rows_longer_than_a_cluster_holds_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     from kfuse.schedule.registry import scheduler_for
     from kfuse.schedule.types import Rejection
 
     fd = softmax(DataType.BFloat16)
-    x = np.empty((8, 2 ** 21), np.float32)
+    x = np.empty((8, 2**21), np.float32)
     with pytest.raises(Rejection, match="even split over a cluster of 8 blocks"):
         scheduler_for(IP).check(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
 
@@ -292,10 +309,12 @@ def test_cluster_params_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         persistent_spec(plan, layout, hp, info.device, clusters=False)
     with pytest.raises(SchedulerError, match="compute capability 9.0 or later"):
         fd.manual_execute([x], heuristic_params=hp)  # the emulator runs no clusters
-    for field, value, message in [("cluster_size", 16, "between 1 and 8"),
-                                  ("cluster_size", 0, "between 1 and 8"),
-                                  ("grid_x", 127, "a multiple of it"),
-                                  ("block_y", 2, "needs block_y = 1")]:
+    for field, value, message in [
+        ("cluster_size", 16, "between 1 and 8"),
+        ("cluster_size", 0, "between 1 and 8"),
+        ("grid_x", 127, "a multiple of it"),
+        ("block_y", 2, "needs block_y = 1"),
+    ]:
         bad = schedule.compute_heuristics(fd.fusion, IP, [x])
         bad.cluster_size, bad.grid_x = 2, 128
         setattr(bad, field, value)
@@ -330,18 +349,23 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
     srcs += _sources(tutorial_layer_norm_var_mean(), [rand(4, n)], IP, clusters=True)
     for source, name in srcs:
         assert "__cluster_dims__(8, 1, 1)" in source and "kf::cluster_reduce<8>" in source
-        cubin = _C.compile_to_cubin(source, name + ".cu", "sm_90",
-                                    ["-std=c++17", "-DKFUSE_USE_PTX"])
+        cubin = _C.compile_to_cubin(
+            source, name + ".cu", "sm_90", ["-std=c++17", "-DKFUSE_USE_PTX"]
+        )
         assert len(cubin) > 0
     assert "kf_rank == 0" in srcs[1][0]  # the statistics are written once a row
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(kind=st.sampled_from(["softmax", "layer_norm", "rms_norm"]),
-       dtype=st.sampled_from([DataType.BFloat16, DataType.Half, DataType.Float]),
-       n=st.integers(1, 2 ** 21), rows=st.integers(1, 5000))
-def test_heuristics_on_sm90_give_valid_layouts(kind: str, dtype: DataType, n: int,
-                                               rows: int) -> None:
+@given(
+    kind=st.sampled_from(["softmax", "layer_norm", "rms_norm"]),
+    dtype=st.sampled_from([DataType.BFloat16, DataType.Half, DataType.Float]),
+    n=st.integers(1, 2**21),
+    rows=st.integers(1, 5000),
+)
+def test_heuristics_on_sm90_give_valid_layouts(
+    kind: str, dtype: DataType, n: int, rows: int
+) -> None:
     """On an H200-like target (clusters on), whatever row the heuristics accept, their layout
     covers the row, fits the block's shared memory, forms whole clusters, keeps the reloaded
     rows in flight within half of L2, and persistent_spec accepts it; rejections say why."""
@@ -358,8 +382,7 @@ def test_heuristics_on_sm90_give_valid_layouts(kind: str, dtype: DataType, n: in
     # Only the layout matters (no kernel runs): one row of memory, described as `rows` rows
     # (the stand-in for bf16 is float32), so that long rows cost no memory.
     row = np.empty(n, np.float16 if dtype is DataType.Half else np.float32)
-    x = np.lib.stride_tricks.as_strided(row, (rows, n), (row.nbytes, row.itemsize),
-                                        writeable=False)
+    x = np.lib.stride_tricks.as_strided(row, (rows, n), (row.nbytes, row.itemsize), writeable=False)
     inputs = [x] if kind == "softmax" else [x, row] if kind == "rms_norm" else [x, row, row]
     with _pytest.monkeypatch.MonkeyPatch.context() as mp:
         info = _on_sm90(mp, fd, inputs)
@@ -377,8 +400,10 @@ def test_heuristics_on_sm90_give_valid_layouts(kind: str, dtype: DataType, n: in
     assert hp.block_x * hp.persistent_batch_size * vector * cluster >= n
     assert hp.grid_x % cluster == 0 and hp.grid_x // cluster <= rows
     assert cluster == 1 or (hp.block_y == 1 and hp.smem_persistent)
-    assert smem_bytes(plan, spec) + smem_bytes_held(plan, spec) <= \
-        info.device.shared_mem_per_block_optin
+    assert (
+        smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
+        <= info.device.shared_mem_per_block_optin
+    )
     # the reloaded parts of the rows in flight (as many blocks an SM as shared memory fits,
     # at most two) stay within the share of L2 they may take
     held = smem_bytes_held(plan, spec)

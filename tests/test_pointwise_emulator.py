@@ -20,8 +20,14 @@ from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
 
-NUMPY_DTYPES = (DataType.Float, DataType.Double, DataType.Half, DataType.Int32, DataType.Int,
-                DataType.Bool)
+NUMPY_DTYPES = (
+    DataType.Float,
+    DataType.Double,
+    DataType.Half,
+    DataType.Int32,
+    DataType.Int,
+    DataType.Bool,
+)
 TORCH_DTYPES = NUMPY_DTYPES + (DataType.BFloat16,)
 
 
@@ -29,8 +35,7 @@ def run_and_compare(fd: FusionDefinition, inputs: list) -> None:
     expected = evaluate(fd.fusion, inputs)
     actual = fd.execute(inputs)
     # SchedulerType.none: segmented (outputs of unrelated shapes need one kernel each).
-    assert fd.last_scheduler() in (SchedulerType.pointwise, SchedulerType.no_op,
-                                   SchedulerType.none)
+    assert fd.last_scheduler() in (SchedulerType.pointwise, SchedulerType.no_op, SchedulerType.none)
     assert_outputs_close(fd.fusion, actual, expected, inputs)
 
 
@@ -50,10 +55,13 @@ def test_random_pointwise_fusions_on_cpu_torch(data: st.DataObject, fd: FusionDe
 
 
 @settings(max_examples=examples(10))
-@given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=(DataType.Float, DataType.Half),
-                                  max_rank=3))
-def test_manual_execute_with_edited_params_matches(data: st.DataObject,
-                                                   fd: FusionDefinition) -> None:
+@given(
+    data=st.data(),
+    fd=fusions(kinds={"pointwise"}, dtypes=(DataType.Float, DataType.Half), max_rank=3),
+)
+def test_manual_execute_with_edited_params_matches(
+    data: st.DataObject, fd: FusionDefinition
+) -> None:
     inputs = data.draw(inputs_for(fd, framework="numpy", max_elements=1024, allow_empty=False))
     ok, _ = schedule.can_schedule(fd.fusion, SchedulerType.pointwise, inputs)
     if not ok:
@@ -64,8 +72,9 @@ def test_manual_execute_with_edited_params_matches(data: st.DataObject,
     hp.block_x, hp.block_y = data.draw(st.sampled_from([(32, 1), (64, 2), (128, 4)]))
     hp.grid_x, hp.grid_y = data.draw(st.sampled_from([(1, 1), (2, 3)]))
     expected = evaluate(fd.fusion, inputs)
-    assert_outputs_close(fd.fusion, fd.manual_execute(inputs, heuristic_params=hp), expected,
-                         inputs)
+    assert_outputs_close(
+        fd.fusion, fd.manual_execute(inputs, heuristic_params=hp), expected, inputs
+    )
 
 
 def test_w1_shape_class_through_the_emulator() -> None:
@@ -74,14 +83,15 @@ def test_w1_shape_class_through_the_emulator() -> None:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
         xf = fd.ops.cast(x, DataType.Float)
-        bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x),
-                                     broadcast_dims=[1])
+        bf = fd.ops.broadcast_in_dim(
+            fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+        )
         y = fd.ops.mul(fd.ops.gelu(fd.ops.add(xf, bf), approximate="tanh"), 0.5)
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
     xs = torch.randn(33, 264).to(torch.bfloat16)
     bs = torch.randn(264).to(torch.bfloat16)
     (out,) = fd.execute([xs, bs])
-    want = (torch.nn.functional.gelu(xs.float() + bs.float(), approximate="tanh") * 0.5)
+    want = torch.nn.functional.gelu(xs.float() + bs.float(), approximate="tanh") * 0.5
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, want.to(torch.bfloat16), atol=1e-2, rtol=1e-2)
     assert "kf::load_vec<8>" in fd.last_cuda_source()

@@ -15,8 +15,15 @@ from kfuse.testing import assert_outputs_close, fusions, inputs_for
 
 pytestmark = pytest.mark.gpu
 
-ALL = (DataType.Float, DataType.Double, DataType.Half, DataType.BFloat16, DataType.Int32,
-       DataType.Int, DataType.Bool)
+ALL = (
+    DataType.Float,
+    DataType.Double,
+    DataType.Half,
+    DataType.BFloat16,
+    DataType.Int32,
+    DataType.Int,
+    DataType.Bool,
+)
 CUPY = tuple(d for d in ALL if d is not DataType.BFloat16)
 
 
@@ -50,8 +57,9 @@ def test_execute_matches_reference_with_cupy(data: st.DataObject, fd: FusionDefi
 @given(data=st.data(), fd=fusions(kinds={"pointwise"}, dtypes=ALL, max_rank=3))
 def test_manual_execute_with_edited_params(data: st.DataObject, fd: FusionDefinition) -> None:
     pytest.importorskip("torch")
-    inputs = data.draw(inputs_for(fd, framework="torch", device="cuda", max_elements=1 << 14,
-                                  allow_empty=False))
+    inputs = data.draw(
+        inputs_for(fd, framework="torch", device="cuda", max_elements=1 << 14, allow_empty=False)
+    )
     ok, _ = schedule.can_schedule(fd.fusion, SchedulerType.pointwise, inputs)
     if not ok:
         return
@@ -133,8 +141,9 @@ def test_w1_full_size_matches_torch() -> None:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
         xf = fd.ops.cast(x, DataType.Float)
-        bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x),
-                                     broadcast_dims=[1])
+        bf = fd.ops.broadcast_in_dim(
+            fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+        )
         y = fd.ops.mul(fd.ops.gelu(fd.ops.add(xf, bf), approximate="tanh"), 0.5)
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
     xs = torch.randn(16384, 8192, device="cuda").to(torch.bfloat16)
@@ -149,14 +158,20 @@ def test_fast_bf16_forms_hold_over_the_whole_range() -> None:
     against float64 from far negative to far positive inputs, where cancellation would show."""
     torch = pytest.importorskip("torch")
     x = torch.linspace(-30, 30, 1 << 20, device="cuda").to(torch.bfloat16)
-    for op, ref in [("exp", torch.exp), ("sigmoid", torch.sigmoid),
-                    ("silu", torch.nn.functional.silu),
-                    ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"))]:
+    for op, ref in [
+        ("exp", torch.exp),
+        ("sigmoid", torch.sigmoid),
+        ("silu", torch.nn.functional.silu),
+        ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh")),
+    ]:
         with FusionDefinition() as fd:
             t = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
             tf = fd.ops.cast(t, DataType.Float)
-            y = fd.ops.gelu(tf, approximate="tanh") if op == "gelu_tanh" else \
-                getattr(fd.ops, op)(tf)
+            y = (
+                fd.ops.gelu(tf, approximate="tanh")
+                if op == "gelu_tanh"
+                else getattr(fd.ops, op)(tf)
+            )
             fd.add_output(fd.ops.cast(y, DataType.BFloat16))
         (out,) = fd.execute([x])
         assert f"kf::{op}_fast(" in fd.last_cuda_source()

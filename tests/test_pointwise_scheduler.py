@@ -38,8 +38,9 @@ def bias_gelu(dtype: DataType) -> FusionDefinition:
         x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
         b = fd.define_tensor(shape=[-1], dtype=dtype)
         xf = fd.ops.cast(x, DataType.Float)
-        bf = fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x),
-                                     broadcast_dims=[1])
+        bf = fd.ops.broadcast_in_dim(
+            fd.ops.cast(b, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+        )
         y = fd.ops.mul(fd.ops.gelu(fd.ops.add(xf, bf), approximate="tanh"), 0.5)
         fd.add_output(fd.ops.cast(y, dtype))
     return fd
@@ -52,7 +53,8 @@ def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
 def test_tutorial_exp_add_selects_exactly_pointwise() -> None:
     fd = exp_add()
     assert schedule.find_compatible_schedulers(fd.fusion, [rand(4, 4), rand(4, 4)]) == [
-        SchedulerType.pointwise]
+        SchedulerType.pointwise
+    ]
 
 
 def test_tutorial_exp_sum_is_rejected_by_pointwise_with_a_reason() -> None:
@@ -63,15 +65,20 @@ def test_tutorial_exp_sum_is_rejected_by_pointwise_with_a_reason() -> None:
 
 
 def test_reduction_scheduler_rejects_a_fusion_without_reduction() -> None:
-    ok, why = schedule.can_schedule(exp_add().fusion, SchedulerType.reduction,
-                                    [rand(4, 4), rand(4, 4)])
+    ok, why = schedule.can_schedule(
+        exp_add().fusion, SchedulerType.reduction, [rand(4, 4), rand(4, 4)]
+    )
     assert (ok, why) == (False, "Scheduler reduction rejected: fusion has no reduction")
 
 
 @pytest.mark.parametrize("stype", list(SchedulerType))
 def test_any_scheduler_on_any_fusion_never_raises(stype: SchedulerType) -> None:
-    for fd, inputs in [(exp_add(), [rand(4, 4), rand(4, 4)]), (exp_sum(), [rand(3, 5)]),
-                       (exp_add(), [rand(4, 4)]), (exp_add(), [rand(4, 4), rand(4, 5)])]:
+    for fd, inputs in [
+        (exp_add(), [rand(4, 4), rand(4, 4)]),
+        (exp_sum(), [rand(3, 5)]),
+        (exp_add(), [rand(4, 4)]),
+        (exp_add(), [rand(4, 4), rand(4, 5)]),
+    ]:
         ok, why = schedule.can_schedule(fd.fusion, stype, inputs)
         assert isinstance(ok, bool) and isinstance(why, str)
         if not ok:
@@ -79,8 +86,9 @@ def test_any_scheduler_on_any_fusion_never_raises(stype: SchedulerType) -> None:
 
 
 def test_bad_inputs_come_back_as_a_reason() -> None:
-    ok, why = schedule.can_schedule(exp_add().fusion, SchedulerType.pointwise,
-                                    [rand(4, 4), rand(4, 5)])
+    ok, why = schedule.can_schedule(
+        exp_add().fusion, SchedulerType.pointwise, [rand(4, 4), rand(4, 5)]
+    )
     assert not ok and "input" in why
 
 
@@ -110,25 +118,33 @@ def test_compute_heuristics_of_a_rejecting_scheduler_raises_scheduler_error() ->
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-@pytest.mark.parametrize("shape,offset", [((16384, 8192), 0), ((3, 5), 0), ((1, 1000003), 1),
-                                          ((100003, 7), 0), ((1, 1), 0), ((2049, 33), 3)])
+@pytest.mark.parametrize(
+    "shape,offset",
+    [
+        ((16384, 8192), 0),
+        ((3, 5), 0),
+        ((1, 1000003), 1),
+        ((100003, 7), 0),
+        ((1, 1), 0),
+        ((2049, 33), 3),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatch, profile: str,
-                                                  shape: tuple, offset: int,
-                                                  dtype: type) -> None:
+def test_heuristics_are_sane_on_synthetic_devices(
+    monkeypatch: pytest.MonkeyPatch, profile: str, shape: tuple, offset: int, dtype: type
+) -> None:
     from kfuse.device import get_profile
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
-    dt = {np.float32: DataType.Float, np.float64: DataType.Double,
-          np.float16: DataType.Half}[dtype]
+    dt = {np.float32: DataType.Float, np.float64: DataType.Double, np.float16: DataType.Half}[dtype]
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1], dtype=dt)
         b = fd.define_tensor(shape=[1, -1], dtype=dt)
         fd.add_output(fd.ops.mul(a, b))
     # Inputs as zero-copy views so that the misaligned offset is real; shapes only matter.
     base = np.empty(shape[0] * shape[1] + offset, dtype=dtype)
-    a_arr = base[offset:offset + shape[0] * shape[1]].reshape(shape)
+    a_arr = base[offset : offset + shape[0] * shape[1]].reshape(shape)
     b_arr = np.empty((1, shape[1]), dtype=dtype)
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [a_arr, b_arr])
     itemsize = np.dtype(dtype).itemsize
@@ -137,7 +153,7 @@ def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatc
     assert shape[1] % vector == 0 or shape[0] == 1, "vectors never straddle output rows"
     threads = hp.block_x * hp.block_y
     assert 32 <= threads <= device.max_threads_per_block and threads % 32 == 0
-    assert 1 <= hp.grid_y <= 65535 and 1 <= hp.grid_x < 2 ** 31
+    assert 1 <= hp.grid_y <= 65535 and 1 <= hp.grid_x < 2**31
     assert hp.lparams.block_x == hp.block_x and hp.lparams.grid_y == hp.grid_y
     assert hp.cparams.index_type == "int32"
 
@@ -159,11 +175,12 @@ def test_int64_indexing_is_chosen_only_when_needed() -> None:
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1])
         fd.add_output(fd.ops.neg(a))
-    small = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise,
-                                        [np.empty(1000, np.float32)])
+    small = schedule.compute_heuristics(
+        fd.fusion, SchedulerType.pointwise, [np.empty(1000, np.float32)]
+    )
     assert small.cparams.index_type == "int32"
     # A broadcast view has a huge logical size but no memory: 2^31 + 8 elements.
-    huge = np.broadcast_to(np.empty(1, np.float32), (2 ** 31 + 8,))
+    huge = np.broadcast_to(np.empty(1, np.float32), (2**31 + 8,))
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [huge])
     assert hp.cparams.index_type == "int64"
 
@@ -173,8 +190,9 @@ def test_broadcast_rows_make_a_2d_schedule_and_contiguous_tensors_a_1d_one() -> 
     x, b = rand(64, 256), rand(256)
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [x, b])
     assert hp.break_point == 1  # rows stay apart: the bias walks them with stride 0
-    hp1 = schedule.compute_heuristics(exp_add().fusion, SchedulerType.pointwise,
-                                      [rand(64, 256), rand(64, 256)])
+    hp1 = schedule.compute_heuristics(
+        exp_add().fusion, SchedulerType.pointwise, [rand(64, 256), rand(64, 256)]
+    )
     assert hp1.break_point == -1  # everything merged into one axis
 
 
@@ -202,16 +220,23 @@ def test_row_ends_in_the_middle_of_a_threads_vectors() -> None:
     hp.vectorization_factor, hp.unroll_factor = 4, 4
     hp.block_x, hp.block_y, hp.grid_x, hp.grid_y = 8, 2, 2, 1
     expected = evaluate(fd.fusion, [x, b])
-    assert_outputs_close(fd.fusion, fd.manual_execute([x, b], heuristic_params=hp), expected,
-                         [x, b])
+    assert_outputs_close(
+        fd.fusion, fd.manual_execute([x, b], heuristic_params=hp), expected, [x, b]
+    )
 
 
 @settings(max_examples=examples(12))
-@given(data=st.data(), fd=fusions(kinds={"pointwise"}, max_rank=3,
-                                  dtypes=(DataType.Float, DataType.Half, DataType.Int32,
-                                          DataType.Double, DataType.Bool)))
-def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(data: st.DataObject,
-                                                               fd: FusionDefinition) -> None:
+@given(
+    data=st.data(),
+    fd=fusions(
+        kinds={"pointwise"},
+        max_rank=3,
+        dtypes=(DataType.Float, DataType.Half, DataType.Int32, DataType.Double, DataType.Bool),
+    ),
+)
+def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
+    data: st.DataObject, fd: FusionDefinition
+) -> None:
     from kfuse import _C
     from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
     from kfuse.runtime_info import build_runtime_info

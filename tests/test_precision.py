@@ -9,8 +9,9 @@ from kfuse import _C, DataType, FusionDefinition
 from kfuse.codegen.precision import approximable
 
 
-def gelu_fusion(out_dtype: DataType, extra_float_output: bool = False,
-                compare: bool = False) -> FusionDefinition:
+def gelu_fusion(
+    out_dtype: DataType, extra_float_output: bool = False, compare: bool = False
+) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         xf = fd.ops.cast(x, DataType.Float)
@@ -32,10 +33,15 @@ def test_bf16_only_uses_are_approximated() -> None:
     assert fast_ops(gelu_fusion(DataType.BFloat16)) == {"gelu_tanh"}
 
 
-@pytest.mark.parametrize("kwargs", [{"out_dtype": DataType.Float},
-                                    {"out_dtype": DataType.Half},
-                                    {"out_dtype": DataType.BFloat16, "extra_float_output": True},
-                                    {"out_dtype": DataType.BFloat16, "compare": True}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"out_dtype": DataType.Float},
+        {"out_dtype": DataType.Half},
+        {"out_dtype": DataType.BFloat16, "extra_float_output": True},
+        {"out_dtype": DataType.BFloat16, "compare": True},
+    ],
+)
 def test_any_precise_use_keeps_the_precise_form(kwargs: dict) -> None:
     assert fast_ops(gelu_fusion(**kwargs)) == set()
 
@@ -58,8 +64,10 @@ def test_generated_source_uses_the_fast_form_and_compiles() -> None:
     source = fd.last_cuda_source()
     assert "kf::gelu_tanh_fast(" in source
     for arch in ("sm_80", "sm_90"):
-        assert _C.compile_to_cubin(source, "k.cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])[:4] \
+        assert (
+            _C.compile_to_cubin(source, "k.cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])[:4]
             == b"\x7fELF"
+        )
     want = torch.nn.functional.gelu(x.double(), approximate="tanh") * 0.5
     np.testing.assert_allclose(out.double().numpy(), want.numpy(), rtol=1.6e-2, atol=1e-3)
 
@@ -97,8 +105,11 @@ def test_bf16_outputs_are_rounded_exactly_once() -> None:
     x = torch.randn(4096, generator=gen)
     # exact ties between two bf16 values: mantissa bits 0x8000 below the kept 16
     # values in [1, 2) whose low 16 bits are exactly 0x8000, with any bf16 mantissa above
-    ties = (torch.randint(0, 1 << 7, (1024,), generator=gen, dtype=torch.int32) << 16
-            | 0x8000 | 0x3F800000).view(torch.float32)
+    ties = (
+        torch.randint(0, 1 << 7, (1024,), generator=gen, dtype=torch.int32) << 16
+        | 0x8000
+        | 0x3F800000
+    ).view(torch.float32)
     x = torch.cat([x, ties, torch.tensor([float("inf"), -0.0, 3.0e38, 1e-40])])
     y = torch.ones_like(x)
     y[:4096] = torch.randn(4096, generator=gen)
@@ -108,8 +119,9 @@ def test_bf16_outputs_are_rounded_exactly_once() -> None:
     assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
-                                                                         requires_gpu])])
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, requires_gpu])]
+)
 def test_the_fast_gelu_meets_infinities_as_torch_does(device: str) -> None:
     """Where torch's 0.5 * x * (1 + tanh(u)) is exactly -0 (tanh(u) rounds to -1), the fast
     form's quotient was a tiny negative number instead: inf times it gave -inf, not NaN."""
@@ -120,11 +132,11 @@ def test_the_fast_gelu_meets_infinities_as_torch_does(device: str) -> None:
         x = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
         inf = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
         g = fd.ops.gelu(fd.ops.cast(x, DataType.Float), approximate="tanh")
-        fd.add_output(fd.ops.cast(fd.ops.mul(g, fd.ops.cast(inf, DataType.Float)),
-                                  DataType.BFloat16))
+        fd.add_output(
+            fd.ops.cast(fd.ops.mul(g, fd.ops.cast(inf, DataType.Float)), DataType.BFloat16)
+        )
     assert fast_ops(fd) == {"gelu_tanh"}
-    x = torch.tensor([-np.inf, -8.0, -6.0, -5.0, -1.0, 0.0, 2.0, np.inf, np.nan]
-                     ).to(torch.bfloat16)
+    x = torch.tensor([-np.inf, -8.0, -6.0, -5.0, -1.0, 0.0, 2.0, np.inf, np.nan]).to(torch.bfloat16)
     inf = torch.full_like(x, np.inf)
     (out,) = fd.execute([x.to(device), inf.to(device)])
     want = torch.nn.functional.gelu(x.float(), approximate="tanh") * inf.float()

@@ -19,8 +19,16 @@ TORCH_KIND = 3  # CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, what PyTorch's profil
 GEMM = "_ZN7cutlass7Kernel2I17cutlass_80_tensorEEvNT_6ParamsE"
 
 
-def kernel(name: str, correlation: int, start_us: float, time_us: float, *, device: int = 0,
-           grid: tuple = (4, 1, 1), block: tuple = (128, 1, 1)) -> _C.KernelActivity:
+def kernel(
+    name: str,
+    correlation: int,
+    start_us: float,
+    time_us: float,
+    *,
+    device: int = 0,
+    grid: tuple = (4, 1, 1),
+    block: tuple = (128, 1, 1),
+) -> _C.KernelActivity:
     k = _C.KernelActivity()
     k.name, k.correlation_id, k.device, k.stream = name, correlation, device, 7
     k.start_ns = int(start_us * 1000)
@@ -42,11 +50,22 @@ def fusion(fusion_id: int, host_ms: float = 1.0, compile_ms: float = 0.0) -> _C.
     return f
 
 
-def tag(external_id: int, fusion_id: int, segment_id: int, scheduler: str, in_bytes: int,
-        out_bytes: int, compiles: list | None = None) -> _C.SegmentTag:
+def tag(
+    external_id: int,
+    fusion_id: int,
+    segment_id: int,
+    scheduler: str,
+    in_bytes: int,
+    out_bytes: int,
+    compiles: list | None = None,
+) -> _C.SegmentTag:
     t = _C.SegmentTag()
-    t.external_id, t.fusion_id, t.segment_id, t.scheduler = (external_id, fusion_id, segment_id,
-                                                             scheduler)
+    t.external_id, t.fusion_id, t.segment_id, t.scheduler = (
+        external_id,
+        fusion_id,
+        segment_id,
+        scheduler,
+    )
     t.input_bytes, t.output_bytes, t.device = in_bytes, out_bytes, 0
     t.kernel_compile_ms = compiles or []
     return t
@@ -65,17 +84,27 @@ def linear_add_records() -> tuple[list, list, list, list]:
     """Fusion 0: expr_eval (a cuBLAS gemm + a split-k reduce) then pointwise; fusion 1: one
     pointwise kernel; plus noise kfuse did not tag."""
     fusions = [fusion(0, 2.0, 150.0), fusion(1, 0.5)]
-    tags = [tag(101, 0, 0, "expr_eval", 3_000_000, 1_000_000),
-            tag(102, 0, 1, "pointwise", 1_000_000, 1_000_000, [("kf_pointwise_0", 120.0)]),
-            tag(103, 1, 0, "pointwise", 2_000_000, 2_000_000)]
-    kernels = [kernel(GEMM, 11, 10, 100), kernel("splitk_reduce", 12, 111, 10),
-               kernel("kf_pointwise_0", 13, 130, 5),
-               kernel("kf_pointwise_0", 21, 300, 2),
-               kernel("torch_randn_kernel", 5, 0, 50),  # launched outside kfuse's segments
-               kernel("profiled_by_torch", 30, 400, 9)]  # only another tool's id
-    links = [link(11, 101), link(12, 101), link(13, 102), link(21, 103),
-             link(30, 103, TORCH_KIND),  # torch's kind with one of kfuse's numbers
-             link(31, 999)]  # an id kfuse never tagged
+    tags = [
+        tag(101, 0, 0, "expr_eval", 3_000_000, 1_000_000),
+        tag(102, 0, 1, "pointwise", 1_000_000, 1_000_000, [("kf_pointwise_0", 120.0)]),
+        tag(103, 1, 0, "pointwise", 2_000_000, 2_000_000),
+    ]
+    kernels = [
+        kernel(GEMM, 11, 10, 100),
+        kernel("splitk_reduce", 12, 111, 10),
+        kernel("kf_pointwise_0", 13, 130, 5),
+        kernel("kf_pointwise_0", 21, 300, 2),
+        kernel("torch_randn_kernel", 5, 0, 50),  # launched outside kfuse's segments
+        kernel("profiled_by_torch", 30, 400, 9),
+    ]  # only another tool's id
+    links = [
+        link(11, 101),
+        link(12, 101),
+        link(13, 102),
+        link(21, 103),
+        link(30, 103, TORCH_KIND),  # torch's kind with one of kfuse's numbers
+        link(31, 999),
+    ]  # an id kfuse never tagged
     return fusions, tags, kernels, links
 
 
@@ -89,9 +118,14 @@ def test_kernels_map_to_their_fusion_and_segment() -> None:
     first, second = profiles
     assert first.segments == 2 and second.segments == 1
     assert [(k.segment_id, k.scheduler) for k in first.kernel_profiles] == [
-        (0, "expr_eval"), (0, "expr_eval"), (1, "pointwise")]
-    assert first.kernel_profiles[0].name == "void cutlass::Kernel2<cutlass_80_tensor>(" \
-                                            "cutlass_80_tensor::Params)"
+        (0, "expr_eval"),
+        (0, "expr_eval"),
+        (1, "pointwise"),
+    ]
+    assert (
+        first.kernel_profiles[0].name == "void cutlass::Kernel2<cutlass_80_tensor>("
+        "cutlass_80_tensor::Params)"
+    )
     assert [k.name for k in second.kernel_profiles] == ["kf_pointwise_0"]
     assert first.kernel_time_ms == pytest.approx(0.115)
     assert first.host_time_ms == 2.0 and first.compile_time_ms == 150.0
@@ -140,10 +174,18 @@ def test_untagged_kernels_and_unknown_ids_are_ignored() -> None:
 def test_repeated_links_graph_launches_and_reused_correlation_ids() -> None:
     fusions = [fusion(0), fusion(1)]
     tags = [tag(1, 0, 0, "reduction", 100, 10), tag(2, 1, 0, "pointwise", 100, 100)]
-    kernels = [kernel("graph_a", 40, 0, 1), kernel("graph_b", 40, 2, 1),  # one graph launch
-               kernel("late", 50, 100, 1), kernel("early", 50, 10, 1)]  # corr 50 reused
-    links = [link(40, 1), link(40, 1),  # a repeated record counts once
-             link(50, 2), link(50, 1)]
+    kernels = [
+        kernel("graph_a", 40, 0, 1),
+        kernel("graph_b", 40, 2, 1),  # one graph launch
+        kernel("late", 50, 100, 1),
+        kernel("early", 50, 10, 1),
+    ]  # corr 50 reused
+    links = [
+        link(40, 1),
+        link(40, 1),  # a repeated record counts once
+        link(50, 2),
+        link(50, 1),
+    ]
     first, second = join(fusions, tags, kernels, links)
     assert [k.name for k in first.kernel_profiles] == ["graph_a", "graph_b", "early"]
     assert [k.name for k in second.kernel_profiles] == ["late"]
@@ -163,11 +205,22 @@ def test_repr_is_a_table_and_to_dict_has_every_field() -> None:
     assert "seg" in lines[1] and "scheduler" in lines[1] and "GB/s" in lines[1]
     assert len(lines) == 5 and "expr_eval" in lines[2] and "kf_pointwise_0" in lines[4]
     assert repr(first.kernel_profiles[2]).startswith(
-        "KernelProfile(name='kf_pointwise_0', scheduler='pointwise', segment_id=1")
+        "KernelProfile(name='kf_pointwise_0', scheduler='pointwise', segment_id=1"
+    )
     d = first.to_dict()
-    fields = {"fusion_id", "device", "segments", "kernel_time_ms", "host_time_ms",
-              "compile_time_ms", "input_bytes", "output_bytes", "effective_bandwidth_gbs",
-              "percentage_peak_bandwidth", "kernel_profiles"}
+    fields = {
+        "fusion_id",
+        "device",
+        "segments",
+        "kernel_time_ms",
+        "host_time_ms",
+        "compile_time_ms",
+        "input_bytes",
+        "output_bytes",
+        "effective_bandwidth_gbs",
+        "percentage_peak_bandwidth",
+        "kernel_profiles",
+    }
     assert set(d) == fields
     kd = d["kernel_profiles"][2]
     assert kd == first.kernel_profiles[2].to_dict()
@@ -203,6 +256,7 @@ def test_entering_without_a_gpu_raises_profiler_error() -> None:
 
 # ---- the executor hooks, on the host emulator (CUPTI's push/pop replaced) ----
 
+
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch):
     pushed: list = []
@@ -228,9 +282,17 @@ def test_executes_are_recorded_with_segments_schedulers_and_bytes(recorder) -> N
     pw.execute([rng.standard_normal(10, dtype=np.float32)])
     assert [f.fusion_id for f in recorder.fusions] == [0, 1, 2]
     assert [(t.fusion_id, t.segment_id, t.scheduler) for t in recorder.tags] == [
-        (0, 0, "reduction"), (0, 1, "reduction"), (1, 0, "pointwise"), (2, 0, "pointwise")]
+        (0, 0, "reduction"),
+        (0, 1, "reduction"),
+        (1, 0, "pointwise"),
+        (2, 0, "pointwise"),
+    ]
     assert [(t.input_bytes, t.output_bytes) for t in recorder.tags] == [
-        (120, 12), (12, 4), (40, 40), (40, 40)]
+        (120, 12),
+        (12, 4),
+        (40, 40),
+        (40, 40),
+    ]
     first_pw, cached_pw = recorder.fusions[1], recorder.fusions[2]
     assert first_pw.compile_time_ms > 0 and cached_pw.compile_time_ms == 0
     assert recorder.tags[2].kernel_compile_ms and not recorder.tags[3].kernel_compile_ms

@@ -61,11 +61,11 @@ def test_manual_execute_is_profiled() -> None:
 
 
 def test_kernel_executor_run_is_a_user_kernel() -> None:
-    source = r'''
+    source = r"""
     extern "C" __global__ void scale(float* out, const float* x, float a, int n) {
         int i = blockIdx.x * blockDim.x + threadIdx.x;
         if (i < n) out[i] = a * x[i];
-    }'''
+    }"""
     x = randn(1 << 16)
     out = torch.empty_like(x)
     ex = kfuse.KernelExecutor()
@@ -88,9 +88,11 @@ def test_linear_add_reports_library_kernels_under_the_expr_eval_segment() -> Non
         w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
         fd.add_output(fd.ops.linear(x, w) + b)
-    inputs = [randn(1024, 1024, dtype=torch.bfloat16), randn(512, 1024, dtype=torch.bfloat16,
-                                                              seed=1),
-              randn(512, dtype=torch.bfloat16, seed=2)]
+    inputs = [
+        randn(1024, 1024, dtype=torch.bfloat16),
+        randn(512, 1024, dtype=torch.bfloat16, seed=1),
+        randn(512, dtype=torch.bfloat16, seed=2),
+    ]
     fd.execute(inputs)  # compile and load cuBLAS outside the block
     with kfuse.PythonProfiler() as prof:
         out = fd.execute(inputs)

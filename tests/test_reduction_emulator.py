@@ -26,8 +26,12 @@ def rand(shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0) -> np.
     return rng.standard_normal(shape).astype(dtype)
 
 
-def check(fd: FusionDefinition, inputs: list, params: object = None,
-          scheduler: SchedulerType = SchedulerType.reduction) -> list:
+def check(
+    fd: FusionDefinition,
+    inputs: list,
+    params: object = None,
+    scheduler: SchedulerType = SchedulerType.reduction,
+) -> list:
     if params is None:
         out = fd.execute(inputs)
         assert fd.last_scheduler() is scheduler
@@ -37,17 +41,32 @@ def check(fd: FusionDefinition, inputs: list, params: object = None,
     return out
 
 
-def reduce_fd(op: str, dims: list[int], rank: int = 2, dtype: DataType = DataType.Float,
-              keepdim: bool = False, **kw: object) -> FusionDefinition:
+def reduce_fd(
+    op: str,
+    dims: list[int],
+    rank: int = 2,
+    dtype: DataType = DataType.Float,
+    keepdim: bool = False,
+    **kw: object,
+) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
         fd.add_output(getattr(fd.ops, op)(x, dims, keepdim=keepdim, **kw))
     return fd
 
 
-@pytest.mark.parametrize("shape,dims", [((5, 37), [1]), ((37, 5), [0]), ((3, 4, 33), [1, 2]),
-                                        ((6, 5, 4), [0, 1]), ((4, 6, 5), [1]),
-                                        ((1000,), [0]), ((2, 3, 4), [0, 1, 2])])
+@pytest.mark.parametrize(
+    "shape,dims",
+    [
+        ((5, 37), [1]),
+        ((37, 5), [0]),
+        ((3, 4, 33), [1, 2]),
+        ((6, 5, 4), [0, 1]),
+        ((4, 6, 5), [1]),
+        ((1000,), [0]),
+        ((2, 3, 4), [0, 1, 2]),
+    ],
+)
 def test_sum_inner_outer_and_multi_axis(shape: tuple, dims: list) -> None:
     fd = reduce_fd("sum", dims, rank=len(shape))
     check(fd, [rand(shape)])
@@ -62,10 +81,17 @@ def test_every_op_both_directions(op: str, dim: int) -> None:
     check(reduce_fd(op, [dim]), [x])
 
 
-@pytest.mark.parametrize("dtype,np_dtype", [
-    (DataType.Float, np.float32), (DataType.Double, np.float64), (DataType.Half, np.float16),
-    (DataType.Int32, np.int32), (DataType.Int, np.int64),
-    (DataType.Bool, np.bool_)])
+@pytest.mark.parametrize(
+    "dtype,np_dtype",
+    [
+        (DataType.Float, np.float32),
+        (DataType.Double, np.float64),
+        (DataType.Half, np.float16),
+        (DataType.Int32, np.int32),
+        (DataType.Int, np.int64),
+        (DataType.Bool, np.bool_),
+    ],
+)
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_every_dtype(dtype: DataType, np_dtype: type, op: str) -> None:
     fd = reduce_fd(op, [1], dtype=dtype)
@@ -170,8 +196,9 @@ def test_grid_reduction_paths_are_taken_for_few_outputs() -> None:
 @pytest.mark.parametrize("inner", [True, False])
 @pytest.mark.parametrize("op", ["sum", "max", "var"])
 @pytest.mark.parametrize(("kept", "parts"), [(6, 5), (70, 37), (40, 130), (33, 300)])
-def test_forced_grid_reduction_with_manual_params(inner: bool, op: str, kept: int,
-                                                  parts: int) -> None:
+def test_forced_grid_reduction_with_manual_params(
+    inner: bool, op: str, kept: int, parts: int
+) -> None:
     # 37 partials: more than one load batch of each finalize thread, and not a multiple of
     # the threads sharing a kept element; 70 kept elements: more than one finalize block;
     # 130 and 300 partials: more threads share each kept element (16, 32: 1024 a block).
@@ -183,9 +210,17 @@ def test_forced_grid_reduction_with_manual_params(inner: bool, op: str, kept: in
     check(fd, [x], hp)
 
 
-@pytest.mark.parametrize("edit", [
-    {"block_x": 8, "block_y": 4}, {"block_x": 48, "block_y": 1}, {"vectorize_reduction": 1},
-    {"vectorize_reduction": 2, "unroll_reduction": 3}, {"grid_x": 1}, {"block_x": 1}])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"block_x": 8, "block_y": 4},
+        {"block_x": 48, "block_y": 1},
+        {"vectorize_reduction": 1},
+        {"vectorize_reduction": 2, "unroll_reduction": 3},
+        {"grid_x": 1},
+        {"block_x": 1},
+    ],
+)
 def test_edited_inner_params_stay_correct(edit: dict) -> None:
     fd = reduce_fd("sum", [1])
     x = rand((9, 203))
@@ -195,9 +230,16 @@ def test_edited_inner_params_stay_correct(edit: dict) -> None:
     check(fd, [x], hp)
 
 
-@pytest.mark.parametrize("edit", [
-    {"block_x": 3, "block_y": 5}, {"vectorize_iter": 2}, {"vectorize_iter": 1},
-    {"unroll_reduction": 1, "block_y": 1}, {"grid_x": 1, "block_x": 2}])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"block_x": 3, "block_y": 5},
+        {"vectorize_iter": 2},
+        {"vectorize_iter": 1},
+        {"unroll_reduction": 1, "block_y": 1},
+        {"grid_x": 1, "block_x": 2},
+    ],
+)
 def test_edited_outer_params_stay_correct(edit: dict) -> None:
     fd = reduce_fd("max", [0])
     x = rand((77, 36))
@@ -211,8 +253,9 @@ def test_edited_outer_params_stay_correct(edit: dict) -> None:
 @pytest.mark.parametrize("op", ["sum", "var"])
 @pytest.mark.parametrize("unroll", [8, 5, 2])
 @pytest.mark.parametrize(("block_y", "grid_y", "tail"), [(4, 2, True), (1, 1, False)])
-def test_outer_rows_left_after_the_unrolled_loop(op: str, unroll: int, block_y: int,
-                                                 grid_y: int, tail: bool) -> None:
+def test_outer_rows_left_after_the_unrolled_loop(
+    op: str, unroll: int, block_y: int, grid_y: int, tail: bool
+) -> None:
     # Each thread takes rows r, r + block_y * grid_y, ...: the n_red below leave the threads
     # 0 to unroll - 1 rows after their whole batches. Threads with few batches (block_y 4,
     # grid_y 2: one) take those rows in batches of halving powers of two; threads with many
@@ -230,7 +273,6 @@ def test_outer_rows_left_after_the_unrolled_loop(op: str, unroll: int, block_y: 
         assert halving == (tail and unroll > 1)
 
 
-
 def test_switching_direction_by_params_stays_correct() -> None:
     fd = reduce_fd("sum", [1])
     x = rand((20, 24))
@@ -240,10 +282,16 @@ def test_switching_direction_by_params_stays_correct() -> None:
     check(fd, [x], hp)
 
 
-@pytest.mark.parametrize("edit,message", [
-    ({"block_x": 64, "block_y": 32}, "threads"), ({"vectorize_reduction": 3}, "vector"),
-    ({"grid_y": 70000}, "grid"), ({"persistent": True}, "persistent"),
-    ({"unroll_iter": 2}, "unroll_iter")])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        ({"block_x": 64, "block_y": 32}, "threads"),
+        ({"vectorize_reduction": 3}, "vector"),
+        ({"grid_y": 70000}, "grid"),
+        ({"persistent": True}, "persistent"),
+        ({"unroll_iter": 2}, "unroll_iter"),
+    ],
+)
 def test_impossible_params_raise_scheduler_error(edit: dict, message: str) -> None:
     fd = reduce_fd("sum", [1])
     x = rand((4, 40))

@@ -24,8 +24,9 @@ def _torch():
     return torch
 
 
-def reduce_fd(op: str, dims: list[int], rank: int = 2, dtype: DataType = DataType.Float,
-              keepdim: bool = False) -> FusionDefinition:
+def reduce_fd(
+    op: str, dims: list[int], rank: int = 2, dtype: DataType = DataType.Float, keepdim: bool = False
+) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
         fd.add_output(getattr(fd.ops, op)(x, dims, keepdim=keepdim))
@@ -40,14 +41,20 @@ def run_and_check(fd: FusionDefinition, inputs: list, scheduler: SchedulerType =
 
 
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean", "var"])
-@pytest.mark.parametrize("shape,dims", [((33, 1000), [1]), ((1000, 33), [0]),
-                                        ((4, 64, 129), [1, 2]), ((16, 8, 64), [0, 1])])
+@pytest.mark.parametrize(
+    "shape,dims",
+    [((33, 1000), [1]), ((1000, 33), [0]), ((4, 64, 129), [1, 2]), ((16, 8, 64), [0, 1])],
+)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
 def test_torch_ops_shapes_dtypes(op: str, shape: tuple, dims: list, dtype: str) -> None:
     torch = _torch()
     tdt = getattr(torch, dtype)
-    dt = {"float32": DataType.Float, "bfloat16": DataType.BFloat16,
-          "float16": DataType.Half, "float64": DataType.Double}[dtype]
+    dt = {
+        "float32": DataType.Float,
+        "bfloat16": DataType.BFloat16,
+        "float16": DataType.Half,
+        "float64": DataType.Double,
+    }[dtype]
     x = torch.randn(shape, device="cuda", dtype=torch.float32)
     if op == "prod":
         x = 1.0 + 0.01 * x
@@ -79,8 +86,13 @@ def test_tutorial_exp_sum_with_manual_params_matches_torch() -> None:
         fd.add_output(fd.ops.exp(fd.ops.sum(x, dims=[1])))
     t = torch.randn(128, 512, device="cuda") * 0.05
     hp = schedule.compute_heuristics(fd.fusion, RED, [t])
-    for edit in ({}, {"block_x": 64, "block_y": 4}, {"vectorize_reduction": 1},
-                 {"grid_y": 4}, {"unroll_reduction": 1}):
+    for edit in (
+        {},
+        {"block_x": 64, "block_y": 4},
+        {"vectorize_reduction": 1},
+        {"grid_y": 4},
+        {"unroll_reduction": 1},
+    ):
         p = hp.copy() if hasattr(hp, "copy") else hp
         for k, v in edit.items():
             setattr(p, k, v)
@@ -88,8 +100,17 @@ def test_tutorial_exp_sum_with_manual_params_matches_torch() -> None:
         torch.testing.assert_close(out[0], torch.exp(t.sum(1)), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape,dim", [((1, 1 << 26), 1), ((1 << 26, 1), 0), ((7, 100003), 1),
-                                       ((100003, 7), 0), ((7, 100003), 0), ((100003, 7), 1)])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((1, 1 << 26), 1),
+        ((1 << 26, 1), 0),
+        ((7, 100003), 1),
+        ((100003, 7), 0),
+        ((7, 100003), 0),
+        ((100003, 7), 1),
+    ],
+)
 def test_skewed_shapes(shape: tuple, dim: int) -> None:
     torch = _torch()
     x = torch.randn(shape, device="cuda")

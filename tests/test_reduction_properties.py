@@ -30,22 +30,31 @@ def _run(data: st.DataObject, kinds: set[str]) -> None:
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
 
 
-@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.too_slow,
-                                                  HealthCheck.filter_too_much], deadline=None)
+@settings(
+    max_examples=examples(12),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    deadline=None,
+)
 @given(st.data())
 def test_random_reductions_match_the_reference(data: st.DataObject) -> None:
     _run(data, {"reduction"})
 
 
-@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.too_slow,
-                                                  HealthCheck.filter_too_much], deadline=None)
+@settings(
+    max_examples=examples(12),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    deadline=None,
+)
 @given(st.data())
 def test_random_normalizations_match_the_reference(data: st.DataObject) -> None:
     _run(data, {"normalization"})
 
 
-@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.too_slow,
-                                                  HealthCheck.filter_too_much], deadline=None)
+@settings(
+    max_examples=examples(12),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    deadline=None,
+)
 @given(st.data())
 def test_random_normalizations_with_drawn_persistent_layouts(data: st.DataObject) -> None:
     """Any layout a user may set (threads per row, registers or shared memory, some or all
@@ -57,8 +66,9 @@ def test_random_normalizations_with_drawn_persistent_layouts(data: st.DataObject
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, inputs)
     covered = hp.block_x * hp.persistent_batch_size  # vectors a row needs, at least
     smallest = max(1, -(-covered // 64))  # a thread holds at most 64 vectors
-    hp.block_x = data.draw(st.sampled_from([b for b in (1, 2, 4, 8, 16, 32, 64)
-                                            if b >= smallest] or [smallest]))
+    hp.block_x = data.draw(
+        st.sampled_from([b for b in (1, 2, 4, 8, 16, 32, 64) if b >= smallest] or [smallest])
+    )
     hp.block_y = 1
     hp.persistent_batch_size = -(-covered // hp.block_x)
     hp.reload_batch_size = data.draw(st.integers(0, hp.persistent_batch_size))

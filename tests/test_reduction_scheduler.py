@@ -29,8 +29,7 @@ def exp_sum() -> FusionDefinition:
     return fd
 
 
-def sum_fd(dims: list[int], rank: int = 2, dtype: DataType = DataType.Float
-           ) -> FusionDefinition:
+def sum_fd(dims: list[int], rank: int = 2, dtype: DataType = DataType.Float) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
         fd.add_output(fd.ops.sum(x, dims))
@@ -92,8 +91,7 @@ def test_reduction_and_inner_persistent_are_disjoint_on_simple_reductions() -> N
     for fd in (sum_fd([1]), sum_fd([0]), exp_sum()):
         found = schedule.find_compatible_schedulers(fd.fusion, [rand(4, 4)])
         assert found == [RED]
-    ok, why = schedule.can_schedule(exp_sum().fusion, SchedulerType.inner_persistent,
-                                    [rand(4, 4)])
+    ok, why = schedule.can_schedule(exp_sum().fusion, SchedulerType.inner_persistent, [rand(4, 4)])
     assert not ok and "reduction scheduler takes this fusion" in why
 
 
@@ -110,17 +108,28 @@ def test_compute_heuristics_returns_reduction_params() -> None:
 def _big(shape: tuple[int, ...], dtype: type = np.float32, offset: int = 0) -> np.ndarray:
     # np.empty does not touch memory: large shapes cost address space only.
     n = int(np.prod(shape))
-    return np.empty(n + offset, dtype)[offset:offset + n].reshape(shape)
+    return np.empty(n + offset, dtype)[offset : offset + n].reshape(shape)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-@pytest.mark.parametrize("shape,dims,offset", [
-    ((16384, 16384), [1], 0), ((16384, 16384), [0], 0), ((1, 1 << 26), [1], 0),
-    ((1 << 26, 1), [0], 0), ((7, 100003), [1], 0), ((100003, 7), [0], 0),
-    ((4, 4), [1], 0), ((1000, 33), [1], 1), ((33, 1000), [0], 1), ((64, 8, 128), [0, 1], 0)])
-def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatch,
-                                                  profile: str, shape: tuple, dims: list,
-                                                  offset: int) -> None:
+@pytest.mark.parametrize(
+    "shape,dims,offset",
+    [
+        ((16384, 16384), [1], 0),
+        ((16384, 16384), [0], 0),
+        ((1, 1 << 26), [1], 0),
+        ((1 << 26, 1), [0], 0),
+        ((7, 100003), [1], 0),
+        ((100003, 7), [0], 0),
+        ((4, 4), [1], 0),
+        ((1000, 33), [1], 1),
+        ((33, 1000), [0], 1),
+        ((64, 8, 128), [0, 1], 0),
+    ],
+)
+def test_heuristics_are_sane_on_synthetic_devices(
+    monkeypatch: pytest.MonkeyPatch, profile: str, shape: tuple, dims: list, offset: int
+) -> None:
     from kfuse.codegen.layout import VEC
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.device import get_profile
@@ -134,7 +143,7 @@ def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatc
     hp = schedule.compute_heuristics(fd.fusion, RED, [x])
     threads = hp.block_x * hp.block_y
     assert 1 <= threads <= device.max_threads_per_block
-    assert 1 <= hp.grid_x < 2 ** 31 and 1 <= hp.grid_y <= 65535
+    assert 1 <= hp.grid_x < 2**31 and 1 <= hp.grid_y <= 65535
     assert hp.lparams.block_x == hp.block_x and hp.lparams.grid_y == hp.grid_y
     vector = hp.vectorize_reduction if hp.fastest_dim_reduction else hp.vectorize_iter
     assert vector * 4 <= 16
@@ -155,18 +164,23 @@ def test_heuristics_are_sane_on_synthetic_devices(monkeypatch: pytest.MonkeyPatc
             assert op.data_ptr % min(16, vector * 4) == 0
     if offset:
         assert vector == 1 or spec.loop_kinds != (VEC,)
-    assert hp.cparams.index_type == ("int64" if x.size > 2 ** 31 - 1 else "int32")
+    assert hp.cparams.index_type == ("int64" if x.size > 2**31 - 1 else "int32")
 
 
 def test_int64_indexing_when_offsets_need_it() -> None:
     fd = sum_fd([1])
-    huge = np.broadcast_to(np.empty((1, 1), np.float32), (2 ** 16, 2 ** 16))
+    huge = np.broadcast_to(np.empty((1, 1), np.float32), (2**16, 2**16))
     hp = schedule.compute_heuristics(fd.fusion, RED, [huge])
     assert hp.cparams.index_type == "int64"
 
 
-def _sources(fd: FusionDefinition, inputs: list, stype: SchedulerType,
-             edit: dict | None = None, clusters: bool = False) -> list[tuple[str, str]]:
+def _sources(
+    fd: FusionDefinition,
+    inputs: list,
+    stype: SchedulerType,
+    edit: dict | None = None,
+    clusters: bool = False,
+) -> list[tuple[str, str]]:
     """Source and name of each kernel for these inputs; clusters: as on a GPU that runs
     thread-block clusters (the heuristics and the checks for an sm_90 target)."""
     from kfuse.codegen.persistent import emit_persistent
@@ -202,8 +216,9 @@ def _welford_fd() -> FusionDefinition:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("case", ["inner", "outer", "grid_inner", "grid_outer", "welford",
-                                  "int", "multi"])
+@pytest.mark.parametrize(
+    "case", ["inner", "outer", "grid_inner", "grid_outer", "welford", "int", "multi"]
+)
 def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
     from kfuse import _C
 

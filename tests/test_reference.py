@@ -22,27 +22,70 @@ _sig = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
 
 # name -> (numpy expression on float64 operands, domain of the operands)
 EXPECTED = {
-    "abs": np.abs, "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1,
-    "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
-    "rsqrt": lambda a: 1 / np.sqrt(a), "reciprocal": lambda a: 1 / a, "sin": np.sin,
-    "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
-    "acosh": np.arccosh, "atanh": np.arctanh, "erf": _erf, "erfc": lambda a: 1 - _erf(a),
-    "sigmoid": _sig, "silu": lambda a: a * _sig(a),
+    "abs": np.abs,
+    "neg": np.negative,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log2": np.log2,
+    "log10": np.log10,
+    "log1p": np.log1p,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda a: 1 / np.sqrt(a),
+    "reciprocal": lambda a: 1 / a,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "erf": _erf,
+    "erfc": lambda a: 1 - _erf(a),
+    "sigmoid": _sig,
+    "silu": lambda a: a * _sig(a),
     "gelu": lambda a: 0.5 * a * (1 + _erf(a / math.sqrt(2))),
-    "gelu_tanh": lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) *
-                                                  (a + 0.044715 * a ** 3))),
-    "relu": lambda a: np.maximum(a, 0), "floor": np.floor, "ceil": np.ceil, "round": np.rint,
-    "trunc": np.trunc, "sign": np.sign, "isnan": np.isnan, "isinf": np.isinf,
-    "isfinite": np.isfinite, "logical_not": lambda a: a == 0, "bitwise_not": np.invert,
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "fmod": np.fmod, "remainder": np.remainder, "pow": np.power, "atan2": np.arctan2,
-    "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
-    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "gelu_tanh": lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3))),
+    "relu": lambda a: np.maximum(a, 0),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.rint,
+    "trunc": np.trunc,
+    "sign": np.sign,
+    "isnan": np.isnan,
+    "isinf": np.isinf,
+    "isfinite": np.isfinite,
+    "logical_not": lambda a: a == 0,
+    "bitwise_not": np.invert,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "fmod": np.fmod,
+    "remainder": np.remainder,
+    "pow": np.power,
+    "atan2": np.arctan2,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
     "logical_and": lambda a, b: (a != 0) & (b != 0),
-    "logical_or": lambda a, b: (a != 0) | (b != 0), "bitwise_and": np.bitwise_and,
-    "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "where": lambda c, a, b: np.where(c, a, b), "clamp": lambda x, lo, hi: np.clip(x, lo, hi),
+    "logical_or": lambda a, b: (a != 0) | (b != 0),
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "where": lambda c, a, b: np.where(c, a, b),
+    "clamp": lambda x, lo, hi: np.clip(x, lo, hi),
     "lerp": lambda s, e, w: s + w * (e - s),
 }
 _POSITIVE = {"log", "log2", "log10", "sqrt", "rsqrt", "log1p", "pow"}
@@ -51,13 +94,24 @@ _POSITIVE = {"log", "log2", "log10", "sqrt", "rsqrt", "log1p", "pow"}
 def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], DataType]:
     n = 37
     if OPS[op].category == "bitwise":
-        return [rng.integers(-50, 50, n).astype(np.int32) for _ in range(OPS[op].arity)], \
-            DataType.Int32
+        return [
+            rng.integers(-50, 50, n).astype(np.int32) for _ in range(OPS[op].arity)
+        ], DataType.Int32
     if op == "where":
-        return [rng.integers(0, 2, n).astype(np.bool_), rng.normal(size=n).astype(np.float32),
-                rng.normal(size=n).astype(np.float32)], DataType.Float
-    lo, hi = (0.1, 3.0) if op in _POSITIVE else (-0.9, 0.9) if op in (
-        "asin", "acos", "atanh") else (1.1, 4.0) if op == "acosh" else (-3.0, 3.0)
+        return [
+            rng.integers(0, 2, n).astype(np.bool_),
+            rng.normal(size=n).astype(np.float32),
+            rng.normal(size=n).astype(np.float32),
+        ], DataType.Float
+    lo, hi = (
+        (0.1, 3.0)
+        if op in _POSITIVE
+        else (-0.9, 0.9)
+        if op in ("asin", "acos", "atanh")
+        else (1.1, 4.0)
+        if op == "acosh"
+        else (-3.0, 3.0)
+    )
     arrays = [rng.uniform(lo, hi, n).astype(np.float32) for _ in range(OPS[op].arity)]
     if op in ("fmod", "remainder", "div"):
         arrays[1] = np.where(np.abs(arrays[1]) < 0.3, 0.5, arrays[1]).astype(np.float32)
@@ -72,20 +126,23 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
 def test_every_op_matches_numpy(op: str) -> None:
     arrays, dtype = _operands(op, np.random.default_rng(sum(map(ord, op))))
     with FusionDefinition() as fd:
-        ins = [fd.define_tensor(shape=[-1], dtype=DataType.Bool if a.dtype == np.bool_
-                                else dtype) for a in arrays]
-        out = fd.ops.gelu(ins[0], approximate="tanh") if op == "gelu_tanh" else \
-            getattr(fd.ops, op)(*ins)
+        ins = [
+            fd.define_tensor(shape=[-1], dtype=DataType.Bool if a.dtype == np.bool_ else dtype)
+            for a in arrays
+        ]
+        out = (
+            fd.ops.gelu(ins[0], approximate="tanh")
+            if op == "gelu_tanh"
+            else getattr(fd.ops, op)(*ins)
+        )
         fd.add_output(out)
     (got,) = evaluate(fd, arrays)
-    expected = EXPECTED[op](*[a.astype(np.float64) if a.dtype == np.float32 else a
-                              for a in arrays])
+    expected = EXPECTED[op](*[a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays])
     assert_close(got, expected, out.dtype if not out.dtype.is_floating else DataType.Double)
     (got32,) = evaluate(fd, arrays, accumulate="same")
     assert_close(got32, expected, out.dtype)
     (got_torch,) = evaluate(fd, [torch.from_numpy(a) for a in arrays])
-    assert_close(got_torch, expected, out.dtype if not out.dtype.is_floating
-                 else DataType.Float)
+    assert_close(got_torch, expected, out.dtype if not out.dtype.is_floating else DataType.Float)
 
 
 def test_reductions_and_composites_match_torch() -> None:
@@ -96,18 +153,37 @@ def test_reductions_and_composites_match_torch() -> None:
         tx = fd.define_tensor(shape=[-1, -1, -1])
         tw = fd.define_tensor(shape=[-1])
         o = fd.ops
-        outs = [o.sum(tx, [0, 2]), o.prod(o.add(o.mul(tx, 0.01), 1.0), [1]),
-                o.max(tx, [1], keepdim=True), o.min(tx, [0]), o.mean(tx, [1, 2]),
-                o.var(tx, [2]), o.var(tx, [0, 1], correction=0), o.softmax(tx, 1),
-                o.log_softmax(tx, 2), o.layer_norm(tx, tw, tw), o.rms_norm(tx, tw)]
+        outs = [
+            o.sum(tx, [0, 2]),
+            o.prod(o.add(o.mul(tx, 0.01), 1.0), [1]),
+            o.max(tx, [1], keepdim=True),
+            o.min(tx, [0]),
+            o.mean(tx, [1, 2]),
+            o.var(tx, [2]),
+            o.var(tx, [0, 1], correction=0),
+            o.softmax(tx, 1),
+            o.log_softmax(tx, 2),
+            o.layer_norm(tx, tw, tw),
+            o.rms_norm(tx, tw),
+        ]
         for out in outs:
             fd.add_output(out)
     t, tw_ = torch.from_numpy(x).double(), torch.from_numpy(w).double()
     ln = torch.nn.functional.layer_norm(t, (7,), tw_, tw_, 1e-5)
     rms = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * tw_
-    expected = [t.sum((0, 2)), (t * 0.01 + 1).prod(1), t.amax(1, keepdim=True), t.amin(0),
-                t.mean((1, 2)), t.var(2), t.var((0, 1), correction=0), t.softmax(1),
-                t.log_softmax(2), ln, rms]
+    expected = [
+        t.sum((0, 2)),
+        (t * 0.01 + 1).prod(1),
+        t.amax(1, keepdim=True),
+        t.amin(0),
+        t.mean((1, 2)),
+        t.var(2),
+        t.var((0, 1), correction=0),
+        t.softmax(1),
+        t.log_softmax(2),
+        ln,
+        rms,
+    ]
     got = evaluate(fd, [x, w])
     for g, e in zip(got, expected, strict=False):
         assert_close(g, e, DataType.Double)
@@ -166,11 +242,16 @@ def test_outputs_do_not_alias_inputs() -> None:
 
 @given(st.data())
 def test_numpy_and_torch_references_agree_on_random_fusions(data: st.DataObject) -> None:
-    fd = data.draw(fusions(kinds={"pointwise", "reduction", "normalization",
-                                  "multi_reduction"}))
+    fd = data.draw(fusions(kinds={"pointwise", "reduction", "normalization", "multi_reduction"}))
     ins = data.draw(inputs_for(fd, framework="torch", max_elements=2048))
-    as_numpy = [i.float().numpy() if isinstance(i, torch.Tensor) and i.dtype == torch.bfloat16
-                else i.numpy() if isinstance(i, torch.Tensor) else i for i in ins]
+    as_numpy = [
+        i.float().numpy()
+        if isinstance(i, torch.Tensor) and i.dtype == torch.bfloat16
+        else i.numpy()
+        if isinstance(i, torch.Tensor)
+        else i
+        for i in ins
+    ]
     golden = evaluate(fd, as_numpy)
     assert_outputs_close(fd, evaluate(fd, ins), golden, as_numpy)
     assert_outputs_close(fd, evaluate(fd, as_numpy, accumulate="same"), golden, as_numpy)

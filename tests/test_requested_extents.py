@@ -34,8 +34,11 @@ def test_broadcast_in_dim_checks_the_axes_it_keeps() -> None:
         x = fd.define_tensor(shape=[-1, -1])
         w = fd.define_tensor(shape=[-1])
         fd.add_output(fd.ops.broadcast_in_dim(w, shape=fd.ops.shape(x), broadcast_dims=[1]))
-    with pytest.raises(InputError, match=r"input 1 \(T1\) axis 0 has size 10, but axis 1 was "
-                                         r"asked to be S\d+ \(size 1 of T0\) = 4"):
+    with pytest.raises(
+        InputError,
+        match=r"input 1 \(T1\) axis 0 has size 10, but axis 1 was "
+        r"asked to be S\d+ \(size 1 of T0\) = 4",
+    ):
         fd.execute([ones(3, 4), ones(10)])
     (out,) = fd.execute([ones(3, 4), np.arange(4, dtype=np.float32)])
     assert out.shape == (3, 4) and (out == np.arange(4)).all()

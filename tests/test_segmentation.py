@@ -98,8 +98,7 @@ def test_reduction_and_pointwise_over_different_shapes() -> None:
         fd.add_output(fd.ops.sum(x, [0]))
         fd.add_output(fd.ops.sigmoid(y))
     inputs = [rand(6, 9), rand(2, 3, 4, seed=1)]
-    assert sorted(s.value for s in schedulers(fd.segments(inputs))) == ["pointwise",
-                                                                          "reduction"]
+    assert sorted(s.value for s in schedulers(fd.segments(inputs))) == ["pointwise", "reduction"]
     run_and_check(fd, inputs)
 
 
@@ -108,7 +107,7 @@ def test_long_reduction_then_broadcast_use_splits() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(x / fd.ops.sum(x, [1], keepdim=True))
-    inputs = [np.abs(rand(2, 2 ** 17)) + 0.5]
+    inputs = [np.abs(rand(2, 2**17)) + 0.5]
     segs = fd.segments(inputs)
     assert schedulers(segs) == [RED, PW]
     assert "inner_persistent rejected" in segs[0].reason
@@ -121,7 +120,7 @@ def test_softmax_over_rows_too_long_to_hold() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.softmax(x, -1))
-    inputs = [rand(2, 2 ** 17)]
+    inputs = [rand(2, 2**17)]
     segs = fd.segments(inputs)
     assert len(segs) >= 2 and segs[0].scheduler is RED
     assert set(schedulers(segs)) == {RED, PW}
@@ -135,8 +134,9 @@ def channels_last_batch_norm(dtype: DataType) -> FusionDefinition:
         w = fd.define_tensor(shape=[-1], dtype=dtype)
         xf = fd.ops.cast(x, DataType.Float)
         var, mean = fd.ops.var_mean(xf, [0, 1, 2], correction=0, keepdim=True)
-        wf = fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x),
-                                     broadcast_dims=[3])
+        wf = fd.ops.broadcast_in_dim(
+            fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[3]
+        )
         y = fd.ops.mul(fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(var + 1e-5)), wf)
         fd.add_output(fd.ops.cast(y, dtype))
     return fd
@@ -157,7 +157,8 @@ def test_casts_of_inputs_are_computed_in_each_segment_not_written_out() -> None:
 
 
 def test_a_refused_forwarded_cast_falls_back_to_segments_without_forwarding(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Were a scheduler to refuse an expr together with the casts forwarded into it, the
     segmenter segments again without forwarding (the cast then gets a segment of its own)."""
     from kfuse.ir.exprs import CastOp
@@ -175,8 +176,7 @@ def test_a_refused_forwarded_cast_falls_back_to_segments_without_forwarding(
     fd = channels_last_batch_norm(DataType.Half)
     inputs = [rand(4, 5, 6, 40, dtype=np.float16), rand(40, seed=1, dtype=np.float16)]
     segs = fd.segments(inputs)
-    assert len(segs) > 2 and not any("= cast<Float>(T0)" in e for s in segs[1:]
-                                     for e in s.exprs)
+    assert len(segs) > 2 and not any("= cast<Float>(T0)" in e for s in segs[1:] for e in s.exprs)
     run_and_check(fd, inputs)
 
 
@@ -272,8 +272,10 @@ def test_linear_matches_torch(bias: bool) -> None:
         b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16) if bias else None
         fd.add_output(fd.ops.gelu(fd.ops.linear(x, w, b)))
     g = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(2, 4, 16, generator=g).bfloat16(),
-              torch.randn(16, 16, generator=g).bfloat16()]
+    inputs = [
+        torch.randn(2, 4, 16, generator=g).bfloat16(),
+        torch.randn(16, 16, generator=g).bfloat16(),
+    ]
     if bias:
         inputs.append(torch.randn(16, generator=g).bfloat16())
     assert schedulers(fd.segments(inputs)) == [EE, PW]
@@ -326,9 +328,15 @@ def test_reshape_runs_as_its_own_segment() -> None:
 
 
 # ---- properties ----
-@settings(max_examples=examples(10), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(10),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 @given(data=st.data())
 def test_random_multi_segment_fusions_match_the_reference(data: st.DataObject) -> None:
     fd = data.draw(fusions(kinds={"multi_segment"}, max_ops=4, max_rank=3))
@@ -338,13 +346,15 @@ def test_random_multi_segment_fusions_match_the_reference(data: st.DataObject) -
     run_and_check(fd, inputs)
 
 
-@settings(max_examples=examples(6), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(6),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_random_multi_segment_fusions_on_cpu_torch(data: st.DataObject) -> None:
     pytest.importorskip("torch")
-    fd = data.draw(fusions(kinds={"multi_segment", "multi_reduction"}, max_ops=3,
-                           max_outputs=2))
+    fd = data.draw(fusions(kinds={"multi_segment", "multi_reduction"}, max_ops=3, max_outputs=2))
     inputs = data.draw(inputs_for(fd, framework="torch", max_elements=256))
     run_and_check(fd, inputs)
 
@@ -352,8 +362,12 @@ def test_random_multi_segment_fusions_on_cpu_torch(data: st.DataObject) -> None:
 def test_the_multi_segment_kind_needs_several_segments() -> None:
     seen = []
 
-    @settings(max_examples=examples(15), deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=examples(15),
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(data=st.data())
     def count(data: st.DataObject) -> None:
         fd = data.draw(fusions(kinds={"multi_segment"}, max_ops=3))

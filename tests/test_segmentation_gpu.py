@@ -62,8 +62,11 @@ def test_linear_bf16_plus_bias_is_an_expr_eval_and_a_pointwise_segment() -> None
         w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
         fd.add_output(fd.ops.linear(x, w) + b)
-    inputs = [randn(2, 4, 16, dtype=torch.bfloat16), randn(16, 16, dtype=torch.bfloat16, seed=1),
-              randn(16, dtype=torch.bfloat16, seed=2)]
+    inputs = [
+        randn(2, 4, 16, dtype=torch.bfloat16),
+        randn(16, 16, dtype=torch.bfloat16, seed=1),
+        randn(16, dtype=torch.bfloat16, seed=2),
+    ]
     assert [s.scheduler for s in fd.segments(inputs)] == [EE, PW]
     out = fd.execute(inputs)
     assert out[0].dtype == torch.bfloat16
@@ -85,7 +88,7 @@ def test_matmul_runs_on_the_callers_stream() -> None:
     torch.testing.assert_close(out[0], torch.relu(inputs[0] @ inputs[1]))
 
 
-@pytest.mark.parametrize("row", [2 ** 20, 2 ** 21])  # fp32: longer than a cluster holds
+@pytest.mark.parametrize("row", [2**20, 2**21])  # fp32: longer than a cluster holds
 def test_softmax_over_rows_too_long_to_hold(row: int) -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
@@ -97,8 +100,11 @@ def test_softmax_over_rows_too_long_to_hold(row: int) -> None:
     torch.testing.assert_close(out[0], torch.softmax(inputs[0], -1))
 
 
-@settings(max_examples=examples(25), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_random_multi_segment_fusions(data: st.DataObject) -> None:
     fd = data.draw(fusions(kinds={"multi_segment", "multi_reduction"}, max_ops=4))

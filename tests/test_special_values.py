@@ -46,11 +46,20 @@ def planted(n: int, dim: int, values: dict[int, float]) -> object:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("n", [1, 2, 9, 127, 1000])
-@pytest.mark.parametrize("values", [{0: math.inf}, {-1: math.inf}, {0: -math.inf, 3: -math.inf},
-                                    {0: math.inf, -1: -math.inf}, {1: math.nan},
-                                    {0: math.inf, 2: math.nan}])
-def test_statistics_of_lines_with_nan_and_infinities(device: str, dim: int, n: int,
-                                                     values: dict) -> None:
+@pytest.mark.parametrize(
+    "values",
+    [
+        {0: math.inf},
+        {-1: math.inf},
+        {0: -math.inf, 3: -math.inf},
+        {0: math.inf, -1: -math.inf},
+        {1: math.nan},
+        {0: math.inf, 2: math.nan},
+    ],
+)
+def test_statistics_of_lines_with_nan_and_infinities(
+    device: str, dim: int, n: int, values: dict
+) -> None:
     fd = statistics(dim)
     a = planted(n, dim, values)
     mean, var, mx, mn, total = (t.cpu() for t in fd.execute([a.to(device)]))
@@ -59,8 +68,13 @@ def test_statistics_of_lines_with_nan_and_infinities(device: str, dim: int, n: i
     with warnings.catch_warnings():  # torch warns of the NaN variance of a single value
         warnings.simplefilter("ignore", UserWarning)
         want_var = a.double().var(dim)
-    want = {"mean": a.double().mean(dim), "var": want_var, "max": a.double().amax(dim),
-            "min": a.double().amin(dim), "sum": a.double().sum(dim)}
+    want = {
+        "mean": a.double().mean(dim),
+        "var": want_var,
+        "max": a.double().amax(dim),
+        "min": a.double().amin(dim),
+        "sum": a.double().sum(dim),
+    }
     for name in got:
         g, w = got[name][1].item(), want[name][1].item()
         assert (math.isnan(g) and math.isnan(w)) or g == w, (name, g, w)

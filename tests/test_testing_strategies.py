@@ -62,8 +62,7 @@ def test_inputs_fit_the_definition(data: st.DataObject) -> None:
                 assert isinstance(a, torch.Tensor)
 
 
-@pytest.mark.parametrize("layout", ["misaligned", "stride0", "noncontiguous", "empty",
-                                    "prime"])
+@pytest.mark.parametrize("layout", ["misaligned", "stride0", "noncontiguous", "empty", "prime"])
 def test_inputs_cover_edge_layouts_and_sizes(layout: str) -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
@@ -117,18 +116,18 @@ def test_special_values_may_follow_the_kernels_precision() -> None:
     with pytest.raises(AssertionError):
         assert_close(kernel, golden, DataType.Float)
     assert_close(kernel, golden, DataType.Float, alternative=same)
-    for wrong in ([np.nan, np.inf, 1.0, 3.0, 0.0],   # a NaN both references have, lost
-                  [np.nan, np.inf, np.nan, 3.5, 0.0],  # finite and wrong
-                  [np.nan, -np.inf, np.nan, 3.0, 0.0],  # an infinity of the wrong sign
-                  [-np.inf, 1.7e40, np.nan, 3.0, np.nan]):  # a NaN neither has
+    for wrong in (
+        [np.nan, np.inf, 1.0, 3.0, 0.0],  # a NaN both references have, lost
+        [np.nan, np.inf, np.nan, 3.5, 0.0],  # finite and wrong
+        [np.nan, -np.inf, np.nan, 3.0, 0.0],  # an infinity of the wrong sign
+        [-np.inf, 1.7e40, np.nan, 3.0, np.nan],
+    ):  # a NaN neither has
         with pytest.raises(AssertionError, match="in the kernel's precision"):
             assert_close(np.array(wrong), golden, DataType.Float, alternative=same)
     # Integers: an element where the references disagree may match either.
-    assert_close(np.array([0, 5]), np.array([7, 5]), DataType.Int,
-                 alternative=np.array([0, 5]))
+    assert_close(np.array([0, 5]), np.array([7, 5]), DataType.Int, alternative=np.array([0, 5]))
     with pytest.raises(AssertionError):
-        assert_close(np.array([0, 4]), np.array([7, 5]), DataType.Int,
-                     alternative=np.array([0, 5]))
+        assert_close(np.array([0, 4]), np.array([7, 5]), DataType.Int, alternative=np.array([0, 5]))
 
 
 def test_inputs_with_an_empty_axis_still_bound_what_is_left() -> None:
@@ -143,8 +142,10 @@ def test_inputs_with_an_empty_axis_still_bound_what_is_left() -> None:
         assert math.prod(max(1, n) for n in ins[0].shape) <= 4096
 
     bounded()
-    empty = find(inputs_for(fd, framework="torch", max_elements=4096),
-                 lambda ins: ins[0].shape[0] == 0 and min(ins[0].shape[1:]) > 8)
+    empty = find(
+        inputs_for(fd, framework="torch", max_elements=4096),
+        lambda ins: ins[0].shape[0] == 0 and min(ins[0].shape[1:]) > 8,
+    )
     assert math.prod(empty[0].shape[1:]) <= 4096
 
 

@@ -51,8 +51,7 @@ def test_an_output_broadcasting_an_empty_reduced_axis_is_written(kept: int) -> N
 def test_the_campaigns_multi_reduction_over_an_empty_axis() -> None:
     """The definition a GPU campaign found (issue 19, case 3): output 1 was never written."""
     with FusionDefinition() as fd:
-        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
-                              dtype=DataType.Int)
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Int)
         t1 = fd.define_tensor(shape=[1, 1, -1], contiguity=[None, None, True])
         t2 = fd.define_tensor(shape=[-1, 1, 1], dtype=DataType.BFloat16)
         t3 = fd.ops.min(t0, dims=[0, 1], keepdim=False, dtype=DataType.Int)
@@ -60,26 +59,42 @@ def test_the_campaigns_multi_reduction_over_an_empty_axis() -> None:
         t13 = fd.ops.sinh(fd.ops.cast(fd.ops.lt(t7, t1), dtype=DataType.Float))
         t10 = fd.ops.max(t7, dims=[0, 1], keepdim=False, dtype=DataType.Float)
         t6 = fd.ops.where(fd.ops.lt(t0, t0), t1, fd.ops.cast(t0, dtype=DataType.Float))
-        n = fd.ops.cast(fd.ops.mul(fd.ops.size(t6, dim=0), fd.ops.size(t6, dim=1)),
-                        dtype=DataType.Float)
+        n = fd.ops.cast(
+            fd.ops.mul(fd.ops.size(t6, dim=0), fd.ops.size(t6, dim=1)), dtype=DataType.Float
+        )
         t15 = fd.ops.div(fd.ops.sum(t6, dims=[0, 1], keepdim=False, dtype=DataType.Float), n)
-        fd.add_output(fd.ops.cast(fd.ops.broadcast(t15, is_broadcast_dim=[True, True, False]),
-                                  dtype=DataType.BFloat16))
+        fd.add_output(
+            fd.ops.cast(
+                fd.ops.broadcast(t15, is_broadcast_dim=[True, True, False]), dtype=DataType.BFloat16
+            )
+        )
         fd.add_output(t13)
         fd.add_output(fd.ops.lt(t7, t1))
         fd.add_output(t3)
-        fd.add_output(fd.ops.cast(fd.ops.broadcast(t10, is_broadcast_dim=[True, True, False]),
-                                  dtype=DataType.BFloat16))
-    check(fd, [torch.randint(-8, 9, (1023, 0, 6)), torch.randn(1, 1, 6),
-               torch.randn(1023, 1, 1).to(torch.bfloat16)])
+        fd.add_output(
+            fd.ops.cast(
+                fd.ops.broadcast(t10, is_broadcast_dim=[True, True, False]), dtype=DataType.BFloat16
+            )
+        )
+    check(
+        fd,
+        [
+            torch.randint(-8, 9, (1023, 0, 6)),
+            torch.randn(1, 1, 6),
+            torch.randn(1023, 1, 1).to(torch.bfloat16),
+        ],
+    )
 
 
 @pytest.mark.parametrize("twice", ["exp", "sum", "softmax"])
 def test_an_output_added_twice_is_written_twice(twice: str) -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
-        y = {"exp": lambda: fd.ops.exp(x), "sum": lambda: fd.ops.sum(x, [1]),
-             "softmax": lambda: fd.ops.softmax(x, 1)}[twice]()
+        y = {
+            "exp": lambda: fd.ops.exp(x),
+            "sum": lambda: fd.ops.sum(x, [1]),
+            "softmax": lambda: fd.ops.softmax(x, 1),
+        }[twice]()
         fd.add_output(y)
         fd.add_output(y)
         fd.add_output(x)
@@ -90,14 +105,17 @@ def test_an_output_added_twice_is_written_twice(twice: str) -> None:
 def test_a_segmented_fusion_hands_out_copies_of_repeated_outputs() -> None:
     """The campaign's case 2: a no_op segment beside a pointwise one, T8 added twice."""
     with FusionDefinition() as fd:
-        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
-                              dtype=DataType.Bool)
+        t0 = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Bool
+        )
         t1 = fd.define_tensor(shape=[-1], dtype=DataType.Bool)
         t2 = fd.ops.cast(t0, dtype=DataType.Float)
-        mean = fd.ops.div(fd.ops.sum(t2, dims=[1]),
-                          fd.ops.cast(fd.ops.size(t2, dim=1), dtype=DataType.Float))
-        t9 = fd.ops.cast(fd.ops.sub(t2, fd.ops.broadcast(mean, [False, True, False])),
-                         dtype=DataType.BFloat16)
+        mean = fd.ops.div(
+            fd.ops.sum(t2, dims=[1]), fd.ops.cast(fd.ops.size(t2, dim=1), dtype=DataType.Float)
+        )
+        t9 = fd.ops.cast(
+            fd.ops.sub(t2, fd.ops.broadcast(mean, [False, True, False])), dtype=DataType.BFloat16
+        )
         t8 = fd.ops.sign(t1)
         fd.add_output(t8)
         fd.add_output(t8)
@@ -109,8 +127,9 @@ def test_a_segmented_fusion_hands_out_copies_of_repeated_outputs() -> None:
     assert out[0].data_ptr() != out[1].data_ptr()
 
 
-def test_the_emulator_poisons_what_a_kernel_leaves_unwritten(monkeypatch: pytest.MonkeyPatch
-                                                             ) -> None:
+def test_the_emulator_poisons_what_a_kernel_leaves_unwritten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A planted bug, the kernel's stores of its second output removed: that output holds the
     poison pattern in every byte, and the comparison says so."""
     from kfuse.backends.emulator import EMULATOR_BACKEND

@@ -52,8 +52,7 @@ def test_copies_of_repeated_outputs_wait_for_the_kernel_that_wrote_them() -> Non
         fd.add_output(t3)
         fd.add_output(t2)
     for seed in range(3):
-        inputs = [randn(1, 127, 5, 127, seed=seed),
-                  randn(7, seed=seed + 10, dtype=torch.float64)]
+        inputs = [randn(1, 127, 5, 127, seed=seed), randn(7, seed=seed + 10, dtype=torch.float64)]
         assert len(fd.segments(inputs)) == 2
         held_then_checked(fd, inputs)
 

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _sass(cubin: Path) -> tuple[str, int]:
     """The SASS of a cubin and its count of instructions."""
-    text = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True,
-                          check=False).stdout
+    text = subprocess.run(
+        ["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=False
+    ).stdout
     return text, len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", text, flags=re.M))
 
 
@@ -69,8 +70,9 @@ def main() -> int:
         if not count:
             continue
         (out / (cubin.parent.name + "-" + cubin.name + ".sass")).write_text(text)
-        usage = subprocess.run(["cuobjdump", "-res-usage", str(cubin)], capture_output=True,
-                               text=True, check=False).stdout
+        usage = subprocess.run(
+            ["cuobjdump", "-res-usage", str(cubin)], capture_output=True, text=True, check=False
+        ).stdout
         regs = " ".join(re.findall(r"REG:\d+", usage))
         print(f"{cubin.relative_to(out)}: {count} SASS instructions, {regs}")
     return 0

@@ -13,9 +13,12 @@ from kfuse.command_line import Parser, UsageError
 
 
 def _info(argv: Sequence[str]) -> int:
-    p = Parser(prog="kfuse info", description="Versions, where the CUDA driver, NVRTC and "
-               "CUPTI were found, each device's properties, and the KFUSE_* settings in "
-               "effect. Exits 0 on a machine without a GPU, and says so.")
+    p = Parser(
+        prog="kfuse info",
+        description="Versions, where the CUDA driver, NVRTC and "
+        "CUPTI were found, each device's properties, and the KFUSE_* settings in "
+        "effect. Exits 0 on a machine without a GPU, and says so.",
+    )
     p.add_argument("--json", action="store_true", help="print the same facts as JSON")
     args = p.parse_args(argv)
     from kfuse import info
@@ -24,9 +27,12 @@ def _info(argv: Sequence[str]) -> int:
 
 
 def _demo(argv: Sequence[str]) -> int:
-    p = Parser(prog="kfuse demo", description="Run an RMSNorm fusion on the GPU (torch), or on "
-               "the host emulator where there is none, and check it against the eager "
-               "reference. Exits 1 if they differ.")
+    p = Parser(
+        prog="kfuse demo",
+        description="Run an RMSNorm fusion on the GPU (torch), or on "
+        "the host emulator where there is none, and check it against the eager "
+        "reference. Exits 1 if they differ.",
+    )
     p.parse_args(argv)
     from kfuse import demo
 
@@ -41,8 +47,10 @@ def _bench(argv: Sequence[str]) -> int:
 
     script = Path.cwd() / "benchmarks" / "run.py"
     if not script.exists():
-        raise UsageError("bench: run it from a kfuse source checkout (benchmarks/run.py was not "
-                         f"found under {Path.cwd()})")
+        raise UsageError(
+            "bench: run it from a kfuse source checkout (benchmarks/run.py was not "
+            f"found under {Path.cwd()})"
+        )
     sys.argv = [str(script), *argv]
     runpy.run_path(str(script), run_name="__main__")
     return 0
@@ -67,8 +75,10 @@ def _usage() -> str:
 
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
-    return (f"usage: kfuse <command> [options]   (kfuse {kfuse.__version__})\n\n"
-            f"commands:\n{rows}\n\nkfuse <command> --help describes a command's options.")
+    return (
+        f"usage: kfuse <command> [options]   (kfuse {kfuse.__version__})\n\n"
+        f"commands:\n{rows}\n\nkfuse <command> --help describes a command's options."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,7 +43,7 @@ class ArrayLayout:
 
 
 def framework_of(array: Any) -> str | None:
-    """"numpy", "torch" or "cupy" for an array of that library, else None."""
+    """ "numpy", "torch" or "cupy" for an array of that library, else None."""
     module = type(array).__module__
     # Arrays only: torch.Size, a CuPy stream or a NumPy scalar come from the same modules.
     if module.startswith("torch"):
@@ -61,8 +61,7 @@ def layout_of(array: Any, what: str) -> ArrayLayout:
     """Read an array's layout; `what` names it in errors ("input 0 (T0)")."""
     framework = framework_of(array)
     if framework is None:
-        raise InputError(f"{what} must be a NumPy, CuPy or torch array, got "
-                         f"{type(array).__name__}")
+        raise InputError(f"{what} must be a NumPy, CuPy or torch array, got {type(array).__name__}")
     try:
         dtype = from_array_dtype(array.dtype)
     except DefinitionError as exc:
@@ -73,8 +72,9 @@ def layout_of(array: Any, what: str) -> ArrayLayout:
         data_ptr = int(array.data_ptr())
         device = int(array.device.index or 0) if array.device.type == "cuda" else -1
         if array.device.type not in ("cuda", "cpu"):
-            raise InputError(f"{what} is on torch device {array.device}; kfuse takes CUDA or "
-                             "CPU tensors")
+            raise InputError(
+                f"{what} is on torch device {array.device}; kfuse takes CUDA or CPU tensors"
+            )
     else:
         itemsize = int(array.dtype.itemsize)
         strides = tuple(int(s) // itemsize for s in array.strides)
@@ -87,8 +87,9 @@ def layout_of(array: Any, what: str) -> ArrayLayout:
     return ArrayLayout(framework, dtype, shape, strides, data_ptr, device)
 
 
-def empty_like_framework(framework: str, shape: tuple[int, ...], dtype: DataType,
-                         device: int, what: str = "an output") -> Any:
+def empty_like_framework(
+    framework: str, shape: tuple[int, ...], dtype: DataType, device: int, what: str = "an output"
+) -> Any:
     """A new contiguous array of the given framework, dtype and device; OutOfMemoryError,
     naming `what` and its size, when the framework cannot allocate it."""
     try:
@@ -102,9 +103,11 @@ def empty_like_framework(framework: str, shape: tuple[int, ...], dtype: DataType
         for n in shape:
             nbytes *= n
         where = "host memory" if device < 0 else f"cuda:{device}"
-        raise OutOfMemoryError(f"cannot allocate {what}: {dtype.value} {tuple(shape)}, "
-                               f"{nbytes} bytes, in {where} ({type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise OutOfMemoryError(
+            f"cannot allocate {what}: {dtype.value} {tuple(shape)}, "
+            f"{nbytes} bytes, in {where} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -113,8 +116,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     text = str(exc).lower()
-    return "out of memory" in text or "can't allocate memory" in text or \
-        type(exc).__name__ == "OutOfMemoryError"
+    return (
+        "out of memory" in text
+        or "can't allocate memory" in text
+        or type(exc).__name__ == "OutOfMemoryError"
+    )
 
 
 def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int) -> Any:

@@ -52,8 +52,10 @@ def main(argv: Sequence[str]) -> int:
     start = time.perf_counter()
     outputs = fd.execute(inputs)
     again = time.perf_counter() - start
-    print(f"scheduler: {fd.last_scheduler()}; first call {first * 1e3:.1f} ms (compiles), "
-          f"cached call {again * 1e3:.2f} ms")
+    print(
+        f"scheduler: {fd.last_scheduler()}; first call {first * 1e3:.1f} ms (compiles), "
+        f"cached call {again * 1e3:.2f} ms"
+    )
     try:
         assert_outputs_close(fd, outputs, evaluate(fd.fusion, inputs), inputs)
     except AssertionError as exc:

@@ -36,8 +36,7 @@ def read_file(path: Path, limit: int = MAX_ENTRY_BYTES) -> bytes | None:
     """The bytes of `path`, None when there is no such file. BadEntry when it is not a
     regular file (a directory, FIFO, device or symbolic link), is larger than `limit`, or
     cannot be read."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | \
-        getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
     except (FileNotFoundError, NotADirectoryError):  # no entry (or no folder for one)
@@ -69,8 +68,12 @@ def read_file(path: Path, limit: int = MAX_ENTRY_BYTES) -> bytes | None:
 def header(key: str, identity: dict[str, str], payload: bytes) -> bytes:
     """An entry's header: its key, its identity, and its payload's size and SHA-256 (a file
     of its own where the payload must stay a file of its own, as a shared library does)."""
-    fields = {"key": key, "identity": identity, "size": len(payload),
-              "sha256": hashlib.sha256(payload).hexdigest()}
+    fields = {
+        "key": key,
+        "identity": identity,
+        "size": len(payload),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+    }
     return _MAGIC + json.dumps(fields, sort_keys=True).encode() + b"\n"
 
 
@@ -82,16 +85,16 @@ def pack(key: str, identity: dict[str, str], payload: bytes) -> bytes:
 def unpack(blob: bytes, key: str, identity: dict[str, str]) -> bytes:
     """The payload of entry `blob`, checked against the request; BadEntry otherwise."""
     header = check_header(blob, key, identity)
-    payload = blob[blob.index(b"\n", len(_MAGIC)) + 1:]
+    payload = blob[blob.index(b"\n", len(_MAGIC)) + 1 :]
     check_payload(payload, header)
     return payload
 
 
 def check_header(blob: bytes, key: str, identity: dict[str, str]) -> dict[str, Any]:
     """The header of an entry (or a header file), checked against the key and identity."""
-    if not blob.startswith(_MAGIC) or b"\n" not in blob[len(_MAGIC):]:
+    if not blob.startswith(_MAGIC) or b"\n" not in blob[len(_MAGIC) :]:
         raise BadEntry("is not a kfuse cache entry of this version")
-    line = blob[len(_MAGIC):blob.index(b"\n", len(_MAGIC))]
+    line = blob[len(_MAGIC) : blob.index(b"\n", len(_MAGIC))]
     try:
         header = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -130,8 +133,11 @@ def discard(path: Path, why: str, *companions: Path) -> None:
                 p.unlink(missing_ok=True)
         except OSError:
             pass
-    warnings.warn(f"kfuse: the disk-cache entry {path} {why}; it was removed and is built "
-                  "again", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"kfuse: the disk-cache entry {path} {why}; it was removed and is built again",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def write_atomically(path: Path, data: bytes) -> None:

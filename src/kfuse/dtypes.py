@@ -55,22 +55,39 @@ class DataType(enum.Enum):
 
 
 _ITEMSIZE = {
-    DataType.Bool: 1, DataType.Int32: 4, DataType.Int: 8, DataType.Half: 2,
-    DataType.BFloat16: 2, DataType.Float: 4, DataType.Double: 8,
+    DataType.Bool: 1,
+    DataType.Int32: 4,
+    DataType.Int: 8,
+    DataType.Half: 2,
+    DataType.BFloat16: 2,
+    DataType.Float: 4,
+    DataType.Double: 8,
 }
 _FLOATING = frozenset({DataType.Half, DataType.BFloat16, DataType.Float, DataType.Double})
 _CUDA_TYPE = {
-    DataType.Bool: "bool", DataType.Int32: "int", DataType.Int: "long long",
-    DataType.Half: "kf::half", DataType.BFloat16: "kf::bfloat16", DataType.Float: "float",
+    DataType.Bool: "bool",
+    DataType.Int32: "int",
+    DataType.Int: "long long",
+    DataType.Half: "kf::half",
+    DataType.BFloat16: "kf::bfloat16",
+    DataType.Float: "float",
     DataType.Double: "double",
 }
 _NUMPY_NAME = {
-    DataType.Bool: "bool", DataType.Int32: "int32", DataType.Int: "int64",
-    DataType.Half: "float16", DataType.Float: "float32", DataType.Double: "float64",
+    DataType.Bool: "bool",
+    DataType.Int32: "int32",
+    DataType.Int: "int64",
+    DataType.Half: "float16",
+    DataType.Float: "float32",
+    DataType.Double: "float64",
 }
 _TORCH_NAME = {
-    DataType.Bool: "bool", DataType.Int32: "int32", DataType.Int: "int64",
-    DataType.Half: "float16", DataType.BFloat16: "bfloat16", DataType.Float: "float32",
+    DataType.Bool: "bool",
+    DataType.Int32: "int32",
+    DataType.Int: "int64",
+    DataType.Half: "float16",
+    DataType.BFloat16: "bfloat16",
+    DataType.Float: "float32",
     DataType.Double: "float64",
 }
 ALL_DTYPES: tuple[DataType, ...] = tuple(DataType)
@@ -89,8 +106,10 @@ def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
         return from_array_dtype(value)
     except DefinitionError:
         pass
-    raise DefinitionError(f"{what}: {value!r} is not a kfuse DataType "
-                          f"(expected one of {', '.join(d.name for d in DataType)})")
+    raise DefinitionError(
+        f"{what}: {value!r} is not a kfuse DataType "
+        f"(expected one of {', '.join(d.name for d in DataType)})"
+    )
 
 
 def to_numpy_dtype(dtype: DataType) -> Any:
@@ -98,9 +117,11 @@ def to_numpy_dtype(dtype: DataType) -> Any:
     import numpy as np
 
     if dtype is DataType.BFloat16:
-        raise DefinitionError("BFloat16 has no NumPy dtype; kfuse stores NumPy bf16 data as "
-                              "float32 holding bf16-rounded values "
-                              "(kfuse.dtypes.round_to_bfloat16)")
+        raise DefinitionError(
+            "BFloat16 has no NumPy dtype; kfuse stores NumPy bf16 data as "
+            "float32 holding bf16-rounded values "
+            "(kfuse.dtypes.round_to_bfloat16)"
+        )
     return np.dtype(_NUMPY_NAME[dtype])
 
 
@@ -115,12 +136,18 @@ def from_array_dtype(dt: Any) -> DataType:
     """The DataType of a NumPy, CuPy or torch dtype (duck-typed through its printed name)."""
     name = str(dt)
     if name.startswith("torch."):
-        name = name[len("torch."):]
+        name = name[len("torch.") :]
     for dtype, tname in _TORCH_NAME.items():
         if name == tname:
             return dtype
-    aliases = {"float": DataType.Float, "double": DataType.Double, "half": DataType.Half,
-               "int": DataType.Int32, "long": DataType.Int, "bool_": DataType.Bool}
+    aliases = {
+        "float": DataType.Float,
+        "double": DataType.Double,
+        "half": DataType.Half,
+        "int": DataType.Int32,
+        "long": DataType.Int,
+        "bool_": DataType.Bool,
+    }
     if name in aliases:
         return aliases[name]
     raise DefinitionError(f"unsupported array dtype {dt!r}")
@@ -143,11 +170,25 @@ def round_to_bfloat16(a: Any) -> Any:
 
 # ---- type promotion -------------------------------------------------------------------------
 
-_CATEGORY = {DataType.Bool: 0, DataType.Int32: 1, DataType.Int: 1, DataType.Half: 2,
-             DataType.BFloat16: 2, DataType.Float: 2, DataType.Double: 2}
+_CATEGORY = {
+    DataType.Bool: 0,
+    DataType.Int32: 1,
+    DataType.Int: 1,
+    DataType.Half: 2,
+    DataType.BFloat16: 2,
+    DataType.Float: 2,
+    DataType.Double: 2,
+}
 # Ranks inside a category; Half and BFloat16 share a rank because neither holds the other.
-_RANK = {DataType.Bool: 0, DataType.Int32: 1, DataType.Int: 2, DataType.Half: 1,
-         DataType.BFloat16: 1, DataType.Float: 2, DataType.Double: 3}
+_RANK = {
+    DataType.Bool: 0,
+    DataType.Int32: 1,
+    DataType.Int: 2,
+    DataType.Half: 1,
+    DataType.BFloat16: 1,
+    DataType.Float: 2,
+    DataType.Double: 3,
+}
 
 
 def category(dtype: DataType) -> int:
@@ -168,8 +209,9 @@ def promote_pair(a: DataType, b: DataType) -> DataType:
     return a if ra > rb else b
 
 
-def promote_types(tensor_dtypes: Sequence[DataType],
-                  weak_dtypes: Sequence[DataType] = ()) -> DataType:
+def promote_types(
+    tensor_dtypes: Sequence[DataType], weak_dtypes: Sequence[DataType] = ()
+) -> DataType:
     """The result dtype of an op on tensors and weakly typed scalars, following PyTorch.
 
     Rules (those of torch.result_type, without complex numbers):

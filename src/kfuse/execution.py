@@ -25,17 +25,21 @@ class FusionExecution:
 
             state = getattr(self, "_state", "closed")
             if state == "broken":
-                raise DefinitionError(f"execute: the FusionDefinition's `with` block raised "
-                                      f"({self._broken_by}), so the fusion is incomplete; "
-                                      "define it again")
+                raise DefinitionError(
+                    f"execute: the FusionDefinition's `with` block raised "
+                    f"({self._broken_by}), so the fusion is incomplete; "
+                    "define it again"
+                )
             if not self.fusion.outputs or state != "closed":
-                raise DefinitionError("execute: finish the definition (leave its `with` block) "
-                                      "before running it")
+                raise DefinitionError(
+                    "execute: finish the definition (leave its `with` block) before running it"
+                )
             self._executor_cache = FusionExecutorCache(self.fusion)
         return self._executor_cache
 
-    def execute(self, inputs: Any, *, stream: int | None = None, device: int | None = None
-                ) -> list[Any]:
+    def execute(
+        self, inputs: Any, *, stream: int | None = None, device: int | None = None
+    ) -> list[Any]:
         """Run the fusion: pick a scheduler, compile (cached), launch, return the outputs.
 
         inputs: arrays (CuPy or torch on a GPU; NumPy or CPU torch run on the host emulator)
@@ -53,8 +57,12 @@ class FusionExecution:
         # The host fast path first, with no Python frame of kfuse's in between: a cached
         # layout launches from C++ (kfuse.fast_path); anything else takes the checked path,
         # which is told not to try the fast path again.
-        if executor is not None and device is None and executor.fast_calls is not None \
-                and profiling_hooks.active is None:
+        if (
+            executor is not None
+            and device is None
+            and executor.fast_calls is not None
+            and profiling_hooks.active is None
+        ):
             try:
                 hit = executor.fast_calls(inputs, stream)
             except (MemoryError, RuntimeError) as exc:
@@ -62,22 +70,32 @@ class FusionExecution:
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 return outputs
-        return self._executor().execute(_input_list(inputs), stream=stream, device=device,
-                                        try_fast=False)
+        return self._executor().execute(
+            _input_list(inputs), stream=stream, device=device, try_fast=False
+        )
 
-    def manual_execute(self, inputs: Any, heuristic_params: Any, *, stream: int | None = None,
-                       device: int | None = None) -> list[Any]:
+    def manual_execute(
+        self,
+        inputs: Any,
+        heuristic_params: Any,
+        *,
+        stream: int | None = None,
+        device: int | None = None,
+    ) -> list[Any]:
         """Run with exactly `heuristic_params` (e.g. from schedule.compute_heuristics, then
         edited); never re-scheduled. Raises SchedulerError when its scheduler rejects the
         fusion for these inputs."""
         from kfuse.errors import SchedulerError
 
         if not hasattr(heuristic_params, "scheduler_type"):
-            raise SchedulerError(f"manual_execute: heuristic_params must be a HeuristicParams, "
-                                 f"got {type(heuristic_params).__name__}")
+            raise SchedulerError(
+                f"manual_execute: heuristic_params must be a HeuristicParams, "
+                f"got {type(heuristic_params).__name__}"
+            )
         with _callers_stream(inputs, stream):
-            return self._executor().execute(_input_list(inputs), device=device,
-                                            params=heuristic_params)
+            return self._executor().execute(
+                _input_list(inputs), device=device, params=heuristic_params
+            )
 
     def segments(self, inputs: Any, *, device: int | None = None) -> list[Any]:
         """How execute would run the fusion on `inputs`: a list of Segment descriptions
@@ -106,8 +124,10 @@ def _raise_out_of_memory(exc: BaseException) -> None:
 
     if not is_out_of_memory(exc):
         raise exc
-    raise OutOfMemoryError(f"cannot allocate the outputs of a cached call: "
-                           f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    raise OutOfMemoryError(
+        f"cannot allocate the outputs of a cached call: "
+        f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    ) from None
 
 
 def _input_list(inputs: Any) -> list[Any]:
@@ -127,9 +147,11 @@ def _callers_stream(inputs: Any, stream: int | None) -> Any:
     if stream is None:
         return contextlib.nullcontext()
     if type(stream) is not int or stream < 0:
-        raise InputError(f"stream must be a CUDA stream handle (an int >= 0, such as "
-                         f"torch.cuda.Stream().cuda_stream or cupy's Stream.ptr), got "
-                         f"{stream!r}")
+        raise InputError(
+            f"stream must be a CUDA stream handle (an int >= 0, such as "
+            f"torch.cuda.Stream().cuda_stream or cupy's Stream.ptr), got "
+            f"{stream!r}"
+        )
     for a in inputs if isinstance(inputs, (list, tuple)) else ():
         framework = framework_of(a)
         if framework in ("torch", "cupy"):

@@ -77,8 +77,15 @@ class FusionExecutorCache:
         # the layouts they do repeat out of the cache.
         self._seen_layouts: dict[tuple, None] = {}
 
-    def execute(self, inputs: list[Any], *, stream: int | None = None, device: int | None = None,
-                params: Any = None, try_fast: bool = True) -> list[Any]:
+    def execute(
+        self,
+        inputs: list[Any],
+        *,
+        stream: int | None = None,
+        device: int | None = None,
+        params: Any = None,
+        try_fast: bool = True,
+    ) -> list[Any]:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly.
         try_fast=False: the caller already tried fast_calls on these inputs (and missed)."""
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
@@ -107,8 +114,7 @@ class FusionExecutorCache:
                 self._remember_fast_call(inputs, compiled, info)
             return outputs
 
-    def _remember_fast_call(self, inputs: list[Any], compiled: CompiledFusion, info: Any
-                            ) -> None:
+    def _remember_fast_call(self, inputs: list[Any], compiled: CompiledFusion, info: Any) -> None:
         layout = layout_key(inputs, info)
         if layout is None or layout in self._fast_layouts:
             return
@@ -166,9 +172,11 @@ class FusionExecutorCache:
             reason = rejection_reason(scheduler, self.fusion, info)
             if reason is not None:
                 if self._pick(info)[0] is None:
-                    reason += ("\n  no single scheduler takes this fusion: it needs several "
-                               "segments, which only fd.execute runs (fd.segments(inputs) "
-                               "shows them)")
+                    reason += (
+                        "\n  no single scheduler takes this fusion: it needs several "
+                        "segments, which only fd.execute runs (fd.segments(inputs) "
+                        "shows them)"
+                    )
                 raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
         else:
             scheduler, reasons = self._pick(info)
@@ -183,8 +191,9 @@ class FusionExecutorCache:
             params = scheduler.heuristics(self.fusion, info)
         make_runner = getattr(scheduler, "runner", None)
         if make_runner is not None:
-            return CompiledFusion(scheduler.scheduler_type, params, [],
-                                  make_runner(self.fusion, info, params))
+            return CompiledFusion(
+                scheduler.scheduler_type, params, [], make_runner(self.fusion, info, params)
+            )
         launches = build_launches(scheduler.scheduler_type, self.fusion, info, params)
         return CompiledFusion(scheduler.scheduler_type, params, launches)
 
@@ -202,13 +211,20 @@ class FusionExecutorCache:
 def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
     from kfuse.schedule.segmenter import Segment
 
-    return Segment(0, scheduler_type, tuple(v.name for v in fusion.inputs),
-                   tuple(v.name for v in fusion.outputs), tuple(str(e) for e in fusion.exprs),
-                   f"one scheduler ({scheduler_type.value}) takes the whole fusion", fusion)
+    return Segment(
+        0,
+        scheduler_type,
+        tuple(v.name for v in fusion.inputs),
+        tuple(v.name for v in fusion.outputs),
+        tuple(str(e) for e in fusion.exprs),
+        f"one scheduler ({scheduler_type.value}) takes the whole fusion",
+        fusion,
+    )
 
 
-def build_launches(scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeInfo,
-                   params: Any) -> list[KernelLaunch]:
+def build_launches(
+    scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeInfo, params: Any
+) -> list[KernelLaunch]:
     """The launches a scheduler's params compile to (none for no_op)."""
     scheduler = scheduler_for(scheduler_type)
     if not hasattr(scheduler, "launches"):
@@ -234,10 +250,12 @@ class TargetCompiler:
             kernel = backend.compile(source, name, info.device)
         else:
             if self.maxrregcount is not None:
-                source = without_launch_bounds(source, self.maxrregcount,
-                                               info.device.regs_per_block)
-            kernel = backend.compile(source, name, info.device_index,
-                                     self.arch or info.device.arch, self.options)
+                source = without_launch_bounds(
+                    source, self.maxrregcount, info.device.regs_per_block
+                )
+            kernel = backend.compile(
+                source, name, info.device_index, self.arch or info.device.arch, self.options
+            )
         profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
 
@@ -255,9 +273,11 @@ def without_launch_bounds(source: str, maxrregcount: int, regs_per_block: int) -
     def check(match: re.Match[str]) -> str:
         threads = int(match.group(1))
         if threads * maxrregcount > regs_per_block:
-            raise SchedulerError(f"CompileParams.maxrregcount = {maxrregcount} for blocks of "
-                                 f"{threads} threads needs {threads * maxrregcount} registers "
-                                 f"a block; the device gives a block at most {regs_per_block}")
+            raise SchedulerError(
+                f"CompileParams.maxrregcount = {maxrregcount} for blocks of "
+                f"{threads} threads needs {threads * maxrregcount} registers "
+                f"a block; the device gives a block at most {regs_per_block}"
+            )
         return ""
 
     return _LAUNCH_BOUNDS.sub(check, source)
@@ -297,12 +317,17 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
         stream = current_stream(info.framework, info.device_index) if info.device_index >= 0 else 0
     # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
     # every framework's allocation aligned for any accumulator type.
-    workspaces = [empty_like_framework(info.framework, (-(-n // 8),), DataType.Double,
-                                       info.device_index, what=f"workspace {k}")
-                  for k, n in enumerate(workspace_bytes(compiled.launches))]
+    workspaces = [
+        empty_like_framework(
+            info.framework, (-(-n // 8),), DataType.Double, info.device_index, what=f"workspace {k}"
+        )
+        for k, n in enumerate(workspace_bytes(compiled.launches))
+    ]
     if poisoned:
-        for array in (*workspaces, *(a for a in staged_outputs
-                                      if all(a is not o for o in outputs))):
+        for array in (
+            *workspaces,
+            *(a for a in staged_outputs if all(a is not o for o in outputs)),
+        ):
             poison(array)
     workspace_ptrs = [_data_ptr(w) for w in workspaces]
     for launch in compiled.launches:
@@ -313,8 +338,9 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
 
 
 def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
-    return empty_like_framework(info.framework, info.shape(out), out.dtype, info.device_index,
-                                what=f"output {out.name}")
+    return empty_like_framework(
+        info.framework, info.shape(out), out.dtype, info.device_index, what=f"output {out.name}"
+    )
 
 
 def _data_ptr(array: Any) -> int:
@@ -369,9 +395,11 @@ def _restride(info: RuntimeInfo, val: TensorView, staged: Any) -> None:
     from kfuse.codegen.layout import contiguous_strides
 
     if lay.shape and lay.strides != contiguous_strides(lay.shape):
-        raise InputError(f"{val.name}: non-contiguous BFloat16 NumPy arrays are not supported "
-                         "by the emulator (NumPy has no bf16 dtype); pass a contiguous array or "
-                         "a torch bfloat16 CPU tensor")
+        raise InputError(
+            f"{val.name}: non-contiguous BFloat16 NumPy arrays are not supported "
+            "by the emulator (NumPy has no bf16 dtype); pass a contiguous array or "
+            "a torch bfloat16 CPU tensor"
+        )
 
 
 __all__ = ["FusionExecutorCache", "build_launches"]

@@ -37,8 +37,7 @@ def scalar_spec(value: Any) -> tuple | None:
     return (type(value),) if type(value) in SCALAR_TYPES else None
 
 
-def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None
-                  ) -> list[tuple] | None:
+def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None) -> list[tuple] | None:
     """What a later call's inputs must match, one (type, dtype, shape, strides, pointer mod
     16, device) per array input in the framework's own terms and (type,) per scalar input
     (`fusion_inputs` says which inputs are scalars), or None when these inputs cannot take
@@ -53,18 +52,31 @@ def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None
             continue
         framework = framework_of(t)
         if framework == "torch" and t.device.type == "cuda":
-            specs.append((type(t), t.dtype, tuple(t.shape), tuple(t.stride()),
-                          t.data_ptr() & 15, t.get_device()))
+            specs.append(
+                (
+                    type(t),
+                    t.dtype,
+                    tuple(t.shape),
+                    tuple(t.stride()),
+                    t.data_ptr() & 15,
+                    t.get_device(),
+                )
+            )
         elif framework == "cupy":
-            specs.append((type(t), t.dtype, t.shape, t.strides, t.data.ptr & 15,
-                          t.data.device_id))
+            specs.append((type(t), t.dtype, t.shape, t.strides, t.data.ptr & 15, t.data.device_id))
         else:
             return None
     return specs
 
 
-def packed_launch(launch: Any, extents: dict[Any, Any], n_inputs: int, n_outputs: int,
-                  n_workspaces: int, program: ScalarProgram | None = None) -> Any:
+def packed_launch(
+    launch: Any,
+    extents: dict[Any, Any],
+    n_inputs: int,
+    n_outputs: int,
+    n_workspaces: int,
+    program: ScalarProgram | None = None,
+) -> Any:
     """launch's arguments packed once (KernelLaunch.arguments with null pointers, and this
     call's scalar values), with a slot for every array operand and for every scalar operand
     that `program` computes from the scalar inputs."""
@@ -81,8 +93,9 @@ def packed_launch(launch: Any, extents: dict[Any, Any], n_inputs: int, n_outputs
             slots.append((p, "workspace", op.index, op.offset))
         elif program is not None and (k := program.slot(op.val)) is not None:
             slots.append((p, "scalar", k, 0))
-    return PackedLaunch(launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem,
-                        args, slots)
+    return PackedLaunch(
+        launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem, args, slots
+    )
 
 
 class NotReplayable(Exception):
@@ -117,9 +130,12 @@ class ScalarProgram:
             raise NotReplayable("output")
         # Scalars those expressions also read that no scalar input changes (sizes): fixed
         # for the layout a FastCall matches.
-        self.fixed = {v: extents[v] for e in self.exprs for v in e.inputs
-                      if isinstance(v, Scalar) and not v.is_constant
-                      and id(v) not in self._dependent}
+        self.fixed = {
+            v: extents[v]
+            for e in self.exprs
+            for v in e.inputs
+            if isinstance(v, Scalar) and not v.is_constant and id(v) not in self._dependent
+        }
         self.operands: list[Any] = []  # the scalar slots' values, by slot index
 
     @classmethod
@@ -172,14 +188,17 @@ def _buffer_specs(specs: list[tuple]) -> list[tuple]:
 
 
 def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[Any]:
-    counts = (len(info.fusion.inputs), len(info.fusion.outputs),
-              len(workspace_bytes(compiled.launches)))
-    return [packed_launch(launch, info.extents, *counts, program)
-            for launch in compiled.launches]
+    counts = (
+        len(info.fusion.inputs),
+        len(info.fusion.outputs),
+        len(workspace_bytes(compiled.launches)),
+    )
+    return [packed_launch(launch, info.extents, *counts, program) for launch in compiled.launches]
 
 
-def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
-                program: ScalarProgram) -> Any:
+def _torch_call(
+    inputs: list[Any], specs: list[tuple], compiled: Any, info: Any, program: ScalarProgram
+) -> Any:
     import torch
 
     from kfuse._C import FastCall
@@ -191,15 +210,31 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
         shape, dtype = tuple(info.shape(o)), to_torch_dtype(o.dtype)
         # empty_like skips torch.empty's argument parsing (about 2 us of the call): it gives a
         # contiguous array when the input it copies is one of the same shape and dtype.
-        like = next((k for k, (t, v) in enumerate(zip(inputs, info.fusion.inputs))
-                     if isinstance(v, TensorView) and t.dtype == dtype
-                     and tuple(t.shape) == shape and t.is_contiguous()), -1)
-        outputs.append((torch.empty_like, (), None, like) if like >= 0 else
-                       (torch.empty_strided, (shape, contiguous_strides(shape)),
-                        {"dtype": dtype, "device": device}, -1))
-    workspaces = [(torch.empty_strided, ((-(-n // 8),), (1,)),
-                   {"dtype": torch.float64, "device": device}, -1)
-                  for n in workspace_bytes(compiled.launches)]
+        like = next(
+            (
+                k
+                for k, (t, v) in enumerate(zip(inputs, info.fusion.inputs))
+                if isinstance(v, TensorView)
+                and t.dtype == dtype
+                and tuple(t.shape) == shape
+                and t.is_contiguous()
+            ),
+            -1,
+        )
+        outputs.append(
+            (torch.empty_like, (), None, like)
+            if like >= 0
+            else (
+                torch.empty_strided,
+                (shape, contiguous_strides(shape)),
+                {"dtype": dtype, "device": device},
+                -1,
+            )
+        )
+    workspaces = [
+        (torch.empty_strided, ((-(-n // 8),), (1,)), {"dtype": torch.float64, "device": device}, -1)
+        for n in workspace_bytes(compiled.launches)
+    ]
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     stream_args: tuple[Any, ...]
     if raw is not None:
@@ -207,9 +242,19 @@ def _torch_call(inputs: list[Any], specs: list[tuple], compiled: Any, info: Any,
     else:  # torch builds without the raw query
         stream, stream_args = (lambda: torch.cuda.current_stream(device).cuda_stream), ()
     launches = _packed_launches(compiled, info, program)
-    return FastCall("torch", info.device_index, specs, _buffer_specs(outputs),
-                    _buffer_specs(workspaces), launches, stream, stream_args, None, compiled,
-                    program)
+    return FastCall(
+        "torch",
+        info.device_index,
+        specs,
+        _buffer_specs(outputs),
+        _buffer_specs(workspaces),
+        launches,
+        stream,
+        stream_args,
+        None,
+        compiled,
+        program,
+    )
 
 
 def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProgram) -> Any:
@@ -219,16 +264,30 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
     from kfuse.dtypes import to_numpy_dtype
 
     # The ndarray constructor is what cupy.empty calls, less a Python frame (0.4 us a call).
-    outputs = [(cupy.ndarray, (tuple(info.shape(o)), to_numpy_dtype(o.dtype)), None, -1)
-               for o in info.fusion.outputs]
-    workspaces = [(cupy.ndarray, ((-(-n // 8),), "float64"), None, -1)
-                  for n in workspace_bytes(compiled.launches)]
+    outputs = [
+        (cupy.ndarray, (tuple(info.shape(o)), to_numpy_dtype(o.dtype)), None, -1)
+        for o in info.fusion.outputs
+    ]
+    workspaces = [
+        (cupy.ndarray, ((-(-n // 8),), "float64"), None, -1)
+        for n in workspace_bytes(compiled.launches)
+    ]
     launches = _packed_launches(compiled, info, program)
     # cupy allocates on, and reports the stream of, the current device: the call only takes
     # the fast path while that is the inputs' device.
-    return FastCall("cupy", info.device_index, specs, _buffer_specs(outputs),
-                    _buffer_specs(workspaces), launches, cupy.cuda.get_current_stream, (),
-                    cupy.cuda.runtime.getDevice, compiled, program)
+    return FastCall(
+        "cupy",
+        info.device_index,
+        specs,
+        _buffer_specs(outputs),
+        _buffer_specs(workspaces),
+        launches,
+        cupy.cuda.get_current_stream,
+        (),
+        cupy.cuda.runtime.getDevice,
+        compiled,
+        program,
+    )
 
 
 def layout_key(inputs: list[Any], info: Any) -> tuple | None:

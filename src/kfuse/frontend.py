@@ -55,28 +55,40 @@ class FusionDefinition(FusionExecution):
             return  # let the user's error through
         self._state = "closed"
         if not self.fusion.outputs:
-            raise DefinitionError("the fusion has no outputs: call fd.add_output(t) inside the "
-                                  "`with FusionDefinition() as fd:` block")
+            raise DefinitionError(
+                "the fusion has no outputs: call fd.add_output(t) inside the "
+                "`with FusionDefinition() as fd:` block"
+            )
         self.fusion.finalize()
 
     def check_open(self, op: str) -> None:
         """Raise DefinitionError unless ops may be added now."""
         if self._state == "new":
-            raise DefinitionError(f"{op}: called outside the `with FusionDefinition() as fd:` "
-                                  "block (enter it first)")
+            raise DefinitionError(
+                f"{op}: called outside the `with FusionDefinition() as fd:` block (enter it first)"
+            )
         if self._state == "closed":
-            raise DefinitionError(f"{op}: the FusionDefinition is already finished; ops must "
-                                  "be called inside its `with` block")
+            raise DefinitionError(
+                f"{op}: the FusionDefinition is already finished; ops must "
+                "be called inside its `with` block"
+            )
         if self._state == "broken":
-            raise DefinitionError(f"{op}: the FusionDefinition's `with` block raised "
-                                  f"({self._broken_by}); define the fusion again")
+            raise DefinitionError(
+                f"{op}: the FusionDefinition's `with` block raised "
+                f"({self._broken_by}); define the fusion again"
+            )
 
     # ---- inputs ----
-    def define_tensor(self, shape: Sequence[int] | None = None,
-                      contiguity: bool | Sequence[bool | None] | None = None,
-                      dtype: Any = DataType.Float, stride_order: Sequence[int] | None = None,
-                      *, sizes: Sequence[int] | None = None,
-                      strides: Sequence[int] | None = None) -> TensorView:
+    def define_tensor(
+        self,
+        shape: Sequence[int] | None = None,
+        contiguity: bool | Sequence[bool | None] | None = None,
+        dtype: Any = DataType.Float,
+        stride_order: Sequence[int] | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+    ) -> TensorView:
         """A tensor input.
 
         shape: one entry per axis: -1 symbolic, 1 broadcast, another n >= 0 a fixed size.
@@ -89,10 +101,10 @@ class FusionDefinition(FusionExecution):
         self.check_open("define_tensor")
         if sizes is not None or strides is not None:
             if shape is not None or sizes is None or strides is None:
-                raise DefinitionError("define_tensor: give either shape or both sizes and "
-                                      "strides")
+                raise DefinitionError("define_tensor: give either shape or both sizes and strides")
             shape, contiguity, stride_order = _layout_from_strides(
-                _index_list(sizes, "sizes"), _index_list(strides, "strides"))
+                _index_list(sizes, "sizes"), _index_list(strides, "strides")
+            )
         if shape is None:
             raise DefinitionError("define_tensor: shape is required")
         if not isinstance(shape, (list, tuple)):
@@ -104,8 +116,10 @@ class FusionDefinition(FusionExecution):
             except DefinitionError:
                 n = None
             if n is None or not -1 <= n <= MAX_EXTENT:
-                raise DefinitionError(f"define_tensor: shape entry {i} is {shape[i]!r}; use -1 "
-                                      "(symbolic), 1 (broadcast) or a size from 0 to 2**63 - 1")
+                raise DefinitionError(
+                    f"define_tensor: shape entry {i} is {shape[i]!r}; use -1 "
+                    "(symbolic), 1 (broadcast) or a size from 0 to 2**63 - 1"
+                )
             axes.append(Axis(n == 1, None if n == -1 else n))
         dt = as_dtype(dtype, what="define_tensor: dtype")
         tv = self._builder.new_tensor(dt, axes, is_input=True)
@@ -113,8 +127,10 @@ class FusionDefinition(FusionExecution):
         if stride_order is not None:
             order = tuple(_index_list(stride_order, "stride_order"))
             if sorted(order) != list(range(len(axes))):
-                raise DefinitionError(f"define_tensor: stride_order {list(order)} is not a "
-                                      f"permutation of range({len(axes)})")
+                raise DefinitionError(
+                    f"define_tensor: stride_order {list(order)} is not a "
+                    f"permutation of range({len(axes)})"
+                )
             if order != tuple(range(len(axes) - 1, -1, -1)):
                 tv.stride_order = order
         self.fusion.inputs.append(tv)
@@ -131,8 +147,7 @@ class FusionDefinition(FusionExecution):
             else:
                 strides = [int(s) // dtype.itemsize for s in a.strides]  # NumPy/CuPy: bytes
         except (AttributeError, TypeError) as e:
-            raise DefinitionError(f"from_array: {type(a).__name__} is not an array ({e})") \
-                from None
+            raise DefinitionError(f"from_array: {type(a).__name__} is not an array ({e})") from None
         return self.define_tensor(sizes=shape, strides=strides, dtype=dtype)
 
     def define_scalar(self, value: Any = None, dtype: Any = None) -> Scalar:
@@ -151,8 +166,9 @@ class FusionDefinition(FusionExecution):
         """Mark tensor `t` (any tensor of this definition, inputs included) as an output."""
         self.check_open("add_output")
         if not isinstance(t, TensorView):
-            raise DefinitionError(f"add_output: {describe(t)} is not a tensor; outputs must be "
-                                  "tensors")
+            raise DefinitionError(
+                f"add_output: {describe(t)} is not a tensor; outputs must be tensors"
+            )
         self._builder.operand(t, "add_output", 0)
         self.fusion.outputs.append(t)
 
@@ -176,17 +192,20 @@ def _contiguity(contiguity: Any, axes: list[Axis]) -> tuple[bool | None, ...] | 
     if isinstance(contiguity, bool):
         return tuple(None if a.is_broadcast else contiguity for a in axes)
     if not isinstance(contiguity, (list, tuple)):
-        raise DefinitionError(f"define_tensor: contiguity must be None, a bool or a list, got "
-                              f"{describe(contiguity)}")
+        raise DefinitionError(
+            f"define_tensor: contiguity must be None, a bool or a list, got {describe(contiguity)}"
+        )
     entries = list(contiguity)
     if len(entries) != len(axes):
-        raise DefinitionError(f"define_tensor: contiguity has {len(entries)} entries but shape "
-                              f"has {len(axes)}")
+        raise DefinitionError(
+            f"define_tensor: contiguity has {len(entries)} entries but shape has {len(axes)}"
+        )
     out = []
     for i, (c, a) in enumerate(zip(entries, axes, strict=False)):
         if c is not None and not isinstance(c, bool):
-            raise DefinitionError(f"define_tensor: contiguity entry {i} is {c!r}, expected "
-                                  "True, False or None")
+            raise DefinitionError(
+                f"define_tensor: contiguity entry {i} is {c!r}, expected True, False or None"
+            )
         out.append(None if a.is_broadcast else (False if c is None else c))
     return tuple(out)
 
@@ -194,19 +213,22 @@ def _contiguity(contiguity: Any, axes: list[Axis]) -> tuple[bool | None, ...] | 
 def _index_list(values: Any, what: str) -> list[int]:
     """A list argument of integers (define_tensor's sizes, strides, stride_order)."""
     if not isinstance(values, (list, tuple)):
-        raise DefinitionError(f"define_tensor: {what} must be a list of integers, got "
-                              f"{describe(values)}")
+        raise DefinitionError(
+            f"define_tensor: {what} must be a list of integers, got {describe(values)}"
+        )
     return [as_index(v, "define_tensor", f"{what} entry {k}") for k, v in enumerate(values)]
 
 
-def _layout_from_strides(sizes: list[int], strides: list[int]
-                         ) -> tuple[list[int], list[bool | None], list[int] | None]:
+def _layout_from_strides(
+    sizes: list[int], strides: list[int]
+) -> tuple[list[int], list[bool | None], list[int] | None]:
     if len(sizes) != len(strides):
         raise DefinitionError(f"define_tensor: {len(sizes)} sizes but {len(strides)} strides")
     for k, n in enumerate(sizes):
         if not 0 <= n <= MAX_EXTENT:
-            raise DefinitionError(f"define_tensor: sizes entry {k} is {n}; sizes are from 0 "
-                                  "to 2**63 - 1")
+            raise DefinitionError(
+                f"define_tensor: sizes entry {k} is {n}; sizes are from 0 to 2**63 - 1"
+            )
     n = len(sizes)
     shape = [1 if s == 1 else -1 for s in sizes]
     # Sort axes from the largest stride to the smallest; ties keep the row-major order.

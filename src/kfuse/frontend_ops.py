@@ -30,8 +30,10 @@ def _pointwise_method(name: str) -> Any:
         return self._pointwise(name, args)
 
     method.__name__ = name
-    method.__doc__ = (f"Pointwise {name} ({info.arity} operand{'s' if info.arity > 1 else ''}, "
-                      f"category {info.category!r}, result {info.result!r}); see kfuse.ir.ops.")
+    method.__doc__ = (
+        f"Pointwise {name} ({info.arity} operand{'s' if info.arity > 1 else ''}, "
+        f"category {info.category!r}, result {info.result!r}); see kfuse.ir.ops."
+    )
     return method
 
 
@@ -59,8 +61,9 @@ class Ops:
         """GELU: approximate="none" (erf form) or "tanh"."""
         self._fd.check_open("gelu")
         if approximate not in ("none", "tanh"):
-            raise DefinitionError(f"gelu: approximate must be 'none' or 'tanh', got "
-                                  f"{approximate!r}")
+            raise DefinitionError(
+                f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}"
+            )
         return self._b.pointwise("gelu" if approximate == "none" else "gelu_tanh", [x])
 
     def truediv(self, a: Any, b: Any) -> Val:
@@ -78,29 +81,33 @@ class Ops:
         self._fd.check_open("broadcast")
         return self._b.broadcast(x, is_broadcast_dim)
 
-    def broadcast_in_dim(self, x: Any, shape: Sequence[Any], broadcast_dims: Sequence[int]
-                         ) -> TensorView:
+    def broadcast_in_dim(
+        self, x: Any, shape: Sequence[Any], broadcast_dims: Sequence[int]
+    ) -> TensorView:
         """Place x's axes at broadcast_dims of a tensor of `shape` (ints or Int scalars, e.g.
         fd.ops.shape(y)); the other axes are new, and broadcast axes are expanded to shape."""
         self._fd.check_open("broadcast_in_dim")
         v = self._b.tensor(x, "broadcast_in_dim")
         if not isinstance(shape, (list, tuple)):
-            raise DefinitionError(f"broadcast_in_dim: shape must be a list, got "
-                                  f"{describe(shape)}")
+            raise DefinitionError(f"broadcast_in_dim: shape must be a list, got {describe(shape)}")
         shape = list(shape)
         dims = as_index_list(broadcast_dims, "broadcast_in_dim", "broadcast_dims")
         if len(dims) != v.ndim:
-            raise DefinitionError(f"broadcast_in_dim: broadcast_dims {dims} has {len(dims)} "
-                                  f"entries but {describe(v)} has {v.ndim} axes")
+            raise DefinitionError(
+                f"broadcast_in_dim: broadcast_dims {dims} has {len(dims)} "
+                f"entries but {describe(v)} has {v.ndim} axes"
+            )
         for i, d in enumerate(dims):
             if not 0 <= d < len(shape):
-                raise DefinitionError(f"broadcast_in_dim: broadcast_dims entry {i} ({d!r}) is "
-                                      f"not an axis of the {len(shape)}-d output shape")
+                raise DefinitionError(
+                    f"broadcast_in_dim: broadcast_dims entry {i} ({d!r}) is "
+                    f"not an axis of the {len(shape)}-d output shape"
+                )
         if any(a >= b for a, b in zip(dims, dims[1:], strict=False)):
-            raise DefinitionError(f"broadcast_in_dim: broadcast_dims {dims} must be strictly "
-                                  "increasing")
-        b = self._b.broadcast(v, [i not in dims for i in range(len(shape))],
-                              op="broadcast_in_dim")
+            raise DefinitionError(
+                f"broadcast_in_dim: broadcast_dims {dims} must be strictly increasing"
+            )
+        b = self._b.broadcast(v, [i not in dims for i in range(len(shape))], op="broadcast_in_dim")
         return self._b.expand(b, shape, op="broadcast_in_dim")
 
     def expand(self, x: Any, shape: Sequence[Any]) -> TensorView:
@@ -156,24 +163,22 @@ class Ops:
         self._fd.check_open(op)
         return self._b.reduction(op, x, dims, keepdim, dtype)
 
-    def sum(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
-            ) -> TensorView:
+    def sum(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
         """Sum over dims (all when None). dtype: accumulate/output dtype; by default ints and
         Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype."""
         return self._reduce("sum", x, dims, keepdim, dtype)
 
-    def prod(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
-             ) -> TensorView:
+    def prod(
+        self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+    ) -> TensorView:
         """Product over dims; dtype rules as for sum."""
         return self._reduce("prod", x, dims, keepdim, dtype)
 
-    def max(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
-            ) -> TensorView:
+    def max(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
         """Maximum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
         return self._reduce("max", x, dims, keepdim, dtype)
 
-    def min(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
-            ) -> TensorView:
+    def min(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
         """Minimum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
         return self._reduce("min", x, dims, keepdim, dtype)
 
@@ -194,13 +199,16 @@ class Ops:
         v = self._b.tensor(x, op)
         out = v.dtype if dtype is None else as_dtype(dtype, what=f"{op}: dtype")
         if not out.is_floating:
-            raise DefinitionError(f"{op}: {describe(v)} needs a floating dtype "
-                                  f"(got {out.value}); cast it or pass dtype=")
+            raise DefinitionError(
+                f"{op}: {describe(v)} needs a floating dtype "
+                f"(got {out.value}); cast it or pass dtype="
+            )
         compute = DataType.Float if out in _NARROW else out
         return self._b.cast(v, compute, op=op), out
 
-    def mean(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
-             ) -> TensorView:
+    def mean(
+        self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+    ) -> TensorView:
         """Mean over dims: sum / N with N the exact product of the reduced sizes."""
         self._fd.check_open("mean")
         v, out = self._float_input(x, "mean", dtype)
@@ -209,13 +217,13 @@ class Ops:
         m = self._b.cast(self._b.pointwise("div", [s, self._count(v, dims_n)]), out)
         return self._b.keepdim(m, dims_n, v.ndim, keepdim, "mean")
 
-    def var_mean(self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
-                 ) -> tuple[TensorView, TensorView]:
+    def var_mean(
+        self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
+    ) -> tuple[TensorView, TensorView]:
         """(variance, mean) over dims via Welford; variance = m2 / (N - correction)."""
         self._fd.check_open("var_mean")
         if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
-            raise DefinitionError(f"var_mean: correction must be an int >= 0, got "
-                                  f"{correction!r}")
+            raise DefinitionError(f"var_mean: correction must be an int >= 0, got {correction!r}")
         v, out = self._float_input(x, "var_mean")
         dims_n = self._b._reduction_dims(v, dims, "var_mean")
         avg, m2, _ = self._b.welford(v, dims_n)
@@ -224,11 +232,14 @@ class Ops:
             denom = self._b.pointwise("sub", [denom, correction])
         var = self._b.cast(self._b.pointwise("div", [m2, denom]), out)
         mean = self._b.cast(avg, out)
-        return (self._b.keepdim(var, dims_n, v.ndim, keepdim, "var_mean"),
-                self._b.keepdim(mean, dims_n, v.ndim, keepdim, "var_mean"))
+        return (
+            self._b.keepdim(var, dims_n, v.ndim, keepdim, "var_mean"),
+            self._b.keepdim(mean, dims_n, v.ndim, keepdim, "var_mean"),
+        )
 
-    def var(self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
-            ) -> TensorView:
+    def var(
+        self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
+    ) -> TensorView:
         """Variance over dims (Welford), divided by N - correction."""
         return self.var_mean(x, dims, correction, keepdim)[0]
 
@@ -238,8 +249,9 @@ class Ops:
         self._fd.check_open("softmax")
         v, out = self._float_input(x, "softmax")
         (d,) = self._b.dims(v, [as_index(dim, "softmax", "dim")], "softmax")
-        e = self._b.pointwise("exp", [self._b.pointwise(
-            "sub", [v, self._b.reduction("max", v, (d,), True)])])
+        e = self._b.pointwise(
+            "exp", [self._b.pointwise("sub", [v, self._b.reduction("max", v, (d,), True)])]
+        )
         s = self._b.reduction("sum", e, (d,), True)
         return self._b.cast(self._b.pointwise("div", [e, s]), out)
 
@@ -250,14 +262,18 @@ class Ops:
         (d,) = self._b.dims(v, [as_index(dim, "log_softmax", "dim")], "log_softmax")
         shifted = self._b.pointwise("sub", [v, self._b.reduction("max", v, (d,), True)])
         s = self._b.reduction("sum", self._b.pointwise("exp", [shifted]), (d,), True)
-        return self._b.cast(self._b.pointwise("sub", [shifted, self._b.pointwise("log", [s])]),
-                            out)
+        return self._b.cast(self._b.pointwise("sub", [shifted, self._b.pointwise("log", [s])]), out)
 
     def _norm_dims(self, v: TensorView, normalized_ndim: int, op: str) -> tuple[int, ...]:
-        if isinstance(normalized_ndim, bool) or not isinstance(normalized_ndim, int) or \
-                not 1 <= normalized_ndim <= v.ndim:
-            raise DefinitionError(f"{op}: normalized_ndim {normalized_ndim!r} must be between "
-                                  f"1 and the rank of {describe(v)}")
+        if (
+            isinstance(normalized_ndim, bool)
+            or not isinstance(normalized_ndim, int)
+            or not 1 <= normalized_ndim <= v.ndim
+        ):
+            raise DefinitionError(
+                f"{op}: normalized_ndim {normalized_ndim!r} must be between "
+                f"1 and the rank of {describe(v)}"
+            )
         return tuple(range(v.ndim - normalized_ndim, v.ndim))
 
     def _affine(self, y: Val, weight: Any, bias: Any, op: str) -> Val:
@@ -270,8 +286,15 @@ class Ops:
             y = self._b.pointwise("mul" if name == "weight" else "add", [y, t])
         return y
 
-    def layer_norm(self, x: Any, weight: Any = None, bias: Any = None, *, eps: float = 1e-5,
-                   normalized_ndim: int = 1) -> TensorView:
+    def layer_norm(
+        self,
+        x: Any,
+        weight: Any = None,
+        bias: Any = None,
+        *,
+        eps: float = 1e-5,
+        normalized_ndim: int = 1,
+    ) -> TensorView:
         """(x - mean) * rsqrt(var + eps) * weight + bias over the last normalized_ndim axes
         (biased variance, as torch.nn.functional.layer_norm)."""
         self._fd.check_open("layer_norm")
@@ -282,8 +305,9 @@ class Ops:
         y = self._b.pointwise("mul", [self._b.pointwise("sub", [v, mean]), inv])
         return self._b.cast(self._affine(y, weight, bias, "layer_norm"), out)
 
-    def rms_norm(self, x: Any, weight: Any = None, *, eps: float = 1e-6,
-                 normalized_ndim: int = 1) -> TensorView:
+    def rms_norm(
+        self, x: Any, weight: Any = None, *, eps: float = 1e-6, normalized_ndim: int = 1
+    ) -> TensorView:
         """x * rsqrt(mean(x * x) + eps) * weight over the last normalized_ndim axes."""
         self._fd.check_open("rms_norm")
         v, out = self._float_input(x, "rms_norm")

@@ -26,10 +26,19 @@ def _version(distribution: str) -> str | None:
 def _versions() -> dict[str, str | None]:
     import kfuse
 
-    versions: dict[str, str | None] = {"kfuse": kfuse.__version__,
-                                       "python": platform.python_version()}
-    for dist in ("nanobind-backend", "numpy", "cuda-pathfinder", "torch", "cupy-cuda13x",
-                 "cupy-cuda12x", "cupy"):
+    versions: dict[str, str | None] = {
+        "kfuse": kfuse.__version__,
+        "python": platform.python_version(),
+    }
+    for dist in (
+        "nanobind-backend",
+        "numpy",
+        "cuda-pathfinder",
+        "torch",
+        "cupy-cuda13x",
+        "cupy-cuda12x",
+        "cupy",
+    ):
         version = _version(dist)
         if version is not None or dist in ("nanobind-backend", "numpy", "torch"):
             versions[dist] = version
@@ -41,8 +50,11 @@ def _driver() -> dict[str, Any]:
         version = _C.driver_version()
     except _C.CudaError as exc:
         return {"available": False, "error": str(exc)}
-    return {"available": True, "library": _C.driver_library() or None,
-            "cuda_version": f"{version // 1000}.{version % 1000 // 10}"}
+    return {
+        "available": True,
+        "library": _C.driver_library() or None,
+        "cuda_version": f"{version // 1000}.{version % 1000 // 10}",
+    }
 
 
 def _nvrtc() -> dict[str, Any]:
@@ -52,8 +64,12 @@ def _nvrtc() -> dict[str, Any]:
         archs = _C.nvrtc_supported_archs()
     except (_C.CompileError, RuntimeError) as exc:
         return {"available": False, "error": str(exc)}
-    return {"available": True, "library": str(path), "version": f"{major}.{minor}",
-            "archs": [f"sm_{a}" for a in archs]}
+    return {
+        "available": True,
+        "library": str(path),
+        "version": f"{major}.{minor}",
+        "archs": [f"sm_{a}" for a in archs],
+    }
 
 
 def _cupti() -> dict[str, Any]:
@@ -80,15 +96,24 @@ def _devices(driver: dict[str, Any]) -> dict[str, Any]:
         except _C.CudaError as exc:
             devices.append({"index": index, "error": str(exc)})
             continue
-        devices.append({"index": index, "name": p.name,
-                        "compute_capability": f"{p.major}.{p.minor}", "sm_count": p.sm_count,
-                        "memory_bytes": p.total_memory,
-                        "peak_bandwidth_gbs": round(p.peak_bandwidth_gbs, 1),
-                        "l2_cache_bytes": p.l2_cache_bytes,
-                        "shared_mem_per_block": p.shared_mem_per_block,
-                        "shared_mem_per_block_optin": p.shared_mem_per_block_optin})
-    return {"count": count, "why": None if count else "the driver sees no CUDA device",
-            "devices": devices}
+        devices.append(
+            {
+                "index": index,
+                "name": p.name,
+                "compute_capability": f"{p.major}.{p.minor}",
+                "sm_count": p.sm_count,
+                "memory_bytes": p.total_memory,
+                "peak_bandwidth_gbs": round(p.peak_bandwidth_gbs, 1),
+                "l2_cache_bytes": p.l2_cache_bytes,
+                "shared_mem_per_block": p.shared_mem_per_block,
+                "shared_mem_per_block_optin": p.shared_mem_per_block_optin,
+            }
+        )
+    return {
+        "count": count,
+        "why": None if count else "the driver sees no CUDA device",
+        "devices": devices,
+    }
 
 
 def _environment() -> dict[str, Any]:
@@ -106,9 +131,15 @@ def _environment() -> dict[str, Any]:
 def facts() -> dict[str, Any]:
     """Everything the report says, as data (`kfuse info --json`)."""
     driver = _driver()
-    return {"versions": _versions(), "executable": sys.executable, "driver": driver,
-            "nvrtc": _nvrtc(), "cupti": _cupti(), "devices": _devices(driver),
-            "environment": _environment()}
+    return {
+        "versions": _versions(),
+        "executable": sys.executable,
+        "driver": driver,
+        "nvrtc": _nvrtc(),
+        "cupti": _cupti(),
+        "devices": _devices(driver),
+        "environment": _environment(),
+    }
 
 
 def report(found: dict[str, Any] | None = None) -> str:
@@ -116,18 +147,30 @@ def report(found: dict[str, Any] | None = None) -> str:
     f = facts() if found is None else found
     v = f["versions"]
     lines = [f"kfuse {v['kfuse']}", f"python {v['python']} ({f['executable']})"]
-    lines += [f"{k} {'not installed' if n is None else n}" for k, n in v.items()
-              if k not in ("kfuse", "python")]
+    lines += [
+        f"{k} {'not installed' if n is None else n}"
+        for k, n in v.items()
+        if k not in ("kfuse", "python")
+    ]
     d = f["driver"]
-    lines.append(f"CUDA driver: {d['library'] or '?'}, supports CUDA {d['cuda_version']}"
-                 if d["available"] else f"CUDA driver: not available ({d['error']})")
+    lines.append(
+        f"CUDA driver: {d['library'] or '?'}, supports CUDA {d['cuda_version']}"
+        if d["available"]
+        else f"CUDA driver: not available ({d['error']})"
+    )
     n = f["nvrtc"]
     span = f"{n['archs'][0]}..{n['archs'][-1]}" if n.get("archs") else "no architectures"
-    lines.append(f"NVRTC {n['version']}: {n['library']} ({span})" if n["available"]
-                 else f"NVRTC: not available ({n['error']})")
+    lines.append(
+        f"NVRTC {n['version']}: {n['library']} ({span})"
+        if n["available"]
+        else f"NVRTC: not available ({n['error']})"
+    )
     c = f["cupti"]
-    lines.append(f"CUPTI: {c['library']} (via {c['found_via']})" if c["available"]
-                 else f"CUPTI: not found ({c['error']})")
+    lines.append(
+        f"CUPTI: {c['library']} (via {c['found_via']})"
+        if c["available"]
+        else f"CUPTI: not found ({c['error']})"
+    )
     devs = f["devices"]
     if not devs["count"]:
         lines.append(f"devices: no GPU ({devs['why']})")
@@ -142,10 +185,12 @@ def report(found: dict[str, Any] | None = None) -> str:
                 f"{p['sm_count']} SMs, {p['memory_bytes'] / 2**30:.1f} GiB, peak bandwidth "
                 f"{p['peak_bandwidth_gbs']:.0f} GB/s, L2 {p['l2_cache_bytes'] // 2**20} MiB, "
                 f"shared memory per block {p['shared_mem_per_block']} (opt-in "
-                f"{p['shared_mem_per_block_optin']}) bytes")
+                f"{p['shared_mem_per_block_optin']}) bytes"
+            )
     env = f["environment"]
-    lines += [f"{k}={val}" for k, val in env.items()] or \
-        ["no KFUSE_* settings differ from the defaults"]
+    lines += [f"{k}={val}" for k, val in env.items()] or [
+        "no KFUSE_* settings differ from the defaults"
+    ]
     return "\n".join(lines)
 
 

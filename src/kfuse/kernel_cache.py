@@ -23,11 +23,15 @@ def cache_key(*parts: str) -> str:
     return h.hexdigest()
 
 
-def kernel_identity(source: str, name: str, arch: str, options: str, nvrtc: str
-                    ) -> dict[str, str]:
+def kernel_identity(source: str, name: str, arch: str, options: str, nvrtc: str) -> dict[str, str]:
     """What an entry must record to be the cubin asked for."""
-    return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "name": name,
-            "arch": arch, "options": options, "nvrtc": nvrtc}
+    return {
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "name": name,
+        "arch": arch,
+        "options": options,
+        "nvrtc": nvrtc,
+    }
 
 
 def cache_dir() -> Path | None:

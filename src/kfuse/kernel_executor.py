@@ -33,8 +33,10 @@ def _input_errors(what: str) -> Iterator[None]:
 def _check_type(value: Any, kind: type, what: str, optional: bool = True) -> None:
     if (value is None and optional) or isinstance(value, kind):
         return
-    raise InputError(f"KernelExecutor: {what} must be a {kind.__name__}"
-                     f"{' or None' if optional else ''}, got {type(value).__name__}")
+    raise InputError(
+        f"KernelExecutor: {what} must be a {kind.__name__}"
+        f"{' or None' if optional else ''}, got {type(value).__name__}"
+    )
 
 
 def stream_handle(stream: Any) -> int:
@@ -99,8 +101,9 @@ class KernelExecutor:
         with _input_errors("compile"):
             self._impl.compile(source, kernel_name, launch_constraints, compile_params)
         # A PythonProfiler reports a compile done in its block with the next run.
-        self._unreported_compile_s = (profiling_hooks.clock() - started
-                                      if profiling_hooks.active is not None else 0.0)
+        self._unreported_compile_s = (
+            profiling_hooks.clock() - started if profiling_hooks.active is not None else 0.0
+        )
 
     def run(
         self,
@@ -110,12 +113,10 @@ class KernelExecutor:
     ) -> None:
         """Launch on ``stream`` (None: the args' framework's current stream)."""
         if not isinstance(args, (list, tuple)):
-            raise InputError(f"KernelExecutor.run: args must be a list, got "
-                             f"{type(args).__name__}")
+            raise InputError(f"KernelExecutor.run: args must be a list, got {type(args).__name__}")
         _check_type(launch_constraints, _C.LaunchParams, "launch_constraints")
         handle = current_stream_for(args) if stream is None else stream_handle(stream)
-        with profiling_hooks.user_kernel(args, self._unreported_compile_s), \
-                _input_errors("run"):
+        with profiling_hooks.user_kernel(args, self._unreported_compile_s), _input_errors("run"):
             self._impl.run(list(args), launch_constraints, handle)
         self._unreported_compile_s = 0.0
 

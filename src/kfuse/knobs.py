@@ -17,14 +17,14 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_CUDA_LIBRARY": "path of the libcuda.so.1 to load (default: the dynamic linker's)",
     "KFUSE_NVRTC_LIBRARY": "path of the libnvrtc.so to load (default: found by cuda.pathfinder)",
     "KFUSE_CUPTI_LIBRARY": "path of the libcupti.so the profiler loads (default: found by "
-                           "cuda.pathfinder)",
+    "cuda.pathfinder)",
     "KFUSE_DEVICE": "'emulator' forces the host emulator (inputs must be host arrays)",
     "KFUSE_EMULATOR_PROFILE": "device the emulator pretends to be: h100 (default), h200, a100",
     "KFUSE_CACHE_DIR": "folder of the on-disk kernel caches (default ~/.cache/kfuse; 'off' "
-                       "disables them)",
+    "disables them)",
     "KFUSE_POISON": "1 fills every new GPU output and scratch buffer with a poison pattern "
-                    "before its kernels run, so that an element no kernel writes shows "
-                    "(the emulator always does)",
+    "before its kernels run, so that an element no kernel writes shows "
+    "(the emulator always does)",
 }
 
 

@@ -67,9 +67,13 @@ class KernelLaunch:
     scheduler: str
     source: str = field(repr=False, default="")
 
-    def arguments(self, input_ptrs: list[int], output_ptrs: list[int],
-                  extents: dict[Any, Any], workspace_ptrs: list[int] | None = None
-                  ) -> list[Any]:
+    def arguments(
+        self,
+        input_ptrs: list[int],
+        output_ptrs: list[int],
+        extents: dict[Any, Any],
+        workspace_ptrs: list[int] | None = None,
+    ) -> list[Any]:
         """The launch arguments for one call."""
         args: list[Any] = []
         for op in self.operands:
@@ -79,8 +83,7 @@ class KernelLaunch:
                 args.append(TensorArg(output_ptrs[op.index], op.shape, op.strides))
             elif isinstance(op, WorkspaceOperand):
                 assert workspace_ptrs is not None, "the executor allocates workspaces"
-                args.append(TensorArg(workspace_ptrs[op.index] + op.offset, op.shape,
-                                      op.strides))
+                args.append(TensorArg(workspace_ptrs[op.index] + op.offset, op.shape, op.strides))
             else:
                 args.append(scalar_argument(op.val, extents[op.val]))
         return args

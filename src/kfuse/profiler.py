@@ -59,11 +59,14 @@ def _refuse_under_torch_profiler() -> None:
     try:
         enabled = bool(torch._C._autograd._profiler_enabled())
     except Exception:  # noqa: BLE001 - an older or stripped torch: rely on CUPTI's check
-        enabled = bool(getattr(getattr(torch.autograd, "profiler", None),
-                               "_is_profiler_enabled", False))
+        enabled = bool(
+            getattr(getattr(torch.autograd, "profiler", None), "_is_profiler_enabled", False)
+        )
     if enabled:
-        raise ProfilerError("torch.profiler is recording and holds CUPTI; kfuse.PythonProfiler "
-                            "cannot run inside it (leave the torch.profiler block first)")
+        raise ProfilerError(
+            "torch.profiler is recording and holds CUPTI; kfuse.PythonProfiler "
+            "cannot run inside it (leave the torch.profiler block first)"
+        )
 
 
 class PythonProfiler:
@@ -114,8 +117,9 @@ class PythonProfiler:
                 raise
             return  # the block's own exception is the one to see
         devices = recorder.devices | {int(k.device) for k in activities.kernels}
-        self.profiles = list(_C.join_profiles(recorder.fusions, recorder.tags, activities,
-                                              _peak_bandwidths(devices)))
+        self.profiles = list(
+            _C.join_profiles(recorder.fusions, recorder.tags, activities, _peak_bandwidths(devices))
+        )
 
 
 def _peak_bandwidths(devices: set[int]) -> dict[int, float]:
@@ -221,8 +225,9 @@ class _Recorder:
                 yield
 
     @contextlib.contextmanager
-    def _tagged(self, frame: _Frame, scheduler: str, device: int, input_bytes: int,
-                output_bytes: int) -> Any:
+    def _tagged(
+        self, frame: _Frame, scheduler: str, device: int, input_bytes: int, output_bytes: int
+    ) -> Any:
         tag = _C.SegmentTag()
         tag.external_id = next(_external_ids)
         tag.segment_id = frame.fusion.next_segment
@@ -254,8 +259,9 @@ def footprint_bytes(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: 
 
 def segment_bytes(info: Any) -> tuple[int, int]:
     """(input bytes, output bytes) of one call of a fusion (RuntimeInfo `info`)."""
-    inputs = sum(footprint_bytes(lay.shape, lay.strides, lay.dtype.itemsize)
-                 for lay in info.layouts.values())
+    inputs = sum(
+        footprint_bytes(lay.shape, lay.strides, lay.dtype.itemsize) for lay in info.layouts.values()
+    )
     outputs = 0
     for out in info.fusion.outputs:
         shape = info.extents.get(out)
@@ -276,9 +282,11 @@ def _device_of(args: Any) -> int:
 
 def _bytes_of(args: Any) -> int:
     # A hand-written kernel does not say which arrays it writes: all of them count as input.
-    return sum(int(arg.nbytes) for arg in args
-               if hasattr(arg, "__dlpack_device__") and isinstance(getattr(arg, "nbytes", None),
-                                                                    int))
+    return sum(
+        int(arg.nbytes)
+        for arg in args
+        if hasattr(arg, "__dlpack_device__") and isinstance(getattr(arg, "nbytes", None), int)
+    )
 
 
 def _current_device() -> int:

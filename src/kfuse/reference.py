@@ -100,18 +100,22 @@ class _Evaluator:
         if isinstance(val, Scalar):
             value = arg.item() if hasattr(arg, "item") else arg
             if not isinstance(value, (bool, int, float)):
-                raise InputError(f"input {pos} ({val.name}) must be a number, got "
-                                 f"{type(arg).__name__}")
+                raise InputError(
+                    f"input {pos} ({val.name}) must be a number, got {type(arg).__name__}"
+                )
             return to_python(value, val.dtype)
         try:
             got = from_array_dtype(arg.dtype)
         except DefinitionError:
             raise InputError(f"input {pos} ({val.name}): unsupported dtype {arg.dtype}") from None
-        numpy_bf16 = val.dtype is DataType.BFloat16 and got is DataType.Float and \
-            self.be.name != "torch"
+        numpy_bf16 = (
+            val.dtype is DataType.BFloat16 and got is DataType.Float and self.be.name != "torch"
+        )
         if got is not val.dtype and not numpy_bf16:
-            raise InputError(f"input {pos} ({val.name}) has dtype {got.value} but was defined "
-                             f"as {val.dtype.value}")
+            raise InputError(
+                f"input {pos} ({val.name}) has dtype {got.value} but was defined "
+                f"as {val.dtype.value}"
+            )
         if self.like is None:
             self.like = arg
         a = arg
@@ -154,15 +158,19 @@ class _Evaluator:
     def scalar(self, expr: Expr) -> Any:
         if isinstance(expr, SizeOp):
             return self.shapes[expr.outputs[0]]
-        args = [v.value if isinstance(v, Scalar) and v.is_constant else self.env[v]
-                for v in expr.inputs]
+        args = [
+            v.value if isinstance(v, Scalar) and v.is_constant else self.env[v] for v in expr.inputs
+        ]
         if isinstance(expr, CastOp):
             return to_python(args[0], expr.dtype)
         return eval_scalar(cast(Any, expr).op, args, expr.outputs[0].dtype)
 
     def cast(self, expr: CastOp) -> Any:
-        src = self.env[expr.inputs[0]] if not (isinstance(expr.inputs[0], Scalar) and
-                                               expr.inputs[0].is_constant) else None
+        src = (
+            self.env[expr.inputs[0]]
+            if not (isinstance(expr.inputs[0], Scalar) and expr.inputs[0].is_constant)
+            else None
+        )
         if expr.dtype.is_floating and self.wide:
             return self.be.round_to(self.be.astype(src, self.storage(expr.dtype)), expr.dtype)
         return self.store(src, expr.dtype)
@@ -247,8 +255,9 @@ def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) ->
     if op == "gelu_tanh":
         return 0.5 * a * (1 + be.fn("tanh")(_SQRT_2_OVER_PI * (a + 0.044715 * a * a * a)))
     if op == "relu":
-        return be.fn("maximum")(a, be.constant(0, a.dtype, a) if be.name == "torch" else
-                                be.xp.zeros((), a.dtype))
+        return be.fn("maximum")(
+            a, be.constant(0, a.dtype, a) if be.name == "torch" else be.xp.zeros((), a.dtype)
+        )
     if op in _OPERATORS:
         return _OPERATORS[op](*args)
     if op == "clamp":
@@ -262,9 +271,16 @@ def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) ->
 
 
 _OPERATORS: dict[str, Callable[..., Any]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
     "abs": abs,
 }

@@ -26,10 +26,15 @@ class NumpyLikeBackend:
         """The array dtype holding values of `dtype` (float64 for floats when `wide`)."""
         if dtype.is_floating and wide:
             return self.xp.float64
-        return {DataType.Bool: self.xp.bool_, DataType.Int32: self.xp.int32,
-                DataType.Int: self.xp.int64, DataType.Half: self.xp.float16,
-                DataType.BFloat16: self.xp.float32, DataType.Float: self.xp.float32,
-                DataType.Double: self.xp.float64}[dtype]
+        return {
+            DataType.Bool: self.xp.bool_,
+            DataType.Int32: self.xp.int32,
+            DataType.Int: self.xp.int64,
+            DataType.Half: self.xp.float16,
+            DataType.BFloat16: self.xp.float32,
+            DataType.Float: self.xp.float32,
+            DataType.Double: self.xp.float64,
+        }[dtype]
 
     def round_bf16(self, a: Any) -> Any:
         """Round float values to bf16 precision (RNE), returned as float32."""
@@ -69,6 +74,7 @@ class NumpyLikeBackend:
         xp = self.xp
         if xp.__name__ == "cupy":
             import cupyx.scipy.special as sp  # only reached with CuPy inputs
+
             return sp.erfc(a) if complement else sp.erf(a)
         fn = math.erfc if complement else math.erf
         return xp.asarray(xp.vectorize(fn, otypes=[a.dtype])(a)) if a.size else a.copy()
@@ -76,9 +82,16 @@ class NumpyLikeBackend:
     def fn(self, name: str) -> Callable[..., Any]:
         xp = self.xp
         table: dict[str, Callable[..., Any]] = {
-            "asin": xp.arcsin, "acos": xp.arccos, "atan": xp.arctan, "asinh": xp.arcsinh,
-            "acosh": xp.arccosh, "atanh": xp.arctanh, "atan2": xp.arctan2, "round": xp.rint,
-            "bitwise_not": xp.invert, "sigmoid": lambda a: 1 / (1 + xp.exp(-a)),
+            "asin": xp.arcsin,
+            "acos": xp.arccos,
+            "atan": xp.arctan,
+            "asinh": xp.arcsinh,
+            "acosh": xp.arccosh,
+            "atanh": xp.arctanh,
+            "atan2": xp.arctan2,
+            "round": xp.rint,
+            "bitwise_not": xp.invert,
+            "sigmoid": lambda a: 1 / (1 + xp.exp(-a)),
         }
         return table.get(name) or getattr(xp, name)
 
@@ -133,9 +146,15 @@ class TorchBackend(NumpyLikeBackend):
         t = self.xp
         if dtype.is_floating and wide:
             return t.float64
-        return {DataType.Bool: t.bool, DataType.Int32: t.int32, DataType.Int: t.int64,
-                DataType.Half: t.float16, DataType.BFloat16: t.bfloat16,
-                DataType.Float: t.float32, DataType.Double: t.float64}[dtype]
+        return {
+            DataType.Bool: t.bool,
+            DataType.Int32: t.int32,
+            DataType.Int: t.int64,
+            DataType.Half: t.float16,
+            DataType.BFloat16: t.bfloat16,
+            DataType.Float: t.float32,
+            DataType.Double: t.float64,
+        }[dtype]
 
     def astype(self, a: Any, storage: Any) -> Any:
         return a.to(storage)
@@ -207,6 +226,7 @@ def _identity(op: str, a: Any, xp: Any) -> Any:
         return op == "min"
     if "int" in kind:
         import numpy as np
+
         info = np.iinfo(kind.replace("torch.", ""))
         return info.min if op == "max" else info.max
     return -math.inf if op == "max" else math.inf
@@ -233,11 +253,14 @@ def backend_for(arrays: list[Any]) -> NumpyLikeBackend:
     kind = kinds.pop() if kinds else "numpy"
     if kind == "torch":
         import torch
+
         return TorchBackend(torch)
     if kind == "cupy":
         import cupy
+
         return NumpyLikeBackend(cupy)
     if kind != "numpy":
         raise InputError(f"unsupported input array type from module {kind!r}")
     import numpy
+
     return NumpyLikeBackend(numpy)

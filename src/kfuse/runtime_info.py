@@ -44,20 +44,24 @@ class RuntimeInfo:
 def input_list(inputs: Any) -> list[Any]:
     """A call's inputs as a new list; InputError unless they are a list or tuple."""
     if not isinstance(inputs, (list, tuple)):
-        raise InputError(f"inputs must be a list of arrays and numbers, got "
-                         f"{type(inputs).__name__}")
+        raise InputError(
+            f"inputs must be a list of arrays and numbers, got {type(inputs).__name__}"
+        )
     return list(inputs)
 
 
-def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: int | None = None
-                       ) -> RuntimeInfo:
+def build_runtime_info(
+    fusion: Fusion, inputs: list[Any], *, device: int | None = None
+) -> RuntimeInfo:
     """Check `inputs` against `fusion` and describe them. Raises InputError."""
     inputs = input_list(inputs)
     if device is not None and (type(device) is not int or device < 0):
         raise InputError(f"device must be a CUDA device index (an int >= 0), got {device!r}")
     if len(inputs) != len(fusion.inputs):
-        raise InputError(f"the fusion takes {len(fusion.inputs)} inputs "
-                         f"({', '.join(v.name for v in fusion.inputs)}), got {len(inputs)}")
+        raise InputError(
+            f"the fusion takes {len(fusion.inputs)} inputs "
+            f"({', '.join(v.name for v in fusion.inputs)}), got {len(inputs)}"
+        )
     layouts: dict[TensorView, ArrayLayout] = {}
     frameworks: set[str] = set()
     for pos, (val, arg) in enumerate(zip(fusion.inputs, inputs)):
@@ -70,45 +74,67 @@ def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: int | None 
         else:
             _check_scalar(val, arg, what)
     if len(frameworks) > 1:
-        raise InputError(f"inputs mix array frameworks ({', '.join(sorted(frameworks))}); "
-                         "pass arrays of one framework")
+        raise InputError(
+            f"inputs mix array frameworks ({', '.join(sorted(frameworks))}); "
+            "pass arrays of one framework"
+        )
     framework = frameworks.pop() if frameworks else "numpy"
     devices = {lay.device for lay in layouts.values()}
     if len(devices) > 1:
-        where = ", ".join(f"{tv.name} on {'cpu' if lay.device < 0 else f'cuda:{lay.device}'}"
-                          for tv, lay in layouts.items())
-        raise InputError(f"inputs are on different devices ({where}); kfuse runs a fusion on "
-                         "one device")
+        where = ", ".join(
+            f"{tv.name} on {'cpu' if lay.device < 0 else f'cuda:{lay.device}'}"
+            for tv, lay in layouts.items()
+        )
+        raise InputError(
+            f"inputs are on different devices ({where}); kfuse runs a fusion on one device"
+        )
     on_device = devices.pop() if devices else -1
     forced = knobs.get().device
     if on_device < 0:
         if device is not None and device >= 0:
-            raise InputError(f"device={device} was asked for, but the inputs are host (CPU) "
-                             "arrays; move them to the GPU or leave device unset to use the "
-                             "host emulator")
+            raise InputError(
+                f"device={device} was asked for, but the inputs are host (CPU) "
+                "arrays; move them to the GPU or leave device unset to use the "
+                "host emulator"
+            )
         backend, index = EMULATOR, -1
     else:
         if forced == EMULATOR:
-            raise InputError("KFUSE_DEVICE=emulator runs fusions on host arrays, but the inputs "
-                             f"are on cuda:{on_device}")
+            raise InputError(
+                "KFUSE_DEVICE=emulator runs fusions on host arrays, but the inputs "
+                f"are on cuda:{on_device}"
+            )
         if device is not None and device != on_device:
-            raise InputError(f"device={device} was asked for, but the inputs are on "
-                             f"cuda:{on_device}")
+            raise InputError(
+                f"device={device} was asked for, but the inputs are on cuda:{on_device}"
+            )
         backend, index = CUDA, on_device
     extents = fusion.infer_shapes(inputs)
-    return RuntimeInfo(fusion, inputs, layouts, extents, framework, backend, index,
-                       _device_description(backend, index))
+    return RuntimeInfo(
+        fusion,
+        inputs,
+        layouts,
+        extents,
+        framework,
+        backend,
+        index,
+        _device_description(backend, index),
+    )
 
 
 def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
     if layout.dtype is val.dtype:
         return
     # NumPy has no bfloat16: float32 arrays holding bf16 values stand in (kfuse.dtypes).
-    if (val.dtype is DataType.BFloat16 and layout.framework == "numpy"
-            and layout.dtype is DataType.Float):
+    if (
+        val.dtype is DataType.BFloat16
+        and layout.framework == "numpy"
+        and layout.dtype is DataType.Float
+    ):
         return
-    raise InputError(f"{what} was defined as {val.dtype.value} but the array is "
-                     f"{layout.dtype.value}")
+    raise InputError(
+        f"{what} was defined as {val.dtype.value} but the array is {layout.dtype.value}"
+    )
 
 
 def _check_scalar(val: Val, arg: Any, what: str) -> None:
@@ -116,8 +142,7 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
     Int and Int32, a number for a floating dtype (a 0-d array of such a value too). Nothing
     is converted silently: 2.7 for an Int would have been truncated to 2."""
     if framework_of(arg) is not None and getattr(arg, "ndim", 0) != 0:
-        raise InputError(f"{what} is a scalar input; got an array of shape "
-                         f"{tuple(arg.shape)}")
+        raise InputError(f"{what} is a scalar input; got an array of shape {tuple(arg.shape)}")
     value = arg.item() if hasattr(arg, "item") else arg
     if val.dtype is DataType.Bool:
         ok = isinstance(value, bool)
@@ -126,8 +151,10 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
     else:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not ok:
-        raise InputError(f"{what} is a scalar input of dtype {val.dtype.value}; got {value!r} "
-                         f"({type(arg).__name__})")
+        raise InputError(
+            f"{what} is a scalar input of dtype {val.dtype.value}; got {value!r} "
+            f"({type(arg).__name__})"
+        )
 
 
 def _device_description(backend: str, index: int) -> Any:

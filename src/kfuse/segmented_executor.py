@@ -39,10 +39,14 @@ class SegmentedRunner:
 
     def __call__(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         fusion = self.segmented.fusion
-        env: dict[int, Any] = {id(v): a for v, a in zip(fusion.inputs, info.inputs, strict=True)
-                               if isinstance(v, TensorView)}
-        for plan, cache, release in zip(self.segmented.plans, self.caches, self.release,
-                                         strict=True):
+        env: dict[int, Any] = {
+            id(v): a
+            for v, a in zip(fusion.inputs, info.inputs, strict=True)
+            if isinstance(v, TensorView)
+        }
+        for plan, cache, release in zip(
+            self.segmented.plans, self.caches, self.release, strict=True
+        ):
             outs = cache.execute(segment_arguments(plan, env, info), stream=stream)
             for v, a in zip(plan.outputs, outs, strict=True):
                 env[id(v)] = a

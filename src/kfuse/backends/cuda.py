@@ -20,8 +20,9 @@ class CudaBackend:
         self._kernels: dict[tuple[str, str, int, str, tuple[str, ...]], Any] = {}
         self._lock = threading.Lock()
 
-    def compile(self, source: str, name: str, device_index: int, arch: str,
-                options: tuple[str, ...] = ()) -> Any:
+    def compile(
+        self, source: str, name: str, device_index: int, arch: str, options: tuple[str, ...] = ()
+    ) -> Any:
         """A loaded kernel for `source` on `device_index` (memory cache, disk cache, NVRTC)."""
         from kfuse import _C
 
@@ -32,8 +33,7 @@ class CudaBackend:
         all_options = list(NVRTC_OPTIONS) + list(options)
         version = ".".join(str(v) for v in _C.nvrtc_version())
         disk_key = kernel_cache.cache_key(source, name, arch, " ".join(all_options), version)
-        identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options),
-                                                version)
+        identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options), version)
         cubin = kernel_cache.load(disk_key, identity)
         if cubin is None:
             cubin = _C.compile_to_cubin(source, name + ".cu", arch, all_options)

@@ -28,50 +28,108 @@ DTYPE_NAMES = ("Float", "Half", "BFloat16", "Double", "Int32", "Int", "Bool")
 def _parser() -> Parser:
     from kfuse.testing import KINDS
 
-    p = Parser(prog="kfuse campaign",
-                description="Run random fusions through kfuse on every visible GPU (or the host "
-                            "emulator) and check each against the float64 reference; write a "
-                            "repro script for every failure and a JSON summary.",
-                epilog="kfuse campaign merge A.json B.json --out M.json joins the summaries of "
-                       "shards run as separate invocations.")
-    p.add_argument("--device", choices=("cuda", "emulator"), default=None,
-                   help="where kernels run (default: cuda when a GPU is visible, else emulator)")
+    p = Parser(
+        prog="kfuse campaign",
+        description="Run random fusions through kfuse on every visible GPU (or the host "
+        "emulator) and check each against the float64 reference; write a "
+        "repro script for every failure and a JSON summary.",
+        epilog="kfuse campaign merge A.json B.json --out M.json joins the summaries of "
+        "shards run as separate invocations.",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cuda", "emulator"),
+        default=None,
+        help="where kernels run (default: cuda when a GPU is visible, else emulator)",
+    )
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--budget", type=float, metavar="SECONDS",
-                       help="run this long (default 60 unless --examples is given)")
+    limit.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="run this long (default 60 unless --examples is given)",
+    )
     limit.add_argument("--examples", type=int, metavar="N", help="run this many examples")
-    p.add_argument("--kinds", nargs="+", metavar="KIND", default=sorted(KINDS),
-                   help=f"fusion kinds to draw (default all: {' '.join(sorted(KINDS))})")
-    p.add_argument("--dtypes", nargs="+", metavar="DTYPE", default=list(DTYPE_NAMES),
-                   help=f"input dtypes to draw (default all: {' '.join(DTYPE_NAMES)})")
+    p.add_argument(
+        "--kinds",
+        nargs="+",
+        metavar="KIND",
+        default=sorted(KINDS),
+        help=f"fusion kinds to draw (default all: {' '.join(sorted(KINDS))})",
+    )
+    p.add_argument(
+        "--dtypes",
+        nargs="+",
+        metavar="DTYPE",
+        default=list(DTYPE_NAMES),
+        help=f"input dtypes to draw (default all: {' '.join(DTYPE_NAMES)})",
+    )
     p.add_argument("--max-rank", type=int, default=4, help="rank of the largest input (4)")
     p.add_argument("--max-ops", type=int, default=10, help="pointwise ops per fusion (10)")
-    p.add_argument("--max-elements", type=int, default=None,
-                   help="elements per input at most (default 2^18 on a GPU, 2^12 emulated)")
-    p.add_argument("--special-values", choices=("on", "off", "mix"), default="mix",
-                   help="NaN, inf and -0.0 in floating inputs: always, never, or drawn per "
-                        "example (default mix)")
-    p.add_argument("--no-layouts", action="store_true",
-                   help="contiguous aligned inputs only (default: odd layouts too)")
+    p.add_argument(
+        "--max-elements",
+        type=int,
+        default=None,
+        help="elements per input at most (default 2^18 on a GPU, 2^12 emulated)",
+    )
+    p.add_argument(
+        "--special-values",
+        choices=("on", "off", "mix"),
+        default="mix",
+        help="NaN, inf and -0.0 in floating inputs: always, never, or drawn per "
+        "example (default mix)",
+    )
+    p.add_argument(
+        "--no-layouts",
+        action="store_true",
+        help="contiguous aligned inputs only (default: odd layouts too)",
+    )
     p.add_argument("--seed", type=int, default=None, help="campaign seed (default: random)")
-    p.add_argument("--shard", default="0/1", metavar="I/N",
-                   help="this invocation is shard I of N of one campaign (same --seed on all)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="folder for summary.json and repro scripts (default: a new folder "
-                        "kfuse-campaign-<time> here)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="worker processes in all (default: the CPUs less two, split over the "
-                        "GPUs; the CPUs on the emulator)")
-    p.add_argument("--no-poison", action="store_true",
-                   help="do not fill new GPU buffers with kfuse's poison pattern (KFUSE_POISON)")
-    p.add_argument("--shrink-seconds", type=float, default=30.0,
-                   help="Hypothesis shrinks each failure for at most this long (30; 0: not at "
-                        "all)")
-    p.add_argument("--example-timeout", type=float, default=300.0,
-                   help="a worker stuck this long in one example is ended and reported (300)")
-    p.add_argument("--replay-round", type=int, metavar="R", default=None,
-                   help="run round R of this seed and shard alone, in this process (with "
-                        "--examples N: the round's N from its failure record)")
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="I/N",
+        help="this invocation is shard I of N of one campaign (same --seed on all)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for summary.json and repro scripts (default: a new folder "
+        "kfuse-campaign-<time> here)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes in all (default: the CPUs less two, split over the "
+        "GPUs; the CPUs on the emulator)",
+    )
+    p.add_argument(
+        "--no-poison",
+        action="store_true",
+        help="do not fill new GPU buffers with kfuse's poison pattern (KFUSE_POISON)",
+    )
+    p.add_argument(
+        "--shrink-seconds",
+        type=float,
+        default=30.0,
+        help="Hypothesis shrinks each failure for at most this long (30; 0: not at all)",
+    )
+    p.add_argument(
+        "--example-timeout",
+        type=float,
+        default=300.0,
+        help="a worker stuck this long in one example is ended and reported (300)",
+    )
+    p.add_argument(
+        "--replay-round",
+        type=int,
+        metavar="R",
+        default=None,
+        help="run round R of this seed and shard alone, in this process (with "
+        "--examples N: the round's N from its failure record)",
+    )
     return p
 
 
@@ -124,12 +182,17 @@ def _campaign(argv: list[str]) -> tuple[Any, int | None]:
     # Without torch, the emulator runs NumPy arrays (BFloat16 as float32 arrays of bf16 values).
     framework = "torch" if _has("torch") else "numpy"
     try:
-        space = ExampleSpace(kinds=tuple(args.kinds),
-                             dtypes=tuple(DataType(d) for d in args.dtypes),
-                             max_rank=args.max_rank, max_ops=args.max_ops,
-                             max_elements=args.max_elements or (1 << 18 if gpus else 1 << 12),
-                             special_values=args.special_values, layouts=not args.no_layouts,
-                             framework=framework, device="cuda" if gpus else "cpu")
+        space = ExampleSpace(
+            kinds=tuple(args.kinds),
+            dtypes=tuple(DataType(d) for d in args.dtypes),
+            max_rank=args.max_rank,
+            max_ops=args.max_ops,
+            max_elements=args.max_elements or (1 << 18 if gpus else 1 << 12),
+            special_values=args.special_values,
+            layouts=not args.no_layouts,
+            framework=framework,
+            device="cuda" if gpus else "cpu",
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
@@ -140,13 +203,26 @@ def _campaign(argv: list[str]) -> tuple[Any, int | None]:
     budget = args.budget if args.examples is None else None
     if budget is None and args.examples is None:
         budget = 60.0
-    command = shlex.join(["kfuse", "campaign", *argv, "--seed", str(seed)]
-                         if args.seed is None else ["kfuse", "campaign", *argv])
-    campaign = Campaign(space=space, out=out, gpus=gpus, workers=workers, budget=budget,
-                        examples=args.examples, seed=seed, shard=shard,
-                        poison=not args.no_poison, shrink_seconds=args.shrink_seconds,
-                        example_timeout=args.example_timeout, command=command,
-                        info=_info(device, gpus, argv))
+    command = shlex.join(
+        ["kfuse", "campaign", *argv, "--seed", str(seed)]
+        if args.seed is None
+        else ["kfuse", "campaign", *argv]
+    )
+    campaign = Campaign(
+        space=space,
+        out=out,
+        gpus=gpus,
+        workers=workers,
+        budget=budget,
+        examples=args.examples,
+        seed=seed,
+        shard=shard,
+        poison=not args.no_poison,
+        shrink_seconds=args.shrink_seconds,
+        example_timeout=args.example_timeout,
+        command=command,
+        info=_info(device, gpus, argv),
+    )
     return campaign, args.replay_round
 
 
@@ -187,8 +263,9 @@ def _gpu_count(*, quiet: bool) -> int:
     except Exception as exc:  # noqa: BLE001 - any driver failure means "no GPU here"
         if quiet:
             return 0
-        raise UsageError(f"--device cuda: no usable CUDA driver ({type(exc).__name__}: "
-                         f"{exc})") from None
+        raise UsageError(
+            f"--device cuda: no usable CUDA driver ({type(exc).__name__}: {exc})"
+        ) from None
     if count == 0 and not quiet:
         raise UsageError("--device cuda: the CUDA driver sees no GPU")
     return count
@@ -203,16 +280,20 @@ def _has(module: str) -> bool:
 def _require(*modules: str) -> None:
     missing = [m for m in modules if not _has(m)]
     if missing:
-        raise UsageError(f"needs {' and '.join(missing)}: pip install "
-                         f"{' '.join(missing)} (or kfuse[campaign])")
+        raise UsageError(
+            f"needs {' and '.join(missing)}: pip install {' '.join(missing)} (or kfuse[campaign])"
+        )
 
 
 def _info(device: str, gpus: tuple[int, ...], argv: list[str]) -> dict[str, Any]:
     import kfuse
 
-    info: dict[str, Any] = {"kfuse_version": kfuse.__version__,
-                            "kfuse_commit": os.environ.get("KFUSE_COMMIT") or None,
-                            "argv": argv, "python": sys.version.split()[0]}
+    info: dict[str, Any] = {
+        "kfuse_version": kfuse.__version__,
+        "kfuse_commit": os.environ.get("KFUSE_COMMIT") or None,
+        "argv": argv,
+        "python": sys.version.split()[0],
+    }
     if gpus:
         from kfuse import _C
 
@@ -224,11 +305,14 @@ def _info(device: str, gpus: tuple[int, ...], argv: list[str]) -> dict[str, Any]
 
 
 def _describe(campaign: Any) -> str:
-    limit = (f"{campaign.budget:g} s" if campaign.budget is not None
-             else f"{campaign.examples} examples")
-    where = (f"{len(campaign.gpus)} GPU(s)" if campaign.gpus else "the host emulator")
-    return (f"{limit} on {where} with {campaign.workers} workers, seed {campaign.seed}, "
-            f"shard {campaign.shard[0]}/{campaign.shard[1]}")
+    limit = (
+        f"{campaign.budget:g} s" if campaign.budget is not None else f"{campaign.examples} examples"
+    )
+    where = f"{len(campaign.gpus)} GPU(s)" if campaign.gpus else "the host emulator"
+    return (
+        f"{limit} on {where} with {campaign.workers} workers, seed {campaign.seed}, "
+        f"shard {campaign.shard[0]}/{campaign.shard[1]}"
+    )
 
 
 def _replay(campaign: Any, index: int) -> int:
@@ -260,8 +344,10 @@ class _Counter:
 def _merge(argv: list[str]) -> int:
     from kfuse.campaign.summary import load, merge
 
-    p = Parser(prog="kfuse campaign merge",
-                description="Join the summary.json files of a campaign's shards.")
+    p = Parser(
+        prog="kfuse campaign merge",
+        description="Join the summary.json files of a campaign's shards.",
+    )
     p.add_argument("summaries", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True, help="the merged JSON to write")
     args = p.parse_args(argv)

@@ -27,8 +27,7 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            self.live = Live(self._table(), console=Console(file=self.stream),
-                             refresh_per_second=2)
+            self.live = Live(self._table(), console=Console(file=self.stream), refresh_per_second=2)
             self.live.__enter__()
         return self
 
@@ -48,8 +47,10 @@ class Progress:
 
     def failure(self, record: dict[str, Any]) -> None:
         """Say that a failure was found, with where its repro is."""
-        text = (f"{record['outcome']} in a {record['kind']} fusion: "
-                f"{record['message'].splitlines()[0][:200]}\n  repro: {record['repro']}")
+        text = (
+            f"{record['outcome']} in a {record['kind']} fusion: "
+            f"{record['message'].splitlines()[0][:200]}\n  repro: {record['repro']}"
+        )
         if self.live is not None:
             self.live.console.print(text)
         else:
@@ -62,17 +63,21 @@ class Progress:
         s = self.summary
         totals = s.totals()
         gpus = " ".join(f"{g}:{n}" for g, n in sorted(s.by_gpu.items()))
-        return (f"[{self.elapsed:5.0f} s] {s.examples} examples ({self._rate():.1f}/s), "
-                + ", ".join(f"{totals[o]} {o.replace('_', ' ')}" for o in OUTCOMES)
-                + (f", {s.crashes} crashes" if s.crashes else "") + f"; by device {gpus}")
+        return (
+            f"[{self.elapsed:5.0f} s] {s.examples} examples ({self._rate():.1f}/s), "
+            + ", ".join(f"{totals[o]} {o.replace('_', ' ')}" for o in OUTCOMES)
+            + (f", {s.crashes} crashes" if s.crashes else "")
+            + f"; by device {gpus}"
+        )
 
     def _table(self) -> Any:
         from rich.table import Table
 
         s = self.summary
-        table = Table(title=f"kfuse campaign: {s.examples} examples in {self.elapsed:.0f} s "
-                            f"({self._rate():.1f}/s)" + (f", {s.crashes} worker crashes"
-                                                          if s.crashes else ""))
+        table = Table(
+            title=f"kfuse campaign: {s.examples} examples in {self.elapsed:.0f} s "
+            f"({self._rate():.1f}/s)" + (f", {s.crashes} worker crashes" if s.crashes else "")
+        )
         table.add_column("kind")
         for o in OUTCOMES:
             table.add_column(o.replace("_", " "), justify="right")
@@ -81,5 +86,6 @@ class Progress:
         totals = s.totals()
         table.add_row("all", *(str(totals[o]) for o in OUTCOMES), style="bold")
         table.caption = "examples by device: " + ", ".join(
-            f"{g} {n}" for g, n in sorted(s.by_gpu.items()))
+            f"{g} {n}" for g, n in sorted(s.by_gpu.items())
+        )
         return table

@@ -74,13 +74,22 @@ class Example:
 def examples(draw: Any, space: ExampleSpace) -> Example:
     """A strategy of Examples from `space`."""
     kind = draw(st.sampled_from(space.kinds))
-    fd = draw(fusions(kinds={kind}, max_rank=space.max_rank, max_ops=space.max_ops,
-                      dtypes=space.dtypes))
-    special = space.special_values == "on" or (space.special_values == "mix"
-                                                and draw(st.booleans()))
-    inputs = draw(inputs_for(fd, framework=space.framework, device=space.device,
-                             max_elements=space.max_elements, layouts=space.layouts,
-                             special_values=special))
+    fd = draw(
+        fusions(kinds={kind}, max_rank=space.max_rank, max_ops=space.max_ops, dtypes=space.dtypes)
+    )
+    special = space.special_values == "on" or (
+        space.special_values == "mix" and draw(st.booleans())
+    )
+    inputs = draw(
+        inputs_for(
+            fd,
+            framework=space.framework,
+            device=space.device,
+            max_elements=space.max_elements,
+            layouts=space.layouts,
+            special_values=special,
+        )
+    )
     seeds = tuple(draw(st.integers(0, 2**32 - 1)) for _ in range(CALLS - 1))
     return Example(kind, fd, inputs, special, seeds)
 
@@ -96,9 +105,10 @@ def check(example: Example) -> None:
     from kfuse.reference import evaluate
 
     fd = example.fd
-    calls = [example.inputs] + [refill(fd, example.inputs, seed,
-                                       special_values=example.special_values)
-                                for seed in example.refill_seeds]
+    calls = [example.inputs] + [
+        refill(fd, example.inputs, seed, special_values=example.special_values)
+        for seed in example.refill_seeds
+    ]
     for number, inputs in enumerate(calls, 1):
         outputs = fd.execute(inputs)
         expected = evaluate(fd.fusion, inputs)

@@ -39,8 +39,9 @@ if __name__ == "__main__":
 '''
 
 
-def write(folder: Path, name: str, example: Example, outcome: str, message: str, command: str,
-          where: str) -> Path:
+def write(
+    folder: Path, name: str, example: Example, outcome: str, message: str, command: str, where: str
+) -> Path:
     """Write `<name>.py` and `<name>.npz` for `example`, which ended in `outcome` (an
     OUTCOMES entry, or "crash") with `message`; the script's path. `command` is the command
     line that found it, `where` says when in the run."""
@@ -56,17 +57,30 @@ def write(folder: Path, name: str, example: Example, outcome: str, message: str,
             meta.append(entry)
         else:
             meta.append({"scalar": a})
-    header = {"kind": example.kind, "special_values": example.special_values,
-              "refill_seeds": list(example.refill_seeds), "inputs": meta}
+    header = {
+        "kind": example.kind,
+        "special_values": example.special_values,
+        "refill_seeds": list(example.refill_seeds),
+        "inputs": meta,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / f"{name}.npz", header=np.array(json.dumps(header)), **arrays)
     described = "; ".join(
-        f"{v.name} = {m['scalar']!r}" if "scalar" in m else
-        f"{v.name} {m['framework']} {m['dtype']} {tuple(m['shape'])} strides "
-        f"{tuple(m['strides'])} on {m['device']}" for v, m in zip(fusion.inputs, meta))
-    text = _SCRIPT.format(outcome=outcome.replace("_", " "), kind=example.kind,
-                          command=command, where=where, inputs=described,
-                          message=_docstring_safe(message), definition=repr(example.fd))
+        f"{v.name} = {m['scalar']!r}"
+        if "scalar" in m
+        else f"{v.name} {m['framework']} {m['dtype']} {tuple(m['shape'])} strides "
+        f"{tuple(m['strides'])} on {m['device']}"
+        for v, m in zip(fusion.inputs, meta)
+    )
+    text = _SCRIPT.format(
+        outcome=outcome.replace("_", " "),
+        kind=example.kind,
+        command=command,
+        where=where,
+        inputs=described,
+        message=_docstring_safe(message),
+        definition=repr(example.fd),
+    )
     script = folder / f"{name}.py"
     script.write_text(text)
     script.chmod(0o755)
@@ -101,9 +115,14 @@ def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
 
         values = np.lib.stride_tricks.as_strided(a, (span,), (a.itemsize,)).copy()
         device = "cpu"
-    entry = {"framework": framework, "device": device, "dtype": lay.dtype.value,
-             "shape": list(lay.shape), "strides": list(lay.strides),
-             "alignment": lay.data_ptr % 16}
+    entry = {
+        "framework": framework,
+        "device": device,
+        "dtype": lay.dtype.value,
+        "shape": list(lay.shape),
+        "strides": list(lay.strides),
+        "alignment": lay.data_ptr % 16,
+    }
     return values, entry
 
 
@@ -138,7 +157,7 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
 
         buf = torch.zeros(n + 16, dtype=to_torch_dtype(dtype), device=device or entry["device"])
         start = aligned_start(entry["alignment"], buf.data_ptr(), buf.element_size())
-        buf[start:start + n] = torch.from_numpy(values).to(buf.dtype)
+        buf[start : start + n] = torch.from_numpy(values).to(buf.dtype)
         return torch.as_strided(buf, shape, strides, start)
     if entry["framework"] == "cupy":
         import cupy
@@ -147,14 +166,16 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
 
         dev = cupy.zeros(n + 16, to_numpy_dtype(dtype))
         start = aligned_start(entry["alignment"], dev.data.ptr, dev.itemsize)
-        dev[start:start + n] = cupy.asarray(values.astype(dev.dtype))
-        return cupy.lib.stride_tricks.as_strided(dev[start:], shape,
-                                                 [s * dev.itemsize for s in strides])
+        dev[start : start + n] = cupy.asarray(values.astype(dev.dtype))
+        return cupy.lib.stride_tricks.as_strided(
+            dev[start:], shape, [s * dev.itemsize for s in strides]
+        )
     host = np.zeros(n + 16, values.dtype)
     start = aligned_start(entry["alignment"], host.ctypes.data, host.itemsize)
-    host[start:start + n] = values
-    return np.lib.stride_tricks.as_strided(host[start:], shape,
-                                           [s * host.itemsize for s in strides])
+    host[start : start + n] = values
+    return np.lib.stride_tricks.as_strided(
+        host[start:], shape, [s * host.itemsize for s in strides]
+    )
 
 
 def replay(fd: Any, npz: Path, argv: list[str]) -> int:
@@ -167,8 +188,9 @@ def replay(fd: Any, npz: Path, argv: list[str]) -> int:
     parser.add_argument("--device", help="run on this torch device instead of the saved one")
     args = parser.parse_args(argv)
     header, inputs = load(npz, args.device)
-    example = Example(header["kind"], fd, inputs, header["special_values"],
-                      tuple(header["refill_seeds"]))
+    example = Example(
+        header["kind"], fd, inputs, header["special_values"], tuple(header["refill_seeds"])
+    )
     try:
         check(example)
     except Exception as exc:  # noqa: BLE001 - every failure is reported the same way

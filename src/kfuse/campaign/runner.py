@@ -50,13 +50,20 @@ class Campaign:
     def round_seed(self, index: int) -> int:
         """Hypothesis' seed for round `index` of this shard: rounds of different shards, or
         of campaigns with different seeds, draw different examples."""
-        return random.Random(f"{self.seed}:{self.shard[0]}/{self.shard[1]}:{index}"
-                             ).getrandbits(64)
+        return random.Random(f"{self.seed}:{self.shard[0]}/{self.shard[1]}:{index}").getrandbits(64)
 
     def round(self, index: int, examples: int) -> Round:
         """Round `index`, of `examples` examples."""
-        return Round(index, self.round_seed(index), examples, self.space, self.out,
-                     self.command, self.shrink_seconds, self.example_timeout)
+        return Round(
+            index,
+            self.round_seed(index),
+            examples,
+            self.space,
+            self.out,
+            self.command,
+            self.shrink_seconds,
+            self.example_timeout,
+        )
 
     def environment(self) -> dict[str, str]:
         """Variables every worker sets before importing anything of CUDA's."""
@@ -76,9 +83,12 @@ MAX_ROUND = 48
 def run(campaign: Campaign) -> Summary:
     """Run the campaign; the summary is also written to `<out>/summary.json`."""
     summary = Summary(info=dict(campaign.info))
-    summary.info.update(host=socket.gethostname(), seed=campaign.seed,
-                        shard=f"{campaign.shard[0]}/{campaign.shard[1]}",
-                        workers=campaign.workers)
+    summary.info.update(
+        host=socket.gethostname(),
+        seed=campaign.seed,
+        shard=f"{campaign.shard[0]}/{campaign.shard[1]}",
+        workers=campaign.workers,
+    )
     progress = Progress(summary, sys.stdout)
     context = multiprocessing.get_context("spawn")
     started = time.monotonic()
@@ -86,8 +96,9 @@ def run(campaign: Campaign) -> Summary:
     per_round = 8 if not campaign.gpus else 16
     with progress:
         while True:
-            outcome = _run_pool(campaign, context, summary, progress, started, next_round,
-                                per_round)
+            outcome = _run_pool(
+                campaign, context, summary, progress, started, next_round, per_round
+            )
             next_round, per_round, broken = outcome
             if not broken or _done(campaign, summary, started):
                 break
@@ -105,8 +116,15 @@ def _done(campaign: Campaign, summary: Summary, started: float) -> bool:
     return summary.examples >= (campaign.examples or 0)
 
 
-def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Progress,
-              started: float, next_round: int, per_round: int) -> tuple[int, int, bool]:
+def _run_pool(
+    campaign: Campaign,
+    context: Any,
+    summary: Summary,
+    progress: Progress,
+    started: float,
+    next_round: int,
+    per_round: int,
+) -> tuple[int, int, bool]:
     """Run rounds on one pool until the campaign is done or the pool breaks; returns (the
     next round's index, examples a round, whether the pool broke)."""
     messages = context.Queue()
@@ -114,10 +132,12 @@ def _run_pool(campaign: Campaign, context: Any, summary: Summary, progress: Prog
     running: dict[Future, Round] = {}
     assigned = 0  # examples of rounds in flight
     broken = False
-    pool = ProcessPoolExecutor(max_workers=campaign.workers, mp_context=context,
-                               initializer=start,
-                               initargs=(messages, slots, list(campaign.gpus),
-                                         campaign.environment(), campaign.out))
+    pool = ProcessPoolExecutor(
+        max_workers=campaign.workers,
+        mp_context=context,
+        initializer=start,
+        initargs=(messages, slots, list(campaign.gpus), campaign.environment(), campaign.out),
+    )
     try:
         while True:
             done = _done(campaign, summary, started)
@@ -197,10 +217,15 @@ def _record_crashes(campaign: Campaign, summary: Summary, progress: Progress) ->
         if npz.exists():
             npz.replace(crash.with_suffix(".npz"))
         log = campaign.out / f"worker-{pid}.log"
-        record = {"outcome": "crash", "kind": _kind_of(crash), "worker": pid,
-                  "message": "the worker process died while running this example",
-                  "repro": str(crash), "log": str(log) if log.exists() else None,
-                  "reproduces_alone": None}
+        record = {
+            "outcome": "crash",
+            "kind": _kind_of(crash),
+            "worker": pid,
+            "message": "the worker process died while running this example",
+            "repro": str(crash),
+            "log": str(log) if log.exists() else None,
+            "reproduces_alone": None,
+        }
         summary.failures.append(record)
         progress.failure(record)
 

@@ -70,22 +70,31 @@ class Summary:
         if self.crashes:
             parts.append(f"{self.crashes} worker crashes")
         detail = f" ({', '.join(parts)})" if parts else ""
-        return (f"{self.passed} passed, {self.failed} failed{detail} in {self.seconds:.0f} s "
-                f"({self.rate():.1f} examples/s)")
+        return (
+            f"{self.passed} passed, {self.failed} failed{detail} in {self.seconds:.0f} s "
+            f"({self.rate():.1f} examples/s)"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The summary as the JSON file holds it."""
-        return {**self.info, "examples": self.examples, "passed": self.passed,
-                "failed": self.failed, "seconds": round(self.seconds, 1),
-                "examples_per_second": round(self.rate(), 2),
-                "by_kind": {k: {o: c[o] for o in OUTCOMES}
-                            for k, c in sorted(self.by_kind.items())},
-                "by_gpu": dict(sorted(self.by_gpu.items())),
-                "examples_per_second_per_gpu": {
-                    g: round(n / self.seconds, 2) if self.seconds else 0.0
-                    for g, n in sorted(self.by_gpu.items())},
-                "shrink_runs": self.shrink_runs, "crashes": self.crashes,
-                "failures": self.failures, "shards": self.shards}
+        return {
+            **self.info,
+            "examples": self.examples,
+            "passed": self.passed,
+            "failed": self.failed,
+            "seconds": round(self.seconds, 1),
+            "examples_per_second": round(self.rate(), 2),
+            "by_kind": {k: {o: c[o] for o in OUTCOMES} for k, c in sorted(self.by_kind.items())},
+            "by_gpu": dict(sorted(self.by_gpu.items())),
+            "examples_per_second_per_gpu": {
+                g: round(n / self.seconds, 2) if self.seconds else 0.0
+                for g, n in sorted(self.by_gpu.items())
+            },
+            "shrink_runs": self.shrink_runs,
+            "crashes": self.crashes,
+            "failures": self.failures,
+            "shards": self.shards,
+        }
 
     def write(self, path: Path) -> None:
         """Write the JSON to `path` (atomically: a reader never sees half a file)."""
@@ -109,9 +118,20 @@ def load(path: Path) -> Summary:
     return summary
 
 
-_DERIVED = {"examples", "passed", "failed", "seconds", "examples_per_second", "by_kind",
-            "by_gpu", "examples_per_second_per_gpu", "shrink_runs", "crashes", "failures",
-            "shards"}
+_DERIVED = {
+    "examples",
+    "passed",
+    "failed",
+    "seconds",
+    "examples_per_second",
+    "by_kind",
+    "by_gpu",
+    "examples_per_second_per_gpu",
+    "shrink_runs",
+    "crashes",
+    "failures",
+    "shards",
+}
 
 
 def merge(summaries: list[Summary]) -> Summary:
@@ -129,7 +149,8 @@ def merge(summaries: list[Summary]) -> Summary:
         merged.crashes += s.crashes
         merged.seconds = max(merged.seconds, s.seconds)
         merged.failures.extend(s.failures)
-        merged.shards.append({k: s.info.get(k) for k in ("host", "shard", "seed", "device",
-                                                           "kfuse_commit")}
-                             | {"examples": s.examples, "seconds": s.seconds})
+        merged.shards.append(
+            {k: s.info.get(k) for k in ("host", "shard", "seed", "device", "kfuse_commit")}
+            | {"examples": s.examples, "seconds": s.seconds}
+        )
     return merged

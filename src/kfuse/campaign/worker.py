@@ -25,8 +25,10 @@ from typing import Any
 
 from kfuse.campaign.property import Example, ExampleSpace, check, examples, outcome_of
 
-IN_FLIGHT = ("this example was running when its worker process died (a crash, or a hang that "
-             "the watchdog ended)")
+IN_FLIGHT = (
+    "this example was running when its worker process died (a crash, or a hang that "
+    "the watchdog ended)"
+)
 
 MAX_REPROS_PER_WORKER = 40
 """Repros one worker writes at most (a systematic bug fails thousands of examples; the
@@ -66,12 +68,12 @@ _REPROS = 0
 _EXAMPLES_BEFORE = 0
 
 
-def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str],
-          out: Path) -> None:
+def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], out: Path) -> None:
     """ProcessPoolExecutor initializer: take the next worker slot and its GPU."""
     global _QUEUE, _GPU
     os.environ.update(environment)
     _QUEUE = queue
+
     # The pool ends the other workers when one dies: they leave no in-flight repro behind,
     # so that the one left is the dead worker's.
     def stop(*_: Any) -> None:
@@ -98,13 +100,25 @@ def run_round(spec: Round) -> RoundResult:
     space = spec.space if _GPU is None else replace(spec.space, device=f"cuda:{_GPU}")
     inflight = f"inflight-{os.getpid()}"  # removed by _remove_in_flight
     log = open(spec.out / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - faulthandler's
-    state: dict[str, Any] = {"examples": 0, "shrink_runs": 0, "failed_at": None, "first": None,
-                             "last": None}
+    state: dict[str, Any] = {
+        "examples": 0,
+        "shrink_runs": 0,
+        "failed_at": None,
+        "first": None,
+        "last": None,
+    }
     started = time.monotonic()
 
-    @settings(max_examples=spec.examples, database=None, deadline=None, derandomize=False,
-              phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False,
-              verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=spec.examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        phases=[Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+    )
     @seed(spec.seed)
     @given(st.data())
     def one_example(data: Any) -> None:
@@ -112,9 +126,11 @@ def run_round(spec: Round) -> RoundResult:
         if shrinking and time.monotonic() - state["failed_at"] > spec.shrink_seconds:
             return  # shrinking ran out of time: let Hypothesis finish quickly
         example = data.draw(examples(space))
-        where = (f"round {spec.index} of {spec.examples} examples, after "
-                 f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
-                 f"{os.getpid()}")
+        where = (
+            f"round {spec.index} of {spec.examples} examples, after "
+            f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
+            f"{os.getpid()}"
+        )
         _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
         faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
         try:
@@ -148,8 +164,9 @@ def run_round(spec: Round) -> RoundResult:
         log.close()
         _remove_in_flight(spec.out)
     _EXAMPLES_BEFORE += state["examples"] + state["shrink_runs"]
-    return RoundResult(spec.index, state["examples"], state["shrink_runs"],
-                       time.monotonic() - started, failures)
+    return RoundResult(
+        spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
+    )
 
 
 def _remove_in_flight(out: Path) -> None:
@@ -162,8 +179,9 @@ def _report(*message: Any) -> None:
         _QUEUE.put((os.getpid(), _GPU, *message))
 
 
-def _write_repro(spec: Round, name: str, example: Example, outcome: str, message: str,
-                 where: str) -> Path:
+def _write_repro(
+    spec: Round, name: str, example: Example, outcome: str, message: str, where: str
+) -> Path:
     from kfuse.campaign import repro
 
     return repro.write(spec.out, name, example, outcome, message, spec.command, where)
@@ -175,15 +193,20 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
     example, exc, where = state["last"]
     first_example, first_exc, _ = state["first"]
     record: dict[str, Any] = {
-        "outcome": outcome_of(exc), "kind": example.kind, "round": spec.index,
-        "round_examples": spec.examples, "round_seed": spec.seed, "gpu": _GPU,
+        "outcome": outcome_of(exc),
+        "kind": example.kind,
+        "round": spec.index,
+        "round_examples": spec.examples,
+        "round_seed": spec.seed,
+        "gpu": _GPU,
         "worker": os.getpid(),
         "message": f"{type(exc).__name__}: {exc}"[:2000],
         "first_message": f"{type(first_exc).__name__}: {first_exc}"[:2000],
         "shrunk": example is not first_example,
         # Flaky: the smallest failing example passed when Hypothesis ran it again.
         "flaky": type(final).__name__.startswith("Flaky"),
-        "repro": None, "reproduces_alone": None,
+        "repro": None,
+        "reproduces_alone": None,
     }
     if _REPROS < MAX_REPROS_PER_WORKER:
         _REPROS += 1
@@ -198,8 +221,9 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
 def _fails_alone(script: Path) -> bool | None:
     """Whether the repro script fails in a fresh process (None: it could not tell)."""
     try:
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+        )
     except subprocess.TimeoutExpired:
         return None
     return done.returncode != 0

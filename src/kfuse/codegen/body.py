@@ -56,8 +56,13 @@ class Body:
         return to_storage(name, use.val.dtype, exact=name in self.exact)
 
 
-def emit_body(uses: list[Use], leaves: dict[Use, str], scalar_params: dict[Scalar, str],
-              prefix: str = "v", fast: frozenset[Val] = frozenset()) -> Body:
+def emit_body(
+    uses: list[Use],
+    leaves: dict[Use, str],
+    scalar_params: dict[Scalar, str],
+    prefix: str = "v",
+    fast: frozenset[Val] = frozenset(),
+) -> Body:
     """Emit `const T name = ...;` for every non-leaf use, in order.
 
     leaves: compute-typed C++ expressions for the uses that are read, not computed (loaded
@@ -74,8 +79,10 @@ def emit_body(uses: list[Use], leaves: dict[Use, str], scalar_params: dict[Scala
         expr = val.definition
         assert expr is not None, f"{val.name} is neither computed nor a leaf"
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
-            operands = [_operand(inp, use, expr, i, names, scalar_params)
-                        for i, inp in enumerate(expr.inputs)]
+            operands = [
+                _operand(inp, use, expr, i, names, scalar_params)
+                for i, inp in enumerate(expr.inputs)
+            ]
             value = round_to_dtype(expression(expr, operands, val in fast), val.dtype)
             if val.dtype is DataType.BFloat16:
                 exact.add(f"{prefix}{k}")
@@ -91,8 +98,14 @@ def emit_body(uses: list[Use], leaves: dict[Use, str], scalar_params: dict[Scala
     return Body(lines, names, exact)
 
 
-def _operand(inp: Val, use: Use, expr: object, index: int, names: dict[Use, str],
-             scalar_params: dict[Scalar, str]) -> str:
+def _operand(
+    inp: Val,
+    use: Use,
+    expr: object,
+    index: int,
+    names: dict[Use, str],
+    scalar_params: dict[Scalar, str],
+) -> str:
     if isinstance(inp, Scalar):
         return scalar_operand(inp, scalar_params.get(inp))
     assert isinstance(inp, TensorView)

@@ -75,8 +75,9 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
         views: list[View | None] = []
         for v in expr.inputs:
             if isinstance(v, TensorView):
-                views.append(tuple(None if ax.is_broadcast else r
-                                   for ax, r in zip(v.axes, out_view)))
+                views.append(
+                    tuple(None if ax.is_broadcast else r for ax, r in zip(v.axes, out_view))
+                )
             else:
                 views.append(None)
         return views
@@ -100,8 +101,9 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
     raise UnsupportedExpr(f"{type(expr).__name__} changes the element mapping")
 
 
-def reduction_input_view(expr: ReductionOp | WelfordOp, out_view: View,
-                         reduction_axes: tuple[int, ...]) -> View:
+def reduction_input_view(
+    expr: ReductionOp | WelfordOp, out_view: View, reduction_axes: tuple[int, ...]
+) -> View:
     """The view of a reduction's input: kept axes follow the output, reduced axes take the
     reference's reduction axes in order."""
     tensor = expr.inputs[0]
@@ -111,8 +113,9 @@ def reduction_input_view(expr: ReductionOp | WelfordOp, out_view: View,
     return tuple(next(reduced) if i in expr.dims else next(kept) for i in range(tensor.ndim))
 
 
-def map_to_domain(outputs: list[tuple[Val, View]], ref_rank: int,
-                  stop_at: dict[Val, View] | None = None) -> DomainMap:
+def map_to_domain(
+    outputs: list[tuple[Val, View]], ref_rank: int, stop_at: dict[Val, View] | None = None
+) -> DomainMap:
     """Collect every Use needed to compute `outputs` (each a Val with its view).
 
     `stop_at` lists Vals that are produced elsewhere (e.g. reduction results inside a

@@ -21,39 +21,69 @@ _REDUCED = (DataType.Half, DataType.BFloat16)
 
 # Templates keyed by op name; {0} {1} {2} are operands already in the compute C++ type.
 _FLOAT_TEMPLATES: dict[str, str] = {
-    **{name: f"kf::{name}({{0}})" for name in (
-        "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin acos atan "
-        "sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu_tanh floor ceil round "
-        "trunc sign abs neg relu isnan isinf isfinite").split()},
+    **{
+        name: f"kf::{name}({{0}})"
+        for name in (
+            "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin acos atan "
+            "sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu_tanh floor ceil round "
+            "trunc sign abs neg relu isnan isinf isfinite"
+        ).split()
+    },
     "gelu": "kf::gelu_erf({0})",
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "maximum": "kf::maximum({0}, {1})", "minimum": "kf::minimum({0}, {1})",
-    "fmod": "kf::fmod({0}, {1})", "remainder": "kf::remainder({0}, {1})",
-    "pow": "kf::pow({0}, {1})", "atan2": "kf::atan2({0}, {1})",
-    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
-    "gt": "({0} > {1})", "ge": "({0} >= {1})",
-    "logical_not": "(!{0})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
-    "where": "({0} ? {1} : {2})", "clamp": "kf::clamp({0}, {1}, {2})",
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "div": "({0} / {1})",
+    "maximum": "kf::maximum({0}, {1})",
+    "minimum": "kf::minimum({0}, {1})",
+    "fmod": "kf::fmod({0}, {1})",
+    "remainder": "kf::remainder({0}, {1})",
+    "pow": "kf::pow({0}, {1})",
+    "atan2": "kf::atan2({0}, {1})",
+    "eq": "({0} == {1})",
+    "ne": "({0} != {1})",
+    "lt": "({0} < {1})",
+    "le": "({0} <= {1})",
+    "gt": "({0} > {1})",
+    "ge": "({0} >= {1})",
+    "logical_not": "(!{0})",
+    "logical_and": "({0} && {1})",
+    "logical_or": "({0} || {1})",
+    "where": "({0} ? {1} : {2})",
+    "clamp": "kf::clamp({0}, {1}, {2})",
     "lerp": "kf::lerp({0}, {1}, {2})",
 }
 
 # Integer operands: rounding ops are the identity, bitwise ops are C operators.
 _INT_TEMPLATES: dict[str, str] = {
     **_FLOAT_TEMPLATES,
-    "floor": "{0}", "ceil": "{0}", "round": "{0}", "trunc": "{0}",
+    "floor": "{0}",
+    "ceil": "{0}",
+    "round": "{0}",
+    "trunc": "{0}",
     "relu": "kf::maximum({0}, ({T})0)",
     "pow": "kf::ipow({0}, {1})",
-    "bitwise_not": "(~{0})", "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
+    "bitwise_not": "(~{0})",
+    "bitwise_and": "({0} & {1})",
+    "bitwise_or": "({0} | {1})",
     "bitwise_xor": "({0} ^ {1})",
 }
 
 # Bool operands: torch's bool arithmetic is logical.
 _BOOL_TEMPLATES: dict[str, str] = {
     **_FLOAT_TEMPLATES,
-    "add": "({0} || {1})", "mul": "({0} && {1})", "maximum": "({0} || {1})",
-    "minimum": "({0} && {1})", "abs": "{0}", "sign": "{0}",
-    "isnan": "false", "isinf": "false", "isfinite": "true",
-    "bitwise_not": "(!{0})", "bitwise_and": "({0} && {1})", "bitwise_or": "({0} || {1})",
+    "add": "({0} || {1})",
+    "mul": "({0} && {1})",
+    "maximum": "({0} || {1})",
+    "minimum": "({0} && {1})",
+    "abs": "{0}",
+    "sign": "{0}",
+    "isnan": "false",
+    "isinf": "false",
+    "isfinite": "true",
+    "bitwise_not": "(!{0})",
+    "bitwise_and": "({0} && {1})",
+    "bitwise_or": "({0} || {1})",
     "bitwise_xor": "({0} != {1})",
 }
 
@@ -71,7 +101,7 @@ def literal(value: object, dtype: DataType) -> str:
         v = int(cast(Any, value))
         if dtype is DataType.Int:
             # -2^63 has no literal form; spell it as an expression.
-            return f"({v + 1}LL - 1LL)" if v == -(2 ** 63) else f"{v}LL"
+            return f"({v + 1}LL - 1LL)" if v == -(2**63) else f"{v}LL"
         return f"{v}"
     x = float(cast(Any, value))
     ctype = compute_ctype(dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INT32_MAX = 2 ** 31 - 1
+INT32_MAX = 2**31 - 1
 
 # How a kernel reads an operand along the innermost merged axis.
 VEC = "vec"  # unit stride and aligned: V elements in one (up to 16-byte) access
@@ -49,8 +49,9 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def merge_axes(sizes: tuple[int, ...], operands: list[OperandLayout]
-               ) -> tuple[tuple[int, ...], list[OperandLayout]]:
+def merge_axes(
+    sizes: tuple[int, ...], operands: list[OperandLayout]
+) -> tuple[tuple[int, ...], list[OperandLayout]]:
     """Drop size-1 axes and merge adjacent axes every operand walks contiguously.
 
     Returns at least one axis (a 0-d domain becomes one axis of size 1).
@@ -61,8 +62,9 @@ def merge_axes(sizes: tuple[int, ...], operands: list[OperandLayout]
     new_sizes: list[int] = []
     new_strides: list[list[int]] = [[] for _ in operands]
     for r in keep:
-        if new_sizes and all(st[-1] == op.strides[r] * sizes[r]
-                             for st, op in zip(new_strides, operands)):
+        if new_sizes and all(
+            st[-1] == op.strides[r] * sizes[r] for st, op in zip(new_strides, operands)
+        ):
             new_sizes[-1] *= sizes[r]
             for st, op in zip(new_strides, operands):
                 st[-1] = op.strides[r]
@@ -73,8 +75,9 @@ def merge_axes(sizes: tuple[int, ...], operands: list[OperandLayout]
     if not new_sizes:
         new_sizes = [1]
         new_strides = [[0] for _ in operands]
-    merged = [OperandLayout(op.data_ptr, op.itemsize, tuple(st))
-              for op, st in zip(operands, new_strides)]
+    merged = [
+        OperandLayout(op.data_ptr, op.itemsize, tuple(st)) for op, st in zip(operands, new_strides)
+    ]
     return tuple(new_sizes), merged
 
 

@@ -52,8 +52,14 @@ from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
 
 
-def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str, streamed: bool = False,
-                 reloaded: bool = False) -> str:
+def held_element(
+    spec: ReductionKernelSpec,
+    i: int,
+    b: str,
+    j: str,
+    streamed: bool = False,
+    reloaded: bool = False,
+) -> str:
     """The value of loop input i at batch slot b, lane j: from its registers, from the
     vector _held_views read out of shared memory for slot b, or (reloaded slots) from the
     vector _reload_views loaded again for slot b."""
@@ -70,8 +76,10 @@ def held_element(spec: ReductionKernelSpec, i: int, b: str, j: str, streamed: bo
 def smem_slot(spec: ReductionKernelSpec, i: int, b: str) -> str:
     """Input i's held vector of batch slot b for this thread in shared memory. Slots are laid
     out [row of the block][b][threadIdx.x], so a warp's accesses are consecutive vectors."""
-    return (f"h{i}[((Index)threadIdx.y * {spec.held_batch} + (Index)({b})) * {spec.block_x} + "
-            f"(Index)threadIdx.x]")
+    return (
+        f"h{i}[((Index)threadIdx.y * {spec.held_batch} + (Index)({b})) * {spec.block_x} + "
+        f"(Index)threadIdx.x]"
+    )
 
 
 def slot_loops(spec: ReductionKernelSpec) -> list[tuple[int, int, bool]]:
@@ -112,29 +120,34 @@ def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     return offset + slots * plan.loop_inputs[last].val.dtype.itemsize * spec.vector
 
 
-def _held_views(plan: ReductionPlan, spec: ReductionKernelSpec, b: str, indent: str
-                ) -> list[str]:
+def _held_views(plan: ReductionPlan, spec: ReductionKernelSpec, b: str, indent: str) -> list[str]:
     """In shared-memory mode: read this thread's vector of slot b of every held input."""
     if not spec.smem_held:
         return []
-    return [f"{indent}const kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
-            f"hv{i} = {smem_slot(spec, i, b)};" for i in held_inputs(plan, spec)]
+    return [
+        f"{indent}const kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
+        f"hv{i} = {smem_slot(spec, i, b)};"
+        for i in held_inputs(plan, spec)
+    ]
 
 
 def _reload_views(plan: ReductionPlan, spec: ReductionKernelSpec, indent: str) -> list[str]:
     """For a reloaded slot: load this thread's vector of every held input again (lanes past
     the row end stay zero, so every lane holds a defined value)."""
     held = held_inputs(plan, spec)
-    lines = [f"{indent}kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
-             f"rv{i}{{}};" for i in held]
+    lines = [
+        f"{indent}kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{{}};"
+        for i in held
+    ]
     lines.append(f"{indent}if (row_ok) {{")
     for i in held:
         lines += _load_vector(spec, i, f"rv{i}", indent + "  ")
     return lines + [f"{indent}}}"]
 
 
-def _slot_views(plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool, indent: str
-                ) -> list[str]:
+def _slot_views(
+    plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool, indent: str
+) -> list[str]:
     """What starts each slot of a pass: the reloads, or the shared-memory reads."""
     if reloaded:
         return _reload_views(plan, spec, indent)
@@ -164,9 +177,13 @@ def keepable(plan: ReductionPlan) -> tuple[int, ...]:
             return True
         return expr is not None and bool(expr.inputs) and computed(expr.inputs[0])
 
-    return tuple(k for k, r in enumerate(plan.reductions)
-                 if not isinstance(r, WelfordOp) and stage_value(plan, k) in full_uses
-                 and computed(stage_value(plan, k).val))
+    return tuple(
+        k
+        for k, r in enumerate(plan.reductions)
+        if not isinstance(r, WelfordOp)
+        and stage_value(plan, k) in full_uses
+        and computed(stage_value(plan, k).val)
+    )
 
 
 def min_blocks_per_sm(threads: int) -> int:
@@ -179,8 +196,9 @@ def min_blocks_per_sm(threads: int) -> int:
 REGISTER_TARGET = 64
 
 
-def _element_loads(spec: ReductionKernelSpec, i: int, target: str, indent: str, guarded: bool
-                   ) -> list[str]:
+def _element_loads(
+    spec: ReductionKernelSpec, i: int, target: str, indent: str, guarded: bool
+) -> list[str]:
     """Load input i's elements i0 .. i0 + V - 1 into target[j] one by one; guarded: only
     those inside the row (a vector cut by the row end)."""
     load = f"{target}[j] = kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});"
@@ -194,26 +212,48 @@ def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) ->
     """Load input i's vector at element i0 of the row into `target` (a Vec or an array of
     V), element by element where the vector is cut by the row end."""
     vec = spec.vector
-    whole = (f"{target} = kf::load_vec<{vec}>(in{i}, base_in{i} + i0);"
-             if spec.loop_kinds[i] == VEC else None)
+    whole = (
+        f"{target} = kf::load_vec<{vec}>(in{i}, base_in{i} + i0);"
+        if spec.loop_kinds[i] == VEC
+        else None
+    )
     if spec.exact:
         if whole is not None:
             return [f"{indent}if (i0 < n_red) {whole}"]
-        return [f"{indent}if (i0 < n_red) {{",
-                *_element_loads(spec, i, target, indent + "  ", guarded=False), f"{indent}}}"]
-    return [f"{indent}if (i0 + {vec} <= n_red) {{",
-            *([f"{indent}  {whole}"] if whole is not None
-              else _element_loads(spec, i, target, indent + "  ", guarded=False)),
-            f"{indent}}} else {{",
-            *_element_loads(spec, i, target, indent + "  ", guarded=True), f"{indent}}}"]
+        return [
+            f"{indent}if (i0 < n_red) {{",
+            *_element_loads(spec, i, target, indent + "  ", guarded=False),
+            f"{indent}}}",
+        ]
+    return [
+        f"{indent}if (i0 + {vec} <= n_red) {{",
+        *(
+            [f"{indent}  {whole}"]
+            if whole is not None
+            else _element_loads(spec, i, target, indent + "  ", guarded=False)
+        ),
+        f"{indent}}} else {{",
+        *_element_loads(spec, i, target, indent + "  ", guarded=True),
+        f"{indent}}}",
+    ]
 
 
-def _declare(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int,
-             indent: str) -> list[str]:
+def _declare(
+    plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int, indent: str
+) -> list[str]:
     # Broadcast inputs are declared apart (one element); here every other kind holds V lanes.
     kind = VEC if spec.loop_kinds[i] == VEC else STRIDED
-    return [register_array(name, plan.loop_inputs[i].val.dtype.cuda_type, kind, spec.vector,
-                           count, indent, zero=True)]
+    return [
+        register_array(
+            name,
+            plan.loop_inputs[i].val.dtype.cuda_type,
+            kind,
+            spec.vector,
+            count,
+            indent,
+            zero=True,
+        )
+    ]
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
@@ -225,35 +265,43 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     n_loop = len(plan.loop_inputs)
     streamed = streamed_inputs(plan)
     lines = [runtime_header(), ""]
-    lines += functions_source(plan, name, stages=True, full=True, epilogue=True,
-                              kept=spec.kept)
+    lines += functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept)
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     cluster = spec.cluster
     dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
-    lines += [f'extern "C" __global__ void __launch_bounds__({bx * by}, '
-              f'{min_blocks_per_sm(bx * by)}){dims} {name}(',
-              "    " + ",\n    ".join(params) + ") {"]
-    lines += [f"  typedef {spec.index_type} Index;",
-              f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];"]
+    lines += [
+        f'extern "C" __global__ void __launch_bounds__({bx * by}, '
+        f"{min_blocks_per_sm(bx * by)}){dims} {name}(",
+        "    " + ",\n    ".join(params) + ") {",
+    ]
+    lines += [
+        f"  typedef {spec.index_type} Index;",
+        f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+    ]
     if cluster > 1:  # the blocks of a cluster share a row: see kf::cluster_reduce
-        lines += ["  __shared__ __align__(16) unsigned char kf_cluster_slots[64];",
-                  "  int kf_phase = 0;",
-                  f"  const Index kf_rank = (Index)(blockIdx.x % {cluster});"]
+        lines += [
+            "  __shared__ __align__(16) unsigned char kf_cluster_slots[64];",
+            "  int kf_phase = 0;",
+            f"  const Index kf_rank = (Index)(blockIdx.x % {cluster});",
+        ]
     if spec.smem_held:
         lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
         for i, offset in smem_regions(plan, spec):
             vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {vec}>"
             lines.append(f"  {vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
-    lines += [
-              f"  const Index n_red = in0.size[{rank - 1}];",
-              "  Index n_rows = 1;"]
+    lines += [f"  const Index n_red = in0.size[{rank - 1}];", "  Index n_rows = 1;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
-    block, blocks = (("blockIdx.x", "gridDim.x") if cluster == 1 else
-                     (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})"))
-    lines += [f"  for (Index row0 = (Index){block} * {by}; row0 < n_rows;"
-              f" row0 += (Index){blocks} * {by}) {{",
-              "    const Index row = row0 + threadIdx.y;",
-              "    const bool row_ok = row < n_rows;"]
+    block, blocks = (
+        ("blockIdx.x", "gridDim.x")
+        if cluster == 1
+        else (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})")
+    )
+    lines += [
+        f"  for (Index row0 = (Index){block} * {by}; row0 < n_rows;"
+        f" row0 += (Index){blocks} * {by}) {{",
+        "    const Index row = row0 + threadIdx.y;",
+        "    const bool row_ok = row < n_rows;",
+    ]
     ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in plan.loop_outputs]
     lines += [f"    Index base_{op} = 0;" for op in ops]
     lines.append("    if (row_ok) {")
@@ -268,9 +316,12 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         elif i not in streamed and not spec.smem_held and spec.held_batch:
             lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
     if spec.held_batch:
-        lines += ["    if (row_ok) {", "#pragma unroll",
-                  f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
-                  f"        const Index i0 = {slot_start(spec)};"]
+        lines += [
+            "    if (row_ok) {",
+            "#pragma unroll",
+            f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
+            f"        const Index i0 = {slot_start(spec)};",
+        ]
         for i in held_inputs(plan, spec):
             if spec.smem_held:
                 lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
@@ -298,11 +349,17 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     return "\n".join(lines), name
 
 
-def _slot_loop(spec: ReductionKernelSpec, first: int, end: int, body: list[str], indent: str
-               ) -> list[str]:
+def _slot_loop(
+    spec: ReductionKernelSpec, first: int, end: int, body: list[str], indent: str
+) -> list[str]:
     """`for b in [first, end)`: i0 (the slot's first element in the row), then `body`."""
-    return ["#pragma unroll", f"{indent}for (int b = {first}; b < {end}; ++b) {{",
-            f"{indent}  const Index i0 = {slot_start(spec)};", *body, f"{indent}}}"]
+    return [
+        "#pragma unroll",
+        f"{indent}for (int b = {first}; b < {end}; ++b) {{",
+        f"{indent}  const Index i0 = {slot_start(spec)};",
+        *body,
+        f"{indent}}}",
+    ]
 
 
 def slot_start(spec: ReductionKernelSpec) -> str:
@@ -319,8 +376,10 @@ def _combined(spec: ReductionKernelSpec, block_reduce: str, functor: str) -> str
     blocks of the cluster when the row is split over one."""
     if spec.cluster == 1:
         return block_reduce
-    return (f"kf::cluster_reduce<{spec.cluster}>({block_reduce}, {functor}(), "
-            "kf_cluster_slots, kf_phase)")
+    return (
+        f"kf::cluster_reduce<{spec.cluster}>({block_reduce}, {functor}(), "
+        "kf_cluster_slots, kf_phase)"
+    )
 
 
 def _async_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
@@ -331,8 +390,9 @@ def _async_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
     return spec.loop_kinds[i] == VEC and plan.loop_inputs[i].val.dtype.itemsize * spec.vector == 16
 
 
-def _fill_slot(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: str,
-               indent: str) -> list[str]:
+def _fill_slot(
+    plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: str, indent: str
+) -> list[str]:
     """Fill input i's shared-memory slot `target` for the vector at i0; lanes past the row end
     must hold defined values."""
     vec = spec.vector
@@ -341,25 +401,35 @@ def _fill_slot(plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: s
         copy = f"kf::copy_async(&{target}, in{i}, base_in{i} + i0);"
         if spec.exact:
             return [f"{indent}if (i0 < n_red) {copy}"]
-        return [f"{indent}if (i0 + {vec} <= n_red) {{", f"{indent}  {copy}",
-                f"{indent}}} else {{", f"{indent}  {target} = kf::Vec<{ctype}, {vec}>{{}};",
-                *_element_loads(spec, i, target, indent + "  ", guarded=True), f"{indent}}}"]
+        return [
+            f"{indent}if (i0 + {vec} <= n_red) {{",
+            f"{indent}  {copy}",
+            f"{indent}}} else {{",
+            f"{indent}  {target} = kf::Vec<{ctype}, {vec}>{{}};",
+            *_element_loads(spec, i, target, indent + "  ", guarded=True),
+            f"{indent}}}",
+        ]
     lines = [] if spec.exact else [f"{indent}{target} = kf::Vec<{ctype}, {vec}>{{}};"]
     return lines + _load_vector(spec, i, target, indent)
 
 
-def _valid_loop(plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any, indent: str
-                ) -> list[str]:
+def _valid_loop(
+    plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any, indent: str
+) -> list[str]:
     """Run `body_of(reloaded)` for every element of this thread that lies inside the row, over
     the held slots and then the reloaded ones (which load their vectors first)."""
     vec = spec.vector
     lines: list[str] = []
     for first, end, reloaded in slot_loops(spec):
-        body = [*_slot_views(plan, spec, reloaded, indent + "  "),
-                "#pragma unroll", f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
-                f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{",
-                *[f"{indent}      {line}" for line in body_of(reloaded)],
-                f"{indent}    }}", f"{indent}  }}"]
+        body = [
+            *_slot_views(plan, spec, reloaded, indent + "  "),
+            "#pragma unroll",
+            f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
+            f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{",
+            *[f"{indent}      {line}" for line in body_of(reloaded)],
+            f"{indent}    }}",
+            f"{indent}  }}",
+        ]
         lines += _slot_loop(spec, first, end, body, indent)
     return lines
 
@@ -369,16 +439,18 @@ def _placeholder(ctype: str) -> str:
     return f"static_cast<{ctype}>(0)" if " " in ctype else f"{ctype}{{}}"
 
 
-def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int
-                 ) -> list[str]:
+def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int) -> list[str]:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
 
     def value(reloaded: bool) -> str:
         # Stages do not read streamed inputs; they get a placeholder value.
-        loaded = [_placeholder(u.val.dtype.cuda_type) if i in streamed
-                  else held_element(spec, i, "b", "j", reloaded=reloaded)
-                  for i, u in enumerate(plan.loop_inputs)]
+        loaded = [
+            _placeholder(u.val.dtype.cuda_type)
+            if i in streamed
+            else held_element(spec, i, "b", "j", reloaded=reloaded)
+            for i, u in enumerate(plan.loop_inputs)
+        ]
         return stage_call(plan, name, k, loaded)
 
     red = plan.reductions[k]
@@ -398,17 +470,22 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
     t = compute_ctype(red.inputs[0].dtype)
     nan = literal(float("nan"), red.inputs[0].dtype)
     total = _combined(
-        spec, f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))",
-        "kf::SumOp")
+        spec, f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))", "kf::SumOp"
+    )
     lines = [f"    {t} sum{k} = ({t})0;"]
     lines += _valid_loop(plan, spec, lambda r: [f"sum{k} += {value(r)};"], "    ")
-    lines += [f"    const {t} r{k}_avg = {total.format(f'sum{k}')} / ({t})n_red;",
-              f"    {t} sq{k} = ({t})0;"]
-    lines += _valid_loop(plan, spec, lambda r: [f"const {t} d = {value(r)} - r{k}_avg;",
-                                                f"sq{k} += d * d;"], "    ")
-    lines += [f"    const {t} m2_{k} = {total.format(f'sq{k}')};",
-              f"    const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
-              f"    const long long r{k}_n = (long long)n_red;"]
+    lines += [
+        f"    const {t} r{k}_avg = {total.format(f'sum{k}')} / ({t})n_red;",
+        f"    {t} sq{k} = ({t})0;",
+    ]
+    lines += _valid_loop(
+        plan, spec, lambda r: [f"const {t} d = {value(r)} - r{k}_avg;", f"sq{k} += d * d;"], "    "
+    )
+    lines += [
+        f"    const {t} m2_{k} = {total.format(f'sq{k}')};",
+        f"    const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
+        f"    const long long r{k}_n = (long long)n_red;",
+    ]
     return lines
 
 
@@ -419,8 +496,9 @@ def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> li
     return lines + ["    }"]
 
 
-def _store_slot(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, reloaded: bool
-                ) -> list[str]:
+def _store_slot(
+    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, reloaded: bool
+) -> list[str]:
     """The full-size outputs of one slot of this thread: computed lane by lane from the row
     values and the reductions' results, stored as one vector where the row allows."""
     vec = spec.vector
@@ -435,30 +513,44 @@ def _store_slot(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, reloa
             lines += _declare(plan, spec, i, f"x{i}", 1, "          ")
             lines += _load_vector(spec, i, f"x{i}[0]", "          ")
     lines += _slot_views(plan, spec, reloaded, "          ")
-    args = [held_element(spec, i, "0", "j", streamed=True) if i in streamed
-            else held_element(spec, i, "b", "j", reloaded=reloaded) for i in range(n_loop)]
+    args = [
+        held_element(spec, i, "0", "j", streamed=True)
+        if i in streamed
+        else held_element(spec, i, "b", "j", reloaded=reloaded)
+        for i in range(n_loop)
+    ]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += [f"y{k}[j]" for k in plan.loop_outputs]
-    lines += ["#pragma unroll", f"          for (int j = 0; j < {vec}; ++j) {{",
-              f"            {name}_full({', '.join(args)});", "          }",
-              f"          if (i0 + {vec} <= n_red) {{"]
+    lines += [
+        "#pragma unroll",
+        f"          for (int j = 0; j < {vec}; ++j) {{",
+        f"            {name}_full({', '.join(args)});",
+        "          }",
+        f"          if (i0 + {vec} <= n_red) {{",
+    ]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
     for k in plan.loop_outputs:
         if kinds[k] == VEC:
             lines.append(f"            kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
         else:
-            lines += ["#pragma unroll",
-                      f"            for (int j = 0; j < {vec}; ++j) kf::store(out{k}, "
-                      f"base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
+            lines += [
+                "#pragma unroll",
+                f"            for (int j = 0; j < {vec}; ++j) kf::store(out{k}, "
+                f"base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);",
+            ]
     if spec.exact:
         return lines + ["          }", "        }"]
-    lines += ["          } else {",
-              "#pragma unroll",
-              f"            for (int j = 0; j < {vec}; ++j) {{",
-              "              if (i0 + j < n_red) {"]
-    lines += [f"                kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, "
-              f"y{k}[j]);" for k in plan.loop_outputs]
+    lines += [
+        "          } else {",
+        "#pragma unroll",
+        f"            for (int j = 0; j < {vec}; ++j) {{",
+        "              if (i0 + j < n_red) {",
+    ]
+    lines += [
+        f"                kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"
+        for k in plan.loop_outputs
+    ]
     return lines + ["              }", "            }", "          }", "        }"]
 
 

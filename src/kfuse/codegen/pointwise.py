@@ -55,8 +55,9 @@ def plan_pointwise(fusion: Fusion) -> PointwisePlan:
     Raises UnsupportedExpr when an expr or an output cannot be generated here; the scheduler
     checks the rest (output shapes) against the actual inputs.
     """
-    reference = max(fusion.outputs,
-                    key=lambda t: (t.ndim, sum(not ax.is_broadcast for ax in t.axes)))
+    reference = max(
+        fusion.outputs, key=lambda t: (t.ndim, sum(not ax.is_broadcast for ax in t.axes))
+    )
     rank = reference.ndim
     ref_view = tuple(None if ax.is_broadcast else r for r, ax in enumerate(reference.axes))
     ref_map = map_to_domain([(reference, ref_view)], rank)
@@ -66,13 +67,16 @@ def plan_pointwise(fusion: Fusion) -> PointwisePlan:
         if len(known) == 1:
             output_views.append(known.pop())
         elif out.ndim == rank:
-            output_views.append(tuple(None if ax.is_broadcast else r
-                                      for r, ax in enumerate(out.axes)))
+            output_views.append(
+                tuple(None if ax.is_broadcast else r for r, ax in enumerate(out.axes))
+            )
         elif all(ax.is_broadcast for ax in out.axes):
             output_views.append((None,) * out.ndim)  # one element, whatever the rank
         else:
-            raise UnsupportedExpr(f"output {out.name} (rank {out.ndim}) cannot be placed on "
-                                  f"the domain of {reference.name} (rank {rank})")
+            raise UnsupportedExpr(
+                f"output {out.name} (rank {out.ndim}) cannot be placed on "
+                f"the domain of {reference.name} (rank {rank})"
+            )
     domain = map_to_domain([(o, v) for o, v in zip(fusion.outputs, output_views)], rank)
     return PointwisePlan(fusion, reference, domain, tuple(output_views))
 
@@ -106,17 +110,19 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     outputs = list(zip(plan.fusion.outputs, plan.output_views))
     scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
 
-    params = [f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}"
-              for k, u in enumerate(inputs)]
+    params = [
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}" for k, u in enumerate(inputs)
+    ]
     params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
-    params += [f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
-               for k, (o, _) in enumerate(outputs)]
+    params += [
+        f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
+        for k, (o, _) in enumerate(outputs)
+    ]
 
     # The element body, as a device function of loaded values.
     leaves = {u: f"x{k}" for k, u in enumerate(inputs)}
     leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
-    body = emit_body(domain.uses, leaves_compute, scalar_params,
-                     fast=approximable(plan.fusion))
+    body = emit_body(domain.uses, leaves_compute, scalar_params, fast=approximable(plan.fusion))
     body_params = [f"{u.val.dtype.cuda_type} {leaves[u]}" for u in inputs]
     body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
     body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
@@ -129,19 +135,27 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         return f"{name}_body({', '.join(loaded + scalar_args + outs)});"
 
     nt = spec.block_x * spec.block_y
-    lines = [runtime_header(), "",
-             f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
+    lines = [
+        runtime_header(),
+        "",
+        f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{",
+    ]
     lines += [f"  {line}" for line in body_lines]
-    lines += ["}", "",
-              f'extern "C" __global__ void __launch_bounds__({nt}) {name}(',
-              "    " + ",\n    ".join(params) + ") {",
-              f"  typedef {index} Index;",
-              f"  const Index n_inner = out0.size[{rank - 1}];",
-              "  Index n_rows = 1;"]
+    lines += [
+        "}",
+        "",
+        f'extern "C" __global__ void __launch_bounds__({nt}) {name}(',
+        "    " + ",\n    ".join(params) + ") {",
+        f"  typedef {index} Index;",
+        f"  const Index n_inner = out0.size[{rank - 1}];",
+        "  Index n_rows = 1;",
+    ]
     lines += [f"  n_rows *= out0.size[{d}];" for d in range(rank - 1)]
-    lines += [f"  const Index n_vec = (n_inner + {vec - 1}) / {vec};",
-              "  for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
-              "       row += (Index)gridDim.y * blockDim.y) {"]
+    lines += [
+        f"  const Index n_vec = (n_inner + {vec - 1}) / {vec};",
+        "  for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
+        "       row += (Index)gridDim.y * blockDim.y) {",
+    ]
     operands = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(outputs))]
     lines += [f"    Index base_{op} = 0;" for op in operands]
     if rank > 1:
@@ -155,58 +169,75 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
             lines += [f"      base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
         lines.append("    }")
     lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands]
-    lines += [f"    for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
-              " v0 < n_vec;",
-              f"         v0 += (Index)gridDim.x * blockDim.x * {unroll}) {{",
-              f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{"]
+    lines += [
+        f"    for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
+        " v0 < n_vec;",
+        f"         v0 += (Index)gridDim.x * blockDim.x * {unroll}) {{",
+        f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{",
+    ]
     # Fast path: loads for all U vectors, then compute and store.
     for k, (u, kind) in enumerate(zip(inputs, spec.input_kinds)):
-        lines.append(register_array(f"x{k}", u.val.dtype.cuda_type, kind, vec, unroll,
-                                    indent="        "))
-    lines += ["#pragma unroll",
-              f"        for (int u = 0; u < {unroll}; ++u) {{",
-              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]
+        lines.append(
+            register_array(f"x{k}", u.val.dtype.cuda_type, kind, vec, unroll, indent="        ")
+        )
+    lines += [
+        "#pragma unroll",
+        f"        for (int u = 0; u < {unroll}; ++u) {{",
+        f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
+    ]
     for k, kind in enumerate(spec.input_kinds):
         if kind == VEC:
             lines.append(f"          x{k}[u] = kf::load_vec<{vec}>(in{k}, base_in{k} + i0);")
         elif kind == BCAST:
             lines.append(f"          x{k}[u] = kf::load(in{k}, base_in{k});")
         else:
-            lines += ["#pragma unroll",
-                      f"          for (int j = 0; j < {vec}; ++j) x{k}[u][j] = "
-                      f"kf::load(in{k}, base_in{k} + (i0 + j) * step_in{k});"]
-    lines += ["        }",
-              "#pragma unroll",
-              f"        for (int u = 0; u < {unroll}; ++u) {{",
-              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};"]
+            lines += [
+                "#pragma unroll",
+                f"          for (int j = 0; j < {vec}; ++j) x{k}[u][j] = "
+                f"kf::load(in{k}, base_in{k} + (i0 + j) * step_in{k});",
+            ]
+    lines += [
+        "        }",
+        "#pragma unroll",
+        f"        for (int u = 0; u < {unroll}; ++u) {{",
+        f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
+    ]
     for k, (o, _) in enumerate(outputs):
         lines.append(f"          kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};")
     loaded = []
     for k, kind in enumerate(spec.input_kinds):
         loaded.append(f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]")
-    lines += ["#pragma unroll",
-              f"          for (int j = 0; j < {vec}; ++j) {{",
-              "            " + call(loaded, [f"y{k}[j]" for k in range(len(outputs))]),
-              "          }"]
+    lines += [
+        "#pragma unroll",
+        f"          for (int j = 0; j < {vec}; ++j) {{",
+        "            " + call(loaded, [f"y{k}[j]" for k in range(len(outputs))]),
+        "          }",
+    ]
     for k, kind in enumerate(spec.output_kinds):
         if kind == VEC:
             lines.append(f"          kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
         else:
-            lines += ["#pragma unroll",
-                      f"          for (int j = 0; j < {vec}; ++j) "
-                      f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"]
-    lines += ["        }",
-              "      } else {",
-              f"        for (int u = 0; u < {unroll}; ++u) {{",
-              f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
-              f"          for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
-              "            const Index i = i0 + j;"]
+            lines += [
+                "#pragma unroll",
+                f"          for (int j = 0; j < {vec}; ++j) "
+                f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);",
+            ]
+    lines += [
+        "        }",
+        "      } else {",
+        f"        for (int u = 0; u < {unroll}; ++u) {{",
+        f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
+        f"          for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
+        "            const Index i = i0 + j;",
+    ]
     for k, (o, _) in enumerate(outputs):
         lines.append(f"            {o.dtype.cuda_type} y{k};")
     loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(len(inputs))]
     lines.append("            " + call(loaded, [f"y{k}" for k in range(len(outputs))]))
-    lines += [f"            kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
-              for k in range(len(outputs))]
+    lines += [
+        f"            kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
+        for k in range(len(outputs))
+    ]
     lines += ["          }", "        }", "      }", "    }", "  }", "}", ""]
     return "\n".join(lines), name
 

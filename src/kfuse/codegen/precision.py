@@ -41,9 +41,14 @@ def approximable(fusion: Fusion) -> frozenset[Val]:
     for e in reversed(fusion.exprs):
         for v in e.outputs:
             low[id(v)] = _only_low(v, uses.get(id(v), []), outputs, low)
-    return frozenset(e.outputs[0] for e in fusion.exprs
-                     if isinstance(e, (UnaryOp, BinaryOp)) and e.op in FAST_OPS
-                     and e.outputs[0].dtype is DataType.Float and low.get(id(e.outputs[0])))
+    return frozenset(
+        e.outputs[0]
+        for e in fusion.exprs
+        if isinstance(e, (UnaryOp, BinaryOp))
+        and e.op in FAST_OPS
+        and e.outputs[0].dtype is DataType.Float
+        and low.get(id(e.outputs[0]))
+    )
 
 
 def _only_low(v: Val, consumers: list, outputs: set[int], low: dict[int, bool]) -> bool:
@@ -53,8 +58,11 @@ def _only_low(v: Val, consumers: list, outputs: set[int], low: dict[int, bool]) 
         return id(v) in outputs
     for e in consumers:
         if isinstance(e, (UnaryOp, BinaryOp, TernaryOp)):
-            if OPS[e.op].category not in ("arith", "float_math") or e.op == "where" and \
-                    e.inputs[0] is v:
+            if (
+                OPS[e.op].category not in ("arith", "float_math")
+                or e.op == "where"
+                and e.inputs[0] is v
+            ):
                 return False
         elif isinstance(e, CastOp):
             if not e.dtype.is_floating:

@@ -130,9 +130,10 @@ class Accumulator:
 
     def block_reduce(self, acc: str, smem: str) -> str:
         if self.welford:
-            return (f"kf::block_welford_x({acc}, reinterpret_cast<{self.ctype}*>({smem}))")
-        return (f"kf::block_reduce_x({acc}, {self.functor}(), "
-                f"reinterpret_cast<{self.ctype}*>({smem}))")
+            return f"kf::block_welford_x({acc}, reinterpret_cast<{self.ctype}*>({smem}))"
+        return (
+            f"kf::block_reduce_x({acc}, {self.functor}(), reinterpret_cast<{self.ctype}*>({smem}))"
+        )
 
     @property
     def size(self) -> int:
@@ -178,11 +179,15 @@ def result_assignments(plan: ReductionPlan, k: int, acc: str, n_red: str) -> lis
     if isinstance(r, WelfordOp):
         t = compute_ctype(r.inputs[0].dtype)
         nan = literal(float("nan"), r.inputs[0].dtype)
-        return [f"const {t} r{k}_avg = {acc}.count == ({t})0 ? {nan} : {acc}.mean;",
-                f"const {t} r{k}_m2 = {acc}.count == ({t})0 ? {nan} : {acc}.m2;",
-                f"const long long r{k}_n = (long long){n_red};"]
-    return [f"const {compute_ctype(r.outputs[0].dtype)} r{k} = "
-            f"{round_to_dtype(acc, r.outputs[0].dtype)};"]
+        return [
+            f"const {t} r{k}_avg = {acc}.count == ({t})0 ? {nan} : {acc}.mean;",
+            f"const {t} r{k}_m2 = {acc}.count == ({t})0 ? {nan} : {acc}.m2;",
+            f"const long long r{k}_n = (long long){n_red};",
+        ]
+    return [
+        f"const {compute_ctype(r.outputs[0].dtype)} r{k} = "
+        f"{round_to_dtype(acc, r.outputs[0].dtype)};"
+    ]
 
 
 def _result_leaves(plan: ReductionPlan, dm: DomainMap) -> dict[Use, str]:
@@ -231,8 +236,9 @@ def stage_function(plan: ReductionPlan, name: str, k: int, scalars: dict) -> lis
     value = body.names[stage_value(plan, k)]
     params = _loop_params(plan) + _scalar_params(scalars)
     params += _result_params(plan, stage_dependencies(plan, k))
-    return _function(name, compute_ctype(r.inputs[0].dtype), params,
-                     body.lines + [f"return {value};"])
+    return _function(
+        name, compute_ctype(r.inputs[0].dtype), params, body.lines + [f"return {value};"]
+    )
 
 
 def stage_dependencies(plan: ReductionPlan, k: int) -> list[int]:
@@ -247,8 +253,9 @@ def stage_value(plan: ReductionPlan, k: int) -> Use:
     return next(u for u in plan.stages[k].uses if u.val is r.inputs[0])
 
 
-def full_function(plan: ReductionPlan, name: str, scalars: dict, kept: tuple[int, ...] = ()
-                  ) -> list[str]:
+def full_function(
+    plan: ReductionPlan, name: str, scalars: dict, kept: tuple[int, ...] = ()
+) -> list[str]:
     """`name(x0.., s0.., all results, kept stage values.., y_k&..)` computing the full-size
     outputs; `kept` stages' values arrive as parameters c<k> instead of being recomputed."""
     dm = plan.full_map
@@ -313,20 +320,28 @@ def kernel_name(plan: ReductionPlan, spec: ReductionKernelSpec, suffix: str = ""
     return f"kfuse_{spec.kind}_{digest}{suffix}"
 
 
-def tensor_params(plan: ReductionPlan, spec: ReductionKernelSpec, *, loop: bool, row: bool,
-                  workspace: bool) -> list[str]:
+def tensor_params(
+    plan: ReductionPlan, spec: ReductionKernelSpec, *, loop: bool, row: bool, workspace: bool
+) -> list[str]:
     """Kernel parameters in the order the scheduler passes operands: loop inputs (only the
     first when not `loop`: its sizes carry the reduced extent), row inputs, scalars, outputs,
     workspace arrays."""
     rank, index = spec.rank, spec.index_type
-    params = [f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{i}"
-              for i, u in enumerate(plan.loop_inputs) if loop or i == 0]
+    params = [
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{i}"
+        for i, u in enumerate(plan.loop_inputs)
+        if loop or i == 0
+    ]
     if row:
-        params += [f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> rin{i}"
-                   for i, u in enumerate(plan.epilogue.input_uses)]
+        params += [
+            f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> rin{i}"
+            for i, u in enumerate(plan.epilogue.input_uses)
+        ]
     params += [f"{scalar_ctype(s)} s{i}" for i, s in enumerate(plan.scalars)]
-    params += [f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
-               for k, o in enumerate(plan.fusion.outputs)]
+    params += [
+        f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
+        for k, o in enumerate(plan.fusion.outputs)
+    ]
     if workspace:
         for acc in accumulators(plan):
             for f in acc.partial_fields:
@@ -357,8 +372,9 @@ def decompose(index: str, axes: range, operands: list[str], indent: str) -> list
     return lines
 
 
-def epilogue_call(plan: ReductionPlan, name: str, row: str, indent: str,
-                  kept_axes: range) -> list[str]:
+def epilogue_call(
+    plan: ReductionPlan, name: str, row: str, indent: str, kept_axes: range
+) -> list[str]:
     """Load the row inputs at kept index `row`, run the epilogue, store the row outputs."""
     if not plan.row_outputs:
         return []
@@ -379,8 +395,15 @@ def epilogue_call(plan: ReductionPlan, name: str, row: str, indent: str,
     return lines
 
 
-def functions_source(plan: ReductionPlan, name: str, *, stages: bool, full: bool,
-                     epilogue: bool, kept: tuple[int, ...] = ()) -> list[str]:
+def functions_source(
+    plan: ReductionPlan,
+    name: str,
+    *,
+    stages: bool,
+    full: bool,
+    epilogue: bool,
+    kept: tuple[int, ...] = (),
+) -> list[str]:
     """The device functions a kernel source needs."""
     scalars = scalar_names(plan)
     lines: list[str] = []
@@ -423,32 +446,45 @@ def _loaded(spec: ReductionKernelSpec, u: str, j: str) -> list[str]:
     return out
 
 
-def load_block(plan: ReductionPlan, spec: ReductionKernelSpec, count: str, offset: str,
-               indent: str) -> list[str]:
+def load_block(
+    plan: ReductionPlan, spec: ReductionKernelSpec, count: str, offset: str, indent: str
+) -> list[str]:
     """Declare x{i}[count] and load `count` vectors: vector u starts at element offset
     `offset` (an expression of u) along the vectorized axis."""
     vec = spec.vector
     lines = []
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
         lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
-    lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
-              f"{indent}  const Index i0 = {offset};"]
+    lines += [
+        "#pragma unroll",
+        f"{indent}for (int u = 0; u < {count}; ++u) {{",
+        f"{indent}  const Index i0 = {offset};",
+    ]
     for i, kind in enumerate(spec.loop_kinds):
         if kind == VEC:
-            lines.append(f"{indent}  x{i}[u] = kf::load_vec<{vec}>(in{i}, base_in{i} + "
-                         f"i0 * step_in{i});")
+            lines.append(
+                f"{indent}  x{i}[u] = kf::load_vec<{vec}>(in{i}, base_in{i} + i0 * step_in{i});"
+            )
         elif kind == BCAST:
             lines.append(f"{indent}  x{i}[u] = kf::load(in{i}, base_in{i});")
         else:
-            lines += ["#pragma unroll",
-                      f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
-                      f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});"]
+            lines += [
+                "#pragma unroll",
+                f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
+                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
+            ]
     lines.append(f"{indent}}}")
     return lines
 
 
-def accumulate_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str,
-                     indent: str, acc_suffix: str = "") -> list[str]:
+def accumulate_block(
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    count: str,
+    indent: str,
+    acc_suffix: str = "",
+) -> list[str]:
     """Run every stage on the loaded block and fold it into the accumulators.
 
     acc_suffix "[j]" (the outer kernel): lane j of each vector has an accumulator of its
@@ -458,8 +494,12 @@ def accumulate_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, 
     plain = [a for a in accs if not a.welford]
     lines = []
     if plain:
-        lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
-                  "#pragma unroll", f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{"]
+        lines += [
+            "#pragma unroll",
+            f"{indent}for (int u = 0; u < {count}; ++u) {{",
+            "#pragma unroll",
+            f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
+        ]
         loaded = _loaded(spec, "u", "j")
         for acc in plain:
             target = f"acc{acc.k}{acc_suffix}"
@@ -473,26 +513,46 @@ def accumulate_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, 
         call = stage_call(plan, name, acc.k, _loaded(spec, "u", "j"))
 
         def fill(ind: str, slot: str = slot, call: str = call) -> list[str]:
-            return ["#pragma unroll", f"{ind}for (int u = 0; u < {count}; ++u) {{",
-                    f"{ind}  batch[{slot}] = {call};", f"{ind}}}"]
+            return [
+                "#pragma unroll",
+                f"{ind}for (int u = 0; u < {count}; ++u) {{",
+                f"{ind}  batch[{slot}] = {call};",
+                f"{ind}}}",
+            ]
 
         fold = f"{indent}  kf::welford_update_batch(acc{acc.k}{acc_suffix}, batch);"
         declare = f"{indent}  {acc.value_type} batch[{size}];"
         if per_lane:  # a batch per lane: the lane's values of the loaded vectors
-            lines += ["#pragma unroll", f"{indent}for (int j = 0; j < {spec.vector}; ++j) {{",
-                      declare, *fill(indent + "  "), fold, f"{indent}}}"]
+            lines += [
+                "#pragma unroll",
+                f"{indent}for (int j = 0; j < {spec.vector}; ++j) {{",
+                declare,
+                *fill(indent + "  "),
+                fold,
+                f"{indent}}}",
+            ]
         else:  # one batch: every element loaded
-            lines += [f"{indent}{{", declare, "#pragma unroll",
-                      f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
-                      *fill(indent + "    "), f"{indent}  }}", fold, f"{indent}}}"]
+            lines += [
+                f"{indent}{{",
+                declare,
+                "#pragma unroll",
+                f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
+                *fill(indent + "    "),
+                f"{indent}  }}",
+                fold,
+                f"{indent}}}",
+            ]
     return lines
 
 
-def scalar_accumulate(plan: ReductionPlan, name: str, offset: str, indent: str,
-                      acc_suffix: str = "") -> list[str]:
+def scalar_accumulate(
+    plan: ReductionPlan, name: str, offset: str, indent: str, acc_suffix: str = ""
+) -> list[str]:
     """Load one element at `offset` along the vectorized axis and accumulate it."""
-    loaded = [f"kf::load(in{i}, base_in{i} + ({offset}) * step_in{i})"
-              for i in range(len(plan.loop_inputs))]
+    loaded = [
+        f"kf::load(in{i}, base_in{i} + ({offset}) * step_in{i})"
+        for i in range(len(plan.loop_inputs))
+    ]
     lines = [f"{indent}{{"]
     names = []
     for i, (u, arg) in enumerate(zip(plan.loop_inputs, loaded)):
@@ -507,8 +567,10 @@ def scalar_accumulate(plan: ReductionPlan, name: str, offset: str, indent: str,
 
 def header_lines(name: str, params: list[str], threads: int) -> list[str]:
     """The kernel's signature and opening."""
-    return [f'extern "C" __global__ void __launch_bounds__({threads}) {name}(',
-            "    " + ",\n    ".join(params) + ") {"]
+    return [
+        f'extern "C" __global__ void __launch_bounds__({threads}) {name}(',
+        "    " + ",\n    ".join(params) + ") {",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,17 +590,21 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     lines += functions_source(plan, name, stages=True, full=False, epilogue=parts == 1)
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
     lines += header_lines(name, params, bx * by)
-    lines += [f"  typedef {spec.index_type} Index;",
-              f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
-              f"  const Index n_red = in0.size[{rank - 1}];",
-              "  Index n_rows = 1;"]
+    lines += [
+        f"  typedef {spec.index_type} Index;",
+        f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+        f"  const Index n_red = in0.size[{rank - 1}];",
+        "  Index n_rows = 1;",
+    ]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
-    lines += [f"  const Index n_vec = n_red / {vec};",
-              f"  const Index vstride = (Index)gridDim.y * {bx};",
-              f"  for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
-              f" row0 += (Index)gridDim.x * {by}) {{",
-              "    const Index row = row0 + threadIdx.y;",
-              "    const bool row_ok = row < n_rows;"]
+    lines += [
+        f"  const Index n_vec = n_red / {vec};",
+        f"  const Index vstride = (Index)gridDim.y * {bx};",
+        f"  for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
+        f" row0 += (Index)gridDim.x * {by}) {{",
+        "    const Index row = row0 + threadIdx.y;",
+        "    const bool row_ok = row < n_rows;",
+    ]
     ins = [f"in{i}" for i in range(n_loop)]
     lines += [f"    Index base_{op} = 0;" for op in ins]
     lines.append("    if (row_ok) {")
@@ -546,10 +612,11 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     lines.append("    }")
     lines += [f"    const Index step_in{i} = in{i}.stride[{rank - 1}];" for i in range(n_loop)]
     lines += [f"    {a.ctype} acc{a.k} = {a.identity()};" for a in accs]
-    lines += ["    if (row_ok) {",
-              f"      Index v = (Index)blockIdx.y * {bx} + threadIdx.x;",
-              f"      for (; v + (Index)({unroll - 1}) * vstride < n_vec;"
-              f" v += {unroll} * vstride) {{"]
+    lines += [
+        "    if (row_ok) {",
+        f"      Index v = (Index)blockIdx.y * {bx} + threadIdx.x;",
+        f"      for (; v + (Index)({unroll - 1}) * vstride < n_vec; v += {unroll} * vstride) {{",
+    ]
     lines += load_block(plan, spec, str(unroll), f"(v + (Index)u * vstride) * {vec}", "        ")
     lines += accumulate_block(plan, spec, name, str(unroll), "        ")
     lines += ["      }"]
@@ -559,8 +626,10 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
         lines += accumulate_block(plan, spec, name, "1", "        ")
         lines += ["      }"]
     if vec > 1:
-        lines += [f"      for (Index i = n_vec * {vec} + (Index)blockIdx.y * {bx} + threadIdx.x;"
-                  " i < n_red; i += vstride)"]
+        lines += [
+            f"      for (Index i = n_vec * {vec} + (Index)blockIdx.y * {bx} + threadIdx.x;"
+            " i < n_red; i += vstride)"
+        ]
         lines += scalar_accumulate(plan, name, "i", "        ")
     lines.append("    }")
     for a in accs:
@@ -576,8 +645,9 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     return "\n".join(lines), name
 
 
-def _store_partials(accs: list[Accumulator], index: str, indent: str,
-                    value_suffix: str = "") -> list[str]:
+def _store_partials(
+    accs: list[Accumulator], index: str, indent: str, value_suffix: str = ""
+) -> list[str]:
     lines = []
     for a in accs:
         value = f"red{a.k}{value_suffix}"
@@ -614,26 +684,30 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     lines += outer_columns(plan, spec, "(Index)gridDim.y", [])
     lines += outer_accumulate(plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
     lines += outer_combine(plan, spec)
-    lines += ["    if (threadIdx.y == 0 && col_ok) {",
-              "#pragma unroll",
-              f"      for (int j = 0; j < {vec}; ++j) {{",
-              "        if (j >= nvalid) continue;",
-              "        const Index row = outer * n_in + c0 + j;"]
+    lines += [
+        "    if (threadIdx.y == 0 && col_ok) {",
+        "#pragma unroll",
+        f"      for (int j = 0; j < {vec}; ++j) {{",
+        "        if (j >= nvalid) continue;",
+        "        const Index row = outer * n_in + c0 + j;",
+    ]
     if parts > 1:
         for a in accs:
             lines.append(f"        const {a.ctype} red{a.k} = acc{a.k}[j];")
         lines += _store_partials(accs, "(Index)blockIdx.y * n_rows + row", "        ")
     else:
         for a in accs:
-            lines += [f"        {s}" for s in result_assignments(plan, a.k, f"acc{a.k}[j]",
-                                                                  "n_red")]
+            lines += [
+                f"        {s}" for s in result_assignments(plan, a.k, f"acc{a.k}[j]", "n_red")
+            ]
         lines += epilogue_call(plan, name, "row", "        ", kept)
     lines += ["      }", "    }", "  }", "}", ""]
     return "\n".join(lines), name
 
 
-def outer_columns(plan: ReductionPlan, spec: ReductionKernelSpec, splits: str,
-                  outputs: list[int]) -> list[str]:
+def outer_columns(
+    plan: ReductionPlan, spec: ReductionKernelSpec, splits: str, outputs: list[int]
+) -> list[str]:
     """The start of an outer kernel: its shared memory and extents, then the loop over this
     block's groups of V columns (left open), with each thread's column group (cv, outer, c0,
     nvalid), its operands' bases and steps, and its accumulators. `splits`: the blocks along
@@ -643,51 +717,61 @@ def outer_columns(plan: ReductionPlan, spec: ReductionKernelSpec, splits: str,
     rank, vec, bx, by = spec.rank, spec.vector, spec.block_x, spec.block_y
     inner_axis = rank - 2
     n_loop = len(plan.loop_inputs)
-    lines = [f"  typedef {spec.index_type} Index;",
-             f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
-             f"  const Index n_red = in0.size[{rank - 1}];",
-             f"  const Index n_in = out0.size[{inner_axis}];",
-             "  Index n_rows = n_in;"]
+    lines = [
+        f"  typedef {spec.index_type} Index;",
+        f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+        f"  const Index n_red = in0.size[{rank - 1}];",
+        f"  const Index n_in = out0.size[{inner_axis}];",
+        "  Index n_rows = n_in;",
+    ]
     lines += [f"  n_rows *= out0.size[{d}];" for d in range(inner_axis)]
-    lines += [f"  const Index nvec_in = (n_in + {vec - 1}) / {vec};",
-              "  const Index n_cols = n_in == 0 ? 0 : n_rows / n_in * nvec_in;",
-              f"  const Index rstride = {splits} * {by};",
-              f"  for (Index col0 = (Index)blockIdx.x * {bx}; col0 < n_cols;"
-              f" col0 += (Index)gridDim.x * {bx}) {{",
-              "    const Index cv = col0 + threadIdx.x;",
-              "    const bool col_ok = cv < n_cols;",
-              "    Index outer = 0;",
-              "    Index c0 = 0;",
-              "    int nvalid = 0;"]
+    lines += [
+        f"  const Index nvec_in = (n_in + {vec - 1}) / {vec};",
+        "  const Index n_cols = n_in == 0 ? 0 : n_rows / n_in * nvec_in;",
+        f"  const Index rstride = {splits} * {by};",
+        f"  for (Index col0 = (Index)blockIdx.x * {bx}; col0 < n_cols;"
+        f" col0 += (Index)gridDim.x * {bx}) {{",
+        "    const Index cv = col0 + threadIdx.x;",
+        "    const bool col_ok = cv < n_cols;",
+        "    Index outer = 0;",
+        "    Index c0 = 0;",
+        "    int nvalid = 0;",
+    ]
     ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
     lines += [f"    Index base_{op} = 0;" for op in ops]
-    lines += ["    if (col_ok) {",
-              "      outer = cv / nvec_in;",
-              f"      c0 = (cv - outer * nvec_in) * {vec};",
-              f"      nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});"]
+    lines += [
+        "    if (col_ok) {",
+        "      outer = cv / nvec_in;",
+        f"      c0 = (cv - outer * nvec_in) * {vec};",
+        f"      nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});",
+    ]
     lines += decompose("outer", range(inner_axis), ops, "      ")
     lines += [f"      base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ops]
     lines.append("    }")
     lines += [f"    const Index step_{op} = {op}.stride[{inner_axis}];" for op in ops]
     lines += [f"    const Index rs_{op} = {op}.stride[{rank - 1}];" for op in ops]
     for a in accumulators(plan):
-        lines += [f"    {a.ctype} acc{a.k}[{vec}];",
-                  f"    for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};"]
+        lines += [
+            f"    {a.ctype} acc{a.k}[{vec}];",
+            f"    for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};",
+        ]
     return lines
 
 
-def outer_accumulate(plan: ReductionPlan, spec: ReductionKernelSpec, name: str,
-                     first: str) -> list[str]:
+def outer_accumulate(
+    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, first: str
+) -> list[str]:
     """Fold this thread's rows (first + threadIdx.y, then every rstride) of its column group
     into its accumulators: whole batches of `unroll` rows, the rest (spec.tail_batches), and
     element by element for a group cut by the end of the columns."""
     vec, unroll = spec.vector, spec.unroll
     n_loop = len(plan.loop_inputs)
-    lines = ["    if (col_ok) {",
-             f"      Index r = {first} + threadIdx.y;",
-             f"      if (nvalid == {vec}) {{",
-             f"        for (; r + (Index)({unroll - 1}) * rstride < n_red;"
-             f" r += {unroll} * rstride) {{"]
+    lines = [
+        "    if (col_ok) {",
+        f"      Index r = {first} + threadIdx.y;",
+        f"      if (nvalid == {vec}) {{",
+        f"        for (; r + (Index)({unroll - 1}) * rstride < n_red; r += {unroll} * rstride) {{",
+    ]
     lines += _outer_block(plan, spec, name, str(unroll), "          ")
     lines.append("        }")
     if spec.tail_batches:
@@ -700,20 +784,20 @@ def outer_accumulate(plan: ReductionPlan, spec: ReductionKernelSpec, name: str,
             last = "r" if count == 1 else f"r + (Index)({count - 1}) * rstride"
             lines.append(f"        if ({last} < n_red) {{")
             lines += _outer_block(plan, spec, name, str(count), "          ")
-            lines += [f"          r += {'' if count == 1 else f'{count} * '}rstride;",
-                      "        }"]
+            lines += [f"          r += {'' if count == 1 else f'{count} * '}rstride;", "        }"]
             count //= 2
     elif unroll > 1:
         lines.append("        for (; r < n_red; r += rstride) {")
         lines += _outer_block(plan, spec, name, "1", "          ")
         lines.append("        }")
-    lines += ["      } else {",
-              "        for (; r < n_red; r += rstride) {",
-              "#pragma unroll",
-              f"          for (int j = 0; j < {vec}; ++j) {{",
-              "            if (j >= nvalid) continue;"]
-    loaded = [f"kf::load(in{i}, base_in{i} + r * rs_in{i} + j * step_in{i})"
-              for i in range(n_loop)]
+    lines += [
+        "      } else {",
+        "        for (; r < n_red; r += rstride) {",
+        "#pragma unroll",
+        f"          for (int j = 0; j < {vec}; ++j) {{",
+        "            if (j >= nvalid) continue;",
+    ]
+    loaded = [f"kf::load(in{i}, base_in{i} + r * rs_in{i} + j * step_in{i})" for i in range(n_loop)]
     for i, (u, arg) in enumerate(zip(plan.loop_inputs, loaded)):
         lines.append(f"            const {u.val.dtype.cuda_type} e{i} = {arg};")
     for a in accumulators(plan):
@@ -737,28 +821,37 @@ def outer_combine(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
         other = f"scratch[(t * {bx} + threadIdx.x) * {vec} + j]"
         lines.append(f"    const int slot = (threadIdx.y * {bx} + threadIdx.x) * {vec};")
         for a in accs:
-            lines += ["    {",
-                      f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
-                      f"      for (int j = 0; j < {vec}; ++j) scratch[slot + j] = acc{a.k}[j];",
-                      "      __syncthreads();",
-                      "      if (threadIdx.y == 0) {",
-                      f"        for (int t = 1; t < {by}; ++t) {{",
-                      f"          for (int j = 0; j < {vec}; ++j) {{",
-                      f"            {a.combine(f'acc{a.k}[j]', other)}",
-                      "          }", "        }", "      }",
-                      "      __syncthreads();", "    }"]
+            lines += [
+                "    {",
+                f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
+                f"      for (int j = 0; j < {vec}; ++j) scratch[slot + j] = acc{a.k}[j];",
+                "      __syncthreads();",
+                "      if (threadIdx.y == 0) {",
+                f"        for (int t = 1; t < {by}; ++t) {{",
+                f"          for (int j = 0; j < {vec}; ++j) {{",
+                f"            {a.combine(f'acc{a.k}[j]', other)}",
+                "          }",
+                "        }",
+                "      }",
+                "      __syncthreads();",
+                "    }",
+            ]
     return lines
 
 
-def _outer_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str,
-                 indent: str) -> list[str]:
+def _outer_block(
+    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str, indent: str
+) -> list[str]:
     """Load `count` reduced rows (r + u * rstride) of V columns and accumulate them."""
     vec = spec.vector
     lines = []
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
         lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
-    lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{",
-              f"{indent}  const Index rr = r + (Index)u * rstride;"]
+    lines += [
+        "#pragma unroll",
+        f"{indent}for (int u = 0; u < {count}; ++u) {{",
+        f"{indent}  const Index rr = r + (Index)u * rstride;",
+    ]
     for i, kind in enumerate(spec.loop_kinds):
         at = f"base_in{i} + rr * rs_in{i}"
         if kind == VEC:
@@ -766,9 +859,11 @@ def _outer_block(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, coun
         elif kind == BCAST:
             lines.append(f"{indent}  x{i}[u] = kf::load(in{i}, {at});")
         else:
-            lines += ["#pragma unroll",
-                      f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
-                      f"kf::load(in{i}, {at} + j * step_in{i});"]
+            lines += [
+                "#pragma unroll",
+                f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
+                f"kf::load(in{i}, {at} + j * step_in{i});",
+            ]
     lines.append(f"{indent}}}")
     lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
     return lines
@@ -813,35 +908,49 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     lines += functions_source(plan, name, stages=False, full=False, epilogue=True)
     params = tensor_params(plan, spec, loop=False, row=True, workspace=True)
     lines += header_lines(name, params, fx * fy)
-    lines += [f"  typedef {spec.index_type} Index;",
-              "  __shared__ __align__(16) unsigned char "
-              f"kf_smem[{fx * fy * max(a.size for a in accs)}];",  # an accumulator a thread
-              f"  const Index n_red = in0.size[{rank - 1}];",
-              "  Index n_rows = 1;"]
+    lines += [
+        f"  typedef {spec.index_type} Index;",
+        "  __shared__ __align__(16) unsigned char "
+        f"kf_smem[{fx * fy * max(a.size for a in accs)}];",  # an accumulator a thread
+        f"  const Index n_red = in0.size[{rank - 1}];",
+        "  Index n_rows = 1;",
+    ]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
     # row0 is the same for the whole block, so every thread reaches the __syncthreads below.
-    lines += [f"  for (Index row0 = (Index)blockIdx.x * {fx}; row0 < n_rows;"
-              f" row0 += (Index)gridDim.x * {fx}) {{",
-              "    const Index row = row0 + threadIdx.x;",
-              "    const bool row_ok = row < n_rows;"]
+    lines += [
+        f"  for (Index row0 = (Index)blockIdx.x * {fx}; row0 < n_rows;"
+        f" row0 += (Index)gridDim.x * {fx}) {{",
+        "    const Index row = row0 + threadIdx.x;",
+        "    const bool row_ok = row < n_rows;",
+    ]
     for a in accs:
         lines.append(f"    {a.ctype} red{a.k} = {a.identity()};")
-    lines += ["    if (row_ok) {",
-              f"      for (int p0 = threadIdx.y; p0 < {parts}; p0 += {fy * batch}) {{"]
+    lines += [
+        "    if (row_ok) {",
+        f"      for (int p0 = threadIdx.y; p0 < {parts}; p0 += {fy * batch}) {{",
+    ]
     for a in accs:
         lines.append(f"        {a.ctype} part{a.k}[{batch}];")
-    lines += ["#pragma unroll", f"        for (int u = 0; u < {batch}; ++u) {{",
-              f"          const int p = p0 + u * {fy};",
-              f"          if (p >= {parts}) break;",
-              "          const Index at = (Index)p * n_rows + row;"]
+    lines += [
+        "#pragma unroll",
+        f"        for (int u = 0; u < {batch}; ++u) {{",
+        f"          const int p = p0 + u * {fy};",
+        f"          if (p >= {parts}) break;",
+        "          const Index at = (Index)p * n_rows + row;",
+    ]
     for a in accs:
         if a.welford:
-            lines += [f"          part{a.k}[u].{f} = kf::load(ws{a.k}{f}, at);"
-                      for f in a.partial_fields]
+            lines += [
+                f"          part{a.k}[u].{f} = kf::load(ws{a.k}{f}, at);" for f in a.partial_fields
+            ]
         else:
             lines.append(f"          part{a.k}[u] = kf::load(ws{a.k}, at);")
-    lines += ["        }", "#pragma unroll", f"        for (int u = 0; u < {batch}; ++u) {{",
-              f"          if (p0 + u * {fy} >= {parts}) break;"]
+    lines += [
+        "        }",
+        "#pragma unroll",
+        f"        for (int u = 0; u < {batch}; ++u) {{",
+        f"          if (p0 + u * {fy} >= {parts}) break;",
+    ]
     lines += [f"          {a.combine(f'red{a.k}', f'part{a.k}[u]')}" for a in accs]
     lines += ["        }", "      }", "    }"]
     for a in accs:
@@ -872,20 +981,30 @@ def _combine_over_y(a: Accumulator, ny: int, nx: int, vec: int | None, acc: str)
     def each(indent: str, body: list[str]) -> list[str]:
         if vec is None:
             return [indent + b for b in body]
-        return (["#pragma unroll", f"{indent}for (int j = 0; j < {vec}; ++j) {{"]
-                + [f"{indent}  {b}" for b in body] + [f"{indent}}}"])
+        return (
+            ["#pragma unroll", f"{indent}for (int j = 0; j < {vec}; ++j) {{"]
+            + [f"{indent}  {b}" for b in body]
+            + [f"{indent}}}"]
+        )
 
-    return (["    {",
-             f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
-             f"      const int mine = (threadIdx.y * {nx} + threadIdx.x) * {width};"]
-            + each("      ", [f"scratch[mine{at}] = {item};"])
-            + ["      __syncthreads();",
-               f"      for (int s = 1; s < {ny}; s *= 2) {{",
-               f"        if ((threadIdx.y & (2 * s - 1)) == 0 && threadIdx.y + s < {ny}) {{",
-               f"          const int theirs = ((threadIdx.y + s) * {nx} + threadIdx.x) * {width};"]
-            + each("          ", [a.combine(item, f"scratch[theirs{at}]"),
-                                  f"scratch[mine{at}] = {item};"])
-            + ["        }", "        __syncthreads();", "      }", "    }"])
+    return (
+        [
+            "    {",
+            f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
+            f"      const int mine = (threadIdx.y * {nx} + threadIdx.x) * {width};",
+        ]
+        + each("      ", [f"scratch[mine{at}] = {item};"])
+        + [
+            "      __syncthreads();",
+            f"      for (int s = 1; s < {ny}; s *= 2) {{",
+            f"        if ((threadIdx.y & (2 * s - 1)) == 0 && threadIdx.y + s < {ny}) {{",
+            f"          const int theirs = ((threadIdx.y + s) * {nx} + threadIdx.x) * {width};",
+        ]
+        + each(
+            "          ", [a.combine(item, f"scratch[theirs{at}]"), f"scratch[mine{at}] = {item};"]
+        )
+        + ["        }", "        __syncthreads();", "      }", "    }"]
+    )
 
 
 def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[str, str]]:
@@ -896,5 +1015,14 @@ def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple
     return [first]
 
 
-__all__ = ["ReductionKernelSpec", "emit_reduction", "emit_inner", "emit_outer",
-           "emit_finalize", "accumulators", "DataType", "FINALIZE_X", "finalize_threads_y"]
+__all__ = [
+    "ReductionKernelSpec",
+    "emit_reduction",
+    "emit_inner",
+    "emit_outer",
+    "emit_finalize",
+    "accumulators",
+    "DataType",
+    "FINALIZE_X",
+    "finalize_threads_y",
+]

@@ -115,8 +115,10 @@ def positional_view(val: TensorView, rank: int, kept: tuple[int, ...]) -> View:
         return tuple(None if ax.is_broadcast else i for i, ax in enumerate(val.axes))
     if val.ndim == len(kept):
         return tuple(None if ax.is_broadcast else kept[i] for i, ax in enumerate(val.axes))
-    raise PlanError(f"{val.name} has rank {val.ndim}, which is neither the reduction domain's "
-                    f"rank {rank} nor its reduced rank {len(kept)}")
+    raise PlanError(
+        f"{val.name} has rank {val.ndim}, which is neither the reduction domain's "
+        f"rank {rank} nor its reduced rank {len(kept)}"
+    )
 
 
 def plan_reductions(fusion: Fusion) -> ReductionPlan:
@@ -126,8 +128,10 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
         raise PlanError("fusion has no reduction")
     for e in fusion.exprs:
         if isinstance(e, ReshapeOp):
-            raise PlanError(f"fusion has a reshape ({e.outputs[0].name}), which reduction "
-                            "kernels do not generate")
+            raise PlanError(
+                f"fusion has a reshape ({e.outputs[0].name}), which reduction "
+                "kernels do not generate"
+            )
     first = reds[0]
     ref = first.inputs[0]
     assert isinstance(ref, TensorView)
@@ -135,9 +139,11 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
     for r in reds[1:]:
         r_rank = cast(TensorView, r.inputs[0]).ndim
         if r_rank != rank or tuple(r.dims) != dims:
-            raise PlanError(f"reductions over different axes: {_describe(first)} reduces axes "
-                            f"{list(dims)} of a rank-{rank} tensor, {_describe(r)} reduces "
-                            f"{list(r.dims)} of a rank-{r_rank} tensor")
+            raise PlanError(
+                f"reductions over different axes: {_describe(first)} reduces axes "
+                f"{list(dims)} of a rank-{rank} tensor, {_describe(r)} reduces "
+                f"{list(r.dims)} of a rank-{r_rank} tensor"
+            )
     kept = tuple(i for i in range(rank) if i not in dims)
     red_outs = {o for r in reds for o in r.outputs}
     dependent = _check_dependent_exprs(fusion, red_outs, rank, dims)
@@ -157,28 +163,48 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
             spanned = {a for a in view if a is not None}
             needed = {a for a in kept if not ref.axes[a].is_broadcast}
             if not needed <= spanned <= set(kept):
-                raise PlanError(f"output {out.name} does not span the kept axes of the "
-                                "reduction; it is computed in a segment of its own")
+                raise PlanError(
+                    f"output {out.name} does not span the kept axes of the "
+                    "reduction; it is computed in a segment of its own"
+                )
             row_outputs.append(k)
-    stages = tuple(map_to_domain([(r.inputs[0], positional_view(cast(TensorView, r.inputs[0]),
-                                                                 rank, kept))],
-                                 rank, stop_at) for r in reds)
-    full_map = map_to_domain([(fusion.outputs[k], output_views[k]) for k in loop_outputs],
-                             rank, stop_at)
-    epilogue = map_to_domain([(fusion.outputs[k], output_views[k]) for k in row_outputs],
-                             rank, stop_at)
+    stages = tuple(
+        map_to_domain(
+            [(r.inputs[0], positional_view(cast(TensorView, r.inputs[0]), rank, kept))],
+            rank,
+            stop_at,
+        )
+        for r in reds
+    )
+    full_map = map_to_domain(
+        [(fusion.outputs[k], output_views[k]) for k in loop_outputs], rank, stop_at
+    )
+    epilogue = map_to_domain(
+        [(fusion.outputs[k], output_views[k]) for k in row_outputs], rank, stop_at
+    )
     loop_inputs: list[Use] = []
     for dm in (*stages, full_map):
         for u in dm.input_uses:
             if u not in loop_inputs:
                 loop_inputs.append(u)
-    return ReductionPlan(fusion, reds, rank, dims, kept, stages, full_map, epilogue,
-                         tuple(loop_inputs), tuple(output_views), tuple(loop_outputs),
-                         tuple(row_outputs), dependent_inputs)
+    return ReductionPlan(
+        fusion,
+        reds,
+        rank,
+        dims,
+        kept,
+        stages,
+        full_map,
+        epilogue,
+        tuple(loop_inputs),
+        tuple(output_views),
+        tuple(loop_outputs),
+        tuple(row_outputs),
+        dependent_inputs,
+    )
 
 
-def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple[int, ...]
-                           ) -> set:
+def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple[int, ...]) -> set:
     """The Vals computed from reduction results; rejects ops that would move their axes."""
     dependent: set = set(red_outs)
     for e in fusion.exprs:
@@ -189,12 +215,16 @@ def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple
         if isinstance(e, BroadcastOp):
             out = cast(TensorView, e.outputs[0])
             if out.ndim != rank or tuple(i for i, b in enumerate(e.is_new_axis) if b) != dims:
-                raise PlanError(f"{_describe(e)} broadcasts a reduction result to axes "
-                                f"{[i for i, b in enumerate(e.is_new_axis) if b]}, not to the "
-                                f"reduced axes {list(dims)}")
+                raise PlanError(
+                    f"{_describe(e)} broadcasts a reduction result to axes "
+                    f"{[i for i, b in enumerate(e.is_new_axis) if b]}, not to the "
+                    f"reduced axes {list(dims)}"
+                )
         elif not isinstance(e, (*_POINTWISE, ExpandOp)):
-            raise PlanError(f"{_describe(e)}: {type(e).__name__} of a reduction result is not "
-                            "supported by reduction kernels")
+            raise PlanError(
+                f"{_describe(e)}: {type(e).__name__} of a reduction result is not "
+                "supported by reduction kernels"
+            )
         dependent.update(e.outputs)
     return dependent
 
@@ -256,8 +286,9 @@ class ReductionLayout:
         return False
 
 
-def reduction_layout(plan: ReductionPlan, info: object, output_ptrs: list[int] | None = None
-                     ) -> ReductionLayout:
+def reduction_layout(
+    plan: ReductionPlan, info: object, output_ptrs: list[int] | None = None
+) -> ReductionLayout:
     """The operands of this call on the canonical domain. Raises PlanError when the reduced
     axes cannot be merged into one (non-adjacent, or strided differently per operand)."""
     rank = plan.ref_rank
@@ -265,13 +296,17 @@ def reduction_layout(plan: ReductionPlan, info: object, output_ptrs: list[int] |
     for r in plan.reductions[1:]:
         shape = tuple(info.shape(r.inputs[0]))  # type: ignore[attr-defined]
         if shape != ref_shape:
-            raise PlanError(f"reduction inputs have different shapes ({r.inputs[0].name} is "
-                            f"{shape}, {plan.reference.name} is {ref_shape})")
+            raise PlanError(
+                f"reduction inputs have different shapes ({r.inputs[0].name} is "
+                f"{shape}, {plan.reference.name} is {ref_shape})"
+            )
     for out, view in zip(plan.fusion.outputs, plan.output_views):
         want = tuple(1 if a is None else ref_shape[a] for a in view)
         if tuple(info.shape(out)) != want:  # type: ignore[attr-defined]
-            raise PlanError(f"output {out.name} has shape {info.shape(out)}, which does not "  # type: ignore[attr-defined]
-                            f"match the reduction domain {ref_shape}")
+            raise PlanError(
+                f"output {out.name} has shape {info.shape(out)}, which does not "  # type: ignore[attr-defined]
+                f"match the reduction domain {ref_shape}"
+            )
         # Kernels write an output from the domain's points: those of its row, or for an
         # output along the reduced axes, every point. One that broadcasts an empty axis of
         # those would have elements no point writes.
@@ -279,9 +314,11 @@ def reduction_layout(plan: ReductionPlan, info: object, output_ptrs: list[int] |
         axes = plan.kept_axes + (plan.reduced_axes if along_row else ())
         empty = [a for a in axes if ref_shape[a] == 0 and a not in view]
         if empty and math.prod(want) > 0:
-            raise PlanError(f"output {out.name} has {math.prod(want)} element(s), but the "
-                            f"reduction domain {ref_shape} is empty along axis {empty[0]}, "
-                            "which it broadcasts; it is computed in a segment of its own")
+            raise PlanError(
+                f"output {out.name} has {math.prod(want)} element(s), but the "
+                f"reduction domain {ref_shape} is empty along axis {empty[0]}, "
+                "which it broadcasts; it is computed in a segment of its own"
+            )
 
     def input_operand(use: Use) -> tuple[int, int, tuple[int, ...]]:
         lay = info.layouts[use.val]  # type: ignore[attr-defined]
@@ -296,18 +333,27 @@ def reduction_layout(plan: ReductionPlan, info: object, output_ptrs: list[int] |
     kept_sizes, kept_strides = _merge(plan.kept_axes, ref_shape, [s for _, _, s in raw])
     red_sizes, red_strides = _merge(plan.reduced_axes, ref_shape, [s for _, _, s in raw])
     if len(red_sizes) != 1:
-        raise PlanError(f"the reduced axes {list(plan.reduced_axes)} of {plan.reference.name} "
-                        f"(shape {ref_shape}) are not one contiguous block in memory; reductions "
-                        "over non-adjacent or differently strided axes are not supported")
-    operands = tuple(Operand(p, size, tuple(ks) + tuple(rs))
-                     for (p, size, _), ks, rs in zip(raw, kept_strides, red_strides))
+        raise PlanError(
+            f"the reduced axes {list(plan.reduced_axes)} of {plan.reference.name} "
+            f"(shape {ref_shape}) are not one contiguous block in memory; reductions "
+            "over non-adjacent or differently strided axes are not supported"
+        )
+    operands = tuple(
+        Operand(p, size, tuple(ks) + tuple(rs))
+        for (p, size, _), ks, rs in zip(raw, kept_strides, red_strides)
+    )
     n_loop, n_row = len(plan.loop_inputs), len(plan.epilogue.input_uses)
-    return ReductionLayout(tuple(kept_sizes) + tuple(red_sizes), operands[:n_loop],
-                           operands[n_loop:n_loop + n_row], operands[n_loop + n_row:])
+    return ReductionLayout(
+        tuple(kept_sizes) + tuple(red_sizes),
+        operands[:n_loop],
+        operands[n_loop : n_loop + n_row],
+        operands[n_loop + n_row :],
+    )
 
 
-def _merge(axes: tuple[int, ...], shape: tuple[int, ...], strides: list[tuple[int, ...]]
-           ) -> tuple[list[int], list[list[int]]]:
+def _merge(
+    axes: tuple[int, ...], shape: tuple[int, ...], strides: list[tuple[int, ...]]
+) -> tuple[list[int], list[list[int]]]:
     """Drop size-1 axes of `axes` and merge neighbours every operand walks contiguously.
     Always returns at least one axis (size 1, stride 0 when there is none)."""
     keep = [a for a in axes if shape[a] != 1]

@@ -5,8 +5,15 @@ from __future__ import annotations
 from kfuse.codegen.layout import BCAST, VEC
 
 
-def register_array(name: str, ctype: str, kind: str, vector: int, count: int | str,
-                   indent: str = "", zero: bool = False) -> str:
+def register_array(
+    name: str,
+    ctype: str,
+    kind: str,
+    vector: int,
+    count: int | str,
+    indent: str = "",
+    zero: bool = False,
+) -> str:
     """`count` slots of one operand's loads: a kf::Vec per slot where the loads are
     vector-wide (VEC), one element where the operand is constant along the vector (BCAST),
     else `vector` elements loaded one by one. `zero`: value-initialise (slots a guard may

@@ -6,8 +6,10 @@ import functools
 from pathlib import Path
 
 # In this order: the second builds on the first's types and memory access.
-_HEADER_PATHS = [Path(__file__).with_name("runtime") / name
-                 for name in ("kfuse_runtime.cuh", "kfuse_reductions.cuh")]
+_HEADER_PATHS = [
+    Path(__file__).with_name("runtime") / name
+    for name in ("kfuse_runtime.cuh", "kfuse_reductions.cuh")
+]
 
 
 @functools.cache

@@ -151,13 +151,17 @@ def _cache_key(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str) 
     return h.hexdigest()[:40]
 
 
-def _identity(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str
-              ) -> dict[str, str]:
+def _identity(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str) -> dict[str, str]:
     """What a library entry must record to be the kernel asked for."""
     headers = hashlib.sha256("".join((HEADER_DIR / n).read_text() for n in HEADERS).encode())
-    return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(),
-            "kernel": kernel_name, "flags": " ".join(flags), "compiler": _compiler_id(cxx),
-            "abi": str(_SHIM_ABI), "headers_sha256": headers.hexdigest()}
+    return {
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "kernel": kernel_name,
+        "flags": " ".join(flags),
+        "compiler": _compiler_id(cxx),
+        "abi": str(_SHIM_ABI),
+        "headers_sha256": headers.hexdigest(),
+    }
 
 
 def _cached_library(directory: Path, key: str, identity: dict[str, str]) -> Path | None:
@@ -220,8 +224,15 @@ def _run_compiler(
         raise EmulatorError(_format_compile_error(kernel_name, source, proc.stderr))
 
 
-def _compile_into(directory: Path, source: str, kernel_name: str, flags: tuple[str, ...],
-                  cxx: str, key: str, identity: dict[str, str]) -> Path:
+def _compile_into(
+    directory: Path,
+    source: str,
+    kernel_name: str,
+    flags: tuple[str, ...],
+    cxx: str,
+    key: str,
+    identity: dict[str, str],
+) -> Path:
     """Build `<key>.so` in the cache folder, then its `<key>.meta`; each written atomically."""
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".so.tmp")
     os.close(fd)
@@ -234,13 +245,13 @@ def _compile_into(directory: Path, source: str, kernel_name: str, flags: tuple[s
         os.replace(tmp, lib)
     finally:
         tmp.unlink(missing_ok=True)
-    disk_cache.write_atomically(directory / f"{key}.meta",
-                                disk_cache.header(key, identity, body))
+    disk_cache.write_atomically(directory / f"{key}.meta", disk_cache.header(key, identity, body))
     return lib
 
 
-def _build_and_load(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str,
-                    key: str) -> CompiledKernel:
+def _build_and_load(
+    source: str, kernel_name: str, flags: tuple[str, ...], cxx: str, key: str
+) -> CompiledKernel:
     identity = _identity(source, kernel_name, flags, cxx)
     directory = cache_dir()
     if directory is not None:
@@ -251,8 +262,11 @@ def _build_and_load(source: str, kernel_name: str, flags: tuple[str, ...], cxx: 
                 lib = _compile_into(directory, source, kernel_name, flags, cxx, key, identity)
             return _load(lib)
         except OSError as e:
-            warnings.warn(f"kfuse.emulator: cache directory {directory} is not usable ({e}); "
-                          "compiling into a temporary directory", stacklevel=4)
+            warnings.warn(
+                f"kfuse.emulator: cache directory {directory} is not usable ({e}); "
+                "compiling into a temporary directory",
+                stacklevel=4,
+            )
     # No usable cache: build in a folder of this call's own, removed once the library is
     # loaded (a loaded library stays mapped after its file is gone).
     with tempfile.TemporaryDirectory(prefix="kfuse-emu-") as tmp:

@@ -30,7 +30,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS, REDUCTION_OPS
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
-_INT_RANGE = {DataType.Int32: (-2**31, 2**31 - 1), DataType.Int: (-2**63, 2**63 - 1)}
+_INT_RANGE = {DataType.Int32: (-(2**31), 2**31 - 1), DataType.Int: (-(2**63), 2**63 - 1)}
 
 
 def describe(v: Any) -> str:
@@ -69,8 +69,9 @@ def as_index_list(dims: Any, op: str, what: str = "dim") -> list[int]:
     try:
         return [as_index(dims, op, what)]
     except DefinitionError:
-        raise DefinitionError(f"{op}: {what} must be an integer or a list of integers, got "
-                              f"{describe(dims)}") from None
+        raise DefinitionError(
+            f"{op}: {what} must be an integer or a list of integers, got {describe(dims)}"
+        ) from None
 
 
 class Builder:
@@ -81,20 +82,23 @@ class Builder:
         self.owner = owner
 
     # ---- vals ----
-    def new_tensor(self, dtype: DataType, axes: Sequence[Axis], *, is_input: bool = False
-                   ) -> TensorView:
+    def new_tensor(
+        self, dtype: DataType, axes: Sequence[Axis], *, is_input: bool = False
+    ) -> TensorView:
         """A fresh TensorView."""
         name, serial = self.fusion.next_name("T")
-        return TensorView(name, dtype, tuple(axes), is_input=is_input, owner=self.owner,
-                          serial=serial)
+        return TensorView(
+            name, dtype, tuple(axes), is_input=is_input, owner=self.owner, serial=serial
+        )
 
     def new_scalar(self, dtype: DataType, *, is_input: bool = False) -> Scalar:
         """A fresh non-constant Scalar."""
         name, serial = self.fusion.next_name("S")
         return Scalar(name, dtype, None, is_input=is_input, owner=self.owner, serial=serial)
 
-    def constant(self, value: Any, dtype: DataType | None = None, *, op: str = "define_scalar"
-                 ) -> Scalar:
+    def constant(
+        self, value: Any, dtype: DataType | None = None, *, op: str = "define_scalar"
+    ) -> Scalar:
         """A constant Scalar; the value is converted to dtype's Python kind, range-checked."""
         if dtype is None:
             dtype = python_scalar_dtype(value)
@@ -120,17 +124,21 @@ class Builder:
         """Check an operand: a Val of this definition, or a Python number (made a constant)."""
         if isinstance(x, Val):
             if x.owner is not self.owner:
-                raise DefinitionError(f"{op}: operand {pos} ({x.name}) belongs to another "
-                                      "FusionDefinition")
+                raise DefinitionError(
+                    f"{op}: operand {pos} ({x.name}) belongs to another FusionDefinition"
+                )
             return x
-        if isinstance(x, (bool, int, float)) or (hasattr(x, "dtype") and
-                                                  getattr(x, "ndim", None) == 0):
+        if isinstance(x, (bool, int, float)) or (
+            hasattr(x, "dtype") and getattr(x, "ndim", None) == 0
+        ):
             try:
                 return self.constant(x, op=op)
             except DefinitionError as e:
                 raise DefinitionError(f"{op}: operand {pos}: {e}") from None
-        raise DefinitionError(f"{op}: operand {pos} is {describe(x)}, expected a tensor or "
-                              "scalar of this FusionDefinition or a Python number")
+        raise DefinitionError(
+            f"{op}: operand {pos} is {describe(x)}, expected a tensor or "
+            "scalar of this FusionDefinition or a Python number"
+        )
 
     def tensor(self, x: Any, op: str, pos: int = 0) -> TensorView:
         """Check that an operand is a TensorView of this definition."""
@@ -153,8 +161,9 @@ class Builder:
         if isinstance(v, Scalar) and v.is_constant:
             value = v.value
             if dtype.is_floating or dtype is DataType.Bool:
-                return self.constant(bool(value) if dtype is DataType.Bool else float(value),
-                                     dtype, op=op)
+                return self.constant(
+                    bool(value) if dtype is DataType.Bool else float(value), dtype, op=op
+                )
             if isinstance(value, float) and not math.isfinite(value):
                 raise DefinitionError(f"{op}: cannot convert {value} to {dtype.value}")
             return self.constant(int(value), dtype, op=op)
@@ -175,8 +184,9 @@ class Builder:
         if op == "where":
             cond, vals = vals[0], vals[1:]
             if cond.dtype is not DataType.Bool:
-                raise DefinitionError(f"where: the condition {describe(cond)} must be Bool "
-                                      "(compare or cast it first)")
+                raise DefinitionError(
+                    f"where: the condition {describe(cond)} must be Bool (compare or cast it first)"
+                )
         compute = self._compute_dtype(op, vals)
         if info.category == "logical":
             compute = DataType.Bool
@@ -202,15 +212,18 @@ class Builder:
         if not info.accepts_float:
             for i, v in enumerate(vals):
                 if v.dtype.is_floating:
-                    raise DefinitionError(f"{op}: operand {i} {describe(v)} is floating; "
-                                          f"{op} needs Bool or integer operands")
+                    raise DefinitionError(
+                        f"{op}: operand {i} {describe(v)} is floating; "
+                        f"{op} needs Bool or integer operands"
+                    )
         dt = promote_types(tensor_dt, weak_dt)
         if info.category == "float_math" or info.result == "float":
             if not dt.is_floating:
                 dt = DataType.Float
         if not info.accepts_bool and dt is DataType.Bool:
-            raise DefinitionError(f"{op}: Bool operands are not supported "
-                                  f"({', '.join(describe(v) for v in vals)})")
+            raise DefinitionError(
+                f"{op}: Bool operands are not supported ({', '.join(describe(v) for v in vals)})"
+            )
         return dt
 
     def _align(self, op: str, vals: list[Val]) -> list[Val]:
@@ -236,24 +249,28 @@ class Builder:
                     raise DefinitionError(
                         f"{op}: incompatible broadcast: axis {i} of {describe(t1)} has size "
                         f"{a1.extent} but axis {i} of {describe(t2)} has size {a2.extent} "
-                        "(after right-aligning ranks)")
+                        "(after right-aligning ranks)"
+                    )
             axes.append(Axis(False, static[0][1].extent if static else None))
         return axes
 
     # ---- shape ops ----
-    def broadcast(self, x: Any, is_new_axis: Sequence[bool], *, op: str = "broadcast"
-                  ) -> TensorView:
+    def broadcast(
+        self, x: Any, is_new_axis: Sequence[bool], *, op: str = "broadcast"
+    ) -> TensorView:
         """Insert broadcast axes where is_new_axis is True."""
         v = self.tensor(x, op)
-        if not isinstance(is_new_axis, (list, tuple)) or \
-                not all(_is_bool(b) for b in is_new_axis):
-            raise DefinitionError(f"{op}: is_broadcast_dim must be a list of bools, got "
-                                  f"{describe(is_new_axis)}")
+        if not isinstance(is_new_axis, (list, tuple)) or not all(_is_bool(b) for b in is_new_axis):
+            raise DefinitionError(
+                f"{op}: is_broadcast_dim must be a list of bools, got {describe(is_new_axis)}"
+            )
         flags = tuple(bool(b) for b in is_new_axis)
         if sum(not b for b in flags) != v.ndim:
-            raise DefinitionError(f"{op}: is_broadcast_dim {list(flags)} has "
-                                  f"{sum(not b for b in flags)} False entries but "
-                                  f"{describe(v)} has {v.ndim} axes")
+            raise DefinitionError(
+                f"{op}: is_broadcast_dim {list(flags)} has "
+                f"{sum(not b for b in flags)} False entries but "
+                f"{describe(v)} has {v.ndim} axes"
+            )
         if all(not b for b in flags):
             return v
         it = iter(v.axes)
@@ -274,8 +291,9 @@ class Builder:
             try:
                 e = as_index(e, op, f"shape entry {i}")
             except DefinitionError:
-                raise DefinitionError(f"{op}: shape entry {i} is {describe(e)}, expected an "
-                                      "int or an integer scalar") from None
+                raise DefinitionError(
+                    f"{op}: shape entry {i} is {describe(e)}, expected an int or an integer scalar"
+                ) from None
         if isinstance(e, Scalar):
             self.operand(e, op, i)
             if not e.dtype.is_integral:
@@ -292,20 +310,26 @@ class Builder:
         v = self.tensor(x, op)
         shape = self.shape_entries(shape, op)
         if len(shape) != v.ndim:
-            raise DefinitionError(f"{op}: shape has {len(shape)} entries but {describe(v)} "
-                                  f"has {v.ndim} axes")
+            raise DefinitionError(
+                f"{op}: shape has {len(shape)} entries but {describe(v)} has {v.ndim} axes"
+            )
         extents: list[Scalar | None] = []
         for i, (axis, e) in enumerate(zip(v.axes, shape, strict=False)):
             e = self.extent(e, op, i)
             if not axis.is_broadcast:
                 if isinstance(e, int) and e not in (-1,) and axis.extent not in (None, e):
-                    raise DefinitionError(f"{op}: axis {i} of {describe(v)} has size "
-                                          f"{axis.extent}, cannot expand it to {e}")
+                    raise DefinitionError(
+                        f"{op}: axis {i} of {describe(v)} has size "
+                        f"{axis.extent}, cannot expand it to {e}"
+                    )
                 # A size asked of an axis that is not broadcast is checked at execute
                 # (kfuse.ir.shapes), not taken on trust: a symbolic axis may not match it.
                 if isinstance(e, int):
-                    e = None if e == -1 or axis.extent == e else self.constant(e, DataType.Int,
-                                                                              op=op)
+                    e = (
+                        None
+                        if e == -1 or axis.extent == e
+                        else self.constant(e, DataType.Int, op=op)
+                    )
                 extents.append(e)
             elif isinstance(e, int):
                 extents.append(None if e in (-1, 1) else self.constant(e, DataType.Int, op=op))
@@ -313,9 +337,12 @@ class Builder:
                 extents.append(e)
         if all(e is None for e in extents):
             return v
-        axes = [a if e is None or not a.is_broadcast else
-                Axis(False, e.value if e.is_constant else None)
-                for a, e in zip(v.axes, extents, strict=False)]
+        axes = [
+            a
+            if e is None or not a.is_broadcast
+            else Axis(False, e.value if e.is_constant else None)
+            for a, e in zip(v.axes, extents, strict=False)
+        ]
         out = self.new_tensor(v.dtype, axes)
         scalars = tuple(e for e in extents if e is not None and not e.is_constant)
         self.add(ExpandOp(inputs=(v, *scalars), outputs=(out,), extents=tuple(extents)))
@@ -327,8 +354,10 @@ class Builder:
         norm = self.dims(v, dims, op)
         for d in norm:
             if not v.axes[d].is_broadcast:
-                raise DefinitionError(f"{op}: axis {d} of {describe(v)} is not a broadcast "
-                                      "axis (only size-1 broadcast axes can be squeezed)")
+                raise DefinitionError(
+                    f"{op}: axis {d} of {describe(v)} is not a broadcast "
+                    "axis (only size-1 broadcast axes can be squeezed)"
+                )
         if not norm:
             return v
         out = self.new_tensor(v.dtype, [a for i, a in enumerate(v.axes) if i not in norm])
@@ -340,8 +369,9 @@ class Builder:
         v = self.tensor(x, op)
         p = tuple(d + (v.ndim if d < 0 else 0) for d in as_index_list(perm, op, "dims"))
         if sorted(p) != list(range(v.ndim)):
-            raise DefinitionError(f"{op}: {list(p)} is not a permutation of the "
-                                  f"{v.ndim} axes of {describe(v)}")
+            raise DefinitionError(
+                f"{op}: {list(p)} is not a permutation of the {v.ndim} axes of {describe(v)}"
+            )
         if p == tuple(range(v.ndim)):
             return v
         out = self.new_tensor(v.dtype, [v.axes[d] for d in p])
@@ -358,12 +388,18 @@ class Builder:
         statics = [a.extent for a in v.axes]
         if len(ints) == len(entries) and -1 not in ints and None not in statics:
             if math.prod(ints) != math.prod(cast("list[int]", statics)):
-                raise DefinitionError(f"{op}: cannot reshape {describe(v)} of size "
-                                      f"{statics} to {ints}")
-        scalars = tuple(self.constant(e, DataType.Int, op=op) if isinstance(e, int) else e
-                        for e in entries)
-        axes = [Axis(True, 1) if isinstance(e, int) and e == 1 else
-                Axis(False, e if isinstance(e, int) and e != -1 else None) for e in entries]
+                raise DefinitionError(
+                    f"{op}: cannot reshape {describe(v)} of size {statics} to {ints}"
+                )
+        scalars = tuple(
+            self.constant(e, DataType.Int, op=op) if isinstance(e, int) else e for e in entries
+        )
+        axes = [
+            Axis(True, 1)
+            if isinstance(e, int) and e == 1
+            else Axis(False, e if isinstance(e, int) and e != -1 else None)
+            for e in entries
+        ]
         out = self.new_tensor(v.dtype, axes)
         inputs = (v, *(s for s in scalars if not s.is_constant))
         self.add(ReshapeOp(inputs=inputs, outputs=(out,), shape=scalars))
@@ -372,7 +408,7 @@ class Builder:
     def size(self, x: Any, dim: Any, *, op: str = "size") -> Scalar:
         """The extent of one axis, as an Int Scalar."""
         v = self.tensor(x, op)
-        (d,) = self.dims(v, [as_index(dim, op, 'dim')], op)
+        (d,) = self.dims(v, [as_index(dim, op, "dim")], op)
         out = self.new_scalar(DataType.Int)
         self.add(SizeOp(inputs=(v,), outputs=(out,), dim=d))
         return out
@@ -392,8 +428,9 @@ class Builder:
         return tuple(sorted(out))
 
     # ---- reductions ----
-    def reduction(self, op: str, x: Any, dims: Sequence[int] | None, keepdim: bool,
-                  dtype: Any = None) -> TensorView:
+    def reduction(
+        self, op: str, x: Any, dims: Sequence[int] | None, keepdim: bool, dtype: Any = None
+    ) -> TensorView:
         """sum/prod/max/min over dims; see ReductionOp for the dtype rules."""
         assert op in REDUCTION_OPS
         v = self.tensor(x, op)
@@ -427,15 +464,19 @@ class Builder:
             return v
         return self.broadcast(v, [i in dims for i in range(ndim)], op=op)
 
-    def welford(self, x: Any, dims: Sequence[int] | None, *, op: str = "welford"
-                ) -> tuple[TensorView, TensorView, TensorView]:
+    def welford(
+        self, x: Any, dims: Sequence[int] | None, *, op: str = "welford"
+    ) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) of x over dims; x is cast to Float unless Float or Double."""
         v = self.tensor(x, op)
         norm = self._reduction_dims(v, dims, op)
         acc = v.dtype if v.dtype in (DataType.Float, DataType.Double) else DataType.Float
         src = self.cast(v, acc, op=op)
         axes = [a for i, a in enumerate(v.axes) if i not in norm]
-        outs = (self.new_tensor(acc, axes), self.new_tensor(acc, axes),
-                self.new_tensor(DataType.Int, axes))
+        outs = (
+            self.new_tensor(acc, axes),
+            self.new_tensor(acc, axes),
+            self.new_tensor(DataType.Int, axes),
+        )
         self.add(WelfordOp(inputs=(src,), outputs=outs, dims=norm))
         return outs

@@ -60,9 +60,24 @@ def _attr(v: Any) -> str:
     return repr(v)
 
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
-          "le": "<=", "gt": ">", "ge": ">=", "bitwise_and": "&", "bitwise_or": "|",
-          "bitwise_xor": "^", "logical_and": "&&", "logical_or": "||", "remainder": "%"}
+_INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "bitwise_and": "&",
+    "bitwise_or": "|",
+    "bitwise_xor": "^",
+    "logical_and": "&&",
+    "logical_or": "||",
+    "remainder": "%",
+}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -217,8 +232,20 @@ class LinearOp(Expr):
 
 
 EXPR_CLASSES: tuple[type[Expr], ...] = (
-    UnaryOp, BinaryOp, TernaryOp, CastOp, BroadcastOp, ExpandOp, SqueezeOp, PermuteOp,
-    ReshapeOp, ReductionOp, WelfordOp, SizeOp, MatmulOp, LinearOp,
+    UnaryOp,
+    BinaryOp,
+    TernaryOp,
+    CastOp,
+    BroadcastOp,
+    ExpandOp,
+    SqueezeOp,
+    PermuteOp,
+    ReshapeOp,
+    ReductionOp,
+    WelfordOp,
+    SizeOp,
+    MatmulOp,
+    LinearOp,
 )
 POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp)
 LIBRARY_EXPRS = (MatmulOp, LinearOp)
@@ -228,4 +255,3 @@ LIBRARY_EXPRS = (MatmulOp, LinearOp)
 def is_tensor_expr(expr: Expr) -> bool:
     """True when the expr produces a TensorView (scalar arithmetic and SizeOp do not)."""
     return isinstance(expr.outputs[0], TensorView)
-

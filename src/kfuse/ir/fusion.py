@@ -60,7 +60,8 @@ class Fusion:
         statements: list[Any] = sorted(
             [(v.serial, [v]) for v in self.inputs]
             + [(e.outputs[0].serial, list(e.outputs)) for e in self.exprs],
-            key=lambda item: item[0])
+            key=lambda item: item[0],
+        )
         renamed: set[int] = set()
         for _, outs in statements:
             for v in outs:
@@ -134,10 +135,17 @@ class Fusion:
             else:
                 parts.append(("scalar", v.dtype.value))
         for j, e in enumerate(self.exprs):
-            parts.append((type(e).__name__, tuple(ref(v) for v in e.inputs),
-                          tuple(attr(x) for x in e.attributes().values()),
-                          tuple((type(o).__name__, o.dtype.value,
-                                 getattr(o, "axes", None)) for o in e.outputs)))
+            parts.append(
+                (
+                    type(e).__name__,
+                    tuple(ref(v) for v in e.inputs),
+                    tuple(attr(x) for x in e.attributes().values()),
+                    tuple(
+                        (type(o).__name__, o.dtype.value, getattr(o, "axes", None))
+                        for o in e.outputs
+                    ),
+                )
+            )
             for k, o in enumerate(e.outputs):
                 index[id(o)] = ("expr", j, k)
         parts.append(("outputs", tuple(ref(v) for v in self.outputs)))
@@ -162,5 +170,7 @@ class Fusion:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return (f"<Fusion {len(self.inputs)} inputs, {len(self.exprs)} exprs, "
-                f"{len(self.outputs)} outputs>")
+        return (
+            f"<Fusion {len(self.inputs)} inputs, {len(self.exprs)} exprs, "
+            f"{len(self.outputs)} outputs>"
+        )

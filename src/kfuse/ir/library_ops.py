@@ -19,15 +19,22 @@ from kfuse.ir.values import Axis, TensorView, Val
 def _same_dtype(b: Any, vals: list[TensorView], op: str) -> list[TensorView]:
     for i, v in enumerate(vals):
         if not v.dtype.is_floating:
-            raise DefinitionError(f"{op}: operand {i} {v.name} is {v.dtype.value}; {op} takes "
-                                  "floating tensors (cast it first)")
+            raise DefinitionError(
+                f"{op}: operand {i} {v.name} is {v.dtype.value}; {op} takes "
+                "floating tensors (cast it first)"
+            )
     dtype = promote_types([v.dtype for v in vals])
     return [b.cast(v, dtype, op=op) for v in vals]
 
 
 def _static_mismatch(a: Axis, b: Axis) -> bool:
-    return a.extent is not None and b.extent is not None and a.extent != b.extent and \
-        not a.is_broadcast and not b.is_broadcast
+    return (
+        a.extent is not None
+        and b.extent is not None
+        and a.extent != b.extent
+        and not a.is_broadcast
+        and not b.is_broadcast
+    )
 
 
 def _batch_axes(xs: tuple[Axis, ...], ys: tuple[Axis, ...], op: str) -> list[Axis]:
@@ -48,11 +55,15 @@ def build_matmul(b: Any, x: Any, y: Any) -> TensorView:
     a_tv, b_tv = b.tensor(x, "matmul", 0), b.tensor(y, "matmul", 1)
     for i, v in enumerate((a_tv, b_tv)):
         if v.ndim < 2:
-            raise DefinitionError(f"matmul: operand {i} {v.name} has rank {v.ndim}; kfuse's "
-                                  "matmul takes operands of rank >= 2")
+            raise DefinitionError(
+                f"matmul: operand {i} {v.name} has rank {v.ndim}; kfuse's "
+                "matmul takes operands of rank >= 2"
+            )
     if _static_mismatch(a_tv.axes[-1], b_tv.axes[-2]):
-        raise DefinitionError(f"matmul: {a_tv.name} has {a_tv.axes[-1].extent} columns but "
-                              f"{b_tv.name} has {b_tv.axes[-2].extent} rows")
+        raise DefinitionError(
+            f"matmul: {a_tv.name} has {a_tv.axes[-1].extent} columns but "
+            f"{b_tv.name} has {b_tv.axes[-2].extent} rows"
+        )
     a_tv, b_tv = _same_dtype(b, [a_tv, b_tv], "matmul")
     axes = _batch_axes(a_tv.axes[:-2], b_tv.axes[:-2], "matmul")
     axes += [_plain(a_tv.axes[-2]), _plain(b_tv.axes[-1])]
@@ -65,11 +76,15 @@ def build_linear(b: Any, x: Any, w: Any, bias: Any = None) -> TensorView:
     """LinearOp: x [..., k] @ w[m, k].T (+ bias [m])."""
     xt, wt = b.tensor(x, "linear", 0), b.tensor(w, "linear", 1)
     if xt.ndim < 1 or wt.ndim != 2:
-        raise DefinitionError(f"linear: needs x of rank >= 1 and a rank-2 weight, got "
-                              f"{xt.name} (rank {xt.ndim}) and {wt.name} (rank {wt.ndim})")
+        raise DefinitionError(
+            f"linear: needs x of rank >= 1 and a rank-2 weight, got "
+            f"{xt.name} (rank {xt.ndim}) and {wt.name} (rank {wt.ndim})"
+        )
     if _static_mismatch(xt.axes[-1], wt.axes[1]):
-        raise DefinitionError(f"linear: {xt.name} has {xt.axes[-1].extent} features but "
-                              f"{wt.name} takes {wt.axes[1].extent}")
+        raise DefinitionError(
+            f"linear: {xt.name} has {xt.axes[-1].extent} features but "
+            f"{wt.name} takes {wt.axes[1].extent}"
+        )
     operands = [xt, wt]
     if bias is not None:
         bt = b.tensor(bias, "linear", 2)
@@ -97,20 +112,26 @@ def infer_library_shape(expr: Any, shapes: dict[Val, Any]) -> tuple[int, ...]:
         a, b = cast("tuple[TensorView, TensorView]", expr.inputs)
         sa, sb = shapes[a], shapes[b]
         if sa[-1] != sb[-2]:
-            raise InputError(f"{out.name} = matmul({a.name}, {b.name}): {a.name} has shape "
-                             f"{sa} and {b.name} has shape {sb}; {sa[-1]} != {sb[-2]}")
+            raise InputError(
+                f"{out.name} = matmul({a.name}, {b.name}): {a.name} has shape "
+                f"{sa} and {b.name} has shape {sb}; {sa[-1]} != {sb[-2]}"
+            )
         batch = _batch_shape(sa[:-2], sb[:-2], a.axes[:-2], b.axes[:-2], out.name)
         return (*batch, sa[-2], sb[-1])
     x, w = expr.inputs[0], expr.inputs[1]
     sx, sw = shapes[x], shapes[w]
     if sx[-1] != sw[1]:
-        raise InputError(f"{out.name} = linear({x.name}, {w.name}): {x.name} has shape {sx} "
-                         f"and {w.name} has shape {sw}; {sx[-1]} != {sw[1]}")
+        raise InputError(
+            f"{out.name} = linear({x.name}, {w.name}): {x.name} has shape {sx} "
+            f"and {w.name} has shape {sw}; {sx[-1]} != {sw[1]}"
+        )
     if len(expr.inputs) == 3:
         bias = expr.inputs[2]
         if shapes[bias] != (sw[0],):
-            raise InputError(f"{out.name} = linear(...): bias {bias.name} has shape "
-                             f"{shapes[bias]}, expected ({sw[0]},)")
+            raise InputError(
+                f"{out.name} = linear(...): bias {bias.name} has shape "
+                f"{shapes[bias]}, expected ({sw[0]},)"
+            )
     return (*sx[:-1], sw[0])
 
 
@@ -127,8 +148,7 @@ def _batch_shape(sa: tuple, sb: tuple, axa: tuple, axb: tuple, name: str) -> tup
         elif axb[i].is_broadcast or sa[i] == sb[i]:
             out.append(sa[i])
         else:
-            raise InputError(f"{name} = matmul(...): batch axis {i} has sizes {sa[i]} and "
-                             f"{sb[i]}")
+            raise InputError(f"{name} = matmul(...): batch axis {i} has sizes {sa[i]} and {sb[i]}")
     return tuple(out)
 
 

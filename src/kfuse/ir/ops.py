@@ -39,9 +39,11 @@ class OpInfo:
 
 def _table() -> dict[str, OpInfo]:
     rows: list[OpInfo] = []
-    for name in ("exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin "
-                 "acos atan sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu "
-                 "gelu_tanh").split():
+    for name in (
+        "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin "
+        "acos atan sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu "
+        "gelu_tanh"
+    ).split():
         rows.append(OpInfo(name, 1, "float_math", "same"))
     rows.append(OpInfo("abs", 1, "arith", "same", accepts_bool=False))
     rows.append(OpInfo("neg", 1, "arith", "same", accepts_bool=False))

@@ -75,8 +75,9 @@ def _call(expr: Expr) -> str:
     if isinstance(expr, ReshapeOp):
         return f"fd.ops.reshape({a[0]}, new_shape={_extent_list(expr.shape)})"
     if isinstance(expr, ReductionOp):
-        return (f"fd.ops.{expr.op}({a[0]}, dims={list(expr.dims)}, keepdim=False, "
-                f"dtype={expr.dtype!r})")
+        return (
+            f"fd.ops.{expr.op}({a[0]}, dims={list(expr.dims)}, keepdim=False, dtype={expr.dtype!r})"
+        )
     if isinstance(expr, WelfordOp):
         return f"fd.ops.welford({a[0]}, dims={list(expr.dims)})"
     if isinstance(expr, SizeOp):

@@ -32,6 +32,7 @@ def _safe(fn: Callable[..., float]) -> Callable[..., float]:
             return math.nan
         except OverflowError:
             return math.inf
+
     return wrapped
 
 
@@ -42,7 +43,7 @@ def _sign(a: Any) -> Any:
 
 
 def _gelu_tanh(a: float) -> float:
-    return 0.5 * a * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a ** 3)))
+    return 0.5 * a * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a**3)))
 
 
 def _fmod(a: Any, b: Any) -> Any:
@@ -74,35 +75,69 @@ def _nan_min(a: Any, b: Any) -> Any:
 
 _S = _safe
 SCALAR_OPS: dict[str, Callable[..., Any]] = {
-    "abs": abs, "neg": lambda a: -a, "exp": _S(math.exp), "exp2": _S(lambda a: 2.0 ** a),
-    "expm1": _S(math.expm1), "log": _S(math.log), "log2": _S(math.log2),
-    "log10": _S(math.log10), "log1p": _S(math.log1p), "sqrt": _S(math.sqrt),
-    "rsqrt": _S(lambda a: _div(1.0, math.sqrt(a))), "reciprocal": lambda a: _div(1.0, a),
-    "sin": _S(math.sin), "cos": _S(math.cos), "tan": _S(math.tan), "asin": _S(math.asin),
-    "acos": _S(math.acos), "atan": math.atan, "sinh": _S(math.sinh), "cosh": _S(math.cosh),
-    "tanh": math.tanh, "asinh": math.asinh, "acosh": _S(math.acosh), "atanh": _S(math.atanh),
-    "erf": math.erf, "erfc": math.erfc,
-    "sigmoid": _S(lambda a: 1.0 / (1.0 + math.exp(-a)) if a >= 0 else
-                  math.exp(a) / (1.0 + math.exp(a))),
+    "abs": abs,
+    "neg": lambda a: -a,
+    "exp": _S(math.exp),
+    "exp2": _S(lambda a: 2.0**a),
+    "expm1": _S(math.expm1),
+    "log": _S(math.log),
+    "log2": _S(math.log2),
+    "log10": _S(math.log10),
+    "log1p": _S(math.log1p),
+    "sqrt": _S(math.sqrt),
+    "rsqrt": _S(lambda a: _div(1.0, math.sqrt(a))),
+    "reciprocal": lambda a: _div(1.0, a),
+    "sin": _S(math.sin),
+    "cos": _S(math.cos),
+    "tan": _S(math.tan),
+    "asin": _S(math.asin),
+    "acos": _S(math.acos),
+    "atan": math.atan,
+    "sinh": _S(math.sinh),
+    "cosh": _S(math.cosh),
+    "tanh": math.tanh,
+    "asinh": math.asinh,
+    "acosh": _S(math.acosh),
+    "atanh": _S(math.atanh),
+    "erf": math.erf,
+    "erfc": math.erfc,
+    "sigmoid": _S(
+        lambda a: 1.0 / (1.0 + math.exp(-a)) if a >= 0 else math.exp(a) / (1.0 + math.exp(a))
+    ),
     "silu": _S(lambda a: a / (1.0 + math.exp(-a)) if a >= -700 else 0.0 * a),
     "gelu": lambda a: 0.5 * a * (1.0 + math.erf(a / math.sqrt(2.0))),
-    "gelu_tanh": _S(_gelu_tanh), "relu": lambda a: a if a > 0 else a * 0,
+    "gelu_tanh": _S(_gelu_tanh),
+    "relu": lambda a: a if a > 0 else a * 0,
     "floor": lambda a: float(math.floor(a)) if isinstance(a, float) and math.isfinite(a) else a,
     "ceil": lambda a: float(math.ceil(a)) if isinstance(a, float) and math.isfinite(a) else a,
     "round": lambda a: float(round(a)) if isinstance(a, float) and math.isfinite(a) else a,
     "trunc": lambda a: float(math.trunc(a)) if isinstance(a, float) and math.isfinite(a) else a,
-    "sign": _sign, "isnan": lambda a: isinstance(a, float) and math.isnan(a),
+    "sign": _sign,
+    "isnan": lambda a: isinstance(a, float) and math.isnan(a),
     "isinf": lambda a: isinstance(a, float) and math.isinf(a),
     "isfinite": lambda a: not isinstance(a, float) or math.isfinite(a),
-    "logical_not": lambda a: not a, "bitwise_not": lambda a: (not a) if isinstance(a, bool)
-    else ~a,
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": _div, "fmod": _fmod, "remainder": _remainder, "pow": _S(lambda a, b: a ** b),
-    "atan2": math.atan2, "maximum": _nan_max, "minimum": _nan_min,
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "logical_and": lambda a, b: bool(a) and bool(b), "logical_or": lambda a, b: bool(a) or bool(b),
-    "bitwise_and": lambda a, b: a & b, "bitwise_or": lambda a, b: a | b,
+    "logical_not": lambda a: not a,
+    "bitwise_not": lambda a: (not a) if isinstance(a, bool) else ~a,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": _div,
+    "fmod": _fmod,
+    "remainder": _remainder,
+    "pow": _S(lambda a, b: a**b),
+    "atan2": math.atan2,
+    "maximum": _nan_max,
+    "minimum": _nan_min,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "logical_and": lambda a, b: bool(a) and bool(b),
+    "logical_or": lambda a, b: bool(a) or bool(b),
+    "bitwise_and": lambda a, b: a & b,
+    "bitwise_or": lambda a, b: a | b,
     "bitwise_xor": lambda a, b: a ^ b,
     "where": lambda c, a, b: a if c else b,
     "clamp": lambda x, lo, hi: _nan_min(_nan_max(x, lo), hi),
@@ -132,6 +167,7 @@ def to_python(value: Any, dtype: DataType) -> Any:
         import numpy as np
 
         from kfuse.dtypes import round_to_bfloat16
+
         if dtype is DataType.Half:
             return float(np.float16(value))
         return float(round_to_bfloat16(np.float32(value)))

@@ -54,15 +54,20 @@ def infer_shapes(fusion: Any, inputs: list[Any]) -> dict[Val, Any]:
             if shape is None:
                 raise InputError(f"{where} must be an array or a shape, got {type(arg).__name__}")
             if len(shape) != val.ndim:
-                raise InputError(f"{where} was defined with rank {val.ndim} but has shape "
-                                 f"{shape} (rank {len(shape)})")
+                raise InputError(
+                    f"{where} was defined with rank {val.ndim} but has shape "
+                    f"{shape} (rank {len(shape)})"
+                )
             for i, (axis, n) in enumerate(zip(val.axes, shape, strict=False)):
                 if axis.is_broadcast and n != 1:
-                    raise InputError(f"{where} axis {i} was defined as a broadcast axis (size 1)"
-                                     f" but has size {n}")
+                    raise InputError(
+                        f"{where} axis {i} was defined as a broadcast axis (size 1)"
+                        f" but has size {n}"
+                    )
                 if axis.extent is not None and n != axis.extent:
-                    raise InputError(f"{where} axis {i} was defined with size {axis.extent} but "
-                                     f"has size {n}")
+                    raise InputError(
+                        f"{where} axis {i} was defined with size {axis.extent} but has size {n}"
+                    )
             shapes[val] = shape
             origins[val] = [_Origin(f"{where} axis {i}") for i in range(val.ndim)]
         else:
@@ -97,8 +102,10 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         shapes[out], origins[out] = _pointwise(expr, shapes, origins)
     elif isinstance(expr, BroadcastOp):
         it = iter(zip(shape, orig, strict=False))
-        pairs = [(1, _Origin(f"broadcast axis of {out.name}")) if new else next(it)
-                 for new in expr.is_new_axis]
+        pairs = [
+            (1, _Origin(f"broadcast axis of {out.name}")) if new else next(it)
+            for new in expr.is_new_axis
+        ]
         shapes[out] = tuple(p[0] for p in pairs)
         origins[out] = [p[1] for p in pairs]
     elif isinstance(expr, ExpandOp):
@@ -108,14 +115,17 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
                 continue
             n = _value(ext, shapes)
             if n is None or int(n) < 0:
-                raise InputError(f"{out.name} = expand(...): extent {ext.name} of axis {i} is "
-                                 f"{n}, not a size")
+                raise InputError(
+                    f"{out.name} = expand(...): extent {ext.name} of axis {i} is {n}, not a size"
+                )
             if not cast(TensorView, tv).axes[i].is_broadcast:
                 # Only broadcast axes expand; the size asked of any other must be its size.
                 if int(n) != shape[i]:
                     asked = str(int(n)) if ext.is_constant else f"{_named(ext)} = {int(n)}"
-                    raise InputError(f"{out.name} = expand({tv.name}, ...): {orig[i].text} has "
-                                     f"size {shape[i]}, but axis {i} was asked to be {asked}")
+                    raise InputError(
+                        f"{out.name} = expand({tv.name}, ...): {orig[i].text} has "
+                        f"size {shape[i]}, but axis {i} was asked to be {asked}"
+                    )
                 continue
             new_shape[i] = int(n)
             new_orig[i] = _Origin(f"expand extent {ext} of {out.name} axis {i}")
@@ -144,8 +154,9 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         raise InputError(f"shape inference does not know {type(expr).__name__}")
 
 
-def _pointwise(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
-               ) -> tuple[tuple[int, ...], list[_Origin]]:
+def _pointwise(
+    expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
+) -> tuple[tuple[int, ...], list[_Origin]]:
     out = cast(TensorView, expr.outputs[0])
     result: list[int] = [1] * out.ndim
     res_orig: list[_Origin | None] = [None] * out.ndim
@@ -162,13 +173,13 @@ def _pointwise(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Orig
             elif n != result[i]:
                 raise InputError(
                     f"{first.text} has size {result[i]} but {origins[operand][i].text} "
-                    f"has size {n}; they meet in {out.name} = {expr._math()}")
+                    f"has size {n}; they meet in {out.name} = {expr._math()}"
+                )
     final = [o if o is not None else _Origin(f"broadcast axis of {out.name}") for o in res_orig]
     return tuple(result), final
 
 
-def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]
-             ) -> tuple[int, ...]:
+def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]) -> tuple[int, ...]:
     out = cast(TensorView, expr.outputs[0])
     total = math.prod(shape)
     entries = [_value(s, shapes) for s in expr.shape]
@@ -178,12 +189,16 @@ def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]
     known = math.prod(e for e in entries if e != -1)
     if -1 in entries:
         if known == 0 or total % known:
-            raise InputError(f"reshape of {expr.inputs[0].name} with shape {shape} "
-                             f"({total} elements) to {entries}: the sizes do not divide")
+            raise InputError(
+                f"reshape of {expr.inputs[0].name} with shape {shape} "
+                f"({total} elements) to {entries}: the sizes do not divide"
+            )
         entries[entries.index(-1)] = total // known
     elif known != total:
-        raise InputError(f"reshape of {expr.inputs[0].name} with shape {shape} ({total} "
-                         f"elements) to {tuple(entries)} ({known} elements)")
+        raise InputError(
+            f"reshape of {expr.inputs[0].name} with shape {shape} ({total} "
+            f"elements) to {tuple(entries)} ({known} elements)"
+        )
     for i, (axis, n) in enumerate(zip(out.axes, entries, strict=False)):
         if axis.is_broadcast and n != 1:
             raise InputError(f"reshape to {out.name}: axis {i} must be 1, got {n}")

@@ -40,8 +40,15 @@ class Val:
 
     __slots__ = ("name", "dtype", "definition", "is_input", "owner", "serial", "__weakref__")
 
-    def __init__(self, name: str, dtype: DataType, *, is_input: bool = False,
-                 owner: Any = None, serial: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        dtype: DataType,
+        *,
+        is_input: bool = False,
+        owner: Any = None,
+        serial: int = 0,
+    ) -> None:
         self.name = name
         self.dtype = dtype
         self.definition: Expr | None = None
@@ -59,31 +66,80 @@ class Val:
         return self.owner.ops
 
     # Python operators. Reflected forms swap operands so `2.0 - x` is sub(2.0, x).
-    def __add__(self, o: Any) -> Val: return self.uses_ops.add(self, o)
-    def __radd__(self, o: Any) -> Val: return self.uses_ops.add(o, self)
-    def __sub__(self, o: Any) -> Val: return self.uses_ops.sub(self, o)
-    def __rsub__(self, o: Any) -> Val: return self.uses_ops.sub(o, self)
-    def __mul__(self, o: Any) -> Val: return self.uses_ops.mul(self, o)
-    def __rmul__(self, o: Any) -> Val: return self.uses_ops.mul(o, self)
-    def __truediv__(self, o: Any) -> Val: return self.uses_ops.div(self, o)
-    def __rtruediv__(self, o: Any) -> Val: return self.uses_ops.div(o, self)
-    def __mod__(self, o: Any) -> Val: return self.uses_ops.remainder(self, o)
-    def __rmod__(self, o: Any) -> Val: return self.uses_ops.remainder(o, self)
-    def __pow__(self, o: Any) -> Val: return self.uses_ops.pow(self, o)
-    def __rpow__(self, o: Any) -> Val: return self.uses_ops.pow(o, self)
-    def __and__(self, o: Any) -> Val: return self.uses_ops.bitwise_and(self, o)
-    def __rand__(self, o: Any) -> Val: return self.uses_ops.bitwise_and(o, self)
-    def __or__(self, o: Any) -> Val: return self.uses_ops.bitwise_or(self, o)
-    def __ror__(self, o: Any) -> Val: return self.uses_ops.bitwise_or(o, self)
-    def __xor__(self, o: Any) -> Val: return self.uses_ops.bitwise_xor(self, o)
-    def __rxor__(self, o: Any) -> Val: return self.uses_ops.bitwise_xor(o, self)
-    def __lt__(self, o: Any) -> Val: return self.uses_ops.lt(self, o)
-    def __le__(self, o: Any) -> Val: return self.uses_ops.le(self, o)
-    def __gt__(self, o: Any) -> Val: return self.uses_ops.gt(self, o)
-    def __ge__(self, o: Any) -> Val: return self.uses_ops.ge(self, o)
-    def __neg__(self) -> Val: return self.uses_ops.neg(self)
-    def __abs__(self) -> Val: return self.uses_ops.abs(self)
-    def __invert__(self) -> Val: return self.uses_ops.bitwise_not(self)
+    def __add__(self, o: Any) -> Val:
+        return self.uses_ops.add(self, o)
+
+    def __radd__(self, o: Any) -> Val:
+        return self.uses_ops.add(o, self)
+
+    def __sub__(self, o: Any) -> Val:
+        return self.uses_ops.sub(self, o)
+
+    def __rsub__(self, o: Any) -> Val:
+        return self.uses_ops.sub(o, self)
+
+    def __mul__(self, o: Any) -> Val:
+        return self.uses_ops.mul(self, o)
+
+    def __rmul__(self, o: Any) -> Val:
+        return self.uses_ops.mul(o, self)
+
+    def __truediv__(self, o: Any) -> Val:
+        return self.uses_ops.div(self, o)
+
+    def __rtruediv__(self, o: Any) -> Val:
+        return self.uses_ops.div(o, self)
+
+    def __mod__(self, o: Any) -> Val:
+        return self.uses_ops.remainder(self, o)
+
+    def __rmod__(self, o: Any) -> Val:
+        return self.uses_ops.remainder(o, self)
+
+    def __pow__(self, o: Any) -> Val:
+        return self.uses_ops.pow(self, o)
+
+    def __rpow__(self, o: Any) -> Val:
+        return self.uses_ops.pow(o, self)
+
+    def __and__(self, o: Any) -> Val:
+        return self.uses_ops.bitwise_and(self, o)
+
+    def __rand__(self, o: Any) -> Val:
+        return self.uses_ops.bitwise_and(o, self)
+
+    def __or__(self, o: Any) -> Val:
+        return self.uses_ops.bitwise_or(self, o)
+
+    def __ror__(self, o: Any) -> Val:
+        return self.uses_ops.bitwise_or(o, self)
+
+    def __xor__(self, o: Any) -> Val:
+        return self.uses_ops.bitwise_xor(self, o)
+
+    def __rxor__(self, o: Any) -> Val:
+        return self.uses_ops.bitwise_xor(o, self)
+
+    def __lt__(self, o: Any) -> Val:
+        return self.uses_ops.lt(self, o)
+
+    def __le__(self, o: Any) -> Val:
+        return self.uses_ops.le(self, o)
+
+    def __gt__(self, o: Any) -> Val:
+        return self.uses_ops.gt(self, o)
+
+    def __ge__(self, o: Any) -> Val:
+        return self.uses_ops.ge(self, o)
+
+    def __neg__(self) -> Val:
+        return self.uses_ops.neg(self)
+
+    def __abs__(self) -> Val:
+        return self.uses_ops.abs(self)
+
+    def __invert__(self) -> Val:
+        return self.uses_ops.bitwise_not(self)
 
     __hash__ = object.__hash__
 

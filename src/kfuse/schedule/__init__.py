@@ -17,15 +17,21 @@ from kfuse.runtime_info import RuntimeInfo, build_runtime_info
 from kfuse.schedule.registry import SCHEDULERS, scheduler_for
 from kfuse.schedule.types import Rejection, SchedulerType
 
-__all__ = ["SchedulerType", "can_schedule", "find_compatible_schedulers", "compute_heuristics",
-           "rejection_reason"]
+__all__ = [
+    "SchedulerType",
+    "can_schedule",
+    "find_compatible_schedulers",
+    "compute_heuristics",
+    "rejection_reason",
+]
 
 
 def _fusion_of(fusion_or_fd: Any) -> Fusion:
     fusion = getattr(fusion_or_fd, "fusion", fusion_or_fd)
     if not isinstance(fusion, Fusion):
-        raise SchedulerError(f"expected a Fusion or FusionDefinition, got "
-                             f"{type(fusion_or_fd).__name__}")
+        raise SchedulerError(
+            f"expected a Fusion or FusionDefinition, got {type(fusion_or_fd).__name__}"
+        )
     return fusion
 
 
@@ -35,8 +41,10 @@ def resolve_scheduler(scheduler_type: Any) -> Any:
     try:
         kind = SchedulerType(getattr(scheduler_type, "value", scheduler_type))
     except (ValueError, TypeError):
-        raise SchedulerError(f"unknown scheduler type {scheduler_type!r}; the types are "
-                             f"{', '.join(t.value for t in SchedulerType)}") from None
+        raise SchedulerError(
+            f"unknown scheduler type {scheduler_type!r}; the types are "
+            f"{', '.join(t.value for t in SchedulerType)}"
+        ) from None
     if kind is SchedulerType.none:
         raise SchedulerError("Scheduler none rejected: 'none' is not a scheduler")
     return scheduler_for(kind)
@@ -55,8 +63,10 @@ def rejection_reason(scheduler: Any, fusion: Fusion, info: RuntimeInfo | None) -
     if scheduler.scheduler_type not in (SchedulerType.expr_eval, SchedulerType.no_op):
         lib = library_expr(fusion)
         if lib is not None:
-            return (f"Scheduler {name} rejected: fusion has {describe_library_expr(lib)}, "
-                    "which runs through a library (expr_eval), not generated code")
+            return (
+                f"Scheduler {name} rejected: fusion has {describe_library_expr(lib)}, "
+                "which runs through a library (expr_eval), not generated code"
+            )
     try:
         scheduler.check(fusion, info)
     except (Rejection, UnsupportedExpr) as exc:
@@ -64,8 +74,7 @@ def rejection_reason(scheduler: Any, fusion: Fusion, info: RuntimeInfo | None) -
     return None
 
 
-def can_schedule(fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]
-                 ) -> tuple[bool, str]:
+def can_schedule(fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]) -> tuple[bool, str]:
     """(True, "") when the scheduler takes the fusion for these inputs, else (False, reason).
 
     Never raises for a valid fusion: bad inputs and unknown schedulers come back as reasons.

@@ -28,7 +28,7 @@ def library_expr(fusion: Fusion) -> Expr | None:
 
 
 def describe_library_expr(expr: Expr) -> str:
-    """"a matmul (T3)" for rejection messages."""
+    """ "a matmul (T3)" for rejection messages."""
     kind = "matmul" if isinstance(expr, MatmulOp) else "linear"
     return f"a {kind} ({expr.outputs[0].name})"
 
@@ -41,21 +41,25 @@ class ExprEvalScheduler:
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         tensor_exprs = [e for e in fusion.exprs if isinstance(e.outputs[0], TensorView)]
         if not any(isinstance(e, EVALUATED_EXPRS) for e in tensor_exprs):
-            raise Rejection("fusion has no op that runs through a library (matmul, linear, "
-                            "reshape)")
+            raise Rejection(
+                "fusion has no op that runs through a library (matmul, linear, reshape)"
+            )
         for e in tensor_exprs:
             if not isinstance(e, (*EVALUATED_EXPRS, CastOp)):
-                raise Rejection(f"{e.outputs[0].name} = {e._math()} is generated work; "
-                                "expr_eval takes only library ops (matmul, linear, reshape) "
-                                "and casts")
+                raise Rejection(
+                    f"{e.outputs[0].name} = {e._math()} is generated work; "
+                    "expr_eval takes only library ops (matmul, linear, reshape) "
+                    "and casts"
+                )
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import HeuristicParams
 
         return HeuristicParams("expr_eval")
 
-    def runner(self, fusion: Fusion, info: RuntimeInfo, params: Any
-               ) -> Callable[[RuntimeInfo, int | None], list[Any]]:
+    def runner(
+        self, fusion: Fusion, info: RuntimeInfo, params: Any
+    ) -> Callable[[RuntimeInfo, int | None], list[Any]]:
         """The callable the executor runs instead of kernel launches."""
         return lambda call_info, stream: run_expr_eval(fusion, call_info, stream)
 
@@ -88,8 +92,7 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
         for out in fusion.outputs:
             value = env[id(out)]
             # Outputs are new arrays: copy views of inputs and repeated outputs.
-            results.append(value if id(out) in fresh and id(out) not in seen
-                           else ops.copy(value))
+            results.append(value if id(out) in fresh and id(out) not in seen else ops.copy(value))
             seen.add(id(out))
     return results
 
@@ -169,5 +172,8 @@ def _cupy_ops() -> _NumpyLikeOps:
     return _NumpyLikeOps(cupy)
 
 
-_FRAMEWORK_OPS: dict[str, Callable[[], Any]] = {"torch": _TorchOps, "numpy": _numpy_ops,
-                                                "cupy": _cupy_ops}
+_FRAMEWORK_OPS: dict[str, Callable[[], Any]] = {
+    "torch": _TorchOps,
+    "numpy": _numpy_ops,
+    "cupy": _cupy_ops,
+}

@@ -75,12 +75,19 @@ def held_bytes_per_element(plan: ReductionPlan, layout: ReductionLayout) -> int:
     """Bytes one row element costs to hold: every loop input a reduction reads that is not
     broadcast along the row (weights and biases are streamed, not held)."""
     streamed = streamed_inputs(plan)
-    return sum(u.val.dtype.itemsize for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
-               if op.red_stride != 0 and i not in streamed) or 1
+    return (
+        sum(
+            u.val.dtype.itemsize
+            for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
+            if op.red_stride != 0 and i not in streamed
+        )
+        or 1
+    )
 
 
-def kept_stages(plan: ReductionPlan, layout: ReductionLayout, batch: int, held_batch: int,
-                vector: int) -> tuple[int, ...]:
+def kept_stages(
+    plan: ReductionPlan, layout: ReductionLayout, batch: int, held_batch: int, vector: int
+) -> tuple[int, ...]:
     """The keepable stage values (softmax's exponentials) when they fit in registers next
     to the held part of the row: recomputing them costs the transcendental again for every
     element. They are kept for every slot, held or reloaded."""
@@ -102,23 +109,30 @@ class InnerPersistentScheduler:
         except PlanError as exc:
             raise Rejection(str(exc)) from None
         if not plan.needs_persistence:
-            raise Rejection("no value needs the un-reduced input after a reduction; the "
-                            "reduction scheduler takes this fusion")
+            raise Rejection(
+                "no value needs the un-reduced input after a reduction; the "
+                "reduction scheduler takes this fusion"
+            )
         if info is None:
             return
         try:
             layout = reduction_layout(plan, info)
         except PlanError as exc:
             raise Rejection(str(exc)) from None
-        if layout.n_rows > 1 and layout.red_size > 1 and layout.loop and \
-                not any(op.red_stride == 1 for op in layout.loop) and \
-                any(op.strides[-2] == 1 for op in layout.loop):
-            raise Rejection("the reduced axis is not the innermost in memory (an outer "
-                            "normalization: outer_persistent's job)")
+        if (
+            layout.n_rows > 1
+            and layout.red_size > 1
+            and layout.loop
+            and not any(op.red_stride == 1 for op in layout.loop)
+            and any(op.strides[-2] == 1 for op in layout.loop)
+        ):
+            raise Rejection(
+                "the reduced axis is not the innermost in memory (an outer "
+                "normalization: outer_persistent's job)"
+            )
         _choose(plan, layout, info.device, clusters_supported(info))  # Rejection: not held
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
-                 ) -> list[Any]:
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
         """The kernel launches `params` compile to for this call."""
         return persistent_launches(fusion, info, params, compiler)
 
@@ -128,7 +142,8 @@ class InnerPersistentScheduler:
         plan = plan_reductions(fusion)
         layout = reduction_layout(plan, info)
         vector, block_x, batch, in_smem, reload, cluster = _choose(
-            plan, layout, info.device, clusters_supported(info))
+            plan, layout, info.device, clusters_supported(info)
+        )
         n_rows = layout.n_rows
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
         params = ReductionParams("inner_persistent")
@@ -154,8 +169,9 @@ def clusters_supported(info: RuntimeInfo) -> bool:
     return info.backend == CUDA and info.device.major >= 9
 
 
-def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool
-            ) -> tuple[int, int, int, bool, int, int]:
+def _choose(
+    plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool
+) -> tuple[int, int, int, bool, int, int]:
     """(vector, threads per row, batch, held in shared memory, reload, cluster size) for this
     row; Rejection when it can be held neither in registers nor in shared memory."""
     n_red = layout.red_size
@@ -170,14 +186,19 @@ def _choose(plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters:
     batch = -(-vecs // block_x)
     words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
     if batch > MAX_BATCH or words > MAX_HELD_WORDS:
-        raise Rejection(f"a row of {n_red} elements is too long to hold: with {block_x} threads "
-                        f"per row it needs {batch} loads of {vector} element(s) per thread (at "
-                        f"most {MAX_BATCH}) and {words} registers of held values (at most "
-                        f"{MAX_HELD_WORDS}), and in shared memory its reloaded part would take "
-                        f"more than 1/{L2_SPILL_SHARE} of L2"
-                        + (f", even split over a cluster of {CLUSTER_SIZE} blocks" if clusters
-                           else " (and this target has no thread-block clusters)")
-                        + "; rows this long are not held persistently")
+        raise Rejection(
+            f"a row of {n_red} elements is too long to hold: with {block_x} threads "
+            f"per row it needs {batch} loads of {vector} element(s) per thread (at "
+            f"most {MAX_BATCH}) and {words} registers of held values (at most "
+            f"{MAX_HELD_WORDS}), and in shared memory its reloaded part would take "
+            f"more than 1/{L2_SPILL_SHARE} of L2"
+            + (
+                f", even split over a cluster of {CLUSTER_SIZE} blocks"
+                if clusters
+                else " (and this target has no thread-block clusters)"
+            )
+            + "; rows this long are not held persistently"
+        )
     return vector, block_x, batch, False, 0, 1
 
 
@@ -191,8 +212,14 @@ L2_SPILL_SHARE = 2
 """At most 1/L2_SPILL_SHARE of L2 goes to the reloaded parts of the rows in flight."""
 
 
-def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, block_x: int,
-                 device: Any, clusters: bool) -> tuple[int, int, int, int] | None:
+def _smem_layout(
+    plan: ReductionPlan,
+    layout: ReductionLayout,
+    vector: int,
+    block_x: int,
+    device: Any,
+    clusters: bool,
+) -> tuple[int, int, int, int] | None:
     """(threads per row, batch, reload, cluster size) holding the row in shared memory instead
     of registers, or None.
 
@@ -221,15 +248,19 @@ def _smem_layout(plan: ReductionPlan, layout: ReductionLayout, vector: int, bloc
     one = _held_in_shared_memory(vecs, slot_bytes, device, MAX_ROW_THREADS)
     if one is not None and (one[3] == MIN_ROWS_PER_SM or one[2] == 0 or not clusters):
         return (*one[:3], 1)
-    split = (_held_in_shared_memory(-(-vecs // CLUSTER_SIZE), slot_bytes, device,
-                                    CLUSTER_THREADS_PER_SM) if clusters else None)
+    split = (
+        _held_in_shared_memory(-(-vecs // CLUSTER_SIZE), slot_bytes, device, CLUSTER_THREADS_PER_SM)
+        if clusters
+        else None
+    )
     if split is not None:
         return (*split[:3], CLUSTER_SIZE)
     return None if one is None else (*one[:3], 1)
 
 
-def _held_in_shared_memory(vecs: int, slot_bytes: int, device: Any, threads_per_sm: int
-                           ) -> tuple[int, int, int, int] | None:
+def _held_in_shared_memory(
+    vecs: int, slot_bytes: int, device: Any, threads_per_sm: int
+) -> tuple[int, int, int, int] | None:
     """(threads, batch, reload, blocks per SM) of blocks that each hold `vecs` vectors of a row
     (all of it, or a cluster block's part) in shared memory, whole or in part (see
     _smem_layout), with at most threads_per_sm threads an SM; or None."""
@@ -262,8 +293,9 @@ threads 51%, 1024 48%, 256 47%, while two blocks of 256 an SM holding 27/32 of t
 reached 65%."""
 
 
-def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any,
-                    clusters: bool = False) -> ReductionKernelSpec:
+def persistent_spec(
+    plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any, clusters: bool = False
+) -> ReductionKernelSpec:
     """The compile-time description of persistent `params` for this call's layout; clusters:
     whether the target runs thread-block clusters (clusters_supported)."""
     if not bool(params.persistent):
@@ -278,26 +310,35 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
     bx = _int(params, "block_x")
     reload = _int(params, "reload_batch_size")
     if not 0 <= reload <= batch:
-        raise SchedulerError(f"ReductionParams.reload_batch_size = {reload} must be between 0 "
-                             f"and persistent_batch_size ({batch})")
+        raise SchedulerError(
+            f"ReductionParams.reload_batch_size = {reload} must be between 0 "
+            f"and persistent_batch_size ({batch})"
+        )
     cluster = _int(params, "cluster_size")
     if not 1 <= cluster <= CLUSTER_SIZE:
-        raise SchedulerError(f"ReductionParams.cluster_size = {cluster} must be between 1 "
-                             f"and {CLUSTER_SIZE}")
+        raise SchedulerError(
+            f"ReductionParams.cluster_size = {cluster} must be between 1 and {CLUSTER_SIZE}"
+        )
     if cluster != 1:
         if not clusters:
-            raise SchedulerError(f"ReductionParams.cluster_size = {cluster}: thread-block "
-                                 "clusters need a GPU of compute capability 9.0 or later (the "
-                                 "host emulator has none); use 1")
+            raise SchedulerError(
+                f"ReductionParams.cluster_size = {cluster}: thread-block "
+                "clusters need a GPU of compute capability 9.0 or later (the "
+                "host emulator has none); use 1"
+            )
         if _int(params, "block_y") != 1 or _int(params, "grid_x") % cluster:
-            raise SchedulerError(f"ReductionParams.cluster_size = {cluster} needs block_y = 1 "
-                                 f"and grid_x a multiple of it (got {params.block_y} and "
-                                 f"{params.grid_x})")
+            raise SchedulerError(
+                f"ReductionParams.cluster_size = {cluster} needs block_y = 1 "
+                f"and grid_x a multiple of it (got {params.block_y} and "
+                f"{params.grid_x})"
+            )
     if bx * batch * vector * cluster < layout.red_size:
-        raise SchedulerError(f"ReductionParams hold block_x * persistent_batch_size * "
-                             f"vectorize_reduction * cluster_size = {bx} * {batch} * {vector} * "
-                             f"{cluster} elements per row, fewer than the row's "
-                             f"{layout.red_size}")
+        raise SchedulerError(
+            f"ReductionParams hold block_x * persistent_batch_size * "
+            f"vectorize_reduction * cluster_size = {bx} * {batch} * {vector} * "
+            f"{cluster} elements per row, fewer than the row's "
+            f"{layout.red_size}"
+        )
     axis = layout.rank - 1
 
     def kind(op: Any) -> str:
@@ -305,32 +346,46 @@ def persistent_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, d
             return BCAST
         return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
 
-    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) \
-        else "int"
-    out_kinds = tuple(STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
-                      for k in plan.loop_outputs)
+    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) else "int"
+    out_kinds = tuple(
+        STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
+        for k in plan.loop_outputs
+    )
     in_smem = bool(params.smem_persistent)
-    spec = ReductionKernelSpec("persistent", layout.rank, vector, batch, bx,
-                               _int(params, "block_y"), 1, index,
-                               tuple(kind(op) for op in layout.loop), out_kinds,
-                               exact=layout.red_size % vector == 0,
-                               kept=() if in_smem else kept_stages(plan, layout, batch,
-                                                                   batch - reload, vector),
-                               smem_held=in_smem, reload=reload, cluster=cluster)
+    spec = ReductionKernelSpec(
+        "persistent",
+        layout.rank,
+        vector,
+        batch,
+        bx,
+        _int(params, "block_y"),
+        1,
+        index,
+        tuple(kind(op) for op in layout.loop),
+        out_kinds,
+        exact=layout.red_size % vector == 0,
+        kept=() if in_smem else kept_stages(plan, layout, batch, batch - reload, vector),
+        smem_held=in_smem,
+        reload=reload,
+        cluster=cluster,
+    )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
-        raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
-                             f"memory (limit {STATIC_SMEM_LIMIT})")
+        raise SchedulerError(
+            f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
+            f"memory (limit {STATIC_SMEM_LIMIT})"
+        )
     total = smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
     if total > device.shared_mem_per_block_optin:
-        raise SchedulerError(f"ReductionParams hold {smem_bytes_held(plan, spec)} bytes of rows "
-                             f"in shared memory per block; with the reductions' "
-                             f"{smem_bytes(plan, spec)} that exceeds the device's "
-                             f"{device.shared_mem_per_block_optin} bytes per block")
+        raise SchedulerError(
+            f"ReductionParams hold {smem_bytes_held(plan, spec)} bytes of rows "
+            f"in shared memory per block; with the reductions' "
+            f"{smem_bytes(plan, spec)} that exceeds the device's "
+            f"{device.shared_mem_per_block_optin} bytes per block"
+        )
     return spec
 
 
-def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any
-                        ) -> list[Any]:
+def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any) -> list[Any]:
     """Compile (or fetch) the persistent kernel for `params` and describe its launch."""
     from kfuse.launch import KernelLaunch
 
@@ -343,5 +398,14 @@ def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend:
     source, name = emit_persistent(plan, spec)
     ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
     grid = (_int(params, "grid_x"), 1, 1)
-    return [KernelLaunch(backend.compile(source, name, info), grid, (spec.block_x, spec.block_y, 1),
-                         smem_bytes_held(plan, spec), ops, "inner_persistent", source)]
+    return [
+        KernelLaunch(
+            backend.compile(source, name, info),
+            grid,
+            (spec.block_x, spec.block_y, 1),
+            smem_bytes_held(plan, spec),
+            ops,
+            "inner_persistent",
+            source,
+        )
+    ]

@@ -34,7 +34,7 @@ from kfuse.runtime_info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_GRID_Y = 65535
-MAX_GRID_X = 2 ** 31 - 1
+MAX_GRID_X = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,15 @@ class PointwiseScheduler:
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         for expr in fusion.exprs:
             if isinstance(expr, (ReductionOp, WelfordOp)):
-                raise Rejection(f"fusion has a reduction ({_describe(expr)}); pointwise "
-                                "kernels compute each output element independently")
+                raise Rejection(
+                    f"fusion has a reduction ({_describe(expr)}); pointwise "
+                    "kernels compute each output element independently"
+                )
             if isinstance(expr, ReshapeOp):
-                raise Rejection(f"fusion has a reshape ({expr.outputs[0].name}), which the "
-                                "pointwise kernel does not generate")
+                raise Rejection(
+                    f"fusion has a reshape ({expr.outputs[0].name}), which the "
+                    "pointwise kernel does not generate"
+                )
         try:
             plan = plan_pointwise(fusion)
         except UnsupportedExpr as exc:
@@ -89,11 +93,12 @@ class PointwiseScheduler:
             # A smaller output would be written by every thread that maps to it: correct but
             # wasteful, so such fusions are left to the segmenter (one kernel per shape).
             if info.shape(out) != ref_shape:
-                raise Rejection(f"outputs have different shapes ({out.name} is "
-                                f"{info.shape(out)}, {plan.reference.name} is {ref_shape})")
+                raise Rejection(
+                    f"outputs have different shapes ({out.name} is "
+                    f"{info.shape(out)}, {plan.reference.name} is {ref_shape})"
+                )
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
-                 ) -> list[Any]:
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
         """The kernel launches `params` compile to for this call."""
         return [pointwise_launch(fusion, info, params, compiler)]
 
@@ -129,25 +134,39 @@ class PointwiseScheduler:
         params.split_grid_y = grid_y_needed > MAX_GRID_Y
         params.lparams.grid_x, params.lparams.grid_y = params.grid_x, params.grid_y
         params.lparams.block_x, params.lparams.block_y = block_x, block_y
-        params.cparams.index_type = "int64" if needs_int64(
-            layout.sizes, layout.inputs + layout.outputs) else "int32"
+        params.cparams.index_type = (
+            "int64" if needs_int64(layout.sizes, layout.inputs + layout.outputs) else "int32"
+        )
         return params
 
-    def kernel_spec(self, plan: PointwisePlan, layout: PointwiseLayout, params: Any
-                    ) -> PointwiseKernelSpec:
+    def kernel_spec(
+        self, plan: PointwisePlan, layout: PointwiseLayout, params: Any
+    ) -> PointwiseKernelSpec:
         """The compile-time description of `params` applied to this call's layout."""
         vector = int(params.vectorization_factor)
-        index_type = "long long" if (params.cparams.index_type == "int64" or needs_int64(
-            layout.sizes, layout.inputs + layout.outputs)) else "int"
+        index_type = (
+            "long long"
+            if (
+                params.cparams.index_type == "int64"
+                or needs_int64(layout.sizes, layout.inputs + layout.outputs)
+            )
+            else "int"
+        )
         return PointwiseKernelSpec(
-            rank=layout.rank, vector=vector, unroll=int(params.unroll_factor),
-            block_x=int(params.block_x), block_y=int(params.block_y), index_type=index_type,
+            rank=layout.rank,
+            vector=vector,
+            unroll=int(params.unroll_factor),
+            block_x=int(params.block_x),
+            block_y=int(params.block_y),
+            index_type=index_type,
             input_kinds=tuple(access_kind(op, vector) for op in layout.inputs),
-            output_kinds=tuple(access_kind(op, vector) for op in layout.outputs))
+            output_kinds=tuple(access_kind(op, vector) for op in layout.outputs),
+        )
 
 
-def pointwise_layout(plan: PointwisePlan, info: RuntimeInfo,
-                     output_ptrs: list[int] | None) -> PointwiseLayout:
+def pointwise_layout(
+    plan: PointwisePlan, info: RuntimeInfo, output_ptrs: list[int] | None
+) -> PointwiseLayout:
     """Operands of this call over the merged reference domain.
 
     Outputs are laid out contiguously (kfuse allocates them); `output_ptrs` gives their
@@ -158,8 +177,11 @@ def pointwise_layout(plan: PointwisePlan, info: RuntimeInfo,
     operands: list[OperandLayout] = []
     for use in plan.domain.input_uses:
         layout = info.layouts[cast(TensorView, use.val)]
-        operands.append(OperandLayout(layout.data_ptr, use.val.dtype.itemsize,
-                                      ref_strides(use.view, layout.strides, rank)))
+        operands.append(
+            OperandLayout(
+                layout.data_ptr, use.val.dtype.itemsize, ref_strides(use.view, layout.strides, rank)
+            )
+        )
     for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):
         ptr = 256 if output_ptrs is None else output_ptrs[k]
         strides = contiguous_strides(info.shape(out))

@@ -46,7 +46,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.runtime_info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
-MAX_GRID_X = 2 ** 31 - 1
+MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
 STATIC_SMEM_LIMIT = 48 * 1024
 
@@ -85,21 +85,29 @@ class ReductionScheduler:
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         plan = _plan(fusion)
         if plan.dependent_inputs:
-            red = next(r for r in plan.reductions[1:]
-                       if any(u.val in plan.reduction_outputs() for u in
-                              plan.stages[plan.reductions.index(r)].uses))
-            raise Rejection(f"the input of {red.outputs[0].name} ({getattr(red, 'op', 'welford')}) "
-                            "needs an earlier reduction result, so the un-reduced input is "
-                            "needed again after a reduction (inner_persistent's job)")
+            red = next(
+                r
+                for r in plan.reductions[1:]
+                if any(
+                    u.val in plan.reduction_outputs()
+                    for u in plan.stages[plan.reductions.index(r)].uses
+                )
+            )
+            raise Rejection(
+                f"the input of {red.outputs[0].name} ({getattr(red, 'op', 'welford')}) "
+                "needs an earlier reduction result, so the un-reduced input is "
+                "needed again after a reduction (inner_persistent's job)"
+            )
         if plan.loop_outputs:
             out = fusion.outputs[plan.loop_outputs[0]]
-            raise Rejection(f"output {out.name} has the reduced axes: it needs the un-reduced "
-                            "input again after the reduction (inner_persistent's job)")
+            raise Rejection(
+                f"output {out.name} has the reduced axes: it needs the un-reduced "
+                "input again after the reduction (inner_persistent's job)"
+            )
         if info is not None:
             _layout(plan, info)
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
-                 ) -> list[Any]:
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
         """The kernel launches `params` compile to for this call."""
         return reduction_launches(fusion, info, params, compiler)
 
@@ -134,8 +142,9 @@ def pick_vector(layout: ReductionLayout, axis: int, extent: int, extra: tuple = 
     if not unit:
         return 1
     vector = min(8, 16 // min(op.itemsize for op in unit))
-    while vector > 1 and (vector > extent or
-                          not all(vector_ok(op, axis, vector, layout.sizes) for op in unit)):
+    while vector > 1 and (
+        vector > extent or not all(vector_ok(op, axis, vector, layout.sizes) for op in unit)
+    ):
         vector //= 2
     return vector
 
@@ -194,10 +203,17 @@ def _outer_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None
         # thread: a norm over dim 0 of bf16 [8000, 64] got 4 blocks (its statistics kernel
         # took 47.7 us on an H200; 30.4 us in 32 blocks). Splitting finer everywhere was
         # slower for larger reductions (89a6506).
-        parts = max(1, min(max(1, OUTER_WAVES * target // grid_x),
-                           _cdiv(n_red, block_y * unroll * 8), MAX_GRID_Y))
-        parts = max(parts, min(_cdiv(device.sm_count, grid_x),
-                               _cdiv(n_red, block_y * unroll), MAX_GRID_Y))
+        parts = max(
+            1,
+            min(
+                max(1, OUTER_WAVES * target // grid_x),
+                _cdiv(n_red, block_y * unroll * 8),
+                MAX_GRID_Y,
+            ),
+        )
+        parts = max(
+            parts, min(_cdiv(device.sm_count, grid_x), _cdiv(n_red, block_y * unroll), MAX_GRID_Y)
+        )
     params.fastest_dim_reduction = False
     params.vectorize_iter = vector
     params.unroll_reduction = unroll
@@ -228,41 +244,53 @@ def _int(params: Any, name: str) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise SchedulerError(f"ReductionParams.{name} is {value!r}, expected an integer") \
-            from None
+        raise SchedulerError(f"ReductionParams.{name} is {value!r}, expected an integer") from None
 
 
 def validate_common(params: Any, kind: str, vector: int, unroll: int, device: Any) -> None:
     """Raise SchedulerError for parameters no kernel can run with."""
     bx, by = _int(params, "block_x"), _int(params, "block_y")
     if bx < 1 or by < 1 or bx * by > device.max_threads_per_block:
-        raise SchedulerError(f"ReductionParams block ({bx}, {by}) must have between 1 and "
-                             f"{device.max_threads_per_block} threads")
+        raise SchedulerError(
+            f"ReductionParams block ({bx}, {by}) must have between 1 and "
+            f"{device.max_threads_per_block} threads"
+        )
     if vector not in (1, 2, 4, 8, 16):
         raise SchedulerError(f"ReductionParams vector width {vector} must be 1, 2, 4, 8 or 16")
     if not 1 <= unroll <= 64:
         raise SchedulerError(f"ReductionParams unroll/batch {unroll} must be between 1 and 64")
     gx, gy = _int(params, "grid_x"), _int(params, "grid_y")
     if not 1 <= gx <= MAX_GRID_X or not 1 <= gy <= MAX_GRID_Y:
-        raise SchedulerError(f"ReductionParams grid ({gx}, {gy}) is outside the launch limits "
-                             f"(1..{MAX_GRID_X}, 1..{MAX_GRID_Y})")
+        raise SchedulerError(
+            f"ReductionParams grid ({gx}, {gy}) is outside the launch limits "
+            f"(1..{MAX_GRID_X}, 1..{MAX_GRID_Y})"
+        )
     if _int(params, "unroll_iter") != 1:
-        raise SchedulerError(f"ReductionParams.unroll_iter = {params.unroll_iter}: the {kind} "
-                             "kernel does not unroll over kept elements (use 1)")
+        raise SchedulerError(
+            f"ReductionParams.unroll_iter = {params.unroll_iter}: the {kind} "
+            "kernel does not unroll over kept elements (use 1)"
+        )
 
 
-def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
-                ) -> ReductionKernelSpec:
+def kernel_spec(
+    plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
+) -> ReductionKernelSpec:
     """The compile-time description of `params` applied to this call's layout."""
     if bool(params.persistent):
-        raise SchedulerError("ReductionParams.persistent is set: the reduction scheduler "
-                             "generates non-persistent kernels (use inner_persistent)")
+        raise SchedulerError(
+            "ReductionParams.persistent is set: the reduction scheduler "
+            "generates non-persistent kernels (use inner_persistent)"
+        )
     if _int(params, "reload_batch_size") != 0:
-        raise SchedulerError("ReductionParams.reload_batch_size is set: only the persistent "
-                             "kernel holds (and reloads) rows (use 0)")
+        raise SchedulerError(
+            "ReductionParams.reload_batch_size is set: only the persistent "
+            "kernel holds (and reloads) rows (use 0)"
+        )
     if _int(params, "cluster_size") != 1:
-        raise SchedulerError("ReductionParams.cluster_size is set: only the persistent kernel "
-                             "splits rows over thread-block clusters (use 1)")
+        raise SchedulerError(
+            "ReductionParams.cluster_size is set: only the persistent kernel "
+            "splits rows over thread-block clusters (use 1)"
+        )
     inner = bool(params.fastest_dim_reduction)
     kind = "inner" if inner else "outer"
     vector = _int(params, "vectorize_reduction" if inner else "vectorize_iter")
@@ -270,18 +298,29 @@ def kernel_spec(plan: ReductionPlan, layout: ReductionLayout, params: Any, devic
     validate_common(params, kind, vector, unroll, device)
     axis = layout.rank - 1 if inner else layout.rank - 2
     kinds = tuple(_kind(op, axis, vector, layout) for op in layout.loop)
-    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) \
-        else "int"
+    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) else "int"
     by, parts = _int(params, "block_y"), _int(params, "grid_y")
     # a thread with fewer than TAIL_BATCHES batches of rows takes its last rows in batches
     rows_per_thread = -(-layout.red_size // max(1, by * parts))
-    spec = ReductionKernelSpec(kind, layout.rank, vector, unroll, _int(params, "block_x"), by,
-                               parts, index, kinds, (),
-                               tail_batches=not inner and rows_per_thread < TAIL_BATCHES * unroll)
+    spec = ReductionKernelSpec(
+        kind,
+        layout.rank,
+        vector,
+        unroll,
+        _int(params, "block_x"),
+        by,
+        parts,
+        index,
+        kinds,
+        (),
+        tail_batches=not inner and rows_per_thread < TAIL_BATCHES * unroll,
+    )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
-        raise SchedulerError(f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
-                             f"memory for the block combine (limit {STATIC_SMEM_LIMIT}); use "
-                             "fewer threads or a narrower vector")
+        raise SchedulerError(
+            f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
+            f"memory for the block combine (limit {STATIC_SMEM_LIMIT}); use "
+            "fewer threads or a narrower vector"
+        )
     return spec
 
 
@@ -291,21 +330,25 @@ def _kind(op: Any, axis: int, vector: int, layout: ReductionLayout) -> str:
     return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
 
 
-def operand_list(plan: ReductionPlan, layout: ReductionLayout, *, loop: bool, row: bool,
-                 workspace: list | None) -> list[Any]:
+def operand_list(
+    plan: ReductionPlan, layout: ReductionLayout, *, loop: bool, row: bool, workspace: list | None
+) -> list[Any]:
     """Launch operands in the order of kfuse.codegen.reduction.tensor_params."""
     from kfuse.launch import InputOperand, OutputOperand, ScalarOperand
 
     positions = {v: i for i, v in enumerate(plan.fusion.inputs)}
-    ops: list[Any] = [InputOperand(positions[u.val], layout.sizes, op.strides)
-                      for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
-                      if loop or i == 0]
+    ops: list[Any] = [
+        InputOperand(positions[u.val], layout.sizes, op.strides)
+        for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
+        if loop or i == 0
+    ]
     if row:
-        ops += [InputOperand(positions[u.val], _shape(layout, op), op.strides)
-                for u, op in zip(plan.epilogue.input_uses, layout.row)]
+        ops += [
+            InputOperand(positions[u.val], _shape(layout, op), op.strides)
+            for u, op in zip(plan.epilogue.input_uses, layout.row)
+        ]
     ops += [ScalarOperand(s) for s in plan.scalars]
-    ops += [OutputOperand(k, _shape(layout, op), op.strides)
-            for k, op in enumerate(layout.outputs)]
+    ops += [OutputOperand(k, _shape(layout, op), op.strides) for k, op in enumerate(layout.outputs)]
     if workspace:
         ops += workspace
     return ops
@@ -334,8 +377,7 @@ def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any
     return ops
 
 
-def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any
-                       ) -> list[Any]:
+def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any) -> list[Any]:
     """Compile (or fetch) the kernels for `params` and describe their launches."""
     from kfuse.launch import KernelLaunch
 
@@ -351,16 +393,30 @@ def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: 
     if spec.grid_parts == 1:
         source, name = kernels[0]
         ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
-        return [KernelLaunch(backend.compile(source, name, info), grid, block, 0, ops,
-                             "reduction", source)]
+        return [
+            KernelLaunch(
+                backend.compile(source, name, info), grid, block, 0, ops, "reduction", source
+            )
+        ]
     ws = workspace_operands(plan, spec.grid_parts, layout.n_rows)
     (src1, name1), (src2, name2) = kernels
-    first = KernelLaunch(backend.compile(src1, name1, info), grid, block, 0,
-                         operand_list(plan, layout, loop=True, row=False, workspace=ws),
-                         "reduction", src1)
+    first = KernelLaunch(
+        backend.compile(src1, name1, info),
+        grid,
+        block,
+        0,
+        operand_list(plan, layout, loop=True, row=False, workspace=ws),
+        "reduction",
+        src1,
+    )
     fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
-    second = KernelLaunch(backend.compile(src2, name2, info), fin_grid,
-                          (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1),
-                          0, operand_list(plan, layout, loop=False, row=True, workspace=ws),
-                          "reduction", src2)
+    second = KernelLaunch(
+        backend.compile(src2, name2, info),
+        fin_grid,
+        (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1),
+        0,
+        operand_list(plan, layout, loop=False, row=True, workspace=ws),
+        "reduction",
+        src2,
+    )
     return [first, second]

@@ -25,11 +25,12 @@ class NoOpScheduler:
         for out in fusion.outputs:
             shape = info.shape(out)
             if all(n != 0 for n in shape):
-                raise Rejection(f"output {out.name} has {_numel(shape)} elements; no_op takes "
-                                "fusions whose outputs are all empty")
+                raise Rejection(
+                    f"output {out.name} has {_numel(shape)} elements; no_op takes "
+                    "fusions whose outputs are all empty"
+                )
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any
-                 ) -> list[Any]:
+    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
         """Nothing to launch: the outputs are only allocated."""
         return []
 
@@ -50,8 +51,9 @@ class PendingScheduler:
         has_reduction = any(isinstance(e, (ReductionOp, WelfordOp)) for e in fusion.exprs)
         if self.needs_reduction and not has_reduction:
             raise Rejection("fusion has no reduction")
-        raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented in this "
-                        "version of kfuse")
+        raise Rejection(
+            f"the {self.scheduler_type.value} scheduler is not implemented in this version of kfuse"
+        )
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented")

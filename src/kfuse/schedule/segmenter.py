@@ -67,8 +67,10 @@ class Segment:
     def __repr__(self) -> str:
         n = len(self.exprs)
         what = f"{n} expr{'s' if n != 1 else ''}" if n else "copy"
-        return (f"Segment({self.index}, {self.scheduler.value}: "
-                f"{', '.join(self.inputs) or '-'} -> {', '.join(self.outputs)}, {what})")
+        return (
+            f"Segment({self.index}, {self.scheduler.value}: "
+            f"{', '.join(self.inputs) or '-'} -> {', '.join(self.outputs)}, {what})"
+        )
 
 
 @dataclass
@@ -96,13 +98,28 @@ class SegmentedFusion:
         """The segments as Segment descriptions (copies last)."""
         out = []
         for i, p in enumerate(self.plans):
-            out.append(Segment(i, p.scheduler, tuple(v.name for v in p.inputs),
-                               tuple(v.name for v in p.outputs), tuple(str(e) for e in p.exprs),
-                               self.reason, p.fusion))
+            out.append(
+                Segment(
+                    i,
+                    p.scheduler,
+                    tuple(v.name for v in p.inputs),
+                    tuple(v.name for v in p.outputs),
+                    tuple(str(e) for e in p.exprs),
+                    self.reason,
+                    p.fusion,
+                )
+            )
         for v in self.copies:
-            out.append(Segment(len(out), SchedulerType.expr_eval, (v.name,), (v.name,), (),
-                               f"output {v.name} is input {v.name} unchanged: copied by the "
-                               "framework"))
+            out.append(
+                Segment(
+                    len(out),
+                    SchedulerType.expr_eval,
+                    (v.name,),
+                    (v.name,),
+                    (),
+                    f"output {v.name} is input {v.name} unchanged: copied by the framework",
+                )
+            )
         return out
 
 
@@ -115,28 +132,35 @@ def segment_fusion(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedF
 
 
 class _Segmenter:
-    def __init__(self, fusion: Fusion, info: RuntimeInfo,
-                 split_all: frozenset[int] | set[int] = frozenset(), forward: bool = True
-                 ) -> None:
+    def __init__(
+        self,
+        fusion: Fusion,
+        info: RuntimeInfo,
+        split_all: frozenset[int] | set[int] = frozenset(),
+        forward: bool = True,
+    ) -> None:
         self.fusion = fusion
         self.info = info
         self.split_all = frozenset(split_all)
         self.forward = forward
-        self.exprs = split_reductions([e for e in fusion.exprs if is_tensor_expr(e)], info,
-                                      self.split_all)
+        self.exprs = split_reductions(
+            [e for e in fusion.exprs if is_tensor_expr(e)], info, self.split_all
+        )
         self.output_ids = {id(v) for v in fusion.outputs}
         producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
         self.forwarded = self._forwardable(producer) if forward else frozenset()
         # forwarded expr producing each forwarded value (for _with_forwarded)
-        self.forwarded_producer = {id(o): i for i in self.forwarded
-                                   for o in self.exprs[i].outputs}
+        self.forwarded_producer = {id(o): i for i in self.forwarded for o in self.exprs[i].outputs}
         # A forwarded expr's value comes with every segment reading it: depend on (and share)
         # what it is computed from instead, which are fusion inputs.
-        self.deps = [sorted({producer[id(v)] for v in e.inputs if id(v) in producer}
-                            - self.forwarded) for e in self.exprs]
-        self.input_ids = [frozenset(id(self._root(v, producer)) for v in e.inputs
-                                    if isinstance(v, TensorView))
-                          for e in self.exprs]
+        self.deps = [
+            sorted({producer[id(v)] for v in e.inputs if id(v) in producer} - self.forwarded)
+            for e in self.exprs
+        ]
+        self.input_ids = [
+            frozenset(id(self._root(v, producer)) for v in e.inputs if isinstance(v, TensorView))
+            for e in self.exprs
+        ]
         self._accepted: dict[frozenset[int], tuple[SchedulerType | None, str]] = {}
 
     def _forwardable(self, producer: dict[int, int]) -> frozenset[int]:
@@ -148,8 +172,7 @@ class _Segmenter:
             if not isinstance(e, (CastOp, BroadcastOp)) or len(e.inputs) != 1:
                 continue
             (v,) = e.inputs
-            if not isinstance(v, TensorView) or any(id(o) in self.output_ids
-                                                    for o in e.outputs):
+            if not isinstance(v, TensorView) or any(id(o) in self.output_ids for o in e.outputs):
                 continue
             if id(v) in inputs or producer.get(id(v)) in out:
                 out.add(i)
@@ -167,20 +190,28 @@ class _Segmenter:
         for g in groups:
             scheduler, why = self.accept(g)
             e = self.exprs[min(g)]
-            if scheduler is None and isinstance(e, (ReductionOp, WelfordOp)) \
-                    and len(e.dims) > 1 and id(e) not in self.split_all:
+            if (
+                scheduler is None
+                and isinstance(e, (ReductionOp, WelfordOp))
+                and len(e.dims) > 1
+                and id(e) not in self.split_all
+            ):
                 # Adjacent axes that are not one block in memory (a strided view): reduce
                 # them one axis at a time instead.
-                return _Segmenter(self.fusion, self.info, split_all={id(e)} | self.split_all,
-                                  forward=self.forward).run(reason)
+                return _Segmenter(
+                    self.fusion, self.info, split_all={id(e)} | self.split_all, forward=self.forward
+                ).run(reason)
             if scheduler is None and self.forwarded:
                 # Some scheduler refuses the expr with its forwarded inputs: segment without
                 # forwarding, where each expr is accepted on its own.
-                return _Segmenter(self.fusion, self.info, split_all=self.split_all,
-                                  forward=False).run(reason)
+                return _Segmenter(
+                    self.fusion, self.info, split_all=self.split_all, forward=False
+                ).run(reason)
             if scheduler is None:
-                raise SchedulerError(f"{str(self.exprs[min(g)])}: no scheduler takes this "
-                                     f"expr even on its own:\n  {why}")
+                raise SchedulerError(
+                    f"{str(self.exprs[min(g)])}: no scheduler takes this "
+                    f"expr even on its own:\n  {why}"
+                )
         while True:
             pair = self._next_merge(groups)
             if pair is None:
@@ -203,8 +234,12 @@ class _Segmenter:
                     if owner[d] is not g:
                         succ[owner[d]].add(g)
         edges = [(a, b) for a in groups for b in groups if b in succ[a]]
-        unlinked = [(a, b) for ai, a in enumerate(groups) for b in groups[ai + 1:]
-                    if b not in succ[a] and a not in succ[b]]
+        unlinked = [
+            (a, b)
+            for ai, a in enumerate(groups)
+            for b in groups[ai + 1 :]
+            if b not in succ[a] and a not in succ[b]
+        ]
         siblings = [p for p in unlinked if self._share_input(*p)]
         others = [p for p in unlinked if not self._share_input(*p)]
         for a, b in edges + siblings + others:
@@ -217,8 +252,9 @@ class _Segmenter:
         return any(ins_a & self.input_ids[i] for i in b)
 
     @staticmethod
-    def _keeps_acyclic(a: frozenset[int], b: frozenset[int],
-                       succ: dict[frozenset[int], set[frozenset[int]]]) -> bool:
+    def _keeps_acyclic(
+        a: frozenset[int], b: frozenset[int], succ: dict[frozenset[int], set[frozenset[int]]]
+    ) -> bool:
         """No path between a and b through a third group (it would become a cycle)."""
         for src, dst in ((a, b), (b, a)):
             stack = [g for g in succ[src] if g is not dst]
@@ -278,8 +314,7 @@ class _Segmenter:
                     stack.append(j)
         return sorted(needed)
 
-    def _plan(self, members: frozenset[int], scheduler: SchedulerType | None = None
-              ) -> SegmentPlan:
+    def _plan(self, members: frozenset[int], scheduler: SchedulerType | None = None) -> SegmentPlan:
         exprs = [self.exprs[i] for i in self._with_forwarded(members)]
         inside = {id(o) for e in exprs for o in e.outputs}
         inputs: list[Val] = []
@@ -289,21 +324,30 @@ class _Segmenter:
                     continue
                 if id(v) not in inside and all(v is not u for u in inputs):
                     inputs.append(v)
-        used_outside = {id(v) for i, e in enumerate(self.exprs) if i not in members
-                        for v in e.inputs}
+        used_outside = {
+            id(v) for i, e in enumerate(self.exprs) if i not in members for v in e.inputs
+        }
         # Forwarded values are computed again wherever they are read, never passed on.
-        outputs = [o for i in sorted(members) for o in self.exprs[i].outputs
-                   if id(o) in used_outside or id(o) in self.output_ids]
+        outputs = [
+            o
+            for i in sorted(members)
+            for o in self.exprs[i].outputs
+            if id(o) in used_outside or id(o) in self.output_ids
+        ]
         if scheduler is None:
             scheduler = self.accept(members)[0]
-        return SegmentPlan(cast(SchedulerType, scheduler),  # the group was accepted
-                           build_sub_fusion(exprs, inputs, outputs, self.fusion),
-                           tuple(exprs), tuple(inputs),
-                           tuple(cast("list[TensorView]", outputs)))
+        return SegmentPlan(
+            cast(SchedulerType, scheduler),  # the group was accepted
+            build_sub_fusion(exprs, inputs, outputs, self.fusion),
+            tuple(exprs),
+            tuple(inputs),
+            tuple(cast("list[TensorView]", outputs)),
+        )
 
 
-def split_reductions(exprs: list[Expr], info: RuntimeInfo,
-                     one_axis_at_a_time: frozenset[int] = frozenset()) -> list[Expr]:
+def split_reductions(
+    exprs: list[Expr], info: RuntimeInfo, one_axis_at_a_time: frozenset[int] = frozenset()
+) -> list[Expr]:
     """Replace each sum/prod/max/min over several separate runs of axes (dims [0, 2] of a
     rank-3 tensor) by a chain of reductions, one per run, innermost run first.
 
@@ -314,8 +358,9 @@ def split_reductions(exprs: list[Expr], info: RuntimeInfo,
     """
     out: list[Expr] = []
     for e in exprs:
-        if isinstance(e, WelfordOp) and (len(_axis_runs(e.dims)) > 1
-                                         or id(e) in one_axis_at_a_time):
+        if isinstance(e, WelfordOp) and (
+            len(_axis_runs(e.dims)) > 1 or id(e) in one_axis_at_a_time
+        ):
             out += _welford_over_trailing_axes(e, info)
             continue
         runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
@@ -336,8 +381,9 @@ def split_reductions(exprs: list[Expr], info: RuntimeInfo,
                 result = TensorView(f"{e.outputs[0].name}_part{k}", red.dtype, axes)
                 shape = [n for i, n in enumerate(shape) if i not in run]
                 info.extents[result] = tuple(shape)
-            out.append(dataclasses.replace(red, inputs=(current,), outputs=(result,),
-                                           dims=tuple(run)))
+            out.append(
+                dataclasses.replace(red, inputs=(current,), outputs=(result,), dims=tuple(run))
+            )
             current = result  # type: ignore[assignment]
     return out
 
@@ -368,8 +414,9 @@ def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [tuple(r) for r in runs]
 
 
-def build_sub_fusion(exprs: list[Expr], inputs: list[Val], outputs: list[Val],
-                     parent: Fusion) -> Fusion:
+def build_sub_fusion(
+    exprs: list[Expr], inputs: list[Val], outputs: list[Val], parent: Fusion
+) -> Fusion:
     """A new Fusion computing `outputs` from `inputs` with clones of `exprs`.
 
     Fusion tensor inputs keep their contiguity and stride order; intermediates become plain
@@ -405,8 +452,7 @@ def build_sub_fusion(exprs: list[Expr], inputs: list[Val], outputs: list[Val],
             changes["shape"] = tuple(ref(x) for x in e.shape)
         new_inputs = tuple(ref(v) for v in e.inputs)
         new_outputs = tuple(clone(o, False) for o in e.outputs)
-        sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs,
-                                              **changes))
+        sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs, **changes))
     sub.outputs = [mapping[id(o)] for o in outputs]  # type: ignore[misc]
     sub.finalize()
     return sub
@@ -434,12 +480,21 @@ def synthetic_info(plan: SegmentPlan, info: RuntimeInfo) -> RuntimeInfo:
                 dtype = old.dtype
                 if info.framework == "numpy" and dtype is DataType.BFloat16:
                     dtype = DataType.Float  # NumPy holds bf16 in float32 storage
-                lay = ArrayLayout(info.framework, dtype, shape, contiguous_strides(shape), 256,
-                                  info.device_index)
+                lay = ArrayLayout(
+                    info.framework, dtype, shape, contiguous_strides(shape), 256, info.device_index
+                )
             layouts[new] = lay  # type: ignore[index]
             args.append(shape)
         else:
             args.append(info.extents[old])
     extents = plan.fusion.infer_shapes(args)
-    return RuntimeInfo(plan.fusion, args, layouts, extents, info.framework, info.backend,
-                       info.device_index, info.device)
+    return RuntimeInfo(
+        plan.fusion,
+        args,
+        layouts,
+        extents,
+        info.framework,
+        info.backend,
+        info.device_index,
+        info.device,
+    )

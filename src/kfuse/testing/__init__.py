@@ -17,8 +17,11 @@ from kfuse.testing.compare import (
     tolerance,
 )
 
-_LAZY = {"fusions": "kfuse.testing.strategies", "KINDS": "kfuse.testing.strategies",
-         "inputs_for": "kfuse.testing.inputs"}
+_LAZY = {
+    "fusions": "kfuse.testing.strategies",
+    "KINDS": "kfuse.testing.strategies",
+    "inputs_for": "kfuse.testing.inputs",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -29,5 +32,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'kfuse.testing' has no attribute {name!r}")
 
 
-__all__ = ["fusions", "inputs_for", "assert_close", "assert_outputs_close", "tolerance",
-           "TOLERANCES", "output_tolerance_dtype", "output_reduction_size", "KINDS"]
+__all__ = [
+    "fusions",
+    "inputs_for",
+    "assert_close",
+    "assert_outputs_close",
+    "tolerance",
+    "TOLERANCES",
+    "output_tolerance_dtype",
+    "output_reduction_size",
+    "KINDS",
+]

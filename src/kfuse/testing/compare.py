@@ -46,8 +46,9 @@ def to_numpy(a: Any) -> Any:
     return np.asarray(a)
 
 
-def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: int = 1, *,
-                 alternative: Any = None) -> None:
+def assert_close(
+    actual: Any, expected: Any, dtype: DataType, reduction_size: int = 1, *, alternative: Any = None
+) -> None:
     """Assert that `actual` matches `expected` within `dtype`'s tolerance.
 
     Integer and Bool dtypes must match exactly. Floating dtypes pass where
@@ -81,9 +82,11 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
         raw = np.ascontiguousarray(a).view(np.uint8)
         if (raw > 1).any():
             first = tuple(int(i[0]) for i in np.nonzero(raw > 1))
-            raise AssertionError(f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
-                                 f"other than 0 or 1 (never written?); first at {first}: "
-                                 f"{int(raw[first])}")
+            raise AssertionError(
+                f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
+                f"other than 0 or 1 (never written?); first at {first}: "
+                f"{int(raw[first])}"
+            )
     alt = None if alternative is None else to_numpy(alternative)
     if not dtype.is_floating:
         bad = a.astype(np.int64) != e.astype(np.int64)
@@ -92,8 +95,10 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
             bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
         if bad.any():
             at = tuple(int(i[0]) for i in np.nonzero(bad))
-            raise AssertionError(f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
-                                 f"first at {at}: actual {a[at]}, expected {e[at]}")
+            raise AssertionError(
+                f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
+                f"first at {at}: actual {a[at]}, expected {e[at]}"
+            )
         return
     a = a.astype(np.float64)
     e = e.astype(np.float64)
@@ -108,13 +113,13 @@ def assert_close(actual: Any, expected: Any, dtype: DataType, reduction_size: in
         bad &= ~within
     if bad.any():
         score = np.where(bad, np.nan_to_num(err, nan=np.inf, posinf=np.inf), -1.0)
-        idx: tuple[Any, ...] = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim \
-            else ()
+        idx: tuple[Any, ...] = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim else ()
         raise AssertionError(
             f"{int(bad.sum())} of {a.size} {dtype.value} elements are not close "
             f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
             f"actual {a[idx]!r}, expected {e[idx]!r}"
-            + ("" if alt is None else f" (in the kernel's precision {alt[idx]!r})"))
+            + ("" if alt is None else f" (in the kernel's precision {alt[idx]!r})")
+        )
 
 
 def _not_close(a: Any, e: Any, rtol: float, atol: float) -> tuple[Any, Any]:
@@ -125,8 +130,11 @@ def _not_close(a: Any, e: Any, rtol: float, atol: float) -> tuple[Any, Any]:
     inf_mismatch = (np.isinf(a) | np.isinf(e)) & (a != e) & ~nan_a & ~nan_e
     with np.errstate(invalid="ignore"):
         err = np.abs(a - e)
-        bad = (nan_a != nan_e) | inf_mismatch | (~nan_a & ~nan_e & ~np.isinf(e) &
-                                                 ~(err <= atol + rtol * np.abs(e)))
+        bad = (
+            (nan_a != nan_e)
+            | inf_mismatch
+            | (~nan_a & ~nan_e & ~np.isinf(e) & ~(err <= atol + rtol * np.abs(e)))
+        )
     return bad, err
 
 
@@ -139,8 +147,11 @@ def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
     worst = output.dtype
     for expr in _cone(fusion, output):
         for o in expr.outputs:
-            if isinstance(o, TensorView) and o.dtype.is_floating and \
-                    order.index(o.dtype) < order.index(worst):
+            if (
+                isinstance(o, TensorView)
+                and o.dtype.is_floating
+                and order.index(o.dtype) < order.index(worst)
+            ):
                 worst = o.dtype
     return worst
 
@@ -159,8 +170,14 @@ def output_reduction_size(fusion: Any, output: TensorView, shapes: dict) -> int:
     return total
 
 
-def assert_outputs_close(fusion: Any, actual: list[Any], expected: list[Any],
-                         inputs: list[Any], *, alternative: list[Any] | None = None) -> None:
+def assert_outputs_close(
+    fusion: Any,
+    actual: list[Any],
+    expected: list[Any],
+    inputs: list[Any],
+    *,
+    alternative: list[Any] | None = None,
+) -> None:
     """assert_close on every output, with the dtype and reduction size the fusion implies
     (and the output of `alternative`, the reference in the kernel's precision, if given)."""
     fusion = getattr(fusion, "fusion", fusion)
@@ -169,9 +186,13 @@ def assert_outputs_close(fusion: Any, actual: list[Any], expected: list[Any],
     shapes = fusion.infer_shapes(inputs)
     for i, (out, a, e) in enumerate(zip(fusion.outputs, actual, expected, strict=False)):
         try:
-            assert_close(a, e, output_tolerance_dtype(fusion, out),
-                         output_reduction_size(fusion, out, shapes),
-                         alternative=None if alternative is None else alternative[i])
+            assert_close(
+                a,
+                e,
+                output_tolerance_dtype(fusion, out),
+                output_reduction_size(fusion, out, shapes),
+                alternative=None if alternative is None else alternative[i],
+            )
         except AssertionError as err:
             raise AssertionError(f"output {i} ({out.name}): {err}") from None
 

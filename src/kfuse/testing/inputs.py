@@ -35,8 +35,31 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.values import Scalar, TensorView
 
-EDGE_SIZES = (1, 2, 3, 5, 7, 8, 13, 16, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
-              1023, 1024, 1025)
+EDGE_SIZES = (
+    1,
+    2,
+    3,
+    5,
+    7,
+    8,
+    13,
+    16,
+    31,
+    32,
+    33,
+    63,
+    64,
+    65,
+    127,
+    128,
+    129,
+    255,
+    256,
+    257,
+    1023,
+    1024,
+    1025,
+)
 LAYOUTS = ("contiguous", "offset", "strided", "permuted", "broadcast")
 
 
@@ -147,10 +170,17 @@ class _AxisClasses:
         return self.scalar_class[id(s)]
 
 
-def inputs_for(fd: Any, *, framework: str = "numpy", device: Any = None,
-               max_elements: int = 4096, allow_empty: bool = True, layouts: bool = True,
-               value_range: float = 2.0, special_values: bool = False
-               ) -> st.SearchStrategy[list]:
+def inputs_for(
+    fd: Any,
+    *,
+    framework: str = "numpy",
+    device: Any = None,
+    max_elements: int = 4096,
+    allow_empty: bool = True,
+    layouts: bool = True,
+    value_range: float = 2.0,
+    special_values: bool = False,
+) -> st.SearchStrategy[list]:
     """A strategy of input lists for `fd` (a FusionDefinition or Fusion).
 
     framework: "numpy", "torch" or "cupy" (device: a torch device string, default "cpu";
@@ -175,9 +205,16 @@ def inputs_for(fd: Any, *, framework: str = "numpy", device: Any = None,
         shapes: list[Any] = []
         for v in fusion.inputs:
             if isinstance(v, TensorView):
-                shapes.append([1 if a.is_broadcast else a.extent if a.extent is not None
-                               else size(classes.axis[(id(v), i)])
-                               for i, a in enumerate(v.axes)])
+                shapes.append(
+                    [
+                        1
+                        if a.is_broadcast
+                        else a.extent
+                        if a.extent is not None
+                        else size(classes.axis[(id(v), i)])
+                        for i, a in enumerate(v.axes)
+                    ]
+                )
             else:
                 shapes.append(None)
         _shrink(shapes, classes, fusion, size_of, max_elements)
@@ -189,8 +226,19 @@ def inputs_for(fd: Any, *, framework: str = "numpy", device: Any = None,
         for v, shape in zip(fusion.inputs, shapes, strict=False):
             if isinstance(v, TensorView):
                 layout = draw(st.sampled_from(_allowed_layouts(v))) if layouts else "contiguous"
-                out.append(_make_array(draw, rng, v, tuple(shape), layout, framework, device,
-                                       value_range, special_values))
+                out.append(
+                    _make_array(
+                        draw,
+                        rng,
+                        v,
+                        tuple(shape),
+                        layout,
+                        framework,
+                        device,
+                        value_range,
+                        special_values,
+                    )
+                )
             else:
                 k = classes.scalar_class.get(id(v))
                 out.append(size(k) if k is not None else _scalar_value(draw, v, value_range))
@@ -222,9 +270,14 @@ def _shrink(shapes: list, classes: _AxisClasses, fusion: Any, size_of: dict, lim
             return
         for idx, v in enumerate(fusion.inputs):
             if isinstance(v, TensorView):
-                shapes[idx] = [1 if a.is_broadcast else a.extent if a.extent is not None else
-                               size_of[classes.find(classes.axis[(id(v), i)])]
-                               for i, a in enumerate(v.axes)]
+                shapes[idx] = [
+                    1
+                    if a.is_broadcast
+                    else a.extent
+                    if a.extent is not None
+                    else size_of[classes.find(classes.axis[(id(v), i)])]
+                    for i, a in enumerate(v.axes)
+                ]
 
 
 def _allowed_layouts(v: TensorView) -> list[str]:
@@ -240,14 +293,18 @@ def _scalar_value(draw: Any, v: Scalar, value_range: float) -> Any:
         return draw(st.booleans())
     if v.dtype.is_integral:
         return draw(st.integers(-4, 4))
-    return float(draw(st.sampled_from([-2.0, -1.5, -0.5, 0.25, 0.5, 1.0, 1.75, 2.0]))
-                 ) * value_range / 2.0
+    return (
+        float(draw(st.sampled_from([-2.0, -1.5, -0.5, 0.25, 0.5, 1.0, 1.75, 2.0])))
+        * value_range
+        / 2.0
+    )
 
 
 def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool) -> Any:
     import numpy as np
 
     from kfuse.dtypes import round_to_bfloat16
+
     if dtype is DataType.Bool:
         return rng.integers(0, 2, n).astype(np.bool_)
     if dtype.is_integral:
@@ -258,12 +315,22 @@ def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool
         vals[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0], len(picks))
     if dtype is DataType.BFloat16:
         return round_to_bfloat16(vals)
-    return vals.astype({DataType.Half: np.float16, DataType.Float: np.float32,
-                        DataType.Double: np.float64}[dtype])
+    return vals.astype(
+        {DataType.Half: np.float16, DataType.Float: np.float32, DataType.Double: np.float64}[dtype]
+    )
 
 
-def _make_array(draw: Any, rng: Any, v: TensorView, shape: tuple[int, ...], layout: str,
-                framework: str, device: Any, value_range: float, special: bool) -> Any:
+def _make_array(
+    draw: Any,
+    rng: Any,
+    v: TensorView,
+    shape: tuple[int, ...],
+    layout: str,
+    framework: str,
+    device: Any,
+    value_range: float,
+    special: bool,
+) -> Any:
     import numpy as np
 
     n = len(shape)
@@ -304,13 +371,15 @@ def _make_array(draw: Any, rng: Any, v: TensorView, shape: tuple[int, ...], layo
         if v.dtype is DataType.BFloat16:
             raise InputError("CuPy has no bfloat16 arrays")
         buf = cupy.asarray(base)
-        return cupy.lib.stride_tricks.as_strided(buf[offset:], shape,
-                                                 [s * base.itemsize for s in strides])
+        return cupy.lib.stride_tricks.as_strided(
+            buf[offset:], shape, [s * base.itemsize for s in strides]
+        )
     raise InputError(f"unknown framework {framework!r}")
 
 
-def refill(fd: Any, inputs: list[Any], seed: int, *, value_range: float = 2.0,
-           special_values: bool = False) -> list[Any]:
+def refill(
+    fd: Any, inputs: list[Any], seed: int, *, value_range: float = 2.0, special_values: bool = False
+) -> list[Any]:
     """New inputs laid out exactly as `inputs` are (framework, dtype, device, shape, strides
     and the data pointer's 16-byte alignment class), holding new values drawn as inputs_for
     draws them; scalar inputs keep their values.
@@ -324,8 +393,10 @@ def refill(fd: Any, inputs: list[Any], seed: int, *, value_range: float = 2.0,
 
     fusion = getattr(fd, "fusion", fd)
     rng = np.random.default_rng(seed)
-    return [_refilled(rng, v, a, value_range, special_values) if isinstance(v, TensorView)
-            else a for v, a in zip(fusion.inputs, inputs, strict=True)]
+    return [
+        _refilled(rng, v, a, value_range, special_values) if isinstance(v, TensorView) else a
+        for v, a in zip(fusion.inputs, inputs, strict=True)
+    ]
 
 
 def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: bool) -> Any:
@@ -352,13 +423,15 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
 
         buf = cupy.asarray(base)
         start = aligned_start(lay.data_ptr, buf.data.ptr, buf.itemsize)
-        return cupy.lib.stride_tricks.as_strided(buf[start:], lay.shape,
-                                                 [s * buf.itemsize for s in lay.strides])
+        return cupy.lib.stride_tricks.as_strided(
+            buf[start:], lay.shape, [s * buf.itemsize for s in lay.strides]
+        )
     import numpy as np
 
     start = aligned_start(lay.data_ptr, base.ctypes.data, base.itemsize)
-    return np.lib.stride_tricks.as_strided(base[start:], lay.shape,
-                                           [s * base.itemsize for s in lay.strides])
+    return np.lib.stride_tricks.as_strided(
+        base[start:], lay.shape, [s * base.itemsize for s in lay.strides]
+    )
 
 
 def aligned_start(want_ptr: int, buffer_ptr: int, itemsize: int) -> int:

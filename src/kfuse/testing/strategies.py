@@ -24,22 +24,87 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView, Val
 
-KINDS = frozenset({"pointwise", "reduction", "normalization", "multi_reduction",
-                   "multi_segment"})
-DEFAULT_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16, DataType.Double,
-                  DataType.Int32, DataType.Int, DataType.Bool)
+KINDS = frozenset({"pointwise", "reduction", "normalization", "multi_reduction", "multi_segment"})
+DEFAULT_DTYPES = (
+    DataType.Float,
+    DataType.Half,
+    DataType.BFloat16,
+    DataType.Double,
+    DataType.Int32,
+    DataType.Int,
+    DataType.Bool,
+)
 _NARROW = (DataType.Half, DataType.BFloat16)
-_DOMAIN = {"log": "pos", "log2": "pos", "log10": "pos", "sqrt": "pos", "rsqrt": "pos",
-           "reciprocal": "pos", "log1p": "nonneg", "acosh": "ge1", "asin": "unit",
-           "acos": "unit", "atanh": "unit", "tan": "tan", "exp": "small", "exp2": "small",
-           "expm1": "small", "sinh": "small", "cosh": "small", "sin": "moderate",
-           "cos": "moderate"}
-_EXACT_ONLY = {"floor", "ceil", "round", "trunc", "sign", "eq", "ne", "lt", "le", "gt", "ge",
-               "logical_and", "logical_or", "logical_not", "atan2", "fmod", "remainder"}
-_EXACT_KEEPING = {"abs", "neg", "relu", "maximum", "minimum", "floor", "ceil", "round",
-                  "trunc", "sign", "where", "clamp", "isnan", "isinf", "isfinite",
-                  "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt",
-                  "le", "gt", "ge", "logical_and", "logical_or", "logical_not"}
+_DOMAIN = {
+    "log": "pos",
+    "log2": "pos",
+    "log10": "pos",
+    "sqrt": "pos",
+    "rsqrt": "pos",
+    "reciprocal": "pos",
+    "log1p": "nonneg",
+    "acosh": "ge1",
+    "asin": "unit",
+    "acos": "unit",
+    "atanh": "unit",
+    "tan": "tan",
+    "exp": "small",
+    "exp2": "small",
+    "expm1": "small",
+    "sinh": "small",
+    "cosh": "small",
+    "sin": "moderate",
+    "cos": "moderate",
+}
+_EXACT_ONLY = {
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sign",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "atan2",
+    "fmod",
+    "remainder",
+}
+_EXACT_KEEPING = {
+    "abs",
+    "neg",
+    "relu",
+    "maximum",
+    "minimum",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sign",
+    "where",
+    "clamp",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "bitwise_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+}
 
 
 @dataclass
@@ -50,8 +115,9 @@ class _Entry:
 
 
 class _Gen:
-    def __init__(self, draw: Any, fd: FusionDefinition, rank: int, dtypes: tuple,
-                 ops: tuple[str, ...]) -> None:
+    def __init__(
+        self, draw: Any, fd: FusionDefinition, rank: int, dtypes: tuple, ops: tuple[str, ...]
+    ) -> None:
         self.draw, self.fd, self.rank, self.dtypes, self.ops = draw, fd, rank, dtypes, ops
         self.pool: list[_Entry] = []
         self.results: list[_Entry] = []  # candidates for outputs, newest last
@@ -59,8 +125,7 @@ class _Gen:
 
     # ---- inputs ----
     def add_input(self, rank: int, full: bool, dtype: DataType) -> _Entry:
-        shape = [-1 if full or not self.draw(st.integers(0, 4)) == 0 else 1
-                 for _ in range(rank)]
+        shape = [-1 if full or not self.draw(st.integers(0, 4)) == 0 else 1 for _ in range(rank)]
         contiguity = self.draw(st.sampled_from([None, None, True]))
         t = self.fd.define_tensor(shape=shape, contiguity=contiguity, dtype=dtype)
         bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
@@ -68,20 +133,20 @@ class _Gen:
         self.pool.append(e)
         return e
 
-    def pick(self, *, exact: bool = False, full: bool = False, floating: bool = False
-             ) -> _Entry:
-        cands = [e for e in self.pool if (e.exact or not exact) and
-                 (not full or e.val.ndim == self.rank)]
+    def pick(self, *, exact: bool = False, full: bool = False, floating: bool = False) -> _Entry:
+        cands = [
+            e for e in self.pool if (e.exact or not exact) and (not full or e.val.ndim == self.rank)
+        ]
         if not cands:
-            cands = [e for e in self.pool if e.val.is_input and (not full or
-                                                                 e.val.ndim == self.rank)]
+            cands = [
+                e for e in self.pool if e.val.is_input and (not full or e.val.ndim == self.rank)
+            ]
         if not cands:
             cands = self.pool
         # Prefer recent values (chains) but reach back (DAGs).
         e = self.draw(st.sampled_from(cands[-4:] if self.draw(st.booleans()) else cands))
         if e.val.dtype in _NARROW or (floating and not e.val.dtype.is_floating):
-            e = _Entry(cast(TensorView, self.fd.ops.cast(e.val, DataType.Float)), e.exact,
-                       e.bound)
+            e = _Entry(cast(TensorView, self.fd.ops.cast(e.val, DataType.Float)), e.exact, e.bound)
         return e
 
     # ---- pointwise ----
@@ -104,8 +169,11 @@ class _Gen:
     def unary(self, op: str) -> _Entry | None:
         e = self.guard(op, self.pick(exact=op in _EXACT_ONLY))
         bound = _unary_bound(op, e.bound)
-        out = getattr(self.fd.ops, op)(e.val) if op != "gelu_tanh" else \
-            self.fd.ops.gelu(e.val, approximate="tanh")
+        out = (
+            getattr(self.fd.ops, op)(e.val)
+            if op != "gelu_tanh"
+            else self.fd.ops.gelu(e.val, approximate="tanh")
+        )
         return _Entry(cast(TensorView, out), e.exact and op in _EXACT_KEEPING, bound)
 
     def operand(self, exact: bool) -> tuple[Any, bool, float]:
@@ -140,8 +208,9 @@ class _Gen:
             # + 0.0 turns -0.0 into +0.0 in the kernel and the reference alike.
             a, b = (o.add(v, 0.0) if isinstance(v, Val) else v for v in (a, b))
         out = getattr(o, op)(a, b)
-        bound = {"add": ba + bb, "sub": ba + bb, "mul": ba * bb,
-                 "atan2": math.pi}.get(op, max(ba, bb))
+        bound = {"add": ba + bb, "sub": ba + bb, "mul": ba * bb, "atan2": math.pi}.get(
+            op, max(ba, bb)
+        )
         return _Entry(out, ea and eb and op in _EXACT_KEEPING, bound)
 
     def divlike(self, op: str, a: Any, ea: bool, ba: float, b: Any) -> _Entry | None:
@@ -149,7 +218,7 @@ class _Gen:
         is_int = isinstance(a, Val) and not a.dtype.is_floating
         if op == "pow":
             if is_int:
-                return _Entry(o.pow(a, self.draw(st.sampled_from([0, 1, 2, 3]))), ea, ba ** 3)
+                return _Entry(o.pow(a, self.draw(st.sampled_from([0, 1, 2, 3]))), ea, ba**3)
             base = o.add(o.abs(a), 0.5)
             expo = self.draw(st.sampled_from([2.0, 3.0, 0.5, -1.0, -2.0]))
             return _Entry(o.pow(base, expo), False, max((ba + 0.5) ** abs(expo), 4.0))
@@ -160,8 +229,11 @@ class _Gen:
                 return None
             d = self.draw(st.sampled_from([0.5, 2.0, 0.25, -0.5]))
             return _Entry(getattr(o, op)(a, d), True, abs(d))
-        denom = b if not isinstance(b, Val) else (
-            o.add(o.abs(b), 0.5) if b.dtype.is_floating else o.add(o.abs(b), 1))
+        denom = (
+            b
+            if not isinstance(b, Val)
+            else (o.add(o.abs(b), 0.5) if b.dtype.is_floating else o.add(o.abs(b), 1))
+        )
         if not isinstance(denom, Val) and abs(float(denom)) < 0.25:
             denom = 0.5
         return _Entry(o.div(a, denom), False, ba * 4)
@@ -172,15 +244,15 @@ class _Gen:
             x, y = self.pick(exact=True), self.pick(exact=True)
             cond = o.lt(x.val, y.val) if self.draw(st.booleans()) else o.ge(x.val, 0.5)
             a, b = self.pick(), self.pick()
-            return _Entry(o.where(cond, a.val, b.val), a.exact and b.exact,
-                          max(a.bound, b.bound))
+            return _Entry(o.where(cond, a.val, b.val), a.exact and b.exact, max(a.bound, b.bound))
         if op == "clamp":
             a = self.pick()
             if a.val.dtype is DataType.Bool:
                 return None
             lo = self.draw(st.sampled_from([-1, 0, -2]))
-            return _Entry(o.clamp(a.val, lo, lo + self.draw(st.sampled_from([1, 2, 3]))),
-                          a.exact, a.bound)
+            return _Entry(
+                o.clamp(a.val, lo, lo + self.draw(st.sampled_from([1, 2, 3]))), a.exact, a.bound
+            )
         s, e, w = self.pick(floating=True), self.pick(floating=True), self.pick(floating=True)
         return _Entry(o.lerp(s.val, e.val, w.val), False, (s.bound + e.bound) * (1 + w.bound))
 
@@ -201,8 +273,9 @@ class _Gen:
         e = self.pick(full=True)
         if e.val.ndim == 0:
             return
-        dims = self.draw(st.lists(st.integers(0, e.val.ndim - 1), min_size=1, max_size=2,
-                                  unique=True))
+        dims = self.draw(
+            st.lists(st.integers(0, e.val.ndim - 1), min_size=1, max_size=2, unique=True)
+        )
         op = self.draw(st.sampled_from(["sum", "max", "min", "mean", "prod", "var"]))
         keep = self.draw(st.booleans())
         v: Any = e.val
@@ -225,20 +298,30 @@ class _Gen:
         o = self.fd.ops
         x = self.pick(full=True, floating=True)
         v = x.val
-        pattern = self.draw(st.sampled_from(["softmax", "log_softmax", "layer_norm", "rms_norm",
-                                             "var_mean", "center"]))
+        pattern = self.draw(
+            st.sampled_from(
+                ["softmax", "log_softmax", "layer_norm", "rms_norm", "var_mean", "center"]
+            )
+        )
         dim = self.draw(st.integers(0, v.ndim - 1))
         if pattern in ("softmax", "log_softmax"):
             out = getattr(o, pattern)(v, dim)
         elif pattern in ("layer_norm", "rms_norm"):
             k = self.draw(st.integers(1, min(2, v.ndim)))
-            dt = self.draw(st.sampled_from([d for d in self.dtypes if d.is_floating] or
-                                           [DataType.Float]))
-            w = self.fd.define_tensor(shape=[-1] * k, dtype=dt) if self.draw(st.booleans()) \
+            dt = self.draw(
+                st.sampled_from([d for d in self.dtypes if d.is_floating] or [DataType.Float])
+            )
+            w = (
+                self.fd.define_tensor(shape=[-1] * k, dtype=dt)
+                if self.draw(st.booleans())
                 else None
+            )
             if pattern == "layer_norm":
-                b = self.fd.define_tensor(shape=[-1] * k, dtype=dt) if self.draw(st.booleans()) \
+                b = (
+                    self.fd.define_tensor(shape=[-1] * k, dtype=dt)
+                    if self.draw(st.booleans())
                     else None
+                )
                 out = o.layer_norm(v, w, b, normalized_ndim=k)
             else:
                 out = o.rms_norm(v, w, normalized_ndim=k)
@@ -257,21 +340,52 @@ class _Gen:
 def _unary_bound(op: str, b: float) -> float:
     if op in ("exp", "exp2", "expm1", "sinh", "cosh"):
         return math.exp(min(b, 50.0)) * 2 + 1
-    if op in ("isnan", "isinf", "isfinite", "logical_not", "sign", "sigmoid", "tanh", "erf",
-              "sin", "cos"):
+    if op in (
+        "isnan",
+        "isinf",
+        "isfinite",
+        "logical_not",
+        "sign",
+        "sigmoid",
+        "tanh",
+        "erf",
+        "sin",
+        "cos",
+    ):
         return 1.0
     if op in ("rsqrt", "reciprocal"):
         return 2.0
-    if op in ("log", "log2", "log10", "log1p", "sqrt", "atan", "asin", "acos", "atanh",
-              "asinh", "acosh", "tan", "erfc"):
+    if op in (
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sqrt",
+        "atan",
+        "asin",
+        "acos",
+        "atanh",
+        "asinh",
+        "acosh",
+        "tan",
+        "erfc",
+    ):
         return b + 4.0
     return b + 1.0
 
 
 @st.composite
-def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tuple,
-             kinds: frozenset, ops: tuple, allow_scalars: bool, max_outputs: int
-             ) -> FusionDefinition:
+def _fusions(
+    draw: Any,
+    max_inputs: int,
+    max_ops: int,
+    max_rank: int,
+    dtypes: tuple,
+    kinds: frozenset,
+    ops: tuple,
+    allow_scalars: bool,
+    max_outputs: int,
+) -> FusionDefinition:
     kind = draw(st.sampled_from(sorted(kinds)))
     rank = draw(st.integers(1, max_rank))
     with FusionDefinition() as fd:
@@ -280,11 +394,13 @@ def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tu
         n_inputs = draw(st.integers(1, max_inputs))
         for i in range(n_inputs):
             full = i == 0
-            gen.add_input(rank if full else draw(st.integers(1, rank)), full,
-                          draw(st.sampled_from(dtypes)))
+            gen.add_input(
+                rank if full else draw(st.integers(1, rank)), full, draw(st.sampled_from(dtypes))
+            )
         if allow_scalars and draw(st.integers(0, 3)) == 0:
-            gen.scalars.append(fd.define_scalar(dtype=draw(st.sampled_from(
-                [DataType.Double, DataType.Int]))))
+            gen.scalars.append(
+                fd.define_scalar(dtype=draw(st.sampled_from([DataType.Double, DataType.Int])))
+            )
         n_ops = draw(st.integers(1, max_ops))
         if kind == "multi_segment":
             _multi_segment(draw, fd, gen, n_ops, max_outputs)
@@ -295,8 +411,7 @@ def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tu
             n_red = draw(st.integers(2, 3))
         else:
             n_red = 0
-        special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red,
-                                          max_size=n_red)))
+        special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red, max_size=n_red)))
         norm_at = draw(st.integers(0, n_ops)) if kind == "normalization" else -1
         for step in range(n_ops + 1):
             for _ in range(special_at.count(step)):
@@ -309,8 +424,9 @@ def _fusions(draw: Any, max_inputs: int, max_ops: int, max_rank: int, dtypes: tu
     return fd
 
 
-def _multi_segment(draw: Any, fd: FusionDefinition, gen: _Gen, n_ops: int,
-                   max_outputs: int) -> None:
+def _multi_segment(
+    draw: Any, fd: FusionDefinition, gen: _Gen, n_ops: int, max_outputs: int
+) -> None:
     """A fusion no single scheduler takes (for most inputs): two reductions over different
     axes, outputs of unrelated shapes, or a matmul with pointwise work around it."""
     patterns = ["unrelated_outputs", "matmul"]
@@ -322,8 +438,10 @@ def _multi_segment(draw: Any, fd: FusionDefinition, gen: _Gen, n_ops: int,
         for _ in range(draw(st.integers(0, n_ops))):
             gen.pointwise_step()
         e = gen.pick(full=True, floating=True)
-        op1, op2 = draw(st.sampled_from(["sum", "max", "mean"])), \
-            draw(st.sampled_from(["sum", "max", "min", "mean"]))
+        op1, op2 = (
+            draw(st.sampled_from(["sum", "max", "mean"])),
+            draw(st.sampled_from(["sum", "max", "min", "mean"])),
+        )
         r1 = getattr(o, op1)(e.val, [draw(st.integers(0, e.val.ndim - 1))])
         r2 = getattr(o, op2)(r1, [draw(st.integers(0, r1.ndim - 1))])
         grow = 1100.0 if op1 == "sum" else 1.0
@@ -336,8 +454,11 @@ def _multi_segment(draw: Any, fd: FusionDefinition, gen: _Gen, n_ops: int,
         _add_outputs(draw, fd, gen, max_outputs)
         return
     # Library results are not exact: keep them away from discontinuous ops.
-    ops = gen.ops if pattern != "matmul" else \
-        tuple(op for op in gen.ops if op not in _EXACT_ONLY and op != "where") or ("add",)
+    ops = (
+        gen.ops
+        if pattern != "matmul"
+        else tuple(op for op in gen.ops if op not in _EXACT_ONLY and op != "where") or ("add",)
+    )
     other = _Gen(draw, fd, draw(st.integers(1, gen.rank)), gen.dtypes, ops)
     other.scalars = gen.scalars
     if pattern == "matmul":
@@ -347,8 +468,9 @@ def _multi_segment(draw: Any, fd: FusionDefinition, gen: _Gen, n_ops: int,
         if draw(st.booleans()):
             y = o.matmul(x, w)
         else:
-            y = o.linear(x, w, fd.define_tensor(shape=[-1], dtype=dt)
-                         if draw(st.booleans()) else None)
+            y = o.linear(
+                x, w, fd.define_tensor(shape=[-1], dtype=dt) if draw(st.booleans()) else None
+            )
         other.rank = y.ndim
         other.pool.append(_Entry(y, False, 4.0 * 1100.0))
     else:
@@ -388,11 +510,17 @@ def _cone_ids(vals: list[Val]) -> set[int]:
     return seen
 
 
-def fusions(*, max_inputs: int = 3, max_ops: int = 8, max_rank: int = 3,
-            dtypes: tuple[DataType, ...] = DEFAULT_DTYPES,
-            kinds: frozenset[str] | set[str] = frozenset({"pointwise"}),
-            ops: tuple[str, ...] | None = None, allow_scalars: bool = True,
-            max_outputs: int = 3) -> st.SearchStrategy[FusionDefinition]:
+def fusions(
+    *,
+    max_inputs: int = 3,
+    max_ops: int = 8,
+    max_rank: int = 3,
+    dtypes: tuple[DataType, ...] = DEFAULT_DTYPES,
+    kinds: frozenset[str] | set[str] = frozenset({"pointwise"}),
+    ops: tuple[str, ...] | None = None,
+    allow_scalars: bool = True,
+    max_outputs: int = 3,
+) -> st.SearchStrategy[FusionDefinition]:
     """A strategy of finished FusionDefinitions.
 
     max_inputs: tensor inputs (>= 1; layer/rms norm may add weight and bias inputs).
@@ -416,5 +544,6 @@ def fusions(*, max_inputs: int = 3, max_ops: int = 8, max_rank: int = 3,
     unknown = [op for op in ops if op not in OPS]
     if unknown:
         raise ValueError(f"unknown ops {unknown}")
-    return _fusions(max_inputs, max_ops, max_rank, tuple(dtypes), kinds, ops, allow_scalars,
-                    max_outputs)
+    return _fusions(
+        max_inputs, max_ops, max_rank, tuple(dtypes), kinds, ops, allow_scalars, max_outputs
+    )
