@@ -1,8 +1,10 @@
-"""Audit a built kfuse wheel: stable-ABI tag and no link-time CUDA dependency.
+"""Audit a built kfuse wheel: stable-ABI and manylinux tags, no link-time CUDA dependency.
 
     python wheels/check_wheel.py dist/kfuse-*.whl
 
-Checks that the wheel is tagged ``cp310-abi3`` (file name and WHEEL metadata), that it ships
+Checks that the wheel is tagged ``cp310-abi3`` with a ``manylinux_*`` platform (file name and
+WHEEL metadata: a bare ``linux_x86_64`` wheel is refused by package indexes; auditwheel
+repair gives the tag), that it ships
 exactly one ``kfuse/_C.abi3.so``, that the extension's DT_NEEDED entries (``readelf -d``) name
 no CUDA library (libcuda, libnvrtc, libcupti, libcudart), and that the metadata requires
 ``nanobind-backend``. Exits non-zero with a list of problems otherwise.
@@ -35,6 +37,9 @@ def check_wheel(wheel: Path) -> list[str]:
     problems = []
     if f"-{EXPECTED_TAG}-" not in wheel.name:
         problems.append(f"file name {wheel.name} lacks the {EXPECTED_TAG} tag")
+    if not re.search(rf"-{EXPECTED_TAG}-(manylinux[^-]*)\.whl$", wheel.name):
+        problems.append(f"file name {wheel.name} has no manylinux platform tag (run auditwheel "
+                        "repair)")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         wheel_info = next((n for n in names if n.endswith(".dist-info/WHEEL")), None)
@@ -42,8 +47,8 @@ def check_wheel(wheel: Path) -> list[str]:
         if wheel_info is None or metadata is None:
             return problems + ["no WHEEL or METADATA file in the wheel"]
         tags = re.findall(r"^Tag: (.+)$", archive.read(wheel_info).decode(), re.M)
-        if not tags or any(not t.startswith(f"{EXPECTED_TAG}-") for t in tags):
-            problems.append(f"WHEEL tags {tags} are not all {EXPECTED_TAG}-*")
+        if not tags or any(not t.startswith(f"{EXPECTED_TAG}-manylinux") for t in tags):
+            problems.append(f"WHEEL tags {tags} are not all {EXPECTED_TAG}-manylinux*")
         requires = re.findall(r"^Requires-Dist: (.+)$", archive.read(metadata).decode(), re.M)
         if not any(r.startswith("nanobind-backend") for r in requires):
             problems.append(f"METADATA does not require nanobind-backend: {requires}")
