@@ -38,8 +38,9 @@ def check_wheel(wheel: Path) -> list[str]:
     if f"-{EXPECTED_TAG}-" not in wheel.name:
         problems.append(f"file name {wheel.name} lacks the {EXPECTED_TAG} tag")
     if not re.search(rf"-{EXPECTED_TAG}-(manylinux[^-]*)\.whl$", wheel.name):
-        problems.append(f"file name {wheel.name} has no manylinux platform tag (run auditwheel "
-                        "repair)")
+        problems.append(
+            f"file name {wheel.name} has no manylinux platform tag (run auditwheel repair)"
+        )
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         wheel_info = next((n for n in names if n.endswith(".dist-info/WHEEL")), None)
