@@ -9,6 +9,7 @@ stays free of both (and of CUDA).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -99,9 +100,7 @@ def empty_like_framework(
             raise
         from kfuse.errors import OutOfMemoryError
 
-        nbytes = dtype.itemsize
-        for n in shape:
-            nbytes *= n
+        nbytes = dtype.itemsize * math.prod(shape)
         where = "host memory" if device < 0 else f"cuda:{device}"
         raise OutOfMemoryError(
             f"cannot allocate {what}: {dtype.value} {tuple(shape)}, "

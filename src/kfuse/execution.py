@@ -70,9 +70,8 @@ class FusionExecution:
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 return outputs
-        return self._executor().execute(
-            _input_list(inputs), stream=stream, device=device, try_fast=False
-        )
+        # build_runtime_info checks that the inputs are a list (kfuse.runtime_info.input_list).
+        return self._executor().execute(inputs, device=device, try_fast=False)
 
     def manual_execute(
         self,
@@ -93,16 +92,14 @@ class FusionExecution:
                 f"got {type(heuristic_params).__name__}"
             )
         with _callers_stream(inputs, stream):
-            return self._executor().execute(
-                _input_list(inputs), device=device, params=heuristic_params
-            )
+            return self._executor().execute(inputs, device=device, params=heuristic_params)
 
     def segments(self, inputs: Any, *, device: int | None = None) -> list[Any]:
         """How execute would run the fusion on `inputs`: a list of Segment descriptions
         (scheduler, inputs and outputs by name, exprs, and why the fusion was split), in
         execution order; one Segment when a single scheduler takes the whole fusion.
         Nothing is compiled; a segmentation is cached for the inputs' signature."""
-        return self._executor().segments(_input_list(inputs), device=device)
+        return self._executor().segments(inputs, device=device)
 
     def last_cuda_source(self) -> str | None:
         """The generated CUDA source of the kernel(s) the last execute ran."""
@@ -128,12 +125,6 @@ def _raise_out_of_memory(exc: BaseException) -> None:
         f"cannot allocate the outputs of a cached call: "
         f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     ) from None
-
-
-def _input_list(inputs: Any) -> list[Any]:
-    from kfuse.runtime_info import input_list
-
-    return input_list(inputs)
 
 
 def _callers_stream(inputs: Any, stream: int | None) -> Any:

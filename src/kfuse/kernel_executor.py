@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kfuse import _C, profiling_hooks
-from kfuse.errors import InputError
+from kfuse.errors import InputError, KfuseError
 
 
 @contextlib.contextmanager
@@ -25,7 +25,7 @@ def _input_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (TypeError, ValueError, RuntimeError) as exc:
-        if isinstance(exc, _C.CudaError | _C.CompileError):
+        if isinstance(exc, KfuseError):  # ParamsError is a kfuse error already
             raise
         raise InputError(f"KernelExecutor.{what}: {exc}") from None
 
