@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from kfuse import _C
-from kfuse.backends.cuda import CudaBackend
+from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
 from kfuse.backends.emulator import EMULATOR_BACKEND
 from kfuse.emulator import build
 from kfuse.frontend import FusionDefinition
@@ -233,7 +233,7 @@ def test_another_cubin_copied_under_a_key_is_not_loaded(cache: Path) -> None:
 
 def test_a_fifo_cubin_entry_does_not_block(tmp_path: Path) -> None:
     code = f"""
-        from kfuse.backends.cuda import CudaBackend
+        from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
         CudaBackend().compile({SOURCE!r}, "k", 0, "sm_90")
         print("compiled")
     """
@@ -247,7 +247,7 @@ def test_concurrent_writers_leave_a_valid_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code = f"""
-        from kfuse.backends.cuda import CudaBackend
+        from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
         for _ in range(5):
             CudaBackend().compile({SOURCE!r}, "k", 0, "sm_90")
         print("compiled")
@@ -270,9 +270,7 @@ def test_concurrent_writers_leave_a_valid_entry(
     from kfuse import kernel_cache
 
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    identity = kernel_cache.kernel_identity(
-        SOURCE, "k", "sm_90", "-std=c++17 -DKFUSE_USE_PTX", version
-    )
+    identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", " ".join(NVRTC_OPTIONS), version)
     entry = cubin_entry(tmp_path)
     import warnings
 

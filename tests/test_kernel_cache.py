@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from kfuse import _C, executor, kernel_cache
-from kfuse.backends.cuda import CudaBackend
+from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
 from kfuse.errors import SchedulerError
 
 Compiles = list[tuple[str, str, tuple[str, ...]]]  # (name, arch, options) per NVRTC compile
@@ -53,7 +53,7 @@ def test_corrupt_entry_is_ignored_and_rebuilt(
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     (entry,) = entries(tmp_path)
     version = ".".join(str(v) for v in _C.nvrtc_version())
-    options = "-std=c++17 -DKFUSE_USE_PTX"
+    options = " ".join(NVRTC_OPTIONS)
     identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", options, version)
     good = kernel_cache.load(entry.name, identity)
     assert good is not None and good[:4] == b"\x7fELF"

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from example_budget import examples
 from kfuse import schedule
+from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.schedule import SchedulerType
@@ -164,7 +165,7 @@ def test_nvrtc_compiles_persistent_kernels(
     else:
         srcs = _sources(softmax(DataType.Half), [rand(64, 33, dtype=np.float16)], IP)
     for source, name in srcs:
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, list(NVRTC_OPTIONS))
         assert len(cubin) > 0
 
 
@@ -349,9 +350,7 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
     srcs += _sources(tutorial_layer_norm_var_mean(), [rand(4, n)], IP, clusters=True)
     for source, name in srcs:
         assert "__cluster_dims__(8, 1, 1)" in source and "kf::cluster_reduce<8>" in source
-        cubin = _C.compile_to_cubin(
-            source, name + ".cu", "sm_90", ["-std=c++17", "-DKFUSE_USE_PTX"]
-        )
+        cubin = _C.compile_to_cubin(source, name + ".cu", "sm_90", list(NVRTC_OPTIONS))
         assert len(cubin) > 0
     assert "kf_rank == 0" in srcs[1][0]  # the statistics are written once a row
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from example_budget import examples
 from kfuse import schedule
+from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
@@ -250,5 +251,5 @@ def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
     layout = pointwise_layout(plan, build_runtime_info(fd.fusion, inputs), None)
     source, name = emit_pointwise(plan, PointwiseScheduler().kernel_spec(plan, layout, hp))
     for arch in ("sm_80", "sm_90"):
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, list(NVRTC_OPTIONS))
         assert cubin[:4] == b"\x7fELF"

@@ -6,6 +6,7 @@ import pytest
 
 from gpu_support import requires_gpu
 from kfuse import _C, DataType, FusionDefinition
+from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.codegen.precision import approximable
 
 
@@ -64,10 +65,7 @@ def test_generated_source_uses_the_fast_form_and_compiles() -> None:
     source = fd.last_cuda_source()
     assert "kf::gelu_tanh_fast(" in source
     for arch in ("sm_80", "sm_90"):
-        assert (
-            _C.compile_to_cubin(source, "k.cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])[:4]
-            == b"\x7fELF"
-        )
+        assert _C.compile_to_cubin(source, "k.cu", arch, list(NVRTC_OPTIONS))[:4] == b"\x7fELF"
     want = torch.nn.functional.gelu(x.double(), approximate="tanh") * 0.5
     np.testing.assert_allclose(out.double().numpy(), want.numpy(), rtol=1.6e-2, atol=1e-3)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kfuse import schedule
+from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
@@ -239,7 +240,7 @@ def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
     if case.startswith("grid") or case == "welford":
         assert len(srcs) == 2
     for source, name in srcs:
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, ["-std=c++17", "-DKFUSE_USE_PTX"])
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, list(NVRTC_OPTIONS))
         assert len(cubin) > 0
 
 

@@ -152,3 +152,28 @@ def test_the_emulator_poisons_what_a_kernel_leaves_unwritten(
     assert (out[1].view(np.uint8) == POISON_BYTE).all()
     with pytest.raises(AssertionError, match="output 1"):
         assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides"),
+    [((1,), (2,)), ((1,), (0,)), ((3, 1), (1, 0)), ((1, 4), (9, 1)), ((0, 2), (2, 1))],
+)
+def test_poison_fills_dense_arrays_whose_size_one_axes_have_any_stride(
+    shape: tuple, strides: tuple
+) -> None:
+    """torch.empty_like of a contiguous input keeps its strides, and torch calls a size-1 axis
+    of any stride contiguous: the host fast path allocates such outputs (found by the
+    campaign: `view(torch.uint8)` refused a (1,) array of stride 2)."""
+    from kfuse.arrays import poison
+
+    for dtype in (torch.float32, torch.float16, torch.int64, torch.bool):
+        array = torch.empty_strided(shape, strides, dtype=dtype)
+        poison(array)
+        assert (
+            torch.as_strided(array, (array.numel(),), (1,)).view(torch.uint8) == POISON_BYTE
+        ).all()
+    host = np.lib.stride_tricks.as_strided(np.empty(4, np.float32), shape, [4 * s for s in strides])
+    poison(host)
+    assert (
+        np.lib.stride_tricks.as_strided(host, (host.size,), (4,)).view(np.uint8) == POISON_BYTE
+    ).all()

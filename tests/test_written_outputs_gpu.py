@@ -126,3 +126,20 @@ def test_an_output_broadcasting_an_empty_reduced_axis_is_written() -> None:
         fd.add_output(fd.ops.exp(b))
     inputs = [randn(1023, 0, 6, seed=0), randn(1023, 1, 1, seed=1)]
     held_then_checked(fd, inputs)
+
+
+@pytest.mark.parametrize("strides", [(2,), (0,)])
+def test_poisoned_outputs_like_a_size_one_input_of_any_stride(
+    monkeypatch: pytest.MonkeyPatch, strides: tuple
+) -> None:
+    """The host fast path allocates an output with torch.empty_like of a same-shape contiguous
+    input, which keeps a size-1 axis's stride; KFUSE_POISON must still fill it (the campaign's
+    commonest failure: 'self.stride(-1) must be 1 to view Float as Byte')."""
+    monkeypatch.setenv("KFUSE_POISON", "1")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        fd.add_output(fd.ops.exp(x))
+    for call in range(3):  # the checked path, then the host fast path
+        inputs = [torch.as_strided(randn(2, seed=call), (1,), strides)]
+        (out,) = fd.execute(inputs)
+        torch.testing.assert_close(out, inputs[0].exp())

@@ -82,9 +82,11 @@ gpu_tests() {
     [ -n "${KFUSE_GPU_TEST_TIMEOUT:-}" ] && limit=(timeout "$KFUSE_GPU_TEST_TIMEOUT")
     # The profiler's tests run in a process of their own: CUPTI misbehaving there must not take
     # the other GPU tests' results with it.
+    # They run in KFUSE_GPU_TEST_WORKERS processes (pytest-xdist) sharing the one GPU: most of
+    # their time is NVRTC on the CPU.
     local rc=0
-    "${limit[@]}" "$PY" -m pytest -m gpu -v -rfE -p no:cacheprovider \
-        --ignore=tests/test_profiler_gpu.py tests || rc=1
+    "${limit[@]}" "$PY" -m pytest -m gpu -rfE -p no:cacheprovider --durations=15 \
+        -n "${KFUSE_GPU_TEST_WORKERS:-8}" --ignore=tests/test_profiler_gpu.py tests || rc=1
     local plimit=()
     [ -n "${KFUSE_PROFILER_TEST_TIMEOUT:-}" ] && plimit=(timeout "$KFUSE_PROFILER_TEST_TIMEOUT")
     "${plimit[@]}" "$PY" -m pytest -m gpu -v -rfE -p no:cacheprovider \

@@ -158,21 +158,31 @@ expected included (a NaN or zero fill would hide behind those)."""
 
 
 def poison(array: Any) -> None:
-    """Fill `array` (contiguous, any framework) with POISON_BYTE, on the framework's current
-    stream."""
+    """Fill every byte of `array` with POISON_BYTE, on the framework's current stream.
+
+    `array` must be dense: its elements fill one span of memory in some order. That is any
+    array kfuse allocates, including a torch.empty_like of a contiguous input, which keeps the
+    input's strides: torch calls a size-1 axis of any stride contiguous. Such an array is
+    neither reshaped nor viewed as bytes by the frameworks (they refuse a view, or copy), so
+    the span is addressed directly as one flat run of elements."""
+    n = math.prod(array.shape)
+    if n == 0:
+        return
     framework = framework_of(array)
     if framework == "torch":
         import torch
 
-        array.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)
+        torch.as_strided(array, (n,), (1,)).view(torch.uint8).fill_(POISON_BYTE)
     elif framework == "cupy":
         import cupy
 
-        array.reshape(-1).view(cupy.uint8).fill(POISON_BYTE)
+        cupy.ndarray((n * array.itemsize,), cupy.uint8, array.data).fill(POISON_BYTE)
     else:
         import numpy as np
 
-        array.reshape(-1).view(np.uint8).fill(POISON_BYTE)
+        np.lib.stride_tricks.as_strided(array, (n,), (array.itemsize,)).view(np.uint8).fill(
+            POISON_BYTE
+        )
 
 
 def stream_context(framework: str, device: int, stream: int | None) -> Any:

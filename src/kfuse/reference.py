@@ -211,7 +211,16 @@ class _Evaluator:
             nan = be.full(out_shape, float("nan"), storage, self.like)
             avg, m2 = nan, nan
         else:
-            avg = be.reduce("sum", a, expr.dims, storage) / count
+            # Measured from each row's first value (when finite), as the kernels do: a row of
+            # equal values has exactly that value as its mean, so x - mean is exactly 0 even
+            # where sum / n would round (a float64 value times 3 does).
+            first = a[tuple(slice(0, 1) if d in expr.dims else slice(None) for d in range(a.ndim))]
+            zero = be.full(tuple(first.shape), 0, storage, self.like)
+            shift = be.where(be.fn("isfinite")(first), first, zero)
+            avg = (
+                be.squeeze(shift, expr.dims)
+                + be.reduce("sum", a - shift, expr.dims, storage) / count
+            )
             diff = a - be.expand_dims(avg, expr.dims)
             m2 = be.reduce("sum", diff * diff, expr.dims, storage)
         self.env[avg_v] = self.store(avg, avg_v.dtype)

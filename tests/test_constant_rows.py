@@ -1,0 +1,60 @@
+"""A normalization of a row of equal values is exactly 0 there (x - mean(x) == 0), as with
+torch's Welford statistics. The campaign found two ways kfuse missed it, each magnified by
+1 / sqrt(var + eps) (316 for eps = 1e-5) and turned by an infinite weight into +-inf instead
+of NaN: the persistent kernels' mean was sum / n, which rounds for most n, and on the GPU
+NVRTC contracted the epilogue's recomputed x - mean into fma(a, b, -mean), unlike the
+rounded a * b that the mean summed. The float64 reference had the first fault too."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gpu_support import requires_gpu
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+
+torch = pytest.importorskip("torch")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, requires_gpu])]
+
+
+def layer_norm(prologue: str) -> FusionDefinition:
+    """(f(x) - mean) * rsqrt(var + eps) * w over rows, f a pointwise prologue, as the
+    campaign's normalization fusions write it (welford, then broadcasts)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        w = fd.define_tensor(shape=[-1])
+        y = getattr(fd.ops, prologue)(x)
+        mean, m2, _ = fd.ops.welford(y, dims=[1])
+        n = fd.ops.cast(fd.ops.size(y, dim=1), dtype=y.dtype)
+        inv = fd.ops.rsqrt(fd.ops.add(fd.ops.div(m2, n), 1e-5))
+        centred = fd.ops.sub(y, fd.ops.broadcast(mean, is_broadcast_dim=[False, True]))
+        normed = fd.ops.mul(centred, fd.ops.broadcast(inv, is_broadcast_dim=[False, True]))
+        fd.add_output(fd.ops.mul(normed, fd.ops.broadcast(w, is_broadcast_dim=[True, False])))
+    return fd
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("prologue", ["abs", "gelu", "erfc"])
+@pytest.mark.parametrize("n", [1, 3, 32, 100, 1000, 4099])
+def test_rows_of_equal_values_normalize_to_exactly_zero(device: str, prologue: str, n: int) -> None:
+    fd = layer_norm(prologue)
+    rows = 37
+    # Row r holds one value repeated: values whose sums round (0.1, 1/3, erf-like ones).
+    values = torch.linspace(-2.5, 2.5, rows, dtype=torch.float32) + 0.1
+    x = values[:, None].expand(rows, n).contiguous().to(device)
+    w = torch.linspace(0.5, 2.0, n, dtype=torch.float32).to(device)
+    w[n // 2] = math.inf  # 0 * inf is NaN: exactly 0 shows as NaN, a residue as +-inf
+    (out,) = fd.execute([x, w])
+    assert fd.last_scheduler() is SchedulerType.inner_persistent
+    expected = torch.zeros(rows, n)
+    expected[:, n // 2] = math.nan
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0, equal_nan=True)
+    (reference,) = evaluate(fd.fusion, [x.cpu().double().float(), w.cpu()])
+    torch.testing.assert_close(
+        torch.as_tensor(np.asarray(reference)).float(), expected, rtol=0, atol=0, equal_nan=True
+    )
