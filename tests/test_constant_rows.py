@@ -58,3 +58,28 @@ def test_rows_of_equal_values_normalize_to_exactly_zero(device: str, prologue: s
     torch.testing.assert_close(
         torch.as_tensor(np.asarray(reference)).float(), expected, rtol=0, atol=0, equal_nan=True
     )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [65, 129, 4097])
+def test_the_mean_of_integer_valued_rows_is_exact(device: str, n: int) -> None:
+    """Rows of random integers whose mean is the value of their middle element (the last
+    element makes it so): that element normalizes to exactly 0, NaN times the infinite
+    weight there. Sums of small integers are exact in float32, so sum / n is exact here;
+    per-thread means combined as Welford states are not (the campaign found that in a first
+    version of the shifted mean)."""
+    fd = layer_norm("abs")
+    rows, mid = 40, (n - 1) // 2
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randint(1, 100, (rows, n), generator=gen).double()
+    x[:, mid] += 1000  # so that the last element comes out positive (abs leaves it)
+    x[:, -1] = 0
+    x[:, -1] = n * x[:, mid] - x.sum(1)
+    assert (x.mean(1) == x[:, mid]).all() and (x > 0).all() and (x < 2**23).all()
+    x = x.float().to(device)
+    w = torch.ones(n, dtype=torch.float32).to(device)
+    w[mid] = math.inf
+    (out,) = fd.execute([x, w])
+    assert fd.last_scheduler() is SchedulerType.inner_persistent
+    assert torch.isnan(out[:, mid]).all(), out[:, mid]
+    assert torch.isfinite(out[:, :mid]).all() and torch.isfinite(out[:, mid + 1 :]).all()

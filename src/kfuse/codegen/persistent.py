@@ -469,43 +469,33 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
         return lines
     t = compute_ctype(red.inputs[0].dtype)
     nan = literal(float("nan"), red.inputs[0].dtype)
-    # The mean: each thread sums its values measured from its first one (kept when finite, as
-    # kf::welford_update_batch does), then the threads' (mean, count) pairs are combined as
-    # Welford states. A row of equal values so gets exactly that value as its mean, and
-    # x - mean is exactly 0, as in torch's Welford, where a plain sum / n would leave a
-    # rounding residue that 1 / sqrt(var + eps) magnifies (and that an infinite weight
-    # turns into +-inf instead of NaN). Then the second pass sums squared deviations.
-    state = f"kf::WelfordState<{t}>"
-    mean = _combined(
-        spec,
-        f"kf::block_welford_x(w{k}, reinterpret_cast<{state}*>(kf_smem))",
-        "kf::WelfordOp",
-    )
     total = _combined(
         spec, f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))", "kf::SumOp"
     )
-    lines = [
-        f"    {t} shift{k} = ({t})0;",
-        f"    {t} sum{k} = ({t})0;",
-        f"    {t} cnt{k} = ({t})0;",
+    # The mean is measured from the row's first value (when finite, as in
+    # kf::welford_update_batch): shift + sum(v - shift) / n. Each thread computes that value
+    # itself from element 0 of the row (one load every thread of the row shares). A row of
+    # equal values then gets exactly that value as its mean, so x - mean is exactly 0, as with
+    # torch's Welford, where sum / n rounds for most n and 1 / sqrt(var + eps) magnifies the
+    # residue (an infinite weight turns it into +-inf instead of NaN); integer-valued rows
+    # keep their exact sums. Then the second pass sums squared deviations from that mean.
+    first = [
+        _placeholder(u.val.dtype.cuda_type)
+        if i in streamed
+        else held_element(spec, i, "0", "0")
+        if spec.loop_kinds[i] == BCAST
+        else f"kf::load(in{i}, base_in{i})"
+        for i, u in enumerate(plan.loop_inputs)
     ]
-    lines += _valid_loop(
-        plan,
-        spec,
-        lambda r: [
-            f"const {t} v = {value(r)};",
-            f"if (cnt{k} == ({t})0) shift{k} = kf::isfinite(v) ? v : ({t})0;",
-            f"sum{k} += v - shift{k};",
-            f"cnt{k} += ({t})1;",
-        ],
-        "    ",
-    )
+    lines = [
+        f"    {t} first{k} = ({t})0;",
+        f"    if (row_ok && n_red > 0) first{k} = {stage_call(plan, name, k, first)};",
+        f"    const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
+        f"    {t} sum{k} = ({t})0;",
+    ]
+    lines += _valid_loop(plan, spec, lambda r: [f"sum{k} += {value(r)} - shift{k};"], "    ")
     lines += [
-        f"    {state} w{k};",
-        f"    w{k}.mean = cnt{k} == ({t})0 ? ({t})0 : shift{k} + sum{k} / cnt{k};",
-        f"    w{k}.m2 = ({t})0;",
-        f"    w{k}.count = cnt{k};",
-        f"    const {t} r{k}_avg = n_red == 0 ? {nan} : {mean}.mean;",
+        f"    const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;",
         f"    {t} sq{k} = ({t})0;",
     ]
     lines += _valid_loop(
