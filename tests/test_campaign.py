@@ -194,6 +194,7 @@ def test_a_failing_round_is_shrunk_into_a_repro(
     record = result.failures[0]
     assert record["outcome"] == "mismatch" and "planted" in record["message"]
     assert record["reproduces_alone"] is False
+    assert record["flaky"] is False and record["shrink_timed_out"] is False
     script = Path(record["repro"])
     text = script.read_text()
     assert "kfuse campaign (test)" in text and "round 0 of 40 examples" in text
@@ -202,6 +203,30 @@ def test_a_failing_round_is_shrunk_into_a_repro(
     _, inputs = repro.load(script.with_suffix(".npz"))
     assert all(getattr(a, "numel", lambda: 1)() <= 1 for a in inputs)
     assert not list(tmp_path.glob("inflight-*")), "the in-flight repro is removed"
+
+
+def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the shrink's time is up every call passes, Hypothesis's final replay too, and it
+    raises Flaky: the record must still say the failure is not flaky (the GPU campaign's
+    deterministic mismatches were all labelled flaky)."""
+    monkeypatch.setenv("KFUSE_DEVICE", "emulator")
+
+    def planted(example: Example) -> None:
+        check(example)
+        if len(example.fd.fusion.outputs) > 1:
+            raise Mismatch("planted: more than one output")
+
+    monkeypatch.setattr(worker, "check", planted)
+    monkeypatch.setattr(worker, "_REPROS", worker.MAX_REPROS_PER_WORKER)  # no repro needed
+    space = ExampleSpace(
+        kinds=("pointwise",), framework="torch", device="cpu", max_elements=64, max_ops=3
+    )
+    spec = worker.Round(0, 11, 40, space, tmp_path, "kfuse campaign (test)", shrink_seconds=0)
+    (record,) = worker.run_round(spec).failures
+    assert record["outcome"] == "mismatch"
+    assert record["shrink_timed_out"] is True and record["flaky"] is False
 
 
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:

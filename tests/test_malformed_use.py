@@ -271,6 +271,48 @@ def test_the_schedule_api_with_bad_arguments(scheduler: Any, inputs: Any) -> Non
     _ok_or_kfuse_error(lambda: schedule.compute_heuristics(fusion, scheduler, inputs))
 
 
+# ---- the params classes' constructors ------------------------------------------------------
+
+PARAMS_CLASSES = [
+    kfuse.LaunchParams,
+    kfuse.CompileParams,
+    kfuse.HeuristicParams,
+    kfuse.PointwiseParams,
+    kfuse.ReductionParams,
+]
+CONSTRUCTOR_KEYWORDS = [
+    *PARAM_FIELDS,
+    "scheduler_type",
+    "shared_mem",
+    "grid_z",
+    "block_z",
+    "index_type",
+    "maxrregcount",
+    "arch",
+    "extra_options",
+    "persistent",
+    "vectorization_factor",
+]
+
+
+@settings(max_examples=examples(60), **SETTINGS)
+@given(
+    cls=st.sampled_from(PARAMS_CLASSES),
+    args=st.lists(st.one_of(st.sampled_from(["pointwise", "reduction"]), JUNK), max_size=2),
+    kwargs=st.dictionaries(
+        st.one_of(st.sampled_from(CONSTRUCTOR_KEYWORDS), st.text(max_size=3)),
+        st.one_of(st.integers(-3, 2048), st.sampled_from(["int32", "sm_90", ["-lineinfo"]]), JUNK),
+        max_size=3,
+    ),
+)
+def test_params_constructors_with_bad_arguments(cls: Any, args: list, kwargs: dict) -> None:
+    """A wrong type, name or count of arguments is a ParamsError naming it (it was nanobind's
+    'incompatible function arguments' TypeError); what is built round-trips through to_dict."""
+    params = _ok_or_kfuse_error(lambda: cls(*args, **kwargs))
+    if params is not None:
+        assert type(params).from_dict(params.to_dict()) == params
+
+
 # ---- KernelExecutor, PythonProfiler ------------------------------------------------------
 
 

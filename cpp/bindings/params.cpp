@@ -30,6 +30,15 @@ void reject_unknown(nb::dict d, const std::set<std::string> &known, const char *
     }
 }
 
+// Constructors take keyword arguments only; a positional one is a ParamsError, as a wrong
+// keyword is.
+void reject_positional(nb::args args, const char *what) {
+    if (args.size() != 0)
+        throw ParamsError((std::string(what) + "() takes keyword arguments only, got " +
+                           std::to_string(args.size()) + " positional")
+                              .c_str());
+}
+
 template <class T>
 T cast_field(nb::handle value, const char *owner, const char *name) {
     T out{};
@@ -225,19 +234,39 @@ std::unique_ptr<HeuristicParams> params_from_dict(nb::dict d) {
     return p;
 }
 
-template <class P>
-void init_with_kwargs(P *self, const std::string &scheduler_type, nb::kwargs kwargs) {
-    nb::dict fields;
-    for (auto [key, value] : kwargs)
-        fields[key] = value;
-    P tmp(scheduler_type);
-    auto known = field_names<P>();
-    for (auto [key, value] : fields) {
-        std::string k = nb::cast<std::string>(nb::str(key));
-        if (!known.count(k))
-            throw ParamsError((std::string(tmp.class_name()) +
-                                  "() got an unexpected keyword argument '" + k + "'").c_str());
+// A params constructor's arguments: scheduler_type (the one positional argument, or a
+// keyword) and the fields. Anything else, or a wrong type, is a ParamsError naming it.
+std::string scheduler_type_of(nb::args args, nb::dict &fields, const char *what,
+                              const char *default_type) {
+    if (args.size() > 1)
+        throw ParamsError((std::string(what) + "() takes at most one positional argument "
+                           "(scheduler_type), got " + std::to_string(args.size()))
+                              .c_str());
+    nb::object type = args.size() ? nb::borrow(args[0]) : nb::object(nb::str(default_type));
+    if (fields.contains("scheduler_type")) {
+        if (args.size())
+            throw ParamsError(
+                (std::string(what) + "() got scheduler_type twice").c_str());
+        type = fields["scheduler_type"];
+        nb::del(fields["scheduler_type"]);
     }
+    auto name = cast_field<std::string>(type, what, "scheduler_type");
+    // A type that names its class must name this one, so that to_dict / from_dict gives back
+    // the same class (HeuristicParams('pointwise') would come back as PointwiseParams).
+    const char *owner = class_for_type(name);
+    if (owner && std::string(owner) != what)
+        throw ParamsError((std::string(what) + "(): scheduler_type '" + name + "' is a " +
+                           owner + "'s; build a " + owner)
+                              .c_str());
+    return name;
+}
+
+template <class P>
+void init_with_kwargs(P *self, nb::args args, nb::kwargs kwargs, const char *what,
+                      const char *default_type) {
+    nb::dict fields(kwargs);
+    P tmp(scheduler_type_of(args, fields, what, default_type));
+    reject_unknown(fields, field_names<P>(), what);
     assign_fields(tmp, fields);
     new (self) P(std::move(tmp));
 }
@@ -251,20 +280,17 @@ void register_params(nb::module_ &m) {
         "dimensions are 1 at launch; grid_x and block_x must be given by compile-time or "
         "run-time constraints. Built without touching a device; checked against the device "
         "when a kernel is launched.")
+        // Arguments come as Python objects and are checked here (launch_from_dict), so that a
+        // wrong type or name is a ParamsError naming the field, not nanobind's TypeError.
         .def(
             "__init__",
-            [](LaunchParams *self, OptInt gx, OptInt gy, OptInt gz, OptInt bx, OptInt by,
-               OptInt bz, int64_t smem) {
-                LaunchParams p;
-                p.grid_x = gx, p.grid_y = gy, p.grid_z = gz;
-                p.block_x = bx, p.block_y = by, p.block_z = bz;
-                p.shared_mem = smem;
-                p.validate();
-                new (self) LaunchParams(p);
+            [](LaunchParams *self, nb::args args, nb::kwargs kwargs) {
+                reject_positional(args, "LaunchParams");
+                new (self) LaunchParams(launch_from_dict(nb::dict(kwargs)));
             },
-            nb::kw_only(), "grid_x"_a = nb::none(), "grid_y"_a = nb::none(),
-            "grid_z"_a = nb::none(), "block_x"_a = nb::none(), "block_y"_a = nb::none(),
-            "block_z"_a = nb::none(), "shared_mem"_a = 0)
+            nb::sig("def __init__(self, *, grid_x: int | None = None, grid_y: int | None = None, "
+                    "grid_z: int | None = None, block_x: int | None = None, block_y: int | None "
+                    "= None, block_z: int | None = None, shared_mem: int = 0) -> None"))
         .def_prop_ro("grid", [](const LaunchParams &p) {
             auto g = p.grid();
             return nb::make_tuple(g[0], g[1], g[2]);
@@ -302,22 +328,17 @@ void register_params(nb::module_ &m) {
         "decides), arch ('sm_90'...; None: the device's own), extra NVRTC options.")
         .def(
             "__init__",
-            [](CompileParams *self, const std::string &index_type, OptInt maxrregcount,
-               std::optional<std::string> arch,
-               std::optional<std::vector<std::string>> extra_options) {
-                CompileParams p;
-                p.index_type = index_type;
-                p.maxrregcount = maxrregcount;
-                p.arch = arch;
-                p.extra_options = extra_options.value_or(std::vector<std::string>{});
-                p.validate();
-                new (self) CompileParams(p);
+            [](CompileParams *self, nb::args args, nb::kwargs kwargs) {
+                reject_positional(args, "CompileParams");
+                new (self) CompileParams(compile_from_dict(nb::dict(kwargs)));
             },
-            nb::kw_only(), "index_type"_a = "int64", "maxrregcount"_a = nb::none(),
-            "arch"_a = nb::none(), "extra_options"_a = nb::none())
+            nb::sig("def __init__(self, *, index_type: str = 'int64', maxrregcount: int | None "
+                    "= None, arch: str | None = None, extra_options: "
+                    "collections.abc.Sequence[str] | None = None) -> None"))
         .def_prop_rw(
             "index_type", [](const CompileParams &p) { return p.index_type; },
-            [](CompileParams &p, const std::string &t) {
+            [](CompileParams &p, nb::handle value) {
+                auto t = cast_field<std::string>(value, "CompileParams", "index_type");
                 CompileParams::check_index_type(t);
                 p.index_type = t;
             })
@@ -343,7 +364,15 @@ void register_params(nb::module_ &m) {
         m, "HeuristicParams",
         "What a scheduler decided for one kernel: launch (lparams) and compile (cparams) "
         "parameters plus the subclass's fields. scheduler_type is fixed at construction.")
-        .def(nb::init<std::string>(), "scheduler_type"_a = "none")
+        .def(
+            "__init__",
+            [](HeuristicParams *self, nb::args args, nb::kwargs kwargs) {
+                nb::dict fields(kwargs);
+                auto type = scheduler_type_of(args, fields, "HeuristicParams", "none");
+                reject_unknown(fields, {}, "HeuristicParams");
+                new (self) HeuristicParams(type);
+            },
+            nb::sig("def __init__(self, scheduler_type: str = 'none') -> None"))
         .def_prop_ro("scheduler_type", &HeuristicParams::scheduler_type)
         .def("to_dict", &params_to_dict,
              "{'scheduler_type': ..., <fields>..., 'lparams': {...}, 'cparams': {...}}")
@@ -367,8 +396,12 @@ void register_params(nb::module_ &m) {
         "Pointwise schedule: vectorization and unroll factors, break_point (-1: 1-D schedule; "
         "else the axes before it map to y), block and grid shape, split_grid_y. Keyword "
         "arguments set fields: PointwiseParams(vectorization_factor=4).");
-    pointwise.def("__init__", &init_with_kwargs<PointwiseParams>,
-                  "scheduler_type"_a = "pointwise", "kwargs"_a);
+    pointwise.def(
+        "__init__",
+        [](PointwiseParams *self, nb::args args, nb::kwargs kwargs) {
+            init_with_kwargs(self, args, kwargs, "PointwiseParams", "pointwise");
+        },
+        nb::sig("def __init__(self, scheduler_type: str = 'pointwise', **kwargs) -> None"));
     bind_fields<PointwiseParams>(pointwise, "PointwiseParams");
 
     auto reduction = nb::class_<ReductionParams, HeuristicParams>(
@@ -376,8 +409,12 @@ void register_params(nb::module_ &m) {
         "Reduction/normalization schedule: reduction layout (fastest_dim_reduction), "
         "persistence, block/grid shape, vectorize/unroll factors for the iteration and "
         "reduction domains, and cross-block / cross-grid flags. Keyword arguments set fields.");
-    reduction.def("__init__", &init_with_kwargs<ReductionParams>,
-                  "scheduler_type"_a = "reduction", "kwargs"_a);
+    reduction.def(
+        "__init__",
+        [](ReductionParams *self, nb::args args, nb::kwargs kwargs) {
+            init_with_kwargs(self, args, kwargs, "ReductionParams", "reduction");
+        },
+        nb::sig("def __init__(self, scheduler_type: str = 'reduction', **kwargs) -> None"));
     bind_fields<ReductionParams>(reduction, "ReductionParams");
 }
 

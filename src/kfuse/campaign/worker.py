@@ -106,6 +106,7 @@ def run_round(spec: Round) -> RoundResult:
         "failed_at": None,
         "first": None,
         "last": None,
+        "shrink_timed_out": False,
     }
     started = time.monotonic()
 
@@ -124,7 +125,11 @@ def run_round(spec: Round) -> RoundResult:
     def one_example(data: Any) -> None:
         shrinking = state["failed_at"] is not None
         if shrinking and time.monotonic() - state["failed_at"] > spec.shrink_seconds:
-            return  # shrinking ran out of time: let Hypothesis finish quickly
+            # Shrinking ran out of time: every later call passes, so that Hypothesis finishes
+            # quickly. Its final replay of the smallest failure then passes too, and it calls
+            # the failure flaky, which it is not.
+            state["shrink_timed_out"] = True
+            return
         example = data.draw(examples(space))
         where = (
             f"round {spec.index} of {spec.examples} examples, after "
@@ -203,8 +208,10 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
         "message": f"{type(exc).__name__}: {exc}"[:2000],
         "first_message": f"{type(first_exc).__name__}: {first_exc}"[:2000],
         "shrunk": example is not first_example,
-        # Flaky: the smallest failing example passed when Hypothesis ran it again.
-        "flaky": type(final).__name__.startswith("Flaky"),
+        # Flaky: the smallest failing example passed when Hypothesis ran it again (not when
+        # that replay passed only because the shrink's time was up).
+        "flaky": type(final).__name__.startswith("Flaky") and not state["shrink_timed_out"],
+        "shrink_timed_out": state["shrink_timed_out"],
         "repro": None,
         "reproduces_alone": None,
     }
