@@ -271,6 +271,45 @@ def test_the_schedule_api_with_bad_arguments(scheduler: Any, inputs: Any) -> Non
     _ok_or_kfuse_error(lambda: schedule.compute_heuristics(fusion, scheduler, inputs))
 
 
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [
+        (DataType.Int, 2**63),
+        (DataType.Int, -(2**63) - 1),
+        (DataType.Int32, 2**31),
+        (DataType.Int32, -(2**31) - 1),
+        (DataType.Double, 10**400),
+    ],
+)
+def test_a_scalar_input_outside_its_dtype_is_an_input_error(dtype: DataType, value: int) -> None:
+    """Found by the malformed-use campaign: 2**63 for an Int scalar ran, wrapped to -2**63 in
+    the emulator's kernel, a wrong result."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        s = fd.define_scalar(dtype=dtype)
+        fd.add_output(fd.ops.mul(x, s))
+    x = torch.randn(5)
+    with pytest.raises(kfuse.InputError, match="outside its range|too large"):
+        fd.execute([x, value])
+    lowest = -(2 ** (8 * dtype.itemsize - 1)) if dtype.is_integral else -(2.0**1000)
+    (out,) = fd.execute([x, lowest])  # the range's end is accepted
+    assert_outputs_close(fd, [out], evaluate(fd.fusion, [x, lowest]), [x, lowest])
+
+
+def test_an_array_of_several_elements_is_no_constant() -> None:
+    """Found by the malformed-use campaign: define_scalar(np.zeros(2)) raised NumPy's raw
+    ValueError from .item()."""
+    with FusionDefinition() as fd:
+        with pytest.raises(kfuse.DefinitionError, match="is not a number"):
+            fd.define_scalar(np.zeros(2), dtype=DataType.Float)
+        x = fd.define_tensor(shape=[-1])
+        with pytest.raises(kfuse.DefinitionError, match="expected a tensor or scalar"):
+            fd.ops.add(x, np.ones(3))
+        fd.add_output(fd.ops.add(x, np.float32(2.0)))  # a NumPy number is one
+    x = torch.randn(3)
+    torch.testing.assert_close(fd.execute([x])[0], x + 2)
+
+
 # ---- the params classes' constructors ------------------------------------------------------
 
 PARAMS_CLASSES = [

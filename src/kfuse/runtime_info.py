@@ -16,6 +16,7 @@ from kfuse import knobs
 from kfuse.arrays import ArrayLayout, framework_of, layout_of
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError
+from kfuse.ir.builder import INTEGER_RANGE
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
 
@@ -155,6 +156,22 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
             f"{what} is a scalar input of dtype {val.dtype.value}; got {value!r} "
             f"({type(arg).__name__})"
         )
+    # Nor wrapped: 2**63 for an Int would have been -2**63 in the kernel.
+    if val.dtype in INTEGER_RANGE:
+        lowest, highest = INTEGER_RANGE[val.dtype]
+        if not lowest <= value <= highest:
+            raise InputError(
+                f"{what} is a scalar input of dtype {val.dtype.value}; {value} is outside its "
+                f"range ({lowest} to {highest})"
+            )
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            raise InputError(
+                f"{what} is a scalar input of dtype {val.dtype.value}; {value} is too large "
+                "for a floating-point value"
+            ) from None
 
 
 def _device_description(backend: str, index: int) -> Any:

@@ -30,7 +30,8 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS, REDUCTION_OPS
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
-_INT_RANGE = {DataType.Int32: (-(2**31), 2**31 - 1), DataType.Int: (-(2**63), 2**63 - 1)}
+INTEGER_RANGE = {DataType.Int32: (-(2**31), 2**31 - 1), DataType.Int: (-(2**63), 2**63 - 1)}
+"""The values each integer dtype holds: constants and scalar inputs outside it are errors."""
 
 
 def describe(v: Any) -> str:
@@ -103,7 +104,10 @@ class Builder:
         if dtype is None:
             dtype = python_scalar_dtype(value)
         if hasattr(value, "item"):
-            value = value.item()
+            try:
+                value = value.item()
+            except (ValueError, TypeError):  # an array of several elements, or not a number
+                raise DefinitionError(f"{op}: {value!r} is not a number") from None
         if not isinstance(value, (bool, int, float)):
             raise DefinitionError(f"{op}: {value!r} is not a number")
         if dtype is DataType.Bool:
@@ -112,7 +116,7 @@ class Builder:
             if isinstance(value, float) and not value.is_integer():
                 raise DefinitionError(f"{op}: {value!r} is not an integer ({dtype.value})")
             value = int(value)
-            lo, hi = _INT_RANGE[dtype]
+            lo, hi = INTEGER_RANGE[dtype]
             if not lo <= value <= hi:
                 raise DefinitionError(f"{op}: {value} does not fit in {dtype.value}")
         else:
