@@ -6,7 +6,6 @@ variable KFUSE_HYPOTHESIS_PROFILE=campaign or pytest's --hypothesis-profile=camp
 
 from __future__ import annotations
 
-import functools
 import os
 
 import pytest
@@ -30,18 +29,17 @@ settings.register_profile(
 settings.load_profile(os.environ.get("KFUSE_HYPOTHESIS_PROFILE", "ci"))
 
 
-@functools.cache
 def _gpu_skip_reason() -> str | None:
-    """None when a GPU is usable, else why GPU tests are skipped (checked once, lazily)."""
+    """None when a GPU is usable, else why GPU tests are skipped: the one wording
+    gpu_support.requires_gpu gives too (checked once, lazily)."""
     try:
-        from kfuse import _C
+        from kfuse import _C  # noqa: F401 - only whether the extension is built
     except ImportError as e:
         return f"kfuse._C is not built ({e})"
-    try:
-        count = _C.device_count()
-    except Exception as e:  # noqa: BLE001 - any driver failure means "no GPU here"
-        return f"no CUDA driver/device ({type(e).__name__}: {e})"
-    return None if count > 0 else "no CUDA device found"
+    from gpu_support import gpu_status
+
+    count, why = gpu_status()
+    return None if count > 0 else f"needs an NVIDIA GPU ({why})"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -92,6 +92,7 @@ def test_help_describes_the_options(tmp_path: Path) -> None:
         assert option in done.stdout
 
 
+@pytest.mark.slow
 def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = campaign(
@@ -151,6 +152,7 @@ def test_repro_inputs_round_trip_exactly(tmp_path: Path) -> None:
     assert torch.equal(y, x)
 
 
+@pytest.mark.slow
 def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Path) -> None:
     fd = _two_outputs()
     x = torch.randn(4, 6).to(torch.bfloat16)
@@ -170,6 +172,7 @@ def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Pat
     assert done.returncode == 1 and "FAILED (kfuse error)" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_round_is_shrunk_into_a_repro(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -229,6 +232,7 @@ def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
     assert record["shrink_timed_out"] is True and record["flaky"] is False
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
@@ -275,6 +279,7 @@ def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) ->
     assert summary["passed"] > 0 and "1 worker crashes" in stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_shards_merge_into_one_summary(tmp_path: Path) -> None:
     paths = []
     for shard in ("0/2", "1/2"):
