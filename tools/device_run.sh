@@ -5,6 +5,9 @@
 #   tools/device_run.sh quick   # GPU tests (bounded) + short benchmarks, no torch.compile
 #   tools/device_run.sh full    # GPU tests + the whole benchmark suite against every peer
 #   tools/device_run.sh campaign [SECONDS]  # GPU tests + a kfuse campaign (default 300 s)
+#
+# The device gets a copy of the working tree without .git: pass KFUSE_COMMIT=<sha> in the
+# command for the campaign's and the benchmarks' JSON to record the commit.
 set -u
 MODE="${1:-full}"
 export PYTHONUNBUFFERED=1
