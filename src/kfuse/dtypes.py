@@ -64,6 +64,9 @@ _ITEMSIZE = {
     DataType.Double: 8,
 }
 _FLOATING = frozenset({DataType.Half, DataType.BFloat16, DataType.Float, DataType.Double})
+
+INTEGER_RANGE = {DataType.Int32: (-(2**31), 2**31 - 1), DataType.Int: (-(2**63), 2**63 - 1)}
+"""The values each integer dtype holds: constants and scalar inputs outside it are errors."""
 _CUDA_TYPE = {
     DataType.Bool: "bool",
     DataType.Int32: "int",

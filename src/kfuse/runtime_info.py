@@ -14,9 +14,8 @@ from typing import Any
 
 from kfuse import knobs
 from kfuse.arrays import ArrayLayout, framework_of, layout_of
-from kfuse.dtypes import DataType
+from kfuse.dtypes import INTEGER_RANGE, DataType
 from kfuse.errors import InputError
-from kfuse.ir.builder import INTEGER_RANGE
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
 

@@ -9,7 +9,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
-from kfuse.dtypes import DataType, as_dtype, promote_types, python_scalar_dtype
+from kfuse.dtypes import INTEGER_RANGE, DataType, as_dtype, promote_types, python_scalar_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -29,9 +29,6 @@ from kfuse.ir.exprs import (
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS, REDUCTION_OPS
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
-
-INTEGER_RANGE = {DataType.Int32: (-(2**31), 2**31 - 1), DataType.Int: (-(2**63), 2**63 - 1)}
-"""The values each integer dtype holds: constants and scalar inputs outside it are errors."""
 
 
 def describe(v: Any) -> str:
