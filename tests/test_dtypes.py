@@ -16,7 +16,6 @@ from kfuse.dtypes import (
     to_numpy_dtype,
     to_torch_dtype,
 )
-from kfuse.errors import DefinitionError
 from kfuse.frontend import FusionDefinition
 
 ALL = list(DataType)
@@ -42,9 +41,10 @@ def test_numpy_and_torch_mapping_round_trip(dtype: DataType) -> None:
     assert as_dtype(to_torch_dtype(dtype)) is dtype
 
 
-def test_bfloat16_has_no_numpy_dtype_but_a_torch_one() -> None:
-    with pytest.raises(DefinitionError, match="BFloat16"):
-        to_numpy_dtype(DataType.BFloat16)
+def test_bfloat16_is_ml_dtypes_in_numpy_and_torch_own() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert to_numpy_dtype(DataType.BFloat16) == np.dtype(ml_dtypes.bfloat16)
+    assert as_dtype(np.dtype(ml_dtypes.bfloat16)) is DataType.BFloat16
     assert to_torch_dtype(DataType.BFloat16) is torch.bfloat16
 
 

@@ -3,6 +3,7 @@ reasons, heuristics on synthetic devices, NVRTC compiling its kernels."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -100,7 +101,11 @@ def test_rows_too_long_to_hold_are_rejected_with_a_reason() -> None:
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize(
     "dtype,np_dtype",
-    [(DataType.Float, np.float32), (DataType.BFloat16, np.float32), (DataType.Half, np.float16)],
+    [
+        (DataType.Float, np.float32),
+        (DataType.BFloat16, ml_dtypes.bfloat16),
+        (DataType.Half, np.float16),
+    ],
 )
 @pytest.mark.parametrize("n", [1, 7, 32, 1000, 4096, 16384])
 def test_heuristics_cover_the_row_within_limits(
@@ -131,7 +136,7 @@ def test_heuristics_cover_the_row_within_limits(
 
 def test_w4_softmax_heuristics() -> None:
     fd = softmax(DataType.BFloat16)
-    x = np.empty((32768, 4096), np.float32)  # bf16 stand-in; only the layout matters
+    x = np.empty((32768, 4096), ml_dtypes.bfloat16)  # bf16 stand-in; only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
     assert hp.vectorize_reduction == 8 and hp.block_x * hp.persistent_batch_size * 8 == 4096
     assert hp.grid_x * hp.block_y >= 32768 or hp.grid_x >= 132
@@ -213,7 +218,7 @@ def test_long_rows_are_held_in_shared_memory(
 ) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)
-    x = np.empty((2**27 // n, n), np.float32)  # bf16 stand-in; only the layout matters
+    x = np.empty((2**27 // n, n), ml_dtypes.bfloat16)  # bf16 stand-in; only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
     assert (hp.smem_persistent, hp.block_x) == (smem, block_x)
     assert (hp.persistent_batch_size, hp.reload_batch_size) == (batch, reload)
@@ -269,7 +274,7 @@ def test_long_rows_split_over_clusters_on_sm90(
     from kfuse.schedule.registry import scheduler_for
 
     fd = softmax(dtype)
-    x = np.empty((300, n), np.float32)  # a bf16 stand-in; only the layout matters
+    x = np.empty((300, n), ml_dtypes.bfloat16)  # a bf16 stand-in; only the layout matters
     hp = scheduler_for(IP).heuristics(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
     assert (hp.smem_persistent, hp.block_x, hp.block_y) == (True, block_x, 1)
     assert (hp.persistent_batch_size, hp.reload_batch_size, hp.cluster_size) == (

@@ -143,11 +143,7 @@ def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int)
 
     from kfuse.dtypes import to_numpy_dtype
 
-    if dtype is DataType.BFloat16:
-        # NumPy has no bf16: kfuse's convention is float32 storage of bf16-rounded values,
-        # which the emulator backend reads and writes as such (see kfuse.dtypes).
-        return np.empty(shape, dtype=np.float32)
-    return np.empty(shape, dtype=to_numpy_dtype(dtype))
+    return np.empty(shape, dtype=to_numpy_dtype(dtype))  # BFloat16: ml_dtypes.bfloat16
 
 
 POISON_BYTE = 0x7B

@@ -1,8 +1,8 @@
 """DataType: kfuse's scalar types, their properties, framework mappings and type promotion.
 
-NumPy has no bfloat16. kfuse represents a BFloat16 NumPy array as a float32 array whose values
-are bf16-representable (see `round_to_bfloat16`); `to_numpy_dtype(BFloat16)` raises so that no
-code silently treats such an array as real float32 data. PyTorch bfloat16 tensors are used as is.
+NumPy has no bfloat16 of its own: a BFloat16 NumPy array is an `ml_dtypes.bfloat16` array (the
+library JAX and others use for it), which `to_numpy_dtype(BFloat16)` gives. PyTorch bfloat16
+tensors are used as is; CuPy has no bfloat16 arrays.
 """
 
 from __future__ import annotations
@@ -116,15 +116,13 @@ def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
 
 
 def to_numpy_dtype(dtype: DataType) -> Any:
-    """The NumPy dtype for `dtype`. BFloat16 raises: NumPy has none (see module docstring)."""
+    """The NumPy dtype for `dtype`; BFloat16's is ml_dtypes.bfloat16 (imported only then)."""
     import numpy as np
 
     if dtype is DataType.BFloat16:
-        raise DefinitionError(
-            "BFloat16 has no NumPy dtype; kfuse stores NumPy bf16 data as "
-            "float32 holding bf16-rounded values "
-            "(kfuse.dtypes.round_to_bfloat16)"
-        )
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(_NUMPY_NAME[dtype])
 
 

@@ -18,7 +18,7 @@ from kfuse import knobs, profiling_hooks
 from kfuse.arrays import current_stream, empty_like_framework, poison
 from kfuse.backends import backend_for
 from kfuse.dtypes import DataType
-from kfuse.errors import InputError, SchedulerError
+from kfuse.errors import SchedulerError
 from kfuse.fast_path import fast_call_for, layout_key
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
@@ -307,12 +307,11 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
             poison(array)
     if not compiled.launches:
         return outputs
-    staged_inputs, staged_outputs, finish = _stage(info, outputs)
     input_ptrs = [0] * len(fusion.inputs)
     for pos, val in enumerate(fusion.inputs):
         if isinstance(val, TensorView):
-            input_ptrs[pos] = staged_inputs.get(pos, info.layouts[val].data_ptr)
-    output_ptrs = [_data_ptr(a) for a in staged_outputs]
+            input_ptrs[pos] = info.layouts[val].data_ptr
+    output_ptrs = [_data_ptr(a) for a in outputs]
     if stream is None:
         stream = current_stream(info.framework, info.device_index) if info.device_index >= 0 else 0
     # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
@@ -324,16 +323,12 @@ def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> lis
         for k, n in enumerate(workspace_bytes(compiled.launches))
     ]
     if poisoned:
-        for array in (
-            *workspaces,
-            *(a for a in staged_outputs if all(a is not o for o in outputs)),
-        ):
+        for array in workspaces:
             poison(array)
     workspace_ptrs = [_data_ptr(w) for w in workspaces]
     for launch in compiled.launches:
         args = launch.arguments(input_ptrs, output_ptrs, info.extents, workspace_ptrs)
         launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
-    finish()
     return outputs
 
 
@@ -347,59 +342,9 @@ def _data_ptr(array: Any) -> int:
     from kfuse.arrays import layout_of
 
     if type(array).__module__ == "numpy":
-        return int(array.ctypes.data)  # also the uint16 bf16 staging buffers
+        return int(array.ctypes.data)
 
     return layout_of(array, "output").data_ptr
-
-
-def _stage(info: RuntimeInfo, outputs: list[Any]) -> tuple[dict[int, int], list[Any], Any]:
-    """NumPy has no bfloat16: BFloat16 data held as float32 (kfuse.dtypes) is converted to
-    real bf16 bits for the emulator, and bf16 results back to float32."""
-    if info.framework != "numpy":
-        return {}, outputs, lambda: None
-    import numpy as np
-
-    from kfuse.dtypes import round_to_bfloat16
-
-    keep: list[Any] = []
-    staged_inputs: dict[int, int] = {}
-    for pos, val in enumerate(info.fusion.inputs):
-        if isinstance(val, TensorView) and val.dtype is DataType.BFloat16:
-            arr = np.ascontiguousarray(round_to_bfloat16(info.inputs[pos]))
-            bits = (arr.view(np.uint32) >> 16).astype(np.uint16)
-            keep.append(bits)
-            staged_inputs[pos] = bits.ctypes.data
-            _restride(info, val, bits)
-    staged_outputs: list[Any] = []
-    conversions: list[tuple[Any, Any]] = []
-    for out, arr in zip(info.fusion.outputs, outputs):
-        if out.dtype is DataType.BFloat16:
-            bits = np.empty(arr.shape, dtype=np.uint16)
-            staged_outputs.append(bits)
-            conversions.append((bits, arr))
-        else:
-            staged_outputs.append(arr)
-
-    def finish() -> None:
-        for bits, arr in conversions:
-            arr[...] = (bits.astype(np.uint32) << 16).view(np.float32)
-        keep.clear()
-
-    return staged_inputs, staged_outputs, finish
-
-
-def _restride(info: RuntimeInfo, val: TensorView, staged: Any) -> None:
-    # The staged copy is contiguous: launches built for the original strides would misread
-    # it, so bf16 NumPy inputs must be planned with contiguous strides. Checked, not assumed.
-    lay = info.layouts[val]
-    from kfuse.codegen.layout import contiguous_strides
-
-    if lay.shape and lay.strides != contiguous_strides(lay.shape):
-        raise InputError(
-            f"{val.name}: non-contiguous BFloat16 NumPy arrays are not supported "
-            "by the emulator (NumPy has no bf16 dtype); pass a contiguous array or "
-            "a torch bfloat16 CPU tensor"
-        )
 
 
 __all__ = ["FusionExecutorCache", "build_launches"]

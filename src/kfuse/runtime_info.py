@@ -125,15 +125,11 @@ def build_runtime_info(
 def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
     if layout.dtype is val.dtype:
         return
-    # NumPy has no bfloat16: float32 arrays holding bf16 values stand in (kfuse.dtypes).
-    if (
-        val.dtype is DataType.BFloat16
-        and layout.framework == "numpy"
-        and layout.dtype is DataType.Float
-    ):
-        return
+    hint = ""
+    if val.dtype is DataType.BFloat16 and layout.framework == "numpy":
+        hint = " (NumPy's bfloat16 arrays are ml_dtypes.bfloat16: x.astype(ml_dtypes.bfloat16))"
     raise InputError(
-        f"{what} was defined as {val.dtype.value} but the array is {layout.dtype.value}"
+        f"{what} was defined as {val.dtype.value} but the array is {layout.dtype.value}{hint}"
     )
 
 

@@ -122,17 +122,13 @@ class _TorchOps:
 
 
 class _NumpyLikeOps:
-    """NumPy and CuPy. NumPy BFloat16 is float32 storage of bf16 values (kfuse.dtypes), and
-    Half/BFloat16 products are accumulated in float32, as a GPU library does."""
+    """NumPy and CuPy (NumPy BFloat16 is ml_dtypes.bfloat16). Half/BFloat16 products are
+    accumulated in float32, as a GPU library does."""
 
     def __init__(self, xp: Any) -> None:
         self.xp = xp
 
     def _finish(self, value: Any, dtype: DataType) -> Any:
-        if dtype is DataType.BFloat16:
-            from kfuse.dtypes import round_to_bfloat16
-
-            return round_to_bfloat16(value.astype(self.xp.float32))
         from kfuse.dtypes import to_numpy_dtype
 
         return value.astype(to_numpy_dtype(dtype), copy=False)

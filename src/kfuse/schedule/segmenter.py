@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from kfuse.arrays import ArrayLayout
-from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     BroadcastOp,
@@ -477,11 +476,13 @@ def synthetic_info(plan: SegmentPlan, info: RuntimeInfo) -> RuntimeInfo:
             shape = info.shape(old)
             lay = parent_layouts.get(id(old))
             if lay is None:
-                dtype = old.dtype
-                if info.framework == "numpy" and dtype is DataType.BFloat16:
-                    dtype = DataType.Float  # NumPy holds bf16 in float32 storage
                 lay = ArrayLayout(
-                    info.framework, dtype, shape, contiguous_strides(shape), 256, info.device_index
+                    info.framework,
+                    old.dtype,
+                    shape,
+                    contiguous_strides(shape),
+                    256,
+                    info.device_index,
                 )
             layouts[new] = lay  # type: ignore[index]
             args.append(shape)

@@ -355,6 +355,7 @@ def _make_array(
         acc *= mult * max(shape[ax], 1)
     base = _values(rng, v.dtype, offset + acc, value_range, special)
     if framework == "numpy":
+        base = _as_numpy(base, v.dtype)
         item = base.itemsize
         return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * item for s in strides])
     if framework == "torch":
@@ -428,10 +429,21 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
         )
     import numpy as np
 
+    base = _as_numpy(base, v.dtype)
     start = aligned_start(lay.data_ptr, base.ctypes.data, base.itemsize)
     return np.lib.stride_tricks.as_strided(
         base[start:], lay.shape, [s * base.itemsize for s in lay.strides]
     )
+
+
+def _as_numpy(values: Any, dtype: DataType) -> Any:
+    """`_values`' array as NumPy holds `dtype`: BFloat16 (float32 of bf16-rounded values there,
+    which torch.from_numpy takes) as ml_dtypes.bfloat16, exactly."""
+    if dtype is DataType.BFloat16:
+        from kfuse.dtypes import to_numpy_dtype
+
+        return values.astype(to_numpy_dtype(dtype))
+    return values
 
 
 def aligned_start(want_ptr: int, buffer_ptr: int, itemsize: int) -> int:
