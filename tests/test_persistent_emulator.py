@@ -3,6 +3,7 @@ kfuse.reference, row lengths around vector and warp boundaries, edited params.""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -15,6 +16,9 @@ from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
 
 IP = SchedulerType.inner_persistent
+
+
+BF16 = ml_dtypes.bfloat16  # NumPy's bfloat16
 
 
 def rand(shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0) -> np.ndarray:
@@ -184,14 +188,14 @@ def test_softmax_with_kept_exponentials_matches_the_reference_on_ragged_rows() -
     """Rows that end inside a vector: the kept values past the row end are never stored."""
     fd = softmax_fd(DataType.BFloat16)
     for n in (4093, 4096):
-        check(fd, [rand((5, n)) * 4])
+        check(fd, [(rand((5, n)) * 4).astype(BF16)])
     assert "c1[" in fd.last_cuda_source()
 
 
 @pytest.mark.parametrize("n", [1, 31, 1000, 4097])
 def test_rows_held_in_shared_memory_match_the_reference(n: int) -> None:
     for fd, inputs in [
-        (softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
+        (softmax_fd(DataType.BFloat16), [(rand((6, n)) * 4).astype(BF16)]),
         (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)]),
     ]:
         hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
@@ -207,7 +211,7 @@ def test_held_inputs_of_different_dtypes_share_shared_memory() -> None:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
         fd.add_output(fd.ops.softmax(fd.ops.add(fd.ops.cast(x, DataType.Float), y), -1))
-    inputs = [rand((5, 3)), rand((5, 3), seed=1)]
+    inputs = [rand((5, 3), BF16), rand((5, 3), seed=1)]
     hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
     hp.smem_persistent = True
     hp.block_x, hp.block_y, hp.vectorize_reduction, hp.persistent_batch_size = 1, 1, 1, 3
@@ -224,7 +228,7 @@ def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -
     every pass instead of being held: softmax (kept exponentials in registers), a layer norm
     with statistics (two-pass Welford, streamed weight and bias) and an RMS norm."""
     cases = [
-        (softmax_fd(DataType.BFloat16), [rand((6, n)) * 4]),
+        (softmax_fd(DataType.BFloat16), [(rand((6, n)) * 4).astype(BF16)]),
         (layer_norm_fd(stats=True), [rand((5, n)), rand((n,), seed=1), rand((n,), seed=2)]),
         (rms_norm_fd(), [rand((6, n)), rand((n,), seed=1)]),
     ]

@@ -20,6 +20,9 @@ IP = SchedulerType.inner_persistent
 PROFILES = ["h100", "h200", "a100"]
 
 
+BF16 = ml_dtypes.bfloat16  # NumPy's bfloat16
+
+
 def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return np.random.default_rng(0).standard_normal(shape).astype(dtype)
 
@@ -103,7 +106,7 @@ def test_rows_too_long_to_hold_are_rejected_with_a_reason() -> None:
     "dtype,np_dtype",
     [
         (DataType.Float, np.float32),
-        (DataType.BFloat16, ml_dtypes.bfloat16),
+        (DataType.BFloat16, BF16),
         (DataType.Half, np.float16),
     ],
 )
@@ -136,7 +139,7 @@ def test_heuristics_cover_the_row_within_limits(
 
 def test_w4_softmax_heuristics() -> None:
     fd = softmax(DataType.BFloat16)
-    x = np.empty((32768, 4096), ml_dtypes.bfloat16)  # bf16 stand-in; only the layout matters
+    x = np.empty((32768, 4096), BF16)  # only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
     assert hp.vectorize_reduction == 8 and hp.block_x * hp.persistent_batch_size * 8 == 4096
     assert hp.grid_x * hp.block_y >= 32768 or hp.grid_x >= 132
@@ -156,13 +159,21 @@ def test_nvrtc_compiles_persistent_kernels(
     bf = DataType.BFloat16
     if case == "long_rows":  # held in part in shared memory, the rest reloaded
         monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
-        srcs = _sources(softmax(bf), [rand(4, 65536)], IP)
-        srcs += _sources(layer_norm(bf), [rand(4, 65536), rand(65536), rand(65536)], IP)
+        srcs = _sources(softmax(bf), [rand(4, 65536, dtype=BF16)], IP)
+        srcs += _sources(
+            layer_norm(bf),
+            [rand(4, 65536, dtype=BF16), rand(65536, dtype=BF16), rand(65536, dtype=BF16)],
+            IP,
+        )
         assert all("kf_held" in source and "rv0" in source for source, _ in srcs)
     elif case == "softmax":
-        srcs = _sources(softmax(bf), [rand(64, 4096)], IP)
+        srcs = _sources(softmax(bf), [rand(64, 4096, dtype=BF16)], IP)
     elif case == "layer_norm":
-        srcs = _sources(layer_norm(bf), [rand(64, 4096), rand(4096), rand(4096)], IP)
+        srcs = _sources(
+            layer_norm(bf),
+            [rand(64, 4096, dtype=BF16), rand(4096, dtype=BF16), rand(4096, dtype=BF16)],
+            IP,
+        )
     elif case == "rms_norm":
         srcs = _sources(rms_norm(DataType.Float), [rand(64, 1000), rand(1000)], IP)
     elif case == "tutorial":
@@ -218,7 +229,7 @@ def test_long_rows_are_held_in_shared_memory(
 ) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)
-    x = np.empty((2**27 // n, n), ml_dtypes.bfloat16)  # bf16 stand-in; only the layout matters
+    x = np.empty((2**27 // n, n), BF16)  # only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
     assert (hp.smem_persistent, hp.block_x) == (smem, block_x)
     assert (hp.persistent_batch_size, hp.reload_batch_size) == (batch, reload)
@@ -274,7 +285,7 @@ def test_long_rows_split_over_clusters_on_sm90(
     from kfuse.schedule.registry import scheduler_for
 
     fd = softmax(dtype)
-    x = np.empty((300, n), ml_dtypes.bfloat16)  # a bf16 stand-in; only the layout matters
+    x = np.empty((300, n), BF16)  # only the layout matters
     hp = scheduler_for(IP).heuristics(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
     assert (hp.smem_persistent, hp.block_x, hp.block_y) == (True, block_x, 1)
     assert (hp.persistent_batch_size, hp.reload_batch_size, hp.cluster_size) == (
@@ -344,7 +355,7 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
 
     bf = DataType.BFloat16
     n = 131072
-    srcs = _sources(softmax(bf), [rand(4, n)], IP, clusters=True)
+    srcs = _sources(softmax(bf), [rand(4, n, dtype=BF16)], IP, clusters=True)
     with FusionDefinition() as stats:
         x = stats.define_tensor(shape=[-1, -1], dtype=bf)
         var, mean = stats.ops.var_mean(stats.ops.cast(x, DataType.Float), [1], correction=0)
