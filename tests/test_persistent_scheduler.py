@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from example_budget import examples
 from kfuse import schedule
 from kfuse.backends.cuda import NVRTC_OPTIONS
-from kfuse.dtypes import DataType
+from kfuse.dtypes import DataType, to_numpy_dtype
 from kfuse.frontend import FusionDefinition
 from kfuse.schedule import SchedulerType
 
@@ -239,7 +239,7 @@ def test_long_rows_are_held_in_shared_memory(
 def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)
-    x = np.empty((512, 262144), np.float32)
+    x = np.empty((512, 262144), BF16)
     ok, why = schedule.can_schedule(fd.fusion, IP, [x])
     assert not ok
     assert "262144 elements is too long to hold" in why and "of L2" in why
@@ -285,7 +285,7 @@ def test_long_rows_split_over_clusters_on_sm90(
     from kfuse.schedule.registry import scheduler_for
 
     fd = softmax(dtype)
-    x = np.empty((300, n), BF16)  # only the layout matters
+    x = np.empty((300, n), to_numpy_dtype(dtype))  # only the layout matters
     hp = scheduler_for(IP).heuristics(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
     assert (hp.smem_persistent, hp.block_x, hp.block_y) == (True, block_x, 1)
     assert (hp.persistent_batch_size, hp.reload_batch_size, hp.cluster_size) == (
@@ -302,7 +302,7 @@ def test_rows_longer_than_a_cluster_holds_are_rejected(monkeypatch: pytest.Monke
     from kfuse.schedule.types import Rejection
 
     fd = softmax(DataType.BFloat16)
-    x = np.empty((8, 2**21), np.float32)
+    x = np.empty((8, 2**21), BF16)
     with pytest.raises(Rejection, match="even split over a cluster of 8 blocks"):
         scheduler_for(IP).check(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
 
@@ -362,7 +362,7 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
         stats.add_output(stats.ops.layer_norm(x, None, None))
         stats.add_output(mean)
         stats.add_output(var)
-    srcs += _sources(stats, [rand(4, n)], IP, clusters=True)
+    srcs += _sources(stats, [rand(4, n, dtype=BF16)], IP, clusters=True)
     srcs += _sources(tutorial_layer_norm_var_mean(), [rand(4, n)], IP, clusters=True)
     for source, name in srcs:
         assert "__cluster_dims__(8, 1, 1)" in source and "kf::cluster_reduce<8>" in source
@@ -394,9 +394,9 @@ def test_heuristics_on_sm90_give_valid_layouts(
     from kfuse.schedule.types import Rejection
 
     fd = {"softmax": softmax, "layer_norm": layer_norm, "rms_norm": rms_norm}[kind](dtype)
-    # Only the layout matters (no kernel runs): one row of memory, described as `rows` rows
-    # (the stand-in for bf16 is float32), so that long rows cost no memory.
-    row = np.empty(n, np.float16 if dtype is DataType.Half else np.float32)
+    # Only the layout matters (no kernel runs): one row of memory, described as `rows` rows,
+    # so that long rows cost no memory.
+    row = np.empty(n, to_numpy_dtype(dtype))
     x = np.lib.stride_tricks.as_strided(row, (rows, n), (row.nbytes, row.itemsize), writeable=False)
     inputs = [x] if kind == "softmax" else [x, row] if kind == "rms_norm" else [x, row, row]
     with _pytest.monkeypatch.MonkeyPatch.context() as mp:

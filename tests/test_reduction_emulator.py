@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -105,7 +106,7 @@ def test_sum_with_wider_accumulate_dtype_from_bf16() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         fd.add_output(fd.ops.sum(x, [1], dtype=DataType.Float))
-    out = check(fd, [rand((4, 300))])
+    out = check(fd, [rand((4, 300), ml_dtypes.bfloat16)])
     assert out[0].dtype == np.float32
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -232,7 +233,9 @@ def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
     elif case == "grid_outer":
         srcs = _sources(sum_fd([0]), [rand(1 << 14, 3)], RED, {"grid_y": 4})
     elif case == "welford":
-        srcs = _sources(_welford_fd(), [rand(64, 300)], RED, {"grid_y": 3})
+        srcs = _sources(
+            _welford_fd(), [rand(64, 300, dtype=ml_dtypes.bfloat16)], RED, {"grid_y": 3}
+        )
     elif case == "int":
         srcs = _sources(sum_fd([1], dtype=DataType.Int32), [np.ones((4, 64), np.int32)], RED)
     else:

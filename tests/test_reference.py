@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfuse.dtypes import DataType, round_to_bfloat16
+from kfuse.dtypes import DataType, to_numpy_dtype
 from kfuse.errors import InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
@@ -191,21 +191,24 @@ def test_reductions_and_composites_match_torch() -> None:
 
 
 def test_bfloat16_numpy_and_torch_agree() -> None:
+    """NumPy's bf16 arrays are ml_dtypes.bfloat16; a float32 array for a BFloat16 input is
+    refused, as kfuse's execute refuses it."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
     rng = np.random.default_rng(1)
-    x = round_to_bfloat16(rng.normal(size=(4, 9)))
+    x = rng.normal(size=(4, 9)).astype(ml_dtypes.bfloat16)
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         fd.add_output(t * 3.0 + 1.0)
         fd.add_output(fd.ops.sum(t, [1]))
-    tx = torch.from_numpy(x).bfloat16()
+    tx = torch.from_numpy(x.astype(np.float32)).bfloat16()
     for mode in ("float64", "same"):
         a = evaluate(fd, [x], accumulate=mode)
         b = evaluate(fd, [tx], accumulate=mode)
         for u, v in zip(a, b, strict=False):
             assert_close(u, v, DataType.BFloat16, reduction_size=9)
-    same = evaluate(fd, [x], accumulate="same")[0]
-    assert same.dtype == np.float32
-    np.testing.assert_array_equal(round_to_bfloat16(same), same)  # holds bf16 values
+    assert evaluate(fd, [x], accumulate="same")[0].dtype == ml_dtypes.bfloat16
+    with pytest.raises(InputError, match="BFloat16"):
+        evaluate(fd, [x.astype(np.float32)])
     assert evaluate(fd, [tx], accumulate="same")[0].dtype == torch.bfloat16
 
 
@@ -245,7 +248,7 @@ def test_numpy_and_torch_references_agree_on_random_fusions(data: st.DataObject)
     fd = data.draw(fusions(kinds={"pointwise", "reduction", "normalization", "multi_reduction"}))
     ins = data.draw(inputs_for(fd, framework="torch", max_elements=2048))
     as_numpy = [
-        i.float().numpy()
+        i.float().numpy().astype(to_numpy_dtype(DataType.BFloat16))
         if isinstance(i, torch.Tensor) and i.dtype == torch.bfloat16
         else i.numpy()
         if isinstance(i, torch.Tensor)

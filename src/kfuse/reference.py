@@ -14,9 +14,8 @@ accumulate="same": every op computes in its declared dtype, Half and BFloat16 co
 float32 and rounded at each op's output, as a kernel that stores every intermediate would.
 Outputs have their declared dtype.
 
-BFloat16 with NumPy: NumPy has no bf16, so a NumPy BFloat16 input is a float32 array (its
-values are rounded to bf16, round-to-nearest-even, on the way in) and a BFloat16 output in
-"same" mode is a float32 array holding bf16 values. torch bf16 tensors are used as they are.
+BFloat16 with NumPy: inputs and "same"-mode outputs are ml_dtypes.bfloat16 arrays (computed in
+float32 storage in between); torch bf16 tensors are used as they are.
 Scalar inputs are Python numbers (or 0-d arrays).
 """
 
@@ -108,23 +107,22 @@ class _Evaluator:
             got = from_array_dtype(arg.dtype)
         except DefinitionError:
             raise InputError(f"input {pos} ({val.name}): unsupported dtype {arg.dtype}") from None
-        numpy_bf16 = (
-            val.dtype is DataType.BFloat16 and got is DataType.Float and self.be.name != "torch"
-        )
-        if got is not val.dtype and not numpy_bf16:
+        if got is not val.dtype:
             raise InputError(
                 f"input {pos} ({val.name}) has dtype {got.value} but was defined "
                 f"as {val.dtype.value}"
             )
         if self.like is None:
             self.like = arg
-        a = arg
-        if numpy_bf16:
-            a = self.be.round_bf16(a)
-        return self.be.astype(a, self.storage(val.dtype))
+        return self.be.astype(arg, self.storage(val.dtype))
 
     def output(self, v: TensorView) -> Any:
-        return self.be.to_output(self.env[v])
+        out = self.be.to_output(self.env[v])
+        if v.dtype is DataType.BFloat16 and not self.wide and self.be.name == "numpy":
+            from kfuse.dtypes import to_numpy_dtype
+
+            out = out.astype(to_numpy_dtype(v.dtype))  # exact: the values are bf16 already
+        return out
 
     def operand(self, v: Val, compute: DataType) -> Any:
         """A tensor operand in its compute storage, or a scalar as a 0-d array."""

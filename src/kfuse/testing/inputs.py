@@ -437,8 +437,8 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
 
 
 def _as_numpy(values: Any, dtype: DataType) -> Any:
-    """`_values`' array as NumPy holds `dtype`: BFloat16 (float32 of bf16-rounded values there,
-    which torch.from_numpy takes) as ml_dtypes.bfloat16, exactly."""
+    """`_values`' array as NumPy holds `dtype`: its BFloat16 values (bf16-rounded float32, which
+    torch.from_numpy takes) as an ml_dtypes.bfloat16 array, exactly."""
     if dtype is DataType.BFloat16:
         from kfuse.dtypes import to_numpy_dtype
 
