@@ -319,19 +319,8 @@ PARAMS_CLASSES = [
     kfuse.PointwiseParams,
     kfuse.ReductionParams,
 ]
-CONSTRUCTOR_KEYWORDS = [
-    *PARAM_FIELDS,
-    "scheduler_type",
-    "shared_mem",
-    "grid_z",
-    "block_z",
-    "index_type",
-    "maxrregcount",
-    "arch",
-    "extra_options",
-    "persistent",
-    "vectorization_factor",
-]
+# Every field any of them has (read from their dicts), scheduler_type among them.
+CONSTRUCTOR_KEYWORDS = sorted({name for cls in PARAMS_CLASSES for name in cls().to_dict()})
 
 
 @settings(max_examples=examples(60), **SETTINGS)
