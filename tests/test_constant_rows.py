@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from gpu_support import requires_gpu
+from kfuse import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
@@ -83,3 +84,44 @@ def test_the_mean_of_integer_valued_rows_is_exact(device: str, n: int) -> None:
     assert fd.last_scheduler() is SchedulerType.inner_persistent
     assert torch.isnan(out[:, mid]).all(), out[:, mid]
     assert torch.isfinite(out[:, :mid]).all() and torch.isfinite(out[:, mid + 1 :]).all()
+
+
+def instance_norm_of_int32() -> FusionDefinition:
+    """The campaign's fusion: int32 -> float, Welford over the last two axes, the statistics
+    broadcast back, times a weight over those axes."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Int32)
+        w = fd.define_tensor(shape=[-1, -1])
+        y = fd.ops.cast(x, dtype=DataType.Float)
+        mean, m2, _ = fd.ops.welford(y, dims=[2, 3])
+        n = fd.ops.cast(fd.ops.mul(fd.ops.size(y, dim=2), fd.ops.size(y, dim=3)), DataType.Float)
+        inv = fd.ops.rsqrt(fd.ops.add(fd.ops.div(m2, n), 1e-5))
+        stats = [False, False, True, True]
+        centred = fd.ops.sub(y, fd.ops.broadcast(mean, is_broadcast_dim=stats))
+        normed = fd.ops.mul(centred, fd.ops.broadcast(inv, is_broadcast_dim=stats))
+        fd.add_output(
+            fd.ops.mul(normed, fd.ops.broadcast(w, is_broadcast_dim=[True, True, False, False]))
+        )
+    return fd
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_mean_of_integer_valued_rows_is_exact_in_the_reduction_scheduler(device: str) -> None:
+    """The same in a segmented fusion whose Welford runs in the reduction scheduler, where
+    per-thread states are combined (the campaign's case: values -8..8 whose mean is exactly 0,
+    a kernel mean of 1.5e-8, and inf instead of NaN where the weight is infinite). Its input
+    is laid out with the reduced axes outermost and strided, as the campaign's was."""
+    fd = instance_norm_of_int32()
+    gen = torch.Generator().manual_seed(5)
+    # Memory order (5, 3, 128, 7); the fusion sees (7, 3, 5, 128) with strides (1, 896, 2688, 7).
+    x = torch.randint(-8, 9, (5, 3, 128, 7), generator=gen, dtype=torch.int32).permute(3, 1, 0, 2)
+    x[:, :, 1, 57] = 0
+    x[:, :, 0, 0] = 0
+    x[:, :, 0, 0] = -x.sum((2, 3), dtype=torch.int32)  # every (i, j) row sums to exactly 0
+    assert x.stride() == (1, 896, 2688, 7) and (x.sum((2, 3)) == 0).all()
+    w = torch.linspace(-2.0, 2.0, 5 * 128).reshape(5, 128)
+    w[1, 57] = -math.inf
+    inputs = [x.to(device), w.to(device)]
+    assert SchedulerType.reduction in [s.scheduler for s in fd.segments(inputs)]
+    (out,) = fd.execute(inputs)
+    assert torch.isnan(out[:, :, 1, 57]).all(), out[:, :, 1, 57]

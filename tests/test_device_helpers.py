@@ -171,7 +171,7 @@ __device__ F exercise_welford(F x, kf::WelfordState<F>* scratch) {
   s = kf::welford_combine(s, kf::warp_welford(s));
   s = kf::block_welford_x(s, scratch);
   s = kf::block_welford(s, scratch);
-  return s.mean + s.m2 / s.count;
+  return kf::welford_mean(s) + s.m2 / s.count;
 }
 """
     )
@@ -446,7 +446,7 @@ int main(int argc, char** argv) {
     }
     total = kf::welford_combine(total, kf::welford_identity<double>());
     total = kf::block_welford_x(total, (kf::WelfordState<double>*)nullptr);
-    write_all(out, std::vector<double>{total.mean, total.m2, total.count});
+    write_all(out, std::vector<double>{kf::welford_mean(total), total.m2, total.count});
     return 0;
   }
   if (op == "welford_batches") {
@@ -463,7 +463,8 @@ int main(int argc, char** argv) {
     }
     for (; i < x.size(); ++i) kf::welford_update(batched, (float)x[i]);
     for (double v : x) kf::welford_update(one, (float)v);
-    write_all(out, std::vector<double>{one.mean, one.m2, one.count, batched.mean, batched.m2,
+    write_all(out, std::vector<double>{kf::welford_mean(one), one.m2, one.count,
+                                       kf::welford_mean(batched), batched.m2,
                                        batched.count});
     return 0;
   }
@@ -1155,7 +1156,7 @@ extern "C" __global__ void reduce(const float* in, float* out, int mode, int unu
     kf::welford_update(s, v);
     kf::welford_update(s, v + 1.0f);
     s = kf::block_welford_x(s, wscratch);
-    r = s.m2 / s.count + 1000.0f * s.mean;
+    r = s.m2 / s.count + 1000.0f * kf::welford_mean(s);
   }
   // a second call right after checks that scratch is safe to reuse
   r += 0.0f * kf::block_reduce(r, kf::SumOp(), scratch);

@@ -78,13 +78,22 @@ struct MinOp {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Welford (mean, M2, count), combined with Chan et al.'s parallel formula. count is kept in T
-// so that the combine is pure floating point.
+// Welford, as (shift, sum, M2, count): the mean is shift + sum / count, where sum adds the
+// values measured from shift (a value of the data, or 0 where that value is not finite), and
+// M2 is combined with Chan et al.'s parallel formula. Keeping a sum rather than a running mean
+// makes the mean exact wherever the shifted sums are (integer-valued data, equal values): the
+// mean of a row of equal values is that value, and the mean of -8..8 in any order is 0, as the
+// reference's shift + sum(x - shift) / n is; a running mean rounds at every combine, and a
+// mean of 1.5e-8 where the data's is 0 turns x - mean = 0 into 1.5e-8, and 0 * inf = NaN
+// into inf. Two states measured from different shifts are combined by moving one sum to the
+// other's shift: an exact step for integer-valued data. count is kept in T so that the combine
+// is pure floating point.
 // ---------------------------------------------------------------------------------------------
 
 template <typename T>
 struct WelfordState {
-  T mean;
+  T shift;
+  T sum;
   T m2;
   T count;
 };
@@ -92,22 +101,18 @@ struct WelfordState {
 template <typename T>
 __device__ __forceinline__ WelfordState<T> welford_identity() {
   WelfordState<T> s;
-  s.mean = (T)0;
+  s.shift = (T)0;
+  s.sum = (T)0;
   s.m2 = (T)0;
   s.count = (T)0;
   return s;
 }
 
-// Infinities: the mean of values with +inf (and no -inf or NaN) is +inf, as torch.mean's
-// sum / n gives, and M2 (the variance) is NaN, as torch's is. Where an infinity makes the
-// difference of the means infinite or NaN, mean + delta * share would be inf - inf = NaN; the
-// sum of the two means gives the right infinity (or NaN for inf and -inf) instead.
+// The mean of a non-empty state. Infinities: a row with +inf (and no -inf or NaN) has the sum
+// +inf and so the mean +inf, as torch.mean's sum / n gives; inf and -inf give NaN.
 template <typename T>
-__device__ __forceinline__ void welford_update(WelfordState<T>& s, T x) {
-  s.count += (T)1;
-  T delta = x - s.mean;
-  s.mean = isfinite(delta) ? s.mean + delta / s.count : s.mean + x;
-  s.m2 += delta * (x - s.mean);
+__device__ __forceinline__ T welford_mean(const WelfordState<T>& s) {
+  return s.shift + s.sum / s.count;
 }
 
 template <typename T>
@@ -118,19 +123,38 @@ __device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>
   if (a.count == (T)0) return b;
   WelfordState<T> r;
   r.count = a.count + b.count;
-  T delta = b.mean - a.mean;
-  T b_frac = b.count / r.count;
-  r.mean = isfinite(delta) ? a.mean + delta * b_frac : a.mean + b.mean;  // see welford_update
+  r.shift = a.shift;
+  // b's values measured from a's shift. Equal shifts (a row of equal values, or states that
+  // share the row's first value) add nothing, so the common case stays a plain sum.
+  const T moved = b.shift == a.shift ? (T)0 : b.count * (b.shift - a.shift);
+  r.sum = a.sum + (b.sum + moved);
+  const T b_frac = b.count / r.count;
+  // The difference of the two means; infinite or NaN where either side holds an infinity or
+  // a NaN, which then makes M2 NaN (as torch's variance of such a row is).
+  const T delta = (b.shift - a.shift) + (b.sum / b.count - a.sum / a.count);
   r.m2 = a.m2 + b.m2 + delta * delta * a.count * b_frac;
   return r;
 }
 
-// Folds N values loaded together into s: their own mean and M2 first, then one combine
-// (Chan et al.), so a batch costs one division instead of one per value. The batch is
-// measured from its first value, so that values far from zero (1000 +- 0.01) do not lose
-// their spread in a sum of large numbers. (N is a constant: the compiler unrolls the loops;
-// no #pragma, which the emulator's host compiler rejects.)
-// A NaN or infinite first value is no shift (inf - inf would make every value NaN).
+// One value: measured from itself where it is finite (sum 0, M2 0), else from 0 (sum and
+// M2 its NaN or infinity, so that M2 comes out NaN, as torch's variance of it is).
+template <typename T>
+__device__ __forceinline__ void welford_update(WelfordState<T>& s, T x) {
+  WelfordState<T> one;
+  const bool finite = isfinite(x);
+  one.shift = finite ? x : (T)0;
+  one.sum = finite ? (T)0 : x;
+  one.m2 = finite ? (T)0 : x - x;
+  one.count = (T)1;
+  s = welford_combine(s, one);
+}
+
+// Folds N values loaded together into s: their own sum and M2 first (M2 from their mean, in
+// two passes over the registers), then one combine (Chan et al.). The batch is measured from
+// its first value, so that values far from zero (1000 +- 0.01) do not lose their spread in a
+// sum of large numbers. (N is a constant: the compiler unrolls the loops; no #pragma, which
+// the emulator's host compiler rejects.) A NaN or infinite first value is no shift (inf - inf
+// would make every value NaN).
 template <typename T, int N>
 __device__ __forceinline__ void welford_update_batch(WelfordState<T>& s, const T (&v)[N]) {
   const T shift = isfinite(v[0]) ? v[0] : (T)0;
@@ -144,7 +168,8 @@ __device__ __forceinline__ void welford_update_batch(WelfordState<T>& s, const T
   }
   WelfordState<T> b;
   b.count = (T)N;
-  b.mean = shift + mean;
+  b.shift = shift;
+  b.sum = sum;
   b.m2 = m2;
   s = welford_combine(s, b);
 }
@@ -201,7 +226,8 @@ __device__ __forceinline__ T shuffled(T v, Move move) {
 template <typename T, typename Move>
 __device__ __forceinline__ WelfordState<T> shuffled(const WelfordState<T>& v, Move move) {
   WelfordState<T> r;
-  r.mean = move(v.mean);
+  r.shift = move(v.shift);
+  r.sum = move(v.sum);
   r.m2 = move(v.m2);
   r.count = move(v.count);
   return r;
@@ -312,6 +338,14 @@ __device__ __forceinline__ T block_reduce_x(T v, Op op, T* scratch) {
   return detail::reduce_rows(v, op, scratch, (int)blockDim.x);
 }
 
+// The same where the generated kernel knows blockDim.x (block_x, passed as a literal): the
+// branches of reduce_rows for other row lengths fold away, which takes 25-30 ms (a quarter)
+// off NVRTC's time for a reduction kernel.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce_x(T v, Op op, T* scratch, int block_x) {
+  return detail::reduce_rows(v, op, scratch, block_x);
+}
+
 // Reduction over the whole block; every thread gets the result. Same scratch contract.
 template <typename T, typename Op>
 __device__ __forceinline__ T block_reduce(T v, Op op, T* scratch) {
@@ -327,6 +361,12 @@ template <typename T>
 __device__ __forceinline__ WelfordState<T> block_welford_x(const WelfordState<T>& s,
                                                            WelfordState<T>* scratch) {
   return block_reduce_x(s, WelfordOp(), scratch);
+}
+
+template <typename T>
+__device__ __forceinline__ WelfordState<T> block_welford_x(const WelfordState<T>& s,
+                                                           WelfordState<T>* scratch, int block_x) {
+  return block_reduce_x(s, WelfordOp(), scratch, block_x);
 }
 
 template <typename T>
