@@ -463,14 +463,16 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
             return [acc.update(f"acc{k}", value(reloaded))]
 
         lines += _valid_loop(plan, spec, body, "    ")
-        total = _combined(spec, acc.block_reduce(f"acc{k}", "kf_smem"), acc.functor)
+        total = _combined(spec, acc.block_reduce(f"acc{k}", "kf_smem", spec.block_x), acc.functor)
         lines.append(f"    const {acc.ctype} red{k} = {total};")
         lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
         return lines
     t = compute_ctype(red.inputs[0].dtype)
     nan = literal(float("nan"), red.inputs[0].dtype)
     total = _combined(
-        spec, f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem))", "kf::SumOp"
+        spec,
+        f"kf::block_reduce_x({{}}, kf::SumOp(), reinterpret_cast<{t}*>(kf_smem), {spec.block_x})",
+        "kf::SumOp",
     )
     # The mean is measured from the row's first value (when finite, as in
     # kf::welford_update_batch): shift + sum(v - shift) / n. Each thread computes that value

@@ -128,23 +128,24 @@ class Accumulator:
             return f"{acc} = kf::welford_combine({acc}, {other});"
         return f"{acc} = {self.functor}()({acc}, {other});"
 
-    def block_reduce(self, acc: str, smem: str) -> str:
+    def block_reduce(self, acc: str, smem: str, block_x: int) -> str:
+        """The combine of `acc` over the block_x threads of a row (block_x is blockDim.x: a
+        literal lets NVRTC fold the branches for other row lengths)."""
+        scratch = f"reinterpret_cast<{self.ctype}*>({smem})"
         if self.welford:
-            return f"kf::block_welford_x({acc}, reinterpret_cast<{self.ctype}*>({smem}))"
-        return (
-            f"kf::block_reduce_x({acc}, {self.functor}(), reinterpret_cast<{self.ctype}*>({smem}))"
-        )
+            return f"kf::block_welford_x({acc}, {scratch}, {block_x})"
+        return f"kf::block_reduce_x({acc}, {self.functor}(), {scratch}, {block_x})"
 
     @property
     def size(self) -> int:
         """Bytes of one accumulator."""
         base = {"float": 4, "double": 8, "int": 4, "long long": 8, "bool": 1}[self.value_type]
-        return 3 * base if self.welford else base
+        return len(self.partial_fields) * base
 
     @property
     def partial_fields(self) -> tuple[str, ...]:
         """Workspace arrays this accumulator needs (one per field)."""
-        return ("mean", "m2", "count") if self.welford else ("",)
+        return ("shift", "sum", "m2", "count") if self.welford else ("",)
 
     @property
     def partial_type(self) -> str:
@@ -180,7 +181,7 @@ def result_assignments(plan: ReductionPlan, k: int, acc: str, n_red: str) -> lis
         t = compute_ctype(r.inputs[0].dtype)
         nan = literal(float("nan"), r.inputs[0].dtype)
         return [
-            f"const {t} r{k}_avg = {acc}.count == ({t})0 ? {nan} : {acc}.mean;",
+            f"const {t} r{k}_avg = {acc}.count == ({t})0 ? {nan} : kf::welford_mean({acc});",
             f"const {t} r{k}_m2 = {acc}.count == ({t})0 ? {nan} : {acc}.m2;",
             f"const long long r{k}_n = (long long){n_red};",
         ]
@@ -633,7 +634,8 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
         lines += scalar_accumulate(plan, name, "i", "        ")
     lines.append("    }")
     for a in accs:
-        lines.append(f"    const {a.ctype} red{a.k} = {a.block_reduce(f'acc{a.k}', 'kf_smem')};")
+        combined = a.block_reduce(f"acc{a.k}", "kf_smem", spec.block_x)
+        lines.append(f"    const {a.ctype} red{a.k} = {combined};")
     lines.append("    if (threadIdx.x == 0 && row_ok) {")
     if parts > 1:
         lines += _store_partials(accs, "(Index)blockIdx.y * n_rows + row", "      ")
