@@ -97,19 +97,19 @@ class _NoKernel:
 @contextlib.contextmanager
 def recorded_sources(into: list[tuple[str, str]]) -> Iterator[None]:
     """Within: every kernel kfuse would compile is appended to `into` as (name, source)."""
-    from kfuse import executor
+    from kfuse import compiler
 
-    real = executor.TargetCompiler.compile
+    real = compiler.KernelCompiler.compile
 
     def record(self: Any, source: str, name: str, info: Any) -> Any:
         into.append((name, source))
         return _NoKernel()
 
-    executor.TargetCompiler.compile = record  # type: ignore[method-assign]
+    compiler.KernelCompiler.compile = record  # type: ignore[method-assign]
     try:
         yield
     finally:
-        executor.TargetCompiler.compile = real  # type: ignore[method-assign]
+        compiler.KernelCompiler.compile = real  # type: ignore[method-assign]
 
 
 def definition_of(text: str) -> Any:
@@ -133,6 +133,7 @@ def sources_of(entry: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]
     which is the one way its sources can differ from a GPU's."""
     import dataclasses
 
+    from kfuse import compiler
     from kfuse.runtime_info import CUDA, build_runtime_info
 
     fd = definition_of(entry["definition"])
@@ -141,10 +142,9 @@ def sources_of(entry: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]
         inputs = [build_input(i) for i in entry["inputs"]]
         info = build_runtime_info(fd.fusion, inputs, device=None)
         as_gpu = dataclasses.replace(info, backend=CUDA)
-        cache = fd._executor()
-        scheduler, _ = cache._pick(as_gpu)
+        scheduler, _ = compiler.choose_scheduler(fd.fusion, as_gpu)
         if scheduler is not None:
-            cache._compile(as_gpu, None)
+            compiler.compile_fusion(fd.fusion, as_gpu, None, segment=False)
             return [scheduler.scheduler_type.value], kernels
         spans = [a.size for a in inputs if isinstance(a, np.ndarray)]
         if max(spans, default=0) > SMALL:

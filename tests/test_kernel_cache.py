@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kfuse import _C, executor, kernel_cache
+from kfuse import _C, compiler, kernel_cache
 from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
 from kfuse.errors import SchedulerError
 
@@ -96,15 +96,15 @@ def test_compile_params_reach_nvrtc(
     """A fusion's HeuristicParams.cparams: maxrregcount and extra_options are NVRTC options,
     arch overrides the device's; kernels differing only in them are different entries."""
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(executor, "backend_for", lambda info: CudaBackend())
+    monkeypatch.setattr(compiler, "backend_for", lambda info: CudaBackend())
     gpu = SimpleNamespace(
         backend="cuda", device_index=0, device=SimpleNamespace(arch="sm_90", regs_per_block=65536)
     )
-    executor.TargetCompiler(_C.CompileParams()).compile(SOURCE, "k", gpu)
+    compiler.KernelCompiler(_C.CompileParams()).compile(SOURCE, "k", gpu)
     cp = _C.CompileParams(maxrregcount=32, extra_options=["-lineinfo"])
-    executor.TargetCompiler(cp).compile(SOURCE, "k", gpu)
+    compiler.KernelCompiler(cp).compile(SOURCE, "k", gpu)
     cp.arch = "sm_80"
-    executor.TargetCompiler(cp).compile(SOURCE, "k", gpu)
+    compiler.KernelCompiler(cp).compile(SOURCE, "k", gpu)
     (_, arch0, plain), (_, arch1, limited), (_, arch2, _) = counted_nvrtc
     assert arch0 == arch1 == "sm_90" and arch2 == "sm_80"
     assert "--maxrregcount=32" not in plain
@@ -113,13 +113,57 @@ def test_compile_params_reach_nvrtc(
 
 
 def test_a_register_limit_replaces_the_launch_bounds() -> None:
-    """NVRTC ignores --maxrregcount for a kernel with __launch_bounds__, so a limit removes
-    them; a limit no block of the kernel's size can have is refused, naming both numbers."""
-    bounded = 'extern "C" __global__ void __launch_bounds__(256, 2) k(float* p) {}\n'
+    """NVRTC ignores --maxrregcount for a kernel with __launch_bounds__, so the spec of a
+    kernel under a limit leaves them out; a limit no block of the kernel's size can have is
+    refused, naming both numbers."""
+    from kfuse.codegen.kernel import kernel_header
+
+    bounded = kernel_header("k", ["float* p"], 256, min_blocks=2, cluster=2)
     assert (
-        executor.without_launch_bounds(bounded, 64, 65536)
-        == 'extern "C" __global__ void k(float* p) {}\n'
+        bounded[0]
+        == 'extern "C" __global__ void __launch_bounds__(256, 2) __cluster_dims__(2, 1, 1) k('
     )
-    executor.without_launch_bounds(bounded, 255, 65536)  # 256 * 255 registers fit a block
+    unbounded = kernel_header("k", ["float* p"], 256, bounded=False, min_blocks=2, cluster=2)
+    assert unbounded == [
+        'extern "C" __global__ void __cluster_dims__(2, 1, 1) k(',
+        "    float* p) {",
+    ]
+    compiler.check_register_limit(256, 255, 65536)  # 256 * 255 registers fit a block
     with pytest.raises(SchedulerError, match="maxrregcount = 255 for blocks of 512 threads"):
-        executor.without_launch_bounds(bounded.replace("256, 2", "512"), 255, 65536)
+        compiler.check_register_limit(512, 255, 65536)
+
+
+def test_a_register_limit_takes_the_launch_bounds_out_of_every_kernel() -> None:
+    """Pointwise, reduction (grid: partials and finalize) and persistent kernels generated
+    under CompileParams.maxrregcount have no __launch_bounds__; without a limit they do."""
+    import numpy as np
+
+    from kfuse import DataType, FusionDefinition
+    from kfuse.runtime_info import build_runtime_info
+    from kfuse.schedule.registry import scheduler_for
+    from kfuse.schedule.types import SchedulerType
+
+    def sum_rows(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.sum(fd.define_tensor(shape=[-1, -1], dtype=DataType.Float), dims=[1]))
+
+    cases = [
+        (
+            SchedulerType.pointwise,
+            lambda fd: fd.add_output(fd.ops.exp(fd.define_tensor(shape=[-1]))),
+            np.ones(1000, np.float32),
+        ),
+        (SchedulerType.reduction, sum_rows, np.ones((4, 1 << 20), np.float32)),
+        (SchedulerType.inner_persistent, sum_rows, np.ones((64, 1024), np.float32)),
+    ]
+    for scheduler_type, build, x in cases:
+        with FusionDefinition() as fd:
+            build(fd)
+        info = build_runtime_info(fd.fusion, [x], device=None)
+        scheduler = scheduler_for(scheduler_type)
+        params = scheduler.heuristics(fd.fusion, info)
+        assert all(
+            "__launch_bounds__" in k.source for k in scheduler.kernels(fd.fusion, info, params)
+        )
+        params.cparams.maxrregcount = 32
+        kernels = scheduler.kernels(fd.fusion, info, params)
+        assert kernels and not any("__launch_bounds__" in k.source for k in kernels), scheduler_type

@@ -195,11 +195,11 @@ def test_symbolic_scalars_and_sizes_reach_segments() -> None:
 
 
 def test_segmentation_is_cached_per_signature(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kfuse.segmented_executor as se
+    import kfuse.compiler as compiler
 
     calls = []
-    real = se.segment_fusion
-    monkeypatch.setattr(se, "segment_fusion", lambda *a: calls.append(1) or real(*a))
+    real = compiler.segment_fusion
+    monkeypatch.setattr(compiler, "segment_fusion", lambda *a: calls.append(1) or real(*a))
     fd = two_axis_sum()
     inputs = [rand(2, 5), rand(2, 5, seed=1)]
     run_and_check(fd, inputs)

@@ -107,6 +107,14 @@ class FusionExecution:
             return None
         return self._executor_cache.last_cuda_source()
 
+    def last_program(self) -> Any:
+        """What the last execute ran (None before the first): a kfuse.program.Program, whose
+        str() shows each stage's result (scheduler and params, each kernel's spec and launch;
+        `.cuda_source()` the sources; `.segments()` a segmented fusion's segments)."""
+        if self._executor_cache is None:
+            return None
+        return self._executor_cache.last_compiled
+
     def last_scheduler(self) -> Any:
         """The SchedulerType the last execute used (None before the first)."""
         if self._executor_cache is None or self._executor_cache.last_compiled is None:

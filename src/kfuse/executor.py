@@ -9,37 +9,17 @@ class share one kernel.
 
 from __future__ import annotations
 
-import re
 import threading
-from dataclasses import dataclass
 from typing import Any
 
-from kfuse import knobs, profiling_hooks
-from kfuse.arrays import current_stream, empty_like_framework, poison
-from kfuse.backends import backend_for
-from kfuse.dtypes import DataType
-from kfuse.errors import SchedulerError
+from kfuse import profiling_hooks
+from kfuse.compiler import choose_scheduler, compile_fusion
 from kfuse.fast_path import fast_call_for, layout_key
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-from kfuse.launch import KernelLaunch, workspace_bytes
-from kfuse.runtime_info import EMULATOR, RuntimeInfo, build_runtime_info
-from kfuse.schedule import rejection_reason, resolve_scheduler
-from kfuse.schedule.registry import SCHEDULERS, scheduler_for
+from kfuse.program import KernelProgram, Program, SegmentedProgram
+from kfuse.runtime_info import RuntimeInfo, build_runtime_info
 from kfuse.schedule.types import SchedulerType
-
-
-@dataclass
-class CompiledFusion:
-    """What one input signature compiled to."""
-
-    scheduler: SchedulerType  # SchedulerType.none for a segmented fusion
-    params: Any
-    launches: list[KernelLaunch]
-    # Runs the call instead of `launches`: expr_eval's library calls, or a segmented fusion's
-    # segments (kfuse.segmented_executor.SegmentedRunner).
-    runner: Any = None
-
 
 SEEN_LAYOUTS = 64
 """Layouts an executor remembers having run once (see FusionExecutorCache._seen_layouts)."""
@@ -60,9 +40,10 @@ class FusionExecutorCache:
         # Whether a fusion no single scheduler takes is split into segments (a segment's own
         # cache is created with segment=False, so it never splits again).
         self.segment = segment
-        self._compiled: dict[tuple, CompiledFusion] = {}
+        self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
-        self.last_compiled: CompiledFusion | None = None
+        # The Program of the last call (kfuse.program: scheduler, params, launches).
+        self.last_compiled: Program | None = None
         # kfuse._C.FastCallCache of the layouts seen twice, created by the first call that can
         # take the host fast path (FusionExecution.execute tries it before anything else).
         self.fast_calls: Any = None
@@ -107,14 +88,12 @@ class FusionExecutorCache:
                     self._compiled[key] = compiled
             self.last_compiled = compiled
             with profiling_hooks.segment(compiled.scheduler, info):  # tags its launches
-                if compiled.runner is not None:
-                    return compiled.runner(info, stream)
-                outputs = _run(compiled, info, stream)
-            if plain:
+                outputs = compiled.run(info, stream)
+            if plain and isinstance(compiled, KernelProgram):  # the others never take it
                 self._remember_fast_call(inputs, compiled, info)
             return outputs
 
-    def _remember_fast_call(self, inputs: list[Any], compiled: CompiledFusion, info: Any) -> None:
+    def _remember_fast_call(self, inputs: list[Any], compiled: Program, info: Any) -> None:
         layout = layout_key(inputs, info)
         if layout is None or layout in self._fast_layouts:
             return
@@ -145,67 +124,24 @@ class FusionExecutorCache:
         key = _signature(info, None)
         compiled = self._compiled.get(key)
         if compiled is None:
-            scheduler, _ = self._pick(info)
+            scheduler, _ = choose_scheduler(self.fusion, info)
             if scheduler is not None:
                 return [_whole(self.fusion, scheduler.scheduler_type)]
             compiled = self._compile(info, None)
             with self._lock:
                 self._compiled[key] = compiled
-        segmented = getattr(compiled.runner, "segmented", None)
-        if segmented is not None:
-            return segmented.describe()
+        if isinstance(compiled, SegmentedProgram):
+            return compiled.segments()
         return [_whole(self.fusion, compiled.scheduler)]
 
     def last_cuda_source(self) -> str | None:
         """The CUDA source of the last launch's kernel(s), or None before the first run."""
         if self.last_compiled is None:
             return None
-        if hasattr(self.last_compiled.runner, "cuda_source"):
-            return self.last_compiled.runner.cuda_source()
-        if not self.last_compiled.launches:
-            return None
-        return "\n".join(launch.source for launch in self.last_compiled.launches)
+        return self.last_compiled.cuda_source()
 
-    def _compile(self, info: RuntimeInfo, params: Any) -> CompiledFusion:
-        if params is not None:
-            scheduler = resolve_scheduler(params.scheduler_type)
-            reason = rejection_reason(scheduler, self.fusion, info)
-            if reason is not None:
-                if self._pick(info)[0] is None:
-                    reason += (
-                        "\n  no single scheduler takes this fusion: it needs several "
-                        "segments, which only fd.execute runs (fd.segments(inputs) "
-                        "shows them)"
-                    )
-                raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
-        else:
-            scheduler, reasons = self._pick(info)
-            if scheduler is None:
-                why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
-                if not self.segment:
-                    raise SchedulerError(why)
-                from kfuse.segmented_executor import compile_segmented
-
-                runner = compile_segmented(self.fusion, info, why)
-                return CompiledFusion(SchedulerType.none, None, [], runner)
-            params = scheduler.heuristics(self.fusion, info)
-        make_runner = getattr(scheduler, "runner", None)
-        if make_runner is not None:
-            return CompiledFusion(
-                scheduler.scheduler_type, params, [], make_runner(self.fusion, info, params)
-            )
-        launches = build_launches(scheduler.scheduler_type, self.fusion, info, params)
-        return CompiledFusion(scheduler.scheduler_type, params, launches)
-
-    def _pick(self, info: RuntimeInfo) -> tuple[Any, list[str]]:
-        """The first scheduler that takes the whole fusion (or None) and the rejections."""
-        reasons: list[str] = []
-        for candidate in SCHEDULERS:
-            reason = rejection_reason(candidate, self.fusion, info)
-            if reason is None:
-                return candidate, reasons
-            reasons.append(reason)
-        return None, reasons
+    def _compile(self, info: RuntimeInfo, params: Any) -> Program:
+        return compile_fusion(self.fusion, info, params, segment=self.segment)
 
 
 def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
@@ -222,67 +158,6 @@ def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
     )
 
 
-def build_launches(
-    scheduler_type: SchedulerType, fusion: Fusion, info: RuntimeInfo, params: Any
-) -> list[KernelLaunch]:
-    """The launches a scheduler's params compile to (none for no_op)."""
-    scheduler = scheduler_for(scheduler_type)
-    if not hasattr(scheduler, "launches"):
-        raise SchedulerError(f"the {scheduler_type.value} scheduler cannot generate kernels")
-    return scheduler.launches(fusion, info, params, TargetCompiler(params.cparams))
-
-
-class TargetCompiler:
-    """Compiles a kernel for the target of the call it is given (GPU or emulator), timing it
-    for the profiler, so schedulers only pass source and name. On a GPU, `cparams` (the
-    params' CompileParams) add their NVRTC options (maxrregcount, extra_options) and may
-    name the architecture; the emulator has no registers to limit and ignores them."""
-
-    def __init__(self, cparams: Any) -> None:
-        self.options: tuple[str, ...] = tuple(cparams.nvrtc_options())
-        self.arch: str | None = cparams.arch
-        self.maxrregcount: int | None = cparams.maxrregcount
-
-    def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
-        started = profiling_hooks.clock()
-        backend = backend_for(info)
-        if info.backend == EMULATOR:
-            kernel = backend.compile(source, name, info.device)
-        else:
-            if self.maxrregcount is not None:
-                source = without_launch_bounds(
-                    source, self.maxrregcount, info.device.regs_per_block
-                )
-            kernel = backend.compile(
-                source, name, info.device_index, self.arch or info.device.arch, self.options
-            )
-        profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
-        return kernel
-
-
-_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\((\d+)(?:,\s*\d+)?\)\s*")
-
-
-def without_launch_bounds(source: str, maxrregcount: int, regs_per_block: int) -> str:
-    """The kernel source with its __launch_bounds__ removed, so that NVRTC's --maxrregcount
-    decides the registers: NVRTC does not apply --maxrregcount to a kernel that has launch
-    bounds (a kernel bounded to 128 threads kept 40 to 48 registers under --maxrregcount=32;
-    without the bounds it took 32). SchedulerError when a block of the kernel's threads
-    could not get that many registers each."""
-
-    def check(match: re.Match[str]) -> str:
-        threads = int(match.group(1))
-        if threads * maxrregcount > regs_per_block:
-            raise SchedulerError(
-                f"CompileParams.maxrregcount = {maxrregcount} for blocks of "
-                f"{threads} threads needs {threads * maxrregcount} registers "
-                f"a block; the device gives a block at most {regs_per_block}"
-            )
-        return ""
-
-    return _LAUNCH_BOUNDS.sub(check, source)
-
-
 def _signature(info: RuntimeInfo, params: Any) -> tuple:
     parts: list[Any] = [info.backend, info.device_index, info.framework]
     for val, arg in zip(info.fusion.inputs, info.inputs):
@@ -296,55 +171,4 @@ def _signature(info: RuntimeInfo, params: Any) -> tuple:
     return tuple(parts)
 
 
-def _run(compiled: CompiledFusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
-    fusion = info.fusion
-    outputs = [_allocate(info, out) for out in fusion.outputs]
-    # With poison on, an element that no kernel writes shows as wrong instead of as whatever
-    # the memory held before (on the GPU, often the right values of an earlier call).
-    poisoned = info.backend == EMULATOR or knobs.get().poison
-    if poisoned:
-        for array in outputs:
-            poison(array)
-    if not compiled.launches:
-        return outputs
-    input_ptrs = [0] * len(fusion.inputs)
-    for pos, val in enumerate(fusion.inputs):
-        if isinstance(val, TensorView):
-            input_ptrs[pos] = info.layouts[val].data_ptr
-    output_ptrs = [_data_ptr(a) for a in outputs]
-    if stream is None:
-        stream = current_stream(info.framework, info.device_index) if info.device_index >= 0 else 0
-    # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
-    # every framework's allocation aligned for any accumulator type.
-    workspaces = [
-        empty_like_framework(
-            info.framework, (-(-n // 8),), DataType.Double, info.device_index, what=f"workspace {k}"
-        )
-        for k, n in enumerate(workspace_bytes(compiled.launches))
-    ]
-    if poisoned:
-        for array in workspaces:
-            poison(array)
-    workspace_ptrs = [_data_ptr(w) for w in workspaces]
-    for launch in compiled.launches:
-        args = launch.arguments(input_ptrs, output_ptrs, info.extents, workspace_ptrs)
-        launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
-    return outputs
-
-
-def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
-    return empty_like_framework(
-        info.framework, info.shape(out), out.dtype, info.device_index, what=f"output {out.name}"
-    )
-
-
-def _data_ptr(array: Any) -> int:
-    from kfuse.arrays import layout_of
-
-    if type(array).__module__ == "numpy":
-        return int(array.ctypes.data)
-
-    return layout_of(array, "output").data_ptr
-
-
-__all__ = ["FusionExecutorCache", "build_launches"]
+__all__ = ["FusionExecutorCache"]

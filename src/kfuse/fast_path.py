@@ -300,9 +300,10 @@ def layout_key(inputs: list[Any], info: Any) -> tuple | None:
 
 
 def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) -> Any | None:
-    """A kfuse._C.FastCall replaying `compiled` for inputs laid out as `inputs` are (`layout`,
-    their layout_key), or None when such a call cannot take the fast path."""
-    if compiled.runner is not None or not compiled.launches:
+    """A kfuse._C.FastCall replaying `compiled` (a KernelProgram) for inputs laid out as
+    `inputs` are (`layout`, their layout_key), or None when such a call cannot take the fast
+    path."""
+    if not compiled.launches:
         return None
     specs = list(layout)
     program = ScalarProgram.of(info.fusion, info.extents)

@@ -25,6 +25,9 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_POISON": "1 fills every new GPU output and scratch buffer with a poison pattern "
     "before its kernels run, so that an element no kernel writes shows "
     "(the emulator always does)",
+    "KFUSE_DUMP": "compiler stages to write out as they run, comma-separated: segments, "
+    "params, spec, cuda (or all)",
+    "KFUSE_DUMP_DIR": "folder KFUSE_DUMP writes into (default ./kfuse-dump)",
 }
 
 
@@ -53,6 +56,10 @@ class Knobs:
     """``KFUSE_CACHE_DIR``: where compiled kernels are cached on disk (``off``: nowhere)."""
     poison: bool = False
     """``KFUSE_POISON``: fill new GPU outputs and workspaces with kfuse.arrays.POISON_BYTE."""
+    dump: tuple[str, ...] = ()
+    """``KFUSE_DUMP``: the compiler stages kfuse.dump writes out (names as given, lowercase)."""
+    dump_dir: str = "kfuse-dump"
+    """``KFUSE_DUMP_DIR``: where they go."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Knobs:
@@ -66,6 +73,12 @@ class Knobs:
             emulator_profile=(_path(env, "KFUSE_EMULATOR_PROFILE") or "h100").lower(),
             cache_dir=env.get("KFUSE_CACHE_DIR", "").strip() or None,
             poison=env.get("KFUSE_POISON", "").strip().lower() not in ("", "0", "off", "no"),
+            dump=tuple(
+                name.strip().lower()
+                for name in env.get("KFUSE_DUMP", "").split(",")
+                if name.strip()
+            ),
+            dump_dir=_path(env, "KFUSE_DUMP_DIR") or "kfuse-dump",
         )
 
 

@@ -1,6 +1,9 @@
-"""KernelLaunch: one kernel launch of a compiled fusion, with where each argument comes from.
+"""GeneratedKernel and KernelLaunch: one kernel of a compiled fusion, with where each argument
+comes from.
 
-Schedulers build these once per input signature; the executor fills in the pointers (and the
+A scheduler generates GeneratedKernels (source, name, launch configuration, operands) once per
+input signature without compiling anything; the compiler's compile stage turns each into a
+KernelLaunch (the same with the loaded kernel). The executor fills in the pointers (and the
 values of scalars) on every call, so a cached call does no planning.
 """
 
@@ -56,6 +59,39 @@ Operand = InputOperand | OutputOperand | ScalarOperand | WorkspaceOperand
 
 
 @dataclass
+class GeneratedKernel:
+    """A kernel a scheduler generated for one input signature, not compiled yet: its CUDA
+    source and name, the spec codegen emitted it from (shown by dumps), and its launch."""
+
+    name: str
+    source: str = field(repr=False)
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    operands: list[Operand]
+    scheduler: str
+    spec: Any = field(repr=False, default=None)
+
+    @property
+    def threads(self) -> int:
+        """Threads in one block."""
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def loaded(self, kernel: Any) -> KernelLaunch:
+        """The launch of this kernel once compiled and loaded as `kernel`."""
+        return KernelLaunch(
+            kernel,
+            self.grid,
+            self.block,
+            self.shared_mem,
+            self.operands,
+            self.scheduler,
+            self.source,
+            self.name,
+        )
+
+
+@dataclass
 class KernelLaunch:
     """A kernel and how to launch it."""
 
@@ -66,6 +102,7 @@ class KernelLaunch:
     operands: list[Operand]
     scheduler: str
     source: str = field(repr=False, default="")
+    name: str = ""
 
     def arguments(
         self,

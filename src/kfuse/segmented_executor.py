@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.arrays import stream_context
-from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
 from kfuse.runtime_info import RuntimeInfo
-from kfuse.schedule.segmenter import SegmentedFusion, segment_arguments, segment_fusion
+from kfuse.schedule.segmenter import SegmentedFusion, segment_arguments
 
 
 class SegmentedRunner:
@@ -68,11 +67,6 @@ class SegmentedRunner:
         sources = [c.last_cuda_source() for c in self.caches]
         joined = "\n".join(s for s in sources if s)
         return joined or None
-
-
-def compile_segmented(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedRunner:
-    """Segment `fusion` for this call and build the runner (segments compile on first run)."""
-    return SegmentedRunner(segment_fusion(fusion, info, reason))
 
 
 def copy_array(info: RuntimeInfo, a: Any, stream: int | None) -> Any:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.expressions import compute_ctype, literal
+from kfuse.codegen.kernel import kernel_header
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction import (
     ReductionKernelSpec,
@@ -267,13 +268,15 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     lines = [runtime_header(), ""]
     lines += functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept)
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
-    cluster = spec.cluster
-    dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
-    lines += [
-        f'extern "C" __global__ void __launch_bounds__({bx * by}, '
-        f"{min_blocks_per_sm(bx * by)}){dims} {name}(",
-        "    " + ",\n    ".join(params) + ") {",
-    ]
+    cluster, threads = spec.cluster, bx * by
+    lines += kernel_header(
+        name,
+        params,
+        threads,
+        bounded=spec.launch_bounds,
+        min_blocks=min_blocks_per_sm(threads),
+        cluster=cluster,
+    )
     lines += [
         f"  typedef {spec.index_type} Index;",
         f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",

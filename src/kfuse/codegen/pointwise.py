@@ -16,11 +16,12 @@ is a single row: the 1-D schedule.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
+from kfuse.codegen.kernel import kernel_header
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.registers import register_array
@@ -93,6 +94,9 @@ class PointwiseKernelSpec:
     index_type: str  # "int" | "long long"
     input_kinds: tuple[str, ...]
     output_kinds: tuple[str, ...]
+    # __launch_bounds__ (False under a register limit: kfuse.codegen.kernel); not in the
+    # repr, which names the kernel
+    launch_bounds: bool = field(default=True, repr=False)
 
 
 def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
@@ -144,8 +148,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     lines += [
         "}",
         "",
-        f'extern "C" __global__ void __launch_bounds__({nt}) {name}(',
-        "    " + ",\n    ".join(params) + ") {",
+        *kernel_header(name, params, nt, bounded=spec.launch_bounds),
         f"  typedef {index} Index;",
         f"  const Index n_inner = out0.size[{rank - 1}];",
         "  Index n_rows = 1;",

@@ -25,11 +25,12 @@ kfuse.codegen.body, so an op means the same thing under every scheduler.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kfuse.codegen.body import emit_body, from_storage, round_to_dtype
 from kfuse.codegen.domain import DomainMap, Use
 from kfuse.codegen.expressions import compute_ctype, literal
+from kfuse.codegen.kernel import kernel_header
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.reduction_plan import ReductionPlan
@@ -84,6 +85,10 @@ class ReductionKernelSpec:
     # halving powers of two rather than one at a time. For threads with few rows in all; it
     # costs registers (W3's kernel went from 32 to 34, 8 blocks an SM to 6, 8% slower).
     tail_batches: bool = False
+    # __launch_bounds__ on the kernels; False where a register limit decides the registers
+    # (CompileParams.maxrregcount: see kfuse.codegen.kernel). Not in the repr, which names
+    # kernels: the source differs by the attribute alone.
+    launch_bounds: bool = field(default=True, repr=False)
 
     @property
     def held_batch(self) -> int:
@@ -566,14 +571,6 @@ def scalar_accumulate(
     return lines
 
 
-def header_lines(name: str, params: list[str], threads: int) -> list[str]:
-    """The kernel's signature and opening."""
-    return [
-        f'extern "C" __global__ void __launch_bounds__({threads}) {name}(',
-        "    " + ",\n    ".join(params) + ") {",
-    ]
-
-
 # ---------------------------------------------------------------------------------------------
 # The inner kernel
 # ---------------------------------------------------------------------------------------------
@@ -590,7 +587,7 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     lines = [runtime_header(), ""]
     lines += functions_source(plan, name, stages=True, full=False, epilogue=parts == 1)
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
-    lines += header_lines(name, params, bx * by)
+    lines += kernel_header(name, params, bx * by, bounded=spec.launch_bounds)
     lines += [
         f"  typedef {spec.index_type} Index;",
         f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
@@ -682,7 +679,7 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     lines = [runtime_header(), ""]
     lines += functions_source(plan, name, stages=True, full=False, epilogue=parts == 1)
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
-    lines += header_lines(name, params, spec.block_x * spec.block_y)
+    lines += kernel_header(name, params, spec.block_x * spec.block_y, bounded=spec.launch_bounds)
     lines += outer_columns(plan, spec, "(Index)gridDim.y", [])
     lines += outer_accumulate(plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
     lines += outer_combine(plan, spec)
@@ -909,7 +906,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     lines = [runtime_header(), ""]
     lines += functions_source(plan, name, stages=False, full=False, epilogue=True)
     params = tensor_params(plan, spec, loop=False, row=True, workspace=True)
-    lines += header_lines(name, params, fx * fy)
+    lines += kernel_header(name, params, fx * fy, bounded=spec.launch_bounds)
     lines += [
         f"  typedef {spec.index_type} Index;",
         "  __shared__ __align__(16) unsigned char "

@@ -37,6 +37,7 @@ class ExprEvalScheduler:
     """Runs matmul / linear / reshape (and casts) through the inputs' framework."""
 
     scheduler_type = SchedulerType.expr_eval
+    generates_kernels = False
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         tensor_exprs = [e for e in fusion.exprs if isinstance(e.outputs[0], TensorView)]

@@ -102,6 +102,7 @@ class InnerPersistentScheduler:
     """Schedules normalization-like fusions into one persistent kernel per call."""
 
     scheduler_type = SchedulerType.inner_persistent
+    generates_kernels = True
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         try:
@@ -132,9 +133,9 @@ class InnerPersistentScheduler:
             )
         _choose(plan, layout, info.device, clusters_supported(info))  # Rejection: not held
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
-        """The kernel launches `params` compile to for this call."""
-        return persistent_launches(fusion, info, params, compiler)
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """The kernel `params` generate for this call (GeneratedKernel; not compiled)."""
+        return [persistent_kernel(fusion, info, params)]
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import ReductionParams
@@ -368,6 +369,7 @@ def persistent_spec(
         smem_held=in_smem,
         reload=reload,
         cluster=cluster,
+        launch_bounds=params.cparams.maxrregcount is None,
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
@@ -385,9 +387,9 @@ def persistent_spec(
     return spec
 
 
-def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any) -> list[Any]:
-    """Compile (or fetch) the persistent kernel for `params` and describe its launch."""
-    from kfuse.launch import KernelLaunch
+def persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
+    """The persistent kernel for `params` and its launch (a GeneratedKernel)."""
+    from kfuse.launch import GeneratedKernel
 
     try:
         plan = plan_reductions(fusion)
@@ -398,14 +400,13 @@ def persistent_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend:
     source, name = emit_persistent(plan, spec)
     ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
     grid = (_int(params, "grid_x"), 1, 1)
-    return [
-        KernelLaunch(
-            backend.compile(source, name, info),
-            grid,
-            (spec.block_x, spec.block_y, 1),
-            smem_bytes_held(plan, spec),
-            ops,
-            "inner_persistent",
-            source,
-        )
-    ]
+    return GeneratedKernel(
+        name,
+        source,
+        grid,
+        (spec.block_x, spec.block_y, 1),
+        smem_bytes_held(plan, spec),
+        ops,
+        "inner_persistent",
+        spec,
+    )

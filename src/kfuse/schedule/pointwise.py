@@ -69,6 +69,7 @@ class PointwiseScheduler:
     """Schedules fusions with no reduction into one pointwise kernel."""
 
     scheduler_type = SchedulerType.pointwise
+    generates_kernels = True
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         for expr in fusion.exprs:
@@ -98,9 +99,9 @@ class PointwiseScheduler:
                     f"{info.shape(out)}, {plan.reference.name} is {ref_shape})"
                 )
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
-        """The kernel launches `params` compile to for this call."""
-        return [pointwise_launch(fusion, info, params, compiler)]
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """The kernel `params` generate for this call (GeneratedKernel; not compiled)."""
+        return [pointwise_kernel(fusion, info, params)]
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import PointwiseParams
@@ -161,6 +162,7 @@ class PointwiseScheduler:
             index_type=index_type,
             input_kinds=tuple(access_kind(op, vector) for op in layout.inputs),
             output_kinds=tuple(access_kind(op, vector) for op in layout.outputs),
+            launch_bounds=params.cparams.maxrregcount is None,
         )
 
 
@@ -209,16 +211,15 @@ def _describe(expr: Any) -> str:
     return f"{op} of {expr.inputs[0].name}"
 
 
-def pointwise_launch(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any) -> Any:
-    """Compile (or fetch) the kernel for `params` and describe its launch for these inputs."""
+def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
+    """The kernel for `params` and its launch for these inputs (a GeneratedKernel)."""
     from kfuse.codegen.pointwise import emit_pointwise
-    from kfuse.launch import InputOperand, KernelLaunch, OutputOperand, ScalarOperand
+    from kfuse.launch import GeneratedKernel, InputOperand, OutputOperand, ScalarOperand
 
     plan = plan_pointwise(fusion)
     layout = pointwise_layout(plan, info, output_ptrs=None)
     spec = PointwiseScheduler().kernel_spec(plan, layout, params)
     source, name = emit_pointwise(plan, spec)
-    kernel = backend.compile(source, name, info)
     positions = {v: i for i, v in enumerate(fusion.inputs)}
     operands: list[Any] = []
     for use, op in zip(plan.domain.input_uses, layout.inputs):
@@ -228,4 +229,4 @@ def pointwise_launch(fusion: Fusion, info: RuntimeInfo, params: Any, backend: An
         operands.append(OutputOperand(k, layout.sizes, op.strides))
     grid = (int(params.grid_x), int(params.grid_y), 1)
     block = (int(params.block_x), int(params.block_y), 1)
-    return KernelLaunch(kernel, grid, block, 0, operands, "pointwise", source)
+    return GeneratedKernel(name, source, grid, block, 0, operands, "pointwise", spec)

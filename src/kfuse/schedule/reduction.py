@@ -81,6 +81,7 @@ class ReductionScheduler:
     """Schedules non-persistent reduction fusions (see the module docstring)."""
 
     scheduler_type = SchedulerType.reduction
+    generates_kernels = True
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         plan = _plan(fusion)
@@ -107,9 +108,9 @@ class ReductionScheduler:
         if info is not None:
             _layout(plan, info)
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
-        """The kernel launches `params` compile to for this call."""
-        return reduction_launches(fusion, info, params, compiler)
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """The kernels `params` generate for this call (GeneratedKernels; not compiled)."""
+        return reduction_kernels(fusion, info, params)
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import ReductionParams
@@ -314,6 +315,7 @@ def kernel_spec(
         kinds,
         (),
         tail_batches=not inner and rows_per_thread < TAIL_BATCHES * unroll,
+        launch_bounds=params.cparams.maxrregcount is None,
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
@@ -377,9 +379,10 @@ def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any
     return ops
 
 
-def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: Any) -> list[Any]:
-    """Compile (or fetch) the kernels for `params` and describe their launches."""
-    from kfuse.launch import KernelLaunch
+def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+    """The kernels for `params` and their launches (GeneratedKernels): one, or a grid
+    reduction's partials kernel and its finalize kernel."""
+    from kfuse.launch import GeneratedKernel
 
     try:
         plan = plan_reductions(fusion)
@@ -393,30 +396,28 @@ def reduction_launches(fusion: Fusion, info: RuntimeInfo, params: Any, backend: 
     if spec.grid_parts == 1:
         source, name = kernels[0]
         ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
-        return [
-            KernelLaunch(
-                backend.compile(source, name, info), grid, block, 0, ops, "reduction", source
-            )
-        ]
+        return [GeneratedKernel(name, source, grid, block, 0, ops, "reduction", spec)]
     ws = workspace_operands(plan, spec.grid_parts, layout.n_rows)
     (src1, name1), (src2, name2) = kernels
-    first = KernelLaunch(
-        backend.compile(src1, name1, info),
+    first = GeneratedKernel(
+        name1,
+        src1,
         grid,
         block,
         0,
         operand_list(plan, layout, loop=True, row=False, workspace=ws),
         "reduction",
-        src1,
+        spec,
     )
     fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
-    second = KernelLaunch(
-        backend.compile(src2, name2, info),
+    second = GeneratedKernel(
+        name2,
+        src2,
         fin_grid,
         (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1),
         0,
         operand_list(plan, layout, loop=False, row=True, workspace=ws),
         "reduction",
-        src2,
+        spec,
     )
     return [first, second]

@@ -18,6 +18,7 @@ class NoOpScheduler:
     """Fusions whose outputs are all empty: nothing to launch, outputs are only allocated."""
 
     scheduler_type = SchedulerType.no_op
+    generates_kernels = True  # none: no launches
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         if info is None:
@@ -30,7 +31,7 @@ class NoOpScheduler:
                     "fusions whose outputs are all empty"
                 )
 
-    def launches(self, fusion: Fusion, info: RuntimeInfo, params: Any, compiler: Any) -> list[Any]:
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
         """Nothing to launch: the outputs are only allocated."""
         return []
 
@@ -46,6 +47,7 @@ class PendingScheduler:
     def __init__(self, scheduler_type: SchedulerType, needs_reduction: bool) -> None:
         self.scheduler_type = scheduler_type
         self.needs_reduction = needs_reduction
+        self.generates_kernels = False  # never reached: check() always rejects
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         has_reduction = any(isinstance(e, (ReductionOp, WelfordOp)) for e in fusion.exprs)

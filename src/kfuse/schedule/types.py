@@ -28,22 +28,26 @@ class Rejection(Exception):
     """A scheduler declining a fusion; the message is the reason without the scheduler name."""
 
 
-class CompiledProgram(Protocol):
-    """What a scheduler hands the executor: run one call's launches."""
-
-    def run(self, info: RuntimeInfo, outputs: list[Any], stream: int) -> None: ...
-
-
 class Scheduler(Protocol):
-    """One scheduler: decide, pick parameters, build a launchable program."""
+    """One scheduler. Schedulers are pure: they decide, pick parameters and generate kernel
+    sources; the compiler (kfuse.compiler) compiles what they generate and builds the
+    Program the executor runs.
+
+    generates_kernels: True for the schedulers whose work is generated kernels (they
+    implement `kernels`); False for expr_eval, whose ops run as library calls of the
+    inputs' framework (kfuse.program.LibraryProgram)."""
 
     scheduler_type: SchedulerType
+    generates_kernels: bool
 
-    def check(self, fusion: Fusion, info: RuntimeInfo) -> None:
-        """Raise Rejection(reason) when this scheduler cannot take the fusion."""
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        """Raise Rejection(reason) when this scheduler cannot take the fusion (info None:
+        whether it could for some inputs)."""
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         """Parameters for these inputs on this device (a HeuristicParams subclass)."""
 
-    def program(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
-        """A program (source, launch configuration, argument packing) for `params`."""
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """The kernels `params` generate for these inputs (kfuse.launch.GeneratedKernel:
+        source, name, launch configuration, operands), compiled by no one yet."""
+        ...

@@ -1,0 +1,140 @@
+"""kfuse's compiler: the stages one fusion goes through for one input signature.
+
+    fusion + RuntimeInfo (the call's inputs, as layouts, on a device)
+      1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
+                   then the segmenter splits it (segment), and each segment goes through
+                   these stages for its own inputs when it first runs
+      2. params    the scheduler's heuristics, or the caller's params (manual_execute)
+      3. kernels   the scheduler generates its kernels: GeneratedKernel (CUDA source, name,
+                   launch configuration, operands, the codegen spec); nothing compiles
+      4. compile   each kernel's source to a loaded kernel: NVRTC to a cubin for the
+                   device (cached in memory and on disk by source), or the host emulator
+      5. program   a Program the executor runs on every call with this signature:
+                   KernelProgram, LibraryProgram (expr_eval) or SegmentedProgram
+
+Schedulers only decide and generate (stages 1-3); this module compiles and assembles
+(stages 4-5); kfuse.executor caches the Program per signature and runs it. KFUSE_DUMP names
+stages to write out as they run (kfuse.dump).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse import dump, profiling_hooks
+from kfuse.backends import backend_for
+from kfuse.errors import SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.launch import GeneratedKernel, KernelLaunch
+from kfuse.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
+from kfuse.runtime_info import EMULATOR, RuntimeInfo
+from kfuse.schedule import rejection_reason, resolve_scheduler
+from kfuse.schedule.registry import SCHEDULERS
+from kfuse.schedule.segmenter import segment_fusion
+from kfuse.schedule.types import SchedulerType
+
+
+def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: bool) -> Program:
+    """The Program for `fusion` on the inputs `info` describes. params: the caller's pinned
+    parameters (their scheduler must take the whole fusion), or None for the heuristics'.
+    segment: whether a fusion no single scheduler takes is split (False inside a segment)."""
+    scheduler = _chosen(fusion, info, params, segment)
+    if scheduler is None:
+        return _segmented(fusion, info)
+    if params is None:
+        params = scheduler.heuristics(fusion, info)
+    dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
+    if not scheduler.generates_kernels:
+        return LibraryProgram(scheduler.scheduler_type, params, fusion=fusion)
+    kernels = scheduler.kernels(fusion, info, params)
+    dump.generated(fusion, kernels)
+    compiler = KernelCompiler(params.cparams)
+    launches = [compiler.load(kernel, info) for kernel in kernels]
+    return KernelProgram(scheduler.scheduler_type, params, launches)
+
+
+def choose_scheduler(fusion: Fusion, info: RuntimeInfo) -> tuple[Any, list[str]]:
+    """Stage 1: the first scheduler that takes the whole fusion (or None), and the reasons
+    of those before it that declined."""
+    reasons: list[str] = []
+    for candidate in SCHEDULERS:
+        reason = rejection_reason(candidate, fusion, info)
+        if reason is None:
+            return candidate, reasons
+        reasons.append(reason)
+    return None, reasons
+
+
+def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> Any:
+    if params is not None:
+        scheduler = resolve_scheduler(params.scheduler_type)
+        reason = rejection_reason(scheduler, fusion, info)
+        if reason is not None:
+            if choose_scheduler(fusion, info)[0] is None:
+                reason += (
+                    "\n  no single scheduler takes this fusion: it needs several "
+                    "segments, which only fd.execute runs (fd.segments(inputs) "
+                    "shows them)"
+                )
+            raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
+        return scheduler
+    scheduler, reasons = choose_scheduler(fusion, info)
+    if scheduler is None and not segment:
+        raise SchedulerError("no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons))
+    return scheduler
+
+
+def _segmented(fusion: Fusion, info: RuntimeInfo) -> Program:
+    from kfuse.segmented_executor import SegmentedRunner
+
+    _, reasons = choose_scheduler(fusion, info)
+    why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
+    segmented = segment_fusion(fusion, info, why)
+    dump.stage("segments", fusion, lambda: "\n".join(str(s) for s in segmented.describe()))
+    return SegmentedProgram(SchedulerType.none, None, runner=SegmentedRunner(segmented))
+
+
+class KernelCompiler:
+    """Stage 4: compiles generated kernels for the target of the call (GPU or emulator),
+    timing each for the profiler. On a GPU, `cparams` (the params' CompileParams) add their
+    NVRTC options (maxrregcount, extra_options) and may name the architecture; the emulator
+    has no registers to limit and ignores them."""
+
+    def __init__(self, cparams: Any) -> None:
+        self.options: tuple[str, ...] = tuple(cparams.nvrtc_options())
+        self.arch: str | None = cparams.arch
+        self.maxrregcount: int | None = cparams.maxrregcount
+
+    def load(self, kernel: GeneratedKernel, info: RuntimeInfo) -> KernelLaunch:
+        """The launch of `kernel`, compiled and loaded for this call's device."""
+        if info.backend != EMULATOR and self.maxrregcount is not None:
+            check_register_limit(kernel.threads, self.maxrregcount, info.device.regs_per_block)
+        return kernel.loaded(self.compile(kernel.source, kernel.name, info))
+
+    def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
+        """The loaded kernel `name` of `source` (memory cache, disk cache, then NVRTC or the
+        emulator's host compiler)."""
+        started = profiling_hooks.clock()
+        backend = backend_for(info)
+        if info.backend == EMULATOR:
+            kernel = backend.compile(source, name, info.device)
+        else:
+            kernel = backend.compile(
+                source, name, info.device_index, self.arch or info.device.arch, self.options
+            )
+        profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
+        return kernel
+
+
+def check_register_limit(threads: int, maxrregcount: int, regs_per_block: int) -> None:
+    """SchedulerError when a block of `threads` threads could not get `maxrregcount`
+    registers each (CompileParams.maxrregcount)."""
+    if threads * maxrregcount > regs_per_block:
+        raise SchedulerError(
+            f"CompileParams.maxrregcount = {maxrregcount} for blocks of {threads} threads "
+            f"needs {threads * maxrregcount} registers a block; the device gives a block at "
+            f"most {regs_per_block}"
+        )
+
+
+__all__ = ["KernelCompiler", "check_register_limit", "choose_scheduler", "compile_fusion"]

@@ -1,0 +1,153 @@
+"""Program: what the compiler makes of a fusion for one input signature, and how it runs.
+
+Three kinds, one interface (`run(info, stream)` -> the output arrays):
+
+* KernelProgram: generated kernels (pointwise, reduction, inner_persistent; none for no_op):
+  allocate the outputs and any workspace, fill in the pointers, launch in order;
+* LibraryProgram: expr_eval's ops (matmul, linear, reshape) as calls of the inputs'
+  framework;
+* SegmentedProgram: a fusion no single scheduler takes, as segments run in dependency order
+  (kfuse.segmented_executor).
+
+`scheduler`, `params` and `launches` are there for every kind (launches empty but for
+KernelProgram), so the profiler, the fast path and `fd.last_scheduler()` read one shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kfuse import knobs
+from kfuse.arrays import current_stream, empty_like_framework, poison
+from kfuse.dtypes import DataType
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import TensorView
+from kfuse.launch import KernelLaunch, workspace_bytes
+from kfuse.runtime_info import EMULATOR, RuntimeInfo
+from kfuse.schedule.types import SchedulerType
+
+
+@dataclass
+class Program:
+    """The compiled form of a fusion for one input signature."""
+
+    scheduler: SchedulerType  # SchedulerType.none for a segmented fusion
+    params: Any
+    launches: list[KernelLaunch] = field(default_factory=list)
+
+    def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+        """One call: the fusion's outputs, new arrays of the inputs' framework."""
+        raise NotImplementedError
+
+    def cuda_source(self) -> str | None:
+        """The CUDA sources of the kernels it launches (None when it launches none)."""
+        return "\n".join(launch.source for launch in self.launches) or None
+
+    def __str__(self) -> str:
+        lines = [f"{type(self).__name__}: {self.scheduler.value}", f"  params: {self.params}"]
+        for launch in self.launches:
+            lines.append(
+                f"  kernel {launch.name}: grid {launch.grid} block {launch.block} "
+                f"shared memory {launch.shared_mem} B, {len(launch.operands)} operands"
+            )
+        return "\n".join(lines)
+
+
+@dataclass
+class KernelProgram(Program):
+    """Generated kernels, launched in order on the caller's stream."""
+
+    def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+        fusion = info.fusion
+        outputs = [_allocate(info, out) for out in fusion.outputs]
+        # With poison on, an element that no kernel writes shows as wrong instead of as
+        # whatever the memory held before (on the GPU, often the right values of an earlier
+        # call).
+        poisoned = info.backend == EMULATOR or knobs.get().poison
+        if poisoned:
+            for array in outputs:
+                poison(array)
+        if not self.launches:
+            return outputs
+        input_ptrs = [0] * len(fusion.inputs)
+        for pos, val in enumerate(fusion.inputs):
+            if isinstance(val, TensorView):
+                input_ptrs[pos] = info.layouts[val].data_ptr
+        output_ptrs = [_data_ptr(a) for a in outputs]
+        if stream is None:
+            on_gpu = info.device_index >= 0
+            stream = current_stream(info.framework, info.device_index) if on_gpu else 0
+        # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
+        # every framework's allocation aligned for any accumulator type.
+        workspaces = [
+            empty_like_framework(
+                info.framework,
+                (-(-n // 8),),
+                DataType.Double,
+                info.device_index,
+                what=f"workspace {k}",
+            )
+            for k, n in enumerate(workspace_bytes(self.launches))
+        ]
+        if poisoned:
+            for array in workspaces:
+                poison(array)
+        workspace_ptrs = [_data_ptr(w) for w in workspaces]
+        for launch in self.launches:
+            args = launch.arguments(input_ptrs, output_ptrs, info.extents, workspace_ptrs)
+            launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
+        return outputs
+
+
+@dataclass
+class LibraryProgram(Program):
+    """expr_eval: the fusion's ops as library calls of the inputs' framework."""
+
+    fusion: Fusion | None = None
+
+    def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+        from kfuse.schedule.expr_eval import run_expr_eval
+
+        assert self.fusion is not None
+        return run_expr_eval(self.fusion, info, stream)
+
+
+@dataclass
+class SegmentedProgram(Program):
+    """Segments in dependency order; each compiles for its own inputs on its first run."""
+
+    runner: Any = None  # kfuse.segmented_executor.SegmentedRunner
+
+    def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+        return self.runner(info, stream)
+
+    def cuda_source(self) -> str | None:
+        return self.runner.cuda_source()
+
+    def segments(self) -> list[Any]:
+        """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
+        return self.runner.segmented.describe()
+
+    def __str__(self) -> str:
+        lines = [f"SegmentedProgram: {len(self.runner.caches)} segments"]
+        for segment, cache in zip(self.segments(), self.runner.caches, strict=True):
+            lines.append(f"  segment {segment.index}: {segment.scheduler.value}")
+            program = cache.last_compiled
+            if program is not None:  # compiled on the segment's first run
+                lines += [f"    {line}" for line in str(program).splitlines()]
+        return "\n".join(lines)
+
+
+def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
+    return empty_like_framework(
+        info.framework, info.shape(out), out.dtype, info.device_index, what=f"output {out.name}"
+    )
+
+
+def _data_ptr(array: Any) -> int:
+    from kfuse.arrays import layout_of
+
+    if type(array).__module__ == "numpy":
+        return int(array.ctypes.data)
+    return layout_of(array, "output").data_ptr
