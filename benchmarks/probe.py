@@ -677,7 +677,7 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         launch.grid, launch.block, 0, stream, args
     )
     from kfuse._C import FastCall
-    from kfuse.fast_path import input_layouts, packed_launch
+    from kfuse.runtime.fast_path import input_layouts, packed_launch
 
     packed = packed_launch(launch, {}, 2, 1, 0)
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
@@ -737,8 +737,8 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     )
     # What a miss costs: the checked path (this layout's FastCall exists, so none is built),
     # and building a layout's FastCall, which a layout's second checked call adds to that
-    from kfuse.fast_path import fast_call_for, layout_key
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime.fast_path import fast_call_for, layout_key
+    from kfuse.runtime.info import build_runtime_info
 
     checked = fd._executor_cache
     probes["kfuse checked path (torch)"] = lambda: checked.execute([a, b], try_fast=False)

@@ -196,7 +196,7 @@ def compile_time(torch: Any, log: Callable[[str], None]) -> list[dict[str, Any]]
 
     from workloads import _norm_inputs, _rmsnorm_definition
 
-    from kfuse.backends.cuda import CUDA_BACKEND
+    from kfuse.runtime.backends.cuda import CUDA_BACKEND
 
     inputs = _norm_inputs(True, False)(torch, True)
     rows = []

@@ -47,7 +47,7 @@ SMALL = 1 << 20  # elements an input may span and still be run (segmented fusion
 
 def describe_input(a: Any) -> dict[str, Any]:
     """The layout of a NumPy input (or a scalar) as the corpus stores it."""
-    from kfuse.arrays import layout_of
+    from kfuse.runtime.arrays import layout_of
 
     if not isinstance(a, np.ndarray):
         return {"scalar": a.item() if isinstance(a, np.generic) else a}
@@ -134,7 +134,7 @@ def sources_of(entry: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]
     import dataclasses
 
     from kfuse import compiler
-    from kfuse.runtime_info import CUDA, build_runtime_info
+    from kfuse.runtime.info import CUDA, build_runtime_info
 
     fd = definition_of(entry["definition"])
     kernels: list[tuple[str, str]] = []

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from kfuse import _C
-from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
-from kfuse.backends.emulator import EMULATOR_BACKEND
 from kfuse.emulator import build
 from kfuse.frontend import FusionDefinition
+from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
+from kfuse.runtime.backends.emulator import EMULATOR_BACKEND
 
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
 OTHER = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] += 1.0f; }\n'
@@ -247,7 +247,7 @@ def test_another_cubin_copied_under_a_key_is_not_loaded(cache: Path) -> None:
 
 def test_a_fifo_cubin_entry_does_not_block(tmp_path: Path) -> None:
     code = f"""
-        from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
+        from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
         CudaBackend().compile({SOURCE!r}, "k", 0, "sm_90")
         print("compiled")
     """
@@ -261,7 +261,7 @@ def test_concurrent_writers_leave_a_valid_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code = f"""
-        from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
+        from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
         for _ in range(5):
             CudaBackend().compile({SOURCE!r}, "k", 0, "sm_90")
         print("compiled")
@@ -281,7 +281,7 @@ def test_concurrent_writers_leave_a_valid_entry(
     assert all(p.returncode == 0 for p in procs), outputs
     assert not any("removed" in o for o in outputs), outputs
     version = ".".join(str(v) for v in _C.nvrtc_version())
-    from kfuse import kernel_cache
+    from kfuse.runtime import kernel_cache
 
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", " ".join(NVRTC_OPTIONS), version)

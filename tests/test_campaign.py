@@ -342,7 +342,7 @@ def test_the_seed_and_shard_decide_each_round() -> None:
 
 
 def test_poisoned_bool_bytes_fail_the_comparison() -> None:
-    from kfuse.arrays import POISON_BYTE
+    from kfuse.runtime.arrays import POISON_BYTE
     from kfuse.testing import assert_close
 
     out = np.full(5, POISON_BYTE, np.uint8).view(np.bool_)

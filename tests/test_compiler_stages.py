@@ -10,7 +10,7 @@ import pytest
 
 from kfuse import DataType, FusionDefinition
 from kfuse.errors import InputError
-from kfuse.program import KernelProgram, LibraryProgram, SegmentedProgram
+from kfuse.runtime.program import KernelProgram, LibraryProgram, SegmentedProgram
 
 
 def softmax() -> FusionDefinition:

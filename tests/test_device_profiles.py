@@ -1,4 +1,4 @@
-"""DeviceDescription and the named device profiles (src/kfuse/device.py)."""
+"""DeviceDescription and the named device profiles (src/kfuse/runtime/device.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kfuse import device
+from kfuse.runtime import device
 
 
 def test_profiles_carry_published_figures() -> None:
@@ -64,12 +64,12 @@ def test_from_properties_reads_attribute_names() -> None:
 
 
 def test_import_does_not_touch_cuda() -> None:
-    # Whatever `import kfuse` itself loads, importing kfuse.device must add no CUDA binding,
+    # Whatever `import kfuse` itself loads, importing kfuse.runtime.device must add no CUDA binding,
     # framework or loader on top.
     code = (
         "import sys, kfuse\n"
         "before = set(sys.modules)\n"
-        "import kfuse.device\n"
+        "import kfuse.runtime.device\n"
         "added = [n for n in set(sys.modules) - before if n.split('.')[0] in\n"
         "         ('cuda', 'torch', 'cupy', 'ctypes') or n.startswith('kfuse._C')]\n"
         "assert not added, added\n"

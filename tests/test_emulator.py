@@ -492,7 +492,7 @@ def test_disk_cache_off_still_compiles_once_per_process(monkeypatch):
 
 
 def test_tensor_arg_triples_are_packed_like_arrays():
-    kernel_args = pytest.importorskip("kfuse.kernel_args")
+    kernel_args = pytest.importorskip("kfuse.runtime.kernel_args")
     k = EmulatedKernel(ELEMENTWISE, "scale_add")
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     out = np.zeros((4, 3), np.float32)

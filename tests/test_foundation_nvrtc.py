@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import kfuse
-from kfuse import _C, nvrtc_loader
+from kfuse import _C
+from kfuse.runtime import nvrtc_loader
 
 AXPY = r"""
 extern "C" __global__ void axpy(float* y, const float* x, float a, int n) {

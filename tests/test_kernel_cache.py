@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from kfuse import _C, compiler, kernel_cache
-from kfuse.backends.cuda import NVRTC_OPTIONS, CudaBackend
+from kfuse import _C, compiler
 from kfuse.errors import SchedulerError
+from kfuse.runtime import kernel_cache
+from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
 
 Compiles = list[tuple[str, str, tuple[str, ...]]]  # (name, arch, options) per NVRTC compile
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
@@ -139,7 +140,7 @@ def test_a_register_limit_takes_the_launch_bounds_out_of_every_kernel() -> None:
     import numpy as np
 
     from kfuse import DataType, FusionDefinition
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime.info import build_runtime_info
     from kfuse.schedule.registry import scheduler_for
     from kfuse.schedule.types import SchedulerType
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from example_budget import examples
 from kfuse import schedule
-from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.dtypes import DataType, to_numpy_dtype
 from kfuse.frontend import FusionDefinition
+from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
 from kfuse.schedule import SchedulerType
 
 IP = SchedulerType.inner_persistent
@@ -114,7 +114,7 @@ def test_rows_too_long_to_hold_are_rejected_with_a_reason() -> None:
 def test_heuristics_cover_the_row_within_limits(
     monkeypatch: pytest.MonkeyPatch, profile: str, dtype: DataType, np_dtype: type, n: int
 ) -> None:
-    from kfuse.device import get_profile
+    from kfuse.runtime.device import get_profile
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
@@ -199,7 +199,7 @@ def test_softmax_keeps_its_exponentials_and_norms_keep_nothing() -> None:
 def test_kept_values_need_room_next_to_the_held_row(monkeypatch: pytest.MonkeyPatch) -> None:
     import kfuse.schedule.persistent as sp
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime.info import build_runtime_info
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.Float)
@@ -250,7 +250,7 @@ def _on_sm90(monkeypatch: pytest.MonkeyPatch, fd: FusionDefinition, inputs: list
     """The RuntimeInfo of a call on an H200-like GPU (which runs thread-block clusters)."""
     import dataclasses
 
-    from kfuse.runtime_info import CUDA, build_runtime_info
+    from kfuse.runtime.info import CUDA, build_runtime_info
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     return dataclasses.replace(build_runtime_info(fd.fusion, inputs), backend=CUDA)

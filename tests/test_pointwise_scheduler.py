@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from example_budget import examples
 from kfuse import schedule
-from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
+from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
 
@@ -134,7 +134,7 @@ def test_compute_heuristics_of_a_rejecting_scheduler_raises_scheduler_error() ->
 def test_heuristics_are_sane_on_synthetic_devices(
     monkeypatch: pytest.MonkeyPatch, profile: str, shape: tuple, offset: int, dtype: type
 ) -> None:
-    from kfuse.device import get_profile
+    from kfuse.runtime.device import get_profile
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
@@ -160,7 +160,7 @@ def test_heuristics_are_sane_on_synthetic_devices(
 
     from kfuse.codegen.layout import VEC
     from kfuse.codegen.pointwise import plan_pointwise
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime.info import build_runtime_info
     from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
 
     info = build_runtime_info(fd.fusion, [a_arr, b_arr])
@@ -240,7 +240,7 @@ def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
 ) -> None:
     from kfuse import _C
     from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime.info import build_runtime_info
     from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
 
     inputs = data.draw(inputs_for(fd, framework="numpy", max_elements=512))

@@ -6,8 +6,8 @@ import pytest
 
 from gpu_support import requires_gpu
 from kfuse import _C, DataType, FusionDefinition
-from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.codegen.precision import approximable
+from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
 
 
 def gelu_fusion(

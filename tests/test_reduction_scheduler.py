@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kfuse import schedule
-from kfuse.backends.cuda import NVRTC_OPTIONS
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
+from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
 from kfuse.schedule import SchedulerType
 
 PROFILES = ["h100", "h200", "a100"]
@@ -134,8 +134,8 @@ def test_heuristics_are_sane_on_synthetic_devices(
 ) -> None:
     from kfuse.codegen.layout import VEC
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
-    from kfuse.device import get_profile
-    from kfuse.runtime_info import build_runtime_info
+    from kfuse.runtime.device import get_profile
+    from kfuse.runtime.info import build_runtime_info
     from kfuse.schedule.reduction import kernel_spec
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
@@ -188,7 +188,7 @@ def _sources(
     from kfuse.codegen.persistent import emit_persistent
     from kfuse.codegen.reduction import emit_reduction
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
-    from kfuse.runtime_info import CUDA, build_runtime_info
+    from kfuse.runtime.info import CUDA, build_runtime_info
     from kfuse.schedule.persistent import persistent_spec
     from kfuse.schedule.reduction import kernel_spec
     from kfuse.schedule.registry import scheduler_for

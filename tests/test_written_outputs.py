@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from kfuse.arrays import POISON_BYTE
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
+from kfuse.runtime.arrays import POISON_BYTE
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
 
@@ -132,7 +132,7 @@ def test_the_emulator_poisons_what_a_kernel_leaves_unwritten(
 ) -> None:
     """A planted bug, the kernel's stores of its second output removed: that output holds the
     poison pattern in every byte, and the comparison says so."""
-    from kfuse.backends.emulator import EMULATOR_BACKEND
+    from kfuse.runtime.backends.emulator import EMULATOR_BACKEND
 
     compile_kernel = EMULATOR_BACKEND.compile
 
@@ -164,7 +164,7 @@ def test_poison_fills_dense_arrays_whose_size_one_axes_have_any_stride(
     """torch.empty_like of a contiguous input keeps its strides, and torch calls a size-1 axis
     of any stride contiguous: the host fast path allocates such outputs (found by the
     campaign: `view(torch.uint8)` refused a (1,) array of stride 2)."""
-    from kfuse.arrays import poison
+    from kfuse.runtime.arrays import poison
 
     for dtype in (torch.float32, torch.float16, torch.int64, torch.bool):
         array = torch.empty_strided(shape, strides, dtype=dtype)

@@ -14,11 +14,11 @@ import re
 import pytest
 
 from gpu_support import requires_gpu
-from kfuse.arrays import POISON_BYTE
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
-from kfuse.launch import workspace_bytes
 from kfuse.reference import evaluate
+from kfuse.runtime.arrays import POISON_BYTE
+from kfuse.runtime.launch import workspace_bytes
 from kfuse.testing import assert_outputs_close
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -95,7 +95,7 @@ def test_a_call_on_a_given_stream_allocates_on_that_stream() -> None:
 
 def test_poison_shows_an_output_no_kernel_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     """KFUSE_POISON=1 and a planted bug: the kernel's stores of its second output removed."""
-    from kfuse.backends.cuda import CUDA_BACKEND
+    from kfuse.runtime.backends.cuda import CUDA_BACKEND
 
     compile_kernel = CUDA_BACKEND.compile
 

@@ -61,7 +61,7 @@ def main() -> int:
             print("inductor:", line.strip())
     torch.cuda.synchronize()
     # kfuse's cache entries carry a header (kernel_cache); write their payloads out as cubins.
-    from kfuse import kernel_cache
+    from kfuse.runtime import kernel_cache
 
     for entry in sorted(kernel_cache.cache_dir().glob("[0-9a-f]*")):
         (out / f"kfuse-{entry.name[:16]}.cubin").write_bytes(kernel_cache.load(entry.name))

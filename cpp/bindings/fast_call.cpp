@@ -1,13 +1,13 @@
 // bindings/fast_call.cpp: the host fast path of cached GPU calls, in C++.
 //
-// kfuse.fast_path builds one FastCall per input layout a fusion has run with (and a
+// kfuse.runtime.fast_path builds one FastCall per input layout a fusion has run with (and a
 // FastCallCache per fusion). A call then matches the inputs against those layouts (scalar
 // inputs by their Python type), allocates outputs through the inputs' framework, asks the
 // framework for its current stream and launches packed launches, without running any of
 // kfuse's Python code; only a fusion with scalar inputs calls back into Python, for the
-// values of the scalar parameters (kfuse.fast_path.ScalarProgram). Inputs of another layout
-// make __call__ return None, and the caller takes the checked path. Only the limited C API is
-// used (the module is built for the stable ABI).
+// values of the scalar parameters (kfuse.runtime.fast_path.ScalarProgram). Inputs of another
+// layout make __call__ return None, and the caller takes the checked path. Only the limited C
+// API is used (the module is built for the stable ABI).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -519,7 +519,8 @@ void register_fast_call(nb::module_ &m) {
             "scalars"_a = std::vector<nb::object>(),
             "scalars: the values of the launch's scalar slots, by slot index.");
 
-    nb::class_<FastCall>(m, "FastCall", "One input layout's cached call (kfuse.fast_path).",
+    nb::class_<FastCall>(m, "FastCall",
+                         "One input layout's cached call (kfuse.runtime.fast_path).",
                          nb::type_slots(gc_slots<FastCall>))
         .def(nb::init<const std::string &, int, std::vector<nb::tuple>, std::vector<nb::tuple>,
                       std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,

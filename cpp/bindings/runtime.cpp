@@ -39,7 +39,7 @@ std::string resolve_nvrtc_library() {
     nb::gil_scoped_acquire gil;
     try {
         return nb::cast<std::string>(
-            nb::module_::import_("kfuse.nvrtc_loader").attr("nvrtc_library_path")());
+            nb::module_::import_("kfuse.runtime.nvrtc_loader").attr("nvrtc_library_path")());
     } catch (nb::python_error &e) {
         std::string what = e.what();
         e.restore();
@@ -107,7 +107,7 @@ std::vector<KernelArg> convert_args(nb::handle args) {
             a.kind = KernelArg::Kind::Float;
             a.f = PyFloat_AsDouble(o);
         } else if (tensor_from_descriptor(item, i, a)) {
-            // a (data pointer, shape, strides) descriptor, e.g. kfuse.kernel_args.TensorArg
+            // a (data pointer, shape, strides) descriptor, e.g. kfuse.runtime.kernel_args.TensorArg
         } else {
             nb::ndarray<> arr;
             if (!nb::try_cast<nb::ndarray<>>(item, arr, false))
@@ -206,7 +206,7 @@ void register_runtime(nb::module_ &m) {
 
     // ---- NVRTC -----------------------------------------------------------------------------
     m.def("set_nvrtc_library", &nvrtc::set_library, "path"_a,
-          "Use this libnvrtc (before the first compile; kfuse.nvrtc_loader finds it by "
+          "Use this libnvrtc (before the first compile; kfuse.runtime.nvrtc_loader finds it by "
           "default).");
     m.def("nvrtc_library", &nvrtc::loaded_library,
           "Path of the loaded libnvrtc, or '' when not loaded yet.");

@@ -498,7 +498,7 @@ class DeviceProperties:
 
 def set_nvrtc_library(path: str) -> None:
     """
-    Use this libnvrtc (before the first compile; kfuse.nvrtc_loader finds it by default).
+    Use this libnvrtc (before the first compile; kfuse.runtime.nvrtc_loader finds it by default).
     """
 
 def nvrtc_library() -> str:
@@ -601,7 +601,7 @@ class PackedLaunch:
         """scalars: the values of the launch's scalar slots, by slot index."""
 
 class FastCall:
-    """One input layout's cached call (kfuse.fast_path)."""
+    """One input layout's cached call (kfuse.runtime.fast_path)."""
 
     def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None, scalars: object | None = None) -> None:
         """

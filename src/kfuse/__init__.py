@@ -20,8 +20,8 @@ from kfuse.errors import (
     SchedulerError,
 )
 from kfuse.frontend import FusionDefinition
-from kfuse.kernel_executor import KernelExecutor
 from kfuse.profiler import FusionProfile, KernelProfile, PythonProfiler
+from kfuse.runtime.kernel_executor import KernelExecutor
 from kfuse.schedule import SchedulerType
 
 __version__ = "0.1.0"

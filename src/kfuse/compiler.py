@@ -13,7 +13,7 @@
                    KernelProgram, LibraryProgram (expr_eval) or SegmentedProgram
 
 Schedulers only decide and generate (stages 1-3); this module compiles and assembles
-(stages 4-5); kfuse.executor caches the Program per signature and runs it. KFUSE_DUMP names
+(stages 4-5); kfuse.runtime.executor caches the Program per signature and runs it. KFUSE_DUMP names
 stages to write out as they run (kfuse.dump).
 """
 
@@ -22,12 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse import dump, profiling_hooks
-from kfuse.backends import backend_for
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
-from kfuse.launch import GeneratedKernel, KernelLaunch
-from kfuse.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
-from kfuse.runtime_info import EMULATOR, RuntimeInfo
+from kfuse.runtime.backends import backend_for
+from kfuse.runtime.info import EMULATOR, RuntimeInfo
+from kfuse.runtime.launch import GeneratedKernel, KernelLaunch
+from kfuse.runtime.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
 from kfuse.schedule import rejection_reason, resolve_scheduler
 from kfuse.schedule.registry import SCHEDULERS
 from kfuse.schedule.segmenter import segment_fusion
@@ -85,7 +85,7 @@ def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> An
 
 
 def _segmented(fusion: Fusion, info: RuntimeInfo) -> Program:
-    from kfuse.segmented_executor import SegmentedRunner
+    from kfuse.runtime.segments import SegmentedRunner
 
     _, reasons = choose_scheduler(fusion, info)
     why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)

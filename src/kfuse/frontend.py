@@ -15,7 +15,7 @@ from typing import Any
 
 from kfuse.dtypes import DataType, as_dtype, from_array_dtype
 from kfuse.errors import DefinitionError
-from kfuse.execution import FusionExecution
+from kfuse.frontend_execute import FusionExecution
 from kfuse.frontend_ops import Ops
 from kfuse.ir.builder import MAX_EXTENT, Builder, as_index, describe
 from kfuse.ir.fusion import Fusion

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kfuse import _C, knobs, nvrtc_loader
+from kfuse import _C, knobs
+from kfuse.runtime import nvrtc_loader
 
 
 def _version(distribution: str) -> str | None:

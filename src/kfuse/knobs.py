@@ -55,7 +55,8 @@ class Knobs:
     cache_dir: str | None = None
     """``KFUSE_CACHE_DIR``: where compiled kernels are cached on disk (``off``: nowhere)."""
     poison: bool = False
-    """``KFUSE_POISON``: fill new GPU outputs and workspaces with kfuse.arrays.POISON_BYTE."""
+    """``KFUSE_POISON``: fill new GPU outputs and workspaces with
+    kfuse.runtime.arrays.POISON_BYTE."""
     dump: tuple[str, ...] = ()
     """``KFUSE_DUMP``: the compiler stages kfuse.dump writes out (names as given, lowercase)."""
     dump_dir: str = "kfuse-dump"

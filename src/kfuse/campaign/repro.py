@@ -93,7 +93,7 @@ def _docstring_safe(text: str) -> str:
 
 def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
     """(the values of every element the view spans, as a 1-D NumPy array; its layout)."""
-    from kfuse.arrays import framework_of, layout_of
+    from kfuse.runtime.arrays import framework_of, layout_of
     from kfuse.testing.compare import to_numpy
 
     lay = layout_of(a, "input")

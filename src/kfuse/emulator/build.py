@@ -16,8 +16,9 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfuse import disk_cache, knobs
+from kfuse import knobs
 from kfuse.errors import EmulatorError
+from kfuse.runtime import disk_cache
 
 HEADER_DIR = Path(__file__).resolve().parent
 HEADERS = ("cuda_emu.h", "emu_launch.h")

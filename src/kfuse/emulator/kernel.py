@@ -45,7 +45,7 @@ class _ArrayArg:
 
 def _as_array(value: object) -> _ArrayArg | None:
     if isinstance(value, tuple) and hasattr(value, "strides") and hasattr(value, "data"):
-        # kfuse.kernel_args.TensorArg(data, shape, strides): the executor's own views.
+        # kfuse.runtime.kernel_args.TensorArg(data, shape, strides): the executor's own views.
         return _ArrayArg(
             int(value.data),  # type: ignore[attr-defined]
             tuple(int(s) for s in value.shape),  # type: ignore[attr-defined]
@@ -259,7 +259,7 @@ class EmulatedKernel:
         shared_mem, stream, args)` as _C.Kernel takes it (the stream is ignored).
 
         grid and block are ints or tuples of up to 3 ints; args are NumPy arrays or CPU torch
-        tensors, or kfuse.kernel_args.TensorArg (data pointer, sizes, strides in elements),
+        tensors, or kfuse.runtime.kernel_args.TensorArg (data pointer, sizes, strides in elements),
         passed as pointer or kf::Tensor by the parameter's size; and Python scalars.
         Raises EmulatorError for a launch a GPU would reject, arguments that do not fit the
         parameters, an out-of-bounds tensor access, a deadlock or a spin across blocks.

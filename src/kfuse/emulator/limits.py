@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kfuse import device as _device
 from kfuse import knobs
 from kfuse.errors import EmulatorError
+from kfuse.runtime import device as _device
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def _from_description(desc: object) -> EmulatedDeviceLimits:
 EMULATED_DEVICE_PROFILES: dict[str, EmulatedDeviceLimits] = {
     key: _from_description(desc) for key, desc in _device.PROFILES.items()
 }
-"""The launch limits of kfuse.device's named profiles (h100, h200, a100)."""
+"""The launch limits of kfuse.runtime.device's named profiles (h100, h200, a100)."""
 
 
 def resolve_limits(device: object) -> EmulatedDeviceLimits:

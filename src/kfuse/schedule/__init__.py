@@ -13,7 +13,7 @@ from typing import Any
 
 from kfuse.errors import KfuseError, SchedulerError
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime_info import RuntimeInfo, build_runtime_info
+from kfuse.runtime.info import RuntimeInfo, build_runtime_info
 from kfuse.schedule.registry import SCHEDULERS, scheduler_for
 from kfuse.schedule.types import Rejection, SchedulerType
 

@@ -15,7 +15,7 @@ from kfuse.dtypes import DataType
 from kfuse.ir.exprs import LIBRARY_EXPRS, CastOp, Expr, LinearOp, MatmulOp, ReshapeOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
 EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp)
@@ -67,7 +67,7 @@ class ExprEvalScheduler:
 
 def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
     """Evaluate the fusion's exprs with the framework of the inputs; new output arrays."""
-    from kfuse.arrays import stream_context
+    from kfuse.runtime.arrays import stream_context
 
     ops = _FRAMEWORK_OPS[info.framework]()
     env: dict[int, Any] = {id(v): a for v, a in zip(fusion.inputs, info.inputs, strict=True)}

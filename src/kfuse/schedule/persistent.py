@@ -50,7 +50,7 @@ from kfuse.codegen.reduction_plan import (
 )
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime_info import CUDA, RuntimeInfo
+from kfuse.runtime.info import CUDA, RuntimeInfo
 from kfuse.schedule.reduction import (
     MAX_GRID_X,
     STATIC_SMEM_LIMIT,
@@ -389,7 +389,7 @@ def persistent_spec(
 
 def persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     """The persistent kernel for `params` and its launch (a GeneratedKernel)."""
-    from kfuse.launch import GeneratedKernel
+    from kfuse.runtime.launch import GeneratedKernel
 
     try:
         plan = plan_reductions(fusion)

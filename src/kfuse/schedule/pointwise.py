@@ -30,7 +30,7 @@ from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_poi
 from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_GRID_Y = 65535
@@ -214,7 +214,7 @@ def _describe(expr: Any) -> str:
 def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     """The kernel for `params` and its launch for these inputs (a GeneratedKernel)."""
     from kfuse.codegen.pointwise import emit_pointwise
-    from kfuse.launch import GeneratedKernel, InputOperand, OutputOperand, ScalarOperand
+    from kfuse.runtime.launch import GeneratedKernel, InputOperand, OutputOperand, ScalarOperand
 
     plan = plan_pointwise(fusion)
     layout = pointwise_layout(plan, info, output_ptrs=None)

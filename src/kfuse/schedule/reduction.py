@@ -43,7 +43,7 @@ from kfuse.codegen.reduction_plan import (
 )
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_GRID_X = 2**31 - 1
@@ -336,7 +336,7 @@ def operand_list(
     plan: ReductionPlan, layout: ReductionLayout, *, loop: bool, row: bool, workspace: list | None
 ) -> list[Any]:
     """Launch operands in the order of kfuse.codegen.reduction.tensor_params."""
-    from kfuse.launch import InputOperand, OutputOperand, ScalarOperand
+    from kfuse.runtime.launch import InputOperand, OutputOperand, ScalarOperand
 
     positions = {v: i for i, v in enumerate(plan.fusion.inputs)}
     ops: list[Any] = [
@@ -365,7 +365,7 @@ def _shape(layout: ReductionLayout, op: Any) -> tuple[int, ...]:
 
 def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any]:
     """The partial-result arrays of a grid reduction, packed into workspace buffer 0."""
-    from kfuse.launch import WorkspaceOperand
+    from kfuse.runtime.launch import WorkspaceOperand
 
     ops = []
     offset = 0
@@ -382,7 +382,7 @@ def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any
 def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
     """The kernels for `params` and their launches (GeneratedKernels): one, or a grid
     reduction's partials kernel and its finalize kernel."""
-    from kfuse.launch import GeneratedKernel
+    from kfuse.runtime.launch import GeneratedKernel
 
     try:
         plan = plan_reductions(fusion)

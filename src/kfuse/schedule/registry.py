@@ -6,7 +6,7 @@ from typing import Any
 
 from kfuse.ir.exprs import ReductionOp, WelfordOp
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.expr_eval import ExprEvalScheduler
 from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler

@@ -26,7 +26,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kfuse.arrays import ArrayLayout
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     BroadcastOp,
@@ -41,7 +40,8 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.arrays import ArrayLayout
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerType
 
 

@@ -6,7 +6,7 @@ import enum
 from typing import Any, Protocol
 
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.info import RuntimeInfo
 
 
 class SchedulerType(enum.Enum):
@@ -35,7 +35,7 @@ class Scheduler(Protocol):
 
     generates_kernels: True for the schedulers whose work is generated kernels (they
     implement `kernels`); False for expr_eval, whose ops run as library calls of the
-    inputs' framework (kfuse.program.LibraryProgram)."""
+    inputs' framework (kfuse.runtime.program.LibraryProgram)."""
 
     scheduler_type: SchedulerType
     generates_kernels: bool
@@ -48,6 +48,6 @@ class Scheduler(Protocol):
         """Parameters for these inputs on this device (a HeuristicParams subclass)."""
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
-        """The kernels `params` generate for these inputs (kfuse.launch.GeneratedKernel:
+        """The kernels `params` generate for these inputs (kfuse.runtime.launch.GeneratedKernel:
         source, name, launch configuration, operands), compiled by no one yet."""
         ...

@@ -78,7 +78,7 @@ def assert_close(
         raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
     if a.dtype == np.bool_:
         # A bool byte other than 0 or 1 reads as True: only the raw bytes show an element
-        # that no kernel wrote (kfuse.arrays.POISON_BYTE).
+        # that no kernel wrote (kfuse.runtime.arrays.POISON_BYTE).
         raw = np.ascontiguousarray(a).view(np.uint8)
         if (raw > 1).any():
             first = tuple(int(i[0]) for i in np.nonzero(raw > 1))

@@ -401,7 +401,7 @@ def refill(
 
 
 def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: bool) -> Any:
-    from kfuse.arrays import framework_of, layout_of
+    from kfuse.runtime.arrays import framework_of, layout_of
 
     lay = layout_of(array, v.name)
     if any(s < 0 for s in lay.strides):

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.runtime_info import EMULATOR, RuntimeInfo
+from kfuse.runtime.info import EMULATOR, RuntimeInfo
 
 
 def backend_for(info: RuntimeInfo) -> Any:
     """The backend that runs this call."""
     if info.backend == EMULATOR:
-        from kfuse.backends.emulator import EMULATOR_BACKEND
+        from kfuse.runtime.backends.emulator import EMULATOR_BACKEND
 
         return EMULATOR_BACKEND
-    from kfuse.backends.cuda import CUDA_BACKEND
+    from kfuse.runtime.backends.cuda import CUDA_BACKEND
 
     return CUDA_BACKEND

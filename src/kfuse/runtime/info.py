@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfuse import knobs
-from kfuse.arrays import ArrayLayout, framework_of, layout_of
 from kfuse.dtypes import INTEGER_RANGE, DataType
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
+from kfuse.runtime.arrays import ArrayLayout, framework_of, layout_of
 
 EMULATOR = "emulator"
 CUDA = "cuda"
@@ -34,7 +34,7 @@ class RuntimeInfo:
     framework: str
     backend: str  # CUDA or EMULATOR
     device_index: int  # CUDA ordinal; -1 for the emulator
-    device: Any  # kfuse.device.DeviceDescription
+    device: Any  # kfuse.runtime.device.DeviceDescription
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         """The concrete shape of any TensorView of the fusion."""
@@ -170,7 +170,7 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
 
 
 def _device_description(backend: str, index: int) -> Any:
-    from kfuse import device as devices
+    from kfuse.runtime import device as devices
 
     if backend == EMULATOR:
         try:
@@ -184,6 +184,6 @@ def _device_description(backend: str, index: int) -> Any:
 def _cuda_device(index: int) -> Any:
     """The DeviceDescription of CUDA device `index` (queried once per process)."""
     from kfuse import _C
-    from kfuse.device import from_properties
+    from kfuse.runtime.device import from_properties
 
     return from_properties(_C.get_device_properties(index))

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.arrays import framework_of
 from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
-from kfuse.launch import InputOperand, OutputOperand, WorkspaceOperand, workspace_bytes
+from kfuse.runtime.arrays import framework_of
+from kfuse.runtime.launch import InputOperand, OutputOperand, WorkspaceOperand, workspace_bytes
 
 SCALAR_TYPES = (bool, int, float)
 """The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
@@ -166,8 +166,8 @@ class ScalarProgram:
 
 
 def _poisoning(allocate: Any) -> Any:
-    """`allocate`, followed by kfuse.arrays.poison on what it returns (KFUSE_POISON)."""
-    from kfuse.arrays import poison
+    """`allocate`, followed by kfuse.runtime.arrays.poison on what it returns (KFUSE_POISON)."""
+    from kfuse.runtime.arrays import poison
 
     def allocate_poisoned(*args: Any, **kwargs: Any) -> Any:
         array = allocate(*args, **kwargs)

@@ -21,7 +21,7 @@ class FusionExecution:
     def _executor(self) -> Any:
         if self._executor_cache is None:
             from kfuse.errors import DefinitionError
-            from kfuse.executor import FusionExecutorCache
+            from kfuse.runtime.executor import FusionExecutorCache
 
             state = getattr(self, "_state", "closed")
             if state == "broken":
@@ -55,7 +55,7 @@ class FusionExecution:
                 return self.execute(inputs, device=device)
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
-        # layout launches from C++ (kfuse.fast_path); anything else takes the checked path,
+        # layout launches from C++ (kfuse.runtime.fast_path); anything else takes the checked path,
         # which is told not to try the fast path again.
         if (
             executor is not None
@@ -70,7 +70,7 @@ class FusionExecution:
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 return outputs
-        # build_runtime_info checks that the inputs are a list (kfuse.runtime_info.input_list).
+        # build_runtime_info checks that the inputs are a list (kfuse.runtime.info.input_list).
         return self._executor().execute(inputs, device=device, try_fast=False)
 
     def manual_execute(
@@ -108,7 +108,7 @@ class FusionExecution:
         return self._executor_cache.last_cuda_source()
 
     def last_program(self) -> Any:
-        """What the last execute ran (None before the first): a kfuse.program.Program, whose
+        """What the last execute ran (None before the first): a kfuse.runtime.program.Program, whose
         str() shows each stage's result (scheduler and params, each kernel's spec and launch;
         `.cuda_source()` the sources; `.segments()` a segmented fusion's segments)."""
         if self._executor_cache is None:
@@ -124,8 +124,8 @@ class FusionExecution:
 
 def _raise_out_of_memory(exc: BaseException) -> None:
     """A cached call's allocation failure as kfuse's OutOfMemoryError (else `exc` again)."""
-    from kfuse.arrays import is_out_of_memory
     from kfuse.errors import OutOfMemoryError
+    from kfuse.runtime.arrays import is_out_of_memory
 
     if not is_out_of_memory(exc):
         raise exc
@@ -136,12 +136,12 @@ def _raise_out_of_memory(exc: BaseException) -> None:
 
 
 def _callers_stream(inputs: Any, stream: int | None) -> Any:
-    """kfuse.arrays.stream_context for `stream` and the framework and device of the first GPU
-    array of `inputs` (a null context without a stream, or without GPU arrays)."""
+    """kfuse.runtime.arrays.stream_context for `stream` and the framework and device of the
+    first GPU array of `inputs` (a null context without a stream, or without GPU arrays)."""
     import contextlib
 
-    from kfuse.arrays import framework_of, layout_of, stream_context
     from kfuse.errors import InputError
+    from kfuse.runtime.arrays import framework_of, layout_of, stream_context
 
     if stream is None:
         return contextlib.nullcontext()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.arrays import stream_context
 from kfuse.ir.values import TensorView
-from kfuse.runtime_info import RuntimeInfo
+from kfuse.runtime.arrays import stream_context
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.segmenter import SegmentedFusion, segment_arguments
 
 
@@ -20,7 +20,7 @@ class SegmentedRunner:
     """The compiled form of a segmented fusion for one input signature."""
 
     def __init__(self, segmented: SegmentedFusion) -> None:
-        from kfuse.executor import FusionExecutorCache
+        from kfuse.runtime.executor import FusionExecutorCache
 
         self.segmented = segmented
         fusion = segmented.fusion

@@ -14,7 +14,7 @@ from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.values import Scalar
-from kfuse.kernel_args import TensorArg
+from kfuse.runtime.kernel_args import TensorArg
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ Three kinds, one interface (`run(info, stream)` -> the output arrays):
 * LibraryProgram: expr_eval's ops (matmul, linear, reshape) as calls of the inputs'
   framework;
 * SegmentedProgram: a fusion no single scheduler takes, as segments run in dependency order
-  (kfuse.segmented_executor).
+  (kfuse.runtime.segments).
 
 `scheduler`, `params` and `launches` are there for every kind (launches empty but for
 KernelProgram), so the profiler, the fast path and `fd.last_scheduler()` read one shape.
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kfuse import knobs
-from kfuse.arrays import current_stream, empty_like_framework, poison
 from kfuse.dtypes import DataType
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-from kfuse.launch import KernelLaunch, workspace_bytes
-from kfuse.runtime_info import EMULATOR, RuntimeInfo
+from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
+from kfuse.runtime.info import EMULATOR, RuntimeInfo
+from kfuse.runtime.launch import KernelLaunch, workspace_bytes
 from kfuse.schedule.types import SchedulerType
 
 
@@ -117,7 +117,7 @@ class LibraryProgram(Program):
 class SegmentedProgram(Program):
     """Segments in dependency order; each compiles for its own inputs on its first run."""
 
-    runner: Any = None  # kfuse.segmented_executor.SegmentedRunner
+    runner: Any = None  # kfuse.runtime.segments.SegmentedRunner
 
     def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         return self.runner(info, stream)
@@ -146,7 +146,7 @@ def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
 
 
 def _data_ptr(array: Any) -> int:
-    from kfuse.arrays import layout_of
+    from kfuse.runtime.arrays import layout_of
 
     if type(array).__module__ == "numpy":
         return int(array.ctypes.data)

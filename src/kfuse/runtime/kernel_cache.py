@@ -1,6 +1,6 @@
 """The on-disk cubin cache: one file per (source, options, NVRTC version, arch).
 
-Each file is a kfuse.disk_cache entry: its header names the key and the kernel it holds, and
+Each file is a kfuse.runtime.disk_cache entry: its header names the key and the kernel it holds, and
 both are checked (with the payload's size and SHA-256) before a cubin is used; a bad entry is
 removed with a warning and rebuilt. Entries are written atomically.
 """
@@ -11,7 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from kfuse import disk_cache, knobs
+from kfuse import knobs
+from kfuse.runtime import disk_cache
 
 
 def cache_key(*parts: str) -> str:

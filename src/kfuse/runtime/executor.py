@@ -14,11 +14,11 @@ from typing import Any
 
 from kfuse import profiling_hooks
 from kfuse.compiler import choose_scheduler, compile_fusion
-from kfuse.fast_path import fast_call_for, layout_key
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-from kfuse.program import KernelProgram, Program, SegmentedProgram
-from kfuse.runtime_info import RuntimeInfo, build_runtime_info
+from kfuse.runtime.fast_path import fast_call_for, layout_key
+from kfuse.runtime.info import RuntimeInfo, build_runtime_info
+from kfuse.runtime.program import KernelProgram, Program, SegmentedProgram
 from kfuse.schedule.types import SchedulerType
 
 SEEN_LAYOUTS = 64
@@ -42,7 +42,7 @@ class FusionExecutorCache:
         self.segment = segment
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
-        # The Program of the last call (kfuse.program: scheduler, params, launches).
+        # The Program of the last call (kfuse.runtime.program: scheduler, params, launches).
         self.last_compiled: Program | None = None
         # kfuse._C.FastCallCache of the layouts seen twice, created by the first call that can
         # take the host fast path (FusionExecution.execute tries it before anything else).

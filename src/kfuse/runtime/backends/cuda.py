@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse import kernel_cache
+from kfuse.runtime import kernel_cache
 
 # --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
 # of as one fused multiply-add wherever the compiler finds one. Contraction made a value
