@@ -387,7 +387,7 @@ def test_heuristics_on_sm90_give_valid_layouts(
     import _pytest.monkeypatch
 
     from kfuse.codegen.persistent import smem_bytes_held
-    from kfuse.codegen.reduction import smem_bytes
+    from kfuse.codegen.reduction_loads import smem_bytes
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.schedule.persistent import L2_SPILL_SHARE, SMEM_RESERVE, persistent_spec
     from kfuse.schedule.registry import scheduler_for

@@ -32,22 +32,20 @@ from typing import Any
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import kernel_header
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
-from kfuse.codegen.reduction import (
-    ReductionKernelSpec,
-    accumulators,
+from kfuse.codegen.reduction_functions import (
     decompose,
     epilogue_call,
     functions_source,
     kernel_name,
     result_args,
-    result_assignments,
     scalar_names,
-    smem_bytes,
     stage_call,
     stage_value,
     tensor_params,
 )
+from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators, result_assignments
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp

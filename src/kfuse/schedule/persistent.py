@@ -39,7 +39,8 @@ from kfuse.codegen.persistent import (
     smem_bytes_held,
     streamed_inputs,
 )
-from kfuse.codegen.reduction import ReductionKernelSpec, smem_bytes, stage_value
+from kfuse.codegen.reduction_functions import stage_value
+from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionLayout,
@@ -48,6 +49,7 @@ from kfuse.codegen.reduction_plan import (
     reduction_layout,
     vector_ok,
 )
+from kfuse.codegen.reduction_spec import ReductionKernelSpec
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import CUDA, RuntimeInfo

@@ -25,14 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
-from kfuse.codegen.reduction import (
-    FINALIZE_X,
-    ReductionKernelSpec,
-    accumulators,
-    emit_reduction,
-    finalize_threads_y,
-    smem_bytes,
-)
+from kfuse.codegen.reduction import FINALIZE_X, emit_reduction, finalize_threads_y
+from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionLayout,
@@ -41,6 +35,7 @@ from kfuse.codegen.reduction_plan import (
     reduction_layout,
     vector_ok,
 )
+from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo

@@ -1,0 +1,235 @@
+"""The device functions of a reduction-shaped kernel and its parameter list: each reduction's
+input (stage functions), the full-size outputs, the epilogue (kfuse.codegen.body emits their
+bodies, so an op means the same under every scheduler), the kernel's name and tensor
+parameters, and the calls of those functions."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from kfuse.codegen.body import emit_body, from_storage
+from kfuse.codegen.domain import Use
+from kfuse.codegen.expressions import compute_ctype
+from kfuse.codegen.precision import approximable
+from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.reduction_spec import (
+    ReductionKernelSpec,
+    _result_leaves,
+    accumulators,
+    result_vars,
+)
+from kfuse.ir.values import Scalar
+
+
+@dataclass
+class Functions:
+    """The device functions of one kernel source and how to call them."""
+
+    lines: list[str]
+    scalar_names: list[str]
+
+
+def scalar_ctype(s: Scalar) -> str:
+    """Kernel ABI: Half/BFloat16 scalars travel as float."""
+    return compute_ctype(s.dtype)
+
+
+def _function(name: str, ret: str, params: list[str], body: list[str]) -> list[str]:
+    lines = [f"__device__ __forceinline__ {ret} {name}({', '.join(params)}) {{"]
+    lines += [f"  {line}" for line in body]
+    lines += ["}", ""]
+    return lines
+
+
+def stage_function(plan: ReductionPlan, name: str, k: int, scalars: dict) -> list[str]:
+    """`name(x0.., s0.., results of reductions < k)` -> reduction k's input value."""
+    dm = plan.stages[k]
+    leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
+    leaves.update(_result_leaves(plan, dm))
+    body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
+    r = plan.reductions[k]
+    value = body.names[stage_value(plan, k)]
+    params = _loop_params(plan) + _scalar_params(scalars)
+    params += _result_params(plan, stage_dependencies(plan, k))
+    return _function(
+        name, compute_ctype(r.inputs[0].dtype), params, body.lines + [f"return {value};"]
+    )
+
+
+def stage_dependencies(plan: ReductionPlan, k: int) -> list[int]:
+    """The earlier reductions whose results reduction k's input reads."""
+    where = plan.reduction_outputs()
+    return sorted({where[u.val][0] for u in plan.stages[k].uses if u.val in where})
+
+
+def stage_value(plan: ReductionPlan, k: int) -> Use:
+    """The Use whose value stage k returns (reduction k's input on the row)."""
+    r = plan.reductions[k]
+    return next(u for u in plan.stages[k].uses if u.val is r.inputs[0])
+
+
+def full_function(
+    plan: ReductionPlan, name: str, scalars: dict, kept: tuple[int, ...] = ()
+) -> list[str]:
+    """`name(x0.., s0.., all results, kept stage values.., y_k&..)` computing the full-size
+    outputs; `kept` stages' values arrive as parameters c<k> instead of being recomputed."""
+    dm = plan.full_map
+    leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
+    leaves.update(_result_leaves(plan, dm))
+    leaves.update({stage_value(plan, k): f"c{k}" for k in kept})
+    body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
+    outs = plan.fusion.outputs
+    lines = list(body.lines)
+    params = _loop_params(plan) + _scalar_params(scalars)
+    params += _result_params(plan, range(len(plan.reductions)))
+    params += [f"{compute_ctype(stage_value(plan, k).val.dtype)} c{k}" for k in kept]
+    for k in plan.loop_outputs:
+        o = outs[k]
+        params.append(f"{o.dtype.cuda_type}& y{k}")
+        lines.append(f"y{k} = {body.store(Use(o, plan.output_views[k]))};")
+    return _function(name, "void", params, lines)
+
+
+def epilogue_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str]:
+    """`name(rx0.., s0.., all results, y_k&..)` computing the outputs on the kept axes."""
+    dm = plan.epilogue
+    leaves = {u: from_storage(f"rx{i}", u.val.dtype) for i, u in enumerate(dm.input_uses)}
+    leaves.update(_result_leaves(plan, dm))
+    body = emit_body(dm.uses, leaves, scalars, prefix="e", fast=approximable(plan.fusion))
+    outs = plan.fusion.outputs
+    lines = list(body.lines)
+    params = [f"{u.val.dtype.cuda_type} rx{i}" for i, u in enumerate(dm.input_uses)]
+    params += _scalar_params(scalars) + _result_params(plan, range(len(plan.reductions)))
+    for k in plan.row_outputs:
+        o = outs[k]
+        params.append(f"{o.dtype.cuda_type}& y{k}")
+        lines.append(f"y{k} = {body.store(Use(o, plan.output_views[k]))};")
+    return _function(name, "void", params, lines)
+
+
+def _loop_params(plan: ReductionPlan) -> list[str]:
+    return [f"{u.val.dtype.cuda_type} x{i}" for i, u in enumerate(plan.loop_inputs)]
+
+
+def _scalar_params(scalars: dict) -> list[str]:
+    return [f"{scalar_ctype(s)} {n}" for s, n in scalars.items()]
+
+
+def _result_params(plan: ReductionPlan, ks: range | list[int]) -> list[str]:
+    return [f"{t} {n}" for k in ks for t, n in result_vars(plan, k)]
+
+
+def result_args(plan: ReductionPlan, ks: range | list[int]) -> list[str]:
+    """The result variable names of reductions `ks`, as call arguments."""
+    return [n for k in ks for _, n in result_vars(plan, k)]
+
+
+def kernel_name(plan: ReductionPlan, spec: ReductionKernelSpec, suffix: str = "") -> str:
+    """A stable name: the kind plus a hash of the fusion and the spec."""
+    digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
+    return f"kfuse_{spec.kind}_{digest}{suffix}"
+
+
+def tensor_params(
+    plan: ReductionPlan, spec: ReductionKernelSpec, *, loop: bool, row: bool, workspace: bool
+) -> list[str]:
+    """Kernel parameters in the order the scheduler passes operands: loop inputs (only the
+    first when not `loop`: its sizes carry the reduced extent), row inputs, scalars, outputs,
+    workspace arrays."""
+    rank, index = spec.rank, spec.index_type
+    params = [
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{i}"
+        for i, u in enumerate(plan.loop_inputs)
+        if loop or i == 0
+    ]
+    if row:
+        params += [
+            f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> rin{i}"
+            for i, u in enumerate(plan.epilogue.input_uses)
+        ]
+    params += [f"{scalar_ctype(s)} s{i}" for i, s in enumerate(plan.scalars)]
+    params += [
+        f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
+        for k, o in enumerate(plan.fusion.outputs)
+    ]
+    if workspace:
+        for acc in accumulators(plan):
+            for f in acc.partial_fields:
+                params.append(f"kf::Tensor<{acc.partial_type}, 1, {index}> ws{acc.k}{f}")
+    return params
+
+
+def scalar_names(plan: ReductionPlan) -> dict:
+    """Scalar -> its kernel parameter name."""
+    return {s: f"s{i}" for i, s in enumerate(plan.scalars)}
+
+
+def epilogue_call(
+    plan: ReductionPlan, name: str, row: str, indent: str, kept_axes: range
+) -> list[str]:
+    """Load the row inputs at kept index `row`, run the epilogue, store the row outputs."""
+    if not plan.row_outputs:
+        return []
+    n_row = len(plan.epilogue.input_uses)
+    ops = [f"rin{i}" for i in range(n_row)] + [f"out{k}" for k in plan.row_outputs]
+    lines = [f"{indent}{{"]
+    lines += [f"{indent}  Index base_{op} = 0;" for op in ops]
+    lines += decompose(row, kept_axes, ops, indent + "  ")
+    outs = plan.fusion.outputs
+    for k in plan.row_outputs:
+        lines.append(f"{indent}  {outs[k].dtype.cuda_type} y{k};")
+    args = [f"kf::load(rin{i}, base_rin{i})" for i in range(n_row)]
+    args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
+    args += [f"y{k}" for k in plan.row_outputs]
+    lines.append(f"{indent}  {name}_epi({', '.join(args)});")
+    lines += [f"{indent}  kf::store(out{k}, base_out{k}, y{k});" for k in plan.row_outputs]
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def functions_source(
+    plan: ReductionPlan,
+    name: str,
+    *,
+    stages: bool,
+    full: bool,
+    epilogue: bool,
+    kept: tuple[int, ...] = (),
+) -> list[str]:
+    """The device functions a kernel source needs."""
+    scalars = scalar_names(plan)
+    lines: list[str] = []
+    if stages:
+        for k in range(len(plan.reductions)):
+            lines += stage_function(plan, f"{name}_stage{k}", k, scalars)
+    if full and plan.loop_outputs:
+        lines += full_function(plan, f"{name}_full", scalars, kept)
+    if epilogue and plan.row_outputs:
+        lines += epilogue_function(plan, f"{name}_epi", scalars)
+    return lines
+
+
+def stage_call(plan: ReductionPlan, name: str, k: int, loaded: list[str]) -> str:
+    """A call of stage k on loaded loop values (storage-typed expressions)."""
+    args = loaded + list(scalar_names(plan).values())
+    args += result_args(plan, stage_dependencies(plan, k))
+    return f"{name}_stage{k}({', '.join(args)})"
+
+
+def decompose(index: str, axes: range, operands: list[str], indent: str) -> list[str]:
+    """Add to `base_<op>` the offsets of flattened kept index `index` over canonical `axes`
+    (outermost first), using out0's sizes."""
+    axes_l = list(axes)
+    if not axes_l or not operands:
+        return []
+    lines = [f"{indent}{{", f"{indent}  Index rem = {index};"]
+    for n, d in enumerate(reversed(axes_l)):
+        last = n == len(axes_l) - 1
+        coord = "rem" if last else f"rem % out0.size[{d}]"
+        lines.append(f"{indent}  const Index c{d} = {coord};")
+        if not last:
+            lines.append(f"{indent}  rem /= out0.size[{d}];")
+        lines += [f"{indent}  base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
+    lines.append(f"{indent}}}")
+    return lines

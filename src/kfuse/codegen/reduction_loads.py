@@ -1,0 +1,155 @@
+"""Loading and accumulating a reduction kernel's inputs: index decomposition, vector and
+broadcast loads of a block of U vectors, the accumulation of a loaded block (Welford a batch at
+a time) and the scalar tail, and the block's shared memory."""
+
+from __future__ import annotations
+
+from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.reduction_functions import stage_call
+from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.reduction_spec import (
+    ReductionKernelSpec,
+    accumulators,
+)
+from kfuse.codegen.registers import register_array
+
+
+def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
+    """Static shared memory the kernel declares for its combines."""
+    biggest = max(a.size for a in accumulators(plan))
+    per = spec.block_x * spec.block_y
+    if spec.kind == "outer":
+        per *= spec.vector
+    return max(16, per * biggest)
+
+
+def _loaded(spec: ReductionKernelSpec, u: str, j: str) -> list[str]:
+    """Per loop input, the expression of element j of unrolled vector u."""
+    out = []
+    for i, kind in enumerate(spec.loop_kinds):
+        if kind == VEC:
+            out.append(f"x{i}[{u}][{j}]")
+        elif kind == BCAST:
+            out.append(f"x{i}[{u}]")
+        else:
+            out.append(f"x{i}[{u}][{j}]")
+    return out
+
+
+def load_block(
+    plan: ReductionPlan, spec: ReductionKernelSpec, count: str, offset: str, indent: str
+) -> list[str]:
+    """Declare x{i}[count] and load `count` vectors: vector u starts at element offset
+    `offset` (an expression of u) along the vectorized axis."""
+    vec = spec.vector
+    lines = []
+    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
+        lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
+    lines += [
+        "#pragma unroll",
+        f"{indent}for (int u = 0; u < {count}; ++u) {{",
+        f"{indent}  const Index i0 = {offset};",
+    ]
+    for i, kind in enumerate(spec.loop_kinds):
+        if kind == VEC:
+            lines.append(
+                f"{indent}  x{i}[u] = kf::load_vec<{vec}>(in{i}, base_in{i} + i0 * step_in{i});"
+            )
+        elif kind == BCAST:
+            lines.append(f"{indent}  x{i}[u] = kf::load(in{i}, base_in{i});")
+        else:
+            lines += [
+                "#pragma unroll",
+                f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
+                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
+            ]
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def accumulate_block(
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    count: str,
+    indent: str,
+    acc_suffix: str = "",
+) -> list[str]:
+    """Run every stage on the loaded block and fold it into the accumulators.
+
+    acc_suffix "[j]" (the outer kernel): lane j of each vector has an accumulator of its
+    own; otherwise every loaded element goes to the one accumulator. Welford accumulators
+    take their values a batch at a time (kf::welford_update_batch: one division a batch)."""
+    accs = accumulators(plan)
+    plain = [a for a in accs if not a.welford]
+    lines = []
+    if plain:
+        lines += [
+            "#pragma unroll",
+            f"{indent}for (int u = 0; u < {count}; ++u) {{",
+            "#pragma unroll",
+            f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
+        ]
+        loaded = _loaded(spec, "u", "j")
+        for acc in plain:
+            target = f"acc{acc.k}{acc_suffix}"
+            call = stage_call(plan, name, acc.k, loaded)
+            lines.append(f"{indent}    {acc.update(target, call)}")
+        lines += [f"{indent}  }}", f"{indent}}}"]
+    per_lane = acc_suffix == "[j]"
+    for acc in (a for a in accs if a.welford):
+        size = count if per_lane else f"({count}) * {spec.vector}"
+        slot = "u" if per_lane else f"u * {spec.vector} + j"
+        call = stage_call(plan, name, acc.k, _loaded(spec, "u", "j"))
+
+        def fill(ind: str, slot: str = slot, call: str = call) -> list[str]:
+            return [
+                "#pragma unroll",
+                f"{ind}for (int u = 0; u < {count}; ++u) {{",
+                f"{ind}  batch[{slot}] = {call};",
+                f"{ind}}}",
+            ]
+
+        fold = f"{indent}  kf::welford_update_batch(acc{acc.k}{acc_suffix}, batch);"
+        declare = f"{indent}  {acc.value_type} batch[{size}];"
+        if per_lane:  # a batch per lane: the lane's values of the loaded vectors
+            lines += [
+                "#pragma unroll",
+                f"{indent}for (int j = 0; j < {spec.vector}; ++j) {{",
+                declare,
+                *fill(indent + "  "),
+                fold,
+                f"{indent}}}",
+            ]
+        else:  # one batch: every element loaded
+            lines += [
+                f"{indent}{{",
+                declare,
+                "#pragma unroll",
+                f"{indent}  for (int j = 0; j < {spec.vector}; ++j) {{",
+                *fill(indent + "    "),
+                f"{indent}  }}",
+                fold,
+                f"{indent}}}",
+            ]
+    return lines
+
+
+def scalar_accumulate(
+    plan: ReductionPlan, name: str, offset: str, indent: str, acc_suffix: str = ""
+) -> list[str]:
+    """Load one element at `offset` along the vectorized axis and accumulate it."""
+    loaded = [
+        f"kf::load(in{i}, base_in{i} + ({offset}) * step_in{i})"
+        for i in range(len(plan.loop_inputs))
+    ]
+    lines = [f"{indent}{{"]
+    names = []
+    for i, (u, arg) in enumerate(zip(plan.loop_inputs, loaded)):
+        lines.append(f"{indent}  const {u.val.dtype.cuda_type} e{i} = {arg};")
+        names.append(f"e{i}")
+    for acc in accumulators(plan):
+        call = stage_call(plan, name, acc.k, names)
+        lines.append(f"{indent}  {acc.update(f'acc{acc.k}{acc_suffix}', call)}")
+    lines.append(f"{indent}}}")
+    return lines

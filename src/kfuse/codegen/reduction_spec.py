@@ -1,0 +1,174 @@
+"""The spec of a reduction-shaped kernel (inner, outer, finalize, persistent) and its
+accumulators: what each reduction accumulates, in which C++ type, and how its result variables
+are read from the combined accumulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kfuse.codegen.body import round_to_dtype
+from kfuse.codegen.domain import DomainMap, Use
+from kfuse.codegen.expressions import compute_ctype, literal
+from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.ir.exprs import ReductionOp, WelfordOp
+
+_FUNCTORS = {"sum": "kf::SumOp", "prod": "kf::ProdOp", "max": "kf::MaxOp", "min": "kf::MinOp"}
+
+
+@dataclass(frozen=True)
+class ReductionKernelSpec:
+    """Everything the source depends on (sizes are run-time arguments).
+
+    kind: "inner" | "outer" | "persistent". rank: canonical rank (merged kept axes + 1).
+    vector: V elements per access along the vectorized axis (the reduced axis for inner and
+    persistent, the innermost kept axis for outer). unroll: inner/outer: vectors loaded per
+    thread before accumulating; persistent: vectors held per thread (the batch).
+    grid_parts: blocks along y splitting the reduced axis (> 1 means partials + finalize).
+    loop_kinds: VEC/BCAST/STRIDED per loop input along the vectorized axis; output_kinds: the
+    same for outputs (persistent full-size outputs along the reduced axis). exact: rows are
+    whole vectors (no vector is cut by the row end), so no element-wise tail code is emitted.
+    """
+
+    kind: str
+    rank: int
+    vector: int
+    unroll: int
+    block_x: int
+    block_y: int
+    grid_parts: int
+    index_type: str
+    loop_kinds: tuple[str, ...]
+    output_kinds: tuple[str, ...]
+    exact: bool = False  # persistent: the row length is a multiple of `vector`
+    # persistent: reductions whose per-element input values are kept in registers for the
+    # full-size outputs instead of being computed again (kfuse.codegen.persistent.keepable)
+    kept: tuple[int, ...] = ()
+    # persistent: the held row lives in dynamic shared memory (smem_bytes_held) rather than
+    # in registers; each thread reads back only the slots it wrote, so no barrier is needed
+    smem_held: bool = False
+    # persistent: the last `reload` of the `unroll` vectors per thread are not held; every pass
+    # over the row reads them again from global memory (the first pass from DRAM, later ones
+    # mostly from L2), so a row longer than the chip holds per block still moves once
+    reload: int = 0
+    # persistent: the row is split over the `cluster` blocks of a thread-block cluster (sm_90+),
+    # whose reductions combine through distributed shared memory; 1: one block per row
+    cluster: int = 1
+    # outer: the rows a thread has left after its whole batches are loaded in batches of
+    # halving powers of two rather than one at a time. For threads with few rows in all; it
+    # costs registers (W3's kernel went from 32 to 34, 8 blocks an SM to 6, 8% slower).
+    tail_batches: bool = False
+    # __launch_bounds__ on the kernels; False where a register limit decides the registers
+    # (CompileParams.maxrregcount: see kfuse.codegen.kernel). Not in the repr, which names
+    # kernels: the source differs by the attribute alone.
+    launch_bounds: bool = field(default=True, repr=False)
+
+    @property
+    def held_batch(self) -> int:
+        """persistent: the vectors per thread held on chip (the rest are reloaded)."""
+        return self.unroll - self.reload
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """How reduction k accumulates: C++ types, identity, update and combine statements."""
+
+    k: int
+    welford: bool
+    value_type: str  # compute type of the reduction's input
+    op: str  # sum|prod|max|min|welford
+
+    @property
+    def ctype(self) -> str:
+        return f"kf::WelfordState<{self.value_type}>" if self.welford else self.value_type
+
+    @property
+    def functor(self) -> str:
+        return "kf::WelfordOp" if self.welford else _FUNCTORS[self.op]
+
+    def identity(self) -> str:
+        if self.welford:
+            return f"kf::welford_identity<{self.value_type}>()"
+        return f"{self.functor}::identity<{self.value_type}>()"
+
+    def update(self, acc: str, value: str) -> str:
+        if self.welford:
+            return f"kf::welford_update({acc}, {value});"
+        return f"{acc} = {self.functor}()({acc}, {value});"
+
+    def combine(self, acc: str, other: str) -> str:
+        if self.welford:
+            return f"{acc} = kf::welford_combine({acc}, {other});"
+        return f"{acc} = {self.functor}()({acc}, {other});"
+
+    def block_reduce(self, acc: str, smem: str, block_x: int) -> str:
+        """The combine of `acc` over the block_x threads of a row (block_x is blockDim.x: a
+        literal lets NVRTC fold the branches for other row lengths)."""
+        scratch = f"reinterpret_cast<{self.ctype}*>({smem})"
+        if self.welford:
+            return f"kf::block_welford_x({acc}, {scratch}, {block_x})"
+        return f"kf::block_reduce_x({acc}, {self.functor}(), {scratch}, {block_x})"
+
+    @property
+    def size(self) -> int:
+        """Bytes of one accumulator."""
+        base = {"float": 4, "double": 8, "int": 4, "long long": 8, "bool": 1}[self.value_type]
+        return len(self.partial_fields) * base
+
+    @property
+    def partial_fields(self) -> tuple[str, ...]:
+        """Workspace arrays this accumulator needs (one per field)."""
+        return ("shift", "sum", "m2", "count") if self.welford else ("",)
+
+    @property
+    def partial_type(self) -> str:
+        return self.value_type
+
+
+def accumulators(plan: ReductionPlan) -> list[Accumulator]:
+    """One Accumulator per reduction of the plan."""
+    out = []
+    for k, r in enumerate(plan.reductions):
+        vt = compute_ctype(r.inputs[0].dtype)
+        if isinstance(r, WelfordOp):
+            out.append(Accumulator(k, True, vt, "welford"))
+        else:
+            assert isinstance(r, ReductionOp)
+            out.append(Accumulator(k, False, vt, r.op))
+    return out
+
+
+def result_vars(plan: ReductionPlan, k: int) -> list[tuple[str, str]]:
+    """(C++ type, name) of the result variables of reduction k."""
+    r = plan.reductions[k]
+    if isinstance(r, WelfordOp):
+        t = compute_ctype(r.inputs[0].dtype)
+        return [(t, f"r{k}_avg"), (t, f"r{k}_m2"), ("long long", f"r{k}_n")]
+    return [(compute_ctype(r.outputs[0].dtype), f"r{k}")]
+
+
+def result_assignments(plan: ReductionPlan, k: int, acc: str, n_red: str) -> list[str]:
+    """Statements defining reduction k's result variables from its combined accumulator."""
+    r = plan.reductions[k]
+    if isinstance(r, WelfordOp):
+        t = compute_ctype(r.inputs[0].dtype)
+        nan = literal(float("nan"), r.inputs[0].dtype)
+        return [
+            f"const {t} r{k}_avg = {acc}.count == ({t})0 ? {nan} : kf::welford_mean({acc});",
+            f"const {t} r{k}_m2 = {acc}.count == ({t})0 ? {nan} : {acc}.m2;",
+            f"const long long r{k}_n = (long long){n_red};",
+        ]
+    return [
+        f"const {compute_ctype(r.outputs[0].dtype)} r{k} = "
+        f"{round_to_dtype(acc, r.outputs[0].dtype)};"
+    ]
+
+
+def _result_leaves(plan: ReductionPlan, dm: DomainMap) -> dict[Use, str]:
+    """Leaves for the reduction results a domain map reads."""
+    where = plan.reduction_outputs()
+    leaves = {}
+    for u in dm.uses:
+        if u.val in where:
+            k, j = where[u.val]
+            leaves[u] = result_vars(plan, k)[j][1]
+    return leaves
