@@ -330,7 +330,7 @@ def _kind(op: Any, axis: int, vector: int, layout: ReductionLayout) -> str:
 def operand_list(
     plan: ReductionPlan, layout: ReductionLayout, *, loop: bool, row: bool, workspace: list | None
 ) -> list[Any]:
-    """Launch operands in the order of kfuse.codegen.reduction.tensor_params."""
+    """Launch operands in the order of kfuse.codegen.reduction_functions.tensor_params."""
     from kfuse.runtime.launch import InputOperand, OutputOperand, ScalarOperand
 
     positions = {v: i for i, v in enumerate(plan.fusion.inputs)}
