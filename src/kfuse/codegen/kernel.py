@@ -1,7 +1,13 @@
-"""The signature of a generated kernel: its attributes, name and parameters, written once for
-the pointwise, reduction (inner, outer, finalize) and persistent kernels."""
+"""What every generated kernel is built from, written once for the pointwise, reduction
+(inner, outer, finalize) and persistent kernels: the signature (attributes, name, parameters),
+a row's coordinates (decompose), and the loads and stores of vectors by access kind."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.registers import register_array
 
 
 def kernel_header(
@@ -31,3 +37,118 @@ def kernel_header(
         f'extern "C" __global__ void {prefix}{name}(',
         "    " + ",\n    ".join(params) + ") {",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loads and stores of one vector of V lanes, by access kind (kfuse.codegen.layout): VEC is one
+# aligned vector access, BCAST one element (the operand is broadcast along the vectorized
+# axis), anything else (STRIDED, or a VEC operand where only an element-wise access is
+# allowed) V element accesses. Every kernel kind loads and stores through these, with the
+# address expressions of its own iteration.
+# ---------------------------------------------------------------------------------------------
+
+
+def load_vector_statement(target: str, tensor: str, vec: int, at: str) -> str:
+    """`target` = the V-lane vector of `tensor` starting at element offset `at`."""
+    return f"{target} = kf::load_vec<{vec}>({tensor}, {at});"
+
+
+def load_lanes(
+    target: str, tensor: str, vec: int, element_at: str, indent: str, guard: str | None = None
+) -> list[str]:
+    """target[j] = element `element_at` (an expression of lane j) of `tensor`, lane by lane;
+    guard: a condition on j, where only some lanes lie inside the data."""
+    load = f"{target}[j] = kf::load({tensor}, {element_at});"
+    loop = f"{indent}for (int j = 0; j < {vec}; ++j)"
+    if guard is None:
+        return ["#pragma unroll", f"{loop} {load}"]
+    return ["#pragma unroll", f"{loop} {{", f"{indent}  if ({guard}) {load}", f"{indent}}}"]
+
+
+def load_vector(
+    kind: str,
+    target: str,
+    tensor: str,
+    vec: int,
+    indent: str,
+    *,
+    at: str,
+    element_at: str,
+    bcast_at: str | None = None,
+) -> list[str]:
+    """Lines loading one vector of an operand of access `kind` into `target`: at `at` (VEC),
+    element `bcast_at` into `target` itself (BCAST), or lane by lane at `element_at`."""
+    if kind == VEC:
+        return [f"{indent}{load_vector_statement(target, tensor, vec, at)}"]
+    if kind == BCAST:
+        return [f"{indent}{target} = kf::load({tensor}, {bcast_at});"]
+    return load_lanes(target, tensor, vec, element_at, indent)
+
+
+def store_vector(
+    kind: str, tensor: str, value: str, vec: int, indent: str, *, at: str, element_at: str
+) -> list[str]:
+    """Lines storing the V lanes of `value` (a kf::Vec) into `tensor`: one vector access at
+    `at` (VEC), else lane by lane at `element_at`."""
+    if kind == VEC:
+        return [f"{indent}kf::store_vec<{vec}>({tensor}, {at}, {value});"]
+    return [
+        "#pragma unroll",
+        f"{indent}for (int j = 0; j < {vec}; ++j) kf::store({tensor}, {element_at}, {value}[j]);",
+    ]
+
+
+def load_vector_block(
+    ctypes: list[str],
+    kinds: tuple[str, ...],
+    vec: int,
+    count: str,
+    indent: str,
+    index: str,
+    addresses: Callable[[int], tuple[str, str, str]],
+) -> list[str]:
+    """Declare x{i}[count] for every loop operand i (element type ctypes[i], access kinds[i])
+    and load `count` vectors into them: iteration u declares `index` (e.g. "const Index i0 =
+    ..."), then loads operand i from in{i} at addresses(i) = (vector, lane j, broadcast)
+    offsets, as load_vector takes them."""
+    lines = [
+        register_array(f"x{i}", ctype, kind, vec, count, indent)
+        for i, (ctype, kind) in enumerate(zip(ctypes, kinds))
+    ]
+    lines += [
+        "#pragma unroll",
+        f"{indent}for (int u = 0; u < {count}; ++u) {{",
+        f"{indent}  {index};",
+    ]
+    for i, kind in enumerate(kinds):
+        at, element_at, bcast_at = addresses(i)
+        lines += load_vector(
+            kind,
+            f"x{i}[u]",
+            f"in{i}",
+            vec,
+            indent + "  ",
+            at=at,
+            element_at=element_at,
+            bcast_at=bcast_at,
+        )
+    return lines + [f"{indent}}}"]
+
+
+def decompose(index: str, axes: range, operands: list[str], indent: str) -> list[str]:
+    """Add to `base_<op>` the offsets of flattened index `index` over the canonical `axes`
+    (outermost first), using out0's sizes: the coordinates of a row (the kept elements of a
+    reduction, the outer axes of a pointwise kernel)."""
+    axes_l = list(axes)
+    if not axes_l or not operands:
+        return []
+    lines = [f"{indent}{{", f"{indent}  Index rem = {index};"]
+    for n, d in enumerate(reversed(axes_l)):
+        last = n == len(axes_l) - 1
+        coord = "rem" if last else f"rem % out0.size[{d}]"
+        lines.append(f"{indent}  const Index c{d} = {coord};")
+        if not last:
+            lines.append(f"{indent}  rem /= out0.size[{d}];")
+        lines += [f"{indent}  base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
+    lines.append(f"{indent}}}")
+    return lines

@@ -30,10 +30,15 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.expressions import compute_ctype, literal
-from kfuse.codegen.kernel import kernel_header
+from kfuse.codegen.kernel import (
+    decompose,
+    kernel_header,
+    load_lanes,
+    load_vector_statement,
+    store_vector,
+)
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction_functions import (
-    decompose,
     epilogue_call,
     functions_source,
     kernel_name,
@@ -200,11 +205,9 @@ def _element_loads(
 ) -> list[str]:
     """Load input i's elements i0 .. i0 + V - 1 into target[j] one by one; guarded: only
     those inside the row (a vector cut by the row end)."""
-    load = f"{target}[j] = kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});"
-    loop = f"{indent}for (int j = 0; j < {spec.vector}; ++j)"
-    if not guarded:
-        return ["#pragma unroll", f"{loop} {load}"]
-    return ["#pragma unroll", f"{loop} {{", f"{indent}  if (i0 + j < n_red) {load}", f"{indent}}}"]
+    at = f"base_in{i} + (i0 + j) * step_in{i}"
+    guard = "i0 + j < n_red" if guarded else None
+    return load_lanes(target, f"in{i}", spec.vector, at, indent, guard)
 
 
 def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) -> list[str]:
@@ -212,7 +215,7 @@ def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) ->
     V), element by element where the vector is cut by the row end."""
     vec = spec.vector
     whole = (
-        f"{target} = kf::load_vec<{vec}>(in{i}, base_in{i} + i0);"
+        load_vector_statement(target, f"in{i}", vec, f"base_in{i} + i0")
         if spec.loop_kinds[i] == VEC
         else None
     )
@@ -554,14 +557,15 @@ def _store_slot(
     ]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
     for k in plan.loop_outputs:
-        if kinds[k] == VEC:
-            lines.append(f"            kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
-        else:
-            lines += [
-                "#pragma unroll",
-                f"            for (int j = 0; j < {vec}; ++j) kf::store(out{k}, "
-                f"base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);",
-            ]
+        lines += store_vector(
+            kinds[k],
+            f"out{k}",
+            f"y{k}",
+            vec,
+            "            ",
+            at=f"base_out{k} + i0",
+            element_at=f"base_out{k} + (i0 + j) * step_out{k}",
+        )
     if spec.exact:
         return lines + ["          }", "        }"]
     lines += [

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
-from kfuse.codegen.kernel import kernel_header
-from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.kernel import decompose, kernel_header, load_vector_block, store_vector
+from kfuse.codegen.layout import BCAST
 from kfuse.codegen.precision import approximable
-from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
@@ -161,16 +160,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     ]
     operands = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(outputs))]
     lines += [f"    Index base_{op} = 0;" for op in operands]
-    if rank > 1:
-        lines.append("    {")
-        lines.append("      Index rem = row;")
-        for d in range(rank - 2, -1, -1):
-            coord = "rem" if d == 0 else f"rem % out0.size[{d}]"
-            lines.append(f"      const Index c{d} = {coord};")
-            if d > 0:
-                lines.append(f"      rem /= out0.size[{d}];")
-            lines += [f"      base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
-        lines.append("    }")
+    lines += decompose("row", range(rank - 1), operands, "    ")
     lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands]
     lines += [
         f"    for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
@@ -179,28 +169,20 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{",
     ]
     # Fast path: loads for all U vectors, then compute and store.
-    for k, (u, kind) in enumerate(zip(inputs, spec.input_kinds)):
-        lines.append(
-            register_array(f"x{k}", u.val.dtype.cuda_type, kind, vec, unroll, indent="        ")
-        )
+    lines += load_vector_block(
+        [u.val.dtype.cuda_type for u in inputs],
+        spec.input_kinds,
+        vec,
+        str(unroll),
+        "        ",
+        f"const Index i0 = (v0 + (Index)u * blockDim.x) * {vec}",
+        lambda k: (
+            f"base_in{k} + i0",
+            f"base_in{k} + (i0 + j) * step_in{k}",
+            f"base_in{k}",
+        ),
+    )
     lines += [
-        "#pragma unroll",
-        f"        for (int u = 0; u < {unroll}; ++u) {{",
-        f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
-    ]
-    for k, kind in enumerate(spec.input_kinds):
-        if kind == VEC:
-            lines.append(f"          x{k}[u] = kf::load_vec<{vec}>(in{k}, base_in{k} + i0);")
-        elif kind == BCAST:
-            lines.append(f"          x{k}[u] = kf::load(in{k}, base_in{k});")
-        else:
-            lines += [
-                "#pragma unroll",
-                f"          for (int j = 0; j < {vec}; ++j) x{k}[u][j] = "
-                f"kf::load(in{k}, base_in{k} + (i0 + j) * step_in{k});",
-            ]
-    lines += [
-        "        }",
         "#pragma unroll",
         f"        for (int u = 0; u < {unroll}; ++u) {{",
         f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
@@ -217,14 +199,15 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         "          }",
     ]
     for k, kind in enumerate(spec.output_kinds):
-        if kind == VEC:
-            lines.append(f"          kf::store_vec<{vec}>(out{k}, base_out{k} + i0, y{k});")
-        else:
-            lines += [
-                "#pragma unroll",
-                f"          for (int j = 0; j < {vec}; ++j) "
-                f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);",
-            ]
+        lines += store_vector(
+            kind,
+            f"out{k}",
+            f"y{k}",
+            vec,
+            "          ",
+            at=f"base_out{k} + i0",
+            element_at=f"base_out{k} + (i0 + j) * step_out{k}",
+        )
     lines += [
         "        }",
         "      } else {",

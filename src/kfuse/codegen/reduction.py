@@ -25,10 +25,8 @@ under every scheduler; names and parameters) and reduction_loads (loads and accu
 
 from __future__ import annotations
 
-from kfuse.codegen.kernel import kernel_header
-from kfuse.codegen.layout import BCAST, VEC
+from kfuse.codegen.kernel import decompose, kernel_header, load_vector_block
 from kfuse.codegen.reduction_functions import (
-    decompose,
     epilogue_call,
     functions_source,
     kernel_name,
@@ -48,7 +46,6 @@ from kfuse.codegen.reduction_spec import (
     accumulators,
     result_assignments,
 )
-from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
 
@@ -314,28 +311,20 @@ def _outer_block(
     plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str, indent: str
 ) -> list[str]:
     """Load `count` reduced rows (r + u * rstride) of V columns and accumulate them."""
-    vec = spec.vector
-    lines = []
-    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
-        lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
-    lines += [
-        "#pragma unroll",
-        f"{indent}for (int u = 0; u < {count}; ++u) {{",
-        f"{indent}  const Index rr = r + (Index)u * rstride;",
-    ]
-    for i, kind in enumerate(spec.loop_kinds):
+
+    def addresses(i: int) -> tuple[str, str, str]:
         at = f"base_in{i} + rr * rs_in{i}"
-        if kind == VEC:
-            lines.append(f"{indent}  x{i}[u] = kf::load_vec<{vec}>(in{i}, {at});")
-        elif kind == BCAST:
-            lines.append(f"{indent}  x{i}[u] = kf::load(in{i}, {at});")
-        else:
-            lines += [
-                "#pragma unroll",
-                f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
-                f"kf::load(in{i}, {at} + j * step_in{i});",
-            ]
-    lines.append(f"{indent}}}")
+        return at, f"{at} + j * step_in{i}", at
+
+    lines = load_vector_block(
+        [u.val.dtype.cuda_type for u in plan.loop_inputs],
+        spec.loop_kinds,
+        spec.vector,
+        count,
+        indent,
+        "const Index rr = r + (Index)u * rstride",
+        addresses,
+    )
     lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
     return lines
 

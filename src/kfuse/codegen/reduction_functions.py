@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
+from kfuse.codegen.kernel import decompose
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
@@ -215,21 +216,3 @@ def stage_call(plan: ReductionPlan, name: str, k: int, loaded: list[str]) -> str
     args = loaded + list(scalar_names(plan).values())
     args += result_args(plan, stage_dependencies(plan, k))
     return f"{name}_stage{k}({', '.join(args)})"
-
-
-def decompose(index: str, axes: range, operands: list[str], indent: str) -> list[str]:
-    """Add to `base_<op>` the offsets of flattened kept index `index` over canonical `axes`
-    (outermost first), using out0's sizes."""
-    axes_l = list(axes)
-    if not axes_l or not operands:
-        return []
-    lines = [f"{indent}{{", f"{indent}  Index rem = {index};"]
-    for n, d in enumerate(reversed(axes_l)):
-        last = n == len(axes_l) - 1
-        coord = "rem" if last else f"rem % out0.size[{d}]"
-        lines.append(f"{indent}  const Index c{d} = {coord};")
-        if not last:
-            lines.append(f"{indent}  rem /= out0.size[{d}];")
-        lines += [f"{indent}  base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
-    lines.append(f"{indent}}}")
-    return lines

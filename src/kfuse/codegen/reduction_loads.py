@@ -4,6 +4,7 @@ a time) and the scalar tail, and the block's shared memory."""
 
 from __future__ import annotations
 
+from kfuse.codegen.kernel import load_vector_block
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.reduction_functions import stage_call
 from kfuse.codegen.reduction_plan import ReductionPlan
@@ -11,7 +12,6 @@ from kfuse.codegen.reduction_spec import (
     ReductionKernelSpec,
     accumulators,
 )
-from kfuse.codegen.registers import register_array
 
 
 def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
@@ -41,30 +41,19 @@ def load_block(
 ) -> list[str]:
     """Declare x{i}[count] and load `count` vectors: vector u starts at element offset
     `offset` (an expression of u) along the vectorized axis."""
-    vec = spec.vector
-    lines = []
-    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
-        lines.append(register_array(f"x{i}", u.val.dtype.cuda_type, kind, vec, count, indent))
-    lines += [
-        "#pragma unroll",
-        f"{indent}for (int u = 0; u < {count}; ++u) {{",
-        f"{indent}  const Index i0 = {offset};",
-    ]
-    for i, kind in enumerate(spec.loop_kinds):
-        if kind == VEC:
-            lines.append(
-                f"{indent}  x{i}[u] = kf::load_vec<{vec}>(in{i}, base_in{i} + i0 * step_in{i});"
-            )
-        elif kind == BCAST:
-            lines.append(f"{indent}  x{i}[u] = kf::load(in{i}, base_in{i});")
-        else:
-            lines += [
-                "#pragma unroll",
-                f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = "
-                f"kf::load(in{i}, base_in{i} + (i0 + j) * step_in{i});",
-            ]
-    lines.append(f"{indent}}}")
-    return lines
+    return load_vector_block(
+        [u.val.dtype.cuda_type for u in plan.loop_inputs],
+        spec.loop_kinds,
+        spec.vector,
+        count,
+        indent,
+        f"const Index i0 = {offset}",
+        lambda i: (
+            f"base_in{i} + i0 * step_in{i}",
+            f"base_in{i} + (i0 + j) * step_in{i}",
+            f"base_in{i}",
+        ),
+    )
 
 
 def accumulate_block(
