@@ -259,17 +259,17 @@ def _declare(
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
-    """Source and name of the inner persistent kernel."""
+    """Source and name of the inner persistent kernel: the device functions, the kernel's
+    shared memory (_shared_memory), then per row: its coordinates, the row loaded once into
+    registers or shared memory (_load_held), each reduction over the held values, the
+    full-size outputs and the row's outputs."""
     name = kernel_name(plan, spec)
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
-    bx, by = spec.block_x, spec.block_y
-    kept = range(rank - 1)
-    n_loop = len(plan.loop_inputs)
-    streamed = streamed_inputs(plan)
+    by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     lines = [runtime_header(), ""]
     lines += functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept)
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
-    cluster, threads = spec.cluster, bx * by
+    threads = spec.block_x * by
     lines += kernel_header(
         name,
         params,
@@ -278,21 +278,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         min_blocks=min_blocks_per_sm(threads),
         cluster=cluster,
     )
-    lines += [
-        f"  typedef {spec.index_type} Index;",
-        f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
-    ]
-    if cluster > 1:  # the blocks of a cluster share a row: see kf::cluster_reduce
-        lines += [
-            "  __shared__ __align__(16) unsigned char kf_cluster_slots[64];",
-            "  int kf_phase = 0;",
-            f"  const Index kf_rank = (Index)(blockIdx.x % {cluster});",
-        ]
-    if spec.smem_held:
-        lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
-        for i, offset in smem_regions(plan, spec):
-            vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {vec}>"
-            lines.append(f"  {vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
+    lines += [f"  typedef {spec.index_type} Index;", *_shared_memory(plan, spec)]
     lines += [f"  const Index n_red = in0.size[{rank - 1}];", "  Index n_rows = 1;"]
     lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
     block, blocks = (
@@ -306,34 +292,14 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         "    const Index row = row0 + threadIdx.y;",
         "    const bool row_ok = row < n_rows;",
     ]
-    ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in plan.loop_outputs]
+    ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
+    ops += [f"out{k}" for k in plan.loop_outputs]
     lines += [f"    Index base_{op} = 0;" for op in ops]
     lines.append("    if (row_ok) {")
     lines += decompose("row", kept, ops, "      ")
     lines.append("    }")
     lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops]
-    # Held values, zero-initialised so that lanes past the row end hold defined values.
-    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
-        if kind == BCAST:
-            lines.append(f"    {u.val.dtype.cuda_type} x{i}[1] = {{}};")
-            lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
-        elif i not in streamed and not spec.smem_held and spec.held_batch:
-            lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
-    if spec.held_batch:
-        lines += [
-            "    if (row_ok) {",
-            "#pragma unroll",
-            f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
-            f"        const Index i0 = {slot_start(spec)};",
-        ]
-        for i in held_inputs(plan, spec):
-            if spec.smem_held:
-                lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
-            else:
-                lines += _load_vector(spec, i, f"x{i}[b]", "        ")
-        lines += ["      }", "    }"]
-        if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
-            lines.append("    kf::copy_async_wait();")
+    lines += _load_held(plan, spec)
     for k in spec.kept:
         ctype = compute_ctype(stage_value(plan, k).val.dtype)
         lines.append(f"    {ctype} c{k}[{batch}][{vec}] = {{}};")
@@ -351,6 +317,55 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         lines.append("  kf::cluster_sync();")
     lines += ["}", ""]
     return "\n".join(lines), name
+
+
+def _shared_memory(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
+    """The kernel's shared memory: the block reductions' scratch, a cluster's slots, and the
+    held rows (dynamic shared memory) where they are not in registers."""
+    lines = [f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];"]
+    if spec.cluster > 1:  # the blocks of a cluster share a row: see kf::cluster_reduce
+        lines += [
+            "  __shared__ __align__(16) unsigned char kf_cluster_slots[64];",
+            "  int kf_phase = 0;",
+            f"  const Index kf_rank = (Index)(blockIdx.x % {spec.cluster});",
+        ]
+    if spec.smem_held:
+        lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
+        for i, offset in smem_regions(plan, spec):
+            vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}>"
+            lines.append(f"  {vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
+    return lines
+
+
+def _load_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
+    """The row's values this thread holds, loaded once: broadcast inputs as one element,
+    the others as held_batch vectors in registers or in shared memory (asynchronous copies
+    where they can be), zero-initialised so that lanes past the row end hold defined values."""
+    streamed = streamed_inputs(plan)
+    lines = []
+    for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
+        if kind == BCAST:
+            lines.append(f"    {u.val.dtype.cuda_type} x{i}[1] = {{}};")
+            lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
+        elif i not in streamed and not spec.smem_held and spec.held_batch:
+            lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
+    if not spec.held_batch:
+        return lines
+    lines += [
+        "    if (row_ok) {",
+        "#pragma unroll",
+        f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
+        f"        const Index i0 = {slot_start(spec)};",
+    ]
+    for i in held_inputs(plan, spec):
+        if spec.smem_held:
+            lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
+        else:
+            lines += _load_vector(spec, i, f"x{i}[b]", "        ")
+    lines += ["      }", "    }"]
+    if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
+        lines.append("    kf::copy_async_wait();")
+    return lines
 
 
 def _slot_loop(

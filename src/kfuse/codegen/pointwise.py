@@ -16,6 +16,7 @@ is a single row: the 1-D schedule.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kfuse.codegen.body import emit_body, from_storage
@@ -105,49 +106,27 @@ def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
 
 
 def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str, str]:
-    """CUDA source and kernel name for `plan` compiled as `spec`."""
+    """CUDA source and kernel name for `plan` compiled as `spec`: the element body as a device
+    function, then the kernel: rows over blockIdx.y / threadIdx.y, along each row U vectors of
+    V elements per thread, loaded all before any is computed where they lie inside the row
+    (_whole_vectors), element by element at the row's ragged end (_ragged_end)."""
     name = kernel_name(plan, spec)
-    domain = plan.domain
-    rank, vec, unroll, index = spec.rank, spec.vector, spec.unroll, spec.index_type
-    inputs = domain.input_uses
-    outputs = list(zip(plan.fusion.outputs, plan.output_views))
-    scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
-
-    params = [
-        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}" for k, u in enumerate(inputs)
-    ]
-    params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
-    params += [
-        f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
-        for k, (o, _) in enumerate(outputs)
-    ]
-
-    # The element body, as a device function of loaded values.
-    leaves = {u: f"x{k}" for k, u in enumerate(inputs)}
-    leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
-    body = emit_body(domain.uses, leaves_compute, scalar_params, fast=approximable(plan.fusion))
-    body_params = [f"{u.val.dtype.cuda_type} {leaves[u]}" for u in inputs]
-    body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
-    body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
-    body_lines = list(body.lines)
-    for k, (o, view) in enumerate(outputs):
-        body_lines.append(f"y{k} = {body.store(Use(o, view))};")
-    scalar_args = [f"s{k}" for k in range(len(domain.scalars))]
-
-    def call(loaded: list[str], outs: list[str]) -> str:
-        return f"{name}_body({', '.join(loaded + scalar_args + outs)});"
-
-    nt = spec.block_x * spec.block_y
+    rank, vec, index = spec.rank, spec.vector, spec.index_type
+    n_in, n_out = len(plan.domain.input_uses), len(plan.fusion.outputs)
+    body, call = _body_function(plan, name)
     lines = [
         runtime_header(),
         "",
-        f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{",
-    ]
-    lines += [f"  {line}" for line in body_lines]
-    lines += [
-        "}",
+        *body,
         "",
-        *kernel_header(name, params, nt, bounded=spec.launch_bounds),
+        *kernel_header(
+            name,
+            _kernel_params(plan, spec),
+            spec.block_x * spec.block_y,
+            bounded=spec.launch_bounds,
+        ),
+    ]
+    lines += [
         f"  typedef {index} Index;",
         f"  const Index n_inner = out0.size[{rank - 1}];",
         "  Index n_rows = 1;",
@@ -158,18 +137,72 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         "  for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
         "       row += (Index)gridDim.y * blockDim.y) {",
     ]
-    operands = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(outputs))]
+    operands = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
     lines += [f"    Index base_{op} = 0;" for op in operands]
     lines += decompose("row", range(rank - 1), operands, "    ")
     lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands]
+    unroll = spec.unroll
     lines += [
         f"    for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
         " v0 < n_vec;",
         f"         v0 += (Index)gridDim.x * blockDim.x * {unroll}) {{",
         f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{",
     ]
-    # Fast path: loads for all U vectors, then compute and store.
-    lines += load_vector_block(
+    lines += _whole_vectors(plan, spec, call)
+    lines += ["      } else {"]
+    lines += _ragged_end(plan, spec, call)
+    lines += ["      }", "    }", "  }", "}", ""]
+    return "\n".join(lines), name
+
+
+def _kernel_params(plan: PointwisePlan, spec: PointwiseKernelSpec) -> list[str]:
+    """The kernel's parameters: inputs, scalars, outputs (the kernel ABI's order)."""
+    rank, index = spec.rank, spec.index_type
+    params = [
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}"
+        for k, u in enumerate(plan.domain.input_uses)
+    ]
+    params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(plan.domain.scalars)]
+    params += [
+        f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
+        for k, o in enumerate(plan.fusion.outputs)
+    ]
+    return params
+
+
+def _body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Callable[..., str]]:
+    """The element body as a device function of the loaded input values (and the scalars),
+    writing each output through a reference; and call(loaded, outs), the statement calling it."""
+    domain = plan.domain
+    inputs = domain.input_uses
+    outputs = list(zip(plan.fusion.outputs, plan.output_views))
+    scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
+    leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
+    body = emit_body(domain.uses, leaves_compute, scalar_params, fast=approximable(plan.fusion))
+    body_params = [f"{u.val.dtype.cuda_type} x{k}" for k, u in enumerate(inputs)]
+    body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
+    body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
+    body_lines = list(body.lines)
+    for k, (o, view) in enumerate(outputs):
+        body_lines.append(f"y{k} = {body.store(Use(o, view))};")
+    scalar_args = [f"s{k}" for k in range(len(domain.scalars))]
+
+    def call(loaded: list[str], outs: list[str]) -> str:
+        return f"{name}_body({', '.join(loaded + scalar_args + outs)});"
+
+    lines = [f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
+    lines += [f"  {line}" for line in body_lines]
+    return lines + ["}"], call
+
+
+def _whole_vectors(
+    plan: PointwisePlan, spec: PointwiseKernelSpec, call: Callable[..., str]
+) -> list[str]:
+    """The U vectors of a thread that lie inside the row: loads for all of them, then compute
+    and store each."""
+    vec, unroll = spec.vector, spec.unroll
+    inputs, outputs = plan.domain.input_uses, plan.fusion.outputs
+    lines = load_vector_block(
         [u.val.dtype.cuda_type for u in inputs],
         spec.input_kinds,
         vec,
@@ -187,11 +220,11 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         f"        for (int u = 0; u < {unroll}; ++u) {{",
         f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
     ]
-    for k, (o, _) in enumerate(outputs):
+    for k, o in enumerate(outputs):
         lines.append(f"          kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};")
-    loaded = []
-    for k, kind in enumerate(spec.input_kinds):
-        loaded.append(f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]")
+    loaded = [
+        f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]" for k, kind in enumerate(spec.input_kinds)
+    ]
     lines += [
         "#pragma unroll",
         f"          for (int j = 0; j < {vec}; ++j) {{",
@@ -208,24 +241,30 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
             at=f"base_out{k} + i0",
             element_at=f"base_out{k} + (i0 + j) * step_out{k}",
         )
-    lines += [
-        "        }",
-        "      } else {",
+    return lines + ["        }"]
+
+
+def _ragged_end(
+    plan: PointwisePlan, spec: PointwiseKernelSpec, call: Callable[..., str]
+) -> list[str]:
+    """The U vectors of a thread that reach past the row end: element by element."""
+    vec, unroll = spec.vector, spec.unroll
+    n_in, outputs = len(plan.domain.input_uses), plan.fusion.outputs
+    lines = [
         f"        for (int u = 0; u < {unroll}; ++u) {{",
         f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
         f"          for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
         "            const Index i = i0 + j;",
     ]
-    for k, (o, _) in enumerate(outputs):
+    for k, o in enumerate(outputs):
         lines.append(f"            {o.dtype.cuda_type} y{k};")
-    loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(len(inputs))]
+    loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(n_in)]
     lines.append("            " + call(loaded, [f"y{k}" for k in range(len(outputs))]))
     lines += [
         f"            kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
         for k in range(len(outputs))
     ]
-    lines += ["          }", "        }", "      }", "    }", "  }", "}", ""]
-    return "\n".join(lines), name
+    return lines + ["          }", "        }"]
 
 
 def _scalar_ctype(s: Scalar) -> str:
