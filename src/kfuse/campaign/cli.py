@@ -84,6 +84,13 @@ def _parser() -> Parser:
         action="store_true",
         help="contiguous aligned inputs only (default: odd layouts too)",
     )
+    _run_arguments(p)
+    return p
+
+
+def _run_arguments(p: Parser) -> None:
+    """The options of how the campaign runs: seed and shard, output, workers, poison,
+    shrinking, timeouts, replays (the drawing options are _parser's)."""
     p.add_argument("--seed", type=int, default=None, help="campaign seed (default: random)")
     p.add_argument(
         "--shard",
@@ -130,7 +137,6 @@ def _parser() -> Parser:
         help="run round R of this seed and shard alone, in this process (with "
         "--examples N: the round's N from its failure record)",
     )
-    return p
 
 
 def main(argv: Sequence[str]) -> int:

@@ -300,7 +300,54 @@ def persistent_spec(
     plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any, clusters: bool = False
 ) -> ReductionKernelSpec:
     """The compile-time description of persistent `params` for this call's layout; clusters:
-    whether the target runs thread-block clusters (clusters_supported)."""
+    whether the target runs thread-block clusters (clusters_supported). SchedulerError naming
+    the field when the params cannot run this fusion."""
+    vector = _int(params, "vectorize_reduction")
+    batch = _int(params, "persistent_batch_size")
+    bx = _int(params, "block_x")
+    reload = _int(params, "reload_batch_size")
+    cluster = _int(params, "cluster_size")
+    _check_persistent_params(params, layout, device, clusters)
+    axis = layout.rank - 1
+
+    def kind(op: Any) -> str:
+        if op.strides[axis] == 0:
+            return BCAST
+        return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
+
+    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) else "int"
+    out_kinds = tuple(
+        STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
+        for k in plan.loop_outputs
+    )
+    in_smem = bool(params.smem_persistent)
+    spec = ReductionKernelSpec(
+        "persistent",
+        layout.rank,
+        vector,
+        batch,
+        bx,
+        _int(params, "block_y"),
+        1,
+        index,
+        tuple(kind(op) for op in layout.loop),
+        out_kinds,
+        exact=layout.red_size % vector == 0,
+        kept=() if in_smem else kept_stages(plan, layout, batch, batch - reload, vector),
+        smem_held=in_smem,
+        reload=reload,
+        cluster=cluster,
+        launch_bounds=params.cparams.maxrregcount is None,
+    )
+    _check_shared_memory(plan, spec, device)
+    return spec
+
+
+def _check_persistent_params(
+    params: Any, layout: ReductionLayout, device: Any, clusters: bool
+) -> None:
+    """SchedulerError unless `params` describe a persistent kernel that holds this layout's
+    rows (and clusters only where the target has them)."""
     if not bool(params.persistent):
         raise SchedulerError("inner_persistent needs ReductionParams.persistent = True")
     if not bool(params.fastest_dim_reduction):
@@ -342,37 +389,11 @@ def persistent_spec(
             f"{cluster} elements per row, fewer than the row's "
             f"{layout.red_size}"
         )
-    axis = layout.rank - 1
 
-    def kind(op: Any) -> str:
-        if op.strides[axis] == 0:
-            return BCAST
-        return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
 
-    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) else "int"
-    out_kinds = tuple(
-        STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
-        for k in plan.loop_outputs
-    )
-    in_smem = bool(params.smem_persistent)
-    spec = ReductionKernelSpec(
-        "persistent",
-        layout.rank,
-        vector,
-        batch,
-        bx,
-        _int(params, "block_y"),
-        1,
-        index,
-        tuple(kind(op) for op in layout.loop),
-        out_kinds,
-        exact=layout.red_size % vector == 0,
-        kept=() if in_smem else kept_stages(plan, layout, batch, batch - reload, vector),
-        smem_held=in_smem,
-        reload=reload,
-        cluster=cluster,
-        launch_bounds=params.cparams.maxrregcount is None,
-    )
+def _check_shared_memory(plan: ReductionPlan, spec: ReductionKernelSpec, device: Any) -> None:
+    """SchedulerError when the block reductions' scratch and the rows held in shared memory
+    do not fit a block."""
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
             f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
@@ -386,7 +407,6 @@ def persistent_spec(
             f"{smem_bytes(plan, spec)} that exceeds the device's "
             f"{device.shared_mem_per_block_optin} bytes per block"
         )
-    return spec
 
 
 def persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
