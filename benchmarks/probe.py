@@ -677,7 +677,8 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         launch.grid, launch.block, 0, stream, args
     )
     from kfuse._C import FastCall
-    from kfuse.runtime.fast_path import input_layouts, packed_launch
+    from kfuse.runtime.fast_path import packed_launch
+    from kfuse.runtime.signature import input_layouts
 
     packed = packed_launch(launch, {}, 2, 1, 0)
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()

@@ -130,7 +130,7 @@ def test_scalar_inputs_match_by_python_type_whatever_their_value() -> None:
 def test_scalar_specs_come_from_python_numbers_only() -> None:
     import numpy as np
 
-    from kfuse.runtime.fast_path import scalar_spec
+    from kfuse.runtime.signature import scalar_spec
 
     assert scalar_spec(2.0) == (float,)
     assert scalar_spec(2) == (int,)

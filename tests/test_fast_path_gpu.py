@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kfuse import FusionDefinition
-from kfuse.runtime.fast_path import input_layouts
+from kfuse.runtime.signature import input_layouts
 
 
 def add_mul() -> FusionDefinition:

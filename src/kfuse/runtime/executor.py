@@ -15,10 +15,10 @@ from typing import Any
 from kfuse import profiling_hooks
 from kfuse.compiler import choose_scheduler, compile_fusion
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.values import TensorView
-from kfuse.runtime.fast_path import fast_call_for, layout_key
+from kfuse.runtime.fast_path import fast_call_for
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
 from kfuse.runtime.program import KernelProgram, Program, SegmentedProgram
+from kfuse.runtime.signature import layout_key, program_key
 from kfuse.schedule.types import SchedulerType
 
 SEEN_LAYOUTS = 64
@@ -78,7 +78,7 @@ class FusionExecutorCache:
                 return outputs
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)
-            key = _signature(info, params)
+            key = program_key(info, params)
             compiled = self._compiled.get(key)
             if compiled is None:
                 started = profiling_hooks.clock()
@@ -121,7 +121,7 @@ class FusionExecutorCache:
         (one when a single scheduler takes the whole fusion). A segmentation is cached for
         the input signature, so a later execute reuses it."""
         info = build_runtime_info(self.fusion, inputs, device=device)
-        key = _signature(info, None)
+        key = program_key(info, None)
         compiled = self._compiled.get(key)
         if compiled is None:
             scheduler, _ = choose_scheduler(self.fusion, info)
@@ -156,19 +156,6 @@ def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
         f"one scheduler ({scheduler_type.value}) takes the whole fusion",
         fusion,
     )
-
-
-def _signature(info: RuntimeInfo, params: Any) -> tuple:
-    parts: list[Any] = [info.backend, info.device_index, info.framework]
-    for val, arg in zip(info.fusion.inputs, info.inputs):
-        if isinstance(val, TensorView):
-            lay = info.layouts[val]
-            parts.append((lay.dtype, lay.shape, lay.strides, lay.data_ptr % 16))
-        else:
-            parts.append(type(arg))
-    if params is not None:
-        parts.append(("params", type(params).__name__, hash(params)))
-    return tuple(parts)
 
 
 __all__ = ["FusionExecutorCache"]

@@ -23,50 +23,7 @@ from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
-from kfuse.runtime.arrays import framework_of
 from kfuse.runtime.launch import InputOperand, OutputOperand, WorkspaceOperand, workspace_bytes
-
-SCALAR_TYPES = (bool, int, float)
-"""The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
-anything else take the checked path)."""
-
-
-def scalar_spec(value: Any) -> tuple | None:
-    """What a later call's value for a scalar input must match: (type,) for a Python number
-    (any value of that type matches), None for anything else."""
-    return (type(value),) if type(value) in SCALAR_TYPES else None
-
-
-def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None) -> list[tuple] | None:
-    """What a later call's inputs must match, one (type, dtype, shape, strides, pointer mod
-    16, device) per array input in the framework's own terms and (type,) per scalar input
-    (`fusion_inputs` says which inputs are scalars), or None when these inputs cannot take
-    the fast path."""
-    specs = []
-    for k, t in enumerate(inputs):
-        if fusion_inputs is not None and isinstance(fusion_inputs[k], Scalar):
-            spec = scalar_spec(t)
-            if spec is None:
-                return None
-            specs.append(spec)
-            continue
-        framework = framework_of(t)
-        if framework == "torch" and t.device.type == "cuda":
-            specs.append(
-                (
-                    type(t),
-                    t.dtype,
-                    tuple(t.shape),
-                    tuple(t.stride()),
-                    t.data_ptr() & 15,
-                    t.get_device(),
-                )
-            )
-        elif framework == "cupy":
-            specs.append((type(t), t.dtype, t.shape, t.strides, t.data.ptr & 15, t.data.device_id))
-        else:
-            return None
-    return specs
 
 
 def packed_launch(
@@ -288,15 +245,6 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
         compiled,
         program,
     )
-
-
-def layout_key(inputs: list[Any], info: Any) -> tuple | None:
-    """What a FastCall for `inputs` would match (input_layouts, hashable), or None when they
-    cannot take the fast path."""
-    if info.framework not in ("torch", "cupy") or info.device_index < 0:
-        return None
-    specs = input_layouts(inputs, info.fusion.inputs)
-    return None if specs is None else tuple(specs)
 
 
 def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) -> Any | None:

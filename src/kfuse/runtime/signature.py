@@ -1,0 +1,91 @@
+"""The input signature of a call: what a compiled fusion depends on, defined here once.
+
+A call's Program (kfuse.runtime.executor) depends on the target and, for every array input,
+on its dtype, shape, strides and 16-byte alignment class; for a scalar input on its type
+only (values are kernel arguments). Two descriptions of those same facts exist, for two
+speeds of matching:
+
+* program_key: from the RuntimeInfo of a checked call (kfuse's dtypes, strides in elements),
+  the key of the executor's Program cache;
+* input_layouts / layout_key: from the arrays themselves, in the framework's own terms (the
+  array type, the framework's dtype object, shape, strides as the framework reports them,
+  pointer & 15, device), which kfuse._C.FastCall compares field by field against a new
+  call's arrays in C++ (cpp/bindings/fast_call.cpp, FastCall::matches) without converting
+  anything. Adding a fact means adding it to both, in this module;
+  tests/test_signature.py checks that they tell the same calls apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.ir.values import Scalar, TensorView
+from kfuse.runtime.arrays import framework_of
+from kfuse.runtime.info import RuntimeInfo
+
+SCALAR_TYPES = (bool, int, float)
+"""The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
+anything else take the checked path)."""
+
+
+def scalar_spec(value: Any) -> tuple | None:
+    """What a later call's value for a scalar input must match: (type,) for a Python number
+    (any value of that type matches), None for anything else."""
+    return (type(value),) if type(value) in SCALAR_TYPES else None
+
+
+def program_key(info: RuntimeInfo, params: Any) -> tuple:
+    """The signature a compiled Program is cached under: the target (backend, device,
+    framework), per array input its dtype, shape, strides (elements) and data pointer modulo
+    16, per scalar input its Python type, and the pinned params if any."""
+    parts: list[Any] = [info.backend, info.device_index, info.framework]
+    for val, arg in zip(info.fusion.inputs, info.inputs):
+        if isinstance(val, TensorView):
+            lay = info.layouts[val]
+            parts.append((lay.dtype, lay.shape, lay.strides, lay.data_ptr % 16))
+        else:
+            parts.append(type(arg))
+    if params is not None:
+        parts.append(("params", type(params).__name__, hash(params)))
+    return tuple(parts)
+
+
+def input_layouts(inputs: list[Any], fusion_inputs: list[Any] | None = None) -> list[tuple] | None:
+    """What a later call's inputs must match, one (type, dtype, shape, strides, pointer mod
+    16, device) per array input in the framework's own terms and (type,) per scalar input
+    (`fusion_inputs` says which inputs are scalars), or None when these inputs cannot take
+    the fast path."""
+    specs = []
+    for k, t in enumerate(inputs):
+        if fusion_inputs is not None and isinstance(fusion_inputs[k], Scalar):
+            spec = scalar_spec(t)
+            if spec is None:
+                return None
+            specs.append(spec)
+            continue
+        framework = framework_of(t)
+        if framework == "torch" and t.device.type == "cuda":
+            specs.append(
+                (
+                    type(t),
+                    t.dtype,
+                    tuple(t.shape),
+                    tuple(t.stride()),
+                    t.data_ptr() & 15,
+                    t.get_device(),
+                )
+            )
+        elif framework == "cupy":
+            specs.append((type(t), t.dtype, t.shape, t.strides, t.data.ptr & 15, t.data.device_id))
+        else:
+            return None
+    return specs
+
+
+def layout_key(inputs: list[Any], info: Any) -> tuple | None:
+    """What a FastCall for `inputs` would match (input_layouts, hashable), or None when they
+    cannot take the fast path."""
+    if info.framework not in ("torch", "cupy") or info.device_index < 0:
+        return None
+    specs = input_layouts(inputs, info.fusion.inputs)
+    return None if specs is None else tuple(specs)

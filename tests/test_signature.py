@@ -1,0 +1,76 @@
+"""The input signature (kfuse.runtime.signature): the Program cache key and the fast path's
+layout describe the same facts, so they tell the same calls apart."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from gpu_support import requires_gpu
+from kfuse import DataType, FusionDefinition
+from kfuse.runtime.info import build_runtime_info
+from kfuse.runtime.signature import layout_key, program_key
+
+
+def add_scaled() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        k = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.add(x, fd.ops.mul(x, k)))
+    return fd
+
+
+def numpy_layouts() -> dict[str, np.ndarray]:
+    base = np.arange(4 * 64 * 64, dtype=np.float32)
+    grid = base[: 64 * 64].reshape(64, 64)
+    return {
+        "contiguous": grid,
+        "same layout, other values": grid + 1,
+        "transposed": grid.T,
+        "misaligned": base[1 : 1 + 64 * 64].reshape(64, 64),
+        "expanded": np.broadcast_to(base[:64], (64, 64)),
+        "strided": base.reshape(256, 64)[::4],
+        "other shape": base[: 32 * 128].reshape(32, 128),
+    }
+
+
+def test_the_program_key_tells_layouts_apart_and_ignores_values() -> None:
+    fd = add_scaled()
+    keys = {
+        name: program_key(build_runtime_info(fd.fusion, [a, 2.0], device=None), None)
+        for name, a in numpy_layouts().items()
+    }
+    assert keys["contiguous"] == keys["same layout, other values"]
+    others = [k for name, k in keys.items() if name != "same layout, other values"]
+    assert len(set(others)) == len(others)
+    a = numpy_layouts()["contiguous"]
+    as_int = program_key(build_runtime_info(fd.fusion, [a, 2], device=None), None)
+    assert as_int != keys["contiguous"]  # a scalar input's type is part of it, not its value
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_the_fast_layout_and_the_program_key_partition_calls_alike() -> None:
+    torch = pytest.importorskip("torch")
+    fd = add_scaled()
+    base = torch.arange(4 * 64 * 64, dtype=torch.float32, device="cuda")
+    grid = base[: 64 * 64].view(64, 64)
+    arrays = [
+        grid,
+        grid + 1,
+        grid.t(),
+        base[1 : 1 + 64 * 64].view(64, 64),
+        base[:64].expand(64, 64),
+        base.view(256, 64)[::4],
+        base[: 32 * 128].view(32, 128),
+        torch.arange(64 * 64, dtype=torch.float32, device="cuda").view(64, 64),
+    ]
+    calls = [[a, k] for a in arrays for k in (2.0, 3.0, 2)]
+    described = []
+    for inputs in calls:
+        info = build_runtime_info(fd.fusion, inputs, device=None)
+        described.append((program_key(info, None), layout_key(inputs, info)))
+    for (p1, f1), (p2, f2) in itertools.combinations(described, 2):
+        assert (p1 == p2) == (f1 == f2)
