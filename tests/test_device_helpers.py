@@ -27,7 +27,7 @@ import pytest
 
 from kfuse.codegen.runtime_header import runtime_header
 
-HEADER_TEXT = runtime_header()  # kfuse_runtime.cuh + kfuse_reductions.cuh, as kernels see them
+HEADER_TEXT = runtime_header()  # the kf_*.cuh parts joined, as kernels see them
 
 DTYPES = {  # kfuse dtype -> C++ type in kernels
     "bool": "bool",

@@ -1,4 +1,4 @@
-"""kfuse.emulator with kfuse's device-helper header (kfuse_runtime.cuh) in front of the kernel,
+"""kfuse.emulator with kfuse's device-helper header (codegen/runtime/kf_*.cuh) in front of the kernel,
 as generated kernels have it: Tensor arguments, bounds-checked kf::load/store, block reductions.
 """
 

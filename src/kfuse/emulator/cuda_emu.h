@@ -213,7 +213,7 @@ static unsigned long long warp_collective(int op, unsigned mask, unsigned long l
                                           int width);
 static void spin_yield();
 
-// ---- bounds checking (KF_CHECK_BOUNDS, used by kfuse_runtime.cuh when defined) ----------------
+// ---- bounds checking (KF_CHECK_BOUNDS, used by kf_memory.cuh when defined) ----------------
 template <class T>
 struct has_size_member {
     template <class U> static char test(decltype(&U::size));

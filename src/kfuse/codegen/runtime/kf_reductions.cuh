@@ -1,6 +1,6 @@
-// kfuse device runtime, part 2: reduction operators, Welford, warp and block reductions, and
-// the fast transcendental forms. Follows kfuse_runtime.cuh (whose rules it keeps: no #include,
-// PTX only under KFUSE_USE_PTX with a portable #else) in every kernel's source.
+// kfuse device runtime: reduction operators, Welford, warp, block and cluster reductions, and
+// the fast transcendental forms (see kf_base.cuh for the rules every part keeps). The last
+// part: it builds on all the others.
 
 namespace kf {
 

@@ -1,0 +1,109 @@
+// kfuse device runtime: memory access through Tensors (see kf_base.cuh for the rules every part keeps).
+
+namespace kf {
+
+// ---------------------------------------------------------------------------------------------
+// Memory access. Generated code goes through the Tensor forms so that the emulator can check
+// bounds (KF_CHECK_BOUNDS(tensor, element offset, element count)); the pointer forms are for
+// places that have no Tensor (scratch buffers, hand-written kernels).
+// ---------------------------------------------------------------------------------------------
+
+#ifdef KF_CHECK_BOUNDS
+#define KF_BOUNDS_(t, off, count) KF_CHECK_BOUNDS(t, off, count)
+#else
+#define KF_BOUNDS_(t, off, count) ((void)0)
+#endif
+
+namespace detail {
+
+template <int Bytes>
+struct VecAlign {
+  static constexpr int value = Bytes >= 16 ? 16 : Bytes;
+};
+
+}  // namespace detail
+
+// V consecutive elements moved as one 2/4/8/16-byte access. Aligned to min(sizeof(T) * V, 16):
+// the caller guarantees the address is aligned that much (the scheduler checks alignment).
+template <typename T, int V>
+struct alignas(detail::VecAlign<(int)sizeof(T) * V>::value) Vec {
+  static_assert(V >= 1 && (V & (V - 1)) == 0, "kf::Vec width must be a power of two");
+  T val[V];
+
+  __device__ __forceinline__ T& operator[](int i) { return val[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return val[i]; }
+};
+
+template <typename T>
+__device__ __forceinline__ T ld(const T* p) {
+  return *p;
+}
+
+template <typename T>
+__device__ __forceinline__ void st(T* p, T v) {
+  *p = v;
+}
+
+// A whole Vec is copied through a pointer to the aligned aggregate; NVCC turns that into one
+// ld/st.v2/.v4 (checked in the tests' PTX), and the host compiler into a plain copy.
+template <int V, typename T>
+__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, V>*>(p);
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
+  *reinterpret_cast<Vec<T, V>*>(p) = v;
+}
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80
+// and later). The copy is complete for the issuing thread after copy_async_wait().
+template <typename T, int V, int N, typename Index, typename Off>
+__device__ __forceinline__ void copy_async(Vec<T, V>* dst, const Tensor<T, N, Index>& t,
+                                           Off off) {
+  static_assert(sizeof(Vec<T, V>) == 16, "kf::copy_async moves 16-byte vectors");
+  KF_BOUNDS_(t, off, V);
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(t.data + off)
+               : "memory");
+#else
+  *dst = load_vec<V>(t.data + off);
+#endif
+}
+
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+template <typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ T load(const Tensor<T, N, Index>& t, Off off) {
+  KF_BOUNDS_(t, off, 1);
+  return t.data[off];
+}
+
+template <typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ void store(const Tensor<T, N, Index>& t, Off off, T v) {
+  KF_BOUNDS_(t, off, 1);
+  t.data[off] = v;
+}
+
+template <int V, typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ Vec<T, V> load_vec(const Tensor<T, N, Index>& t, Off off) {
+  KF_BOUNDS_(t, off, V);
+  return load_vec<V>(t.data + off);
+}
+
+template <int V, typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ void store_vec(const Tensor<T, N, Index>& t, Off off,
+                                          const Vec<T, V>& v) {
+  KF_BOUNDS_(t, off, V);
+  store_vec<V>(t.data + off, v);
+}
+
+}  // namespace kf
+
+#undef KF_BOUNDS_
