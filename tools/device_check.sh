@@ -35,6 +35,11 @@ step() {
     ( "$@" ) >"$log" 2>&1
     rc=$?
     tail -n "${KFUSE_LOG_TAIL:-40}" "$log"
+    # A failing pytest step also shows its tracebacks here: the log file itself may not come
+    # back from the GPU machine (which returns a limited number of files).
+    if [ $rc -ne 0 ] && grep -q "= FAILURES =" "$log"; then
+        sed -n '/= FAILURES =/,/short test summary info/p' "$log" | head -n "${KFUSE_FAILURE_LINES:-150}"
+    fi
     SUMMARY+=("$(printf '%-10s %s  (%ss)' "$name" "$([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")" "$(( $(date +%s) - start ))")")
     [ $rc -eq 0 ] || FAILED=1
     return $rc
