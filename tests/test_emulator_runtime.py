@@ -1,5 +1,6 @@
-"""kfuse.emulator with kfuse's device-helper header (codegen/runtime/kf_*.cuh) in front of the kernel,
-as generated kernels have it: Tensor arguments, bounds-checked kf::load/store, block reductions.
+"""kfuse.emulator with kfuse's device-helper header (codegen/runtime/kf_*.cuh) in front of the
+kernel, as generated kernels have it: Tensor arguments, bounds-checked kf::load/store, block
+reductions.
 """
 
 from __future__ import annotations
