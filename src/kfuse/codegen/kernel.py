@@ -4,7 +4,8 @@ a row's coordinates (decompose), and the loads and stores of vectors by access k
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.registers import register_array
@@ -152,3 +153,59 @@ def decompose(index: str, axes: range, operands: list[str], indent: str) -> list
         lines += [f"{indent}  base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
     lines.append(f"{indent}}}")
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a kernel's body
+# ---------------------------------------------------------------------------------------------
+
+
+class Code:
+    """The lines of a kernel's source, built in nested blocks instead of hand-indented strings:
+
+        code = Code()
+        with code.block("for (int u = 0; u < 4; ++u)", unroll=True):
+            code("x[u] = 0;")
+
+    gives "#pragma unroll", "for (int u = 0; u < 4; ++u) {", "  x[u] = 0;", "}". Lines are
+    indented two spaces a level; preprocessor lines (#pragma) stay at column 0, as NVRTC and
+    the emulator's host compiler both take them. `indent` is the current indentation, for the
+    helpers above that take one."""
+
+    def __init__(self, depth: int = 0) -> None:
+        self.lines: list[str] = []
+        self.depth = depth
+
+    @property
+    def indent(self) -> str:
+        return "  " * self.depth
+
+    def __call__(self, *lines: str) -> None:
+        """Append statements at the current depth."""
+        for line in lines:
+            self.lines.append(line if line.startswith("#") else self.indent + line)
+
+    def extend(self, lines: list[str]) -> None:
+        """Append lines that are indented already (from the helpers that take an indent)."""
+        self.lines += lines
+
+    @contextlib.contextmanager
+    def block(self, *head: str, unroll: bool = False) -> Iterator[None]:
+        """A braced block: `head` (its lines; the brace follows the last), its body one level
+        deeper, the closing brace. unroll: "#pragma unroll" before it."""
+        if unroll:
+            self("#pragma unroll")
+        self(*head[:-1])
+        self(f"{head[-1]} {{")
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        self("}")
+
+    def otherwise(self, head: str = "else") -> None:
+        """Close the innermost block and open its `else` (or `else if (...)`) branch."""
+        self.depth -= 1
+        self(f"}} {head} {{")
+        self.depth += 1

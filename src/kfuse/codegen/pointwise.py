@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
-from kfuse.codegen.kernel import decompose, kernel_header, load_vector_block, store_vector
+from kfuse.codegen.kernel import (
+    Code,
+    decompose,
+    kernel_header,
+    load_vector_block,
+    store_vector,
+)
 from kfuse.codegen.layout import BCAST
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.runtime_header import runtime_header
@@ -111,48 +117,45 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     V elements per thread, loaded all before any is computed where they lie inside the row
     (_whole_vectors), element by element at the row's ragged end (_ragged_end)."""
     name = kernel_name(plan, spec)
-    rank, vec, index = spec.rank, spec.vector, spec.index_type
+    rank, vec, unroll = spec.rank, spec.vector, spec.unroll
     n_in, n_out = len(plan.domain.input_uses), len(plan.fusion.outputs)
     body, call = _body_function(plan, name)
-    lines = [
-        runtime_header(),
-        "",
-        *body,
-        "",
-        *kernel_header(
-            name,
-            _kernel_params(plan, spec),
-            spec.block_x * spec.block_y,
-            bounded=spec.launch_bounds,
-        ),
-    ]
-    lines += [
-        f"  typedef {index} Index;",
-        f"  const Index n_inner = out0.size[{rank - 1}];",
-        "  Index n_rows = 1;",
-    ]
-    lines += [f"  n_rows *= out0.size[{d}];" for d in range(rank - 1)]
-    lines += [
-        f"  const Index n_vec = (n_inner + {vec - 1}) / {vec};",
-        "  for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
-        "       row += (Index)gridDim.y * blockDim.y) {",
-    ]
+    code = Code()
+    code.extend([runtime_header(), "", *body, ""])
+    threads = spec.block_x * spec.block_y
+    code.extend(
+        kernel_header(name, _kernel_params(plan, spec), threads, bounded=spec.launch_bounds)
+    )
+    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code(
+        f"typedef {spec.index_type} Index;",
+        f"const Index n_inner = out0.size[{rank - 1}];",
+        "Index n_rows = 1;",
+        *[f"n_rows *= out0.size[{d}];" for d in range(rank - 1)],
+        f"const Index n_vec = (n_inner + {vec - 1}) / {vec};",
+    )
     operands = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
-    lines += [f"    Index base_{op} = 0;" for op in operands]
-    lines += decompose("row", range(rank - 1), operands, "    ")
-    lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands]
-    unroll = spec.unroll
-    lines += [
-        f"    for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
-        " v0 < n_vec;",
-        f"         v0 += (Index)gridDim.x * blockDim.x * {unroll}) {{",
-        f"      if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner) {{",
-    ]
-    lines += _whole_vectors(plan, spec, call)
-    lines += ["      } else {"]
-    lines += _ragged_end(plan, spec, call)
-    lines += ["      }", "    }", "  }", "}", ""]
-    return "\n".join(lines), name
+    with code.block(
+        "for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
+        "     row += (Index)gridDim.y * blockDim.y)",
+    ):
+        code(*[f"Index base_{op} = 0;" for op in operands])
+        code.extend(decompose("row", range(rank - 1), operands, code.indent))
+        code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands])
+        with code.block(
+            f"for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
+            " v0 < n_vec;",
+            f"     v0 += (Index)gridDim.x * blockDim.x * {unroll})",
+        ):
+            with code.block(
+                f"if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner)"
+            ):
+                _whole_vectors(code, plan, spec, call)
+                code.otherwise()
+                _ragged_end(code, plan, spec, call)
+    code.depth = 0
+    code("}", "")
+    return "\n".join(code.lines), name
 
 
 def _kernel_params(plan: PointwisePlan, spec: PointwiseKernelSpec) -> list[str]:
@@ -196,75 +199,69 @@ def _body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Callable[
 
 
 def _whole_vectors(
-    plan: PointwisePlan, spec: PointwiseKernelSpec, call: Callable[..., str]
-) -> list[str]:
+    code: Code, plan: PointwisePlan, spec: PointwiseKernelSpec, call: Callable[..., str]
+) -> None:
     """The U vectors of a thread that lie inside the row: loads for all of them, then compute
     and store each."""
     vec, unroll = spec.vector, spec.unroll
     inputs, outputs = plan.domain.input_uses, plan.fusion.outputs
-    lines = load_vector_block(
-        [u.val.dtype.cuda_type for u in inputs],
-        spec.input_kinds,
-        vec,
-        str(unroll),
-        "        ",
-        f"const Index i0 = (v0 + (Index)u * blockDim.x) * {vec}",
-        lambda k: (
-            f"base_in{k} + i0",
-            f"base_in{k} + (i0 + j) * step_in{k}",
-            f"base_in{k}",
-        ),
-    )
-    lines += [
-        "#pragma unroll",
-        f"        for (int u = 0; u < {unroll}; ++u) {{",
-        f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
-    ]
-    for k, o in enumerate(outputs):
-        lines.append(f"          kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};")
-    loaded = [
-        f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]" for k, kind in enumerate(spec.input_kinds)
-    ]
-    lines += [
-        "#pragma unroll",
-        f"          for (int j = 0; j < {vec}; ++j) {{",
-        "            " + call(loaded, [f"y{k}[j]" for k in range(len(outputs))]),
-        "          }",
-    ]
-    for k, kind in enumerate(spec.output_kinds):
-        lines += store_vector(
-            kind,
-            f"out{k}",
-            f"y{k}",
+    offset = f"(v0 + (Index)u * blockDim.x) * {vec}"
+    code.extend(
+        load_vector_block(
+            [u.val.dtype.cuda_type for u in inputs],
+            spec.input_kinds,
             vec,
-            "          ",
-            at=f"base_out{k} + i0",
-            element_at=f"base_out{k} + (i0 + j) * step_out{k}",
+            str(unroll),
+            code.indent,
+            f"const Index i0 = {offset}",
+            lambda k: (
+                f"base_in{k} + i0",
+                f"base_in{k} + (i0 + j) * step_in{k}",
+                f"base_in{k}",
+            ),
         )
-    return lines + ["        }"]
+    )
+    with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
+        code(f"const Index i0 = {offset};")
+        code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
+        loaded = [
+            f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]"
+            for k, kind in enumerate(spec.input_kinds)
+        ]
+        with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+            code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
+        for k, kind in enumerate(spec.output_kinds):
+            code.extend(
+                store_vector(
+                    kind,
+                    f"out{k}",
+                    f"y{k}",
+                    vec,
+                    code.indent,
+                    at=f"base_out{k} + i0",
+                    element_at=f"base_out{k} + (i0 + j) * step_out{k}",
+                )
+            )
 
 
 def _ragged_end(
-    plan: PointwisePlan, spec: PointwiseKernelSpec, call: Callable[..., str]
-) -> list[str]:
+    code: Code, plan: PointwisePlan, spec: PointwiseKernelSpec, call: Callable[..., str]
+) -> None:
     """The U vectors of a thread that reach past the row end: element by element."""
-    vec, unroll = spec.vector, spec.unroll
-    n_in, outputs = len(plan.domain.input_uses), plan.fusion.outputs
-    lines = [
-        f"        for (int u = 0; u < {unroll}; ++u) {{",
-        f"          const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};",
-        f"          for (int j = 0; j < {vec} && i0 + j < n_inner; ++j) {{",
-        "            const Index i = i0 + j;",
-    ]
-    for k, o in enumerate(outputs):
-        lines.append(f"            {o.dtype.cuda_type} y{k};")
-    loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(n_in)]
-    lines.append("            " + call(loaded, [f"y{k}" for k in range(len(outputs))]))
-    lines += [
-        f"            kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
-        for k in range(len(outputs))
-    ]
-    return lines + ["          }", "        }"]
+    vec, n_in, outputs = spec.vector, len(plan.domain.input_uses), plan.fusion.outputs
+    with code.block(f"for (int u = 0; u < {spec.unroll}; ++u)"):
+        code(f"const Index i0 = (v0 + (Index)u * blockDim.x) * {vec};")
+        with code.block(f"for (int j = 0; j < {vec} && i0 + j < n_inner; ++j)"):
+            code("const Index i = i0 + j;")
+            code(*[f"{o.dtype.cuda_type} y{k};" for k, o in enumerate(outputs)])
+            loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(n_in)]
+            code(call(loaded, [f"y{k}" for k in range(len(outputs))]))
+            code(
+                *[
+                    f"kf::store(out{k}, base_out{k} + i * step_out{k}, y{k});"
+                    for k in range(len(outputs))
+                ]
+            )
 
 
 def _scalar_ctype(s: Scalar) -> str:

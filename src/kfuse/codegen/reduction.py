@@ -25,7 +25,7 @@ under every scheduler; names and parameters) and reduction_loads (loads and accu
 
 from __future__ import annotations
 
-from kfuse.codegen.kernel import decompose, kernel_header, load_vector_block
+from kfuse.codegen.kernel import Code, decompose, kernel_header, load_vector_block
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     functions_source,
@@ -53,69 +53,76 @@ from kfuse.dtypes import DataType
 def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
     """Source and name of the inner-reduction kernel."""
     name = kernel_name(plan, spec)
-    rank, vec, unroll = spec.rank, spec.vector, spec.unroll
+    rank, vec = spec.rank, spec.vector
     bx, by, parts = spec.block_x, spec.block_y, spec.grid_parts
     kept = range(rank - 1)
     n_loop = len(plan.loop_inputs)
     accs = accumulators(plan)
-    lines = [runtime_header(), ""]
-    lines += functions_source(plan, name, stages=True, full=False, epilogue=parts == 1)
+    code = Code()
+    code.extend([runtime_header(), ""])
+    code.extend(functions_source(plan, name, stages=True, full=False, epilogue=parts == 1))
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
-    lines += kernel_header(name, params, bx * by, bounded=spec.launch_bounds)
-    lines += [
-        f"  typedef {spec.index_type} Index;",
-        f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
-        f"  const Index n_red = in0.size[{rank - 1}];",
-        "  Index n_rows = 1;",
-    ]
-    lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
-    lines += [
-        f"  const Index n_vec = n_red / {vec};",
-        f"  const Index vstride = (Index)gridDim.y * {bx};",
-        f"  for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
-        f" row0 += (Index)gridDim.x * {by}) {{",
-        "    const Index row = row0 + threadIdx.y;",
-        "    const bool row_ok = row < n_rows;",
-    ]
+    code.extend(kernel_header(name, params, bx * by, bounded=spec.launch_bounds))
+    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code(
+        f"typedef {spec.index_type} Index;",
+        f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+        f"const Index n_red = in0.size[{rank - 1}];",
+        "Index n_rows = 1;",
+        *[f"n_rows *= out0.size[{d}];" for d in kept],
+        f"const Index n_vec = n_red / {vec};",
+        f"const Index vstride = (Index)gridDim.y * {bx};",
+    )
     ins = [f"in{i}" for i in range(n_loop)]
-    lines += [f"    Index base_{op} = 0;" for op in ins]
-    lines.append("    if (row_ok) {")
-    lines += decompose("row", kept, ins, "      ")
-    lines.append("    }")
-    lines += [f"    const Index step_in{i} = in{i}.stride[{rank - 1}];" for i in range(n_loop)]
-    lines += [f"    {a.ctype} acc{a.k} = {a.identity()};" for a in accs]
-    lines += [
-        "    if (row_ok) {",
-        f"      Index v = (Index)blockIdx.y * {bx} + threadIdx.x;",
-        f"      for (; v + (Index)({unroll - 1}) * vstride < n_vec; v += {unroll} * vstride) {{",
-    ]
-    lines += load_block(plan, spec, str(unroll), f"(v + (Index)u * vstride) * {vec}", "        ")
-    lines += accumulate_block(plan, spec, name, str(unroll), "        ")
-    lines += ["      }"]
-    if unroll > 1:
-        lines += ["      for (; v < n_vec; v += vstride) {"]
-        lines += load_block(plan, spec, "1", f"v * {vec}", "        ")
-        lines += accumulate_block(plan, spec, name, "1", "        ")
-        lines += ["      }"]
-    if vec > 1:
-        lines += [
-            f"      for (Index i = n_vec * {vec} + (Index)blockIdx.y * {bx} + threadIdx.x;"
-            " i < n_red; i += vstride)"
-        ]
-        lines += scalar_accumulate(plan, name, "i", "        ")
-    lines.append("    }")
-    for a in accs:
-        combined = a.block_reduce(f"acc{a.k}", "kf_smem", spec.block_x)
-        lines.append(f"    const {a.ctype} red{a.k} = {combined};")
-    lines.append("    if (threadIdx.x == 0 && row_ok) {")
-    if parts > 1:
-        lines += _store_partials(accs, "(Index)blockIdx.y * n_rows + row", "      ")
-    else:
+    with code.block(
+        f"for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
+        f" row0 += (Index)gridDim.x * {by})"
+    ):
+        code("const Index row = row0 + threadIdx.y;", "const bool row_ok = row < n_rows;")
+        code(*[f"Index base_{op} = 0;" for op in ins])
+        with code.block("if (row_ok)"):
+            code.extend(decompose("row", kept, ins, code.indent))
+        code(*[f"const Index step_in{i} = in{i}.stride[{rank - 1}];" for i in range(n_loop)])
+        code(*[f"{a.ctype} acc{a.k} = {a.identity()};" for a in accs])
+        with code.block("if (row_ok)"):
+            _accumulate_row(code, plan, spec, name)
         for a in accs:
-            lines += [f"      {s}" for s in result_assignments(plan, a.k, f"red{a.k}", "n_red")]
-        lines += epilogue_call(plan, name, "row", "      ", kept)
-    lines += ["    }", "  }", "}", ""]
-    return "\n".join(lines), name
+            combined = a.block_reduce(f"acc{a.k}", "kf_smem", spec.block_x)
+            code(f"const {a.ctype} red{a.k} = {combined};")
+        with code.block("if (threadIdx.x == 0 && row_ok)"):
+            if parts > 1:
+                code.extend(_store_partials(accs, "(Index)blockIdx.y * n_rows + row", code.indent))
+            else:
+                for a in accs:
+                    code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
+                code.extend(epilogue_call(plan, name, "row", code.indent, kept))
+    code.depth = 0
+    code("}", "")
+    return "\n".join(code.lines), name
+
+
+def _accumulate_row(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> None:
+    """This thread's share of its row: U vectors at a time while they fit, then one vector at
+    a time, then the elements past the last whole vector."""
+    vec, unroll, bx = spec.vector, spec.unroll, spec.block_x
+    code(f"Index v = (Index)blockIdx.y * {bx} + threadIdx.x;")
+    with code.block(
+        f"for (; v + (Index)({unroll - 1}) * vstride < n_vec; v += {unroll} * vstride)"
+    ):
+        code.extend(
+            load_block(plan, spec, str(unroll), f"(v + (Index)u * vstride) * {vec}", code.indent)
+        )
+        code.extend(accumulate_block(plan, spec, name, str(unroll), code.indent))
+    if unroll > 1:
+        with code.block("for (; v < n_vec; v += vstride)"):
+            code.extend(load_block(plan, spec, "1", f"v * {vec}", code.indent))
+            code.extend(accumulate_block(plan, spec, name, "1", code.indent))
+    if vec > 1:
+        code(
+            f"for (Index i = n_vec * {vec} + (Index)blockIdx.y * {bx} + threadIdx.x;"
+            " i < n_red; i += vstride)"
+        )
+        code.extend(scalar_accumulate(plan, name, "i", code.indent + "  "))
 
 
 def _store_partials(
