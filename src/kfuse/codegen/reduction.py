@@ -25,6 +25,9 @@ under every scheduler; names and parameters) and reduction_loads (loads and accu
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from kfuse.codegen.kernel import Code, decompose, kernel_header, load_vector_block
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
@@ -152,134 +155,131 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     vec, parts = spec.vector, spec.grid_parts
     kept = range(spec.rank - 1)
     accs = accumulators(plan)
-    lines = [runtime_header(), ""]
-    lines += functions_source(plan, name, stages=True, full=False, epilogue=parts == 1)
+    code = Code()
+    code.extend([runtime_header(), ""])
+    code.extend(functions_source(plan, name, stages=True, full=False, epilogue=parts == 1))
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
-    lines += kernel_header(name, params, spec.block_x * spec.block_y, bounded=spec.launch_bounds)
-    lines += outer_columns(plan, spec, "(Index)gridDim.y", [])
-    lines += outer_accumulate(plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
-    lines += outer_combine(plan, spec)
-    lines += [
-        "    if (threadIdx.y == 0 && col_ok) {",
-        "#pragma unroll",
-        f"      for (int j = 0; j < {vec}; ++j) {{",
-        "        if (j >= nvalid) continue;",
-        "        const Index row = outer * n_in + c0 + j;",
-    ]
-    if parts > 1:
-        for a in accs:
-            lines.append(f"        const {a.ctype} red{a.k} = acc{a.k}[j];")
-        lines += _store_partials(accs, "(Index)blockIdx.y * n_rows + row", "        ")
-    else:
-        for a in accs:
-            lines += [
-                f"        {s}" for s in result_assignments(plan, a.k, f"acc{a.k}[j]", "n_red")
-            ]
-        lines += epilogue_call(plan, name, "row", "        ", kept)
-    lines += ["      }", "    }", "  }", "}", ""]
-    return "\n".join(lines), name
+    threads = spec.block_x * spec.block_y
+    code.extend(kernel_header(name, params, threads, bounded=spec.launch_bounds))
+    code.depth = 1  # the kernel's body (kernel_header opened it)
+    with outer_columns(code, plan, spec, "(Index)gridDim.y", []):
+        outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
+        code.extend(outer_combine(plan, spec))
+        with code.block("if (threadIdx.y == 0 && col_ok)"):
+            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
+                if parts > 1:
+                    code(*[f"const {a.ctype} red{a.k} = acc{a.k}[j];" for a in accs])
+                    code.extend(
+                        _store_partials(accs, "(Index)blockIdx.y * n_rows + row", code.indent)
+                    )
+                else:
+                    for a in accs:
+                        code(*result_assignments(plan, a.k, f"acc{a.k}[j]", "n_red"))
+                    code.extend(epilogue_call(plan, name, "row", code.indent, kept))
+    code.depth = 0
+    code("}", "")
+    return "\n".join(code.lines), name
 
 
+@contextlib.contextmanager
 def outer_columns(
-    plan: ReductionPlan, spec: ReductionKernelSpec, splits: str, outputs: list[int]
-) -> list[str]:
-    """The start of an outer kernel: its shared memory and extents, then the loop over this
-    block's groups of V columns (left open), with each thread's column group (cv, outer, c0,
-    nvalid), its operands' bases and steps, and its accumulators. `splits`: the blocks along
-    the reduced axis (rstride = splits * block_y); `outputs`: fusion outputs on the full
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, splits: str, outputs: list[int]
+) -> Iterator[None]:
+    """Within: the body of the loop over this block's groups of V columns, after an outer
+    kernel's shared memory and extents, with each thread's column group (cv, outer, c0,
+    nvalid), its operands' bases and steps, and its accumulators defined. `splits`: the blocks
+    along the reduced axis (rstride = splits * block_y); `outputs`: fusion outputs on the full
     domain the kernel also addresses (out<k>: base, step along the columns, stride along the
     reduced axis)."""
     rank, vec, bx, by = spec.rank, spec.vector, spec.block_x, spec.block_y
     inner_axis = rank - 2
     n_loop = len(plan.loop_inputs)
-    lines = [
-        f"  typedef {spec.index_type} Index;",
-        f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
-        f"  const Index n_red = in0.size[{rank - 1}];",
-        f"  const Index n_in = out0.size[{inner_axis}];",
-        "  Index n_rows = n_in;",
-    ]
-    lines += [f"  n_rows *= out0.size[{d}];" for d in range(inner_axis)]
-    lines += [
-        f"  const Index nvec_in = (n_in + {vec - 1}) / {vec};",
-        "  const Index n_cols = n_in == 0 ? 0 : n_rows / n_in * nvec_in;",
-        f"  const Index rstride = {splits} * {by};",
-        f"  for (Index col0 = (Index)blockIdx.x * {bx}; col0 < n_cols;"
-        f" col0 += (Index)gridDim.x * {bx}) {{",
-        "    const Index cv = col0 + threadIdx.x;",
-        "    const bool col_ok = cv < n_cols;",
-        "    Index outer = 0;",
-        "    Index c0 = 0;",
-        "    int nvalid = 0;",
-    ]
-    ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
-    lines += [f"    Index base_{op} = 0;" for op in ops]
-    lines += [
-        "    if (col_ok) {",
-        "      outer = cv / nvec_in;",
-        f"      c0 = (cv - outer * nvec_in) * {vec};",
-        f"      nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});",
-    ]
-    lines += decompose("outer", range(inner_axis), ops, "      ")
-    lines += [f"      base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ops]
-    lines.append("    }")
-    lines += [f"    const Index step_{op} = {op}.stride[{inner_axis}];" for op in ops]
-    lines += [f"    const Index rs_{op} = {op}.stride[{rank - 1}];" for op in ops]
-    for a in accumulators(plan):
-        lines += [
-            f"    {a.ctype} acc{a.k}[{vec}];",
-            f"    for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};",
-        ]
-    return lines
+    code(
+        f"typedef {spec.index_type} Index;",
+        f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
+        f"const Index n_red = in0.size[{rank - 1}];",
+        f"const Index n_in = out0.size[{inner_axis}];",
+        "Index n_rows = n_in;",
+        *[f"n_rows *= out0.size[{d}];" for d in range(inner_axis)],
+        f"const Index nvec_in = (n_in + {vec - 1}) / {vec};",
+        "const Index n_cols = n_in == 0 ? 0 : n_rows / n_in * nvec_in;",
+        f"const Index rstride = {splits} * {by};",
+    )
+    with code.block(
+        f"for (Index col0 = (Index)blockIdx.x * {bx}; col0 < n_cols;"
+        f" col0 += (Index)gridDim.x * {bx})"
+    ):
+        code(
+            "const Index cv = col0 + threadIdx.x;",
+            "const bool col_ok = cv < n_cols;",
+            "Index outer = 0;",
+            "Index c0 = 0;",
+            "int nvalid = 0;",
+        )
+        ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
+        code(*[f"Index base_{op} = 0;" for op in ops])
+        with code.block("if (col_ok)"):
+            code(
+                "outer = cv / nvec_in;",
+                f"c0 = (cv - outer * nvec_in) * {vec};",
+                f"nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});",
+            )
+            code.extend(decompose("outer", range(inner_axis), ops, code.indent))
+            code(*[f"base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ops])
+        code(*[f"const Index step_{op} = {op}.stride[{inner_axis}];" for op in ops])
+        code(*[f"const Index rs_{op} = {op}.stride[{rank - 1}];" for op in ops])
+        for a in accumulators(plan):
+            code(
+                f"{a.ctype} acc{a.k}[{vec}];",
+                f"for (int j = 0; j < {vec}; ++j) acc{a.k}[j] = {a.identity()};",
+            )
+        yield
 
 
 def outer_accumulate(
-    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, first: str
-) -> list[str]:
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, first: str
+) -> None:
     """Fold this thread's rows (first + threadIdx.y, then every rstride) of its column group
     into its accumulators: whole batches of `unroll` rows, the rest (spec.tail_batches), and
     element by element for a group cut by the end of the columns."""
     vec, unroll = spec.vector, spec.unroll
     n_loop = len(plan.loop_inputs)
-    lines = [
-        "    if (col_ok) {",
-        f"      Index r = {first} + threadIdx.y;",
-        f"      if (nvalid == {vec}) {{",
-        f"        for (; r + (Index)({unroll - 1}) * rstride < n_red; r += {unroll} * rstride) {{",
-    ]
-    lines += _outer_block(plan, spec, name, str(unroll), "          ")
-    lines.append("        }")
-    if spec.tail_batches:
-        # Fewer than `unroll` rows are left: take them in batches of halving powers of two (4,
-        # 2, 1 after 8; 4, 2, 1 after 5), so that they cost about log2(unroll) memory latencies
-        # rather than one each. Threads with few rows in all (a finely split or short reduced
-        # axis) have nothing but this.
-        count = 1 << ((unroll - 1).bit_length() - 1) if unroll > 1 else 0
-        while count >= 1:
-            last = "r" if count == 1 else f"r + (Index)({count - 1}) * rstride"
-            lines.append(f"        if ({last} < n_red) {{")
-            lines += _outer_block(plan, spec, name, str(count), "          ")
-            lines += [f"          r += {'' if count == 1 else f'{count} * '}rstride;", "        }"]
-            count //= 2
-    elif unroll > 1:
-        lines.append("        for (; r < n_red; r += rstride) {")
-        lines += _outer_block(plan, spec, name, "1", "          ")
-        lines.append("        }")
-    lines += [
-        "      } else {",
-        "        for (; r < n_red; r += rstride) {",
-        "#pragma unroll",
-        f"          for (int j = 0; j < {vec}; ++j) {{",
-        "            if (j >= nvalid) continue;",
-    ]
-    loaded = [f"kf::load(in{i}, base_in{i} + r * rs_in{i} + j * step_in{i})" for i in range(n_loop)]
-    for i, (u, arg) in enumerate(zip(plan.loop_inputs, loaded)):
-        lines.append(f"            const {u.val.dtype.cuda_type} e{i} = {arg};")
-    for a in accumulators(plan):
-        call = stage_call(plan, name, a.k, [f"e{i}" for i in range(n_loop)])
-        lines.append(f"            {a.update(f'acc{a.k}[j]', call)}")
-    lines += ["          }", "        }", "      }", "    }"]
-    return lines
+    with code.block("if (col_ok)"):
+        code(f"Index r = {first} + threadIdx.y;")
+        with code.block(f"if (nvalid == {vec})"):
+            with code.block(
+                f"for (; r + (Index)({unroll - 1}) * rstride < n_red; r += {unroll} * rstride)"
+            ):
+                code.extend(_outer_block(plan, spec, name, str(unroll), code.indent))
+            if spec.tail_batches:
+                # Fewer than `unroll` rows are left: take them in batches of halving powers of
+                # two (4, 2, 1 after 8; 4, 2, 1 after 5), so that they cost about log2(unroll)
+                # memory latencies rather than one each. Threads with few rows in all (a
+                # finely split or short reduced axis) have nothing but this.
+                count = 1 << ((unroll - 1).bit_length() - 1) if unroll > 1 else 0
+                while count >= 1:
+                    last = "r" if count == 1 else f"r + (Index)({count - 1}) * rstride"
+                    with code.block(f"if ({last} < n_red)"):
+                        code.extend(_outer_block(plan, spec, name, str(count), code.indent))
+                        code(f"r += {'' if count == 1 else f'{count} * '}rstride;")
+                    count //= 2
+            elif unroll > 1:
+                with code.block("for (; r < n_red; r += rstride)"):
+                    code.extend(_outer_block(plan, spec, name, "1", code.indent))
+            code.otherwise()
+            with code.block("for (; r < n_red; r += rstride)"):
+                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                    code("if (j >= nvalid) continue;")
+                    loaded = [
+                        f"kf::load(in{i}, base_in{i} + r * rs_in{i} + j * step_in{i})"
+                        for i in range(n_loop)
+                    ]
+                    for i, (u, arg) in enumerate(zip(plan.loop_inputs, loaded)):
+                        code(f"const {u.val.dtype.cuda_type} e{i} = {arg};")
+                    for a in accumulators(plan):
+                        call = stage_call(plan, name, a.k, [f"e{i}" for i in range(n_loop)])
+                        code(a.update(f"acc{a.k}[j]", call))
 
 
 def outer_combine(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
@@ -367,63 +367,58 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     fx, fy, batch = FINALIZE_X, finalize_threads_y(parts), FINALIZE_BATCH
     kept = range(rank - 1)
     accs = accumulators(plan)
-    lines = [runtime_header(), ""]
-    lines += functions_source(plan, name, stages=False, full=False, epilogue=True)
+    code = Code()
+    code.extend([runtime_header(), ""])
+    code.extend(functions_source(plan, name, stages=False, full=False, epilogue=True))
     params = tensor_params(plan, spec, loop=False, row=True, workspace=True)
-    lines += kernel_header(name, params, fx * fy, bounded=spec.launch_bounds)
-    lines += [
-        f"  typedef {spec.index_type} Index;",
-        "  __shared__ __align__(16) unsigned char "
-        f"kf_smem[{fx * fy * max(a.size for a in accs)}];",  # an accumulator a thread
-        f"  const Index n_red = in0.size[{rank - 1}];",
-        "  Index n_rows = 1;",
-    ]
-    lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
+    code.extend(kernel_header(name, params, fx * fy, bounded=spec.launch_bounds))
+    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code(
+        f"typedef {spec.index_type} Index;",
+        # an accumulator a thread
+        f"__shared__ __align__(16) unsigned char kf_smem[{fx * fy * max(a.size for a in accs)}];",
+        f"const Index n_red = in0.size[{rank - 1}];",
+        "Index n_rows = 1;",
+        *[f"n_rows *= out0.size[{d}];" for d in kept],
+    )
     # row0 is the same for the whole block, so every thread reaches the __syncthreads below.
-    lines += [
-        f"  for (Index row0 = (Index)blockIdx.x * {fx}; row0 < n_rows;"
-        f" row0 += (Index)gridDim.x * {fx}) {{",
-        "    const Index row = row0 + threadIdx.x;",
-        "    const bool row_ok = row < n_rows;",
-    ]
-    for a in accs:
-        lines.append(f"    {a.ctype} red{a.k} = {a.identity()};")
-    lines += [
-        "    if (row_ok) {",
-        f"      for (int p0 = threadIdx.y; p0 < {parts}; p0 += {fy * batch}) {{",
-    ]
-    for a in accs:
-        lines.append(f"        {a.ctype} part{a.k}[{batch}];")
-    lines += [
-        "#pragma unroll",
-        f"        for (int u = 0; u < {batch}; ++u) {{",
-        f"          const int p = p0 + u * {fy};",
-        f"          if (p >= {parts}) break;",
-        "          const Index at = (Index)p * n_rows + row;",
-    ]
-    for a in accs:
-        if a.welford:
-            lines += [
-                f"          part{a.k}[u].{f} = kf::load(ws{a.k}{f}, at);" for f in a.partial_fields
-            ]
-        else:
-            lines.append(f"          part{a.k}[u] = kf::load(ws{a.k}, at);")
-    lines += [
-        "        }",
-        "#pragma unroll",
-        f"        for (int u = 0; u < {batch}; ++u) {{",
-        f"          if (p0 + u * {fy} >= {parts}) break;",
-    ]
-    lines += [f"          {a.combine(f'red{a.k}', f'part{a.k}[u]')}" for a in accs]
-    lines += ["        }", "      }", "    }"]
-    for a in accs:
-        lines += _combine_over_y(a, fy, fx, None, f"red{a.k}")
-    lines.append("    if (threadIdx.y == 0 && row_ok) {")
-    for a in accs:
-        lines += [f"      {s}" for s in result_assignments(plan, a.k, f"red{a.k}", "n_red")]
-    lines += epilogue_call(plan, name, "row", "      ", kept)
-    lines += ["    }", "  }", "}", ""]
-    return "\n".join(lines), name
+    with code.block(
+        f"for (Index row0 = (Index)blockIdx.x * {fx}; row0 < n_rows;"
+        f" row0 += (Index)gridDim.x * {fx})"
+    ):
+        code("const Index row = row0 + threadIdx.x;", "const bool row_ok = row < n_rows;")
+        code(*[f"{a.ctype} red{a.k} = {a.identity()};" for a in accs])
+        with code.block("if (row_ok)"):
+            with code.block(f"for (int p0 = threadIdx.y; p0 < {parts}; p0 += {fy * batch})"):
+                code(*[f"{a.ctype} part{a.k}[{batch}];" for a in accs])
+                with code.block(f"for (int u = 0; u < {batch}; ++u)", unroll=True):
+                    code(
+                        f"const int p = p0 + u * {fy};",
+                        f"if (p >= {parts}) break;",
+                        "const Index at = (Index)p * n_rows + row;",
+                    )
+                    for a in accs:
+                        if a.welford:
+                            code(
+                                *[
+                                    f"part{a.k}[u].{f} = kf::load(ws{a.k}{f}, at);"
+                                    for f in a.partial_fields
+                                ]
+                            )
+                        else:
+                            code(f"part{a.k}[u] = kf::load(ws{a.k}, at);")
+                with code.block(f"for (int u = 0; u < {batch}; ++u)", unroll=True):
+                    code(f"if (p0 + u * {fy} >= {parts}) break;")
+                    code(*[a.combine(f"red{a.k}", f"part{a.k}[u]") for a in accs])
+        for a in accs:
+            code.extend(_combine_over_y(a, fy, fx, None, f"red{a.k}"))
+        with code.block("if (threadIdx.y == 0 && row_ok)"):
+            for a in accs:
+                code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
+            code.extend(epilogue_call(plan, name, "row", code.indent, kept))
+    code.depth = 0
+    code("}", "")
+    return "\n".join(code.lines), name
 
 
 def _combine_over_y(a: Accumulator, ny: int, nx: int, vec: int | None, acc: str) -> list[str]:
