@@ -31,6 +31,7 @@ from typing import Any
 
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
+    Code,
     decompose,
     kernel_header,
     load_lanes,
@@ -266,57 +267,58 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     name = kernel_name(plan, spec)
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
-    lines = [runtime_header(), ""]
-    lines += functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept)
+    code = Code()
+    code.extend([runtime_header(), ""])
+    code.extend(functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept))
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     threads = spec.block_x * by
-    lines += kernel_header(
-        name,
-        params,
-        threads,
-        bounded=spec.launch_bounds,
-        min_blocks=min_blocks_per_sm(threads),
-        cluster=cluster,
+    code.extend(
+        kernel_header(
+            name,
+            params,
+            threads,
+            bounded=spec.launch_bounds,
+            min_blocks=min_blocks_per_sm(threads),
+            cluster=cluster,
+        )
     )
-    lines += [f"  typedef {spec.index_type} Index;", *_shared_memory(plan, spec)]
-    lines += [f"  const Index n_red = in0.size[{rank - 1}];", "  Index n_rows = 1;"]
-    lines += [f"  n_rows *= out0.size[{d}];" for d in kept]
+    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code(f"typedef {spec.index_type} Index;")
+    code.extend(_shared_memory(plan, spec))
+    code(f"const Index n_red = in0.size[{rank - 1}];", "Index n_rows = 1;")
+    code(*[f"n_rows *= out0.size[{d}];" for d in kept])
     block, blocks = (
         ("blockIdx.x", "gridDim.x")
         if cluster == 1
         else (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})")
     )
-    lines += [
-        f"  for (Index row0 = (Index){block} * {by}; row0 < n_rows;"
-        f" row0 += (Index){blocks} * {by}) {{",
-        "    const Index row = row0 + threadIdx.y;",
-        "    const bool row_ok = row < n_rows;",
-    ]
-    ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
-    ops += [f"out{k}" for k in plan.loop_outputs]
-    lines += [f"    Index base_{op} = 0;" for op in ops]
-    lines.append("    if (row_ok) {")
-    lines += decompose("row", kept, ops, "      ")
-    lines.append("    }")
-    lines += [f"    const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops]
-    lines += _load_held(plan, spec)
-    for k in spec.kept:
-        ctype = compute_ctype(stage_value(plan, k).val.dtype)
-        lines.append(f"    {ctype} c{k}[{batch}][{vec}] = {{}};")
-    for acc in accumulators(plan):
-        lines += _reduce_held(plan, spec, name, acc.k)
-    if plan.loop_outputs:
-        lines += _store_full(plan, spec, name)
-    if plan.row_outputs:  # one thread of the row's (first) block writes them
-        first = " && kf_rank == 0" if cluster > 1 else ""
-        lines.append(f"    if (threadIdx.x == 0{first} && row_ok) {{")
-        lines += epilogue_call(plan, name, "row", "      ", kept)
-        lines.append("    }")
-    lines.append("  }")
+    with code.block(
+        f"for (Index row0 = (Index){block} * {by}; row0 < n_rows; row0 += (Index){blocks} * {by})"
+    ):
+        code("const Index row = row0 + threadIdx.y;", "const bool row_ok = row < n_rows;")
+        ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
+        ops += [f"out{k}" for k in plan.loop_outputs]
+        code(*[f"Index base_{op} = 0;" for op in ops])
+        with code.block("if (row_ok)"):
+            code.extend(decompose("row", kept, ops, code.indent))
+        code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
+        code.extend(_load_held(plan, spec))
+        for k in spec.kept:
+            ctype = compute_ctype(stage_value(plan, k).val.dtype)
+            code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
+        for acc in accumulators(plan):
+            code.extend(_reduce_held(plan, spec, name, acc.k))
+        if plan.loop_outputs:
+            code.extend(_store_full(plan, spec, name))
+        if plan.row_outputs:  # one thread of the row's (first) block writes them
+            first = " && kf_rank == 0" if cluster > 1 else ""
+            with code.block(f"if (threadIdx.x == 0{first} && row_ok)"):
+                code.extend(epilogue_call(plan, name, "row", code.indent, kept))
     if cluster > 1:  # no block may exit while another still reads its shared memory
-        lines.append("  kf::cluster_sync();")
-    lines += ["}", ""]
-    return "\n".join(lines), name
+        code("kf::cluster_sync();")
+    code.depth = 0
+    code("}", "")
+    return "\n".join(code.lines), name
 
 
 def _shared_memory(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
