@@ -4,10 +4,13 @@
 # refactor) and for this one, alternately in separate processes (A B A B ...), so that both
 # see the same machine; then the median of each workload's rounds for each, side by side.
 #
-#   tools/device_ab.sh OLD.whl [ROUNDS] [WORKLOADS]      (default 2 rounds; W1..W6 and H1)
+#   tools/device_ab.sh OLD.whl [ROUNDS] [WORKLOADS]      (default 5 rounds; W1..W6 and H1)
+#
+# H1 (microseconds a cached call) varies by 30% between processes: settle it with 5 or more
+# rounds (2 rounds of W1..W6 and H1 take about 90 s).
 set -u
 OLD_WHEEL="$1"
-ROUNDS="${2:-2}"
+ROUNDS="${2:-5}"
 ONLY="${3:-W1,W1f,W2,W3,W4,W5,W6,H1}"
 OUT="${OUT:-/tmp/kfuse-device-logs}"
 NEW_SITE="${KFUSE_SITE:-/tmp/kfuse-site}"
