@@ -38,9 +38,9 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     """The Program for `fusion` on the inputs `info` describes. params: the caller's pinned
     parameters (their scheduler must take the whole fusion), or None for the heuristics'.
     segment: whether a fusion no single scheduler takes is split (False inside a segment)."""
-    scheduler = _chosen(fusion, info, params, segment)
+    scheduler, reasons = _chosen(fusion, info, params, segment)
     if scheduler is None:
-        return _segmented(fusion, info)
+        return _segmented(fusion, info, reasons)
     if params is None:
         params = scheduler.heuristics(fusion, info)
     dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
@@ -65,7 +65,9 @@ def choose_scheduler(fusion: Fusion, info: RuntimeInfo) -> tuple[Any, list[str]]
     return None, reasons
 
 
-def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> Any:
+def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> tuple[Any, list[str]]:
+    """(the scheduler, the reasons of those that declined before it); the pinned params'
+    scheduler if any."""
     if params is not None:
         scheduler = resolve_scheduler(params.scheduler_type)
         reason = rejection_reason(scheduler, fusion, info)
@@ -77,17 +79,16 @@ def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> An
                     "shows them)"
                 )
             raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
-        return scheduler
+        return scheduler, []
     scheduler, reasons = choose_scheduler(fusion, info)
     if scheduler is None and not segment:
         raise SchedulerError("no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons))
-    return scheduler
+    return scheduler, reasons
 
 
-def _segmented(fusion: Fusion, info: RuntimeInfo) -> Program:
+def _segmented(fusion: Fusion, info: RuntimeInfo, reasons: list[str]) -> Program:
     from kfuse.runtime.segments import SegmentedRunner
 
-    _, reasons = choose_scheduler(fusion, info)
     why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
     segmented = segment_fusion(fusion, info, why)
     dump.stage("segments", fusion, lambda: "\n".join(str(s) for s in segmented.describe()))

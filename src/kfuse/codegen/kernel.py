@@ -209,3 +209,23 @@ class Code:
         self.depth -= 1
         self(f"}} {head} {{")
         self.depth += 1
+
+
+def row_count(axes: range) -> list[str]:
+    """Statements defining n_rows: the product of out0's extents over `axes` (the kept axes
+    of a reduction, a pointwise kernel's outer axes)."""
+    return ["Index n_rows = 1;", *[f"n_rows *= out0.size[{d}];" for d in axes]]
+
+
+@contextlib.contextmanager
+def row_loop(
+    code: Code, per_block: int, thread: str, block: str = "blockIdx.x", blocks: str = "gridDim.x"
+) -> Iterator[None]:
+    """Within: the body of the grid-strided loop over rows, `per_block` rows a block (block
+    index `block` of `blocks`), this thread's row `row` (row0 + `thread`) and `row_ok`."""
+    with code.block(
+        f"for (Index row0 = (Index){block} * {per_block}; row0 < n_rows;"
+        f" row0 += (Index){blocks} * {per_block})"
+    ):
+        code(f"const Index row = row0 + {thread};", "const bool row_ok = row < n_rows;")
+        yield

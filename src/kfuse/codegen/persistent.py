@@ -36,6 +36,8 @@ from kfuse.codegen.kernel import (
     kernel_header,
     load_lanes,
     load_vector_statement,
+    row_count,
+    row_loop,
     store_vector,
 )
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
@@ -285,17 +287,13 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     code.depth = 1  # the kernel's body (kernel_header opened it)
     code(f"typedef {spec.index_type} Index;")
     code.extend(_shared_memory(plan, spec))
-    code(f"const Index n_red = in0.size[{rank - 1}];", "Index n_rows = 1;")
-    code(*[f"n_rows *= out0.size[{d}];" for d in kept])
+    code(f"const Index n_red = in0.size[{rank - 1}];", *row_count(kept))
     block, blocks = (
         ("blockIdx.x", "gridDim.x")
         if cluster == 1
         else (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})")
     )
-    with code.block(
-        f"for (Index row0 = (Index){block} * {by}; row0 < n_rows; row0 += (Index){blocks} * {by})"
-    ):
-        code("const Index row = row0 + threadIdx.y;", "const bool row_ok = row < n_rows;")
+    with row_loop(code, by, "threadIdx.y", block, blocks):
         ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
         ops += [f"out{k}" for k in plan.loop_outputs]
         code(*[f"Index base_{op} = 0;" for op in ops])

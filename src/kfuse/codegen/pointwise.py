@@ -27,6 +27,7 @@ from kfuse.codegen.kernel import (
     decompose,
     kernel_header,
     load_vector_block,
+    row_count,
     store_vector,
 )
 from kfuse.codegen.layout import BCAST
@@ -130,8 +131,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     code(
         f"typedef {spec.index_type} Index;",
         f"const Index n_inner = out0.size[{rank - 1}];",
-        "Index n_rows = 1;",
-        *[f"n_rows *= out0.size[{d}];" for d in range(rank - 1)],
+        *row_count(range(rank - 1)),
         f"const Index n_vec = (n_inner + {vec - 1}) / {vec};",
     )
     operands = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]

@@ -28,7 +28,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from kfuse.codegen.kernel import Code, decompose, kernel_header, load_vector_block
+from kfuse.codegen.kernel import (
+    Code,
+    decompose,
+    kernel_header,
+    load_vector_block,
+    row_count,
+    row_loop,
+)
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     functions_source,
@@ -71,17 +78,12 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
         f"typedef {spec.index_type} Index;",
         f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
         f"const Index n_red = in0.size[{rank - 1}];",
-        "Index n_rows = 1;",
-        *[f"n_rows *= out0.size[{d}];" for d in kept],
+        *row_count(kept),
         f"const Index n_vec = n_red / {vec};",
         f"const Index vstride = (Index)gridDim.y * {bx};",
     )
     ins = [f"in{i}" for i in range(n_loop)]
-    with code.block(
-        f"for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
-        f" row0 += (Index)gridDim.x * {by})"
-    ):
-        code("const Index row = row0 + threadIdx.y;", "const bool row_ok = row < n_rows;")
+    with row_loop(code, by, "threadIdx.y"):
         code(*[f"Index base_{op} = 0;" for op in ins])
         with code.block("if (row_ok)"):
             code.extend(decompose("row", kept, ins, code.indent))
@@ -378,15 +380,10 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
         # an accumulator a thread
         f"__shared__ __align__(16) unsigned char kf_smem[{fx * fy * max(a.size for a in accs)}];",
         f"const Index n_red = in0.size[{rank - 1}];",
-        "Index n_rows = 1;",
-        *[f"n_rows *= out0.size[{d}];" for d in kept],
+        *row_count(kept),
     )
     # row0 is the same for the whole block, so every thread reaches the __syncthreads below.
-    with code.block(
-        f"for (Index row0 = (Index)blockIdx.x * {fx}; row0 < n_rows;"
-        f" row0 += (Index)gridDim.x * {fx})"
-    ):
-        code("const Index row = row0 + threadIdx.x;", "const bool row_ok = row < n_rows;")
+    with row_loop(code, fx, "threadIdx.x"):
         code(*[f"{a.ctype} red{a.k} = {a.identity()};" for a in accs])
         with code.block("if (row_ok)"):
             with code.block(f"for (int p0 = threadIdx.y; p0 < {parts}; p0 += {fy * batch})"):
