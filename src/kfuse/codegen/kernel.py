@@ -204,6 +204,18 @@ class Code:
             self.depth -= 1
         self("}")
 
+    def open_kernel(self, header: list[str]) -> None:
+        """Append a kernel's header (kernel_header: its signature, up to the brace) and go
+        into its body."""
+        self.extend(header)
+        self.depth = 1
+
+    def kernel_source(self) -> str:
+        """Close the kernel opened by open_kernel; the whole source."""
+        self.depth = 0
+        self("}", "")
+        return "\n".join(self.lines)
+
     def otherwise(self, head: str = "else") -> None:
         """Close the innermost block and open its `else` (or `else if (...)`) branch."""
         self.depth -= 1

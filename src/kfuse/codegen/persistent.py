@@ -274,7 +274,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     code.extend(functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept))
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     threads = spec.block_x * by
-    code.extend(
+    code.open_kernel(
         kernel_header(
             name,
             params,
@@ -284,7 +284,6 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             cluster=cluster,
         )
     )
-    code.depth = 1  # the kernel's body (kernel_header opened it)
     code(f"typedef {spec.index_type} Index;")
     code.extend(_shared_memory(plan, spec))
     code(f"const Index n_red = in0.size[{rank - 1}];", *row_count(kept))
@@ -314,9 +313,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
                 code.extend(epilogue_call(plan, name, "row", code.indent, kept))
     if cluster > 1:  # no block may exit while another still reads its shared memory
         code("kf::cluster_sync();")
-    code.depth = 0
-    code("}", "")
-    return "\n".join(code.lines), name
+    return code.kernel_source(), name
 
 
 def _shared_memory(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:

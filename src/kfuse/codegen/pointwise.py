@@ -124,10 +124,9 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     code = Code()
     code.extend([runtime_header(), "", *body, ""])
     threads = spec.block_x * spec.block_y
-    code.extend(
+    code.open_kernel(
         kernel_header(name, _kernel_params(plan, spec), threads, bounded=spec.launch_bounds)
     )
-    code.depth = 1  # the kernel's body (kernel_header opened it)
     code(
         f"typedef {spec.index_type} Index;",
         f"const Index n_inner = out0.size[{rank - 1}];",
@@ -153,9 +152,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
                 _whole_vectors(code, plan, spec, call)
                 code.otherwise()
                 _ragged_end(code, plan, spec, call)
-    code.depth = 0
-    code("}", "")
-    return "\n".join(code.lines), name
+    return code.kernel_source(), name
 
 
 def _kernel_params(plan: PointwisePlan, spec: PointwiseKernelSpec) -> list[str]:

@@ -72,8 +72,7 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.extend([runtime_header(), ""])
     code.extend(functions_source(plan, name, stages=True, full=False, epilogue=parts == 1))
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
-    code.extend(kernel_header(name, params, bx * by, bounded=spec.launch_bounds))
-    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code.open_kernel(kernel_header(name, params, bx * by, bounded=spec.launch_bounds))
     code(
         f"typedef {spec.index_type} Index;",
         f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
@@ -95,15 +94,8 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
             combined = a.block_reduce(f"acc{a.k}", "kf_smem", spec.block_x)
             code(f"const {a.ctype} red{a.k} = {combined};")
         with code.block("if (threadIdx.x == 0 && row_ok)"):
-            if parts > 1:
-                code.extend(_store_partials(accs, "(Index)blockIdx.y * n_rows + row", code.indent))
-            else:
-                for a in accs:
-                    code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
-                code.extend(epilogue_call(plan, name, "row", code.indent, kept))
-    code.depth = 0
-    code("}", "")
-    return "\n".join(code.lines), name
+            _row_results(code, plan, spec, name, "red{k}")
+    return code.kernel_source(), name
 
 
 def _accumulate_row(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> None:
@@ -128,6 +120,21 @@ def _accumulate_row(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, 
             " i < n_red; i += vstride)"
         )
         code.extend(scalar_accumulate(plan, name, "i", code.indent + "  "))
+
+
+def _row_results(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, combined: str
+) -> None:
+    """What one row's combined accumulators become: a grid reduction's partials (the values
+    red<k>) or, in one pass, the reductions' results and the epilogue (accumulator k is
+    `combined` with {k} filled in)."""
+    accs = accumulators(plan)
+    if spec.grid_parts > 1:
+        code.extend(_store_partials(accs, "(Index)blockIdx.y * n_rows + row", code.indent))
+        return
+    for a in accs:
+        code(*result_assignments(plan, a.k, combined.format(k=a.k), "n_red"))
+    code.extend(epilogue_call(plan, name, "row", code.indent, range(spec.rank - 1)))
 
 
 def _store_partials(
@@ -155,15 +162,13 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     """Source and name of the outer-reduction kernel."""
     name = kernel_name(plan, spec)
     vec, parts = spec.vector, spec.grid_parts
-    kept = range(spec.rank - 1)
     accs = accumulators(plan)
     code = Code()
     code.extend([runtime_header(), ""])
     code.extend(functions_source(plan, name, stages=True, full=False, epilogue=parts == 1))
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
     threads = spec.block_x * spec.block_y
-    code.extend(kernel_header(name, params, threads, bounded=spec.launch_bounds))
-    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
     with outer_columns(code, plan, spec, "(Index)gridDim.y", []):
         outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
         code.extend(outer_combine(plan, spec))
@@ -172,16 +177,8 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
                 code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
                 if parts > 1:
                     code(*[f"const {a.ctype} red{a.k} = acc{a.k}[j];" for a in accs])
-                    code.extend(
-                        _store_partials(accs, "(Index)blockIdx.y * n_rows + row", code.indent)
-                    )
-                else:
-                    for a in accs:
-                        code(*result_assignments(plan, a.k, f"acc{a.k}[j]", "n_red"))
-                    code.extend(epilogue_call(plan, name, "row", code.indent, kept))
-    code.depth = 0
-    code("}", "")
-    return "\n".join(code.lines), name
+                _row_results(code, plan, spec, name, "acc{k}[j]")
+    return code.kernel_source(), name
 
 
 @contextlib.contextmanager
@@ -373,8 +370,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     code.extend([runtime_header(), ""])
     code.extend(functions_source(plan, name, stages=False, full=False, epilogue=True))
     params = tensor_params(plan, spec, loop=False, row=True, workspace=True)
-    code.extend(kernel_header(name, params, fx * fy, bounded=spec.launch_bounds))
-    code.depth = 1  # the kernel's body (kernel_header opened it)
+    code.open_kernel(kernel_header(name, params, fx * fy, bounded=spec.launch_bounds))
     code(
         f"typedef {spec.index_type} Index;",
         # an accumulator a thread
@@ -413,9 +409,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
             for a in accs:
                 code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
             code.extend(epilogue_call(plan, name, "row", code.indent, kept))
-    code.depth = 0
-    code("}", "")
-    return "\n".join(code.lines), name
+    return code.kernel_source(), name
 
 
 def _combine_over_y(a: Accumulator, ny: int, nx: int, vec: int | None, acc: str) -> list[str]:
