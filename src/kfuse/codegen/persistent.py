@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kfuse.codegen import column_partials
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
     Code,
@@ -266,13 +267,14 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     shared memory (_shared_memory), then per row: its coordinates, the row loaded once into
     registers or shared memory (_load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
-    name = kernel_name(plan, spec)
+    name = kernel_name(plan, spec, column_partials.name_suffix(spec.columns))
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     code = Code()
     code.extend([runtime_header(), ""])
     code.extend(functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept))
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
+    params += column_partials.workspace_params(spec)
     threads = spec.block_x * by
     code.open_kernel(
         kernel_header(
@@ -287,6 +289,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     code(f"typedef {spec.index_type} Index;")
     code.extend(_shared_memory(plan, spec))
     code(f"const Index n_red = in0.size[{rank - 1}];", *row_count(kept))
+    column_partials.declare(code, spec)
     block, blocks = (
         ("blockIdx.x", "gridDim.x")
         if cluster == 1
@@ -294,7 +297,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     )
     with row_loop(code, by, "threadIdx.y", block, blocks):
         ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
-        ops += [f"out{k}" for k in plan.loop_outputs]
+        summed = column_partials.accumulated(spec)
+        ops += [f"out{k}" for k in plan.loop_outputs if k not in summed]
         code(*[f"Index base_{op} = 0;" for op in ops])
         with code.block("if (row_ok)"):
             code.extend(decompose("row", kept, ops, code.indent))
@@ -311,6 +315,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             first = " && kf_rank == 0" if cluster > 1 else ""
             with code.block(f"if (threadIdx.x == 0{first} && row_ok)"):
                 code.extend(epilogue_call(plan, name, "row", code.indent, kept))
+    if spec.columns:
+        column_partials.store(code, spec, slot_start(spec))
     if cluster > 1:  # no block may exit while another still reads its shared memory
         code("kf::cluster_sync();")
     return code.kernel_source(), name
@@ -560,15 +566,18 @@ def _store_slot(
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += [f"y{k}[j]" for k in plan.loop_outputs]
+    summed = column_partials.accumulated(spec)
     lines += [
         "#pragma unroll",
         f"          for (int j = 0; j < {vec}; ++j) {{",
         f"            {name}_full({', '.join(args)});",
+        *[f"            {column_partials.accumulate(spec, k, f'y{k}[j]')}" for k in summed],
         "          }",
         f"          if (i0 + {vec} <= n_red) {{",
     ]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
-    for k in plan.loop_outputs:
+    stored = [k for k in plan.loop_outputs if k not in summed]
+    for k in stored:
         lines += store_vector(
             kinds[k],
             f"out{k}",
@@ -588,7 +597,7 @@ def _store_slot(
     ]
     lines += [
         f"                kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"
-        for k in plan.loop_outputs
+        for k in stored
     ]
     return lines + ["              }", "            }", "          }", "        }"]
 

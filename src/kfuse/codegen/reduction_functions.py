@@ -150,9 +150,11 @@ def tensor_params(
             for i, u in enumerate(plan.epilogue.input_uses)
         ]
     params += [f"{scalar_ctype(s)} s{i}" for i, s in enumerate(plan.scalars)]
+    skipped = {c.output for c in spec.columns}  # accumulated per column, never stored
     params += [
         f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
         for k, o in enumerate(plan.fusion.outputs)
+        if k not in skipped
     ]
     if workspace:
         for acc in accumulators(plan):

@@ -36,6 +36,7 @@ from kfuse.ir.exprs import (
     Expr,
     ReductionOp,
     ReshapeOp,
+    SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
@@ -219,6 +220,14 @@ def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple
                     f"{_describe(e)} broadcasts a reduction result to axes "
                     f"{[i for i, b in enumerate(e.is_new_axis) if b]}, not to the "
                     f"reduced axes {list(dims)}"
+                )
+        elif isinstance(e, SqueezeOp):
+            # Back from the keepdim'd shape (rank R, reduced axes broadcast) to the kept axes:
+            # the same values by position.
+            if cast(TensorView, e.inputs[0]).ndim != rank or tuple(e.dims) != dims:
+                raise PlanError(
+                    f"{_describe(e)} squeezes axes {list(e.dims)} of a value computed from "
+                    f"a reduction result, not the reduced axes {list(dims)}"
                 )
         elif not isinstance(e, (*_POINTWISE, ExpandOp)):
             raise PlanError(

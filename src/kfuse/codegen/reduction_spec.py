@@ -61,6 +61,10 @@ class ReductionKernelSpec:
     # (CompileParams.maxrregcount: see kfuse.codegen.kernel). Not in the repr, which names
     # kernels: the source differs by the attribute alone.
     launch_bounds: bool = field(default=True, repr=False)
+    # persistent, inner_outer_persistent: main outputs accumulated per column instead of
+    # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
+    # other kernels' names stay as they were; column_partials.name_suffix names them.
+    columns: tuple = field(default=(), repr=False)
 
     @property
     def held_batch(self) -> int:

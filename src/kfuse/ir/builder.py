@@ -446,8 +446,19 @@ class Builder:
         else:
             acc = v.dtype
         src = self.cast(v, acc, op=op)
-        red = self.new_tensor(acc, [a for i, a in enumerate(v.axes) if i not in norm])
-        self.add(ReductionOp(inputs=(src,), outputs=(red,), op=op, dims=norm, dtype=acc))
+        # Over a size-1 broadcast axis every one of these reductions is the value itself:
+        # such axes are squeezed, and only the real ones reduced (if any). nvFuser's
+        # backward norms sum a keepdim'd row result over its broadcast axis; as a
+        # reduction of its own that would split the fusion in segments.
+        size_one = tuple(d for d in norm if v.axes[d].is_broadcast)
+        real = tuple(d - sum(s < d for s in size_one) for d in norm if d not in size_one)
+        if size_one:
+            src = self.squeeze(src, size_one, op=op)
+        red: Val = src
+        if real:
+            assert isinstance(src, TensorView)
+            red = self.new_tensor(acc, [a for i, a in enumerate(src.axes) if i not in real])
+            self.add(ReductionOp(inputs=(src,), outputs=(red,), op=op, dims=real, dtype=acc))
         result: Val = red if out_dtype is None else self.cast(red, out_dtype, op=op)
         return self.keepdim(result, norm, v.ndim, keepdim, op)
 

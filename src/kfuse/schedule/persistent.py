@@ -149,6 +149,8 @@ class InnerPersistentScheduler:
         )
         n_rows = layout.n_rows
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
+        if cluster > 1:  # the blocks of a cluster share one row (_check_persistent_params)
+            block_y = 1
         params = ReductionParams("inner_persistent")
         params.fastest_dim_reduction = True
         params.persistent = True
@@ -297,17 +299,22 @@ reached 65%."""
 
 
 def persistent_spec(
-    plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any, clusters: bool = False
+    plan: ReductionPlan,
+    layout: ReductionLayout,
+    params: Any,
+    device: Any,
+    clusters: bool = False,
+    scheduler: str = "inner_persistent",
 ) -> ReductionKernelSpec:
     """The compile-time description of persistent `params` for this call's layout; clusters:
     whether the target runs thread-block clusters (clusters_supported). SchedulerError naming
-    the field when the params cannot run this fusion."""
+    the field when the params cannot run this fusion (`scheduler` names the scheduler)."""
     vector = _int(params, "vectorize_reduction")
     batch = _int(params, "persistent_batch_size")
     bx = _int(params, "block_x")
     reload = _int(params, "reload_batch_size")
     cluster = _int(params, "cluster_size")
-    _check_persistent_params(params, layout, device, clusters)
+    _check_persistent_params(params, layout, device, clusters, scheduler)
     axis = layout.rank - 1
 
     def kind(op: Any) -> str:
@@ -344,19 +351,19 @@ def persistent_spec(
 
 
 def _check_persistent_params(
-    params: Any, layout: ReductionLayout, device: Any, clusters: bool
+    params: Any, layout: ReductionLayout, device: Any, clusters: bool, scheduler: str
 ) -> None:
     """SchedulerError unless `params` describe a persistent kernel that holds this layout's
     rows (and clusters only where the target has them)."""
     if not bool(params.persistent):
-        raise SchedulerError("inner_persistent needs ReductionParams.persistent = True")
+        raise SchedulerError(f"{scheduler} needs ReductionParams.persistent = True")
     if not bool(params.fastest_dim_reduction):
-        raise SchedulerError("inner_persistent needs fastest_dim_reduction = True")
+        raise SchedulerError(f"{scheduler} needs fastest_dim_reduction = True")
     vector = _int(params, "vectorize_reduction")
     batch = _int(params, "persistent_batch_size")
-    validate_common(params, "inner_persistent", vector, batch, device)
+    validate_common(params, scheduler, vector, batch, device)
     if _int(params, "grid_y") != 1:
-        raise SchedulerError("inner_persistent keeps a row in one block: grid_y must be 1")
+        raise SchedulerError(f"{scheduler} keeps a row in one block: grid_y must be 1")
     bx = _int(params, "block_x")
     reload = _int(params, "reload_batch_size")
     if not 0 <= reload <= batch:

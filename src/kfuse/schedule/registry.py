@@ -8,6 +8,7 @@ from kfuse.ir.exprs import ReductionOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.expr_eval import ExprEvalScheduler
+from kfuse.schedule.inner_outer import InnerOuterPersistentScheduler
 from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler
 from kfuse.schedule.reduction import ReductionScheduler
@@ -73,6 +74,7 @@ SCHEDULERS: list[Any] = [
     PointwiseScheduler(),
     ReductionScheduler(),
     InnerPersistentScheduler(),
+    InnerOuterPersistentScheduler(),
     PendingScheduler(SchedulerType.outer_persistent, needs_reduction=True),
     ExprEvalScheduler(),
 ]

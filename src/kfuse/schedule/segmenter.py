@@ -414,15 +414,21 @@ def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def build_sub_fusion(
-    exprs: list[Expr], inputs: list[Val], outputs: list[Val], parent: Fusion
+    exprs: list[Expr],
+    inputs: list[Val],
+    outputs: list[Val],
+    parent: Fusion,
+    mapping: dict[int, Val] | None = None,
 ) -> Fusion:
     """A new Fusion computing `outputs` from `inputs` with clones of `exprs`.
 
     Fusion tensor inputs keep their contiguity and stride order; intermediates become plain
-    tensor inputs with the same axes and dtype; constants are shared.
+    tensor inputs with the same axes and dtype; constants are shared. `mapping`, when given,
+    is filled with id(parent Val) -> its clone.
     """
     sub = Fusion()
-    mapping: dict[int, Val] = {}
+    if mapping is None:
+        mapping = {}
     parent_inputs = {id(v) for v in parent.inputs}
 
     def clone(v: Val, is_input: bool) -> Val:

@@ -17,6 +17,7 @@ class SchedulerType(enum.Enum):
     pointwise = "pointwise"
     reduction = "reduction"
     inner_persistent = "inner_persistent"
+    inner_outer_persistent = "inner_outer_persistent"
     outer_persistent = "outer_persistent"
     expr_eval = "expr_eval"
 

@@ -1,0 +1,267 @@
+"""The inner_outer_persistent scheduler: a normalization's backward in one pass over the data.
+
+Takes fusions whose reductions are over two complementary sets of axes: over each row (the
+row side, which may need the row again: an inner persistent kernel) and over the rows (the
+column side: dweight, dbias, whose results only feed outputs through pointwise ops). See
+kfuse.schedule.inner_outer_split for the split and kfuse.codegen.column_partials for the
+kernel: the inner persistent kernel of the row side, whose threads also sum each column
+reduction's input over the rows they walk, one partial per block; then the reduction
+scheduler's finalize kernel combines the partials of each column and writes the column
+outputs.
+
+ReductionParams ("inner_outer_persistent") are read as inner_persistent reads them, with the
+row held in registers (smem_persistent False, reload_batch_size 0, cluster_size 1); grid_x is
+also the number of partials per column. Heuristics: 16-byte vectors along the row; threads
+per row so that each thread holds few vectors, since every column reduction keeps
+batch * vector accumulators per thread (COLUMN_REGISTERS in all) across rows; rows per block
+to make 256 threads; blocks so that RESIDENT_THREADS threads an SM run, grid-strided over
+the rows (each block's rows share one partial, so fewer blocks mean fewer partials to write
+and combine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kfuse.codegen import column_partials
+from kfuse.codegen.persistent import emit_persistent
+from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y
+from kfuse.codegen.reduction_loads import smem_bytes
+from kfuse.codegen.reduction_plan import (
+    PlanError,
+    ReductionPlan,
+    plan_reductions,
+    reduction_layout,
+)
+from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
+from kfuse.errors import SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.inner_outer_split import (
+    InnerOuterSplit,
+    columns_info,
+    main_info,
+    split_inner_outer,
+)
+from kfuse.schedule.persistent import (
+    MAX_HELD_WORDS,
+    MAX_ROW_THREADS,
+    VECTORS_PER_THREAD,
+    held_bytes_per_element,
+    persistent_spec,
+)
+from kfuse.schedule.reduction import (
+    MAX_GRID_X,
+    STATIC_SMEM_LIMIT,
+    _int,
+    fill_launch_params,
+    operand_list,
+    pick_vector,
+    pow2_ceil,
+    workspace_operands,
+)
+from kfuse.schedule.types import Rejection, SchedulerType
+
+NAME = "inner_outer_persistent"
+COLUMN_REGISTERS = 32
+"""32-bit registers a thread gives to its column accumulators, over all column reductions."""
+BLOCK_THREADS = 256
+RESIDENT_THREADS = 1024
+"""Threads an SM runs at once (grid_x = SMs * RESIDENT_THREADS / block threads)."""
+
+
+class Parts:
+    """The split of one fusion and its plans, with this call's layouts."""
+
+    def __init__(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        self.split: InnerOuterSplit = split_inner_outer(fusion)  # Rejection
+        try:
+            self.main: ReductionPlan = plan_reductions(self.split.main)
+            self.columns: ReductionPlan = plan_reductions(self.split.columns)
+        except PlanError as exc:
+            raise Rejection(str(exc)) from None
+        if not self.split.main_outputs:
+            raise Rejection("every output is a column reduction's; no row kernel to run")
+        if self.columns.epilogue.input_uses or self.columns.loop_outputs:
+            raise Rejection("the column outputs read more than the column reductions")
+        if info is None:
+            return
+        try:
+            self.main_layout = reduction_layout(self.main, main_info(self.split, info))
+            self.column_layout = reduction_layout(self.columns, columns_info(self.split, info))
+        except PlanError as exc:
+            raise Rejection(str(exc)) from None
+        main, cols = self.main_layout, self.column_layout
+        if main.loop and not any(op.red_stride == 1 for op in main.loop) and main.n_rows > 1:
+            raise Rejection("the rows are not the innermost axes in memory")
+        if cols.rank != 2 or cols.n_rows != main.red_size or cols.red_size != main.n_rows:
+            raise Rejection(
+                f"the column reductions' domain {cols.sizes} does not number the columns "
+                f"as the rows' domain {main.sizes} does"
+            )
+
+
+class InnerOuterPersistentScheduler:
+    """Schedules normalization backward fusions: one pass for the rows and the columns."""
+
+    scheduler_type = SchedulerType.inner_outer_persistent
+    generates_kernels = True
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        parts = Parts(fusion, info)
+        if info is not None:
+            _choose(parts, info.device)  # Rejection: the row is not held
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import ReductionParams
+
+        parts = Parts(fusion, info)
+        vector, block_x, batch = _choose(parts, info.device)
+        n_rows = parts.main_layout.n_rows
+        block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(n_rows)))
+        threads = block_x * block_y
+        resident = info.device.sm_count * max(1, RESIDENT_THREADS // threads)
+        params = ReductionParams(NAME)
+        params.fastest_dim_reduction = True
+        params.persistent = True
+        params.persistent_batch_size = batch
+        params.vectorize_reduction = vector
+        params.unroll_reduction = 1
+        params.block_x, params.block_y = block_x, block_y
+        params.grid_x = max(1, min(MAX_GRID_X, -(-n_rows // block_y), resident))
+        params.grid_y = 1
+        params.cparams.index_type = "int64" if parts.main_layout.needs_int64() else "int32"
+        fill_launch_params(params, parts.main)
+        return params
+
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """The row kernel (with the column partials) and the columns' finalize kernel."""
+        try:
+            parts = Parts(fusion, info)
+        except Rejection as exc:
+            raise SchedulerError(f"{NAME}: {exc}") from None
+        _check_params(params)
+        spec = _main_spec(parts, params, info)
+        ws = workspace_operands(parts.columns, _int(params, "grid_x"), parts.column_layout.n_rows)
+        return [_main_kernel(parts, spec, params, ws), _finalize_kernel(parts, spec, params, ws)]
+
+
+def _choose(parts: Parts, device: Any) -> tuple[int, int, int]:
+    """(vector, threads per row, batch) holding the row in registers, with room for the
+    column accumulators; Rejection when the row is too long for that."""
+    plan, layout = parts.main, parts.main_layout
+    n_red = layout.red_size
+    stored = _stored_outputs(parts)
+    vector = pick_vector(layout, layout.rank - 1, n_red, tuple(layout.outputs[k] for k in stored))
+    vecs = max(1, -(-n_red // vector))
+    n_columns = len(parts.split.column_inputs)
+    max_batch = max(1, COLUMN_REGISTERS // (vector * n_columns))
+    per_thread = min(VECTORS_PER_THREAD, max_batch)
+    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // per_thread)))
+    batch = -(-vecs // block_x)
+    words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
+    if batch > max_batch or words > MAX_HELD_WORDS:
+        raise Rejection(
+            f"a row of {n_red} elements is too long to hold in registers next to "
+            f"{n_columns} column accumulator(s): {batch} vectors of {vector} a thread with "
+            f"{block_x} threads a row"
+        )
+    return vector, block_x, batch
+
+
+def _stored_outputs(parts: Parts) -> list[int]:
+    """Main outputs the row kernel stores (its loop outputs but the accumulated ones)."""
+    summed = set(parts.split.accumulated)
+    return [k for k in parts.main.loop_outputs if k not in summed]
+
+
+def _check_params(params: Any) -> None:
+    for name, want in (("smem_persistent", False), ("reload_batch_size", 0), ("cluster_size", 1)):
+        if getattr(params, name) != want:
+            raise SchedulerError(
+                f"{NAME} holds rows in registers: ReductionParams.{name} must be {want!r} "
+                f"(got {getattr(params, name)!r})"
+            )
+
+
+def _main_spec(parts: Parts, params: Any, info: RuntimeInfo) -> ReductionKernelSpec:
+    spec = persistent_spec(parts.main, parts.main_layout, params, info.device, scheduler=NAME)
+    accs = accumulators(parts.columns)
+    # Column reduction k reads column input position j; main output of that input:
+    positions = {id(v): j for j, v in enumerate(parts.columns.fusion.inputs)}
+    columns = tuple(
+        column_partials.ColumnPartial(parts.split.accumulated[positions[id(r.inputs[0])]], accs[k])
+        for k, r in enumerate(parts.columns.reductions)
+    )
+    spec = dataclasses.replace(spec, columns=columns)
+    static = smem_bytes(parts.main, spec) + column_partials.scratch_bytes(spec)
+    if static > STATIC_SMEM_LIMIT:
+        raise SchedulerError(
+            f"ReductionParams need {static} bytes of static shared memory for the row "
+            f"reductions and the column partials (limit {STATIC_SMEM_LIMIT}); use fewer "
+            "threads per block"
+        )
+    return spec
+
+
+def _main_kernel(parts: Parts, spec: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:
+    from kfuse.runtime.launch import GeneratedKernel
+
+    source, name = emit_persistent(parts.main, spec)
+    ops = operand_list(parts.main, parts.main_layout, loop=True, row=True, workspace=None)
+    ops = _to_parent(parts, ops, outputs=parts.split.main_outputs) + ws
+    grid = (_int(params, "grid_x"), 1, 1)
+    return GeneratedKernel(name, source, grid, (spec.block_x, spec.block_y, 1), 0, ops, NAME, spec)
+
+
+def _finalize_kernel(parts: Parts, main: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:
+    """The reduction scheduler's finalize kernel over the column side: `grid_x` partials a
+    column."""
+    from kfuse.runtime.launch import GeneratedKernel, InputOperand, WorkspaceOperand
+
+    layout = parts.column_layout
+    spec = ReductionKernelSpec(
+        "inner",
+        layout.rank,
+        1,
+        1,
+        FINALIZE_X,
+        1,
+        _int(params, "grid_x"),
+        main.index_type,
+        (),
+        (),
+        launch_bounds=main.launch_bounds,
+    )
+    source, name = emit_finalize(parts.columns, spec)
+    ops = operand_list(parts.columns, layout, loop=False, row=True, workspace=ws)
+    # Its first operand only carries the domain's sizes (the column inputs exist only as
+    # the partials): a view of no memory.
+    assert isinstance(ops[0], InputOperand)
+    ops[0] = WorkspaceOperand(0, 0, 0, layout.sizes, (0,) * layout.rank)
+    ops = _to_parent(parts, ops, outputs=parts.split.column_outputs)
+    grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
+    block = (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1)
+    return GeneratedKernel(name, source, grid, block, 0, ops, NAME, spec)
+
+
+def _to_parent(parts: Parts, ops: list[Any], outputs: tuple[int, ...]) -> list[Any]:
+    """A sub-fusion's launch operands in the parent's terms: its scalars are the parent's,
+    its outputs the parent outputs `outputs` (accumulated ones have no operand); inputs of
+    the row side keep their positions (the same inputs, in the same order)."""
+    from kfuse.runtime.launch import OutputOperand, ScalarOperand
+
+    out: list[Any] = []
+    for op in ops:
+        if isinstance(op, ScalarOperand):
+            out.append(ScalarOperand(parts.split.parent_vals[id(op.val)]))  # type: ignore[arg-type]
+        elif isinstance(op, OutputOperand):
+            if op.index < len(outputs):
+                out.append(dataclasses.replace(op, index=outputs[op.index]))
+        else:
+            out.append(op)
+    return out
+
+
+__all__ = ["InnerOuterPersistentScheduler"]

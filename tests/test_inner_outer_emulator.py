@@ -1,0 +1,115 @@
+"""The inner_outer_persistent scheduler end to end on the host emulator: normalization
+backward fusions (rows and columns reduced in one pass) against kfuse.reference, across row
+lengths, row counts (one block, several, rows left over), blocks of several rows, and
+pinned params; plus what it declines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+from kfuse.testing import assert_outputs_close
+from norm_fusions import (
+    BF16,
+    layer_norm_backward,
+    layer_norm_backward_inputs,
+    rms_norm_backward,
+    rms_norm_backward_inputs,
+)
+
+IO = SchedulerType.inner_outer_persistent
+
+
+def check(fd: FusionDefinition, inputs: list, params: object = None) -> list:
+    if params is None:
+        out = fd.execute(inputs)
+        assert fd.last_scheduler() is IO
+        assert len(fd.segments(inputs)) == 1
+    else:
+        out = fd.manual_execute(inputs, heuristic_params=params)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+@pytest.mark.parametrize(("n", "h"), [(1, 8), (5, 64), (33, 96), (64, 1000), (7, 2048)])
+def test_rms_norm_backward(n: int, h: int) -> None:
+    check(rms_norm_backward(), rms_norm_backward_inputs(n, h))
+
+
+@pytest.mark.parametrize(("n", "h", "dtype"), [(19, 256, BF16), (40, 130, np.float32)])
+def test_layer_norm_backward(n: int, h: int, dtype: type) -> None:
+    kind = DataType.BFloat16 if dtype is BF16 else DataType.Float
+    check(layer_norm_backward(kind), layer_norm_backward_inputs(n, h, dtype))
+
+
+def test_many_blocks_each_with_one_partial() -> None:
+    """More rows than blocks: each block walks several rows into its one partial."""
+    fd = rms_norm_backward()
+    inputs = rms_norm_backward_inputs(300, 64)
+    params = schedule.compute_heuristics(fd.fusion, IO, inputs)
+    params.grid_x = 3
+    check(fd, inputs, params)
+    params.block_y = 1
+    params.grid_x = 7
+    check(fd, inputs, params)
+
+
+def test_column_max_and_a_row_output() -> None:
+    """A column max and a row output (the row sums) next to the full-size output."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        row = fd.ops.sum(x, dims=[1])
+        fd.add_output(fd.ops.div(x, fd.ops.broadcast(row, [False, True])))
+        fd.add_output(fd.ops.max(x, dims=[0]))
+        fd.add_output(row)
+    x = np.random.default_rng(1).standard_normal((45, 70)).astype(np.float32) + 3
+    check(fd, [x])
+
+
+def test_three_dimensional_rows() -> None:
+    """Rows over [B, S] (merged), columns the hidden axis."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        g = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        mean = fd.ops.sum(fd.ops.mul(x, g), dims=[2])
+        fd.add_output(fd.ops.sub(g, fd.ops.broadcast(mean, [False, False, True])))
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, g), dims=[0, 1]))
+    rng = np.random.default_rng(2)
+    x, g = (rng.standard_normal((3, 11, 40)).astype(np.float32) for _ in range(2))
+    check(fd, [x, g])
+
+
+def test_declines_column_results_used_by_the_rows() -> None:
+    """A column sum that the rows read again is not a column side: segmented instead."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        cols = fd.ops.sum(x, dims=[0])
+        y = fd.ops.sub(x, fd.ops.broadcast(cols, [True, False]))
+        fd.add_output(fd.ops.sum(y, dims=[1]))
+    x = np.random.default_rng(3).standard_normal((6, 10)).astype(np.float32)
+    assert IO not in schedule.find_compatible_schedulers(fd.fusion, [x])
+    segments = fd.segments([x])
+    assert len(segments) > 1
+    assert all(s.scheduler is not IO for s in segments)
+    out = fd.execute([x])
+    assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
+
+
+def test_pinned_params_it_cannot_run_are_errors() -> None:
+    fd = rms_norm_backward()
+    inputs = rms_norm_backward_inputs(4, 64)
+    params = schedule.compute_heuristics(fd.fusion, IO, inputs)
+    params.smem_persistent = True
+    with pytest.raises(SchedulerError, match="smem_persistent"):
+        fd.manual_execute(inputs, heuristic_params=params)
+    params = schedule.compute_heuristics(fd.fusion, IO, inputs)
+    params.persistent_batch_size = 1
+    params.block_x = 2
+    with pytest.raises(SchedulerError, match="fewer than the row"):
+        fd.manual_execute(inputs, heuristic_params=params)
