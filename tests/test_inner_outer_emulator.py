@@ -60,6 +60,18 @@ def test_many_blocks_each_with_one_partial() -> None:
     check(fd, inputs, params)
 
 
+@pytest.mark.parametrize("block_y", [1, 4])
+def test_rows_held_in_shared_memory(block_y: int) -> None:
+    """The held rows in shared memory (as long rows are), before the column accumulators."""
+    fd = layer_norm_backward()
+    inputs = layer_norm_backward_inputs(37, 200)
+    params = schedule.compute_heuristics(fd.fusion, IO, inputs)
+    params.smem_persistent = True
+    params.block_y = block_y
+    params.grid_x = 4
+    check(fd, inputs, params)
+
+
 def test_column_max_and_a_row_output() -> None:
     """A column max and a row output (the row sums) next to the full-size output."""
     with FusionDefinition() as fd:
@@ -105,8 +117,8 @@ def test_pinned_params_it_cannot_run_are_errors() -> None:
     fd = rms_norm_backward()
     inputs = rms_norm_backward_inputs(4, 64)
     params = schedule.compute_heuristics(fd.fusion, IO, inputs)
-    params.smem_persistent = True
-    with pytest.raises(SchedulerError, match="smem_persistent"):
+    params.reload_batch_size = 1
+    with pytest.raises(SchedulerError, match="reload_batch_size"):
         fd.manual_execute(inputs, heuristic_params=params)
     params = schedule.compute_heuristics(fd.fusion, IO, inputs)
     params.persistent_batch_size = 1

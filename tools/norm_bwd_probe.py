@@ -96,25 +96,38 @@ def main() -> None:
 
 
 def variants(fd, inputs, base) -> None:  # noqa: ANN001
-    for grid_scale in (0.5, 2, 4):
-        p = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_outer_persistent, inputs)
-        p.grid_x = max(1, int(p.grid_x * grid_scale))
-        report(fd, inputs, p, f"grid_x {p.grid_x}")
-    for bx_scale in (2, 4):
-        p = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_outer_persistent, inputs)
-        if p.persistent_batch_size % bx_scale or p.block_x * bx_scale > 1024:
-            continue
-        p.block_x *= bx_scale
-        p.persistent_batch_size //= bx_scale
-        p.block_y = max(1, p.block_y // bx_scale)
-        report(fd, inputs, p, f"block_x {p.block_x} batch {p.persistent_batch_size}")
+    """Rows held in registers or shared memory, vectors a thread, rows a block, grid."""
+    h = inputs[0].shape[-1]
+    vecs = -(-h // int(base.vectorize_reduction))
+    for in_smem in (False, True):
+        for batch in (1, 2, 4, 8):
+            bx = -(-vecs // batch)
+            bx = 1 << (bx - 1).bit_length()
+            if bx > 1024 or bx < 8 or (not in_smem and batch > 4):
+                continue
+            for by in (1, 2, 4, 8):
+                if bx * by > 1024 or (by > 1 and bx * by < 128) or bx * by > 512 and by > 1:
+                    continue
+                p = schedule.compute_heuristics(
+                    fd.fusion, SchedulerType.inner_outer_persistent, inputs
+                )
+                p.smem_persistent = in_smem
+                p.persistent_batch_size = -(-vecs // bx)
+                p.block_x, p.block_y = bx, by
+                for blocks in (1, 2, 4):
+                    p.grid_x = 132 * blocks * max(1, 512 // (bx * by))
+                    what = (
+                        f"smem {int(in_smem)} batch {p.persistent_batch_size} "
+                        f"block ({bx},{by}) grid {p.grid_x}"
+                    )
+                    report(fd, inputs, p, what)
 
 
 def report(fd, inputs, params, what: str) -> None:  # noqa: ANN001
     try:
         fd.manual_execute(inputs, heuristic_params=params)
         ms = time_ms(torch, lambda: fd.manual_execute(inputs, heuristic_params=params), 20)
-        print(f"    {what}: {ms * 1e3:.1f} us")
+        print(f"    {ms * 1e3:7.1f} us  {what}")
     except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
         print(f"    {what}: {type(exc).__name__}: {str(exc)[:120]}")
 

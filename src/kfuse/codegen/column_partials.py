@@ -1,13 +1,17 @@
 """Column partials: what the inner persistent kernel adds for inner_outer_persistent.
 
 Each thread holds the same columns of every row it walks (slot b, lane j is column
-(threadIdx.x + b * block_x) * V + j, shifted by the cluster rank in a cluster), so it sums a
-column reduction's input over its rows in registers, col<m>[b][j], with no communication.
-After the last row, a block's threads that share columns (threadIdx.y) are combined in shared
-memory in a fixed order, and the block (a cluster's rank r block for its columns) writes one
-partial per column: workspace cws<m>[p * n_red + column], p = the block's index among the
-grid's blocks (clusters). kfuse.codegen.reduction.emit_finalize then combines the partials
-of every column and runs the column outputs' epilogue, as for a grid reduction.
+(threadIdx.x + b * block_x) * V + j), so it sums a column reduction's input over its rows
+with no communication, into its own slots of the block's column accumulators: dynamic
+shared memory after the held rows, [threadIdx.y][column] per column reduction, one slot per
+(row of the block, column), so no two threads touch one slot. In registers they cost more
+than the bytes they hold (the compiler also keeps the held row converted to float): RMS norm
+backward spilled at 4 vectors a thread, and 1 vector a thread left too few loads in flight.
+
+After the last row the block's rows are combined per column in a fixed order, and the block
+writes one partial per column: workspace cws<m>[p * n_red + column], p = blockIdx.x.
+kfuse.codegen.reduction.emit_finalize then combines the partials of every column and runs
+the column outputs' epilogue, as for a grid reduction.
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ def accumulated(spec: ReductionKernelSpec) -> dict[int, int]:
     return {c.output: m for m, c in enumerate(spec.columns)}
 
 
+REGISTER_TARGET = 128
+"""Registers a thread of the kernel may use (__launch_bounds__): with two inputs held and
+their values kept as float across the reductions, 64 (the inner persistent kernel's target)
+spilled at 4 vectors a thread."""
+
+
+def min_blocks_per_sm(spec: ReductionKernelSpec) -> int:
+    """__launch_bounds__' second argument for REGISTER_TARGET registers a thread."""
+    return max(1, 65536 // (REGISTER_TARGET * spec.block_x * spec.block_y))
+
+
 def workspace_params(spec: ReductionKernelSpec) -> list[str]:
     """The kernel parameters of the partials, after the outputs."""
     return [
@@ -46,63 +61,67 @@ def workspace_params(spec: ReductionKernelSpec) -> list[str]:
     ]
 
 
-def scratch_bytes(spec: ReductionKernelSpec) -> int:
-    """Static shared memory for combining the rows of a block (0 with one row a block)."""
-    if spec.block_y == 1 or not spec.columns:
-        return 0
-    width = spec.block_x * spec.unroll * spec.vector
-    return spec.block_y * width * max(c.acc.size for c in spec.columns)
+def width(spec: ReductionKernelSpec) -> int:
+    """Columns one row of the block's accumulators spans (block_x * batch * vector)."""
+    return spec.block_x * spec.unroll * spec.vector
 
 
-def declare(code: Code, spec: ReductionKernelSpec) -> None:
-    """Before the row loop: each partial's registers at its identity (and the scratch)."""
-    if scratch_bytes(spec):
-        code(f"__shared__ __align__(16) unsigned char kf_cols[{scratch_bytes(spec)}];")
-    batch, vec = spec.unroll, spec.vector
+def smem_bytes(spec: ReductionKernelSpec) -> int:
+    """Dynamic shared memory of the column accumulators (after the held rows')."""
+    return sum(_region(spec, c) for c in spec.columns)
+
+
+def _region(spec: ReductionKernelSpec, c: ColumnPartial) -> int:
+    return -(-spec.block_y * width(spec) * c.acc.size // 16) * 16
+
+
+def declare(code: Code, spec: ReductionKernelSpec, offset: int) -> None:
+    """Before the row loop: each column accumulator's region of dynamic shared memory
+    (starting `offset` bytes in, a multiple of 16), this thread's slots at the identity.
+    kf_held (the dynamic shared memory) is declared here unless the held rows declared it."""
+    if not spec.columns:
+        return
+    if not spec.smem_held:
+        code("extern __shared__ __align__(16) unsigned char kf_held[];")
     for m, c in enumerate(spec.columns):
-        code(f"{c.acc.ctype} col{m}[{batch}][{vec}];")
-        with code.block(f"for (int b = 0; b < {batch}; ++b)", unroll=True):
-            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-                code(f"col{m}[b][j] = {c.acc.identity()};")
+        code(f"{c.acc.ctype}* const cs{m} = reinterpret_cast<{c.acc.ctype}*>(kf_held + {offset});")
+        offset += _region(spec, c)
+    with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
+        code(f"const Index i0 = {_slot_start(spec)};")
+        with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
+            for m, c in enumerate(spec.columns):
+                code(f"{_slot(spec, m)} = {c.acc.identity()};")
+
+
+def _slot_start(spec: ReductionKernelSpec) -> str:
+    return f"((Index)threadIdx.x + (Index)b * {spec.block_x}) * {spec.vector}"
+
+
+def _slot(spec: ReductionKernelSpec, m: int) -> str:
+    """This thread's accumulator of column i0 + j for column reduction m."""
+    return f"cs{m}[(Index)threadIdx.y * {width(spec)} + i0 + j]"
 
 
 def accumulate(spec: ReductionKernelSpec, output: int, value: str) -> str:
-    """The statement adding `value` (slot b, lane j of main output `output`) to its partial."""
+    """The statement adding `value` (slot b, lane j of main output `output`; i0 is the
+    slot's first column) to its accumulator."""
     m = accumulated(spec)[output]
-    return spec.columns[m].acc.combine(f"col{m}[b][j]", value)
+    return spec.columns[m].acc.combine(_slot(spec, m), value)
 
 
-def store(code: Code, spec: ReductionKernelSpec, slot_start: str) -> None:
-    """After the row loop: combine the block's rows and write this block's partials.
-    slot_start: the column where this thread's slot b starts (slot_start(spec))."""
-    batch, vec, by = spec.unroll, spec.vector, spec.block_y
-    part = "(Index)blockIdx.x" if spec.cluster == 1 else f"(Index)(blockIdx.x / {spec.cluster})"
-    if by == 1:
-        with code.block(f"for (int b = 0; b < {batch}; ++b)", unroll=True):
-            code(f"const Index i0 = {slot_start};")
-            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-                with code.block("if (i0 + j < n_red)"):
-                    for m in range(len(spec.columns)):
-                        code(f"kf::store(cws{m}, {part} * n_red + i0 + j, col{m}[b][j]);")
-        return
-    width = spec.block_x * batch * vec
-    threads = spec.block_x * by
+def store(code: Code, spec: ReductionKernelSpec) -> None:
+    """After the row loop: combine the block's rows per column (in a fixed order: the same
+    partial on every run) and write this block's partials."""
+    by, threads = spec.block_y, spec.block_x * spec.block_y
+    code("__syncthreads();")
     tid = f"(Index)threadIdx.y * {spec.block_x} + (Index)threadIdx.x"
-    for m, c in enumerate(spec.columns):
-        ctype, scratch = c.acc.ctype, f"scratch{m}"
-        code(f"{ctype}* const {scratch} = reinterpret_cast<{ctype}*>(kf_cols);")
-        with code.block(f"for (int b = 0; b < {batch}; ++b)", unroll=True):
-            code(f"const Index i0 = {slot_start};")
-            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-                code(f"{scratch}[(Index)threadIdx.y * {width} + i0 + j] = col{m}[b][j];")
-        code("__syncthreads();")
-        with code.block(f"for (Index c = {tid}; c < n_red; c += {threads})"):
-            code(f"{ctype} total = {scratch}[c];")
-            # The rows in a fixed order: the same partial on every run.
-            with code.block(f"for (int y = 1; y < {by}; ++y)"):
-                code(c.acc.combine("total", f"{scratch}[(Index)y * {width} + c]"))
-            code(f"kf::store(cws{m}, {part} * n_red + c, total);")
-        code("__syncthreads();")
+    with code.block(f"for (Index c = {tid}; c < n_red; c += {threads})"):
+        for m, col in enumerate(spec.columns):
+            code(f"{col.acc.ctype} total{m} = cs{m}[c];")
+            if by > 1:
+                with code.block(f"for (int y = 1; y < {by}; ++y)"):
+                    code(col.acc.combine(f"total{m}", f"cs{m}[(Index)y * {width(spec)} + c]"))
+            code(f"kf::store(cws{m}, (Index)blockIdx.x * n_red + c, total{m});")
 
 
 __all__ = [
@@ -111,7 +130,7 @@ __all__ = [
     "accumulated",
     "declare",
     "name_suffix",
-    "scratch_bytes",
+    "smem_bytes",
     "store",
     "workspace_params",
 ]

@@ -282,14 +282,16 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             params,
             threads,
             bounded=spec.launch_bounds,
-            min_blocks=min_blocks_per_sm(threads),
+            min_blocks=column_partials.min_blocks_per_sm(spec)
+            if spec.columns
+            else min_blocks_per_sm(threads),
             cluster=cluster,
         )
     )
     code(f"typedef {spec.index_type} Index;")
     code.extend(_shared_memory(plan, spec))
     code(f"const Index n_red = in0.size[{rank - 1}];", *row_count(kept))
-    column_partials.declare(code, spec)
+    column_partials.declare(code, spec, -(-smem_bytes_held(plan, spec) // 16) * 16)
     block, blocks = (
         ("blockIdx.x", "gridDim.x")
         if cluster == 1
@@ -316,7 +318,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             with code.block(f"if (threadIdx.x == 0{first} && row_ok)"):
                 code.extend(epilogue_call(plan, name, "row", code.indent, kept))
     if spec.columns:
-        column_partials.store(code, spec, slot_start(spec))
+        column_partials.store(code, spec)
     if cluster > 1:  # no block may exit while another still reads its shared memory
         code("kf::cluster_sync();")
     return code.kernel_source(), name

@@ -9,14 +9,13 @@ reduction's input over the rows they walk, one partial per block; then the reduc
 scheduler's finalize kernel combines the partials of each column and writes the column
 outputs.
 
-ReductionParams ("inner_outer_persistent") are read as inner_persistent reads them, with the
-row held in registers (smem_persistent False, reload_batch_size 0, cluster_size 1); grid_x is
-also the number of partials per column. Heuristics: 16-byte vectors along the row; threads
-per row so that each thread holds few vectors, since every column reduction keeps
-batch * vector accumulators per thread (COLUMN_REGISTERS in all) across rows; rows per block
-to make 256 threads; blocks so that RESIDENT_THREADS threads an SM run, grid-strided over
-the rows (each block's rows share one partial, so fewer blocks mean fewer partials to write
-and combine).
+ReductionParams ("inner_outer_persistent") are read as inner_persistent reads them, with whole
+rows in one block (reload_batch_size 0, cluster_size 1); grid_x is also the number of
+partials per column. Heuristics: the row held as inner_persistent holds it (registers, or
+shared memory for long rows), rows per block to make BLOCK_THREADS threads (fewer where the
+block's shared memory would not fit), and as many blocks as run at once (RESIDENT_THREADS
+threads an SM, as the shared memory allows), grid-strided over the rows: each block's rows
+share one partial, so more blocks mean more partials to write and combine.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ import dataclasses
 from typing import Any
 
 from kfuse.codegen import column_partials
-from kfuse.codegen.persistent import emit_persistent
+from kfuse.codegen.persistent import emit_persistent, smem_bytes_held
 from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y
-from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionPlan,
@@ -44,28 +42,18 @@ from kfuse.schedule.inner_outer_split import (
     main_info,
     split_inner_outer,
 )
-from kfuse.schedule.persistent import (
-    MAX_HELD_WORDS,
-    MAX_ROW_THREADS,
-    VECTORS_PER_THREAD,
-    held_bytes_per_element,
-    persistent_spec,
-)
+from kfuse.schedule.persistent import SMEM_RESERVE, choose_held_row, persistent_spec
 from kfuse.schedule.reduction import (
     MAX_GRID_X,
-    STATIC_SMEM_LIMIT,
     _int,
     fill_launch_params,
     operand_list,
-    pick_vector,
     pow2_ceil,
     workspace_operands,
 )
 from kfuse.schedule.types import Rejection, SchedulerType
 
 NAME = "inner_outer_persistent"
-COLUMN_REGISTERS = 32
-"""32-bit registers a thread gives to its column accumulators, over all column reductions."""
 BLOCK_THREADS = 256
 RESIDENT_THREADS = 1024
 """Threads an SM runs at once (grid_x = SMs * RESIDENT_THREADS / block threads)."""
@@ -117,21 +105,33 @@ class InnerOuterPersistentScheduler:
         from kfuse._C import ReductionParams
 
         parts = Parts(fusion, info)
-        vector, block_x, batch = _choose(parts, info.device)
-        n_rows = parts.main_layout.n_rows
-        block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(n_rows)))
-        threads = block_x * block_y
-        resident = info.device.sm_count * max(1, RESIDENT_THREADS // threads)
+        device = info.device
+        vector, block_x, batch, in_smem = _choose(parts, device)
         params = ReductionParams(NAME)
         params.fastest_dim_reduction = True
         params.persistent = True
         params.persistent_batch_size = batch
+        params.smem_persistent = in_smem
         params.vectorize_reduction = vector
         params.unroll_reduction = 1
-        params.block_x, params.block_y = block_x, block_y
-        params.grid_x = max(1, min(MAX_GRID_X, -(-n_rows // block_y), resident))
+        params.block_x = block_x
+        params.block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(parts.main_layout.n_rows)))
         params.grid_y = 1
+        params.grid_x = 1
         params.cparams.index_type = "int64" if parts.main_layout.needs_int64() else "int32"
+        # Fewer rows a block until its shared memory fits, then as many blocks as run at once.
+        while True:
+            spec = _main_spec(parts, params, info, check=False)
+            smem = dynamic_smem(parts.main, spec)
+            if smem <= device.shared_mem_per_block_optin or params.block_y == 1:
+                break
+            params.block_y = int(params.block_y) // 2
+        threads = block_x * int(params.block_y)
+        per_sm = max(1, RESIDENT_THREADS // threads)
+        if smem:
+            per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + SMEM_RESERVE)))
+        rows = -(-parts.main_layout.n_rows // int(params.block_y))
+        params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
         fill_launch_params(params, parts.main)
         return params
 
@@ -147,27 +147,18 @@ class InnerOuterPersistentScheduler:
         return [_main_kernel(parts, spec, params, ws), _finalize_kernel(parts, spec, params, ws)]
 
 
-def _choose(parts: Parts, device: Any) -> tuple[int, int, int]:
-    """(vector, threads per row, batch) holding the row in registers, with room for the
-    column accumulators; Rejection when the row is too long for that."""
-    plan, layout = parts.main, parts.main_layout
-    n_red = layout.red_size
-    stored = _stored_outputs(parts)
-    vector = pick_vector(layout, layout.rank - 1, n_red, tuple(layout.outputs[k] for k in stored))
-    vecs = max(1, -(-n_red // vector))
-    n_columns = len(parts.split.column_inputs)
-    max_batch = max(1, COLUMN_REGISTERS // (vector * n_columns))
-    per_thread = min(VECTORS_PER_THREAD, max_batch)
-    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // per_thread)))
-    batch = -(-vecs // block_x)
-    words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
-    if batch > max_batch or words > MAX_HELD_WORDS:
+def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
+    """(vector, threads per row, batch, held in shared memory) as inner_persistent holds
+    the row, whole (a row it would hold only in part, or over a cluster, is declined)."""
+    vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
+        parts.main, parts.main_layout, device, False
+    )
+    if reload or cluster != 1:
         raise Rejection(
-            f"a row of {n_red} elements is too long to hold in registers next to "
-            f"{n_columns} column accumulator(s): {batch} vectors of {vector} a thread with "
-            f"{block_x} threads a row"
+            f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
+            "in one block next to its column accumulators"
         )
-    return vector, block_x, batch
+    return vector, block_x, batch, in_smem
 
 
 def _stored_outputs(parts: Parts) -> list[int]:
@@ -177,15 +168,17 @@ def _stored_outputs(parts: Parts) -> list[int]:
 
 
 def _check_params(params: Any) -> None:
-    for name, want in (("smem_persistent", False), ("reload_batch_size", 0), ("cluster_size", 1)):
+    for name, want in (("reload_batch_size", 0), ("cluster_size", 1)):
         if getattr(params, name) != want:
             raise SchedulerError(
-                f"{NAME} holds rows in registers: ReductionParams.{name} must be {want!r} "
-                f"(got {getattr(params, name)!r})"
+                f"{NAME} holds whole rows in one block: ReductionParams.{name} must be "
+                f"{want!r} (got {getattr(params, name)!r})"
             )
 
 
-def _main_spec(parts: Parts, params: Any, info: RuntimeInfo) -> ReductionKernelSpec:
+def _main_spec(
+    parts: Parts, params: Any, info: RuntimeInfo, check: bool = True
+) -> ReductionKernelSpec:
     spec = persistent_spec(parts.main, parts.main_layout, params, info.device, scheduler=NAME)
     accs = accumulators(parts.columns)
     # Column reduction k reads column input position j; main output of that input:
@@ -195,14 +188,19 @@ def _main_spec(parts: Parts, params: Any, info: RuntimeInfo) -> ReductionKernelS
         for k, r in enumerate(parts.columns.reductions)
     )
     spec = dataclasses.replace(spec, columns=columns)
-    static = smem_bytes(parts.main, spec) + column_partials.scratch_bytes(spec)
-    if static > STATIC_SMEM_LIMIT:
+    dynamic = dynamic_smem(parts.main, spec)
+    if check and dynamic > info.device.shared_mem_per_block_optin:
         raise SchedulerError(
-            f"ReductionParams need {static} bytes of static shared memory for the row "
-            f"reductions and the column partials (limit {STATIC_SMEM_LIMIT}); use fewer "
-            "threads per block"
+            f"ReductionParams need {dynamic} bytes of dynamic shared memory a block for the "
+            f"held rows and the column accumulators (the device gives at most "
+            f"{info.device.shared_mem_per_block_optin}); use fewer rows a block"
         )
     return spec
+
+
+def dynamic_smem(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
+    """The row kernel's dynamic shared memory: the held rows, then the column accumulators."""
+    return -(-smem_bytes_held(plan, spec) // 16) * 16 + column_partials.smem_bytes(spec)
 
 
 def _main_kernel(parts: Parts, spec: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:
@@ -212,7 +210,9 @@ def _main_kernel(parts: Parts, spec: ReductionKernelSpec, params: Any, ws: list[
     ops = operand_list(parts.main, parts.main_layout, loop=True, row=True, workspace=None)
     ops = _to_parent(parts, ops, outputs=parts.split.main_outputs) + ws
     grid = (_int(params, "grid_x"), 1, 1)
-    return GeneratedKernel(name, source, grid, (spec.block_x, spec.block_y, 1), 0, ops, NAME, spec)
+    block = (spec.block_x, spec.block_y, 1)
+    smem = dynamic_smem(parts.main, spec)
+    return GeneratedKernel(name, source, grid, block, smem, ops, NAME, spec)
 
 
 def _finalize_kernel(parts: Parts, main: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:

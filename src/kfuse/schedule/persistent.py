@@ -133,7 +133,7 @@ class InnerPersistentScheduler:
                 "the reduced axis is not the innermost in memory (an outer "
                 "normalization: outer_persistent's job)"
             )
-        _choose(plan, layout, info.device, clusters_supported(info))  # Rejection: not held
+        choose_held_row(plan, layout, info.device, clusters_supported(info))  # Rejection: not held
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
         """The kernel `params` generate for this call (GeneratedKernel; not compiled)."""
@@ -144,7 +144,7 @@ class InnerPersistentScheduler:
 
         plan = plan_reductions(fusion)
         layout = reduction_layout(plan, info)
-        vector, block_x, batch, in_smem, reload, cluster = _choose(
+        vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
             plan, layout, info.device, clusters_supported(info)
         )
         n_rows = layout.n_rows
@@ -174,7 +174,7 @@ def clusters_supported(info: RuntimeInfo) -> bool:
     return info.backend == CUDA and info.device.major >= 9
 
 
-def _choose(
+def choose_held_row(
     plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool
 ) -> tuple[int, int, int, bool, int, int]:
     """(vector, threads per row, batch, held in shared memory, reload, cluster size) for this
