@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen import column_partials
+from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
     Code,
@@ -49,13 +50,20 @@ from kfuse.codegen.reduction_functions import (
     result_args,
     scalar_names,
     stage_call,
+    stage_dependencies,
     stage_value,
     tensor_params,
 )
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import ReductionPlan
-from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators, result_assignments
+from kfuse.codegen.reduction_spec import (
+    ReductionKernelSpec,
+    _result_leaves,
+    accumulators,
+    result_assignments,
+)
 from kfuse.codegen.registers import register_array
+from kfuse.codegen.row_invariant import Hoisted, call_args, hoisted, prelude_call
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
 
@@ -272,7 +280,12 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     code = Code()
     code.extend([runtime_header(), ""])
-    code.extend(functions_source(plan, name, stages=True, full=True, epilogue=True, kept=spec.kept))
+    hoists = row_hoists(plan, spec)
+    code.extend(
+        functions_source(
+            plan, name, stages=True, full=True, epilogue=True, kept=spec.kept, hoists=hoists
+        )
+    )
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     params += column_partials.workspace_params(spec)
     threads = spec.block_x * by
@@ -310,9 +323,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             ctype = compute_ctype(stage_value(plan, k).val.dtype)
             code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
         for acc in accumulators(plan):
-            code.extend(_reduce_held(plan, spec, name, acc.k))
+            code.extend(_reduce_held(plan, spec, name, acc.k, hoists[f"stage{acc.k}"]))
         if plan.loop_outputs:
-            code.extend(_store_full(plan, spec, name))
+            code.extend(_store_full(plan, spec, name, hoists["full"]))
         if plan.row_outputs:  # one thread of the row's (first) block writes them
             first = " && kf_rank == 0" if cluster > 1 else ""
             with code.block(f"if (threadIdx.x == 0{first} && row_ok)"):
@@ -463,9 +476,14 @@ def _placeholder(ctype: str) -> str:
     return f"static_cast<{ctype}>(0)" if " " in ctype else f"{ctype}{{}}"
 
 
-def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int) -> list[str]:
+def _reduce_held(
+    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int, hoist: Hoisted
+) -> list[str]:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
+    deps = result_args(plan, stage_dependencies(plan, k))
+    prelude = _prelude(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps)
+    hoisted = tuple(call_args(hoist, f"st{k}_"))
 
     def value(reloaded: bool) -> str:
         # Stages do not read streamed inputs; they get a placeholder value.
@@ -475,11 +493,11 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
             else held_element(spec, i, "b", "j", reloaded=reloaded)
             for i, u in enumerate(plan.loop_inputs)
         ]
-        return stage_call(plan, name, k, loaded)
+        return stage_call(plan, name, k, loaded, hoisted)
 
     red = plan.reductions[k]
     if not isinstance(red, WelfordOp):
-        lines = [f"    {acc.ctype} acc{k} = {acc.identity()};"]
+        lines = prelude + [f"    {acc.ctype} acc{k} = {acc.identity()};"]
 
         def body(reloaded: bool) -> list[str]:
             if k in spec.kept:  # computed once and kept for the full-size outputs
@@ -514,8 +532,9 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
         for i, u in enumerate(plan.loop_inputs)
     ]
     lines = [
+        *prelude,
         f"    {t} first{k} = ({t})0;",
-        f"    if (row_ok && n_red > 0) first{k} = {stage_call(plan, name, k, first)};",
+        f"    if (row_ok && n_red > 0) first{k} = {stage_call(plan, name, k, first, hoisted)};",
         f"    const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
         f"    {t} sum{k} = ({t})0;",
     ]
@@ -535,15 +554,58 @@ def _reduce_held(plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: i
     return lines
 
 
-def _store_full(plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> list[str]:
-    lines = ["    if (row_ok) {"]
+def _store_full(
+    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, hoist: Hoisted
+) -> list[str]:
+    every = result_args(plan, range(len(plan.reductions)))
+    lines = [
+        "    if (row_ok) {",
+        *_prelude(plan, f"{name}_full_row", hoist, "fu_", every, "      "),
+    ]
     for first, end, reloaded in slot_loops(spec):
-        lines += _slot_loop(spec, first, end, _store_slot(plan, spec, name, reloaded), "      ")
+        body = _store_slot(plan, spec, name, reloaded, call_args(hoist, "fu_"))
+        lines += _slot_loop(spec, first, end, body, "      ")
     return lines + ["    }"]
 
 
+def row_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hoisted]:
+    """The row-invariant values of each stage ("stage<k>") and of the full-size outputs
+    ("full"), computed once a row (kfuse.codegen.row_invariant)."""
+    out = {}
+    for k in range(len(plan.reductions)):
+        dm = plan.stages[k]
+        results = _result_leaves(plan, dm)
+        roots = (stage_value(plan, k),)
+        out[f"stage{k}"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots)
+    dm = plan.full_map
+    roots = tuple(Use(plan.fusion.outputs[k], plan.output_views[k]) for k in plan.loop_outputs)
+    varying = tuple(stage_value(plan, k) for k in spec.kept)
+    results = _result_leaves(plan, dm)
+    out["full"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots, varying)
+    return out
+
+
+def _prelude(
+    plan: ReductionPlan,
+    function: str,
+    hoist: Hoisted,
+    prefix: str,
+    results: list[str],
+    indent: str = "    ",
+) -> list[str]:
+    """The call of `function` computing a per-element function's row-invariant values from
+    the row's broadcast inputs (x<i>[0]), the Scalars and the results."""
+    rows = {i: f"x{i}[0]" for i in hoist.inputs}
+    args = list(scalar_names(plan).values()) + results
+    return [indent + line for line in prelude_call(function, hoist, prefix, rows, args)]
+
+
 def _store_slot(
-    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, reloaded: bool
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    reloaded: bool,
+    hoisted: list[str],
 ) -> list[str]:
     """The full-size outputs of one slot of this thread: computed lane by lane from the row
     values and the reductions' results, stored as one vector where the row allows."""
@@ -567,6 +629,7 @@ def _store_slot(
     ]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
+    args += hoisted
     args += [f"y{k}[j]" for k in plan.loop_outputs]
     summed = column_partials.accumulated(spec)
     lines += [

@@ -20,6 +20,7 @@ from kfuse.codegen.reduction_spec import (
     accumulators,
     result_vars,
 )
+from kfuse.codegen.row_invariant import NONE, Hoisted, prelude_function
 from kfuse.ir.values import Scalar
 
 
@@ -43,17 +44,24 @@ def _function(name: str, ret: str, params: list[str], body: list[str]) -> list[s
     return lines
 
 
-def stage_function(plan: ReductionPlan, name: str, k: int, scalars: dict) -> list[str]:
-    """`name(x0.., s0.., results of reductions < k)` -> reduction k's input value."""
+def stage_function(
+    plan: ReductionPlan, name: str, k: int, scalars: dict, hoist: Hoisted = NONE
+) -> list[str]:
+    """`name(x0.., s0.., results of reductions < k, h0..)` -> reduction k's input value;
+    hoist: its row-invariant values, computed by name_row (kfuse.codegen.row_invariant)."""
     dm = plan.stages[k]
     leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
-    leaves.update(_result_leaves(plan, dm))
-    body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
+    results = _result_leaves(plan, dm)
+    leaves.update(results)
+    leaves.update(hoist.leaves())
+    fast = approximable(plan.fusion)
+    body = emit_body(dm.uses, leaves, scalars, fast=fast)
     r = plan.reductions[k]
     value = body.names[stage_value(plan, k)]
-    params = _loop_params(plan) + _scalar_params(scalars)
-    params += _result_params(plan, stage_dependencies(plan, k))
-    return _function(
+    deps = _result_params(plan, stage_dependencies(plan, k))
+    params = _loop_params(plan) + _scalar_params(scalars) + deps + hoist.params()
+    prelude = prelude_function(f"{name}_row", hoist, plan.loop_inputs, scalars, results, deps, fast)
+    return prelude + _function(
         name, compute_ctype(r.inputs[0].dtype), params, body.lines + [f"return {value};"]
     )
 
@@ -71,25 +79,37 @@ def stage_value(plan: ReductionPlan, k: int) -> Use:
 
 
 def full_function(
-    plan: ReductionPlan, name: str, scalars: dict, kept: tuple[int, ...] = ()
+    plan: ReductionPlan,
+    name: str,
+    scalars: dict,
+    kept: tuple[int, ...] = (),
+    hoist: Hoisted = NONE,
 ) -> list[str]:
-    """`name(x0.., s0.., all results, kept stage values.., y_k&..)` computing the full-size
-    outputs; `kept` stages' values arrive as parameters c<k> instead of being recomputed."""
+    """`name(x0.., s0.., all results, kept stage values.., h0.., y_k&..)` computing the
+    full-size outputs; `kept` stages' values arrive as parameters c<k> instead of being
+    recomputed, row-invariant ones (hoist) as h<n> from name_row."""
     dm = plan.full_map
     leaves = {u: from_storage(f"x{i}", u.val.dtype) for i, u in enumerate(plan.loop_inputs)}
-    leaves.update(_result_leaves(plan, dm))
+    results = _result_leaves(plan, dm)
+    leaves.update(results)
     leaves.update({stage_value(plan, k): f"c{k}" for k in kept})
-    body = emit_body(dm.uses, leaves, scalars, fast=approximable(plan.fusion))
+    leaves.update(hoist.leaves())
+    fast = approximable(plan.fusion)
+    body = emit_body(dm.uses, leaves, scalars, fast=fast)
     outs = plan.fusion.outputs
     lines = list(body.lines)
-    params = _loop_params(plan) + _scalar_params(scalars)
-    params += _result_params(plan, range(len(plan.reductions)))
+    all_results = _result_params(plan, range(len(plan.reductions)))
+    params = _loop_params(plan) + _scalar_params(scalars) + all_results
     params += [f"{compute_ctype(stage_value(plan, k).val.dtype)} c{k}" for k in kept]
+    params += hoist.params()
+    prelude = prelude_function(
+        f"{name}_row", hoist, plan.loop_inputs, scalars, results, all_results, fast
+    )
     for k in plan.loop_outputs:
         o = outs[k]
         params.append(f"{o.dtype.cuda_type}& y{k}")
         lines.append(f"y{k} = {body.store(Use(o, plan.output_views[k]))};")
-    return _function(name, "void", params, lines)
+    return prelude + _function(name, "void", params, lines)
 
 
 def epilogue_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str]:
@@ -199,22 +219,29 @@ def functions_source(
     full: bool,
     epilogue: bool,
     kept: tuple[int, ...] = (),
+    hoists: dict[str, Hoisted] | None = None,
 ) -> list[str]:
-    """The device functions a kernel source needs."""
+    """The device functions a kernel source needs; hoists: the row-invariant values of the
+    stages ("stage<k>") and the full-size outputs ("full") where they are hoisted."""
     scalars = scalar_names(plan)
+    hoists = hoists or {}
     lines: list[str] = []
     if stages:
         for k in range(len(plan.reductions)):
-            lines += stage_function(plan, f"{name}_stage{k}", k, scalars)
+            hoist = hoists.get(f"stage{k}", NONE)
+            lines += stage_function(plan, f"{name}_stage{k}", k, scalars, hoist)
     if full and plan.loop_outputs:
-        lines += full_function(plan, f"{name}_full", scalars, kept)
+        lines += full_function(plan, f"{name}_full", scalars, kept, hoists.get("full", NONE))
     if epilogue and plan.row_outputs:
         lines += epilogue_function(plan, f"{name}_epi", scalars)
     return lines
 
 
-def stage_call(plan: ReductionPlan, name: str, k: int, loaded: list[str]) -> str:
-    """A call of stage k on loaded loop values (storage-typed expressions)."""
+def stage_call(
+    plan: ReductionPlan, name: str, k: int, loaded: list[str], hoisted: tuple[str, ...] = ()
+) -> str:
+    """A call of stage k on loaded loop values (storage-typed expressions) and its hoisted
+    row-invariant values."""
     args = loaded + list(scalar_names(plan).values())
     args += result_args(plan, stage_dependencies(plan, k))
-    return f"{name}_stage{k}({', '.join(args)})"
+    return f"{name}_stage{k}({', '.join([*args, *hoisted])})"
