@@ -25,12 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import WORKLOADS, Workload  # noqa: E402
 
 
-def time_ms(torch: Any, fn: Callable[[], Any], reps: int, warmup: int = 5) -> float:
+def time_ms(
+    torch: Any,
+    fn: Callable[[], Any],
+    reps: int,
+    warmup: int = 5,
+    before: Callable[[], Any] | None = None,
+) -> float:
     """Median milliseconds of `fn`'s GPU work by CUDA events, each call timed on its own.
 
     Before each call the stream is kept busy for about a millisecond (torch.cuda._sleep), so
     the host-side cost of the call (Python, argument packing, launch) is hidden behind it and
-    the events bracket only the GPU work. Host cost is measured separately (H1).
+    the events bracket only the GPU work. Host cost is measured separately (H1). `before`, if
+    given, runs before each timed call, after the sleep and outside the events (the model
+    suite flushes L2 there).
     """
     for _ in range(warmup):
         fn()
@@ -40,6 +48,8 @@ def time_ms(torch: Any, fn: Callable[[], Any], reps: int, warmup: int = 5) -> fl
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(2_000_000)
+        if before is not None:
+            before()
         start.record()
         fn()
         end.record()

@@ -1,0 +1,86 @@
+"""Case: one fusion of nvFuser's Python benchmarks, ported to kfuse, with its torch peer.
+
+A case knows how to build its kfuse FusionDefinition for a dtype, compute the same outputs
+with torch (the function torch eager runs and torch.compile compiles), compute a float64
+reference from the same inputs, and make those inputs for a shape (random, never zeros). The
+bytes a case must move are its inputs read once plus its outputs written once
+(`bytes_moved`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kfuse import DataType, FusionDefinition
+
+Shape = tuple[int, ...]
+
+# The dtypes nvFuser's benchmarks run (global_params.FLOAT_DTYPES on sm_80 and newer): kfuse
+# names, keyed by torch's.
+DTYPES = {"bfloat16": DataType.BFloat16, "float32": DataType.Float}
+
+# nvFuser's PROMOTE_DTYPES: inputs of these dtypes are cast to Float inside the fusion.
+PROMOTE = (DataType.BFloat16, DataType.Half)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark fusion.
+
+    define(dtype) -> the kfuse FusionDefinition (dtype: a kfuse DataType).
+    torch_fn(*inputs) -> a tuple of outputs, the same math in torch (float32 compute, outputs
+    in the dtypes the fusion gives them).
+    reference(*inputs) -> the same outputs in float64.
+    make_inputs(torch, shape, dtype, device) -> the inputs in the fusion's order (dtype: a
+    torch dtype).
+    sizes / quick_sizes: the shapes swept by default and by --quick.
+    skip: why the case cannot run (kfuse lacks an op it needs); empty when it can.
+    workaround: (define, note) for a definition kfuse cannot build as nvFuser writes it
+    (define raises DefinitionError): the closest definition kfuse can build, and what it
+    changes. The runner uses it only when `define` fails, and says so in the results.
+    """
+
+    family: str
+    name: str
+    source: str  # nvFuser's file::function the definition is ported from
+    define: Callable[[DataType], FusionDefinition]
+    torch_fn: Callable[..., tuple[Any, ...]]
+    reference: Callable[..., tuple[Any, ...]]
+    make_inputs: Callable[[Any, Shape, Any, str], list[Any]]
+    sizes: tuple[Shape, ...]
+    quick_sizes: tuple[Shape, ...]
+    test_size: Shape  # tiny: the host emulator test
+    gpu_test_size: Shape  # mid: the GPU test
+    skip: str = ""
+    workaround: tuple[Callable[[DataType], FusionDefinition], str] | None = None
+
+
+def promote(fd: FusionDefinition, t: Any, dtype: DataType) -> Any:
+    """`t` cast to Float when `dtype` is promoted (nvFuser's `if dtype in PROMOTE_DTYPES`)."""
+    return fd.ops.cast(t, dtype=DataType.Float) if dtype in PROMOTE else t
+
+
+def demote(fd: FusionDefinition, t: Any, dtype: DataType) -> Any:
+    """`t` cast back to `dtype` when `dtype` is promoted."""
+    return fd.ops.cast(t, dtype=dtype) if dtype in PROMOTE else t
+
+
+def randn(torch: Any, shape: Sequence[int], dtype: Any, device: str) -> Any:
+    """Standard normal values in `dtype` (drawn in float32, then rounded)."""
+    return torch.randn(tuple(shape), device=device, dtype=torch.float32).to(dtype)
+
+
+def dropout_mask(torch: Any, shape: Sequence[int], p: float, device: str) -> Any:
+    """A Bool keep-mask as nvFuser's dropout tests draw it: rand < 1 - p."""
+    return torch.rand(tuple(shape), device=device) < 1 - p
+
+
+def nbytes(t: Any) -> int:
+    return int(t.numel()) * int(t.element_size())
+
+
+def bytes_moved(inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
+    """Every tensor input read once plus every output written once."""
+    return sum(nbytes(t) for t in inputs if hasattr(t, "numel")) + sum(nbytes(t) for t in outputs)

@@ -1,0 +1,38 @@
+"""The shapes each family is swept over, chosen for the time budget.
+
+The suite must run in about 5 minutes by default and about 90 s with --quick on one H200,
+torch.compile's compile time included (a few seconds per case and shape, compiled fresh per
+shape): 66 case-shapes by default; --quick runs one shape per case (23), the size of the
+issue's table, since two per case would not fit in 90 s. nvFuser sweeps far more
+(global_params.generate_input_sizes): batch 16..16384 by hidden 768..73728 for 2-D inputs,
+and [N, C, H, W] from tiny to ResNet sizes for 4-D ones; these are a few of its points.
+
+Every default shape but a few spatial ones moves more than the 50 MB L2 per tensor; the timer
+flushes L2 before each call anyway.
+"""
+
+from __future__ import annotations
+
+# [batch x sequence, hidden]: hidden 1024 .. 16384, rows 2048 .. 32768.
+NORM_2D = ((32768, 1024), (16384, 4096), (8192, 8192), (2048, 16384))
+NORM_2D_QUICK = ((16384, 4096),)
+
+# Softmax over either axis of the same kind of [rows, columns] tensor.
+SOFTMAX = ((32768, 1024), (16384, 4096), (4096, 16384))
+SOFTMAX_QUICK = ((16384, 4096),)
+
+# [N, C, H, W] (a channels-last case gets the same sizes as [N, H, W, C]): ResNet-like
+# layers, one wide and shallow, one deep and small.
+SPATIAL = ((64, 256, 56, 56), (256, 2048, 7, 7))
+SPATIAL_QUICK = ((64, 256, 56, 56),)
+
+# Group norm as in diffusion U-Nets and ResNets ([N, C, H, W]; C divisible by 32).
+GROUPNORM = ((32, 128, 64, 64), (64, 256, 56, 56))
+GROUPNORM_QUICK = ((64, 256, 56, 56),)
+
+# The tests: tiny shapes for the host emulator (each kernel is compiled by g++), mid ones
+# for the GPU test.
+TEST_2D = (12, 80)
+GPU_TEST_2D = (1024, 4096)
+TEST_SPATIAL = (2, 32, 3, 5)  # C = 32: every group count divides it
+GPU_TEST_SPATIAL = (32, 128, 28, 28)

@@ -1,0 +1,296 @@
+"""The model-fusion suite (benchmarks/models): every ported nvFuser fusion is right on the host
+emulator at a tiny size and on a GPU at a mid size, its torch peer computes the same outputs,
+and the runner, the tables and the charts work without a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_support import requires_gpu
+
+torch = pytest.importorskip("torch")
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from models import chart, measure, registry, table  # noqa: E402
+from models.case import DTYPES, bytes_moved  # noqa: E402
+from models.run import load_suite, plan, progress  # noqa: E402
+
+SUITE = load_suite()
+CASES = {c.name: c for c in registry.CASES}
+
+
+def _inputs(case, dtype: str, size, device: str) -> list:
+    torch.manual_seed(0)
+    return case.make_inputs(torch, size, getattr(torch, dtype), device)
+
+
+def _check(peer: str, outputs, references) -> None:
+    result = measure.check_outputs(torch, peer, outputs, references, SUITE.check)
+    assert result["check"] == "ok", result["check"]
+
+
+def _kfuse(case, dtype: str, inputs: list) -> list:
+    fd, _ = measure.definition(case, dtype)
+    outputs = fd.execute(inputs)
+    expected = case.torch_fn(*inputs)
+    # The torch peer's outputs are what bytes_moved counts: they must be kfuse's in kind.
+    assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
+        (o.dtype, tuple(o.shape)) for o in expected
+    ]
+    return outputs
+
+
+def test_registry() -> None:
+    assert len(CASES) == len(registry.CASES), "case names must be unique"
+    for case in registry.CASES:
+        assert case.source.count("::") == 1 and case.source.split("::")[0].endswith(".py")
+        assert case.sizes and case.quick_sizes
+        assert set(case.quick_sizes) <= set(case.sizes)
+    assert registry.select("softmax") == [c for c in registry.CASES if c.family == "softmax"]
+    assert [c.name for c in registry.select("^rmsnorm_bwd$")] == ["rmsnorm_bwd"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kfuse_matches_reference_on_emulator(name: str) -> None:
+    case = CASES[name]
+    inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
+    _check("kfuse", _kfuse(case, "bfloat16", inputs), case.reference(*inputs))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_kfuse_matches_reference_on_emulator_fp32(name: str) -> None:
+    case = CASES[name]
+    inputs = _inputs(case, "float32", case.test_size, "cpu")
+    _check("kfuse", _kfuse(case, "float32", inputs), case.reference(*inputs))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", list(CASES))
+def test_torch_peer_matches_reference(name: str, dtype: str) -> None:
+    case = CASES[name]
+    inputs = _inputs(case, dtype, case.test_size, "cpu")
+    _check("torch", case.torch_fn(*inputs), case.reference(*inputs))
+
+
+def test_check_catches_a_wrong_output() -> None:
+    case = CASES["rmsnorm_fwd"]
+    inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
+    y, rms = case.torch_fn(*inputs)
+    wrong = measure.check_outputs(
+        torch, "torch", [y, rms * 1.01], case.reference(*inputs), SUITE.check
+    )
+    assert wrong["check"].startswith("output 1: MISMATCH")
+    short = measure.check_outputs(torch, "torch", [y], case.reference(*inputs), SUITE.check)
+    assert "1 outputs, expected 2" in short["check"]
+
+
+def test_workaround_is_used_and_said() -> None:
+    """Group norm as nvFuser spells it needs integer division of Int scalars, which kfuse
+    lacks: the runner builds the workaround and its note says so."""
+    case = CASES["groupnorm_fwd_g32"]
+    with pytest.raises(measure.DefinitionError):
+        case.define(DTYPES["bfloat16"])
+    fd, note = measure.definition(case, "bfloat16")
+    assert fd is not None and note.startswith("workaround: reshape takes -1")
+
+
+def test_bytes_moved() -> None:
+    case = CASES["rmsnorm_bwd"]
+    m, n = 8, 16
+    inputs = _inputs(case, "bfloat16", (m, n), "cpu")
+    # x, grad (bf16), rms (float [m, 1]), weight (bf16) in; dx, dweight (bf16) out.
+    expected = 2 * m * n * 2 + m * 4 + n * 2 + m * n * 2 + n * 2
+    assert bytes_moved(inputs, case.torch_fn(*inputs)) == expected
+
+
+class _HostSuite:
+    """benchmarks/run.py's check with a wall-clock time_ms: measure() on the host."""
+
+    check = staticmethod(SUITE.check)
+    flushes = 0
+
+    @classmethod
+    def time_ms(cls, torch_, fn, reps, before=None):  # noqa: ANN001 - run.py's signature
+        before()
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+
+def _flush() -> None:
+    _HostSuite.flushes += 1
+
+
+def test_measure_on_host() -> None:
+    """measure() end to end on the emulator (kfuse and torch eager), with a host timer."""
+    case = CASES["layernorm_bwd"]
+    _HostSuite.flushes = 0
+    row = measure.measure(
+        torch,
+        case,
+        case.test_size,
+        "bfloat16",
+        reps=1,
+        copy_gbs=1.0,
+        flush=_flush,
+        suite=_HostSuite,
+        peers=("kfuse", "torch eager"),
+        device="cpu",
+    )
+    assert row["status"] == "ok", row
+    assert _HostSuite.flushes == 2
+    assert row["segments"] >= 1 and len(row["schedulers"]) == row["segments"]
+    assert row["kernels"] >= row["segments"] - row["schedulers"].count("expr_eval")
+    for peer in ("kfuse", "torch eager"):
+        assert row["peers"][peer]["check"] == "ok" and row["peers"][peer]["us"] > 0
+    assert "ratio" not in row  # no torch.compile in this row
+
+
+@pytest.mark.slow
+def test_measure_on_host_with_torch_compile() -> None:
+    """The torch.compile peer too (CPU inductor): the peer functions compile as written."""
+    case = CASES["softmax_bwd_dim0"]
+    row = measure.measure(
+        torch,
+        case,
+        case.test_size,
+        "bfloat16",
+        reps=1,
+        copy_gbs=1.0,
+        flush=_flush,
+        suite=_HostSuite,
+        device="cpu",
+    )
+    assert row["status"] == "ok", row
+    assert row["ratio"] > 0
+
+
+def test_measure_reports_a_kfuse_error() -> None:
+    case = CASES["rmsnorm_fwd"]
+
+    def broken(dtype):  # noqa: ANN001
+        raise RuntimeError("no kernel today")
+
+    import dataclasses
+
+    row = measure.measure(
+        torch,
+        dataclasses.replace(case, define=broken),
+        case.test_size,
+        "bfloat16",
+        reps=1,
+        copy_gbs=1.0,
+        flush=_flush,
+        suite=_HostSuite,
+        peers=("kfuse", "torch eager"),
+        device="cpu",
+    )
+    assert row["status"] == "error"
+    assert row["peers"]["kfuse"] == {"error": "RuntimeError: no kernel today"}
+    assert row["peers"]["torch eager"]["check"] == "ok"
+
+
+def _fake_results() -> dict:
+    """A made-up run: two families, a mismatch and a skip (never committed as results)."""
+    rows = []
+    for family, name, sizes in (
+        ("rmsnorm", "rmsnorm_fwd", [[64, 128], [32, 256]]),
+        ("rmsnorm", "rmsnorm_bwd", [[64, 128], [32, 256]]),
+        ("softmax", "softmax_fwd_dim0", [[64, 128]]),
+    ):
+        for k, shape in enumerate(sizes):
+            us = {"kfuse": 10.0 + k, "torch.compile": 20.0, "torch eager": 40.0}
+            peers = {
+                p: {"us": t, "check": "ok", "fraction_of_copy": 0.5, "first_call_s": 1.0}
+                for p, t in us.items()
+            }
+            row = {
+                "family": family,
+                "case": name,
+                "shape": shape,
+                "dtype": "bfloat16",
+                "segments": 1,
+                "schedulers": ["inner_persistent"],
+                "peers": peers,
+                "status": "ok",
+                "ratio": 20.0 / (10.0 + k),
+            }
+            if name == "rmsnorm_bwd" and k == 1:
+                peers["kfuse"]["check"] = "output 0: MISMATCH kfuse output 0: max abs err 1"
+                row["status"] = "mismatch"
+                del row["ratio"]
+            rows.append(row)
+    rows.append(
+        {
+            "family": "softmax",
+            "case": "softmax_bwd_dim0",
+            "shape": [64, 128],
+            "dtype": "bfloat16",
+            "status": "skipped: time budget (540 s) spent",
+        }
+    )
+    return {"device": "made-up GPU", "torch": "0", "date": "today", "copy_gbs": 100.0, "rows": rows}
+
+
+def test_tables() -> None:
+    data = _fake_results()
+    md = table.markdown(data)
+    assert "| rmsnorm | rmsnorm_fwd | bfloat16 | 64x128 | 10.0 | 20.0 | 40.0 | 2.00x | 50% |" in md
+    assert "11.0 (wrong)" in md and "mismatch: kfuse: output 0" in md
+    assert "over 4 of 6 rows" in md
+    assert "softmax_bwd_dim0 64x128 bfloat16: skipped: time budget" in md
+    text = table.console(data["rows"])
+    assert "rmsnorm_bwd" in text and "Geometric mean" in text
+    assert table.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    lines = [progress(r) for r in data["rows"]]
+    assert "kfuse 10.0 us (50% of copy" in lines[0] and "kfuse/compile 2.00x" in lines[0]
+    assert "WRONG" in lines[3] and "kfuse check: output 0: MISMATCH" in lines[3]
+    assert lines[-1].endswith("skipped: time budget (540 s) spent")
+
+
+def test_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(_fake_results()))
+    assert chart.main([str(src), str(tmp_path / "out")]) == 0
+    pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
+    assert pngs == ["rmsnorm.png", "softmax.png"]
+    assert (tmp_path / "out" / "rmsnorm.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| softmax | softmax_fwd_dim0 |" in (tmp_path / "out" / "models.md").read_text()
+
+
+def test_run_lists_without_a_gpu() -> None:
+    script = BENCHMARKS / "models" / "run.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--list", "--quick", "--only", "norm"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    quick = plan(registry.select("norm"), True, ["bfloat16"])
+    assert out.splitlines()[-1] == f"{len(quick)} rows, {len(registry.select('norm'))} cases"
+    assert "groupnorm_fwd_g32" in out and "softmax" not in out
+    assert len(plan(registry.CASES, False, ["bfloat16"])) <= 70  # the 5-minute budget
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", list(CASES))
+def test_case_on_gpu(name: str) -> None:
+    """kfuse and the torch peer against the float64 reference at a mid size on the GPU."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    case = CASES[name]
+    inputs = _inputs(case, "bfloat16", case.gpu_test_size, "cuda")
+    references = case.reference(*inputs)
+    _check("kfuse", _kfuse(case, "bfloat16", inputs), references)
+    _check("torch", case.torch_fn(*inputs), references)
