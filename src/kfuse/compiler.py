@@ -51,6 +51,7 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     dump.generated(fusion, kernels)
     compiler = KernelCompiler(params.cparams)
     launches = [compiler.load(kernel, info) for kernel in kernels]
+    dump.binaries(fusion, kernels, compiler.nvrtc_target(info))
     return KernelProgram(scheduler.scheduler_type, params, launches)
 
 
@@ -127,10 +128,24 @@ class KernelCompiler:
             kernel = backend.compile(source, name, info.device)
         else:
             kernel = backend.compile(
-                source, name, info.device_index, self.arch or info.device.arch, self.options
+                source, name, info.device_index, self.target_arch(info), self.options
             )
         profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
+
+    def target_arch(self, info: RuntimeInfo) -> str:
+        """The architecture kernels compile for: the params' (CompileParams.arch), else the
+        device's."""
+        return self.arch or info.device.arch
+
+    def nvrtc_target(self, info: RuntimeInfo) -> tuple[str, list[str]] | None:
+        """(architecture, every NVRTC option) of this compiler's kernels on `info`'s device,
+        or None on the emulator, which has no NVRTC compile (for KFUSE_DUMP=ptx,sass)."""
+        if info.backend == EMULATOR:
+            return None
+        from kfuse.runtime.backends.cuda import nvrtc_options
+
+        return self.target_arch(info), nvrtc_options(self.options)
 
 
 def check_register_limit(threads: int, maxrregcount: int, regs_per_block: int) -> None:
