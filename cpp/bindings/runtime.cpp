@@ -143,6 +143,15 @@ nb::bytes to_bytes(const std::string &s) { return nb::bytes(s.data(), s.size());
 
 std::string from_bytes(nb::bytes b) { return std::string(b.c_str(), b.size()); }
 
+// `arch`, or the current device's (NVRTC loaded first: arch_for asks it what it supports).
+std::string target_arch(const std::optional<std::string> &arch) {
+    nvrtc::ensure_loaded();
+    if (arch)
+        return *arch;
+    const auto &dev = driver::device_properties(driver::current_device());
+    return nvrtc::arch_for(dev.major, dev.minor);
+}
+
 }  // namespace
 
 void register_runtime(nb::module_ &m) {
@@ -217,15 +226,7 @@ void register_runtime(nb::module_ &m) {
         "compile_to_cubin",
         [](const std::string &source, const std::string &name, std::optional<std::string> arch,
            std::optional<std::vector<std::string>> options) {
-            nvrtc::ensure_loaded();
-            std::string target;
-            if (arch) {
-                target = *arch;
-            } else {
-                const auto &dev = driver::device_properties(driver::current_device());
-                target = nvrtc::arch_for(dev.major, dev.minor);
-            }
-            std::string cubin;
+            std::string target = target_arch(arch), cubin;
             {
                 nb::gil_scoped_release release;
                 cubin = nvrtc::compile_to_cubin(source, name, target,
@@ -236,6 +237,19 @@ void register_runtime(nb::module_ &m) {
         "source"_a, "name"_a = "kernel.cu", "arch"_a = nb::none(), "options"_a = nb::none(),
         "Compile CUDA C++ to a cubin for `arch` ('sm_80'; None: the current device). Raises "
         "CompileError with NVRTC's log and the numbered source.");
+    m.def(
+        "compile_to_ptx",
+        [](const std::string &source, const std::string &name, std::optional<std::string> arch,
+           std::optional<std::vector<std::string>> options) {
+            std::string target = target_arch(arch);
+            nb::gil_scoped_release release;
+            return nvrtc::compile_to_ptx(source, name, target,
+                                         options.value_or(std::vector<std::string>{}));
+        },
+        "source"_a, "name"_a = "kernel.cu", "arch"_a = nb::none(), "options"_a = nb::none(),
+        "The PTX NVRTC makes of CUDA C++ for `arch` ('sm_90' or 'compute_90'; None: the "
+        "current device), with the same options a cubin would be compiled with. Raises "
+        "CompileError like compile_to_cubin.");
 
     // ---- Kernel ----------------------------------------------------------------------------
     nb::class_<Kernel>(m, "Kernel",

@@ -162,11 +162,14 @@ std::string number_lines(const std::string &source) {
     return out;
 }
 
-std::string compile_to_cubin(const std::string &source, const std::string &name,
-                             const std::string &arch, const std::vector<std::string> &options) {
-    if (arch.rfind("sm_", 0) != 0)
-        throw std::invalid_argument("arch must be a real architecture such as 'sm_90' (a cubin "
-                                    "needs one), got '" + arch + "'");
+namespace {
+
+enum class Output { cubin, ptx };
+
+// Compiles `source` with --gpu-architecture=`arch` and `options`, and returns the program's
+// cubin or PTX. Throws CompileError with the log and numbered source.
+std::string compile(const std::string &source, const std::string &name, const std::string &arch,
+                    const std::vector<std::string> &options, Output output) {
     const Api &nv = api();
     Program program;
     check(nv.nvrtcCreateProgram(&program.handle, source.c_str(), name.c_str(), 0, nullptr,
@@ -197,10 +200,37 @@ std::string compile_to_cubin(const std::string &source, const std::string &name,
         throw CompileError(msg, log, source);
     }
     size_t size = 0;
-    check(nv.nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize");
-    std::string cubin(size, '\0');
-    check(nv.nvrtcGetCUBIN(program.handle, &cubin[0]), "nvrtcGetCUBIN");
-    return cubin;
+    std::string text;
+    if (output == Output::cubin) {
+        check(nv.nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize");
+        text.assign(size, '\0');
+        check(nv.nvrtcGetCUBIN(program.handle, &text[0]), "nvrtcGetCUBIN");
+    } else {
+        check(nv.nvrtcGetPTXSize(program.handle, &size), "nvrtcGetPTXSize");
+        text.assign(size, '\0');
+        check(nv.nvrtcGetPTX(program.handle, &text[0]), "nvrtcGetPTX");
+        while (!text.empty() && text.back() == '\0')  // the size counts the terminator
+            text.pop_back();
+    }
+    return text;
+}
+
+}  // namespace
+
+std::string compile_to_cubin(const std::string &source, const std::string &name,
+                             const std::string &arch, const std::vector<std::string> &options) {
+    if (arch.rfind("sm_", 0) != 0)
+        throw std::invalid_argument("arch must be a real architecture such as 'sm_90' (a cubin "
+                                    "needs one), got '" + arch + "'");
+    return compile(source, name, arch, options, Output::cubin);
+}
+
+std::string compile_to_ptx(const std::string &source, const std::string &name,
+                           const std::string &arch, const std::vector<std::string> &options) {
+    if (arch.rfind("sm_", 0) != 0 && arch.rfind("compute_", 0) != 0)
+        throw std::invalid_argument("arch must be an architecture such as 'sm_90' or "
+                                    "'compute_90', got '" + arch + "'");
+    return compile(source, name, arch, options, Output::ptx);
 }
 
 }  // namespace nvrtc

@@ -42,7 +42,9 @@ using nvrtcProgram = struct _nvrtcProgram *;
     X(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram, size_t *))                          \
     X(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram, char *))                                \
     X(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram, size_t *))                               \
-    X(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char *))
+    X(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char *))                                     \
+    X(nvrtcResult, nvrtcGetPTXSize, (nvrtcProgram, size_t *))                                 \
+    X(nvrtcResult, nvrtcGetPTX, (nvrtcProgram, char *))
 
 // Sets the libnvrtc to load. Only possible before the library is loaded (an error after,
 // unless it is the same path).
@@ -63,6 +65,11 @@ std::vector<int> supported_archs();  // e.g. {75, 80, 86, 89, 90, ...}
 // name NVRTC uses in its messages. Throws CompileError with the log and numbered source.
 std::string compile_to_cubin(const std::string &source, const std::string &name,
                              const std::string &arch, const std::vector<std::string> &options);
+
+// The PTX NVRTC makes of `source` on its way to the cubin: the same compile as
+// compile_to_cubin's for the same arguments (a virtual "compute_XY" arch is accepted too).
+std::string compile_to_ptx(const std::string &source, const std::string &name,
+                           const std::string &arch, const std::vector<std::string> &options);
 
 // "sm_XY" for a device of compute capability major.minor, or the newest architecture NVRTC
 // knows with the same major version (a cubin runs on later minors of its major).

@@ -515,6 +515,11 @@ def compile_to_cubin(source: str, name: str = 'kernel.cu', arch: str | None = No
     Compile CUDA C++ to a cubin for `arch` ('sm_80'; None: the current device). Raises CompileError with NVRTC's log and the numbered source.
     """
 
+def compile_to_ptx(source: str, name: str = 'kernel.cu', arch: str | None = None, options: Sequence[str] | None = None) -> str:
+    """
+    The PTX NVRTC makes of CUDA C++ for `arch` ('sm_90' or 'compute_90'; None: the current device), with the same options a cubin would be compiled with. Raises CompileError like compile_to_cubin.
+    """
+
 class Kernel:
     """A cubin's kernel on one device; the module loads on first use."""
 

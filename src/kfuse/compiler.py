@@ -3,7 +3,7 @@
     fusion + RuntimeInfo (the call's inputs, as layouts, on a device)
       1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
                    then the segmenter splits it (segment), and each segment goes through
-                   these stages for its own inputs when it first runs
+                   these stages (compile_segment) when it first runs with a new signature
       2. params    the scheduler's heuristics, or the caller's params (manual_execute)
       3. kernels   the scheduler generates its kernels: GeneratedKernel (CUDA source, name,
                    launch configuration, operands, the codegen spec); nothing compiles
@@ -28,6 +28,7 @@ from kfuse.runtime.backends import backend_for
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.launch import GeneratedKernel, KernelLaunch
 from kfuse.runtime.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
+from kfuse.runtime.segments import SegmentedRunner
 from kfuse.schedule import rejection_reason, resolve_scheduler
 from kfuse.schedule.registry import SCHEDULERS
 from kfuse.schedule.segmenter import segment_fusion
@@ -50,6 +51,7 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     dump.generated(fusion, kernels)
     compiler = KernelCompiler(params.cparams)
     launches = [compiler.load(kernel, info) for kernel in kernels]
+    dump.binaries(fusion, kernels, compiler.nvrtc_target(info))
     return KernelProgram(scheduler.scheduler_type, params, launches)
 
 
@@ -87,12 +89,17 @@ def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> tu
 
 
 def _segmented(fusion: Fusion, info: RuntimeInfo, reasons: list[str]) -> Program:
-    from kfuse.runtime.segments import SegmentedRunner
-
     why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
     segmented = segment_fusion(fusion, info, why)
     dump.stage("segments", fusion, lambda: "\n".join(str(s) for s in segmented.describe()))
-    return SegmentedProgram(SchedulerType.none, None, runner=SegmentedRunner(segmented))
+    runner = SegmentedRunner(segmented, compile_segment)
+    return SegmentedProgram(SchedulerType.none, None, runner=runner)
+
+
+def compile_segment(fusion: Fusion, info: RuntimeInfo) -> Program:
+    """One segment's Program (a segmented program compiles each on its first run for a new
+    signature, with a RuntimeInfo derived from the call's: kfuse.runtime.segments)."""
+    return compile_fusion(fusion, info, None, segment=False)
 
 
 class KernelCompiler:
@@ -121,10 +128,24 @@ class KernelCompiler:
             kernel = backend.compile(source, name, info.device)
         else:
             kernel = backend.compile(
-                source, name, info.device_index, self.arch or info.device.arch, self.options
+                source, name, info.device_index, self.target_arch(info), self.options
             )
         profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
+
+    def target_arch(self, info: RuntimeInfo) -> str:
+        """The architecture kernels compile for: the params' (CompileParams.arch), else the
+        device's."""
+        return self.arch or info.device.arch
+
+    def nvrtc_target(self, info: RuntimeInfo) -> tuple[str, list[str]] | None:
+        """(architecture, every NVRTC option) of this compiler's kernels on `info`'s device,
+        or None on the emulator, which has no NVRTC compile (for KFUSE_DUMP=ptx,sass)."""
+        if info.backend == EMULATOR:
+            return None
+        from kfuse.runtime.backends.cuda import nvrtc_options
+
+        return self.target_arch(info), nvrtc_options(self.options)
 
 
 def check_register_limit(threads: int, maxrregcount: int, regs_per_block: int) -> None:
@@ -138,4 +159,10 @@ def check_register_limit(threads: int, maxrregcount: int, regs_per_block: int) -
         )
 
 
-__all__ = ["KernelCompiler", "check_register_limit", "choose_scheduler", "compile_fusion"]
+__all__ = [
+    "KernelCompiler",
+    "check_register_limit",
+    "choose_scheduler",
+    "compile_fusion",
+    "compile_segment",
+]

@@ -5,18 +5,31 @@ KFUSE_DUMP names the stages (comma-separated; ``all`` for every one):
 * segments: how a fusion that no single scheduler takes was split;
 * params: the scheduler and the parameters chosen for each input signature;
 * spec: each generated kernel's codegen spec (what its source depends on);
-* cuda: each kernel's CUDA source, one file per kernel.
+* cuda: each kernel's CUDA source, one file per kernel;
+* ptx: the PTX NVRTC makes of each kernel's source, for the architecture and with the options
+  of its real compile (compiled once more, only for the dump);
+* sass: the cubin of that compile, disassembled by nvdisasm or cuobjdump if one is found (on
+  PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin or an nvidia wheel's bin);
+  else the file says what was looked for.
 
 Everything goes under KFUSE_DUMP_DIR (default ./kfuse-dump), in a folder per fusion named by
 a hash of its structure (the kernels' names carry the same kind of hash): segments.txt,
-params.txt and spec.txt grow by one record per compile; <kernel name>.cu is written once.
-Nothing is written, and nothing is computed for it, when KFUSE_DUMP is unset.
+params.txt and spec.txt grow by one record per compile; <kernel name>.cu,
+<kernel name>.<arch>.ptx and <kernel name>.<arch>.sass are written at each compile. On the host
+emulator, which compiles with the host's C++ compiler, <kernel name>.ptx and .sass say that
+they do not apply. A ptx or sass dump that cannot be made says why in its file; it never fails
+the run. Nothing is written, and nothing is computed for it, when KFUSE_DUMP is unset.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +37,12 @@ from kfuse import knobs
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 
-STAGES = ("segments", "params", "spec", "cuda")
+STAGES = ("segments", "params", "spec", "cuda", "ptx", "sass")
+
+DISASSEMBLERS = {"nvdisasm": ("-c",), "cuobjdump": ("-sass",)}
+"""The tools a sass dump tries, in this order, with the arguments before the cubin's path."""
+CUDA_FOLDERS = ("/usr/local/cuda/bin",)
+"""Where a CUDA toolkit's tools are when neither PATH nor CUDA_HOME / CUDA_PATH say."""
 
 
 def enabled(stage: str) -> bool:
@@ -63,3 +81,98 @@ def generated(fusion: Fusion, kernels: list[Any]) -> None:
     if enabled("cuda"):
         for k in kernels:
             (folder(fusion) / f"{k.name}.cu").write_text(k.source)
+
+
+def binaries(fusion: Fusion, kernels: list[Any], target: tuple[str, list[str]] | None) -> None:
+    """The kernels' PTX (stage ptx) and SASS (stage sass). `target`: (architecture, NVRTC
+    options) of their real compile (kfuse.compiler.KernelCompiler.nvrtc_target), or None on
+    the emulator, where the files say that these stages do not apply."""
+    for name, make in (("ptx", _ptx), ("sass", _sass)):
+        if not enabled(name):
+            continue
+        for k in kernels:
+            if target is None:
+                text = (
+                    f"// {name} does not apply: {k.name} runs on kfuse's host emulator, which "
+                    "compiles its CUDA source with the host's C++ compiler (no NVRTC, no PTX, "
+                    "no cubin)\n"
+                )
+                (folder(fusion) / f"{k.name}.{name}").write_text(text)
+                continue
+            arch, options = target
+            header = f"// {name} of {k.name} for {arch}, NVRTC options: {' '.join(options)}\n"
+            (folder(fusion) / f"{k.name}.{arch}.{name}").write_text(
+                header + make(k.source, k.name, arch, options)
+            )
+
+
+def _ptx(source: str, name: str, arch: str, options: list[str]) -> str:
+    from kfuse import _C
+
+    try:
+        return _C.compile_to_ptx(source, name + ".cu", arch, options)
+    except Exception as exc:  # the real compile succeeded; a dump never fails the run
+        return f"// no PTX: {type(exc).__name__}: {exc}\n"
+
+
+def _sass(source: str, name: str, arch: str, options: list[str]) -> str:
+    from kfuse import _C
+
+    tool, tried = find_disassembler()
+    if tool is None:
+        return (
+            "// no SASS: found no disassembler (nvdisasm or cuobjdump) in "
+            + ", ".join(tried)
+            + "; install one (pip install nvidia-cuda-nvdisasm, or a CUDA toolkit) or put it "
+            "on PATH\n"
+        )
+    try:
+        cubin = _C.compile_to_cubin(source, name + ".cu", arch, options)
+        with tempfile.TemporaryDirectory(prefix="kfuse-sass-") as tmp:
+            path = os.path.join(tmp, name + ".cubin")
+            with open(path, "wb") as f:
+                f.write(cubin)
+            args = DISASSEMBLERS[os.path.basename(tool)]
+            run = subprocess.run(
+                [tool, *args, path], capture_output=True, text=True, timeout=120, check=False
+            )
+    except Exception as exc:
+        return f"// no SASS: {type(exc).__name__}: {exc}\n"
+    if run.returncode != 0:
+        return f"// no SASS: {tool} exited with {run.returncode}:\n{run.stderr}"
+    return f"// disassembled by {tool}\n{run.stdout}"
+
+
+def find_disassembler(environ: Mapping[str, str] | None = None) -> tuple[str | None, list[str]]:
+    """(the path of the first of DISASSEMBLERS found, or None; the places looked in): PATH,
+    $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, then the bin folders of the nvidia
+    wheels (nvidia-cuda-nvdisasm puts nvdisasm in nvidia/cu13/bin)."""
+    env = os.environ if environ is None else environ
+    folders = [
+        *(os.path.join(env[v], "bin") for v in ("CUDA_HOME", "CUDA_PATH") if env.get(v)),
+        *CUDA_FOLDERS,
+        *wheel_bin_folders(),
+    ]
+    for tool in DISASSEMBLERS:
+        found = shutil.which(tool, path=env.get("PATH", ""))
+        if found is None:
+            found = next((p for f in folders if _is_program(p := os.path.join(f, tool))), None)
+        if found is not None:
+            return found, []
+    return None, ["PATH", *folders]
+
+
+def wheel_bin_folders() -> list[str]:
+    """The bin folders of the installed nvidia-* wheels (nvidia/<package>/bin)."""
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = []
+    for root in roots:
+        for entry in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            if os.path.isdir(path := os.path.join(root, entry, "bin")):
+                found.append(path)
+    return found
+
+
+def _is_program(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)

@@ -26,7 +26,7 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "before its kernels run, so that an element no kernel writes shows "
     "(the emulator always does)",
     "KFUSE_DUMP": "compiler stages to write out as they run, comma-separated: segments, "
-    "params, spec, cuda (or all)",
+    "params, spec, cuda, ptx, sass (or all)",
     "KFUSE_DUMP_DIR": "folder KFUSE_DUMP writes into (default ./kfuse-dump)",
 }
 

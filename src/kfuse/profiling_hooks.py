@@ -23,8 +23,9 @@ def clock() -> float:
 
 
 def execution() -> Any:
-    """Around one FusionExecutorCache.execute: the outermost one is a fusion for the profile,
-    the ones nested in it (a segmented fusion's segments) are not."""
+    """Around one FusionExecutorCache.execute: the outermost one is a fusion for the profile;
+    the ones nested in it (each segment of a segmented fusion, kfuse.runtime.segments) are
+    not, and keep their own compile times."""
     recorder = active
     return _NOTHING if recorder is None else recorder.execution()
 
@@ -45,7 +46,7 @@ def kernel_compiled(name: str, seconds: float) -> None:
 
 def segment(scheduler: Any, info: Any) -> Any:
     """Around one segment's launches (`scheduler`: a SchedulerType; SchedulerType.none, a
-    segmented fusion, is not a segment: its segments' own executes are)."""
+    segmented fusion, is not a segment: each of its segments is tagged when it runs)."""
     recorder = active
     return _NOTHING if recorder is None else recorder.segment(scheduler, info)
 

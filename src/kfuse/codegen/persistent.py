@@ -575,7 +575,7 @@ def row_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hois
     for k in range(len(plan.reductions)):
         dm = plan.stages[k]
         results = _result_leaves(plan, dm)
-        roots = (stage_value(plan, k),)
+        roots: tuple[Use, ...] = (stage_value(plan, k),)
         out[f"stage{k}"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots)
     dm = plan.full_map
     roots = tuple(Use(plan.fusion.outputs[k], plan.output_views[k]) for k in plan.loop_outputs)

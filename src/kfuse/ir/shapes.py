@@ -219,3 +219,15 @@ def infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
         shapes[out] = to_python(args[0], expr.dtype)
     else:
         shapes[out] = eval_scalar(cast(Any, expr).op, args, out.dtype)
+
+
+def infer_added(exprs: list[Expr], shapes: dict[Val, Any]) -> None:
+    """The extents of the outputs of tensor `exprs` (in order) into `shapes`, from those of
+    their inputs there, which shape inference has checked: the segmenter's own exprs
+    (kfuse.schedule.segmenter.split_reductions), whose values the fusion does not have."""
+    origins: dict[Val, list[_Origin]] = {}
+    for expr in exprs:
+        for v in expr.inputs:
+            if isinstance(v, TensorView) and v not in origins:
+                origins[v] = [_Origin(f"{v.name} axis {i}") for i in range(v.ndim)]
+        _infer(expr, shapes, origins)

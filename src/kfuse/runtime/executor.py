@@ -35,11 +35,8 @@ def _add_bounded(keys: dict[tuple, None], key: tuple, limit: int) -> None:
 class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
-    def __init__(self, fusion: Fusion, *, segment: bool = True) -> None:
+    def __init__(self, fusion: Fusion) -> None:
         self.fusion = fusion
-        # Whether a fusion no single scheduler takes is split into segments (a segment's own
-        # cache is created with segment=False, so it never splits again).
-        self.segment = segment
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
         # The Program of the last call (kfuse.runtime.program: scheduler, params, launches).
@@ -141,7 +138,7 @@ class FusionExecutorCache:
         return self.last_compiled.cuda_source()
 
     def _compile(self, info: RuntimeInfo, params: Any) -> Program:
-        return compile_fusion(self.fusion, info, params, segment=self.segment)
+        return compile_fusion(self.fusion, info, params, segment=True)
 
 
 def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:

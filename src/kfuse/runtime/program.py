@@ -21,10 +21,10 @@ from typing import Any
 from kfuse import knobs
 from kfuse.dtypes import DataType
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.values import TensorView
+from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
-from kfuse.runtime.launch import KernelLaunch, workspace_bytes
+from kfuse.runtime.launch import KernelLaunch, ScalarOperand, workspace_bytes
 from kfuse.schedule.types import SchedulerType
 
 
@@ -44,6 +44,12 @@ class Program:
         """The CUDA sources of the kernels it launches (None when it launches none)."""
         return "\n".join(launch.source for launch in self.launches) or None
 
+    def extents_read(self, fusion: Fusion) -> list[Val]:
+        """The Vals of `fusion` whose entries of info.extents `run` reads, and the profiler
+        with it (the outputs' shapes): here every Val shape inference gives one. A segment's
+        RuntimeInfo carries these only on a cached call (kfuse.runtime.segments)."""
+        return [*fusion.inputs, *(o for e in fusion.exprs for o in e.outputs)]
+
     def __str__(self) -> str:
         lines = [f"{type(self).__name__}: {self.scheduler.value}", f"  params: {self.params}"]
         for launch in self.launches:
@@ -57,6 +63,13 @@ class Program:
 @dataclass
 class KernelProgram(Program):
     """Generated kernels, launched in order on the caller's stream."""
+
+    def extents_read(self, fusion: Fusion) -> list[Val]:
+        # The outputs' shapes (to allocate them) and the values of scalar operands.
+        scalars = [
+            op.val for ka in self.launches for op in ka.operands if isinstance(op, ScalarOperand)
+        ]
+        return [*fusion.outputs, *dict.fromkeys(scalars)]
 
     def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         fusion = info.fusion
@@ -115,7 +128,8 @@ class LibraryProgram(Program):
 
 @dataclass
 class SegmentedProgram(Program):
-    """Segments in dependency order; each compiles for its own inputs on its first run."""
+    """Segments in dependency order, each with a RuntimeInfo derived from the call's; a
+    segment compiles on its first run with a new signature (kfuse.runtime.segments)."""
 
     runner: Any = None  # kfuse.runtime.segments.SegmentedRunner
 
@@ -130,10 +144,15 @@ class SegmentedProgram(Program):
         return self.runner.segmented.describe()
 
     def __str__(self) -> str:
-        lines = [f"SegmentedProgram: {len(self.runner.caches)} segments"]
-        for segment, cache in zip(self.segments(), self.runner.caches, strict=True):
+        segments = self.segments()
+        steps = self.runner.steps
+        lines = [f"SegmentedProgram: {len(segments)} segments"]
+        for segment in segments:
             lines.append(f"  segment {segment.index}: {segment.scheduler.value}")
-            program = cache.last_compiled
+            if segment.index >= len(steps):  # an output that is an input: copied
+                lines.append(f"    {segment.reason}")
+                continue
+            program = steps[segment.index].last
             if program is not None:  # compiled on the segment's first run
                 lines += [f"    {line}" for line in str(program).splitlines()]
         return "\n".join(lines)

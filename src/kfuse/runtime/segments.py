@@ -1,31 +1,143 @@
 """Running a segmented fusion: its segments in dependency order, on one stream.
 
-Each segment runs through its own FusionExecutorCache (so its kernels are cached per
-signature like any fusion's), which allocates the segment's outputs with the inputs'
-framework. Intermediates are dropped as soon as the last segment reading them has been
-launched (the framework's stream-ordered allocators make that safe on the GPU).
+The executor checks a call's inputs and infers its shapes once, in the parent fusion's
+RuntimeInfo. Each segment's RuntimeInfo is derived from that one here, and nothing is checked
+or inferred again:
+
+* inputs: the arrays of the fusion inputs and of the intermediates that earlier segments
+  returned, and for scalar inputs the values of the parent's shape inference;
+* layouts: a fusion input's is the parent's; an intermediate's is read from its array
+  (layout_of), so that its real data pointer, and so its alignment class, is in the key;
+* extents: the parent's, through SegmentPlan.origin (segment Val -> parent Val), with those of
+  the values the segmenter added to the fusion (split reductions) inferred from them. A
+  compile gets all of them; a cached call only those its Program reads
+  (Program.extents_read).
+
+Each segment caches its Programs by program_key of the derived info, which is the key that
+build_runtime_info gives the same arrays (tests/test_segment_runtime.py): an intermediate
+whose alignment class is not the one a kernel was compiled for (an allocator's offset) gets a
+Program of its own. Intermediates are dropped as soon as the last segment reading them has
+been launched (the frameworks' stream-ordered allocators make that safe on the GPU).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
-from kfuse.ir.values import TensorView
-from kfuse.runtime.arrays import stream_context
+from kfuse import profiling_hooks
+from kfuse.ir.exprs import Expr
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.shapes import infer_added
+from kfuse.ir.values import TensorView, Val
+from kfuse.runtime.arrays import ArrayLayout, layout_of, stream_context
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.schedule.segmenter import SegmentedFusion, segment_arguments
+from kfuse.runtime.program import Program
+from kfuse.runtime.signature import program_key
+from kfuse.schedule.segmenter import SegmentedFusion, SegmentPlan
+
+CompileSegment = Callable[[Fusion, RuntimeInfo], Program]
+"""Compiles one segment's fusion for a RuntimeInfo (kfuse.compiler passes compile_fusion
+without segmenting again)."""
+
+
+class SegmentStep:
+    """One segment: its RuntimeInfo derived from the parent call's, and its Programs by key."""
+
+    def __init__(self, plan: SegmentPlan, parent_inputs: set[int], compile: CompileSegment):
+        self.plan = plan
+        self.compile = compile
+        # (the segment's input, the parent Val it stands for, whether that is a fusion input:
+        # then its layout is in the parent's RuntimeInfo already)
+        self.inputs = [
+            (new, old, id(old) in parent_inputs)
+            for new, old in zip(plan.fusion.inputs, plan.inputs, strict=True)
+        ]
+        # program_key -> (Program, the (segment Val, parent Val) pairs of its extents_read)
+        self.programs: dict[tuple, tuple[Program, list[tuple[Val, Val]]]] = {}
+        self.last: Program | None = None  # the Program of the last run
+        self._lock = threading.Lock()
+
+    def derive(self, parent: RuntimeInfo, extents: dict[Val, Any], env: dict[int, Any]) -> Any:
+        """The segment's RuntimeInfo for this call, its extents left empty (run fills in
+        those its Program reads). `extents`: the parent's (with the segmenter's values);
+        `env`: parent Val id -> array, for the fusion inputs and the intermediates."""
+        args: list[Any] = []
+        layouts: dict[TensorView, ArrayLayout] = {}
+        for new, old, from_parent in self.inputs:
+            if isinstance(new, TensorView):
+                array = env[id(old)]
+                args.append(array)
+                if from_parent:
+                    layouts[new] = parent.layouts[old]  # type: ignore[index]
+                else:
+                    layouts[new] = layout_of(array, f"intermediate {old.name}")
+            else:
+                args.append(extents[old])
+        return RuntimeInfo(
+            self.plan.fusion,
+            args,
+            layouts,
+            {},
+            parent.framework,
+            parent.backend,
+            parent.device_index,
+            parent.device,
+        )
+
+    def all_extents(self, extents: dict[Val, Any]) -> dict[Val, Any]:
+        """Every extent of the segment's Vals (what its own infer_shapes would give)."""
+        return {new: extents[old] for new, old in self.plan.origin.items()}
+
+    def run(
+        self, parent: RuntimeInfo, extents: dict[Val, Any], env: dict[int, Any], stream: Any
+    ) -> list[Any]:
+        """The segment's outputs for this call (see derive for the arguments)."""
+        with profiling_hooks.execution():  # its own frame: the segment's compile time
+            info = self.derive(parent, extents, env)
+            key = program_key(info, None)
+            entry = self.programs.get(key)
+            if entry is None:
+                entry = self._compile(info, extents)
+                with self._lock:
+                    self.programs[key] = entry
+            program, read = entry
+            info.extents = {new: extents[old] for new, old in read}
+            self.last = program
+            with profiling_hooks.segment(program.scheduler, info):  # tags its launches
+                return program.run(info, stream)
+
+    def _compile(
+        self, info: RuntimeInfo, extents: dict[Val, Any]
+    ) -> tuple[Program, list[tuple[Val, Val]]]:
+        info.extents = self.all_extents(extents)
+        started = profiling_hooks.clock()
+        program = self.compile(self.plan.fusion, info)
+        profiling_hooks.compiled(profiling_hooks.clock() - started)
+        origin = self.plan.origin
+        return program, [(v, origin[v]) for v in program.extents_read(self.plan.fusion)]
 
 
 class SegmentedRunner:
     """The compiled form of a segmented fusion for one input signature."""
 
-    def __init__(self, segmented: SegmentedFusion) -> None:
-        from kfuse.runtime.executor import FusionExecutorCache
-
+    def __init__(self, segmented: SegmentedFusion, compile: CompileSegment) -> None:
         self.segmented = segmented
         fusion = segmented.fusion
-        self.caches = [FusionExecutorCache(p.fusion, segment=False) for p in segmented.plans]
-        keep = {id(v) for v in fusion.outputs} | {id(v) for v in fusion.inputs}
+        inputs = {id(v) for v in fusion.inputs}
+        self.fusion_inputs = inputs
+        self.steps = [SegmentStep(plan, inputs, compile) for plan in segmented.plans]
+        # The exprs computing values the segmenter added (split_reductions), which the
+        # parent's shape inference does not know, in execution order.
+        known = inputs | {id(o) for e in fusion.exprs for o in e.outputs}
+        added: dict[int, Expr] = {}
+        for plan in segmented.plans:
+            for e in plan.exprs:
+                if any(id(o) not in known for o in e.outputs):
+                    added.setdefault(id(e), e)
+        self.added = list(added.values())
+        keep = {id(v) for v in fusion.outputs} | inputs
         last_use: dict[int, int] = {}
         for k, plan in enumerate(segmented.plans):
             for v in plan.inputs:
@@ -38,25 +150,26 @@ class SegmentedRunner:
 
     def __call__(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         fusion = self.segmented.fusion
+        extents = info.extents
+        if self.added:
+            extents = dict(extents)
+            infer_added(self.added, extents)
         env: dict[int, Any] = {
             id(v): a
             for v, a in zip(fusion.inputs, info.inputs, strict=True)
             if isinstance(v, TensorView)
         }
-        for plan, cache, release in zip(
-            self.segmented.plans, self.caches, self.release, strict=True
-        ):
-            outs = cache.execute(segment_arguments(plan, env, info), stream=stream)
-            for v, a in zip(plan.outputs, outs, strict=True):
+        for step, release in zip(self.steps, self.release, strict=True):
+            outs = step.run(info, extents, env, stream)
+            for v, a in zip(step.plan.outputs, outs, strict=True):
                 env[id(v)] = a
             for key in release:
                 del env[key]
-        inputs = {id(v) for v in fusion.inputs}
         results: list[Any] = []
         handed_out: set[int] = set()
         for out in fusion.outputs:
             value = env[id(out)]
-            if id(out) in inputs or id(out) in handed_out:
+            if id(out) in self.fusion_inputs or id(out) in handed_out:
                 value = copy_array(info, value, stream)
             handed_out.add(id(out))
             results.append(value)
@@ -64,7 +177,7 @@ class SegmentedRunner:
 
     def cuda_source(self) -> str | None:
         """The kernels' sources of every segment's last run, in order."""
-        sources = [c.last_cuda_source() for c in self.caches]
+        sources = [step.last.cuda_source() for step in self.steps if step.last is not None]
         joined = "\n".join(s for s in sources if s)
         return joined or None
 

@@ -148,28 +148,19 @@ def _build(fusion: Fusion, group: list[Expr], column_exprs: list[Expr]) -> Inner
         for v in e.inputs:
             if isinstance(v, Scalar) and not v.is_constant and all(v is not s for s in scalars):
                 scalars.append(v)
-    parent_vals: dict[int, Val] = {}
-    main_map: dict[int, Val] = {}
-    main = build_sub_fusion(
+    main, main_origin = build_sub_fusion(
         main_exprs,
         list(fusion.inputs),
         [fusion.outputs[k] for k in main_outputs] + list[Val](column_inputs),
         fusion,
-        mapping=main_map,
     )
-    column_map: dict[int, Val] = {}
-    columns = build_sub_fusion(
+    columns, column_origin = build_sub_fusion(
         column_exprs,
         [*column_inputs, *scalars],
         [fusion.outputs[k] for k in column_outputs],
         fusion,
-        mapping=column_map,
     )
-    for parent in [*fusion.inputs, *fusion.vals, *scalars]:
-        for mapping in (main_map, column_map):
-            clone = mapping.get(id(parent))
-            if clone is not None:
-                parent_vals[id(clone)] = parent
+    parent_vals = {id(v): old for v, old in [*main_origin.items(), *column_origin.items()]}
     return InnerOuterSplit(
         fusion,
         main,

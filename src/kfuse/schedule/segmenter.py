@@ -15,9 +15,11 @@ its input once more as fp32, in a kernel of its own) and the consumers would rea
 
 A segment is a Fusion of its own (cloned exprs; inputs are the fusion inputs it reads, the
 intermediates other segments produce and every non-constant Scalar it uses; outputs are the
-values used outside it or that are fusion outputs), so it runs through an ordinary
-FusionExecutorCache. Fusion outputs that are fusion inputs unchanged are copied by the
-framework.
+values used outside it or that are fusion outputs), compiled like any fusion. Each of its Vals
+remembers the parent Val it is a clone of (SegmentPlan.origin), so that the runtime gives a
+segment the layouts and extents of the parent call's instead of checking and inferring them
+again (kfuse.runtime.segments). Fusion outputs that are fusion inputs unchanged are copied by
+the framework.
 """
 
 from __future__ import annotations
@@ -75,13 +77,16 @@ class Segment:
 @dataclass
 class SegmentPlan:
     """One segment as the executor runs it: `fusion` with `inputs`/`outputs` (parent Vals,
-    in the order of fusion.inputs / fusion.outputs)."""
+    in the order of fusion.inputs / fusion.outputs). `origin`: every input of `fusion` and
+    every output of its exprs -> the parent Val it is a clone of (one of the parent fusion's,
+    or a value the segmenter added to it, see split_reductions)."""
 
     scheduler: SchedulerType
     fusion: Fusion
     exprs: tuple[Expr, ...]
     inputs: tuple[Val, ...]
     outputs: tuple[TensorView, ...]
+    origin: dict[Val, Val] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -335,12 +340,14 @@ class _Segmenter:
         ]
         if scheduler is None:
             scheduler = self.accept(members)[0]
+        sub, origin = build_sub_fusion(exprs, inputs, outputs, self.fusion)
         return SegmentPlan(
             cast(SchedulerType, scheduler),  # the group was accepted
-            build_sub_fusion(exprs, inputs, outputs, self.fusion),
+            sub,
             tuple(exprs),
             tuple(inputs),
             tuple(cast("list[TensorView]", outputs)),
+            origin,
         )
 
 
@@ -414,21 +421,17 @@ def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def build_sub_fusion(
-    exprs: list[Expr],
-    inputs: list[Val],
-    outputs: list[Val],
-    parent: Fusion,
-    mapping: dict[int, Val] | None = None,
-) -> Fusion:
-    """A new Fusion computing `outputs` from `inputs` with clones of `exprs`.
+    exprs: list[Expr], inputs: list[Val], outputs: list[Val], parent: Fusion
+) -> tuple[Fusion, dict[Val, Val]]:
+    """A new Fusion computing `outputs` from `inputs` with clones of `exprs`, and the origin of
+    its Vals: each of its inputs and of its exprs' outputs -> the Val of `exprs` it clones.
 
     Fusion tensor inputs keep their contiguity and stride order; intermediates become plain
-    tensor inputs with the same axes and dtype; constants are shared. `mapping`, when given,
-    is filled with id(parent Val) -> its clone.
+    tensor inputs with the same axes and dtype; constants are shared.
     """
     sub = Fusion()
-    if mapping is None:
-        mapping = {}
+    mapping: dict[int, Val] = {}
+    cloned_from: dict[int, Val] = {}
     parent_inputs = {id(v) for v in parent.inputs}
 
     def clone(v: Val, is_input: bool) -> Val:
@@ -440,6 +443,7 @@ def build_sub_fusion(
         else:
             new = Scalar(name, v.dtype, None, is_input=is_input, serial=serial)
         mapping[id(v)] = new
+        cloned_from[id(new)] = v
         return new
 
     def ref(v: Any) -> Any:
@@ -460,13 +464,9 @@ def build_sub_fusion(
         sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs, **changes))
     sub.outputs = [mapping[id(o)] for o in outputs]  # type: ignore[misc]
     sub.finalize()
-    return sub
-
-
-def segment_arguments(plan: SegmentPlan, env: dict[int, Any], info: RuntimeInfo) -> list[Any]:
-    """The arguments of one segment: arrays from `env` (by parent Val id), scalar values from
-    the parent's shape inference."""
-    return [env[id(v)] if isinstance(v, TensorView) else info.extents[v] for v in plan.inputs]
+    # Only what survived finalize's pruning: the Vals the sub-fusion's shape inference knows.
+    live = [*sub.inputs, *(o for e in sub.exprs for o in e.outputs)]
+    return sub, {v: cloned_from[id(v)] for v in live}
 
 
 def synthetic_info(plan: SegmentPlan, info: RuntimeInfo) -> RuntimeInfo:

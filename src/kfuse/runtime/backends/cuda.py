@@ -18,6 +18,12 @@ from kfuse.runtime import kernel_cache
 NVRTC_OPTIONS = ("-std=c++17", "-DKFUSE_USE_PTX", "--fmad=false")
 
 
+def nvrtc_options(options: tuple[str, ...] = ()) -> list[str]:
+    """Every option a kernel is compiled with: NVRTC_OPTIONS, then the params' own (what
+    KFUSE_DUMP=ptx,sass compile with too)."""
+    return [*NVRTC_OPTIONS, *options]
+
+
 class CudaBackend:
     """Compiles and loads kernels for CUDA devices."""
 
@@ -37,7 +43,7 @@ class CudaBackend:
         kernel = self._kernels.get(key)
         if kernel is not None:
             return kernel
-        all_options = list(NVRTC_OPTIONS) + list(options)
+        all_options = nvrtc_options(options)
         version = ".".join(str(v) for v in _C.nvrtc_version())
         disk_key = kernel_cache.cache_key(source, name, arch, " ".join(all_options), version)
         identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options), version)
