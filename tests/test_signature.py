@@ -74,3 +74,22 @@ def test_the_fast_layout_and_the_program_key_partition_calls_alike() -> None:
         described.append((program_key(info, None), layout_key(inputs, info)))
     for (p1, f1), (p2, f2) in itertools.combinations(described, 2):
         assert (p1 == p2) == (f1 == f2)
+
+
+def test_scalars_that_set_an_extent_are_part_of_the_key() -> None:
+    """An expand (or reshape) to a size given as a scalar input: a Program planned for 3
+    rows must not run a call asking for 5 (it left 2 rows unwritten)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[1, -1])
+        rows = fd.define_scalar(dtype=DataType.Int)
+        scale = fd.define_scalar(dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(fd.ops.expand(x, shape=[fd.ops.add(rows, 1), -1]), scale))
+        fd.add_output(fd.ops.reshape(fd.ops.expand(x, shape=[rows, -1]), [-1]))
+    x = np.arange(4, dtype=np.float32)[None, :] + 1
+    infos = [build_runtime_info(fd.fusion, [x, n, s]) for n, s in ((2, 1.5), (4, 1.5), (4, 2.5))]
+    keys = [program_key(info, None) for info in infos]
+    assert keys[0] != keys[1] and keys[1] == keys[2]  # the extent counts, the factor does not
+    for n, s in ((2, 1.5), (4, 2.5), (2, 0.5)):
+        wide, flat = fd.execute([x, n, s])
+        np.testing.assert_array_equal(wide, np.repeat(x * s, n + 1, axis=0))
+        np.testing.assert_array_equal(flat, np.tile(x[0], n))

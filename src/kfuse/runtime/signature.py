@@ -2,7 +2,8 @@
 
 A call's Program (kfuse.runtime.executor) depends on the target and, for every array input,
 on its dtype, shape, strides and 16-byte alignment class; for a scalar input on its type
-only (values are kernel arguments). Two descriptions of those same facts exist, for two
+(values are kernel arguments), and on its value too where an extent depends on it (an
+expand or reshape to a size given as a scalar input: shape_inputs). Two descriptions of those same facts exist, for two
 speeds of matching:
 
 * program_key: from the RuntimeInfo of a checked call (kfuse's dtypes, strides in elements),
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kfuse.ir.exprs import ExpandOp, ReshapeOp
+from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.arrays import framework_of
 from kfuse.runtime.info import RuntimeInfo
@@ -34,15 +37,48 @@ def scalar_spec(value: Any) -> tuple | None:
     return (type(value),) if type(value) in SCALAR_TYPES else None
 
 
+def shape_inputs(fusion: Fusion) -> frozenset[int]:
+    """Positions of the scalar inputs some extent depends on (an expand's extents, a
+    reshape's shape, through scalar arithmetic): a Program's launches are planned for the
+    shapes, so those values are part of the signature. Computed once per fusion."""
+    cached = fusion.__dict__.get("_shape_inputs")
+    if cached is not None:
+        return cached
+    pending: list[Any] = []
+    for e in fusion.exprs:
+        if isinstance(e, ExpandOp):
+            pending += [x for x in e.extents if x is not None]
+        elif isinstance(e, ReshapeOp):
+            pending += list(e.shape)
+    inputs = {id(v): k for k, v in enumerate(fusion.inputs)}
+    found: set[int] = set()
+    seen: set[int] = set()
+    while pending:
+        v = pending.pop()
+        if id(v) in seen or not isinstance(v, Scalar):
+            continue
+        seen.add(id(v))
+        if id(v) in inputs:
+            found.add(inputs[id(v)])
+        elif v.definition is not None:
+            pending += list(v.definition.inputs)  # SizeOp's tensor input stops the walk
+    fusion.__dict__["_shape_inputs"] = result = frozenset(found)
+    return result
+
+
 def program_key(info: RuntimeInfo, params: Any) -> tuple:
     """The signature a compiled Program is cached under: the target (backend, device,
     framework), per array input its dtype, shape, strides (elements) and data pointer modulo
-    16, per scalar input its Python type, and the pinned params if any."""
+    16, per scalar input its Python type (and its value where an extent depends on it), and
+    the pinned params if any."""
     parts: list[Any] = [info.backend, info.device_index, info.framework]
-    for val, arg in zip(info.fusion.inputs, info.inputs):
+    sized = shape_inputs(info.fusion)
+    for k, (val, arg) in enumerate(zip(info.fusion.inputs, info.inputs)):
         if isinstance(val, TensorView):
             lay = info.layouts[val]
             parts.append((lay.dtype, lay.shape, lay.strides, lay.data_ptr % 16))
+        elif k in sized:
+            parts.append((type(arg), arg.item() if hasattr(arg, "item") else arg))
         else:
             parts.append(type(arg))
     if params is not None:
