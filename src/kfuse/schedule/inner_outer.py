@@ -26,6 +26,7 @@ from typing import Any
 from kfuse.codegen import column_partials
 from kfuse.codegen.persistent import emit_persistent, smem_bytes_held
 from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y
+from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionPlan,
@@ -122,7 +123,7 @@ class InnerOuterPersistentScheduler:
         # Fewer rows a block until its shared memory fits, then as many blocks as run at once.
         while True:
             spec = _main_spec(parts, params, info, check=False)
-            smem = dynamic_smem(parts.main, spec)
+            smem = block_smem(parts.main, spec)
             if smem <= device.shared_mem_per_block_optin or params.block_y == 1:
                 break
             params.block_y = int(params.block_y) // 2
@@ -188,11 +189,11 @@ def _main_spec(
         for k, r in enumerate(parts.columns.reductions)
     )
     spec = dataclasses.replace(spec, columns=columns)
-    dynamic = dynamic_smem(parts.main, spec)
-    if check and dynamic > info.device.shared_mem_per_block_optin:
+    total = block_smem(parts.main, spec)
+    if check and total > info.device.shared_mem_per_block_optin:
         raise SchedulerError(
-            f"ReductionParams need {dynamic} bytes of dynamic shared memory a block for the "
-            f"held rows and the column accumulators (the device gives at most "
+            f"ReductionParams need {total} bytes of shared memory a block for the held rows, "
+            f"the column accumulators and the reductions (the device gives at most "
             f"{info.device.shared_mem_per_block_optin}); use fewer rows a block"
         )
     return spec
@@ -201,6 +202,12 @@ def _main_spec(
 def dynamic_smem(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     """The row kernel's dynamic shared memory: the held rows, then the column accumulators."""
     return -(-smem_bytes_held(plan, spec) // 16) * 16 + column_partials.smem_bytes(spec)
+
+
+def block_smem(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
+    """All the shared memory a block of the row kernel takes: the dynamic part and the
+    reductions' static scratch."""
+    return dynamic_smem(plan, spec) + smem_bytes(plan, spec)
 
 
 def _main_kernel(parts: Parts, spec: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:

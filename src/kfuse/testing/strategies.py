@@ -283,6 +283,10 @@ class _Gen:
             v = o.cast(v, DataType.Float)
         if op == "prod":
             v = o.add(o.mul(o.tanh(v), 1e-3), 1.0)
+        if all(v.axes[d].is_broadcast for d in dims):
+            # Over size-1 axes only, a reduction is a squeeze (the builder makes it one):
+            # expanded first, it stays a reduction.
+            v = o.expand(v, shape=[3 if i in dims else -1 for i in range(v.ndim)])
         if op == "var":
             out = o.var(v, dims, correction=self.draw(st.sampled_from([0, 1])), keepdim=keep)
         else:
