@@ -3,8 +3,8 @@
 A call's Program (kfuse.runtime.executor) depends on the target and, for every array input,
 on its dtype, shape, strides and 16-byte alignment class; for a scalar input on its type
 (values are kernel arguments), and on its value too where an extent depends on it (an
-expand or reshape to a size given as a scalar input: shape_inputs). Two descriptions of those same facts exist, for two
-speeds of matching:
+expand or reshape to a size given as a scalar input: shape_inputs). Two descriptions of
+those same facts exist, for two speeds of matching:
 
 * program_key: from the RuntimeInfo of a checked call (kfuse's dtypes, strides in elements),
   the key of the executor's Program cache;
