@@ -125,3 +125,20 @@ def test_pinned_params_it_cannot_run_are_errors() -> None:
     params.block_x = 2
     with pytest.raises(SchedulerError, match="fewer than the row"):
         fd.manual_execute(inputs, heuristic_params=params)
+
+
+def test_many_held_inputs_are_held_in_shared_memory() -> None:
+    """Five row inputs (a dropout's backward) are too many to hold in registers: the row
+    kernel holds them in shared memory instead of leaving the fusion to segments."""
+    with FusionDefinition() as fd:
+        ins = [fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in range(5)]
+        x1, x2, keep, g, w = (fd.ops.cast(t, DataType.Float) for t in ins)
+        x = fd.ops.add(x2, fd.ops.mul(fd.ops.mul(x1, keep), 1.25))
+        row = fd.ops.sum(fd.ops.mul(fd.ops.mul(g, w), x), dims=[1])
+        dx = fd.ops.sub(fd.ops.mul(g, w), fd.ops.mul(x, fd.ops.broadcast(row, [False, True])))
+        fd.add_output(fd.ops.cast(fd.ops.mul(dx, keep), DataType.BFloat16))
+        fd.add_output(fd.ops.sum(fd.ops.mul(g, x), dims=[0]))
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal((24, 256)).astype(BF16) for _ in range(5)]
+    check(fd, inputs)
+    assert fd.last_program().params.smem_persistent

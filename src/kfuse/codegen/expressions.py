@@ -149,7 +149,7 @@ def _small_power(expr: Expr, operands: list[str]) -> str | None:
     """pow(x, c) of a floating x by a constant c of 1, 2 or 3 as products: nvFuser's fusions
     write x * x as pow(x, 2), and powf costs about 40 instructions where a product costs
     one (its result is the correctly rounded x * x, within powf's error bound)."""
-    if expr.op != "pow" or not expr.inputs[0].dtype.is_floating:
+    if getattr(expr, "op", None) != "pow" or not expr.inputs[0].dtype.is_floating:
         return None
     exponent = expr.inputs[1]
     if not (isinstance(exponent, Scalar) and exponent.is_constant):

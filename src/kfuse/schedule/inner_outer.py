@@ -43,12 +43,20 @@ from kfuse.schedule.inner_outer_split import (
     main_info,
     split_inner_outer,
 )
-from kfuse.schedule.persistent import SMEM_RESERVE, choose_held_row, persistent_spec
+from kfuse.schedule.persistent import (
+    MAX_ROW_THREADS,
+    SMEM_RESERVE,
+    choose_held_row,
+    held_bytes_per_element,
+    held_in_shared_memory,
+    persistent_spec,
+)
 from kfuse.schedule.reduction import (
     MAX_GRID_X,
     _int,
     fill_launch_params,
     operand_list,
+    pick_vector,
     pow2_ceil,
     workspace_operands,
 )
@@ -120,11 +128,13 @@ class InnerOuterPersistentScheduler:
         params.grid_y = 1
         params.grid_x = 1
         params.cparams.index_type = "int64" if parts.main_layout.needs_int64() else "int32"
-        # Fewer rows a block until its shared memory fits, then as many blocks as run at once.
+        # Fewer rows a block until two blocks an SM fit in shared memory (one block reduces
+        # while the other loads), then as many blocks as run at once.
+        fits = min(device.shared_mem_per_block_optin, device.shared_mem_per_sm // 2 - SMEM_RESERVE)
         while True:
             spec = _main_spec(parts, params, info, check=False)
             smem = block_smem(parts.main, spec)
-            if smem <= device.shared_mem_per_block_optin or params.block_y == 1:
+            if smem <= fits or params.block_y == 1:
                 break
             params.block_y = int(params.block_y) // 2
         threads = block_x * int(params.block_y)
@@ -151,15 +161,35 @@ class InnerOuterPersistentScheduler:
 def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
     """(vector, threads per row, batch, held in shared memory) as inner_persistent holds
     the row, whole (a row it would hold only in part, or over a cluster, is declined)."""
-    vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
-        parts.main, parts.main_layout, device, False
-    )
+    try:
+        vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
+            parts.main, parts.main_layout, device, False
+        )
+    except Rejection:
+        # Too many held values for registers (a dropout's backward holds five inputs): in
+        # shared memory, whole.
+        held = _held_whole_in_shared_memory(parts, device)
+        if held is None:
+            raise
+        return held
     if reload or cluster != 1:
         raise Rejection(
             f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
             "in one block next to its column accumulators"
         )
     return vector, block_x, batch, in_smem
+
+
+def _held_whole_in_shared_memory(parts: Parts, device: Any) -> tuple[int, int, int, bool] | None:
+    """(vector, threads per row, batch, True) holding the row whole in shared memory, or None."""
+    layout = parts.main_layout
+    vector = pick_vector(layout, layout.rank - 1, layout.red_size)
+    vecs = max(1, -(-layout.red_size // vector))
+    slot_bytes = held_bytes_per_element(parts.main, layout) * vector
+    held = held_in_shared_memory(vecs, slot_bytes, device, MAX_ROW_THREADS)
+    if held is None or held[2]:  # none, or only in part
+        return None
+    return vector, held[0], held[1], True
 
 
 def _stored_outputs(parts: Parts) -> list[int]:

@@ -250,11 +250,11 @@ def _smem_layout(
         return None
     vecs = -(-layout.red_size // vector)
     slot_bytes = held_bytes_per_element(plan, layout) * vector
-    one = _held_in_shared_memory(vecs, slot_bytes, device, MAX_ROW_THREADS)
+    one = held_in_shared_memory(vecs, slot_bytes, device, MAX_ROW_THREADS)
     if one is not None and (one[3] == MIN_ROWS_PER_SM or one[2] == 0 or not clusters):
         return (*one[:3], 1)
     split = (
-        _held_in_shared_memory(-(-vecs // CLUSTER_SIZE), slot_bytes, device, CLUSTER_THREADS_PER_SM)
+        held_in_shared_memory(-(-vecs // CLUSTER_SIZE), slot_bytes, device, CLUSTER_THREADS_PER_SM)
         if clusters
         else None
     )
@@ -263,7 +263,7 @@ def _smem_layout(
     return None if one is None else (*one[:3], 1)
 
 
-def _held_in_shared_memory(
+def held_in_shared_memory(
     vecs: int, slot_bytes: int, device: Any, threads_per_sm: int
 ) -> tuple[int, int, int, int] | None:
     """(threads, batch, reload, blocks per SM) of blocks that each hold `vecs` vectors of a row
