@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen import column_partials
-from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
     Code,
@@ -46,26 +45,29 @@ from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     functions_source,
+    keepable,
     kernel_name,
+    prelude_lines,
     result_args,
+    row_hoists,
     scalar_names,
     stage_call,
     stage_dependencies,
     stage_value,
+    streamed_inputs,
     tensor_params,
 )
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
     ReductionKernelSpec,
-    _result_leaves,
     accumulators,
     result_assignments,
 )
 from kfuse.codegen.registers import register_array
-from kfuse.codegen.row_invariant import Hoisted, call_args, hoisted, prelude_call
+from kfuse.codegen.row_invariant import Hoisted, call_args
 from kfuse.codegen.runtime_header import runtime_header
-from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
+from kfuse.ir.exprs import WelfordOp
 
 
 def held_element(
@@ -168,38 +170,6 @@ def _slot_views(
     if reloaded:
         return _reload_views(plan, spec, indent)
     return _held_views(plan, spec, "b", indent)
-
-
-def streamed_inputs(plan: ReductionPlan) -> set[int]:
-    """Loop inputs no reduction reads (weights, biases): they are loaded again where the
-    full-size outputs are computed instead of being held in registers across the reductions."""
-    held = {u for dm in plan.stages for u in dm.input_uses}
-    return {i for i, u in enumerate(plan.loop_inputs) if u not in held}
-
-
-def keepable(plan: ReductionPlan) -> tuple[int, ...]:
-    """Reductions whose per-element input the full-size outputs use again and that cost
-    arithmetic to compute (softmax's exp(x - max)): worth keeping in registers between the
-    reduction and the outputs. Values that are loads and casts are cheaper to recompute than
-    to hold, and Welford's are not kept (its inputs are held already)."""
-    full_uses = set(plan.full_map.uses)
-    leaves = {u.val for u in plan.loop_inputs} | set(plan.reduction_outputs())
-
-    def computed(val: object) -> bool:
-        if val in leaves:
-            return False
-        expr = getattr(val, "definition", None)
-        if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)) and not isinstance(expr, CastOp):
-            return True
-        return expr is not None and bool(expr.inputs) and computed(expr.inputs[0])
-
-    return tuple(
-        k
-        for k, r in enumerate(plan.reductions)
-        if not isinstance(r, WelfordOp)
-        and stage_value(plan, k) in full_uses
-        and computed(stage_value(plan, k).val)
-    )
 
 
 def min_blocks_per_sm(threads: int) -> int:
@@ -482,7 +452,7 @@ def _reduce_held(
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
     deps = result_args(plan, stage_dependencies(plan, k))
-    prelude = _prelude(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps)
+    prelude = prelude_lines(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps)
     hoisted = tuple(call_args(hoist, f"st{k}_"))
 
     def value(reloaded: bool) -> str:
@@ -560,44 +530,12 @@ def _store_full(
     every = result_args(plan, range(len(plan.reductions)))
     lines = [
         "    if (row_ok) {",
-        *_prelude(plan, f"{name}_full_row", hoist, "fu_", every, "      "),
+        *prelude_lines(plan, f"{name}_full_row", hoist, "fu_", every, "      "),
     ]
     for first, end, reloaded in slot_loops(spec):
         body = _store_slot(plan, spec, name, reloaded, call_args(hoist, "fu_"))
         lines += _slot_loop(spec, first, end, body, "      ")
     return lines + ["    }"]
-
-
-def row_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hoisted]:
-    """The row-invariant values of each stage ("stage<k>") and of the full-size outputs
-    ("full"), computed once a row (kfuse.codegen.row_invariant)."""
-    out = {}
-    for k in range(len(plan.reductions)):
-        dm = plan.stages[k]
-        results = _result_leaves(plan, dm)
-        roots: tuple[Use, ...] = (stage_value(plan, k),)
-        out[f"stage{k}"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots)
-    dm = plan.full_map
-    roots = tuple(Use(plan.fusion.outputs[k], plan.output_views[k]) for k in plan.loop_outputs)
-    varying = tuple(stage_value(plan, k) for k in spec.kept)
-    results = _result_leaves(plan, dm)
-    out["full"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots, varying)
-    return out
-
-
-def _prelude(
-    plan: ReductionPlan,
-    function: str,
-    hoist: Hoisted,
-    prefix: str,
-    results: list[str],
-    indent: str = "    ",
-) -> list[str]:
-    """The call of `function` computing a per-element function's row-invariant values from
-    the row's broadcast inputs (x<i>[0]), the Scalars and the results."""
-    rows = {i: f"x{i}[0]" for i in hoist.inputs}
-    args = list(scalar_names(plan).values()) + results
-    return [indent + line for line in prelude_call(function, hoist, prefix, rows, args)]
 
 
 def _store_slot(

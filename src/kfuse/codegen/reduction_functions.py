@@ -20,7 +20,8 @@ from kfuse.codegen.reduction_spec import (
     accumulators,
     result_vars,
 )
-from kfuse.codegen.row_invariant import NONE, Hoisted, prelude_function
+from kfuse.codegen.row_invariant import NONE, Hoisted, hoisted, prelude_call, prelude_function
+from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp, WelfordOp
 from kfuse.ir.values import Scalar
 
 
@@ -245,3 +246,67 @@ def stage_call(
     args = loaded + list(scalar_names(plan).values())
     args += result_args(plan, stage_dependencies(plan, k))
     return f"{name}_stage{k}({', '.join([*args, *hoisted])})"
+
+
+def streamed_inputs(plan: ReductionPlan) -> set[int]:
+    """Loop inputs no reduction reads (weights, biases): they are loaded again where the
+    full-size outputs are computed instead of being held in registers across the reductions."""
+    held = {u for dm in plan.stages for u in dm.input_uses}
+    return {i for i, u in enumerate(plan.loop_inputs) if u not in held}
+
+
+def keepable(plan: ReductionPlan) -> tuple[int, ...]:
+    """Reductions whose per-element input the full-size outputs use again and that cost
+    arithmetic to compute (softmax's exp(x - max)): worth keeping in registers between the
+    reduction and the outputs. Values that are loads and casts are cheaper to recompute than
+    to hold, and Welford's are not kept (its inputs are held already)."""
+    full_uses = set(plan.full_map.uses)
+    leaves = {u.val for u in plan.loop_inputs} | set(plan.reduction_outputs())
+
+    def computed(val: object) -> bool:
+        if val in leaves:
+            return False
+        expr = getattr(val, "definition", None)
+        if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)) and not isinstance(expr, CastOp):
+            return True
+        return expr is not None and bool(expr.inputs) and computed(expr.inputs[0])
+
+    return tuple(
+        k
+        for k, r in enumerate(plan.reductions)
+        if not isinstance(r, WelfordOp)
+        and stage_value(plan, k) in full_uses
+        and computed(stage_value(plan, k).val)
+    )
+
+
+def row_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hoisted]:
+    """The row-invariant values of each stage ("stage<k>") and of the full-size outputs
+    ("full"), computed once a row (kfuse.codegen.row_invariant)."""
+    out = {}
+    for k in range(len(plan.reductions)):
+        dm = plan.stages[k]
+        results = _result_leaves(plan, dm)
+        roots: tuple[Use, ...] = (stage_value(plan, k),)
+        out[f"stage{k}"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots)
+    dm = plan.full_map
+    roots = tuple(Use(plan.fusion.outputs[k], plan.output_views[k]) for k in plan.loop_outputs)
+    varying = tuple(stage_value(plan, k) for k in spec.kept)
+    results = _result_leaves(plan, dm)
+    out["full"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots, varying)
+    return out
+
+
+def prelude_lines(
+    plan: ReductionPlan,
+    function: str,
+    hoist: Hoisted,
+    prefix: str,
+    results: list[str],
+    indent: str = "    ",
+) -> list[str]:
+    """The call of `function` computing a per-element function's row-invariant values from
+    the row's broadcast inputs (x<i>[0]), the Scalars and the results."""
+    rows = {i: f"x{i}[0]" for i in hoist.inputs}
+    args = list(scalar_names(plan).values()) + results
+    return [indent + line for line in prelude_call(function, hoist, prefix, rows, args)]
