@@ -49,6 +49,7 @@ from kfuse.schedule.persistent import (
     choose_held_row,
     held_bytes_per_element,
     held_in_shared_memory,
+    held_row_params,
     persistent_spec,
 )
 from kfuse.schedule.reduction import (
@@ -111,23 +112,12 @@ class InnerOuterPersistentScheduler:
             _choose(parts, info.device)  # Rejection: the row is not held
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
-        from kfuse._C import ReductionParams
 
         parts = Parts(fusion, info)
         device = info.device
         vector, block_x, batch, in_smem = _choose(parts, device)
-        params = ReductionParams(NAME)
-        params.fastest_dim_reduction = True
-        params.persistent = True
-        params.persistent_batch_size = batch
-        params.smem_persistent = in_smem
-        params.vectorize_reduction = vector
-        params.unroll_reduction = 1
-        params.block_x = block_x
+        params = held_row_params(NAME, parts.main_layout, vector, block_x, batch, in_smem)
         params.block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(parts.main_layout.n_rows)))
-        params.grid_y = 1
-        params.grid_x = 1
-        params.cparams.index_type = "int64" if parts.main_layout.needs_int64() else "int32"
         # Fewer rows a block until two blocks an SM fit in shared memory (one block reduces
         # while the other loads), then as many blocks as run at once.
         fits = min(device.shared_mem_per_block_optin, device.shared_mem_per_sm // 2 - SMEM_RESERVE)

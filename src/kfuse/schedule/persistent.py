@@ -140,7 +140,6 @@ class InnerPersistentScheduler:
         return [persistent_kernel(fusion, info, params)]
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
-        from kfuse._C import ReductionParams
 
         plan = plan_reductions(fusion)
         layout = reduction_layout(plan, info)
@@ -151,21 +150,34 @@ class InnerPersistentScheduler:
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
         if cluster > 1:  # the blocks of a cluster share one row (_check_persistent_params)
             block_y = 1
-        params = ReductionParams("inner_persistent")
-        params.fastest_dim_reduction = True
-        params.persistent = True
-        params.persistent_batch_size = batch
-        params.smem_persistent = in_smem
+        params = held_row_params("inner_persistent", layout, vector, block_x, batch, in_smem)
         params.reload_batch_size = reload
         params.cluster_size = cluster
-        params.vectorize_reduction = vector
-        params.unroll_reduction = 1
-        params.block_x, params.block_y = block_x, block_y
+        params.block_y = block_y
         params.grid_x = max(1, min(MAX_GRID_X // cluster, -(-n_rows // block_y))) * cluster
-        params.grid_y = 1
-        params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
         fill_launch_params(params, plan)
         return params
+
+
+def held_row_params(
+    scheduler: str, layout: ReductionLayout, vector: int, block_x: int, batch: int, in_smem: bool
+) -> Any:
+    """ReductionParams of a persistent kernel holding rows of `batch` vectors of `vector` a
+    thread, `block_x` threads a row (in shared memory if `in_smem`); one row a block and one
+    block until the caller says more."""
+    from kfuse._C import ReductionParams
+
+    params = ReductionParams(scheduler)
+    params.fastest_dim_reduction = True
+    params.persistent = True
+    params.persistent_batch_size = batch
+    params.smem_persistent = in_smem
+    params.vectorize_reduction = vector
+    params.unroll_reduction = 1
+    params.block_x, params.block_y = block_x, 1
+    params.grid_x = params.grid_y = 1
+    params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
+    return params
 
 
 def clusters_supported(info: RuntimeInfo) -> bool:
