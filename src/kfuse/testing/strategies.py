@@ -305,9 +305,14 @@ class _Gen:
         pattern = self.draw(
             st.sampled_from(
                 ["softmax", "log_softmax", "layer_norm", "rms_norm", "var_mean", "center"]
+                + (["backward", "backward"] if v.ndim > 1 else [])
             )
         )
         dim = self.draw(st.integers(0, v.ndim - 1))
+        if pattern == "backward":
+            # Mostly over the innermost axis, as models' norms are (the others segment).
+            self.backward_step(x, v.ndim - 1 if self.draw(st.integers(0, 3)) else dim)
+            return
         if pattern in ("softmax", "log_softmax"):
             out = getattr(o, pattern)(v, dim)
         elif pattern in ("layer_norm", "rms_norm"):
@@ -339,6 +344,28 @@ class _Gen:
         self.pool.append(e)
         self.results.append(e)
         self.required.append(e)
+
+    def backward_step(self, x: _Entry, dim: int) -> None:
+        """A normalization's backward shape: a row reduction over `dim` that the full-size
+        output reads again, and a column reduction (sum, max or min over every other axis) of
+        the same values, as dx and dweight (inner_outer_persistent's fusions)."""
+        o = self.fd.ops
+        v = x.val
+        g = self.pick(full=True, floating=True)
+        prod = o.mul(g.val, v)
+        row = o.sum(prod, [dim], keepdim=True)
+        dx = o.sub(g.val, o.mul(v, row))
+        others = [d for d in range(v.ndim) if d != dim]
+        op = self.draw(st.sampled_from(["sum", "max", "min"]))
+        col = getattr(o, op)(prod, others)
+        if self.draw(st.booleans()):
+            col = o.cast(col, DataType.BFloat16)
+        bound = g.bound * x.bound
+        row_entry = _Entry(dx, False, g.bound + x.bound * bound * 1100.0 + 3.0)
+        col_entry = _Entry(col, False, bound * (1100.0 if op == "sum" else 1.0) + 3.0)
+        self.pool.append(row_entry)
+        self.results += [row_entry, col_entry]
+        self.required += [row_entry, col_entry]
 
 
 def _unary_bound(op: str, b: float) -> float:
