@@ -108,8 +108,16 @@ class InnerOuterPersistentScheduler:
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         parts = Parts(fusion, info)
-        if info is not None:
-            _choose(parts, info.device)  # Rejection: the row is not held
+        if info is None:
+            return
+        _choose(parts, info.device)  # Rejection: the row is not held
+        # A row held whole whose block does not fit the device's shared memory even with one
+        # row a block (bf16 rows of 16384 with three held inputs on an A100) is declined,
+        # never given params that kernels() would reject.
+        try:
+            _main_spec(parts, self.heuristics(fusion, info), info)
+        except SchedulerError as exc:
+            raise Rejection(str(exc)) from None
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
 

@@ -1,0 +1,115 @@
+"""The automatic heuristics never produce params their own scheduler rejects: normalization
+fusions (forward and backward, as nvFuser writes them) over the model sizes, for emulated
+H100, H200 and A100 targets, each segment's params turned into kernels (which validates them
+against the layout and the device; nothing is compiled). Small shapes also run on the
+emulator against the reference."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from kfuse.codegen.layout import contiguous_strides
+from kfuse.compiler import choose_scheduler
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.ir.values import TensorView
+from kfuse.reference import evaluate
+from kfuse.runtime import device as devices
+from kfuse.runtime.arrays import ArrayLayout
+from kfuse.runtime.info import CUDA, RuntimeInfo
+from kfuse.schedule.segmenter import segment_fusion, synthetic_info
+from kfuse.testing import assert_outputs_close
+from norm_fusions import layer_norm_backward, rms_norm_backward
+
+HIDDEN = [1, 7, 64, 1000, 1024, 4096, 8192, 16384, 32768, 65536, 262144, 1048576]
+ROWS = [1, 3, 16384]
+
+
+def _forward(kind: str) -> Callable[[DataType], FusionDefinition]:
+    def build(dtype: DataType) -> FusionDefinition:
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+            if kind in ("softmax", "log_softmax"):
+                fd.add_output(getattr(fd.ops, kind)(x, 1))
+            else:
+                w = fd.define_tensor(shape=[-1], dtype=dtype)
+                if kind == "rms_norm":
+                    fd.add_output(fd.ops.rms_norm(x, w))
+                else:
+                    b = fd.define_tensor(shape=[-1], dtype=dtype)
+                    fd.add_output(fd.ops.layer_norm(x, w, b))
+        return fd
+
+    return build
+
+
+Shapes = Callable[[int, int], list[tuple[int, ...]]]
+FUSIONS: dict[str, tuple[Callable[[DataType], FusionDefinition], Shapes]] = {
+    "softmax": (_forward("softmax"), lambda n, h: [(n, h)]),
+    "log_softmax": (_forward("log_softmax"), lambda n, h: [(n, h)]),
+    "rms_norm": (_forward("rms_norm"), lambda n, h: [(n, h), (h,)]),
+    "layer_norm": (_forward("layer_norm"), lambda n, h: [(n, h), (h,), (h,)]),
+    # x, rms, grad, weight
+    "rms_norm_backward": (rms_norm_backward, lambda n, h: [(n, h), (n, 1), (n, h), (h,)]),
+    # x, grad, mean, invstd, weight
+    "layer_norm_backward": (
+        layer_norm_backward,
+        lambda n, h: [(n, h), (n, h), (n,), (n, 1), (h,)],
+    ),
+}
+
+
+def _info(fd: FusionDefinition, shapes: list[tuple[int, ...]], profile: str) -> RuntimeInfo:
+    """A GPU call's RuntimeInfo for contiguous inputs of these shapes, without the arrays."""
+    layouts = {
+        v: ArrayLayout("torch", v.dtype, shape, contiguous_strides(shape), 256, 0)
+        for v, shape in zip(fd.fusion.inputs, shapes, strict=True)
+        if isinstance(v, TensorView)
+    }
+    extents = fd.fusion.infer_shapes(shapes)
+    return RuntimeInfo(
+        fd.fusion, shapes, layouts, extents, "torch", CUDA, 0, devices.get_profile(profile)
+    )
+
+
+def _kernels_for(fusion: object, info: RuntimeInfo) -> None:
+    """The chosen scheduler's heuristics turned into kernels (SchedulerError if it rejects
+    its own params), or each segment's when the fusion is segmented."""
+    scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
+    if scheduler is not None:
+        if scheduler.generates_kernels:
+            scheduler.kernels(fusion, info, scheduler.heuristics(fusion, info))
+        return
+    segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
+    for plan in segmented.plans:
+        sub = synthetic_info(plan, info)
+        _kernels_for(plan.fusion, sub)
+
+
+@pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_heuristics_give_params_their_scheduler_accepts(name: str, profile: str) -> None:
+    """Every size of the sweep, both dtypes: a sample missed both rejections this found (a
+    cluster's block_y, an A100's shared memory), so the grid is walked whole."""
+    build, shapes = FUSIONS[name]
+    for dtype in (DataType.BFloat16, DataType.Float):
+        fd = build(dtype)
+        for rows, hidden in itertools.product(ROWS, HIDDEN):
+            _kernels_for(fd.fusion, _info(fd, shapes(rows, hidden), profile))
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+@pytest.mark.parametrize(("rows", "hidden"), [(3, 1000), (5, 7)])
+def test_small_shapes_run_on_the_emulator(name: str, rows: int, hidden: int) -> None:
+    build, shapes = FUSIONS[name]
+    fd = build(DataType.Float)
+    inputs = [
+        np.random.default_rng(k).standard_normal(shape).astype(np.float32) + 2
+        for k, shape in enumerate(shapes(rows, hidden))
+    ]
+    out = fd.execute(inputs)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
