@@ -191,12 +191,13 @@ class Code:
 
     @contextlib.contextmanager
     def block(self, *head: str, unroll: bool = False) -> Iterator[None]:
-        """A braced block: `head` (its lines; the brace follows the last), its body one level
-        deeper, the closing brace. unroll: "#pragma unroll" before it."""
+        """A braced block: `head` (its lines; the brace follows the last; none: a bare
+        scope), its body one level deeper, the closing brace. unroll: "#pragma unroll"
+        before it."""
         if unroll:
             self("#pragma unroll")
         self(*head[:-1])
-        self(f"{head[-1]} {{")
+        self(f"{head[-1]} {{" if head else "{")
         self.depth += 1
         try:
             yield

@@ -27,6 +27,8 @@ element.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from kfuse.codegen import column_partials
@@ -138,38 +140,32 @@ def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     return offset + slots * plan.loop_inputs[last].val.dtype.itemsize * spec.vector
 
 
-def _held_views(plan: ReductionPlan, spec: ReductionKernelSpec, b: str, indent: str) -> list[str]:
+def _held_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, b: str) -> None:
     """In shared-memory mode: read this thread's vector of slot b of every held input."""
     if not spec.smem_held:
-        return []
-    return [
-        f"{indent}const kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> "
-        f"hv{i} = {smem_slot(spec, i, b)};"
-        for i in held_inputs(plan, spec)
-    ]
+        return
+    for i in held_inputs(plan, spec):
+        ctype = plan.loop_inputs[i].val.dtype.cuda_type
+        code(f"const kf::Vec<{ctype}, {spec.vector}> hv{i} = {smem_slot(spec, i, b)};")
 
 
-def _reload_views(plan: ReductionPlan, spec: ReductionKernelSpec, indent: str) -> list[str]:
+def _reload_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
     """For a reloaded slot: load this thread's vector of every held input again (lanes past
     the row end stay zero, so every lane holds a defined value)."""
     held = held_inputs(plan, spec)
-    lines = [
-        f"{indent}kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{{}};"
-        for i in held
-    ]
-    lines.append(f"{indent}if (row_ok) {{")
     for i in held:
-        lines += _load_vector(spec, i, f"rv{i}", indent + "  ")
-    return lines + [f"{indent}}}"]
+        code(f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{{}};")
+    with code.block("if (row_ok)"):
+        for i in held:
+            _load_vector(code, spec, i, f"rv{i}")
 
 
-def _slot_views(
-    plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool, indent: str
-) -> list[str]:
+def _slot_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool) -> None:
     """What starts each slot of a pass: the reloads, or the shared-memory reads."""
     if reloaded:
-        return _reload_views(plan, spec, indent)
-    return _held_views(plan, spec, "b", indent)
+        _reload_views(code, plan, spec)
+    else:
+        _held_views(code, plan, spec, "b")
 
 
 def min_blocks_per_sm(threads: int) -> int:
@@ -183,16 +179,16 @@ REGISTER_TARGET = 64
 
 
 def _element_loads(
-    spec: ReductionKernelSpec, i: int, target: str, indent: str, guarded: bool
-) -> list[str]:
+    code: Code, spec: ReductionKernelSpec, i: int, target: str, guarded: bool
+) -> None:
     """Load input i's elements i0 .. i0 + V - 1 into target[j] one by one; guarded: only
     those inside the row (a vector cut by the row end)."""
     at = f"base_in{i} + (i0 + j) * step_in{i}"
     guard = "i0 + j < n_red" if guarded else None
-    return load_lanes(target, f"in{i}", spec.vector, at, indent, guard)
+    code.extend(load_lanes(target, f"in{i}", spec.vector, at, code.indent, guard))
 
 
-def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) -> list[str]:
+def _load_vector(code: Code, spec: ReductionKernelSpec, i: int, target: str) -> None:
     """Load input i's vector at element i0 of the row into `target` (a Vec or an array of
     V), element by element where the vector is cut by the row end."""
     vec = spec.vector
@@ -201,43 +197,29 @@ def _load_vector(spec: ReductionKernelSpec, i: int, target: str, indent: str) ->
         if spec.loop_kinds[i] == VEC
         else None
     )
+    if spec.exact and whole is not None:
+        code(f"if (i0 < n_red) {whole}")
+        return
     if spec.exact:
+        with code.block("if (i0 < n_red)"):
+            _element_loads(code, spec, i, target, guarded=False)
+        return
+    with code.block(f"if (i0 + {vec} <= n_red)"):
         if whole is not None:
-            return [f"{indent}if (i0 < n_red) {whole}"]
-        return [
-            f"{indent}if (i0 < n_red) {{",
-            *_element_loads(spec, i, target, indent + "  ", guarded=False),
-            f"{indent}}}",
-        ]
-    return [
-        f"{indent}if (i0 + {vec} <= n_red) {{",
-        *(
-            [f"{indent}  {whole}"]
-            if whole is not None
-            else _element_loads(spec, i, target, indent + "  ", guarded=False)
-        ),
-        f"{indent}}} else {{",
-        *_element_loads(spec, i, target, indent + "  ", guarded=True),
-        f"{indent}}}",
-    ]
+            code(whole)
+        else:
+            _element_loads(code, spec, i, target, guarded=False)
+        code.otherwise()
+        _element_loads(code, spec, i, target, guarded=True)
 
 
 def _declare(
-    plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int, indent: str
-) -> list[str]:
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int
+) -> None:
     # Broadcast inputs are declared apart (one element); here every other kind holds V lanes.
     kind = VEC if spec.loop_kinds[i] == VEC else STRIDED
-    return [
-        register_array(
-            name,
-            plan.loop_inputs[i].val.dtype.cuda_type,
-            kind,
-            spec.vector,
-            count,
-            indent,
-            zero=True,
-        )
-    ]
+    ctype = plan.loop_inputs[i].val.dtype.cuda_type
+    code.extend([register_array(name, ctype, kind, spec.vector, count, code.indent, zero=True)])
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
@@ -272,7 +254,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         )
     )
     code(f"typedef {spec.index_type} Index;")
-    code.extend(_shared_memory(plan, spec))
+    _shared_memory(code, plan, spec)
     code(f"const Index n_red = in0.size[{rank - 1}];", *row_count(kept))
     column_partials.declare(code, spec, -(-smem_bytes_held(plan, spec) // 16) * 16)
     block, blocks = (
@@ -288,18 +270,18 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         with code.block("if (row_ok)"):
             code.extend(decompose("row", kept, ops, code.indent))
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
-        code.extend(_load_held(plan, spec))
+        _load_held(code, plan, spec)
         for k in spec.kept:
             ctype = compute_ctype(stage_value(plan, k).val.dtype)
             code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
         for acc in accumulators(plan):
-            code.extend(_reduce_held(plan, spec, name, acc.k, hoists[f"stage{acc.k}"]))
+            _reduce_held(code, plan, spec, name, acc.k, hoists[f"stage{acc.k}"])
         if plan.loop_outputs:
-            code.extend(_store_full(plan, spec, name, hoists["full"]))
+            _store_full(code, plan, spec, name, hoists["full"])
         if plan.row_outputs:  # one thread of the row's (first) block writes them
             first = " && kf_rank == 0" if cluster > 1 else ""
             with code.block(f"if (threadIdx.x == 0{first} && row_ok)"):
-                code.extend(epilogue_call(plan, name, "row", code.indent, kept))
+                epilogue_call(code, plan, name, "row", kept)
     if spec.columns:
         column_partials.store(code, spec)
     if cluster > 1:  # no block may exit while another still reads its shared memory
@@ -307,66 +289,55 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     return code.kernel_source(), name
 
 
-def _shared_memory(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
+def _shared_memory(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
     """The kernel's shared memory: the block reductions' scratch, a cluster's slots, and the
     held rows (dynamic shared memory) where they are not in registers."""
-    lines = [f"  __shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];"]
+    code(f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];")
     if spec.cluster > 1:  # the blocks of a cluster share a row: see kf::cluster_reduce
-        lines += [
-            "  __shared__ __align__(16) unsigned char kf_cluster_slots[64];",
-            "  int kf_phase = 0;",
-            f"  const Index kf_rank = (Index)(blockIdx.x % {spec.cluster});",
-        ]
+        code(
+            "__shared__ __align__(16) unsigned char kf_cluster_slots[64];",
+            "int kf_phase = 0;",
+            f"const Index kf_rank = (Index)(blockIdx.x % {spec.cluster});",
+        )
     if spec.smem_held:
-        lines.append("  extern __shared__ __align__(16) unsigned char kf_held[];")
+        code("extern __shared__ __align__(16) unsigned char kf_held[];")
         for i, offset in smem_regions(plan, spec):
             vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}>"
-            lines.append(f"  {vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
-    return lines
+            code(f"{vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
 
 
-def _load_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
+def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
     """The row's values this thread holds, loaded once: broadcast inputs as one element,
     the others as held_batch vectors in registers or in shared memory (asynchronous copies
     where they can be), zero-initialised so that lanes past the row end hold defined values."""
     streamed = streamed_inputs(plan)
-    lines = []
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
         if kind == BCAST:
-            lines.append(f"    {u.val.dtype.cuda_type} x{i}[1] = {{}};")
-            lines.append(f"    if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
+            code(f"{u.val.dtype.cuda_type} x{i}[1] = {{}};")
+            code(f"if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
         elif i not in streamed and not spec.smem_held and spec.held_batch:
-            lines += _declare(plan, spec, i, f"x{i}", spec.held_batch, "    ")
+            _declare(code, plan, spec, i, f"x{i}", spec.held_batch)
     if not spec.held_batch:
-        return lines
-    lines += [
-        "    if (row_ok) {",
-        "#pragma unroll",
-        f"      for (int b = 0; b < {spec.held_batch}; ++b) {{",
-        f"        const Index i0 = {slot_start(spec)};",
-    ]
-    for i in held_inputs(plan, spec):
-        if spec.smem_held:
-            lines += _fill_slot(plan, spec, i, smem_slot(spec, i, "b"), "        ")
-        else:
-            lines += _load_vector(spec, i, f"x{i}[b]", "        ")
-    lines += ["      }", "    }"]
+        return
+    with code.block("if (row_ok)"):
+        with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
+            code(f"const Index i0 = {slot_start(spec)};")
+            for i in held_inputs(plan, spec):
+                if spec.smem_held:
+                    _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
+                else:
+                    _load_vector(code, spec, i, f"x{i}[b]")
     if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
-        lines.append("    kf::copy_async_wait();")
-    return lines
+        code("kf::copy_async_wait();")
 
 
-def _slot_loop(
-    spec: ReductionKernelSpec, first: int, end: int, body: list[str], indent: str
-) -> list[str]:
-    """`for b in [first, end)`: i0 (the slot's first element in the row), then `body`."""
-    return [
-        "#pragma unroll",
-        f"{indent}for (int b = {first}; b < {end}; ++b) {{",
-        f"{indent}  const Index i0 = {slot_start(spec)};",
-        *body,
-        f"{indent}}}",
-    ]
+@contextlib.contextmanager
+def _slot_loop(code: Code, spec: ReductionKernelSpec, first: int, end: int) -> Iterator[None]:
+    """Within: the body of `for b in [first, end)`, after i0 (the slot's first element in
+    the row)."""
+    with code.block(f"for (int b = {first}; b < {end}; ++b)", unroll=True):
+        code(f"const Index i0 = {slot_start(spec)};")
+        yield
 
 
 def slot_start(spec: ReductionKernelSpec) -> str:
@@ -398,47 +369,38 @@ def _async_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
 
 
 def _fill_slot(
-    plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: str, indent: str
-) -> list[str]:
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, i: int, target: str
+) -> None:
     """Fill input i's shared-memory slot `target` for the vector at i0; lanes past the row end
     must hold defined values."""
     vec = spec.vector
-    ctype = plan.loop_inputs[i].val.dtype.cuda_type
-    if _async_ok(plan, spec, i):
-        copy = f"kf::copy_async(&{target}, in{i}, base_in{i} + i0);"
-        if spec.exact:
-            return [f"{indent}if (i0 < n_red) {copy}"]
-        return [
-            f"{indent}if (i0 + {vec} <= n_red) {{",
-            f"{indent}  {copy}",
-            f"{indent}}} else {{",
-            f"{indent}  {target} = kf::Vec<{ctype}, {vec}>{{}};",
-            *_element_loads(spec, i, target, indent + "  ", guarded=True),
-            f"{indent}}}",
-        ]
-    lines = [] if spec.exact else [f"{indent}{target} = kf::Vec<{ctype}, {vec}>{{}};"]
-    return lines + _load_vector(spec, i, target, indent)
+    empty = f"{target} = kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {vec}>{{}};"
+    if not _async_ok(plan, spec, i):
+        if not spec.exact:
+            code(empty)
+        _load_vector(code, spec, i, target)
+        return
+    copy = f"kf::copy_async(&{target}, in{i}, base_in{i} + i0);"
+    if spec.exact:
+        code(f"if (i0 < n_red) {copy}")
+        return
+    with code.block(f"if (i0 + {vec} <= n_red)"):
+        code(copy)
+        code.otherwise()
+        code(empty)
+        _element_loads(code, spec, i, target, guarded=True)
 
 
-def _valid_loop(
-    plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any, indent: str
-) -> list[str]:
-    """Run `body_of(reloaded)` for every element of this thread that lies inside the row, over
-    the held slots and then the reloaded ones (which load their vectors first)."""
-    vec = spec.vector
-    lines: list[str] = []
+def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any) -> None:
+    """Run `body_of(reloaded)` (statements) for every element of this thread that lies inside
+    the row, over the held slots and then the reloaded ones (which load their vectors first)."""
+    lane = "0" if spec.exact else "j"
     for first, end, reloaded in slot_loops(spec):
-        body = [
-            *_slot_views(plan, spec, reloaded, indent + "  "),
-            "#pragma unroll",
-            f"{indent}  for (int j = 0; j < {vec}; ++j) {{",
-            f"{indent}    if (row_ok && i0 + {'0' if spec.exact else 'j'} < n_red) {{",
-            *[f"{indent}      {line}" for line in body_of(reloaded)],
-            f"{indent}    }}",
-            f"{indent}  }}",
-        ]
-        lines += _slot_loop(spec, first, end, body, indent)
-    return lines
+        with _slot_loop(code, spec, first, end):
+            _slot_views(code, plan, spec, reloaded)
+            with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
+                with code.block(f"if (row_ok && i0 + {lane} < n_red)"):
+                    code(*body_of(reloaded))
 
 
 def _placeholder(ctype: str) -> str:
@@ -447,12 +409,12 @@ def _placeholder(ctype: str) -> str:
 
 
 def _reduce_held(
-    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int, hoist: Hoisted
-) -> list[str]:
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int, hoist: Hoisted
+) -> None:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
     deps = result_args(plan, stage_dependencies(plan, k))
-    prelude = prelude_lines(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps)
+    code.extend(prelude_lines(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps, code.indent))
     hoisted = tuple(call_args(hoist, f"st{k}_"))
 
     def value(reloaded: bool) -> str:
@@ -467,18 +429,18 @@ def _reduce_held(
 
     red = plan.reductions[k]
     if not isinstance(red, WelfordOp):
-        lines = prelude + [f"    {acc.ctype} acc{k} = {acc.identity()};"]
+        code(f"{acc.ctype} acc{k} = {acc.identity()};")
 
         def body(reloaded: bool) -> list[str]:
             if k in spec.kept:  # computed once and kept for the full-size outputs
                 return [f"c{k}[b][j] = {value(reloaded)};", acc.update(f"acc{k}", f"c{k}[b][j]")]
             return [acc.update(f"acc{k}", value(reloaded))]
 
-        lines += _valid_loop(plan, spec, body, "    ")
+        _valid_loop(code, plan, spec, body)
         total = _combined(spec, acc.block_reduce(f"acc{k}", "kf_smem", spec.block_x), acc.functor)
-        lines.append(f"    const {acc.ctype} red{k} = {total};")
-        lines += [f"    {s}" for s in result_assignments(plan, k, f"red{k}", "n_red")]
-        return lines
+        code(f"const {acc.ctype} red{k} = {total};")
+        code(*result_assignments(plan, k, f"red{k}", "n_red"))
+        return
     t = compute_ctype(red.inputs[0].dtype)
     nan = literal(float("nan"), red.inputs[0].dtype)
     total = _combined(
@@ -501,108 +463,92 @@ def _reduce_held(
         else f"kf::load(in{i}, base_in{i})"
         for i, u in enumerate(plan.loop_inputs)
     ]
-    lines = [
-        *prelude,
-        f"    {t} first{k} = ({t})0;",
-        f"    if (row_ok && n_red > 0) first{k} = {stage_call(plan, name, k, first, hoisted)};",
-        f"    const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
-        f"    {t} sum{k} = ({t})0;",
-    ]
-    lines += _valid_loop(plan, spec, lambda r: [f"sum{k} += {value(r)} - shift{k};"], "    ")
-    lines += [
-        f"    const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;",
-        f"    {t} sq{k} = ({t})0;",
-    ]
-    lines += _valid_loop(
-        plan, spec, lambda r: [f"const {t} d = {value(r)} - r{k}_avg;", f"sq{k} += d * d;"], "    "
+    code(
+        f"{t} first{k} = ({t})0;",
+        f"if (row_ok && n_red > 0) first{k} = {stage_call(plan, name, k, first, hoisted)};",
+        f"const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
+        f"{t} sum{k} = ({t})0;",
     )
-    lines += [
-        f"    const {t} m2_{k} = {total.format(f'sq{k}')};",
-        f"    const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
-        f"    const long long r{k}_n = (long long)n_red;",
-    ]
-    return lines
+    _valid_loop(code, plan, spec, lambda r: [f"sum{k} += {value(r)} - shift{k};"])
+    code(
+        f"const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;",
+        f"{t} sq{k} = ({t})0;",
+    )
+    _valid_loop(
+        code, plan, spec, lambda r: [f"const {t} d = {value(r)} - r{k}_avg;", f"sq{k} += d * d;"]
+    )
+    code(
+        f"const {t} m2_{k} = {total.format(f'sq{k}')};",
+        f"const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
+        f"const long long r{k}_n = (long long)n_red;",
+    )
 
 
 def _store_full(
-    plan: ReductionPlan, spec: ReductionKernelSpec, name: str, hoist: Hoisted
-) -> list[str]:
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, hoist: Hoisted
+) -> None:
     every = result_args(plan, range(len(plan.reductions)))
-    lines = [
-        "    if (row_ok) {",
-        *prelude_lines(plan, f"{name}_full_row", hoist, "fu_", every, "      "),
-    ]
-    for first, end, reloaded in slot_loops(spec):
-        body = _store_slot(plan, spec, name, reloaded, call_args(hoist, "fu_"))
-        lines += _slot_loop(spec, first, end, body, "      ")
-    return lines + ["    }"]
+    with code.block("if (row_ok)"):
+        code.extend(prelude_lines(plan, f"{name}_full_row", hoist, "fu_", every, code.indent))
+        for first, end, reloaded in slot_loops(spec):
+            with _slot_loop(code, spec, first, end):
+                _store_slot(code, plan, spec, name, reloaded, call_args(hoist, "fu_"))
 
 
 def _store_slot(
+    code: Code,
     plan: ReductionPlan,
     spec: ReductionKernelSpec,
     name: str,
     reloaded: bool,
     hoisted: list[str],
-) -> list[str]:
+) -> None:
     """The full-size outputs of one slot of this thread: computed lane by lane from the row
     values and the reductions' results, stored as one vector where the row allows."""
     vec = spec.vector
     outs = plan.fusion.outputs
-    n_loop = len(plan.loop_inputs)
-    lines = ["        if (i0 < n_red) {"]
-    for k in plan.loop_outputs:
-        lines.append(f"          kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};")
     streamed = streamed_inputs(plan)
-    for i in sorted(streamed):
-        if spec.loop_kinds[i] != BCAST:
-            lines += _declare(plan, spec, i, f"x{i}", 1, "          ")
-            lines += _load_vector(spec, i, f"x{i}[0]", "          ")
-    lines += _slot_views(plan, spec, reloaded, "          ")
+    summed = column_partials.accumulated(spec)
+    stored = [k for k in plan.loop_outputs if k not in summed]
+    kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
     args = [
         held_element(spec, i, "0", "j", streamed=True)
         if i in streamed
         else held_element(spec, i, "b", "j", reloaded=reloaded)
-        for i in range(n_loop)
+        for i in range(len(plan.loop_inputs))
     ]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += hoisted
     args += [f"y{k}[j]" for k in plan.loop_outputs]
-    summed = column_partials.accumulated(spec)
-    lines += [
-        "#pragma unroll",
-        f"          for (int j = 0; j < {vec}; ++j) {{",
-        f"            {name}_full({', '.join(args)});",
-        *[f"            {column_partials.accumulate(spec, k, f'y{k}[j]')}" for k in summed],
-        "          }",
-        f"          if (i0 + {vec} <= n_red) {{",
-    ]
-    kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
-    stored = [k for k in plan.loop_outputs if k not in summed]
-    for k in stored:
-        lines += store_vector(
-            kinds[k],
-            f"out{k}",
-            f"y{k}",
-            vec,
-            "            ",
-            at=f"base_out{k} + i0",
-            element_at=f"base_out{k} + (i0 + j) * step_out{k}",
-        )
-    if spec.exact:
-        return lines + ["          }", "        }"]
-    lines += [
-        "          } else {",
-        "#pragma unroll",
-        f"            for (int j = 0; j < {vec}; ++j) {{",
-        "              if (i0 + j < n_red) {",
-    ]
-    lines += [
-        f"                kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"
-        for k in stored
-    ]
-    return lines + ["              }", "            }", "          }", "        }"]
+    with code.block("if (i0 < n_red)"):
+        code(*[f"kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};" for k in plan.loop_outputs])
+        for i in sorted(streamed):
+            if spec.loop_kinds[i] != BCAST:
+                _declare(code, plan, spec, i, f"x{i}", 1)
+                _load_vector(code, spec, i, f"x{i}[0]")
+        _slot_views(code, plan, spec, reloaded)
+        with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+            code(f"{name}_full({', '.join(args)});")
+            code(*[column_partials.accumulate(spec, k, f"y{k}[j]") for k in summed])
+        with code.block(f"if (i0 + {vec} <= n_red)"):
+            for k in stored:
+                at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
+                code.extend(
+                    store_vector(
+                        kinds[k], f"out{k}", f"y{k}", vec, code.indent, at=at, element_at=element_at
+                    )
+                )
+            if not spec.exact:
+                code.otherwise()
+                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                    with code.block("if (i0 + j < n_red)"):
+                        code(
+                            *[
+                                f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"
+                                for k in stored
+                            ]
+                        )
 
 
 __all__ = ["emit_persistent", "keepable", "smem_bytes_held"]

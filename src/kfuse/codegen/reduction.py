@@ -130,25 +130,20 @@ def _row_results(
     `combined` with {k} filled in)."""
     accs = accumulators(plan)
     if spec.grid_parts > 1:
-        code.extend(_store_partials(accs, "(Index)blockIdx.y * n_rows + row", code.indent))
+        _store_partials(code, accs, "(Index)blockIdx.y * n_rows + row")
         return
     for a in accs:
         code(*result_assignments(plan, a.k, combined.format(k=a.k), "n_red"))
-    code.extend(epilogue_call(plan, name, "row", code.indent, range(spec.rank - 1)))
+    epilogue_call(code, plan, name, "row", range(spec.rank - 1))
 
 
-def _store_partials(
-    accs: list[Accumulator], index: str, indent: str, value_suffix: str = ""
-) -> list[str]:
-    lines = []
+def _store_partials(code: Code, accs: list[Accumulator], index: str) -> None:
+    """Each accumulator red<k> into its workspace arrays at `index`."""
     for a in accs:
-        value = f"red{a.k}{value_suffix}"
         if a.welford:
-            for f in a.partial_fields:
-                lines.append(f"{indent}kf::store(ws{a.k}{f}, {index}, {value}.{f});")
+            code(*[f"kf::store(ws{a.k}{f}, {index}, red{a.k}.{f});" for f in a.partial_fields])
         else:
-            lines.append(f"{indent}kf::store(ws{a.k}, {index}, {value});")
-    return lines
+            code(f"kf::store(ws{a.k}, {index}, red{a.k});")
 
 
 SERIAL_COMBINE_MAX = 8
@@ -171,7 +166,7 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
     with outer_columns(code, plan, spec, "(Index)gridDim.y", []):
         outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
-        code.extend(outer_combine(plan, spec))
+        outer_combine(code, plan, spec)
         with code.block("if (threadIdx.y == 0 && col_ok)"):
             with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
                 code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
@@ -281,36 +276,30 @@ def outer_accumulate(
                         code(a.update(f"acc{a.k}[j]", call))
 
 
-def outer_combine(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[str]:
+def outer_combine(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
     """Combine the block_y threads' accumulators of each column into thread y == 0's."""
     bx, by, vec = spec.block_x, spec.block_y, spec.vector
     accs = accumulators(plan)
-    lines: list[str] = []
     if by > SERIAL_COMBINE_MAX or (by > 1 and any(a.welford for a in accs)):
         for a in accs:
-            lines += _combine_over_y(a, by, bx, vec, f"acc{a.k}")
+            _combine_over_y(code, a, by, bx, vec, f"acc{a.k}")
     elif by > 1:
         # Few cheap partials: thread y == 0 combines them in turn, which costs fewer
         # registers than the tree (W3's kernel keeps 32 and 8 blocks an SM).
         other = f"scratch[(t * {bx} + threadIdx.x) * {vec} + j]"
-        lines.append(f"    const int slot = (threadIdx.y * {bx} + threadIdx.x) * {vec};")
+        code(f"const int slot = (threadIdx.y * {bx} + threadIdx.x) * {vec};")
         for a in accs:
-            lines += [
-                "    {",
-                f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
-                f"      for (int j = 0; j < {vec}; ++j) scratch[slot + j] = acc{a.k}[j];",
-                "      __syncthreads();",
-                "      if (threadIdx.y == 0) {",
-                f"        for (int t = 1; t < {by}; ++t) {{",
-                f"          for (int j = 0; j < {vec}; ++j) {{",
-                f"            {a.combine(f'acc{a.k}[j]', other)}",
-                "          }",
-                "        }",
-                "      }",
-                "      __syncthreads();",
-                "    }",
-            ]
-    return lines
+            with code.block():
+                code(
+                    f"{a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
+                    f"for (int j = 0; j < {vec}; ++j) scratch[slot + j] = acc{a.k}[j];",
+                    "__syncthreads();",
+                )
+                with code.block("if (threadIdx.y == 0)"):
+                    with code.block(f"for (int t = 1; t < {by}; ++t)"):
+                        with code.block(f"for (int j = 0; j < {vec}; ++j)"):
+                            code(a.combine(f"acc{a.k}[j]", other))
+                code("__syncthreads();")
 
 
 def _outer_block(
@@ -404,16 +393,18 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
                     code(f"if (p0 + u * {fy} >= {parts}) break;")
                     code(*[a.combine(f"red{a.k}", f"part{a.k}[u]") for a in accs])
         for a in accs:
-            code.extend(_combine_over_y(a, fy, fx, None, f"red{a.k}"))
+            _combine_over_y(code, a, fy, fx, None, f"red{a.k}")
         with code.block("if (threadIdx.y == 0 && row_ok)"):
             for a in accs:
                 code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
-            code.extend(epilogue_call(plan, name, "row", code.indent, kept))
+            epilogue_call(code, plan, name, "row", kept)
     return code.kernel_source(), name
 
 
-def _combine_over_y(a: Accumulator, ny: int, nx: int, vec: int | None, acc: str) -> list[str]:
-    """Statements combining each thread's accumulator `acc` (an array of `vec`, or a scalar
+def _combine_over_y(
+    code: Code, a: Accumulator, ny: int, nx: int, vec: int | None, acc: str
+) -> None:
+    """Combine each thread's accumulator `acc` (an array of `vec`, or a scalar
     when vec is None) over threadIdx.y into thread y == 0's, through shared memory.
 
     Partners pair up in a fixed tree (y with y + 1, then y with y + 2, ...), so results are
@@ -427,33 +418,25 @@ def _combine_over_y(a: Accumulator, ny: int, nx: int, vec: int | None, acc: str)
     at = "" if vec is None else " + j"
     width = vec or 1
 
-    def each(indent: str, body: list[str]) -> list[str]:
+    def each(*body: str) -> None:
         if vec is None:
-            return [indent + b for b in body]
-        return (
-            ["#pragma unroll", f"{indent}for (int j = 0; j < {vec}; ++j) {{"]
-            + [f"{indent}  {b}" for b in body]
-            + [f"{indent}}}"]
-        )
+            code(*body)
+            return
+        with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+            code(*body)
 
-    return (
-        [
-            "    {",
-            f"      {a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
-            f"      const int mine = (threadIdx.y * {nx} + threadIdx.x) * {width};",
-        ]
-        + each("      ", [f"scratch[mine{at}] = {item};"])
-        + [
-            "      __syncthreads();",
-            f"      for (int s = 1; s < {ny}; s *= 2) {{",
-            f"        if ((threadIdx.y & (2 * s - 1)) == 0 && threadIdx.y + s < {ny}) {{",
-            f"          const int theirs = ((threadIdx.y + s) * {nx} + threadIdx.x) * {width};",
-        ]
-        + each(
-            "          ", [a.combine(item, f"scratch[theirs{at}]"), f"scratch[mine{at}] = {item};"]
+    with code.block():
+        code(
+            f"{a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);",
+            f"const int mine = (threadIdx.y * {nx} + threadIdx.x) * {width};",
         )
-        + ["        }", "        __syncthreads();", "      }", "    }"]
-    )
+        each(f"scratch[mine{at}] = {item};")
+        code("__syncthreads();")
+        with code.block(f"for (int s = 1; s < {ny}; s *= 2)"):
+            with code.block(f"if ((threadIdx.y & (2 * s - 1)) == 0 && threadIdx.y + s < {ny})"):
+                code(f"const int theirs = ((threadIdx.y + s) * {nx} + threadIdx.x) * {width};")
+                each(a.combine(item, f"scratch[theirs{at}]"), f"scratch[mine{at}] = {item};")
+            code("__syncthreads();")
 
 
 def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[str, str]]:

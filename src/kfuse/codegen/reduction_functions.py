@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
-from kfuse.codegen.kernel import decompose
+from kfuse.codegen.kernel import Code, decompose
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
@@ -189,27 +189,22 @@ def scalar_names(plan: ReductionPlan) -> dict:
     return {s: f"s{i}" for i, s in enumerate(plan.scalars)}
 
 
-def epilogue_call(
-    plan: ReductionPlan, name: str, row: str, indent: str, kept_axes: range
-) -> list[str]:
+def epilogue_call(code: Code, plan: ReductionPlan, name: str, row: str, kept_axes: range) -> None:
     """Load the row inputs at kept index `row`, run the epilogue, store the row outputs."""
     if not plan.row_outputs:
-        return []
+        return
     n_row = len(plan.epilogue.input_uses)
     ops = [f"rin{i}" for i in range(n_row)] + [f"out{k}" for k in plan.row_outputs]
-    lines = [f"{indent}{{"]
-    lines += [f"{indent}  Index base_{op} = 0;" for op in ops]
-    lines += decompose(row, kept_axes, ops, indent + "  ")
     outs = plan.fusion.outputs
-    for k in plan.row_outputs:
-        lines.append(f"{indent}  {outs[k].dtype.cuda_type} y{k};")
     args = [f"kf::load(rin{i}, base_rin{i})" for i in range(n_row)]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"y{k}" for k in plan.row_outputs]
-    lines.append(f"{indent}  {name}_epi({', '.join(args)});")
-    lines += [f"{indent}  kf::store(out{k}, base_out{k}, y{k});" for k in plan.row_outputs]
-    lines.append(f"{indent}}}")
-    return lines
+    with code.block():
+        code(*[f"Index base_{op} = 0;" for op in ops])
+        code.extend(decompose(row, kept_axes, ops, code.indent))
+        code(*[f"{outs[k].dtype.cuda_type} y{k};" for k in plan.row_outputs])
+        code(f"{name}_epi({', '.join(args)});")
+        code(*[f"kf::store(out{k}, base_out{k}, y{k});" for k in plan.row_outputs])
 
 
 def functions_source(
