@@ -86,7 +86,7 @@ def _kernels_for(fusion: object, info: RuntimeInfo) -> None:
         return
     segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
     for plan in segmented.plans:
-        sub = synthetic_info(plan, info)
+        sub = synthetic_info(plan.fusion, plan.inputs, info)
         _kernels_for(plan.fusion, sub)
 
 

@@ -42,6 +42,18 @@ def load_suite() -> Any:
     return module
 
 
+def unmeasured(case: Case, shape: Shape, dtype: str, status: str) -> dict[str, Any]:
+    """The row of a case and size that was not measured, and why."""
+    return {
+        "family": case.family,
+        "case": case.name,
+        "source": case.source,
+        "shape": list(shape),
+        "dtype": dtype,
+        "status": status,
+    }
+
+
 def plan(cases: list[Case], quick: bool, dtypes: list[str]) -> list[tuple[Case, str, Shape]]:
     """(case, dtype, shape) in the order they run."""
     return [
@@ -202,14 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{case.family} / {case.name} ({case.source})")
         spent = time.perf_counter() - started
         if spent > args.budget:
-            row = {
-                "family": case.family,
-                "case": case.name,
-                "source": case.source,
-                "shape": list(shape),
-                "dtype": dtype,
-                "status": f"skipped: time budget ({args.budget:.0f} s) spent",
-            }
+            row = unmeasured(
+                case, shape, dtype, f"skipped: time budget ({args.budget:.0f} s) spent"
+            )
         else:
             try:
                 row = measure(
@@ -223,14 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     suite=suite,
                 )
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory making the inputs
-                row = {
-                    "family": case.family,
-                    "case": case.name,
-                    "source": case.source,
-                    "shape": list(shape),
-                    "dtype": dtype,
-                    "status": f"error: {describe(exc)}",
-                }
+                row = unmeasured(case, shape, dtype, f"error: {describe(exc)}")
             torch.cuda.empty_cache()
         rows.append(row)
         log(progress(row))

@@ -37,12 +37,7 @@ from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.schedule.inner_outer_split import (
-    InnerOuterSplit,
-    columns_info,
-    main_info,
-    split_inner_outer,
-)
+from kfuse.schedule.inner_outer_split import InnerOuterSplit, split_inner_outer
 from kfuse.schedule.persistent import (
     MAX_ROW_THREADS,
     SMEM_RESERVE,
@@ -61,6 +56,7 @@ from kfuse.schedule.reduction import (
     pow2_ceil,
     workspace_operands,
 )
+from kfuse.schedule.segmenter import synthetic_info
 from kfuse.schedule.types import Rejection, SchedulerType
 
 NAME = "inner_outer_persistent"
@@ -86,8 +82,13 @@ class Parts:
         if info is None:
             return
         try:
-            self.main_layout = reduction_layout(self.main, main_info(self.split, info))
-            self.column_layout = reduction_layout(self.columns, columns_info(self.split, info))
+            # The column side's inputs exist only as the kernel's accumulated values:
+            # synthetic_info describes them as contiguous arrays of their shapes.
+            split = self.split
+            main_call = synthetic_info(split.main, split.fusion.inputs, info)
+            column_call = synthetic_info(split.columns, _parents(split, split.columns), info)
+            self.main_layout = reduction_layout(self.main, main_call)
+            self.column_layout = reduction_layout(self.columns, column_call)
         except PlanError as exc:
             raise Rejection(str(exc)) from None
         main, cols = self.main_layout, self.column_layout
@@ -100,6 +101,11 @@ class Parts:
             )
 
 
+def _parents(split: InnerOuterSplit, sub: Fusion) -> list[Any]:
+    """The parent Vals a sub-fusion's inputs stand for."""
+    return [split.parent_vals[id(v)] for v in sub.inputs]
+
+
 class InnerOuterPersistentScheduler:
     """Schedules normalization backward fusions: one pass for the rows and the columns."""
 
@@ -110,39 +116,17 @@ class InnerOuterPersistentScheduler:
         parts = Parts(fusion, info)
         if info is None:
             return
-        _choose(parts, info.device)  # Rejection: the row is not held
-        # A row held whole whose block does not fit the device's shared memory even with one
-        # row a block (bf16 rows of 16384 with three held inputs on an A100) is declined,
-        # never given params that kernels() would reject.
+        # _heuristics raises Rejection where the row is not held; a row held whole whose
+        # block does not fit the device's shared memory even with one row a block (bf16 rows
+        # of 16384 with three held inputs on an A100) is declined too, never given params
+        # that kernels() would reject.
         try:
-            _main_spec(parts, self.heuristics(fusion, info), info)
+            _main_spec(parts, _heuristics(parts, info), info)
         except SchedulerError as exc:
             raise Rejection(str(exc)) from None
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
-
-        parts = Parts(fusion, info)
-        device = info.device
-        vector, block_x, batch, in_smem = _choose(parts, device)
-        params = held_row_params(NAME, parts.main_layout, vector, block_x, batch, in_smem)
-        params.block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(parts.main_layout.n_rows)))
-        # Fewer rows a block until two blocks an SM fit in shared memory (one block reduces
-        # while the other loads), then as many blocks as run at once.
-        fits = min(device.shared_mem_per_block_optin, device.shared_mem_per_sm // 2 - SMEM_RESERVE)
-        while True:
-            spec = _main_spec(parts, params, info, check=False)
-            smem = block_smem(parts.main, spec)
-            if smem <= fits or params.block_y == 1:
-                break
-            params.block_y = int(params.block_y) // 2
-        threads = block_x * int(params.block_y)
-        per_sm = max(1, RESIDENT_THREADS // threads)
-        if smem:
-            per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + SMEM_RESERVE)))
-        rows = -(-parts.main_layout.n_rows // int(params.block_y))
-        params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
-        fill_launch_params(params, parts.main)
-        return params
+        return _heuristics(Parts(fusion, info), info)
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
         """The row kernel (with the column partials) and the columns' finalize kernel."""
@@ -154,6 +138,30 @@ class InnerOuterPersistentScheduler:
         spec = _main_spec(parts, params, info)
         ws = workspace_operands(parts.columns, _int(params, "grid_x"), parts.column_layout.n_rows)
         return [_main_kernel(parts, spec, params, ws), _finalize_kernel(parts, spec, params, ws)]
+
+
+def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
+    device = info.device
+    vector, block_x, batch, in_smem = _choose(parts, device)
+    params = held_row_params(NAME, parts.main_layout, vector, block_x, batch, in_smem)
+    params.block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(parts.main_layout.n_rows)))
+    # Fewer rows a block until two blocks an SM fit in shared memory (one block reduces
+    # while the other loads), then as many blocks as run at once.
+    fits = min(device.shared_mem_per_block_optin, device.shared_mem_per_sm // 2 - SMEM_RESERVE)
+    while True:
+        spec = _main_spec(parts, params, info, check=False)
+        smem = block_smem(parts.main, spec)
+        if smem <= fits or params.block_y == 1:
+            break
+        params.block_y = int(params.block_y) // 2
+    threads = block_x * int(params.block_y)
+    per_sm = max(1, RESIDENT_THREADS // threads)
+    if smem:
+        per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + SMEM_RESERVE)))
+    rows = -(-parts.main_layout.n_rows // int(params.block_y))
+    params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
+    fill_launch_params(params, parts.main)
+    return params
 
 
 def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:

@@ -26,12 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReductionOp, TernaryOp, UnaryOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import ArrayLayout
-from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.segmenter import build_sub_fusion
 from kfuse.schedule.types import Rejection
 
@@ -172,50 +169,4 @@ def _build(fusion: Fusion, group: list[Expr], column_exprs: list[Expr]) -> Inner
     )
 
 
-def main_info(split: InnerOuterSplit, info: RuntimeInfo) -> RuntimeInfo:
-    """The call's RuntimeInfo as the row side sees it (the same inputs)."""
-    layouts = {
-        new: info.layouts[cast(TensorView, old)]
-        for new, old in zip(split.main.inputs, split.fusion.inputs, strict=True)
-        if isinstance(new, TensorView)
-    }
-    return RuntimeInfo(
-        split.main,
-        info.inputs,
-        layouts,  # type: ignore[arg-type]
-        split.main.infer_shapes(info.inputs),
-        info.framework,
-        info.backend,
-        info.device_index,
-        info.device,
-    )
-
-
-def columns_info(split: InnerOuterSplit, info: RuntimeInfo) -> RuntimeInfo:
-    """The column side's RuntimeInfo: its tensor inputs exist only as the kernel's
-    accumulated values, so they are described as contiguous arrays of their shapes."""
-    args: list[object] = []
-    layouts: dict[TensorView, ArrayLayout] = {}
-    for new in split.columns.inputs:
-        old = split.parent_vals[id(new)]
-        if isinstance(new, TensorView):
-            shape = info.shape(cast(TensorView, old))
-            layouts[new] = ArrayLayout(
-                info.framework, new.dtype, shape, contiguous_strides(shape), 256, info.device_index
-            )
-            args.append(shape)
-        else:
-            args.append(info.extents[old])
-    return RuntimeInfo(
-        split.columns,
-        args,
-        layouts,
-        split.columns.infer_shapes(args),
-        info.framework,
-        info.backend,
-        info.device_index,
-        info.device,
-    )
-
-
-__all__ = ["InnerOuterSplit", "columns_info", "main_info", "split_inner_outer"]
+__all__ = ["InnerOuterSplit", "split_inner_outer"]

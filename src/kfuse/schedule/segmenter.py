@@ -292,7 +292,7 @@ class _Segmenter:
             from kfuse.schedule.registry import SCHEDULERS
 
             plan = self._plan(members, scheduler=SchedulerType.none)
-            info = synthetic_info(plan, self.info)
+            info = synthetic_info(plan.fusion, plan.inputs, self.info)
             reasons = []
             result: tuple[SchedulerType | None, str] = (None, "")
             for s in SCHEDULERS:
@@ -469,15 +469,16 @@ def build_sub_fusion(
     return sub, {v: cloned_from[id(v)] for v in live}
 
 
-def synthetic_info(plan: SegmentPlan, info: RuntimeInfo) -> RuntimeInfo:
-    """A RuntimeInfo for deciding on a segment before its intermediates exist: fusion inputs
-    keep their real layouts; intermediates are contiguous, freshly allocated arrays."""
+def synthetic_info(fusion: Fusion, parent_inputs: Any, info: RuntimeInfo) -> RuntimeInfo:
+    """A RuntimeInfo for deciding on a sub-fusion (a segment, a side of inner_outer) before
+    its intermediates exist: `parent_inputs` are the parent Vals its inputs stand for; fusion
+    inputs keep their real layouts, intermediates are contiguous, freshly allocated arrays."""
     from kfuse.codegen.layout import contiguous_strides
 
     parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
     args: list[Any] = []
     layouts: dict[TensorView, ArrayLayout] = {}
-    for new, old in zip(plan.fusion.inputs, plan.inputs, strict=True):
+    for new, old in zip(fusion.inputs, parent_inputs, strict=True):
         if isinstance(old, TensorView):
             shape = info.shape(old)
             lay = parent_layouts.get(id(old))
@@ -494,9 +495,9 @@ def synthetic_info(plan: SegmentPlan, info: RuntimeInfo) -> RuntimeInfo:
             args.append(shape)
         else:
             args.append(info.extents[old])
-    extents = plan.fusion.infer_shapes(args)
+    extents = fusion.infer_shapes(args)
     return RuntimeInfo(
-        plan.fusion,
+        fusion,
         args,
         layouts,
         extents,
