@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kfuse.campaign import repro, worker
-from kfuse.campaign.property import Example, ExampleSpace, Mismatch, check
+from kfuse.campaign.property import PHASES, Example, ExampleSpace, Mismatch, check
 from kfuse.campaign.summary import Summary, load, merge
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
@@ -123,6 +123,11 @@ def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
     assert summary["device"] == "host emulator" and summary["seed"] == 5
     assert summary["shard"] == "0/1" and summary["examples_per_second"] > 0
     assert not list(out.glob("inflight-*")), "no in-flight repro is left behind"
+    # Where the time went: every example's phases, within the workers' time in rounds.
+    phases = summary["seconds_by_phase"]
+    assert set(phases) == set(PHASES) and phases["first_call"] > 0 and phases["reference"] > 0
+    assert 0 < sum(phases.values()) <= summary["worker_seconds"] + 0.1
+    assert done.stdout.strip().splitlines()[-2].startswith("time per example (")
 
 
 def _example(fd: FusionDefinition, inputs: list) -> Example:
@@ -181,8 +186,8 @@ def test_a_failing_round_is_shrunk_into_a_repro(
     does not fail alone (the planted bug is not in the script's process)."""
     monkeypatch.setenv("KFUSE_DEVICE", "emulator")
 
-    def planted(example: Example) -> None:
-        check(example)
+    def planted(example: Example, phases: dict[str, float] | None = None) -> None:
+        check(example, phases)
         if len(example.fd.fusion.outputs) > 1:
             raise Mismatch("planted: more than one output")
 
@@ -216,8 +221,8 @@ def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
     deterministic mismatches were all labelled flaky)."""
     monkeypatch.setenv("KFUSE_DEVICE", "emulator")
 
-    def planted(example: Example) -> None:
-        check(example)
+    def planted(example: Example, phases: dict[str, float] | None = None) -> None:
+        check(example, phases)
         if len(example.fd.fusion.outputs) > 1:
             raise Mismatch("planted: more than one output")
 
@@ -315,7 +320,7 @@ def test_shards_merge_into_one_summary(tmp_path: Path) -> None:
     assert done.stdout.strip().startswith(f"{merged['passed']} passed, 0 failed")
 
 
-def test_merge_adds_counts_and_keeps_every_failure() -> None:
+def test_merge_adds_counts_and_keeps_every_failure(tmp_path: Path) -> None:
     a, b = Summary(info={"host": "a"}), Summary(info={"host": "b"})
     a.count("pointwise", "passed", 0)
     a.count("reduction", "mismatch", 1)
@@ -323,7 +328,13 @@ def test_merge_adds_counts_and_keeps_every_failure() -> None:
     b.crashes = 1
     a.failures, b.failures = [{"outcome": "mismatch"}], [{"outcome": "crash"}]
     a.seconds, b.seconds = 10.0, 20.0
+    a.worker_seconds, b.worker_seconds = 18.0, 39.0
+    a.seconds_by_phase.update(first_call=5.0, draw=1.0)
+    b.seconds_by_phase.update(first_call=7.0)
     m = merge([a, b])
+    assert m.worker_seconds == 57.0 and m.seconds_by_phase == {"first_call": 12.0, "draw": 1.0}
+    m.write(tmp_path / "m.json")
+    assert load(tmp_path / "m.json").seconds_by_phase == m.seconds_by_phase
     assert m.examples == 3 and m.passed == 2 and m.failed == 2
     assert m.by_gpu == {"a:0": 1, "a:1": 1, "b:0": 1}
     assert [f["outcome"] for f in m.failures] == ["mismatch", "crash"]

@@ -159,6 +159,7 @@ def main(argv: Sequence[str]) -> int:
     print(f"kfuse campaign: {_describe(campaign)}; results in {campaign.out}", flush=True)
     summary = run(campaign)
     print(f"summary: {campaign.out / 'summary.json'}")
+    print(summary.time_line())
     print(summary.final_line())
     return 0 if summary.failed == 0 else 1
 

@@ -16,6 +16,9 @@ too; the calls of all earlier examples run in the same process before it.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,32 +97,58 @@ def examples(draw: Any, space: ExampleSpace) -> Example:
     return Example(kind, fd, inputs, special, seeds)
 
 
+PHASES = ("draw", "repro", "refill", "first_call", "later_calls", "reference", "compare")
+"""Where an example's time goes, as the campaign's summary reports it: drawing it, writing its
+in-flight repro, new values for the later calls, the first call (schedule, generate, compile,
+run), the later calls (cached), the float64 reference, and the comparison."""
+
+
+@contextmanager
+def timed(phases: dict[str, float] | None, phase: str) -> Iterator[None]:
+    """Within: the seconds spent are added to `phases[phase]` (nothing when None)."""
+    if phases is None:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - started
+
+
 class Mismatch(AssertionError):
     """A call's outputs differ from the reference's."""
 
 
-def check(example: Example) -> None:
-    """Run the example's calls and compare every output of each with the reference.
+def check(example: Example, phases: dict[str, float] | None = None) -> None:
+    """Run the example's calls and compare every output of each with the reference; the
+    seconds of each of PHASES are added to `phases` when given.
 
     Raises Mismatch (naming the call), or whatever kfuse raised."""
     from kfuse.reference import evaluate
 
     fd = example.fd
-    calls = [example.inputs] + [
-        refill(fd, example.inputs, seed, special_values=example.special_values)
-        for seed in example.refill_seeds
-    ]
+    with timed(phases, "refill"):
+        calls = [example.inputs] + [
+            refill(fd, example.inputs, seed, special_values=example.special_values)
+            for seed in example.refill_seeds
+        ]
     for number, inputs in enumerate(calls, 1):
-        outputs = fd.execute(inputs)
-        expected = evaluate(fd.fusion, inputs)
+        with timed(phases, "first_call" if number == 1 else "later_calls"):
+            outputs = fd.execute(inputs)
+        with timed(phases, "reference"):
+            expected = evaluate(fd.fusion, inputs)
         try:
-            assert_outputs_close(fd, outputs, expected, inputs)
+            with timed(phases, "compare"):
+                assert_outputs_close(fd, outputs, expected, inputs)
         except AssertionError:
             # What float64 cannot judge alone (ill-conditioned results, where NaN and
             # infinities arise) is judged with the reference in the kernel's precision.
-            same = evaluate(fd.fusion, inputs, accumulate="same")
+            with timed(phases, "reference"):
+                same = evaluate(fd.fusion, inputs, accumulate="same")
             try:
-                assert_outputs_close(fd, outputs, expected, inputs, alternative=same)
+                with timed(phases, "compare"):
+                    assert_outputs_close(fd, outputs, expected, inputs, alternative=same)
             except AssertionError as exc:
                 raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
 

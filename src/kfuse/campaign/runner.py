@@ -167,6 +167,7 @@ def _run_pool(
                 except BrokenProcessPool:
                     broken = True
                     continue
+                summary.worker_seconds += result.seconds
                 if result.examples:
                     # Size rounds to last about ROUND_SECONDS at the rate a worker runs.
                     rate = result.examples / max(result.seconds, 1e-3)
@@ -197,8 +198,8 @@ def _drain(messages: Any, summary: Summary, progress: Progress) -> None:
         except (queue_module.Empty, EOFError, OSError):
             return
         if what == "example":
-            kind, outcome = rest
-            summary.count(kind, outcome, gpu)
+            kind, outcome, phases = rest
+            summary.count(kind, outcome, gpu, phases)
         elif what == "failure":
             summary.failures.append(rest[0])
             progress.failure(rest[0])

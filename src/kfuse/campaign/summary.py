@@ -4,8 +4,11 @@ The JSON (`summary.json` in the campaign's --out folder) holds: the kfuse versio
 the device, the command line and settings, the seed and shard, examples and examples per
 second, `by_kind` ({kind: {outcome: count}}), `by_gpu` ({gpu: examples}), `shrink_runs`
 (examples Hypothesis ran while shrinking failures, not counted as examples), and `failures`
-(one record each, with the repro script's path). `merge` joins the summaries of the shards of
-one campaign run as separate invocations (`kfuse campaign merge`).
+(one record each, with the repro script's path), and where the workers' time went:
+`worker_seconds` (the time workers spent in rounds) and `seconds_by_phase` (its parts, as
+kfuse.campaign.property.PHASES names them; the rest is Hypothesis' own). `merge` joins
+the summaries of the shards of one campaign run as separate invocations (`kfuse campaign
+merge`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kfuse.campaign.property import OUTCOMES
+from kfuse.campaign.property import OUTCOMES, PHASES
 
 
 @dataclass
@@ -31,11 +34,17 @@ class Summary:
     seconds: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
     shards: list[dict[str, Any]] = field(default_factory=list)
+    worker_seconds: float = 0.0
+    seconds_by_phase: Counter = field(default_factory=Counter)
 
-    def count(self, kind: str, outcome: str, gpu: int | None) -> None:
-        """One example of `kind` ended in `outcome` on `gpu` (None: the host emulator)."""
+    def count(
+        self, kind: str, outcome: str, gpu: int | None, phases: dict[str, float] | None = None
+    ) -> None:
+        """One example of `kind` ended in `outcome` on `gpu` (None: the host emulator),
+        having spent `phases` seconds in each of PHASES."""
         self.by_kind.setdefault(kind, Counter())[outcome] += 1
         self.by_gpu["emulator" if gpu is None else str(gpu)] += 1
+        self.seconds_by_phase.update(phases or {})
 
     @property
     def examples(self) -> int:
@@ -75,6 +84,16 @@ class Summary:
             f"({self.rate():.1f} examples/s)"
         )
 
+    def time_line(self) -> str:
+        """Where the workers' time went, in milliseconds per example and shares of it."""
+        n = max(self.examples, 1)
+        total = max(self.worker_seconds, sum(self.seconds_by_phase.values()), 1e-9)
+        parts = [(p, self.seconds_by_phase.get(p, 0.0)) for p in PHASES]
+        parts.append(("other", total - sum(t for _, t in parts)))
+        return f"time per example ({1e3 * total / n:.0f} ms of a worker's): " + ", ".join(
+            f"{p.replace('_', ' ')} {1e3 * t / n:.1f} ms ({100 * t / total:.0f}%)" for p, t in parts
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The summary as the JSON file holds it."""
         return {
@@ -94,6 +113,8 @@ class Summary:
             "crashes": self.crashes,
             "failures": self.failures,
             "shards": self.shards,
+            "worker_seconds": round(self.worker_seconds, 1),
+            "seconds_by_phase": {p: round(self.seconds_by_phase.get(p, 0.0), 2) for p in PHASES},
         }
 
     def write(self, path: Path) -> None:
@@ -115,6 +136,8 @@ def load(path: Path) -> Summary:
     summary.seconds = data["seconds"]
     summary.failures = data["failures"]
     summary.shards = data.get("shards") or []
+    summary.worker_seconds = data.get("worker_seconds", 0.0)
+    summary.seconds_by_phase = Counter(data.get("seconds_by_phase") or {})
     return summary
 
 
@@ -131,6 +154,8 @@ _DERIVED = {
     "crashes",
     "failures",
     "shards",
+    "worker_seconds",
+    "seconds_by_phase",
 }
 
 
@@ -148,6 +173,8 @@ def merge(summaries: list[Summary]) -> Summary:
         merged.shrink_runs += s.shrink_runs
         merged.crashes += s.crashes
         merged.seconds = max(merged.seconds, s.seconds)
+        merged.worker_seconds += s.worker_seconds
+        merged.seconds_by_phase.update(s.seconds_by_phase)
         merged.failures.extend(s.failures)
         merged.shards.append(
             {k: s.info.get(k) for k in ("host", "shard", "seed", "device", "kfuse_commit")}

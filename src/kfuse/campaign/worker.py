@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kfuse.campaign.property import Example, ExampleSpace, check, examples, outcome_of
+from kfuse.campaign.property import Example, ExampleSpace, check, examples, outcome_of, timed
 
 IN_FLIGHT = (
     "this example was running when its worker process died (a crash, or a hang that "
@@ -130,16 +130,19 @@ def run_round(spec: Round) -> RoundResult:
             # the failure flaky, which it is not.
             state["shrink_timed_out"] = True
             return
-        example = data.draw(examples(space))
+        phases: dict[str, float] = {}
+        with timed(phases, "draw"):
+            example = data.draw(examples(space))
         where = (
             f"round {spec.index} of {spec.examples} examples, after "
             f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
             f"{os.getpid()}"
         )
-        _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
+        with timed(phases, "repro"):
+            _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
         faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
         try:
-            check(example)
+            check(example, phases)
             exc: BaseException | None = None
         except Exception as raised:  # noqa: BLE001 - every outcome is counted
             exc = raised
@@ -149,7 +152,7 @@ def run_round(spec: Round) -> RoundResult:
             state["shrink_runs"] += 1
         else:
             state["examples"] += 1
-            _report("example", example.kind, outcome_of(exc))
+            _report("example", example.kind, outcome_of(exc), phases)
         if exc is not None:
             if state["failed_at"] is None:
                 state["failed_at"] = time.monotonic()
