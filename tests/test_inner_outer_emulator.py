@@ -113,6 +113,24 @@ def test_declines_column_results_used_by_the_rows() -> None:
     assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (37, 300)])
+def test_declines_a_column_input_broadcast_along_the_columns(shape: tuple[int, int]) -> None:
+    """Found by a GPU campaign (a kfuse error: the kernel named a column output it never
+    declared): a row sum of a column sum broadcast back is no column side, since its columns
+    would be one where the rows have many."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        cols = fd.ops.sum(x, dims=[0])
+        back = fd.ops.broadcast(cols, [True, False])
+        fd.add_output(fd.ops.exp(x))
+        fd.add_output(back)
+        fd.add_output(fd.ops.sum(fd.ops.log(fd.ops.add(fd.ops.abs(back), 0.5)), dims=[1]))
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    assert IO not in schedule.find_compatible_schedulers(fd.fusion, [x])
+    out = fd.execute([x])
+    assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
+
+
 def test_pinned_params_it_cannot_run_are_errors() -> None:
     fd = rms_norm_backward()
     inputs = rms_norm_backward_inputs(4, 64)

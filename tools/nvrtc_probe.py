@@ -80,7 +80,9 @@ def main() -> None:
             raise RuntimeError(f"NVRTC failed ({rc})")
         return seconds, buf.raw
 
-    base = ["--gpu-architecture=sm_90", *nvrtc_options()]
+    # --no-cache: NVRTC 13 keeps what it generated and would hand a variant the PTX and
+    # cubin of the plain compile of the same kernel.
+    base = ["--gpu-architecture=sm_90", "--no-cache", *nvrtc_options()]
     kernels = sources(n, int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     pch = ["--pch", "--pch-messages=false"]
     variants = {

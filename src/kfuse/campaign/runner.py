@@ -12,6 +12,7 @@ the example that was in flight, starts a new pool and goes on.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue as queue_module
 import random
 import socket
@@ -66,8 +67,12 @@ class Campaign:
         )
 
     def environment(self) -> dict[str, str]:
-        """Variables every worker sets before importing anything of CUDA's."""
+        """Variables every worker sets before importing anything of CUDA's (or torch's)."""
         env = {"KFUSE_POISON": "1" if self.poison else "0"}
+        # One thread each for torch's and NumPy's CPU work: a worker per CPU already fills
+        # the machine, and a pool of threads per worker only makes them contend.
+        for threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[threads] = os.environ.get(threads, "1")
         if not self.gpus:
             env["KFUSE_DEVICE"] = "emulator"
         return env

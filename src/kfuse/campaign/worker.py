@@ -72,6 +72,8 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
     """ProcessPoolExecutor initializer: take the next worker slot and its GPU."""
     global _QUEUE, _GPU
     os.environ.update(environment)
+    if "torch" in sys.modules:  # imported before the variables were set: tell it too
+        sys.modules["torch"].set_num_threads(int(environment.get("OMP_NUM_THREADS", "1")))
     _QUEUE = queue
 
     # The pool ends the other workers when one dies: they leave no in-flight repro behind,

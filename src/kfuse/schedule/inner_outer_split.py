@@ -86,7 +86,8 @@ def split_inner_outer(fusion: Fusion) -> InnerOuterSplit:
     if not candidates:
         raise Rejection(
             "neither set of reductions only feeds outputs through pointwise ops (a column "
-            "reduction's results must not be used again by the rest of the fusion)"
+            "reduction's results must not be used again by the rest of the fusion, and its "
+            "input must span every column)"
         )
     # Both could be the column side (a row sum and a column sum of one input): the rows are
     # then the reductions over the last axis.
@@ -102,6 +103,13 @@ def _column_side(fusion: Fusion, group: list[Expr]) -> list[Expr] | None:
     anything but pointwise ops on the way to outputs, or those ops reading other tensors."""
     if any(not isinstance(r, ReductionOp) or r.op not in COLUMN_OPS for r in group):
         return None
+    for r in group:
+        # A column is one of the row side's reduced axes: a column reduction's input must
+        # span them all. One broadcast along a kept axis (a row sum broadcast back, say)
+        # has a column side of extent 1 where the rows have many columns.
+        src = cast(TensorView, r.inputs[0])
+        if any(a.is_broadcast for k, a in enumerate(src.axes) if k not in r.dims):
+            return None
     side: list[Expr] = list(group)
     inside = {id(o) for r in group for o in r.outputs}
     for e in fusion.exprs:
