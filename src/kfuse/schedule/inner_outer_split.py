@@ -108,7 +108,8 @@ def _column_side(fusion: Fusion, group: list[Expr]) -> list[Expr] | None:
         # span them all. One broadcast along a kept axis (a row sum broadcast back, say)
         # has a column side of extent 1 where the rows have many columns.
         src = cast(TensorView, r.inputs[0])
-        if any(a.is_broadcast for k, a in enumerate(src.axes) if k not in r.dims):
+        reduced = cast(ReductionOp, r).dims
+        if any(a.is_broadcast for k, a in enumerate(src.axes) if k not in reduced):
             return None
     side: list[Expr] = list(group)
     inside = {id(o) for r in group for o in r.outputs}
