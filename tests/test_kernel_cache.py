@@ -10,7 +10,7 @@ import pytest
 from kfuse import _C, compiler
 from kfuse.errors import SchedulerError
 from kfuse.runtime import kernel_cache
-from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
+from kfuse.runtime.backends.cuda import CudaBackend, nvrtc_options
 
 Compiles = list[tuple[str, str, tuple[str, ...]]]  # (name, arch, options) per NVRTC compile
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
@@ -22,9 +22,11 @@ def counted_nvrtc(monkeypatch: pytest.MonkeyPatch) -> Compiles:
     calls: Compiles = []
     real = _C.compile_to_cubin
 
-    def counting(source: str, name: str, arch: str, options: list[str]) -> bytes:
+    def counting(
+        source: str, name: str, arch: str, options: list[str], headers: object = None
+    ) -> bytes:
         calls.append((name, arch, tuple(options)))
-        return real(source, name, arch, options)
+        return real(source, name, arch, options, headers)
 
     monkeypatch.setattr(_C, "compile_to_cubin", counting)
     return calls
@@ -54,7 +56,7 @@ def test_corrupt_entry_is_ignored_and_rebuilt(
     CudaBackend().compile(SOURCE, "k", 0, "sm_90")
     (entry,) = entries(tmp_path)
     version = ".".join(str(v) for v in _C.nvrtc_version())
-    options = " ".join(NVRTC_OPTIONS)
+    options = " ".join(nvrtc_options())
     identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", options, version)
     good = kernel_cache.load(entry.name, identity)
     assert good is not None and good[:4] == b"\x7fELF"

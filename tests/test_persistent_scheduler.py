@@ -13,7 +13,7 @@ from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType, to_numpy_dtype
 from kfuse.frontend import FusionDefinition
-from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
+from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
 from kfuse.schedule import SchedulerType
 
 IP = SchedulerType.inner_persistent
@@ -154,8 +154,6 @@ def test_nvrtc_compiles_persistent_kernels(
 ) -> None:
     from tests.test_reduction_scheduler import _sources
 
-    from kfuse import _C
-
     bf = DataType.BFloat16
     if case == "long_rows":  # held in part in shared memory, the rest reloaded
         monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
@@ -181,7 +179,7 @@ def test_nvrtc_compiles_persistent_kernels(
     else:
         srcs = _sources(softmax(DataType.Half), [rand(64, 33, dtype=np.float16)], IP)
     for source, name in srcs:
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, list(NVRTC_OPTIONS))
+        cubin = compile_to_cubin(source, name, arch, nvrtc_options())
         assert len(cubin) > 0
 
 
@@ -351,8 +349,6 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
     the squared deviations combined across the cluster), for sm_90."""
     from tests.test_reduction_scheduler import _sources
 
-    from kfuse import _C
-
     bf = DataType.BFloat16
     n = 131072
     srcs = _sources(softmax(bf), [rand(4, n, dtype=BF16)], IP, clusters=True)
@@ -366,7 +362,7 @@ def test_nvrtc_compiles_cluster_kernels() -> None:
     srcs += _sources(tutorial_layer_norm_var_mean(), [rand(4, n)], IP, clusters=True)
     for source, name in srcs:
         assert "__cluster_dims__(8, 1, 1)" in source and "kf::cluster_reduce<8>" in source
-        cubin = _C.compile_to_cubin(source, name + ".cu", "sm_90", list(NVRTC_OPTIONS))
+        cubin = compile_to_cubin(source, name, "sm_90", nvrtc_options())
         assert len(cubin) > 0
     assert "kf_rank == 0" in srcs[1][0]  # the statistics are written once a row
 

@@ -12,7 +12,7 @@ from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
-from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
+from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
 
@@ -238,7 +238,6 @@ def test_row_ends_in_the_middle_of_a_threads_vectors() -> None:
 def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
     data: st.DataObject, fd: FusionDefinition
 ) -> None:
-    from kfuse import _C
     from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
     from kfuse.runtime.info import build_runtime_info
     from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
@@ -251,5 +250,5 @@ def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
     layout = pointwise_layout(plan, build_runtime_info(fd.fusion, inputs), None)
     source, name = emit_pointwise(plan, PointwiseScheduler().kernel_spec(plan, layout, hp))
     for arch in ("sm_80", "sm_90"):
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, list(NVRTC_OPTIONS))
+        cubin = compile_to_cubin(source, name, arch, nvrtc_options())
         assert cubin[:4] == b"\x7fELF"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpu_support import requires_gpu
-from kfuse import _C, DataType, FusionDefinition
+from kfuse import DataType, FusionDefinition
 from kfuse.codegen.precision import approximable
-from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
+from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
 
 
 def gelu_fusion(
@@ -65,7 +65,7 @@ def test_generated_source_uses_the_fast_form_and_compiles() -> None:
     source = fd.last_cuda_source()
     assert "kf::gelu_tanh_fast(" in source
     for arch in ("sm_80", "sm_90"):
-        assert _C.compile_to_cubin(source, "k.cu", arch, list(NVRTC_OPTIONS))[:4] == b"\x7fELF"
+        assert compile_to_cubin(source, "k", arch, nvrtc_options())[:4] == b"\x7fELF"
     want = torch.nn.functional.gelu(x.double(), approximate="tanh") * 0.5
     np.testing.assert_allclose(out.double().numpy(), want.numpy(), rtol=1.6e-2, atol=1e-3)
 

@@ -13,7 +13,7 @@ from kfuse import schedule
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
-from kfuse.runtime.backends.cuda import NVRTC_OPTIONS
+from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
 from kfuse.schedule import SchedulerType
 
 PROFILES = ["h100", "h200", "a100"]
@@ -222,7 +222,6 @@ def _welford_fd() -> FusionDefinition:
     "case", ["inner", "outer", "grid_inner", "grid_outer", "welford", "int", "multi"]
 )
 def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
-    from kfuse import _C
 
     if case == "inner":
         srcs = _sources(exp_sum(), [rand(64, 1000)], RED)
@@ -243,7 +242,7 @@ def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
     if case.startswith("grid") or case == "welford":
         assert len(srcs) == 2
     for source, name in srcs:
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, list(NVRTC_OPTIONS))
+        cubin = compile_to_cubin(source, name, arch, nvrtc_options())
         assert len(cubin) > 0
 
 

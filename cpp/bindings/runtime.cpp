@@ -225,28 +225,35 @@ void register_runtime(nb::module_ &m) {
     m.def(
         "compile_to_cubin",
         [](const std::string &source, const std::string &name, std::optional<std::string> arch,
-           std::optional<std::vector<std::string>> options) {
+           std::optional<std::vector<std::string>> options,
+           std::optional<nvrtc::Headers> headers) {
             std::string target = target_arch(arch), cubin;
             {
                 nb::gil_scoped_release release;
                 cubin = nvrtc::compile_to_cubin(source, name, target,
-                                                options.value_or(std::vector<std::string>{}));
+                                                options.value_or(std::vector<std::string>{}),
+                                                headers.value_or(nvrtc::Headers{}));
             }
             return to_bytes(cubin);
         },
         "source"_a, "name"_a = "kernel.cu", "arch"_a = nb::none(), "options"_a = nb::none(),
-        "Compile CUDA C++ to a cubin for `arch` ('sm_80'; None: the current device). Raises "
-        "CompileError with NVRTC's log and the numbered source.");
+        "headers"_a = nb::none(),
+        "Compile CUDA C++ to a cubin for `arch` ('sm_80'; None: the current device); "
+        "`headers`: (name, text) pairs the source may #include. Raises CompileError with "
+        "NVRTC's log and the numbered source.");
     m.def(
         "compile_to_ptx",
         [](const std::string &source, const std::string &name, std::optional<std::string> arch,
-           std::optional<std::vector<std::string>> options) {
+           std::optional<std::vector<std::string>> options,
+           std::optional<nvrtc::Headers> headers) {
             std::string target = target_arch(arch);
             nb::gil_scoped_release release;
             return nvrtc::compile_to_ptx(source, name, target,
-                                         options.value_or(std::vector<std::string>{}));
+                                         options.value_or(std::vector<std::string>{}),
+                                         headers.value_or(nvrtc::Headers{}));
         },
         "source"_a, "name"_a = "kernel.cu", "arch"_a = nb::none(), "options"_a = nb::none(),
+        "headers"_a = nb::none(),
         "The PTX NVRTC makes of CUDA C++ for `arch` ('sm_90' or 'compute_90'; None: the "
         "current device), with the same options a cubin would be compiled with. Raises "
         "CompileError like compile_to_cubin.");

@@ -169,11 +169,17 @@ enum class Output { cubin, ptx };
 // Compiles `source` with --gpu-architecture=`arch` and `options`, and returns the program's
 // cubin or PTX. Throws CompileError with the log and numbered source.
 std::string compile(const std::string &source, const std::string &name, const std::string &arch,
-                    const std::vector<std::string> &options, Output output) {
+                    const std::vector<std::string> &options, const Headers &headers,
+                    Output output) {
     const Api &nv = api();
     Program program;
-    check(nv.nvrtcCreateProgram(&program.handle, source.c_str(), name.c_str(), 0, nullptr,
-                                nullptr),
+    std::vector<const char *> header_names, header_texts;
+    for (const auto &h : headers) {
+        header_names.push_back(h.first.c_str());
+        header_texts.push_back(h.second.c_str());
+    }
+    check(nv.nvrtcCreateProgram(&program.handle, source.c_str(), name.c_str(),
+                                int(headers.size()), header_texts.data(), header_names.data()),
           "nvrtcCreateProgram");
     std::vector<std::string> all = {"--gpu-architecture=" + arch};
     all.insert(all.end(), options.begin(), options.end());
@@ -218,19 +224,21 @@ std::string compile(const std::string &source, const std::string &name, const st
 }  // namespace
 
 std::string compile_to_cubin(const std::string &source, const std::string &name,
-                             const std::string &arch, const std::vector<std::string> &options) {
+                             const std::string &arch, const std::vector<std::string> &options,
+                             const Headers &headers) {
     if (arch.rfind("sm_", 0) != 0)
         throw std::invalid_argument("arch must be a real architecture such as 'sm_90' (a cubin "
                                     "needs one), got '" + arch + "'");
-    return compile(source, name, arch, options, Output::cubin);
+    return compile(source, name, arch, options, headers, Output::cubin);
 }
 
 std::string compile_to_ptx(const std::string &source, const std::string &name,
-                           const std::string &arch, const std::vector<std::string> &options) {
+                           const std::string &arch, const std::vector<std::string> &options,
+                           const Headers &headers) {
     if (arch.rfind("sm_", 0) != 0 && arch.rfind("compute_", 0) != 0)
         throw std::invalid_argument("arch must be an architecture such as 'sm_90' or "
                                     "'compute_90', got '" + arch + "'");
-    return compile(source, name, arch, options, Output::ptx);
+    return compile(source, name, arch, options, headers, Output::ptx);
 }
 
 }  // namespace nvrtc

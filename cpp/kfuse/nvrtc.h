@@ -61,15 +61,20 @@ std::string loaded_library();  // "" before the library is loaded
 std::pair<int, int> version();
 std::vector<int> supported_archs();  // e.g. {75, 80, 86, 89, 90, ...}
 
+// Headers a program may #include by name: (include name, text), handed to NVRTC in memory.
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
 // Compiles `source` for `arch` ("sm_80", "sm_90a", ...) to a cubin. `name` is the program
 // name NVRTC uses in its messages. Throws CompileError with the log and numbered source.
 std::string compile_to_cubin(const std::string &source, const std::string &name,
-                             const std::string &arch, const std::vector<std::string> &options);
+                             const std::string &arch, const std::vector<std::string> &options,
+                             const Headers &headers = {});
 
 // The PTX NVRTC makes of `source` on its way to the cubin: the same compile as
 // compile_to_cubin's for the same arguments (a virtual "compute_XY" arch is accepted too).
 std::string compile_to_ptx(const std::string &source, const std::string &name,
-                           const std::string &arch, const std::vector<std::string> &options);
+                           const std::string &arch, const std::vector<std::string> &options,
+                           const Headers &headers = {});
 
 // "sm_XY" for a device of compute capability major.minor, or the newest architecture NVRTC
 // knows with the same major version (a cubin runs on later minors of its major).

@@ -510,12 +510,12 @@ def nvrtc_version() -> tuple[int, int]:
 def nvrtc_supported_archs() -> list[int]:
     """Compute capabilities NVRTC can target, e.g. [75, 80, 86, 89, 90, ...]."""
 
-def compile_to_cubin(source: str, name: str = 'kernel.cu', arch: str | None = None, options: Sequence[str] | None = None) -> bytes:
+def compile_to_cubin(source: str, name: str = 'kernel.cu', arch: str | None = None, options: Sequence[str] | None = None, headers: Sequence[tuple[str, str]] | None = None) -> bytes:
     """
-    Compile CUDA C++ to a cubin for `arch` ('sm_80'; None: the current device). Raises CompileError with NVRTC's log and the numbered source.
+    Compile CUDA C++ to a cubin for `arch` ('sm_80'; None: the current device); `headers`: (name, text) pairs the source may #include. Raises CompileError with NVRTC's log and the numbered source.
     """
 
-def compile_to_ptx(source: str, name: str = 'kernel.cu', arch: str | None = None, options: Sequence[str] | None = None) -> str:
+def compile_to_ptx(source: str, name: str = 'kernel.cu', arch: str | None = None, options: Sequence[str] | None = None, headers: Sequence[tuple[str, str]] | None = None) -> str:
     """
     The PTX NVRTC makes of CUDA C++ for `arch` ('sm_90' or 'compute_90'; None: the current device), with the same options a cubin would be compiled with. Raises CompileError like compile_to_cubin.
     """

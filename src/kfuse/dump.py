@@ -107,16 +107,16 @@ def binaries(fusion: Fusion, kernels: list[Any], target: tuple[str, list[str]] |
 
 
 def _ptx(source: str, name: str, arch: str, options: list[str]) -> str:
-    from kfuse import _C
+    from kfuse.runtime.backends.cuda import compile_to_ptx
 
     try:
-        return _C.compile_to_ptx(source, name + ".cu", arch, options)
+        return compile_to_ptx(source, name, arch, options)
     except Exception as exc:  # the real compile succeeded; a dump never fails the run
         return f"// no PTX: {type(exc).__name__}: {exc}\n"
 
 
 def _sass(source: str, name: str, arch: str, options: list[str]) -> str:
-    from kfuse import _C
+    from kfuse.runtime.backends.cuda import compile_to_cubin
 
     tool, tried = find_disassembler()
     if tool is None:
@@ -127,7 +127,7 @@ def _sass(source: str, name: str, arch: str, options: list[str]) -> str:
             "on PATH\n"
         )
     try:
-        cubin = _C.compile_to_cubin(source, name + ".cu", arch, options)
+        cubin = compile_to_cubin(source, name, arch, options)
         with tempfile.TemporaryDirectory(prefix="kfuse-sass-") as tmp:
             path = os.path.join(tmp, name + ".cubin")
             with open(path, "wb") as f:

@@ -3,9 +3,11 @@ and on disk, loaded and launched through kfuse._C."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
+from kfuse.codegen.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 from kfuse.runtime import kernel_cache
 
 # --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
@@ -17,11 +19,54 @@ from kfuse.runtime import kernel_cache
 # math functions' own fma (erff, expf, ...) are explicit and stay.
 NVRTC_OPTIONS = ("-std=c++17", "-DKFUSE_USE_PTX", "--fmad=false")
 
+# What makes NVRTC (12.8 and later) faster without changing what it generates: --minimal
+# leaves out the CUDA runtime's declarations no kernel uses (textures, device-side launches,
+# the runtime API's types), and --pch makes a precompiled header of the runtime header once
+# a process and reuses it (nvrtc_program hands the header in as an #include, the only form
+# automatic PCH takes). Of the 430 kernels of the source corpus, every cubin is byte for
+# byte the same with and without them; on an H200 machine's CPUs a campaign's kernels compile
+# 11% faster (tools/nvrtc_probe.py), NVRTC being 85% of a campaign's time.
+FAST_COMPILE_OPTIONS = ("--minimal", "--pch", "--pch-messages=false", "--pch-verbose=false")
+
+
+@functools.cache
+def _compiles_fast() -> bool:
+    from kfuse import _C
+
+    return _C.nvrtc_version() >= (12, 8)
+
 
 def nvrtc_options(options: tuple[str, ...] = ()) -> list[str]:
-    """Every option a kernel is compiled with: NVRTC_OPTIONS, then the params' own (what
-    KFUSE_DUMP=ptx,sass compile with too)."""
-    return [*NVRTC_OPTIONS, *options]
+    """Every option a kernel is compiled with: NVRTC_OPTIONS, FAST_COMPILE_OPTIONS where
+    the NVRTC has them, then the params' own (what KFUSE_DUMP=ptx,sass compile with too)."""
+    fast = FAST_COMPILE_OPTIONS if _compiles_fast() else ()
+    return [*NVRTC_OPTIONS, *fast, *options]
+
+
+def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """(the source NVRTC compiles, the headers it may #include) for a kernel's `source`:
+    with --pch among `options`, the runtime header it starts with is an included header."""
+    included = with_header_included(source) if "--pch" in options else None
+    if included is None:
+        return source, []
+    program, header = included
+    return program, [(RUNTIME_HEADER_NAME, header)]
+
+
+def compile_to_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
+    """The cubin of a kernel's `source` (NVRTC, no cache), compiled as nvrtc_program says."""
+    from kfuse import _C
+
+    program, headers = nvrtc_program(source, options)
+    return _C.compile_to_cubin(program, name + ".cu", arch, options, headers)
+
+
+def compile_to_ptx(source: str, name: str, arch: str, options: list[str]) -> str:
+    """The PTX of the same compile as compile_to_cubin's."""
+    from kfuse import _C
+
+    program, headers = nvrtc_program(source, options)
+    return _C.compile_to_ptx(program, name + ".cu", arch, options, headers)
 
 
 class CudaBackend:
@@ -49,7 +94,7 @@ class CudaBackend:
         identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options), version)
         cubin = kernel_cache.load(disk_key, identity)
         if cubin is None:
-            cubin = _C.compile_to_cubin(source, name + ".cu", arch, all_options)
+            cubin = compile_to_cubin(source, name, arch, all_options)
             kernel_cache.store(disk_key, identity, cubin)
         kernel = _C.Kernel(cubin, name, device_index)
         with self._lock:
