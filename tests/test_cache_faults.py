@@ -22,7 +22,7 @@ import pytest
 from kfuse import _C
 from kfuse.emulator import build
 from kfuse.frontend import FusionDefinition
-from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
+from kfuse.runtime.backends.cuda import CudaBackend, nvrtc_options
 from kfuse.runtime.backends.emulator import EMULATOR_BACKEND
 
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
@@ -247,7 +247,7 @@ def test_another_cubin_copied_under_a_key_is_not_loaded(cache: Path) -> None:
 
 def test_a_fifo_cubin_entry_does_not_block(tmp_path: Path) -> None:
     code = f"""
-        from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
+        from kfuse.runtime.backends.cuda import CudaBackend
         CudaBackend().compile({SOURCE!r}, "k", 0, "sm_90")
         print("compiled")
     """
@@ -261,7 +261,7 @@ def test_concurrent_writers_leave_a_valid_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code = f"""
-        from kfuse.runtime.backends.cuda import NVRTC_OPTIONS, CudaBackend
+        from kfuse.runtime.backends.cuda import CudaBackend
         for _ in range(5):
             CudaBackend().compile({SOURCE!r}, "k", 0, "sm_90")
         print("compiled")
@@ -284,7 +284,8 @@ def test_concurrent_writers_leave_a_valid_entry(
     from kfuse.runtime import kernel_cache
 
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", " ".join(NVRTC_OPTIONS), version)
+    options = " ".join(nvrtc_options())
+    identity = kernel_cache.kernel_identity(SOURCE, "k", "sm_90", options, version)
     entry = cubin_entry(tmp_path)
     import warnings
 
