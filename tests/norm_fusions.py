@@ -98,6 +98,19 @@ def layer_norm_backward(dtype: DataType = DataType.BFloat16) -> FusionDefinition
     return fd
 
 
+def shared_column_input() -> FusionDefinition:
+    """Row sums, and three column reductions of one input: a sum written twice and a max
+    (a GPU campaign found the first of two such column sums left at zero: every column
+    reduction of an input needs its own accumulator)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+        fd.add_output(fd.ops.sum(x, dims=[0]))
+        fd.add_output(fd.ops.sum(x, dims=[0]))
+        fd.add_output(fd.ops.max(x, dims=[0]))
+    return fd
+
+
 def rms_norm_backward_inputs(
     n: int, h: int, dtype: Any = BF16, seed: int = 0, module: Any = np
 ) -> list[Any]:

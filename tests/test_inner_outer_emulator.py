@@ -21,6 +21,7 @@ from norm_fusions import (
     layer_norm_backward_inputs,
     rms_norm_backward,
     rms_norm_backward_inputs,
+    shared_column_input,
 )
 
 IO = SchedulerType.inner_outer_persistent
@@ -111,6 +112,14 @@ def test_declines_column_results_used_by_the_rows() -> None:
     assert all(s.scheduler is not IO for s in segments)
     out = fd.execute([x])
     assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 64), (300, 40), (64, 1024)])
+def test_column_reductions_of_one_input_each_get_their_accumulator(
+    shape: tuple[int, int],
+) -> None:
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    check(shared_column_input(), [x])
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (37, 300)])

@@ -18,6 +18,7 @@ from norm_fusions import (
     layer_norm_backward_inputs,
     rms_norm_backward,
     rms_norm_backward_inputs,
+    shared_column_input,
 )
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -55,4 +56,15 @@ def test_layer_norm_backward(n: int, h: int, dtype: type) -> None:
     out = fd.execute(_on_gpu(host))
     assert fd.last_scheduler() is IO
     got = [o.float().cpu().numpy().astype(dtype) for o in out]
+    assert_outputs_close(fd, got, evaluate(fd.fusion, host), host)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (4096, 1024), (3000, 40)])
+def test_column_reductions_of_one_input(shape: tuple[int, int]) -> None:
+    """Found by a GPU campaign: each column reduction of an input has its own partials."""
+    fd = shared_column_input()
+    host = [np.random.default_rng(7).standard_normal(shape).astype(np.float32)]
+    out = fd.execute(_on_gpu(host))
+    assert fd.last_scheduler() is IO
+    got = [o.cpu().numpy() for o in out]
     assert_outputs_close(fd, got, evaluate(fd.fusion, host), host)

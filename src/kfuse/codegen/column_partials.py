@@ -37,9 +37,14 @@ def name_suffix(columns: tuple[ColumnPartial, ...]) -> str:
     return "_cols" + hashlib.sha1(repr(columns).encode()).hexdigest()[:8] if columns else ""
 
 
-def accumulated(spec: ReductionKernelSpec) -> dict[int, int]:
-    """Main output index -> its column partial's index m."""
-    return {c.output: m for m, c in enumerate(spec.columns)}
+def accumulated(spec: ReductionKernelSpec) -> dict[int, list[int]]:
+    """Main output index -> the indices m of the column partials it is accumulated into
+    (several when column reductions share their input: a column sum and a column max of
+    one value, or the same sum written twice)."""
+    found: dict[int, list[int]] = {}
+    for m, c in enumerate(spec.columns):
+        found.setdefault(c.output, []).append(m)
+    return found
 
 
 REGISTER_TARGET = 128
@@ -102,11 +107,10 @@ def _slot(spec: ReductionKernelSpec, m: int) -> str:
     return f"cs{m}[(Index)threadIdx.y * {width(spec)} + i0 + j]"
 
 
-def accumulate(spec: ReductionKernelSpec, output: int, value: str) -> str:
-    """The statement adding `value` (slot b, lane j of main output `output`; i0 is the
-    slot's first column) to its accumulator."""
-    m = accumulated(spec)[output]
-    return spec.columns[m].acc.combine(_slot(spec, m), value)
+def accumulate(spec: ReductionKernelSpec, output: int, value: str) -> list[str]:
+    """The statements adding `value` (slot b, lane j of main output `output`; i0 is the
+    slot's first column) to each of its accumulators."""
+    return [spec.columns[m].acc.combine(_slot(spec, m), value) for m in accumulated(spec)[output]]
 
 
 def store(code: Code, spec: ReductionKernelSpec) -> None:

@@ -530,7 +530,9 @@ def _store_slot(
         _slot_views(code, plan, spec, reloaded)
         with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
             code(f"{name}_full({', '.join(args)});")
-            code(*[column_partials.accumulate(spec, k, f"y{k}[j]") for k in summed])
+            code(
+                *[line for k in summed for line in column_partials.accumulate(spec, k, f"y{k}[j]")]
+            )
         with code.block(f"if (i0 + {vec} <= n_red)"):
             for k in stored:
                 at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
