@@ -8,7 +8,6 @@ Kernel sources come from the host emulator's path with the H200 profile (no GPU 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import statistics
 import sys
@@ -24,7 +23,11 @@ from hypothesis import strategies as st  # noqa: E402
 from kfuse import _C  # noqa: E402
 from kfuse.campaign.property import ExampleSpace, examples  # noqa: E402
 from kfuse.codegen.runtime_header import runtime_header  # noqa: E402
-from kfuse.runtime.backends.cuda import nvrtc_options  # noqa: E402
+from kfuse.runtime.backends.cuda import (  # noqa: E402
+    FAST_COMPILE_OPTIONS,
+    NVRTC_OPTIONS,
+    nvrtc_program,
+)
 from source_corpus import recorded_sources  # noqa: E402
 
 
@@ -56,57 +59,36 @@ def sources(n: int, seed_value: int) -> list[tuple[str, str]]:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-    _C.nvrtc_version()  # loads NVRTC
-    lib = ctypes.CDLL(_C.nvrtc_library())
-    header = runtime_header()
 
-    def compile_once(src: str, options: list[str], headers: dict[str, str]) -> tuple[float, bytes]:
-        prog = ctypes.c_void_p()
-        names = (ctypes.c_char_p * len(headers))(*[k.encode() for k in headers])
-        texts = (ctypes.c_char_p * len(headers))(*[v.encode() for v in headers.values()])
-        lib.nvrtcCreateProgram(
-            ctypes.byref(prog), src.encode(), b"k.cu", len(headers), texts, names
-        )
-        argv = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+    def compile_once(src: str, options: list[str]) -> tuple[float, bytes]:
+        program, headers = nvrtc_program(src, options)
         started = time.perf_counter()
-        rc = lib.nvrtcCompileProgram(prog, len(options), argv)
-        seconds = time.perf_counter() - started
-        size = ctypes.c_size_t()
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        buf = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetCUBIN(prog, buf)
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-        if rc != 0:
-            raise RuntimeError(f"NVRTC failed ({rc})")
-        return seconds, buf.raw
+        cubin = _C.compile_to_cubin(program, "probe.cu", "sm_90", options, headers)
+        return time.perf_counter() - started, cubin
 
     # --no-cache: NVRTC 13 keeps what it generated and would hand a variant the PTX and
     # cubin of the plain compile of the same kernel.
-    base = ["--gpu-architecture=sm_90", "--no-cache", *nvrtc_options()]
-    kernels = sources(n, int(sys.argv[2]) if len(sys.argv) > 2 else 1)
-    pch = ["--pch", "--pch-messages=false"]
+    base = [*NVRTC_OPTIONS, "--no-cache"]
+    pch = [o for o in FAST_COMPILE_OPTIONS if o != "--minimal"]
     variants = {
-        "plain": lambda s: (s, base, {}),
-        "minimal": lambda s: (s, [*base, "--minimal"], {}),
-        "pch": lambda s: (_included(s, header), [*base, *pch], {"kf_runtime.cuh": header}),
-        "pch+minimal": lambda s: (
-            _included(s, header),
-            [*base, *pch, "--minimal"],
-            {"kf_runtime.cuh": header},
-        ),
+        "plain": base,
+        "minimal": [*base, "--minimal"],
+        "pch": [*base, *pch],
+        "pch+minimal": [*base, *FAST_COMPILE_OPTIONS],
     }
+    kernels = sources(n, int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     times: dict[str, list[float]] = {v: [] for v in variants}
     differ = 0
     for _, src in kernels:
         reference = None
-        for label, make in variants.items():
-            seconds, cubin = compile_once(*make(src))
+        for label, options in variants.items():
+            seconds, cubin = compile_once(src, options)
             times[label].append(seconds)
             reference = cubin if reference is None else reference
             differ += cubin != reference
     trivial = 'extern "C" __global__ void probe_trivial(float* a) { a[threadIdx.x] *= 2.0f; }\n'
-    fixed = min(compile_once(trivial, base, {})[0] for _ in range(3))
-    with_header = min(compile_once(header + trivial, base, {})[0] for _ in range(3))
+    fixed = min(compile_once(trivial, base)[0] for _ in range(3))
+    with_header = min(compile_once(runtime_header() + trivial, base)[0] for _ in range(3))
     print(f"{len(kernels)} unique kernels of {n} examples; {differ} cubins differ from plain")
     print(
         f"trivial kernel {1e3 * fixed:.1f} ms, with the runtime header {1e3 * with_header:.1f} ms"
@@ -116,11 +98,6 @@ def main() -> None:
             f"{label:12s} mean {1e3 * statistics.mean(ts):6.1f} ms  median "
             f"{1e3 * statistics.median(ts):6.1f} ms  max {1e3 * max(ts):6.1f} ms"
         )
-
-
-def _included(src: str, header: str) -> str:
-    assert src.startswith(header)
-    return '#include "kf_runtime.cuh"\n' + src[len(header) :]
 
 
 if __name__ == "__main__":
