@@ -38,14 +38,21 @@ class _NotLoaded:
     """What KernelCompiler.compile returns here: the kernel is compiled for the dump only."""
 
 
-def compile_as_for_a_gpu(monkeypatch: pytest.MonkeyPatch, stages: str, out: Path) -> Any:
-    """The Program of a softmax as a CUDA device of the emulator's profile (sm_90) gets it,
-    with KFUSE_DUMP=`stages` into `out`; nothing is loaded or run."""
+def compile_as_for_a_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+    stages: str,
+    out: Path,
+    fd: FusionDefinition | None = None,
+    inputs: list[Any] | None = None,
+) -> Any:
+    """The Program of `fd` (default a softmax of `inputs`, default one [64, 300] float32) as a
+    CUDA device of the emulator's profile (sm_90) gets it, with KFUSE_DUMP=`stages` into `out`;
+    nothing is loaded or run."""
     monkeypatch.setenv("KFUSE_DUMP", stages)
     monkeypatch.setenv("KFUSE_DUMP_DIR", str(out))
     monkeypatch.setattr(compiler.KernelCompiler, "compile", lambda *args: _NotLoaded())
-    fd = softmax()
-    info = build_runtime_info(fd.fusion, [np.ones((64, 300), np.float32)])
+    fd = fd or softmax()
+    info = build_runtime_info(fd.fusion, inputs or [np.ones((64, 300), np.float32)])
     as_gpu = dataclasses.replace(info, backend=CUDA)
     assert as_gpu.device.arch == "sm_90"
     return compiler.compile_fusion(fd.fusion, as_gpu, None, segment=False)

@@ -80,3 +80,43 @@ def test_statistics_of_lines_with_nan_and_infinities(
         assert (math.isnan(g) and math.isnan(w)) or g == w, (name, g, w)
         # The other lines hold finite values only.
         assert torch.isfinite(got[name][[0, 2]]).all() or n == 1, name
+
+
+# Comparisons of |x| with a constant that every number satisfies: ptxas folded the float ones
+# to true, so abs(NaN) > -1.0 read True on the GPU (a campaign's wrong result). kf::abs now
+# clears the sign bit instead of calling fabsf.
+TAUTOLOGIES = [
+    ("gt", -1.0, False),  # |x| > -1
+    ("ge", 0.0, False),  # |x| >= 0
+    ("ge", -0.0, False),
+    ("gt", -0.5, False),
+    ("le", 0.0, True),  # -|x| <= 0
+    ("lt", 1.0, True),  # -|x| < 1
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("op, constant, negate", TAUTOLOGIES)
+def test_comparisons_of_abs_that_only_nan_fails(
+    device: str, dtype: str, op: str, constant: float, negate: bool
+) -> None:
+    from kfuse.dtypes import DataType
+
+    kfuse_dtype = {
+        "float32": DataType.Float,
+        "float16": DataType.Half,
+        "bfloat16": DataType.BFloat16,
+        "float64": DataType.Double,
+    }[dtype]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=kfuse_dtype)
+        a = fd.ops.abs(x)
+        fd.add_output(getattr(fd.ops, op)(fd.ops.neg(a) if negate else a, constant))
+    values = [math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5, -2.0, 3e-8]
+    x_in = torch.tensor(values, dtype=getattr(torch, dtype), device=device)
+    (got,) = fd.execute([x_in])
+    a_ref = x_in.double().abs()
+    want = getattr(torch, op)(-a_ref if negate else a_ref, constant)
+    assert got.cpu().tolist() == want.cpu().tolist()
+    assert got.cpu().tolist()[:2] == [False, False]  # NaN fails every ordered comparison

@@ -67,11 +67,20 @@ KF_UNARY_MATH(erfc, erfcf, erfc)
 KF_UNARY_MATH(floor, floorf, floor)
 KF_UNARY_MATH(ceil, ceilf, ceil)
 KF_UNARY_MATH(trunc, truncf, trunc)
-KF_UNARY_MATH(abs, fabsf, fabs)
 // torch.round rounds half to even: rint in the default rounding mode, not C's round.
 KF_UNARY_MATH(round, rintf, rint)
 
 #undef KF_UNARY_MATH
+
+// A float's |x| by clearing its sign bit, not ::fabsf: ptxas (CUDA 13.0, sm_80 and sm_90)
+// folds a comparison of fabsf's result with a constant that every number satisfies
+// (|x| > -1, |x| >= 0, -|x| <= 0) to true, though NaN makes it false. The bit form gives the
+// same value for every input, NaN included, and ptxas knows nothing of its range.
+__device__ __forceinline__ float abs(float x) {
+  return __uint_as_float(__float_as_uint(x) & 0x7fffffffu);
+}
+// ptxas makes no such fold for double comparisons (checked like the float one).
+__device__ __forceinline__ double abs(double x) { return ::fabs(x); }
 
 __device__ __forceinline__ float rsqrt(float x) { return ::rsqrtf(x); }
 // No double rsqrt in host C: 1/sqrt is correctly rounded twice, close enough and portable.
