@@ -329,6 +329,85 @@ def test_strategies_draw_float8_inputs_for_every_framework_they_support() -> Non
     run()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pointwise", "reduction", "normalization"])
+def test_campaign_examples_with_float8_dtypes_pass_on_the_emulator(kind: str) -> None:
+    """The campaign's property (kfuse.campaign.property.check: three calls, the reference in
+    float64 and in the kernel's precision) on fusions drawn with float8 inputs and outputs."""
+    from hypothesis import given, settings
+
+    from kfuse.campaign.property import ExampleSpace, check, examples
+
+    space = ExampleSpace(
+        kinds=(kind,),
+        dtypes=(E4M3, E5M2, DataType.Float, DataType.Int32),
+        max_rank=3,
+        max_ops=6,
+        max_elements=1 << 10,
+        framework="numpy",
+        device="cpu",
+    )
+
+    drawn: list[bool] = []
+
+    @settings(max_examples=6, deadline=None, database=None)
+    @given(examples(space))
+    def run(example) -> None:  # noqa: ANN001
+        drawn.append(any(v.dtype.is_float8 for v in example.fd.fusion.inputs))
+        check(example)
+
+    run()
+    assert any(drawn), "no example had a float8 input"
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated sources: the float8 part only where it is used, and NVRTC compiles it
+# ---------------------------------------------------------------------------------------------
+
+
+def _float8_kernel_sources() -> list[tuple[str, str]]:
+    """(name, source) of the kernels of a pointwise, a reduction and a normalization fusion
+    with float8 inputs and outputs, as the emulator schedules them."""
+    from source_corpus import recorded_sources
+
+    with FusionDefinition() as norm:
+        x = norm.define_tensor([-1, -1], dtype=E5M2)
+        fd_x = norm.ops.cast(x, DataType.Float)
+        mean = norm.ops.mean(fd_x, dims=[1], keepdim=True)
+        norm.add_output(norm.ops.cast(norm.ops.sub(fd_x, mean), E4M3))
+    found: list[tuple[str, str]] = []
+    x4 = np.ones((64, 300), np.float32).astype(ml_dtypes.float8_e4m3fn)
+    with recorded_sources(found):
+        _casts_and_math(E4M3, E5M2).execute([x4, np.ones(300, np.float32)])
+        norm.execute([np.ones((64, 1000), np.float32).astype(ml_dtypes.float8_e5m2)])
+    return found
+
+
+def test_only_kernels_that_use_float8_get_its_part() -> None:
+    kernels = _float8_kernel_sources()
+    assert len(kernels) >= 2
+    for _, source in kernels:
+        assert source.startswith(runtime_header() + "\n" + float8_header())
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Half)
+        fd.add_output(fd.ops.exp(x))
+    fd.execute([np.ones(8, np.float16)])
+    assert "float8" not in fd.last_cuda_source()
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvrtc_compiles_float8_kernels(arch: str) -> None:
+    """As the GPU backend compiles them (its options and, with NVRTC 12.8+, the runtime header
+    as a precompiled include): no toolkit header needed, and no float8 conversion instruction,
+    which would saturate e5m2 and differ from the emulator."""
+    from kfuse.runtime.backends.cuda import compile_to_ptx, nvrtc_options
+
+    for name, source in _float8_kernel_sources():
+        ptx = compile_to_ptx(source, name, arch, nvrtc_options())
+        assert f".entry {name}" in ptx
+        assert "e4m3" not in ptx and "e5m2" not in ptx
+
+
 # ---------------------------------------------------------------------------------------------
 # On a GPU: torch float8 CUDA tensors
 # ---------------------------------------------------------------------------------------------
