@@ -16,19 +16,23 @@ from kfuse.dtypes import (
     to_numpy_dtype,
     to_torch_dtype,
 )
+from kfuse.errors import DefinitionError
 from kfuse.frontend import FusionDefinition
 
 ALL = list(DataType)
 
 
 def test_properties() -> None:
-    assert [d.itemsize for d in ALL] == [1, 4, 8, 2, 2, 4, 8]
+    assert [d.itemsize for d in ALL] == [1, 4, 8, 2, 2, 4, 8, 1, 1]
     assert {d for d in ALL if d.is_floating} == {
         DataType.Half,
         DataType.BFloat16,
         DataType.Float,
         DataType.Double,
+        DataType.Float8_e4m3fn,
+        DataType.Float8_e5m2,
     }
+    assert {d for d in ALL if d.is_float8} == {DataType.Float8_e4m3fn, DataType.Float8_e5m2}
     assert {d for d in ALL if d.is_integral} == {DataType.Int32, DataType.Int}
     assert [d for d in ALL if d.is_boolean] == [DataType.Bool]
     assert DataType.BFloat16.cuda_type == "kf::bfloat16"
@@ -71,10 +75,19 @@ def _torch_arg(a: object) -> object:
 
 @given(st.sampled_from(ALL), st.sampled_from(ALL))
 def test_tensor_promotion_matches_torch(a: DataType, b: DataType) -> None:
-    expected = torch.result_type(_torch_arg(a), _torch_arg(b))
+    try:
+        expected = torch.result_type(_torch_arg(a), _torch_arg(b))
+    except RuntimeError:  # float8 with another dtype: torch refuses, so does kfuse
+        assert a.is_float8 or b.is_float8
+        with pytest.raises(DefinitionError, match="float8"):
+            _result("add", a, b)
+        return
     assert to_torch_dtype(_result("add", a, b)) == expected
     assert to_torch_dtype(_result("maximum", a, b)) == expected
     assert _result("lt", a, b) is DataType.Bool
+    if a.is_float8:  # torch has no float8 arithmetic; kfuse's result dtype is the promoted one
+        assert _result("div", a, b) is a
+        return
     div = torch.true_divide(_torch_arg(a), _torch_arg(b)).dtype
     assert to_torch_dtype(_result("div", a, b)) == div
 
@@ -86,7 +99,7 @@ def test_scalar_promotion_matches_torch(a: DataType, scalar: object, scalar_firs
     assert to_torch_dtype(_result("mul", *args)) == expected
 
 
-@given(st.sampled_from(ALL))
+@given(st.sampled_from([d for d in ALL if not d.is_float8]))  # torch has no float8 exp
 def test_float_math_on_integers_gives_float(a: DataType) -> None:
     expected = torch.exp(torch.zeros(2, dtype=to_torch_dtype(a))).dtype
     assert to_torch_dtype(_result("exp", a)) == expected

@@ -1,14 +1,23 @@
 """DataType: kfuse's scalar types, their properties, framework mappings and type promotion.
 
-NumPy has no bfloat16 of its own: a BFloat16 NumPy array is an `ml_dtypes.bfloat16` array (the
-library JAX and others use for it), which `to_numpy_dtype(BFloat16)` gives. PyTorch bfloat16
-tensors are used as is; CuPy has no bfloat16 arrays.
+NumPy has no bfloat16 or float8 of its own: a BFloat16 NumPy array is an `ml_dtypes.bfloat16`
+array (the library JAX and others use for it), a Float8_e4m3fn or Float8_e5m2 one an
+`ml_dtypes.float8_e4m3fn` or `ml_dtypes.float8_e5m2` array, which `to_numpy_dtype` gives.
+PyTorch bfloat16 and float8 tensors are used as is; CuPy has neither.
+
+Half, BFloat16 and the two float8 types are storage types (`REDUCED_FLOATS`): their arithmetic
+is done in float32 and each result is rounded back to its dtype, as in PyTorch. Conversions to
+float8 round to nearest even as torch's do (torch 2.13): Float8_e4m3fn, which has no infinity,
+saturates a finite overflow and an infinity to +-448 (ml_dtypes gives NaN there, the one
+place where the two disagree); Float8_e5m2 overflows to infinity. NaN stays NaN.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kfuse.errors import DefinitionError
@@ -24,6 +33,8 @@ class DataType(enum.Enum):
     BFloat16 = "BFloat16"
     Float = "Float"
     Double = "Double"
+    Float8_e4m3fn = "Float8_e4m3fn"  # 4 exponent bits, 3 mantissa bits; no infinity
+    Float8_e5m2 = "Float8_e5m2"  # 5 exponent bits, 2 mantissa bits
 
     @property
     def itemsize(self) -> int:
@@ -32,8 +43,18 @@ class DataType(enum.Enum):
 
     @property
     def is_floating(self) -> bool:
-        """True for Half, BFloat16, Float and Double."""
+        """True for Half, BFloat16, Float, Double and the float8 types."""
         return self in _FLOATING
+
+    @property
+    def is_float8(self) -> bool:
+        """True for Float8_e4m3fn and Float8_e5m2."""
+        return self in (DataType.Float8_e4m3fn, DataType.Float8_e5m2)
+
+    @property
+    def is_reduced_float(self) -> bool:
+        """True for the storage types whose arithmetic is done in float32 (REDUCED_FLOATS)."""
+        return self in REDUCED_FLOATS
 
     @property
     def is_integral(self) -> bool:
@@ -62,8 +83,17 @@ _ITEMSIZE = {
     DataType.BFloat16: 2,
     DataType.Float: 4,
     DataType.Double: 8,
+    DataType.Float8_e4m3fn: 1,
+    DataType.Float8_e5m2: 1,
 }
-_FLOATING = frozenset({DataType.Half, DataType.BFloat16, DataType.Float, DataType.Double})
+REDUCED_FLOATS: tuple[DataType, ...] = (
+    DataType.Half,
+    DataType.BFloat16,
+    DataType.Float8_e4m3fn,
+    DataType.Float8_e5m2,
+)
+"""Floating storage types narrower than Float: computed in Float, rounded when stored."""
+_FLOATING = frozenset({*REDUCED_FLOATS, DataType.Float, DataType.Double})
 
 INTEGER_RANGE = {DataType.Int32: (-(2**31), 2**31 - 1), DataType.Int: (-(2**63), 2**63 - 1)}
 """The values each integer dtype holds: constants and scalar inputs outside it are errors."""
@@ -75,7 +105,15 @@ _CUDA_TYPE = {
     DataType.BFloat16: "kf::bfloat16",
     DataType.Float: "float",
     DataType.Double: "double",
+    DataType.Float8_e4m3fn: "kf::float8_e4m3fn",
+    DataType.Float8_e5m2: "kf::float8_e5m2",
 }
+ML_DTYPES_NAME = {
+    DataType.BFloat16: "bfloat16",
+    DataType.Float8_e4m3fn: "float8_e4m3fn",
+    DataType.Float8_e5m2: "float8_e5m2",
+}
+"""The dtypes NumPy holds only through ml_dtypes, by their ml_dtypes names."""
 _NUMPY_NAME = {
     DataType.Bool: "bool",
     DataType.Int32: "int32",
@@ -92,6 +130,8 @@ _TORCH_NAME = {
     DataType.BFloat16: "bfloat16",
     DataType.Float: "float32",
     DataType.Double: "float64",
+    DataType.Float8_e4m3fn: "float8_e4m3fn",
+    DataType.Float8_e5m2: "float8_e5m2",
 }
 ALL_DTYPES: tuple[DataType, ...] = tuple(DataType)
 
@@ -116,13 +156,14 @@ def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
 
 
 def to_numpy_dtype(dtype: DataType) -> Any:
-    """The NumPy dtype for `dtype`; BFloat16's is ml_dtypes.bfloat16 (imported only then)."""
+    """The NumPy dtype for `dtype`; BFloat16's and the float8 types' are ml_dtypes' (imported
+    only then): ml_dtypes.bfloat16, float8_e4m3fn, float8_e5m2."""
     import numpy as np
 
-    if dtype is DataType.BFloat16:
+    if dtype in ML_DTYPES_NAME:
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, ML_DTYPES_NAME[dtype]))
     return np.dtype(_NUMPY_NAME[dtype])
 
 
@@ -169,6 +210,50 @@ def round_to_bfloat16(a: Any) -> Any:
     return np.where(np.isnan(f), f, out).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Float8Format:
+    """What rounding to one float8 type needs: its mantissa bits, smallest normal exponent
+    (2^min_exponent), largest finite value and what a larger magnitude becomes."""
+
+    mantissa_bits: int
+    min_exponent: int
+    max_finite: float
+    saturates: bool  # True: overflow gives +-max_finite (e4m3fn, as torch); False: +-inf
+
+
+FLOAT8_FORMATS = {
+    DataType.Float8_e4m3fn: Float8Format(3, -6, 448.0, saturates=True),
+    DataType.Float8_e5m2: Float8Format(2, -14, 57344.0, saturates=False),
+}
+
+
+def round_to_float8(a: Any, dtype: DataType, xp: Any = None) -> Any:
+    """Round a float array to `dtype`'s float8 values as torch converts float32 to it, as
+    float64; `xp` is the array module (NumPy by default, CuPy works the same).
+
+    The value goes to float32 first: kfuse's kernels and torch convert Double to float8
+    through Float. Then round to nearest even on the quantum of the value's binade (a power
+    of two, so the scaling is exact and `rint` does the rounding), the subnormal quantum below
+    the smallest normal; then overflow as the format says. NaN stays NaN.
+    """
+    if xp is None:
+        import numpy
+
+        xp = numpy
+    fmt = FLOAT8_FORMATS[dtype]
+    quiet = xp.errstate(all="ignore") if hasattr(xp, "errstate") else contextlib.nullcontext()
+    with quiet:  # float32 overflow to inf and inf / quantum are meant
+        x = xp.asarray(a).astype(xp.float32).astype(xp.float64)
+        mag = xp.abs(x)
+        _, exp = xp.frexp(mag)  # mag = m * 2^exp, m in [0.5, 1): the binade is 2^(exp - 1)
+        binade = xp.maximum(exp - 1, fmt.min_exponent)
+        quantum = xp.ldexp(xp.ones_like(mag), binade - fmt.mantissa_bits)
+        rounded = xp.rint(mag / quantum) * quantum
+    overflow = xp.inf if not fmt.saturates else fmt.max_finite
+    rounded = xp.where(rounded > fmt.max_finite, overflow, rounded)
+    return xp.where(xp.isnan(x), x, xp.copysign(rounded, x))
+
+
 # ---- type promotion -------------------------------------------------------------------------
 
 _CATEGORY = {
@@ -179,6 +264,8 @@ _CATEGORY = {
     DataType.BFloat16: 2,
     DataType.Float: 2,
     DataType.Double: 2,
+    DataType.Float8_e4m3fn: 2,
+    DataType.Float8_e5m2: 2,
 }
 # Ranks inside a category; Half and BFloat16 share a rank because neither holds the other.
 _RANK = {
@@ -189,6 +276,8 @@ _RANK = {
     DataType.BFloat16: 1,
     DataType.Float: 2,
     DataType.Double: 3,
+    DataType.Float8_e4m3fn: 0,  # never compared: float8 promotes with nothing else
+    DataType.Float8_e5m2: 0,
 }
 
 
@@ -198,9 +287,17 @@ def category(dtype: DataType) -> int:
 
 
 def promote_pair(a: DataType, b: DataType) -> DataType:
-    """PyTorch's promote_types for two tensor dtypes (Half with BFloat16 gives Float)."""
+    """PyTorch's promote_types for two tensor dtypes (Half with BFloat16 gives Float).
+
+    A float8 type promotes with itself only, as in torch (and so nvFuser, which promotes
+    through c10::promoteTypes): any other pair with one is a DefinitionError."""
     if a is b:
         return a
+    if a.is_float8 or b.is_float8:
+        raise DefinitionError(
+            f"type promotion of {a.value} with {b.value} is not supported for float8 types "
+            "(as in torch): cast one operand to the other's dtype first"
+        )
     ca, cb = _CATEGORY[a], _CATEGORY[b]
     if ca != cb:
         return a if ca > cb else b

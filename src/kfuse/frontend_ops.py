@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kfuse.dtypes import DataType, as_dtype
+from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.ops import OPS
@@ -19,8 +19,6 @@ from kfuse.ir.values import Scalar, TensorView, Val
 
 if TYPE_CHECKING:
     from kfuse.frontend import FusionDefinition
-
-_NARROW = (DataType.Half, DataType.BFloat16)
 
 
 def _pointwise_method(name: str) -> Any:
@@ -203,7 +201,7 @@ class Ops:
                 f"{op}: {describe(v)} needs a floating dtype "
                 f"(got {out.value}); cast it or pass dtype="
             )
-        compute = DataType.Float if out in _NARROW else out
+        compute = DataType.Float if out in REDUCED_FLOATS else out
         return self._b.cast(v, compute, op=op), out
 
     def mean(
@@ -281,7 +279,7 @@ class Ops:
             if p is None:
                 continue
             t = self._b.tensor(p, op, 1 if name == "weight" else 2)
-            if t.dtype in _NARROW:
+            if t.dtype in REDUCED_FLOATS:
                 t = self._b.cast(t, DataType.Float, op=op)
             y = self._b.pointwise("mul" if name == "weight" else "add", [y, t])
         return y

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from kfuse.dtypes import DataType, from_array_dtype
+from kfuse.dtypes import REDUCED_FLOATS, DataType, from_array_dtype
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -49,7 +49,6 @@ from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference_backends import NumpyLikeBackend, backend_for
 
-_NARROW = (DataType.Half, DataType.BFloat16)
 _SQRT_2_OVER_PI = 0.7978845608028654
 
 
@@ -84,15 +83,17 @@ class _Evaluator:
         return self.be.storage_dtype(dtype, self.wide)
 
     def compute_storage(self, dtype: DataType) -> Any:
-        if dtype in _NARROW and not self.wide:
+        if dtype in REDUCED_FLOATS and not self.wide:
             return self.be.storage_dtype(DataType.Float, False)
         return self.storage(dtype)
 
     def store(self, a: Any, dtype: DataType) -> Any:
-        """Convert a computed array to the storage of `dtype` (rounding bf16 for NumPy)."""
+        """Convert a computed array to the storage of `dtype` (rounding bf16 and float8 for
+        NumPy and CuPy, which hold them as float32)."""
         out = self.be.astype(a, self.storage(dtype))
-        if dtype is DataType.BFloat16 and not self.wide and self.be.name != "torch":
-            out = self.be.round_bf16(out)
+        held_as_float = dtype is DataType.BFloat16 or dtype.is_float8
+        if held_as_float and not self.wide and self.be.name != "torch":
+            out = self.be.round_to(out, dtype)
         return out
 
     def load_input(self, pos: int, val: Val, arg: Any) -> Any:
@@ -118,10 +119,11 @@ class _Evaluator:
 
     def output(self, v: TensorView) -> Any:
         out = self.be.to_output(self.env[v])
-        if v.dtype is DataType.BFloat16 and not self.wide and self.be.name == "numpy":
+        held_as_float = v.dtype is DataType.BFloat16 or v.dtype.is_float8
+        if held_as_float and not self.wide and self.be.name == "numpy":
             from kfuse.dtypes import to_numpy_dtype
 
-            out = out.astype(to_numpy_dtype(v.dtype))  # exact: the values are bf16 already
+            out = out.astype(to_numpy_dtype(v.dtype))  # exact: the values are rounded already
         return out
 
     def operand(self, v: Val, compute: DataType) -> Any:
@@ -142,7 +144,8 @@ class _Evaluator:
             self.env[out] = self.cast(expr)
         elif isinstance(expr, ReductionOp):
             a = self.env[expr.inputs[0]]
-            if self.be.name != "torch" or expr.op in ("sum", "prod"):
+            # torch reduces its own storage types but for sum/prod, and has no float8 max/min
+            if self.be.name != "torch" or expr.op in ("sum", "prod") or expr.dtype.is_float8:
                 a = self.be.astype(a, self.compute_storage(expr.dtype))
             red = self.be.reduce(expr.op, a, expr.dims, self.compute_storage(expr.dtype))
             self.env[out] = self.store(red, out.dtype)

@@ -9,13 +9,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import DataType, round_to_float8
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 class NumpyLikeBackend:
-    """NumPy or CuPy (`xp` is the module). BFloat16 is stored as float32 holding bf16 values."""
+    """NumPy or CuPy (`xp` is the module). BFloat16 and float8 are stored as float32 holding
+    values of those types."""
 
     def __init__(self, xp: Any) -> None:
         self.xp = xp
@@ -34,6 +35,8 @@ class NumpyLikeBackend:
             DataType.BFloat16: self.xp.float32,
             DataType.Float: self.xp.float32,
             DataType.Double: self.xp.float64,
+            DataType.Float8_e4m3fn: self.xp.float32,
+            DataType.Float8_e5m2: self.xp.float32,
         }[dtype]
 
     def round_bf16(self, a: Any) -> Any:
@@ -56,6 +59,8 @@ class NumpyLikeBackend:
             return a.astype(xp.float16).astype(a.dtype)
         if dtype is DataType.Float:
             return a.astype(xp.float32).astype(a.dtype)
+        if dtype.is_float8:
+            return round_to_float8(a, dtype, xp).astype(a.dtype)
         return a
 
     def constant(self, value: Any, storage: Any, like: Any) -> Any:
@@ -136,7 +141,7 @@ class NumpyLikeBackend:
 
 
 class TorchBackend(NumpyLikeBackend):
-    """torch tensors (any device); BFloat16 and Half are torch's own dtypes."""
+    """torch tensors (any device); BFloat16, Half and float8 are torch's own dtypes."""
 
     def __init__(self, torch: Any) -> None:
         self.xp = torch
@@ -154,6 +159,8 @@ class TorchBackend(NumpyLikeBackend):
             DataType.BFloat16: t.bfloat16,
             DataType.Float: t.float32,
             DataType.Double: t.float64,
+            DataType.Float8_e4m3fn: t.float8_e4m3fn,
+            DataType.Float8_e5m2: t.float8_e5m2,
         }[dtype]
 
     def astype(self, a: Any, storage: Any) -> Any:

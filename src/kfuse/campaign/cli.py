@@ -22,7 +22,9 @@ from typing import Any
 
 from kfuse.command_line import Parser, UsageError
 
-DTYPE_NAMES = ("Float", "Half", "BFloat16", "Double", "Int32", "Int", "Bool")
+DEFAULT_DTYPE_NAMES = ("Float", "Half", "BFloat16", "Double", "Int32", "Int", "Bool")
+# The float8 types only when asked for (--dtypes): they are new to the campaigns.
+DTYPE_NAMES = (*DEFAULT_DTYPE_NAMES, "Float8_e4m3fn", "Float8_e5m2")
 
 
 def _parser() -> Parser:
@@ -61,8 +63,9 @@ def _parser() -> Parser:
         "--dtypes",
         nargs="+",
         metavar="DTYPE",
-        default=list(DTYPE_NAMES),
-        help=f"input dtypes to draw (default all: {' '.join(DTYPE_NAMES)})",
+        default=list(DEFAULT_DTYPE_NAMES),
+        help=f"input dtypes to draw, of {' '.join(DTYPE_NAMES)} "
+        f"(default: {' '.join(DEFAULT_DTYPE_NAMES)})",
     )
     p.add_argument("--max-rank", type=int, default=4, help="rank of the largest input (4)")
     p.add_argument("--max-ops", type=int, default=10, help="pointwise ops per fusion (10)")
@@ -186,7 +189,7 @@ def _campaign(argv: list[str]) -> tuple[Any, int | None]:
     if bad:
         raise UsageError(f"unknown dtype {bad[0]!r}; dtypes are {', '.join(DTYPE_NAMES)}")
     shard = _shard(args.shard)
-    # Without torch, the emulator runs NumPy arrays (BFloat16 as float32 arrays of bf16 values).
+    # Without torch, the emulator runs NumPy arrays (BFloat16 and float8 as ml_dtypes arrays).
     framework = "torch" if _has("torch") else "numpy"
     try:
         space = ExampleSpace(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kfuse.campaign.property import Example, check, outcome_of
-from kfuse.dtypes import DataType
+from kfuse.dtypes import ML_DTYPES_NAME, DataType
 from kfuse.ir.values import TensorView
 
 _SCRIPT = '''#!/usr/bin/env python3
@@ -113,7 +113,11 @@ def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
     else:
         import numpy as np
 
-        values = np.lib.stride_tricks.as_strided(a, (span,), (a.itemsize,)).copy()
+        from kfuse.runtime.arrays import numpy_strided
+
+        values = numpy_strided(a, (span,), (a.itemsize,)).copy()
+        if lay.dtype in ML_DTYPES_NAME:  # np.load cannot read ml_dtypes' types back
+            values = values.astype(np.float64)  # exact
         device = "cpu"
     entry = {
         "framework": framework,
@@ -170,12 +174,13 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
         return cupy.lib.stride_tricks.as_strided(
             dev[start:], shape, [s * dev.itemsize for s in strides]
         )
-    host = np.zeros(n + 16, values.dtype)
+    from kfuse.dtypes import to_numpy_dtype
+    from kfuse.runtime.arrays import numpy_strided
+
+    host = np.zeros(n + 16, to_numpy_dtype(dtype))
     start = aligned_start(entry["alignment"], host.ctypes.data, host.itemsize)
-    host[start : start + n] = values
-    return np.lib.stride_tricks.as_strided(
-        host[start:], shape, [s * host.itemsize for s in strides]
-    )
+    host[start : start + n] = values.astype(host.dtype)
+    return numpy_strided(host[start:], shape, [s * host.itemsize for s in strides])
 
 
 def replay(fd: Any, npz: Path, argv: list[str]) -> int:

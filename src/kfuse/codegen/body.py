@@ -11,16 +11,14 @@ from typing import cast
 
 from kfuse.codegen.domain import Use, View
 from kfuse.codegen.expressions import compute_ctype, expression, scalar_operand
-from kfuse.dtypes import DataType
+from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
 from kfuse.ir.values import Scalar, TensorView, Val
-
-_REDUCED = (DataType.Half, DataType.BFloat16)
 
 
 def from_storage(expr: str, dtype: DataType) -> str:
     """A storage-typed value (as loaded from memory) in its compute type."""
-    return f"kf::to_float({expr})" if dtype in _REDUCED else expr
+    return f"kf::to_float({expr})" if dtype in REDUCED_FLOATS else expr
 
 
 def to_storage(expr: str, dtype: DataType, exact: bool = False) -> str:
@@ -31,12 +29,12 @@ def to_storage(expr: str, dtype: DataType, exact: bool = False) -> str:
     at a quarter of the arithmetic rate, where a bf16 kernel's compute budget is tightest."""
     if dtype is DataType.BFloat16 and exact:
         return f"kf::bfloat16_from_exact({expr})"
-    return f"kf::cast<{dtype.cuda_type}>({expr})" if dtype in _REDUCED else expr
+    return f"kf::cast<{dtype.cuda_type}>({expr})" if dtype in REDUCED_FLOATS else expr
 
 
 def round_to_dtype(expr: str, dtype: DataType) -> str:
     """Round a compute-typed result to `dtype`'s precision, keeping the compute type."""
-    if dtype in _REDUCED:
+    if dtype in REDUCED_FLOATS:
         return f"kf::to_float(kf::cast<{dtype.cuda_type}>({expr}))"
     return expr
 

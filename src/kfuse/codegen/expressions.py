@@ -13,11 +13,9 @@ import math
 import struct
 from typing import Any, cast
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
 from kfuse.ir.values import Scalar
-
-_REDUCED = (DataType.Half, DataType.BFloat16)
 
 # Templates keyed by op name; {0} {1} {2} are operands already in the compute C++ type.
 _FLOAT_TEMPLATES: dict[str, str] = {
@@ -90,7 +88,7 @@ _BOOL_TEMPLATES: dict[str, str] = {
 
 def compute_ctype(dtype: DataType) -> str:
     """The C++ type arithmetic on `dtype` values is done in (float for Half/BFloat16)."""
-    return "float" if dtype in _REDUCED else dtype.cuda_type
+    return "float" if dtype in REDUCED_FLOATS else dtype.cuda_type
 
 
 def literal(value: object, dtype: DataType) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.registers import register_array
+from kfuse.codegen.runtime_header import with_float8_part
 
 
 def kernel_header(
@@ -212,10 +213,11 @@ class Code:
         self.depth = 1
 
     def kernel_source(self) -> str:
-        """Close the kernel opened by open_kernel; the whole source."""
+        """Close the kernel opened by open_kernel; the whole source (with the runtime's
+        float8 part where the kernel uses a float8 type)."""
         self.depth = 0
         self("}", "")
-        return "\n".join(self.lines)
+        return with_float8_part("\n".join(self.lines))
 
     def otherwise(self, head: str = "else") -> None:
         """Close the innermost block and open its `else` (or `else if (...)`) branch."""

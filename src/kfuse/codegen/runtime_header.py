@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from kfuse.dtypes import DataType
+
 # In this order: each part builds on those before it (kf_base.cuh lists them).
 _HEADER_PATHS = [
     Path(__file__).with_name("runtime") / name
@@ -19,10 +21,36 @@ _HEADER_PATHS = [
 ]
 
 
+_FLOAT8_PATH = Path(__file__).with_name("runtime") / "kf_float8.cuh"
+# The C++ names of the float8 storage types, which only the float8 part defines.
+_FLOAT8_TYPES = tuple(d.cuda_type for d in DataType if d.is_float8)
+
+
 @functools.cache
 def runtime_header() -> str:
     """The text of the runtime's parts, in order (read once per process)."""
     return "\n".join(path.read_text() for path in _HEADER_PATHS)
+
+
+@functools.cache
+def float8_header() -> str:
+    """The float8 part of the runtime (kf_float8.cuh), which comes after runtime_header()."""
+    return _FLOAT8_PATH.read_text()
+
+
+def with_float8_part(source: str) -> str:
+    """A kernel's `source` (runtime_header(), then its own code) with the float8 part put
+    between the two where its own code names a float8 type; else `source` unchanged.
+
+    Only such kernels get the part, so a kernel without float8 values has the source it had
+    before float8 existed (the same cubin, cache entries and source corpus)."""
+    header = runtime_header()
+    if not source.startswith(header):
+        return source
+    own = source[len(header) :]
+    if not any(name in own for name in _FLOAT8_TYPES):
+        return source
+    return header + "\n" + float8_header() + own
 
 
 RUNTIME_HEADER_NAME = "kfuse_runtime.cuh"

@@ -441,7 +441,7 @@ class Builder:
             acc = as_dtype(dtype, what=f"{op}: dtype")
         elif op in ("sum", "prod") and not v.dtype.is_floating:
             acc = DataType.Int  # torch: integer and bool sums are int64
-        elif op in ("sum", "prod") and v.dtype in (DataType.Half, DataType.BFloat16):
+        elif op in ("sum", "prod") and v.dtype.is_reduced_float:
             acc, out_dtype = DataType.Float, v.dtype  # accumulate in float, return v's dtype
         else:
             acc = v.dtype

@@ -3,7 +3,8 @@
 kfuse does not generate code for these; the expr_eval scheduler runs them through the inputs'
 framework (torch / CuPy / NumPy matmul). Operands must be floating and share one dtype (mixed
 floating dtypes are cast to the promoted one first); the result keeps that dtype, so a
-BFloat16 matmul stays BFloat16 as in torch.
+BFloat16 matmul stays BFloat16 as in torch. Float8 operands are refused: torch.matmul has no
+float8 kernels (its scaled matmul takes scales this op does not have).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ def _same_dtype(b: Any, vals: list[TensorView], op: str) -> list[TensorView]:
             raise DefinitionError(
                 f"{op}: operand {i} {v.name} is {v.dtype.value}; {op} takes "
                 "floating tensors (cast it first)"
+            )
+        if v.dtype.is_float8:
+            raise DefinitionError(
+                f"{op}: operand {i} {v.name} is {v.dtype.value}; torch has no {op} of float8 "
+                "tensors: cast it to Half, BFloat16 or Float first"
             )
     dtype = promote_types([v.dtype for v in vals])
     return [b.cast(v, dtype, op=op) for v in vals]

@@ -1,7 +1,7 @@
 """Evaluation of scalar-only exprs with Python numbers (shape arithmetic, scalar math).
 
 Used by shape inference and by the reference. Results are converted to the output dtype's
-Python kind (bool, int wrapped to the integer width, float rounded for Float/Half/BFloat16).
+Python kind (bool, int wrapped to the integer width, float rounded for Float/Half/BFloat16/float8).
 """
 
 from __future__ import annotations
@@ -171,6 +171,10 @@ def to_python(value: Any, dtype: DataType) -> Any:
         if dtype is DataType.Half:
             return float(np.float16(value))
         return float(round_to_bfloat16(np.float32(value)))
+    if dtype.is_float8:
+        from kfuse.dtypes import round_to_float8
+
+        return float(round_to_float8(value, dtype))
     return value
 
 

@@ -135,15 +135,17 @@ def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int)
 
         from kfuse.dtypes import to_numpy_dtype
 
-        if dtype is DataType.BFloat16:
-            raise InputError("CuPy has no bfloat16 dtype; use torch tensors for BFloat16 outputs")
+        if dtype is DataType.BFloat16 or dtype.is_float8:
+            raise InputError(
+                f"CuPy has no {dtype.value} dtype; use torch tensors for {dtype.value} outputs"
+            )
         with cupy.cuda.Device(device):
             return cupy.empty(shape, dtype=to_numpy_dtype(dtype))
     import numpy as np
 
     from kfuse.dtypes import to_numpy_dtype
 
-    return np.empty(shape, dtype=to_numpy_dtype(dtype))  # BFloat16: ml_dtypes.bfloat16
+    return np.empty(shape, dtype=to_numpy_dtype(dtype))  # BFloat16, float8: ml_dtypes'
 
 
 POISON_BYTE = 0x7B
@@ -176,9 +178,18 @@ def poison(array: Any) -> None:
     else:
         import numpy as np
 
-        np.lib.stride_tricks.as_strided(array, (n,), (array.itemsize,)).view(np.uint8).fill(
-            POISON_BYTE
-        )
+        numpy_strided(array, (n,), (array.itemsize,)).view(np.uint8).fill(POISON_BYTE)
+
+
+def numpy_strided(array: Any, shape: Any, byte_strides: Any, writeable: bool = True) -> Any:
+    """np.lib.stride_tricks.as_strided for every dtype kfuse has: as_strided goes through the
+    array interface, which cannot describe ml_dtypes' float8 types, so the view is made of
+    same-sized raw elements and then read as the array's dtype again."""
+    import numpy as np
+
+    raw = array.view(np.dtype((np.void, array.itemsize)))
+    view = np.lib.stride_tricks.as_strided(raw, shape, byte_strides, writeable=writeable)
+    return view.view(array.dtype)
 
 
 def stream_context(framework: str, device: int, stream: int | None) -> Any:

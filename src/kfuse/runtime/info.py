@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfuse import knobs
-from kfuse.dtypes import INTEGER_RANGE, DataType
+from kfuse.dtypes import INTEGER_RANGE, ML_DTYPES_NAME, DataType
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
@@ -126,8 +126,9 @@ def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
     if layout.dtype is val.dtype:
         return
     hint = ""
-    if val.dtype is DataType.BFloat16 and layout.framework == "numpy":
-        hint = " (NumPy's bfloat16 arrays are ml_dtypes.bfloat16: x.astype(ml_dtypes.bfloat16))"
+    if val.dtype in ML_DTYPES_NAME and layout.framework == "numpy":
+        name = ML_DTYPES_NAME[val.dtype]
+        hint = f" (NumPy's {name} arrays are ml_dtypes.{name}: x.astype(ml_dtypes.{name}))"
     raise InputError(
         f"{what} was defined as {val.dtype.value} but the array is {layout.dtype.value}{hint}"
     )

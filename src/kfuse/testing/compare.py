@@ -15,6 +15,10 @@ TOLERANCES: dict[DataType, tuple[float, float]] = {
     DataType.Float: (1.3e-5, 1e-5),
     DataType.Half: (2e-3, 1e-4),
     DataType.BFloat16: (1.6e-2, 1e-3),
+    # float8: one ulp relative (2^-3 and 2^-2, twice the worst rounding error), and the
+    # smallest subnormal (2^-9, 2^-16) absolute, the spacing values near zero round to.
+    DataType.Float8_e4m3fn: (1.25e-1, 2e-3),
+    DataType.Float8_e5m2: (2.5e-1, 1.6e-5),
 }
 
 
@@ -33,7 +37,8 @@ def tolerance(dtype: DataType, reduction_size: int = 1) -> tuple[float, float]:
 
 
 def to_numpy(a: Any) -> Any:
-    """A NumPy copy of a NumPy/CuPy/torch array (bf16/half as float64), or of a number."""
+    """A NumPy copy of a NumPy/CuPy/torch array (torch's bf16/half/float8 as float64), or of
+    a number."""
     import numpy as np
 
     if hasattr(a, "detach"):  # torch
@@ -54,7 +59,8 @@ def assert_close(
     Integer and Bool dtypes must match exactly. Floating dtypes pass where
     |actual - expected| <= atol + rtol * |expected| with (rtol, atol) from TOLERANCES, both
     grown by sqrt(reduction_size) (rounding errors of a sum grow like a random walk):
-    Double (1e-10, 1e-12), Float (1.3e-5, 1e-5), Half (2e-3, 1e-4), BFloat16 (1.6e-2, 1e-3).
+    Double (1e-10, 1e-12), Float (1.3e-5, 1e-5), Half (2e-3, 1e-4), BFloat16 (1.6e-2, 1e-3),
+    Float8_e4m3fn (1.25e-1, 2e-3), Float8_e5m2 (2.5e-1, 1.6e-5).
     NaN must appear at the same positions on both sides, and infinities must match exactly
     (same positions, same sign). Bool arrays must hold bytes 0 and 1 only. Shapes must be
     equal. Raises AssertionError describing the worst mismatch and the number of mismatches.
@@ -143,7 +149,14 @@ def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
     is not floating): errors made there bound the output's accuracy."""
     if not output.dtype.is_floating:
         return output.dtype
-    order = [DataType.BFloat16, DataType.Half, DataType.Float, DataType.Double]
+    order = [
+        DataType.Float8_e5m2,
+        DataType.Float8_e4m3fn,
+        DataType.BFloat16,
+        DataType.Half,
+        DataType.Float,
+        DataType.Double,
+    ]
     worst = output.dtype
     for expr in _cone(fusion, output):
         for o in expr.outputs:

@@ -34,6 +34,7 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.values import Scalar, TensorView
+from kfuse.runtime.arrays import numpy_strided
 
 EDGE_SIZES = (
     1,
@@ -303,7 +304,7 @@ def _scalar_value(draw: Any, v: Scalar, value_range: float) -> Any:
 def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool) -> Any:
     import numpy as np
 
-    from kfuse.dtypes import round_to_bfloat16
+    from kfuse.dtypes import round_to_bfloat16, round_to_float8
 
     if dtype is DataType.Bool:
         return rng.integers(0, 2, n).astype(np.bool_)
@@ -315,6 +316,8 @@ def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool
         vals[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0], len(picks))
     if dtype is DataType.BFloat16:
         return round_to_bfloat16(vals)
+    if dtype.is_float8:  # float32 holding float8 values, as for BFloat16
+        return round_to_float8(vals, dtype).astype(np.float32)
     return vals.astype(
         {DataType.Half: np.float16, DataType.Float: np.float32, DataType.Double: np.float64}[dtype]
     )
@@ -331,7 +334,6 @@ def _make_array(
     value_range: float,
     special: bool,
 ) -> Any:
-    import numpy as np
 
     n = len(shape)
     order = list(range(n))
@@ -357,20 +359,17 @@ def _make_array(
     if framework == "numpy":
         base = _as_numpy(base, v.dtype)
         item = base.itemsize
-        return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * item for s in strides])
+        return numpy_strided(base[offset:], shape, [s * item for s in strides])
     if framework == "torch":
         import torch
 
-        buf = torch.from_numpy(base)
-        if v.dtype is DataType.BFloat16:
-            buf = buf.to(torch.bfloat16)
-        buf = buf.to(device or "cpu")
+        buf = _as_torch(base, v.dtype).to(device or "cpu")
         return torch.as_strided(buf, shape, strides, offset)
     if framework == "cupy":
         import cupy
 
-        if v.dtype is DataType.BFloat16:
-            raise InputError("CuPy has no bfloat16 arrays")
+        if v.dtype is DataType.BFloat16 or v.dtype.is_float8:
+            raise InputError(f"CuPy has no {v.dtype.value} arrays")
         buf = cupy.asarray(base)
         return cupy.lib.stride_tricks.as_strided(
             buf[offset:], shape, [s * base.itemsize for s in strides]
@@ -413,10 +412,7 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
     if framework == "torch":
         import torch
 
-        buf = torch.from_numpy(base)
-        if v.dtype is DataType.BFloat16:
-            buf = buf.to(torch.bfloat16)
-        buf = buf.to(array.device)
+        buf = _as_torch(base, v.dtype).to(array.device)
         start = aligned_start(lay.data_ptr, buf.data_ptr(), buf.element_size())
         return torch.as_strided(buf, lay.shape, lay.strides, start)
     if framework == "cupy":
@@ -427,19 +423,29 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
         return cupy.lib.stride_tricks.as_strided(
             buf[start:], lay.shape, [s * buf.itemsize for s in lay.strides]
         )
-    import numpy as np
 
     base = _as_numpy(base, v.dtype)
     start = aligned_start(lay.data_ptr, base.ctypes.data, base.itemsize)
-    return np.lib.stride_tricks.as_strided(
-        base[start:], lay.shape, [s * base.itemsize for s in lay.strides]
-    )
+    return numpy_strided(base[start:], lay.shape, [s * base.itemsize for s in lay.strides])
+
+
+def _as_torch(values: Any, dtype: DataType) -> Any:
+    """`_values`' array as a CPU torch tensor of `dtype` (BFloat16 and float8 values come as
+    float32 holding them, so the conversion is exact)."""
+    import torch
+
+    from kfuse.dtypes import to_torch_dtype
+
+    buf = torch.from_numpy(values)
+    if dtype is DataType.BFloat16 or dtype.is_float8:
+        buf = buf.to(to_torch_dtype(dtype))
+    return buf
 
 
 def _as_numpy(values: Any, dtype: DataType) -> Any:
-    """`_values`' array as NumPy holds `dtype`: its BFloat16 values (bf16-rounded float32, which
-    torch.from_numpy takes) as an ml_dtypes.bfloat16 array, exactly."""
-    if dtype is DataType.BFloat16:
+    """`_values`' array as NumPy holds `dtype`: its BFloat16 or float8 values (rounded float32,
+    which torch.from_numpy takes) as an ml_dtypes array of that type, exactly."""
+    if dtype is DataType.BFloat16 or dtype.is_float8:
         from kfuse.dtypes import to_numpy_dtype
 
         return values.astype(to_numpy_dtype(dtype))

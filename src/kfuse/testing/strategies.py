@@ -6,8 +6,9 @@ Generated fusions keep comparisons with the reference meaningful:
 * discontinuous ops (floor, round, sign, comparisons, logical ops, float->int casts, fmod)
   only see *exact* operands (inputs, or values derived from inputs without rounding), so a
   kernel computing in float32 and the float64 reference take the same branch;
-* Half/BFloat16 inputs are cast to Float before math, and narrow dtypes appear again only as
-  final output casts (the usual mixed-precision pattern).
+* Half/BFloat16 (and float8, when `dtypes` has them: DEFAULT_DTYPES has not) inputs are cast
+  to Float before math, and narrow dtypes appear again only as final output casts (the usual
+  mixed-precision pattern), which round as exactly in the kernel as in the reference.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, cast
 
 from hypothesis import strategies as st
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.errors import DefinitionError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
@@ -34,7 +35,6 @@ DEFAULT_DTYPES = (
     DataType.Int,
     DataType.Bool,
 )
-_NARROW = (DataType.Half, DataType.BFloat16)
 _DOMAIN = {
     "log": "pos",
     "log2": "pos",
@@ -145,7 +145,7 @@ class _Gen:
             cands = self.pool
         # Prefer recent values (chains) but reach back (DAGs).
         e = self.draw(st.sampled_from(cands[-4:] if self.draw(st.booleans()) else cands))
-        if e.val.dtype in _NARROW or (floating and not e.val.dtype.is_floating):
+        if e.val.dtype in REDUCED_FLOATS or (floating and not e.val.dtype.is_floating):
             e = _Entry(cast(TensorView, self.fd.ops.cast(e.val, DataType.Float)), e.exact, e.bound)
         return e
 
@@ -520,7 +520,7 @@ def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -
         chosen.append(draw(st.sampled_from(results + gen.pool[:1])))
     reached = _cone_ids([e.val for e in chosen])
     chosen += [e for e in gen.required if id(e.val) not in reached]
-    narrow = [d for d in gen.dtypes if d in _NARROW]
+    narrow = [d for d in gen.dtypes if d in REDUCED_FLOATS]
     for e in chosen:
         v: Any = e.val
         if narrow and v.dtype.is_floating and e.bound < 6e4 and draw(st.booleans()):
