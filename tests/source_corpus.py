@@ -134,17 +134,19 @@ def sources_of(entry: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]
     import dataclasses
 
     from kfuse import compiler
+    from kfuse.ir.canonicalize import canonical_fusion
     from kfuse.runtime.info import CUDA, build_runtime_info
 
     fd = definition_of(entry["definition"])
     kernels: list[tuple[str, str]] = []
     with _profile(PROFILE), recorded_sources(kernels):
         inputs = [build_input(i) for i in entry["inputs"]]
-        info = build_runtime_info(fd.fusion, inputs, device=None)
+        fusion = canonical_fusion(fd.fusion)  # what fd.execute schedules
+        info = build_runtime_info(fusion, inputs, device=None)
         as_gpu = dataclasses.replace(info, backend=CUDA)
-        scheduler, _ = compiler.choose_scheduler(fd.fusion, as_gpu)
+        scheduler, _ = compiler.choose_scheduler(fusion, as_gpu)
         if scheduler is not None:
-            compiler.compile_fusion(fd.fusion, as_gpu, None, segment=False)
+            compiler.compile_fusion(fusion, as_gpu, None, segment=False)
             return [scheduler.scheduler_type.value], kernels
         spans = [a.size for a in inputs if isinstance(a, np.ndarray)]
         if max(spans, default=0) > SMALL:

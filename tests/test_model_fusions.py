@@ -93,14 +93,35 @@ def test_check_catches_a_wrong_output() -> None:
     assert "1 outputs, expected 2" in short["check"]
 
 
-def test_workaround_is_used_and_said() -> None:
-    """Group norm as nvFuser spells it needs integer division of Int scalars, which kfuse
-    lacks: the runner builds the workaround and its note says so."""
+def test_groupnorm_is_spelled_as_nvfuser_spells_it() -> None:
+    """Group size C / G by fd.ops.div of Int scalars (an Int, as in nvFuser): the case's own
+    definition builds, with no workaround."""
     case = CASES["groupnorm_fwd_g32"]
-    with pytest.raises(measure.DefinitionError):
-        case.define(DTYPES["bfloat16"])
+    assert case.workaround is None
     fd, note = measure.definition(case, "bfloat16")
-    assert fd is not None and note.startswith("workaround: reshape takes -1")
+    assert note == "" and "fd.ops.div(S" in repr(fd)
+    reshape_extents = [
+        v for e in fd.fusion.exprs if type(e).__name__ == "ReshapeOp" for v in e.shape
+    ]
+    assert reshape_extents and all(v.dtype.is_integral for v in reshape_extents)
+
+
+def test_workaround_is_used_and_said() -> None:
+    """A case kfuse cannot build as nvFuser writes it runs its workaround, and says so."""
+    import dataclasses
+
+    from kfuse.errors import DefinitionError
+
+    case = CASES["rmsnorm_fwd"]
+
+    def unbuildable(dtype: object) -> object:
+        raise DefinitionError("no such op")
+
+    broken = dataclasses.replace(case, define=unbuildable, workaround=(case.define, "spelled so"))
+    fd, note = measure.definition(broken, "bfloat16")
+    assert (
+        fd is not None and note == "workaround: spelled so (nvFuser's spelling fails: no such op)"
+    )
 
 
 def test_bytes_moved() -> None:

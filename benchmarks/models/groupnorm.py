@@ -2,10 +2,8 @@
 input is reshaped to [N, G, C / G, H, W], normalized over its last three axes, scaled and
 shifted per channel, and reshaped back.
 
-nvFuser computes the group size C / G with fd.ops.div of two Int scalars (integer division
-in nvFuser). kfuse's div is true division (its result is Float), which reshape rejects as an
-extent, so the faithful definition cannot be built; each case then runs a workaround that
-the results say it ran: the reshapes take -1 for C / G (the same extent). API differences:
+As nvFuser spells it: the group size C / G is fd.ops.div of two Int scalars, an Int in
+nvFuser and in kfuse (integer scalar division), so it is a reshape extent. API differences:
 fd.ops.size / fd.ops.shape for T.size(i) / T.shape(); no is_cpu.
 """
 
@@ -20,14 +18,9 @@ from models.sweeps import GPU_TEST_SPATIAL, GROUPNORM, GROUPNORM_QUICK, TEST_SPA
 EPS = 1e-5
 GROUPS = (32, 8, 1)  # 32: nvFuser's get_n_groups for C >= 32; 1: one group, LayerNorm-like
 
-WORKAROUND = (
-    "reshape takes -1 for C / G: kfuse's fd.ops.div of Int scalars is true division "
-    "(Float), not an extent"
-)
 
-
-def groupnorm_fwd_definition(groups: int, exact_div: bool = True) -> Any:
-    """The definition for `groups` groups; exact_div=False is the workaround (-1 extents)."""
+def groupnorm_fwd_definition(groups: int) -> Any:
+    """The definition for `groups` groups."""
 
     def define(dtype: DataType) -> FusionDefinition:
         # from test_groupnorm_fwd.py::groupnorm_fwd_fusion
@@ -39,7 +32,7 @@ def groupnorm_fwd_definition(groups: int, exact_div: bool = True) -> Any:
             g = fd.define_scalar(groups, dtype=DataType.Int)
 
             def per_group(t: Any, axis: int) -> Any:
-                return fd.ops.div(fd.ops.size(t, axis), g) if exact_div else -1
+                return fd.ops.div(fd.ops.size(t, axis), g)  # Int / Int: an Int
 
             n, h, wd = fd.ops.size(x, 0), fd.ops.size(x, 2), fd.ops.size(x, 3)
             x = fd.ops.reshape(x, new_shape=[n, groups, per_group(x, 1), h, wd])
@@ -117,7 +110,6 @@ CASES = [
         GROUPNORM_QUICK,
         TEST_SPATIAL,
         GPU_TEST_SPATIAL,
-        workaround=(groupnorm_fwd_definition(groups, exact_div=False), WORKAROUND),
     )
     for groups in GROUPS
 ]

@@ -1,5 +1,9 @@
 """kfuse's compiler: the stages one fusion goes through for one input signature.
 
+    0. canonicalize  once per definition, before any RuntimeInfo is built on it
+                   (kfuse.ir.canonicalize, by FusionExecutorCache and the public
+                   scheduling API): the fusion the stages below see, the same for every
+                   spelling of one computation
     fusion + RuntimeInfo (the call's inputs, as layouts, on a device)
       1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
                    then the segmenter splits it (segment), and each segment goes through

@@ -65,8 +65,10 @@ class Ops:
         return self._b.pointwise("gelu" if approximate == "none" else "gelu_tanh", [x])
 
     def truediv(self, a: Any, b: Any) -> Val:
-        """True division (same as div)."""
-        return self._pointwise("div", (a, b))
+        """True division: div, except that two integer scalars give a Float (div divides
+        them as integers, as nvFuser's Int scalar division does)."""
+        self._fd.check_open("truediv")
+        return self._b.true_divide(a, b)
 
     def cast(self, x: Any, dtype: Any) -> Val:
         """x converted to dtype."""

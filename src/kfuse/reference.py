@@ -256,6 +256,12 @@ def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) ->
         return 1 / a
     if op == "rsqrt":
         return 1 / be.fn("sqrt")(a)
+    if op == "pow" and be.name != "torch":
+        # NumPy takes a ** b for a 0-d b of 0.5 as sqrt(a): -0.0 and -inf give -0.0 and NaN
+        # where C's pow (the kernels', torch's) gives +0.0 and +inf. An exponent array of
+        # a's shape, not a broadcast view of one value, always takes pow.
+        a, b = be.xp.broadcast_arrays(a, args[1])
+        return be.xp.power(a, be.xp.array(b, copy=True))
     if op in ("erf", "erfc"):
         return be.erf(a, complement=op == "erfc")
     if op == "silu":

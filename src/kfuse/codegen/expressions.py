@@ -144,16 +144,18 @@ def expression(expr: Expr, operands: list[str], fast: bool = False) -> str:
 
 
 def _small_power(expr: Expr, operands: list[str]) -> str | None:
-    """pow(x, c) of a floating x by a constant c of 1, 2 or 3 as products: nvFuser's fusions
-    write x * x as pow(x, 2), and powf costs about 40 instructions where a product costs
-    one (its result is the correctly rounded x * x, within powf's error bound)."""
+    """pow(x, 3) of a floating x as products within one expression: powf costs about 40
+    instructions where a product costs one (the result is within powf's error bound). The
+    products are written here, not by the canonical form (kfuse.ir.canonical_rules, which
+    takes pow by 1, 2, -1 and 0.5), because there x * x would be a Val of x's dtype,
+    rounded to it when that is Half or BFloat16."""
     if getattr(expr, "op", None) != "pow" or not expr.inputs[0].dtype.is_floating:
         return None
     exponent = expr.inputs[1]
-    if not (isinstance(exponent, Scalar) and exponent.is_constant):
+    if not (isinstance(exponent, Scalar) and exponent.is_constant and exponent.value == 3):
         return None
     x = operands[0]
-    return {1: f"({x})", 2: f"({x} * {x})", 3: f"(({x} * {x}) * {x})"}.get(exponent.value)
+    return f"(({x} * {x}) * {x})"
 
 
 def scalar_operand(val: Scalar, param_name: str | None) -> str:

@@ -72,6 +72,15 @@ def as_index_list(dims: Any, op: str, what: str = "dim") -> list[int]:
         ) from None
 
 
+def is_integer_scalar_division(op: str, vals: Sequence[Val]) -> bool:
+    """div of integer scalars (no tensor, no Bool): nvFuser's Int division, whose result is
+    an integer (C's `/`, rounding toward zero), so that `fd.ops.div(fd.ops.size(x, 1), g)`
+    is an extent. Any other div is true division (kfuse.ir.ops)."""
+    return op == "div" and all(
+        isinstance(v, Scalar) and v.dtype.is_integral and v.dtype is not DataType.Bool for v in vals
+    )
+
+
 class Builder:
     """Creates Vals and Exprs in `fusion` on behalf of `owner` (a FusionDefinition)."""
 
@@ -219,13 +228,21 @@ class Builder:
                     )
         dt = promote_types(tensor_dt, weak_dt)
         if info.category == "float_math" or info.result == "float":
-            if not dt.is_floating:
+            if not dt.is_floating and not is_integer_scalar_division(op, vals):
                 dt = DataType.Float
         if not info.accepts_bool and dt is DataType.Bool:
             raise DefinitionError(
                 f"{op}: Bool operands are not supported ({', '.join(describe(v) for v in vals)})"
             )
         return dt
+
+    def true_divide(self, a: Any, b: Any) -> Val:
+        """a / b as a floating value, also for two integer scalars (which `div` divides as
+        integers, as nvFuser does)."""
+        vals = [self.operand(a, "truediv", 0), self.operand(b, "truediv", 1)]
+        if is_integer_scalar_division("div", vals):
+            vals[0] = self.cast(vals[0], DataType.Float, op="truediv")
+        return self.pointwise("div", vals)
 
     def _align(self, op: str, vals: list[Val]) -> list[Val]:
         """Right-align tensor ranks numpy-style by inserting BroadcastOps."""

@@ -6,7 +6,9 @@ Each entry: name -> OpInfo(arity, category, result, accepts_bool, accepts_float)
   'arith' (computed in the promoted dtype), 'compare' (Bool result, operands in the promoted
   dtype), 'logical' (operands cast to Bool, Bool result), 'bitwise' (Bool or integer only).
 * result: 'same' (the promoted operand dtype), 'float' (promoted, then Float if not floating:
-  true division), 'bool'.
+  true division), 'bool'. One exception: div of two integer scalars is nvFuser's Int
+  division, an integer rounded toward zero (kfuse.ir.builder.is_integer_scalar_division);
+  fd.ops.truediv and Python's `/` divide those as Floats.
 
 The frontend inserts casts so that every operand of a UnaryOp/BinaryOp/TernaryOp has the op's
 *compute dtype* (for where: the condition is Bool and the two values share the compute dtype);
@@ -85,5 +87,5 @@ TERNARY_OPS = tuple(n for n, r in OPS.items() if r.arity == 3)
 REDUCTION_OPS = ("sum", "prod", "max", "min")
 """Ops a ReductionOp may carry."""
 
-# Aliases accepted by fd.ops and mapped onto table names.
+# Aliases accepted by fd.ops and mapped onto table names (truediv is its own method).
 ALIASES = {"truediv": "div", "gelu_none": "gelu"}

@@ -184,4 +184,14 @@ def eval_scalar(op: str, args: list[Any], dtype: DataType) -> Any:
         args = [float(a) for a in args]
     if op in ("floor", "ceil", "round", "trunc") and not dtype.is_floating:
         return to_python(args[0], dtype)
+    if op == "div" and dtype.is_integral:
+        return to_python(_integer_div(*args), dtype)
     return to_python(SCALAR_OPS[op](*args), dtype)
+
+
+def _integer_div(a: int, b: int) -> int:
+    """nvFuser's Int scalar division: C's `/`, the quotient rounded toward zero."""
+    if b == 0:
+        raise InputError(f"integer division of the scalar {a} by 0")
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient

@@ -84,11 +84,13 @@ class Val:
     def __rmul__(self, o: Any) -> Val:
         return self.uses_ops.mul(o, self)
 
+    # Python's `/` is true division, also of integer scalars (fd.ops.div divides those as
+    # integers, as nvFuser does).
     def __truediv__(self, o: Any) -> Val:
-        return self.uses_ops.div(self, o)
+        return self.uses_ops.truediv(self, o)
 
     def __rtruediv__(self, o: Any) -> Val:
-        return self.uses_ops.div(o, self)
+        return self.uses_ops.truediv(o, self)
 
     def __mod__(self, o: Any) -> Val:
         return self.uses_ops.remainder(self, o)

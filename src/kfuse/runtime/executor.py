@@ -14,6 +14,7 @@ from typing import Any
 
 from kfuse import profiling_hooks
 from kfuse.compiler import choose_scheduler, compile_fusion
+from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.fast_path import fast_call_for
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
@@ -36,7 +37,11 @@ class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
     def __init__(self, fusion: Fusion) -> None:
-        self.fusion = fusion
+        # Every stage runs on the definition's canonical form (kfuse.ir.canonicalize): the
+        # same kernels for any spelling of one computation. It is a function of the
+        # definition alone, so the Programs below are cached by input signature only.
+        self.definition = fusion
+        self.fusion = canonical_fusion(fusion)
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
         # The Program of the last call (kfuse.runtime.program: scheduler, params, launches).

@@ -27,12 +27,16 @@ __all__ = [
 
 
 def _fusion_of(fusion_or_fd: Any) -> Fusion:
+    """The canonical form of the fusion (kfuse.ir.canonicalize): what fd.execute schedules,
+    so that these answers and the params they give hold for it."""
+    from kfuse.ir.canonicalize import canonical_fusion
+
     fusion = getattr(fusion_or_fd, "fusion", fusion_or_fd)
     if not isinstance(fusion, Fusion):
         raise SchedulerError(
             f"expected a Fusion or FusionDefinition, got {type(fusion_or_fd).__name__}"
         )
-    return fusion
+    return canonical_fusion(fusion)
 
 
 def resolve_scheduler(scheduler_type: Any) -> Any:

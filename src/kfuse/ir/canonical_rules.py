@@ -1,0 +1,160 @@
+"""The algebraic rules of the canonical form (kfuse.ir.canonicalize), one function per op.
+
+Each rule replaces an expr of a tensor by cheaper exprs that compute the same values, as
+kfuse defines them: the float64 reference (kfuse.reference), the generated kernels and the
+C math library agree on every input, NaN, infinities and signed zeros included. Where a
+cheaper form differs on some special value, the rule guards it or does not apply:
+
+* pow(x, 1) -> x; pow(x, 2) -> x * x (the correctly rounded square; also NumPy's and
+  torch's); pow(x, -1) -> reciprocal(x) (C's pow(x, -1) is 1 / x, signed zeros and
+  infinities included);
+* pow(x, 0.5) -> where(x == -inf, inf, sqrt(x + 0.0)): pow(-0.0, 0.5) is +0.0 and
+  pow(-inf, 0.5) is +inf, where sqrt gives -0.0 and NaN; x + 0.0 turns -0.0 into +0.0
+  and is x otherwise. (pow(x, 3) stays: its products would round an intermediate to a
+  reduced dtype; the code generator writes it as products within one expression.)
+* reciprocal(sqrt(x)) -> rsqrt(x) (the reference's rsqrt is 1 / sqrt(x));
+* x / c -> x * (1 / c) for a constant c = ±2**k when c and 1 / c are normal numbers of the
+  type the op computes in: 1 / c is then exact and both forms are the correctly rounded
+  x / c (a power of two closer to the limits would make 1 / c overflow, or c subnormal);
+* cast(cast(x, B), C) -> cast(x, C) (and x itself when C is x's dtype) when every value of
+  x's dtype is a value of B: the inner cast then changes no value.
+
+Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
+in Python, whose math.sqrt raises where C's returns NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kfuse.dtypes import DataType
+from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
+from kfuse.ir.values import Scalar, TensorView, Val
+
+EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
+    DataType.Bool: frozenset(DataType) - {DataType.Bool},
+    DataType.Int32: frozenset({DataType.Int, DataType.Double}),
+    DataType.Half: frozenset({DataType.Float, DataType.Double}),
+    DataType.BFloat16: frozenset({DataType.Float, DataType.Double}),
+    DataType.Float: frozenset({DataType.Double}),
+}
+"""src -> the dtypes that hold every value of src exactly (a cast there and back is the
+identity). Not Float -> BFloat16 -> Float, Int -> Double or Int32 -> Float: those round."""
+
+_NORMAL_EXPONENTS = {"float": 126, "double": 1022}
+"""The largest k for which 2**k and 2**-k are both normal numbers of the compute type."""
+
+
+def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    """The canonical Vals for `expr`'s outputs (its operands already canonical: `inputs`),
+    built through `ctx` (a kfuse.ir.canonicalize.Canonicalizer), or None when no rule
+    applies."""
+    if not isinstance(expr.outputs[0], TensorView):
+        return None
+    if isinstance(expr, BinaryOp) and expr.op == "pow":
+        return _pow(ctx, expr, inputs)
+    if isinstance(expr, BinaryOp) and expr.op == "div":
+        return _div_by_power_of_two(ctx, expr, inputs)
+    if isinstance(expr, UnaryOp) and expr.op == "reciprocal":
+        return _reciprocal_sqrt(ctx, expr, inputs)
+    if isinstance(expr, CastOp):
+        return _cast_of_widening(ctx, expr, inputs)
+    return None
+
+
+def constant_value(v: Val) -> Any:
+    """A constant's value, or None for any other Val."""
+    return v.value if isinstance(v, Scalar) and v.is_constant else None
+
+
+def is_power_of_two(value: float, compute_ctype: str) -> bool:
+    """True for a constant ±2**k whose reciprocal is exact: 2**k and 2**-k both normal
+    numbers of `compute_ctype` ('float' or 'double')."""
+    if not (math.isfinite(value) and value != 0):
+        return False
+    mantissa, exponent = math.frexp(abs(value))  # abs(value) = mantissa * 2**exponent
+    return mantissa == 0.5 and abs(exponent - 1) <= _NORMAL_EXPONENTS[compute_ctype]
+
+
+def _alias(expr: Expr, v: Val) -> tuple[Val, ...] | None:
+    """(v,) when v can stand for expr's output (same dtype and axes), else None."""
+    out = expr.outputs[0]
+    same_axes = isinstance(v, TensorView) and isinstance(out, TensorView) and v.axes == out.axes
+    if v.dtype is out.dtype and same_axes:
+        return (v,)
+    return None
+
+
+def _pow(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    x, exponent = inputs
+    c = constant_value(exponent)
+    if not x.dtype.is_floating or not isinstance(c, float):
+        return None
+    out = expr.outputs
+    if c == 1.0:
+        return _alias(expr, x)
+    if c == 2.0:
+        return ctx.emit(BinaryOp, (x, x), {"op": "mul"}, out)
+    if c == -1.0:
+        return ctx.emit(UnaryOp, (x,), {"op": "reciprocal"}, out)
+    if c == 0.5:
+        return _guarded_sqrt(ctx, expr, x)
+    return None
+
+
+def _guarded_sqrt(ctx: Any, expr: Expr, x: Val) -> tuple[Val, ...]:
+    """pow(x, 0.5) as where(x == -inf, inf, sqrt(x + 0.0))."""
+    axes = expr.outputs[0].axes  # type: ignore[attr-defined]
+    (plus_zero,) = ctx.emit(
+        BinaryOp, (x, ctx.constant(0.0, x.dtype)), {"op": "add"}, [ctx.new_val(x.dtype, axes)]
+    )
+    (root,) = ctx.emit(UnaryOp, (plus_zero,), {"op": "sqrt"}, [ctx.new_val(x.dtype, axes)])
+    (is_minus_inf,) = ctx.emit(
+        BinaryOp,
+        (x, ctx.constant(-math.inf, x.dtype)),
+        {"op": "eq"},
+        [ctx.new_val(DataType.Bool, axes)],
+    )
+    return ctx.emit(
+        TernaryOp,
+        (is_minus_inf, ctx.constant(math.inf, x.dtype), root),
+        {"op": "where"},
+        expr.outputs,
+    )
+
+
+def _div_by_power_of_two(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    x, divisor = inputs
+    c = constant_value(divisor)
+    if not x.dtype.is_floating or not isinstance(c, float):
+        return None
+    # Kernels compute Half, BFloat16 and Float ops in float (kfuse.codegen.expressions).
+    if not is_power_of_two(c, "double" if divisor.dtype is DataType.Double else "float"):
+        return None
+    return ctx.emit(
+        BinaryOp, (x, ctx.constant(1.0 / c, divisor.dtype)), {"op": "mul"}, expr.outputs
+    )
+
+
+def _reciprocal_sqrt(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    producer = inputs[0].definition
+    if not (isinstance(producer, UnaryOp) and producer.op == "sqrt"):
+        return None
+    return ctx.emit(UnaryOp, (producer.inputs[0],), {"op": "rsqrt"}, expr.outputs)
+
+
+def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    assert isinstance(expr, CastOp)
+    inner = inputs[0].definition
+    if not isinstance(inner, CastOp):
+        return None
+    source = inner.inputs[0]
+    if inner.dtype not in EXACT_WIDENINGS.get(source.dtype, frozenset()):
+        return None
+    if source.dtype is expr.dtype:
+        return _alias(expr, source)
+    return ctx.emit(CastOp, (source,), {"dtype": expr.dtype}, expr.outputs)
+
+
+__all__ = ["EXACT_WIDENINGS", "constant_value", "is_power_of_two", "rewrite"]
