@@ -177,6 +177,8 @@ def test_measure_on_host() -> None:
 
 
 @pytest.mark.slow
+# torch.compile's own import of TorchScript warns of its deprecation (torch 2.13): not kfuse's.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 def test_measure_on_host_with_torch_compile() -> None:
     """The torch.compile peer too (CPU inductor): the peer functions compile as written."""
     case = CASES["softmax_bwd_dim0"]
