@@ -56,3 +56,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per reason tests were skipped, with how many (pytest's -rs lists every
+    location: on a machine without a GPU that is a screenful of the same reason)."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        text = text.removeprefix("Skipped: ")
+        reasons[text] = reasons.get(text, 0) + 1
+    if not reasons:
+        return
+    terminalreporter.write_sep("-", "skipped, by reason")
+    for text, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count:5d}  {text}")
