@@ -21,7 +21,8 @@ Heuristics: V from 16-byte accesses; block_y so that each thread holds about
 VECTORS_PER_THREAD rows, B the rows left per thread; at most MAX_HELD_WORDS 32-bit registers
 of held values a thread, and no more threads a block than the register file holds at
 REGISTER_OVERHEAD registers a thread besides the held ones; block_x up to a warp, halved
-while the column groups give fewer blocks than the device has SMs.
+while the column groups give fewer blocks than the device has SMs, down to the threads that
+read one 32-byte sector of a row.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ REGISTER_OVERHEAD = 48
 """Registers a thread needs besides its held values (indices, bases, the math): a block has
 at most 65536 / (held + REGISTER_OVERHEAD) threads, so launch bounds never force spills."""
 WARP = 32
+SECTOR_BYTES = 32
 
 
 def _plan_and_layout(fusion: Fusion, info: RuntimeInfo) -> tuple[ReductionPlan, ReductionLayout]:
@@ -127,8 +129,12 @@ def choose_held_columns(
         )
     cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
     bx = max(1, min(WARP, pow2_ceil(cols), threads // by))
-    while bx > 1 and -(-cols // bx) < device.sm_count:
-        bx //= 2  # more, narrower blocks rather than idle SMs
+    # More, narrower blocks rather than idle SMs, but a block's threads along x still read
+    # whole 32-byte sectors of each row (narrower, every sector is fetched for a part).
+    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
+    sector = max(1, SECTOR_BYTES // (vector * unit))
+    while bx > sector and -(-cols // bx) < device.sm_count:
+        bx //= 2
     return vector, bx, by, batch
 
 
