@@ -24,6 +24,7 @@ from kfuse.runtime.info import CUDA, RuntimeInfo
 from kfuse.schedule.segmenter import segment_fusion, synthetic_info
 from kfuse.testing import assert_outputs_close
 from norm_fusions import layer_norm_backward, rms_norm_backward
+from outer_norm_fusions import FUSIONS as OUTER_FUSIONS
 
 HIDDEN = [1, 7, 64, 1000, 1024, 4096, 8192, 16384, 32768, 65536, 262144, 1048576]
 ROWS = [1, 3, 16384]
@@ -113,3 +114,21 @@ def test_small_shapes_run_on_the_emulator(name: str, rows: int, hidden: int) -> 
     ]
     out = fd.execute(inputs)
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+
+
+OUTER_REDUCED = [2, 7, 1000, 4096, 16384, 65536, 1048576]
+OUTER_CHANNELS = [1, 3, 64, 1000, 4096, 65536]
+
+
+@pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
+@pytest.mark.parametrize("name", sorted(OUTER_FUSIONS))
+def test_outer_norm_heuristics_give_params_their_scheduler_accepts(name: str, profile: str) -> None:
+    """Outer normalizations (tests/outer_norm_fusions.py) over a grid of column lengths and
+    column counts: outer_persistent's params where it holds the columns, each segment's
+    where it does not."""
+    build, shapes = OUTER_FUSIONS[name]
+    for dtype in (DataType.BFloat16, DataType.Float):
+        fd = build(dtype)
+        for reduced, channels in itertools.product(OUTER_REDUCED, OUTER_CHANNELS):
+            if reduced * channels <= 1 << 30:
+                _kernels_for(fd.fusion, _info(fd, shapes(reduced, channels), profile))

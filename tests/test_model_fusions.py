@@ -65,6 +65,26 @@ def test_kfuse_matches_reference_on_emulator(name: str) -> None:
     _check("kfuse", _kfuse(case, "bfloat16", inputs), case.reference(*inputs))
 
 
+OUTER_NORMS = [
+    "softmax_fwd_dim0",
+    "softmax_bwd_dim0",
+    "batchnorm_fwd_nhwc",
+    "batchnorm_bwd_nhwc",
+    "instancenorm_fwd_nhwc",
+]
+
+
+@pytest.mark.parametrize("name", OUTER_NORMS)
+def test_outer_norms_are_one_outer_persistent_kernel(name: str) -> None:
+    """The outer normalizations (reduced axes outer, channels innermost) at the test size:
+    one segment, which outer_persistent takes (its backward's dweight/dbias of instance
+    norm reduce over other axes, so instancenorm_bwd_nhwc keeps a second segment)."""
+    case = CASES[name]
+    fd, _ = measure.definition(case, "bfloat16")
+    segments = fd.segments(_inputs(case, "bfloat16", case.test_size, "cpu"))
+    assert [s.scheduler.value for s in segments] == ["outer_persistent"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_kfuse_matches_reference_on_emulator_fp32(name: str) -> None:

@@ -143,10 +143,11 @@ def channels_last_batch_norm(dtype: DataType) -> FusionDefinition:
 
 
 def test_casts_of_inputs_are_computed_in_each_segment_not_written_out() -> None:
-    """A half batch norm splits into its statistics and the normalization; both read the
-    half input and widen it themselves, so no float copy of it is written between them."""
+    """A half batch norm whose columns are too long for outer_persistent to hold (10000
+    rows) splits into its statistics and the normalization; both read the half input and
+    widen it themselves, so no float copy of it is written between them."""
     fd = channels_last_batch_norm(DataType.Half)
-    inputs = [rand(4, 5, 6, 40, dtype=np.float16), rand(40, seed=1, dtype=np.float16)]
+    inputs = [rand(4, 50, 50, 8, dtype=np.float16), rand(8, seed=1, dtype=np.float16)]
     segs = fd.segments(inputs)
     assert schedulers(segs) == [RED, PW]
     assert segs[0].inputs[0] == "T0" and segs[1].inputs[0] == "T0"
@@ -174,7 +175,7 @@ def test_a_refused_forwarded_cast_falls_back_to_segments_without_forwarding(
 
     monkeypatch.setattr(PointwiseScheduler, "check", refuses_casts_with_company)
     fd = channels_last_batch_norm(DataType.Half)
-    inputs = [rand(4, 5, 6, 40, dtype=np.float16), rand(40, seed=1, dtype=np.float16)]
+    inputs = [rand(4, 50, 50, 8, dtype=np.float16), rand(8, seed=1, dtype=np.float16)]
     segs = fd.segments(inputs)
     assert len(segs) > 2 and not any("= cast<Float>(T0)" in e for s in segs[1:] for e in s.exprs)
     run_and_check(fd, inputs)

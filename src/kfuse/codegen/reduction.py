@@ -149,7 +149,7 @@ def _store_partials(code: Code, accs: list[Accumulator], index: str) -> None:
 SERIAL_COMBINE_MAX = 8
 """Outer kernels with at most this many threads along the reduced axis and no Welford
 accumulator combine their partials by thread y == 0 in turn; the others go through the tree of
-_combine_over_y (with Welford's division a chain of 7 took 3 us more in a bf16 norm over dim 0
+combine_over_y (with Welford's division a chain of 7 took 3 us more in a bf16 norm over dim 0
 of [64, 65536], 12.4 against 9.0 us on an H200)."""
 
 
@@ -282,7 +282,7 @@ def outer_combine(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) ->
     accs = accumulators(plan)
     if by > SERIAL_COMBINE_MAX or (by > 1 and any(a.welford for a in accs)):
         for a in accs:
-            _combine_over_y(code, a, by, bx, vec, f"acc{a.k}")
+            combine_over_y(code, a, by, bx, vec, f"acc{a.k}")
     elif by > 1:
         # Few cheap partials: thread y == 0 combines them in turn, which costs fewer
         # registers than the tree (W3's kernel keeps 32 and 8 blocks an SM).
@@ -347,7 +347,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     memory latency per partial: with few kept elements (a batch norm over 512 channels has
     4 blocks of them) that took 40 us for 98 partials. So several threads share each kept
     element (finalize_threads_y), each loads FINALIZE_BATCH of its partials at a time, and
-    their results are combined over threadIdx.y in a fixed tree (_combine_over_y), so
+    their results are combined over threadIdx.y in a fixed tree (combine_over_y), so
     results stay deterministic.
     """
     name = kernel_name(plan, spec, "_fin")
@@ -393,7 +393,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
                     code(f"if (p0 + u * {fy} >= {parts}) break;")
                     code(*[a.combine(f"red{a.k}", f"part{a.k}[u]") for a in accs])
         for a in accs:
-            _combine_over_y(code, a, fy, fx, None, f"red{a.k}")
+            combine_over_y(code, a, fy, fx, None, f"red{a.k}")
         with code.block("if (threadIdx.y == 0 && row_ok)"):
             for a in accs:
                 code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
@@ -401,9 +401,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     return code.kernel_source(), name
 
 
-def _combine_over_y(
-    code: Code, a: Accumulator, ny: int, nx: int, vec: int | None, acc: str
-) -> None:
+def combine_over_y(code: Code, a: Accumulator, ny: int, nx: int, vec: int | None, acc: str) -> None:
     """Combine each thread's accumulator `acc` (an array of `vec`, or a scalar
     when vec is None) over threadIdx.y into thread y == 0's, through shared memory.
 

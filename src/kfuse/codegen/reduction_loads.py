@@ -16,10 +16,15 @@ from kfuse.codegen.reduction_spec import (
 
 def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     """Static shared memory the kernel declares for its combines."""
-    biggest = max(a.size for a in accumulators(plan))
+    accs = accumulators(plan)
+    biggest = max(a.size for a in accs)
     per = spec.block_x * spec.block_y
     if spec.kind == "outer":
         per *= spec.vector
+    if spec.kind == "outer_persistent":
+        # per-lane partials; Welford's two passes combine plain sums of its value type
+        per *= spec.vector
+        biggest = max(a.size // len(a.partial_fields) for a in accs)
     return max(16, per * biggest)
 
 

@@ -9,6 +9,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.expr_eval import ExprEvalScheduler
 from kfuse.schedule.inner_outer import InnerOuterPersistentScheduler
+from kfuse.schedule.outer_persistent import OuterPersistentScheduler
 from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler
 from kfuse.schedule.reduction import ReductionScheduler
@@ -75,7 +76,7 @@ SCHEDULERS: list[Any] = [
     ReductionScheduler(),
     InnerPersistentScheduler(),
     InnerOuterPersistentScheduler(),
-    PendingScheduler(SchedulerType.outer_persistent, needs_reduction=True),
+    OuterPersistentScheduler(),
     ExprEvalScheduler(),
 ]
 """Every scheduler, in the order find_compatible_schedulers reports and execute tries them."""

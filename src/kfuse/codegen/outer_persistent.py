@@ -1,0 +1,294 @@
+"""The outer persistent kernel: normalizations over the outer (slow) axes, one pass over memory.
+
+Layout of the work (canonical domain of kfuse.codegen.reduction_plan, reduced axis last, the
+innermost kept axis contiguous in memory), as the outer reduction kernel lays it out
+(kfuse.codegen.reduction.outer_columns):
+
+    columns  groups of V adjacent kept elements along the contiguous kept axis; threadIdx.x
+             walks them (a warp's loads of one reduced row are contiguous), grid-strided over
+             blockIdx.x by block_x groups
+    column   the block's block_y threads along y share it: thread y holds reduced rows
+             y, y + block_y, ..., y + (B - 1) * block_y (B = persistent batch) of its V
+             columns in registers. block_y * B >= the column length.
+
+Per column group: load the held rows of every loop input once, then for each reduction in
+order compute its input from the held values (and earlier results), fold it per lane, combine
+the block_y partials per lane in a fixed tree through shared memory and hand the result to
+every thread of the column (all threads then read the combined value back), then compute the
+full-size outputs from the held values and store them, and thread y == 0 writes the column's
+outputs on the kept axes. Welford reductions take two passes over the held values (mean from
+the column's first value as shift, then the sum of squared deviations), as the inner
+persistent kernel does. Inputs no reduction reads (weight, bias) are not held: they are
+loaded where the full-size outputs are computed.
+"""
+
+from __future__ import annotations
+
+from kfuse.codegen.expressions import compute_ctype, literal
+from kfuse.codegen.kernel import Code, kernel_header, load_vector, store_vector
+from kfuse.codegen.layout import BCAST
+from kfuse.codegen.reduction import combine_over_y, outer_columns
+from kfuse.codegen.reduction_functions import (
+    epilogue_call,
+    functions_source,
+    kernel_name,
+    result_args,
+    scalar_names,
+    stage_call,
+    streamed_inputs,
+    tensor_params,
+)
+from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.reduction_spec import (
+    Accumulator,
+    ReductionKernelSpec,
+    accumulators,
+    result_assignments,
+)
+from kfuse.codegen.registers import register_array
+from kfuse.ir.exprs import WelfordOp
+
+KIND = "outer_persistent"
+
+
+def held_inputs(plan: ReductionPlan) -> list[int]:
+    """Loop inputs a reduction reads: held in registers across the reductions."""
+    streamed = streamed_inputs(plan)
+    return [i for i in range(len(plan.loop_inputs)) if i not in streamed]
+
+
+def _placeholder(ctype: str) -> str:
+    """A value-initialised `ctype` for the inputs a stage does not read ("long long{}" is no
+    C++: multi-word types are cast)."""
+    return f"static_cast<{ctype}>(0)" if " " in ctype else f"{ctype}{{}}"
+
+
+def _element(spec: ReductionKernelSpec, i: int, b: str) -> str:
+    """Lane j of loop input i's slot b (a broadcast operand holds one element a slot)."""
+    return f"x{i}[{b}]" if spec.loop_kinds[i] == BCAST else f"x{i}[{b}][j]"
+
+
+def _declare(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, i: int, count: int
+) -> None:
+    ctype = plan.loop_inputs[i].val.dtype.cuda_type
+    code.extend(
+        [
+            register_array(
+                f"x{i}", ctype, spec.loop_kinds[i], spec.vector, count, code.indent, zero=True
+            )
+        ]
+    )
+
+
+def _load_slot(code: Code, spec: ReductionKernelSpec, i: int, slot: str, row: str) -> None:
+    """Load input i's V columns of reduced row `row` into x<i>[slot]: one vector access
+    where the group is whole (and the operand allows), lane by lane where the group is cut
+    by the end of the columns."""
+    vec = spec.vector
+    at = f"base_in{i} + {row} * rs_in{i}"
+    with code.block(f"if (nvalid == {vec})"):
+        code.extend(
+            load_vector(
+                spec.loop_kinds[i],
+                f"x{i}[{slot}]",
+                f"in{i}",
+                vec,
+                code.indent,
+                at=at,
+                element_at=f"{at} + j * step_in{i}",
+                bcast_at=at,
+            )
+        )
+        code.otherwise()
+        if spec.loop_kinds[i] == BCAST:
+            code(f"x{i}[{slot}] = kf::load(in{i}, {at});")
+        else:
+            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                code(f"if (j < nvalid) x{i}[{slot}][j] = kf::load(in{i}, {at} + j * step_in{i});")
+
+
+def _slots(code: Code, spec: ReductionKernelSpec, body: list[str]) -> None:
+    """`body` for every held element of this thread inside the data: slot b (reduced row r),
+    lane j."""
+    with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
+        code(f"const Index r = (Index)threadIdx.y + (Index)b * {spec.block_y};")
+        with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
+            with code.block("if (col_ok && r < n_red && j < nvalid)"):
+                code(*body)
+
+
+def _results(plan: ReductionPlan, ks: range | list[int]) -> list[str]:
+    """Lane j's result variables of reductions `ks` (r<k>, or r<k>_avg/_m2/_n) from their
+    per-lane arrays."""
+    lines = []
+    for k in ks:
+        red = plan.reductions[k]
+        if isinstance(red, WelfordOp):
+            t = compute_ctype(red.inputs[0].dtype)
+            nan = literal(float("nan"), red.inputs[0].dtype)
+            lines += [
+                f"const {t} r{k}_avg = avg{k}[j];",
+                f"const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k}[j];",
+                f"const long long r{k}_n = (long long)n_red;",
+            ]
+        else:
+            lines += result_assignments(plan, k, f"acc{k}[j]", "n_red")
+    return lines
+
+
+def _combined_everywhere(
+    code: Code, acc: Accumulator, spec: ReductionKernelSpec, values: str
+) -> None:
+    """Combine the per-lane array `values` over threadIdx.y (a fixed tree: deterministic) and
+    give every thread of the column the total, read back from thread y == 0's slots."""
+    bx, vec = spec.block_x, spec.vector
+    combine_over_y(code, acc, spec.block_y, bx, vec, values)
+    with code.block():
+        code(f"const {acc.ctype}* scratch = reinterpret_cast<const {acc.ctype}*>(kf_smem);")
+        code(f"for (int j = 0; j < {vec}; ++j) {values}[j] = scratch[threadIdx.x * {vec} + j];")
+    code("__syncthreads();")  # the scratch is free for the next combine
+
+
+def _stage(plan: ReductionPlan, name: str, spec: ReductionKernelSpec, k: int, b: str) -> str:
+    streamed = streamed_inputs(plan)
+    loaded = [
+        _placeholder(u.val.dtype.cuda_type) if i in streamed else _element(spec, i, b)
+        for i, u in enumerate(plan.loop_inputs)
+    ]
+    return stage_call(plan, name, k, loaded)
+
+
+def _dependencies(plan: ReductionPlan, k: int) -> list[str]:
+    return _results(plan, range(k))
+
+
+def _reduce(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int) -> None:
+    """Reduction k over the held column: per-lane partials, combined over the block."""
+    acc = accumulators(plan)[k]
+    red = plan.reductions[k]
+    vec = spec.vector
+    earlier = _dependencies(plan, k)
+    if not isinstance(red, WelfordOp):
+        # acc<k>[V] is declared (identity) by outer_columns
+        _slots(code, spec, [*earlier, acc.update(f"acc{k}[j]", _stage(plan, name, spec, k, "b"))])
+        _combined_everywhere(code, acc, spec, f"acc{k}")
+        return
+    t = acc.value_type
+    total = Accumulator(k, False, t, "sum")
+    zero = ", ".join([f"({t})0"] * vec)
+    streamed = streamed_inputs(plan)
+    # The shift: the column's first value where finite (as in the inner persistent kernel),
+    # which every thread loads itself (row 0 of its columns).
+    first = [
+        _placeholder(u.val.dtype.cuda_type)
+        if i in streamed
+        else f"kf::load(in{i}, base_in{i})"
+        if spec.loop_kinds[i] == BCAST
+        else f"kf::load(in{i}, base_in{i} + j * step_in{i})"
+        for i, u in enumerate(plan.loop_inputs)
+    ]
+    code(f"{t} shift{k}[{vec}] = {{{zero}}};", f"{t} sum{k}[{vec}] = {{{zero}}};")
+    with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+        with code.block("if (col_ok && n_red > 0 && j < nvalid)"):
+            code(*earlier, f"const {t} v0 = {stage_call(plan, name, k, first)};")
+            code(f"shift{k}[j] = kf::isfinite(v0) ? v0 : ({t})0;")
+    _slots(
+        code, spec, [*earlier, f"sum{k}[j] += {_stage(plan, name, spec, k, 'b')} - shift{k}[j];"]
+    )
+    _combined_everywhere(code, total, spec, f"sum{k}")
+    code(f"{t} avg{k}[{vec}];", f"{t} m2_{k}[{vec}] = {{{zero}}};")
+    code(f"for (int j = 0; j < {vec}; ++j) avg{k}[j] = shift{k}[j] + sum{k}[j] / ({t})n_red;")
+    _slots(
+        code,
+        spec,
+        [
+            *earlier,
+            f"const {t} d = {_stage(plan, name, spec, k, 'b')} - avg{k}[j];",
+            f"m2_{k}[j] += d * d;",
+        ],
+    )
+    _combined_everywhere(code, total, spec, f"m2_{k}")
+
+
+def _store_full(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> None:
+    """The full-size outputs of every held element, stored a vector a slot where the group is
+    whole."""
+    vec = spec.vector
+    outs = plan.fusion.outputs
+    streamed = sorted(streamed_inputs(plan))
+    kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
+    n_red = len(plan.reductions)
+    args = [_element(spec, i, "0" if i in streamed else "b") for i in range(len(plan.loop_inputs))]
+    args += list(scalar_names(plan).values()) + result_args(plan, range(n_red))
+    args += [f"y{k}[j]" for k in plan.loop_outputs]
+    with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
+        code(f"const Index r = (Index)threadIdx.y + (Index)b * {spec.block_y};")
+        with code.block("if (col_ok && r < n_red)"):
+            for i in streamed:
+                _declare(code, plan, spec, i, 1)
+                _load_slot(code, spec, i, "0", "r")
+            code(*[f"kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};" for k in plan.loop_outputs])
+            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                code(*_results(plan, range(n_red)), f"{name}_full({', '.join(args)});")
+            with code.block(f"if (nvalid == {vec})"):
+                for k in plan.loop_outputs:
+                    at = f"base_out{k} + r * rs_out{k}"
+                    code.extend(
+                        store_vector(
+                            kinds[k],
+                            f"out{k}",
+                            f"y{k}",
+                            vec,
+                            code.indent,
+                            at=at,
+                            element_at=f"{at} + j * step_out{k}",
+                        )
+                    )
+                code.otherwise()
+                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                    with code.block("if (j < nvalid)"):
+                        code(
+                            *[
+                                f"kf::store(out{k}, base_out{k} + r * rs_out{k} + "
+                                f"j * step_out{k}, y{k}[j]);"
+                                for k in plan.loop_outputs
+                            ]
+                        )
+
+
+def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
+    """Source and name of the outer persistent kernel (see the module docstring)."""
+    from kfuse.codegen.runtime_header import runtime_header
+
+    name = kernel_name(plan, spec)
+    vec = spec.vector
+    code = Code()
+    code.extend([runtime_header(), ""])
+    code.extend(functions_source(plan, name, stages=True, full=True, epilogue=True))
+    params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
+    threads = spec.block_x * spec.block_y
+    code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
+    with outer_columns(code, plan, spec, "(Index)1", list(plan.loop_outputs)):
+        for i in held_inputs(plan):
+            _declare(code, plan, spec, i, spec.unroll)
+        with code.block("if (col_ok)"):
+            with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
+                code(f"const Index r = (Index)threadIdx.y + (Index)b * {spec.block_y};")
+                with code.block("if (r < n_red)"):
+                    for i in held_inputs(plan):
+                        _load_slot(code, spec, i, "b", "r")
+        for k in range(len(plan.reductions)):
+            _reduce(code, plan, spec, name, k)
+        if plan.loop_outputs:
+            _store_full(code, plan, spec, name)
+        if plan.row_outputs:
+            with code.block("if (threadIdx.y == 0 && col_ok)"):
+                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                    code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
+                    code(*_results(plan, range(len(plan.reductions))))
+                    epilogue_call(code, plan, name, "row", range(spec.rank - 1))
+    return code.kernel_source(), name
+
+
+__all__ = ["KIND", "emit_outer_persistent", "held_inputs"]

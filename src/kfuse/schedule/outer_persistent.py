@@ -1,0 +1,271 @@
+"""The outer_persistent scheduler: normalizations over the outer (slow) axes in one kernel.
+
+Takes the reduction fusions inner_persistent leaves to it: the un-reduced values are needed
+again after a reduction (softmax over axis 0, a channels-last batch or instance norm), and
+the reduced axis is not the innermost in memory while the innermost kept axis is (every loop
+operand that walks the reduced axis does so with a stride). Each block holds whole columns
+in registers (kfuse.codegen.outer_persistent); a column longer than one block holds is
+rejected, so the segmenter splits such a fusion (statistics by the reduction scheduler, its
+grid reduction included, then a pointwise kernel). A one-kernel grid-wide combine would need
+a grid barrier, which the kernel ABI has no cooperative launch for.
+
+ReductionParams ("outer_persistent") as this scheduler reads them (persistent = True,
+fastest_dim_reduction = False):
+* vectorize_iter: V adjacent columns per thread (16-byte accesses along the contiguous axis);
+* block_x: threads along the columns (groups of V); block_y: threads splitting a column;
+* persistent_batch_size: B reduced rows each thread holds: block_y * B must cover a column;
+* grid_x: blocks over the column groups (grid-strided); grid_y must be 1;
+* smem_persistent False, reload_batch_size 0, cluster_size 1, unroll_iter 1;
+* cparams.index_type as for the reduction scheduler.
+Heuristics: V from 16-byte accesses; block_y so that each thread holds about
+VECTORS_PER_THREAD rows, B the rows left per thread; at most MAX_HELD_WORDS 32-bit registers
+of held values a thread, and no more threads a block than the register file holds at
+REGISTER_OVERHEAD registers a thread besides the held ones; block_x up to a warp, halved
+while the column groups give fewer blocks than the device has SMs, down to the threads that
+read one 32-byte sector of a row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.outer_persistent import KIND, emit_outer_persistent, held_inputs
+from kfuse.codegen.reduction_loads import smem_bytes
+from kfuse.codegen.reduction_plan import (
+    PlanError,
+    ReductionLayout,
+    ReductionPlan,
+    plan_reductions,
+    reduction_layout,
+    vector_ok,
+)
+from kfuse.codegen.reduction_spec import ReductionKernelSpec
+from kfuse.errors import SchedulerError
+from kfuse.ir.fusion import Fusion
+from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.persistent import MAX_BATCH, MAX_HELD_WORDS, VECTORS_PER_THREAD
+from kfuse.schedule.reduction import (
+    MAX_GRID_X,
+    STATIC_SMEM_LIMIT,
+    _int,
+    fill_launch_params,
+    operand_list,
+    pick_vector,
+    pow2_ceil,
+    validate_common,
+)
+from kfuse.schedule.types import Rejection, SchedulerType
+
+MAX_BLOCK_THREADS = 1024
+REGISTER_OVERHEAD = 48
+"""Registers a thread needs besides its held values (indices, bases, the math): a block has
+at most 65536 / (held + REGISTER_OVERHEAD) threads, so launch bounds never force spills."""
+WARP = 32
+SECTOR_BYTES = 32
+
+
+def _plan_and_layout(fusion: Fusion, info: RuntimeInfo) -> tuple[ReductionPlan, ReductionLayout]:
+    try:
+        plan = plan_reductions(fusion)
+        return plan, reduction_layout(plan, info)
+    except PlanError as exc:
+        raise Rejection(str(exc)) from None
+
+
+def is_outer_normalization(layout: ReductionLayout) -> bool:
+    """The layouts inner_persistent leaves to this scheduler (its check's complement): more
+    than one column and row, no loop operand contiguous along the reduced axis, one
+    contiguous along the innermost kept axis."""
+    return (
+        layout.n_rows > 1
+        and layout.red_size > 1
+        and bool(layout.loop)
+        and not any(op.red_stride == 1 for op in layout.loop)
+        and any(op.strides[-2] == 1 for op in layout.loop)
+    )
+
+
+def slot_words(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
+    """32-bit registers one held slot (one reduced row of a thread's V columns) takes."""
+    held = held_inputs(plan)
+    nbytes = sum(
+        plan.loop_inputs[i].val.dtype.itemsize * (1 if layout.loop[i].strides[-2] == 0 else vector)
+        for i in held
+    )
+    return max(1, -(-nbytes // 4))
+
+
+def _pow2_floor(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def choose_held_columns(
+    plan: ReductionPlan, layout: ReductionLayout, device: Any
+) -> tuple[int, int, int, int]:
+    """(vector, block_x, block_y, batch) holding whole columns in registers; Rejection when a
+    column is too long for one block to hold."""
+    n_red, n_in = layout.red_size, layout.kept_sizes[-1]
+    full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
+    vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
+    words = slot_words(plan, layout, vector)
+    max_batch = min(MAX_BATCH, MAX_HELD_WORDS // words)
+    by = min(MAX_BLOCK_THREADS, pow2_ceil(-(-n_red // VECTORS_PER_THREAD)))
+    batch = -(-n_red // by)
+    threads = min(MAX_BLOCK_THREADS, _pow2_floor(65536 // (batch * words + REGISTER_OVERHEAD)))
+    if by > threads:
+        by = threads
+        batch = -(-n_red // by)
+    held = batch * words
+    if batch > max_batch or by * (held + REGISTER_OVERHEAD) > 65536:
+        raise Rejection(
+            f"a column of {n_red} elements is too long to hold in one block: with {by} "
+            f"threads along it each holds {batch} rows of {vector} column(s), {held} "
+            f"registers of held values (at most {MAX_HELD_WORDS}, and {65536} a block); "
+            "columns this long are not held persistently (the segmenter splits the fusion)"
+        )
+    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    bx = max(1, min(WARP, pow2_ceil(cols), threads // by))
+    # More, narrower blocks rather than idle SMs, but a block's threads along x still read
+    # whole 32-byte sectors of each row (narrower, every sector is fetched for a part).
+    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
+    sector = max(1, SECTOR_BYTES // (vector * unit))
+    while bx > sector and -(-cols // bx) < device.sm_count:
+        bx //= 2
+    return vector, bx, by, batch
+
+
+class OuterPersistentScheduler:
+    """Schedules outer normalizations into one persistent kernel (see the module docstring)."""
+
+    scheduler_type = SchedulerType.outer_persistent
+    generates_kernels = True
+
+    def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
+        try:
+            plan = plan_reductions(fusion)
+        except PlanError as exc:
+            raise Rejection(str(exc)) from None
+        if not plan.needs_persistence:
+            raise Rejection(
+                "no value needs the un-reduced input after a reduction; the "
+                "reduction scheduler takes this fusion"
+            )
+        if info is None:
+            return
+        plan, layout = _plan_and_layout(fusion, info)
+        if not is_outer_normalization(layout):
+            raise Rejection(
+                "the reduced axis is the innermost in memory, or there is one row or "
+                "column: an inner normalization (inner_persistent's job)"
+            )
+        choose_held_columns(plan, layout, info.device)  # Rejection: not held
+
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """The kernel `params` generate for this call (GeneratedKernel; not compiled)."""
+        return [outer_persistent_kernel(fusion, info, params)]
+
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+        from kfuse._C import ReductionParams
+
+        plan, layout = _plan_and_layout(fusion, info)
+        vector, bx, by, batch = choose_held_columns(plan, layout, info.device)
+        n_in = layout.kept_sizes[-1]
+        cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+        params = ReductionParams(KIND)
+        params.fastest_dim_reduction = False
+        params.persistent = True
+        params.persistent_batch_size = batch
+        params.vectorize_iter = vector
+        params.unroll_reduction = 1
+        params.block_x, params.block_y = bx, by
+        params.grid_x = max(1, min(MAX_GRID_X, -(-cols // bx)))
+        params.grid_y = 1
+        params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
+        fill_launch_params(params, plan)
+        return params
+
+
+def outer_persistent_spec(
+    plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
+) -> ReductionKernelSpec:
+    """The compile-time description of `params` for this call's layout; SchedulerError naming
+    the field when they cannot run it."""
+    if not bool(params.persistent):
+        raise SchedulerError(f"{KIND} needs ReductionParams.persistent = True")
+    if bool(params.fastest_dim_reduction):
+        raise SchedulerError(f"{KIND} needs fastest_dim_reduction = False")
+    for field, want in (("reload_batch_size", 0), ("cluster_size", 1), ("grid_y", 1)):
+        if _int(params, field) != want:
+            raise SchedulerError(
+                f"ReductionParams.{field} = {getattr(params, field)}: {KIND} holds whole "
+                f"columns in one block (use {want})"
+            )
+    if bool(params.smem_persistent):
+        raise SchedulerError(f"{KIND} holds columns in registers: smem_persistent must be False")
+    vector = _int(params, "vectorize_iter")
+    batch = _int(params, "persistent_batch_size")
+    validate_common(params, KIND, vector, batch, device)
+    by = _int(params, "block_y")
+    if by * batch < layout.red_size:
+        raise SchedulerError(
+            f"ReductionParams hold block_y * persistent_batch_size = {by} * {batch} rows "
+            f"per column, fewer than the column's {layout.red_size}"
+        )
+    axis = layout.rank - 2
+
+    def kind(op: Any) -> str:
+        if op.strides[axis] == 0:
+            return BCAST
+        return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
+
+    index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) else "int"
+    spec = ReductionKernelSpec(
+        KIND,
+        layout.rank,
+        vector,
+        batch,
+        _int(params, "block_x"),
+        by,
+        1,
+        index,
+        tuple(kind(op) for op in layout.loop),
+        tuple(
+            STRIDED if kind(layout.outputs[k]) == BCAST else kind(layout.outputs[k])
+            for k in plan.loop_outputs
+        ),
+        launch_bounds=params.cparams.maxrregcount is None,
+    )
+    if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
+        raise SchedulerError(
+            f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared memory for the "
+            f"block combine (limit {STATIC_SMEM_LIMIT}); use fewer threads or a narrower vector"
+        )
+    return spec
+
+
+def outer_persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
+    """The outer persistent kernel for `params` and its launch (a GeneratedKernel)."""
+    from kfuse.runtime.launch import GeneratedKernel
+
+    try:
+        plan = plan_reductions(fusion)
+        layout = reduction_layout(plan, info)
+    except PlanError as exc:
+        raise SchedulerError(f"{KIND}: {exc}") from None
+    spec = outer_persistent_spec(plan, layout, params, info.device)
+    source, name = emit_outer_persistent(plan, spec)
+    ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
+    return GeneratedKernel(
+        name,
+        source,
+        (_int(params, "grid_x"), 1, 1),
+        (spec.block_x, spec.block_y, 1),
+        0,
+        ops,
+        KIND,
+        spec,
+    )
