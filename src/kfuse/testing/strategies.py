@@ -305,7 +305,7 @@ class _Gen:
         pattern = self.draw(
             st.sampled_from(
                 ["softmax", "log_softmax", "layer_norm", "rms_norm", "var_mean", "center"]
-                + (["backward", "backward"] if v.ndim > 1 else [])
+                + (["backward", "backward", "batch_norm"] if v.ndim > 1 else [])
             )
         )
         dim = self.draw(st.integers(0, v.ndim - 1))
@@ -334,6 +334,13 @@ class _Gen:
                 out = o.layer_norm(v, w, b, normalized_ndim=k)
             else:
                 out = o.rms_norm(v, w, normalized_ndim=k)
+        elif pattern == "batch_norm":
+            # Statistics over every axis but one (a batch norm's channel; the last one in
+            # channels-last layouts, outer_persistent's fusions), the input normalized by them.
+            keep = v.ndim - 1 if self.draw(st.booleans()) else dim
+            others = [d for d in range(v.ndim) if d != keep]
+            var, mean = o.var_mean(v, others, correction=0, keepdim=True)
+            out = o.mul(o.sub(v, mean), o.rsqrt(o.add(var, 1e-5)))
         elif pattern == "var_mean":
             var, mean = o.var_mean(v, [dim], keepdim=True)
             self.results.append(_Entry(mean, False, x.bound))
