@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from kfuse import schedule
+from kfuse.codegen.transpose import tile_bytes
 from kfuse.dtypes import DataType
 from kfuse.errors import ParamsError, SchedulerError
 from kfuse.frontend import FusionDefinition
@@ -286,3 +287,38 @@ def test_benchmark_workloads_keep_their_schedulers(monkeypatch: pytest.MonkeyPat
         assert TR not in found, w.id
         if w.id in ("W1", "W1f"):
             assert found[0] is SchedulerType.pointwise
+
+
+def _many_inputs(n: int, dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        xs = [fd.define_tensor(shape=[-1, -1], dtype=dtype) for _ in range(n)]
+        total = xs[0]
+        for x in xs[1:]:
+            total = fd.ops.add(total, x)
+        fd.add_output(total)
+    return fd
+
+
+@pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
+def test_heuristics_give_params_their_kernels_accept(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over sizes up to int64 offsets and up to 12 tiled operands (whose 64 x 64 tiles no
+    longer fit in shared memory: 32 x 32 then), the automatic params always make a kernel;
+    fusions whose 32 x 32 tiles do not fit are rejected."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
+    scheduler = schedule.registry.scheduler_for(TR)
+    for dtype in (DataType.Bool, DataType.BFloat16, DataType.Float, DataType.Double):
+        item = np.dtype(NUMPY[dtype]).itemsize
+        for rows, cols in [(32, 32), (33, 4097), (8192, 40), (65536, 40000)]:
+            for n in (1, 3, 12):
+                fd = _many_inputs(n, dtype)
+                buf = np.empty(1, NUMPY[dtype])
+                x = np.lib.stride_tricks.as_strided(buf, (rows, cols), (item, rows * item))
+                inputs = [x] * n
+                if not schedule.can_schedule(fd.fusion, TR, inputs)[0]:
+                    assert n * tile_bytes(item, 32, 32) > 48 * 1024  # 32 x 32 tiles
+                    continue
+                hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+                (kernel,) = scheduler.kernels(fd.fusion, _info(fd, inputs), hp)
+                assert kernel.grid[0] >= 1 and kernel.block == (32, hp.block_y, 1)
