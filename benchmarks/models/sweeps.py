@@ -44,3 +44,8 @@ TRANSPOSE = ((16, 4096, 2048), (512, 512, 512))
 TRANSPOSE_QUICK = ((16, 4096, 2048),)
 TEST_3D = (36, 40, 33)  # the emulator test: every tile axis at least a warp long
 GPU_TEST_3D = (8, 1024, 520)  # not a multiple of the tile: the guards run
+
+# Broadcast add of a vector to a [rows, columns] input stored with axis 0 fastest.
+BCAST_ADD = ((16384, 8192), (8192, 16384))
+BCAST_ADD_QUICK = ((16384, 8192),)
+TEST_2D_TILED = (67, 131)

@@ -13,7 +13,16 @@ from typing import Any
 
 from kfuse import DataType, FusionDefinition
 from models.case import Case, Shape, demote, promote, randn
-from models.sweeps import GPU_TEST_3D, TEST_3D, TRANSPOSE, TRANSPOSE_QUICK
+from models.sweeps import (
+    BCAST_ADD,
+    BCAST_ADD_QUICK,
+    GPU_TEST_2D,
+    GPU_TEST_3D,
+    TEST_2D_TILED,
+    TEST_3D,
+    TRANSPOSE,
+    TRANSPOSE_QUICK,
+)
 
 AXES = ((0, 1), (0, 2), (1, 2))
 
@@ -78,4 +87,64 @@ CASES = [
         GPU_TEST_3D,
     )
     for axes in AXES
+]
+
+
+def bcast_add_definition(bcast_axis: int) -> Any:
+    def define(dtype: DataType) -> FusionDefinition:
+        # from test_bcast_add.py::bcast_add_fusion (contiguous=False: stride_order [0, 1])
+        with FusionDefinition() as fd:
+            v = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype, stride_order=[0])
+            x = fd.define_tensor(
+                shape=[-1, -1], contiguity=[True, True], dtype=dtype, stride_order=[0, 1]
+            )
+            shape = [fd.ops.size(x, 0), fd.ops.size(x, 1)]
+            b = fd.ops.broadcast_in_dim(v, shape=shape, broadcast_dims=[1 - bcast_axis])
+            fd.add_output(
+                demote(fd, fd.ops.add(promote(fd, x, dtype), promote(fd, b, dtype)), dtype)
+            )
+        return fd
+
+    return define
+
+
+def bcast_add_torch(bcast_axis: int) -> Any:
+    def fn(v: Any, x: Any) -> tuple[Any]:
+        b = v.unsqueeze(bcast_axis).float()
+        return ((x.float() + b).to(x.dtype).contiguous(),)
+
+    fn.__name__ = f"bcast_add_strided_dim{bcast_axis}"
+    return fn
+
+
+def bcast_add_reference(bcast_axis: int) -> Any:
+    def fn(v: Any, x: Any) -> tuple[Any]:
+        return (x.double() + v.unsqueeze(bcast_axis).double(),)
+
+    return fn
+
+
+def _bcast_inputs(bcast_axis: int) -> Any:
+    def make(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
+        x = randn(torch, shape[::-1], dtype, device).t()  # stride_order [0, 1]: axis 0 fastest
+        return [randn(torch, (shape[1 - bcast_axis],), dtype, device), x]
+
+    return make
+
+
+CASES += [
+    Case(
+        "transpose",
+        f"bcast_add_strided_dim{axis}",
+        "test_bcast_add.py::bcast_add_fusion",
+        bcast_add_definition(axis),
+        bcast_add_torch(axis),
+        bcast_add_reference(axis),
+        _bcast_inputs(axis),
+        BCAST_ADD,
+        BCAST_ADD_QUICK,
+        TEST_2D_TILED,
+        GPU_TEST_2D,
+    )
+    for axis in (0, 1)
 ]
