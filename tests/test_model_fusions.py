@@ -92,7 +92,6 @@ def test_outer_norms_are_one_outer_persistent_kernel(name: str) -> None:
         ("transpose_02", "transpose"),
         ("transpose_12", "transpose"),
         ("bcast_add_strided_dim0", "transpose"),
-        ("bcast_add_strided_dim1", "transpose"),
     ],
 )
 def test_transposes_moving_the_innermost_axis_are_one_transpose_kernel(
