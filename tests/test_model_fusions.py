@@ -85,6 +85,26 @@ def test_outer_norms_are_one_outer_persistent_kernel(name: str) -> None:
     assert [s.scheduler.value for s in segments] == ["outer_persistent"]
 
 
+@pytest.mark.parametrize(
+    ("name", "scheduler"),
+    [
+        ("transpose_01", "pointwise"),
+        ("transpose_02", "transpose"),
+        ("transpose_12", "transpose"),
+        ("bcast_add_strided_dim0", "transpose"),
+    ],
+)
+def test_transposes_moving_the_innermost_axis_are_one_transpose_kernel(
+    name: str, scheduler: str
+) -> None:
+    """Swapping the two outer axes keeps the innermost one: a pointwise kernel; swapping it
+    with another is the transpose scheduler's, at the test size as on the GPU."""
+    case = CASES[name]
+    fd, _ = measure.definition(case, "bfloat16")
+    segments = fd.segments(_inputs(case, "bfloat16", case.test_size, "cpu"))
+    assert [s.scheduler.value for s in segments] == [scheduler]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_kfuse_matches_reference_on_emulator_fp32(name: str) -> None:

@@ -35,7 +35,12 @@ def run_and_compare(fd: FusionDefinition, inputs: list) -> None:
     expected = evaluate(fd.fusion, inputs)
     actual = fd.execute(inputs)
     # SchedulerType.none: segmented (outputs of unrelated shapes need one kernel each).
-    assert fd.last_scheduler() in (SchedulerType.pointwise, SchedulerType.no_op, SchedulerType.none)
+    assert fd.last_scheduler() in (
+        SchedulerType.pointwise,
+        SchedulerType.transpose,
+        SchedulerType.no_op,
+        SchedulerType.none,
+    )
     assert_outputs_close(fd.fusion, actual, expected, inputs)
 
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import re
 
-from models import batchnorm, groupnorm, norms, softmax
+from models import batchnorm, groupnorm, norms, softmax, transpose
 from models.case import Case
 
-CASES: list[Case] = [*norms.CASES, *softmax.CASES, *groupnorm.CASES, *batchnorm.CASES]
+CASES: list[Case] = [
+    *norms.CASES,
+    *softmax.CASES,
+    *groupnorm.CASES,
+    *batchnorm.CASES,
+    *transpose.CASES,
+]
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 

@@ -36,3 +36,15 @@ TEST_2D = (12, 80)
 GPU_TEST_2D = (1024, 4096)
 TEST_SPATIAL = (2, 32, 3, 5)  # C = 32: every group count divides it
 GPU_TEST_SPATIAL = (32, 128, 28, 28)
+
+# Transposes of [B, M, N] (nvFuser's test_transpose.py sweeps 3-D sizes of
+# generate_input_sizes(dims=3)): a short batch of long planes, 3 x 268 MB (bf16) moved.
+TRANSPOSE = ((16, 4096, 2048),)  # one size: the suite's 5-minute budget (70 case-shapes)
+TRANSPOSE_QUICK = ((16, 4096, 2048),)
+TEST_3D = (36, 40, 33)  # the emulator test: every tile axis at least a warp long
+GPU_TEST_3D = (8, 1024, 520)  # not a multiple of the tile: the guards run
+
+# Broadcast add of a vector to a [rows, columns] input stored with axis 0 fastest.
+BCAST_ADD = ((16384, 8192),)
+BCAST_ADD_QUICK = ((16384, 8192),)
+TEST_2D_TILED = (67, 131)

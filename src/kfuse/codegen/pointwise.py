@@ -120,7 +120,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     name = kernel_name(plan, spec)
     rank, vec, unroll = spec.rank, spec.vector, spec.unroll
     n_in, n_out = len(plan.domain.input_uses), len(plan.fusion.outputs)
-    body, call = _body_function(plan, name)
+    body, call = element_body_function(plan, name)
     code = Code()
     code.extend([runtime_header(), "", *body, ""])
     threads = spec.block_x * spec.block_y
@@ -170,7 +170,7 @@ def _kernel_params(plan: PointwisePlan, spec: PointwiseKernelSpec) -> list[str]:
     return params
 
 
-def _body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Callable[..., str]]:
+def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Callable[..., str]]:
     """The element body as a device function of the loaded input values (and the scalars),
     writing each output through a reference; and call(loaded, outs), the statement calling it."""
     domain = plan.domain

@@ -13,6 +13,7 @@ from kfuse.schedule.outer_persistent import OuterPersistentScheduler
 from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler
 from kfuse.schedule.reduction import ReductionScheduler
+from kfuse.schedule.transpose import TransposeScheduler
 from kfuse.schedule.types import Rejection, SchedulerType
 
 
@@ -72,6 +73,9 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 SCHEDULERS: list[Any] = [
     NoOpScheduler(),
+    # Before pointwise, which takes every fusion it does: it declines all but those whose
+    # operands disagree on the innermost axis.
+    TransposeScheduler(),
     PointwiseScheduler(),
     ReductionScheduler(),
     InnerPersistentScheduler(),

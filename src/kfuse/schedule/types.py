@@ -14,6 +14,7 @@ class SchedulerType(enum.Enum):
 
     none = "none"
     no_op = "no_op"
+    transpose = "transpose"
     pointwise = "pointwise"
     reduction = "reduction"
     inner_persistent = "inner_persistent"

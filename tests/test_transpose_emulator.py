@@ -1,0 +1,324 @@
+"""The transpose scheduler on the host emulator against the float64 reference: transposed
+views in, permutes inside the fusion, several operands in different orders, broadcasts,
+casts, odd and degenerate extents, special values, every storage dtype; edited params and
+their validation; what the H200 heuristics pick; and that fusions whose operands agree on
+the innermost axis (the benchmark workloads W1-W6 among them) keep their schedulers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kfuse import schedule
+from kfuse.codegen.transpose import tile_bytes
+from kfuse.dtypes import DataType
+from kfuse.errors import ParamsError, SchedulerError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+from kfuse.schedule.transpose_params import TransposeParams
+from kfuse.testing import assert_outputs_close
+
+TR = SchedulerType.transpose
+NUMPY = {
+    DataType.BFloat16: ml_dtypes.bfloat16,
+    DataType.Half: np.float16,
+    DataType.Float: np.float32,
+    DataType.Double: np.float64,
+    DataType.Int32: np.int32,
+    DataType.Int: np.int64,
+    DataType.Bool: np.bool_,
+}
+
+
+def values(shape: tuple[int, ...], dtype: DataType = DataType.Float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype is DataType.Bool:
+        return rng.random(shape) < 0.5
+    if dtype in (DataType.Int32, DataType.Int):
+        return rng.integers(-50, 50, shape).astype(NUMPY[dtype])
+    return rng.standard_normal(shape).astype(NUMPY[dtype])
+
+
+def transposed(
+    shape: tuple[int, int], dtype: DataType = DataType.Float, seed: int = 0
+) -> np.ndarray:
+    """A [rows, cols] view of a contiguous [cols, rows] array: unit stride along axis 0."""
+    return values(shape[::-1], dtype, seed).T
+
+
+def run(fd: FusionDefinition, inputs: list, scheduler: SchedulerType | None = TR) -> list:
+    expected = evaluate(fd.fusion, inputs)
+    actual = fd.execute(inputs)
+    if scheduler is not None:
+        assert fd.last_scheduler() is scheduler
+    assert_outputs_close(fd.fusion, actual, expected, inputs)
+    return actual
+
+
+def unary(op: str, dtype: DataType = DataType.Float, rank: int = 2) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, dtype=dtype)
+        fd.add_output(getattr(fd.ops, op)(x, x) if op in ("add", "mul") else getattr(fd.ops, op)(x))
+    return fd
+
+
+@pytest.mark.parametrize("shape", [(67, 131), (32, 32), (33, 97), (131, 67), (200, 40)])
+def test_2d_transposed_input(shape: tuple[int, int]) -> None:
+    fd = unary("add")
+    out = run(fd, [transposed(shape)])[0]
+    assert out.flags.c_contiguous
+
+
+def test_3d_transposed_views_of_axes_1_2_and_0_2() -> None:
+    fd = unary("exp", rank=3)
+    run(fd, [np.transpose(values((5, 67, 131)), (0, 2, 1))])
+    run(fd, [np.transpose(values((33, 5, 67)), (2, 1, 0))])  # [67, 5, 33], unit stride on 0
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1), (2, 1, 0), (1, 2, 0)])
+def test_permute_inside_the_fusion(perm: tuple[int, int, int]) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        fd.add_output(fd.ops.mul(fd.ops.permute(x, dims=list(perm)), 3.0))
+    run(fd, [values((40, 67, 33))])
+
+
+def test_several_inputs_and_outputs_in_different_orders() -> None:
+    """out0 = permute(x * 2) + y with y transposed, and out1 = x * 2 in x's order: both
+    inputs are read through tiles, and out1, whose unit stride is along the other axis of
+    out0's domain, is staged through its own tile and stored along its own fast axis."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        y = fd.define_tensor(shape=[-1, -1])
+        z = fd.define_tensor(shape=[-1, -1])
+        s = fd.ops.mul(x, 2.0)
+        fd.add_output(fd.ops.add(fd.ops.permute(s, dims=[1, 0]), fd.ops.mul(y, z)))
+        fd.add_output(s)
+    inputs = [
+        values((100, 100), seed=1),
+        transposed((100, 100), seed=2),
+        values((100, 100), seed=3),
+    ]
+    run(fd, inputs)
+    hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+    spec = schedule.registry.scheduler_for(TR).kernels(fd.fusion, _info(fd, inputs), hp)[0].spec
+    assert sorted(spec.tiled_inputs) == [False, True, True]  # z is read along out0's order
+    assert spec.tiled_outputs == (False, True)
+
+
+def test_outputs_of_transposed_shapes_are_segmented_and_right() -> None:
+    """Outputs [m, n] and [n, m] are not one pointwise domain: each is its own segment."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        s = fd.ops.add(x, 1.0)
+        fd.add_output(s)
+        fd.add_output(fd.ops.permute(s, dims=[1, 0]))
+    inputs = [values((67, 131))]
+    run(fd, inputs, SchedulerType.none)
+    assert "transpose" in [s.scheduler.value for s in fd.segments(inputs)]
+
+
+def _info(fd: FusionDefinition, inputs: list) -> object:
+    from kfuse.ir.canonicalize import canonical_fusion
+    from kfuse.runtime.info import build_runtime_info
+
+    return build_runtime_info(canonical_fusion(fd.fusion), inputs)
+
+
+def test_broadcast_operands_need_no_tile() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        row = fd.define_tensor(shape=[-1])
+        col = fd.define_tensor(shape=[-1, 1])
+        b = fd.ops.broadcast(row, is_broadcast_dim=[True, False])
+        fd.add_output(fd.ops.add(fd.ops.mul(x, b), col))
+    inputs = [transposed((67, 131)), values((131,), seed=4), values((67, 1), seed=5)]
+    run(fd, inputs)
+    spec = (
+        schedule.registry.scheduler_for(TR)
+        .kernels(fd.fusion, _info(fd, inputs), schedule.compute_heuristics(fd.fusion, TR, inputs))[
+            0
+        ]
+        .spec
+    )
+    assert spec.tiled_inputs == (True, False, False)
+
+
+def test_casts_between_16_bit_and_float() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        s = fd.ops.add(fd.ops.cast(x, DataType.Float), fd.ops.cast(y, DataType.Float))
+        fd.add_output(fd.ops.cast(fd.ops.tanh(s), DataType.Half))
+        fd.add_output(fd.ops.cast(s, DataType.Double))
+    run(fd, [transposed((67, 131), DataType.BFloat16), values((67, 131), DataType.Half, 2)])
+
+
+@pytest.mark.parametrize("dtype", list(NUMPY))
+def test_every_storage_dtype(dtype: DataType) -> None:
+    fd = unary("logical_not" if dtype is DataType.Bool else "add", dtype)
+    run(fd, [transposed((67, 131), dtype)])
+
+
+def test_nan_and_inf_go_through_the_tiles() -> None:
+    fd = unary("abs")
+    x = transposed((67, 131))
+    x[3, 5], x[66, 130], x[0, 0] = np.nan, np.inf, -np.inf
+    out = run(fd, [x])[0]
+    assert np.isnan(out[3, 5]) and out[66, 130] == np.inf and out[0, 0] == np.inf
+
+
+def test_short_size_one_and_empty_extents_go_elsewhere_and_are_right() -> None:
+    fd = unary("add")
+    run(fd, [transposed((67, 1))], SchedulerType.pointwise)  # folds to one axis
+    run(fd, [transposed((131, 7))], SchedulerType.pointwise)  # 7 < a warp along B
+    run(fd, [transposed((0, 131))], SchedulerType.no_op)
+    fd3 = unary("add", rank=3)
+    run(fd3, [np.transpose(values((1, 67, 131)), (0, 2, 1))])  # size 1 folded, then tiled
+
+
+def test_contiguous_and_broadcast_only_fusions_keep_pointwise() -> None:
+    fd = unary("add")
+    run(fd, [values((67, 131))], SchedulerType.pointwise)
+    ok, why = schedule.can_schedule(fd.fusion, TR, [values((67, 131))])
+    assert not ok and "innermost axis" in why
+    # A strided (sliced) input that still has its unit stride innermost is not transposed.
+    run(fd, [values((67, 262))[:, ::2]], SchedulerType.pointwise)
+
+
+def test_segments_of_a_fusion_use_the_transpose_scheduler() -> None:
+    """Outputs of different shapes: a transposed segment and a pointwise one."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        v = fd.define_tensor(shape=[-1])
+        fd.add_output(fd.ops.add(x, 1.0))
+        fd.add_output(fd.ops.mul(v, 2.0))
+    inputs = [transposed((67, 131)), values((50,))]
+    run(fd, inputs, SchedulerType.none)
+    assert sorted(s.scheduler.value for s in fd.segments(inputs)) == ["pointwise", "transpose"]
+
+
+def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
+    fd = unary("add")
+    x = transposed((67, 131))
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert isinstance(hp, TransposeParams)
+    hp.tile_a, hp.tile_b, hp.block_y, hp.grid_x = 64, 32, 4, 3  # 3 blocks stride over 15 tiles
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    np.testing.assert_array_equal(out, x + x)
+    hp.cparams.index_type = "int64"
+    cp = hp.cparams
+    cp.index_type = "int64"
+    hp.cparams = cp
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    np.testing.assert_array_equal(out, x + x)
+    assert "long long" in fd.last_cuda_source()
+    for field, bad in [
+        ("tile_a", 48),
+        ("tile_b", 0),
+        ("block_y", 33),
+        ("grid_x", 0),
+        ("tile_a", "64"),
+    ]:
+        with pytest.raises(ParamsError, match=field):
+            setattr(hp, field, bad)
+    with pytest.raises(ParamsError, match="no field"):
+        hp.tile_c = 32  # type: ignore[attr-defined]
+    big = TransposeParams(tile_a=128, tile_b=128)
+    with pytest.raises(SchedulerError, match="shared memory"):
+        fd.manual_execute([x], heuristic_params=big)
+    with pytest.raises(SchedulerError, match="transpose"):
+        fd.manual_execute([values((67, 131))], heuristic_params=hp)
+
+
+def test_params_equality_hash_and_dict() -> None:
+    a, b = TransposeParams(tile_a=64), TransposeParams(tile_a=64)
+    assert a == b and hash(a) == hash(b) and a != TransposeParams()
+    assert a.to_dict()["tile_a"] == 64 and a.to_dict()["scheduler_type"] == "transpose"
+
+
+def test_h200_heuristics_tile_full_sectors_and_fill_the_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    from kfuse.runtime.device import get_profile
+
+    sms = get_profile("h200").sm_count
+    for dtype in (DataType.BFloat16, DataType.Float, DataType.Double):
+        fd = unary("add", dtype)
+        x = np.empty((4096, 4096), dtype=NUMPY[dtype]).T
+        hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+        for tile in (hp.tile_a, hp.tile_b):
+            assert tile * dtype.itemsize % 32 == 0
+        assert hp.tile_a * hp.tile_b * dtype.itemsize >= 4096  # bytes a block moves a tile
+        assert hp.grid_x >= 4 * sms
+        assert hp.cparams.index_type == "int32"
+    # 2**31 elements need int64 offsets.
+    x = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), (65536, 32768), (4, 65536 * 4))
+    assert schedule.compute_heuristics(unary("add").fusion, TR, [x]).cparams.index_type == "int64"
+
+
+def test_benchmark_workloads_keep_their_schedulers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """W1-W6 at their benchmark layouts: the transpose scheduler declines every one, so each
+    keeps the scheduler it had (W1/W1f pointwise)."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from workloads import WORKLOADS
+
+    bf, f32 = ml_dtypes.bfloat16, np.float32
+    shapes = {
+        "W1": [((16384, 8192), bf), ((8192,), bf)],
+        "W1f": [((16384, 8192), f32), ((8192,), f32)],
+        "W2": [((16384, 16384), f32)],
+        "W3": [((16384, 16384), f32)],
+        "W4": [((32768, 4096), bf)],
+        "W5": [((32768, 4096), bf), ((4096,), bf)],
+        "W6": [((32768, 4096), bf), ((4096,), bf), ((4096,), bf)],
+    }
+    for w in WORKLOADS:
+        fd = w.definition()
+        inputs = [np.empty(shape, dtype) for shape, dtype in shapes[w.id]]
+        found = schedule.find_compatible_schedulers(fd, inputs)
+        assert TR not in found, w.id
+        if w.id in ("W1", "W1f"):
+            assert found[0] is SchedulerType.pointwise
+
+
+def _many_inputs(n: int, dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        xs = [fd.define_tensor(shape=[-1, -1], dtype=dtype) for _ in range(n)]
+        total = xs[0]
+        for x in xs[1:]:
+            total = fd.ops.add(total, x)
+        fd.add_output(total)
+    return fd
+
+
+@pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
+def test_heuristics_give_params_their_kernels_accept(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over sizes up to int64 offsets and up to 12 tiled operands (whose 64 x 64 tiles no
+    longer fit in shared memory: 32 x 32 then), the automatic params always make a kernel;
+    fusions whose 32 x 32 tiles do not fit are rejected."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
+    scheduler = schedule.registry.scheduler_for(TR)
+    for dtype in (DataType.Bool, DataType.BFloat16, DataType.Float, DataType.Double):
+        item = np.dtype(NUMPY[dtype]).itemsize
+        for rows, cols in [(32, 32), (33, 4097), (8192, 40), (65536, 40000)]:
+            for n in (1, 3, 12):
+                fd = _many_inputs(n, dtype)
+                buf = np.empty(1, NUMPY[dtype])
+                x = np.lib.stride_tricks.as_strided(buf, (rows, cols), (item, rows * item))
+                inputs = [x] * n
+                if not schedule.can_schedule(fd.fusion, TR, inputs)[0]:
+                    assert n * tile_bytes(item, 32, 32) > 48 * 1024  # 32 x 32 tiles
+                    continue
+                hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+                (kernel,) = scheduler.kernels(fd.fusion, _info(fd, inputs), hp)
+                assert kernel.grid[0] >= 1 and kernel.block == (32, hp.block_y, 1)
