@@ -1,0 +1,182 @@
+"""Reshapes at a fusion's boundary folded into one kernel's operands where this call's layout
+makes them views (kfuse.schedule.boundary_views), and left to segments where it does not."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+from kfuse.schedule.boundary_views import view_strides
+from kfuse.testing import assert_outputs_close
+
+IP = SchedulerType.inner_persistent
+
+
+def rand(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _numpy_view_strides(a: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """NumPy's answer: setting .shape raises where the reshape would need a copy."""
+    v = a.view()
+    try:
+        v.shape = shape
+    except AttributeError:
+        return None
+    return tuple(s // a.itemsize for s in v.strides)
+
+
+def _layouts() -> list[tuple[np.ndarray, tuple[int, ...]]]:
+    base = np.zeros((4, 6, 10), np.float32)
+    arrays = [
+        base,
+        base[:, ::2],  # a gap between the rows
+        base.transpose(1, 0, 2),  # axes that do not nest
+        base[:, :3, 1:],  # a slice of both inner axes
+        base[:, :1],  # a size-1 axis
+        np.zeros((1, 6, 1, 5), np.float32)[:, ::2],
+    ]
+    cases = []
+    for a in arrays:
+        n = a.size
+        shapes = {(n,), (1, n), (n, 1)} | {
+            s
+            for r in (2, 3, 4)
+            for s in itertools.product((1, 2, 3, 4, 5, 6, 10, 12, 20), repeat=r)
+            if int(np.prod(s)) == n
+        }
+        cases += [(a, s) for s in sorted(shapes)]
+    return cases
+
+
+def test_view_strides_agree_with_numpy() -> None:
+    """Every reshape NumPy can do as a view is one here, with the same strides on the axes
+    that are walked; every one it must copy is None."""
+    views = copies = 0
+    for a, shape in _layouts():
+        want = _numpy_view_strides(a, shape)
+        got = view_strides(a.shape, tuple(s // a.itemsize for s in a.strides), shape)
+        if want is None:
+            assert got is None, (a.shape, a.strides, shape)
+            copies += 1
+            continue
+        assert got is not None, (a.shape, a.strides, shape)
+        walked = [i for i, n in enumerate(shape) if n != 1]
+        assert [got[i] for i in walked] == [want[i] for i in walked], (a.strides, shape)
+        views += 1
+    assert views > 50 and copies > 50  # both kinds are exercised
+
+
+def test_view_strides_of_sizes_that_differ() -> None:
+    assert view_strides((2, 3), (3, 1), (7,)) is None
+    # An empty array is a view in any shape of its size (no element is read).
+    assert view_strides((0, 3), (3, 1), (3, 0)) is not None
+
+
+def groupnorm_fd(groups: int, dtype: DataType = DataType.Float) -> FusionDefinition:
+    """Group norm as benchmarks/models/groupnorm.py writes it, with contiguity not declared
+    (any layout is an input it must run correctly on)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 4, dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        b = fd.define_tensor(shape=[-1], dtype=dtype)
+        g = fd.define_scalar(groups, dtype=DataType.Int)
+        n, c, h, wd = (fd.ops.size(x, i) for i in range(4))
+        xg = fd.ops.reshape(x, new_shape=[n, groups, fd.ops.div(c, g), h, wd])
+        xg = fd.ops.cast(xg, DataType.Float)
+        var, mean = fd.ops.var_mean(xg, dims=[2, 3, 4], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(xg, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        per_channel = [1, groups, fd.ops.div(c, g), 1, 1]
+        wg = fd.ops.cast(fd.ops.reshape(w, new_shape=per_channel), DataType.Float)
+        bg = fd.ops.cast(fd.ops.reshape(b, new_shape=per_channel), DataType.Float)
+        y = fd.ops.add(fd.ops.mul(y, wg), bg)
+        fd.add_output(fd.ops.reshape(fd.ops.cast(y, dtype), new_shape=[n, c, h, wd]))
+    return fd
+
+
+def _check(fd: FusionDefinition, inputs: list) -> list:
+    out = fd.execute(inputs)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
+    """G = C: the weight varies along the kept axes only; the input reshape (a split) and
+    the output reshape (a merge of a contiguous output) fold away."""
+    fd = groupnorm_fd(5)
+    inputs = [rand((3, 5, 4, 7)), rand((5,), 1), rand((5,), 2)]
+    definition = repr(fd)
+    _check(fd, inputs)
+    assert fd.last_scheduler() is IP
+    assert [s.scheduler for s in fd.segments(inputs)] == [IP]
+    assert repr(fd) == definition  # the definition is never rewritten
+    assert "ReshapeOp" not in fd.last_cuda_source()
+    _check(fd, inputs)  # the cached Program, then its fast path
+    _check(fd, inputs)
+
+
+def test_strided_input_is_still_a_view() -> None:
+    """A gap between the channels: splitting C is a view of any strides."""
+    fd = groupnorm_fd(6)
+    x = rand((2, 12, 3, 5))[:, ::2]
+    _check(fd, [x, rand((6,), 1), rand((6,), 2)])
+    assert fd.last_scheduler() is IP
+
+
+def merged_rows_fd() -> FusionDefinition:
+    """A layer norm over the last axis of [A, B, K] reshaped to [A * B, K] first: a merge,
+    a view only where A's stride is B's times B."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        a, b, k = (fd.ops.size(x, i) for i in range(3))
+        rows = fd.ops.reshape(x, new_shape=[fd.ops.mul(a, b), k])
+        var, mean = fd.ops.var_mean(rows, dims=[1], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(rows, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        fd.add_output(fd.ops.reshape(y, new_shape=[a, b, k]))
+    return fd
+
+
+def test_merge_of_nested_axes_is_one_kernel() -> None:
+    fd = merged_rows_fd()
+    _check(fd, [rand((3, 4, 9))])
+    assert fd.last_scheduler() is IP
+
+
+@pytest.mark.parametrize("make", [lambda: rand((4, 3, 9)).transpose(1, 0, 2)])
+def test_merge_that_is_not_a_view_is_segmented(make: object) -> None:
+    """Axes that do not nest: the reshape stays (a framework copy in a segment of its
+    own), decided from this call's layout; the contiguous layout still gets one kernel."""
+    fd = merged_rows_fd()
+    x = make()  # type: ignore[operator]
+    _check(fd, [x])
+    assert fd.last_scheduler() is SchedulerType.none
+    assert SchedulerType.expr_eval in [s.scheduler for s in fd.segments([x])]
+    _check(fd, [np.ascontiguousarray(x)])
+    assert fd.last_scheduler() is IP
+
+
+def test_pointwise_between_reshapes_is_one_kernel() -> None:
+    """Not only normalizations: a pointwise fusion whose input and output are reshaped."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        xr = fd.ops.reshape(x, new_shape=[fd.ops.size(y, 0), fd.ops.size(y, 1), -1])
+        fd.add_output(fd.ops.reshape(fd.ops.exp(fd.ops.add(xr, y)), new_shape=[-1]))
+    inputs = [rand((6, 5)), rand((2, 3, 5), 1)]
+    _check(fd, inputs)
+    assert fd.last_scheduler() is SchedulerType.pointwise
+
+
+def test_nan_in_a_group_stays_in_its_group() -> None:
+    fd = groupnorm_fd(4)
+    x = rand((2, 4, 3, 3))
+    x[1, 2, 0, 1] = np.nan
+    (out,) = _check(fd, [x, rand((4,), 1), rand((4,), 2)])
+    assert np.isnan(out[1, 2]).all() and not np.isnan(np.delete(out[1], 2, axis=0)).any()
+    assert not np.isnan(out[0]).any()
