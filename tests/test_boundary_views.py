@@ -106,6 +106,31 @@ def _check(fd: FusionDefinition, inputs: list) -> list:
     return out
 
 
+def _bf16(a: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return a.astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("groups", "shape"),
+    [(1, (2, 6, 3, 5)), (2, (2, 6, 3, 5)), (3, (3, 9, 5, 7)), (6, (2, 6, 3, 5)), (1, (1, 7, 1, 1))],
+)
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16])
+def test_groupnorm_is_one_persistent_kernel(
+    groups: int, shape: tuple[int, ...], dtype: DataType
+) -> None:
+    """Groups 1 (LayerNorm-like), some, and C (InstanceNorm-like), odd sizes: the weight
+    and bias vary along the part C / G of the row [C / G, H, W] (read by row index / (H W))
+    or along the kept axes only (G = C)."""
+    fd = groupnorm_fd(groups, dtype)
+    cast = _bf16 if dtype is DataType.BFloat16 else (lambda a: a)
+    c = shape[1]
+    inputs = [cast(rand(shape)), cast(rand((c,), 1)), cast(rand((c,), 2))]
+    _check(fd, inputs)
+    assert [s.scheduler for s in fd.segments(inputs)] == [IP]
+
+
 def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
     """G = C: the weight varies along the kept axes only; the input reshape (a split) and
     the output reshape (a merge of a contiguous output) fold away."""
@@ -121,12 +146,35 @@ def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
     _check(fd, inputs)
 
 
-def test_strided_input_is_still_a_view() -> None:
-    """A gap between the channels: splitting C is a view of any strides."""
-    fd = groupnorm_fd(6)
+@pytest.mark.parametrize("groups", [1, 3, 6])
+def test_strided_input_is_still_a_view(groups: int) -> None:
+    """Every other sample, and a strided weight: splitting C is a view of any strides, and
+    each group's row is still one stretch of memory."""
+    fd = groupnorm_fd(groups)
+    x = rand((4, 6, 3, 5))[::2]
+    _check(fd, [x, rand((12,), 1)[::2], rand((6,), 2)])
+    assert fd.last_scheduler() is IP
+
+
+@pytest.mark.parametrize(("groups", "one_kernel"), [(1, False), (3, False), (6, True)])
+def test_gaps_between_channels(groups: int, one_kernel: bool) -> None:
+    """Every other channel: still a view, but a group of several channels is no longer one
+    stretch of memory, which the persistent kernel needs of the values it reads in vectors:
+    segmented (correct); a group of one channel still is."""
+    fd = groupnorm_fd(groups)
     x = rand((2, 12, 3, 5))[:, ::2]
     _check(fd, [x, rand((6,), 1), rand((6,), 2)])
-    assert fd.last_scheduler() is IP
+    assert (fd.last_scheduler() is IP) is one_kernel
+
+
+def test_channels_last_groupnorm_is_correct() -> None:
+    """Channels-last x: the reshape is a view, but the group's row [C / G, H, W] does not
+    merge for x itself, which no kernel reads that way: the fusion is segmented (correct,
+    not one kernel)."""
+    fd = groupnorm_fd(2)
+    x = rand((2, 3, 5, 4)).transpose(0, 3, 1, 2)
+    _check(fd, [x, rand((4,), 1), rand((4,), 2)])
+    assert fd.last_scheduler() is SchedulerType.none
 
 
 def merged_rows_fd() -> FusionDefinition:
@@ -173,10 +221,51 @@ def test_pointwise_between_reshapes_is_one_kernel() -> None:
     assert fd.last_scheduler() is SchedulerType.pointwise
 
 
-def test_nan_in_a_group_stays_in_its_group() -> None:
-    fd = groupnorm_fd(4)
+@pytest.mark.parametrize("groups", [2, 4])
+def test_nan_in_a_group_stays_in_its_group(groups: int) -> None:
+    fd = groupnorm_fd(groups)
     x = rand((2, 4, 3, 3))
     x[1, 2, 0, 1] = np.nan
     (out,) = _check(fd, [x, rand((4,), 1), rand((4,), 2)])
-    assert np.isnan(out[1, 2]).all() and not np.isnan(np.delete(out[1], 2, axis=0)).any()
+    assert fd.last_scheduler() is IP
+    group = slice(2, 3) if groups == 4 else slice(2, 4)
+    assert np.isnan(out[1, group]).all()
+    assert not np.isnan(np.delete(out[1], range(group.start, group.stop), axis=0)).any()
     assert not np.isnan(out[0]).any()
+
+
+def test_nan_in_the_weight_stays_in_its_channel() -> None:
+    fd = groupnorm_fd(2)
+    w = rand((6,), 1)
+    w[4] = np.nan
+    (out,) = _check(fd, [rand((2, 6, 3, 2)), w, rand((6,), 2)])
+    assert np.isnan(out[:, 4]).all() and not np.isnan(np.delete(out, 4, axis=1)).any()
+
+
+def weighted_groups_fd(groups: int) -> FusionDefinition:
+    """The per-channel weight applied before the statistics: the reduction itself reads
+    the weight along part of the row (held with the row, not only streamed)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 4, dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        n, c, h, wd = (fd.ops.size(x, i) for i in range(4))
+        per = fd.ops.div(c, fd.define_scalar(groups, dtype=DataType.Int))
+        xw = fd.ops.mul(
+            fd.ops.reshape(x, new_shape=[n, groups, per, h, wd]),
+            fd.ops.reshape(w, new_shape=[1, groups, per, 1, 1]),
+        )
+        mx = fd.ops.max(xw, dims=[2, 3, 4], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(xw, mx))
+        y = fd.ops.div(e, fd.ops.sum(e, dims=[2, 3, 4], keepdim=True))
+        fd.add_output(fd.ops.reshape(y, new_shape=[n, c, h, wd]))
+    return fd
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 3, 7), (1, 4, 48, 160)])
+def test_split_operand_read_by_the_reductions(shape: tuple[int, ...]) -> None:
+    """Short rows (held in registers) and rows long enough to be held in shared memory."""
+    fd = weighted_groups_fd(2)
+    _check(fd, [rand(shape), rand((shape[1],), 1)])
+    assert fd.last_scheduler() is IP
+    if shape[2] > 3:
+        assert fd.last_program().params.smem_persistent
