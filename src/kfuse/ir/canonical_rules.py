@@ -17,7 +17,13 @@ cheaper form differs on some special value, the rule guards it or does not apply
   type the op computes in: 1 / c is then exact and both forms are the correctly rounded
   x / c (a power of two closer to the limits would make 1 / c overflow, or c subnormal);
 * cast(cast(x, B), C) -> cast(x, C) (and x itself when C is x's dtype) when every value of
-  x's dtype is a value of B: the inner cast then changes no value.
+  x's dtype is a value of B: the inner cast then changes no value;
+* reshape(cast(x)) -> cast(reshape(x)) for a fusion input x (a promoted weight): a cast
+  acts on each element alone, so it commutes with any reshape. The reshape then reads the
+  input itself, so it can be a view of the input's layout, folded into a kernel's operand
+  (kfuse.schedule.boundary_views) instead of a copy of the widened values. (Elsewhere the
+  reshape stays where it is: moved before an output's cast it would no longer make the
+  output.)
 
 Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
 in Python, whose math.sqrt raises where C's returns NaN.
@@ -29,7 +35,7 @@ import math
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
+from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReshapeOp, TernaryOp, UnaryOp
 from kfuse.ir.values import Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
@@ -60,6 +66,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return _reciprocal_sqrt(ctx, expr, inputs)
     if isinstance(expr, CastOp):
         return _cast_of_widening(ctx, expr, inputs)
+    if isinstance(expr, ReshapeOp):
+        return _reshape_of_cast(ctx, expr, inputs)
     return None
 
 
@@ -155,6 +163,26 @@ def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Va
     if source.dtype is expr.dtype:
         return _alias(expr, source)
     return ctx.emit(CastOp, (source,), {"dtype": expr.dtype}, expr.outputs)
+
+
+def _reshape_of_cast(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    assert isinstance(expr, ReshapeOp)
+    cast = inputs[0].definition
+    if not isinstance(cast, CastOp):
+        return None
+    source = cast.inputs[0]
+    if not (isinstance(source, TensorView) and source.is_input):
+        return None
+    out = expr.outputs[0]
+    assert isinstance(out, TensorView)
+    shape = tuple(ctx.val(v) for v in expr.shape)
+    (moved,) = ctx.emit(
+        ReshapeOp,
+        (source, *inputs[1:]),
+        {"shape": shape},
+        [ctx.new_val(source.dtype, out.axes)],
+    )
+    return ctx.emit(CastOp, (moved,), {"dtype": cast.dtype}, expr.outputs)
 
 
 __all__ = ["EXACT_WIDENINGS", "constant_value", "is_power_of_two", "rewrite"]
