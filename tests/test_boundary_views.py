@@ -139,7 +139,9 @@ def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
     definition = repr(fd)
     _check(fd, inputs)
     assert fd.last_scheduler() is IP
-    assert [s.scheduler for s in fd.segments(inputs)] == [IP]
+    (segment,) = fd.segments(inputs)
+    assert segment.scheduler is IP and "T3, T14, T15, T18 folded" in segment.reason
+    assert "reshapes folded into the operands: T3, T14, T15, T18" in str(fd.last_program())
     assert repr(fd) == definition  # the definition is never rewritten
     assert "ReshapeOp" not in fd.last_cuda_source()
     _check(fd, inputs)  # the cached Program, then its fast path

@@ -116,7 +116,9 @@ def _folded_kernel(fusion: Fusion, info: RuntimeInfo) -> Program | None:
     params = scheduler.heuristics(folded.fusion, folded.info)
     dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
     kernels = scheduler.kernels(folded.fusion, folded.info, params)
-    return _kernel_program(scheduler, params, fusion, info, unfold_operands(folded, kernels))
+    program = _kernel_program(scheduler, params, fusion, info, unfold_operands(folded, kernels))
+    program.folded = folded.reshapes
+    return program
 
 
 def _segmented(fusion: Fusion, info: RuntimeInfo, reasons: list[str]) -> Program:

@@ -72,12 +72,13 @@ class FoldedFusion:
     """A fusion with its boundary reshapes folded into its operands (see the module
     docstring), and what maps its kernels back to the call: `input_positions[i]` is the
     call's input position that the folded fusion's input i reads; `origin` maps its Vals to
-    the parent's."""
+    the parent's; `reshapes` names the folded reshapes' outputs."""
 
     fusion: Fusion
     info: RuntimeInfo
     input_positions: tuple[int, ...]
     origin: dict[Val, Val]
+    reshapes: tuple[str, ...]
 
 
 def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | None:
@@ -135,7 +136,8 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
         info.device_index,
         info.device,
     )
-    return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin)
+    names = tuple(e.outputs[0].name for e in fusion.exprs if e in folded)
+    return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin, names)
 
 
 def unfold_operands(folded: FoldedFusion, kernels: list[GeneratedKernel]) -> list[GeneratedKernel]:
