@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from gpu_support import requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
@@ -244,18 +245,20 @@ def test_nan_in_the_weight_stays_in_its_channel() -> None:
     assert np.isnan(out[:, 4]).all() and not np.isnan(np.delete(out, 4, axis=1)).any()
 
 
-def weighted_groups_fd(groups: int) -> FusionDefinition:
+def weighted_groups_fd(groups: int, weight_first: bool = False) -> FusionDefinition:
     """The per-channel weight applied before the statistics: the reduction itself reads
-    the weight along part of the row (held with the row, not only streamed)."""
+    the weight along part of the row (held with the row, not only streamed). weight_first:
+    the weight is the kernel's first operand, whose sizes give the row's length."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * 4, dtype=DataType.Float)
         w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
         n, c, h, wd = (fd.ops.size(x, i) for i in range(4))
         per = fd.ops.div(c, fd.define_scalar(groups, dtype=DataType.Int))
-        xw = fd.ops.mul(
+        operands = [
             fd.ops.reshape(x, new_shape=[n, groups, per, h, wd]),
             fd.ops.reshape(w, new_shape=[1, groups, per, 1, 1]),
-        )
+        ]
+        xw = fd.ops.mul(*(operands[::-1] if weight_first else operands))
         mx = fd.ops.max(xw, dims=[2, 3, 4], keepdim=True)
         e = fd.ops.exp(fd.ops.sub(xw, mx))
         y = fd.ops.div(e, fd.ops.sum(e, dims=[2, 3, 4], keepdim=True))
@@ -263,11 +266,76 @@ def weighted_groups_fd(groups: int) -> FusionDefinition:
     return fd
 
 
+@pytest.mark.parametrize("weight_first", [False, True])
 @pytest.mark.parametrize("shape", [(2, 4, 3, 7), (1, 4, 48, 160)])
-def test_split_operand_read_by_the_reductions(shape: tuple[int, ...]) -> None:
+def test_split_operand_read_by_the_reductions(shape: tuple[int, ...], weight_first: bool) -> None:
     """Short rows (held in registers) and rows long enough to be held in shared memory."""
-    fd = weighted_groups_fd(2)
+    fd = weighted_groups_fd(2, weight_first)
     _check(fd, [rand(shape), rand((shape[1],), 1)])
     assert fd.last_scheduler() is IP
     if shape[2] > 3:
         assert fd.last_program().params.smem_persistent
+
+
+def test_scalar_input_changes_between_calls() -> None:
+    """A scalar input of the folded kernel is the call's own: new values on the cached
+    Program and on its fast path."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        eps = fd.define_scalar(dtype=DataType.Double)
+        a, b, k = (fd.ops.size(x, i) for i in range(3))
+        rows = fd.ops.reshape(x, new_shape=[fd.ops.mul(a, b), k])
+        var, mean = fd.ops.var_mean(rows, dims=[1], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(rows, mean), fd.ops.rsqrt(fd.ops.add(var, eps)))
+        fd.add_output(fd.ops.reshape(y, new_shape=[a, b, k]))
+    x = rand((2, 3, 4)) * 1e-3
+    for value in (1e-5, 1.0, 100.0, 1e-5):
+        _check(fd, [x, value])
+        assert fd.last_scheduler() is IP
+
+
+def test_output_and_its_reshape() -> None:
+    """One value as two outputs, one of them reshaped: both written by the kernel."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        y = fd.ops.softmax(x, -1)
+        fd.add_output(y)
+        fd.add_output(fd.ops.reshape(y, new_shape=[-1]))
+    (flat_y, flat) = _check(fd, [rand((3, 5))])
+    assert fd.last_scheduler() is IP
+    np.testing.assert_array_equal(flat_y.reshape(-1), flat)
+
+
+def _cuda_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize(
+    ("groups", "shape"),
+    [(1, (8, 64, 28, 28)), (32, (8, 64, 28, 28)), (64, (8, 64, 28, 28)), (4, (3, 12, 17, 9))],
+)
+@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
+def test_groupnorm_on_the_gpu(groups: int, shape: tuple[int, ...], dtype: DataType) -> None:
+    """One inner_persistent kernel on the GPU, right against the reference; with the input
+    every other sample too (strided, still one kernel), and channels-last (segmented)."""
+    from kfuse.dtypes import to_torch_dtype
+
+    torch = _cuda_torch()
+    kind = to_torch_dtype(dtype)
+    fd = groupnorm_fd(groups, dtype)
+    c = shape[1]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w, b = (torch.randn(c, device="cuda", generator=gen).to(kind) for _ in range(2))
+    x = torch.randn(shape, device="cuda", generator=gen).to(kind)
+    strided = torch.randn((2 * shape[0], *shape[1:]), device="cuda", generator=gen).to(kind)[::2]
+    for inputs in ([x, w, b], [strided, w, b]):
+        assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+        assert fd.last_scheduler() is IP
+    channels_last = x.contiguous(memory_format=torch.channels_last)
+    inputs = [channels_last, w, b]
+    assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
