@@ -339,3 +339,15 @@ def test_groupnorm_on_the_gpu(groups: int, shape: tuple[int, ...], dtype: DataTy
     channels_last = x.contiguous(memory_format=torch.channels_last)
     inputs = [channels_last, w, b]
     assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+
+
+def test_reshape_of_a_reshaped_input_to_an_output() -> None:
+    """reshape(reshape(x)) as an output: both fold, and the kernel copies the input's view
+    into the output beside its other output."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        grouped = fd.ops.reshape(x, new_shape=[2, -1])
+        fd.add_output(fd.ops.reshape(grouped, new_shape=[-1]))
+        fd.add_output(fd.ops.exp(grouped))
+    _check(fd, [rand((4, 3))])
+    assert fd.last_scheduler() is SchedulerType.pointwise
