@@ -351,3 +351,27 @@ def test_reshape_of_a_reshaped_input_to_an_output() -> None:
         fd.add_output(fd.ops.exp(grouped))
     _check(fd, [rand((4, 3))])
     assert fd.last_scheduler() is SchedulerType.pointwise
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 3, 5), (1, 6, 7, 9), (2, 4, 1, 8), (2, 4, 2, 6)])
+def test_weight_varying_along_two_parts_of_the_row(shape: tuple[int, ...]) -> None:
+    """A weight per channel and column, [C, W] as [1, G, C / G, 1, W]: its row sub-axes
+    [C / G, H, W] are walked, broadcast, walked, so a vector's lanes carry through all
+    three (odd extents cut vectors anywhere)."""
+    groups = 2
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 4, dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        n, c, h, wd = (fd.ops.size(x, i) for i in range(4))
+        per = fd.ops.div(c, fd.define_scalar(groups, dtype=DataType.Int))
+        xg = fd.ops.reshape(x, new_shape=[n, groups, per, h, wd])
+        wg = fd.ops.reshape(w, new_shape=[1, groups, per, 1, wd])
+        var, mean = fd.ops.var_mean(fd.ops.mul(xg, wg), dims=[2, 3, 4], correction=0, keepdim=True)
+        y = fd.ops.add(fd.ops.mul(fd.ops.sub(xg, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))), wg)
+        fd.add_output(fd.ops.reshape(y, new_shape=[n, c, h, wd]))
+    _check(fd, [rand(shape), rand((shape[1], shape[3]), 1)])
+    assert fd.last_scheduler() is IP
+    if shape == (2, 4, 2, 6):  # vectors of 4 lanes, the weight's columns wrap inside them
+        assert fd.last_program().params.vectorize_reduction == 4
+    if shape[2] > 1:
+        assert "kf_c2 = 0" in fd.last_cuda_source()  # three sub-axes

@@ -68,7 +68,7 @@ from kfuse.codegen.reduction_spec import (
 )
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_invariant import Hoisted, call_args
-from kfuse.codegen.row_split import row_extent, split_offset
+from kfuse.codegen.row_split import row_extent, split_lane_loads
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import WelfordOp
 
@@ -185,10 +185,15 @@ def _element_loads(
     """Load input i's elements i0 .. i0 + V - 1 into target[j] one by one; guarded: only
     those inside the row (a vector cut by the row end)."""
     at = f"base_in{i} + (i0 + j) * step_in{i}"
-    if spec.loop_kinds[i] == SPLIT:
-        walked = spec.row_splits[i]
-        at = f"base_in{i} + {split_offset(f'in{i}', spec.rank - 1, walked, 'i0 + j')}"
     guard = "i0 + j < n_red" if guarded else None
+    if spec.loop_kinds[i] == SPLIT:
+        walked, first = spec.row_splits[i], spec.rank - 1
+        code.extend(
+            split_lane_loads(
+                target, f"in{i}", first, walked, spec.vector, f"base_in{i}", code.indent, guard
+            )
+        )
+        return
     code.extend(load_lanes(target, f"in{i}", spec.vector, at, code.indent, guard))
 
 
