@@ -377,3 +377,16 @@ def test_weight_varying_along_two_parts_of_the_row(shape: tuple[int, ...]) -> No
         assert fd.last_program().params.vectorize_reduction == 4
     if shape[2] > 1:
         assert "kf_c2 = 0" in fd.last_cuda_source()  # three sub-axes
+
+
+def test_elementwise_chain_before_the_reshape_is_one_kernel() -> None:
+    """An intermediate reshaped next to a reduction: exp(x) * 0.5 reshaped into groups. The
+    canonical form reshapes x itself (kfuse.ir.canonical_rules), a view, so one kernel."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        a, b, k = (fd.ops.size(x, i) for i in range(3))
+        e = fd.ops.mul(fd.ops.exp(x), 0.5)
+        rows = fd.ops.reshape(e, new_shape=[fd.ops.mul(a, b), k])
+        fd.add_output(fd.ops.softmax(rows, -1))
+    _check(fd, [rand((3, 4, 9))])
+    assert fd.last_scheduler() is IP
