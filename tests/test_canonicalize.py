@@ -304,3 +304,63 @@ def test_scalar_arithmetic_is_not_rewritten() -> None:
     x = np.linspace(-1, 1, 8)
     (out,) = fd.execute([x, 4.0])
     np.testing.assert_array_equal(out, x * 2.0)
+
+
+def _promoted_weight_fd(dtype: DataType) -> FusionDefinition:
+    """A weight widened, then reshaped (as benchmarks/models/groupnorm.py promotes it), and
+    the widened weight also used as it is."""
+    with FusionDefinition() as fd:
+        w = fd.define_tensor(shape=[-1], dtype=dtype)
+        wf = fd.ops.cast(w, DataType.Float)
+        grouped = fd.ops.reshape(wf, new_shape=[2, -1])
+        fd.add_output(fd.ops.mul(grouped, grouped))
+        fd.add_output(wf)
+    return fd
+
+
+def test_reshape_of_a_cast_input_reshapes_the_input() -> None:
+    """reshape(cast(w)) -> cast(reshape(w)) for an input w: the reshape reads the input
+    (a view of its layout where the layout allows), and every value is the same."""
+    fd = _promoted_weight_fd(DataType.Half)
+    form = canonical_fusion(fd.fusion)
+    reshape = next(e for e in form.exprs if type(e).__name__ == "ReshapeOp")
+    assert reshape.inputs[0] is form.inputs[0]
+    assert reshape.outputs[0].dtype is DataType.Half
+    w = np.array([1.5, -0.0, np.inf, np.nan, 65504.0, 2.0**-24], np.float16)
+    _check_values(fd, [w])
+
+
+def test_reshape_of_a_cast_intermediate_stays() -> None:
+    """Only a cast of an input: a reshape making an output after its cast keeps making it."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        y = fd.ops.cast(fd.ops.exp(x), DataType.Half)
+        fd.add_output(fd.ops.reshape(y, new_shape=[2, -1]))
+    form = canonical_fusion(fd.fusion)
+    assert form is fd.fusion
+
+
+def test_reshape_of_an_elementwise_chain_of_an_input_reshapes_the_input() -> None:
+    """reshape(exp(cast(x) * 2)) -> exp(cast(reshape(x)) * 2): the chain of element-wise ops
+    with one tensor operand moves after the reshape, which then reads the input; values
+    (special ones included) stay."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Half)
+        y = fd.ops.exp(fd.ops.mul(fd.ops.cast(x, DataType.Float), 2.0))
+        grouped = fd.ops.reshape(y, new_shape=[2, -1])
+        fd.add_output(fd.ops.sum(grouped, dims=[1]))
+    form = canonical_fusion(fd.fusion)
+    first = form.exprs[0]
+    assert type(first).__name__ == "ReshapeOp" and first.inputs[0] is form.inputs[0]
+    w = np.array([1.5, -0.0, np.inf, np.nan, 65504.0, -3.0], np.float16)
+    _check_values(fd, [w])
+
+
+def test_reshape_of_a_chain_with_two_tensors_stays() -> None:
+    """x + y is not a function of one input: the reshape stays after it."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        grouped = fd.ops.reshape(fd.ops.add(x, y), new_shape=[2, -1])
+        fd.add_output(fd.ops.sum(grouped, dims=[1]))
+    assert canonical_fusion(fd.fusion) is fd.fusion

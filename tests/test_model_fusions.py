@@ -146,6 +146,50 @@ def test_groupnorm_is_spelled_as_nvfuser_spells_it() -> None:
     assert reshape_extents and all(v.dtype.is_integral for v in reshape_extents)
 
 
+GROUPNORMS = [name for name in CASES if name.startswith("groupnorm_fwd")]
+
+
+def _schedulers(fd, inputs: list) -> list[str]:
+    return [s.scheduler.value for s in fd.segments(inputs)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("name", GROUPNORMS)
+def test_groupnorm_is_one_persistent_kernel(name: str, dtype: str) -> None:
+    """The reshapes fold into the kernel's operands (views of contiguous inputs and
+    outputs) and the per-channel weight is read along its part of the row: one
+    inner_persistent kernel, no copies. At the benchmark sizes too (sources generated, not
+    run) where one block holds a row, which is all the emulator runs: bf16 with G > 1 (G = 1
+    and float32 G = 8 rows need a cluster of blocks: test_groupnorm_is_one_kernel_on_the_gpu)."""
+    case = CASES[name]
+    fd, _ = measure.definition(case, dtype)
+    assert _schedulers(fd, _inputs(case, dtype, case.test_size, "cpu")) == ["inner_persistent"]
+    if name == "groupnorm_fwd_g1" or dtype != "bfloat16":
+        return
+    kind = getattr(torch, dtype)
+    for shape in case.sizes:
+        inputs = [torch.empty(s, dtype=kind) for s in (shape, shape[1:2], shape[1:2])]
+        assert _schedulers(fd, inputs) == ["inner_persistent"], shape
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("name", GROUPNORMS)
+def test_groupnorm_is_one_kernel_on_the_gpu(name: str, dtype: str) -> None:
+    """On an H200 the benchmark sizes of every group count run as one inner_persistent
+    kernel (G = 1: rows of up to 802816 elements split over a cluster), right at a mid
+    size."""
+    case = CASES[name]
+    fd, _ = measure.definition(case, dtype)
+    for shape in case.sizes:
+        inputs = _inputs(case, dtype, shape, "cuda")
+        assert _schedulers(fd, inputs) == ["inner_persistent"], shape
+    inputs = _inputs(case, dtype, case.gpu_test_size, "cuda")
+    _check("kfuse", fd.execute(inputs), case.reference(*inputs))
+    assert fd.last_scheduler().value == "inner_persistent"
+
+
 def test_workaround_is_used_and_said() -> None:
     """A case kfuse cannot build as nvFuser writes it runs its workaround, and says so."""
     import dataclasses

@@ -319,13 +319,30 @@ def test_printed_library_fusion_rebuilds() -> None:
 
 
 def test_reshape_runs_as_its_own_segment() -> None:
+    """A reshape of a value computed from two inputs is no view of an input: a segment."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        z = fd.define_tensor(shape=[-1, -1])
+        y = fd.ops.reshape(fd.ops.add(x, z), [-1])
+        fd.add_output(y * 2.0)
+    inputs = [rand(3, 4), rand(3, 4)]
+    assert schedulers(fd.segments(inputs)) == [PW, EE, PW]
+    run_and_check(fd, inputs)
+
+
+def test_reshape_of_a_function_of_one_input_is_a_view_of_it() -> None:
+    """reshape(exp(x)) is exp(reshape(x)) in the canonical form: a view of a contiguous x,
+    folded into one pointwise kernel; of a transposed x no view, so a segment again."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         y = fd.ops.reshape(fd.ops.exp(x), [-1])
         fd.add_output(y * 2.0)
     inputs = [rand(3, 4)]
-    assert schedulers(fd.segments(inputs)) == [PW, EE, PW]
+    assert schedulers(fd.segments(inputs)) == [PW]
     run_and_check(fd, inputs)
+    transposed = [rand(4, 3).T]
+    assert schedulers(fd.segments(transposed)) == [EE, PW]
+    run_and_check(fd, transposed)
 
 
 # ---- properties ----

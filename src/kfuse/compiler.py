@@ -6,8 +6,11 @@
                    spelling of one computation
     fusion + RuntimeInfo (the call's inputs, as layouts, on a device)
       1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
-                   then the segmenter splits it (segment), and each segment goes through
-                   these stages (compile_segment) when it first runs with a new signature
+                   then the first that takes it with the reshapes at its boundary that are
+                   views of this call's layouts folded into its operands (one kernel,
+                   kfuse.schedule.boundary_views), else the segmenter splits it (segment),
+                   and each segment goes through these stages (compile_segment) when it
+                   first runs with a new signature
       2. params    the scheduler's heuristics, or the caller's params (manual_execute)
       3. kernels   the scheduler generates its kernels: GeneratedKernel (CUDA source, name,
                    launch configuration, operands, the codegen spec); nothing compiles
@@ -34,6 +37,7 @@ from kfuse.runtime.launch import GeneratedKernel, KernelLaunch
 from kfuse.runtime.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
 from kfuse.runtime.segments import SegmentedRunner
 from kfuse.schedule import rejection_reason, resolve_scheduler
+from kfuse.schedule.boundary_views import fold_boundary_views, unfold_operands
 from kfuse.schedule.registry import SCHEDULERS
 from kfuse.schedule.segmenter import segment_fusion
 from kfuse.schedule.types import SchedulerType
@@ -45,13 +49,20 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     segment: whether a fusion no single scheduler takes is split (False inside a segment)."""
     scheduler, reasons = _chosen(fusion, info, params, segment)
     if scheduler is None:
-        return _segmented(fusion, info, reasons)
+        program = _folded_kernel(fusion, info)
+        return program if program is not None else _segmented(fusion, info, reasons)
     if params is None:
         params = scheduler.heuristics(fusion, info)
     dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
     if not scheduler.generates_kernels:
         return LibraryProgram(scheduler.scheduler_type, params, fusion=fusion)
-    kernels = scheduler.kernels(fusion, info, params)
+    return _kernel_program(scheduler, params, fusion, info, scheduler.kernels(fusion, info, params))
+
+
+def _kernel_program(
+    scheduler: Any, params: Any, fusion: Fusion, info: RuntimeInfo, kernels: list[GeneratedKernel]
+) -> KernelProgram:
+    """Stages 4 and 5 for `kernels`, which run on the call `info` describes."""
     dump.generated(fusion, kernels)
     compiler = KernelCompiler(params.cparams)
     launches = [compiler.load(kernel, info) for kernel in kernels]
@@ -90,6 +101,24 @@ def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> tu
     if scheduler is None and not segment:
         raise SchedulerError("no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons))
     return scheduler, reasons
+
+
+def _folded_kernel(fusion: Fusion, info: RuntimeInfo) -> Program | None:
+    """The kernels of the first scheduler that takes the fusion once its boundary reshapes
+    that are views of this call's layouts are folded into its operands
+    (kfuse.schedule.boundary_views), or None: no fold, or no kernel scheduler takes it."""
+    folded = fold_boundary_views(fusion, info)
+    if folded is None:
+        return None
+    scheduler, _ = choose_scheduler(folded.fusion, folded.info)
+    if scheduler is None or not scheduler.generates_kernels:
+        return None
+    params = scheduler.heuristics(folded.fusion, folded.info)
+    dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
+    kernels = scheduler.kernels(folded.fusion, folded.info, params)
+    program = _kernel_program(scheduler, params, fusion, info, unfold_operands(folded, kernels))
+    program.folded = folded.reshapes
+    return program
 
 
 def _segmented(fusion: Fusion, info: RuntimeInfo, reasons: list[str]) -> Program:

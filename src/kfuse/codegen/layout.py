@@ -17,6 +17,7 @@ INT32_MAX = 2**31 - 1
 VEC = "vec"  # unit stride and aligned: V elements in one (up to 16-byte) access
 BCAST = "bcast"  # stride 0: one element serves the whole vector
 STRIDED = "strided"  # anything else: V scalar accesses
+SPLIT = "split"  # a reduction kernel's row operand read through row sub-axes of its own
 
 
 @dataclass(frozen=True)

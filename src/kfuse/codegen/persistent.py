@@ -43,7 +43,7 @@ from kfuse.codegen.kernel import (
     row_loop,
     store_vector,
 )
-from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     functions_source,
@@ -68,6 +68,7 @@ from kfuse.codegen.reduction_spec import (
 )
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_invariant import Hoisted, call_args
+from kfuse.codegen.row_split import row_extent, split_lane_loads
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import WelfordOp
 
@@ -185,6 +186,14 @@ def _element_loads(
     those inside the row (a vector cut by the row end)."""
     at = f"base_in{i} + (i0 + j) * step_in{i}"
     guard = "i0 + j < n_red" if guarded else None
+    if spec.loop_kinds[i] == SPLIT:
+        walked, first = spec.row_splits[i], spec.rank - 1
+        code.extend(
+            split_lane_loads(
+                target, f"in{i}", first, walked, spec.vector, f"base_in{i}", code.indent, guard
+            )
+        )
+        return
     code.extend(load_lanes(target, f"in{i}", spec.vector, at, code.indent, guard))
 
 
@@ -227,7 +236,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     shared memory (_shared_memory), then per row: its coordinates, the row loaded once into
     registers or shared memory (_load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
-    name = kernel_name(plan, spec, column_partials.name_suffix(spec.columns))
+    name = kernel_name(plan, spec, column_partials.name_suffix(spec.columns) + spec.split_suffix())
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     code = Code()
@@ -255,7 +264,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     )
     code(f"typedef {spec.index_type} Index;")
     _shared_memory(code, plan, spec)
-    code(f"const Index n_red = in0.size[{rank - 1}];", *row_count(kept))
+    n_red = row_extent("in0", rank - 1, spec.loop_rank(0) - rank + 1)
+    code(f"const Index n_red = {n_red};", *row_count(kept))
     column_partials.declare(code, spec, -(-smem_bytes_held(plan, spec) // 16) * 16)
     block, blocks = (
         ("blockIdx.x", "gridDim.x")

@@ -161,7 +161,7 @@ def tensor_params(
     workspace arrays."""
     rank, index = spec.rank, spec.index_type
     params = [
-        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{i}"
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {spec.loop_rank(i)}, {index}> in{i}"
         for i, u in enumerate(plan.loop_inputs)
         if loop or i == 0
     ]

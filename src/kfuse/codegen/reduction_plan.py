@@ -245,15 +245,30 @@ def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple
 
 @dataclass(frozen=True)
 class Operand:
-    """A tensor operand over the canonical domain: strides of the kept axes, then reduced."""
+    """A tensor operand over the canonical domain: strides of the kept axes, then reduced.
+
+    row_split: for a loop input whose strides do not walk the merged row in one stride (a
+    per-channel weight of a group norm's row [C/G, H, W]: strides 1, 0, 0), the (extent,
+    stride) of its own row sub-axes, outermost first (their extents multiply to the row's);
+    the kernel decomposes the row index over them. Its red_stride is then the first non-zero
+    one of those strides, so it counts as walking the row; it never reads the row in vectors.
+    """
 
     data_ptr: int
     itemsize: int
     strides: tuple[int, ...]
+    row_split: tuple[tuple[int, int], ...] = ()
 
     @property
     def red_stride(self) -> int:
         return self.strides[-1]
+
+    def max_offset(self, sizes: tuple[int, ...]) -> int:
+        """The largest element offset the kernel can reach through this operand."""
+        if not self.row_split:
+            return sum((n - 1) * abs(s) for n, s in zip(sizes, self.strides) if n > 0)
+        kept = sum((n - 1) * abs(s) for n, s in zip(sizes[:-1], self.strides) if n > 0)
+        return kept + sum((n - 1) * abs(s) for n, s in self.row_split if n > 0)
 
     @property
     def kept_strides(self) -> tuple[int, ...]:
@@ -289,17 +304,23 @@ class ReductionLayout:
         """True when an offset or element count does not fit int32."""
         if self.n_rows * self.red_size > INT32_MAX:
             return True
-        for op in self.loop + self.row + self.outputs:
-            if sum((n - 1) * abs(s) for n, s in zip(self.sizes, op.strides) if n > 0) > INT32_MAX:
-                return True
-        return False
+        return any(
+            op.max_offset(self.sizes) > INT32_MAX for op in self.loop + self.row + self.outputs
+        )
 
 
 def reduction_layout(
-    plan: ReductionPlan, info: object, output_ptrs: list[int] | None = None
+    plan: ReductionPlan,
+    info: object,
+    output_ptrs: list[int] | None = None,
+    *,
+    split_rows: bool = False,
 ) -> ReductionLayout:
     """The operands of this call on the canonical domain. Raises PlanError when the reduced
-    axes cannot be merged into one (non-adjacent, or strided differently per operand)."""
+    axes cannot be merged into one (non-adjacent, or strided differently per operand).
+    split_rows: a loop input that alone does not merge them is read through sub-axes of its
+    own (Operand.row_split) instead, if every other operand merges them (the kernel's
+    generator decomposes the row index: the inner persistent kernel's does)."""
     rank = plan.ref_rank
     ref_shape = tuple(info.shape(plan.reference))  # type: ignore[attr-defined]
     for r in plan.reductions[1:]:
@@ -340,7 +361,15 @@ def reduction_layout(
         strides = contiguous_strides(tuple(info.shape(out)))  # type: ignore[attr-defined]
         raw.append((ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
     kept_sizes, kept_strides = _merge(plan.kept_axes, ref_shape, [s for _, _, s in raw])
-    red_sizes, red_strides = _merge(plan.reduced_axes, ref_shape, [s for _, _, s in raw])
+    n_loop, n_row = len(plan.loop_inputs), len(plan.epilogue.input_uses)
+    split = _split_operands(plan, ref_shape, [s for _, _, s in raw], n_loop) if split_rows else {}
+    merged = [s for k, (_, _, s) in enumerate(raw) if k not in split]
+    red_sizes, merged_red = _merge(plan.reduced_axes, ref_shape, merged)
+    regular = iter(merged_red)
+    red_strides = [
+        [next(s for _, s in split[k] if s != 0)] if k in split else next(regular)
+        for k in range(len(raw))
+    ]
     if len(red_sizes) != 1:
         raise PlanError(
             f"the reduced axes {list(plan.reduced_axes)} of {plan.reference.name} "
@@ -348,16 +377,32 @@ def reduction_layout(
             "over non-adjacent or differently strided axes are not supported"
         )
     operands = tuple(
-        Operand(p, size, tuple(ks) + tuple(rs))
-        for (p, size, _), ks, rs in zip(raw, kept_strides, red_strides)
+        Operand(p, size, tuple(ks) + tuple(rs), split.get(k, ()))
+        for k, ((p, size, _), ks, rs) in enumerate(zip(raw, kept_strides, red_strides))
     )
-    n_loop, n_row = len(plan.loop_inputs), len(plan.epilogue.input_uses)
     return ReductionLayout(
         tuple(kept_sizes) + tuple(red_sizes),
         operands[:n_loop],
         operands[n_loop : n_loop + n_row],
         operands[n_loop + n_row :],
     )
+
+
+def _split_operands(
+    plan: ReductionPlan, shape: tuple[int, ...], strides: list[tuple[int, ...]], n_loop: int
+) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Loop inputs (indices < n_loop) whose strides alone do not merge the reduced axes into
+    one -> their own row sub-axes; {} unless every such operand is a loop input broadcast
+    along part of the row (a weight: the values that vary along all of it, read in vectors,
+    must merge, so a layout that makes them jump is still a rejection) and some operand
+    merges them."""
+    own = [_merge(plan.reduced_axes, shape, [s]) for s in strides]
+    apart = [k for k, (sizes, _) in enumerate(own) if len(sizes) > 1]
+    if not apart or len(apart) == len(strides):
+        return {}
+    if any(k >= n_loop or 0 not in own[k][1][0] for k in apart):
+        return {}
+    return {k: tuple(zip(own[k][0], own[k][1][0])) for k in apart}
 
 
 def _merge(
@@ -387,7 +432,7 @@ def _merge(
 
 def vector_ok(op: Operand, axis: int, vector: int, sizes: tuple[int, ...]) -> bool:
     """Whether `op` can be read along canonical `axis` in aligned vectors of `vector`."""
-    if op.strides[axis] != 1:
+    if op.strides[axis] != 1 or (op.row_split and axis == len(op.strides) - 1):
         return False
     if vector == 1:
         return True

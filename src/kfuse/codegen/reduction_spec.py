@@ -65,6 +65,23 @@ class ReductionKernelSpec:
     # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
     # other kernels' names stay as they were; column_partials.name_suffix names them.
     columns: tuple = field(default=(), repr=False)
+    # persistent: per loop input, for each of its own row sub-axes (SPLIT operands:
+    # reduction_plan.Operand.row_split) whether it is walked (a non-zero stride); () for the
+    # others. Left out of the repr, so the other kernels' names stay; split_suffix names them.
+    row_splits: tuple[tuple[bool, ...], ...] = field(default=(), repr=False)
+
+    def loop_rank(self, i: int) -> int:
+        """The rank loop input i is passed with: the kept axes, then the row's axis or, for a
+        SPLIT operand, its own row sub-axes."""
+        split = self.row_splits[i] if self.row_splits else ()
+        return self.rank - 1 + len(split) if split else self.rank
+
+    def split_suffix(self) -> str:
+        """A kernel-name suffix naming the SPLIT operands' walked sub-axes ("" for none)."""
+        if not any(self.row_splits):
+            return ""
+        walked = ("".join("1" if w else "0" for w in s) or "x" for s in self.row_splits)
+        return "_rs_" + "_".join(walked)
 
     @property
     def held_batch(self) -> int:

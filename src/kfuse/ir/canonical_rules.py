@@ -17,7 +17,14 @@ cheaper form differs on some special value, the rule guards it or does not apply
   type the op computes in: 1 / c is then exact and both forms are the correctly rounded
   x / c (a power of two closer to the limits would make 1 / c overflow, or c subnormal);
 * cast(cast(x, B), C) -> cast(x, C) (and x itself when C is x's dtype) when every value of
-  x's dtype is a value of B: the inner cast then changes no value.
+  x's dtype is a value of B: the inner cast then changes no value;
+* reshape(f(x)) -> f(reshape(x)) for a fusion input x and a chain f of element-wise ops
+  (casts, unary ops, binary and ternary ops whose other operands are Scalars: a promoted
+  weight): each acts on every element alone, so the chain commutes with any reshape. The
+  reshape then reads the input itself, so it can be a view of the input's layout, folded
+  into a kernel's operand (kfuse.schedule.boundary_views) instead of a copy of computed
+  values. A reshape that makes an output stays where it is (an output's reshape is always
+  a view of the output, an input's only where the input's strides allow).
 
 Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
 in Python, whose math.sqrt raises where C's returns NaN.
@@ -29,7 +36,7 @@ import math
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
+from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReshapeOp, TernaryOp, UnaryOp
 from kfuse.ir.values import Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
@@ -60,6 +67,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return _reciprocal_sqrt(ctx, expr, inputs)
     if isinstance(expr, CastOp):
         return _cast_of_widening(ctx, expr, inputs)
+    if isinstance(expr, ReshapeOp) and not any(o is expr.outputs[0] for o in ctx.original.outputs):
+        return _reshape_of_elementwise(ctx, expr, inputs)
     return None
 
 
@@ -155,6 +164,47 @@ def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Va
     if source.dtype is expr.dtype:
         return _alias(expr, source)
     return ctx.emit(CastOp, (source,), {"dtype": expr.dtype}, expr.outputs)
+
+
+_ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+
+
+def _chain_from_input(v: Val) -> list[Expr] | None:
+    """The element-wise exprs computing `v` from a fusion input, the input's first; each has
+    that one tensor operand (the others are Scalars). None when `v` is computed otherwise."""
+    chain: list[Expr] = []
+    while not (isinstance(v, TensorView) and v.is_input):
+        e = v.definition
+        if not isinstance(e, _ELEMENTWISE):
+            return None
+        tensors = [u for u in e.inputs if isinstance(u, TensorView)]
+        if len(tensors) != 1:
+            return None
+        chain.append(e)
+        v = tensors[0]
+    return chain[::-1]
+
+
+def _reshape_of_elementwise(
+    ctx: Any, expr: Expr, inputs: tuple[Val, ...]
+) -> tuple[Val, ...] | None:
+    assert isinstance(expr, ReshapeOp)
+    chain = _chain_from_input(inputs[0])
+    if not chain:
+        return None
+    source = next(u for u in chain[0].inputs if isinstance(u, TensorView))
+    out = expr.outputs[0]
+    assert isinstance(out, TensorView)
+    shape = tuple(ctx.val(v) for v in expr.shape)
+    (value,) = ctx.emit(
+        ReshapeOp, (source, *inputs[1:]), {"shape": shape}, [ctx.new_val(source.dtype, out.axes)]
+    )
+    for k, e in enumerate(chain):
+        operands = tuple(value if isinstance(u, TensorView) else u for u in e.inputs)
+        last = k == len(chain) - 1
+        like = expr.outputs if last else [ctx.new_val(e.outputs[0].dtype, out.axes)]
+        (value,) = ctx.emit(type(e), operands, e.attributes(), like)
+    return (value,)
 
 
 __all__ = ["EXACT_WIDENINGS", "constant_value", "is_power_of_two", "rewrite"]

@@ -8,7 +8,9 @@ printing, repr and the reference read the definition):
 
 * the algebraic rules of kfuse.ir.canonical_rules (pow by small constants as products or
   sqrt, reciprocal(sqrt(x)) as rsqrt(x), division by a power of two as a product, casts
-  whose round trip is exact), each of which keeps every value the definition computes;
+  whose round trip is exact, a reshape of element-wise ops of an input as those ops of the
+  reshaped input),
+  each of which keeps every value the definition computes;
 * common subexpressions merged: an expr of the same kind, attributes and operands as an
   earlier one is that one (every IR op is pure: no op reads state or draws random numbers);
 * dead code dropped: only exprs an output needs are kept.

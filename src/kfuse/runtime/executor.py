@@ -134,7 +134,8 @@ class FusionExecutorCache:
                 self._compiled[key] = compiled
         if isinstance(compiled, SegmentedProgram):
             return compiled.segments()
-        return [_whole(self.fusion, compiled.scheduler)]
+        folded = compiled.folded if isinstance(compiled, KernelProgram) else ()
+        return [_whole(self.fusion, compiled.scheduler, folded)]
 
     def last_cuda_source(self) -> str | None:
         """The CUDA source of the last launch's kernel(s), or None before the first run."""
@@ -146,16 +147,22 @@ class FusionExecutorCache:
         return compile_fusion(self.fusion, info, params, segment=True)
 
 
-def _whole(fusion: Fusion, scheduler_type: SchedulerType) -> Any:
+def _whole(fusion: Fusion, scheduler_type: SchedulerType, folded: tuple[str, ...] = ()) -> Any:
     from kfuse.schedule.segmenter import Segment
 
+    reason = f"one scheduler ({scheduler_type.value}) takes the whole fusion"
+    if folded:
+        reason += (
+            f", its reshapes {', '.join(folded)} folded into the kernel's operands "
+            "(views of this call's layouts)"
+        )
     return Segment(
         0,
         scheduler_type,
         tuple(v.name for v in fusion.inputs),
         tuple(v.name for v in fusion.outputs),
         tuple(str(e) for e in fusion.exprs),
-        f"one scheduler ({scheduler_type.value}) takes the whole fusion",
+        reason,
         fusion,
     )
 

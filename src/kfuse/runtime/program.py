@@ -62,7 +62,16 @@ class Program:
 
 @dataclass
 class KernelProgram(Program):
-    """Generated kernels, launched in order on the caller's stream."""
+    """Generated kernels, launched in order on the caller's stream. folded: the names of
+    the reshapes folded into their operands (kfuse.schedule.boundary_views), if any."""
+
+    folded: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.folded:
+            text += f"\n  reshapes folded into the operands: {', '.join(self.folded)}"
+        return text
 
     def extents_read(self, fusion: Fusion) -> list[Val]:
         # The outputs' shapes (to allocate them) and the values of scalar operands.

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
 from kfuse.codegen.persistent import (
     emit_persistent,
     keepable,
@@ -119,7 +119,7 @@ class InnerPersistentScheduler:
         if info is None:
             return
         try:
-            layout = reduction_layout(plan, info)
+            layout = reduction_layout(plan, info, split_rows=True)
         except PlanError as exc:
             raise Rejection(str(exc)) from None
         if (
@@ -142,7 +142,7 @@ class InnerPersistentScheduler:
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
 
         plan = plan_reductions(fusion)
-        layout = reduction_layout(plan, info)
+        layout = reduction_layout(plan, info, split_rows=True)
         vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
             plan, layout, info.device, clusters_supported(info)
         )
@@ -330,6 +330,8 @@ def persistent_spec(
     axis = layout.rank - 1
 
     def kind(op: Any) -> str:
+        if op.row_split:
+            return SPLIT
         if op.strides[axis] == 0:
             return BCAST
         return VEC if vector_ok(op, axis, vector, layout.sizes) else STRIDED
@@ -357,9 +359,17 @@ def persistent_spec(
         reload=reload,
         cluster=cluster,
         launch_bounds=params.cparams.maxrregcount is None,
+        row_splits=row_splits(layout),
     )
     _check_shared_memory(plan, spec, device)
     return spec
+
+
+def row_splits(layout: ReductionLayout) -> tuple[tuple[bool, ...], ...]:
+    """ReductionKernelSpec.row_splits of this layout: () when no loop input is SPLIT."""
+    if not any(op.row_split for op in layout.loop):
+        return ()
+    return tuple(tuple(s != 0 for _, s in op.row_split) for op in layout.loop)
 
 
 def _check_persistent_params(
@@ -434,7 +444,7 @@ def persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
 
     try:
         plan = plan_reductions(fusion)
-        layout = reduction_layout(plan, info)
+        layout = reduction_layout(plan, info, split_rows=True)
     except PlanError as exc:
         raise SchedulerError(f"inner_persistent: {exc}") from None
     spec = persistent_spec(plan, layout, params, info.device, clusters_supported(info))

@@ -134,7 +134,12 @@ def is_inner(layout: ReductionLayout) -> bool:
 def pick_vector(layout: ReductionLayout, axis: int, extent: int, extra: tuple = ()) -> int:
     """16 bytes of the narrowest unit-stride operand along `axis`, halved until every such
     operand is aligned for it (and the vector is not longer than the axis)."""
-    unit = [op for op in layout.loop + tuple(extra) if op.strides[axis] == 1]
+    # SPLIT operands are read element by element (kfuse.codegen.row_split): no constraint.
+    unit = [
+        op
+        for op in layout.loop + tuple(extra)
+        if op.strides[axis] == 1 and not (op.row_split and axis == layout.rank - 1)
+    ]
     if not unit:
         return 1
     vector = min(8, 16 // min(op.itemsize for op in unit))
@@ -335,7 +340,7 @@ def operand_list(
 
     positions = {v: i for i, v in enumerate(plan.fusion.inputs)}
     ops: list[Any] = [
-        InputOperand(positions[u.val], layout.sizes, op.strides)
+        InputOperand(positions[u.val], *_loop_view(layout, op))
         for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
         if loop or i == 0
     ]
@@ -349,6 +354,15 @@ def operand_list(
     if workspace:
         ops += workspace
     return ops
+
+
+def _loop_view(layout: ReductionLayout, op: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A loop input's extents and strides as passed: the canonical domain's, or for a SPLIT
+    operand the kept axes followed by its own row sub-axes (kfuse.codegen.row_split)."""
+    if not op.row_split:
+        return layout.sizes, op.strides
+    sizes, strides = zip(*op.row_split)
+    return layout.kept_sizes + sizes, op.kept_strides + strides
 
 
 def _shape(layout: ReductionLayout, op: Any) -> tuple[int, ...]:

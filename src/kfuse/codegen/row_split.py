@@ -1,0 +1,74 @@
+"""Row operands that do not walk a persistent kernel's row in one stride (SPLIT: a group
+norm's per-channel weight over the row [C/G, H, W]): the element offset of row index e is
+decomposed over the operand's own row sub-axes, which it is passed with after its kept axes
+(kf::Tensor of rank kept + sub-axes; reduction_plan.Operand.row_split).
+
+A vector's first element is decomposed once (a division and a modulo per sub-axis but the
+outermost); its other lanes step the coordinates like an odometer (an increment and a
+compare a lane), since a division an element would cost more than the memory traffic of a
+bf16 element. Sub-axes whose stride is 0 in this layout (the weight's [H * W]) still count,
+but never change the offset."""
+
+from __future__ import annotations
+
+
+def split_lane_loads(
+    target: str,
+    tensor: str,
+    first: int,
+    walked: tuple[bool, ...],
+    vec: int,
+    base: str,
+    indent: str,
+    guard: str | None = None,
+) -> list[str]:
+    """target[j] = `tensor`'s element of row index i0 + j, j < vec (guard: a condition on j
+    for the lanes inside the row); the row sub-axes are dims first .. first + len(walked) - 1
+    of `tensor`, outermost first; walked[k]: sub-axis k has a non-zero stride."""
+    dims = list(range(first, first + len(walked)))
+    size = [f"{tensor}.size[{d}]" for d in dims]
+    stride = [f"{tensor}.stride[{d}]" for d in dims]
+    inner = indent + "  "
+    lines = [f"{indent}{{", f"{inner}Index kf_rem = i0;"]
+    for k in reversed(range(len(dims))):
+        if k == 0:
+            lines.append(f"{inner}Index kf_c0 = kf_rem;")
+        else:
+            lines += [
+                f"{inner}Index kf_c{k} = kf_rem % {size[k]};",
+                f"{inner}kf_rem /= {size[k]};",
+            ]
+    terms = [f"kf_c{k} * {stride[k]}" for k in range(len(dims)) if walked[k]]
+    lines.append(f"{inner}Index kf_off = {' + '.join(terms) if terms else '0'};")
+    load = f"{target}[j] = kf::load({tensor}, {base} + kf_off);"
+    lines += [
+        "#pragma unroll",
+        f"{inner}for (int j = 0; j < {vec}; ++j) {{",
+        f"{inner}  {f'if ({guard}) ' if guard else ''}{load}",
+        *_step(len(dims) - 1, walked, size, stride, inner + "  "),
+        f"{inner}}}",
+        f"{indent}}}",
+    ]
+    return lines
+
+
+def _step(
+    k: int, walked: tuple[bool, ...], size: list[str], stride: list[str], ind: str
+) -> list[str]:
+    """Advance sub-axis k by one, carrying into the outer ones (the outermost never wraps:
+    the row ends first)."""
+    lines = [f"{ind}++kf_c{k};"]
+    if walked[k]:
+        lines.append(f"{ind}kf_off += {stride[k]};")
+    if k == 0:
+        return lines
+    wrap = [f"{ind}  kf_c{k} = 0;"]
+    if walked[k]:
+        wrap.append(f"{ind}  kf_off -= {size[k]} * {stride[k]};")
+    wrap += _step(k - 1, walked, size, stride, ind + "  ")
+    return [*lines, f"{ind}if (kf_c{k} == {size[k]}) {{", *wrap, f"{ind}}}"]
+
+
+def row_extent(tensor: str, first: int, count: int) -> str:
+    """The row's length from `tensor`'s sizes: its one row axis, or its sub-axes' product."""
+    return " * ".join(f"{tensor}.size[{d}]" for d in range(first, first + count))

@@ -1,0 +1,176 @@
+"""Reshapes at a fusion's boundary that are views of this call's layouts, folded into the
+operands of one kernel instead of being segments of their own.
+
+A reshape of a fusion input whose runtime strides can describe the reshaped tensor (a split
+of any axis, a merge of axes laid out one inside the other) needs no data movement: the
+kernel reads the input through those strides. A reshape that makes a fusion output from a
+value the kernel computes needs none either: the output is allocated contiguous in its own
+shape, and a contiguous array is a view in every shape of its size, so the kernel writes the
+reshape's input shape contiguously into it. `fold_boundary_views` builds the fusion without
+those reshapes (the reshaped inputs become inputs, the outputs' reshape inputs become
+outputs) and its RuntimeInfo, whose input layouts are the views; `unfold_operands` maps the
+kernels generated for it back onto the call's own inputs, outputs and scalars, so the
+Program runs on the call's RuntimeInfo as any other.
+
+Whether a reshape is a view is decided from the layout (strides are part of a Program's
+signature): a reshape that is not one (a non-contiguous input whose merged axes do not nest)
+is left in the fusion, which is then segmented as before (the reshape a framework copy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kfuse.codegen.layout import contiguous_strides
+from kfuse.ir.exprs import Expr, ReshapeOp
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.runtime.arrays import ArrayLayout
+from kfuse.runtime.info import RuntimeInfo
+from kfuse.runtime.launch import GeneratedKernel, InputOperand, ScalarOperand
+from kfuse.schedule.segmenter import build_sub_fusion
+
+
+def view_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], new_shape: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """Strides that read an array of `shape`/`strides` as `new_shape` (the same elements in
+    row-major order), or None when no strides can (the reshape needs a copy).
+
+    The axes are walked innermost first in chunks that are contiguous with one another
+    (each axis's stride is the next's times its extent; size-1 axes never break a chunk);
+    every chunk must be covered exactly by consecutive axes of the new shape, which then
+    step through it from the chunk's innermost stride."""
+    if math.prod(shape) != math.prod(new_shape):
+        return None
+    if math.prod(shape) == 0 or not shape:
+        return contiguous_strides(new_shape)  # no element is ever read through them
+    out = [0] * len(new_shape)
+    d_new = len(new_shape) - 1
+    base = strides[-1]
+    chunk = covered = 1
+    for d in range(len(shape) - 1, -1, -1):
+        chunk *= shape[d]
+        if d > 0 and (shape[d - 1] == 1 or strides[d - 1] == chunk * base):
+            continue  # axis d - 1 continues this chunk
+        while d_new >= 0 and (covered < chunk or new_shape[d_new] == 1):
+            out[d_new] = covered * base
+            covered *= new_shape[d_new]
+            d_new -= 1
+        if covered != chunk:
+            return None
+        if d > 0:
+            base, chunk, covered = strides[d - 1], 1, 1
+    return tuple(out) if d_new < 0 else None
+
+
+@dataclass(frozen=True)
+class FoldedFusion:
+    """A fusion with its boundary reshapes folded into its operands (see the module
+    docstring), and what maps its kernels back to the call: `input_positions[i]` is the
+    call's input position that the folded fusion's input i reads; `origin` maps its Vals to
+    the parent's; `reshapes` names the folded reshapes' outputs."""
+
+    fusion: Fusion
+    info: RuntimeInfo
+    input_positions: tuple[int, ...]
+    origin: dict[Val, Val]
+    reshapes: tuple[str, ...]
+
+
+def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | None:
+    """The fusion without the reshapes of its inputs that are views of their layouts and the
+    reshapes that make its outputs; None when there is none to fold or the folded fusion
+    would not be a kernel's (an output that is an input, a reshape of an input straight to
+    an output: expr_eval's work)."""
+    positions = {v: k for k, v in enumerate(fusion.inputs)}
+    outputs = set(fusion.outputs)
+    in_views: dict[TensorView, ArrayLayout] = {}  # reshape output -> its layout as a view
+    folded: set[Expr] = set()
+    for e in fusion.exprs:
+        if not isinstance(e, ReshapeOp):
+            continue
+        src, dst = e.inputs[0], e.outputs[0]
+        assert isinstance(src, TensorView) and isinstance(dst, TensorView)
+        if src in positions and dst not in outputs:
+            layout = _view_layout(info.layouts[src], info.shape(dst))
+            if layout is not None:
+                in_views[dst] = layout
+                folded.add(e)
+        elif dst in outputs and src not in positions and fusion.outputs.count(dst) == 1:
+            folded.add(e)
+    if not folded or any(o in positions for o in fusion.outputs):
+        return None
+    kept = [e for e in fusion.exprs if e not in folded and isinstance(e.outputs[0], TensorView)]
+    if not kept:
+        return None
+    new_outputs = [
+        o.definition.inputs[0] if o.definition in folded else o  # type: ignore[union-attr]
+        for o in fusion.outputs
+    ]
+    read = {v for e in kept for v in _operands(e)}
+    produced = {o for e in kept for o in e.outputs}
+    tensor_inputs = [v for v in fusion.inputs if isinstance(v, TensorView) and v in read]
+    tensor_inputs += [v for v in in_views if v in read]
+    scalars = [v for v in _ordered(kept) if isinstance(v, Scalar) and v not in produced]
+    sub, origin = build_sub_fusion(kept, [*tensor_inputs, *scalars], new_outputs, fusion)
+    sources = [
+        v if v in positions else v.definition.inputs[0]  # type: ignore[union-attr]
+        for v in tensor_inputs
+    ]
+    layouts = {
+        new: (in_views[old] if old in in_views else info.layouts[old])  # type: ignore[index]
+        for new, old in zip(sub.inputs, tensor_inputs)
+    }
+    extents = {new: info.extents[old] for new, old in origin.items()}
+    sub_info = RuntimeInfo(
+        sub,
+        [extents[v] for v in sub.inputs],
+        layouts,  # type: ignore[arg-type]
+        extents,
+        info.framework,
+        info.backend,
+        info.device_index,
+        info.device,
+    )
+    names = tuple(e.outputs[0].name for e in fusion.exprs if e in folded)
+    return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin, names)
+
+
+def unfold_operands(folded: FoldedFusion, kernels: list[GeneratedKernel]) -> list[GeneratedKernel]:
+    """`kernels` generated for the folded fusion, reading the call's own inputs (the same
+    data, through the strides already in their operands) and its own scalars; outputs keep
+    their indices."""
+
+    def operand(op: Any) -> Any:
+        if isinstance(op, InputOperand):
+            return dataclasses.replace(op, position=folded.input_positions[op.position])
+        if isinstance(op, ScalarOperand):
+            return ScalarOperand(folded.origin[op.val])  # type: ignore[arg-type]
+        return op
+
+    return [dataclasses.replace(k, operands=[operand(op) for op in k.operands]) for k in kernels]
+
+
+def _view_layout(layout: ArrayLayout, shape: tuple[int, ...]) -> ArrayLayout | None:
+    strides = view_strides(layout.shape, layout.strides, tuple(shape))
+    if strides is None:
+        return None
+    return dataclasses.replace(layout, shape=tuple(shape), strides=strides)
+
+
+def _operands(e: Expr) -> list[Val]:
+    """Every Val an expr reads: its inputs and the Scalars of its attributes (expand extents,
+    reshape shapes), which build_sub_fusion maps too."""
+    vals = list(e.inputs)
+    for attr in ("extents", "shape"):
+        vals += [v for v in getattr(e, attr, ()) or () if isinstance(v, Val)]
+    return [v for v in vals if not (isinstance(v, Scalar) and v.is_constant)]
+
+
+def _ordered(exprs: list[Expr]) -> list[Val]:
+    """The Vals `exprs` read, each once, in order of first use."""
+    return list(dict.fromkeys(v for e in exprs for v in _operands(e)))
