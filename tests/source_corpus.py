@@ -330,6 +330,46 @@ def _scheduler_entries() -> list[dict[str, Any]]:
         fd.add_output(s1)
 
     cases.append(_case("segmented sums over both axes", segmented, [_contiguous(f32, 300, 500)]))
+    return cases + _norm_entries()
+
+
+def _norm_entries() -> list[dict[str, Any]]:
+    """The model suite's norm backwards (inner_outer_persistent) and outer norms
+    (outer_persistent) at sizes of its sweep."""
+    from norm_fusions import layer_norm_backward, rms_norm_backward
+    from outer_norm_fusions import batch_norm_nhwc, softmax0
+
+    bf16, f32 = "BFloat16", "Float"
+
+    def entry(name: str, fd: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"name": name, "definition": repr(fd), "inputs": inputs}
+
+    cases = []
+    for n, h in [(16384, 4096), (32768, 1024)]:
+        big, rows = _contiguous(bf16, n, h), _contiguous(f32, n, 1)
+        cases.append(
+            entry(
+                f"rms norm backward {n}x{h}",
+                rms_norm_backward(),
+                [big, rows, big, _contiguous(bf16, h)],
+            )
+        )
+        cases.append(
+            entry(
+                f"layer norm backward {n}x{h}",
+                layer_norm_backward(),
+                [big, big, _contiguous(f32, n), rows, _contiguous(bf16, h)],
+            )
+        )
+    cases.append(entry("softmax over axis 0 4096x512", softmax0(), [_contiguous(f32, 4096, 512)]))
+    channels = _contiguous(f32, 256)
+    cases.append(
+        entry(
+            "batch norm channels-last 8x28x28x256",
+            batch_norm_nhwc(),
+            [_contiguous(f32, 8, 28, 28, 256), channels, channels],
+        )
+    )
     return cases
 
 
