@@ -3,8 +3,12 @@
 Each thread holds the same columns of every row it walks (slot b, lane j is column
 (threadIdx.x + b * block_x) * V + j), so it sums a column reduction's input over its rows
 with no communication, into its own slots of the block's column accumulators: dynamic
-shared memory after the held rows, [threadIdx.y][column] per column reduction, one slot per
-(row of the block, column), so no two threads touch one slot. In registers they cost more
+shared memory after the held rows, one slot per (row of the block, column) per column
+reduction, so no two threads touch one slot. The slots are laid out lane-major,
+[threadIdx.y][b][j][threadIdx.x]: the 32 threads of a warp adding lane j of slot b touch 32
+consecutive words (no bank conflict). Laid out by column ([threadIdx.y][column]) they were V
+words apart, a V-way conflict on every add: 8-way for bf16 rows, which made the adds cost more
+than the row's global memory traffic. In registers they cost more
 than the bytes they hold (the compiler also keeps the held row converted to float): RMS norm
 backward spilled at 4 vectors a thread, and 1 vector a thread left too few loads in flight.
 
@@ -92,24 +96,24 @@ def declare(code: Code, spec: ReductionKernelSpec, offset: int) -> None:
         code(f"{c.acc.ctype}* const cs{m} = reinterpret_cast<{c.acc.ctype}*>(kf_held + {offset});")
         offset += _region(spec, c)
     with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
-        code(f"const Index i0 = {_slot_start(spec)};")
         with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
             for m, c in enumerate(spec.columns):
                 code(f"{_slot(spec, m)} = {c.acc.identity()};")
 
 
-def _slot_start(spec: ReductionKernelSpec) -> str:
-    return f"((Index)threadIdx.x + (Index)b * {spec.block_x}) * {spec.vector}"
-
-
 def _slot(spec: ReductionKernelSpec, m: int) -> str:
-    """This thread's accumulator of column i0 + j for column reduction m."""
-    return f"cs{m}[(Index)threadIdx.y * {width(spec)} + i0 + j]"
+    """This thread's accumulator of column i0 + j (slot b, lane j) for column reduction m."""
+    return f"cs{m}[{_lane_major('(Index)threadIdx.y', 'b', 'j', 'threadIdx.x', spec)}]"
+
+
+def _lane_major(y: str, b: str, j: str, x: str, spec: ReductionKernelSpec) -> str:
+    """The offset of (row y of the block, slot b, lane j, thread x) in an accumulator."""
+    return f"((({y} * {spec.unroll} + {b}) * {spec.vector} + {j}) * {spec.block_x} + {x})"
 
 
 def accumulate(spec: ReductionKernelSpec, output: int, value: str) -> list[str]:
-    """The statements adding `value` (slot b, lane j of main output `output`; i0 is the
-    slot's first column) to each of its accumulators."""
+    """The statements adding `value` (slot b, lane j of main output `output`) to each of its
+    accumulators."""
     return [spec.columns[m].acc.combine(_slot(spec, m), value) for m in accumulated(spec)[output]]
 
 
@@ -119,12 +123,16 @@ def store(code: Code, spec: ReductionKernelSpec) -> None:
     by, threads = spec.block_y, spec.block_x * spec.block_y
     code("__syncthreads();")
     tid = f"(Index)threadIdx.y * {spec.block_x} + (Index)threadIdx.x"
+    vec, bx = spec.vector, spec.block_x
     with code.block(f"for (Index c = {tid}; c < n_red; c += {threads})"):
+        # Column c is lane j of slot b of thread x (c = (x + b * block_x) * V + j).
+        code(f"const Index cj = c % {vec}, cx = (c / {vec}) % {bx}, cb = c / ({vec} * {bx});")
         for m, col in enumerate(spec.columns):
-            code(f"{col.acc.ctype} total{m} = cs{m}[c];")
+            code(f"{col.acc.ctype} total{m} = cs{m}[{_lane_major('0', 'cb', 'cj', 'cx', spec)}];")
             if by > 1:
                 with code.block(f"for (int y = 1; y < {by}; ++y)"):
-                    code(col.acc.combine(f"total{m}", f"cs{m}[(Index)y * {width(spec)} + c]"))
+                    slot = _lane_major("(Index)y", "cb", "cj", "cx", spec)
+                    code(col.acc.combine(f"total{m}", f"cs{m}[{slot}]"))
             code(f"kf::store(cws{m}, (Index)blockIdx.x * n_red + c, total{m});")
 
 
