@@ -308,6 +308,7 @@ def test_numpy_array_of_another_dtype_is_an_input_error() -> None:
     np.testing.assert_array_equal(out, [1.5, -448, 0.0078125, 3])
 
 
+@pytest.mark.slow
 def test_strategies_draw_float8_inputs_for_every_framework_they_support() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st

@@ -91,6 +91,7 @@ def _kernels_for(fusion: object, info: RuntimeInfo) -> None:
         _kernels_for(plan.fusion, sub)
 
 
+@pytest.mark.slow  # walks a grid of sizes on three device profiles
 @pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
 @pytest.mark.parametrize("name", sorted(FUSIONS))
 def test_heuristics_give_params_their_scheduler_accepts(name: str, profile: str) -> None:
@@ -120,6 +121,7 @@ OUTER_REDUCED = [2, 7, 1000, 4096, 16384, 65536, 1048576]
 OUTER_CHANNELS = [1, 3, 64, 1000, 4096, 65536]
 
 
+@pytest.mark.slow  # walks a grid of sizes on three device profiles
 @pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
 @pytest.mark.parametrize("name", sorted(OUTER_FUSIONS))
 def test_outer_norm_heuristics_give_params_their_scheduler_accepts(name: str, profile: str) -> None:

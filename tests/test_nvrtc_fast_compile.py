@@ -53,6 +53,7 @@ def test_the_runtime_header_goes_in_as_an_include() -> None:
     assert set(FAST_COMPILE_OPTIONS) <= set(nvrtc_options())
 
 
+@pytest.mark.slow
 def test_cubins_and_ptx_are_those_of_the_plain_compile() -> None:
     kernels = _kernels()
     assert len(kernels) >= 3

@@ -235,6 +235,7 @@ def test_row_ends_in_the_middle_of_a_threads_vectors() -> None:
         dtypes=(DataType.Float, DataType.Half, DataType.Int32, DataType.Double, DataType.Bool),
     ),
 )
+@pytest.mark.slow
 def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
     data: st.DataObject, fd: FusionDefinition
 ) -> None:
