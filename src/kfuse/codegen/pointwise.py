@@ -125,7 +125,12 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     code.extend([runtime_header(), "", *body, ""])
     threads = spec.block_x * spec.block_y
     code.open_kernel(
-        kernel_header(name, _kernel_params(plan, spec), threads, bounded=spec.launch_bounds)
+        kernel_header(
+            name,
+            kernel_params(plan, spec.rank, spec.index_type),
+            threads,
+            bounded=spec.launch_bounds,
+        )
     )
     code(
         f"typedef {spec.index_type} Index;",
@@ -155,9 +160,9 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     return code.kernel_source(), name
 
 
-def _kernel_params(plan: PointwisePlan, spec: PointwiseKernelSpec) -> list[str]:
-    """The kernel's parameters: inputs, scalars, outputs (the kernel ABI's order)."""
-    rank, index = spec.rank, spec.index_type
+def kernel_params(plan: PointwisePlan, rank: int, index: str) -> list[str]:
+    """The parameters of a kernel over the plan's domain (pointwise and transpose): inputs,
+    scalars, outputs (the kernel ABI's order), tensors of `rank` indexed by `index`."""
     params = [
         f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}"
         for k, u in enumerate(plan.domain.input_uses)

@@ -26,9 +26,8 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.kernel import Code, kernel_header
-from kfuse.codegen.pointwise import PointwisePlan, element_body_function
+from kfuse.codegen.pointwise import PointwisePlan, element_body_function, kernel_params
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
 
@@ -104,7 +103,12 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
     code.extend([runtime_header(), "", *body, ""])
     threads = WARP * spec.block_y
     code.open_kernel(
-        kernel_header(name, _kernel_params(plan, spec), threads, bounded=spec.launch_bounds)
+        kernel_header(
+            name,
+            kernel_params(plan, spec.rank, spec.index_type),
+            threads,
+            bounded=spec.launch_bounds,
+        )
     )
     a, b, ta, tb = spec.rank - 1, spec.axis_b, spec.tile_a, spec.tile_b
     code(
@@ -195,18 +199,3 @@ def _offset(operand: str, spec: TransposeKernelSpec) -> str:
         f"base_{operand} + a * {operand}.stride[{spec.rank - 1}]"
         f" + b * {operand}.stride[{spec.axis_b}]"
     )
-
-
-def _kernel_params(plan: PointwisePlan, spec: TransposeKernelSpec) -> list[str]:
-    """The kernel's parameters: inputs, scalars, outputs (the kernel ABI's order)."""
-    rank, index = spec.rank, spec.index_type
-    params = [
-        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}"
-        for k, u in enumerate(plan.domain.input_uses)
-    ]
-    params += [f"{compute_ctype(s.dtype)} s{k}" for k, s in enumerate(plan.domain.scalars)]
-    params += [
-        f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
-        for k, o in enumerate(plan.fusion.outputs)
-    ]
-    return params
