@@ -120,17 +120,8 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     name = kernel_name(plan, spec)
     rank, vec, unroll = spec.rank, spec.vector, spec.unroll
     n_in, n_out = len(plan.domain.input_uses), len(plan.fusion.outputs)
-    body, call = element_body_function(plan, name)
-    code = Code()
-    code.extend([runtime_header(), "", *body, ""])
-    threads = spec.block_x * spec.block_y
-    code.open_kernel(
-        kernel_header(
-            name,
-            kernel_params(plan, spec.rank, spec.index_type),
-            threads,
-            bounded=spec.launch_bounds,
-        )
+    code, call = open_domain_kernel(
+        plan, name, spec.rank, spec.index_type, spec.block_x * spec.block_y, spec.launch_bounds
     )
     code(
         f"typedef {spec.index_type} Index;",
@@ -158,6 +149,21 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
                 code.otherwise()
                 _ragged_end(code, plan, spec, call)
     return code.kernel_source(), name
+
+
+def open_domain_kernel(
+    plan: PointwisePlan, name: str, rank: int, index: str, threads: int, launch_bounds: bool
+) -> tuple[Code, Callable[..., str]]:
+    """A new Code holding the runtime header, the plan's per-element body function and the
+    opened kernel `name` over the plan's domain (pointwise and transpose kernels), and the
+    call of the body function."""
+    body, call = element_body_function(plan, name)
+    code = Code()
+    code.extend([runtime_header(), "", *body, ""])
+    code.open_kernel(
+        kernel_header(name, kernel_params(plan, rank, index), threads, bounded=launch_bounds)
+    )
+    return code, call
 
 
 def kernel_params(plan: PointwisePlan, rank: int, index: str) -> list[str]:

@@ -26,9 +26,8 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kfuse.codegen.kernel import Code, kernel_header
-from kfuse.codegen.pointwise import PointwisePlan, element_body_function, kernel_params
-from kfuse.codegen.runtime_header import runtime_header
+from kfuse.codegen.kernel import Code
+from kfuse.codegen.pointwise import PointwisePlan, open_domain_kernel
 from kfuse.dtypes import DataType
 
 WARP = 32
@@ -98,17 +97,8 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
     """CUDA source and kernel name for `plan` compiled as `spec` (the module docstring)."""
     name = kernel_name(plan, spec)
     uses, outputs = plan.domain.input_uses, plan.fusion.outputs
-    body, call = element_body_function(plan, name)
-    code = Code()
-    code.extend([runtime_header(), "", *body, ""])
-    threads = WARP * spec.block_y
-    code.open_kernel(
-        kernel_header(
-            name,
-            kernel_params(plan, spec.rank, spec.index_type),
-            threads,
-            bounded=spec.launch_bounds,
-        )
+    code, call = open_domain_kernel(
+        plan, name, spec.rank, spec.index_type, WARP * spec.block_y, spec.launch_bounds
     )
     a, b, ta, tb = spec.rank - 1, spec.axis_b, spec.tile_a, spec.tile_b
     code(
