@@ -229,7 +229,7 @@ FLOAT8_FORMATS = {
 
 def round_to_float8(a: Any, dtype: DataType, xp: Any = None) -> Any:
     """Round a float array to `dtype`'s float8 values as torch converts float32 to it, as
-    float64; `xp` is the array module (NumPy by default, CuPy works the same).
+    float64; `xp` is the array module (NumPy by default; CuPy and torch work the same).
 
     The value goes to float32 first: kfuse's kernels and torch convert Double to float8
     through Float. Then round to nearest even on the quantum of the value's binade (a power
@@ -242,13 +242,18 @@ def round_to_float8(a: Any, dtype: DataType, xp: Any = None) -> Any:
         xp = numpy
     fmt = FLOAT8_FORMATS[dtype]
     quiet = xp.errstate(all="ignore") if hasattr(xp, "errstate") else contextlib.nullcontext()
+    is_torch = getattr(xp, "__name__", "") == "torch"
     with quiet:  # float32 overflow to inf and inf / quantum are meant
-        x = xp.asarray(a).astype(xp.float32).astype(xp.float64)
+        if is_torch:  # torch tensors have `.to`, not `.astype`; torch.round rounds half to even
+            x = xp.asarray(a).to(xp.float32).to(xp.float64)
+        else:
+            x = xp.asarray(a).astype(xp.float32).astype(xp.float64)
         mag = xp.abs(x)
         _, exp = xp.frexp(mag)  # mag = m * 2^exp, m in [0.5, 1): the binade is 2^(exp - 1)
-        binade = xp.maximum(exp - 1, fmt.min_exponent)
+        binade = xp.clip(exp - 1, fmt.min_exponent, None)
         quantum = xp.ldexp(xp.ones_like(mag), binade - fmt.mantissa_bits)
-        rounded = xp.rint(mag / quantum) * quantum
+        rint = xp.round if is_torch else xp.rint
+        rounded = rint(mag / quantum) * quantum
     overflow = xp.inf if not fmt.saturates else fmt.max_finite
     rounded = xp.where(rounded > fmt.max_finite, overflow, rounded)
     return xp.where(xp.isnan(x), x, xp.copysign(rounded, x))

@@ -140,12 +140,18 @@ class NumpyLikeBackend:
         return self.xp.full(shape, value, dtype=storage)
 
 
+# torch's float8 dtypes -> kfuse's, filled when a TorchBackend is made (torch loads lazily).
+_FLOAT8_OF_TORCH: dict[Any, DataType] = {}
+
+
 class TorchBackend(NumpyLikeBackend):
     """torch tensors (any device); BFloat16, Half and float8 are torch's own dtypes."""
 
     def __init__(self, torch: Any) -> None:
         self.xp = torch
         self.name = "torch"
+        _FLOAT8_OF_TORCH.setdefault(torch.float8_e4m3fn, DataType.Float8_e4m3fn)
+        _FLOAT8_OF_TORCH.setdefault(torch.float8_e5m2, DataType.Float8_e5m2)
 
     def storage_dtype(self, dtype: DataType, wide: bool) -> Any:
         t = self.xp
@@ -164,9 +170,17 @@ class TorchBackend(NumpyLikeBackend):
         }[dtype]
 
     def astype(self, a: Any, storage: Any) -> Any:
+        float8 = _FLOAT8_OF_TORCH.get(storage)
+        if float8 is not None and a.dtype != storage:
+            # Round as kfuse does first: torch's own conversion of float8 overflow changed
+            # between versions (NaN before 2.12, saturation after for e4m3fn); converting a
+            # value that is already a float8 value is exact in every version.
+            a = round_to_float8(a, float8, self.xp)
         return a.to(storage)
 
     def round_to(self, a: Any, dtype: DataType) -> Any:
+        if dtype.is_float8:
+            return round_to_float8(a, dtype, self.xp).to(a.dtype)
         if dtype.is_floating and dtype is not DataType.Double:
             return a.to(self.storage_dtype(dtype, False)).to(a.dtype)
         return a
