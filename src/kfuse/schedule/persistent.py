@@ -87,6 +87,27 @@ def held_bytes_per_element(plan: ReductionPlan, layout: ReductionLayout) -> int:
     )
 
 
+HELD_WORDS_TARGET = 24
+"""Registers of held values a thread aims at, of the 64 that min_blocks_per_sm's
+__launch_bounds__ leave it (REGISTER_TARGET); the rest go to the math. A dropout + RMS norm
+forward holds x1, x2 (bf16) and the Bool mask: 4 vectors of 8 a thread are 40 words, and
+the kernel spilled (154 local loads in its sm_90 SASS; 621 us against 66 us for the RMS norm
+alone at 16384 x 4096 on an H200); 2 vectors a thread are 20, and do not spill. A softmax
+backward (y and the gradient, bf16: 32 words) spilled 33 values at 32 and none at 24. At 16,
+a dropout + layer norm forward (10 words a vector) would leave registers for shared memory
+(one vector a thread needs 512 threads a row), so 24 it is."""
+
+
+def vectors_per_thread(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
+    """Vectors of a row one thread holds in registers: VECTORS_PER_THREAD, halved until the
+    held values fit HELD_WORDS_TARGET registers (at least one)."""
+    words_per_vector = -(-vector * held_bytes_per_element(plan, layout) // 4)
+    batch = VECTORS_PER_THREAD
+    while batch > 1 and batch * words_per_vector > HELD_WORDS_TARGET:
+        batch //= 2
+    return batch
+
+
 def kept_stages(
     plan: ReductionPlan, layout: ReductionLayout, batch: int, held_batch: int, vector: int
 ) -> tuple[int, ...]:
@@ -195,7 +216,7 @@ def choose_held_row(
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
     vecs = max(1, -(-n_red // vector))
-    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // VECTORS_PER_THREAD)))
+    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // vectors_per_thread(plan, layout, vector))))
     smem = _smem_layout(plan, layout, vector, block_x, device, clusters)
     if smem is not None:
         bx, batch, reload, cluster = smem
