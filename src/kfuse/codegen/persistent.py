@@ -281,6 +281,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             code.extend(decompose("row", kept, ops, code.indent))
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
         _load_held(code, plan, spec)
+        if spec.columns:
+            _prefetch_next_row(code, plan, spec, ops, by)
         for k in spec.kept:
             ctype = compute_ctype(stage_value(plan, k).val.dtype)
             code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
@@ -339,6 +341,34 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
                     _load_vector(code, spec, i, f"x{i}[b]")
     if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
         code("kf::copy_async_wait();")
+
+
+def _prefetch_next_row(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, ops: list[str], by: int
+) -> None:
+    """Start the L2 loads of the row this thread walks next, before this row's reductions.
+
+    With column partials (inner_outer_persistent) the grid is a few blocks an SM that each walk
+    many rows, one at a time: memory idles while a block reduces its row and writes the
+    outputs. Measured on an H200 (RMS norm backward, 16384 x 4096 bf16) without this: 173 us,
+    1.55 TB/s. Only held, register-resident inputs are prefetched (the ones loaded again next
+    row); the prefetches cost no registers."""
+    if spec.smem_held or not spec.held_batch:
+        return
+    # A row split over axes (boundary views) is not at i0 * step: those are left alone.
+    held = [i for i in held_inputs(plan, spec) if spec.loop_kinds[i] in (VEC, STRIDED)]
+    if not held:
+        return
+    kept = range(spec.rank - 1)
+    nexts = [f"in{i}" for i in held]
+    with code.block(f"if (row + (Index)gridDim.x * {by} < n_rows)"):
+        code(*[f"Index next_{op} = 0;" for op in nexts])
+        lines = decompose(f"row + (Index)gridDim.x * {by}", kept, nexts, code.indent)
+        code.extend([line.replace("base_", "next_") for line in lines])
+        with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
+            code(f"const Index i0 = {slot_start(spec)};")
+            with code.block("if (i0 < n_red)"):
+                code(*[f"kf::prefetch_l2(in{i}, next_in{i} + i0 * step_in{i});" for i in held])
 
 
 @contextlib.contextmanager
