@@ -7,13 +7,26 @@ merged domain of the pointwise kernel (size-1 and broadcast axes folded, axes ev
 operand walks contiguously merged), some operand has unit stride along an axis B other
 than the innermost axis A and is not broadcast along A: the pointwise kernel would read or
 write it with a stride along A, one sector a lane. Operands with a stride of 0 along A
-(broadcast) need no tile. Both A and B must be at least a warp long, else there is little
-to gain over the pointwise kernel, and the tiles must fit in static shared memory.
+(broadcast) need no tile. Rejected, so left to the pointwise kernel: a plane A x B of fewer
+than 256 elements (one tile would hold a few warps' work: both axes short, as a [4, 3]
+transposed view), and operands whose smallest tiles (32 x 32, or a short axis whole) do not
+fit in static shared memory. A short axis (2 elements or more) is no reason to decline: it
+is tiled whole, and its tile still gets vector loads along the other operands' fast axis.
 
-Heuristics: 64 x 64 tiles where every tiled operand is 1 or 2 bytes, else 32 x 32 (a warp
-then covers 32 consecutive elements of each tensor along its own fast axis: full 32-byte
-sectors); 8 warps a block; one block a tile (grid-strided beyond 2**31 - 1 tiles); int32
-indexing unless an offset or the element count needs int64 (as the pointwise scheduler).
+Heuristics:
+* vector_b: 16 bytes of the widest tiled operand (at most 8 elements), halved until it
+  divides B's extent and every tiled operand is aligned for it (its pointer and its other
+  strides: access_kind along B); vector_a likewise over the untiled operands with unit
+  stride along A (the outputs, inputs in their order), 1 when there are none. So bf16
+  takes 8-element (16-byte) accesses, float 4, double 2, where the layout allows;
+* tiles of 8 KiB of the widest tiled dtype: 64 x 64 of 2 bytes, 64 (A) x 32 (B) of 4,
+  32 x 32 of 8, 128 x 64 of 1; a side longer than its axis is cut to the axis (rounded up to
+  a power of two), the other side then grows to keep about as many elements, up to 1024
+  ([16, 4096, 2048] swapping axes 0 and 2: A has 16 elements, a 16 x 256 tile); halved, the
+  longer side first, while the tiles overflow 48 KiB of static shared memory;
+* 8 warps a block, fewer where a phase has fewer than 8 warps' slots; one block a tile
+  (grid-strided beyond 2**31 - 1 tiles); int32 indexing unless an offset or the element
+  count needs int64 (as the pointwise scheduler).
 """
 
 from __future__ import annotations
