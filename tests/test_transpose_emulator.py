@@ -1,8 +1,9 @@
 """The transpose scheduler on the host emulator against the float64 reference: transposed
-views in, permutes inside the fusion, several operands in different orders, broadcasts,
-casts, odd and degenerate extents, special values, every storage dtype; edited params and
-their validation; what the H200 heuristics pick; and that fusions whose operands agree on
-the innermost axis (the benchmark workloads W1-W6 among them) keep their schedulers."""
+views in, permutes inside the fusion, several operands in different orders and dtypes,
+broadcasts, casts, odd, short and degenerate extents, misaligned views (the vector and the
+element-by-element paths), special values, every storage dtype; edited params and their
+validation; what the H200 heuristics pick; and that fusions whose operands agree on the
+innermost axis (the benchmark workloads W1-W6 among them) keep their schedulers."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from kfuse import schedule
-from kfuse.codegen.transpose import tile_bytes
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.dtypes import DataType
 from kfuse.errors import ParamsError, SchedulerError
 from kfuse.frontend import FusionDefinition
@@ -176,7 +177,9 @@ def test_nan_and_inf_go_through_the_tiles() -> None:
 def test_short_size_one_and_empty_extents_go_elsewhere_and_are_right() -> None:
     fd = unary("add")
     run(fd, [transposed((67, 1))], SchedulerType.pointwise)  # folds to one axis
-    run(fd, [transposed((131, 7))], SchedulerType.pointwise)  # 7 < a warp along B
+    run(fd, [transposed((7, 5))], SchedulerType.pointwise)  # a plane of 35 < 256 elements
+    ok, why = schedule.can_schedule(fd.fusion, TR, [transposed((7, 5))])
+    assert not ok and "short" in why and "35 elements" in why
     run(fd, [transposed((0, 131))], SchedulerType.no_op)
     fd3 = unary("add", rank=3)
     run(fd3, [np.transpose(values((1, 67, 131)), (0, 2, 1))])  # size 1 folded, then tiled
@@ -208,7 +211,11 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
     x = transposed((67, 131))
     hp = schedule.compute_heuristics(fd.fusion, TR, [x])
     assert isinstance(hp, TransposeParams)
+    assert (hp.vector_a, hp.vector_b) == (1, 1)  # 131 and 67 elements: odd
     hp.tile_a, hp.tile_b, hp.block_y, hp.grid_x = 64, 32, 4, 3  # 3 blocks stride over 15 tiles
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    np.testing.assert_array_equal(out, x + x)
+    hp.tile_a, hp.tile_b, hp.block_y = 2, 1024, 1  # a warp over 32 columns of 2
     (out,) = fd.manual_execute([x], heuristic_params=hp)
     np.testing.assert_array_equal(out, x + x)
     hp.cparams.index_type = "int64"
@@ -220,7 +227,13 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
     assert "long long" in fd.last_cuda_source()
     for field, bad in [
         ("tile_a", 48),
+        ("tile_a", 3),
         ("tile_b", 0),
+        ("tile_b", 8192),
+        ("vector_a", 3),
+        ("vector_a", 32),
+        ("vector_b", 0),
+        ("vector_b", 2.0),
         ("block_y", 33),
         ("grid_x", 0),
         ("tile_a", "64"),
@@ -232,14 +245,24 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
     big = TransposeParams(tile_a=128, tile_b=128)
     with pytest.raises(SchedulerError, match="shared memory"):
         fd.manual_execute([x], heuristic_params=big)
+    for fields, match in [
+        ({"vector_a": 2}, "vector_a = 2: axis A .* 131 elements"),
+        ({"vector_b": 4}, "vector_b = 4: axis B .* 67 elements"),
+        ({"tile_a": 4, "vector_a": 8}, "vector_a = 8 does not divide tile_a = 4"),
+        ({"tile_b": 2, "vector_b": 4}, "vector_b = 4 does not divide tile_b = 2"),
+    ]:
+        with pytest.raises(SchedulerError, match=match):
+            fd.manual_execute([x], heuristic_params=TransposeParams(**fields))
     with pytest.raises(SchedulerError, match="transpose"):
         fd.manual_execute([values((67, 131))], heuristic_params=hp)
 
 
 def test_params_equality_hash_and_dict() -> None:
-    a, b = TransposeParams(tile_a=64), TransposeParams(tile_a=64)
-    assert a == b and hash(a) == hash(b) and a != TransposeParams()
+    a, b = TransposeParams(tile_a=64, vector_b=4), TransposeParams(tile_a=64, vector_b=4)
+    assert a == b and hash(a) == hash(b) and a != TransposeParams(tile_a=64)
     assert a.to_dict()["tile_a"] == 64 and a.to_dict()["scheduler_type"] == "transpose"
+    assert a.to_dict()["vector_b"] == 4 and a.to_dict()["vector_a"] == 1
+    assert "vector_b=4" in repr(a)
 
 
 def test_h200_heuristics_tile_full_sectors_and_fill_the_device(
@@ -258,6 +281,7 @@ def test_h200_heuristics_tile_full_sectors_and_fill_the_device(
         assert hp.tile_a * hp.tile_b * dtype.itemsize >= 4096  # bytes a block moves a tile
         assert hp.grid_x >= 4 * sms
         assert hp.cparams.index_type == "int32"
+        assert hp.vector_a == hp.vector_b == 16 // dtype.itemsize  # 16-byte accesses
     # 2**31 elements need int64 offsets.
     x = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), (65536, 32768), (4, 65536 * 4))
     assert schedule.compute_heuristics(unary("add").fusion, TR, [x]).cparams.index_type == "int64"
@@ -316,9 +340,172 @@ def test_heuristics_give_params_their_kernels_accept(
                 buf = np.empty(1, NUMPY[dtype])
                 x = np.lib.stride_tricks.as_strided(buf, (rows, cols), (item, rows * item))
                 inputs = [x] * n
-                if not schedule.can_schedule(fd.fusion, TR, inputs)[0]:
-                    assert n * tile_bytes(item, 32, 32) > 48 * 1024  # 32 x 32 tiles
+                ok, why = schedule.can_schedule(fd.fusion, TR, inputs)
+                if not ok:
+                    assert "32 x 32 tiles" in why and n * 32 * 33 * item > 48 * 1024
                     continue
                 hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
                 (kernel,) = scheduler.kernels(fd.fusion, _info(fd, inputs), hp)
                 assert kernel.grid[0] >= 1 and kernel.block == (32, hp.block_y, 1)
+
+
+def _spec(fd: FusionDefinition, inputs: list, hp: object | None = None) -> object:
+    hp = hp or schedule.compute_heuristics(fd.fusion, TR, inputs)
+    scheduler = schedule.registry.scheduler_for(TR)
+    return scheduler.kernels(fd.fusion, _info(fd, inputs), hp)[0].spec
+
+
+@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float, DataType.Double])
+def test_aligned_extents_take_16_byte_vectors(dtype: DataType) -> None:
+    """[64, 136]: both extents multiples of 8, so every tiled load and every store along A
+    is one 16-byte vector (8 bf16, 4 float, 2 double)."""
+    fd = unary("add", dtype)
+    x = transposed((64, 136), dtype)
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert hp.vector_a == hp.vector_b == 16 // dtype.itemsize
+    run(fd, [x])
+    spec = _spec(fd, [x])
+    assert spec.input_kinds == (VEC,) and spec.output_kinds == (VEC,)
+    assert f"load_vec<{hp.vector_b}>" in fd.last_cuda_source()
+    assert f"store_vec<{hp.vector_a}>" in fd.last_cuda_source()
+
+
+def test_misaligned_views_fall_back_to_element_accesses() -> None:
+    """A transposed view at storage offset 1: its pointer is 4 bytes off 16, so the
+    heuristics take scalar tiles; params forcing 4-wide vectors read it element by element
+    (access kind STRIDED) and keep 16-byte stores of the aligned output."""
+    fd = unary("add")
+    x = values((136 * 64 + 1,))[1:].reshape(136, 64).T  # [64, 136], unit stride on axis 0
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert hp.vector_b == 1 and hp.vector_a == 4
+    run(fd, [x])
+    hp.vector_b = 4
+    assert _spec(fd, [x], hp).input_kinds == (STRIDED,)  # type: ignore[attr-defined]
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    np.testing.assert_array_equal(out, x + x)
+    # Offset 4 floats: 16-byte aligned again; a stride of 66 along A allows 2-wide vectors.
+    y = values((128 * 66 + 4,))[4:].reshape(128, 66).T[:64]  # [64, 128], strides (1, 66)
+    hp = schedule.compute_heuristics(fd.fusion, TR, [y])
+    assert hp.vector_b == 2
+    run(fd, [y])
+
+
+@pytest.mark.parametrize("n", [2, 3, 16, 31])
+@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
+def test_short_innermost_output_axis_is_tiled_whole(n: int, dtype: DataType) -> None:
+    """Outputs [600, n] of a transposed input: A (n elements) is one tile side, rounded up
+    to a power of two, B the long side; vectors along A where n allows."""
+    fd = unary("add", dtype)
+    x = transposed((600, n), dtype, seed=n)
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert hp.tile_a == 1 << (n - 1).bit_length() and hp.tile_b >= 64
+    assert hp.tile_a * hp.tile_b >= 1024
+    assert n % hp.vector_a == 0 and (hp.vector_a > 1) == (n % 2 == 0)
+    run(fd, [x])
+
+
+@pytest.mark.parametrize("n", [2, 5, 16])
+def test_short_b_axis_is_tiled_whole(n: int) -> None:
+    fd = unary("add", DataType.BFloat16)
+    x = transposed((n, 600), DataType.BFloat16, seed=n)
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert hp.tile_b == 1 << (n - 1).bit_length() and hp.tile_a >= 64
+    run(fd, [x])
+
+
+@pytest.mark.parametrize("perm", [(2, 1, 0), (1, 2, 0)])
+def test_permutes_with_a_short_innermost_axis(perm: tuple[int, int, int]) -> None:
+    """The GPU's [16, 1000, 520] permutes at a small size: the output's innermost axis has
+    the 16 elements of the input's axis 0."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        s = fd.ops.add(fd.ops.cast(a, DataType.Float), fd.ops.cast(b, DataType.Float))
+        fd.add_output(fd.ops.cast(fd.ops.permute(s, dims=list(perm)), DataType.BFloat16))
+    inputs = [values((16, 20, 72), DataType.BFloat16, seed=k) for k in range(2)]
+    hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+    assert hp.tile_a == 16 and hp.vector_a == hp.vector_b == 8
+    run(fd, inputs)
+
+
+def test_tiled_operands_of_different_dtypes() -> None:
+    """bf16 and float transposed inputs, a contiguous half one, a float output and a bf16
+    output in the inputs' order (tiled): vectors of 16 bytes of the widest tiled dtype."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        z = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        t = fd.ops.cast(fd.ops.add(fd.ops.cast(x, DataType.Float), y), DataType.BFloat16)
+        p = fd.ops.permute(fd.ops.cast(t, DataType.Float), dims=[1, 0])
+        fd.add_output(fd.ops.mul(p, fd.ops.cast(z, DataType.Float)))
+        fd.add_output(t)  # read in the permuted order inside out0's: tiled
+    inputs = [
+        values((72, 72), DataType.BFloat16, 1),
+        values((72, 72), DataType.Float, 2),
+        values((72, 72), DataType.Half, 3),
+    ]
+    hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+    assert hp.vector_b == 4 and hp.vector_a == 4
+    run(fd, inputs)
+    spec = _spec(fd, inputs)
+    assert spec.tiled_inputs == (True, True, False)  # type: ignore[attr-defined]
+    assert spec.tiled_outputs == (False, True)  # type: ignore[attr-defined]
+    for tile_a, tile_b, va, vb, block_y in [(8, 128, 2, 2, 2), (64, 16, 8, 8, 8), (4, 4, 1, 4, 1)]:
+        hp.tile_a, hp.tile_b, hp.vector_a, hp.vector_b = tile_a, tile_b, va, vb
+        hp.block_y = block_y
+        expected = evaluate(fd.fusion, inputs)
+        assert_outputs_close(
+            fd.fusion, fd.manual_execute(inputs, heuristic_params=hp), expected, inputs
+        )
+
+
+def test_broadcast_along_a_is_one_load_a_vector() -> None:
+    """bcast_add_strided_dim0 in small: x with axis 0 fastest plus a row vector v broadcast
+    along axis 0 (contiguous along A: vectors) and a column broadcast along A (BCAST)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        v = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        c = fd.define_tensor(shape=[-1, 1], dtype=DataType.BFloat16)
+        row = fd.ops.broadcast(v, is_broadcast_dim=[True, False])
+        f32 = [fd.ops.cast(t, DataType.Float) for t in (x, row, c)]
+        s = fd.ops.add(fd.ops.add(f32[0], f32[1]), f32[2])
+        fd.add_output(fd.ops.cast(s, DataType.BFloat16))
+    inputs = [
+        transposed((72, 136), DataType.BFloat16),
+        values((136,), DataType.BFloat16, 1),
+        values((72, 1), DataType.BFloat16, 2),
+    ]
+    run(fd, inputs)
+    spec = _spec(fd, inputs)
+    assert spec.input_kinds == (VEC, VEC, BCAST)  # type: ignore[attr-defined]
+    assert spec.vector_a == spec.vector_b == 8  # type: ignore[attr-defined]
+
+
+def test_h200_heuristics_for_the_model_suite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the heuristics pick at the model suite's sizes (benchmarks/models/transpose.py):
+    transpose_12 and bcast_add_strided_dim0 64 x 64 tiles of 8-wide vectors, transpose_02
+    (innermost output axis of 16) a 16 x 256 tile."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    bf = ml_dtypes.bfloat16
+
+    def permuted(perm: list[int]) -> FusionDefinition:
+        with FusionDefinition() as fd:
+            a = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+            b = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+            fd.add_output(fd.ops.relu(fd.ops.permute(fd.ops.add(a, b), dims=perm)))
+        return fd
+
+    big = [np.empty((16, 4096, 2048), bf) for _ in range(2)]
+    picks = {}
+    for name, fd, inputs in [
+        ("12", permuted([0, 2, 1]), big),
+        ("02", permuted([2, 1, 0]), big),
+        ("strided", unary("add", DataType.BFloat16), [np.empty((8192, 16384), bf).T]),
+    ]:
+        hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+        picks[name] = (hp.tile_a, hp.tile_b, hp.vector_a, hp.vector_b, hp.block_y)
+    assert picks == {
+        "12": (64, 64, 8, 8, 8),
+        "02": (16, 256, 8, 8, 8),
+        "strided": (64, 64, 8, 8, 8),
+    }

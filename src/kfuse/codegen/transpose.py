@@ -1,49 +1,56 @@
 """The transpose kernel: a pointwise fusion whose operands disagree on their fastest axis,
 computed tile by tile through shared memory so that every tensor is read and written along
-its own fast axis.
+its own fast axis, in vectors.
 
 Two axes of the merged domain are tiled: A, the innermost (the outputs' fast axis), and B,
 the fast axis of the transposed operands ("tiled" operands: unit stride along B). The other
 axes are flattened with the tiles into one grid-strided loop. A block of 32 x block_y
-threads walks a tile of tile_a x tile_b elements in three phases:
+threads walks a tile of tile_a x tile_b elements (powers of two) in three phases:
 
-    1. each tiled input's tile is loaded with threadIdx.x along B (coalesced for it) into
-       shared memory, [a][b] with rows padded to an odd number of 4-byte words so that
-       phase 2, walking a column, touches 32 different banks;
-    2. __syncthreads; with threadIdx.x along A, every element is computed: untiled inputs
-       are read from global memory (coalesced where their stride along A is 1, one element
-       where it is 0), tiled ones from shared memory; untiled outputs are stored, tiled
-       outputs (unit stride along B) go to their own shared tile;
-    3. __syncthreads; tiled outputs are stored with threadIdx.x along B.
+    1. phase B: each tiled input's tile is loaded in vectors of vector_b elements along B
+       (one 16/8/4-byte access where the operand is aligned for it, else element by
+       element) and written to shared memory element by element, [a][b] with padded rows;
+    2. __syncthreads; phase A: every element is computed, a thread taking vector_a
+       consecutive elements along A of one column b: untiled inputs are read from global
+       memory in vectors along A (one element where they are broadcast along A, element by
+       element where they have a stride), tiled ones from shared memory; untiled outputs are
+       stored as vectors along A, tiled outputs (unit stride along B) go to their own shared
+       tile;
+    3. __syncthreads; phase B again for the tiled outputs: read from shared memory element
+       by element, stored in vectors along B.
 
-Every access is guarded by the tile's bounds (extents need not be multiples of the tile).
+Thread mapping of a phase: the tile is a grid of F x S slots (F vectors along the phase's
+fast axis, S elements along the other); a warp covers `lanes` slots along F times 32 / lanes
+along S (a warp spans several rows where the fast side is short, so a short axis still
+gives every warp whole vectors of consecutive addresses), and the block's warps cover the
+tile in turn, each thread taking ceil(F * S / threads) slots, loaded all before any is
+stored (bytes in flight). `lanes` and each shared tile's row padding are chosen at code
+generation by simulating the 32 banks over one warp's accesses of both phases (tile_layout):
+no idle lanes first, then runs of at least one 32-byte sector along the global fast axis,
+then the fewest bank wavefronts, then the longest runs.
+
+Every access is guarded by the tile's bounds (extents need not be multiples of the tile;
+they are multiples of the vector widths, which the scheduler checks).
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from kfuse.codegen.kernel import Code
+from kfuse.codegen.kernel import Code, load_vector, store_vector
+from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.pointwise import PointwisePlan, open_domain_kernel
+from kfuse.codegen.registers import register_array
 from kfuse.dtypes import DataType
 
 WARP = 32
-
-
-def tile_row_pad(itemsize: int) -> int:
-    """Elements added to each shared tile row so that the row is an odd number of 4-byte
-    words (a column of 32 elements then falls in 32 different banks); 8-byte elements take
-    two banks each whatever the pad, so one element is enough."""
-    return max(1, 4 // itemsize)
-
-
-def tile_bytes(itemsize: int, tile_a: int, tile_b: int) -> int:
-    """Shared memory of one operand's tile, padding included, rounded up to 16 bytes."""
-    raw = tile_a * (tile_b + tile_row_pad(itemsize)) * itemsize
-    return -(-raw // 16) * 16
+BANKS = 32
+SECTOR = 32
+MAX_PAD_BYTES = 32  # row padding tried by tile_layout
 
 
 @dataclass(frozen=True)
@@ -54,16 +61,129 @@ class TransposeKernelSpec:
     axis_b: int
     tile_a: int
     tile_b: int
+    vector_a: int  # elements a thread takes along A in phase A
+    vector_b: int  # elements a thread takes along B in phase B
     block_y: int
     index_type: str  # "int" | "long long"
     tiled_inputs: tuple[bool, ...]  # per input use: staged through shared memory
     tiled_outputs: tuple[bool, ...]
+    # Access kinds (kfuse.codegen.layout): along B for tiled operands (VEC or STRIDED),
+    # along A for the others (VEC, BCAST or STRIDED).
+    input_kinds: tuple[str, ...] = ()
+    output_kinds: tuple[str, ...] = ()
     launch_bounds: bool = field(default=True, repr=False)
 
     @property
     def other_axes(self) -> list[int]:
         """The axes flattened into the tile loop, outermost first."""
         return [d for d in range(self.rank - 1) if d != self.axis_b]
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.block_y
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared tiles: row padding and the warp shape of each phase, from a bank simulation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    """How the tiles of one kernel are laid out and walked: `pads[n]` elements added to
+    each row of the tiles of itemsize n; lanes_a / lanes_b: a warp's slots along the fast
+    axis of phase A / phase B."""
+
+    pads: tuple[tuple[int, int], ...]  # (itemsize, pad)
+    lanes_a: int
+    lanes_b: int
+
+    def pad(self, itemsize: int) -> int:
+        return dict(self.pads)[itemsize]
+
+
+def tile_bytes(itemsize: int, tile_a: int, tile_b: int, pad: int) -> int:
+    """Shared memory of one operand's tile, padding included, rounded up to 16 bytes."""
+    raw = tile_a * (tile_b + pad) * itemsize
+    return -(-raw // 16) * 16
+
+
+def lane_choices(fast: int) -> list[int]:
+    """Powers of two a warp can put along a phase's fast axis of `fast` slots: at most
+    `fast` and 32."""
+    return [1 << k for k in range(6) if (1 << k) <= min(fast, WARP)]
+
+
+@functools.cache
+def _wavefronts(
+    itemsize: int, pitch: int, tile_a: int, tile_b: int, vector: int, lanes: int, along_b: bool
+) -> int:
+    """Shared-memory wavefronts of one warp's `vector` element accesses in a phase (the
+    most distinct 4-byte words any bank holds, summed over the vector's elements)."""
+    total = 0
+    for lane_el in range(vector):
+        words: dict[int, set[int]] = {}
+        for lane in range(WARP):
+            fast, slow = lane % lanes, lane // lanes
+            i, j = (slow, fast * vector + lane_el) if along_b else (fast * vector + lane_el, slow)
+            if i >= tile_a or j >= tile_b:
+                continue
+            start = (i * pitch + j) * itemsize
+            for word in range(start // 4, (start + itemsize - 1) // 4 + 1):
+                words.setdefault(word % BANKS, set()).add(word)
+        total += max((len(w) for w in words.values()), default=0)
+    return total
+
+
+@functools.cache
+def tile_layout(
+    itemsizes: tuple[int, ...],
+    run_itemsizes: tuple[int, int],
+    tile_a: int,
+    tile_b: int,
+    vector_a: int,
+    vector_b: int,
+) -> TileLayout:
+    """Pads and warp shapes for tiles of these element sizes (`itemsizes`, one per tiled
+    operand; may be empty) at this tile and vector size. run_itemsizes: the element size
+    of the global operands each phase (A, B) walks along its fast axis (0: none), whose
+    runs a warp should keep at least a sector long."""
+    sizes = sorted(set(itemsizes))
+    f_a, s_a = tile_a // vector_a, tile_b
+    f_b, s_b = tile_b // vector_b, tile_a
+    best: tuple | None = None
+    for la in lane_choices(f_a):
+        for lb in lane_choices(f_b):
+            idle = int(WARP // la > s_a) + int(WARP // lb > s_b)
+            short = sum(
+                int(0 < n and lanes * vec * n < SECTOR and lanes < fast)
+                for n, lanes, vec, fast in (
+                    (run_itemsizes[0], la, vector_a, f_a),
+                    (run_itemsizes[1], lb, vector_b, f_b),
+                )
+            )
+            cost = 0
+            pads = []
+            for n in sizes:
+                options = []
+                for pad in range(0, MAX_PAD_BYTES // n + 1):
+                    pitch = tile_b + pad
+                    c = _wavefronts(n, pitch, tile_a, tile_b, vector_a, la, False)
+                    c += _wavefronts(n, pitch, tile_a, tile_b, vector_b, lb, True)
+                    options.append((c, pad))
+                c, pad = min(options)
+                cost += c * itemsizes.count(n)
+                pads.append((n, pad))
+            key = (idle, short, cost, -(la + lb))
+            if best is None or key < best[0]:
+                best = (key, TileLayout(tuple(pads), la, lb))
+    assert best is not None
+    return best[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------------------------
 
 
 def kernel_name(plan: PointwisePlan, spec: TransposeKernelSpec) -> str:
@@ -72,21 +192,51 @@ def kernel_name(plan: PointwisePlan, spec: TransposeKernelSpec) -> str:
     return f"kfuse_transpose_{digest}"
 
 
+def tiled_itemsizes(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[int, ...]:
+    """Element sizes of the tiled operands, inputs first."""
+    return tuple(d.itemsize for _, d, _ in _tiles(plan, spec))
+
+
+def run_itemsizes(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[int, int]:
+    """The smallest element size among the global operands that phase A (untiled, VEC along
+    A) and phase B (tiled) walk along its fast axis (0: none)."""
+    kinds = list(zip(spec.input_kinds, spec.tiled_inputs)) + list(
+        zip(spec.output_kinds, spec.tiled_outputs)
+    )
+    dtypes = [u.val.dtype for u in plan.domain.input_uses] + [o.dtype for o in plan.fusion.outputs]
+    along_a = [d.itemsize for d, (k, t) in zip(dtypes, kinds) if not t and k == VEC]
+    along_b = [d.itemsize for d, (k, t) in zip(dtypes, kinds) if t]
+    return (min(along_a, default=0), min(along_b, default=0))
+
+
+def layout_of(plan: PointwisePlan, spec: TransposeKernelSpec) -> TileLayout:
+    return tile_layout(
+        tiled_itemsizes(plan, spec),
+        run_itemsizes(plan, spec),
+        spec.tile_a,
+        spec.tile_b,
+        spec.vector_a,
+        spec.vector_b,
+    )
+
+
 def shared_bytes(plan: PointwisePlan, spec: TransposeKernelSpec) -> int:
     """Static shared memory the kernel declares: one tile per tiled operand."""
-    dtypes = _tiled_dtypes(plan, spec)
-    return sum(tile_bytes(d.itemsize, spec.tile_a, spec.tile_b) for _, d in dtypes)
+    layout = layout_of(plan, spec)
+    return sum(
+        tile_bytes(n, spec.tile_a, spec.tile_b, layout.pad(n)) for n in tiled_itemsizes(plan, spec)
+    )
 
 
-def _tiled_dtypes(plan: PointwisePlan, spec: TransposeKernelSpec) -> list[tuple[str, DataType]]:
-    """(shared tile name, dtype) of each tiled operand, inputs first."""
-    tiles = [
-        (f"tile_in{k}", u.val.dtype)
+def _tiles(plan: PointwisePlan, spec: TransposeKernelSpec) -> list[tuple[str, DataType, int]]:
+    """(shared tile name, dtype, operand index) of each tiled operand, inputs first."""
+    tiles: list[tuple[str, DataType, int]] = [
+        (f"tile_in{k}", u.val.dtype, k)
         for k, (u, t) in enumerate(zip(plan.domain.input_uses, spec.tiled_inputs))
         if t
     ]
     tiles += [
-        (f"tile_out{k}", o.dtype)
+        (f"tile_out{k}", o.dtype, k)
         for k, (o, t) in enumerate(zip(plan.fusion.outputs, spec.tiled_outputs))
         if t
     ]
@@ -98,8 +248,9 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
     name = kernel_name(plan, spec)
     uses, outputs = plan.domain.input_uses, plan.fusion.outputs
     code, call = open_domain_kernel(
-        plan, name, spec.rank, spec.index_type, WARP * spec.block_y, spec.launch_bounds
+        plan, name, spec.rank, spec.index_type, spec.threads, spec.launch_bounds
     )
+    layout = layout_of(plan, spec)
     a, b, ta, tb = spec.rank - 1, spec.axis_b, spec.tile_a, spec.tile_b
     code(
         f"typedef {spec.index_type} Index;",
@@ -110,21 +261,23 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         "Index n_other = 1;",
         *[f"n_other *= out0.size[{d}];" for d in spec.other_axes],
         "const Index n_tiles = tiles_a * tiles_b * n_other;",
+        "const int tid = threadIdx.y * 32 + threadIdx.x;",
     )
-    for tile, dtype in _tiled_dtypes(plan, spec):
-        row = tb + tile_row_pad(dtype.itemsize)
+    for tile, dtype, _ in _tiles(plan, spec):
+        n = dtype.itemsize
+        row = tb + layout.pad(n)
         # Bytes, not T[][]: a __shared__ variable may not have a constructor (bfloat16 has).
         code(
             f"__shared__ __align__(16) unsigned char {tile}_bytes"
-            f"[{tile_bytes(dtype.itemsize, ta, tb)}];",
+            f"[{tile_bytes(n, ta, tb, layout.pad(n))}];",
             f"{dtype.cuda_type} (*{tile})[{row}] = "
             f"reinterpret_cast<{dtype.cuda_type} (*)[{row}]>({tile}_bytes);",
         )
     operands = [f"in{k}" for k in range(len(uses))] + [f"out{k}" for k in range(len(outputs))]
-    any_tiled_in, any_tiled_out = any(spec.tiled_inputs), any(spec.tiled_outputs)
-    with code.block(
-        "for (Index tile = blockIdx.x; tile < n_tiles; tile += gridDim.x)",
-    ):
+    tiled_in = [k for k, t in enumerate(spec.tiled_inputs) if t]
+    tiled_out = [k for k, t in enumerate(spec.tiled_outputs) if t]
+    untiled_in = [k for k, t in enumerate(spec.tiled_inputs) if not t]
+    with code.block("for (Index tile = blockIdx.x; tile < n_tiles; tile += gridDim.x)"):
         code(
             f"const Index a0 = (tile % tiles_a) * {ta};",
             f"const Index b0 = ((tile / tiles_a) % tiles_b) * {tb};",
@@ -135,57 +288,168 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         for d in reversed(spec.other_axes):
             code(f"const Index c{d} = rest % out0.size[{d}];", f"rest /= out0.size[{d}];")
             code(*[f"base_{op} += c{d} * {op}.stride[{d}];" for op in operands])
-        if any_tiled_in:
-            with _tile_loop(code, spec, along_b=True):
-                for k, tiled in enumerate(spec.tiled_inputs):
-                    if tiled:
-                        code(f"tile_in{k}[i][j] = kf::load(in{k}, {_offset(f'in{k}', spec)});")
+        vb, va = spec.vector_b, spec.vector_a
+        if tiled_in:
+            # Phase B for the tiled inputs: vectors along B into registers, then shared.
+            slots = _slots(spec, layout, along_b=True)
+            ctypes = [uses[k].val.dtype.cuda_type for k in range(len(uses))]
+            code(
+                *[
+                    register_array(f"x{k}", ctypes[k], spec.input_kinds[k], vb, slots)
+                    for k in tiled_in
+                ]
+            )
+            with _slot_loop(code, spec, layout, along_b=True):
+                for k in tiled_in:
+                    at = _offset(f"in{k}", spec)
+                    code.extend(
+                        load_vector(
+                            spec.input_kinds[k],
+                            f"x{k}[u]",
+                            f"in{k}",
+                            vb,
+                            code.indent,
+                            at=at,
+                            element_at=f"{at} + (Index)j * in{k}.stride[{b}]",
+                        )
+                    )
+            with _slot_loop(code, spec, layout, along_b=True):
+                with code.block(f"for (int j = 0; j < {vb}; ++j)", unroll=True):
+                    code(*[f"tile_in{k}[ti][tj + j] = x{k}[u][j];" for k in tiled_in])
             code("__syncthreads();")
-        with _tile_loop(code, spec, along_b=False):
-            code(*[f"{o.dtype.cuda_type} y{k};" for k, o in enumerate(outputs)])
+        # Phase A: every element, vector_a consecutive ones along A a thread.
+        slots = _slots(spec, layout, along_b=False)
+        code(
+            *[
+                register_array(f"x{k}", uses[k].val.dtype.cuda_type, spec.input_kinds[k], va, slots)
+                for k in untiled_in
+            ]
+        )
+        if untiled_in:
+            with _slot_loop(code, spec, layout, along_b=False):
+                for k in untiled_in:
+                    at = _offset(f"in{k}", spec)
+                    code.extend(
+                        load_vector(
+                            spec.input_kinds[k],
+                            f"x{k}[u]",
+                            f"in{k}",
+                            va,
+                            code.indent,
+                            at=at,
+                            element_at=f"{at} + (Index)j * in{k}.stride[{a}]",
+                            bcast_at=at,
+                        )
+                    )
+        with _slot_loop(code, spec, layout, along_b=False):
+            code(*[f"kf::Vec<{o.dtype.cuda_type}, {va}> y{k};" for k, o in enumerate(outputs)])
             loaded = [
-                f"tile_in{k}[i][j]" if tiled else f"kf::load(in{k}, {_offset(f'in{k}', spec)})"
+                f"tile_in{k}[ti + j][tj]"
+                if tiled
+                else (f"x{k}[u]" if spec.input_kinds[k] == BCAST else f"x{k}[u][j]")
                 for k, tiled in enumerate(spec.tiled_inputs)
             ]
-            code(call(loaded, [f"y{k}" for k in range(len(outputs))]))
+            with code.block(f"for (int j = 0; j < {va}; ++j)", unroll=True):
+                code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
+                code(*[f"tile_out{k}[ti + j][tj] = y{k}[j];" for k in tiled_out])
             for k, tiled in enumerate(spec.tiled_outputs):
                 if tiled:
-                    code(f"tile_out{k}[i][j] = y{k};")
-                else:
-                    code(f"kf::store(out{k}, {_offset(f'out{k}', spec)}, y{k});")
-        if any_tiled_out:
+                    continue
+                at = _offset(f"out{k}", spec)
+                code.extend(
+                    store_vector(
+                        spec.output_kinds[k],
+                        f"out{k}",
+                        f"y{k}",
+                        va,
+                        code.indent,
+                        at=at,
+                        element_at=f"{at} + (Index)j * out{k}.stride[{a}]",
+                    )
+                )
+        if tiled_out:
+            # Phase B for the tiled outputs: shared memory to vectors along B.
             code("__syncthreads();")
-            with _tile_loop(code, spec, along_b=True):
-                for k, tiled in enumerate(spec.tiled_outputs):
-                    if tiled:
-                        code(f"kf::store(out{k}, {_offset(f'out{k}', spec)}, tile_out{k}[i][j]);")
-        if any_tiled_in or any_tiled_out:
+            with _slot_loop(code, spec, layout, along_b=True):
+                for k in tiled_out:
+                    o = outputs[k]
+                    code(f"kf::Vec<{o.dtype.cuda_type}, {vb}> v{k};")
+                    with code.block(f"for (int j = 0; j < {vb}; ++j)", unroll=True):
+                        code(f"v{k}[j] = tile_out{k}[ti][tj + j];")
+                    at = _offset(f"out{k}", spec)
+                    code.extend(
+                        store_vector(
+                            spec.output_kinds[k],
+                            f"out{k}",
+                            f"v{k}",
+                            vb,
+                            code.indent,
+                            at=at,
+                            element_at=f"{at} + (Index)j * out{k}.stride[{b}]",
+                        )
+                    )
+        if tiled_in or tiled_out:
             code("__syncthreads();  // the next tile overwrites the shared tiles")
     return code.kernel_source(), name
 
 
-@contextlib.contextmanager
-def _tile_loop(code: Code, spec: TransposeKernelSpec, *, along_b: bool) -> Iterator[None]:
-    """Within: the body for element (a, b) = (a0 + i, b0 + j) of the tile, inside the
-    extents. along_b: threadIdx.x walks B (j), the tiled operands' fast axis; else A (i)."""
-    fast, slow = ("j", "i") if along_b else ("i", "j")
-    fast_n, slow_n = (spec.tile_b, spec.tile_a) if along_b else (spec.tile_a, spec.tile_b)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            code.block(
-                f"for (int {slow} = threadIdx.y; {slow} < {slow_n}; {slow} += {spec.block_y})"
-            )
+def _phase_shape(
+    spec: TransposeKernelSpec, layout: TileLayout, *, along_b: bool
+) -> tuple[int, int, int, int]:
+    """(F, S, vector, lanes) of a phase: F vectors along its fast axis, S elements along
+    the other, a warp `lanes` slots along F."""
+    if along_b:
+        return spec.tile_b // spec.vector_b, spec.tile_a, spec.vector_b, layout.lanes_b
+    return spec.tile_a // spec.vector_a, spec.tile_b, spec.vector_a, layout.lanes_a
+
+
+def _slot_count(spec: TransposeKernelSpec, layout: TileLayout, *, along_b: bool) -> int:
+    """Slot indices the block walks in a phase: whole warps' shapes over the tile."""
+    f, s, _, lanes = _phase_shape(spec, layout, along_b=along_b)
+    rows = WARP // lanes
+    return (f // lanes) * (-(-s // rows)) * WARP
+
+
+def _slots(spec: TransposeKernelSpec, layout: TileLayout, *, along_b: bool) -> int:
+    """Slots a thread takes in a phase."""
+    return -(-_slot_count(spec, layout, along_b=along_b) // spec.threads)
+
+
+@contextmanager
+def _slot_loop(
+    code: Code, spec: TransposeKernelSpec, layout: TileLayout, *, along_b: bool
+) -> Iterator[None]:
+    """Within: the body for this thread's slot u (unrolled) of a phase, at tile element
+    (ti, tj) (the vector's first), global (ga, gb) = (a0 + ti, b0 + tj), inside the extents."""
+    f, s, vec, lanes = _phase_shape(spec, layout, along_b=along_b)
+    rows = WARP // lanes
+    total = _slot_count(spec, layout, along_b=along_b)
+    count = -(-total // spec.threads)
+    guards = []
+    if total % spec.threads:
+        guards.append(f"e < {total}")
+    if rows > s:
+        guards.append(f"ts < {s}")
+    guards.append("ga < n_a && gb < n_b")
+    fast_group = f // lanes
+    with code.block(f"for (int u = 0; u < {count}; ++u)", unroll=True):
+        code(
+            f"const int e = tid + u * {spec.threads};",
+            "const int w = e / 32, lane = e % 32;",
+            f"const int tf = (w % {fast_group}) * {lanes} + lane % {lanes};",
+            f"const int ts = (w / {fast_group}) * {rows} + lane / {lanes};",
         )
-        stack.enter_context(
-            code.block(f"for (int {fast} = threadIdx.x; {fast} < {fast_n}; {fast} += {WARP})")
-        )
-        stack.enter_context(code.block("if (a0 + i < n_a && b0 + j < n_b)"))
-        code("const Index a = a0 + i, b = b0 + j;")
-        yield
+        if along_b:
+            code(f"const int ti = ts, tj = tf * {vec};")
+        else:
+            code(f"const int ti = tf * {vec}, tj = ts;")
+        code("const Index ga = a0 + ti, gb = b0 + tj;")
+        with code.block(f"if ({' && '.join(guards)})"):
+            yield
 
 
 def _offset(operand: str, spec: TransposeKernelSpec) -> str:
     return (
-        f"base_{operand} + a * {operand}.stride[{spec.rank - 1}]"
-        f" + b * {operand}.stride[{spec.axis_b}]"
+        f"base_{operand} + ga * {operand}.stride[{spec.rank - 1}]"
+        f" + gb * {operand}.stride[{spec.axis_b}]"
     )

@@ -7,13 +7,26 @@ merged domain of the pointwise kernel (size-1 and broadcast axes folded, axes ev
 operand walks contiguously merged), some operand has unit stride along an axis B other
 than the innermost axis A and is not broadcast along A: the pointwise kernel would read or
 write it with a stride along A, one sector a lane. Operands with a stride of 0 along A
-(broadcast) need no tile. Both A and B must be at least a warp long, else there is little
-to gain over the pointwise kernel, and the tiles must fit in static shared memory.
+(broadcast) need no tile. Rejected, so left to the pointwise kernel: a plane A x B of fewer
+than 256 elements (one tile would hold a few warps' work: both axes short, as a [4, 3]
+transposed view), and operands whose smallest tiles (32 x 32, or a short axis whole) do not
+fit in static shared memory. A short axis (2 elements or more) is no reason to decline: it
+is tiled whole, and its tile still gets vector loads along the other operands' fast axis.
 
-Heuristics: 64 x 64 tiles where every tiled operand is 1 or 2 bytes, else 32 x 32 (a warp
-then covers 32 consecutive elements of each tensor along its own fast axis: full 32-byte
-sectors); 8 warps a block; one block a tile (grid-strided beyond 2**31 - 1 tiles); int32
-indexing unless an offset or the element count needs int64 (as the pointwise scheduler).
+Heuristics:
+* vector_b: 16 bytes of the widest tiled operand (at most 8 elements), halved until it
+  divides B's extent and every tiled operand is aligned for it (its pointer and its other
+  strides: access_kind along B); vector_a likewise over the untiled operands with unit
+  stride along A (the outputs, inputs in their order), 1 when there are none. So bf16
+  takes 8-element (16-byte) accesses, float 4, double 2, where the layout allows;
+* tiles of 8 KiB of the widest tiled dtype: 64 x 64 of 2 bytes, 64 (A) x 32 (B) of 4,
+  32 x 32 of 8, 128 x 64 of 1; a side longer than its axis is cut to the axis (rounded up to
+  a power of two), the other side then grows to keep about as many elements, up to 1024
+  ([16, 4096, 2048] swapping axes 0 and 2: A has 16 elements, a 16 x 256 tile); halved, the
+  longer side first, while the tiles overflow 48 KiB of static shared memory;
+* 8 warps a block, fewer where a phase has fewer than 8 warps' slots; one block a tile
+  (grid-strided beyond 2**31 - 1 tiles); int32 indexing unless an offset or the element
+  count needs int64 (as the pointwise scheduler).
 """
 
 from __future__ import annotations
@@ -21,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kfuse.codegen.layout import needs_int64
+from kfuse.codegen.layout import VEC, OperandLayout, access_kind, needs_int64
 from kfuse.codegen.pointwise import PointwisePlan, plan_pointwise
-from kfuse.codegen.transpose import TransposeKernelSpec, emit_transpose, tile_bytes
+from kfuse.codegen.transpose import TransposeKernelSpec, emit_transpose, tile_bytes, tile_layout
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
@@ -34,6 +47,9 @@ from kfuse.schedule.types import Rejection, SchedulerType
 # Static __shared__ arrays are limited to 48 KiB a block on every architecture.
 STATIC_SHARED_LIMIT = 48 * 1024
 BLOCK_Y = 8
+MAX_VECTOR = 8  # elements; more buys nothing but registers (as the pointwise scheduler)
+MAX_LONG_SIDE = 1024  # the long side of a tile whose other side is short
+MIN_PLANE = 256  # A x B elements below which the pointwise kernel is left the fusion
 
 
 @dataclass(frozen=True)
@@ -88,9 +104,82 @@ def _transposed_fast_axis(strides: tuple[int, ...], a: int) -> int | None:
     return None
 
 
-def shared_bytes_for(layout: PointwiseLayout, axes: TileAxes, tile_a: int, tile_b: int) -> int:
-    """Shared memory of the tiles of `axes`' tiled operands at this tile size."""
-    return sum(tile_bytes(n, tile_a, tile_b) for n in axes.tiled_itemsizes(layout))
+def _along_b(op: OperandLayout, axis_b: int) -> OperandLayout:
+    """`op` with axis B moved innermost, for access_kind along B."""
+    strides = tuple(s for d, s in enumerate(op.strides) if d != axis_b) + (op.strides[axis_b],)
+    return OperandLayout(op.data_ptr, op.itemsize, strides)
+
+
+def operand_kinds(
+    layout: PointwiseLayout, axes: TileAxes, vector_a: int, vector_b: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Access kinds of the inputs and outputs: along B at vector_b for tiled operands,
+    along A at vector_a for the others (kfuse.codegen.layout.access_kind)."""
+
+    def kind(op: OperandLayout, tiled: bool) -> str:
+        if tiled:
+            return access_kind(_along_b(op, axes.axis_b), vector_b)
+        return access_kind(op, vector_a)
+
+    return (
+        tuple(kind(op, t) for op, t in zip(layout.inputs, axes.tiled_inputs)),
+        tuple(kind(op, t) for op, t in zip(layout.outputs, axes.tiled_outputs)),
+    )
+
+
+def _tiled_ops(layout: PointwiseLayout, axes: TileAxes) -> list[OperandLayout]:
+    ops = zip(layout.inputs + layout.outputs, axes.tiled_inputs + axes.tiled_outputs)
+    return [op for op, tiled in ops if tiled]
+
+
+def _a_ops(layout: PointwiseLayout, axes: TileAxes) -> list[OperandLayout]:
+    """The untiled operands with unit stride along A: phase A's vector accesses."""
+    ops = zip(layout.inputs + layout.outputs, axes.tiled_inputs + axes.tiled_outputs)
+    return [op for op, tiled in ops if not tiled and op.strides[-1] == 1]
+
+
+def _vector(ops: list[OperandLayout], extent: int, fits: Any) -> int:
+    """The widest vector (16 bytes of the widest of `ops`, at most 8 elements) that divides
+    `extent` and that every one of `ops` is aligned for (`fits(op, v)`); 1 without ops."""
+    if not ops:
+        return 1
+    v = min(MAX_VECTOR, 16 // max(op.itemsize for op in ops))
+    while v > 1 and (extent % v != 0 or not all(fits(op, v) for op in ops)):
+        v //= 2
+    return v
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def shared_bytes_for(
+    layout: PointwiseLayout,
+    axes: TileAxes,
+    tile_a: int,
+    tile_b: int,
+    vector_a: int,
+    vector_b: int,
+) -> int:
+    """Shared memory of `axes`' tiled operands' tiles at this tile and vector size (the
+    codegen's pads: kfuse.codegen.transpose.tile_layout)."""
+    sizes = tuple(axes.tiled_itemsizes(layout))
+    kinds_in, kinds_out = operand_kinds(layout, axes, vector_a, vector_b)
+    ops = zip(
+        layout.inputs + layout.outputs,
+        axes.tiled_inputs + axes.tiled_outputs,
+        kinds_in + kinds_out,
+    )
+    a_runs = [op.itemsize for op, t, k in ops if not t and k == VEC]
+    runs = (min(a_runs, default=0), min(sizes, default=0))
+    tl = tile_layout(sizes, runs, tile_a, tile_b, vector_a, vector_b)
+    return sum(tile_bytes(n, tile_a, tile_b, tl.pad(n)) for n in sizes)
+
+
+def _min_tile(layout: PointwiseLayout, axes: TileAxes) -> tuple[int, int]:
+    """The smallest tile the heuristics go down to: 32 x 32, or a short axis whole."""
+    n_a, n_b = layout.sizes[-1], layout.sizes[axes.axis_b]
+    return min(_pow2_ceil(n_a), WARP), min(_pow2_ceil(n_b), WARP)
 
 
 class TransposeScheduler:
@@ -113,32 +202,51 @@ class TransposeScheduler:
                 f"(merged sizes {list(layout.sizes)}): the pointwise kernel reads them coalesced"
             )
         n_a, n_b = layout.sizes[-1], layout.sizes[axes.axis_b]
-        if n_a < WARP or n_b < WARP:
+        if n_a * n_b < MIN_PLANE:
             raise Rejection(
-                f"the tile axes are shorter than a warp ({n_a} along the innermost axis, "
-                f"{n_b} along axis {axes.axis_b}): the pointwise kernel loses little there"
+                f"the tile axes are short ({n_a} along the innermost axis, {n_b} along axis "
+                f"{axes.axis_b}: {n_a * n_b} elements, fewer than {MIN_PLANE} a tile): the "
+                "pointwise kernel loses little there"
             )
-        if shared_bytes_for(layout, axes, WARP, WARP) > STATIC_SHARED_LIMIT:
+        ta, tb = _min_tile(layout, axes)
+        if shared_bytes_for(layout, axes, ta, tb, 1, 1) > STATIC_SHARED_LIMIT:
             raise Rejection(
                 f"{sum(axes.tiled_inputs) + sum(axes.tiled_outputs)} operands to tile: their "
-                f"32 x 32 tiles need more than {STATIC_SHARED_LIMIT} bytes of shared memory"
+                f"{ta} x {tb} tiles need more than {STATIC_SHARED_LIMIT} bytes of shared memory"
             )
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> TransposeParams:
-        """Tiles, block and grid for these inputs on this device (the module docstring)."""
+        """Tiles, vectors, block and grid for these inputs on this device (the module
+        docstring)."""
         plan = plan_pointwise(fusion)
         layout = pointwise_layout(plan, info, output_ptrs=None)
         axes = _required_axes(layout)
-        tile = 64 if max(axes.tiled_itemsizes(layout)) <= 2 else WARP
-        if shared_bytes_for(layout, axes, tile, tile) > STATIC_SHARED_LIMIT:
-            tile = WARP
-        threads = WARP * BLOCK_Y
-        block_y = BLOCK_Y if threads <= info.device.max_threads_per_block else 1
+        n_a, n_b, b = layout.sizes[-1], layout.sizes[axes.axis_b], axes.axis_b
+        vb = _vector(
+            _tiled_ops(layout, axes), n_b, lambda op, v: access_kind(_along_b(op, b), v) == VEC
+        )
+        va = _vector(_a_ops(layout, axes), n_a, lambda op, v: access_kind(op, v) == VEC)
+        ta, tb = _tile_shape(max(axes.tiled_itemsizes(layout)), n_a, n_b)
+        min_a, min_b = _min_tile(layout, axes)
+        while shared_bytes_for(layout, axes, ta, tb, va, vb) > STATIC_SHARED_LIMIT:
+            if ta >= tb and ta > max(min_a, va):
+                ta //= 2
+            elif tb > max(min_b, vb):
+                tb //= 2
+            elif ta > max(min_a, va):
+                ta //= 2
+            else:  # the vectors' pads: the smallest tile, as check() measured it
+                ta, tb, va, vb = min_a, min_b, 1, 1
+                break
+        slots = min(ta * tb // va, ta * tb // vb)
+        block_y = max(1, min(BLOCK_Y, slots // WARP, info.device.max_threads_per_block // WARP))
         params = TransposeParams(
-            tile_a=tile,
-            tile_b=tile,
+            tile_a=ta,
+            tile_b=tb,
+            vector_a=va,
+            vector_b=vb,
             block_y=block_y,
-            grid_x=min(MAX_GRID_X, _tiles(layout, axes, tile, tile)),
+            grid_x=min(MAX_GRID_X, _tiles(layout, axes, ta, tb)),
         )
         params.cparams.index_type = "int64" if _needs_int64(layout) else "int32"
         params.lparams.grid_x, params.lparams.grid_y = params.grid_x, 1
@@ -180,7 +288,22 @@ class TransposeScheduler:
         """The compile-time description of `params` applied to this call's layout;
         SchedulerError naming the field when params cannot run here."""
         axes = _required_axes(layout)
-        smem = shared_bytes_for(layout, axes, params.tile_a, params.tile_b)
+        extents = {"a": layout.sizes[-1], "b": layout.sizes[axes.axis_b]}
+        for side in ("a", "b"):
+            vec, tile = getattr(params, f"vector_{side}"), getattr(params, f"tile_{side}")
+            if tile % vec != 0:
+                raise SchedulerError(
+                    f"TransposeParams.vector_{side} = {vec} does not divide tile_{side} = {tile}"
+                )
+            if extents[side] % vec != 0:
+                axis = "A (the innermost)" if side == "a" else f"B ({axes.axis_b})"
+                raise SchedulerError(
+                    f"TransposeParams.vector_{side} = {vec}: axis {axis} has {extents[side]} "
+                    "elements, not a multiple of the vector"
+                )
+        smem = shared_bytes_for(
+            layout, axes, params.tile_a, params.tile_b, params.vector_a, params.vector_b
+        )
         if smem > STATIC_SHARED_LIMIT:
             raise SchedulerError(
                 f"TransposeParams tile_a x tile_b = {params.tile_a} x {params.tile_b}: the "
@@ -193,17 +316,37 @@ class TransposeScheduler:
                 f"than the device's {info.device.max_threads_per_block}"
             )
         wide = params.cparams.index_type == "int64" or _needs_int64(layout)
+        kinds_in, kinds_out = operand_kinds(layout, axes, params.vector_a, params.vector_b)
         return TransposeKernelSpec(
             rank=layout.rank,
             axis_b=axes.axis_b,
             tile_a=params.tile_a,
             tile_b=params.tile_b,
+            vector_a=params.vector_a,
+            vector_b=params.vector_b,
             block_y=params.block_y,
             index_type="long long" if wide else "int",
             tiled_inputs=axes.tiled_inputs,
             tiled_outputs=axes.tiled_outputs,
+            input_kinds=kinds_in,
+            output_kinds=kinds_out,
             launch_bounds=params.cparams.maxrregcount is None,
         )
+
+
+def _tile_shape(itemsize: int, n_a: int, n_b: int) -> tuple[int, int]:
+    """Tile sides for tiled operands of at most `itemsize` bytes: 8 KiB a tile (64 x 64 of
+    2 bytes, 64 x 32 of 4, 32 x 32 of 8, 128 x 64 of 1); a short axis whole (its extent
+    rounded up to a power of two) and the other side longer, up to 1024."""
+    target = max(1024, min(8192, 8192 // itemsize))
+    side_b = 1 << ((target.bit_length() - 1) // 2)
+    side_a = target // side_b
+    pa, pb = _pow2_ceil(n_a), _pow2_ceil(n_b)
+    if pa < side_a:
+        return pa, min(pb, max(side_b, target // pa), MAX_LONG_SIDE)
+    if pb < side_b:
+        return min(pa, max(side_a, target // pb), MAX_LONG_SIDE), pb
+    return side_a, side_b
 
 
 def _required_axes(layout: PointwiseLayout) -> TileAxes:

@@ -9,8 +9,15 @@ path never looks inside params, it replays the launches a KernelProgram holds.
 Fields (the kernel: kfuse.codegen.transpose):
 * tile_a: elements of a tile along axis A, the outputs' innermost (merged) axis;
 * tile_b: elements along axis B, the innermost axis of the transposed operands;
-  both positive multiples of 32, so that a warp reads or writes 32 consecutive elements
-  (full 32-byte sectors for every dtype) along each tensor's own fast axis;
+  both powers of two from 1 to 4096 (the kernel's thread mapping splits them in powers of
+  two; a short axis takes a short tile, the other side a long one);
+* vector_a: elements a thread computes along A, read and written as one access of every
+  untiled operand contiguous along A (1, 2, 4, 8 or 16);
+* vector_b: elements a thread loads or stores along B as one access of every tiled
+  operand (1, 2, 4, 8 or 16);
+  the scheduler checks, per call, that each divides its tile and its axis's extent (a
+  SchedulerError naming the field); an operand not aligned for the vector (its pointer or
+  another stride) is accessed element by element instead;
 * block_y: warps of a block (its threads are 32 x block_y);
 * grid_x: blocks; they stride over the tiles (tiles along A, then B, then the other axes).
 """
@@ -24,8 +31,10 @@ from kfuse.errors import ParamsError
 WARP = 32
 MAX_THREADS = 1024
 MAX_GRID_X = 2**31 - 1
+MAX_TILE = 4096
+VECTORS = (1, 2, 4, 8, 16)
 
-_FIELDS = ("tile_a", "tile_b", "block_y", "grid_x")
+_FIELDS = ("tile_a", "tile_b", "vector_a", "vector_b", "block_y", "grid_x")
 
 
 class TransposeParams:
@@ -34,7 +43,14 @@ class TransposeParams:
     scheduler_type = "transpose"
 
     def __init__(
-        self, *, tile_a: int = 32, tile_b: int = 32, block_y: int = 8, grid_x: int = 1
+        self,
+        *,
+        tile_a: int = 32,
+        tile_b: int = 32,
+        vector_a: int = 1,
+        vector_b: int = 1,
+        block_y: int = 8,
+        grid_x: int = 1,
     ) -> None:
         from kfuse._C import CompileParams, LaunchParams
 
@@ -42,6 +58,8 @@ class TransposeParams:
         self.lparams = LaunchParams()
         self.tile_a = tile_a
         self.tile_b = tile_b
+        self.vector_a = vector_a
+        self.vector_b = vector_b
         self.block_y = block_y
         self.grid_x = grid_x
 
@@ -82,8 +100,12 @@ def _checked(name: str, value: Any) -> int:
         raise ParamsError(
             f"TransposeParams.{name} must be an int, got {type(value).__name__} {value!r}"
         )
-    if name in ("tile_a", "tile_b") and (value < WARP or value % WARP != 0):
-        raise ParamsError(f"TransposeParams.{name} must be a positive multiple of 32, got {value}")
+    if name in ("tile_a", "tile_b") and not (1 <= value <= MAX_TILE and value & (value - 1) == 0):
+        raise ParamsError(
+            f"TransposeParams.{name} must be a power of two in [1, {MAX_TILE}], got {value}"
+        )
+    if name in ("vector_a", "vector_b") and value not in VECTORS:
+        raise ParamsError(f"TransposeParams.{name} must be one of {VECTORS}, got {value}")
     if name == "block_y" and not 1 <= value <= MAX_THREADS // WARP:
         raise ParamsError(f"TransposeParams.block_y must be in [1, 32] (warps), got {value}")
     if name == "grid_x" and not 1 <= value <= MAX_GRID_X:
