@@ -125,8 +125,6 @@ def check(example: Example, phases: dict[str, float] | None = None) -> None:
     seconds of each of PHASES are added to `phases` when given.
 
     Raises Mismatch (naming the call), or whatever kfuse raised."""
-    from kfuse.reference import evaluate
-
     fd = example.fd
     with timed(phases, "refill"):
         calls = [example.inputs] + [
@@ -134,23 +132,40 @@ def check(example: Example, phases: dict[str, float] | None = None) -> None:
             for seed in example.refill_seeds
         ]
     for number, inputs in enumerate(calls, 1):
-        with timed(phases, "first_call" if number == 1 else "later_calls"):
-            outputs = fd.execute(inputs)
+        try:
+            check_outputs(fd, inputs, phases, "first_call" if number == 1 else "later_calls")
+        except Mismatch as exc:
+            raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
+
+
+def check_outputs(
+    fd: Any, inputs: list[Any], phases: dict[str, float] | None = None, phase: str = "first_call"
+) -> None:
+    """One call of `fd` on `inputs` (its time added to `phases[phase]`), every output compared
+    with the reference; Mismatch saying which output differs and how."""
+    from kfuse.reference import evaluate, sum_magnitudes
+
+    with timed(phases, phase):
+        outputs = fd.execute(inputs)
+    with timed(phases, "reference"):
+        expected = evaluate(fd.fusion, inputs)
+    try:
+        with timed(phases, "compare"):
+            assert_outputs_close(fd, outputs, expected, inputs)
+    except AssertionError:
+        # What float64 cannot judge alone (ill-conditioned results, where NaN and infinities
+        # arise) is judged with the reference in the kernel's precision, and sums that
+        # cancel by the magnitudes of their terms.
         with timed(phases, "reference"):
-            expected = evaluate(fd.fusion, inputs)
+            same = evaluate(fd.fusion, inputs, accumulate="same")
+            magnitudes = sum_magnitudes(fd.fusion, inputs)
         try:
             with timed(phases, "compare"):
-                assert_outputs_close(fd, outputs, expected, inputs)
-        except AssertionError:
-            # What float64 cannot judge alone (ill-conditioned results, where NaN and
-            # infinities arise) is judged with the reference in the kernel's precision.
-            with timed(phases, "reference"):
-                same = evaluate(fd.fusion, inputs, accumulate="same")
-            try:
-                with timed(phases, "compare"):
-                    assert_outputs_close(fd, outputs, expected, inputs, alternative=same)
-            except AssertionError as exc:
-                raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
+                assert_outputs_close(
+                    fd, outputs, expected, inputs, alternative=same, magnitudes=magnitudes
+                )
+        except AssertionError as exc:
+            raise Mismatch(str(exc)) from None
 
 
 def outcome_of(exc: BaseException | None) -> str:

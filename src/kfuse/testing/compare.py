@@ -22,6 +22,12 @@ TOLERANCES: dict[DataType, tuple[float, float]] = {
 }
 
 
+SUM_ROUNDING = 4.0
+"""A sum's allowance from its terms' magnitudes (assert_close's `magnitude`), in units of
+the compute precision's epsilon times sqrt(terms): float32's own bound for a sum of n terms
+is (n - 1) / 2 epsilon times the sum of |terms|, plus the terms' own rounding (an ulp or two
+each); this covers both up to about 60 terms and grows like a random walk beyond."""
+
 ALTERNATIVE_MULTIPLIER = 3.0
 """How many times the same-precision reference's error a kernel's error may be (see
 assert_close's `alternative`)."""
@@ -52,7 +58,13 @@ def to_numpy(a: Any) -> Any:
 
 
 def assert_close(
-    actual: Any, expected: Any, dtype: DataType, reduction_size: int = 1, *, alternative: Any = None
+    actual: Any,
+    expected: Any,
+    dtype: DataType,
+    reduction_size: int = 1,
+    *,
+    alternative: Any = None,
+    magnitude: Any = None,
 ) -> None:
     """Assert that `actual` matches `expected` within `dtype`'s tolerance.
 
@@ -75,6 +87,13 @@ def assert_close(
       whether inf * it is NaN) depends on the precision: where `expected`, `alternative` or
       `actual` is NaN or infinite, and for integer and Bool elements where the references
       disagree, an element also passes when it matches `alternative` by the rules above.
+
+    magnitude: for an output that sums (kfuse.reference.sum_magnitudes), the float64 sum of
+    its terms' absolute values per element. A float32 sum's rounding error scales with its
+    terms, not with the result: 1490.48 + 0 + 201.71 - 201.71 - 1490.48 is exactly 0 but
+    float32 may leave 3e-5. Each element's atol grows by SUM_ROUNDING times the compute
+    precision's epsilon (float64's for Double, else float32's) times sqrt(reduction_size)
+    times its magnitude (where that is finite).
     """
     import numpy as np
 
@@ -109,11 +128,17 @@ def assert_close(
     a = a.astype(np.float64)
     e = e.astype(np.float64)
     rtol, atol = tolerance(dtype, reduction_size)
-    bad, err = _not_close(a, e, rtol, atol)
+    allowed: Any = atol
+    if magnitude is not None:
+        eps = float(np.finfo(np.float64 if dtype is DataType.Double else np.float32).eps)
+        m = to_numpy(magnitude).astype(np.float64)
+        grow = SUM_ROUNDING * eps * math.sqrt(max(1, reduction_size))
+        allowed = atol + grow * np.where(np.isfinite(m), m, 0.0)
+    bad, err = _not_close(a, e, rtol, allowed)
     if alt is not None and bad.any():
         alt = alt.astype(np.float64)
         special = ~np.isfinite(a) | ~np.isfinite(e) | ~np.isfinite(alt)
-        bad &= ~(special & ~_not_close(a, alt, rtol, atol)[0])
+        bad &= ~(special & ~_not_close(a, alt, rtol, allowed)[0])
         with np.errstate(invalid="ignore"):
             within = ~special & (err <= ALTERNATIVE_MULTIPLIER * np.abs(alt - e))
         bad &= ~within
@@ -125,6 +150,11 @@ def assert_close(
             f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
             f"actual {a[idx]!r}, expected {e[idx]!r}"
             + ("" if alt is None else f" (in the kernel's precision {alt[idx]!r})")
+            + (
+                ""
+                if magnitude is None
+                else f" (allowed there {np.broadcast_to(allowed, a.shape)[idx]:.3g})"
+            )
         )
 
 
@@ -190,9 +220,11 @@ def assert_outputs_close(
     inputs: list[Any],
     *,
     alternative: list[Any] | None = None,
+    magnitudes: list[Any] | None = None,
 ) -> None:
     """assert_close on every output, with the dtype and reduction size the fusion implies
-    (and the output of `alternative`, the reference in the kernel's precision, if given)."""
+    (and the output of `alternative`, the reference in the kernel's precision, and of
+    `magnitudes`, kfuse.reference.sum_magnitudes, if given)."""
     fusion = getattr(fusion, "fusion", fusion)
     if len(actual) != len(expected):
         raise AssertionError(f"{len(actual)} outputs, expected {len(expected)}")
@@ -205,6 +237,7 @@ def assert_outputs_close(
                 output_tolerance_dtype(fusion, out),
                 output_reduction_size(fusion, out, shapes),
                 alternative=None if alternative is None else alternative[i],
+                magnitude=None if magnitudes is None else magnitudes[i],
             )
         except AssertionError as err:
             raise AssertionError(f"output {i} ({out.name}): {err}") from None

@@ -1,0 +1,80 @@
+"""Sums that cancel are judged by their terms' magnitudes (kfuse.reference.sum_magnitudes and
+assert_close's `magnitude`). A GPU campaign (seed 2402, shard 0/6, d95d7e0) reported a kernel's
+-3.05e-5 where float64 gives exactly 0: sum over 5 of sinh(x) for x = 8, 0, 6, -6, -8 adds
++-1490.48 and +-201.71, and float32 rounding of those partial sums is worth more than the
+result's tolerance. The comparison was wrong, not the kernel: the same check must pass
+kernel-sized rounding and still fail a real error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_support import requires_gpu
+from kfuse import DataType, FusionDefinition
+from kfuse.campaign.property import check_outputs
+from kfuse.reference import evaluate, sum_magnitudes
+from kfuse.testing import assert_outputs_close
+
+
+def sum_of_sinh() -> FusionDefinition:
+    # The campaign's definition (its repro failure-1955-1051.py), shrunk by Hypothesis.
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Int32)
+        t1 = fd.ops.cast(t0, dtype=DataType.Float)
+        t3 = fd.ops.sum(fd.ops.sinh(t1), dims=[0], keepdim=False, dtype=DataType.Float)
+        fd.add_output(fd.ops.exp(fd.ops.cast(t0, dtype=DataType.Float)))
+        fd.add_output(t3)
+    return fd
+
+
+def cancelling_input() -> np.ndarray:
+    x = np.random.default_rng(0).integers(-8, 9, (5, 5, 255)).astype(np.int32)
+    x[:, 0, 152] = [8, 0, 6, -6, -8]
+    return x
+
+
+def test_magnitudes_follow_sums_through_linear_ops() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        s = fd.ops.sum(x, dims=[1])
+        mean = fd.ops.mul(s, 0.5)
+        centred = fd.ops.sub(x, fd.ops.broadcast(mean, [False, True]))
+        fd.add_output(mean)
+        fd.add_output(centred)
+        fd.add_output(fd.ops.exp(s))  # not linear in the sum: no allowance
+        fd.add_output(fd.ops.neg(x))  # no sum at all
+    x = np.array([[3.0, -3.0], [1.0, 2.0]], np.float32)
+    mean_m, centred_m, exp_m, neg_m = sum_magnitudes(fd, [x])
+    np.testing.assert_allclose(mean_m, [3.0, 1.5])  # (|3| + |-3|) / 2, (1 + 2) / 2
+    np.testing.assert_allclose(centred_m, [[6.0, 6.0], [2.5, 3.5]])  # |x| + the mean's
+    assert exp_m is None and neg_m is None
+
+
+def test_kernel_sized_rounding_of_a_cancelling_sum_passes_and_a_real_error_fails() -> None:
+    fd, x = sum_of_sinh(), cancelling_input()
+    expected = evaluate(fd, [x])
+    assert expected[1][0, 152] == 0.0
+    magnitudes = sum_magnitudes(fd, [x])
+    assert magnitudes[1][0, 152] == pytest.approx(2 * (1490.4788257895502 + 201.71315737027922))
+    actual = [e.astype(np.float32) for e in expected]
+    actual[1][0, 152] = -3.0517578125e-05  # what the H200's kernel returned
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, actual, expected, [x])  # judged by the result alone
+    assert_outputs_close(fd, actual, expected, [x], magnitudes=magnitudes)
+    actual[1][0, 152] = -0.05  # a real error: an ulp of 1490 is 1.2e-4
+    with pytest.raises(AssertionError, match=r"output 1 \(T3\).*allowed there"):
+        assert_outputs_close(fd, actual, expected, [x], magnitudes=magnitudes)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_the_campaign_check_passes_the_cancelling_sum_on_the_gpu() -> None:
+    torch = pytest.importorskip("torch")
+    fd = sum_of_sinh()
+    x = torch.from_numpy(cancelling_input()).cuda()
+    check_outputs(fd, [x])
+
+
+def test_the_campaign_check_passes_the_cancelling_sum_on_the_emulator() -> None:
+    check_outputs(sum_of_sinh(), [cancelling_input()])
