@@ -4,7 +4,8 @@ One example is a random fusion of one kind (kfuse.testing.fusions) with random i
 (kfuse.testing.inputs_for). It must give the float64 reference's results
 (kfuse.testing.assert_outputs_close) on every one of three calls (or, for an ill-conditioned
 result or a NaN or infinity that depends on the precision, the reference computed in the
-kernel's precision: see assert_close's `alternative`):
+kernel's precision: see assert_close's `alternative`; for a sum that cancels, its terms'
+magnitudes: `magnitude`):
 
 1. the first call schedules, generates and compiles;
 2. the second, with new values in the same layout, finds everything cached;
