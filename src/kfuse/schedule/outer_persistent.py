@@ -20,7 +20,8 @@ fastest_dim_reduction = False):
 Heuristics: V from 16-byte accesses; block_y so that each thread holds about
 VECTORS_PER_THREAD rows, B the rows left per thread; at most MAX_HELD_WORDS 32-bit registers
 of held values a thread, and no more threads a block than the register file holds at
-REGISTER_OVERHEAD registers a thread besides the held ones; block_x up to a warp, halved
+REGISTER_OVERHEAD registers a thread besides the held ones and each reduction's state
+(STATE_WORDS_*); block_x up to a warp, halved
 while the column groups give fewer blocks than the device has SMs, down to the threads that
 read one 32-byte sector of a row.
 """
@@ -40,7 +41,7 @@ from kfuse.codegen.reduction_plan import (
     reduction_layout,
     vector_ok,
 )
-from kfuse.codegen.reduction_spec import ReductionKernelSpec
+from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
@@ -61,6 +62,13 @@ MAX_BLOCK_THREADS = 1024
 REGISTER_OVERHEAD = 48
 """Registers a thread needs besides its held values (indices, bases, the math): a block has
 at most 65536 / (held + REGISTER_OVERHEAD) threads, so launch bounds never force spills."""
+STATE_WORDS_WELFORD = 4
+STATE_WORDS_OTHER = 2
+"""Registers per column a reduction's state takes in each thread, beyond REGISTER_OVERHEAD: a
+Welford keeps shift, sum, mean and m2 for each of its V columns, another reduction its value
+and its partner's. Without them (V = 8, a Welford: 32 registers) a channels-last instance norm
+of 3136 rows got 1024 threads a block, 64 registers each, and its sm_90 SASS spilled 67 values;
+at 512 threads it spills none."""
 WARP = 32
 SECTOR_BYTES = 32
 
@@ -112,15 +120,18 @@ def choose_held_columns(
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
     words = slot_words(plan, layout, vector)
+    overhead = REGISTER_OVERHEAD + vector * sum(
+        STATE_WORDS_WELFORD if a.welford else STATE_WORDS_OTHER for a in accumulators(plan)
+    )
     max_batch = min(MAX_BATCH, MAX_HELD_WORDS // words)
     by = min(MAX_BLOCK_THREADS, pow2_ceil(-(-n_red // VECTORS_PER_THREAD)))
     batch = -(-n_red // by)
-    threads = min(MAX_BLOCK_THREADS, _pow2_floor(65536 // (batch * words + REGISTER_OVERHEAD)))
+    threads = min(MAX_BLOCK_THREADS, _pow2_floor(65536 // (batch * words + overhead)))
     if by > threads:
         by = threads
         batch = -(-n_red // by)
     held = batch * words
-    if batch > max_batch or by * (held + REGISTER_OVERHEAD) > 65536:
+    if batch > max_batch or by * (held + overhead) > 65536:
         raise Rejection(
             f"a column of {n_red} elements is too long to hold in one block: with {by} "
             f"threads along it each holds {batch} rows of {vector} column(s), {held} "
