@@ -45,6 +45,7 @@ from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerType
+from kfuse.schedule.welford_split import welford_in_two_stages
 
 
 @dataclass(frozen=True)
@@ -367,7 +368,15 @@ def split_reductions(
         if isinstance(e, WelfordOp) and (
             len(_axis_runs(e.dims)) > 1 or id(e) in one_axis_at_a_time
         ):
-            out += _welford_over_trailing_axes(e, info)
+            staged = (
+                None
+                if id(e) in one_axis_at_a_time
+                else welford_in_two_stages(e, _axis_runs(e.dims), info)
+            )
+            # The second stage's sums may span several runs themselves: split them too.
+            out += (
+                split_reductions(staged, info) if staged else _welford_over_trailing_axes(e, info)
+            )
             continue
         runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
         if id(e) in one_axis_at_a_time:
@@ -396,8 +405,9 @@ def split_reductions(
 
 def _welford_over_trailing_axes(e: WelfordOp, info: RuntimeInfo) -> list[Expr]:
     """Welford statistics do not chain like sums, so a Welford over axes that are not one block
-    in memory reads a permuted copy (kept axes first, reduced axes last), which a pointwise
-    segment writes contiguously; the reduced axes are then the innermost block."""
+    in memory, where kfuse.schedule.welford_split does not apply (an empty extent; one axis at
+    a time asked for), reads a permuted copy (kept axes first, reduced axes last), which a
+    pointwise segment writes contiguously; the reduced axes are then the innermost block."""
     x: TensorView = e.inputs[0]  # type: ignore[assignment]
     kept = [i for i in range(x.ndim) if i not in e.dims]
     perm = tuple(kept + sorted(e.dims))
