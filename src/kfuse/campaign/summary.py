@@ -114,7 +114,7 @@ class Summary:
             "failures": self.failures,
             "shards": self.shards,
             "worker_seconds": round(self.worker_seconds, 1),
-            "seconds_by_phase": {p: round(self.seconds_by_phase.get(p, 0.0), 2) for p in PHASES},
+            "seconds_by_phase": {p: round(self.seconds_by_phase.get(p, 0.0), 4) for p in PHASES},
         }
 
     def write(self, path: Path) -> None:
