@@ -148,8 +148,12 @@ class _Segmenter:
         self.info = info
         self.split_all = frozenset(split_all)
         self.forward = forward
+        # id of each expr split_reductions made -> id of the fusion's expr it came from: a
+        # made expr that no scheduler takes marks its origin for splitting one axis at a time
+        # (made exprs are new objects on every run, so their own ids would never match again).
+        self.origin: dict[int, int] = {}
         self.exprs = split_reductions(
-            [e for e in fusion.exprs if is_tensor_expr(e)], info, self.split_all
+            [e for e in fusion.exprs if is_tensor_expr(e)], info, self.split_all, self.origin
         )
         self.output_ids = {id(v) for v in fusion.outputs}
         producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
@@ -199,12 +203,13 @@ class _Segmenter:
                 scheduler is None
                 and isinstance(e, (ReductionOp, WelfordOp))
                 and len(e.dims) > 1
-                and id(e) not in self.split_all
+                and self.origin.get(id(e), id(e)) not in self.split_all
             ):
                 # Adjacent axes that are not one block in memory (a strided view): reduce
                 # them one axis at a time instead.
+                split = {self.origin.get(id(e), id(e))} | self.split_all
                 return _Segmenter(
-                    self.fusion, self.info, split_all={id(e)} | self.split_all, forward=self.forward
+                    self.fusion, self.info, split_all=split, forward=self.forward
                 ).run(reason)
             if scheduler is None and self.forwarded:
                 # Some scheduler refuses the expr with its forwarded inputs: segment without
@@ -353,7 +358,10 @@ class _Segmenter:
 
 
 def split_reductions(
-    exprs: list[Expr], info: RuntimeInfo, one_axis_at_a_time: frozenset[int] = frozenset()
+    exprs: list[Expr],
+    info: RuntimeInfo,
+    one_axis_at_a_time: frozenset[int] = frozenset(),
+    origin: dict[int, int] | None = None,
 ) -> list[Expr]:
     """Replace each sum/prod/max/min over several separate runs of axes (dims [0, 2] of a
     rank-3 tensor) by a chain of reductions, one per run, innermost run first.
@@ -362,45 +370,53 @@ def split_reductions(
     run after the other gives the same result (up to floating-point order). The chain's
     intermediates get their extents in `info` so that segments can be planned around them.
     Reductions listed (by id) in `one_axis_at_a_time` are split into one axis per step.
+    `origin`, when given, gets the id of every expr made here -> the id of the expr in `exprs`
+    it replaces.
     """
     out: list[Expr] = []
+    origin = {} if origin is None else origin
     for e in exprs:
-        if isinstance(e, WelfordOp) and (
-            len(_axis_runs(e.dims)) > 1 or id(e) in one_axis_at_a_time
-        ):
-            staged = (
-                None
-                if id(e) in one_axis_at_a_time
-                else welford_in_two_stages(e, _axis_runs(e.dims), info)
-            )
-            # The second stage's sums may span several runs themselves: split them too.
-            out += (
-                split_reductions(staged, info) if staged else _welford_over_trailing_axes(e, info)
-            )
-            continue
-        runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
-        if id(e) in one_axis_at_a_time:
-            runs = [(d,) for d in sorted(cast(ReductionOp, e).dims)]
-        if len(runs) < 2:
-            out.append(e)
-            continue
-        red = cast(ReductionOp, e)  # runs are only made for reductions
-        current = cast(TensorView, red.inputs[0])
-        shape = list(info.shape(current))
-        for k, run in enumerate(reversed(runs)):  # the highest axes first: lower indices hold
-            last = k == len(runs) - 1
-            if last:
-                result = e.outputs[0]
-            else:
-                axes = tuple(ax for i, ax in enumerate(current.axes) if i not in run)
-                result = TensorView(f"{e.outputs[0].name}_part{k}", red.dtype, axes)
-                shape = [n for i, n in enumerate(shape) if i not in run]
-                info.extents[result] = tuple(shape)
-            out.append(
-                dataclasses.replace(red, inputs=(current,), outputs=(result,), dims=tuple(run))
-            )
-            current = result  # type: ignore[assignment]
+        made = len(out)
+        _split_one(e, info, one_axis_at_a_time, out)
+        for new in out[made:]:
+            if new is not e:
+                origin[id(new)] = origin.get(id(e), id(e))
     return out
+
+
+def _split_one(
+    e: Expr, info: RuntimeInfo, one_axis_at_a_time: frozenset[int], out: list[Expr]
+) -> None:
+    """Append to `out` what split_reductions replaces `e` with (`e` itself where nothing)."""
+    if isinstance(e, WelfordOp) and (len(_axis_runs(e.dims)) > 1 or id(e) in one_axis_at_a_time):
+        staged = (
+            None
+            if id(e) in one_axis_at_a_time
+            else welford_in_two_stages(e, _axis_runs(e.dims), info)
+        )
+        # The second stage's sums may span several runs themselves: split them too.
+        out += split_reductions(staged, info) if staged else _welford_over_trailing_axes(e, info)
+        return
+    runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
+    if id(e) in one_axis_at_a_time:
+        runs = [(d,) for d in sorted(cast(ReductionOp, e).dims)]
+    if len(runs) < 2:
+        out.append(e)
+        return
+    red = cast(ReductionOp, e)  # runs are only made for reductions
+    current = cast(TensorView, red.inputs[0])
+    shape = list(info.shape(current))
+    for k, run in enumerate(reversed(runs)):  # the highest axes first: lower indices hold
+        last = k == len(runs) - 1
+        if last:
+            result = e.outputs[0]
+        else:
+            axes = tuple(ax for i, ax in enumerate(current.axes) if i not in run)
+            result = TensorView(f"{e.outputs[0].name}_part{k}", red.dtype, axes)
+            shape = [n for i, n in enumerate(shape) if i not in run]
+            info.extents[result] = tuple(shape)
+        out.append(dataclasses.replace(red, inputs=(current,), outputs=(result,), dims=tuple(run)))
+        current = result  # type: ignore[assignment]
 
 
 def _welford_over_trailing_axes(e: WelfordOp, info: RuntimeInfo) -> list[Expr]:
