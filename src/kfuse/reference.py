@@ -220,9 +220,8 @@ class _Evaluator:
             mags[out] = size(expr.inputs[0]) + size(expr.inputs[1])
         elif isinstance(expr, BinaryOp) and op == "mul" and sum(v in mags for v in inputs) == 1:
             mags[out] = size(expr.inputs[0]) * size(expr.inputs[1])
-        elif isinstance(expr, BinaryOp) and op == "div" and expr.inputs[0] in mags:
-            if expr.inputs[1] not in mags:
-                mags[out] = mags[expr.inputs[0]] / size(expr.inputs[1])
+        elif isinstance(expr, BinaryOp) and op == "div" and expr.inputs[1] not in mags:
+            mags[out] = mags[expr.inputs[0]] / size(expr.inputs[1])
 
     def scalar(self, expr: Expr) -> Any:
         if isinstance(expr, SizeOp):

@@ -140,18 +140,16 @@ class NumpyLikeBackend:
         return self.xp.full(shape, value, dtype=storage)
 
 
-# torch's float8 dtypes -> kfuse's, filled when a TorchBackend is made (torch loads lazily).
-_FLOAT8_OF_TORCH: dict[Any, DataType] = {}
-
-
 class TorchBackend(NumpyLikeBackend):
     """torch tensors (any device); BFloat16, Half and float8 are torch's own dtypes."""
 
     def __init__(self, torch: Any) -> None:
         self.xp = torch
         self.name = "torch"
-        _FLOAT8_OF_TORCH.setdefault(torch.float8_e4m3fn, DataType.Float8_e4m3fn)
-        _FLOAT8_OF_TORCH.setdefault(torch.float8_e5m2, DataType.Float8_e5m2)
+        self.float8 = {
+            torch.float8_e4m3fn: DataType.Float8_e4m3fn,
+            torch.float8_e5m2: DataType.Float8_e5m2,
+        }
 
     def storage_dtype(self, dtype: DataType, wide: bool) -> Any:
         t = self.xp
@@ -170,7 +168,7 @@ class TorchBackend(NumpyLikeBackend):
         }[dtype]
 
     def astype(self, a: Any, storage: Any) -> Any:
-        float8 = _FLOAT8_OF_TORCH.get(storage)
+        float8 = self.float8.get(storage)
         if float8 is not None and a.dtype != storage:
             # Round as kfuse does first: torch's own conversion of float8 overflow changed
             # between versions (NaN before 2.12, saturation after for e4m3fn); converting a

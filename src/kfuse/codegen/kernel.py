@@ -137,10 +137,12 @@ def load_vector_block(
     return lines + [f"{indent}}}"]
 
 
-def decompose(index: str, axes: range, operands: list[str], indent: str) -> list[str]:
-    """Add to `base_<op>` the offsets of flattened index `index` over the canonical `axes`
-    (outermost first), using out0's sizes: the coordinates of a row (the kept elements of a
-    reduction, the outer axes of a pointwise kernel)."""
+def decompose(
+    index: str, axes: range, operands: list[str], indent: str, prefix: str = "base_"
+) -> list[str]:
+    """Add to `<prefix><op>` (base_<op> by default) the offsets of flattened index `index`
+    over the canonical `axes` (outermost first), using out0's sizes: the coordinates of a row
+    (the kept elements of a reduction, the outer axes of a pointwise kernel)."""
     axes_l = list(axes)
     if not axes_l or not operands:
         return []
@@ -151,7 +153,7 @@ def decompose(index: str, axes: range, operands: list[str], indent: str) -> list
         lines.append(f"{indent}  const Index c{d} = {coord};")
         if not last:
             lines.append(f"{indent}  rem /= out0.size[{d}];")
-        lines += [f"{indent}  base_{op} += c{d} * {op}.stride[{d}];" for op in operands]
+        lines += [f"{indent}  {prefix}{op} += c{d} * {op}.stride[{d}];" for op in operands]
     lines.append(f"{indent}}}")
     return lines
 

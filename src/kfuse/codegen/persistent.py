@@ -282,7 +282,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
         _load_held(code, plan, spec)
         if spec.columns:
-            _prefetch_next_row(code, plan, spec, ops, by)
+            _prefetch_next_row(code, plan, spec, by)
         for k in spec.kept:
             ctype = compute_ctype(stage_value(plan, k).val.dtype)
             code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
@@ -343,9 +343,7 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
         code("kf::copy_async_wait();")
 
 
-def _prefetch_next_row(
-    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, ops: list[str], by: int
-) -> None:
+def _prefetch_next_row(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, by: int) -> None:
     """Start the L2 loads of the row this thread walks next, before this row's reductions.
 
     With column partials (inner_outer_persistent) the grid is a few blocks an SM that each walk
@@ -363,8 +361,7 @@ def _prefetch_next_row(
     nexts = [f"in{i}" for i in held]
     with code.block(f"if (row + (Index)gridDim.x * {by} < n_rows)"):
         code(*[f"Index next_{op} = 0;" for op in nexts])
-        lines = decompose(f"row + (Index)gridDim.x * {by}", kept, nexts, code.indent)
-        code.extend([line.replace("base_", "next_") for line in lines])
+        code.extend(decompose(f"row + (Index)gridDim.x * {by}", kept, nexts, code.indent, "next_"))
         with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
             code(f"const Index i0 = {slot_start(spec)};")
             with code.block("if (i0 < n_red)"):

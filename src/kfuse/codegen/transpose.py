@@ -291,56 +291,13 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         vb, va = spec.vector_b, spec.vector_a
         if tiled_in:
             # Phase B for the tiled inputs: vectors along B into registers, then shared.
-            slots = _slots(spec, layout, along_b=True)
-            ctypes = [uses[k].val.dtype.cuda_type for k in range(len(uses))]
-            code(
-                *[
-                    register_array(f"x{k}", ctypes[k], spec.input_kinds[k], vb, slots)
-                    for k in tiled_in
-                ]
-            )
-            with _slot_loop(code, spec, layout, along_b=True):
-                for k in tiled_in:
-                    at = _offset(f"in{k}", spec)
-                    code.extend(
-                        load_vector(
-                            spec.input_kinds[k],
-                            f"x{k}[u]",
-                            f"in{k}",
-                            vb,
-                            code.indent,
-                            at=at,
-                            element_at=f"{at} + (Index)j * in{k}.stride[{b}]",
-                        )
-                    )
+            _load_inputs(code, spec, layout, plan, tiled_in, along_b=True)
             with _slot_loop(code, spec, layout, along_b=True):
                 with code.block(f"for (int j = 0; j < {vb}; ++j)", unroll=True):
                     code(*[f"tile_in{k}[ti][tj + j] = x{k}[u][j];" for k in tiled_in])
             code("__syncthreads();")
         # Phase A: every element, vector_a consecutive ones along A a thread.
-        slots = _slots(spec, layout, along_b=False)
-        code(
-            *[
-                register_array(f"x{k}", uses[k].val.dtype.cuda_type, spec.input_kinds[k], va, slots)
-                for k in untiled_in
-            ]
-        )
-        if untiled_in:
-            with _slot_loop(code, spec, layout, along_b=False):
-                for k in untiled_in:
-                    at = _offset(f"in{k}", spec)
-                    code.extend(
-                        load_vector(
-                            spec.input_kinds[k],
-                            f"x{k}[u]",
-                            f"in{k}",
-                            va,
-                            code.indent,
-                            at=at,
-                            element_at=f"{at} + (Index)j * in{k}.stride[{a}]",
-                            bcast_at=at,
-                        )
-                    )
+        _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
         with _slot_loop(code, spec, layout, along_b=False):
             code(*[f"kf::Vec<{o.dtype.cuda_type}, {va}> y{k};" for k, o in enumerate(outputs)])
             loaded = [
@@ -391,6 +348,45 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         if tiled_in or tiled_out:
             code("__syncthreads();  // the next tile overwrites the shared tiles")
     return code.kernel_source(), name
+
+
+def _load_inputs(
+    code: Code,
+    spec: TransposeKernelSpec,
+    layout: TileLayout,
+    plan: PointwisePlan,
+    inputs: list[int],
+    *,
+    along_b: bool,
+) -> None:
+    """Register arrays x<k>[slot] for input uses `inputs`, filled in one walk of a phase's
+    slots: vectors along B (the tiled inputs' fast axis) or along A."""
+    axis, vec = (spec.axis_b, spec.vector_b) if along_b else (spec.rank - 1, spec.vector_a)
+    slots = _slots(spec, layout, along_b=along_b)
+    uses = plan.domain.input_uses
+    code(
+        *[
+            register_array(f"x{k}", uses[k].val.dtype.cuda_type, spec.input_kinds[k], vec, slots)
+            for k in inputs
+        ]
+    )
+    if not inputs:
+        return
+    with _slot_loop(code, spec, layout, along_b=along_b):
+        for k in inputs:
+            at = _offset(f"in{k}", spec)
+            code.extend(
+                load_vector(
+                    spec.input_kinds[k],
+                    f"x{k}[u]",
+                    f"in{k}",
+                    vec,
+                    code.indent,
+                    at=at,
+                    element_at=f"{at} + (Index)j * in{k}.stride[{axis}]",
+                    bcast_at=at,
+                )
+            )
 
 
 def _phase_shape(
