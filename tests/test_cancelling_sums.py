@@ -13,7 +13,7 @@ import pytest
 from gpu_support import requires_gpu
 from kfuse import DataType, FusionDefinition
 from kfuse.campaign.property import check_outputs
-from kfuse.reference import evaluate, sum_magnitudes
+from kfuse.reference import conditioning, evaluate, sum_magnitudes
 from kfuse.testing import assert_outputs_close
 
 
@@ -78,3 +78,63 @@ def test_the_campaign_check_passes_the_cancelling_sum_on_the_gpu() -> None:
 
 def test_the_campaign_check_passes_the_cancelling_sum_on_the_emulator() -> None:
     check_outputs(sum_of_sinh(), [cancelling_input()])
+
+
+def normalized_times_infinite_weight() -> tuple[FusionDefinition, list[np.ndarray]]:
+    """The GPU campaign's layer norm (seed 2410, shard 1/6, 5a2bb1a): rows of 0 and +-c whose
+    sum is exactly 0, so x - mean is 0 for x = 0 in exact arithmetic and a rounding residue
+    of either sign in each precision; times an infinite weight the element is +inf, -inf or
+    NaN by that residue. The H200 gave -inf where float64 gave +inf and float32 NaN."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        c = fd.ops.cast(fd.ops.clamp(x, -1, 1), DataType.Float)
+        t = fd.ops.atanh(fd.ops.mul(fd.ops.tanh(c), 0.9))
+        fd.add_output(fd.ops.layer_norm(t, w, normalized_ndim=1))
+    rows = np.array([np.random.default_rng(k).integers(-1, 2, 13) for k in range(200)])
+    weight = np.random.default_rng(0).standard_normal(13).astype(np.float32)
+    weight[4], weight[7] = np.inf, -np.inf
+    return fd, [rows.astype(np.int32), weight]
+
+
+def test_an_infinity_whose_sign_a_cancelling_mean_decides_is_indeterminate() -> None:
+    fd, inputs = normalized_times_infinite_weight()
+    (expected,) = evaluate(fd, inputs)
+    (magnitude,), (indeterminate,) = conditioning(fd, inputs)
+    rows = inputs[0]
+    cancels = (rows.sum(axis=1) == 0)[:, None] & (rows == 0)
+    infinite_weight = np.isinf(inputs[1])[None, :]
+    np.testing.assert_array_equal(indeterminate, cancels & infinite_weight)
+    assert magnitude is not None  # the Welford mean's terms follow it to the output
+
+    at = tuple(int(i[0]) for i in np.nonzero(indeterminate))
+    actual = expected.astype(np.float32)
+    for flipped in (-np.inf if expected[at] != -np.inf else np.inf, np.nan):
+        actual[at] = flipped
+        with pytest.raises(AssertionError, match="not close"):
+            assert_outputs_close(fd, [actual], [expected], inputs, magnitudes=[magnitude])
+        assert_outputs_close(
+            fd, [actual], [expected], inputs, magnitudes=[magnitude], indeterminate=[indeterminate]
+        )
+    actual[at] = 1.0  # a finite value there is wrong whatever the rounding
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], inputs, indeterminate=[indeterminate])
+    # An infinity whose sign x - mean decides clearly stays judged.
+    actual = expected.astype(np.float32)
+    clear = tuple(int(i[0]) for i in np.nonzero(np.isinf(expected) & ~indeterminate))
+    actual[clear] = -actual[clear]
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], inputs, indeterminate=[indeterminate])
+
+
+def test_the_campaign_check_passes_infinities_rounding_decides_on_the_emulator() -> None:
+    fd, inputs = normalized_times_infinite_weight()
+    check_outputs(fd, inputs)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_the_campaign_check_passes_infinities_rounding_decides_on_the_gpu() -> None:
+    torch = pytest.importorskip("torch")
+    fd, inputs = normalized_times_infinite_weight()
+    check_outputs(fd, [torch.from_numpy(a).cuda() for a in inputs])

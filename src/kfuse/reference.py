@@ -14,12 +14,10 @@ accumulate="same": every op computes in its declared dtype, Half and BFloat16 co
 float32 and rounded at each op's output, as a kernel that stores every intermediate would.
 Outputs have their declared dtype.
 
-sum_magnitudes(fusion, inputs) -> per output, the float64 sum of the absolute values of the
-terms its sums added (None for an output no sum feeds linearly): a float32 sum's rounding
-error is bounded by that, not by the result, which cancellation can make exactly zero
-(kfuse.testing.assert_close's `magnitude`). It is tracked through casts, neg, abs, shape ops,
-add and sub (magnitudes add) and mul or div by a value without one (scaled by its |value|);
-any other op ends it.
+conditioning(fusion, inputs) -> per output, what float64 cannot judge alone: the magnitudes
+of the terms its sums added and the elements whose infinity or NaN rounding decides
+(kfuse.reference_conditioning; kfuse.testing.assert_close's `magnitude` and `indeterminate`).
+sum_magnitudes(fusion, inputs) -> its magnitudes alone.
 
 BFloat16 with NumPy: inputs and "same"-mode outputs are ml_dtypes.bfloat16 arrays (computed in
 float32 storage in between); torch bf16 tensors are used as they are.
@@ -29,7 +27,7 @@ Scalar inputs are Python numbers (or 0-d arrays).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from kfuse.dtypes import REDUCED_FLOATS, DataType, from_array_dtype
 from kfuse.errors import DefinitionError, InputError
@@ -55,6 +53,7 @@ from kfuse.ir.ops import OPS
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference_backends import NumpyLikeBackend, backend_for
+from kfuse.reference_conditioning import ConditionTracker
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 
@@ -66,35 +65,57 @@ def evaluate(fusion: Any, inputs: list[Any], *, accumulate: str = "float64") -> 
     if accumulate not in ("float64", "same"):
         raise ValueError(f"accumulate must be 'float64' or 'same', got {accumulate!r}")
     inputs = list(inputs)
-    run = _run(fusion, inputs, accumulate == "float64", track_magnitudes=False)
+    run = _run(fusion, inputs, accumulate == "float64", track_conditions=False)
     return [run.output(v) for v in fusion.outputs]
+
+
+class Conditioning(NamedTuple):
+    """Per output of a fusion (kfuse.reference_conditioning): `magnitudes`, the float64 sum
+    of the absolute values of the terms its sums added (None where no sum feeds it
+    linearly); `indeterminate`, a Bool array of the elements that are an infinity or NaN of a
+    kind rounding decides (None where there is none)."""
+
+    magnitudes: list[Any | None]
+    indeterminate: list[Any | None]
+
+
+def conditioning(fusion: Any, inputs: list[Any]) -> Conditioning:
+    """What rounding may do to `fusion`'s outputs on `inputs` (Conditioning)."""
+    if not isinstance(fusion, Fusion):
+        fusion = getattr(fusion, "fusion", fusion)
+    run = _run(fusion, list(inputs), True, track_conditions=True)
+    cond = run.conditions
+    assert cond is not None
+    magnitudes = [
+        run.be.to_output(cond.magnitudes[v]) if v in cond.magnitudes else None
+        for v in fusion.outputs
+    ]
+    indeterminate = [
+        run.be.to_output(cond.indeterminate[v] > 0) if v in cond.indeterminate else None
+        for v in fusion.outputs
+    ]
+    return Conditioning(magnitudes, indeterminate)
 
 
 def sum_magnitudes(fusion: Any, inputs: list[Any]) -> list[Any | None]:
     """Per output of `fusion`, the float64 array bounding the magnitudes its sums added, or
-    None (see the module docstring)."""
-    if not isinstance(fusion, Fusion):
-        fusion = getattr(fusion, "fusion", fusion)
-    run = _run(fusion, list(inputs), True, track_magnitudes=True)
-    assert run.magnitudes is not None
-    return [
-        run.be.to_output(run.magnitudes[v]) if v in run.magnitudes else None for v in fusion.outputs
-    ]
+    None (conditioning's `magnitudes`)."""
+    return conditioning(fusion, inputs).magnitudes
 
 
-def _run(fusion: Fusion, inputs: list[Any], wide: bool, *, track_magnitudes: bool) -> _Evaluator:
+def _run(fusion: Fusion, inputs: list[Any], wide: bool, *, track_conditions: bool) -> _Evaluator:
     shapes = fusion.infer_shapes(inputs)
     arrays = [a for v, a in zip(fusion.inputs, inputs, strict=False) if isinstance(v, TensorView)]
     run = _Evaluator(backend_for(arrays), wide, shapes)
-    if track_magnitudes:
-        run.magnitudes = {}
+    if track_conditions:
+        run.conditions = ConditionTracker(run)
     for pos, (val, arg) in enumerate(zip(fusion.inputs, inputs, strict=False)):
         run.env[val] = run.load_input(pos, val, arg)
     with run.be.errstate():
         for expr in fusion.exprs:
             run.run(expr)
-            if run.magnitudes is not None:
-                run.track_magnitude(expr)
+            if run.conditions is not None:
+                run.conditions.track(expr)
     return run
 
 
@@ -105,8 +126,7 @@ class _Evaluator:
         self.shapes = shapes
         self.env: dict[Val, Any] = {}
         self.like: Any = None  # an input array: device for constants (torch)
-        # sum_magnitudes: per tensor a sum feeds linearly, the float64 bound of what it added
-        self.magnitudes: dict[Val, Any] | None = None
+        self.conditions: ConditionTracker | None = None  # conditioning's, when asked for
 
     # ---- storage ----
     def storage(self, dtype: DataType) -> Any:
@@ -185,43 +205,6 @@ class _Evaluator:
             self.env[out] = self.store(self.library(expr), out.dtype)
         else:
             self.env[out] = self.shape_op(expr)
-
-    def track_magnitude(self, expr: Expr) -> None:
-        """Record the magnitude of expr's output (sum_magnitudes; the module docstring)."""
-        assert self.magnitudes is not None
-        mags, out = self.magnitudes, expr.outputs[0]
-        if not isinstance(out, TensorView) or not out.dtype.is_floating:
-            return
-        f64 = self.be.storage_dtype(DataType.Double, True)
-
-        def size(v: Val) -> Any:  # |v| in float64, or its magnitude where it has one
-            if v in mags:
-                return mags[v]
-            value = v.value if isinstance(v, Scalar) and v.is_constant else self.env[v]
-            if isinstance(v, Scalar):
-                return abs(float(value))
-            return abs(self.be.astype(value, f64))
-
-        op = getattr(expr, "op", None)
-        inputs = [v for v in expr.inputs if isinstance(v, (TensorView, Scalar))]
-        if isinstance(expr, ReductionOp) and op == "sum":
-            mags[out] = self.be.reduce("sum", size(expr.inputs[0]), expr.dims, f64)
-        elif not any(v in mags for v in inputs):
-            return
-        elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
-            mags[out] = mags[expr.inputs[0]]
-        elif isinstance(expr, (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, ReshapeOp)):
-            saved, self.env[expr.inputs[0]] = self.env[expr.inputs[0]], mags[expr.inputs[0]]
-            try:
-                mags[out] = self.shape_op(expr)
-            finally:
-                self.env[expr.inputs[0]] = saved
-        elif isinstance(expr, BinaryOp) and op in ("add", "sub"):
-            mags[out] = size(expr.inputs[0]) + size(expr.inputs[1])
-        elif isinstance(expr, BinaryOp) and op == "mul" and sum(v in mags for v in inputs) == 1:
-            mags[out] = size(expr.inputs[0]) * size(expr.inputs[1])
-        elif isinstance(expr, BinaryOp) and op == "div" and expr.inputs[1] not in mags:
-            mags[out] = mags[expr.inputs[0]] / size(expr.inputs[1])
 
     def scalar(self, expr: Expr) -> Any:
         if isinstance(expr, SizeOp):

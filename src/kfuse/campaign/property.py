@@ -144,7 +144,7 @@ def check_outputs(
 ) -> None:
     """One call of `fd` on `inputs` (its time added to `phases[phase]`), every output compared
     with the reference; Mismatch saying which output differs and how."""
-    from kfuse.reference import evaluate, sum_magnitudes
+    from kfuse.reference import conditioning, evaluate
 
     with timed(phases, phase):
         outputs = fd.execute(inputs)
@@ -156,14 +156,21 @@ def check_outputs(
     except AssertionError:
         # What float64 cannot judge alone (ill-conditioned results, where NaN and infinities
         # arise) is judged with the reference in the kernel's precision, and sums that
-        # cancel by the magnitudes of their terms.
+        # cancel by the magnitudes of their terms (and infinities whose sign such a
+        # cancellation decides are left to it).
         with timed(phases, "reference"):
             same = evaluate(fd.fusion, inputs, accumulate="same")
-            magnitudes = sum_magnitudes(fd.fusion, inputs)
+            cond = conditioning(fd.fusion, inputs)
         try:
             with timed(phases, "compare"):
                 assert_outputs_close(
-                    fd, outputs, expected, inputs, alternative=same, magnitudes=magnitudes
+                    fd,
+                    outputs,
+                    expected,
+                    inputs,
+                    alternative=same,
+                    magnitudes=cond.magnitudes,
+                    indeterminate=cond.indeterminate,
                 )
         except AssertionError as exc:
             raise Mismatch(str(exc)) from None

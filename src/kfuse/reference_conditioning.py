@@ -1,0 +1,191 @@
+"""What a float64 reference alone cannot judge: how far rounding may move a fusion's outputs.
+
+Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per tensor:
+
+* magnitude: where sums feed a tensor linearly, the float64 sum of the absolute values of
+  the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
+  which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
+  follows sums and Welford means through casts, neg, abs, shape ops, add and sub (magnitudes
+  add) and mul or div by a value without one (scaled by its |value|); any other op ends it.
+* terms: how many terms the tracked sums added (a worst-case rounding bound grows with it).
+* indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
+  decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
+  is one of its values) times an infinity is +inf, -inf or NaN (exactly 0) depending on how
+  the sum rounded: float64, the kernel's precision and the kernel each pick one. Such an
+  element stays indeterminate through ops that keep a value non-finite (casts, neg, abs,
+  shape ops, add, sub, mul, a division's numerator, sums); any other op ends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.dtypes import DataType
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    Expr,
+    PermuteOp,
+    ReductionOp,
+    ReshapeOp,
+    SqueezeOp,
+    UnaryOp,
+    WelfordOp,
+)
+from kfuse.ir.values import Scalar, TensorView, Val
+
+EPSILON: dict[DataType, float] = {
+    DataType.Double: 2.0**-52,
+    DataType.Float: 2.0**-23,
+    DataType.Half: 2.0**-10,
+    DataType.BFloat16: 2.0**-7,
+    DataType.Float8_e4m3fn: 2.0**-3,
+    DataType.Float8_e5m2: 2.0**-2,
+}
+"""Each floating dtype's unit roundoff doubled (its spacing at 1): a value that a sum of n
+terms rounded is within n of these times its terms' magnitudes of the exact result."""
+
+_SHAPE_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, ReshapeOp)
+
+
+class ConditionTracker:
+    """The module docstring's magnitude, terms and indeterminate of every tensor an
+    evaluator (kfuse.reference._Evaluator) computes, fed one expr at a time after it ran."""
+
+    def __init__(self, evaluator: Any) -> None:
+        self.ev = evaluator
+        self.be = evaluator.be
+        self.f64 = self.be.storage_dtype(DataType.Double, True)
+        self.magnitudes: dict[Val, Any] = {}
+        self.terms: dict[Val, int] = {}
+        # float64 arrays of 0 and 1 (so shape ops and sums carry them as values do)
+        self.indeterminate: dict[Val, Any] = {}
+
+    def track(self, expr: Expr) -> None:
+        out = expr.outputs[0]
+        if not isinstance(out, TensorView) or not out.dtype.is_floating:
+            return
+        self._track_magnitude(expr, out)
+        self._track_indeterminate(expr, out)
+
+    # ---- magnitudes ----
+    def size(self, v: Val) -> Any:
+        """|v| in float64, or its magnitude where it has one."""
+        if v in self.magnitudes:
+            return self.magnitudes[v]
+        value = self.value(v)
+        if isinstance(v, Scalar):
+            return abs(float(value))
+        return abs(self.as_f64(v))
+
+    def value(self, v: Val) -> Any:
+        return v.value if isinstance(v, Scalar) and v.is_constant else self.ev.env[v]
+
+    def as_f64(self, v: Val) -> Any:
+        """v's float64 value: an array for a tensor, a 0-d one for a scalar."""
+        if isinstance(v, Scalar):
+            return self.be.constant(float(self.value(v)), self.f64, self.ev.like)
+        return self.be.astype(self.value(v), self.f64)
+
+    def _track_magnitude(self, expr: Expr, out: TensorView) -> None:
+        mags, terms = self.magnitudes, self.terms
+        op = getattr(expr, "op", None)
+        inputs = [v for v in expr.inputs if isinstance(v, (TensorView, Scalar))]
+        first = expr.inputs[0]
+        if isinstance(expr, ReductionOp) and op == "sum":
+            mags[out] = self.be.reduce("sum", self.size(first), expr.dims, self.f64)
+            terms[out] = self._reduced_count(expr) * terms.get(first, 1)
+        elif isinstance(expr, WelfordOp):
+            count = self._reduced_count(expr)
+            if count > 0:  # the mean's magnitude: that of the sum it divides
+                total = self.be.reduce("sum", self.size(first), expr.dims, self.f64)
+                mags[out] = total / count
+                terms[out] = count * terms.get(first, 1)
+        elif not any(v in mags for v in inputs):
+            return
+        elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
+            mags[out], terms[out] = mags[first], terms[first]
+        elif isinstance(expr, _SHAPE_OPS):
+            mags[out], terms[out] = self._shape_op(expr, mags[first]), terms[first]
+        elif isinstance(expr, BinaryOp) and op in ("add", "sub"):
+            a, b = expr.inputs
+            mags[out] = self.size(a) + self.size(b)
+            terms[out] = terms.get(a, 1) + terms.get(b, 1)
+        elif isinstance(expr, BinaryOp) and op == "mul" and sum(v in mags for v in inputs) == 1:
+            mags[out] = self.size(expr.inputs[0]) * self.size(expr.inputs[1])
+            terms[out] = max(terms.get(v, 1) for v in inputs)
+        elif isinstance(expr, BinaryOp) and op == "div" and expr.inputs[1] not in mags:
+            mags[out] = mags[first] / self.size(expr.inputs[1])
+            terms[out] = terms[first]
+
+    def _reduced_count(self, expr: Expr) -> int:
+        shape = self.ev.shapes[expr.inputs[0]]
+        count = 1
+        for d in expr.dims:  # type: ignore[attr-defined]
+            count *= shape[d]
+        return count
+
+    def _shape_op(self, expr: Expr, array: Any) -> Any:
+        """The evaluator's shape op of expr applied to `array` in place of its input."""
+        env, src = self.ev.env, expr.inputs[0]
+        saved, env[src] = env[src], array
+        try:
+            return self.ev.shape_op(expr)
+        finally:
+            env[src] = saved
+
+    # ---- indeterminate ----
+    def near_zero(self, v: Val) -> Any:
+        """Where tracked `v` is within its sums' worst-case rounding of zero (None: v has no
+        magnitude)."""
+        if v not in self.magnitudes:
+            return None
+        eps = EPSILON[v.dtype]  # type: ignore[attr-defined]
+        bound = eps * self.terms[v] * self.magnitudes[v]
+        return abs(self.as_f64(v)) <= bound
+
+    def _track_indeterminate(self, expr: Expr, out: TensorView) -> None:
+        ind = self.indeterminate
+        op = getattr(expr, "op", None)
+        first = expr.inputs[0]
+        if isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
+            if first in ind:
+                ind[out] = ind[first]
+        elif isinstance(expr, _SHAPE_OPS):
+            if first in ind:
+                ind[out] = self._shape_op(expr, ind[first])
+        elif isinstance(expr, ReductionOp) and op == "sum":
+            if first in ind:
+                ind[out] = self.be.reduce("sum", ind[first], expr.dims, self.f64) > 0
+        elif isinstance(expr, BinaryOp) and op in ("add", "sub", "mul", "div"):
+            a, b = expr.inputs
+            carried = [ind[v] for v in ((a, b) if op != "div" else (a,)) if v in ind]
+            carried += self._rounding_decides(op, a, b)
+            if carried:
+                mask = carried[0]
+                for m in carried[1:]:
+                    mask = (mask + m) > 0
+                ind[out] = self.be.astype(mask, self.f64)
+
+    def _rounding_decides(self, op: str, a: Val, b: Val) -> list[Any]:
+        """Where a mul or div of `a` by `b` is non-finite of a kind rounding decides: a
+        near-zero tracked factor times an infinity, a near-zero tracked numerator over zero
+        (0 / 0 is NaN, a residue over 0 an infinity), an infinity over a near-zero tracked
+        denominator (its sign)."""
+        isinf = self.be.fn("isinf")
+        found = []
+        if op == "mul":
+            for x, y in ((a, b), (b, a)):
+                small = self.near_zero(x)
+                if small is not None:
+                    found.append(small & isinf(self.as_f64(y)))
+        elif op == "div":
+            small = self.near_zero(a)
+            if small is not None:
+                found.append(small & (self.as_f64(b) == 0))
+            small = self.near_zero(b)
+            if small is not None:
+                found.append(small & isinf(self.as_f64(a)))
+        return [self.be.astype(m, self.f64) for m in found]
