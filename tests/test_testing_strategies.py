@@ -106,6 +106,29 @@ def test_assert_close_tolerances_and_special_values() -> None:
     assert_close(torch.ones(3, dtype=torch.bfloat16), np.ones(3), DataType.BFloat16)
 
 
+@pytest.mark.parametrize(
+    "actual, expected, dtype, message",
+    [
+        (
+            np.array(5, np.int32),
+            np.array(3, np.int32),
+            DataType.Int32,
+            r"1 of 1 Int32 .* at \(\): actual 5, expected 3",
+        ),
+        (np.array(2, np.uint8).view(np.bool_), np.array(True), DataType.Bool, r"at \(\): 2"),
+        (np.array(1.5), np.array(2.5), DataType.Float, r"worst at \(\): actual 1.5"),
+        (np.array([[1, 2], [3, 4]]), np.array([[1, 2], [3, 5]]), DataType.Int, r"at \(1, 1\)"),
+    ],
+)
+def test_a_mismatch_is_reported_for_outputs_of_any_rank(
+    actual: np.ndarray, expected: np.ndarray, dtype: DataType, message: str
+) -> None:
+    # A 0-d output's mismatch was numpy's ValueError (np.nonzero refuses 0-d arrays), which a
+    # campaign counted as a raw error of kfuse's instead of the wrong result it was.
+    with pytest.raises(AssertionError, match=message):
+        assert_close(actual, expected, dtype)
+
+
 def test_special_values_may_follow_the_kernels_precision() -> None:
     """Whether a value overflows, underflows or cancels to exactly zero, and so whether inf
     times it is NaN, depends on the precision: where a NaN or infinity is involved, matching

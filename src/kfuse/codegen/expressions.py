@@ -65,6 +65,9 @@ _INT_TEMPLATES: dict[str, str] = {
     "bitwise_and": "({0} & {1})",
     "bitwise_or": "({0} | {1})",
     "bitwise_xor": "({0} ^ {1})",
+    # A selection may be a min/max in disguise (where(a > b, a, b)): kf::where keeps it
+    # apart from the next min/max, as kf::maximum does (kf_math.cuh, minmax_barrier).
+    "where": "kf::where({0}, {1}, {2})",
 }
 
 # Bool operands: torch's bool arithmetic is logical.

@@ -110,9 +110,9 @@ def assert_close(
     if a.dtype == np.bool_:
         # A bool byte other than 0 or 1 reads as True: only the raw bytes show an element
         # that no kernel wrote (kfuse.runtime.arrays.POISON_BYTE).
-        raw = np.ascontiguousarray(a).view(np.uint8)
+        raw = np.ascontiguousarray(a).view(np.uint8).reshape(a.shape)  # 0-d stays 0-d
         if (raw > 1).any():
-            first = tuple(int(i[0]) for i in np.nonzero(raw > 1))
+            first = _first_index(raw > 1)
             raise AssertionError(
                 f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
                 f"other than 0 or 1 (never written?); first at {first}: "
@@ -125,7 +125,7 @@ def assert_close(
             alt = alt.astype(np.int64)
             bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
         if bad.any():
-            at = tuple(int(i[0]) for i in np.nonzero(bad))
+            at = _first_index(bad)
             raise AssertionError(
                 f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
                 f"first at {at}: actual {a[at]}, expected {e[at]}"
@@ -157,14 +157,22 @@ def assert_close(
         raise AssertionError(
             f"{int(bad.sum())} of {a.size} {dtype.value} elements are not close "
             f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
-            f"actual {a[idx]!r}, expected {e[idx]!r}"
-            + ("" if alt is None else f" (in the kernel's precision {alt[idx]!r})")
+            f"actual {float(a[idx])!r}, expected {float(e[idx])!r}"
+            + ("" if alt is None else f" (in the kernel's precision {float(alt[idx])!r})")
             + (
                 ""
                 if magnitude is None
                 else f" (allowed there {np.broadcast_to(allowed, a.shape)[idx]:.3g})"
             )
         )
+
+
+def _first_index(mask: Any) -> tuple[int, ...]:
+    """The index of the first True element of `mask`: () for a 0-d array, which np.nonzero
+    refuses (a mismatch in a 0-d output was reported as numpy's ValueError)."""
+    import numpy as np
+
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
 
 
 def _not_close(a: Any, e: Any, rtol: float, atol: float) -> tuple[Any, Any]:

@@ -199,12 +199,32 @@ __device__ __forceinline__ double lerp(double a, double b, double w) {
 // garbage); MIN % -1, which traps on x86, is 0 as in mathematics.
 // ---------------------------------------------------------------------------------------------
 
+// An int's minimum, maximum or selection leaves through minmax_barrier. ptxas (NVRTC 12.9 to
+// 13.3 for sm_90 and sm_100; 13.4 fixed it) merges two chained 32-bit min/max into one
+// three-input VIMNMX3 and loses a negation it had folded into the inner one's operand:
+// max(max(acc, -a), b) runs as max(acc, a, b). A GPU campaign met it as max(neg(x)) over an
+// Int32 axis reading 6 where 8 was right. An identity byte permute (prmt) is an instruction
+// ptxas does not look through, so a min/max of kfuse's never merges with the next one and
+// every negation stays an instruction of its own (tests/test_int_minmax_sass.py).
+__device__ __forceinline__ int minmax_barrier(int x) {
+#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  int r;
+  asm("prmt.b32 %0, %1, 0, 0x3210;" : "=r"(r) : "r"(x));
+  return r;
+#else
+  return x;
+#endif
+}
+// 64-bit min/max is two 32-bit halves and selects: no VIMNMX3, nothing to keep apart.
+__device__ __forceinline__ long long minmax_barrier(long long x) { return x; }
+
 #define KF_INT_MATH(I)                                                                     \
   __device__ __forceinline__ I abs(I x) { return x < 0 ? (I)(0 - x) : x; }                 \
   __device__ __forceinline__ I neg(I x) { return (I)(0 - x); }                             \
   __device__ __forceinline__ I sign(I x) { return (I)((0 < x) - (x < 0)); }                \
-  __device__ __forceinline__ I maximum(I a, I b) { return a > b ? a : b; }                 \
-  __device__ __forceinline__ I minimum(I a, I b) { return a < b ? a : b; }                 \
+  __device__ __forceinline__ I maximum(I a, I b) { return minmax_barrier(a > b ? a : b); } \
+  __device__ __forceinline__ I minimum(I a, I b) { return minmax_barrier(a < b ? a : b); } \
+  __device__ __forceinline__ I where(bool c, I a, I b) { return minmax_barrier(c ? a : b); } \
   __device__ __forceinline__ I clamp(I x, I lo, I hi) { return minimum(maximum(x, lo), hi); } \
   __device__ __forceinline__ I fmod(I a, I b) {                                            \
     if (b == 0 || b == (I)-1) return (I)0;                                                 \
