@@ -127,6 +127,48 @@ def test_softmax_over_rows_too_long_to_hold() -> None:
     run_and_check(fd, inputs)
 
 
+def test_softmax_over_columns_too_long_to_hold_recomputes_its_exponentials() -> None:
+    """Softmax over axis 0 of long columns: the max, the sum of exp(x - max) and the
+    normalization each read x and compute exp(x - max) themselves. Before, a pointwise segment
+    wrote exp(x - max) at full size in float (4 bytes where x has 2) for the sum and the
+    normalization to read back: four segments where three read x."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        fd.add_output(fd.ops.cast(fd.ops.softmax(fd.ops.cast(x, DataType.Float), 0), DataType.Half))
+    inputs = [rand(2**17, 3, dtype=np.float16)]
+    segs = fd.segments(inputs)
+    assert schedulers(segs) == [RED, RED, PW], segs
+    assert all("T0" in s.inputs for s in segs)
+    # Only the output is written at full size: the other segments write a row of statistics.
+    assert segs[-1].outputs == (fd.fusion.outputs[0].name,)
+    assert all(o.ndim == 1 for s in segs[:-1] for o in s.fusion.outputs)
+    run_and_check(fd, inputs)
+
+
+@pytest.mark.parametrize("count", [3, 4])
+def test_a_value_of_many_inputs_is_computed_again_only_where_that_reads_less(count: int) -> None:
+    """v = the sum of `count` float inputs over rows too long to hold, then v / sum(v). Read
+    by the reduction and the normalization, v costs 4 + 3 * 4 bytes an element when written
+    (its inputs read once, v written and read twice) and 2 * 4 * count when computed again:
+    three inputs are read again by both segments, four are not (a segment writes v)."""
+    with FusionDefinition() as fd:
+        inputs_tv = [fd.define_tensor(shape=[-1, -1]) for _ in range(count)]
+        v = inputs_tv[0]
+        for t in inputs_tv[1:]:
+            v = fd.ops.add(v, t)
+        fd.add_output(fd.ops.div(v, fd.ops.sum(v, [1], keepdim=True)))
+    inputs = [np.abs(rand(2, 2**17, seed=k)) + 0.5 for k in range(count)]
+    names = {t.name for t in fd.fusion.inputs}
+    segs = fd.segments(inputs)
+    if count == 3:
+        assert schedulers(segs) == [RED, PW], segs
+        assert all(names <= set(s.inputs) for s in segs)
+    else:
+        assert schedulers(segs) == [PW, RED, PW], segs
+        assert not names & set(segs[-1].inputs)
+    run_and_check(fd, inputs)
+
+
 def channels_last_batch_norm(dtype: DataType) -> FusionDefinition:
     """Statistics over N, H, W of a channels-last input, in float, with weight and bias."""
     with FusionDefinition() as fd:

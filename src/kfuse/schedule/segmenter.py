@@ -8,10 +8,14 @@ sub-fusion is accepted by some scheduler for the actual inputs and the group gra
 acyclic: producer -> consumer pairs first, then groups sharing an input, then any pair.
 Each merge restarts the scan, so the result does not depend on dict or set ordering.
 
-Casts and broadcasts of fusion inputs (x.float() in a bf16 normalization) are forwarded:
-they join no group; every segment that reads their result computes it again from the input.
-Otherwise the segment producing them would write the widened copy (a bf16 batch norm wrote
-its input once more as fp32, in a kernel of its own) and the consumers would read it back.
+Pointwise values computed from what segments read anyway (fusion inputs, reduction results,
+fusion outputs) are forwarded: their exprs join no group, and every segment that reads such a
+value computes it again. Otherwise the segment producing it would write it out at full size
+and its consumers read it back: a softmax over axis 0 wrote exp(x - max) as fp32 (two bytes
+of x became four written and four read again) between its max and its sum; a bf16 batch norm
+wrote its input once more as fp32. Where some scheduler refuses an expr with the values it
+recomputes, forwarding falls back to casts and broadcasts of fusion inputs alone, then to
+none.
 
 A segment is a Fusion of its own (cloned exprs; inputs are the fusion inputs it reads, the
 intermediates other segments produce and every non-constant Scalar it uses; outputs are the
@@ -25,11 +29,13 @@ the framework.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
+    BinaryOp,
     BroadcastOp,
     CastOp,
     ExpandOp,
@@ -37,6 +43,8 @@ from kfuse.ir.exprs import (
     PermuteOp,
     ReductionOp,
     ReshapeOp,
+    TernaryOp,
+    UnaryOp,
     WelfordOp,
     is_tensor_expr,
 )
@@ -136,13 +144,20 @@ def segment_fusion(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedF
     return _Segmenter(fusion, info).run(reason)
 
 
+# What the segmenter forwards, most first: every pointwise value computed from values that
+# are materialized anyway; casts and broadcasts of fusion inputs; nothing.
+FORWARD_POINTWISE, FORWARD_INPUT_CASTS, FORWARD_NOTHING = 2, 1, 0
+
+_POINTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, BroadcastOp)
+
+
 class _Segmenter:
     def __init__(
         self,
         fusion: Fusion,
         info: RuntimeInfo,
         split_all: frozenset[int] | set[int] = frozenset(),
-        forward: bool = True,
+        forward: int = FORWARD_POINTWISE,
     ) -> None:
         self.fusion = fusion
         self.info = info
@@ -156,42 +171,95 @@ class _Segmenter:
             [e for e in fusion.exprs if is_tensor_expr(e)], info, self.split_all, self.origin
         )
         self.output_ids = {id(v) for v in fusion.outputs}
-        producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
-        self.forwarded = self._forwardable(producer) if forward else frozenset()
+        self.producer = {id(o): i for i, e in enumerate(self.exprs) for o in e.outputs}
+        self.forwarded = self._forwardable()
         # forwarded expr producing each forwarded value (for _with_forwarded)
         self.forwarded_producer = {id(o): i for i in self.forwarded for o in self.exprs[i].outputs}
-        # A forwarded expr's value comes with every segment reading it: depend on (and share)
-        # what it is computed from instead, which are fusion inputs.
-        self.deps = [
-            sorted({producer[id(v)] for v in e.inputs if id(v) in producer} - self.forwarded)
-            for e in self.exprs
-        ]
-        self.input_ids = [
-            frozenset(id(self._root(v, producer)) for v in e.inputs if isinstance(v, TensorView))
-            for e in self.exprs
-        ]
+        # A forwarded value comes with every segment reading it: depend on (and share) what it
+        # is computed from instead.
+        self.deps = [sorted(self._sources(i)[0]) for i in range(len(self.exprs))]
+        self.input_ids = [self._sources(i)[1] for i in range(len(self.exprs))]
+        # forwarded expr -> the groupable exprs that compute it again (through other ones)
+        self.recomputed_by: dict[int, set[int]] = {i: set() for i in self.forwarded}
+        for i in range(len(self.exprs)):
+            if i not in self.forwarded:
+                for j in self._forwarded_closure(i):
+                    self.recomputed_by[j].add(i)
         self._accepted: dict[frozenset[int], tuple[SchedulerType | None, str]] = {}
 
-    def _forwardable(self, producer: dict[int, int]) -> frozenset[int]:
-        """Casts and broadcasts computed from fusion inputs only (through other such exprs)
-        whose results are not fusion outputs."""
+    def _forwardable(self) -> frozenset[int]:
+        """The exprs whose values each reading segment computes again (see the module
+        docstring): never one whose value is a fusion output."""
+        if self.forward == FORWARD_NOTHING:
+            return frozenset()
         inputs = {id(v) for v in self.fusion.inputs}
+        materialized = {
+            id(o) for e in self.exprs if isinstance(e, (ReductionOp, WelfordOp)) for o in e.outputs
+        } | self.output_ids
         out: set[int] = set()
+        full: set[int] = set()  # forwarded exprs computed from some fusion input
+        roots: dict[int, set[TensorView]] = {}  # what a full forwarded expr reads, in the end
         for i, e in enumerate(self.exprs):
-            if not isinstance(e, (CastOp, BroadcastOp)) or len(e.inputs) != 1:
+            if any(id(o) in self.output_ids for o in e.outputs):
                 continue
-            (v,) = e.inputs
-            if not isinstance(v, TensorView) or any(id(o) in self.output_ids for o in e.outputs):
-                continue
-            if id(v) in inputs or producer.get(id(v)) in out:
-                out.add(i)
+            tensors = [v for v in e.inputs if isinstance(v, TensorView)]
+            if self.forward == FORWARD_POINTWISE:
+                if not isinstance(e, _POINTWISE) or not tensors:
+                    continue
+                if not all(
+                    id(v) in inputs or id(v) in materialized or self.producer.get(id(v)) in out
+                    for v in tensors
+                ):
+                    continue
+                # A value of statistics alone (the mean from a Welford's partial results) is
+                # small: one segment computes it and writes it; only its broadcast, which is
+                # indexing, is forwarded. What comes from a fusion input is computed again.
+                if any(id(v) in inputs or self.producer.get(id(v)) in full for v in tensors):
+                    roots[i] = set().union(
+                        *(roots.get(self.producer.get(id(v), -1), {v}) for v in tensors)
+                    )
+                    if self._cheaper_to_compute_again(e.outputs[0], roots[i]):
+                        full.add(i)
+                        out.add(i)
+                elif isinstance(e, BroadcastOp):
+                    out.add(i)
+            elif isinstance(e, (CastOp, BroadcastOp)) and len(e.inputs) == len(tensors) == 1:
+                (v,) = tensors
+                if id(v) in inputs or self.producer.get(id(v)) in out:
+                    out.add(i)
         return frozenset(out)
 
-    def _root(self, v: TensorView, producer: dict[int, int]) -> TensorView:
-        """The value itself, or for a forwarded value the fusion input it comes from."""
-        while producer.get(id(v)) in self.forwarded:
-            v = self.exprs[producer[id(v)]].inputs[0]  # type: ignore[assignment]
-        return v
+    def _cheaper_to_compute_again(self, value: Val, roots: set[TensorView]) -> bool:
+        """Whether the segments reading `value` do better to compute it again from `roots`.
+        Written by a segment of its own (r bytes of roots read, v written) and read by two
+        (a reduction and the normalization after it), it moves r + 3v bytes; computed again
+        by both, 2r: no more where r <= 3v. An fp32 exp(x - max) of a bf16 x: r = 2 bytes an
+        element against v = 4."""
+
+        def size(v: Val) -> int:
+            return math.prod(self.info.shape(cast(TensorView, v))) * v.dtype.itemsize
+
+        return sum(size(r) for r in roots) <= 3 * size(value)
+
+    def _sources(self, i: int) -> tuple[set[int], frozenset[int]]:
+        """(the groupable exprs expr `i` reads from, the ids of the tensors it reads), both
+        through the forwarded exprs it computes again: their own inputs instead of them."""
+        producers: set[int] = set()
+        tensors: set[int] = set()
+        stack, seen = [i], {i}
+        while stack:
+            for v in self.exprs[stack.pop()].inputs:
+                j = self.producer.get(id(v))
+                if j in self.forwarded:
+                    if j not in seen:
+                        seen.add(j)
+                        stack.append(j)
+                    continue
+                if j is not None:
+                    producers.add(j)
+                if isinstance(v, TensorView):
+                    tensors.add(id(v))
+        return producers, frozenset(tensors)
 
     # ---- the search ----
     def run(self, reason: str) -> SegmentedFusion:
@@ -212,10 +280,10 @@ class _Segmenter:
                     self.fusion, self.info, split_all=split, forward=self.forward
                 ).run(reason)
             if scheduler is None and self.forwarded:
-                # Some scheduler refuses the expr with its forwarded inputs: segment without
-                # forwarding, where each expr is accepted on its own.
+                # Some scheduler refuses the expr with the values it computes again: forward
+                # less (in the end nothing, where each expr is accepted on its own).
                 return _Segmenter(
-                    self.fusion, self.info, split_all=self.split_all, forward=False
+                    self.fusion, self.info, split_all=self.split_all, forward=self.forward - 1
                 ).run(reason)
             if scheduler is None:
                 raise SchedulerError(
@@ -312,9 +380,9 @@ class _Segmenter:
             self._accepted[members] = result
         return self._accepted[members]
 
-    def _with_forwarded(self, members: frozenset[int]) -> list[int]:
-        """`members` and the forwarded exprs they read from, in fusion order."""
-        needed = set(members)
+    def _forwarded_closure(self, *members: int) -> set[int]:
+        """The forwarded exprs that `members` read from, directly or through other ones."""
+        needed: set[int] = set()
         stack = list(members)
         while stack:
             for v in self.exprs[stack.pop()].inputs:
@@ -322,7 +390,11 @@ class _Segmenter:
                 if j is not None and j not in needed:
                     needed.add(j)
                     stack.append(j)
-        return sorted(needed)
+        return needed
+
+    def _with_forwarded(self, members: frozenset[int]) -> list[int]:
+        """`members` and the forwarded exprs they read from, in fusion order."""
+        return sorted(set(members) | self._forwarded_closure(*members))
 
     def _plan(self, members: frozenset[int], scheduler: SchedulerType | None = None) -> SegmentPlan:
         exprs = [self.exprs[i] for i in self._with_forwarded(members)]
@@ -334,8 +406,13 @@ class _Segmenter:
                     continue
                 if id(v) not in inside and all(v is not u for u in inputs):
                     inputs.append(v)
+        # Read by another group, or by a forwarded expr that another group computes again.
         used_outside = {
-            id(v) for i, e in enumerate(self.exprs) if i not in members for v in e.inputs
+            id(v)
+            for i, e in enumerate(self.exprs)
+            if i not in members
+            and (i not in self.forwarded or not self.recomputed_by[i] <= members)
+            for v in e.inputs
         }
         # Forwarded values are computed again wherever they are read, never passed on.
         outputs = [
