@@ -4,7 +4,8 @@
 #
 #   tools/device_run.sh quick   # GPU tests (bounded) + short benchmarks, no torch.compile
 #   tools/device_run.sh full    # GPU tests + the whole benchmark suite against every peer
-#   tools/device_run.sh campaign [SECONDS]  # GPU tests + a kfuse campaign (default 300 s)
+#   tools/device_run.sh campaign [SECONDS [ARGS...]]  # GPU tests + a kfuse campaign (default
+#                               # 300 s; ARGS go to kfuse campaign: --seed S --shard I/N)
 #
 # The device gets a copy of the working tree without .git: pass KFUSE_COMMIT=<sha> in the
 # command for the campaign's and the benchmarks' JSON to record the commit.
@@ -15,7 +16,7 @@ OUT="${OUT:-/tmp/kfuse-device-logs}"
 mkdir -p "$OUT"
 if [ "$MODE" = campaign ]; then
     export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}"
-    BENCH=(bash "$(dirname "${BASH_SOURCE[0]}")/device_campaign.sh" "${2:-300}")
+    BENCH=(bash "$(dirname "${BASH_SOURCE[0]}")/device_campaign.sh" "${2:-300}" "${@:3}")
 elif [ "$MODE" = quick ]; then
     export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-170}"
     BENCH=(timeout 150 python3 benchmarks/run.py --quick --reps 20 --peers "kfuse,torch eager,cupy"
