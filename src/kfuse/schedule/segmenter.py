@@ -177,8 +177,9 @@ class _Segmenter:
         self.forwarded_producer = {id(o): i for i in self.forwarded for o in self.exprs[i].outputs}
         # A forwarded value comes with every segment reading it: depend on (and share) what it
         # is computed from instead.
-        self.deps = [sorted(self._sources(i)[0]) for i in range(len(self.exprs))]
-        self.input_ids = [self._sources(i)[1] for i in range(len(self.exprs))]
+        sources = [self._sources(i) for i in range(len(self.exprs))]
+        self.deps = [sorted(producers) for producers, _ in sources]
+        self.input_ids = [tensors for _, tensors in sources]
         # forwarded expr -> the groupable exprs that compute it again (through other ones)
         self.recomputed_by: dict[int, set[int]] = {i: set() for i in self.forwarded}
         for i in range(len(self.exprs)):
