@@ -66,6 +66,11 @@ def check_outputs(
         if tuple(out.shape) != tuple(ref.shape):
             problems.append(f"output {i}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
             continue
+        if out.dtype == torch.bool:  # a mask: exact
+            wrong = int((out.cpu() != ref.cpu()).sum())
+            if wrong:
+                problems.append(f"output {i}: {wrong} of {out.numel()} Bool elements differ")
+            continue
         status = check(f"{peer} output {i}", out, ref, out.dtype, tolerance(torch, out, ref))
         if status != "ok":
             problems.append(f"output {i}: {status}")

@@ -1,0 +1,197 @@
+"""The non-matmul parts of nanoGPT's attention, forward and backward (nvFuser's
+test_nanogpt_attn_fwd.py and test_nanogpt_attn_bwd.py): scale, causal mask, softmax over the
+last axis of [batch, heads, sequence, sequence], dropout.
+
+Shapes are [batch, heads, sequence, sequence]; the head size is 64 (n_embd / n_head of
+every GPT-2 configuration nvFuser sweeps). The forward's causal bias is a [1, 1, s, s] float
+slice of a larger lower-triangular buffer (nanoGPT's `bias[:, :, :T, :T]`), so its axis 2 is
+not contiguous, as nvFuser declares it.
+
+API differences: kfuse has no random-number ops yet, so the forward takes the dropout
+keep-mask as an input where nvFuser draws it with fd.ops.uniform (the issue's port did the
+same) and does not return it (it would be a copy of an input); fd.ops.size for T.size(i).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse import DataType, FusionDefinition
+from models.case import Case, Shape, demote, dropout_mask, promote, randn
+
+HEAD_SIZE = 64
+DROPOUT_P = 0.2
+
+# [batch, heads, sequence, sequence]: GPT-2 medium's 16 heads at nvFuser's longest sequence
+# (about 130 MB an input in bf16); one size, for the suite's 5-minute budget.
+ATTENTION = ((16, 16, 512, 512),)
+ATTENTION_QUICK = ((16, 16, 512, 512),)
+TEST_ATTENTION = (2, 2, 9, 9)
+GPU_TEST_ATTENTION = (4, 8, 130, 130)
+
+
+def _scores(fd: FusionDefinition, dtype: DataType) -> Any:
+    return fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=dtype)
+
+
+def nanogpt_attn_fwd_definition(dtype: DataType) -> FusionDefinition:
+    # from test_nanogpt_attn_fwd.py::nanogpt_attn_fwd_fusion
+    with FusionDefinition() as fd:
+        x = _scores(fd, dtype)
+        bias = fd.define_tensor(
+            shape=[1, 1, -1, -1], contiguity=[None, None, False, True], dtype=DataType.Float
+        )
+        keep = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.Bool)
+        x = promote(fd, x, dtype)
+        scaled = fd.ops.mul(x, fd.define_scalar(1 / HEAD_SIZE**0.5, dtype=DataType.Double))
+        masked_out = fd.ops.eq(bias, fd.define_scalar(0.0, dtype=DataType.Double))
+        shape = fd.ops.shape(x)
+        masked_out = fd.ops.broadcast_in_dim(masked_out, shape=shape, broadcast_dims=[0, 1, 2, 3])
+        scores = fd.ops.where(
+            masked_out, fd.define_scalar(float("-inf"), dtype=DataType.Double), scaled
+        )
+        row = [fd.ops.size(x, 0), fd.ops.size(x, 1), fd.ops.size(x, 2), 1]
+        top = fd.ops.broadcast_in_dim(
+            fd.ops.max(scores, dims=[3], keepdim=False), shape=row, broadcast_dims=[0, 1, 2]
+        )
+        top = fd.ops.broadcast_in_dim(top, shape=shape, broadcast_dims=[0, 1, 2, 3])
+        e = fd.ops.exp(fd.ops.sub(scores, top))
+        total = fd.ops.broadcast_in_dim(
+            fd.ops.sum(e, dims=[3], keepdim=False), shape=row, broadcast_dims=[0, 1, 2]
+        )
+        total = fd.ops.broadcast_in_dim(total, shape=shape, broadcast_dims=[0, 1, 2, 3])
+        attn = fd.ops.mul(e, fd.ops.reciprocal(total))
+        out = fd.ops.mul(
+            fd.ops.mul(attn, keep),
+            fd.define_scalar(1 / (1 - DROPOUT_P), dtype=DataType.Double),
+        )
+        fd.add_output(demote(fd, out, dtype))
+        fd.add_output(demote(fd, attn, dtype))
+        fd.add_output(masked_out)
+    return fd
+
+
+def nanogpt_attn_bwd_definition(dtype: DataType) -> FusionDefinition:
+    # from test_nanogpt_attn_bwd.py::nanogpt_attn_bwd_fusion
+    with FusionDefinition() as fd:
+        keep_scale = fd.define_scalar(1 / (1 - DROPOUT_P), dtype=DataType.Double)
+        scale = fd.define_scalar(1 / HEAD_SIZE**0.5, dtype=DataType.Double)
+        grad = _scores(fd, dtype)
+        attn = _scores(fd, dtype)
+        keep = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.Bool)
+        masked_out = fd.define_tensor(
+            shape=[-1, -1, -1, -1], contiguity=[None, None, True, True], dtype=DataType.Bool
+        )
+        grad, attn = promote(fd, grad, dtype), promote(fd, attn, dtype)
+        if dtype in (DataType.BFloat16, DataType.Half):
+            keep = fd.ops.cast(keep, dtype=DataType.Float)
+        d_attn = fd.ops.mul(fd.ops.mul(grad, keep_scale), keep)
+        total = fd.ops.sum(fd.ops.mul(attn, d_attn), dims=[3], keepdim=False)
+        row = [fd.ops.size(grad, 0), fd.ops.size(grad, 1), fd.ops.size(grad, 2), 1]
+        total = fd.ops.broadcast_in_dim(total, shape=row, broadcast_dims=[0, 1, 2])
+        total = fd.ops.broadcast_in_dim(
+            total, shape=fd.ops.shape(grad), broadcast_dims=[0, 1, 2, 3]
+        )
+        d_scores = fd.ops.mul(attn, fd.ops.sub(d_attn, total))
+        d_scores = fd.ops.where(masked_out, fd.define_scalar(0.0, dtype=DataType.Double), d_scores)
+        fd.add_output(demote(fd, fd.ops.mul(d_scores, scale), dtype))
+    return fd
+
+
+def _causal_bias(torch: Any, seq: int, device: str) -> Any:
+    """nanoGPT's bias[:, :, :seq, :seq] of a block-size buffer (here seq + 64): a float view
+    whose axis 2 is strided."""
+    block = seq + 64
+    full = torch.tril(torch.ones(block, block, device=device)).view(1, 1, block, block)
+    return full[:, :, :seq, :seq]
+
+
+def _fwd_inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
+    x = randn(torch, shape, dtype, device)
+    return [
+        x,
+        _causal_bias(torch, shape[-1], device),
+        dropout_mask(torch, shape, DROPOUT_P, device),
+    ]
+
+
+def _bwd_inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
+    x = torch.randn(shape, device=device, dtype=torch.float32)
+    bias = _causal_bias(torch, shape[-1], device)
+    masked_out = (bias == 0).expand(shape)  # stride 0 over batch and heads
+    attn = torch.softmax((x / HEAD_SIZE**0.5).masked_fill(masked_out, float("-inf")), -1)
+    keep = dropout_mask(torch, shape, DROPOUT_P, device)
+    return [randn(torch, shape, dtype, device), attn.to(dtype), keep, masked_out]
+
+
+def _fwd_math(torch: Any, x: Any, bias: Any, keep: Any, wide: Any) -> tuple[Any, Any, Any]:
+    masked_out = (bias == 0).expand(x.shape)
+    scores = (x.to(wide) * (1 / HEAD_SIZE**0.5)).masked_fill(masked_out, float("-inf"))
+    attn = torch.softmax(scores, -1)
+    out = attn * keep * (1 / (1 - DROPOUT_P))
+    return out, attn, masked_out.contiguous()
+
+
+def nanogpt_attn_fwd_torch(x: Any, bias: Any, keep: Any) -> tuple[Any, ...]:
+    import torch
+
+    out, attn, masked_out = _fwd_math(torch, x, bias, keep, torch.float32)
+    return out.to(x.dtype), attn.to(x.dtype), masked_out
+
+
+def nanogpt_attn_fwd_reference(x: Any, bias: Any, keep: Any) -> tuple[Any, ...]:
+    import torch
+
+    return _fwd_math(torch, x, bias, keep, torch.float64)
+
+
+def _bwd_math(grad: Any, attn: Any, keep: Any, masked_out: Any, wide: Any) -> Any:
+    d_attn = grad.to(wide) * (1 / (1 - DROPOUT_P)) * keep
+    a = attn.to(wide)
+    d_scores = a * (d_attn - (a * d_attn).sum(-1, keepdim=True))
+    return d_scores.masked_fill(masked_out, 0.0) * (1 / HEAD_SIZE**0.5)
+
+
+def nanogpt_attn_bwd_torch(grad: Any, attn: Any, keep: Any, masked_out: Any) -> tuple[Any]:
+    import torch
+
+    return (_bwd_math(grad, attn, keep, masked_out, torch.float32).to(grad.dtype),)
+
+
+def nanogpt_attn_bwd_reference(grad: Any, attn: Any, keep: Any, masked_out: Any) -> tuple[Any]:
+    import torch
+
+    return (_bwd_math(grad, attn, keep, masked_out, torch.float64),)
+
+
+def _case(name: str, source: str, define: Any, fns: tuple[Any, ...]) -> Case:
+    torch_fn, reference, make_inputs = fns
+    return Case(
+        "attention",
+        name,
+        source,
+        define,
+        torch_fn,
+        reference,
+        make_inputs,
+        ATTENTION,
+        ATTENTION_QUICK,
+        TEST_ATTENTION,
+        GPU_TEST_ATTENTION,
+    )
+
+
+CASES = [
+    _case(
+        "nanogpt_attn_fwd",
+        "test_nanogpt_attn_fwd.py::nanogpt_attn_fwd_fusion",
+        nanogpt_attn_fwd_definition,
+        (nanogpt_attn_fwd_torch, nanogpt_attn_fwd_reference, _fwd_inputs),
+    ),
+    _case(
+        "nanogpt_attn_bwd",
+        "test_nanogpt_attn_bwd.py::nanogpt_attn_bwd_fusion",
+        nanogpt_attn_bwd_definition,
+        (nanogpt_attn_bwd_torch, nanogpt_attn_bwd_reference, _bwd_inputs),
+    ),
+]
