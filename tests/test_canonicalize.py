@@ -356,11 +356,41 @@ def test_reshape_of_an_elementwise_chain_of_an_input_reshapes_the_input() -> Non
     _check_values(fd, [w])
 
 
-def test_reshape_of_a_chain_with_two_tensors_stays() -> None:
-    """x + y is not a function of one input: the reshape stays after it."""
+def test_reshape_of_a_function_of_two_inputs_reshapes_both() -> None:
+    """reshape(x + y) -> reshape(x) + reshape(y) where x and y have one shape (Hugging Face
+    attention's scores + mask, then [batch * heads, s, s]); values stay."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
         y = fd.define_tensor(shape=[-1], dtype=DataType.Float)
-        grouped = fd.ops.reshape(fd.ops.add(x, y), new_shape=[2, -1])
+        grouped = fd.ops.reshape(fd.ops.add(x, fd.ops.mul(y, x)), new_shape=[2, -1])
         fd.add_output(fd.ops.sum(grouped, dims=[1]))
+    form = canonical_fusion(fd.fusion)
+    reshapes = [e for e in form.exprs if type(e).__name__ == "ReshapeOp"]
+    assert {e.inputs[0].name for e in reshapes} == {"T0", "T1"}
+    assert form.exprs.index(reshapes[-1]) < 2  # both before the arithmetic
+    values = np.array([1.5, -0.0, np.inf, np.nan, 3.0, -3.0], np.float32)
+    _check_values(fd, [values, values[::-1].copy()])
+
+
+def test_reshape_of_a_value_with_a_broadcast_operand_stays() -> None:
+    """x + broadcast(w) has an operand of another shape: the reshape stays after it."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        summed = fd.ops.add(x, fd.ops.broadcast(w, is_broadcast_dim=[True, False]))
+        fd.add_output(fd.ops.sum(fd.ops.reshape(summed, new_shape=[-1]), dims=[0]))
     assert canonical_fusion(fd.fusion) is fd.fusion
+
+
+def test_an_output_cast_of_a_reshape_of_a_computed_value_casts_first() -> None:
+    """cast(reshape(v)) as an output, v computed (here x - its row sums) -> reshape(cast(v)):
+    the output is a reshape, a view of its allocation (Hugging Face attention backward's
+    last two steps)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        centred = fd.ops.sub(x, fd.ops.sum(x, dims=[1], keepdim=True))
+        y = fd.ops.reshape(centred, new_shape=[-1])
+        fd.add_output(fd.ops.cast(y, DataType.Half))
+    form = canonical_fusion(fd.fusion)
+    assert type(form.outputs[0].definition).__name__ == "ReshapeOp"
+    _check_values(fd, [np.array([[0.5, -0.0], [np.inf, np.nan]], np.float32)])

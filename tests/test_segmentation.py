@@ -361,14 +361,15 @@ def test_printed_library_fusion_rebuilds() -> None:
 
 
 def test_reshape_runs_as_its_own_segment() -> None:
-    """A reshape of a value computed from two inputs is no view of an input: a segment."""
+    """A reshape of a value computed with a broadcast operand is no view of an input: a
+    segment."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
-        z = fd.define_tensor(shape=[-1, -1])
-        y = fd.ops.reshape(fd.ops.add(x, z), [-1])
-        fd.add_output(y * 2.0)
-    inputs = [rand(3, 4), rand(3, 4)]
-    assert schedulers(fd.segments(inputs)) == [PW, EE, PW]
+        z = fd.define_tensor(shape=[-1])
+        y = fd.ops.reshape(fd.ops.add(x, fd.ops.broadcast(z, is_broadcast_dim=[True, False])), [-1])
+        fd.add_output(fd.ops.sum(y, dims=[0]))
+    inputs = [rand(3, 4), rand(4)]
+    assert schedulers(fd.segments(inputs)) == [PW, EE, RED]
     run_and_check(fd, inputs)
 
 

@@ -1,6 +1,8 @@
-"""The non-matmul parts of nanoGPT's attention, forward and backward (nvFuser's
-test_nanogpt_attn_fwd.py and test_nanogpt_attn_bwd.py): scale, causal mask, softmax over the
-last axis of [batch, heads, sequence, sequence], dropout.
+"""The non-matmul parts of attention, forward and backward: nanoGPT's (nvFuser's
+test_nanogpt_attn_fwd.py and test_nanogpt_attn_bwd.py: scale, causal mask, softmax over the
+last axis of [batch, heads, sequence, sequence], dropout) and Hugging Face's
+(test_huggingface_attn_fwd.py and _bwd.py: an additive mask, a reshape to [batch * heads,
+sequence, sequence], softmax, dropout; the backward reshapes back).
 
 Shapes are [batch, heads, sequence, sequence]; the head size is 64 (n_embd / n_head of
 every GPT-2 configuration nvFuser sweeps). The forward's causal bias is a [1, 1, s, s] float
@@ -10,6 +12,8 @@ not contiguous, as nvFuser declares it.
 API differences: kfuse has no random-number ops yet, so the forward takes the dropout
 keep-mask as an input where nvFuser draws it with fd.ops.uniform (the issue's port did the
 same) and does not return it (it would be a copy of an input); fd.ops.size for T.size(i).
+nvFuser's Hugging Face backward bakes batch and heads into its final reshape; here heads is
+the constant HEADS (every size of the family has 16) and batch is -1.
 """
 
 from __future__ import annotations
@@ -20,14 +24,15 @@ from kfuse import DataType, FusionDefinition
 from models.case import Case, Shape, demote, dropout_mask, promote, randn
 
 HEAD_SIZE = 64
+HEADS = 16
 DROPOUT_P = 0.2
 
 # [batch, heads, sequence, sequence]: GPT-2 medium's 16 heads at nvFuser's longest sequence
 # (about 130 MB an input in bf16); one size, for the suite's 5-minute budget.
 ATTENTION = ((16, 16, 512, 512),)
 ATTENTION_QUICK = ((16, 16, 512, 512),)
-TEST_ATTENTION = (2, 2, 9, 9)
-GPU_TEST_ATTENTION = (4, 8, 130, 130)
+TEST_ATTENTION = (1, HEADS, 9, 9)
+GPU_TEST_ATTENTION = (2, HEADS, 130, 130)
 
 
 def _scores(fd: FusionDefinition, dtype: DataType) -> Any:
@@ -98,6 +103,58 @@ def nanogpt_attn_bwd_definition(dtype: DataType) -> FusionDefinition:
     return fd
 
 
+def huggingface_attn_fwd_definition(dtype: DataType) -> FusionDefinition:
+    # from test_huggingface_attn_fwd.py::huggingface_attn_fwd_fusion
+    with FusionDefinition() as fd:
+        mask = promote(fd, _scores(fd, dtype), dtype)
+        x = promote(fd, _scores(fd, dtype), dtype)
+        keep = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Bool)
+        rows = fd.ops.mul(fd.ops.size(x, 0), fd.ops.size(x, 1))
+        seq, keys = fd.ops.size(x, 2), fd.ops.size(x, 3)
+        scores = fd.ops.reshape(fd.ops.add(x, mask), new_shape=[rows, seq, keys])
+        top = fd.ops.broadcast_in_dim(
+            fd.ops.max(scores, dims=[2], keepdim=False), shape=[rows, seq, 1], broadcast_dims=[0, 1]
+        )
+        top = fd.ops.broadcast_in_dim(top, shape=[rows, seq, keys], broadcast_dims=[0, 1, 2])
+        e = fd.ops.exp(fd.ops.sub(scores, top))
+        total = fd.ops.broadcast_in_dim(
+            fd.ops.sum(e, dims=[2], keepdim=False), shape=[rows, seq, 1], broadcast_dims=[0, 1]
+        )
+        total = fd.ops.broadcast_in_dim(total, shape=[rows, seq, keys], broadcast_dims=[0, 1, 2])
+        attn = fd.ops.mul(e, fd.ops.reciprocal(total))
+        out = fd.ops.mul(
+            fd.ops.mul(attn, fd.ops.cast(keep, dtype=DataType.Float)),
+            fd.define_scalar(1 / (1 - DROPOUT_P), dtype=DataType.Double),
+        )
+        fd.add_output(demote(fd, out, dtype))
+        fd.add_output(demote(fd, attn, dtype))
+    return fd
+
+
+def huggingface_attn_bwd_definition(dtype: DataType) -> FusionDefinition:
+    # from test_huggingface_attn_bwd.py::huggingface_attn_bwd_fusion
+    with FusionDefinition() as fd:
+        keep_scale = fd.define_scalar(1 / (1 - DROPOUT_P), dtype=DataType.Double)
+        grad = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=dtype)
+        attn = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=dtype)
+        keep = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Bool)
+        grad, attn = promote(fd, grad, dtype), promote(fd, attn, dtype)
+        if dtype in (DataType.BFloat16, DataType.Half):
+            keep = fd.ops.cast(keep, dtype=DataType.Float)
+        d_attn = fd.ops.mul(fd.ops.mul(grad, keep_scale), keep)
+        total = fd.ops.sum(fd.ops.mul(attn, d_attn), dims=[2], keepdim=False)
+        total = fd.ops.broadcast_in_dim(
+            total, shape=[fd.ops.size(grad, 0), fd.ops.size(grad, 1), 1], broadcast_dims=[0, 1]
+        )
+        total = fd.ops.broadcast_in_dim(total, shape=fd.ops.shape(grad), broadcast_dims=[0, 1, 2])
+        d_scores = fd.ops.mul(attn, fd.ops.sub(d_attn, total))
+        d_scores = fd.ops.reshape(
+            d_scores, new_shape=[-1, HEADS, fd.ops.size(grad, 1), fd.ops.size(grad, 2)]
+        )
+        fd.add_output(demote(fd, d_scores, dtype))
+    return fd
+
+
 def _causal_bias(torch: Any, seq: int, device: str) -> Any:
     """nanoGPT's bias[:, :, :seq, :seq] of a block-size buffer (here seq + 64): a float view
     whose axis 2 is strided."""
@@ -164,6 +221,62 @@ def nanogpt_attn_bwd_reference(grad: Any, attn: Any, keep: Any, masked_out: Any)
     return (_bwd_math(grad, attn, keep, masked_out, torch.float64),)
 
 
+def _rows(shape: Shape) -> tuple[int, int, int]:
+    return (shape[0] * shape[1], shape[2], shape[3])
+
+
+def _hf_fwd_inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
+    # nvFuser's attention mask is zeros; a random one here, so that it is not a no-op.
+    mask = randn(torch, shape, dtype, device)
+    x = randn(torch, shape, dtype, device)
+    return [mask, x, dropout_mask(torch, _rows(shape), DROPOUT_P, device)]
+
+
+def _hf_bwd_inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
+    logits = torch.randn(_rows(shape), device=device, dtype=torch.float32)
+    attn = torch.softmax(logits, -1).to(dtype)
+    keep = dropout_mask(torch, _rows(shape), DROPOUT_P, device)
+    return [randn(torch, _rows(shape), dtype, device), attn, keep]
+
+
+def _hf_fwd_math(torch: Any, mask: Any, x: Any, keep: Any, wide: Any) -> tuple[Any, Any]:
+    b, h, s, k = x.shape
+    attn = torch.softmax((x.to(wide) + mask.to(wide)).reshape(b * h, s, k), -1)
+    return attn * keep * (1 / (1 - DROPOUT_P)), attn
+
+
+def huggingface_attn_fwd_torch(mask: Any, x: Any, keep: Any) -> tuple[Any, ...]:
+    import torch
+
+    out, attn = _hf_fwd_math(torch, mask, x, keep, torch.float32)
+    return out.to(x.dtype), attn.to(x.dtype)
+
+
+def huggingface_attn_fwd_reference(mask: Any, x: Any, keep: Any) -> tuple[Any, ...]:
+    import torch
+
+    return _hf_fwd_math(torch, mask, x, keep, torch.float64)
+
+
+def _hf_bwd_math(grad: Any, attn: Any, keep: Any, wide: Any) -> Any:
+    d_attn = grad.to(wide) * (1 / (1 - DROPOUT_P)) * keep
+    a = attn.to(wide)
+    d_scores = a * (d_attn - (a * d_attn).sum(-1, keepdim=True))
+    return d_scores.reshape(-1, HEADS, *d_scores.shape[1:])
+
+
+def huggingface_attn_bwd_torch(grad: Any, attn: Any, keep: Any) -> tuple[Any]:
+    import torch
+
+    return (_hf_bwd_math(grad, attn, keep, torch.float32).to(grad.dtype),)
+
+
+def huggingface_attn_bwd_reference(grad: Any, attn: Any, keep: Any) -> tuple[Any]:
+    import torch
+
+    return (_hf_bwd_math(grad, attn, keep, torch.float64),)
+
+
 def _case(name: str, source: str, define: Any, fns: tuple[Any, ...]) -> Case:
     torch_fn, reference, make_inputs = fns
     return Case(
@@ -193,5 +306,17 @@ CASES = [
         "test_nanogpt_attn_bwd.py::nanogpt_attn_bwd_fusion",
         nanogpt_attn_bwd_definition,
         (nanogpt_attn_bwd_torch, nanogpt_attn_bwd_reference, _bwd_inputs),
+    ),
+    _case(
+        "huggingface_attn_fwd",
+        "test_huggingface_attn_fwd.py::huggingface_attn_fwd_fusion",
+        huggingface_attn_fwd_definition,
+        (huggingface_attn_fwd_torch, huggingface_attn_fwd_reference, _hf_fwd_inputs),
+    ),
+    _case(
+        "huggingface_attn_bwd",
+        "test_huggingface_attn_bwd.py::huggingface_attn_bwd_fusion",
+        huggingface_attn_bwd_definition,
+        (huggingface_attn_bwd_torch, huggingface_attn_bwd_reference, _hf_bwd_inputs),
     ),
 ]

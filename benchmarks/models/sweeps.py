@@ -2,7 +2,7 @@
 
 The suite must run in about 5 minutes by default and about 90 s with --quick on one H200,
 torch.compile's compile time included (a few seconds per case and shape, compiled fresh per
-shape): 72 case-shapes by default; --quick runs one shape per case (29), the size of the
+shape): 74 case-shapes by default; --quick runs one shape per case (31), the size of the
 issue's table, since two per case would not fit in 90 s. nvFuser sweeps far more
 (global_params.generate_input_sizes): batch 16..16384 by hidden 768..73728 for 2-D inputs,
 and [N, C, H, W] from tiny to ResNet sizes for 4-D ones; these are a few of its points.

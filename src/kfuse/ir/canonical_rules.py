@@ -18,13 +18,20 @@ cheaper form differs on some special value, the rule guards it or does not apply
   x / c (a power of two closer to the limits would make 1 / c overflow, or c subnormal);
 * cast(cast(x, B), C) -> cast(x, C) (and x itself when C is x's dtype) when every value of
   x's dtype is a value of B: the inner cast then changes no value;
-* reshape(f(x)) -> f(reshape(x)) for a fusion input x and a chain f of element-wise ops
-  (casts, unary ops, binary and ternary ops whose other operands are Scalars: a promoted
-  weight): each acts on every element alone, so the chain commutes with any reshape. The
-  reshape then reads the input itself, so it can be a view of the input's layout, folded
-  into a kernel's operand (kfuse.schedule.boundary_views) instead of a copy of computed
-  values. A reshape that makes an output stays where it is (an output's reshape is always
-  a view of the output, an input's only where the input's strides allow).
+* reshape(f(x, y, ...)) -> f(reshape(x), reshape(y), ...) for fusion inputs x, y, ... of
+  the reshaped value's rank with no broadcast axes, and element-wise ops f (casts, unary,
+  binary and ternary ops; other operands Scalars) between them: each acts on every element
+  alone and its tensor operands have one shape, so f commutes with any reshape. The reshapes
+  then read the inputs themselves, so they can be views of the inputs' layouts, folded into
+  a kernel's operands (kfuse.schedule.boundary_views) instead of a copy of computed values
+  (Hugging Face attention's reshape(scores + mask) to [batch * heads, s, s]). A reshape that
+  makes an output stays where it is (an output's reshape is always a view of the output, an
+  input's only where the input's strides allow);
+* an output f(reshape(v)) for an element-wise op f of one tensor operand and a computed v
+  -> reshape(f(v)):
+  the output is then a reshape, a view of the output's allocation (the cast to bf16 after
+  Hugging Face attention backward's reshape to [batch, heads, s, s] made that reshape a
+  copy of its own).
 
 Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
 in Python, whose math.sqrt raises where C's returns NaN.
@@ -65,10 +72,15 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return _div_by_power_of_two(ctx, expr, inputs)
     if isinstance(expr, UnaryOp) and expr.op == "reciprocal":
         return _reciprocal_sqrt(ctx, expr, inputs)
+    is_output = any(o is expr.outputs[0] for o in ctx.original.outputs)
     if isinstance(expr, CastOp):
-        return _cast_of_widening(ctx, expr, inputs)
-    if isinstance(expr, ReshapeOp) and not any(o is expr.outputs[0] for o in ctx.original.outputs):
+        done = _cast_of_widening(ctx, expr, inputs)
+        if done is not None:
+            return done
+    if isinstance(expr, ReshapeOp) and not is_output:
         return _reshape_of_elementwise(ctx, expr, inputs)
+    if isinstance(expr, _ELEMENTWISE) and is_output:
+        return _output_of_reshape(ctx, expr, inputs)
     return None
 
 
@@ -169,42 +181,74 @@ def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Va
 _ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
 
 
-def _chain_from_input(v: Val) -> list[Expr] | None:
-    """The element-wise exprs computing `v` from a fusion input, the input's first; each has
-    that one tensor operand (the others are Scalars). None when `v` is computed otherwise."""
-    chain: list[Expr] = []
-    while not (isinstance(v, TensorView) and v.is_input):
-        e = v.definition
-        if not isinstance(e, _ELEMENTWISE):
-            return None
-        tensors = [u for u in e.inputs if isinstance(u, TensorView)]
-        if len(tensors) != 1:
-            return None
-        chain.append(e)
-        v = tensors[0]
-    return chain[::-1]
+def _elementwise_from_inputs(v: Val) -> tuple[list[Expr], list[TensorView]] | None:
+    """(the element-wise exprs computing `v` from fusion inputs, each after those it reads,
+    `v`'s own last; those inputs), when every tensor along the way has `v`'s rank and no
+    broadcast axis (so all have one shape); None when `v` is an input itself or computed
+    otherwise."""
+    assert isinstance(v, TensorView)
+    rank = v.ndim
+    exprs: list[Expr] = []
+    leaves: list[TensorView] = []
+    seen: set[int] = set()
+
+    def visit(u: Val) -> bool:
+        if not isinstance(u, TensorView) or id(u) in seen:
+            return True
+        seen.add(id(u))
+        if u.ndim != rank or any(ax.is_broadcast for ax in u.axes):
+            return False
+        if u.is_input:
+            leaves.append(u)
+            return True
+        e = u.definition
+        if not isinstance(e, _ELEMENTWISE) or not all(visit(w) for w in e.inputs):
+            return False
+        exprs.append(e)  # after everything it reads
+        return True
+
+    if not visit(v) or not exprs:
+        return None
+    return exprs, leaves
 
 
 def _reshape_of_elementwise(
     ctx: Any, expr: Expr, inputs: tuple[Val, ...]
 ) -> tuple[Val, ...] | None:
     assert isinstance(expr, ReshapeOp)
-    chain = _chain_from_input(inputs[0])
-    if not chain:
+    found = _elementwise_from_inputs(inputs[0])
+    if found is None:
         return None
-    source = next(u for u in chain[0].inputs if isinstance(u, TensorView))
+    exprs, leaves = found
     out = expr.outputs[0]
     assert isinstance(out, TensorView)
     shape = tuple(ctx.val(v) for v in expr.shape)
+    reshaped: dict[int, Val] = {}
+    for leaf in leaves:
+        (reshaped[id(leaf)],) = ctx.emit(
+            ReshapeOp, (leaf, *inputs[1:]), {"shape": shape}, [ctx.new_val(leaf.dtype, out.axes)]
+        )
+    for k, e in enumerate(exprs):
+        operands = tuple(reshaped.get(id(u), u) for u in e.inputs)
+        like = expr.outputs if k == len(exprs) - 1 else [ctx.new_val(e.outputs[0].dtype, out.axes)]
+        (reshaped[id(e.outputs[0])],) = ctx.emit(type(e), operands, e.attributes(), like)
+    return (reshaped[id(inputs[0])],)
+
+
+def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    tensors = [u for u in inputs if isinstance(u, TensorView)]
+    if len(tensors) != 1 or not isinstance(tensors[0].definition, ReshapeOp):
+        return None
+    reshape = tensors[0].definition
+    source = reshape.inputs[0]
+    assert isinstance(source, TensorView)
+    if source.is_input:  # a reshape of an input may be a view of it already: keep it there
+        return None
+    operands = tuple(source if u is tensors[0] else u for u in inputs)
     (value,) = ctx.emit(
-        ReshapeOp, (source, *inputs[1:]), {"shape": shape}, [ctx.new_val(source.dtype, out.axes)]
+        type(expr), operands, expr.attributes(), [ctx.new_val(expr.outputs[0].dtype, source.axes)]
     )
-    for k, e in enumerate(chain):
-        operands = tuple(value if isinstance(u, TensorView) else u for u in e.inputs)
-        last = k == len(chain) - 1
-        like = expr.outputs if last else [ctx.new_val(e.outputs[0].dtype, out.axes)]
-        (value,) = ctx.emit(type(e), operands, e.attributes(), like)
-    return (value,)
+    return ctx.emit(ReshapeOp, (value, *reshape.inputs[1:]), reshape.attributes(), expr.outputs)
 
 
 __all__ = ["EXACT_WIDENINGS", "constant_value", "is_power_of_two", "rewrite"]

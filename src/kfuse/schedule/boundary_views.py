@@ -114,7 +114,8 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
     read = {v for e in kept for v in _operands(e)}
     produced = {o for e in kept for o in e.outputs}
     tensor_inputs = [v for v in fusion.inputs if isinstance(v, TensorView) and v in read]
-    tensor_inputs += [v for v in in_views if v in read]
+    # A view that an output's folded reshape passes on is an input too, read or not.
+    tensor_inputs += [v for v in in_views if v in read or v in new_outputs]
     scalars = [v for v in _ordered(kept) if isinstance(v, Scalar) and v not in produced]
     sub, origin = build_sub_fusion(kept, [*tensor_inputs, *scalars], new_outputs, fusion)
     sources = [
