@@ -202,10 +202,16 @@ def nanogpt_attn_fwd_reference(x: Any, bias: Any, keep: Any) -> tuple[Any, ...]:
     return _fwd_math(torch, x, bias, keep, torch.float64)
 
 
-def _bwd_math(grad: Any, attn: Any, keep: Any, masked_out: Any, wide: Any) -> Any:
+def _dropout_softmax_grad(grad: Any, attn: Any, keep: Any, wide: Any) -> Any:
+    """The gradient of the scores before the softmax and dropout both backwards share, in
+    the dtype `wide`."""
     d_attn = grad.to(wide) * (1 / (1 - DROPOUT_P)) * keep
     a = attn.to(wide)
-    d_scores = a * (d_attn - (a * d_attn).sum(-1, keepdim=True))
+    return a * (d_attn - (a * d_attn).sum(-1, keepdim=True))
+
+
+def _bwd_math(grad: Any, attn: Any, keep: Any, masked_out: Any, wide: Any) -> Any:
+    d_scores = _dropout_softmax_grad(grad, attn, keep, wide)
     return d_scores.masked_fill(masked_out, 0.0) * (1 / HEAD_SIZE**0.5)
 
 
@@ -259,9 +265,7 @@ def huggingface_attn_fwd_reference(mask: Any, x: Any, keep: Any) -> tuple[Any, .
 
 
 def _hf_bwd_math(grad: Any, attn: Any, keep: Any, wide: Any) -> Any:
-    d_attn = grad.to(wide) * (1 / (1 - DROPOUT_P)) * keep
-    a = attn.to(wide)
-    d_scores = a * (d_attn - (a * d_attn).sum(-1, keepdim=True))
+    d_scores = _dropout_softmax_grad(grad, attn, keep, wide)
     return d_scores.reshape(-1, HEADS, *d_scores.shape[1:])
 
 

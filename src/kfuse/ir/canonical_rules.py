@@ -27,11 +27,10 @@ cheaper form differs on some special value, the rule guards it or does not apply
   (Hugging Face attention's reshape(scores + mask) to [batch * heads, s, s]). A reshape that
   makes an output stays where it is (an output's reshape is always a view of the output, an
   input's only where the input's strides allow);
-* an output f(reshape(v)) for an element-wise op f of one tensor operand and a computed v
-  -> reshape(f(v)):
-  the output is then a reshape, a view of the output's allocation (the cast to bf16 after
-  Hugging Face attention backward's reshape to [batch, heads, s, s] made that reshape a
-  copy of its own).
+* an output f(reshape(v)) -> reshape(f(v)) for an element-wise op f of one tensor operand
+  and a computed v: the output is then a reshape, a view of the output's allocation (the
+  cast to bf16 after Hugging Face attention backward's reshape to [batch, heads, s, s] made
+  that reshape a copy of its own).
 
 Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
 in Python, whose math.sqrt raises where C's returns NaN.

@@ -112,7 +112,7 @@ def assert_close(
         # that no kernel wrote (kfuse.runtime.arrays.POISON_BYTE).
         raw = np.ascontiguousarray(a).view(np.uint8).reshape(a.shape)  # 0-d stays 0-d
         if (raw > 1).any():
-            first = _first_index(raw > 1)
+            first = _index_of_max(raw > 1)
             raise AssertionError(
                 f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
                 f"other than 0 or 1 (never written?); first at {first}: "
@@ -125,7 +125,7 @@ def assert_close(
             alt = alt.astype(np.int64)
             bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
         if bad.any():
-            at = _first_index(bad)
+            at = _index_of_max(bad)
             raise AssertionError(
                 f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
                 f"first at {at}: actual {a[at]}, expected {e[at]}"
@@ -153,10 +153,10 @@ def assert_close(
         bad &= ~within
     if bad.any():
         score = np.where(bad, np.nan_to_num(err, nan=np.inf, posinf=np.inf), -1.0)
-        idx: tuple[Any, ...] = np.unravel_index(int(np.argmax(score)), a.shape) if a.ndim else ()
+        idx = _index_of_max(score)
         raise AssertionError(
             f"{int(bad.sum())} of {a.size} {dtype.value} elements are not close "
-            f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {tuple(int(i) for i in idx)}: "
+            f"(rtol={rtol:.3g}, atol={atol:.3g}); worst at {idx}: "
             f"actual {float(a[idx])!r}, expected {float(e[idx])!r}"
             + ("" if alt is None else f" (in the kernel's precision {float(alt[idx])!r})")
             + (
@@ -167,12 +167,13 @@ def assert_close(
         )
 
 
-def _first_index(mask: Any) -> tuple[int, ...]:
-    """The index of the first True element of `mask`: () for a 0-d array, which np.nonzero
-    refuses (a mismatch in a 0-d output was reported as numpy's ValueError)."""
+def _index_of_max(values: Any) -> tuple[int, ...]:
+    """The index of the first largest element of `values` (of a Bool mask: its first True),
+    () for a 0-d array, which np.nonzero refuses (a mismatch in a 0-d output was reported
+    as numpy's ValueError)."""
     import numpy as np
 
-    return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(values)), values.shape))
 
 
 def _not_close(a: Any, e: Any, rtol: float, atol: float) -> tuple[Any, Any]:
