@@ -260,6 +260,28 @@ def test_measure_on_host() -> None:
     assert "ratio" not in row  # no torch.compile in this row
 
 
+def test_measure_counts_the_kernels_of_a_segmented_fusion() -> None:
+    """A segmented fusion's row has its segments and the kernels each segment launched (the
+    summary once read a runner attribute that had gone, and every segmented row lost them)."""
+    case = CASES["batchnorm_fwd_nchw"]  # three segments at its test size
+    row = measure.measure(
+        torch,
+        case,
+        case.test_size,
+        "bfloat16",
+        reps=1,
+        copy_gbs=1.0,
+        flush=_flush,
+        suite=_HostSuite,
+        peers=("kfuse",),
+        device="cpu",
+    )
+    assert row["status"] == "ok", row
+    assert "segments_error" not in row, row["segments_error"]
+    assert row["segments"] > 1
+    assert row["kernels"] >= row["segments"] - row["schedulers"].count("expr_eval")
+
+
 @pytest.mark.slow
 # torch.compile's own import of TorchScript warns of its deprecation (torch 2.13): not kfuse's.
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")

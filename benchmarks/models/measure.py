@@ -101,7 +101,7 @@ def program_summary(fd: Any, inputs: list[Any]) -> dict[str, Any]:
             out["kernels"] = len(program.launches)
         else:  # a segmented program: each segment's own last program
             out["kernels"] = sum(
-                len(c.last_compiled.launches) for c in runner.caches if c.last_compiled
+                len(getattr(step.last, "launches", ())) for step in runner.steps
             )
     return out
 
