@@ -59,6 +59,10 @@ _INT_TEMPLATES: dict[str, str] = {
     "ceil": "{0}",
     "round": "{0}",
     "trunc": "{0}",
+    # Wrapping, as torch's integers do (kf_math.cuh: a signed overflow is undefined in C++).
+    "add": "kf::add({0}, {1})",
+    "sub": "kf::sub({0}, {1})",
+    "mul": "kf::mul({0}, {1})",
     "relu": "kf::maximum({0}, ({T})0)",
     "pow": "kf::ipow({0}, {1})",
     "bitwise_not": "(~{0})",

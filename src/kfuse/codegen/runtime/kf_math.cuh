@@ -218,9 +218,37 @@ __device__ __forceinline__ int minmax_barrier(int x) {
 // 64-bit min/max is two 32-bit halves and selects: no VIMNMX3, nothing to keep apart.
 __device__ __forceinline__ long long minmax_barrier(long long x) { return x; }
 
+// Integer add, sub, mul and negation wrap around (two's complement), as torch's do. C++ leaves
+// a signed overflow undefined and NVVM builds on that: it took abs(x) as never negative, so
+// remainder(m, abs(m) + 1) for m = INT_MIN skipped its sign fix and a GPU campaign read INT_MIN
+// where 1 was right. They are done in the unsigned type, where overflow is defined, and
+// converted back (modulo 2^N in NVRTC and the host compilers alike).
+template <typename I>
+struct unsigned_of;
+template <>
+struct unsigned_of<int> {
+  using type = unsigned int;
+};
+template <>
+struct unsigned_of<long long> {
+  using type = unsigned long long;
+};
+
 #define KF_INT_MATH(I)                                                                     \
-  __device__ __forceinline__ I abs(I x) { return x < 0 ? (I)(0 - x) : x; }                 \
-  __device__ __forceinline__ I neg(I x) { return (I)(0 - x); }                             \
+  __device__ __forceinline__ I add(I a, I b) {                                             \
+    using U = unsigned_of<I>::type;                                                        \
+    return (I)((U)a + (U)b);                                                               \
+  }                                                                                        \
+  __device__ __forceinline__ I sub(I a, I b) {                                             \
+    using U = unsigned_of<I>::type;                                                        \
+    return (I)((U)a - (U)b);                                                               \
+  }                                                                                        \
+  __device__ __forceinline__ I mul(I a, I b) {                                             \
+    using U = unsigned_of<I>::type;                                                        \
+    return (I)((U)a * (U)b);                                                               \
+  }                                                                                        \
+  __device__ __forceinline__ I neg(I x) { return sub((I)0, x); }                           \
+  __device__ __forceinline__ I abs(I x) { return x < 0 ? neg(x) : x; }                     \
   __device__ __forceinline__ I sign(I x) { return (I)((0 < x) - (x < 0)); }                \
   __device__ __forceinline__ I maximum(I a, I b) { return minmax_barrier(a > b ? a : b); } \
   __device__ __forceinline__ I minimum(I a, I b) { return minmax_barrier(a < b ? a : b); } \
@@ -233,7 +261,7 @@ __device__ __forceinline__ long long minmax_barrier(long long x) { return x; }
   __device__ __forceinline__ I remainder(I a, I b) {                                       \
     if (b == 0 || b == (I)-1) return (I)0;                                                 \
     I r = (I)(a % b);                                                                      \
-    if (r != 0 && ((r < 0) != (b < 0))) r = (I)(r + b);                                    \
+    if (r != 0 && ((r < 0) != (b < 0))) r = add(r, b);                                    \
     return r;                                                                              \
   }
 
@@ -241,6 +269,13 @@ KF_INT_MATH(int)
 KF_INT_MATH(long long)
 
 #undef KF_INT_MATH
+
+// The floating forms, so that a reduction's combine (SumOp, ProdOp) names one function for
+// every type; the integer overloads above are exact matches and win over these.
+template <typename T>
+__device__ __forceinline__ T add(T a, T b) { return a + b; }
+template <typename T>
+__device__ __forceinline__ T mul(T a, T b) { return a * b; }
 
 template <typename T>
 __device__ __forceinline__ T where(bool c, T a, T b) {

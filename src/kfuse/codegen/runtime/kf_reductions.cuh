@@ -49,14 +49,14 @@ struct Limits<bool> {
 
 struct SumOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  __device__ __forceinline__ T operator()(T a, T b) const { return add(a, b); }
   template <typename T>
   __device__ __forceinline__ static T identity() { return (T)0; }
 };
 
 struct ProdOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
+  __device__ __forceinline__ T operator()(T a, T b) const { return mul(a, b); }
   template <typename T>
   __device__ __forceinline__ static T identity() { return (T)1; }
 };
@@ -449,8 +449,8 @@ __device__ __forceinline__ I ipow(I base, I exp) {
   }
   I result = 1;
   while (exp) {
-    if (exp & 1) result = (I)(result * base);
-    base = (I)(base * base);
+    if (exp & 1) result = mul(result, base);
+    base = mul(base, base);
     exp >>= 1;
   }
   return result;
