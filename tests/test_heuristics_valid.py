@@ -134,3 +134,37 @@ def test_outer_norm_heuristics_give_params_their_scheduler_accepts(name: str, pr
         for reduced, channels in itertools.product(OUTER_REDUCED, OUTER_CHANNELS):
             if reduced * channels <= 1 << 30:
                 _kernels_for(fd.fusion, _info(fd, shapes(reduced, channels), profile))
+
+
+def _outer_reduction(op: str, accumulate: DataType) -> FusionDefinition:
+    """A reduction over axis 0 of a bf16 input (vectors of 8 lanes) accumulated in
+    `accumulate`, welford's state three values of it."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        wide = fd.ops.cast(x, dtype=accumulate)
+        if op == "welford":
+            _, var_sum, _ = fd.ops.welford(wide, dims=[0])
+            fd.add_output(var_sum)
+        else:
+            fd.add_output(getattr(fd.ops, op)(wide, dims=[0], keepdim=False, dtype=accumulate))
+    return fd
+
+
+@pytest.mark.parametrize("profile", ["h200", "a100"])
+@pytest.mark.parametrize(
+    ("op", "accumulate"),
+    [
+        *itertools.product(["sum", "max"], [DataType.Float, DataType.Double, DataType.Int]),
+        ("welford", DataType.Float),
+        ("welford", DataType.Double),
+    ],
+)
+def test_outer_reduction_heuristics_fit_the_block_combine(
+    op: str, accumulate: DataType, profile: str
+) -> None:
+    """The block combine of an outer reduction holds an accumulator per vector lane of each
+    thread: a Welford of doubles read through bf16 vectors of 8 once asked 64 KiB of the
+    48 KiB static limit (a GPU campaign's SchedulerError from the automatic heuristics)."""
+    fd = _outer_reduction(op, accumulate)
+    for reduced, columns in itertools.product([2, 7, 129, 4096, 65536], [8, 64, 1000, 8192]):
+        _kernels_for(fd.fusion, _info(fd, [(reduced, columns)], profile))

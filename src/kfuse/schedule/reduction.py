@@ -116,7 +116,8 @@ class ReductionScheduler:
         if is_inner(layout):
             _inner_heuristics(params, layout, info.device)
         else:
-            _outer_heuristics(params, layout, info.device)
+            combine_bytes = max(a.size for a in accumulators(plan))
+            _outer_heuristics(params, layout, info.device, combine_bytes)
         params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
         fill_launch_params(params, plan)
         return params
@@ -184,7 +185,10 @@ OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
 
 
-def _outer_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None:
+def _outer_heuristics(
+    params: Any, layout: ReductionLayout, device: Any, combine_bytes: int
+) -> None:
+    """`combine_bytes`: the largest accumulator's size (kfuse.codegen.reduction_spec)."""
     n_red, n_rows = layout.red_size, layout.n_rows
     n_in = layout.kept_sizes[-1]
     vector = pick_vector(layout, layout.rank - 2, n_in)
@@ -194,6 +198,16 @@ def _outer_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None
     # sum over dim 0) went from 99.4% of copy (512 threads, 4 rows, one wave) to 104.6%.
     block_x = min(32, pow2_ceil(cols))
     block_y = max(1, min(256 // block_x, 32, pow2_ceil(n_red)))
+    # The block combine holds an accumulator per vector lane of every thread: fewer rows of
+    # threads, then a narrower vector, where that passes the static limit (a Welford of
+    # doubles, 32 bytes a lane, read through bf16 vectors of 8 wanted 64 KiB).
+    while block_x * block_y * vector * combine_bytes > STATIC_SMEM_LIMIT:
+        if block_y > 1:
+            block_y //= 2
+        elif vector > 1:
+            vector //= 2
+        else:
+            block_x //= 2
     unroll = max(1, min(8, _cdiv(n_red, block_y)))
     grid_x = max(1, min(MAX_GRID_X, _cdiv(cols, block_x)))
     parts = 1
