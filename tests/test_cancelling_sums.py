@@ -138,3 +138,52 @@ def test_the_campaign_check_passes_infinities_rounding_decides_on_the_gpu() -> N
     torch = pytest.importorskip("torch")
     fd, inputs = normalized_times_infinite_weight()
     check_outputs(fd, [torch.from_numpy(a).cuda() for a in inputs])
+
+
+def gelu_of_centred_times_weight() -> tuple[FusionDefinition, list[np.ndarray]]:
+    """The GPU campaign's normalization (seed 2604, shard 2/12, a0b78f4): x is one value
+    expanded over 128 elements, so x - mean is exactly 0 in float64 and gelu of it 0, NaN times
+    an infinite w; the kernel's float32 sum left a residue, and its gelu times w was -inf."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        mean = fd.ops.div(fd.ops.sum(x, dims=[0]), fd.ops.cast(fd.ops.size(x, 0), DataType.Float))
+        centred = fd.ops.sub(x, fd.ops.broadcast(mean, [True]))
+        out = fd.ops.mul(fd.ops.gelu(centred, approximate="tanh"), w)
+        fd.add_output(fd.ops.cast(out, DataType.Half))
+    x = np.broadcast_to(np.float32(0.0472865), (128,))
+    w = np.random.default_rng(1).standard_normal(128).astype(np.float32)
+    w[[3, 34, 90]] = [np.inf, -np.inf, np.inf]
+    return fd, [x, w]
+
+
+def test_a_function_of_a_cancelling_sum_keeps_it_near_zero() -> None:
+    fd, inputs = gelu_of_centred_times_weight()
+    (expected,) = evaluate(fd, inputs)
+    assert np.isnan(expected[[3, 34, 90]]).all()
+    (magnitude,), (indeterminate,) = conditioning(fd, inputs)
+    np.testing.assert_array_equal(indeterminate, np.isinf(inputs[1]))
+    actual = expected.copy()
+    actual[[3, 34, 90]] = [-np.inf, np.inf, -np.inf]  # a residue of -1e-9 in the kernel
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], inputs)
+    assert_outputs_close(
+        fd, [actual], [expected], inputs, magnitudes=[magnitude], indeterminate=[indeterminate]
+    )
+    actual[5] = 1.0  # where w is finite, gelu of the residue is about 0: 1 is wrong
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(
+            fd, [actual], [expected], inputs, magnitudes=[magnitude], indeterminate=[indeterminate]
+        )
+
+
+def test_functions_without_a_bounded_slope_end_the_magnitude() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        centred = fd.ops.sub(x, fd.ops.broadcast(fd.ops.sum(x, dims=[0]), [True]))
+        fd.add_output(fd.ops.tanh(centred))
+        fd.add_output(fd.ops.sinh(centred))  # its slope grows without bound
+    x = np.array([1.0, -3.0, 2.0], np.float32)
+    tanh_m, sinh_m = sum_magnitudes(fd, [x])
+    np.testing.assert_allclose(tanh_m, np.abs(x) + 6.0)
+    assert sinh_m is None

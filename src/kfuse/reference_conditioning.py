@@ -6,7 +6,9 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
   follows sums and Welford means through casts, neg, abs, shape ops, add and sub (magnitudes
-  add) and mul or div by a value without one (scaled by its |value|); any other op ends it.
+  add), mul or div by a value without one (scaled by its |value|) and the functions that map
+  0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled by the bound, so that gelu(x - mean) is
+  near zero where x - mean is); any other op ends it.
 * terms: how many terms the tracked sums added (a worst-case rounding bound grows with it).
 * indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
   decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
@@ -48,6 +50,22 @@ EPSILON: dict[DataType, float] = {
 terms rounded is within n of these times its terms' magnitudes of the exact result."""
 
 _SHAPE_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, ReshapeOp)
+
+SLOPE_BOUNDS: dict[str, float] = {
+    "sin": 1.0,
+    "tanh": 1.0,
+    "atan": 1.0,
+    "asinh": 1.0,
+    "relu": 1.0,
+    "erf": 1.13,  # 2 / sqrt(pi)
+    "gelu": 1.13,  # its steepest, at x = sqrt(2)
+    "gelu_tanh": 1.13,
+    "silu": 1.1,
+}
+"""Unary functions with f(0) = 0 and |f(a) - f(b)| <= bound * |a - b| everywhere: a rounding
+error of their argument moves their value by at most bound times as much. A GPU campaign met
+gelu_tanh(x - mean) * w: a row of equal x has x - mean exactly 0 in float64 (gelu 0, times an
+infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an infinity)."""
 
 
 class ConditionTracker:
@@ -107,6 +125,8 @@ class ConditionTracker:
             return
         elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
             mags[out], terms[out] = mags[first], terms[first]
+        elif isinstance(expr, UnaryOp) and op in SLOPE_BOUNDS:
+            mags[out], terms[out] = mags[first] * SLOPE_BOUNDS[op], terms[first]
         elif isinstance(expr, _SHAPE_OPS):
             mags[out], terms[out] = self._shape_op(expr, mags[first]), terms[first]
         elif isinstance(expr, BinaryOp) and op in ("add", "sub"):
