@@ -171,6 +171,15 @@ def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Pat
         [sys.executable, str(good)], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 0 and "passed" in done.stdout, done.stdout + done.stderr
+    # --device emulator, as the campaign command names the host emulator
+    done = subprocess.run(
+        [sys.executable, str(good), "--device", "emulator"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "passed" in done.stdout, done.stdout + done.stderr
     done = subprocess.run(
         [sys.executable, str(bad)], capture_output=True, text=True, env=env, timeout=300
     )

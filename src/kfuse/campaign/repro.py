@@ -190,9 +190,13 @@ def replay(fd: Any, npz: Path, argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description="Replay a kfuse campaign failure.")
-    parser.add_argument("--device", help="run on this torch device instead of the saved one")
+    parser.add_argument(
+        "--device",
+        help="run on this torch device instead of the saved one (cpu or emulator: the host "
+        "emulator, as kfuse campaign --device emulator names it)",
+    )
     args = parser.parse_args(argv)
-    header, inputs = load(npz, args.device)
+    header, inputs = load(npz, "cpu" if args.device == "emulator" else args.device)
     example = Example(
         header["kind"], fd, inputs, header["special_values"], tuple(header["refill_seeds"])
     )
