@@ -282,6 +282,28 @@ def test_measure_counts_the_kernels_of_a_segmented_fusion() -> None:
     assert row["kernels"] >= row["segments"] - row["schedulers"].count("expr_eval")
 
 
+def test_kernel_profile_without_a_gpu_is_reported_not_fatal() -> None:
+    """--kernels on a machine without CUPTI (the host emulator): the row keeps its timings
+    and says why it has no kernel profile."""
+    case = CASES["layernorm_bwd"]
+    row = measure.measure(
+        torch,
+        case,
+        case.test_size,
+        "bfloat16",
+        reps=1,
+        copy_gbs=1.0,
+        flush=_flush,
+        suite=_HostSuite,
+        peers=("kfuse",),
+        device="cpu",
+        kernels=True,
+    )
+    assert row["status"] == "ok", row
+    assert "kernel_profile" not in row and "ProfilerError" in row["kernel_profile_error"]
+    assert row["peers"]["kfuse"]["us"] > 0
+
+
 @pytest.mark.slow
 # torch.compile's own import of TorchScript warns of its deprecation (torch 2.13): not kfuse's.
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")

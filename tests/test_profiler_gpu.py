@@ -1,6 +1,7 @@
 """PythonProfiler on a GPU: every kernel of an auto-scheduled fusion, a manual_execute, a
 KernelExecutor run and a linear + add fusion (cuBLAS kernels included), kernel times that
-agree with CUDA events, profilers in a row, and a clean refusal under torch.profiler."""
+agree with CUDA events, profilers in a row, a clean refusal under torch.profiler, and the
+model suite's --kernels rows."""
 
 from __future__ import annotations
 
@@ -165,3 +166,32 @@ def test_under_torch_profiler_fails_cleanly() -> None:
             pass
     (out,) = fd.execute([x])
     torch.testing.assert_close(out, x * 2.0 + 1.0)
+
+
+def test_kernel_profile_on_the_gpu() -> None:
+    """--kernels: every kernel of a segmented case, with its GPU time and launch."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from models import measure, registry
+    from models.run import load_suite
+
+    case = next(c for c in registry.CASES if c.name == "batchnorm_fwd_nchw")
+    row = measure.measure(
+        torch,
+        case,
+        case.gpu_test_size,
+        "bfloat16",
+        reps=3,
+        copy_gbs=1.0,
+        flush=lambda: None,
+        suite=load_suite(),
+        peers=("kfuse",),
+        kernels=True,
+    )
+    assert row["status"] == "ok", row
+    kernels = row["kernel_profile"]
+    assert len(kernels) >= row["kernels"] >= 1, kernels
+    assert {k["segment"] for k in kernels} <= set(range(row["segments"]))
+    assert all(k["us"] > 0 and k["registers"] > 0 and k["grid"][0] >= 1 for k in kernels)

@@ -125,10 +125,12 @@ def measure(
     suite: Any,
     peers: Sequence[str] = PEERS,
     device: str = "cuda",
+    kernels: bool = False,
 ) -> dict[str, Any]:
     """One row: every peer checked, then timed. `suite` is benchmarks/run.py (check, time_ms);
     device "cpu" (kfuse's host emulator) is for the tests, with a suite whose time_ms does
-    not use CUDA events."""
+    not use CUDA events. `kernels`: also one more kfuse call (L2 flushed) under kfuse's CUPTI
+    profiler, its kernels in row["kernel_profile"] (kernel_profile_rows)."""
     row: dict[str, Any] = {
         "family": case.family,
         "case": case.name,
@@ -188,6 +190,11 @@ def measure(
             continue
         gbs = row["bytes"] / (ms * 1e-3) / 1e9
         results[peer].update(us=ms * 1e3, gbs=gbs, fraction_of_copy=gbs / copy_gbs)
+    if kernels and "kfuse" in fns:
+        try:
+            row["kernel_profile"] = kernel_profile_rows(fns["kfuse"], flush)
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: the row keeps its timings
+            row["kernel_profile_error"] = describe(exc)
     row["peers"] = results
     row["status"] = status_of(results)
     k, c = results.get("kfuse", {}), results.get("torch.compile", {})
@@ -195,6 +202,29 @@ def measure(
         row["ratio"] = c["us"] / k["us"]  # kfuse's speed over torch.compile's
     row["elapsed_s"] = time.perf_counter() - started
     return row
+
+
+def kernel_profile_rows(call: Callable[[], Any], flush: Callable[[], Any]) -> list[dict[str, Any]]:
+    """Where one kfuse call's time goes: each kernel it launched (segment, scheduler, name, GPU
+    time, grid, block, registers), from kfuse.PythonProfiler around one call after an L2
+    flush."""
+    import kfuse
+
+    flush()
+    with kfuse.PythonProfiler() as prof:
+        call()
+    return [
+        {
+            "segment": k.segment_id,
+            "scheduler": k.scheduler,
+            "name": k.name,
+            "us": k.time_ms * 1e3,
+            "grid": list(k.grid),
+            "block": list(k.block),
+            "registers": k.registers,
+        }
+        for k in prof.profile.kernel_profiles
+    ]
 
 
 def describe(exc: BaseException) -> str:

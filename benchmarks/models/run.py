@@ -2,6 +2,7 @@
 and torch eager, in one process, on the same inputs.
 
     python benchmarks/models/run.py [--only REGEX] [--quick] [--json OUT] [--md OUT] [--reps N]
+                                       [--kernels]
     python benchmarks/models/run.py --list [--quick] [--only REGEX]   # what would run; no GPU
 
 Per case, dtype and size: every peer's result is checked against a float64 reference first (a
@@ -10,7 +11,9 @@ mismatch is reported and marks the row), then each peer is timed by CUDA events 
 bandwidth measured once at the start, with kfuse's speed over torch.compile's and kfuse's
 segments. torch.compile compiles every shape afresh (dynamic=False). The JSON is rewritten
 after every row, so a run cut short keeps what it measured; --budget stops starting new rows
-after that many seconds (the rest are recorded as skipped).
+after that many seconds (the rest are recorded as skipped). --kernels adds one profiled kfuse
+call per row (kfuse.PythonProfiler, CUPTI): each kernel's time, grid, block and registers,
+printed and kept in the row's "kernel_profile".
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=540.0,
         help="seconds after which no new row starts (default 540: under a 10-minute limit)",
     )
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="also profile one kfuse call per row (CUPTI): each kernel's time, grid and block",
+    )
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     return parser.parse_args(argv)
 
@@ -128,6 +136,13 @@ def progress(row: dict[str, Any]) -> str:
             lines.append(f"    {peer} check: {p['check']}")
     if "note" in row:
         lines.append(f"    note: {row['note']}")
+    for k in row.get("kernel_profile", ()):
+        lines.append(
+            f"    kernel {k['segment']} {k['scheduler']:16s} {k['us']:8.1f} us  grid {k['grid']} "
+            f"block {k['block']} regs {k['registers']}  {k['name']}"
+        )
+    if "kernel_profile_error" in row:
+        lines.append(f"    kernel profile: {row['kernel_profile_error']}")
     lines.append(f"    [{row.get('status')}, {row.get('elapsed_s', 0):.1f} s]")
     return "\n".join(lines)
 
@@ -228,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                     copy_gbs=copy_gbs,
                     flush=flush,
                     suite=suite,
+                    kernels=args.kernels,
                 )
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory making the inputs
                 row = unmeasured(case, shape, dtype, f"error: {describe(exc)}")
