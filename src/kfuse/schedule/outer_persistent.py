@@ -23,7 +23,9 @@ of held values a thread, and no more threads a block than the register file hold
 REGISTER_OVERHEAD registers a thread besides the held ones and each reduction's state
 (STATE_WORDS_*); block_x up to a warp, halved
 while the column groups give fewer blocks than the device has SMs, down to the threads that
-read one 32-byte sector of a row.
+read one 32-byte sector of a row. A column so long that its block has fewer threads along the
+row than that is rejected too (half-sector accesses, one block an SM: 0.12 of copy on an
+H200), and the segmenter splits the fusion.
 """
 
 from __future__ import annotations
@@ -59,9 +61,12 @@ from kfuse.schedule.reduction import (
 from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_BLOCK_THREADS = 1024
-REGISTER_OVERHEAD = 48
+REGISTER_OVERHEAD = 68
 """Registers a thread needs besides its held values (indices, bases, the math): a block has
-at most 65536 / (held + REGISTER_OVERHEAD) threads, so launch bounds never force spills."""
+at most 65536 / (held + REGISTER_OVERHEAD) threads, so launch bounds never force spills. From
+sm_90 SASS of a channels-last instance norm (bf16, a Welford of 8 columns a thread, 2 x 256
+threads, 128 registers each): 7 held rows (28 words) did not spill, 8 (32 words) spilled 16
+values; 48 let the second through."""
 STATE_WORDS_WELFORD = 4
 STATE_WORDS_OTHER = 2
 """Registers per column a reduction's state takes in each thread, beyond REGISTER_OVERHEAD: a
@@ -124,12 +129,26 @@ def choose_held_columns(
         STATE_WORDS_WELFORD if a.welford else STATE_WORDS_OTHER for a in accumulators(plan)
     )
     max_batch = min(MAX_BATCH, MAX_HELD_WORDS // words)
+    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    # The threads along x that read one 32-byte sector of a row between them.
+    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
+    sector = max(1, SECTOR_BYTES // (vector * unit))
+    wanted_x = min(sector, pow2_ceil(cols))
+
+    def threads_for(batch: int) -> int:
+        return min(MAX_BLOCK_THREADS, _pow2_floor(65536 // (batch * words + overhead)))
+
     by = min(MAX_BLOCK_THREADS, pow2_ceil(-(-n_red // VECTORS_PER_THREAD)))
     batch = -(-n_red // by)
-    threads = min(MAX_BLOCK_THREADS, _pow2_floor(65536 // (batch * words + overhead)))
+    threads = threads_for(batch)
     if by > threads:
         by = threads
         batch = -(-n_red // by)
+    # Fewer threads along the column, each holding more of it, until a block is a sector wide.
+    while threads // by < wanted_x and by > 1 and -(-n_red // (by // 2)) <= max_batch:
+        by //= 2
+        batch = -(-n_red // by)
+        threads = threads_for(batch)
     held = batch * words
     if batch > max_batch or by * (held + overhead) > 65536:
         raise Rejection(
@@ -138,12 +157,19 @@ def choose_held_columns(
             f"registers of held values (at most {MAX_HELD_WORDS}, and {65536} a block); "
             "columns this long are not held persistently (the segmenter splits the fusion)"
         )
-    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    if threads // by < wanted_x:
+        # Every warp would read and write half sectors, one block an SM at a time: on an
+        # H200 the channels-last instance norm forward of [64, 256, 56, 56] bf16 (1 x 512
+        # threads, columns of 3136) ran at 0.12 of copy (413 us; torch.compile 96 us), where
+        # a statistics reduction and a normalizing kernel move every byte in whole sectors.
+        raise Rejection(
+            f"a column of {n_red} elements takes {by} threads along it, leaving "
+            f"{threads // by} along the columns: fewer than the {wanted_x} that read whole "
+            "32-byte sectors (the segmenter splits the fusion)"
+        )
     bx = max(1, min(WARP, pow2_ceil(cols), threads // by))
     # More, narrower blocks rather than idle SMs, but a block's threads along x still read
     # whole 32-byte sectors of each row (narrower, every sector is fetched for a part).
-    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
-    sector = max(1, SECTOR_BYTES // (vector * unit))
     while bx > sector and -(-cols // bx) < device.sm_count:
         bx //= 2
     return vector, bx, by, batch
