@@ -72,8 +72,18 @@ def test_integer_functions_have_no_signed_overflow(tmp_path: Path) -> None:
     binary = tmp_path / "ints"
     sanitize = ["-fsanitize=signed-integer-overflow", "-fno-sanitize-recover=all"]
     built = subprocess.run(
-        [compiler, "-std=c++17", "-O1", "-DKFUSE_EMULATOR", "-w", f"-I{HEADER_DIR}", *sanitize,
-         str(source), "-o", str(binary)],
+        [
+            compiler,
+            "-std=c++17",
+            "-O1",
+            "-DKFUSE_EMULATOR",
+            "-w",
+            f"-I{HEADER_DIR}",
+            *sanitize,
+            str(source),
+            "-o",
+            str(binary),
+        ],
         capture_output=True,
         text=True,
     )

@@ -100,9 +100,7 @@ def program_summary(fd: Any, inputs: list[Any]) -> dict[str, Any]:
         if runner is None:
             out["kernels"] = len(program.launches)
         else:  # a segmented program: each segment's own last program
-            out["kernels"] = sum(
-                len(getattr(step.last, "launches", ())) for step in runner.steps
-            )
+            out["kernels"] = sum(len(getattr(step.last, "launches", ())) for step in runner.steps)
     return out
 
 

@@ -432,8 +432,9 @@ def combine_over_y(code: Code, a: Accumulator, ny: int, nx: int, vec: int | None
         code(f"{a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);")
         if in_warp > 1:
             with code.block(f"for (int s = 1; s < {in_warp}; s *= 2)", unroll=True):
+                moved = f"kf::detail::shfl_down(0xffffffffu, {item}, s * {nx})"
                 each(
-                    f"const {a.ctype} other = kf::detail::shfl_down(0xffffffffu, {item}, s * {nx});",
+                    f"const {a.ctype} other = {moved};",
                     f"if ((threadIdx.y & (2 * s - 1)) == 0) {a.combine(item, 'other')}",
                 )
         # One slot per warp's row group: w = y / in_warp.
@@ -447,9 +448,8 @@ def combine_over_y(code: Code, a: Accumulator, ny: int, nx: int, vec: int | None
         groups = ny // in_warp
         if groups > 1:
             with code.block(f"for (int s = 1; s < {groups}; s *= 2)"):
-                with code.block(
-                    f"if (threadIdx.y % {in_warp} == 0 && (w & (2 * s - 1)) == 0 && w + s < {groups})"
-                ):
+                root = f"threadIdx.y % {in_warp} == 0"
+                with code.block(f"if ({root} && (w & (2 * s - 1)) == 0 && w + s < {groups})"):
                     code(f"const int theirs = ((w + s) * {nx} + threadIdx.x) * {width};")
                     each(a.combine(item, f"scratch[theirs{at}]"), f"scratch[mine{at}] = {item};")
                 code("__syncthreads();")
