@@ -195,3 +195,5 @@ def test_kernel_profile_on_the_gpu() -> None:
     assert len(kernels) >= row["kernels"] >= 1, kernels
     assert {k["segment"] for k in kernels} <= set(range(row["segments"]))
     assert all(k["us"] > 0 and k["registers"] > 0 and k["grid"][0] >= 1 for k in kernels)
+    # A segment's input bytes count for its first kernel, its output bytes for its last.
+    assert sum(k["gbs"] for k in kernels) > 0

@@ -204,8 +204,8 @@ def measure(
 
 def kernel_profile_rows(call: Callable[[], Any], flush: Callable[[], Any]) -> list[dict[str, Any]]:
     """Where one kfuse call's time goes: each kernel it launched (segment, scheduler, name, GPU
-    time, grid, block, registers), from kfuse.PythonProfiler around one call after an L2
-    flush."""
+    time, the bandwidth of its segment's bytes, grid, block, registers), from
+    kfuse.PythonProfiler around one call after an L2 flush."""
     import kfuse
 
     flush()
@@ -217,6 +217,7 @@ def kernel_profile_rows(call: Callable[[], Any], flush: Callable[[], Any]) -> li
             "scheduler": k.scheduler,
             "name": k.name,
             "us": k.time_ms * 1e3,
+            "gbs": k.effective_bandwidth_gbs,
             "grid": list(k.grid),
             "block": list(k.block),
             "registers": k.registers,

@@ -138,8 +138,8 @@ def progress(row: dict[str, Any]) -> str:
         lines.append(f"    note: {row['note']}")
     for k in row.get("kernel_profile", ()):
         lines.append(
-            f"    kernel {k['segment']} {k['scheduler']:16s} {k['us']:8.1f} us  grid {k['grid']} "
-            f"block {k['block']} regs {k['registers']}  {k['name']}"
+            f"    kernel {k['segment']} {k['scheduler']:16s} {k['us']:8.1f} us {k['gbs']:6.0f} GB/s"
+            f"  grid {k['grid']} block {k['block']} regs {k['registers']}  {k['name']}"
         )
     if "kernel_profile_error" in row:
         lines.append(f"    kernel profile: {row['kernel_profile_error']}")
