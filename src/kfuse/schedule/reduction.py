@@ -208,6 +208,7 @@ def _outer_heuristics(
             vector //= 2
         else:
             block_x //= 2
+    cols = (n_rows // max(1, n_in)) * _cdiv(n_in, vector)  # at the vector kept
     unroll = max(1, min(8, _cdiv(n_red, block_y)))
     grid_x = max(1, min(MAX_GRID_X, _cdiv(cols, block_x)))
     parts = 1
