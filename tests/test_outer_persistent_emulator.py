@@ -179,6 +179,27 @@ def test_edited_params_run_or_are_refused_by_name() -> None:
             fd.manual_execute([x], heuristic_params=params)
 
 
+@pytest.mark.parametrize("name", ["softmax0", "batch_norm_nhwc"])
+def test_the_warp_shuffled_combine_gives_the_shared_memory_trees_bits(name: str) -> None:
+    """The block combine over threadIdx.y takes its in-warp steps through shuffles where
+    block_x divides 32 (kfuse.codegen.reduction.combine_over_y) and through shared memory
+    otherwise; both pair rows in the same tree, so a column's statistics and outputs are the
+    same bits whichever path a block shape takes."""
+    fd = FUSIONS[name][0](DataType.Float)
+    inputs = inputs_for(name, DataType.Float, 1000, 6, seed=9)
+    outs = []
+    for block_x in (1, 2, 3):  # 1 and 2: shuffles within warps; 3: the shared-memory tree
+        params = _params(fd, inputs)
+        params.vectorize_iter, params.block_x, params.block_y = 1, block_x, 64
+        params.persistent_batch_size = 16  # 64 * 16 covers the 1000 rows
+        params.grid_x = 2
+        outs.append(fd.manual_execute(inputs, heuristic_params=params))
+    assert_outputs_close(fd, outs[0], evaluate(fd.fusion, inputs), inputs)
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_heuristics_on_the_h200_fill_the_sms_with_16_byte_accesses() -> None:
     from kfuse.schedule.registry import scheduler_for
     from test_heuristics_valid import _info
