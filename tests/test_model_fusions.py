@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,11 +236,9 @@ def _flush() -> None:
     _HostSuite.flushes += 1
 
 
-def test_measure_on_host() -> None:
-    """measure() end to end on the emulator (kfuse and torch eager), with a host timer."""
-    case = CASES["layernorm_bwd"]
-    _HostSuite.flushes = 0
-    row = measure.measure(
+def measure_on_host(case: Any, **options: Any) -> dict[str, Any]:
+    """measure() of `case` at its test size on the host emulator, timed by _HostSuite."""
+    return measure.measure(
         torch,
         case,
         case.test_size,
@@ -248,9 +247,16 @@ def test_measure_on_host() -> None:
         copy_gbs=1.0,
         flush=_flush,
         suite=_HostSuite,
-        peers=("kfuse", "torch eager"),
         device="cpu",
+        **options,
     )
+
+
+def test_measure_on_host() -> None:
+    """measure() end to end on the emulator (kfuse and torch eager), with a host timer."""
+    case = CASES["layernorm_bwd"]
+    _HostSuite.flushes = 0
+    row = measure_on_host(case, peers=("kfuse", "torch eager"))
     assert row["status"] == "ok", row
     assert _HostSuite.flushes == 2
     assert row["segments"] >= 1 and len(row["schedulers"]) == row["segments"]
@@ -264,18 +270,7 @@ def test_measure_counts_the_kernels_of_a_segmented_fusion() -> None:
     """A segmented fusion's row has its segments and the kernels each segment launched (the
     summary once read a runner attribute that had gone, and every segmented row lost them)."""
     case = CASES["batchnorm_fwd_nchw"]  # three segments at its test size
-    row = measure.measure(
-        torch,
-        case,
-        case.test_size,
-        "bfloat16",
-        reps=1,
-        copy_gbs=1.0,
-        flush=_flush,
-        suite=_HostSuite,
-        peers=("kfuse",),
-        device="cpu",
-    )
+    row = measure_on_host(case, peers=("kfuse",))
     assert row["status"] == "ok", row
     assert "segments_error" not in row, row["segments_error"]
     assert row["segments"] > 1
@@ -286,19 +281,7 @@ def test_kernel_profile_without_a_gpu_is_reported_not_fatal() -> None:
     """--kernels on a machine without CUPTI (the host emulator): the row keeps its timings
     and says why it has no kernel profile."""
     case = CASES["layernorm_bwd"]
-    row = measure.measure(
-        torch,
-        case,
-        case.test_size,
-        "bfloat16",
-        reps=1,
-        copy_gbs=1.0,
-        flush=_flush,
-        suite=_HostSuite,
-        peers=("kfuse",),
-        device="cpu",
-        kernels=True,
-    )
+    row = measure_on_host(case, peers=("kfuse",), kernels=True)
     assert row["status"] == "ok", row
     assert "kernel_profile" not in row and "ProfilerError" in row["kernel_profile_error"]
     assert row["peers"]["kfuse"]["us"] > 0
@@ -310,17 +293,7 @@ def test_kernel_profile_without_a_gpu_is_reported_not_fatal() -> None:
 def test_measure_on_host_with_torch_compile() -> None:
     """The torch.compile peer too (CPU inductor): the peer functions compile as written."""
     case = CASES["softmax_bwd_dim0"]
-    row = measure.measure(
-        torch,
-        case,
-        case.test_size,
-        "bfloat16",
-        reps=1,
-        copy_gbs=1.0,
-        flush=_flush,
-        suite=_HostSuite,
-        device="cpu",
-    )
+    row = measure_on_host(case)
     assert row["status"] == "ok", row
     assert row["ratio"] > 0
 
@@ -333,18 +306,7 @@ def test_measure_reports_a_kfuse_error() -> None:
 
     import dataclasses
 
-    row = measure.measure(
-        torch,
-        dataclasses.replace(case, define=broken),
-        case.test_size,
-        "bfloat16",
-        reps=1,
-        copy_gbs=1.0,
-        flush=_flush,
-        suite=_HostSuite,
-        peers=("kfuse", "torch eager"),
-        device="cpu",
-    )
+    row = measure_on_host(dataclasses.replace(case, define=broken), peers=("kfuse", "torch eager"))
     assert row["status"] == "error"
     assert row["peers"]["kfuse"] == {"error": "RuntimeError: no kernel today"}
     assert row["peers"]["torch eager"]["check"] == "ok"

@@ -18,10 +18,11 @@ the constant HEADS (every size of the family has 16) and batch is -1.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from models.case import Case, Shape, demote, dropout_mask, promote, randn
+from models.case import Shape, demote, dropout_mask, promote, randn, sweep_case
 
 HEAD_SIZE = 64
 HEADS = 16
@@ -281,21 +282,11 @@ def huggingface_attn_bwd_reference(grad: Any, attn: Any, keep: Any) -> tuple[Any
     return (_hf_bwd_math(grad, attn, keep, torch.float64),)
 
 
-def _case(name: str, source: str, define: Any, fns: tuple[Any, ...]) -> Case:
-    torch_fn, reference, make_inputs = fns
-    return Case(
-        "attention",
-        name,
-        source,
-        define,
-        torch_fn,
-        reference,
-        make_inputs,
-        ATTENTION,
-        ATTENTION_QUICK,
-        TEST_ATTENTION,
-        GPU_TEST_ATTENTION,
-    )
+_case = functools.partial(
+    sweep_case,
+    "attention",
+    sweep=(ATTENTION, ATTENTION_QUICK, TEST_ATTENTION, GPU_TEST_ATTENTION),
+)
 
 
 CASES = [

@@ -57,6 +57,22 @@ class Case:
     workaround: tuple[Callable[[DataType], FusionDefinition], str] | None = None
 
 
+def sweep_case(
+    family: str,
+    name: str,
+    source: str,
+    define: Callable[[DataType], FusionDefinition],
+    fns: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+    *,
+    sweep: tuple[tuple[Shape, ...], tuple[Shape, ...], Shape, Shape],
+) -> Case:
+    """A Case from its family's sweep (sizes, quick_sizes, test_size, gpu_test_size) and
+    `fns` = (torch_fn, reference, make_inputs); family modules bind family and sweep with
+    functools.partial."""
+    torch_fn, reference, make_inputs = fns
+    return Case(family, name, source, define, torch_fn, reference, make_inputs, *sweep)
+
+
 def promote(fd: FusionDefinition, t: Any, dtype: DataType) -> Any:
     """`t` cast to Float when `dtype` is promoted (nvFuser's `if dtype in PROMOTE_DTYPES`)."""
     return fd.ops.cast(t, dtype=DataType.Float) if dtype in PROMOTE else t

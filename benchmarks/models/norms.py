@@ -13,10 +13,11 @@ Differences, all forced by kfuse's API or by the brief:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from models.case import Case, Shape, demote, dropout_mask, promote, randn
+from models.case import Shape, demote, dropout_mask, promote, randn, sweep_case
 from models.sweeps import GPU_TEST_2D, NORM_2D, NORM_2D_QUICK, TEST_2D
 
 EPS = 1e-5
@@ -494,21 +495,7 @@ def _dropout_layernorm_bwd_inputs(torch: Any, shape: Shape, dtype: Any, device: 
     return [mask, mean, invstd, randn(torch, shape, dtype, device), w, x1, x2]
 
 
-def _case(family: str, name: str, source: str, define: Any, fns: tuple[Any, ...]) -> Case:
-    torch_fn, reference, make_inputs = fns
-    return Case(
-        family,
-        name,
-        source,
-        define,
-        torch_fn,
-        reference,
-        make_inputs,
-        NORM_2D,
-        NORM_2D_QUICK,
-        TEST_2D,
-        GPU_TEST_2D,
-    )
+_case = functools.partial(sweep_case, sweep=(NORM_2D, NORM_2D_QUICK, TEST_2D, GPU_TEST_2D))
 
 
 CASES = [

@@ -9,10 +9,11 @@ is_cpu; sum's dtype=DataType.Null is the default.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from models.case import Case, Shape, demote, promote, randn
+from models.case import Shape, demote, promote, randn, sweep_case
 from models.sweeps import GPU_TEST_2D, SOFTMAX, SOFTMAX_QUICK, TEST_2D
 
 
@@ -126,21 +127,9 @@ def _bwd_inputs(axis: int) -> Any:
     return make
 
 
-def _case(name: str, source: str, define: Any, fns: tuple[Any, ...]) -> Case:
-    torch_fn, reference, make_inputs = fns
-    return Case(
-        "softmax",
-        name,
-        source,
-        define,
-        torch_fn,
-        reference,
-        make_inputs,
-        SOFTMAX,
-        SOFTMAX_QUICK,
-        TEST_2D,
-        GPU_TEST_2D,
-    )
+_case = functools.partial(
+    sweep_case, "softmax", sweep=(SOFTMAX, SOFTMAX_QUICK, TEST_2D, GPU_TEST_2D)
+)
 
 
 CASES = [

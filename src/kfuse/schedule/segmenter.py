@@ -247,14 +247,10 @@ class _Segmenter:
         through the forwarded exprs it computes again: their own inputs instead of them."""
         producers: set[int] = set()
         tensors: set[int] = set()
-        stack, seen = [i], {i}
-        while stack:
-            for v in self.exprs[stack.pop()].inputs:
+        for k in (i, *self._forwarded_closure(i)):
+            for v in self.exprs[k].inputs:
                 j = self.producer.get(id(v))
                 if j in self.forwarded:
-                    if j not in seen:
-                        seen.add(j)
-                        stack.append(j)
                     continue
                 if j is not None:
                     producers.add(j)
