@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from models import chart, measure, registry, table  # noqa: E402
+from models import chart, measure, pointwise, registry, table  # noqa: E402
 from models.case import DTYPES, bytes_moved  # noqa: E402
 from models.run import load_suite, plan, progress  # noqa: E402
 
@@ -57,6 +57,13 @@ def test_registry() -> None:
         assert set(case.quick_sizes) <= set(case.sizes)
     assert registry.select("softmax") == [c for c in registry.CASES if c.family == "softmax"]
     assert [c.name for c in registry.select("^rmsnorm_bwd$")] == ["rmsnorm_bwd"]
+    # The pointwise families, one per nvFuser file, run after the transposes and before
+    # attention.
+    families = registry.FAMILIES
+    for case in pointwise.CASES:
+        assert case.source.split("::")[0] == f"test_{case.family}.py"
+        assert families.index("transpose") < families.index(case.family)
+        assert families.index(case.family) < families.index("attention")
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -104,6 +111,29 @@ def test_transposes_moving_the_innermost_axis_are_one_transpose_kernel(
     fd, _ = measure.definition(case, "bfloat16")
     segments = fd.segments(_inputs(case, "bfloat16", case.test_size, "cpu"))
     assert [s.scheduler.value for s in segments] == [scheduler]
+
+
+def _uninitialised(case, dtype: str, shape) -> list:
+    """The case's inputs at `shape`, allocated but not filled (fd.segments plans, it does not
+    run): the test size's inputs with each test-size extent replaced by `shape`'s."""
+    extent = dict(zip(case.test_size, shape, strict=True))
+    assert len(extent) == len(case.test_size), "test-size extents must differ"
+    small = _inputs(case, dtype, case.test_size, "cpu")
+    return [torch.empty([extent[n] for n in t.shape], dtype=t.dtype) for t in small]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("name", [c.name for c in pointwise.CASES])
+def test_pointwise_fusions_are_one_kernel(name: str, dtype: str) -> None:
+    """Each pointwise fusion is one pointwise kernel, and gelu_bwd_reduction (the same GELU
+    backward summed over either axis) one reduction kernel, at the test size and at every
+    benchmark size (planned, not run)."""
+    case = CASES[name]
+    expected = ["reduction" if case.family == "gelu_bwd_reduction" else "pointwise"]
+    fd, _ = measure.definition(case, dtype)
+    assert _schedulers(fd, _inputs(case, dtype, case.test_size, "cpu")) == expected
+    for shape in case.sizes:
+        assert _schedulers(fd, _uninitialised(case, dtype, shape)) == expected, shape
 
 
 @pytest.mark.slow
@@ -392,7 +422,7 @@ def test_run_lists_without_a_gpu() -> None:
     quick = plan(registry.select("norm"), True, ["bfloat16"])
     assert out.splitlines()[-1] == f"{len(quick)} rows, {len(registry.select('norm'))} cases"
     assert "groupnorm_fwd_g32" in out and "softmax" not in out
-    assert len(plan(registry.CASES, False, ["bfloat16"])) <= 74  # the 5-minute budget
+    assert len(plan(registry.CASES, False, ["bfloat16"])) <= 85  # the 5-minute budget
 
 
 @pytest.mark.gpu

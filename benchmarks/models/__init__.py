@@ -4,7 +4,7 @@ sweep per family. `python benchmarks/models/run.py --help`; charts and tables fr
 with `python benchmarks/models/chart.py`.
 
 Modules: case (the Case record and helpers), sweeps (the shapes), norms / softmax /
-groupnorm / batchnorm (the cases of each family), registry (all cases), measure (check and
-time one case at one shape), table (Markdown and console tables), run (the command), chart
-(PNGs and the Markdown table from a run's JSON).
+groupnorm / batchnorm / transpose / pointwise / attention (the cases of each family),
+registry (all cases), measure (check and time one case at one shape), table (Markdown and
+console tables), run (the command), chart (PNGs and the Markdown table from a run's JSON).
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from models import attention, batchnorm, groupnorm, norms, softmax, transpose
+from models import attention, batchnorm, groupnorm, norms, pointwise, softmax, transpose
 from models.case import Case
 
 CASES: list[Case] = [
@@ -13,6 +13,7 @@ CASES: list[Case] = [
     *groupnorm.CASES,
     *batchnorm.CASES,
     *transpose.CASES,
+    *pointwise.CASES,
     *attention.CASES,
 ]
 

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for case, dtype, shape in todo:
             note = f"  (skipped: {case.skip})" if case.skip else ""
-            print(f"{case.family:13s} {case.name:24s} {dtype:9s} {list(shape)}{note}")
+            print(f"{case.family:19s} {case.name:25s} {dtype:9s} {list(shape)}{note}")
         print(f"{len(todo)} rows, {len(cases)} cases")
         return 0
     if not todo:

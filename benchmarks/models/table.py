@@ -125,14 +125,14 @@ def notes_of(rows: list[dict[str, Any]]) -> list[str]:
 def console(rows: list[dict[str, Any]]) -> str:
     """The compact summary printed at the end of a run."""
     head = (
-        f"{'case':24s} {'dtype':8s} {'size':18s} {'kfuse us':>10s} {'compile us':>10s} "
+        f"{'case':25s} {'dtype':8s} {'size':18s} {'kfuse us':>10s} {'compile us':>10s} "
         f"{'eager us':>10s} {'ratio':>7s} {'%copy':>6s} {'seg':>3s}  status"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         status = r.get("status", "")
         lines.append(
-            f"{r['case']:24s} {r['dtype']:8s} {size_label(r):18s} {_us(r, 'kfuse'):>10s} "
+            f"{r['case']:25s} {r['dtype']:8s} {size_label(r):18s} {_us(r, 'kfuse'):>10s} "
             f"{_us(r, 'torch.compile'):>10s} {_us(r, 'torch eager'):>10s} {_ratio(r):>7s} "
             f"{_copy(r):>6s} {r.get('segments', '-')!s:>3s}  {status}"
         )

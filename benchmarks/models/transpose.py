@@ -92,7 +92,7 @@ CASES = [
 
 def bcast_add_definition(bcast_axis: int) -> Any:
     def define(dtype: DataType) -> FusionDefinition:
-        # from test_bcast_add.py::bcast_add_fusion (contiguous=False: stride_order [0, 1])
+        # from test_broadcast_add_fwd.py::bcast_add_fusion (contiguous=False: stride_order [0, 1])
         with FusionDefinition() as fd:
             v = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype, stride_order=[0])
             x = fd.define_tensor(
@@ -136,7 +136,7 @@ CASES += [
     Case(
         "transpose",
         f"bcast_add_strided_dim{axis}",
-        "test_bcast_add.py::bcast_add_fusion",
+        "test_broadcast_add_fwd.py::bcast_add_fusion",
         bcast_add_definition(axis),
         bcast_add_torch(axis),
         bcast_add_reference(axis),
