@@ -191,6 +191,7 @@ def test_kernel_profile_on_the_gpu() -> None:
         kernels=True,
     )
     assert row["status"] == "ok", row
+    assert "kernel_profile" in row, (measure.__file__, row)
     kernels = row["kernel_profile"]
     assert len(kernels) >= row["kernels"] >= 1, kernels
     assert {k["segment"] for k in kernels} <= set(range(row["segments"]))
