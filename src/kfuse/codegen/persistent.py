@@ -155,10 +155,16 @@ def _reload_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) ->
     the row end stay zero, so every lane holds a defined value)."""
     held = held_inputs(plan, spec)
     for i in held:
-        code(f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{{}};")
-    with code.block("if (row_ok)"):
-        for i in held:
-            _load_vector(code, spec, i, f"rv{i}")
+        init = "" if spec.loop_kinds[i] == VEC else "{}"  # VEC: every lane written below
+        code(f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{init};")
+    for i in held:
+        if spec.loop_kinds[i] == VEC:
+            _load_vector_or_zero(code, spec, i, f"rv{i}", "row_ok")
+    if any(spec.loop_kinds[i] != VEC for i in held):
+        with code.block("if (row_ok)"):
+            for i in held:
+                if spec.loop_kinds[i] != VEC:
+                    _load_vector(code, spec, i, f"rv{i}")
 
 
 def _slot_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool) -> None:
@@ -222,13 +228,34 @@ def _load_vector(code: Code, spec: ReductionKernelSpec, i: int, target: str) -> 
         _element_loads(code, spec, i, target, guarded=True)
 
 
+def _load_vector_or_zero(
+    code: Code, spec: ReductionKernelSpec, i: int, target: str, row_ok: str
+) -> None:
+    """`target` = input i's vector at element i0 where `row_ok` holds and the vector lies in
+    the row, else zeros (a vector cut by the row end: zeros, then its lanes inside the row
+    one by one). Only for VEC inputs: every lane of `target` is written, so it needs no
+    zero-initialised declaration (kf::load_vec_or_zero says why that matters)."""
+    vec = spec.vector
+    inside = "i0 < n_red" if spec.exact else f"i0 + {vec} <= n_red"
+    code(f"{target} = kf::load_vec_or_zero<{vec}>(in{i}, base_in{i} + i0, {row_ok} && {inside});")
+    if not spec.exact:
+        with code.block(f"if ({row_ok} && i0 < n_red && i0 + {vec} > n_red)"):
+            _element_loads(code, spec, i, target, guarded=True)
+
+
 def _declare(
-    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, i: int, name: str, count: int
+    code: Code,
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    i: int,
+    name: str,
+    count: int,
+    zero: bool = True,
 ) -> None:
     # Broadcast inputs are declared apart (one element); here every other kind holds V lanes.
     kind = VEC if spec.loop_kinds[i] == VEC else STRIDED
     ctype = plan.loop_inputs[i].val.dtype.cuda_type
-    code.extend([register_array(name, ctype, kind, spec.vector, count, code.indent, zero=True)])
+    code.extend([register_array(name, ctype, kind, spec.vector, count, code.indent, zero=zero)])
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
@@ -328,17 +355,22 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
             code(f"{u.val.dtype.cuda_type} x{i}[1] = {{}};")
             code(f"if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
         elif i not in streamed and not spec.smem_held and spec.held_batch:
-            _declare(code, plan, spec, i, f"x{i}", spec.held_batch)
+            _declare(code, plan, spec, i, f"x{i}", spec.held_batch, zero=kind != VEC)
     if not spec.held_batch:
         return
-    with code.block("if (row_ok)"):
-        with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
-            code(f"const Index i0 = {slot_start(spec)};")
-            for i in held_inputs(plan, spec):
-                if spec.smem_held:
-                    _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
-                else:
-                    _load_vector(code, spec, i, f"x{i}[b]")
+    held = held_inputs(plan, spec)
+    whole = [] if spec.smem_held else [i for i in held if spec.loop_kinds[i] == VEC]
+    with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
+        code(f"const Index i0 = {slot_start(spec)};")
+        for i in whole:
+            _load_vector_or_zero(code, spec, i, f"x{i}[b]", "row_ok")
+        if len(whole) < len(held):
+            with code.block("if (row_ok)"):
+                for i in held:
+                    if spec.smem_held:
+                        _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
+                    elif i not in whole:
+                        _load_vector(code, spec, i, f"x{i}[b]")
     if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
         code("kf::copy_async_wait();")
 
@@ -561,7 +593,10 @@ def _store_slot(
     with code.block("if (i0 < n_red)"):
         code(*[f"kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};" for k in plan.loop_outputs])
         for i in sorted(streamed):
-            if spec.loop_kinds[i] != BCAST:
+            if spec.loop_kinds[i] == VEC:
+                _declare(code, plan, spec, i, f"x{i}", 1, zero=False)
+                _load_vector_or_zero(code, spec, i, f"x{i}[0]", "true")
+            elif spec.loop_kinds[i] != BCAST:
                 _declare(code, plan, spec, i, f"x{i}", 1)
                 _load_vector(code, spec, i, f"x{i}[0]")
         _slot_views(code, plan, spec, reloaded)

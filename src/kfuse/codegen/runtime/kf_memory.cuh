@@ -21,6 +21,24 @@ struct VecAlign {
   static constexpr int value = Bytes >= 16 ? 16 : Bytes;
 };
 
+// Unsigned words as wide and as aligned as a Vec of `Bytes` bytes: moved as one ld/st
+// (.v2/.v4 up to 16 bytes) as the Vec is.
+template <int Bytes>
+struct VecWord {
+  static_assert(Bytes % 4 == 0, "kf::Vec of 4 bytes or more is whole words");
+  struct alignas(VecAlign<Bytes>::value) type {
+    unsigned int w[Bytes / 4];
+  };
+};
+template <>
+struct VecWord<1> {
+  using type = unsigned char;
+};
+template <>
+struct VecWord<2> {
+  using type = unsigned short;
+};
+
 }  // namespace detail
 
 // V consecutive elements moved as one 2/4/8/16-byte access. Aligned to min(sizeof(T) * V, 16):
@@ -109,6 +127,26 @@ template <int V, typename T, int N, typename Index, typename Off>
 __device__ __forceinline__ Vec<T, V> load_vec(const Tensor<T, N, Index>& t, Off off) {
   KF_BOUNDS_(t, off, V);
   return load_vec<V>(t.data + off);
+}
+
+// The vector at `off` where `ok`, else a vector of zeros, chosen as whole 4-, 8- or 16-byte
+// words. Held rows load this way: a vector of 16-bit elements zeroed and then loaded under a
+// guard is merged lane by lane, a byte permute (PRMT) per lane in sm_90 SASS (120 of an RMS
+// norm backward kernel's 880 instructions); chosen as words it costs none.
+template <int V, typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ Vec<T, V> load_vec_or_zero(const Tensor<T, N, Index>& t, Off off,
+                                                      bool ok) {
+  // A union reads the word back as the Vec (what NVCC and GCC define for type punning).
+  union {
+    typename detail::VecWord<(int)sizeof(Vec<T, V>)>::type word;
+    Vec<T, V> vec;
+  } u;
+  u.word = {};
+  if (ok) {
+    KF_BOUNDS_(t, off, V);
+    u.word = *reinterpret_cast<const decltype(u.word)*>(t.data + off);
+  }
+  return u.vec;
 }
 
 template <int V, typename T, int N, typename Index, typename Off>
