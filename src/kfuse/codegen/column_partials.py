@@ -57,9 +57,16 @@ their values kept as float across the reductions, 64 (the inner persistent kerne
 spilled at 4 vectors a thread."""
 
 
+SMEM_HELD_REGISTER_TARGET = 64
+"""The same where the row is held in shared memory (no row values in registers): the
+heuristics count on RESIDENT_THREADS threads an SM (kfuse.schedule.inner_outer)."""
+
+
 def min_blocks_per_sm(spec: ReductionKernelSpec) -> int:
-    """__launch_bounds__' second argument for REGISTER_TARGET registers a thread."""
-    return max(1, 65536 // (REGISTER_TARGET * spec.block_x * spec.block_y))
+    """__launch_bounds__' second argument for REGISTER_TARGET (SMEM_HELD_REGISTER_TARGET)
+    registers a thread."""
+    target = SMEM_HELD_REGISTER_TARGET if spec.smem_held else REGISTER_TARGET
+    return max(1, 65536 // (target * spec.block_x * spec.block_y))
 
 
 def workspace_params(spec: ReductionKernelSpec) -> list[str]:

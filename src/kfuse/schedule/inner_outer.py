@@ -12,7 +12,8 @@ outputs.
 ReductionParams ("inner_outer_persistent") are read as inner_persistent reads them, with whole
 rows in one block (reload_batch_size 0, cluster_size 1); grid_x is also the number of
 partials per column. Heuristics: the row held as inner_persistent holds it (registers, or
-shared memory for long rows), rows per block to make BLOCK_THREADS threads (fewer where the
+shared memory for long rows or many inputs: then spread over up to BLOCK_THREADS threads,
+SMEM_ROW_VECTORS vectors each, under a 64-register bound), rows per block to make BLOCK_THREADS threads (fewer where the
 block's shared memory would not fit), and as many blocks as run at once (RESIDENT_THREADS
 threads an SM, as the shared memory allows), grid-strided over the rows: each block's rows
 share one partial, so more blocks mean more partials to write and combine.
@@ -63,6 +64,8 @@ NAME = "inner_outer_persistent"
 BLOCK_THREADS = 256
 RESIDENT_THREADS = 1024
 """Threads an SM runs at once (grid_x = SMs * RESIDENT_THREADS / block threads)."""
+SMEM_ROW_VECTORS = 2
+"""Vectors of a row each thread holds where the row is held in shared memory."""
 
 
 class Parts:
@@ -177,12 +180,15 @@ def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
         held = _held_whole_in_shared_memory(parts, device)
         if held is None:
             raise
-        return held
-    if reload or cluster != 1:
-        raise Rejection(
-            f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
-            "in one block next to its column accumulators"
-        )
+        vector, block_x, batch, in_smem = held
+    else:
+        if reload or cluster != 1:
+            raise Rejection(
+                f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
+                "in one block next to its column accumulators"
+            )
+    if in_smem:
+        block_x, batch = _spread_over_more_threads(block_x, batch)
     return vector, block_x, batch, in_smem
 
 
@@ -196,6 +202,19 @@ def _held_whole_in_shared_memory(parts: Parts, device: Any) -> tuple[int, int, i
     if held is None or held[2]:  # none, or only in part
         return None
     return vector, held[0], held[1], True
+
+
+def _spread_over_more_threads(block_x: int, batch: int) -> tuple[int, int]:
+    """(threads, batch) for a row held in shared memory, SMEM_ROW_VECTORS vectors a thread
+    (up to BLOCK_THREADS threads) instead of held_in_shared_memory's SMEM_BATCH (made for
+    long softmax rows, a block or two an SM). Here each block also keeps its column
+    accumulators in shared memory, so few rows fit an SM: a dropout + RMS norm backward of
+    4096 had 64 threads a row, two rows a block of 105 KB, and its SMs ran 8 warps through a
+    long per-element computation (0.50 of copy on an H200). The row's bytes do not change
+    with the split; the warps an SM runs do."""
+    vecs = block_x * batch
+    threads = max(block_x, min(BLOCK_THREADS, pow2_ceil(-(-vecs // SMEM_ROW_VECTORS))))
+    return threads, -(-vecs // threads)
 
 
 def _stored_outputs(parts: Parts) -> list[int]:
