@@ -13,10 +13,11 @@ ReductionParams ("inner_outer_persistent") are read as inner_persistent reads th
 rows in one block (reload_batch_size 0, cluster_size 1); grid_x is also the number of
 partials per column. Heuristics: the row held as inner_persistent holds it (registers, or
 shared memory for long rows or many inputs: then spread over up to BLOCK_THREADS threads,
-SMEM_ROW_VECTORS vectors each, under a 64-register bound), rows per block to make BLOCK_THREADS threads (fewer where the
-block's shared memory would not fit), and as many blocks as run at once (RESIDENT_THREADS
-threads an SM, as the shared memory allows), grid-strided over the rows: each block's rows
-share one partial, so more blocks mean more partials to write and combine.
+SMEM_ROW_VECTORS vectors each, under a 64-register bound), rows per block to make
+BLOCK_THREADS threads (fewer where the block's shared memory would not fit), and as many
+blocks as run at once (RESIDENT_THREADS threads an SM, as the shared memory allows),
+grid-strided over the rows: each block's rows share one partial, so more blocks mean more
+partials to write and combine.
 """
 
 from __future__ import annotations
