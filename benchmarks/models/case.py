@@ -73,6 +73,16 @@ def sweep_case(
     return Case(family, name, source, define, torch_fn, reference, make_inputs, *sweep)
 
 
+def matrix(fd: FusionDefinition, dtype: DataType) -> Any:
+    """A contiguous [rows, columns] input of `dtype` (symbolic sizes)."""
+    return fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+
+
+def vector(fd: FusionDefinition, dtype: DataType) -> Any:
+    """A contiguous [n] input of `dtype` (a weight, a bias)."""
+    return fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+
+
 def promote(fd: FusionDefinition, t: Any, dtype: DataType) -> Any:
     """`t` cast to Float when `dtype` is promoted (nvFuser's `if dtype in PROMOTE_DTYPES`)."""
     return fd.ops.cast(t, dtype=DataType.Float) if dtype in PROMOTE else t

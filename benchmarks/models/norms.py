@@ -17,7 +17,7 @@ import functools
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from models.case import Shape, demote, dropout_mask, promote, randn, sweep_case
+from models.case import Shape, demote, dropout_mask, matrix, promote, randn, sweep_case, vector
 from models.sweeps import GPU_TEST_2D, NORM_2D, NORM_2D_QUICK, TEST_2D
 
 EPS = 1e-5
@@ -135,14 +135,6 @@ def _ln_bwd(
     return dx, dw, db
 
 
-def _matrix(fd: FusionDefinition, dtype: DataType) -> Any:
-    return fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
-
-
-def _vector(fd: FusionDefinition, dtype: DataType) -> Any:
-    return fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
-
-
 def _column(fd: FusionDefinition) -> Any:
     """A saved per-row statistic, [rows, 1] Float."""
     return fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
@@ -157,8 +149,8 @@ def _dropout_add(fd: FusionDefinition, x1: Any, x2: Any, keep: Any) -> Any:
 def rmsnorm_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_rmsnorm_fwd.py::rmsnorm_fwd_fusion
     with FusionDefinition() as fd:
-        x = promote(fd, _matrix(fd, dtype), dtype)
-        w = promote(fd, _vector(fd, dtype), dtype)
+        x = promote(fd, matrix(fd, dtype), dtype)
+        w = promote(fd, vector(fd, dtype), dtype)
         y, rms = _rms_fwd(fd, x, w)
         fd.add_output(demote(fd, y, dtype))
         fd.add_output(rms)
@@ -168,7 +160,7 @@ def rmsnorm_fwd_definition(dtype: DataType) -> FusionDefinition:
 def rmsnorm_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_rmsnorm_bwd.py::rmsnorm_bwd_fusion
     with FusionDefinition() as fd:
-        x, rms, g, w = _matrix(fd, dtype), _column(fd), _matrix(fd, dtype), _vector(fd, dtype)
+        x, rms, g, w = matrix(fd, dtype), _column(fd), matrix(fd, dtype), vector(fd, dtype)
         x, g, w = (promote(fd, t, dtype) for t in (x, g, w))
         dx, dw = _rms_bwd(fd, x, rms, g, w)
         fd.add_output(demote(fd, dx, dtype))
@@ -179,7 +171,7 @@ def rmsnorm_bwd_definition(dtype: DataType) -> FusionDefinition:
 def layernorm_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_layernorm_fwd.py::layernorm_fwd_fusion
     with FusionDefinition() as fd:
-        x, w, b = _matrix(fd, dtype), _vector(fd, dtype), _vector(fd, dtype)
+        x, w, b = matrix(fd, dtype), vector(fd, dtype), vector(fd, dtype)
         x, w, b = (promote(fd, t, dtype) for t in (x, w, b))
         y, mean, invstd = _ln_fwd(fd, x, w, b)
         fd.add_output(demote(fd, y, dtype))
@@ -191,10 +183,10 @@ def layernorm_fwd_definition(dtype: DataType) -> FusionDefinition:
 def layernorm_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_layernorm_bwd.py::layernorm_bwd_fusion
     with FusionDefinition() as fd:
-        x, g = _matrix(fd, dtype), _matrix(fd, dtype)
+        x, g = matrix(fd, dtype), matrix(fd, dtype)
         mean = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
         invstd = _column(fd)
-        w = _vector(fd, dtype)
+        w = vector(fd, dtype)
         x, g, w = (promote(fd, t, dtype) for t in (x, g, w))
         dx, dw, db = _ln_bwd(fd, x, g, mean, invstd, w)
         for out in (dx, dw, db):
@@ -205,9 +197,9 @@ def layernorm_bwd_definition(dtype: DataType) -> FusionDefinition:
 def dropout_rmsnorm_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_dropout_rmsnorm_fwd.py::dropout_rmsnorm_fwd_fusion (mask as an input)
     with FusionDefinition() as fd:
-        x1, x2 = _matrix(fd, dtype), _matrix(fd, dtype)
-        mask = _matrix(fd, DataType.Bool)
-        w = _vector(fd, dtype)
+        x1, x2 = matrix(fd, dtype), matrix(fd, dtype)
+        mask = matrix(fd, DataType.Bool)
+        w = vector(fd, dtype)
         keep = fd.ops.cast(mask, dtype=DataType.Float)
         x1, w, x2 = (promote(fd, t, dtype) for t in (x1, w, x2))
         y, rms = _rms_fwd(fd, _dropout_add(fd, x1, x2, keep), w)
@@ -219,9 +211,9 @@ def dropout_rmsnorm_fwd_definition(dtype: DataType) -> FusionDefinition:
 def dropout_rmsnorm_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_dropout_rmsnorm_bwd.py::dropout_rmsnorm_bwd_fusion
     with FusionDefinition() as fd:
-        x1, x2 = _matrix(fd, dtype), _matrix(fd, dtype)
-        mask = _matrix(fd, DataType.Bool)
-        rms, g, w = _column(fd), _matrix(fd, dtype), _vector(fd, dtype)
+        x1, x2 = matrix(fd, dtype), matrix(fd, dtype)
+        mask = matrix(fd, DataType.Bool)
+        rms, g, w = _column(fd), matrix(fd, dtype), vector(fd, dtype)
         x2, x1, mask, g, w = (promote(fd, t, dtype) for t in (x2, x1, mask, g, w))
         x = _dropout_add(fd, x1, x2, mask)
         dx2, dw = _rms_bwd(fd, x, rms, g, w)
@@ -235,9 +227,9 @@ def dropout_rmsnorm_bwd_definition(dtype: DataType) -> FusionDefinition:
 def dropout_layernorm_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_dropout_layernorm_fwd.py::dropout_layernorm_fwd_fusion (mask as an input)
     with FusionDefinition() as fd:
-        x1, x2 = _matrix(fd, dtype), _matrix(fd, dtype)
-        mask = _matrix(fd, DataType.Bool)
-        w, b = _vector(fd, dtype), _vector(fd, dtype)
+        x1, x2 = matrix(fd, dtype), matrix(fd, dtype)
+        mask = matrix(fd, DataType.Bool)
+        w, b = vector(fd, dtype), vector(fd, dtype)
         keep = fd.ops.cast(mask, dtype=DataType.Float)
         b, w, x1, x2 = (promote(fd, t, dtype) for t in (b, w, x1, x2))
         y, mean, invstd = _ln_fwd(fd, _dropout_add(fd, x1, x2, keep), w, b)
@@ -250,11 +242,11 @@ def dropout_layernorm_fwd_definition(dtype: DataType) -> FusionDefinition:
 def dropout_layernorm_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_dropout_layernorm_bwd.py::dropout_layernorm_bwd_fusion
     with FusionDefinition() as fd:
-        mask = _matrix(fd, DataType.Bool)
+        mask = matrix(fd, DataType.Bool)
         mean = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
         invstd = _column(fd)
-        g, w = _matrix(fd, dtype), _vector(fd, dtype)
-        x1, x2 = _matrix(fd, dtype), _matrix(fd, dtype)
+        g, w = matrix(fd, dtype), vector(fd, dtype)
+        x1, x2 = matrix(fd, dtype), matrix(fd, dtype)
         mask, g, w, x1, x2 = (promote(fd, t, dtype) for t in (mask, g, w, x1, x2))
         x = _dropout_add(fd, x1, x2, mask)
         dx2, dw, db = _ln_bwd(fd, x, g, mean, invstd, w)

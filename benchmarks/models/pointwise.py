@@ -26,7 +26,7 @@ import functools
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from models.case import Shape, demote, promote, randn, sweep_case
+from models.case import Shape, demote, matrix, promote, randn, sweep_case, vector
 from models.sweeps import GPU_TEST_2D, POINTWISE, POINTWISE_QUICK, TEST_2D
 
 SQRT_2_OVER_PI = 0.79788456  # nvFuser's truncation
@@ -39,14 +39,6 @@ GELU_CUBIC_GRAD = 0.1070322243  # 3 * GELU_CUBIC * SQRT_2_OVER_PI, as nvFuser wr
 
 def _double(fd: FusionDefinition, value: float) -> Any:
     return fd.define_scalar(value, dtype=DataType.Double)
-
-
-def _matrix(fd: FusionDefinition, dtype: DataType) -> Any:
-    return fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
-
-
-def _vector(fd: FusionDefinition, dtype: DataType) -> Any:
-    return fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
 
 
 def _add_bias(fd: FusionDefinition, x: Any, bias: Any) -> Any:
@@ -76,8 +68,8 @@ def _gelu_bwd(fd: FusionDefinition, x: Any, grad: Any, bias: Any) -> Any:
 def gelu_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_gelu_fwd.py::gelu_fwd_fusion
     with FusionDefinition() as fd:
-        x = promote(fd, _matrix(fd, dtype), dtype)
-        bias = promote(fd, _vector(fd, dtype), dtype)
+        x = promote(fd, matrix(fd, dtype), dtype)
+        bias = promote(fd, vector(fd, dtype), dtype)
         u = _add_bias(fd, x, bias)
         one = _double(fd, 1.0)
         cubic = fd.ops.add(fd.ops.mul(fd.ops.mul(_double(fd, GELU_CUBIC), u), u), one)
@@ -90,7 +82,7 @@ def gelu_fwd_definition(dtype: DataType) -> FusionDefinition:
 def gelu_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_gelu_bwd.py::gelu_bwd_fusion
     with FusionDefinition() as fd:
-        x, grad, bias = _matrix(fd, dtype), _matrix(fd, dtype), _vector(fd, dtype)
+        x, grad, bias = matrix(fd, dtype), matrix(fd, dtype), vector(fd, dtype)
         x, grad, bias = (promote(fd, t, dtype) for t in (x, grad, bias))
         fd.add_output(demote(fd, _gelu_bwd(fd, x, grad, bias), dtype))
     return fd
@@ -100,7 +92,7 @@ def gelu_bwd_reduction_definition(axis: int) -> Any:
     def define(dtype: DataType) -> FusionDefinition:
         # from test_gelu_bwd_reduction.py::gelu_bwd_reduction_fusion
         with FusionDefinition() as fd:
-            x, grad, bias = _matrix(fd, dtype), _matrix(fd, dtype), _vector(fd, dtype)
+            x, grad, bias = matrix(fd, dtype), matrix(fd, dtype), vector(fd, dtype)
             x, grad, bias = (promote(fd, t, dtype) for t in (x, grad, bias))
             dx = _gelu_bwd(fd, x, grad, bias)
             fd.add_output(demote(fd, fd.ops.sum(dx, dims=[axis], keepdim=False), dtype))
@@ -117,8 +109,8 @@ def _sigmoid(fd: FusionDefinition, x: Any) -> Any:
 def silu_mul_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_silu_mul_fwd.py::silu_mul_fwd_fusion
     with FusionDefinition() as fd:
-        x = promote(fd, _matrix(fd, dtype), dtype)
-        y = promote(fd, _matrix(fd, dtype), dtype)
+        x = promote(fd, matrix(fd, dtype), dtype)
+        y = promote(fd, matrix(fd, dtype), dtype)
         out = fd.ops.mul(fd.ops.mul(x, _sigmoid(fd, x)), y)
         fd.add_output(demote(fd, out, dtype))
     return fd
@@ -127,7 +119,7 @@ def silu_mul_fwd_definition(dtype: DataType) -> FusionDefinition:
 def silu_mul_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_silu_mul_bwd.py::silu_mul_bwd_fusion
     with FusionDefinition() as fd:
-        grad, x, y = _matrix(fd, dtype), _matrix(fd, dtype), _matrix(fd, dtype)
+        grad, x, y = matrix(fd, dtype), matrix(fd, dtype), matrix(fd, dtype)
         grad, x, y = (promote(fd, t, dtype) for t in (grad, x, y))
         e = fd.ops.exp(fd.ops.neg(x))
         sig = fd.ops.reciprocal(fd.ops.add(_double(fd, 1.0), e))
@@ -146,7 +138,7 @@ def silu_mul_bwd_definition(dtype: DataType) -> FusionDefinition:
 def scale_bias_relu_fwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_scale_bias_relu_fwd.py::sbr_fwd_fusion
     with FusionDefinition() as fd:
-        bias, scale, x = _vector(fd, dtype), _vector(fd, dtype), _matrix(fd, dtype)
+        bias, scale, x = vector(fd, dtype), vector(fd, dtype), matrix(fd, dtype)
         bias, scale, x = (promote(fd, t, dtype) for t in (bias, scale, x))
         shape = fd.ops.shape(x)
         scaled = fd.ops.mul(x, fd.ops.broadcast_in_dim(scale, shape=shape, broadcast_dims=[1]))
@@ -162,9 +154,9 @@ def scale_bias_relu_fwd_definition(dtype: DataType) -> FusionDefinition:
 def scale_bias_relu_bwd_definition(dtype: DataType) -> FusionDefinition:
     # from test_scale_bias_relu_bwd.py::sbr_bwd_fusion
     with FusionDefinition() as fd:
-        scale = _vector(fd, dtype)
-        mask = _matrix(fd, DataType.Bool)
-        grad = _matrix(fd, dtype)
+        scale = vector(fd, dtype)
+        mask = matrix(fd, DataType.Bool)
+        grad = matrix(fd, dtype)
         scale, grad = promote(fd, scale, dtype), promote(fd, grad, dtype)
         scale_full = fd.ops.broadcast_in_dim(scale, shape=fd.ops.shape(grad), broadcast_dims=[1])
         dx = fd.ops.mul(fd.ops.where(mask, grad, _double(fd, 0.0)), scale_full)
@@ -175,7 +167,7 @@ def scale_bias_relu_bwd_definition(dtype: DataType) -> FusionDefinition:
 def pointwise_mul_definition(dtype: DataType) -> FusionDefinition:
     # from test_pointwise_mul.py::pointwise_mul_fusion
     with FusionDefinition() as fd:
-        x = promote(fd, _matrix(fd, dtype), dtype)
+        x = promote(fd, matrix(fd, dtype), dtype)
         fd.add_output(demote(fd, fd.ops.mul(x, x), dtype))
     return fd
 

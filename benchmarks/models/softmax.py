@@ -13,19 +13,15 @@ import functools
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from models.case import Shape, demote, promote, randn, sweep_case
+from models.case import Shape, demote, matrix, promote, randn, sweep_case
 from models.sweeps import GPU_TEST_2D, SOFTMAX, SOFTMAX_QUICK, TEST_2D
-
-
-def _matrix(fd: FusionDefinition, dtype: DataType) -> Any:
-    return fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
 
 
 def softmax_fwd_definition(axis: int) -> Any:
     def define(dtype: DataType) -> FusionDefinition:
         # from test_softmax_fwd.py::softmax_fwd_fusion
         with FusionDefinition() as fd:
-            x = promote(fd, _matrix(fd, dtype), dtype)
+            x = promote(fd, matrix(fd, dtype), dtype)
             is_bcast = [i == axis for i in range(2)]
             top = fd.ops.broadcast(
                 fd.ops.max(x, dims=[axis], keepdim=False), is_broadcast_dim=is_bcast
@@ -46,8 +42,8 @@ def softmax_bwd_definition(axis: int) -> Any:
         # from test_softmax_bwd.py::softmax_bwd_fusion
         narrow = dtype is not DataType.Float
         with FusionDefinition() as fd:
-            y: Any = _matrix(fd, dtype)
-            g: Any = _matrix(fd, dtype)
+            y: Any = matrix(fd, dtype)
+            g: Any = matrix(fd, dtype)
             if narrow:
                 y = fd.ops.cast(y, dtype=DataType.Float)
                 g = fd.ops.cast(g, dtype=DataType.Float)
