@@ -157,14 +157,7 @@ def _reload_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) ->
     for i in held:
         init = "" if spec.loop_kinds[i] == VEC else "{}"  # VEC: every lane written below
         code(f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{init};")
-    for i in held:
-        if spec.loop_kinds[i] == VEC:
-            _load_vector_or_zero(code, spec, i, f"rv{i}", "row_ok")
-    if any(spec.loop_kinds[i] != VEC for i in held):
-        with code.block("if (row_ok)"):
-            for i in held:
-                if spec.loop_kinds[i] != VEC:
-                    _load_vector(code, spec, i, f"rv{i}")
+        _load_in_row(code, spec, i, f"rv{i}")
 
 
 def _slot_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool) -> None:
@@ -226,6 +219,16 @@ def _load_vector(code: Code, spec: ReductionKernelSpec, i: int, target: str) -> 
             _element_loads(code, spec, i, target, guarded=False)
         code.otherwise()
         _element_loads(code, spec, i, target, guarded=True)
+
+
+def _load_in_row(code: Code, spec: ReductionKernelSpec, i: int, target: str) -> None:
+    """Input i's vector at i0 into `target` where the thread's row exists (row_ok): a VEC
+    input as whole words (zeros elsewhere), any other lane by lane into a zeroed target."""
+    if spec.loop_kinds[i] == VEC:
+        _load_vector_or_zero(code, spec, i, target, "row_ok")
+        return
+    with code.block("if (row_ok)"):
+        _load_vector(code, spec, i, target)
 
 
 def _load_vector_or_zero(
@@ -358,19 +361,15 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
             _declare(code, plan, spec, i, f"x{i}", spec.held_batch, zero=kind != VEC)
     if not spec.held_batch:
         return
-    held = held_inputs(plan, spec)
-    whole = [] if spec.smem_held else [i for i in held if spec.loop_kinds[i] == VEC]
     with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
         code(f"const Index i0 = {slot_start(spec)};")
-        for i in whole:
-            _load_vector_or_zero(code, spec, i, f"x{i}[b]", "row_ok")
-        if len(whole) < len(held):
+        if spec.smem_held:
             with code.block("if (row_ok)"):
-                for i in held:
-                    if spec.smem_held:
-                        _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
-                    elif i not in whole:
-                        _load_vector(code, spec, i, f"x{i}[b]")
+                for i in held_inputs(plan, spec):
+                    _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
+        else:
+            for i in held_inputs(plan, spec):
+                _load_in_row(code, spec, i, f"x{i}[b]")
     if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
         code("kf::copy_async_wait();")
 

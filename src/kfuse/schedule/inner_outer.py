@@ -182,12 +182,12 @@ def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
         if held is None:
             raise
         vector, block_x, batch, in_smem = held
-    else:
-        if reload or cluster != 1:
-            raise Rejection(
-                f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
-                "in one block next to its column accumulators"
-            )
+        reload, cluster = 0, 1
+    if reload or cluster != 1:
+        raise Rejection(
+            f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
+            "in one block next to its column accumulators"
+        )
     if in_smem:
         block_x, batch = _spread_over_more_threads(block_x, batch)
     return vector, block_x, batch, in_smem
