@@ -350,6 +350,28 @@ def test_merge_adds_counts_and_keeps_every_failure(tmp_path: Path) -> None:
     assert m.seconds == 20.0 and m.final_line().startswith("2 passed, 2 failed")
 
 
+def _shard(host: str, examples: int, seconds: float, started: float | None = None) -> Summary:
+    s = Summary(info={"host": host} | ({} if started is None else {"started": started}))
+    for _ in range(examples):
+        s.count("pointwise", "passed", 0)
+    s.finish(seconds)
+    return s
+
+
+def test_merged_rates_follow_when_the_shards_ran() -> None:
+    # Two hosts at the same time, the second host's two shards one after the other.
+    m = merge(
+        [_shard("a", 100, 10.0, 1000.0), _shard("b", 50, 5.0, 1002.0), _shard("b", 50, 5.0, 1007.0)]
+    )
+    assert m.seconds == 12.0  # from 1000 to 1012
+    assert m.gpu_seconds == {"a:0": 10.0, "b:0": 10.0}
+    assert m.to_json()["examples_per_second_per_gpu"] == {"a:0": 10.0, "b:0": 10.0}
+    # Without start times, one host's shards add up (a GPU runs one shard at a time at best).
+    m = merge([_shard("vm", 90, 9.0), _shard("vm", 30, 3.0), _shard("other", 10, 5.0)])
+    assert m.seconds == 12.0 and m.gpu_seconds == {"vm:0": 12.0, "other:0": 5.0}
+    assert m.to_json()["examples_per_second_per_gpu"]["vm:0"] == 10.0
+
+
 def test_the_seed_and_shard_decide_each_round() -> None:
     from kfuse.campaign.runner import Campaign
 

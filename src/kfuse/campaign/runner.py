@@ -93,6 +93,9 @@ def run(campaign: Campaign) -> Summary:
         seed=campaign.seed,
         shard=f"{campaign.shard[0]}/{campaign.shard[1]}",
         workers=campaign.workers,
+        # When the run began (Unix time): merge tells shards that ran one after another on one
+        # machine from shards that ran at the same time.
+        started=round(time.time(), 1),
     )
     progress = Progress(summary, sys.stdout)
     context = multiprocessing.get_context("spawn")
@@ -107,7 +110,7 @@ def run(campaign: Campaign) -> Summary:
             next_round, per_round, broken = outcome
             if not broken or _done(campaign, summary, started):
                 break
-    summary.seconds = time.monotonic() - started
+    summary.finish(time.monotonic() - started)
     for log in campaign.out.glob("worker-*.log"):
         if log.stat().st_size == 0:  # the watchdog wrote nothing: no worker hung
             log.unlink()

@@ -6,7 +6,8 @@ second, `by_kind` ({kind: {outcome: count}}), `by_gpu` ({gpu: examples}), `shrin
 (examples Hypothesis ran while shrinking failures, not counted as examples), and `failures`
 (one record each, with the repro script's path), and where the workers' time went:
 `worker_seconds` (the time workers spent in rounds) and `seconds_by_phase` (its parts, as
-kfuse.campaign.property.PHASES names them; the rest is Hypothesis' own). `merge` joins
+kfuse.campaign.property.PHASES names them; the rest is Hypothesis' own). `gpu_seconds` is
+how long each GPU ran examples, the divisor of `examples_per_second_per_gpu`. `merge` joins
 the summaries of the shards of one campaign run as separate invocations (`kfuse campaign
 merge`).
 """
@@ -36,6 +37,12 @@ class Summary:
     shards: list[dict[str, Any]] = field(default_factory=list)
     worker_seconds: float = 0.0
     seconds_by_phase: Counter = field(default_factory=Counter)
+    gpu_seconds: Counter = field(default_factory=Counter)
+
+    def finish(self, seconds: float) -> None:
+        """The run ended after `seconds` of wall time, all of it on each GPU it used."""
+        self.seconds = seconds
+        self.gpu_seconds = Counter(dict.fromkeys(self.by_gpu, seconds))
 
     def count(
         self, kind: str, outcome: str, gpu: int | None, phases: dict[str, float] | None = None
@@ -106,9 +113,10 @@ class Summary:
             "by_kind": {k: {o: c[o] for o in OUTCOMES} for k, c in sorted(self.by_kind.items())},
             "by_gpu": dict(sorted(self.by_gpu.items())),
             "examples_per_second_per_gpu": {
-                g: round(n / self.seconds, 2) if self.seconds else 0.0
+                g: round(n / self.gpu_seconds[g], 2) if self.gpu_seconds[g] else 0.0
                 for g, n in sorted(self.by_gpu.items())
             },
+            "gpu_seconds": {g: round(t, 1) for g, t in sorted(self.gpu_seconds.items())},
             "shrink_runs": self.shrink_runs,
             "crashes": self.crashes,
             "failures": self.failures,
@@ -138,6 +146,10 @@ def load(path: Path) -> Summary:
     summary.shards = data.get("shards") or []
     summary.worker_seconds = data.get("worker_seconds", 0.0)
     summary.seconds_by_phase = Counter(data.get("seconds_by_phase") or {})
+    # Summaries written before gpu_seconds existed: each GPU ran for the whole run.
+    summary.gpu_seconds = Counter(
+        data.get("gpu_seconds") or dict.fromkeys(summary.by_gpu, summary.seconds)
+    )
     return summary
 
 
@@ -156,12 +168,19 @@ _DERIVED = {
     "shards",
     "worker_seconds",
     "seconds_by_phase",
+    "gpu_seconds",
 }
 
 
 def merge(summaries: list[Summary]) -> Summary:
-    """One Summary of several shards of a campaign, run at the same time (elsewhere): counts
-    add up, the wall time is the longest shard's, GPUs are named host:gpu."""
+    """One Summary of several shards of a campaign: counts add up, GPUs are named host:gpu.
+
+    Wall time and each GPU's time come from when the shards ran. Where every shard says when
+    it started, the time is the length of the union of their [start, start + seconds]
+    intervals (over all shards for the wall time, over a GPU's shards for its time). Where
+    one does not (summaries written before `started` existed), the shards of one host are
+    taken to have run one after another and different hosts at the same time; that reading
+    never overstates a rate, since one GPU does not run two shards at full speed at once."""
     merged = Summary()
     merged.info = {"merged_from": len(summaries)}
     for s in summaries:
@@ -172,7 +191,6 @@ def merge(summaries: list[Summary]) -> Summary:
             merged.by_gpu[f"{host}:{gpu}"] += n
         merged.shrink_runs += s.shrink_runs
         merged.crashes += s.crashes
-        merged.seconds = max(merged.seconds, s.seconds)
         merged.worker_seconds += s.worker_seconds
         merged.seconds_by_phase.update(s.seconds_by_phase)
         merged.failures.extend(s.failures)
@@ -180,4 +198,37 @@ def merge(summaries: list[Summary]) -> Summary:
             {k: s.info.get(k) for k in ("host", "shard", "seed", "device", "kfuse_commit")}
             | {"examples": s.examples, "seconds": s.seconds}
         )
+    merged.seconds, merged.gpu_seconds = _merged_times(summaries)
     return merged
+
+
+def _merged_times(summaries: list[Summary]) -> tuple[float, Counter]:
+    """The wall time of merged shards and each host:gpu's time (see merge)."""
+    gpu_seconds: Counter = Counter()
+    if all(isinstance(s.info.get("started"), (int, float)) for s in summaries):
+        by_gpu: dict[str, list[tuple[float, float]]] = {}
+        for s in summaries:
+            span = (s.info["started"], s.info["started"] + s.seconds)
+            for gpu in s.gpu_seconds:
+                by_gpu.setdefault(f"{s.info.get('host', '?')}:{gpu}", []).append(span)
+        for gpu, spans in by_gpu.items():
+            gpu_seconds[gpu] = _union_length(spans)
+        spans = [(s.info["started"], s.info["started"] + s.seconds) for s in summaries]
+        return _union_length(spans), gpu_seconds
+    by_host: Counter = Counter()
+    for s in summaries:
+        host = s.info.get("host", "?")
+        by_host[host] += s.seconds
+        for gpu, t in s.gpu_seconds.items():
+            gpu_seconds[f"{host}:{gpu}"] += t
+    return max(by_host.values(), default=0.0), gpu_seconds
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    """How long at least one of the [start, end] spans covers."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
