@@ -204,24 +204,25 @@ def merge(summaries: list[Summary]) -> Summary:
 
 def _merged_times(summaries: list[Summary]) -> tuple[float, Counter]:
     """The wall time of merged shards and each host:gpu's time (see merge)."""
-    gpu_seconds: Counter = Counter()
+    gpu_seconds: dict[str, float] = {}
     if all(isinstance(s.info.get("started"), (int, float)) for s in summaries):
-        by_gpu: dict[str, list[tuple[float, float]]] = {}
+        spans: dict[str, list[tuple[float, float]]] = {}
         for s in summaries:
             span = (s.info["started"], s.info["started"] + s.seconds)
+            spans.setdefault("wall", []).append(span)
             for gpu in s.gpu_seconds:
-                by_gpu.setdefault(f"{s.info.get('host', '?')}:{gpu}", []).append(span)
-        for gpu, spans in by_gpu.items():
-            gpu_seconds[gpu] = _union_length(spans)
-        spans = [(s.info["started"], s.info["started"] + s.seconds) for s in summaries]
-        return _union_length(spans), gpu_seconds
-    by_host: Counter = Counter()
+                spans.setdefault(f"{s.info.get('host', '?')}:{gpu}", []).append(span)
+        lengths = {key: _union_length(found) for key, found in spans.items()}
+        wall = lengths.pop("wall", 0.0)
+        return wall, Counter(lengths)
+    by_host: dict[str, float] = {}
     for s in summaries:
         host = s.info.get("host", "?")
-        by_host[host] += s.seconds
+        by_host[host] = by_host.get(host, 0.0) + s.seconds
         for gpu, t in s.gpu_seconds.items():
-            gpu_seconds[f"{host}:{gpu}"] += t
-    return max(by_host.values(), default=0.0), gpu_seconds
+            key = f"{host}:{gpu}"
+            gpu_seconds[key] = gpu_seconds.get(key, 0.0) + t
+    return max(by_host.values(), default=0.0), Counter(gpu_seconds)
 
 
 def _union_length(spans: list[tuple[float, float]]) -> float:
