@@ -132,6 +132,35 @@ def test_groupnorm_is_one_persistent_kernel(
     assert [s.scheduler for s in fd.segments(inputs)] == [IP]
 
 
+@pytest.mark.parametrize(
+    ("groups", "shape", "uniform"),
+    [
+        (1, (2, 6, 4, 4), True),  # H W = 16: every vector (8 bf16, 4 floats) in one channel
+        (2, (3, 4, 2, 8), True),
+        (1, (2, 3, 8, 1), True),
+        (2, (2, 4, 3, 4), None),  # H W = 12: uniform for 4 floats, not for 8 bf16
+        (1, (2, 6, 3, 5), False),  # H W = 15: vectors cross channels
+    ],
+)
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16])
+def test_weight_read_once_a_vector_where_vectors_stay_in_a_channel(
+    groups: int, shape: tuple[int, ...], uniform: bool | None, dtype: DataType
+) -> None:
+    """Where H * W is a multiple of the vector, each vector of the row reads one weight and
+    one bias element: loaded once and copied to its lanes (kernel-name suffix "u", source
+    kf_one); elsewhere lane by lane. Both against the reference, the weight and bias
+    distinct per channel so that a lane given its neighbour channel's value fails."""
+    fd = groupnorm_fd(groups, dtype)
+    cast = _bf16 if dtype is DataType.BFloat16 else (lambda a: a)
+    c = shape[1]
+    inputs = [cast(rand(shape)), cast(np.arange(1, c + 1, dtype=np.float32)), cast(rand((c,), 2))]
+    _check(fd, inputs)
+    assert [s.scheduler for s in fd.segments(inputs)] == [IP]
+    if uniform is None:
+        uniform = dtype is DataType.Float
+    assert ("kf_one" in fd.last_cuda_source()) is uniform
+
+
 def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
     """G = C: the weight varies along the kept axes only; the input reshape (a split) and
     the output reshape (a merge of a contiguous output) fold away."""
@@ -375,8 +404,11 @@ def test_weight_varying_along_two_parts_of_the_row(shape: tuple[int, ...]) -> No
     assert fd.last_scheduler() is IP
     if shape == (2, 4, 2, 6):  # vectors of 4 lanes, the weight's columns wrap inside them
         assert fd.last_program().params.vectorize_reduction == 4
-    if shape[2] > 1:
-        assert "kf_c2 = 0" in fd.last_cuda_source()  # three sub-axes
+    source = fd.last_cuda_source()
+    if fd.last_program().params.vectorize_reduction == 1:  # a lane is a vector: one load
+        assert "kf_one" in source and "kf_c2 = 0" not in source
+    elif shape[2] > 1:
+        assert "kf_c2 = 0" in source  # three sub-axes
 
 
 def test_elementwise_chain_before_the_reshape_is_one_kernel() -> None:

@@ -187,9 +187,18 @@ def _element_loads(
     guard = "i0 + j < n_red" if guarded else None
     if spec.loop_kinds[i] == SPLIT:
         walked, first = spec.row_splits[i], spec.rank - 1
+        uniform = bool(spec.split_uniform) and spec.split_uniform[i]
         code.extend(
             split_lane_loads(
-                target, f"in{i}", first, walked, spec.vector, f"base_in{i}", code.indent, guard
+                target,
+                f"in{i}",
+                first,
+                walked,
+                spec.vector,
+                f"base_in{i}",
+                code.indent,
+                guard,
+                uniform,
             )
         )
         return

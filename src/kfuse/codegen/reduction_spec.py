@@ -69,6 +69,10 @@ class ReductionKernelSpec:
     # reduction_plan.Operand.row_split) whether it is walked (a non-zero stride); () for the
     # others. Left out of the repr, so the other kernels' names stay; split_suffix names them.
     row_splits: tuple[tuple[bool, ...], ...] = field(default=(), repr=False)
+    # persistent: per loop input, whether a SPLIT operand's vectors read one element each
+    # (kfuse.codegen.row_split: its unwalked inner sub-axes span a multiple of the vector).
+    # Left out of the repr like row_splits; split_suffix names it ("u").
+    split_uniform: tuple[bool, ...] = field(default=(), repr=False)
 
     def loop_rank(self, i: int) -> int:
         """The rank loop input i is passed with: the kept axes, then the row's axis or, for a
@@ -80,7 +84,11 @@ class ReductionKernelSpec:
         """A kernel-name suffix naming the SPLIT operands' walked sub-axes ("" for none)."""
         if not any(self.row_splits):
             return ""
-        walked = ("".join("1" if w else "0" for w in s) or "x" for s in self.row_splits)
+        uniform = self.split_uniform or (False,) * len(self.row_splits)
+        walked = (
+            ("".join("1" if w else "0" for w in s) or "x") + ("u" if u else "")
+            for s, u in zip(self.row_splits, uniform)
+        )
         return "_rs_" + "_".join(walked)
 
     @property

@@ -7,7 +7,15 @@ A vector's first element is decomposed once (a division and a modulo per sub-axi
 outermost); its other lanes step the coordinates like an odometer (an increment and a
 compare a lane), since a division an element would cost more than the memory traffic of a
 bf16 element. Sub-axes whose stride is 0 in this layout (the weight's [H * W]) still count,
-but never change the offset."""
+but never change the offset.
+
+Where the host saw that every vector's lanes read one element (`uniform`: the unwalked
+sub-axes at the inner end of the row span a multiple of the vector, as a group norm's H * W
+does for vectors of 8), the vector's element is loaded once and copied to every lane, and
+only the walked sub-axes' coordinates are computed: one load and no odometer a vector instead
+of V loads and V steps. sm_90 SASS of the bf16 group norm [64, 256, 56, 56] (H200 params):
+G = 32 from 2,496 to 1,688 instructions (121 loads to 23), G = 8 from 8,080 to 5,232, G = 1
+(cluster blocks) from 15,728 to 10,056 (806 loads to 120)."""
 
 from __future__ import annotations
 
@@ -21,15 +29,19 @@ def split_lane_loads(
     base: str,
     indent: str,
     guard: str | None = None,
+    uniform: bool = False,
 ) -> list[str]:
     """target[j] = `tensor`'s element of row index i0 + j, j < vec (guard: a condition on j
     for the lanes inside the row); the row sub-axes are dims first .. first + len(walked) - 1
-    of `tensor`, outermost first; walked[k]: sub-axis k has a non-zero stride."""
+    of `tensor`, outermost first; walked[k]: sub-axis k has a non-zero stride; uniform: the
+    vec lanes of a vector starting at i0 (a multiple of vec) read one element."""
     dims = list(range(first, first + len(walked)))
     size = [f"{tensor}.size[{d}]" for d in dims]
     stride = [f"{tensor}.stride[{d}]" for d in dims]
     inner = indent + "  "
     lines = [f"{indent}{{", f"{inner}Index kf_rem = i0;"]
+    if uniform and guard is None:  # a cut vector (never uniform: see _uniform_lanes) steps
+        return [*lines, *_uniform_lanes(target, tensor, walked, vec, base, size, stride, inner)]
     for k in reversed(range(len(dims))):
         if k == 0:
             lines.append(f"{inner}Index kf_c0 = kf_rem;")
@@ -50,6 +62,44 @@ def split_lane_loads(
         f"{indent}}}",
     ]
     return lines
+
+
+def _uniform_lanes(
+    target: str,
+    tensor: str,
+    walked: tuple[bool, ...],
+    vec: int,
+    base: str,
+    size: list[str],
+    stride: list[str],
+    ind: str,
+) -> list[str]:
+    """The vector's one element, copied to its lanes, and the block's closing brace: the walked
+    sub-axes' coordinates of i0 (an unwalked one only divides what is left, the outermost
+    walked one takes it). A uniform row's length is a multiple of the vector, so no vector is
+    cut by the row's end and no lane needs a guard."""
+    lines: list[str] = []
+    terms = []
+    outermost = walked.index(True) if any(walked) else len(walked)
+    for k in reversed(range(outermost, len(walked))):
+        if k == 0:  # the row ends before the outermost sub-axis wraps
+            lines.append(f"{ind}Index kf_c{k} = kf_rem;")
+        elif k == outermost:
+            lines.append(f"{ind}Index kf_c{k} = kf_rem % {size[k]};")
+        elif walked[k]:
+            lines += [f"{ind}Index kf_c{k} = kf_rem % {size[k]};", f"{ind}kf_rem /= {size[k]};"]
+        else:
+            lines.append(f"{ind}kf_rem /= {size[k]};")
+        if walked[k]:
+            terms.append(f"kf_c{k} * {stride[k]}")
+    offset = " + ".join(reversed(terms)) if terms else "0"
+    return [
+        *lines,
+        f"{ind}const auto kf_one = kf::load({tensor}, {base} + {offset});",
+        "#pragma unroll",
+        f"{ind}for (int j = 0; j < {vec}; ++j) {target}[j] = kf_one;",
+        f"{ind[:-2]}}}",
+    ]
 
 
 def _step(

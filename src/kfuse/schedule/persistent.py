@@ -381,6 +381,7 @@ def persistent_spec(
         cluster=cluster,
         launch_bounds=params.cparams.maxrregcount is None,
         row_splits=row_splits(layout),
+        split_uniform=split_uniform(layout, vector),
     )
     _check_shared_memory(plan, spec, device)
     return spec
@@ -391,6 +392,25 @@ def row_splits(layout: ReductionLayout) -> tuple[tuple[bool, ...], ...]:
     if not any(op.row_split for op in layout.loop):
         return ()
     return tuple(tuple(s != 0 for _, s in op.row_split) for op in layout.loop)
+
+
+def split_uniform(layout: ReductionLayout, vector: int) -> tuple[bool, ...]:
+    """ReductionKernelSpec.split_uniform: for each SPLIT loop input, whether the unwalked
+    sub-axes at the inner end of its row span a multiple of `vector` elements, so that each
+    vector (starting at a multiple of `vector` in the row) reads one element; () when no
+    loop input is SPLIT."""
+    if not any(op.row_split for op in layout.loop):
+        return ()
+
+    def uniform(split: tuple[tuple[int, int], ...]) -> bool:
+        span = 1
+        for extent, stride in reversed(split):
+            if stride != 0:
+                return span % vector == 0
+            span *= extent
+        return True  # no sub-axis walked: every element of the row is the same one
+
+    return tuple(bool(op.row_split) and uniform(op.row_split) for op in layout.loop)
 
 
 def _check_persistent_params(
