@@ -135,3 +135,31 @@ def test_planted_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     out = fd.execute([x])[0]
     with pytest.raises(AssertionError):
         assert_outputs_close(fd.fusion, [out], evaluate(fd.fusion, [x]), [x])
+
+
+def test_vectors_inside_a_ragged_rows_end_stay_vectors() -> None:
+    """Rows of 56 x 56 bf16 (392 vectors of 8) over 2 blocks of 128 threads x 2 vectors: the
+    second block's threads each reach past the row end with their second vector, and their
+    first vector, which lies inside the row, is still loaded and stored whole (a third of a
+    batch norm's elements went element by element when that path did). Against the
+    reference, through that path."""
+    torch = pytest.importorskip("torch")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        wb = fd.ops.broadcast_in_dim(
+            fd.ops.cast(w, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[1]
+        )
+        fd.add_output(
+            fd.ops.cast(fd.ops.mul(fd.ops.cast(x, DataType.Float), wb), DataType.BFloat16)
+        )
+    inputs = [torch.randn(2, 3, 56 * 56).to(torch.bfloat16), torch.randn(3).to(torch.bfloat16)]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+    hp.vectorization_factor, hp.unroll_factor = 8, 2
+    hp.block_x, hp.block_y, hp.grid_x, hp.grid_y = 128, 1, 2, 6
+    hp.lparams.block_x, hp.lparams.block_y = 128, 1
+    hp.lparams.grid_x, hp.lparams.grid_y = 2, 6
+    (out,) = fd.manual_execute(inputs, heuristic_params=hp)
+    assert_outputs_close(fd.fusion, [out], evaluate(fd.fusion, inputs), inputs)
+    ragged = fd.last_cuda_source().split("} else {", 1)[1]
+    assert "kf::load_vec<8>(in0" in ragged and "kf::store_vec<8>(out0" in ragged
