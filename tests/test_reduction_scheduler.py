@@ -107,6 +107,26 @@ def test_compute_heuristics_returns_reduction_params() -> None:
     assert not hp0.fastest_dim_reduction
 
 
+@pytest.mark.parametrize("row", [3136, 1000, 2048, 8192, 40000])
+def test_every_thread_of_an_inner_row_gets_a_whole_batch(
+    monkeypatch: pytest.MonkeyPatch, row: int
+) -> None:
+    """The inner kernel's batched loop runs while the batch's last vector is in the row: the
+    batch is at most the vectors each of the row's threads has, so that no thread is left to
+    load one vector at a time (bf16 rows of 56 x 56: 392 vectors over 128 threads, batches of
+    3, not 4 for 8 threads and 1 for the others)."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    x = _big((16384, row), ml_dtypes.bfloat16)
+    hp = schedule.compute_heuristics(sum_fd([1], dtype=DataType.BFloat16).fusion, RED, [x])
+    vecs = -(-row // hp.vectorize_reduction)
+    threads, batch = hp.block_x * hp.grid_y, hp.unroll_reduction
+    assert hp.grid_y == 1  # 16384 rows fill the device without splitting them
+    # Thread threads - 1, the last, still has a whole batch (the loop's condition)...
+    assert (threads - 1) + (batch - 1) * threads < vecs or batch == 1, (threads, batch)
+    # ...and the batch is not smaller than that allows (at most 4).
+    assert batch == 4 or (batch + 1) * threads > vecs, (threads, batch)
+
+
 def _big(shape: tuple[int, ...], dtype: type = np.float32, offset: int = 0) -> np.ndarray:
     # np.empty does not touch memory: large shapes cost address space only.
     n = int(np.prod(shape))
