@@ -192,6 +192,55 @@ def test_softmax_with_kept_exponentials_matches_the_reference_on_ragged_rows() -
     assert "c1[" in fd.last_cuda_source()
 
 
+def dropout_layer_norm_fd() -> FusionDefinition:
+    """nvFuser's dropout + layer norm forward: the Welford reads x + r * mask * scale, a
+    computed value the normalized output uses again; mean and rstd are outputs too."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        r = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        keep = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        dropped = fd.ops.mul(fd.ops.mul(fd.ops.cast(r, DataType.Float), keep), 1.25)
+        v = fd.ops.add(fd.ops.cast(x, DataType.Float), dropped)
+        var, mean = fd.ops.var_mean(v, dims=[1], correction=0, keepdim=False)
+        rstd = fd.ops.rsqrt(fd.ops.add(var, 1e-5))
+        shape = fd.ops.shape(v)
+        y = fd.ops.mul(
+            fd.ops.sub(v, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0])),
+            fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0]),
+        )
+        wb = fd.ops.broadcast_in_dim(
+            fd.ops.cast(w, DataType.Float), shape=shape, broadcast_dims=[1]
+        )
+        fd.add_output(fd.ops.cast(fd.ops.mul(y, wb), DataType.BFloat16))
+        fd.add_output(mean)
+        fd.add_output(rstd)
+    return fd
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 4093, 4096])
+@pytest.mark.parametrize("reload", [0, 1])
+def test_a_welford_of_a_computed_value_keeps_it_for_both_passes(n: int, reload: int) -> None:
+    """The value is computed once, kept in registers (c0), and read by the mean pass, the
+    squared-deviation pass and the outputs; rows that end inside a vector and reloaded slots
+    included (rows held in registers: in shared memory nothing is kept). Against the
+    reference."""
+    fd = dropout_layer_norm_fd()
+    rng = np.random.default_rng(n)
+    inputs = [
+        rand((6, n), BF16),
+        rand((6, n), BF16, seed=1),
+        rng.random((6, n)) < 0.8,
+        rand((n,), BF16, seed=2),
+    ]
+    hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    hp.smem_persistent = False
+    hp.reload_batch_size = min(reload, hp.persistent_batch_size)
+    check(fd, inputs, hp)
+    source = fd.last_cuda_source()
+    assert "c0[b][j] = " in source and "const float d = c0[b][j] - r0_avg;" in source
+
+
 @pytest.mark.parametrize("n", [1, 31, 1000, 4097])
 def test_rows_held_in_shared_memory_match_the_reference(n: int) -> None:
     for fd, inputs in [

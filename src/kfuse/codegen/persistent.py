@@ -546,13 +546,22 @@ def _reduce_held(
         f"const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
         f"{t} sum{k} = ({t})0;",
     )
-    _valid_loop(code, plan, spec, lambda r: [f"sum{k} += {value(r)} - shift{k};"])
+    if k in spec.kept:  # computed once, for both passes and the full-size outputs
+        _valid_loop(
+            code,
+            plan,
+            spec,
+            lambda r: [f"c{k}[b][j] = {value(r)};", f"sum{k} += c{k}[b][j] - shift{k};"],
+        )
+    else:
+        _valid_loop(code, plan, spec, lambda r: [f"sum{k} += {value(r)} - shift{k};"])
+    again = (lambda r: f"c{k}[b][j]") if k in spec.kept else value
     code(
         f"const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;",
         f"{t} sq{k} = ({t})0;",
     )
     _valid_loop(
-        code, plan, spec, lambda r: [f"const {t} d = {value(r)} - r{k}_avg;", f"sq{k} += d * d;"]
+        code, plan, spec, lambda r: [f"const {t} d = {again(r)} - r{k}_avg;", f"sq{k} += d * d;"]
     )
     code(
         f"const {t} m2_{k} = {total.format(f'sq{k}')};",
