@@ -45,6 +45,9 @@ IMAGES = (8, 256, 32, 64)
         # (column_partials.SMEM_HELD_REGISTER_TARGET).
         ("dropout_rmsnorm_bwd", ROWS),
         ("dropout_layernorm_bwd", ROWS),
+        # Rows held in registers under the 3-blocks-of-256 bound (column_partials).
+        ("rmsnorm_bwd", ROWS),
+        ("layernorm_bwd", ROWS),
     ],
 )
 def test_held_rows_do_not_spill(

@@ -15,7 +15,8 @@ partials per column. Heuristics: the row held as inner_persistent holds it (regi
 shared memory for long rows or many inputs: then spread over up to BLOCK_THREADS threads,
 SMEM_ROW_VECTORS vectors each, under a 64-register bound), rows per block to make
 BLOCK_THREADS threads (fewer where the block's shared memory would not fit), and as many
-blocks as run at once (RESIDENT_THREADS threads an SM, as the shared memory allows),
+blocks as run at once (RESIDENT_THREADS threads an SM, as the shared memory and the launch
+bound's registers allow),
 grid-strided over the rows: each block's rows share one partial, so more blocks mean more
 partials to write and combine.
 """
@@ -159,7 +160,11 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
             break
         params.block_y = int(params.block_y) // 2
     threads = block_x * int(params.block_y)
-    per_sm = max(1, RESIDENT_THREADS // threads)
+    # No more blocks an SM than the launch bound's registers guarantee: the blocks past what
+    # runs at once start only when a first block has done all its rows. The RMS norm
+    # backward (76 registers, 3 blocks of 256 an SM) had 528 blocks, 396 at once, and its
+    # last 132 ran alone, a third of the kernel's time.
+    per_sm = max(1, min(RESIDENT_THREADS // threads, column_partials.min_blocks_per_sm(spec)))
     if smem:
         per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + SMEM_RESERVE)))
     rows = -(-parts.main_layout.n_rows // int(params.block_y))
