@@ -9,6 +9,7 @@ import pytest
 
 from kfuse import schedule
 from kfuse.dtypes import DataType
+from kfuse.codegen.persistent import RELOAD_GROUP
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
@@ -290,7 +291,9 @@ def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -
         hp.reload_batch_size = 1 if share == "one" else batch
         check(fd, inputs, hp)
         source = fd.last_cuda_source()
-        assert "rv0" in source
+        # Reloaded in groups of at most RELOAD_GROUP slots, each loaded before its first use.
+        groups = -(-hp.reload_batch_size // RELOAD_GROUP)
+        assert "rv0" in source and source.count("rg0[") >= 2 * groups
         # 16-byte vectors go to shared memory by cp.async (4097: one element per access)
         held = share == "one"
         assert ("kf::copy_async(" in source) == (smem and held and n == 1000)

@@ -83,7 +83,7 @@ def held_element(
 ) -> str:
     """The value of loop input i at batch slot b, lane j: from its registers, from the
     vector _held_views read out of shared memory for slot b, or (reloaded slots) from the
-    vector _reload_views loaded again for slot b."""
+    vector _reload_group loaded again for slot b (rv<i>, _slot_views)."""
     kind = spec.loop_kinds[i]
     if kind == BCAST:
         return f"x{i}[0]"
@@ -103,12 +103,24 @@ def smem_slot(spec: ReductionKernelSpec, i: int, b: str) -> str:
     )
 
 
+RELOAD_GROUP = 8
+"""Reloaded slots are loaded in groups of this many before any of them is used, so that a
+thread has that many loads in flight: loaded slot by slot, ptxas put the load of a slot right
+before its use in the second pass of a group norm's row split over a cluster (22 reloaded
+slots, one load in flight at a time)."""
+
+
 def slot_loops(spec: ReductionKernelSpec) -> list[tuple[int, int, bool]]:
     """(first, end, reloaded) of the loops over a thread's vector slots: the held ones, then
-    the reloaded ones; a loop with no slots is left out."""
+    the reloaded ones in groups of at most RELOAD_GROUP; a loop with no slots is left out."""
     held = spec.held_batch
     loops = [(0, held, False)] if held else []
-    return loops + [(held, spec.unroll, True)] if spec.reload else loops
+    if spec.reload:
+        loops += [
+            (first, min(first + RELOAD_GROUP, spec.unroll), True)
+            for first in range(held, spec.unroll, RELOAD_GROUP)
+        ]
+    return loops
 
 
 def held_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
@@ -150,22 +162,34 @@ def _held_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, b: s
         code(f"const kf::Vec<{ctype}, {spec.vector}> hv{i} = {smem_slot(spec, i, b)};")
 
 
-def _reload_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
-    """For a reloaded slot: load this thread's vector of every held input again (lanes past
-    the row end stay zero, so every lane holds a defined value)."""
+def _reload_group(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, first: int, end: int
+) -> None:
+    """Load slots [first, end) of every held input again, all before any is used, into
+    rg<i>[b - first] (lanes past the row end stay zero, so every lane holds a defined
+    value)."""
     held = held_inputs(plan, spec)
     for i in held:
-        init = "" if spec.loop_kinds[i] == VEC else "{}"  # VEC: every lane written below
-        code(f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}> rv{i}{init};")
-        _load_in_row(code, spec, i, f"rv{i}")
+        init = "" if spec.loop_kinds[i] == VEC else " = {}"  # VEC: every lane written below
+        ctype = plan.loop_inputs[i].val.dtype.cuda_type
+        code(f"kf::Vec<{ctype}, {spec.vector}> rg{i}[{end - first}]{init};")
+    with _slot_loop(code, spec, first, end):
+        for i in held:
+            _load_in_row(code, spec, i, f"rg{i}[b - {first}]")
 
 
-def _slot_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool) -> None:
-    """What starts each slot of a pass: the reloads, or the shared-memory reads."""
-    if reloaded:
-        _reload_views(code, plan, spec)
-    else:
+def _slot_views(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, reloaded: bool, first: int
+) -> None:
+    """What starts each slot of a pass: the reloaded vectors of its group (loaded by
+    _reload_group before the slot loop whose first slot is `first`), or the shared-memory
+    reads."""
+    if not reloaded:
         _held_views(code, plan, spec, "b")
+        return
+    for i in held_inputs(plan, spec):
+        ctype = plan.loop_inputs[i].val.dtype.cuda_type
+        code(f"const kf::Vec<{ctype}, {spec.vector}>& rv{i} = rg{i}[b - {first}];")
 
 
 def min_blocks_per_sm(threads: int) -> int:
@@ -417,6 +441,23 @@ def _slot_loop(code: Code, spec: ReductionKernelSpec, first: int, end: int) -> I
         yield
 
 
+@contextlib.contextmanager
+def _slots(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, first: int, end: int, reloaded: bool
+) -> Iterator[None]:
+    """Within: the body of slot b of `for b in [first, end)` (_slot_loop); a group of
+    reloaded slots in a scope of its own, its vectors loaded before the loop
+    (_reload_group)."""
+    if not reloaded:
+        with _slot_loop(code, spec, first, end):
+            yield
+        return
+    with code.block():
+        _reload_group(code, plan, spec, first, end)
+        with _slot_loop(code, spec, first, end):
+            yield
+
+
 def slot_start(spec: ReductionKernelSpec) -> str:
     """The row element where this thread's vector of slot b starts. In a cluster, block r's
     threads take vectors r * block_x .. of every cluster-wide stretch of cluster * block_x."""
@@ -473,8 +514,8 @@ def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body
     the row, over the held slots and then the reloaded ones (which load their vectors first)."""
     lane = "0" if spec.exact else "j"
     for first, end, reloaded in slot_loops(spec):
-        with _slot_loop(code, spec, first, end):
-            _slot_views(code, plan, spec, reloaded)
+        with _slots(code, plan, spec, first, end, reloaded):
+            _slot_views(code, plan, spec, reloaded, first)
             with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
                 with code.block(f"if (row_ok && i0 + {lane} < n_red)"):
                     code(*body_of(reloaded))
@@ -577,8 +618,8 @@ def _store_full(
     with code.block("if (row_ok)"):
         code.extend(prelude_lines(plan, f"{name}_full_row", hoist, "fu_", every, code.indent))
         for first, end, reloaded in slot_loops(spec):
-            with _slot_loop(code, spec, first, end):
-                _store_slot(code, plan, spec, name, reloaded, call_args(hoist, "fu_"))
+            with _slots(code, plan, spec, first, end, reloaded):
+                _store_slot(code, plan, spec, name, (reloaded, first), call_args(hoist, "fu_"))
 
 
 def _store_slot(
@@ -586,11 +627,13 @@ def _store_slot(
     plan: ReductionPlan,
     spec: ReductionKernelSpec,
     name: str,
-    reloaded: bool,
+    group: tuple[bool, int],
     hoisted: list[str],
 ) -> None:
     """The full-size outputs of one slot of this thread: computed lane by lane from the row
-    values and the reductions' results, stored as one vector where the row allows."""
+    values and the reductions' results, stored as one vector where the row allows. `group`:
+    whether the slot is reloaded, and the first slot of its loop."""
+    reloaded, first = group
     vec = spec.vector
     outs = plan.fusion.outputs
     streamed = streamed_inputs(plan)
@@ -616,7 +659,7 @@ def _store_slot(
             elif spec.loop_kinds[i] != BCAST:
                 _declare(code, plan, spec, i, f"x{i}", 1)
                 _load_vector(code, spec, i, f"x{i}[0]")
-        _slot_views(code, plan, spec, reloaded)
+        _slot_views(code, plan, spec, reloaded, first)
         with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
             code(f"{name}_full({', '.join(args)});")
             code(
