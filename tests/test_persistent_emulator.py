@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from kfuse import schedule
-from kfuse.dtypes import DataType
 from kfuse.codegen.persistent import RELOAD_GROUP
+from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
