@@ -619,7 +619,7 @@ def _store_full(
         code.extend(prelude_lines(plan, f"{name}_full_row", hoist, "fu_", every, code.indent))
         for first, end, reloaded in slot_loops(spec):
             with _slots(code, plan, spec, first, end, reloaded):
-                _store_slot(code, plan, spec, name, (reloaded, first), call_args(hoist, "fu_"))
+                _store_slot(code, plan, spec, name, reloaded, first, call_args(hoist, "fu_"))
 
 
 def _store_slot(
@@ -627,13 +627,13 @@ def _store_slot(
     plan: ReductionPlan,
     spec: ReductionKernelSpec,
     name: str,
-    group: tuple[bool, int],
+    reloaded: bool,
+    first: int,
     hoisted: list[str],
 ) -> None:
     """The full-size outputs of one slot of this thread: computed lane by lane from the row
-    values and the reductions' results, stored as one vector where the row allows. `group`:
-    whether the slot is reloaded, and the first slot of its loop."""
-    reloaded, first = group
+    values and the reductions' results, stored as one vector where the row allows.
+    `first`: the first slot of the slot's loop (a group of reloaded slots)."""
     vec = spec.vector
     outs = plan.fusion.outputs
     streamed = streamed_inputs(plan)

@@ -41,7 +41,8 @@ def split_lane_loads(
     inner = indent + "  "
     lines = [f"{indent}{{", f"{inner}Index kf_rem = i0;"]
     if uniform and guard is None:  # a cut vector (never uniform: see _uniform_lanes) steps
-        return [*lines, *_uniform_lanes(target, tensor, walked, vec, base, size, stride, inner)]
+        uniform_lines = _uniform_lanes(target, tensor, walked, vec, base, size, stride, inner)
+        return [*lines, *uniform_lines, f"{indent}}}"]
     for k in reversed(range(len(dims))):
         if k == 0:
             lines.append(f"{inner}Index kf_c0 = kf_rem;")
@@ -74,9 +75,9 @@ def _uniform_lanes(
     stride: list[str],
     ind: str,
 ) -> list[str]:
-    """The vector's one element, copied to its lanes, and the block's closing brace: the walked
-    sub-axes' coordinates of i0 (an unwalked one only divides what is left, the outermost
-    walked one takes it). A uniform row's length is a multiple of the vector, so no vector is
+    """The vector's one element, copied to its lanes: the walked sub-axes' coordinates of i0
+    (an unwalked one only divides what is left; nothing outside the outermost walked one is
+    computed). A uniform row's length is a multiple of the vector, so no vector is
     cut by the row's end and no lane needs a guard."""
     lines: list[str] = []
     terms = []
@@ -98,7 +99,6 @@ def _uniform_lanes(
         f"{ind}const auto kf_one = kf::load({tensor}, {base} + {offset});",
         "#pragma unroll",
         f"{ind}for (int j = 0; j < {vec}; ++j) {target}[j] = kf_one;",
-        f"{ind[:-2]}}}",
     ]
 
 
