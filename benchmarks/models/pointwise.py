@@ -3,8 +3,9 @@ of x + bias forward and backward (test_gelu_fwd.py, test_gelu_bwd.py), SiLU(x) *
 backward (test_silu_mul_{fwd,bwd}.py), relu(x * scale + bias) forward with its mask and
 backward (test_scale_bias_relu_{fwd,bwd}.py), x * x (test_pointwise_mul.py), a vector added
 along either axis of a contiguous input (test_broadcast_add_fwd.py; its strided form is
-transpose.py's bcast_add_strided_dim0), and GELU's backward summed over either axis, a
-pointwise + reduction fusion (test_gelu_bwd_reduction.py).
+transpose.py's bcast_add_strided_dim0, whose torch function and reference it shares), and
+GELU's backward summed over either axis, a pointwise + reduction fusion
+(test_gelu_bwd_reduction.py).
 
 The definitions keep nvFuser's spelling: GELU's constants as it writes them (0.79788456 for
 sqrt(2 / pi), 0.1070322243 for 3 * 0.044715 * sqrt(2 / pi)), the bias broadcast to [1, hidden]
@@ -28,6 +29,7 @@ from typing import Any
 from kfuse import DataType, FusionDefinition
 from models.case import Shape, demote, matrix, promote, randn, sweep_case, vector
 from models.sweeps import GPU_TEST_2D, POINTWISE, POINTWISE_QUICK, TEST_2D
+from models.transpose import bcast_add_reference, bcast_add_torch
 
 SQRT_2_OVER_PI = 0.79788456  # nvFuser's truncation
 GELU_CUBIC = 0.044715
@@ -254,14 +256,6 @@ def pointwise_mul_torch(x: Any) -> tuple[Any]:
     return ((xf * xf).to(x.dtype),)
 
 
-def bcast_add_contiguous_torch(bcast_axis: int) -> Any:
-    def fn(v: Any, x: Any) -> tuple[Any]:
-        return ((x.float() + v.unsqueeze(bcast_axis).float()).to(x.dtype),)
-
-    fn.__name__ = f"bcast_add_contiguous_dim{bcast_axis}"
-    return fn
-
-
 # ---- float64 references: forwards written out, backwards by autograd ----
 
 
@@ -327,13 +321,6 @@ def scale_bias_relu_bwd_reference(scale: Any, mask: Any, grad: Any) -> tuple[Any
 def pointwise_mul_reference(x: Any) -> tuple[Any]:
     x64 = x.double()
     return (x64 * x64,)
-
-
-def bcast_add_contiguous_reference(bcast_axis: int) -> Any:
-    def fn(v: Any, x: Any) -> tuple[Any]:
-        return (x.double() + v.unsqueeze(bcast_axis).double(),)
-
-    return fn
 
 
 # ---- inputs: random, in the fusions' order ----
@@ -455,8 +442,8 @@ CASES = [
             "test_broadcast_add_fwd.py::bcast_add_fusion",
             bcast_add_contiguous_definition(axis),
             (
-                bcast_add_contiguous_torch(axis),
-                bcast_add_contiguous_reference(axis),
+                bcast_add_torch(axis, "contiguous"),
+                bcast_add_reference(axis),
                 _bcast_contiguous_inputs(axis),
             ),
         )

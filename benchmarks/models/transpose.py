@@ -108,12 +108,15 @@ def bcast_add_definition(bcast_axis: int) -> Any:
     return define
 
 
-def bcast_add_torch(bcast_axis: int) -> Any:
+def bcast_add_torch(bcast_axis: int, layout: str = "strided") -> Any:
+    """x + v broadcast along `bcast_axis`, a contiguous output whatever x's layout (pointwise.py
+    uses it for its contiguous x: `layout` names the function)."""
+
     def fn(v: Any, x: Any) -> tuple[Any]:
         b = v.unsqueeze(bcast_axis).float()
         return ((x.float() + b).to(x.dtype).contiguous(),)
 
-    fn.__name__ = f"bcast_add_strided_dim{bcast_axis}"
+    fn.__name__ = f"bcast_add_{layout}_dim{bcast_axis}"
     return fn
 
 

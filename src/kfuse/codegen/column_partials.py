@@ -61,8 +61,8 @@ blocks an SM, and the grid, sized for the blocks the bound guarantees, now count
 
 
 SMEM_HELD_REGISTER_TARGET = 64
-"""The same where the row is held in shared memory (no row values in registers): the
-heuristics count on RESIDENT_THREADS threads an SM (kfuse.schedule.inner_outer)."""
+"""The same where the row is held in shared memory (no row values in registers): 1024
+threads an SM, as many blocks as the grid counts on (kfuse.schedule.inner_outer)."""
 
 
 def min_blocks_per_sm(spec: ReductionKernelSpec) -> int:

@@ -546,14 +546,24 @@ def _reduce_held(
         ]
         return stage_call(plan, name, k, loaded, hoisted)
 
+    def staged(reloaded: bool) -> tuple[list[str], str]:
+        """(statements, the element's stage value) for the first pass: a kept stage is
+        computed into c<k> once, for the later passes and the full-size outputs."""
+        if k in spec.kept:
+            return [f"c{k}[b][j] = {value(reloaded)};"], f"c{k}[b][j]"
+        return [], value(reloaded)
+
+    def again(reloaded: bool) -> str:
+        """The element's stage value in a later pass."""
+        return f"c{k}[b][j]" if k in spec.kept else value(reloaded)
+
     red = plan.reductions[k]
     if not isinstance(red, WelfordOp):
         code(f"{acc.ctype} acc{k} = {acc.identity()};")
 
         def body(reloaded: bool) -> list[str]:
-            if k in spec.kept:  # computed once and kept for the full-size outputs
-                return [f"c{k}[b][j] = {value(reloaded)};", acc.update(f"acc{k}", f"c{k}[b][j]")]
-            return [acc.update(f"acc{k}", value(reloaded))]
+            keep, v = staged(reloaded)
+            return [*keep, acc.update(f"acc{k}", v)]
 
         _valid_loop(code, plan, spec, body)
         total = _combined(spec, acc.block_reduce(f"acc{k}", "kf_smem", spec.block_x), acc.functor)
@@ -588,16 +598,12 @@ def _reduce_held(
         f"const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
         f"{t} sum{k} = ({t})0;",
     )
-    if k in spec.kept:  # computed once, for both passes and the full-size outputs
-        _valid_loop(
-            code,
-            plan,
-            spec,
-            lambda r: [f"c{k}[b][j] = {value(r)};", f"sum{k} += c{k}[b][j] - shift{k};"],
-        )
-    else:
-        _valid_loop(code, plan, spec, lambda r: [f"sum{k} += {value(r)} - shift{k};"])
-    again = (lambda r: f"c{k}[b][j]") if k in spec.kept else value
+
+    def mean_pass(reloaded: bool) -> list[str]:
+        keep, v = staged(reloaded)
+        return [*keep, f"sum{k} += {v} - shift{k};"]
+
+    _valid_loop(code, plan, spec, mean_pass)
     code(
         f"const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;",
         f"{t} sq{k} = ({t})0;",

@@ -15,8 +15,7 @@ partials per column. Heuristics: the row held as inner_persistent holds it (regi
 shared memory for long rows or many inputs: then spread over up to BLOCK_THREADS threads,
 SMEM_ROW_VECTORS vectors each, under a 64-register bound), rows per block to make
 BLOCK_THREADS threads (fewer where the block's shared memory would not fit), and as many
-blocks as run at once (RESIDENT_THREADS threads an SM, as the shared memory and the launch
-bound's registers allow),
+blocks as run at once (as the launch bound's registers and the shared memory allow),
 grid-strided over the rows: each block's rows share one partial, so more blocks mean more
 partials to write and combine.
 """
@@ -64,8 +63,6 @@ from kfuse.schedule.types import Rejection, SchedulerType
 
 NAME = "inner_outer_persistent"
 BLOCK_THREADS = 256
-RESIDENT_THREADS = 1024
-"""Threads an SM runs at once (grid_x = SMs * RESIDENT_THREADS / block threads)."""
 SMEM_ROW_VECTORS = 2
 """Vectors of a row each thread holds where the row is held in shared memory."""
 
@@ -159,12 +156,11 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
         if smem <= fits or params.block_y == 1:
             break
         params.block_y = int(params.block_y) // 2
-    threads = block_x * int(params.block_y)
-    # No more blocks an SM than the launch bound's registers guarantee: the blocks past what
-    # runs at once start only when a first block has done all its rows. The RMS norm
+    # The blocks an SM that the launch bound's registers guarantee, no more: the blocks past
+    # what runs at once start only when a first block has done all its rows. The RMS norm
     # backward (76 registers, 3 blocks of 256 an SM) had 528 blocks, 396 at once, and its
     # last 132 ran alone, a third of the kernel's time.
-    per_sm = max(1, min(RESIDENT_THREADS // threads, column_partials.min_blocks_per_sm(spec)))
+    per_sm = column_partials.min_blocks_per_sm(spec)
     if smem:
         per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + SMEM_RESERVE)))
     rows = -(-parts.main_layout.n_rows // int(params.block_y))

@@ -196,7 +196,12 @@ def _outer_heuristics(
     n_red, n_rows = layout.red_size, layout.n_rows
     n_in = layout.kept_sizes[-1]
     vector = pick_vector(layout, layout.rank - 2, n_in)
-    cols = (n_rows // max(1, n_in)) * _cdiv(n_in, vector)
+
+    def columns(vector: int) -> int:
+        """Column groups of `vector` kept elements a thread each."""
+        return (n_rows // max(1, n_in)) * _cdiv(n_in, vector)
+
+    cols = columns(vector)
     # 256-thread blocks, each thread loading 8 reduced rows before it adds them, and the
     # reduced axis split over about two waves of blocks: on an H200, W3 (fp32 [16384, 16384],
     # sum over dim 0) went from 99.4% of copy (512 threads, 4 rows, one wave) to 104.6%.
@@ -212,7 +217,7 @@ def _outer_heuristics(
             vector //= 2
         else:
             block_x //= 2
-    cols = (n_rows // max(1, n_in)) * _cdiv(n_in, vector)  # at the vector kept
+    cols = columns(vector)  # at the vector kept
     unroll = max(1, min(8, _cdiv(n_red, block_y)))
     grid_x = max(1, min(MAX_GRID_X, _cdiv(cols, block_x)))
     parts = 1
