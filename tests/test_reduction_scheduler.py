@@ -189,6 +189,56 @@ def test_heuristics_are_sane_on_synthetic_devices(
     assert hp.cparams.index_type == ("int64" if x.size > 2**31 - 1 else "int32")
 
 
+def _outer_welford_fd(rank: int, dims: list[int]) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, dtype=DataType.BFloat16)
+        v, m = fd.ops.var_mean(fd.ops.cast(x, DataType.Float), dims, correction=0)
+        fd.add_output(v)
+        fd.add_output(m)
+    return fd
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize(
+    "shape,dims",
+    [
+        ((64 * 56 * 56, 256), [0]),  # a channels-last batch norm's statistics
+        ((64, 56 * 56, 256), [1]),  # a channels-last instance norm's
+        ((8192, 1024), [0]),
+        ((300, 64), [0]),
+    ],
+)
+def test_outer_welford_grids_are_whole_waves_of_their_launch_bound(
+    monkeypatch: pytest.MonkeyPatch, profile: str, shape: tuple, dims: list
+) -> None:
+    """An outer Welford kernel's registers bound its blocks an SM: it states that bound in
+    __launch_bounds__, and its grid is whole waves of it (or less than one). A batch norm's
+    statistics kernel took 92 registers, 2 blocks of 256 threads an SM, while its grid of
+    392 was sized for 8: on an H200 it ran as a wave and a second, half-empty one."""
+    from kfuse.codegen.reduction import emit_reduction
+    from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
+    from kfuse.runtime.device import get_profile
+    from kfuse.runtime.info import build_runtime_info
+    from kfuse.schedule.reduction import kernel_spec
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
+    device = get_profile(profile)
+    fd = _outer_welford_fd(len(shape), dims)
+    x = _big(shape, ml_dtypes.bfloat16)
+    hp = schedule.compute_heuristics(fd.fusion, RED, [x])
+    assert not hp.fastest_dim_reduction
+    plan = plan_reductions(fd.fusion)
+    spec = kernel_spec(plan, reduction_layout(plan, build_runtime_info(fd.fusion, [x])), hp, device)
+    (source, _), *_ = emit_reduction(plan, spec)
+    threads = hp.block_x * hp.block_y
+    assert spec.min_blocks is not None
+    assert f"__launch_bounds__({threads}, {spec.min_blocks})" in source
+    assert spec.min_blocks * threads <= device.max_threads_per_sm
+    wave = device.sm_count * spec.min_blocks
+    blocks = hp.grid_x * hp.grid_y
+    assert blocks <= wave or blocks % wave < hp.grid_x, (blocks, wave)
+
+
 def test_int64_indexing_when_offsets_need_it() -> None:
     fd = sum_fd([1])
     huge = np.broadcast_to(np.empty((1, 1), np.float32), (2**16, 2**16))

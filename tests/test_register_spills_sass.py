@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kfuse import dump
+from kfuse import FusionDefinition, dump
 from kfuse.dtypes import DataType
 from test_dump_binaries import compile_as_for_a_gpu, nvrtc_or_skip
 
@@ -98,3 +98,34 @@ def _sass(
     text = sass.read_text()
     assert "EXIT" in text  # a real disassembly, not a message
     return sass.name, text
+
+
+@pytest.mark.parametrize("shape, dim", [((64 * 56 * 56, 256), 0), ((64, 56 * 56, 256), 1)])
+def test_outer_welford_kernels_fit_their_launch_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...], dim: int
+) -> None:
+    """The channels-last batch and instance norm statistics (a Welford over leading axes)
+    keep to the blocks an SM their __launch_bounds__ states, which their grids are sized
+    for (kfuse.schedule.reduction.outer_welford_blocks_per_sm), without spilling."""
+    nvrtc_or_skip()
+    if dump.find_disassembler()[0] is None:
+        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * len(shape), dtype=DataType.BFloat16)
+        var, mean = fd.ops.var_mean(fd.ops.cast(x, DataType.Float), [dim], correction=0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    inputs = [torch.empty(shape, dtype=torch.bfloat16)]  # not touched: address space only
+    compile_as_for_a_gpu(monkeypatch, "cuda,sass", tmp_path, fd, inputs)
+    (main,) = [p for p in tmp_path.rglob("kfuse_outer_*.sass") if "_fin." not in p.name]
+    text = main.read_text()
+    assert "EXIT" in text
+    bound = re.search(
+        r"__launch_bounds__\((\d+), (\d+)\)", main.with_suffix("").with_suffix(".cu").read_text()
+    )
+    assert bound, "no blocks-an-SM bound on the kernel"
+    threads, blocks = int(bound[1]), int(bound[2])
+    registers = max(int(r) for r in re.findall(r"\bR(\d+)\b", text)) + 1
+    assert registers * threads * blocks <= 65536, (registers, threads, blocks)
+    local = re.findall(r"\b(?:LDL|STL)\b", text)
+    assert not local, f"{len(local)} local-memory accesses (spills) in {main.name}"

@@ -163,7 +163,9 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.extend(functions_source(plan, name, stages=True, full=False, epilogue=parts == 1))
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
     threads = spec.block_x * spec.block_y
-    code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
+    code.open_kernel(
+        kernel_header(name, params, threads, bounded=spec.launch_bounds, min_blocks=spec.min_blocks)
+    )
     with outer_columns(code, plan, spec, "(Index)gridDim.y", []):
         outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
         outer_combine(code, plan, spec)

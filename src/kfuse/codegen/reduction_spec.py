@@ -61,6 +61,10 @@ class ReductionKernelSpec:
     # (CompileParams.maxrregcount: see kfuse.codegen.kernel). Not in the repr, which names
     # kernels: the source differs by the attribute alone.
     launch_bounds: bool = field(default=True, repr=False)
+    # outer: __launch_bounds__' second argument (blocks an SM), where the grid is sized for it
+    # (kfuse.schedule.reduction.outer_welford_blocks_per_sm); None: no such bound. Not in the
+    # repr, like launch_bounds.
+    min_blocks: int | None = field(default=None, repr=False)
     # persistent, inner_outer_persistent: main outputs accumulated per column instead of
     # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
     # other kernels' names stay as they were; column_partials.name_suffix names them.

@@ -116,8 +116,7 @@ class ReductionScheduler:
         if is_inner(layout):
             _inner_heuristics(params, layout, info.device)
         else:
-            combine_bytes = max(a.size for a in accumulators(plan))
-            _outer_heuristics(params, layout, info.device, combine_bytes)
+            _outer_heuristics(params, layout, info.device, plan)
         params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
         fill_launch_params(params, plan)
         return params
@@ -189,13 +188,48 @@ OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
 
 
+OUTER_BASE_REGISTERS = 28
+"""Registers an outer kernel uses besides its accumulators and its loaded batch (indices,
+bases, strides, the batch's statistics): calibrated on sm_90 SASS of Welford kernels (a bf16
+batch norm's statistics, 8 lanes of 4 words and 8 loads of 4 words: 92 registers; 4 lanes and
+8 loads of 2 words: 60)."""
+
+
+def outer_welford_blocks_per_sm(
+    plan: ReductionPlan, vector: int, unroll: int, threads: int, max_threads_per_sm: int
+) -> int | None:
+    """Blocks an SM of an outer kernel with a Welford accumulator, from an estimate of its
+    registers: the second argument of its __launch_bounds__, which makes ptxas keep to the
+    estimate, and what its grid is sized for (kfuse.schedule.reduction). A Welford state
+    is 4 words a lane, so these kernels are the ones whose registers, not their threads,
+    bound how many blocks an SM runs: a batch norm's statistics kernel took 92 registers, an
+    H200 ran 2 of its 256-thread blocks an SM, and a grid sized for 8 ran as a full wave and
+    a half-empty one. None for the other outer kernels (a few registers; no bound)."""
+    accs = accumulators(plan)
+    if not any(a.welford for a in accs):
+        return None
+    words = sum(vector * a.size // 4 for a in accs)
+    words += sum(unroll * vector * u.val.dtype.itemsize // 4 for u in plan.loop_inputs)
+    registers = -(-(words + OUTER_BASE_REGISTERS) // 8) * 8
+    return max(1, min(max_threads_per_sm // threads, 65536 // (threads * registers)))
+
+
+WELFORD_OUTER_VECTOR = 4
+"""The widest vector of an outer Welford kernel: each lane holds a 4-word state, and 8 lanes
+(a bf16 vector of 16 bytes) with a batch of 8 loads took 92 registers, 2 blocks of 256
+threads an SM; 4 lanes take 60, 4 blocks."""
+
+
 def _outer_heuristics(
-    params: Any, layout: ReductionLayout, device: Any, combine_bytes: int
+    params: Any, layout: ReductionLayout, device: Any, plan: ReductionPlan
 ) -> None:
-    """`combine_bytes`: the largest accumulator's size (kfuse.codegen.reduction_spec)."""
     n_red, n_rows = layout.red_size, layout.n_rows
     n_in = layout.kept_sizes[-1]
+    accs = accumulators(plan)
+    combine_bytes = max(a.size for a in accs)
     vector = pick_vector(layout, layout.rank - 2, n_in)
+    if any(a.welford for a in accs):
+        vector = min(vector, WELFORD_OUTER_VECTOR)
 
     def columns(vector: int) -> int:
         """Column groups of `vector` kept elements a thread each."""
@@ -221,7 +255,9 @@ def _outer_heuristics(
     unroll = max(1, min(8, _cdiv(n_red, block_y)))
     grid_x = max(1, min(MAX_GRID_X, _cdiv(cols, block_x)))
     parts = 1
-    target = _target_blocks(device, block_x * block_y)
+    threads = block_x * block_y
+    per_sm = outer_welford_blocks_per_sm(plan, vector, unroll, threads, device.max_threads_per_sm)
+    target = _target_blocks(device, threads) if per_sm is None else device.sm_count * per_sm
     if grid_x * 2 < target:
         # Split the reduced axis over more blocks, keeping >= 8 loads in each thread's loop;
         # but give every SM a block where the axis allows, down to one batch of loads a
@@ -239,6 +275,11 @@ def _outer_heuristics(
         parts = max(
             parts, min(_cdiv(device.sm_count, grid_x), _cdiv(n_red, block_y * unroll), MAX_GRID_Y)
         )
+        if per_sm is not None and grid_x * parts > target:
+            # Whole waves of the blocks the launch bound guarantees: 392 blocks of a batch
+            # norm's statistics over 264 places ran as a wave and a second, half-empty one
+            # (every block has the same rows to take, so the second took as long).
+            parts = max(1, grid_x * parts // target * target // grid_x)
     params.fastest_dim_reduction = False
     params.vectorize_iter = vector
     params.unroll_reduction = unroll
@@ -340,6 +381,11 @@ def kernel_spec(
         (),
         tail_batches=not inner and rows_per_thread < TAIL_BATCHES * unroll,
         launch_bounds=params.cparams.maxrregcount is None,
+        min_blocks=None
+        if inner
+        else outer_welford_blocks_per_sm(
+            plan, vector, unroll, _int(params, "block_x") * by, device.max_threads_per_sm
+        ),
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
