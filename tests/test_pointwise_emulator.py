@@ -163,3 +163,41 @@ def test_vectors_inside_a_ragged_rows_end_stay_vectors() -> None:
     assert_outputs_close(fd.fusion, [out], evaluate(fd.fusion, inputs), inputs)
     ragged = fd.last_cuda_source().split("} else {", 1)[1]
     assert "kf::load_vec<8>(in0" in ragged and "kf::store_vec<8>(out0" in ragged
+
+
+@pytest.mark.parametrize("channels", [256, 260])
+def test_row_invariant_inputs_are_loaded_once_for_a_threads_rows(channels: int) -> None:
+    """A channels-last batch norm's normalize: the per-channel mean, inverse std, weight and
+    bias are the same in every row, so a thread loads them once for its vectors and keeps
+    them over its rows (each row had read them again: L1 requests bounded the kernel). Each
+    thread walks several rows here (grid_y 3), and 260 channels end every row with a cut
+    vector, which takes the per-row path; both against the reference."""
+    torch = pytest.importorskip("torch")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+        per_channel = [fd.define_tensor(shape=[-1], dtype=DataType.Float) for _ in range(2)]
+        per_channel += [fd.define_tensor(shape=[-1], dtype=DataType.BFloat16) for _ in range(2)]
+        mean, invstd, w, b = (
+            fd.ops.broadcast_in_dim(
+                fd.ops.cast(t, DataType.Float), shape=fd.ops.shape(x), broadcast_dims=[3]
+            )
+            for t in per_channel
+        )
+        y = fd.ops.mul(fd.ops.sub(fd.ops.cast(x, DataType.Float), mean), invstd)
+        fd.add_output(fd.ops.cast(fd.ops.add(fd.ops.mul(y, w), b), DataType.BFloat16))
+    rng = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(2, 5, 7, channels, generator=rng).to(torch.bfloat16)]
+    inputs += [torch.randn(channels, generator=rng) for _ in range(2)]
+    inputs += [torch.randn(channels, generator=rng).to(torch.bfloat16) for _ in range(2)]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+    hp.grid_y = hp.lparams.grid_y = 3
+    (out,) = fd.manual_execute(inputs, heuristic_params=hp)
+    assert_outputs_close(fd.fusion, [out], evaluate(fd.fusion, inputs), inputs)
+    source = fd.last_cuda_source()
+    whole, ragged = source.split("for (Index row", 1)[1].split("} else {", 1)
+    hoisted = source.split("for (Index row", 1)[0]
+    for k in range(1, 5):
+        assert f"(in{k}, i0)" in hoisted
+        assert f"(in{k}" not in whole
+    assert "(in0, base_in0 + i0)" in whole
+    assert "base_in1" in ragged  # a cut vector reads them in its row
