@@ -302,12 +302,12 @@ def _whole_vectors(
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
         code(f"const Index i0 = {offset};")
         code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
-        values = [
+        loaded = [
             f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]"
             for k, kind in enumerate(spec.input_kinds)
         ]
         with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-            code(call(values, [f"y{k}[j]" for k in range(len(outputs))]))
+            code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
         for k, kind in enumerate(spec.output_kinds):
             code.extend(
                 store_vector(
