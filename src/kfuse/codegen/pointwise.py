@@ -15,9 +15,8 @@ is a single row: the 1-D schedule.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,10 +105,6 @@ class PointwiseKernelSpec:
     # __launch_bounds__ (False under a register limit: kfuse.codegen.kernel); not in the
     # repr, which names the kernel
     launch_bounds: bool = field(default=True, repr=False)
-    # Inputs that are the same in every row (their row strides all 0: a batch norm's
-    # per-channel weight over channels-last rows), loaded once for a thread's vectors and
-    # kept over its rows (the kernel then walks each thread's vectors, then its rows).
-    row_invariant: tuple[int, ...] = ()
 
 
 def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
@@ -136,80 +131,25 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         f"const Index n_vec = (n_inner + {vec - 1}) / {vec};",
     )
     operands = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
-    whole = f"(v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner"
-    if spec.row_invariant and rank > 1:
-        _vectors_then_rows(code, plan, spec, call, operands, whole)
-        return code.kernel_source(), name
-    with _rows(code, rank, operands, operands):
-        with _vectors(code, unroll):
-            with code.block(f"if ({whole})"):
-                _whole_vectors(code, plan, spec, call)
-                code.otherwise()
-                _ragged_end(code, plan, spec, call)
-    return code.kernel_source(), name
-
-
-@contextlib.contextmanager
-def _rows(code: Code, rank: int, operands: list[str], based: list[str]) -> Iterator[None]:
-    """Within: the body of the loop over a thread's rows, each of the operands `based` at
-    its row (base_<op>), the steps of `operands` along the row (step_<op>) defined."""
     with code.block(
         "for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
         "     row += (Index)gridDim.y * blockDim.y)",
     ):
-        code(*[f"Index base_{op} = 0;" for op in based])
-        code.extend(decompose("row", range(rank - 1), based, code.indent))
+        code(*[f"Index base_{op} = 0;" for op in operands])
+        code.extend(decompose("row", range(rank - 1), operands, code.indent))
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands])
-        yield
-
-
-@contextlib.contextmanager
-def _vectors(code: Code, unroll: int) -> Iterator[None]:
-    """Within: the body of the loop over a thread's steps of U vectors along the row (v0)."""
-    with code.block(
-        f"for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x; v0 < n_vec;",
-        f"     v0 += (Index)gridDim.x * blockDim.x * {unroll})",
-    ):
-        yield
-
-
-def _vectors_then_rows(
-    code: Code,
-    plan: PointwisePlan,
-    spec: PointwiseKernelSpec,
-    call: Callable[..., str],
-    operands: list[str],
-    whole: str,
-) -> None:
-    """The loops the other way round: a thread's steps of vectors, and in each its rows, so
-    that the row-invariant inputs of a whole step are loaded once before its rows. A batch
-    norm's normalize over channels-last rows of 256 (4 per-channel inputs, 96 bytes of
-    loads for each 16 of the image) read them again at every row: L1 requests, not DRAM
-    bytes, bounded it (60 registers, 43% occupancy, 85% of copy bandwidth on an H200)."""
-    rank, vec, unroll = spec.rank, spec.vector, spec.unroll
-    kept = spec.row_invariant
-    varying = [op for op in operands if not (op.startswith("in") and int(op[2:]) in kept)]
-    inputs = plan.domain.input_uses
-    with _vectors(code, unroll):
-        with code.block(f"if ({whole})"):
-            code(*[f"const Index step_in{k} = in{k}.stride[{rank - 1}];" for k in kept])
-            code.extend(
-                load_vector_block(
-                    [u.val.dtype.cuda_type for u in inputs],
-                    spec.input_kinds,
-                    vec,
-                    str(unroll),
-                    code.indent,
-                    f"const Index i0 = (v0 + (Index)u * blockDim.x) * {vec}",
-                    lambda k: ("i0", f"(i0 + j) * step_in{k}", "0"),
-                    operands=kept,
-                )
-            )
-            with _rows(code, rank, varying, varying):
-                _whole_vectors(code, plan, spec, call, loaded=kept)
-            code.otherwise()
-            with _rows(code, rank, operands, operands):
+        with code.block(
+            f"for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
+            " v0 < n_vec;",
+            f"     v0 += (Index)gridDim.x * blockDim.x * {unroll})",
+        ):
+            with code.block(
+                f"if ((v0 + (Index)({unroll - 1}) * blockDim.x + 1) * {vec} <= n_inner)"
+            ):
+                _whole_vectors(code, plan, spec, call)
+                code.otherwise()
                 _ragged_end(code, plan, spec, call)
+    return code.kernel_source(), name
 
 
 def open_domain_kernel(
@@ -274,11 +214,10 @@ def _whole_vectors(
     call: Callable[..., str],
     unroll: int | None = None,
     offset: str | None = None,
-    loaded: tuple[int, ...] = (),
 ) -> None:
     """`unroll` (default U) vectors of a thread that lie inside the row, the u-th at element
     `offset` (default the thread's u-th vector): loads for all of them, then compute and
-    store each. `loaded`: inputs already in their registers x<k> (row-invariant ones)."""
+    store each."""
     vec = spec.vector
     unroll = spec.unroll if unroll is None else unroll
     offset = offset or f"(v0 + (Index)u * blockDim.x) * {vec}"
@@ -296,7 +235,6 @@ def _whole_vectors(
                 f"base_in{k} + (i0 + j) * step_in{k}",
                 f"base_in{k}",
             ),
-            operands=[k for k in range(len(inputs)) if k not in loaded],
         )
     )
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):

@@ -163,21 +163,7 @@ class PointwiseScheduler:
             input_kinds=tuple(access_kind(op, vector) for op in layout.inputs),
             output_kinds=tuple(access_kind(op, vector) for op in layout.outputs),
             launch_bounds=params.cparams.maxrregcount is None,
-            row_invariant=_row_invariant(layout, params, vector),
         )
-
-
-def _row_invariant(layout: PointwiseLayout, params: Any, vector: int) -> tuple[int, ...]:
-    """The inputs the kernel loads once for all of a thread's rows (PointwiseKernelSpec.
-    row_invariant): those with all row strides 0, where a thread's vectors cover its rows
-    in one step (its loop over them then runs once, and the loads are hoisted out of the row
-    loop instead of repeated in each)."""
-    if layout.rank < 2:
-        return ()
-    step = int(params.grid_x) * int(params.block_x) * int(params.unroll_factor) * vector
-    if step < layout.sizes[-1]:
-        return ()
-    return tuple(k for k, op in enumerate(layout.inputs) if not any(s for s in op.strides[:-1]))
 
 
 def pointwise_layout(
