@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from models import attention, batchnorm, groupnorm, norms, pointwise, softmax, transpose
+from models import attention, batchnorm, groupnorm, norms, pointwise, rope, softmax, transpose
 from models.case import Case
 
 CASES: list[Case] = [
@@ -15,6 +15,7 @@ CASES: list[Case] = [
     *transpose.CASES,
     *pointwise.CASES,
     *attention.CASES,
+    *rope.CASES,
 ]
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))

@@ -2,11 +2,12 @@
 
 The suite must run in about 5 minutes by default and about 90 s with --quick on one H200,
 torch.compile's compile time included (a few seconds per case and shape, compiled fresh per
-shape): 85 case-shapes by default; --quick runs one shape per case (42), since two per case
+shape): 86 case-shapes by default; --quick runs one shape per case (43), since two per case
 would not fit in 90 s. The 11 pointwise case-shapes (one shape each) add about 15 s to either
-(a quick run of the 31 others took 68 s on an H200). nvFuser sweeps far more
-(global_params.generate_input_sizes): batch 16..16384 by hidden 768..73728 for 2-D inputs,
-and [N, C, H, W] from tiny to ResNet sizes for 4-D ones; these are a few of its points.
+(a quick run of the 31 others took 68 s on an H200); RoPE's one shape, a few more. nvFuser
+sweeps far more (global_params.generate_input_sizes): batch 16..16384 by hidden 768..73728
+for 2-D inputs, and [N, C, H, W] from tiny to ResNet sizes for 4-D ones; these are a few of
+its points.
 
 Every default shape but a few spatial ones moves more than the 50 MB L2 per tensor; the timer
 flushes L2 before each call anyway.

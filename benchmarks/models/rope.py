@@ -1,0 +1,81 @@
+"""Rotary position embedding without a concatenation (nvFuser's test_rope.py, the
+`without_cat` variant of rope_ops.py): each pair (q_real, q_image) of a head's features is
+turned by a 2 x 2 matrix of cos and sin, precomputed per position as a [S, 2, F/2, 2] table,
+so that the fusion is a reshape and permute of q, a broadcast product with the table and a
+sum over the last axis of 2, then a reshape to [B, H, S, F]. The permute makes the output's
+order (heads before positions) differ from q's.
+
+Shapes are [batch, sequence, heads, features per head] (q's). API differences: no is_cpu;
+kfuse's reshape takes the sizes of the shape, as nvFuser's does.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from kfuse import DataType, FusionDefinition
+from models.case import Shape, sweep_case
+
+# Llama-2 7B's attention (32 heads of 128) at nvFuser's sequence of 4096; batch 8 (a 256 MiB
+# q), where nvFuser runs 32 (1 GiB), for the suite's 5-minute budget.
+ROPE = ((8, 4096, 32, 128),)
+ROPE_QUICK = ROPE
+TEST_ROPE = (2, 5, 3, 8)
+GPU_TEST_ROPE = (2, 512, 8, 128)
+
+
+def rope_without_cat_definition(dtype: DataType) -> FusionDefinition:
+    # from rope_ops.py::rope_without_cat_fusion (test_rope.py::test_rope_benchmark)
+    with FusionDefinition() as fd:
+        q = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=dtype)
+        table = fd.define_tensor(shape=[-1, 2, -1, 2], contiguity=[True] * 4, dtype=dtype)
+        b, s, h, f = (fd.ops.size(q, i) for i in range(4))
+        half = fd.ops.size(table, 2)
+        q = fd.ops.reshape(q, new_shape=[b, s, h, 2, half])
+        q = fd.ops.permute(q, dims=[0, 2, 1, 4, 3])
+        q = fd.ops.broadcast_in_dim(q, shape=[b, h, s, 1, half, 2], broadcast_dims=[0, 1, 2, 4, 5])
+        table = fd.ops.broadcast_in_dim(
+            table, shape=[b, h, s, 2, half, 2], broadcast_dims=[2, 3, 4, 5]
+        )
+        out = fd.ops.sum(fd.ops.mul(q, table), dims=[-1])
+        out = fd.ops.cast(out, dtype=dtype)
+        fd.add_output(fd.ops.reshape(out, new_shape=[b, h, s, f]))
+    return fd
+
+
+def rope_without_cat_torch(q: Any, table: Any) -> tuple[Any]:
+    # As the fusion writes it: the product in q's dtype, summed (torch accumulates a bf16
+    # sum in float32).
+    b, s, h, f = q.shape
+    pairs = q.reshape(b, s, h, 2, f // 2).permute(0, 2, 1, 4, 3).unsqueeze(3)
+    return ((pairs * table).sum(-1).reshape(b, h, s, f),)
+
+
+def rope_without_cat_reference(q: Any, table: Any) -> tuple[Any]:
+    import torch
+
+    return rope_without_cat_torch(q.to(torch.float64), table.to(torch.float64))
+
+
+def _inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
+    """q, and the table nvFuser's benchmark stacks from random angles: [S, 2, F/2, 2] with
+    rows (cos, -sin) and (sin, cos)."""
+    b, s, h, f = shape
+    q = torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
+    angles = torch.randn(s, f // 2, device=device, dtype=torch.float32)
+    cos, sin = angles.cos(), angles.sin()
+    table = torch.stack([torch.stack([cos, -sin], dim=-1), torch.stack([sin, cos], dim=-1)], dim=1)
+    return [q, table.to(dtype)]
+
+
+_case = functools.partial(sweep_case, "rope", sweep=(ROPE, ROPE_QUICK, TEST_ROPE, GPU_TEST_ROPE))
+
+CASES = [
+    _case(
+        "rope_without_cat",
+        "test_rope.py::test_rope_benchmark",
+        rope_without_cat_definition,
+        (rope_without_cat_torch, rope_without_cat_reference, _inputs),
+    ),
+]
