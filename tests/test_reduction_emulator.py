@@ -301,3 +301,65 @@ def test_impossible_params_raise_scheduler_error(edit: dict, message: str) -> No
         setattr(hp, k, v)
     with pytest.raises(SchedulerError, match=message):
         fd.manual_execute([x], heuristic_params=hp)
+
+
+def _column_epilogue_fd(n_red_dims: int = 1) -> FusionDefinition:
+    """A sum over the leading axis, then per-column math with a row input (a bias over the
+    kept axis) and a scalar: the outer kernel's epilogue, with its outputs in bf16 and f32."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        bias = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        s = fd.ops.sum(fd.ops.cast(x, DataType.Float), [0])
+        y = fd.ops.mul(fd.ops.add(s, bias), 0.5)
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+        fd.add_output(y)
+    return fd
+
+
+@pytest.mark.parametrize("n_red", [2, 3, 8, 9, 40])
+@pytest.mark.parametrize("columns", [64, 36])
+def test_outer_epilogue_stores_whole_column_groups_as_vectors(n_red: int, columns: int) -> None:
+    """The outer kernel finds a thread's group of V consecutive columns once and stores its
+    row outputs as one vector each (each column's index was decomposed and its element
+    stored alone). 36 columns: vectors of 4, 9 groups a row of the kept [5, 36]; the
+    groups cut by the kept axis' end take the column-by-column path (forced vector 8)."""
+    fd = _column_epilogue_fd()
+    x = rand((n_red, 5, columns), ml_dtypes.bfloat16, seed=n_red)
+    bias = rand((5, columns), seed=1)
+    out = check(fd, [x, bias])
+    source = fd.last_cuda_source()
+    assert "kf::store_vec<" in source and "(out0, base_out0, v0)" in source
+    if n_red <= 8:  # one batch of one thread: no threads along the reduced axis
+        hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x, bias])
+        assert (hp.block_y, hp.unroll_reduction) == (1, n_red)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, [x, bias])
+    hp.vectorize_iter = 8  # 36 = 4 whole groups and one of 4 columns a row
+    again = check(fd, [x, bias], hp)
+    for a, b in zip(out, again):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_direction_follows_the_bytes_each_operand_moves() -> None:
+    """A bf16 tensor contiguous along the reduced axis, scaled by a float per row (stride 1
+    along the kept axis), reduces along its rows: counted by element size the per-row
+    factor outweighed it, and the kernel walked the big tensor across its rows. RoPE's sum
+    over pairs goes the other way: q, contiguous along a kept axis, outweighs its table."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        wb = fd.ops.broadcast_in_dim(w, shape=fd.ops.shape(x), broadcast_dims=[0])
+        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(x, DataType.Float), wb), [1]))
+    inputs = [rand((6, 300), ml_dtypes.bfloat16), rand((6,))]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, inputs)
+    assert hp.fastest_dim_reduction
+    check(fd, inputs)
+    with FusionDefinition() as fd:
+        q = fd.define_tensor(shape=[-1, -1, -1])
+        t = fd.define_tensor(shape=[-1, -1])
+        pairs = fd.ops.permute(q, dims=[0, 2, 1])  # [rows, features, 2]
+        tb = fd.ops.broadcast_in_dim(t, shape=fd.ops.shape(pairs), broadcast_dims=[1, 2])
+        fd.add_output(fd.ops.sum(fd.ops.mul(pairs, tb), [2]))
+    inputs = [rand((40, 2, 64)), rand((64, 2))]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, inputs)
+    assert not hp.fastest_dim_reduction
+    check(fd, inputs)

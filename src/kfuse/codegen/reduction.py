@@ -36,8 +36,11 @@ from kfuse.codegen.kernel import (
     row_count,
     row_loop,
 )
+from kfuse.codegen.layout import VEC
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
+    epilogue_operands,
+    epilogue_statement,
     functions_source,
     kernel_name,
     stage_call,
@@ -170,12 +173,55 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
         outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
         outer_combine(code, plan, spec)
         with code.block("if (threadIdx.y == 0 && col_ok)"):
-            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-                code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
-                if parts > 1:
+            if parts > 1:
+                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                    code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
                     code(*[f"const {a.ctype} red{a.k} = acc{a.k}[j];" for a in accs])
-                _row_results(code, plan, spec, name, "acc{k}[j]")
+                    _row_results(code, plan, spec, name, "acc{k}[j]")
+            elif plan.row_outputs:
+                _outer_epilogue(code, plan, spec, name)
     return code.kernel_source(), name
+
+
+def _outer_epilogue(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> None:
+    """The results of a thread's V columns and the epilogue on them: the row operands'
+    bases found once for the group (its columns are consecutive along the innermost kept
+    axis), and the row outputs stored as one vector each where the group is whole and they
+    take vectors (spec.output_kinds). Decomposing every column's index and storing it alone
+    cost RoPE's sum over pairs, an output element per two loaded, about 30 instructions an
+    element."""
+    vec, rank, outs = spec.vector, spec.rank, plan.fusion.outputs
+    ops = epilogue_operands(plan)
+    code(*[f"Index base_{op} = 0;" for op in ops])
+    code.extend(decompose("outer * n_in + c0", range(rank - 1), ops, code.indent))
+    code(*[f"const Index step_{op} = {op}.stride[{rank - 2}];" for op in ops])
+    lane = [
+        line
+        for a in accumulators(plan)
+        for line in result_assignments(plan, a.k, f"acc{a.k}[j]", "n_red")
+    ]
+    lane += epilogue_statement(plan, name, " + j * step_{op}")
+    kinds = spec.output_kinds
+    if kinds and all(kinds[k] == VEC for k in plan.row_outputs):
+        with code.block(f"if (nvalid == {vec})"):
+            code(*[f"kf::Vec<{outs[k].dtype.cuda_type}, {vec}> v{k};" for k in plan.row_outputs])
+            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                code(*lane, *[f"v{k}[j] = y{k};" for k in plan.row_outputs])
+            code(*[f"kf::store_vec<{vec}>(out{k}, base_out{k}, v{k});" for k in plan.row_outputs])
+            code.otherwise()
+            _outer_epilogue_lanes(code, plan, vec, lane)
+    else:
+        _outer_epilogue_lanes(code, plan, vec, lane)
+
+
+def _outer_epilogue_lanes(code: Code, plan: ReductionPlan, vec: int, lane: list[str]) -> None:
+    """The epilogue column by column (`lane`: a column's statements), for the `nvalid` of the
+    group's V columns that exist, each stored alone."""
+    with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+        code("if (j >= nvalid) continue;", *lane)
+        code(
+            *[f"kf::store(out{k}, base_out{k} + j * step_out{k}, y{k});" for k in plan.row_outputs]
+        )
 
 
 @contextlib.contextmanager

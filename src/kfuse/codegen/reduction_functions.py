@@ -189,21 +189,35 @@ def scalar_names(plan: ReductionPlan) -> dict:
     return {s: f"s{i}" for i, s in enumerate(plan.scalars)}
 
 
+def epilogue_operands(plan: ReductionPlan) -> list[str]:
+    """The tensors the epilogue addresses per row: its row inputs, then the row outputs."""
+    n_row = len(plan.epilogue.input_uses)
+    return [f"rin{i}" for i in range(n_row)] + [f"out{k}" for k in plan.row_outputs]
+
+
+def epilogue_statement(plan: ReductionPlan, name: str, offset: str = "") -> list[str]:
+    """Declare the row outputs' values y<k> and call the epilogue on the row inputs loaded at
+    base_rin<i> (plus `offset`), the scalars and the reductions' results."""
+    n_row = len(plan.epilogue.input_uses)
+    outs = plan.fusion.outputs
+    args = [f"kf::load(rin{i}, base_rin{i}{offset.format(op=f'rin{i}')})" for i in range(n_row)]
+    args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
+    args += [f"y{k}" for k in plan.row_outputs]
+    return [
+        *[f"{outs[k].dtype.cuda_type} y{k};" for k in plan.row_outputs],
+        f"{name}_epi({', '.join(args)});",
+    ]
+
+
 def epilogue_call(code: Code, plan: ReductionPlan, name: str, row: str, kept_axes: range) -> None:
     """Load the row inputs at kept index `row`, run the epilogue, store the row outputs."""
     if not plan.row_outputs:
         return
-    n_row = len(plan.epilogue.input_uses)
-    ops = [f"rin{i}" for i in range(n_row)] + [f"out{k}" for k in plan.row_outputs]
-    outs = plan.fusion.outputs
-    args = [f"kf::load(rin{i}, base_rin{i})" for i in range(n_row)]
-    args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
-    args += [f"y{k}" for k in plan.row_outputs]
+    ops = epilogue_operands(plan)
     with code.block():
         code(*[f"Index base_{op} = 0;" for op in ops])
         code.extend(decompose(row, kept_axes, ops, code.indent))
-        code(*[f"{outs[k].dtype.cuda_type} y{k};" for k in plan.row_outputs])
-        code(f"{name}_epi({', '.join(args)});")
+        code(*epilogue_statement(plan, name))
         code(*[f"kf::store(out{k}, base_out{k}, y{k});" for k in plan.row_outputs])
 
 

@@ -22,12 +22,14 @@ Heuristics choose them from the device (SM count, threads per SM) and the sizes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.reduction import FINALIZE_X, emit_reduction, finalize_threads_y
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
+    Operand,
     PlanError,
     ReductionLayout,
     ReductionPlan,
@@ -123,11 +125,21 @@ class ReductionScheduler:
 
 
 def is_inner(layout: ReductionLayout) -> bool:
-    """Whether the reduced axis, rather than a kept one, is the one walked contiguously."""
+    """Whether the reduced axis, rather than a kept one, is the one walked contiguously: the
+    one along which more of the loop inputs' bytes lie (an operand broadcast over axes
+    counts only the elements it has). RoPE's table [S, 2, F/2, 2], contiguous along its
+    reduced pairs and read for every batch and head, tied with q [B, S, H, F], 128 times
+    its size and contiguous along a kept axis, when each counted its element size: the
+    inner kernel then read q two elements 128 bytes apart per output."""
     if layout.n_rows <= 1 or not layout.loop:
         return True
-    inner = sum(op.itemsize for op in layout.loop if op.red_stride == 1)
-    outer = sum(op.itemsize for op in layout.loop if op.strides[-2] == 1)
+
+    def moved(op: Operand) -> int:
+        # (an empty axis counts as 1, so that an empty reduction still weighs its operands)
+        return op.itemsize * math.prod(max(n, 1) for n, s in zip(layout.sizes, op.strides) if s)
+
+    inner = sum(moved(op) for op in layout.loop if op.red_stride == 1)
+    outer = sum(moved(op) for op in layout.loop if op.strides[-2] == 1)
     return inner >= outer
 
 
@@ -183,6 +195,12 @@ def _inner_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None
 TAIL_BATCHES = 4
 """Outer threads with fewer batches of rows than this take their last rows in batches of
 halving size (ReductionKernelSpec.tail_batches); threads with more keep the lighter loop."""
+
+SHORT_OUTER_ROWS = 8
+"""Outer reductions of at most this many rows take them all in one batch of one thread
+(block_y 1, 256 threads along the columns): RoPE's sum over a pair, [B, H, S, 2, F/2, 2]
+over the last axis, gave 2 threads a column, a combine through shared memory and half the
+threads idle while the others stored."""
 
 OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
@@ -241,6 +259,8 @@ def _outer_heuristics(
     # sum over dim 0) went from 99.4% of copy (512 threads, 4 rows, one wave) to 104.6%.
     block_x = min(32, pow2_ceil(cols))
     block_y = max(1, min(256 // block_x, 32, pow2_ceil(n_red)))
+    if n_red <= SHORT_OUTER_ROWS:
+        block_x, block_y = min(256, pow2_ceil(cols)), 1
     # The block combine holds an accumulator per vector lane of every thread: fewer rows of
     # threads, then a narrower vector, where that passes the static limit (a Welford of
     # doubles, 32 bytes a lane, read through bf16 vectors of 8 wanted 64 KiB).
@@ -378,7 +398,7 @@ def kernel_spec(
         parts,
         index,
         kinds,
-        (),
+        () if inner else tuple(_kind(op, axis, vector, layout) for op in layout.outputs),
         tail_batches=not inner and rows_per_thread < TAIL_BATCHES * unroll,
         launch_bounds=params.cparams.maxrregcount is None,
         min_blocks=None
