@@ -509,3 +509,31 @@ def test_h200_heuristics_for_the_model_suite(monkeypatch: pytest.MonkeyPatch) ->
         "02": (16, 256, 8, 8, 8),
         "strided": (64, 64, 8, 8, 8),
     }
+
+
+def test_tile_rows_move_through_shared_memory_in_words() -> None:
+    """Along a tile's row (phase B) a thread moves its vector through shared memory in the
+    widest accesses the row pitch keeps aligned and the banks take as fast: bf16 rows of
+    66 elements, 4 bytes (2-byte stores were 64 of a thread's instructions a 64 x 64 tile
+    of two inputs); an odd pitch, element by element. Tiled inputs and tiled outputs,
+    against the reference."""
+    from kfuse.codegen.transpose import row_access_width
+
+    assert row_access_width(2, 66, 64, 64, 8, 8) == 2
+    assert row_access_width(2, 65, 64, 64, 8, 8) == 1
+    assert row_access_width(4, 65, 64, 64, 4, 16) == 1
+    with FusionDefinition() as fd:  # transposed bf16 inputs in, contiguous out: tiled inputs
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.add(a, b))
+    inputs = [transposed((96, 136), DataType.BFloat16, s) for s in (1, 2)]
+    run(fd, inputs)
+    assert "reinterpret_cast<kf::Vec<kf::bfloat16, 2>*>(&tile_in0[ti]" in fd.last_cuda_source()
+    with FusionDefinition() as fd:  # out1 in x's order, out0 in the other: a tiled output
+        x, y = (fd.define_tensor(shape=[-1, -1], dtype=DataType.Half) for _ in range(2))
+        s = fd.ops.mul(x, 2.0)
+        fd.add_output(fd.ops.add(fd.ops.permute(s, dims=[1, 0]), y))
+        fd.add_output(s)
+    # (square: the outputs' shapes are each other's transposes, which segments otherwise)
+    run(fd, [values((136, 136), DataType.Half, 3), values((136, 136), DataType.Half, 4)])
+    assert "reinterpret_cast<const kf::Vec<kf::half, 2>*>(&tile_out1[ti]" in fd.last_cuda_source()

@@ -116,23 +116,52 @@ def lane_choices(fast: int) -> list[int]:
 
 @functools.cache
 def _wavefronts(
-    itemsize: int, pitch: int, tile_a: int, tile_b: int, vector: int, lanes: int, along_b: bool
+    itemsize: int,
+    pitch: int,
+    tile_a: int,
+    tile_b: int,
+    vector: int,
+    lanes: int,
+    along_b: bool,
+    width: int = 1,
 ) -> int:
-    """Shared-memory wavefronts of one warp's `vector` element accesses in a phase (the
-    most distinct 4-byte words any bank holds, summed over the vector's elements)."""
+    """Shared-memory wavefronts of one warp's accesses to its `vector` elements in a phase,
+    `width` elements an access (along B only: a row's elements are adjacent): the most
+    distinct 4-byte words any bank holds, summed over the accesses."""
     total = 0
-    for lane_el in range(vector):
+    for first in range(0, vector, width):
         words: dict[int, set[int]] = {}
         for lane in range(WARP):
             fast, slow = lane % lanes, lane // lanes
-            i, j = (slow, fast * vector + lane_el) if along_b else (fast * vector + lane_el, slow)
+            i, j = (slow, fast * vector + first) if along_b else (fast * vector + first, slow)
             if i >= tile_a or j >= tile_b:
                 continue
             start = (i * pitch + j) * itemsize
-            for word in range(start // 4, (start + itemsize - 1) // 4 + 1):
+            for word in range(start // 4, (start + width * itemsize - 1) // 4 + 1):
                 words.setdefault(word % BANKS, set()).add(word)
         total += max((len(w) for w in words.values()), default=0)
     return total
+
+
+def row_access_width(
+    itemsize: int, pitch: int, tile_a: int, tile_b: int, vector_b: int, lanes_b: int
+) -> int:
+    """Elements a thread moves in one shared-memory access along a tile's row in phase B:
+    the widest (up to 16 bytes) that the row pitch keeps aligned and that costs no more bank
+    wavefronts than element-wise accesses. bf16 tiles of a transpose went through shared
+    memory 2 bytes an instruction, 64 of them a thread for each 64 x 64 tile of two inputs
+    (as many as all the other instructions of its loop together)."""
+    best = 1
+    plain = _wavefronts(itemsize, pitch, tile_a, tile_b, vector_b, lanes_b, True)
+    width = 2
+    while width <= vector_b and width * itemsize <= 16:
+        aligned = (pitch * itemsize) % (width * itemsize) == 0
+        if aligned and (
+            _wavefronts(itemsize, pitch, tile_a, tile_b, vector_b, lanes_b, True, width) <= plain
+        ):
+            best = width
+        width *= 2
+    return best
 
 
 @functools.cache
@@ -293,8 +322,11 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
             # Phase B for the tiled inputs: vectors along B into registers, then shared.
             _load_inputs(code, spec, layout, plan, tiled_in, along_b=True)
             with _slot_loop(code, spec, layout, along_b=True):
-                with code.block(f"for (int j = 0; j < {vb}; ++j)", unroll=True):
-                    code(*[f"tile_in{k}[ti][tj + j] = x{k}[u][j];" for k in tiled_in])
+                for k in tiled_in:
+                    dtype = uses[k].val.dtype
+                    width = _row_width(spec, layout, dtype.itemsize, spec.input_kinds[k])
+                    dst, src = f"tile_in{k}[ti][tj + {{j}}]", f"x{k}[u][{{j}}]"
+                    code(*_row_copy(dst, src, dtype, vb, width))
             code("__syncthreads();")
         # Phase A: every element, vector_a consecutive ones along A a thread.
         _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
@@ -331,8 +363,9 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
                 for k in tiled_out:
                     o = outputs[k]
                     code(f"kf::Vec<{o.dtype.cuda_type}, {vb}> v{k};")
-                    with code.block(f"for (int j = 0; j < {vb}; ++j)", unroll=True):
-                        code(f"v{k}[j] = tile_out{k}[ti][tj + j];")
+                    width = _row_width(spec, layout, o.dtype.itemsize, VEC)
+                    dst, src = f"v{k}[{{j}}]", f"tile_out{k}[ti][tj + {{j}}]"
+                    code(*_row_copy(dst, src, o.dtype, vb, width))
                     at = _offset(f"out{k}", spec)
                     code.extend(
                         store_vector(
@@ -348,6 +381,36 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         if tiled_in or tiled_out:
             code("__syncthreads();  // the next tile overwrites the shared tiles")
     return code.kernel_source(), name
+
+
+def _row_width(spec: TransposeKernelSpec, layout: TileLayout, itemsize: int, kind: str) -> int:
+    """row_access_width for a tile of `itemsize`; 1 where the registers are not one
+    kf::Vec (an operand loaded element by element)."""
+    if kind != VEC:
+        return 1
+    pitch = spec.tile_b + layout.pad(itemsize)
+    return row_access_width(
+        itemsize, pitch, spec.tile_a, spec.tile_b, spec.vector_b, layout.lanes_b
+    )
+
+
+def _row_copy(dst: str, src: str, dtype: DataType, vector: int, width: int) -> list[str]:
+    """Statements copying `vector` adjacent elements from `src` to `dst`, each an element
+    expression of `j` (a tile's row from the slot's first element, or a register kf::Vec),
+    `width` of them an access (an aligned kf::Vec<T, width> each)."""
+    if width == 1:
+        return [
+            "#pragma unroll",
+            f"for (int j = 0; j < {vector}; ++j) {dst.format(j='j')} = {src.format(j='j')};",
+        ]
+    part = f"kf::Vec<{dtype.cuda_type}, {width}>"
+    first_dst, first_src = dst.format(j="0"), src.format(j="0")
+    return [
+        "#pragma unroll",
+        f"for (int p = 0; p < {vector // width}; ++p) "
+        f"reinterpret_cast<{part}*>(&{first_dst})[p] = "
+        f"reinterpret_cast<const {part}*>(&{first_src})[p];",
+    ]
 
 
 def _load_inputs(
