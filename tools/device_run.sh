@@ -5,7 +5,8 @@
 #   tools/device_run.sh quick   # GPU tests (bounded) + short benchmarks, no torch.compile
 #   tools/device_run.sh full    # GPU tests + the whole benchmark suite against every peer
 #   tools/device_run.sh models [ARGS...]  # GPU tests + the model suite at its quick sizes with
-#                               # each kernel profiled (ARGS go to benchmarks/models/run.py)
+#                               # each kernel profiled, and its charts (tools/device_models.sh;
+#                               # ARGS go to benchmarks/models/run.py)
 #   tools/device_run.sh campaign [SECONDS [ARGS...]]  # GPU tests + a kfuse campaign (default
 #                               # 300 s; ARGS go to kfuse campaign: --seed S --shard I/N)
 #
@@ -21,8 +22,7 @@ if [ "$MODE" = campaign ]; then
     BENCH=(bash "$(dirname "${BASH_SOURCE[0]}")/device_campaign.sh" "${2:-300}" "${@:3}")
 elif [ "$MODE" = models ]; then
     export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}"
-    BENCH=(timeout 300 python3 benchmarks/models/run.py --quick --kernels --budget 270
-           --json "$OUT/models.json" --md "$OUT/models.md" "${@:2}")
+    BENCH=(bash "$(dirname "${BASH_SOURCE[0]}")/device_models.sh" "${@:2}")
 elif [ "$MODE" = quick ]; then
     export KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-170}"
     BENCH=(timeout 150 python3 benchmarks/run.py --quick --reps 20 --peers "kfuse,torch eager,cupy"

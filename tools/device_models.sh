@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the GPU machine, after tools/device_check.sh has installed kfuse: the model suite at its
+# quick sizes with every kernel profiled, then its charts. $OUT gets models.json and
+# models.log; the PNG per family and the Markdown table go into $OUT/models-charts.tgz, one
+# file, since a device call returns at most 8 (the issues' closing notes give the PNGs).
+#
+#   tools/device_models.sh [ARGS...]   (ARGS go to benchmarks/models/run.py: --only REGEX, ...)
+set -u
+OUT="${OUT:-/tmp/kfuse-device-logs}"
+mkdir -p "$OUT"
+timeout "${KFUSE_MODELS_TIMEOUT:-300}" python3 benchmarks/models/run.py --quick --kernels \
+    --budget "${KFUSE_MODELS_BUDGET:-270}" --json "$OUT/models.json" "$@" > "$OUT/models.log" 2>&1
+rc=$?
+tail -n 30 "$OUT/models.log"
+charts="$(mktemp -d)/models-charts"
+if [ -s "$OUT/models.json" ] &&
+    python3 benchmarks/models/chart.py "$OUT/models.json" "$charts" > /dev/null 2>&1; then
+    tar czf "$OUT/models-charts.tgz" -C "$(dirname "$charts")" models-charts
+    echo "charts: $(ls "$charts" | tr '\n' ' ')(in models-charts.tgz)"
+else
+    echo "no charts: benchmarks/models/chart.py failed (no models.json, or no matplotlib)"
+fi
+exit $rc
