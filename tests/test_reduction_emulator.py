@@ -363,3 +363,24 @@ def test_the_direction_follows_the_bytes_each_operand_moves() -> None:
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, inputs)
     assert not hp.fastest_dim_reduction
     check(fd, inputs)
+
+
+@pytest.mark.parametrize("pairs", [2, 4])
+def test_rows_adjacent_in_each_column_load_as_one_block(pairs: int) -> None:
+    """An outer reduction whose threads take all its rows in one batch reads an operand
+    whose rows are adjacent in each column (a RoPE cos/sin table, [features, pair]) as one
+    vector of its V columns' rows, spread in registers; q, contiguous along the columns,
+    as vectors a row. Against the reference; a table laid out the other way round
+    ([pair, features]) is read as vectors a row too, not as one block."""
+    with FusionDefinition() as fd:
+        q = fd.define_tensor(shape=[-1, -1, -1])
+        t = fd.define_tensor(shape=[-1, -1])
+        rows = fd.ops.permute(q, dims=[0, 2, 1])  # [rows, features, pair]
+        tb = fd.ops.broadcast_in_dim(t, shape=fd.ops.shape(rows), broadcast_dims=[1, 2])
+        fd.add_output(fd.ops.sum(fd.ops.mul(rows, tb), [2]))
+    inputs = [rand((24, pairs, 64)), rand((64, pairs), seed=1)]
+    check(fd, inputs)
+    assert f"kf::load_vec<{4 * pairs}>(in1, base_in1 + r)" in fd.last_cuda_source()
+    apart = [inputs[0], np.ascontiguousarray(inputs[1].T).T]  # the same values, [pair, features]
+    check(fd, apart)
+    assert "xb1" not in fd.last_cuda_source()

@@ -5,7 +5,7 @@ a row's coordinates (decompose), and the loads and stores of vectors by access k
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.registers import register_array
@@ -108,21 +108,21 @@ def load_vector_block(
     indent: str,
     index: str,
     addresses: Callable[[int], tuple[str, str, str]],
+    skip: Collection[int] = (),
 ) -> list[str]:
     """Declare x{i}[count] for every loop operand i (element type ctypes[i], access kinds[i])
     and load `count` vectors into them: iteration u declares `index` (e.g. "const Index i0 =
     ..."), then loads operand i from in{i} at addresses(i) = (vector, lane j, broadcast)
-    offsets, as load_vector takes them."""
-    lines = [
-        register_array(f"x{i}", ctype, kind, vec, count, indent)
-        for i, (ctype, kind) in enumerate(zip(ctypes, kinds))
-    ]
+    offsets, as load_vector takes them. `skip`: operands the caller loads itself."""
+    chosen = [i for i in range(len(kinds)) if i not in skip]
+    lines = [register_array(f"x{i}", ctypes[i], kinds[i], vec, count, indent) for i in chosen]
     lines += [
         "#pragma unroll",
         f"{indent}for (int u = 0; u < {count}; ++u) {{",
         f"{indent}  {index};",
     ]
-    for i, kind in enumerate(kinds):
+    for i in chosen:
+        kind = kinds[i]
         at, element_at, bcast_at = addresses(i)
         lines += load_vector(
             kind,

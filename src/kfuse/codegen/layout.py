@@ -18,6 +18,10 @@ VEC = "vec"  # unit stride and aligned: V elements in one (up to 16-byte) access
 BCAST = "bcast"  # stride 0: one element serves the whole vector
 STRIDED = "strided"  # anything else: V scalar accesses
 SPLIT = "split"  # a reduction kernel's row operand read through row sub-axes of its own
+# An outer reduction's operand whose reduced rows are adjacent within each column (stride 1
+# along the reduced axis, `unroll` along the columns): a thread's V columns of all its rows are
+# one block of V * unroll elements, loaded as one vector (kfuse.codegen.reduction).
+INTERLEAVED = "interleaved"
 
 
 @dataclass(frozen=True)

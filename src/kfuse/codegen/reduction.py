@@ -36,7 +36,7 @@ from kfuse.codegen.kernel import (
     row_count,
     row_loop,
 )
-from kfuse.codegen.layout import VEC
+from kfuse.codegen.layout import INTERLEAVED, VEC
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     epilogue_operands,
@@ -353,20 +353,40 @@ def outer_combine(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) ->
 def _outer_block(
     plan: ReductionPlan, spec: ReductionKernelSpec, name: str, count: str, indent: str
 ) -> list[str]:
-    """Load `count` reduced rows (r + u * rstride) of V columns and accumulate them."""
+    """Load `count` reduced rows (r + u * rstride) of V columns and accumulate them.
+
+    INTERLEAVED operands (their rows adjacent in each column) are one vector of V * unroll
+    elements in the batch of all `unroll` rows, spread into x<i>[u][j] in registers; in
+    smaller batches (which such a kernel never runs: its rows are exactly one batch) they are
+    read element by element."""
+    vec, unroll = spec.vector, spec.unroll
+    ctypes = [u.val.dtype.cuda_type for u in plan.loop_inputs]
+    whole = [i for i, k in enumerate(spec.loop_kinds) if k == INTERLEAVED and count == str(unroll)]
+    lines = []
+    for i in whole:
+        block = f"kf::Vec<{ctypes[i]}, {vec * unroll}>"
+        lines += [
+            f"{indent}const {block} xb{i} = kf::load_vec<{vec * unroll}>(in{i}, base_in{i} + r);",
+            f"{indent}{ctypes[i]} x{i}[{unroll}][{vec}];",
+            "#pragma unroll",
+            f"{indent}for (int u = 0; u < {unroll}; ++u)",
+            "#pragma unroll",
+            f"{indent}  for (int j = 0; j < {vec}; ++j) x{i}[u][j] = xb{i}[j * {unroll} + u];",
+        ]
 
     def addresses(i: int) -> tuple[str, str, str]:
         at = f"base_in{i} + rr * rs_in{i}"
         return at, f"{at} + j * step_in{i}", at
 
-    lines = load_vector_block(
-        [u.val.dtype.cuda_type for u in plan.loop_inputs],
+    lines += load_vector_block(
+        ctypes,
         spec.loop_kinds,
-        spec.vector,
+        vec,
         count,
         indent,
         "const Index rr = r + (Index)u * rstride",
         addresses,
+        skip=whole,
     )
     lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
     return lines

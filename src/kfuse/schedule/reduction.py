@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfuse.codegen.layout import BCAST, STRIDED, VEC
+from kfuse.codegen.layout import BCAST, INTERLEAVED, STRIDED, VEC
 from kfuse.codegen.reduction import FINALIZE_X, emit_reduction, finalize_threads_y
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
@@ -384,6 +384,11 @@ def kernel_spec(
     validate_common(params, kind, vector, unroll, device)
     axis = layout.rank - 1 if inner else layout.rank - 2
     kinds = tuple(_kind(op, axis, vector, layout) for op in layout.loop)
+    if not inner and _int(params, "block_y") == 1 and _int(params, "grid_y") == 1:
+        kinds = tuple(
+            INTERLEAVED if _interleaved(op, layout, vector, unroll) else kind
+            for op, kind in zip(layout.loop, kinds)
+        )
     index = "long long" if (params.cparams.index_type == "int64" or layout.needs_int64()) else "int"
     by, parts = _int(params, "block_y"), _int(params, "grid_y")
     # a thread with fewer than TAIL_BATCHES batches of rows takes its last rows in batches
@@ -414,6 +419,35 @@ def kernel_spec(
             "fewer threads or a narrower vector"
         )
     return spec
+
+
+INTERLEAVED_MAX_BYTES = 64
+"""The largest block of an INTERLEAVED operand a thread loads at once (registers)."""
+
+
+def _interleaved(op: Operand, layout: ReductionLayout, vector: int, unroll: int) -> bool:
+    """Whether an outer kernel whose threads take every reduced row in one batch (block_y 1,
+    one block along the rows, `unroll` = the rows) reads `op` as one block of its V columns'
+    rows (kfuse.codegen.layout.INTERLEAVED): its rows adjacent in each column, the block a
+    power of two of elements, aligned. RoPE's cos/sin table [S, 2, F/2, 2] summed over its
+    last axis: 16 two-byte loads a thread for 8 columns, now two of 16 bytes."""
+    block = vector * unroll
+    axis = layout.rank - 2
+    return (
+        vector > 1
+        and layout.red_size == unroll
+        and op.red_stride == 1
+        and op.strides[axis] == unroll
+        and not op.row_split
+        and block & (block - 1) == 0
+        and block * op.itemsize <= INTERLEAVED_MAX_BYTES
+        and op.data_ptr % min(16, block * op.itemsize) == 0
+        and all(
+            s % block == 0
+            for i, (n, s) in enumerate(zip(layout.sizes, op.strides))
+            if i < axis and n != 1
+        )
+    )
 
 
 def _kind(op: Any, axis: int, vector: int, layout: ReductionLayout) -> str:
