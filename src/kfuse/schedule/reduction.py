@@ -218,7 +218,7 @@ def outer_welford_blocks_per_sm(
 ) -> int | None:
     """Blocks an SM of an outer kernel with a Welford accumulator, from an estimate of its
     registers: the second argument of its __launch_bounds__, which makes ptxas keep to the
-    estimate, and what its grid is sized for (kfuse.schedule.reduction). A Welford state
+    estimate, and what _outer_heuristics sizes its grid for. A Welford state
     is 4 words a lane, so these kernels are the ones whose registers, not their threads,
     bound how many blocks an SM runs: a batch norm's statistics kernel took 92 registers, an
     H200 ran 2 of its 256-thread blocks an SM, and a grid sized for 8 ran as a full wave and
