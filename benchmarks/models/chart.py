@@ -71,11 +71,12 @@ def main(argv: list[str]) -> int:
     data = json.loads(Path(argv[0]).read_text())
     out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for family in dict.fromkeys(r["family"] for r in data["rows"]):
-        family_chart(data, family, out / f"{family}.png")
+    # The table first: it needs no matplotlib, so a machine without it still gets the table.
     md = table.markdown(data)
     (out / "models.md").write_text(md)
     print(md)
+    for family in dict.fromkeys(r["family"] for r in data["rows"]):
+        family_chart(data, family, out / f"{family}.png")
     return 0
 
 
