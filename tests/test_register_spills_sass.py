@@ -84,9 +84,7 @@ def _sass(
 ) -> tuple[str, str]:
     """(file name, text) of the SASS of the case's kernel (the one whose name starts with
     `kernel` where it has several), bf16, compiled as for an H200 without a GPU."""
-    nvrtc_or_skip()
-    if dump.find_disassembler()[0] is None:
-        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")
+    _needs_nvrtc_and_nvdisasm()
     case = CASES[name]
     fd = case.define(DataType.BFloat16)
     inputs = case.make_inputs(torch, shape, torch.bfloat16, "cpu")
@@ -107,9 +105,7 @@ def test_outer_welford_kernels_fit_their_launch_bound(
     """The channels-last batch and instance norm statistics (a Welford over leading axes)
     keep to the blocks an SM their __launch_bounds__ states, which their grids are sized
     for (kfuse.schedule.reduction.outer_welford_blocks_per_sm), without spilling."""
-    nvrtc_or_skip()
-    if dump.find_disassembler()[0] is None:
-        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")
+    _needs_nvrtc_and_nvdisasm()
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * len(shape), dtype=DataType.BFloat16)
         var, mean = fd.ops.var_mean(fd.ops.cast(x, DataType.Float), [dim], correction=0)
@@ -129,3 +125,10 @@ def test_outer_welford_kernels_fit_their_launch_bound(
     assert registers * threads * blocks <= 65536, (registers, threads, blocks)
     local = re.findall(r"\b(?:LDL|STL)\b", text)
     assert not local, f"{len(local)} local-memory accesses (spills) in {main.name}"
+
+
+def _needs_nvrtc_and_nvdisasm() -> None:
+    """Skip where NVRTC or nvdisasm is missing (kfuse[test] installs both, so CI has them)."""
+    nvrtc_or_skip()
+    if dump.find_disassembler()[0] is None:
+        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")

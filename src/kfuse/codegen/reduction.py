@@ -200,7 +200,7 @@ def _outer_epilogue(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, 
         for a in accumulators(plan)
         for line in result_assignments(plan, a.k, f"acc{a.k}[j]", "n_red")
     ]
-    lane += epilogue_statement(plan, name, " + j * step_{op}")
+    lane += epilogue_statement(plan, name, lambda op: f"base_{op} + j * step_{op}")
     kinds = spec.output_kinds
     if kinds and all(kinds[k] == VEC for k in plan.row_outputs):
         with code.block(f"if (nvalid == {vec})"):
@@ -361,9 +361,10 @@ def _outer_block(
     read element by element."""
     vec, unroll = spec.vector, spec.unroll
     ctypes = [u.val.dtype.cuda_type for u in plan.loop_inputs]
-    whole = [i for i, k in enumerate(spec.loop_kinds) if k == INTERLEAVED and count == str(unroll)]
+    one_batch = count == str(unroll)  # `count`: a C++ expression, here a literal
+    blocked = [i for i, k in enumerate(spec.loop_kinds) if k == INTERLEAVED and one_batch]
     lines = []
-    for i in whole:
+    for i in blocked:
         block = f"kf::Vec<{ctypes[i]}, {vec * unroll}>"
         lines += [
             f"{indent}const {block} xb{i} = kf::load_vec<{vec * unroll}>(in{i}, base_in{i} + r);",
@@ -386,7 +387,7 @@ def _outer_block(
         indent,
         "const Index rr = r + (Index)u * rstride",
         addresses,
-        skip=whole,
+        skip=blocked,
     )
     lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
     return lines

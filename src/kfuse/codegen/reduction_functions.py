@@ -6,6 +6,7 @@ parameters, and the calls of those functions."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kfuse.codegen.body import emit_body, from_storage
@@ -195,12 +196,14 @@ def epilogue_operands(plan: ReductionPlan) -> list[str]:
     return [f"rin{i}" for i in range(n_row)] + [f"out{k}" for k in plan.row_outputs]
 
 
-def epilogue_statement(plan: ReductionPlan, name: str, offset: str = "") -> list[str]:
+def epilogue_statement(
+    plan: ReductionPlan, name: str, at: Callable[[str], str] = lambda op: f"base_{op}"
+) -> list[str]:
     """Declare the row outputs' values y<k> and call the epilogue on the row inputs loaded at
-    base_rin<i> (plus `offset`), the scalars and the reductions' results."""
+    at(rin<i>) (default their bases), the scalars and the reductions' results."""
     n_row = len(plan.epilogue.input_uses)
     outs = plan.fusion.outputs
-    args = [f"kf::load(rin{i}, base_rin{i}{offset.format(op=f'rin{i}')})" for i in range(n_row)]
+    args = [f"kf::load(rin{i}, {at(f'rin{i}')})" for i in range(n_row)]
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"y{k}" for k in plan.row_outputs]
     return [

@@ -325,8 +325,7 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
                 for k in tiled_in:
                     dtype = uses[k].val.dtype
                     width = _row_width(spec, layout, dtype.itemsize, spec.input_kinds[k])
-                    dst, src = f"tile_in{k}[ti][tj + {{j}}]", f"x{k}[u][{{j}}]"
-                    code(*_row_copy(dst, src, dtype, vb, width))
+                    code(*_row_copy(f"tile_in{k}[ti][tj + ", f"x{k}[u][", dtype, vb, width))
             code("__syncthreads();")
         # Phase A: every element, vector_a consecutive ones along A a thread.
         _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
@@ -364,8 +363,7 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
                     o = outputs[k]
                     code(f"kf::Vec<{o.dtype.cuda_type}, {vb}> v{k};")
                     width = _row_width(spec, layout, o.dtype.itemsize, VEC)
-                    dst, src = f"v{k}[{{j}}]", f"tile_out{k}[ti][tj + {{j}}]"
-                    code(*_row_copy(dst, src, o.dtype, vb, width))
+                    code(*_row_copy(f"v{k}[", f"tile_out{k}[ti][tj + ", o.dtype, vb, width))
                     at = _offset(f"out{k}", spec)
                     code.extend(
                         store_vector(
@@ -396,20 +394,16 @@ def _row_width(spec: TransposeKernelSpec, layout: TileLayout, itemsize: int, kin
 
 def _row_copy(dst: str, src: str, dtype: DataType, vector: int, width: int) -> list[str]:
     """Statements copying `vector` adjacent elements from `src` to `dst`, each an element
-    expression of `j` (a tile's row from the slot's first element, or a register kf::Vec),
-    `width` of them an access (an aligned kf::Vec<T, width> each)."""
+    expression open before its index (`dst` + "j]": a tile's row from the slot's first
+    element, or a register kf::Vec), `width` of them an access (an aligned kf::Vec<T, width>
+    each)."""
     if width == 1:
-        return [
-            "#pragma unroll",
-            f"for (int j = 0; j < {vector}; ++j) {dst.format(j='j')} = {src.format(j='j')};",
-        ]
+        return ["#pragma unroll", f"for (int j = 0; j < {vector}; ++j) {dst}j] = {src}j];"]
     part = f"kf::Vec<{dtype.cuda_type}, {width}>"
-    first_dst, first_src = dst.format(j="0"), src.format(j="0")
     return [
         "#pragma unroll",
         f"for (int p = 0; p < {vector // width}; ++p) "
-        f"reinterpret_cast<{part}*>(&{first_dst})[p] = "
-        f"reinterpret_cast<const {part}*>(&{first_src})[p];",
+        f"reinterpret_cast<{part}*>(&{dst}0])[p] = reinterpret_cast<const {part}*>(&{src}0])[p];",
     ]
 
 

@@ -257,10 +257,11 @@ def _outer_heuristics(
     # 256-thread blocks, each thread loading 8 reduced rows before it adds them, and the
     # reduced axis split over about two waves of blocks: on an H200, W3 (fp32 [16384, 16384],
     # sum over dim 0) went from 99.4% of copy (512 threads, 4 rows, one wave) to 104.6%.
-    block_x = min(32, pow2_ceil(cols))
-    block_y = max(1, min(256 // block_x, 32, pow2_ceil(n_red)))
     if n_red <= SHORT_OUTER_ROWS:
         block_x, block_y = min(256, pow2_ceil(cols)), 1
+    else:
+        block_x = min(32, pow2_ceil(cols))
+        block_y = max(1, min(256 // block_x, 32, pow2_ceil(n_red)))
     # The block combine holds an accumulator per vector lane of every thread: fewer rows of
     # threads, then a narrower vector, where that passes the static limit (a Welford of
     # doubles, 32 bytes a lane, read through bf16 vectors of 8 wanted 64 KiB).
