@@ -437,3 +437,25 @@ def test_case_on_gpu(name: str) -> None:
     references = case.reference(*inputs)
     _check("kfuse", _kfuse(case, "bfloat16", inputs), references)
     _check("torch", case.torch_fn(*inputs), references)
+
+
+def test_rope_computes_the_product_in_float_as_nvfuser_does() -> None:
+    """nvFuser computes RoPE's bf16 products in Float and rounds once, after the sum; the
+    case spells that with casts (kfuse keeps a bf16 product bf16, as torch does). Here the two
+    products of a pair nearly cancel (5.71875 and 5.8125 turned by pi/4): rounding them to
+    bf16 first is 0.027 off, more than bf16's tolerance for a result of 0.07. kfuse (on the
+    emulator) and the torch peer match the unrounded reference; products rounded first do
+    not."""
+    from models import rope
+
+    q = torch.tensor([5.71875, 5.8125], dtype=torch.bfloat16).reshape(1, 1, 1, 2)
+    c = torch.tensor(0.70703125)  # cos(pi/4) = sin(pi/4) in bf16
+    table = torch.stack([torch.stack([c, -c]), torch.stack([c, c])]).reshape(1, 2, 1, 2)
+    table = table.to(torch.bfloat16)
+    reference = rope.rope_without_cat_reference(q, table)
+    _check("torch", rope.rope_without_cat_torch(q, table), reference)
+    _check("kfuse", _kfuse(CASES["rope_without_cat"], "bfloat16", [q, table]), reference)
+    pairs = q.reshape(1, 1, 1, 2, 1).permute(0, 2, 1, 4, 3).unsqueeze(3)
+    rounded_first = ((pairs * table).sum(-1).reshape(1, 1, 1, 2),)
+    result = measure.check_outputs(torch, "torch", rounded_first, reference, SUITE.check)
+    assert result["check"] != "ok"

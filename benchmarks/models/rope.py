@@ -5,6 +5,13 @@ so that the fusion is a reshape and permute of q, a broadcast product with the t
 sum over the last axis of 2, then a reshape to [B, H, S, F]. The permute makes the output's
 order (heads before positions) differ from q's.
 
+The product is spelled with casts to Float that rope_ops.py leaves out: nvFuser computes
+arithmetic on BFloat16 and Half operands in Float (its type promotion casts a reduced common
+type to Float), and its test_rope.py checks this fusion bit-exactly against products and sums
+in float32 rounded once to bf16; kfuse types a product of bf16 tensors bf16, as torch does,
+rounding it before the sum. Written out, the casts make kfuse compute what nvFuser computes
+(and are what nvFuser's llama RoPE fusions spell).
+
 Shapes are [batch, sequence, heads, features per head] (q's). API differences: no is_cpu;
 kfuse's reshape takes the sizes of the shape, as nvFuser's does.
 """
@@ -38,24 +45,34 @@ def rope_without_cat_definition(dtype: DataType) -> FusionDefinition:
         table = fd.ops.broadcast_in_dim(
             table, shape=[b, h, s, 2, half, 2], broadcast_dims=[2, 3, 4, 5]
         )
-        out = fd.ops.sum(fd.ops.mul(q, table), dims=[-1])
+        product = fd.ops.mul(
+            fd.ops.cast(q, dtype=DataType.Float), fd.ops.cast(table, dtype=DataType.Float)
+        )
+        out = fd.ops.sum(product, dims=[-1])
         out = fd.ops.cast(out, dtype=dtype)
         fd.add_output(fd.ops.reshape(out, new_shape=[b, h, s, f]))
     return fd
 
 
-def rope_without_cat_torch(q: Any, table: Any) -> tuple[Any]:
-    # As the fusion writes it: the product in q's dtype, summed (torch accumulates a bf16
-    # sum in float32).
+def _rotate(q: Any, table: Any, compute: Any) -> Any:
+    """The fusion's result in dtype `compute`: products and their sum, unrounded."""
     b, s, h, f = q.shape
-    pairs = q.reshape(b, s, h, 2, f // 2).permute(0, 2, 1, 4, 3).unsqueeze(3)
-    return ((pairs * table).sum(-1).reshape(b, h, s, f),)
+    pairs = q.to(compute).reshape(b, s, h, 2, f // 2).permute(0, 2, 1, 4, 3).unsqueeze(3)
+    return (pairs * table.to(compute)).sum(-1).reshape(b, h, s, f)
+
+
+def rope_without_cat_torch(q: Any, table: Any) -> tuple[Any]:
+    # As the fusion writes it (and nvFuser computes it): products and sum in float32, one
+    # rounding to q's dtype.
+    import torch
+
+    return (_rotate(q, table, torch.float32).to(q.dtype),)
 
 
 def rope_without_cat_reference(q: Any, table: Any) -> tuple[Any]:
     import torch
 
-    return rope_without_cat_torch(q.to(torch.float64), table.to(torch.float64))
+    return (_rotate(q, table, torch.float64),)
 
 
 def _inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
