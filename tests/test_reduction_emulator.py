@@ -4,6 +4,7 @@ inputs against kfuse.reference, for inner, outer, multi-axis and grid reductions
 from __future__ import annotations
 
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -380,7 +381,12 @@ def test_rows_adjacent_in_each_column_load_as_one_block(pairs: int) -> None:
         fd.add_output(fd.ops.sum(fd.ops.mul(rows, tb), [2]))
     inputs = [rand((24, pairs, 64)), rand((64, pairs), seed=1)]
     check(fd, inputs)
-    assert f"kf::load_vec<{4 * pairs}>(in1, base_in1 + r)" in fd.last_cuda_source()
+    source = fd.last_cuda_source()
+    vector = int(re.search(r"const Index nvec_in = \(n_in \+ \d+\) / (\d+);", source)[1])
+    assert f"kf::load_vec<{vector * pairs}>(in1, base_in1 + r)" in source
+    # 32 bytes of each operand a thread where its rows fit SHORT_OUTER_LOAD_WORDS registers
+    # (2 rows x 8 x 2 float32 operands: 32 words), else 16 (4 rows would take 64).
+    assert vector == (8 if pairs == 2 else 4)
     apart = [inputs[0], np.ascontiguousarray(inputs[1].T).T]  # the same values, [pair, features]
     check(fd, apart)
     assert "xb1" not in fd.last_cuda_source()

@@ -26,7 +26,7 @@ under every scheduler; names and parameters) and reduction_loads (loads and accu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from kfuse.codegen.kernel import (
     Code,
@@ -169,7 +169,8 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.open_kernel(
         kernel_header(name, params, threads, bounded=spec.launch_bounds, min_blocks=spec.min_blocks)
     )
-    with outer_columns(code, plan, spec, "(Index)gridDim.y", []):
+    row_ops = epilogue_operands(plan) if parts == 1 and plan.row_outputs else []
+    with outer_columns(code, plan, spec, "(Index)gridDim.y", [], row_ops):
         outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
         outer_combine(code, plan, spec)
         with code.block("if (threadIdx.y == 0 && col_ok)"):
@@ -184,17 +185,14 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
 
 
 def _outer_epilogue(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str) -> None:
-    """The results of a thread's V columns and the epilogue on them: the row operands'
-    bases found once for the group (its columns are consecutive along the innermost kept
-    axis), and the row outputs stored as one vector each where the group is whole and they
-    take vectors (spec.output_kinds). Decomposing every column's index and storing it alone
-    cost RoPE's sum over pairs, an output element per two loaded, about 30 instructions an
-    element."""
-    vec, rank, outs = spec.vector, spec.rank, plan.fusion.outputs
-    ops = epilogue_operands(plan)
-    code(*[f"Index base_{op} = 0;" for op in ops])
-    code.extend(decompose("outer * n_in + c0", range(rank - 1), ops, code.indent))
-    code(*[f"const Index step_{op} = {op}.stride[{rank - 2}];" for op in ops])
+    """The results of a thread's V columns and the epilogue on them, at the row operands'
+    bases and steps that outer_columns found with the loaded operands' (its columns are
+    consecutive along the innermost kept axis), with the row outputs stored as one vector
+    each where the group is whole and they take vectors (spec.output_kinds). Decomposing
+    every column's index and storing it alone cost RoPE's sum over pairs, an output element
+    per two loaded, about 30 instructions an element; decomposing the group's index a second
+    time for the epilogue, four more integer divisions a thread."""
+    vec, outs = spec.vector, plan.fusion.outputs
     lane = [
         line
         for a in accumulators(plan)
@@ -226,14 +224,20 @@ def _outer_epilogue_lanes(code: Code, plan: ReductionPlan, vec: int, lane: list[
 
 @contextlib.contextmanager
 def outer_columns(
-    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, splits: str, outputs: list[int]
+    code: Code,
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    splits: str,
+    outputs: list[int],
+    row_operands: Sequence[str] = (),
 ) -> Iterator[None]:
     """Within: the body of the loop over this block's groups of V columns, after an outer
     kernel's shared memory and extents, with each thread's column group (cv, outer, c0,
     nvalid), its operands' bases and steps, and its accumulators defined. `splits`: the blocks
     along the reduced axis (rstride = splits * block_y); `outputs`: fusion outputs on the full
     domain the kernel also addresses (out<k>: base, step along the columns, stride along the
-    reduced axis)."""
+    reduced axis); `row_operands`: tensors on the kept axes only (the epilogue's row inputs
+    and outputs: base and step), found in the same decomposition of the group's index."""
     rank, vec, bx, by = spec.rank, spec.vector, spec.block_x, spec.block_y
     inner_axis = rank - 2
     n_loop = len(plan.loop_inputs)
@@ -260,16 +264,17 @@ def outer_columns(
             "int nvalid = 0;",
         )
         ops = [f"in{i}" for i in range(n_loop)] + [f"out{k}" for k in outputs]
-        code(*[f"Index base_{op} = 0;" for op in ops])
+        addressed = ops + list(row_operands)
+        code(*[f"Index base_{op} = 0;" for op in addressed])
         with code.block("if (col_ok)"):
             code(
                 "outer = cv / nvec_in;",
                 f"c0 = (cv - outer * nvec_in) * {vec};",
                 f"nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});",
             )
-            code.extend(decompose("outer", range(inner_axis), ops, code.indent))
-            code(*[f"base_{op} += c0 * {op}.stride[{inner_axis}];" for op in ops])
-        code(*[f"const Index step_{op} = {op}.stride[{inner_axis}];" for op in ops])
+            code.extend(decompose("outer", range(inner_axis), addressed, code.indent))
+            code(*[f"base_{op} += c0 * {op}.stride[{inner_axis}];" for op in addressed])
+        code(*[f"const Index step_{op} = {op}.stride[{inner_axis}];" for op in addressed])
         code(*[f"const Index rs_{op} = {op}.stride[{rank - 1}];" for op in ops])
         for a in accumulators(plan):
             code(

@@ -143,9 +143,12 @@ def is_inner(layout: ReductionLayout) -> bool:
     return inner >= outer
 
 
-def pick_vector(layout: ReductionLayout, axis: int, extent: int, extra: tuple = ()) -> int:
-    """16 bytes of the narrowest unit-stride operand along `axis`, halved until every such
-    operand is aligned for it (and the vector is not longer than the axis)."""
+def pick_vector(
+    layout: ReductionLayout, axis: int, extent: int, extra: tuple = (), max_bytes: int = 16
+) -> int:
+    """`max_bytes` (at most 8 elements to 16 bytes, 16 to 32) of the narrowest unit-stride
+    operand along `axis`, halved until every such operand is aligned for it (and the vector
+    is not longer than the axis)."""
     # SPLIT operands are read element by element (kfuse.codegen.row_split): no constraint.
     unit = [
         op
@@ -154,7 +157,7 @@ def pick_vector(layout: ReductionLayout, axis: int, extent: int, extra: tuple = 
     ]
     if not unit:
         return 1
-    vector = min(8, 16 // min(op.itemsize for op in unit))
+    vector = min(max_bytes // 2, max_bytes // min(op.itemsize for op in unit))
     while vector > 1 and (
         vector > extent or not all(vector_ok(op, axis, vector, layout.sizes) for op in unit)
     ):
@@ -202,6 +205,14 @@ SHORT_OUTER_ROWS = 8
 over the last axis, gave 2 threads a column, a combine through shared memory and half the
 threads idle while the others stored."""
 
+SHORT_OUTER_LOAD_WORDS = 32
+"""Short outer reductions (SHORT_OUTER_ROWS) read 32 bytes of each operand a thread where
+their loaded rows (rows x vector x loaded operands' bytes) fit in this many 4-byte registers.
+Such a thread does little but find its column group's bases: an integer division and
+remainder by each kept extent (~25 instructions each in sm_90 SASS), 16 bytes of output per
+~200 instructions at 16-byte vectors, so that RoPE's sum over pairs was issue-bound at 40% of
+copy; a 32-byte group halves that per byte."""
+
 OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
 
@@ -248,6 +259,11 @@ def _outer_heuristics(
     vector = pick_vector(layout, layout.rank - 2, n_in)
     if any(a.welford for a in accs):
         vector = min(vector, WELFORD_OUTER_VECTOR)
+    elif n_red <= SHORT_OUTER_ROWS:
+        wide = pick_vector(layout, layout.rank - 2, n_in, max_bytes=32)
+        loaded = sum(u.val.dtype.itemsize for u in plan.loop_inputs)
+        if n_red * wide * loaded <= 4 * SHORT_OUTER_LOAD_WORDS:
+            vector = max(vector, wide)
 
     def columns(vector: int) -> int:
         """Column groups of `vector` kept elements a thread each."""
