@@ -9,11 +9,14 @@ threads walks a tile of tile_a x tile_b elements (powers of two) in three phases
 
     1. phase B: each tiled input's tile is loaded in vectors of vector_b elements along B
        (one 16/8/4-byte access where the operand is aligned for it, else element by
-       element) and written to shared memory element by element, [a][b] with padded rows;
+       element); then the untiled inputs of phase A are loaded into registers, in vectors
+       along A (one element where they are broadcast along A, element by element where they
+       have a stride), so that both loads are in flight together; then the tiled tiles are
+       written to shared memory, [a][b] with padded rows, in accesses as wide as the banks
+       allow (row_access_width);
     2. __syncthreads; phase A: every element is computed, a thread taking vector_a
-       consecutive elements along A of one column b: untiled inputs are read from global
-       memory in vectors along A (one element where they are broadcast along A, element by
-       element where they have a stride), tiled ones from shared memory; untiled outputs are
+       consecutive elements along A of one column b, the untiled inputs from its registers,
+       tiled ones from shared memory; untiled outputs are
        stored as vectors along A, tiled outputs (unit stride along B) go to their own shared
        tile;
     3. __syncthreads; phase B again for the tiled outputs: read from shared memory element
@@ -321,6 +324,11 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         if tiled_in:
             # Phase B for the tiled inputs: vectors along B into registers, then shared.
             _load_inputs(code, spec, layout, plan, tiled_in, along_b=True)
+        # Phase A's inputs are loaded before the tiled ones go to shared memory and the
+        # block waits at the barrier: both phases' global reads are in flight at once, where
+        # loading them after the barrier left a block's threads idle on one or the other.
+        _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
+        if tiled_in:
             with _slot_loop(code, spec, layout, along_b=True):
                 for k in tiled_in:
                     dtype = uses[k].val.dtype
@@ -328,7 +336,6 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
                     code(*_row_copy(f"tile_in{k}[ti][tj + ", f"x{k}[u][", dtype, vb, width))
             code("__syncthreads();")
         # Phase A: every element, vector_a consecutive ones along A a thread.
-        _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
         with _slot_loop(code, spec, layout, along_b=False):
             code(*[f"kf::Vec<{o.dtype.cuda_type}, {va}> y{k};" for k, o in enumerate(outputs)])
             loaded = [
