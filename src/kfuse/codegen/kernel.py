@@ -149,10 +149,10 @@ def decompose(
     lines = [f"{indent}{{", f"{indent}  Index rem = {index};"]
     for n, d in enumerate(reversed(axes_l)):
         last = n == len(axes_l) - 1
-        coord = "rem" if last else f"rem % out0.size[{d}]"
+        coord = "rem" if last else f"kf::index_mod(rem, out0.size[{d}])"
         lines.append(f"{indent}  const Index c{d} = {coord};")
         if not last:
-            lines.append(f"{indent}  rem /= out0.size[{d}];")
+            lines.append(f"{indent}  rem = kf::index_div(rem, out0.size[{d}]);")
         lines += [f"{indent}  {prefix}{op} += c{d} * {op}.stride[{d}];" for op in operands]
     lines.append(f"{indent}}}")
     return lines

@@ -268,7 +268,7 @@ def outer_columns(
         code(*[f"Index base_{op} = 0;" for op in addressed])
         with code.block("if (col_ok)"):
             code(
-                "outer = cv / nvec_in;",
+                "outer = kf::index_div(cv, nvec_in);",
                 f"c0 = (cv - outer * nvec_in) * {vec};",
                 f"nvalid = (int)(n_in - c0 < {vec} ? n_in - c0 : {vec});",
             )
