@@ -12,8 +12,8 @@ threads walks a tile of tile_a x tile_b elements (powers of two) in three phases
        element); then the untiled inputs of phase A are loaded into registers, in vectors
        along A (one element where they are broadcast along A, element by element where they
        have a stride), so that both loads are in flight together; then the tiled inputs'
-       registers are written to shared memory, [a][b] with padded rows, in accesses as wide as the banks
-       allow (row_access_width);
+       registers are written to shared memory, [a][b] with padded rows, in accesses as wide
+       as the banks allow (row_access_width);
     2. __syncthreads; phase A: every element is computed, a thread taking vector_a
        consecutive elements along A of one column b, the untiled inputs from its registers,
        tiled ones from shared memory; untiled outputs are
