@@ -34,6 +34,14 @@ def nvrtc_or_skip() -> None:
         pytest.skip(f"needs NVRTC ({exc})")
 
 
+def nvrtc_and_nvdisasm_or_skip() -> None:
+    """Skip where NVRTC or nvdisasm is missing (kfuse[test] installs both, so CI has them):
+    for the tests that read a kernel's SASS."""
+    nvrtc_or_skip()
+    if dump.find_disassembler()[0] is None:
+        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")
+
+
 class _NotLoaded:
     """What KernelCompiler.compile returns here: the kernel is compiled for the dump only."""
 

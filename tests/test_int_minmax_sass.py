@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from gpu_support import requires_gpu
-from kfuse import FusionDefinition, dump
+from kfuse import FusionDefinition
 from kfuse.dtypes import DataType
 from kfuse.reference import evaluate
-from test_dump_binaries import compile_as_for_a_gpu, nvrtc_or_skip
+from test_dump_binaries import compile_as_for_a_gpu, nvrtc_and_nvdisasm_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -76,9 +76,7 @@ CASES = {
 def test_no_three_input_integer_min_max_forms(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    nvrtc_or_skip()
-    if dump.find_disassembler()[0] is None:
-        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")
+    nvrtc_and_nvdisasm_or_skip()
     build, shapes = CASES[name]
     inputs = [np.arange(int(np.prod(s)), dtype=np.int32).reshape(s) for s in shapes]
     compile_as_for_a_gpu(monkeypatch, "ptx,sass", tmp_path, build(), inputs)

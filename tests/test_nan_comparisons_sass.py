@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kfuse import FusionDefinition, dump
+from kfuse import FusionDefinition
 from kfuse.dtypes import DataType
-from test_dump_binaries import compile_as_for_a_gpu, nvrtc_or_skip
+from test_dump_binaries import compile_as_for_a_gpu, nvrtc_and_nvdisasm_or_skip
 
 
 def compared_abs(op: str, constant: float, negate: bool, dtype: DataType) -> FusionDefinition:
@@ -36,9 +36,7 @@ def test_a_comparison_that_only_nan_fails_is_still_made(
     negate: bool,
     dtype: DataType,
 ) -> None:
-    nvrtc_or_skip()
-    if dump.find_disassembler()[0] is None:
-        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")
+    nvrtc_and_nvdisasm_or_skip()
     fd = compared_abs(op, constant, negate, dtype)
     numpy_dtype = np.float32 if dtype is DataType.Float else np.float16
     compile_as_for_a_gpu(monkeypatch, "sass", tmp_path, fd, [np.ones(1000, numpy_dtype)])

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kfuse import FusionDefinition, dump
+from kfuse import FusionDefinition
 from kfuse.dtypes import DataType
-from test_dump_binaries import compile_as_for_a_gpu, nvrtc_or_skip
+from test_dump_binaries import compile_as_for_a_gpu, nvrtc_and_nvdisasm_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -84,7 +84,7 @@ def _sass(
 ) -> tuple[str, str]:
     """(file name, text) of the SASS of the case's kernel (the one whose name starts with
     `kernel` where it has several), bf16, compiled as for an H200 without a GPU."""
-    _needs_nvrtc_and_nvdisasm()
+    nvrtc_and_nvdisasm_or_skip()
     case = CASES[name]
     fd = case.define(DataType.BFloat16)
     inputs = case.make_inputs(torch, shape, torch.bfloat16, "cpu")
@@ -105,7 +105,7 @@ def test_outer_welford_kernels_fit_their_launch_bound(
     """The channels-last batch and instance norm statistics (a Welford over leading axes)
     keep to the blocks an SM their __launch_bounds__ states, which their grids are sized
     for (kfuse.schedule.reduction.outer_welford_blocks_per_sm), without spilling."""
-    _needs_nvrtc_and_nvdisasm()
+    nvrtc_and_nvdisasm_or_skip()
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * len(shape), dtype=DataType.BFloat16)
         var, mean = fd.ops.var_mean(fd.ops.cast(x, DataType.Float), [dim], correction=0)
@@ -125,10 +125,3 @@ def test_outer_welford_kernels_fit_their_launch_bound(
     assert registers * threads * blocks <= 65536, (registers, threads, blocks)
     local = re.findall(r"\b(?:LDL|STL)\b", text)
     assert not local, f"{len(local)} local-memory accesses (spills) in {main.name}"
-
-
-def _needs_nvrtc_and_nvdisasm() -> None:
-    """Skip where NVRTC or nvdisasm is missing (kfuse[test] installs both, so CI has them)."""
-    nvrtc_or_skip()
-    if dump.find_disassembler()[0] is None:
-        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm: kfuse[test] has it)")

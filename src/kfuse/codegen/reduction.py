@@ -169,7 +169,9 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.open_kernel(
         kernel_header(name, params, threads, bounded=spec.launch_bounds, min_blocks=spec.min_blocks)
     )
-    row_ops = epilogue_operands(plan) if parts == 1 and plan.row_outputs else []
+    # One block along the reduced axis: the epilogue runs here, at the row operands' bases.
+    epilogue = parts == 1 and bool(plan.row_outputs)
+    row_ops = epilogue_operands(plan) if epilogue else []
     with outer_columns(code, plan, spec, "(Index)gridDim.y", [], row_ops):
         outer_accumulate(code, plan, spec, name, f"(Index)blockIdx.y * {spec.block_y}")
         outer_combine(code, plan, spec)
@@ -179,7 +181,7 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
                     code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
                     code(*[f"const {a.ctype} red{a.k} = acc{a.k}[j];" for a in accs])
                     _row_results(code, plan, spec, name, "acc{k}[j]")
-            elif plan.row_outputs:
+            elif epilogue:
                 _outer_epilogue(code, plan, spec, name)
     return code.kernel_source(), name
 
