@@ -10,7 +10,12 @@ import pytest
 
 from kfuse import DataType, FusionDefinition
 from kfuse.errors import InputError
-from kfuse.runtime.program import KernelProgram, LibraryProgram, SegmentedProgram
+from kfuse.runtime.program import (
+    KernelProgram,
+    LibraryProgram,
+    SegmentedProgram,
+    SegmentKernelsProgram,
+)
 
 
 def softmax() -> FusionDefinition:
@@ -52,13 +57,30 @@ def test_a_segmented_program_shows_each_segment_once_it_ran() -> None:
     x = np.ones((30, 50), np.float32)
     fd.execute([x])
     program = fd.last_program()
+    assert isinstance(program, SegmentKernelsProgram)  # its segments are all kernels
+    schedulers = [s.scheduler.value for s in program.segments()]
+    text = str(program)
+    assert f"{len(schedulers)} segments as one program" in text
+    for k, name in enumerate(schedulers):
+        assert f"segment {k}: {name}" in text
+    for launch in program.launches:
+        assert f"kernel {launch.name}: grid {launch.grid}" in text
+
+
+def test_a_program_with_a_library_segment_runs_its_segments_in_turn() -> None:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1])
+        b = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.relu(fd.ops.matmul(a, b)))
+    a = np.ones((4, 5), np.float32)
+    fd.execute([a, a.T.copy()])
+    program = fd.last_program()
     assert isinstance(program, SegmentedProgram)
     schedulers = [s.scheduler.value for s in program.segments()]
     text = str(program)
-    assert f"{len(schedulers)} segments" in text
-    for k, name in enumerate(schedulers):
-        assert f"segment {k}: {name}" in text
-    assert text.count("KernelProgram") == len(schedulers)
+    assert schedulers == ["expr_eval", "pointwise"]
+    assert "SegmentedProgram: 2 segments" in text and "LibraryProgram" in text
+    assert text.count("KernelProgram") == 1
 
 
 def test_a_library_op_is_a_library_program() -> None:

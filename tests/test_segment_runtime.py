@@ -1,7 +1,12 @@
 """A segmented fusion's segments run from its program (kfuse.runtime.segments), on the host
 emulator: each segment's RuntimeInfo is derived from the call's, never built again by
 build_runtime_info, and keys its Programs exactly as build_runtime_info would for the same
-arrays; an intermediate of another alignment class gets a Program of its own."""
+arrays; an intermediate of another alignment class gets a Program of its own.
+
+SegmentedRunner runs the fusions with a library segment (matmul, linear, a reshape that is
+not a view); segments that are all generated kernels are one KernelProgram instead
+(kfuse.segment_kernels, tests/test_segment_kernels.py). The tests of the runner here run it
+on both kinds (`runner_only`): the small all-kernel fusions exercise it as well."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import numpy as np
 import pytest
 
 import kfuse.runtime.executor as executor
-from kfuse import _C, profiling_hooks
+from kfuse import _C, compiler, profiling_hooks
 from kfuse.dtypes import DataType, to_numpy_dtype
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.fusion import Fusion
@@ -110,12 +115,19 @@ FUSIONS = [
 ]
 
 
+@pytest.fixture
+def runner_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every segmented fusion runs through SegmentedRunner (none is merged)."""
+    monkeypatch.setattr(compiler, "merge_segments", lambda *args: None)
+
+
 def check(fd: FusionDefinition, inputs: list[Any]) -> list[Any]:
     out = fd.execute(inputs)
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
     return out
 
 
+@pytest.mark.usefixtures("runner_only")
 @pytest.mark.parametrize("make", FUSIONS, ids=lambda f: f.__name__)
 def test_a_cached_call_infers_and_checks_once(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     fd, inputs = make()
@@ -171,6 +183,7 @@ def derived_infos(monkeypatch: pytest.MonkeyPatch) -> list[tuple[SegmentStep, An
     return seen
 
 
+@pytest.mark.usefixtures("runner_only")
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("make", FUSIONS, ids=lambda f: f.__name__)
 def test_a_derived_info_keys_as_build_runtime_info_would(
@@ -209,6 +222,7 @@ def offset_allocator(residue: int) -> Callable[[Any, Any], np.ndarray]:
     return allocate
 
 
+@pytest.mark.usefixtures("runner_only")
 def test_an_intermediate_of_another_alignment_gets_its_own_program(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -226,7 +240,12 @@ def test_an_intermediate_of_another_alignment_gets_its_own_program(
     assert len(step.programs) == 2 and step.last is aligned[0]
 
 
-def test_each_segment_of_a_cached_call_is_tagged(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("merged", [True, False], ids=["one_program", "runner"])
+def test_each_segment_of_a_cached_call_is_tagged(
+    merged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not merged:
+        monkeypatch.setattr(compiler, "merge_segments", lambda *args: None)
     monkeypatch.setattr(_C, "profiler_push_external_id", lambda i: None)
     monkeypatch.setattr(_C, "profiler_pop_external_id", lambda: None)
     recorder = _Recorder()

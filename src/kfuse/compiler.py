@@ -37,10 +37,11 @@ from kfuse.runtime.launch import GeneratedKernel, KernelLaunch
 from kfuse.runtime.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
 from kfuse.runtime.segments import SegmentedRunner
 from kfuse.schedule import rejection_reason, resolve_scheduler
-from kfuse.schedule.boundary_views import fold_boundary_views, unfold_operands
+from kfuse.schedule.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
 from kfuse.schedule.registry import SCHEDULERS
 from kfuse.schedule.segmenter import segment_fusion
 from kfuse.schedule.types import SchedulerType
+from kfuse.segment_kernels import merge_segments
 
 
 def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: bool) -> Program:
@@ -49,8 +50,14 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     segment: whether a fusion no single scheduler takes is split (False inside a segment)."""
     scheduler, reasons = _chosen(fusion, info, params, segment)
     if scheduler is None:
-        program = _folded_kernel(fusion, info)
-        return program if program is not None else _segmented(fusion, info, reasons)
+        folded = fold_boundary_views(fusion, info)
+        if folded is not None:
+            taker, _ = choose_scheduler(folded.fusion, folded.info)
+            if taker is None:
+                return _segmented(fusion, info, reasons, folded)
+            if taker.generates_kernels:
+                return _folded_kernel(taker, fusion, info, folded)
+        return _segmented(fusion, info, reasons)
     if params is None:
         params = scheduler.heuristics(fusion, info)
     dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
@@ -103,16 +110,11 @@ def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> tu
     return scheduler, reasons
 
 
-def _folded_kernel(fusion: Fusion, info: RuntimeInfo) -> Program | None:
-    """The kernels of the first scheduler that takes the fusion once its boundary reshapes
-    that are views of this call's layouts are folded into its operands
-    (kfuse.schedule.boundary_views), or None: no fold, or no kernel scheduler takes it."""
-    folded = fold_boundary_views(fusion, info)
-    if folded is None:
-        return None
-    scheduler, _ = choose_scheduler(folded.fusion, folded.info)
-    if scheduler is None or not scheduler.generates_kernels:
-        return None
+def _folded_kernel(
+    scheduler: Any, fusion: Fusion, info: RuntimeInfo, folded: FoldedFusion
+) -> Program:
+    """The kernels of `scheduler`, which takes the fusion once its boundary reshapes that are
+    views of this call's layouts are folded into its operands (kfuse.schedule.boundary_views)."""
     params = scheduler.heuristics(folded.fusion, folded.info)
     dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
     kernels = scheduler.kernels(folded.fusion, folded.info, params)
@@ -121,12 +123,27 @@ def _folded_kernel(fusion: Fusion, info: RuntimeInfo) -> Program | None:
     return program
 
 
-def _segmented(fusion: Fusion, info: RuntimeInfo, reasons: list[str]) -> Program:
+def _segmented(
+    fusion: Fusion, info: RuntimeInfo, reasons: list[str], folded: FoldedFusion | None = None
+) -> Program:
+    """The fusion in segments; with `folded`, the folded fusion's: its boundary reshapes are
+    then views of the call's arrays, where as segments of their own they would be framework
+    copies (expr_eval copies what it hands on), and casts next to them would join those
+    segments (a bf16 group norm cast its 102 MB input to fp32 there, read it back twice as
+    fp32, and copied its output once more: 0.31x torch.compile)."""
     why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
+    if folded is not None:
+        fusion, info = folded.fusion, folded.info
     segmented = segment_fusion(fusion, info, why)
     dump.stage("segments", fusion, lambda: "\n".join(str(s) for s in segmented.describe()))
-    runner = SegmentedRunner(segmented, compile_segment)
-    return SegmentedProgram(SchedulerType.none, None, runner=runner)
+    merged = merge_segments(segmented, info, compile_segment)
+    if merged is None:
+        runner = SegmentedRunner(segmented, compile_segment)
+        return SegmentedProgram(SchedulerType.none, None, runner=runner, folded=folded)
+    if folded is not None:
+        merged.launches = unfold_operands(folded, merged.launches)
+        merged.folded, merged.origin = folded.reshapes, folded.origin
+    return merged
 
 
 def compile_segment(fusion: Fusion, info: RuntimeInfo) -> Program:

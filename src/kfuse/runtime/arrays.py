@@ -192,6 +192,23 @@ def numpy_strided(array: Any, shape: Any, byte_strides: Any, writeable: bool = T
     return view.view(array.dtype)
 
 
+def strided_view(array: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+    """A view of `array`'s memory (from its first element) as `shape` with `strides` in
+    elements, never a copy: the caller's strides describe memory a kernel reads, so a
+    framework reshape, which copies where its own rules find no view, would not do."""
+    framework = framework_of(array)
+    if framework == "torch":
+        import torch
+
+        return torch.as_strided(array, shape, strides)  # keeps the array's storage offset
+    itemsize = array.itemsize
+    if framework == "cupy":
+        import cupy
+
+        return cupy.lib.stride_tricks.as_strided(array, shape, [s * itemsize for s in strides])
+    return numpy_strided(array, shape, [s * itemsize for s in strides])
+
+
 def stream_context(framework: str, device: int, stream: int | None) -> Any:
     """A context in which CUDA stream handle `stream` is the framework's current stream on
     `device`, so that what the framework allocates and runs there (output copies, library

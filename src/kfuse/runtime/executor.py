@@ -18,7 +18,7 @@ from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.fast_path import fast_call_for
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
-from kfuse.runtime.program import KernelProgram, Program, SegmentedProgram
+from kfuse.runtime.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
 from kfuse.runtime.signature import layout_key, program_key
 from kfuse.schedule.types import SchedulerType
 
@@ -132,7 +132,7 @@ class FusionExecutorCache:
             compiled = self._compile(info, None)
             with self._lock:
                 self._compiled[key] = compiled
-        if isinstance(compiled, SegmentedProgram):
+        if isinstance(compiled, (SegmentedProgram, SegmentKernelsProgram)):
             return compiled.segments()
         folded = compiled.folded if isinstance(compiled, KernelProgram) else ()
         return [_whole(self.fusion, compiled.scheduler, folded)]

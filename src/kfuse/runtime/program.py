@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse import knobs
+from kfuse import knobs, profiling_hooks
 from kfuse.dtypes import DataType
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
@@ -116,10 +116,65 @@ class KernelProgram(Program):
             for array in workspaces:
                 poison(array)
         workspace_ptrs = [_data_ptr(w) for w in workspaces]
-        for launch in self.launches:
-            args = launch.arguments(input_ptrs, output_ptrs, info.extents, workspace_ptrs)
-            launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
+        self._launch(self.launches, info, stream, (input_ptrs, output_ptrs, workspace_ptrs))
         return outputs
+
+    def _launch(
+        self,
+        launches: list[KernelLaunch],
+        info: RuntimeInfo,
+        stream: int | None,
+        pointers: tuple[list[int], list[int], list[int]],
+    ) -> None:
+        inputs, outputs, workspaces = pointers
+        for launch in launches:
+            args = launch.arguments(inputs, outputs, info.extents, workspaces)
+            launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
+
+
+@dataclass
+class SegmentKernelsProgram(KernelProgram):
+    """A segmented fusion whose segments are all generated kernels, as one KernelProgram
+    (kfuse.segment_kernels): the values segments pass on live in workspaces, and a cached call
+    takes the fast path. `segmented`: the SegmentedFusion (for segments()); `groups`: each
+    segment's (scheduler, number of launches, RuntimeInfo as compiled), in order, so that the
+    profiler tags each segment's launches as SegmentedRunner's would be."""
+
+    segmented: Any = None
+    groups: list[tuple[SchedulerType, int, RuntimeInfo]] = field(default_factory=list)
+    origin: dict[Val, Val] | None = None  # a folded fusion's Vals -> the user's (names)
+
+    def segments(self) -> list[Any]:
+        """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
+        return self.segmented.describe(self.origin)
+
+    def _launch(
+        self,
+        launches: list[KernelLaunch],
+        info: RuntimeInfo,
+        stream: int | None,
+        pointers: tuple[list[int], list[int], list[int]],
+    ) -> None:
+        start = 0
+        for scheduler, count, segment_info in self.groups:
+            with profiling_hooks.segment(scheduler, segment_info):
+                super()._launch(launches[start : start + count], info, stream, pointers)
+            start += count
+
+    def __str__(self) -> str:
+        lines = [f"SegmentKernelsProgram: {len(self.groups)} segments as one program"]
+        start = 0
+        for k, (scheduler, count, _) in enumerate(self.groups):
+            lines.append(f"  segment {k}: {scheduler.value}")
+            for launch in self.launches[start : start + count]:
+                lines.append(
+                    f"    kernel {launch.name}: grid {launch.grid} block {launch.block} "
+                    f"shared memory {launch.shared_mem} B, {len(launch.operands)} operands"
+                )
+            start += count
+        if self.folded:
+            lines.append(f"  reshapes folded into the operands: {', '.join(self.folded)}")
+        return "\n".join(lines)
 
 
 @dataclass
@@ -141,16 +196,29 @@ class SegmentedProgram(Program):
     segment compiles on its first run with a new signature (kfuse.runtime.segments)."""
 
     runner: Any = None  # kfuse.runtime.segments.SegmentedRunner
+    # kfuse.schedule.boundary_views.FoldedFusion: the runner runs the fusion with its
+    # boundary reshapes folded, on views of the call's arrays (None: the fusion itself)
+    folded: Any = None
 
     def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
-        return self.runner(info, stream)
+        if self.folded is None:
+            return self.runner(info, stream)
+        from kfuse.schedule.boundary_views import folded_call
+
+        outputs = self.runner(folded_call(self.folded, info), stream)
+        # An output whose reshape was folded comes back in the reshape input's shape, a new
+        # contiguous array, of which the output's shape is a view.
+        return [
+            a if tuple(a.shape) == info.shape(out) else a.reshape(info.shape(out))
+            for a, out in zip(outputs, info.fusion.outputs, strict=True)
+        ]
 
     def cuda_source(self) -> str | None:
         return self.runner.cuda_source()
 
     def segments(self) -> list[Any]:
         """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
-        return self.runner.segmented.describe()
+        return self.runner.segmented.describe(self.folded.origin if self.folded else None)
 
     def __str__(self) -> str:
         segments = self.segments()

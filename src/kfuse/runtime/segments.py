@@ -128,15 +128,7 @@ class SegmentedRunner:
         inputs = {id(v) for v in fusion.inputs}
         self.fusion_inputs = inputs
         self.steps = [SegmentStep(plan, inputs, compile) for plan in segmented.plans]
-        # The exprs computing values the segmenter added (split_reductions), which the
-        # parent's shape inference does not know, in execution order.
-        known = inputs | {id(o) for e in fusion.exprs for o in e.outputs}
-        added: dict[int, Expr] = {}
-        for plan in segmented.plans:
-            for e in plan.exprs:
-                if any(id(o) not in known for o in e.outputs):
-                    added.setdefault(id(e), e)
-        self.added = list(added.values())
+        self.added = added_exprs(segmented)
         keep = {id(v) for v in fusion.outputs} | inputs
         last_use: dict[int, int] = {}
         for k, plan in enumerate(segmented.plans):
@@ -180,6 +172,19 @@ class SegmentedRunner:
         sources = [step.last.cuda_source() for step in self.steps if step.last is not None]
         joined = "\n".join(s for s in sources if s)
         return joined or None
+
+
+def added_exprs(segmented: SegmentedFusion) -> list[Expr]:
+    """The exprs computing values the segmenter added (split_reductions), which the parent's
+    shape inference does not know, in execution order."""
+    fusion = segmented.fusion
+    known = {id(v) for v in fusion.inputs} | {id(o) for e in fusion.exprs for o in e.outputs}
+    added: dict[int, Expr] = {}
+    for plan in segmented.plans:
+        for e in plan.exprs:
+            if any(id(o) not in known for o in e.outputs):
+                added.setdefault(id(e), e)
+    return list(added.values())
 
 
 def copy_array(info: RuntimeInfo, a: Any, stream: int | None) -> Any:

@@ -22,16 +22,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import Expr, ReshapeOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import ArrayLayout
+from kfuse.runtime.arrays import ArrayLayout, strided_view
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.runtime.launch import GeneratedKernel, InputOperand, ScalarOperand
+from kfuse.runtime.launch import GeneratedKernel, InputOperand, KernelLaunch, ScalarOperand
 from kfuse.schedule.segmenter import build_sub_fusion
+
+K = TypeVar("K", GeneratedKernel, KernelLaunch)
 
 
 def view_strides(
@@ -141,10 +143,10 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
     return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin, names)
 
 
-def unfold_operands(folded: FoldedFusion, kernels: list[GeneratedKernel]) -> list[GeneratedKernel]:
-    """`kernels` generated for the folded fusion, reading the call's own inputs (the same
-    data, through the strides already in their operands) and its own scalars; outputs keep
-    their indices."""
+def unfold_operands(folded: FoldedFusion, kernels: list[K]) -> list[K]:
+    """`kernels` (GeneratedKernels or KernelLaunches) made for the folded fusion, reading the
+    call's own inputs (the same data, through the strides already in their operands) and its
+    own scalars; outputs keep their indices."""
 
     def operand(op: Any) -> Any:
         if isinstance(op, InputOperand):
@@ -154,6 +156,37 @@ def unfold_operands(folded: FoldedFusion, kernels: list[GeneratedKernel]) -> lis
         return op
 
     return [dataclasses.replace(k, operands=[operand(op) for op in k.operands]) for k in kernels]
+
+
+def folded_call(folded: FoldedFusion, info: RuntimeInfo) -> RuntimeInfo:
+    """The folded fusion's RuntimeInfo for the call `info` describes (one whose signature is
+    the one `folded` was built for): its inputs the call's arrays, viewed through the folded
+    layouts' strides where a reshape was folded; the layouts those of `folded`, at this
+    call's data pointers; the extents the call's. A segmented folded fusion runs on it."""
+    inputs: list[Any] = []
+    layouts: dict[TensorView, ArrayLayout] = {}
+    for k, new in enumerate(folded.fusion.inputs):
+        if not isinstance(new, TensorView):
+            inputs.append(info.extents[folded.origin[new]])
+            continue
+        position = folded.input_positions[k]
+        array = info.inputs[position]
+        view = folded.info.layouts[new]
+        call = info.layouts[info.fusion.inputs[position]]  # type: ignore[index]
+        if view.shape != call.shape or view.strides != call.strides:
+            array = strided_view(array, view.shape, view.strides)
+        inputs.append(array)
+        layouts[new] = dataclasses.replace(view, data_ptr=call.data_ptr)
+    return RuntimeInfo(
+        folded.fusion,
+        inputs,
+        layouts,
+        {new: info.extents[old] for new, old in folded.origin.items()},
+        info.framework,
+        info.backend,
+        info.device_index,
+        info.device,
+    )
 
 
 def _view_layout(layout: ArrayLayout, shape: tuple[int, ...]) -> ArrayLayout | None:

@@ -107,30 +107,37 @@ class SegmentedFusion:
     copies: list[TensorView]  # fusion outputs that are fusion inputs unchanged
     reason: str
 
-    def describe(self) -> list[Segment]:
-        """The segments as Segment descriptions (copies last)."""
+    def describe(self, origin: dict[Val, Val] | None = None) -> list[Segment]:
+        """The segments as Segment descriptions (copies last); values named as `origin`
+        maps them (a folded fusion's Vals -> the user's fusion's, boundary_views)."""
+        origin = origin or {}
+
+        def names(vals: Any) -> tuple[str, ...]:
+            return tuple(origin.get(v, v).name for v in vals)
+
         out = []
         for i, p in enumerate(self.plans):
             out.append(
                 Segment(
                     i,
                     p.scheduler,
-                    tuple(v.name for v in p.inputs),
-                    tuple(v.name for v in p.outputs),
+                    names(p.inputs),
+                    names(p.outputs),
                     tuple(str(e) for e in p.exprs),
                     self.reason,
                     p.fusion,
                 )
             )
         for v in self.copies:
+            (name,) = names((v,))
             out.append(
                 Segment(
                     len(out),
                     SchedulerType.expr_eval,
-                    (v.name,),
-                    (v.name,),
+                    (name,),
+                    (name,),
                     (),
-                    f"output {v.name} is input {v.name} unchanged: copied by the framework",
+                    f"output {name} is input {name} unchanged: copied by the framework",
                 )
             )
         return out

@@ -1,0 +1,121 @@
+"""Segments that are all generated kernels run as one KernelProgram (kfuse.segment_kernels),
+on the host emulator: the same results and segments as SegmentedRunner gives, the values
+segments pass on in workspaces (the call allocates its outputs alone), boundary reshapes
+folded first (no expr_eval segment copying them), and the runner kept for library segments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kfuse import compiler
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.runtime import program as program_module
+from kfuse.runtime.launch import WorkspaceOperand
+from kfuse.runtime.program import SegmentedProgram, SegmentKernelsProgram
+from kfuse.testing import assert_outputs_close
+from test_segment_runtime import (
+    matmul_bias,
+    scalars_and_sizes,
+    split_sum,
+    split_var_mean,
+    sums_over_both_axes,
+    two_axis_sum,
+)
+
+ALL_KERNELS = [two_axis_sum, sums_over_both_axes, split_sum, split_var_mean, scalars_and_sizes]
+
+
+def check(fd: FusionDefinition, inputs: list[Any]) -> list[Any]:
+    out = fd.execute(inputs)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+@pytest.mark.parametrize("make", ALL_KERNELS, ids=lambda f: f.__name__)
+def test_all_kernel_segments_are_one_program_with_the_runners_segments(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fd, inputs = make()
+    check(fd, inputs(0))
+    program = fd.last_program()
+    assert isinstance(program, SegmentKernelsProgram)
+    check(fd, inputs(1))  # a cached call
+    assert fd.last_program() is program
+    # (values the segmenter adds are named by a counter: two definitions name them apart)
+    segments = [(s.scheduler, len(s.inputs), len(s.outputs)) for s in program.segments()]
+    assert len(segments) >= 2
+    assert len(program.groups) == len(segments)
+    assert sum(count for _, count, _ in program.groups) == len(program.launches)
+
+    monkeypatch.setattr(compiler, "merge_segments", lambda *args: None)
+    runner_fd, _ = make()
+    check(runner_fd, inputs(0))
+    assert isinstance(runner_fd.last_program(), SegmentedProgram)
+    runner_segments = runner_fd.segments(inputs(0))
+    assert [(s.scheduler, len(s.inputs), len(s.outputs)) for s in runner_segments] == segments
+
+
+def test_values_passed_between_segments_are_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    fd, inputs = two_axis_sum()  # the row sums go from the first segment to the second
+    check(fd, inputs(0))
+    program = fd.last_program()
+    assert isinstance(program, SegmentKernelsProgram)
+    workspaces = {
+        op.index
+        for ka in program.launches
+        for op in ka.operands
+        if isinstance(op, WorkspaceOperand)
+    }
+    assert workspaces
+    allocated: list[str] = []
+    real = program_module._allocate
+
+    def counted(info: Any, out: Any) -> Any:
+        allocated.append(out.name)
+        return real(info, out)
+
+    monkeypatch.setattr(program_module, "_allocate", counted)
+    check(fd, inputs(1))
+    assert allocated == [o.name for o in fd.fusion.outputs]
+
+
+def grouped_norm_and_column_sum() -> FusionDefinition:
+    """A group norm whose input and output reshapes are views, and a sum over another axis:
+    no single scheduler takes both reductions, so the fusion is segmented."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3)
+        n, c, hw = fd.ops.size(x, 0), fd.ops.size(x, 1), fd.ops.size(x, 2)
+        groups = 2
+        xg = fd.ops.reshape(x, new_shape=[n, groups, fd.ops.div(c, groups), hw])
+        var, mean = fd.ops.var_mean(xg, dims=[2, 3], correction=0, keepdim=True)
+        eps = fd.define_scalar(1e-5, dtype=DataType.Double)
+        y = fd.ops.mul(fd.ops.sub(xg, mean), fd.ops.rsqrt(fd.ops.add(var, eps)))
+        fd.add_output(fd.ops.reshape(y, new_shape=[n, c, hw]))
+        fd.add_output(fd.ops.sum(xg, dims=[0]))
+    return fd
+
+
+def test_boundary_reshapes_fold_before_segmenting() -> None:
+    fd = grouped_norm_and_column_sum()
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((3, 4, 5)).astype(np.float32)]
+    check(fd, inputs)
+    program = fd.last_program()
+    assert isinstance(program, SegmentKernelsProgram)
+    assert program.folded  # the reshapes are views of the call's input and output
+    schedulers = [s.scheduler.value for s in fd.segments(inputs)]
+    assert len(schedulers) >= 2 and "expr_eval" not in schedulers
+    inputs = [rng.standard_normal((3, 4, 5)).astype(np.float32)]
+    check(fd, inputs)  # a cached call
+    assert fd.last_program() is program
+
+
+def test_a_library_segment_keeps_the_runner() -> None:
+    fd, inputs = matmul_bias()
+    check(fd, inputs(0))
+    assert isinstance(fd.last_program(), SegmentedProgram)
