@@ -49,7 +49,7 @@ from kfuse.codegen.reduction_plan import (
     reduction_layout,
     vector_ok,
 )
-from kfuse.codegen.reduction_spec import ReductionKernelSpec
+from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import CUDA, RuntimeInfo
@@ -274,7 +274,14 @@ def _smem_layout(
     there), so one block reduces while the other streams. When even that would spill more of
     the rows in flight than L2 keeps, one block per SM holds as much as it can, unless the
     target has thread-block clusters: then a row that one block cannot hold whole is split
-    over a cluster (CLUSTER_SIZE). When nothing holds it, the row is not held (None).
+    over a cluster (CLUSTER_SIZE); but not where the cluster's blocks would reload part of it
+    for a Welford: a group norm of one group, bf16 [64, 256, 56, 56], took 216.6 us so
+    (H200), and 88.6 us segmented into its statistics (33.4 + 2.0 us) and a pointwise
+    normalization (53.2 us). A softmax keeps its clusters: [64, 1048576] bf16 took 126.8 us
+    in clusters that reload, 141 us segmented. (The condition is on the reduction, not on
+    the operands: refused for the group norm's per-channel weights alone, the segmenter
+    found clusters again for the normalization without them, writing it out in fp32 for a
+    pointwise segment to apply them.) When nothing holds it, the row is not held (None).
     Measured on an H200 (bf16 softmax, 65536 a row): one block an SM holding all of it 67% of
     copy, two holding 13/16 each 77% (82% with the held part copied in by cp.async; split over
     clusters of 2 to 8 blocks, 68 to 74%); two holding 10/16 were no slower, while smaller
@@ -291,6 +298,8 @@ def _smem_layout(
         if clusters
         else None
     )
+    if split is not None and split[2] > 0 and any(a.welford for a in accumulators(plan)):
+        split = None  # a Welford over reloaded parts: segmented (see the docstring)
     if split is not None:
         return (*split[:3], CLUSTER_SIZE)
     return None if one is None else (*one[:3], 1)
