@@ -119,3 +119,32 @@ def test_a_library_segment_keeps_the_runner() -> None:
     fd, inputs = matmul_bias()
     check(fd, inputs(0))
     assert isinstance(fd.last_program(), SegmentedProgram)
+
+
+@pytest.mark.gpu
+def test_a_segmented_fusion_takes_the_fast_path_and_stays_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch = pytest.importorskip("torch")
+    import kfuse.runtime.executor as executor
+
+    fd = grouped_norm_and_column_sum()
+
+    def inputs() -> list[Any]:
+        return [torch.randn(8, 64, 300, device="cuda")]
+
+    def check_cuda(args: list[Any]) -> None:
+        out = fd.execute(args)
+        host = [a.cpu().numpy() for a in args]
+        assert_outputs_close(fd, [o.cpu().numpy() for o in out], evaluate(fd.fusion, host), host)
+
+    check_cuda(inputs())
+    assert isinstance(fd.last_program(), SegmentKernelsProgram)
+    check_cuda(inputs())  # the second call of a layout builds its FastCall
+
+    def no_slow_path(*args: object, **kw: object) -> None:
+        raise AssertionError("the slow path ran for a cached layout")
+
+    monkeypatch.setattr(executor, "build_runtime_info", no_slow_path)
+    for _ in range(3):  # new data each call: workspaces and outputs from the fast path
+        check_cuda(inputs())
