@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpu_support import requires_gpu
+from kfuse.runtime.program import KernelProgram
 
 torch = pytest.importorskip("torch")
 
@@ -191,7 +192,7 @@ def test_groupnorm_is_one_persistent_kernel(name: str, dtype: str) -> None:
     outputs) and the per-channel weight is read along its part of the row: one
     inner_persistent kernel, no copies. At the benchmark sizes too (sources generated, not
     run) where one block holds a row, which is all the emulator runs: bf16 with G > 1 (G = 1
-    and float32 G = 8 rows need a cluster of blocks: test_groupnorm_is_one_kernel_on_the_gpu)."""
+    and float32 G = 8 rows need a cluster of blocks: test_groupnorm_is_one_program_on_the_gpu)."""
     case = CASES[name]
     fd, _ = measure.definition(case, dtype)
     assert _schedulers(fd, _inputs(case, dtype, case.test_size, "cpu")) == ["inner_persistent"]
@@ -207,18 +208,24 @@ def test_groupnorm_is_one_persistent_kernel(name: str, dtype: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("name", GROUPNORMS)
-def test_groupnorm_is_one_kernel_on_the_gpu(name: str, dtype: str) -> None:
+def test_groupnorm_is_one_program_on_the_gpu(name: str, dtype: str) -> None:
     """On an H200 the benchmark sizes of every group count run as one inner_persistent
-    kernel (G = 1: rows of up to 802816 elements split over a cluster), right at a mid
-    size."""
+    kernel, but for rows a cluster would hold only in part (G = 1, up to 802816 elements):
+    those run as a Welford reduction and a pointwise normalization, one program with the
+    reshapes folded (no expr_eval copy); right at a mid size and at the quick size."""
     case = CASES[name]
     fd, _ = measure.definition(case, dtype)
     for shape in case.sizes:
         inputs = _inputs(case, dtype, shape, "cuda")
-        assert _schedulers(fd, inputs) == ["inner_persistent"], shape
-    inputs = _inputs(case, dtype, case.gpu_test_size, "cuda")
-    _check("kfuse", fd.execute(inputs), case.reference(*inputs))
-    assert fd.last_scheduler().value == "inner_persistent"
+        schedulers = _schedulers(fd, inputs)
+        if name == "groupnorm_fwd_g1" and schedulers != ["inner_persistent"]:
+            assert schedulers == ["reduction", "pointwise"], shape
+        else:
+            assert schedulers == ["inner_persistent"], shape
+    for shape in (case.gpu_test_size, case.quick_sizes[0]):
+        inputs = _inputs(case, dtype, shape, "cuda")
+        _check("kfuse", fd.execute(inputs), case.reference(*inputs))
+        assert isinstance(fd.last_program(), KernelProgram), shape
 
 
 def test_workaround_is_used_and_said() -> None:
