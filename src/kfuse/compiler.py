@@ -8,16 +8,19 @@
       1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
                    then the first that takes it with the reshapes at its boundary that are
                    views of this call's layouts folded into its operands (one kernel,
-                   kfuse.schedule.boundary_views), else the segmenter splits it (segment),
-                   and each segment goes through these stages (compile_segment) when it
-                   first runs with a new signature
+                   kfuse.schedule.boundary_views), else the segmenter splits it (the
+                   folded fusion where there was a fold), and each segment goes through
+                   these stages (compile_segment): all at once into one KernelProgram when
+                   they are all generated kernels (kfuse.segment_kernels), else each when it
+                   first runs with a new signature (SegmentedRunner)
       2. params    the scheduler's heuristics, or the caller's params (manual_execute)
       3. kernels   the scheduler generates its kernels: GeneratedKernel (CUDA source, name,
                    launch configuration, operands, the codegen spec); nothing compiles
       4. compile   each kernel's source to a loaded kernel: NVRTC to a cubin for the
                    device (cached in memory and on disk by source), or the host emulator
       5. program   a Program the executor runs on every call with this signature:
-                   KernelProgram, LibraryProgram (expr_eval) or SegmentedProgram
+                   KernelProgram (SegmentKernelsProgram for merged segments), LibraryProgram
+                   (expr_eval) or SegmentedProgram
 
 Schedulers only decide and generate (stages 1-3); this module compiles and assembles
 (stages 4-5); kfuse.runtime.executor caches the Program per signature and runs it. KFUSE_DUMP names
