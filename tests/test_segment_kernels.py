@@ -148,3 +148,31 @@ def test_a_segmented_fusion_takes_the_fast_path_and_stays_right(
     monkeypatch.setattr(executor, "build_runtime_info", no_slow_path)
     for _ in range(3):  # new data each call: workspaces and outputs from the fast path
         check_cuda(inputs())
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_a_folded_fusion_with_a_library_segment_runs_on_views(framework: str) -> None:
+    """An input reshape that is a view, then a matmul: the runner runs the folded fusion on
+    a view of the call's input (no expr_eval segment copies it) and hands the output back in
+    the user's shape."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3)
+        w = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2)
+        n, m, k = fd.ops.size(x, 0), fd.ops.size(x, 1), fd.ops.size(x, 2)
+        rows = fd.ops.reshape(x, new_shape=[fd.ops.mul(n, m), k])
+        y = fd.ops.relu(fd.ops.matmul(rows, w))
+        fd.add_output(fd.ops.reshape(y, new_shape=[n, m, fd.ops.size(w, 1)]))
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # compiles; cached
+        inputs = [
+            rng.standard_normal((2, 3, 4)).astype(np.float32),
+            rng.standard_normal((4, 5)).astype(np.float32),
+        ]
+        if framework == "torch":
+            torch = pytest.importorskip("torch")
+            inputs = [torch.from_numpy(a) for a in inputs]
+        (out,) = check(fd, inputs)
+        assert out.shape == (2, 3, 5)
+    program = fd.last_program()
+    assert isinstance(program, SegmentedProgram) and program.folded is not None
+    assert [s.scheduler.value for s in program.segments()] == ["expr_eval", "pointwise"]
