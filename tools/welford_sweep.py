@@ -1,0 +1,111 @@
+"""Time a bf16 Welford statistics fusion (var_mean of float(x)) over a grid of
+ReductionParams, on the GPU, against the heuristics' own choice and torch.compile:
+
+    python3 tools/welford_sweep.py 200704x256 --dim 0 \
+        --grid "vectorize_iter=4,8 block_y=4,8 unroll_reduction=8,16 grid_y=264,528"
+
+Each grid entry is FIELD=V1,V2,...; every combination is tried (grid_x follows from the
+kept extent and the vector unless given). Timing is benchmarks/run.py's time_ms (the stream
+kept busy before each call, so manual_execute's host checks stay outside the CUDA events;
+L2 flushed), and each combination's results are checked against float64 first. Session 30
+found that timing manual calls with plain events measured their host cost instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def parse_grid(text: str) -> list[dict[str, int]]:
+    """ "a=1,2 b=3" -> [{'a': 1, 'b': 3}, {'a': 2, 'b': 3}]."""
+    fields: list[tuple[str, list[int]]] = []
+    for entry in text.split():
+        name, _, values = entry.partition("=")
+        if not name or not values:
+            raise ValueError(f"grid entry {entry!r} is not FIELD=V1,V2,...")
+        fields.append((name, [int(v) for v in values.split(",")]))
+    names = [n for n, _ in fields]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in fields))]
+
+
+def welford_fusion(dim: int) -> Any:
+    from kfuse import DataType, FusionDefinition
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        var, mean = fd.ops.var_mean(
+            fd.ops.cast(x, DataType.Float), dims=[dim], correction=0, keepdim=False
+        )
+        fd.add_output(var)
+        fd.add_output(mean)
+    return fd
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shape", help="ROWSxCOLS, e.g. 200704x256")
+    parser.add_argument("--dim", type=int, choices=[0, 1], default=1)
+    parser.add_argument("--grid", required=True)
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args()
+
+    import torch
+    from models import measure
+    from models.run import load_suite
+
+    from kfuse.schedule import SchedulerType, compute_heuristics
+    from kfuse.schedule.reduction import _plan, fill_launch_params
+
+    suite = load_suite()
+    flush, _ = measure.l2_flusher(torch)
+    rows, cols = (int(n) for n in args.shape.split("x"))
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    ref_var, ref_mean = torch.var_mean(x.double(), dim=args.dim, correction=0)
+    fd = welford_fusion(args.dim)
+
+    def error(out: list[Any]) -> float:
+        return max(
+            float((out[0].double() - ref_var).abs().max()),
+            float((out[1].double() - ref_mean).abs().max()),
+        )
+
+    fd.execute([x])
+    base = compute_heuristics(fd, SchedulerType.reduction, [x])
+    us = suite.time_ms(torch, lambda: fd.execute([x]), args.reps, before=flush) * 1e3
+    print(f"heuristics: {us:.1f} us, error {error(fd.execute([x])):.1e}: {base}")
+    compiled = torch.compile(lambda t: torch.var_mean(t.float(), dim=args.dim, correction=0))
+    compiled(x)
+    us = suite.time_ms(torch, lambda: compiled(x), args.reps, before=flush) * 1e3
+    print(f"torch.compile: {us:.1f} us")
+
+    results = []
+    for fields in parse_grid(args.grid):
+        params = compute_heuristics(fd, SchedulerType.reduction, [x])
+        for name, value in fields.items():
+            setattr(params, name, value)
+        if "grid_x" not in fields and not params.fastest_dim_reduction:
+            kept = cols if args.dim == 0 else rows
+            groups = -(-kept // int(params.vectorize_iter))
+            params.grid_x = max(1, -(-groups // int(params.block_x)))
+        fill_launch_params(params, _plan(fd.fusion))
+        try:
+            err = error(fd.manual_execute([x], params))
+            t = suite.time_ms(
+                torch, lambda p=params: fd.manual_execute([x], p), args.reps, before=flush
+            )
+        except Exception as exc:  # noqa: BLE001 - a refused combination is reported, not fatal
+            print(f"  refused {fields}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+            continue
+        results.append((t * 1e3, err, fields))
+    for us, err, fields in sorted(results, key=lambda r: r[0]):
+        print(f"  {us:7.1f} us  error {err:.1e}  {fields}")
+
+
+if __name__ == "__main__":
+    main()
