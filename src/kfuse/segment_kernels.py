@@ -1,10 +1,10 @@
 """A segmented fusion whose segments are all generated kernels, compiled as one KernelProgram.
 
 The segments are compiled when the fusion is (not on their first run, as SegmentedRunner
-does), each on a RuntimeInfo built from the call's: the fusion inputs' layouts, and for each
-value one segment hands to another a contiguous layout of its shape, which is how the
-runner would have allocated it. Their launches are then put in one list, with every operand
-renamed to the whole fusion's:
+does), each on the RuntimeInfo the segmenter accepted it on (segmenter.synthetic_info): the
+fusion inputs' layouts, and for each value one segment hands to another a contiguous,
+aligned layout of its shape, which its workspace has. Their launches are then put in one
+list, with every operand renamed to the whole fusion's:
 
 * a segment's input or output that is a fusion input or output -> that input or output;
 * a value passed between segments -> a workspace of its own (KernelProgram allocates the
@@ -28,13 +28,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
-from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
-from kfuse.runtime.arrays import ArrayLayout
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.runtime.launch import (
     InputOperand,
@@ -47,13 +44,8 @@ from kfuse.runtime.launch import (
 )
 from kfuse.runtime.program import KernelProgram, Program, SegmentKernelsProgram
 from kfuse.runtime.segments import added_exprs
-from kfuse.schedule.segmenter import SegmentedFusion, SegmentPlan
+from kfuse.schedule.segmenter import SegmentedFusion, SegmentPlan, synthetic_info
 from kfuse.schedule.types import SchedulerType
-
-ALLOCATION_ALIGNMENT = 256
-"""The data pointer the layout of a value passed between segments is given: KernelProgram
-allocates it (a workspace), and every framework's allocator aligns at least this much, so
-the segment reading it may vectorize as it would have on the runner's array."""
 
 
 class _NotMerged(Exception):
@@ -83,16 +75,17 @@ class _Merger:
         if segmented.copies or len({id(v) for v in fusion.outputs}) != len(fusion.outputs):
             raise _NotMerged
         self.segmented = segmented
-        self.info = info
         self.compile_segment = compile_segment
         self.input_position = {id(v): k for k, v in enumerate(fusion.inputs)}
         self.output_index = {id(v): k for k, v in enumerate(fusion.outputs)}
-        # Values the parent's shape inference gives on every call (a scalar operand must be one)
-        self.known = {id(v) for v in fusion.inputs} | {
-            id(o) for e in fusion.exprs for o in e.outputs
-        }
+        added = added_exprs(segmented)
+        # Values only the segmenter computes: the parent's shape inference does not give them
+        # on a call, so no scalar operand may be one.
+        self.added_values = {id(o) for e in added for o in e.outputs}
         self.extents = dict(info.extents)
-        infer_added(added_exprs(segmented), self.extents)
+        infer_added(added, self.extents)
+        # (the segments' RuntimeInfos read the added values' extents too)
+        self.info = replace(info, extents=self.extents)
         self.workspace: dict[int, int] = {}  # id(value passed between segments) -> index
         self.workspaces = 0
 
@@ -118,39 +111,10 @@ class _Merger:
         )
 
     def _segment_info(self, plan: SegmentPlan) -> RuntimeInfo:
-        """The segment's RuntimeInfo, as SegmentStep.derive builds it on a run, with the
-        values passed between segments laid out as the runner allocates them."""
-        info = self.info
-        args: list[Any] = []
-        layouts: dict[TensorView, ArrayLayout] = {}
-        for new, old in zip(plan.fusion.inputs, plan.inputs, strict=True):
-            if not isinstance(new, TensorView):
-                args.append(self.extents[old])
-            elif id(old) in self.input_position:
-                args.append(info.inputs[self.input_position[id(old)]])
-                layouts[new] = info.layouts[old]  # type: ignore[index]
-            else:
-                args.append(None)  # computed by an earlier segment on every call
-                shape = tuple(self.extents[old])
-                layouts[new] = ArrayLayout(
-                    info.framework,
-                    new.dtype,
-                    shape,
-                    contiguous_strides(shape),
-                    ALLOCATION_ALIGNMENT,
-                    info.device_index,
-                )
-        extents = {new: self.extents[old] for new, old in plan.origin.items()}
-        return RuntimeInfo(
-            plan.fusion,
-            args,
-            layouts,
-            extents,
-            info.framework,
-            info.backend,
-            info.device_index,
-            info.device,
-        )
+        """The segment's RuntimeInfo: the one the segmenter accepted it on (fusion inputs
+        with the call's layouts, the values passed between segments contiguous and aligned
+        as a fresh allocation: a workspace here), the segmenter's added values included."""
+        return synthetic_info(plan.fusion, plan.inputs, self.info)
 
     def _operand(self, plan: SegmentPlan, op: Operand, base: int) -> Operand:
         if isinstance(op, InputOperand):
@@ -160,7 +124,7 @@ class _Merger:
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)
         old = plan.origin[op.val]
-        if id(old) not in self.known:
+        if id(old) in self.added_values:
             raise _NotMerged
         return ScalarOperand(old)  # type: ignore[arg-type]
 
