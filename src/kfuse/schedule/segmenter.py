@@ -155,7 +155,7 @@ def segment_fusion(fusion: Fusion, info: RuntimeInfo, reason: str) -> SegmentedF
 # are materialized anyway; casts and broadcasts of fusion inputs; nothing.
 FORWARD_POINTWISE, FORWARD_INPUT_CASTS, FORWARD_NOTHING = 2, 1, 0
 
-_POINTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, BroadcastOp)
+_POINTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, BroadcastOp, ExpandOp)
 
 
 class _Segmenter:
@@ -220,8 +220,8 @@ class _Segmenter:
                 ):
                     continue
                 # A value of statistics alone (the mean from a Welford's partial results) is
-                # small: one segment computes it and writes it; only its broadcast, which is
-                # indexing, is forwarded. What comes from a fusion input is computed again.
+                # small: one segment computes it and writes it; only its broadcast and expand,
+                # which are indexing, are forwarded. What comes from a fusion input is computed again.
                 if any(id(v) in inputs or self.producer.get(id(v)) in full for v in tensors):
                     roots[i] = set().union(
                         *(roots.get(self.producer.get(id(v), -1), {v}) for v in tensors)
@@ -229,9 +229,11 @@ class _Segmenter:
                     if self._cheaper_to_compute_again(e.outputs[0], roots[i]):
                         full.add(i)
                         out.add(i)
-                elif isinstance(e, BroadcastOp):
+                elif isinstance(e, (BroadcastOp, ExpandOp)):
                     out.add(i)
-            elif isinstance(e, (CastOp, BroadcastOp)) and len(e.inputs) == len(tensors) == 1:
+            elif isinstance(e, ExpandOp) or (
+                isinstance(e, (CastOp, BroadcastOp)) and len(e.inputs) == len(tensors) == 1
+            ):
                 (v,) = tensors
                 if id(v) in inputs or self.producer.get(id(v)) in out:
                     out.add(i)
