@@ -5,10 +5,11 @@ ReductionParams, on the GPU, against the heuristics' own choice and torch.compil
         --grid "vectorize_iter=4,8 block_y=4,8 unroll_reduction=8,16 grid_y=264,528"
 
 Each grid entry is FIELD=V1,V2,...; every combination is tried (grid_x follows from the
-kept extent and the vector unless given). Timing is benchmarks/run.py's time_ms (the stream
-kept busy before each call, so manual_execute's host checks stay outside the CUDA events;
-L2 flushed), and each combination's results are checked against float64 first. Session 30
-found that timing manual calls with plain events measured their host cost instead.
+kept extent and the vector, or for an inner reduction from the rows and block_y, unless
+given). Timing is benchmarks/run.py's time_ms (the stream kept busy before each call, so
+manual_execute's host checks stay outside the CUDA events; L2 flushed), and each
+combination's results are checked against float64 first. Session 30 found that timing
+manual calls with plain events measured their host cost instead.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def main() -> None:
             kept = cols if args.dim == 0 else rows
             groups = -(-kept // int(params.vectorize_iter))
             params.grid_x = max(1, -(-groups // int(params.block_x)))
+        elif "grid_x" not in fields:  # an inner reduction: a row per thread row
+            params.grid_x = -(-rows // int(params.block_y))
         fill_launch_params(params, _plan(fd.fusion))
         try:
             err = error(fd.manual_execute([x], params))
