@@ -401,7 +401,10 @@ def _outer_block(
 
 
 FINALIZE_X = 32
-"""Kept elements a finalize block takes (threadIdx.x)."""
+"""Kept elements a finalize block takes (threadIdx.x), unless that leaves SMs without a
+block (finalize_threads_x)."""
+FINALIZE_MIN_X = 8
+"""The fewest: 8 floats of a partial are one 32-byte sector."""
 FINALIZE_BATCH = 8
 """Partials a finalize thread loads before it combines them."""
 
@@ -416,6 +419,17 @@ def finalize_threads_y(parts: int) -> int:
     return y
 
 
+def finalize_threads_x(n_rows: int, sm_count: int) -> int:
+    """Kept elements a finalize block takes: FINALIZE_X, halved (down to FINALIZE_MIN_X)
+    while the blocks would be fewer than the SMs. A batch norm over 256 channels combined
+    its 264 partials a channel in 8 blocks, on 8 SMs of 132: 9.7 us, where torch.compile's
+    two small kernels took 8.1 (H200)."""
+    x = FINALIZE_X
+    while x > FINALIZE_MIN_X and -(-n_rows // x) < sm_count:
+        x //= 2
+    return x
+
+
 def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
     """Source and name of the kernel combining the partials and running the epilogue.
 
@@ -426,9 +440,9 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     their results are combined over threadIdx.y in a fixed tree (combine_over_y), so
     results stay deterministic.
     """
-    name = kernel_name(plan, spec, "_fin")
+    fx, fy, batch = spec.finalize_x, finalize_threads_y(spec.grid_parts), FINALIZE_BATCH
+    name = kernel_name(plan, spec, "_fin" if fx == FINALIZE_X else f"_fin{fx}")
     rank, parts = spec.rank, spec.grid_parts
-    fx, fy, batch = FINALIZE_X, finalize_threads_y(parts), FINALIZE_BATCH
     kept = range(rank - 1)
     accs = accumulators(plan)
     code = Code()
@@ -556,5 +570,6 @@ __all__ = [
     "accumulators",
     "DataType",
     "FINALIZE_X",
+    "finalize_threads_x",
     "finalize_threads_y",
 ]

@@ -65,6 +65,10 @@ class ReductionKernelSpec:
     # (kfuse.schedule.reduction.outer_welford_blocks_per_sm); None: no such bound. Not in the
     # repr, like launch_bounds.
     min_blocks: int | None = field(default=None, repr=False)
+    # grid_parts > 1: kept elements a finalize block takes (threadIdx.x;
+    # kfuse.codegen.reduction.finalize_threads_x). Not in the repr: emit_finalize names a
+    # kernel with another value by a suffix, so the others keep their names.
+    finalize_x: int = field(default=32, repr=False)
     # persistent, inner_outer_persistent: main outputs accumulated per column instead of
     # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
     # other kernels' names stay as they were; column_partials.name_suffix names them.

@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, INTERLEAVED, STRIDED, VEC
-from kfuse.codegen.reduction import FINALIZE_X, emit_reduction, finalize_threads_y
+from kfuse.codegen.reduction import emit_reduction, finalize_threads_x, finalize_threads_y
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     Operand,
@@ -116,7 +116,7 @@ class ReductionScheduler:
         layout = _layout(plan, info)
         params = ReductionParams("reduction")
         if is_inner(layout):
-            _inner_heuristics(params, layout, info.device)
+            _inner_heuristics(params, layout, info.device, plan)
         else:
             _outer_heuristics(params, layout, info.device, plan)
         params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
@@ -170,12 +170,24 @@ def _target_blocks(device: Any, threads: int) -> int:
     return device.sm_count * max(1, device.max_threads_per_sm // threads)
 
 
-def _inner_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None:
+WELFORD_INNER_VECTORS = 16
+"""Vectors of a row a thread of an inner Welford kernel takes before the row gets more
+threads (other inner kernels: 4). Combining Welford states across threads (shuffles of a
+4-word state, three divisions a step, a shared-memory round between warps) costs far more
+than adding sums, and rows of a few thousand elements paid it for little loading: a bf16
+[16384, 3136] var_mean over the last axis (a batch norm's per-(n, c) statistics) took
+64.4 us with 128 threads a row, 45 with 64 and 35.5 with a warp (H200)."""
+
+
+def _inner_heuristics(
+    params: Any, layout: ReductionLayout, device: Any, plan: ReductionPlan
+) -> None:
     n_red, n_rows = layout.red_size, layout.n_rows
     vector = pick_vector(layout, layout.rank - 1, n_red)
     vecs = max(1, _cdiv(n_red, vector))
+    per_thread = WELFORD_INNER_VECTORS if any(a.welford for a in accumulators(plan)) else 4
     block_x = 1
-    while block_x < 512 and block_x * 4 < vecs:
+    while block_x < 512 and block_x * per_thread < vecs:
         block_x *= 2
     block_x = max(block_x, min(32, pow2_ceil(vecs)))
     block_y = max(1, min(128 // block_x, pow2_ceil(n_rows)))
@@ -430,6 +442,7 @@ def kernel_spec(
         else outer_welford_blocks_per_sm(
             plan, vector, unroll, _int(params, "block_x") * by, device.max_threads_per_sm
         ),
+        finalize_x=finalize_threads_x(layout.n_rows, device.sm_count),
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
@@ -561,12 +574,12 @@ def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[An
         "reduction",
         spec,
     )
-    fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
+    fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // spec.finalize_x))), 1, 1)
     second = GeneratedKernel(
         name2,
         src2,
         fin_grid,
-        (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1),
+        (spec.finalize_x, finalize_threads_y(spec.grid_parts), 1),
         0,
         operand_list(plan, layout, loop=False, row=True, workspace=ws),
         "reduction",

@@ -220,8 +220,9 @@ class _Segmenter:
                 ):
                     continue
                 # A value of statistics alone (the mean from a Welford's partial results) is
-                # small: one segment computes it and writes it; only its broadcast and expand,
-                # which are indexing, are forwarded. What comes from a fusion input is computed again.
+                # small: one segment computes it and writes it; only its broadcast and
+                # expand, which are indexing, are forwarded. What comes from a fusion input is
+                # computed again.
                 if any(id(v) in inputs or self.producer.get(id(v)) in full for v in tensors):
                     roots[i] = set().union(
                         *(roots.get(self.producer.get(id(v), -1), {v}) for v in tensors)

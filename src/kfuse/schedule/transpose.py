@@ -331,6 +331,7 @@ class TransposeScheduler:
             input_kinds=kinds_in,
             output_kinds=kinds_out,
             launch_bounds=params.cparams.maxrregcount is None,
+            single_tile=params.grid_x >= _tiles(layout, axes, params.tile_a, params.tile_b),
         )
 
 
