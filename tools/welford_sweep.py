@@ -1,5 +1,5 @@
-"""Time a bf16 Welford statistics fusion (var_mean of float(x)) over a grid of
-ReductionParams, on the GPU, against the heuristics' own choice and torch.compile:
+"""Time a bf16 Welford statistics fusion (var_mean of float(x); --op sum: its sum) over a
+grid of ReductionParams, on the GPU, against the heuristics' own choice and torch.compile:
 
     python3 tools/welford_sweep.py 200704x256 --dim 0 \
         --grid "vectorize_iter=4,8 block_y=4,8 unroll_reduction=8,16 grid_y=264,528"
@@ -35,11 +35,15 @@ def parse_grid(text: str) -> list[dict[str, int]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in fields))]
 
 
-def welford_fusion(dim: int) -> Any:
+def welford_fusion(dim: int, op: str = "welford") -> Any:
+    """var_mean of float(x) over `dim`, or (op "sum") its sum alone."""
     from kfuse import DataType, FusionDefinition
 
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        if op == "sum":
+            fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[dim]))
+            return fd
         var, mean = fd.ops.var_mean(
             fd.ops.cast(x, DataType.Float), dims=[dim], correction=0, keepdim=False
         )
@@ -53,6 +57,7 @@ def main() -> None:
     parser.add_argument("shape", help="ROWSxCOLS, e.g. 200704x256")
     parser.add_argument("--dim", type=int, choices=[0, 1], default=1)
     parser.add_argument("--grid", required=True)
+    parser.add_argument("--op", choices=["welford", "sum"], default="welford")
     parser.add_argument("--reps", type=int, default=30)
     args = parser.parse_args()
 
@@ -67,20 +72,26 @@ def main() -> None:
     flush, _ = measure.l2_flusher(torch)
     rows, cols = (int(n) for n in args.shape.split("x"))
     x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
-    ref_var, ref_mean = torch.var_mean(x.double(), dim=args.dim, correction=0)
-    fd = welford_fusion(args.dim)
+    xd = x.double()
+    refs = (
+        [xd.sum(dim=args.dim)]
+        if args.op == "sum"
+        else list(torch.var_mean(xd, dim=args.dim, correction=0))
+    )
+    fd = welford_fusion(args.dim, args.op)
 
     def error(out: list[Any]) -> float:
-        return max(
-            float((out[0].double() - ref_var).abs().max()),
-            float((out[1].double() - ref_mean).abs().max()),
-        )
+        return max(float((o.double() - r).abs().max()) for o, r in zip(out, refs))
 
     fd.execute([x])
     base = compute_heuristics(fd, SchedulerType.reduction, [x])
     us = suite.time_ms(torch, lambda: fd.execute([x]), args.reps, before=flush) * 1e3
     print(f"heuristics: {us:.1f} us, error {error(fd.execute([x])):.1e}: {base}")
-    compiled = torch.compile(lambda t: torch.var_mean(t.float(), dim=args.dim, correction=0))
+    compiled = torch.compile(
+        (lambda t: t.float().sum(dim=args.dim))
+        if args.op == "sum"
+        else (lambda t: torch.var_mean(t.float(), dim=args.dim, correction=0))
+    )
     compiled(x)
     us = suite.time_ms(torch, lambda: compiled(x), args.reps, before=flush) * 1e3
     print(f"torch.compile: {us:.1f} us")
