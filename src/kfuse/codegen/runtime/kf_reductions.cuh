@@ -115,6 +115,25 @@ __device__ __forceinline__ T welford_mean(const WelfordState<T>& s) {
   return s.shift + s.sum / s.count;
 }
 
+// a / b inside welford_combine, where b is a count (a positive integer): for float, a times
+// the hardware reciprocal (rcp.approx: within an ulp of 1 / b), not the IEEE
+// division, which is a dozen instructions with a slow path. A combine has three of them, and
+// an outer Welford kernel combines every batch of loaded rows into every lane's state: a
+// bf16 batch norm's statistics kernel went from 2216 to 1288 SASS instructions. The
+// emulator (no PTX) divides.
+template <typename T>
+__device__ __forceinline__ T welford_ratio(T a, T b) {
+  return a / b;
+}
+#if defined(KFUSE_USE_PTX)
+template <>
+__device__ __forceinline__ float welford_ratio<float>(float a, float b) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return a * r;
+}
+#endif
+
 template <typename T>
 __device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>& a,
                                                            const WelfordState<T>& b) {
@@ -128,10 +147,11 @@ __device__ __forceinline__ WelfordState<T> welford_combine(const WelfordState<T>
   // share the row's first value) add nothing, so the common case stays a plain sum.
   const T moved = b.shift == a.shift ? (T)0 : b.count * (b.shift - a.shift);
   r.sum = a.sum + (b.sum + moved);
-  const T b_frac = b.count / r.count;
+  const T b_frac = welford_ratio(b.count, r.count);
   // The difference of the two means; infinite or NaN where either side holds an infinity or
   // a NaN, which then makes M2 NaN (as torch's variance of such a row is).
-  const T delta = (b.shift - a.shift) + (b.sum / b.count - a.sum / a.count);
+  const T delta =
+      (b.shift - a.shift) + (welford_ratio(b.sum, b.count) - welford_ratio(a.sum, a.count));
   r.m2 = a.m2 + b.m2 + delta * delta * a.count * b_frac;
   return r;
 }
