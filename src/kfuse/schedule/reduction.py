@@ -116,7 +116,7 @@ class ReductionScheduler:
         layout = _layout(plan, info)
         params = ReductionParams("reduction")
         if is_inner(layout):
-            _inner_heuristics(params, layout, info.device, plan)
+            _inner_heuristics(params, layout, info.device)
         else:
             _outer_heuristics(params, layout, info.device, plan)
         params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
@@ -170,24 +170,27 @@ def _target_blocks(device: Any, threads: int) -> int:
     return device.sm_count * max(1, device.max_threads_per_sm // threads)
 
 
-WELFORD_INNER_VECTORS = 16
-"""Vectors of a row a thread of an inner Welford kernel takes before the row gets more
-threads (other inner kernels: 4). Combining Welford states across threads (shuffles of a
-4-word state, three divisions a step, a shared-memory round between warps) costs far more
-than adding sums, and rows of a few thousand elements paid it for little loading: a bf16
-[16384, 3136] var_mean over the last axis (a batch norm's per-(n, c) statistics) took
-64.4 us with 128 threads a row, 45 with 64 and 35.5 with a warp (H200)."""
+INNER_VECTORS_PER_THREAD = 16
+"""Vectors of a row a thread of an inner kernel takes before the row gets more threads. With
+4, rows of a few thousand elements got a block each and paid a block combine (for Welford,
+shuffles of a 4-word state with divisions, then a shared-memory round) for little loading.
+H200, bf16: var_mean of [16384, 3136] over the last axis (a batch norm's per-(n, c)
+statistics) 64.4 us with 128 threads a row, 45 with 64, 35.5 with a warp; its sum 29.6 us
+with 128, 27.1 with a warp; GELU backward's sum of [16384, 8192] over the last axis 210.8 us
+with 256 threads a row, 194.4 with 64."""
 
 
-def _inner_heuristics(
-    params: Any, layout: ReductionLayout, device: Any, plan: ReductionPlan
-) -> None:
+def _inner_heuristics(params: Any, layout: ReductionLayout, device: Any) -> None:
     n_red, n_rows = layout.red_size, layout.n_rows
     vector = pick_vector(layout, layout.rank - 1, n_red)
     vecs = max(1, _cdiv(n_red, vector))
-    per_thread = WELFORD_INNER_VECTORS if any(a.welford for a in accumulators(plan)) else 4
     block_x = 1
-    while block_x < 512 and block_x * per_thread < vecs:
+    while block_x < 512 and block_x * INNER_VECTORS_PER_THREAD < vecs:
+        block_x *= 2
+    # Too few rows to fill the device at that: more threads a row (down to 4 vectors each)
+    # before the grid split below, whose partials and finalize kernel cost more.
+    full = device.sm_count * device.max_threads_per_sm
+    while block_x < 512 and block_x * 4 < vecs and n_rows * block_x < full:
         block_x *= 2
     block_x = max(block_x, min(32, pow2_ceil(vecs)))
     block_y = max(1, min(128 // block_x, pow2_ceil(n_rows)))
