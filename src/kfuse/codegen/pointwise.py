@@ -153,28 +153,16 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
 
 
 def open_domain_kernel(
-    plan: PointwisePlan,
-    name: str,
-    rank: int,
-    index: str,
-    threads: int,
-    launch_bounds: bool,
-    min_blocks: int | None = None,
+    plan: PointwisePlan, name: str, rank: int, index: str, threads: int, launch_bounds: bool
 ) -> tuple[Code, Callable[..., str]]:
     """A new Code holding the runtime header, the plan's per-element body function and the
     opened kernel `name` over the plan's domain (pointwise and transpose kernels), and the
-    call of the body function. min_blocks: __launch_bounds__' second argument."""
+    call of the body function."""
     body, call = element_body_function(plan, name)
     code = Code()
     code.extend([runtime_header(), "", *body, ""])
     code.open_kernel(
-        kernel_header(
-            name,
-            kernel_params(plan, rank, index),
-            threads,
-            bounded=launch_bounds,
-            min_blocks=min_blocks,
-        )
+        kernel_header(name, kernel_params(plan, rank, index), threads, bounded=launch_bounds)
     )
     return code, call
 

@@ -54,13 +54,6 @@ WARP = 32
 BANKS = 32
 SECTOR = 32
 MAX_PAD_BYTES = 32  # row padding tried by tile_layout
-THREADS_PER_SM = 1536
-"""Threads an SM should run of a transpose kernel: its __launch_bounds__ ask for the blocks
-that make them, so registers stay at 40 (65536 / 1536, in steps of 8). A tile is loaded,
-stored to shared memory, read back and stored in turn, so the bytes in flight come from
-resident threads: the broadcast add of a transposed bf16 [16384, 8192] took 162 us at 50
-registers (4 blocks of 256 threads an SM) and 141 us capped at 40 (6 blocks; a few spills),
-torch.compile 131 (H200)."""
 
 
 @dataclass(frozen=True)
@@ -291,13 +284,7 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
     name = kernel_name(plan, spec)
     uses, outputs = plan.domain.input_uses, plan.fusion.outputs
     code, call = open_domain_kernel(
-        plan,
-        name,
-        spec.rank,
-        spec.index_type,
-        spec.threads,
-        spec.launch_bounds,
-        min_blocks=max(1, THREADS_PER_SM // spec.threads),
+        plan, name, spec.rank, spec.index_type, spec.threads, spec.launch_bounds
     )
     layout = layout_of(plan, spec)
     a, b, ta, tb = spec.rank - 1, spec.axis_b, spec.tile_a, spec.tile_b
