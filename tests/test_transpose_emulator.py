@@ -212,9 +212,13 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
     hp = schedule.compute_heuristics(fd.fusion, TR, [x])
     assert isinstance(hp, TransposeParams)
     assert (hp.vector_a, hp.vector_b) == (1, 1)  # 131 and 67 elements: odd
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    np.testing.assert_array_equal(out, x + x)
+    assert "for (Index tile" not in fd.last_cuda_source()  # a block a tile: no tile loop
     hp.tile_a, hp.tile_b, hp.block_y, hp.grid_x = 64, 32, 4, 3  # 3 blocks stride over 15 tiles
     (out,) = fd.manual_execute([x], heuristic_params=hp)
     np.testing.assert_array_equal(out, x + x)
+    assert "for (Index tile" in fd.last_cuda_source()
     hp.tile_a, hp.tile_b, hp.block_y = 2, 1024, 1  # a warp over 32 columns of 2
     (out,) = fd.manual_execute([x], heuristic_params=hp)
     np.testing.assert_array_equal(out, x + x)

@@ -77,7 +77,9 @@ class TransposeKernelSpec:
     launch_bounds: bool = field(default=True, repr=False)
     # The grid has a block for every tile: each block takes its tile with no loop around it.
     # The loop made the compiler keep every slot's shared-memory addresses and tile offsets
-    # live across iterations that never came (50 registers where one tile needs 43).
+    # live across iterations that never came: the broadcast add of a transposed bf16 matrix
+    # used R0-R50 with it, R0-R40 without (sm_90 SASS); transpose_12 of [16, 4096, 2048]
+    # went from 200.8 to 188.9 us on an H200.
     single_tile: bool = False
 
     @property
