@@ -54,6 +54,7 @@ from kfuse.codegen.reduction_loads import (
 )
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
+    FINALIZE_X,
     Accumulator,
     ReductionKernelSpec,
     accumulators,
@@ -400,9 +401,6 @@ def _outer_block(
     return lines
 
 
-FINALIZE_X = 32
-"""Kept elements a finalize block takes (threadIdx.x), unless that leaves SMs without a
-block (finalize_threads_x)."""
 FINALIZE_MIN_X = 8
 """The fewest: 8 floats of a partial are one 32-byte sector."""
 FINALIZE_BATCH = 8

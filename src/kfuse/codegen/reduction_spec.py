@@ -12,6 +12,10 @@ from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.ir.exprs import ReductionOp, WelfordOp
 
+FINALIZE_X = 32
+"""Kept elements a finalize block takes (threadIdx.x), unless that leaves SMs without a
+block (kfuse.codegen.reduction.finalize_threads_x)."""
+
 _FUNCTORS = {"sum": "kf::SumOp", "prod": "kf::ProdOp", "max": "kf::MaxOp", "min": "kf::MinOp"}
 
 
@@ -68,7 +72,7 @@ class ReductionKernelSpec:
     # grid_parts > 1: kept elements a finalize block takes (threadIdx.x;
     # kfuse.codegen.reduction.finalize_threads_x). Not in the repr: emit_finalize names a
     # kernel with another value by a suffix, so the others keep their names.
-    finalize_x: int = field(default=32, repr=False)
+    finalize_x: int = field(default=FINALIZE_X, repr=False)
     # persistent, inner_outer_persistent: main outputs accumulated per column instead of
     # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
     # other kernels' names stay as they were; column_partials.name_suffix names them.
