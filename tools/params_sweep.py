@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,29 @@ def parse_grid(text: str) -> list[dict[str, int]]:
         fields.append((name, [int(v) for v in values.split(",")]))
     names = [n for n, _ in fields]
     return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in fields))]
+
+
+def sweep(
+    grid: str,
+    configure: Callable[[dict[str, int]], Any],
+    check: Callable[[Any], str],
+    time_us: Callable[[Any], float],
+) -> None:
+    """Every combination of `grid`: configure(fields) -> params, check(params) -> a verdict
+    on its outputs against float64, time_us(params). A combination refused (by the params'
+    checks or the scheduler) is reported and skipped; the others are printed fastest first."""
+    results = []
+    for fields in parse_grid(grid):
+        try:
+            params = configure(fields)
+            verdict = check(params)
+            us = time_us(params)
+        except Exception as exc:  # noqa: BLE001 - a refused combination is reported, not fatal
+            print(f"  refused {fields}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+            continue
+        results.append((us, verdict, fields))
+    for us, verdict, fields in sorted(results, key=lambda r: r[0]):
+        print(f"  {us:7.1f} us  {verdict}  {fields}")
 
 
 def apply(params: Any, fields: dict[str, int]) -> None:
@@ -111,22 +135,21 @@ def main() -> None:
     us = suite.time_ms(torch, lambda: compiled(*inputs), args.reps, before=flush) * 1e3
     print(f"torch.compile: {us:.1f} us")
 
-    results = []
-    for fields in parse_grid(args.grid):
+    def configure(fields: dict[str, int]) -> Any:
         params = compute_heuristics(fd, scheduler, inputs)
-        try:
-            apply(params, fields)
-            refill_grid(params, fields, fd, inputs)
-            verdict = checked(fd.manual_execute(inputs, params))
-            t = suite.time_ms(
-                torch, lambda p=params: fd.manual_execute(inputs, p), args.reps, before=flush
-            )
-        except Exception as exc:  # noqa: BLE001 - a refused combination is reported, not fatal
-            print(f"  refused {fields}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
-            continue
-        results.append((t * 1e3, verdict, fields))
-    for us, verdict, fields in sorted(results, key=lambda r: r[0]):
-        print(f"  {us:7.1f} us  {verdict}  {fields}")
+        apply(params, fields)
+        refill_grid(params, fields, fd, inputs)
+        return params
+
+    sweep(
+        args.grid,
+        configure,
+        lambda p: checked(fd.manual_execute(inputs, p)),
+        lambda p: (
+            suite.time_ms(torch, lambda: fd.manual_execute(inputs, p), args.reps, before=flush)
+            * 1e3
+        ),
+    )
 
 
 if __name__ == "__main__":

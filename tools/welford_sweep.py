@@ -15,24 +15,11 @@ manual calls with plain events measured their host cost instead.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-
-def parse_grid(text: str) -> list[dict[str, int]]:
-    """ "a=1,2 b=3" -> [{'a': 1, 'b': 3}, {'a': 2, 'b': 3}]."""
-    fields: list[tuple[str, list[int]]] = []
-    for entry in text.split():
-        name, _, values = entry.partition("=")
-        if not name or not values:
-            raise ValueError(f"grid entry {entry!r} is not FIELD=V1,V2,...")
-        fields.append((name, [int(v) for v in values.split(",")]))
-    names = [n for n, _ in fields]
-    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in fields))]
 
 
 def welford_fusion(dim: int, op: str = "welford") -> Any:
@@ -64,6 +51,7 @@ def main() -> None:
     import torch
     from models import measure
     from models.run import load_suite
+    from params_sweep import sweep  # this script's folder is on sys.path
 
     from kfuse.schedule import SchedulerType, compute_heuristics
     from kfuse.schedule.reduction import _plan, fill_launch_params
@@ -96,8 +84,7 @@ def main() -> None:
     us = suite.time_ms(torch, lambda: compiled(x), args.reps, before=flush) * 1e3
     print(f"torch.compile: {us:.1f} us")
 
-    results = []
-    for fields in parse_grid(args.grid):
+    def configure(fields: dict[str, int]) -> Any:
         params = compute_heuristics(fd, SchedulerType.reduction, [x])
         for name, value in fields.items():
             setattr(params, name, value)
@@ -108,17 +95,16 @@ def main() -> None:
         elif "grid_x" not in fields:  # an inner reduction: a row per thread row
             params.grid_x = -(-rows // int(params.block_y))
         fill_launch_params(params, _plan(fd.fusion))
-        try:
-            err = error(fd.manual_execute([x], params))
-            t = suite.time_ms(
-                torch, lambda p=params: fd.manual_execute([x], p), args.reps, before=flush
-            )
-        except Exception as exc:  # noqa: BLE001 - a refused combination is reported, not fatal
-            print(f"  refused {fields}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
-            continue
-        results.append((t * 1e3, err, fields))
-    for us, err, fields in sorted(results, key=lambda r: r[0]):
-        print(f"  {us:7.1f} us  error {err:.1e}  {fields}")
+        return params
+
+    sweep(
+        args.grid,
+        configure,
+        lambda p: f"error {error(fd.manual_execute([x], p)):.1e}",
+        lambda p: (
+            suite.time_ms(torch, lambda: fd.manual_execute([x], p), args.reps, before=flush) * 1e3
+        ),
+    )
 
 
 if __name__ == "__main__":
