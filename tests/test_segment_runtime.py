@@ -62,6 +62,16 @@ def split_sum() -> tuple[FusionDefinition, Callable[[int], list[Any]]]:
     return fd, lambda seed: [rand(3, 4, 5, seed=seed)]
 
 
+def split_sum_short_inner() -> tuple[FusionDefinition, Callable[[int], list[Any]]]:
+    """The same over [40, 4, 3]: axis 2 is short, so axis 0 goes first (an outer reduction),
+    then axis 2 of its [4, 3] partial sums (kfuse.schedule.axis_runs)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), dims=[0, 2]))
+        fd.add_output(fd.ops.max(x, dims=[0, 2]))
+    return fd, lambda seed: [rand(40, 4, 3, seed=seed)]
+
+
 def split_var_mean() -> tuple[FusionDefinition, Callable[[int], list[Any]]]:
     """A Welford over axes 0 and 2 reads a permuted copy the segmenter adds."""
     with FusionDefinition() as fd:
@@ -108,6 +118,7 @@ FUSIONS = [
     two_axis_sum,
     sums_over_both_axes,
     split_sum,
+    split_sum_short_inner,
     split_var_mean,
     scalars_and_sizes,
     matmul_bias,

@@ -106,3 +106,36 @@ def test_an_inner_run_that_is_not_one_block_falls_back_without_looping() -> None
     fd = batch_norm(4, [0, 2, 3])
     x = torch.randn(255 * 5 * 3).as_strided((1, 255, 5, 3), (3825, 3, 765, 1))
     check_outputs(fd, [x])
+
+
+def test_a_short_inner_run_goes_after_the_leading_one() -> None:
+    """Images of 3 x 3 and a batch of 40 (kfuse.schedule.axis_runs): stage 1 is the outer
+    Welford over N, whose partial statistics per (c, h, w) stage 2 merges over H and W."""
+    fd = batch_norm(4, [0, 2, 3])
+    x = np.random.default_rng(6).standard_normal((40, 5, 3, 3)).astype(np.float32) * 2 - 1
+    x[:, 1] = np.float32(3.1)  # a channel of equal values: still exact through this order
+    y, avg, m2, n = fd.execute([x])
+    assert avg[1] == np.float32(3.1) and m2[1] == 0.0
+    assert (np.asarray(y)[:, 1] == 0.0).all()
+    check_outputs(fd, [x])
+    first = [e for e in segments_of(fd)[0].fusion.exprs if isinstance(e, WelfordOp)]
+    assert [e.dims for e in first] == [(0,)]
+
+
+@pytest.mark.parametrize("values", [[np.inf], [np.nan], [np.inf, -np.inf]])
+def test_special_values_through_the_leading_run_first(values: list[float]) -> None:
+    fd = batch_norm(4, [0, 2, 3])
+    x = np.random.default_rng(7).standard_normal((36, 3, 2, 3)).astype(np.float32)
+    for k, v in enumerate(values):  # in channel 2, in different images
+        x[3 * k, 2, 1, k] = v
+    check_outputs(fd, [x])
+
+
+def test_three_runs_with_a_short_inner_one() -> None:
+    """dims (0, 2, 4) of [33, 2, 3, 2, 5]: stage 1 over the longest leading run (axis 0), then
+    sums over what were axes 2 and 4."""
+    fd = batch_norm(5, [0, 2, 4])
+    x = np.random.default_rng(8).standard_normal((33, 2, 3, 2, 5)).astype(np.float32)
+    check_outputs(fd, [x])
+    first = [e for e in segments_of(fd)[0].fusion.exprs if isinstance(e, WelfordOp)]
+    assert [e.dims for e in first] == [(0,)]

@@ -52,6 +52,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.axis_runs import axis_runs, reduction_order
 from kfuse.schedule.types import SchedulerType
 from kfuse.schedule.welford_split import welford_in_two_stages
 
@@ -448,7 +449,8 @@ def split_reductions(
     origin: dict[int, int] | None = None,
 ) -> list[Expr]:
     """Replace each sum/prod/max/min over several separate runs of axes (dims [0, 2] of a
-    rank-3 tensor) by a chain of reductions, one per run, innermost run first.
+    rank-3 tensor) by a chain of reductions, one per run, in kfuse.schedule.axis_runs'
+    reduction_order (the innermost run first unless it is short).
 
     No kernel reduces non-adjacent axes at once, but the ops are associative, so reducing one
     run after the other gives the same result (up to floating-point order). The chain's
@@ -472,16 +474,16 @@ def _split_one(
     e: Expr, info: RuntimeInfo, one_axis_at_a_time: frozenset[int], out: list[Expr]
 ) -> None:
     """Append to `out` what split_reductions replaces `e` with (`e` itself where nothing)."""
-    if isinstance(e, WelfordOp) and (len(_axis_runs(e.dims)) > 1 or id(e) in one_axis_at_a_time):
+    if isinstance(e, WelfordOp) and (len(axis_runs(e.dims)) > 1 or id(e) in one_axis_at_a_time):
         staged = (
             None
             if id(e) in one_axis_at_a_time
-            else welford_in_two_stages(e, _axis_runs(e.dims), info)
+            else welford_in_two_stages(e, axis_runs(e.dims), info)
         )
         # The second stage's sums may span several runs themselves: split them too.
         out += split_reductions(staged, info) if staged else _welford_over_trailing_axes(e, info)
         return
-    runs = _axis_runs(e.dims) if isinstance(e, ReductionOp) else []
+    runs = axis_runs(e.dims) if isinstance(e, ReductionOp) else []
     if id(e) in one_axis_at_a_time:
         runs = [(d,) for d in sorted(cast(ReductionOp, e).dims)]
     if len(runs) < 2:
@@ -490,16 +492,20 @@ def _split_one(
     red = cast(ReductionOp, e)  # runs are only made for reductions
     current = cast(TensorView, red.inputs[0])
     shape = list(info.shape(current))
-    for k, run in enumerate(reversed(runs)):  # the highest axes first: lower indices hold
-        last = k == len(runs) - 1
-        if last:
+    alive = list(range(len(shape)))  # the input's axes that `current` still has, in order
+    order = reduction_order(runs, shape)
+    for k, run in enumerate(order):
+        dims = tuple(alive.index(d) for d in run)
+        if k == len(order) - 1:
             result = e.outputs[0]
         else:
-            axes = tuple(ax for i, ax in enumerate(current.axes) if i not in run)
+            axes = tuple(ax for i, ax in enumerate(current.axes) if i not in dims)
             result = TensorView(f"{e.outputs[0].name}_part{k}", red.dtype, axes)
-            shape = [n for i, n in enumerate(shape) if i not in run]
-            info.extents[result] = tuple(shape)
-        out.append(dataclasses.replace(red, inputs=(current,), outputs=(result,), dims=tuple(run)))
+            info.extents[result] = tuple(
+                n for i, n in enumerate(info.shape(current)) if i not in dims
+            )
+        out.append(dataclasses.replace(red, inputs=(current,), outputs=(result,), dims=dims))
+        alive = [d for d in alive if d not in run]
         current = result  # type: ignore[assignment]
 
 
@@ -517,17 +523,6 @@ def _welford_over_trailing_axes(e: WelfordOp, info: RuntimeInfo) -> list[Expr]:
     permute = PermuteOp(inputs=(x,), outputs=(moved,), perm=perm)
     trailing = tuple(range(len(kept), x.ndim))
     return [permute, dataclasses.replace(e, inputs=(moved,), dims=trailing)]
-
-
-def _axis_runs(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Sorted dims as maximal runs of consecutive axes: (0, 2, 3) -> [(0,), (2, 3)]."""
-    runs: list[list[int]] = []
-    for d in sorted(dims):
-        if runs and runs[-1][-1] == d - 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return [tuple(r) for r in runs]
 
 
 def build_sub_fusion(

@@ -1,9 +1,11 @@
 """A Welford over separate runs of axes (a batch norm over N, H and W of an NCHW tensor: dims
 (0, 2, 3)) as two stages, so that no kernel has to read a permuted copy of its input.
 
-Stage 1 is a Welford over the innermost run alone (H and W: one contiguous block per (n, c)),
-which the reduction scheduler reads once. Stage 2 merges its per-(n, c) statistics over the
-other runs with sums (Chan's parallel formula), on tensors of the kept-times-outer size:
+Stage 1 is a Welford over one run alone, which the reduction scheduler reads once: the
+innermost (H and W: one contiguous block per (n, c)), or where that run is short the leading
+one (N: an outer reduction over contiguous C x H x W; kfuse.schedule.axis_runs says when).
+Stage 2 merges its partial statistics over the other runs with sums (Chan's parallel
+formula), on tensors of the size stage 1 leaves (below, n indexes those partials):
 
     shift = max_n avg_n where finite, else 0
     mean  = shift + sum_n cnt_n (avg_n - shift) / sum_n cnt_n
@@ -43,6 +45,7 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.values import Axis, Scalar, TensorView
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.axis_runs import reduction_order
 
 _ids = itertools.count()
 
@@ -60,12 +63,13 @@ def welford_in_two_stages(
         return None
     avg_out, m2_out, count_out = (cast(TensorView, v) for v in e.outputs)
     dt = avg_out.dtype
-    inner = runs[-1]
-    rest = tuple(d for r in runs[:-1] for d in r)  # indices below `inner`: unchanged by it
+    first = reduction_order(runs, shape)[0]
+    kept1 = [i for i in range(len(shape)) if i not in first]  # x's axes that stage 1 keeps
+    rest = tuple(kept1.index(d) for r in runs if r != first for d in r)  # in stage 1's axes
     tag = f"{avg_out.name}_s{next(_ids)}"
 
-    axes1 = tuple(ax for i, ax in enumerate(x.axes) if i not in inner)
-    shape1 = tuple(n for i, n in enumerate(shape) if i not in inner)
+    axes1 = tuple(x.axes[i] for i in kept1)
+    shape1 = tuple(shape[i] for i in kept1)
     axes2 = tuple(ax for i, ax in enumerate(axes1) if i not in rest)
     shape2 = tuple(n for i, n in enumerate(shape1) if i not in rest)
     spread = tuple(i in rest for i in range(len(axes1)))  # stage 2's results broadcast back
@@ -99,7 +103,7 @@ def welford_in_two_stages(
         return out
 
     avg1, m2_1, cnt1 = per_part("avg"), per_part("m2"), per_part("n", DataType.Int)
-    exprs.append(dataclasses.replace(e, inputs=(x,), outputs=(avg1, m2_1, cnt1), dims=inner))
+    exprs.append(dataclasses.replace(e, inputs=(x,), outputs=(avg1, m2_1, cnt1), dims=first))
     weight = per_part("w")
     exprs.append(CastOp(inputs=(cnt1,), outputs=(weight,), dtype=dt))
 
