@@ -63,6 +63,8 @@ def apply(params: Any, fields: dict[str, int]) -> None:
     for name, value in fields.items():
         if name.startswith("cparams."):
             setattr(params.cparams, name.split(".", 1)[1], value or None)
+        elif isinstance(getattr(params, name, None), bool):  # smem_persistent=0,1
+            setattr(params, name, bool(value))
         else:
             setattr(params, name, value)
 
@@ -77,7 +79,12 @@ def refill_grid(params: Any, fields: dict[str, int], fd: Any, inputs: list[Any])
     if isinstance(params, TransposeParams):
         params.grid_x = min(2**31 - 1, transpose_tiles(fd, inputs, params))
         params.lparams.grid_x, params.lparams.block_y = params.grid_x, params.block_y
-    elif getattr(params, "scheduler_type", None) == "reduction":
+    elif getattr(params, "scheduler_type", None) in ("reduction", "inner_persistent"):
+        if params.scheduler_type == "inner_persistent" and "block_y" not in fields:
+            # One block a row where the row takes 128 threads or more (as the heuristics).
+            rows = int(params.grid_x) * int(params.block_y)
+            params.block_y = max(1, 128 // int(params.block_x))
+            params.grid_x = -(-rows // int(params.block_y))
         fill_launch_params(params, _plan(fd.fusion))
 
 

@@ -17,7 +17,7 @@ INT32_MAX = 2**31 - 1
 VEC = "vec"  # unit stride and aligned: V elements in one (up to 16-byte) access
 BCAST = "bcast"  # stride 0: one element serves the whole vector
 STRIDED = "strided"  # anything else: V scalar accesses
-SPLIT = "split"  # a reduction kernel's row operand read through row sub-axes of its own
+SPLIT = "split"  # an operand read along the inner axis through sub-axes of its own (row_split)
 # An outer reduction's operand whose reduced rows are adjacent within each column (stride 1
 # along the reduced axis, `unroll` along the columns): a thread's V columns of all its rows are
 # one block of V * unroll elements, loaded as one vector (kfuse.codegen.reduction).
@@ -31,9 +31,16 @@ class OperandLayout:
     data_ptr: int
     itemsize: int
     strides: tuple[int, ...]
+    # A pointwise kernel's SPLIT input (kfuse.schedule.pointwise.split_short_rows): the
+    # (extent, stride) sub-axes, outermost first, it walks the innermost merged axis through
+    # (its strides[-1] is then 0 and unused); () for every other operand.
+    inner_split: tuple[tuple[int, int], ...] = ()
 
     def max_offset(self, sizes: tuple[int, ...]) -> int:
         """The largest element offset the kernel can touch (for the index type choice)."""
+        if self.inner_split:
+            rows = sum((n - 1) * abs(s) for n, s in zip(sizes[:-1], self.strides) if n > 0)
+            return rows + sum((n - 1) * abs(s) for n, s in self.inner_split if n > 0)
         return sum((n - 1) * abs(s) for n, s in zip(sizes, self.strides) if n > 0)
 
 
@@ -88,6 +95,8 @@ def merge_axes(
 
 def access_kind(op: OperandLayout, vector: int) -> str:
     """How `op` can be read along the innermost axis with vectors of `vector` elements."""
+    if op.inner_split:
+        return SPLIT
     inner = op.strides[-1]
     if inner == 0:
         return BCAST

@@ -31,8 +31,10 @@ from kfuse.codegen.kernel import (
     row_count,
     store_vector,
 )
-from kfuse.codegen.layout import BCAST
+from kfuse.codegen.layout import BCAST, SPLIT
 from kfuse.codegen.precision import approximable
+from kfuse.codegen.registers import register_array
+from kfuse.codegen.row_split import split_lane_loads
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
@@ -105,12 +107,30 @@ class PointwiseKernelSpec:
     # __launch_bounds__ (False under a register limit: kfuse.codegen.kernel); not in the
     # repr, which names the kernel
     launch_bounds: bool = field(default=True, repr=False)
+    # Per input, for a SPLIT one (kfuse.schedule.pointwise.split_short_rows) whether each of
+    # its inner sub-axes is walked (a non-zero stride), () for the others; () when no input
+    # is SPLIT. Out of the repr (the kernel's name has a suffix for them instead), so that
+    # the names of kernels without SPLIT inputs stay what they were.
+    input_splits: tuple[tuple[bool, ...], ...] = field(default=(), repr=False)
+    # Per input, whether a SPLIT input's vectors read one element each (row_split's uniform).
+    split_uniform: tuple[bool, ...] = field(default=(), repr=False)
+
+    def input_rank(self, k: int) -> int:
+        """Rank of input k's kf::Tensor: the merged rank, or for a SPLIT input the row axes
+        followed by its own inner sub-axes."""
+        split = self.input_splits[k] if self.input_splits else ()
+        return self.rank - 1 + len(split) if split else self.rank
 
 
 def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
-    """A stable name: the scheduler plus a hash of the fusion and the spec."""
+    """A stable name: the scheduler plus a hash of the fusion and the spec, and for SPLIT
+    inputs a suffix naming their walked sub-axes and uniform lanes."""
     digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
-    return f"kfuse_pointwise_{digest}"
+    suffix = ""
+    if any(spec.input_splits):
+        walked = "_".join("".join("w" if w else "b" for w in s) or "x" for s in spec.input_splits)
+        suffix = f"_split{walked}" + ("u" if any(spec.split_uniform) else "")
+    return f"kfuse_pointwise_{digest}{suffix}"
 
 
 def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str, str]:
@@ -122,7 +142,13 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     rank, vec, unroll = spec.rank, spec.vector, spec.unroll
     n_in, n_out = len(plan.domain.input_uses), len(plan.fusion.outputs)
     code, call = open_domain_kernel(
-        plan, name, spec.rank, spec.index_type, spec.block_x * spec.block_y, spec.launch_bounds
+        plan,
+        name,
+        spec.rank,
+        spec.index_type,
+        spec.block_x * spec.block_y,
+        spec.launch_bounds,
+        [spec.input_rank(k) for k in range(n_in)],
     )
     code(
         f"typedef {spec.index_type} Index;",
@@ -153,7 +179,13 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
 
 
 def open_domain_kernel(
-    plan: PointwisePlan, name: str, rank: int, index: str, threads: int, launch_bounds: bool
+    plan: PointwisePlan,
+    name: str,
+    rank: int,
+    index: str,
+    threads: int,
+    launch_bounds: bool,
+    input_ranks: list[int] | None = None,
 ) -> tuple[Code, Callable[..., str]]:
     """A new Code holding the runtime header, the plan's per-element body function and the
     opened kernel `name` over the plan's domain (pointwise and transpose kernels), and the
@@ -161,17 +193,20 @@ def open_domain_kernel(
     body, call = element_body_function(plan, name)
     code = Code()
     code.extend([runtime_header(), "", *body, ""])
-    code.open_kernel(
-        kernel_header(name, kernel_params(plan, rank, index), threads, bounded=launch_bounds)
-    )
+    params = kernel_params(plan, rank, index, input_ranks)
+    code.open_kernel(kernel_header(name, params, threads, bounded=launch_bounds))
     return code, call
 
 
-def kernel_params(plan: PointwisePlan, rank: int, index: str) -> list[str]:
+def kernel_params(
+    plan: PointwisePlan, rank: int, index: str, input_ranks: list[int] | None = None
+) -> list[str]:
     """The parameters of a kernel over the plan's domain (pointwise and transpose): inputs,
-    scalars, outputs (the kernel ABI's order), tensors of `rank` indexed by `index`."""
+    scalars, outputs (the kernel ABI's order), tensors of `rank` (inputs: of input_ranks
+    where given) indexed by `index`."""
+    ranks = input_ranks or [rank] * len(plan.domain.input_uses)
     params = [
-        f"kf::Tensor<{u.val.dtype.cuda_type}, {rank}, {index}> in{k}"
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {ranks[k]}, {index}> in{k}"
         for k, u in enumerate(plan.domain.input_uses)
     ]
     params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(plan.domain.scalars)]
@@ -222,6 +257,7 @@ def _whole_vectors(
     unroll = spec.unroll if unroll is None else unroll
     offset = offset or f"(v0 + (Index)u * blockDim.x) * {vec}"
     inputs, outputs = plan.domain.input_uses, plan.fusion.outputs
+    split = [k for k, kind in enumerate(spec.input_kinds) if kind == SPLIT]
     code.extend(
         load_vector_block(
             [u.val.dtype.cuda_type for u in inputs],
@@ -235,8 +271,16 @@ def _whole_vectors(
                 f"base_in{k} + (i0 + j) * step_in{k}",
                 f"base_in{k}",
             ),
+            skip=split,
         )
     )
+    if split:
+        ctypes = [inputs[k].val.dtype.cuda_type for k in split]
+        code(*[register_array(f"x{k}", t, SPLIT, vec, unroll) for k, t in zip(split, ctypes)])
+        with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
+            code(f"const Index i0 = {offset};")
+            for k in split:
+                code.extend(_split_loads(spec, k, f"x{k}[u]", vec, code.indent))
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
         code(f"const Index i0 = {offset};")
         code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
@@ -268,24 +312,48 @@ def _ragged_end(
     Rows of a few unrolled vectors are mostly here: a bf16 batch norm's rows of 56 x 56 (392
     vectors, two blocks of 128 threads x 2) sent a third of its elements through 2-byte
     loads and stores when this path went element by element throughout."""
-    vec, n_in, outputs = spec.vector, len(plan.domain.input_uses), plan.fusion.outputs
+    vec, outputs = spec.vector, plan.fusion.outputs
     with code.block(f"for (int w = 0; w < {spec.unroll}; ++w)"):
         code(f"const Index kf_iv = (v0 + (Index)w * blockDim.x) * {vec};")
         with code.block(f"if (kf_iv + {vec} <= n_inner)"):
             _whole_vectors(code, plan, spec, call, unroll=1, offset="kf_iv")
             code.otherwise()
             code("const Index i0 = kf_iv;")
-            _elements(code, vec, n_in, outputs, call)
+            _elements(code, plan, spec, outputs, call)
+
+
+def _split_loads(
+    spec: PointwiseKernelSpec, k: int, target: str, vec: int, indent: str
+) -> list[str]:
+    """target[j] = SPLIT input k's element i0 + j of the row, j < vec (kfuse.codegen.row_split:
+    its sub-axes follow its row axes)."""
+    uniform = vec == spec.vector and bool(spec.split_uniform) and spec.split_uniform[k]
+    walked = spec.input_splits[k]
+    return split_lane_loads(
+        target, f"in{k}", spec.rank - 1, walked, vec, f"base_in{k}", indent, None, uniform
+    )
 
 
 def _elements(
-    code: Code, vec: int, n_in: int, outputs: list[Any], call: Callable[..., str]
+    code: Code,
+    plan: PointwisePlan,
+    spec: PointwiseKernelSpec,
+    outputs: list[Any],
+    call: Callable[..., str],
 ) -> None:
     """The elements i0 .. i0 + V - 1 that lie inside the row, one by one."""
+    vec, n_in = spec.vector, len(plan.domain.input_uses)
     with code.block(f"for (int j = 0; j < {vec} && i0 + j < n_inner; ++j)"):
         code("const Index i = i0 + j;")
         code(*[f"{o.dtype.cuda_type} y{k};" for k, o in enumerate(outputs)])
         loaded = [f"kf::load(in{k}, base_in{k} + i * step_in{k})" for k in range(n_in)]
+        for k, kind in enumerate(spec.input_kinds):
+            if kind == SPLIT:  # its element i through its sub-axes, into xs<k>[0]
+                code(f"{plan.domain.input_uses[k].val.dtype.cuda_type} xs{k}[1];")
+                with code.block():
+                    code("const Index i0 = i;")
+                    code.extend(_split_loads(spec, k, f"xs{k}", 1, code.indent))
+                loaded[k] = f"xs{k}[0]"
         code(call(loaded, [f"y{k}" for k in range(len(outputs))]))
         code(
             *[

@@ -20,6 +20,18 @@ G = 32 from 2,496 to 1,688 instructions (121 loads to 23), G = 8 from 8,080 to 5
 from __future__ import annotations
 
 
+def lanes_read_one_element(split: tuple[tuple[int, int], ...], vector: int) -> bool:
+    """Whether every vector of `vector` lanes (starting at a multiple of `vector` in the row)
+    of an operand read through these (extent, stride) sub-axes reads one element: the
+    unwalked sub-axes at the inner end span a multiple of the vector (`uniform` below)."""
+    span = 1
+    for extent, stride in reversed(split):
+        if stride != 0:
+            return span % vector == 0
+        span *= extent
+    return True  # no sub-axis walked: every element of the row is the same one
+
+
 def split_lane_loads(
     target: str,
     tensor: str,

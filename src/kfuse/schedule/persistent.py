@@ -50,6 +50,7 @@ from kfuse.codegen.reduction_plan import (
     vector_ok,
 )
 from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
+from kfuse.codegen.row_split import lanes_read_one_element
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import CUDA, RuntimeInfo
@@ -410,16 +411,9 @@ def split_uniform(layout: ReductionLayout, vector: int) -> tuple[bool, ...]:
     loop input is SPLIT."""
     if not any(op.row_split for op in layout.loop):
         return ()
-
-    def uniform(split: tuple[tuple[int, int], ...]) -> bool:
-        span = 1
-        for extent, stride in reversed(split):
-            if stride != 0:
-                return span % vector == 0
-            span *= extent
-        return True  # no sub-axis walked: every element of the row is the same one
-
-    return tuple(bool(op.row_split) and uniform(op.row_split) for op in layout.loop)
+    return tuple(
+        bool(op.row_split) and lanes_read_one_element(op.row_split, vector) for op in layout.loop
+    )
 
 
 def _check_persistent_params(

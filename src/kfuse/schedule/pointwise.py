@@ -27,6 +27,7 @@ from kfuse.codegen.layout import (
     ref_strides,
 )
 from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_pointwise
+from kfuse.codegen.row_split import lanes_read_one_element
 from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
@@ -107,7 +108,7 @@ class PointwiseScheduler:
         from kfuse._C import PointwiseParams
 
         plan = plan_pointwise(fusion)
-        layout = pointwise_layout(plan, info, output_ptrs=None)
+        layout = pointwise_layout(plan, info, output_ptrs=None, split=True)
         device = info.device
         params = PointwiseParams()
         vector = _vector_width(layout)
@@ -163,13 +164,28 @@ class PointwiseScheduler:
             input_kinds=tuple(access_kind(op, vector) for op in layout.inputs),
             output_kinds=tuple(access_kind(op, vector) for op in layout.outputs),
             launch_bounds=params.cparams.maxrregcount is None,
+            input_splits=(
+                tuple(tuple(s != 0 for _, s in op.inner_split) for op in layout.inputs)
+                if any(op.inner_split for op in layout.inputs)
+                else ()
+            ),
+            split_uniform=(
+                tuple(
+                    bool(op.inner_split) and lanes_read_one_element(op.inner_split, vector)
+                    for op in layout.inputs
+                )
+                if any(op.inner_split for op in layout.inputs)
+                else ()
+            ),
         )
 
 
 def pointwise_layout(
-    plan: PointwisePlan, info: RuntimeInfo, output_ptrs: list[int] | None
+    plan: PointwisePlan, info: RuntimeInfo, output_ptrs: list[int] | None, split: bool = False
 ) -> PointwiseLayout:
-    """Operands of this call over the merged reference domain.
+    """Operands of this call over the merged reference domain; with `split`, short rows
+    lengthened by SPLIT inputs where they can be (split_short_rows: the pointwise kernel's
+    layout, not the transpose kernel's).
 
     Outputs are laid out contiguously (kfuse allocates them); `output_ptrs` gives their
     addresses once allocated (None while planning: fresh allocations are 256-byte aligned).
@@ -190,7 +206,65 @@ def pointwise_layout(
         operands.append(OperandLayout(ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
     merged_sizes, merged = merge_axes(tuple(sizes), operands)
     n_in = len(plan.domain.input_uses)
-    return PointwiseLayout(merged_sizes, merged[:n_in], merged[n_in:])
+    result = PointwiseLayout(merged_sizes, merged[:n_in], merged[n_in:])
+    return split_short_rows(result) if split else result
+
+
+SHORT_ROW = 256
+"""Merged rows shorter than this many elements are lengthened where inputs allow
+(split_short_rows)."""
+LONG_ROW = 4096
+"""...up to at least this many: 128 threads of two 8-element vectors each take 2048."""
+
+
+def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
+    """Lengthen a short innermost axis by merging the axes outside it wherever every output
+    walks them contiguously, the inputs that do not becoming SPLIT: they read the longer axis
+    through sub-axes of their own (kfuse.codegen.row_split). Only inputs constant along the
+    short rows (per-row values: stride 0 there) are split; a bias along the rows, which
+    the 2-D schedule reads in vectors, stops the merge.
+
+    A batch norm's normalization of an NCHW bf16 [256, 2048, 7, 7] has per-channel statistics
+    broadcast over H and W, so no merge crosses C and its rows are 49 elements: 98 bytes, no
+    vector access, a block's lanes mostly idle; it ran at 1.0 TB/s on an H200. Merged with C
+    (the statistics walking [C, H x W] with strides [1, 0]), x and y take rows of 100352
+    elements in 16-byte vectors."""
+    if layout.rank < 2 or layout.n_inner >= SHORT_ROW:
+        return layout
+    sizes = list(layout.sizes)
+    ins = [list(op.strides) for op in layout.inputs]
+    outs = [list(op.strides) for op in layout.outputs]
+    subs: list[list[tuple[int, int]]] = [[] for _ in ins]  # sub-axes of the SPLIT inputs
+
+    def merges(st: list[int]) -> bool:  # axis rank - 2 into the inner one
+        return st[-2] == st[-1] * sizes[-1]
+
+    while len(sizes) >= 2 and sizes[-1] < LONG_ROW and all(merges(st) for st in outs):
+        newly = [k for k, st in enumerate(ins) if not subs[k] and not merges(st)]
+        if any(ins[k][-1] != 0 for k in newly):
+            break  # only inputs constant along the short rows are split (the docstring)
+        for k, st in enumerate(ins):
+            if not subs[k] and not merges(st):
+                subs[k] = [(sizes[-1], st[-1])]
+            if subs[k]:
+                subs[k].insert(0, (sizes[-2], st[-2]))
+        sizes[-1] *= sizes[-2]
+        del sizes[-2]
+        for st in ins + outs:
+            del st[-2]
+    if not any(subs):
+        return layout  # merge_axes merged every axis that merges for all operands already
+
+    def operand(op: OperandLayout, st: list[int], sub: list[tuple[int, int]]) -> OperandLayout:
+        if not sub:
+            return OperandLayout(op.data_ptr, op.itemsize, tuple(st))
+        return OperandLayout(op.data_ptr, op.itemsize, (*st[:-1], 0), tuple(sub))
+
+    return PointwiseLayout(
+        tuple(sizes),
+        [operand(op, st, sub) for op, st, sub in zip(layout.inputs, ins, subs)],
+        [operand(op, st, []) for op, st in zip(layout.outputs, outs)],
+    )
 
 
 def _vector_width(layout: PointwiseLayout) -> int:
@@ -217,13 +291,20 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     from kfuse.runtime.launch import GeneratedKernel, InputOperand, OutputOperand, ScalarOperand
 
     plan = plan_pointwise(fusion)
-    layout = pointwise_layout(plan, info, output_ptrs=None)
+    layout = pointwise_layout(plan, info, output_ptrs=None, split=True)
     spec = PointwiseScheduler().kernel_spec(plan, layout, params)
     source, name = emit_pointwise(plan, spec)
     positions = {v: i for i, v in enumerate(fusion.inputs)}
     operands: list[Any] = []
     for use, op in zip(plan.domain.input_uses, layout.inputs):
-        operands.append(InputOperand(positions[use.val], layout.sizes, op.strides))
+        if op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
+            sub_sizes, sub_strides = zip(*op.inner_split)
+            shape = (*layout.sizes[:-1], *sub_sizes)
+            operands.append(
+                InputOperand(positions[use.val], shape, (*op.strides[:-1], *sub_strides))
+            )
+        else:
+            operands.append(InputOperand(positions[use.val], layout.sizes, op.strides))
     operands += [ScalarOperand(s) for s in plan.domain.scalars]
     for k, op in enumerate(layout.outputs):
         operands.append(OutputOperand(k, layout.sizes, op.strides))

@@ -1,0 +1,128 @@
+"""Short rows lengthened by SPLIT inputs (kfuse.schedule.pointwise.split_short_rows): a batch
+norm's normalization of NCHW images of 7 x 7 walks rows of C x H x W, its per-channel
+statistics through sub-axes of their own, instead of rows of 49 elements. Checked on the
+emulator against the float64 reference (whole vectors, a ragged row end, lanes that read one
+element), the layouts the scheduler makes at the model sizes, and that the CUDA source
+compiles for sm_90."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import DataType, FusionDefinition, schedule
+from kfuse.campaign.property import check_outputs
+from kfuse.codegen.layout import SPLIT, VEC, contiguous_strides
+from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
+from kfuse.ir.values import TensorView
+from kfuse.runtime import device as devices
+from kfuse.runtime.arrays import ArrayLayout
+from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
+from kfuse.runtime.info import CUDA, RuntimeInfo
+from kfuse.schedule import SchedulerType
+from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
+
+
+def normalize(dtype: DataType = DataType.Float) -> FusionDefinition:
+    """y = x * w[c] + b[c] over NCHW (a batch norm's normalization, statistics folded in)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        shape = [1, fd.ops.size(x, 1), 1, 1]
+        y = fd.ops.add(
+            fd.ops.mul(fd.ops.cast(x, DataType.Float), fd.ops.broadcast_in_dim(w, shape, [1])),
+            fd.ops.broadcast_in_dim(b, shape, [1]),
+        )
+        fd.add_output(fd.ops.cast(y, dtype))
+    return fd
+
+
+def bias_rows() -> FusionDefinition:
+    """y = x + bias along the rows: the bias walks the short rows, so nothing is split."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        bias = fd.define_tensor(shape=[-1])
+        fd.add_output(
+            fd.ops.add(
+                x, fd.ops.broadcast_in_dim(bias, [fd.ops.size(x, 0), fd.ops.size(x, 1)], [1])
+            )
+        )
+    return fd
+
+
+def gpu_layout(fd: FusionDefinition, shapes: list[tuple[int, ...]]) -> tuple:
+    """The pointwise layout and heuristics of an emulated H200 call on contiguous inputs."""
+    layouts = {
+        v: ArrayLayout("torch", v.dtype, s, contiguous_strides(s), 256, 0)
+        for v, s in zip(fd.fusion.inputs, shapes)
+        if isinstance(v, TensorView)
+    }
+    info = RuntimeInfo(
+        fd.fusion,
+        shapes,
+        layouts,
+        fd.fusion.infer_shapes(shapes),
+        "torch",
+        CUDA,
+        0,
+        devices.get_profile("h200"),
+    )
+    plan = plan_pointwise(fd.fusion)
+    params = PointwiseScheduler().heuristics(fd.fusion, info)
+    layout = pointwise_layout(plan, info, None, split=True)
+    return plan, layout, params
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (40, 16, 3, 3),  # whole vectors of 4 floats, the statistics changing inside them
+        (5, 3, 7, 7),  # 147-element rows: a ragged end read element by element
+        (5, 6, 2, 2),  # H x W = 4 = the vector: each vector reads one statistic (uniform)
+        (3, 300, 1, 5),  # a size-1 axis
+    ],
+)
+def test_normalization_with_split_statistics_matches_the_reference(shape: tuple) -> None:
+    fd = normalize()
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w, b = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
+    check_outputs(fd, [x, w, b])
+    (launch,) = fd.last_program().launches
+    assert "_split" in launch.name
+
+
+def test_bf16_images_of_7_by_7_take_long_vectorized_rows() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fd = normalize(DataType.BFloat16)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((34, 24, 7, 7)).astype(ml_dtypes.bfloat16)
+    w, b = (rng.standard_normal(24).astype(np.float32) for _ in range(2))
+    check_outputs(fd, [x, w, b])
+
+
+def test_the_model_size_layout_splits_the_statistics_and_vectorizes_x() -> None:
+    plan, layout, params = gpu_layout(
+        normalize(DataType.BFloat16), [(256, 2048, 7, 7), (2048,), (2048,)]
+    )
+    assert layout.sizes == (256, 2048 * 49)
+    x, w, b = layout.inputs
+    assert x.inner_split == () and w.inner_split == b.inner_split == ((2048, 1), (49, 0))
+    assert params.vectorization_factor == 8 and params.break_point == 1
+    spec = PointwiseScheduler().kernel_spec(plan, layout, params)
+    assert spec.input_kinds == (VEC, SPLIT, SPLIT) and spec.output_kinds == (VEC,)
+    source, name = emit_pointwise(plan, spec)
+    assert compile_to_cubin(source, name, "sm_90", nvrtc_options())[:4] == b"\x7fELF"
+
+
+def test_long_rows_and_a_bias_along_short_rows_are_not_split() -> None:
+    _, long_rows, _ = gpu_layout(normalize(), [(64, 256, 56, 56), (256,), (256,)])
+    assert long_rows.sizes == (64, 256, 3136) and not any(op.inner_split for op in long_rows.inputs)
+    _, bias, params = gpu_layout(bias_rows(), [(4096, 64), (64,)])
+    assert bias.sizes == (4096, 64) and params.break_point == 1
+    assert schedule.can_schedule(
+        bias_rows().fusion,
+        SchedulerType.pointwise,
+        [np.ones((4, 64), np.float32), np.ones(64, np.float32)],
+    )[0]
