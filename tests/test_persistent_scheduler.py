@@ -234,6 +234,41 @@ def test_long_rows_are_held_in_shared_memory(
     assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction >= n
 
 
+def dropout_rms_norm() -> FusionDefinition:
+    """x1 + x2 * mask, then an RMS norm: three held inputs (5 bytes an element in bf16)."""
+    with FusionDefinition() as fd:
+        x1, x2 = (fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in range(2))
+        mask = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
+        x = fd.ops.add(
+            fd.ops.cast(x1, DataType.Float),
+            fd.ops.mul(fd.ops.cast(x2, DataType.Float), fd.ops.cast(mask, DataType.Float)),
+        )
+        rms = fd.ops.sqrt(fd.ops.mean(fd.ops.mul(x, x), [1]))
+        y = fd.ops.div(x, fd.ops.broadcast(rms, [False, True]))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    return fd
+
+
+@pytest.mark.parametrize(
+    "n,smem,block_x,batch",
+    [
+        (4096, False, 256, 2),  # HELD_WORDS_TARGET: 2 vectors of 10 words a thread
+        # 2 vectors would take 512 threads or more: 4 of them in registers (WIDE_HELD_WORDS)
+        (8192, False, 256, 4),
+        (16384, False, 512, 4),
+        (32768, True, 512, 8),  # 4 would still take 1024 threads: shared memory
+    ],
+)
+def test_wide_held_rows_stay_in_registers(
+    monkeypatch: pytest.MonkeyPatch, n: int, smem: bool, block_x: int, batch: int
+) -> None:
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    x = np.empty((2**26 // n, n), BF16)
+    inputs = [x, x, np.empty(x.shape, np.bool_)]
+    hp = schedule.compute_heuristics(dropout_rms_norm().fusion, IP, inputs)
+    assert (hp.smem_persistent, hp.block_x, hp.persistent_batch_size) == (smem, block_x, batch)
+
+
 def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = softmax(DataType.BFloat16)

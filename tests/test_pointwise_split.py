@@ -75,22 +75,26 @@ def gpu_layout(fd: FusionDefinition, shapes: list[tuple[int, ...]]) -> tuple:
 
 
 @pytest.mark.parametrize(
-    "shape",
+    ("shape", "lanes"),
     [
-        (40, 16, 3, 3),  # whole vectors of 4 floats, the statistics changing inside them
-        (5, 3, 7, 7),  # 147-element rows: a ragged end read element by element
-        (5, 6, 2, 2),  # H x W = 4 = the vector: each vector reads one statistic (uniform)
-        (3, 300, 1, 5),  # a size-1 axis
+        # whole vectors of 4 floats, each reading at most two statistics ("t": row_split's two)
+        ((40, 16, 3, 3), "t"),
+        ((5, 3, 7, 7), "t"),  # 735 elements: a ragged end read element by element
+        ((5, 6, 2, 2), "u"),  # H x W = 4 = the vector: each vector reads one (uniform)
+        ((40, 16, 1, 2), "e"),  # H x W = 2: a vector reads up to three, lane by lane
+        ((3, 300, 1, 5), "t"),  # a size-1 axis
     ],
 )
-def test_normalization_with_split_statistics_matches_the_reference(shape: tuple) -> None:
+def test_normalization_with_split_statistics_matches_the_reference(
+    shape: tuple, lanes: str
+) -> None:
     fd = normalize()
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(np.float32)
     w, b = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
     check_outputs(fd, [x, w, b])
     (launch,) = fd.last_program().launches
-    assert "_split" in launch.name
+    assert launch.name.endswith(f"_x{lanes}{lanes}")  # x read whole, w and b split
 
 
 def test_bf16_images_of_7_by_7_take_long_vectorized_rows() -> None:

@@ -112,8 +112,10 @@ class PointwiseKernelSpec:
     # is SPLIT. Out of the repr (the kernel's name has a suffix for them instead), so that
     # the names of kernels without SPLIT inputs stay what they were.
     input_splits: tuple[tuple[bool, ...], ...] = field(default=(), repr=False)
-    # Per input, whether a SPLIT input's vectors read one element each (row_split's uniform).
+    # Per input, whether a SPLIT input's vectors read one element each (row_split's uniform),
+    # and whether they read at most two (row_split's two).
     split_uniform: tuple[bool, ...] = field(default=(), repr=False)
+    split_two: tuple[bool, ...] = field(default=(), repr=False)
 
     def input_rank(self, k: int) -> int:
         """Rank of input k's kf::Tensor: the merged rank, or for a SPLIT input the row axes
@@ -129,7 +131,13 @@ def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
     suffix = ""
     if any(spec.input_splits):
         walked = "_".join("".join("w" if w else "b" for w in s) or "x" for s in spec.input_splits)
-        suffix = f"_split{walked}" + ("u" if any(spec.split_uniform) else "")
+        lanes = "".join(
+            "x" if not split else "u" if u else "t" if t else "e"
+            for split, u, t in zip(
+                spec.input_splits, spec.split_uniform, spec.split_two, strict=True
+            )
+        )
+        suffix = f"_split{walked}_{lanes}"
     return f"kfuse_pointwise_{digest}{suffix}"
 
 
@@ -327,10 +335,19 @@ def _split_loads(
 ) -> list[str]:
     """target[j] = SPLIT input k's element i0 + j of the row, j < vec (kfuse.codegen.row_split:
     its sub-axes follow its row axes)."""
-    uniform = vec == spec.vector and bool(spec.split_uniform) and spec.split_uniform[k]
+    whole = vec == spec.vector  # else one element at a ragged row end
     walked = spec.input_splits[k]
     return split_lane_loads(
-        target, f"in{k}", spec.rank - 1, walked, vec, f"base_in{k}", indent, None, uniform
+        target,
+        f"in{k}",
+        spec.rank - 1,
+        walked,
+        vec,
+        f"base_in{k}",
+        indent,
+        None,
+        whole and spec.split_uniform[k],
+        whole and spec.split_two[k],
     )
 
 

@@ -32,6 +32,19 @@ def lanes_read_one_element(split: tuple[tuple[int, int], ...], vector: int) -> b
     return True  # no sub-axis walked: every element of the row is the same one
 
 
+def lanes_read_two_elements(split: tuple[tuple[int, int], ...], vector: int) -> bool:
+    """Whether every vector of `vector` lanes reads at most two elements (`two` below): some
+    sub-axis is walked and the unwalked ones inside the innermost walked one span at least
+    the vector, so its lanes cross into the next element at most once (a batch norm's
+    per-channel statistics over rows of C x H x W, H x W = 49, vectors of 8)."""
+    span = 1
+    for extent, stride in reversed(split):
+        if stride != 0:
+            return span >= vector
+        span *= extent
+    return False
+
+
 def split_lane_loads(
     target: str,
     tensor: str,
@@ -42,11 +55,13 @@ def split_lane_loads(
     indent: str,
     guard: str | None = None,
     uniform: bool = False,
+    two: bool = False,
 ) -> list[str]:
     """target[j] = `tensor`'s element of row index i0 + j, j < vec (guard: a condition on j
     for the lanes inside the row); the row sub-axes are dims first .. first + len(walked) - 1
     of `tensor`, outermost first; walked[k]: sub-axis k has a non-zero stride; uniform: the
-    vec lanes of a vector starting at i0 (a multiple of vec) read one element."""
+    vec lanes of a vector starting at i0 (a multiple of vec) read one element; two: they read
+    at most two (lanes_read_two_elements), loaded once each and selected per lane."""
     dims = list(range(first, first + len(walked)))
     size = [f"{tensor}.size[{d}]" for d in dims]
     stride = [f"{tensor}.stride[{d}]" for d in dims]
@@ -65,6 +80,12 @@ def split_lane_loads(
             ]
     terms = [f"kf_c{k} * {stride[k]}" for k in range(len(dims)) if walked[k]]
     lines.append(f"{inner}Index kf_off = {' + '.join(terms) if terms else '0'};")
+    if two and guard is None and any(walked):
+        return [
+            *lines,
+            *_two_lanes(target, tensor, walked, vec, base, size, stride, inner),
+            f"{indent}}}",
+        ]
     load = f"{target}[j] = kf::load({tensor}, {base} + kf_off);"
     lines += [
         "#pragma unroll",
@@ -111,6 +132,40 @@ def _uniform_lanes(
         f"{ind}const auto kf_one = kf::load({tensor}, {base} + {offset});",
         "#pragma unroll",
         f"{ind}for (int j = 0; j < {vec}; ++j) {target}[j] = kf_one;",
+    ]
+
+
+def _two_lanes(
+    target: str,
+    tensor: str,
+    walked: tuple[bool, ...],
+    vec: int,
+    base: str,
+    size: list[str],
+    stride: list[str],
+    ind: str,
+) -> list[str]:
+    """The vector's first element, and where its lanes cross into the next position of the
+    innermost walked sub-axis, the element there (the odometer stepped once); each lane
+    takes one of the two. The coordinates kf_c<k> and kf_off of i0 are already computed."""
+    walk = max(k for k, w in enumerate(walked) if w)
+    inside = range(walk + 1, len(walked))  # the unwalked sub-axes inside it
+    position, span = "0", "1"
+    for k in inside:
+        position = f"({position}) * {size[k]} + kf_c{k}"
+        span = f"{span} * {size[k]}"
+    return [
+        f"{ind}const Index kf_in = {position};",
+        f"{ind}const Index kf_span = {span};",
+        f"{ind}const auto kf_first = kf::load({tensor}, {base} + kf_off);",
+        f"{ind}auto kf_next = kf_first;",
+        f"{ind}if (kf_in + {vec - 1} >= kf_span) {{",
+        *_step(walk, walked, size, stride, ind + "  "),
+        f"{ind}  kf_next = kf::load({tensor}, {base} + kf_off);",
+        f"{ind}}}",
+        "#pragma unroll",
+        f"{ind}for (int j = 0; j < {vec}; ++j)",
+        f"{ind}  {target}[j] = kf_in + j < kf_span ? kf_first : kf_next;",
     ]
 
 

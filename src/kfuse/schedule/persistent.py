@@ -99,6 +99,22 @@ a dropout + layer norm forward (10 words a vector) would leave registers for sha
 (one vector a thread needs 512 threads a row), so 24 it is."""
 
 
+WIDE_HELD_WORDS = 40
+"""Registers of held values a thread may take after all (VECTORS_PER_THREAD vectors) where
+HELD_WORDS_TARGET's fewer vectors would take a row of 512 threads or more, which goes to
+shared memory: on an H200 (bf16, the mask as an input) a dropout + RMS norm forward of
+[8192, 8192] took 148.4 us held in shared memory by 128 threads of 8 vectors, 110.7 us in
+registers by 256 threads of 4 (40 words; torch.compile 117.2); a dropout + layer norm
+forward of [2048, 16384] 120.2 us in shared memory, 83.0 us in registers by 512 threads of 4
+(torch.compile 96.6). Longer rows keep the shared-memory layout, and so do rows whose
+HELD_WORDS_TARGET already allowed VECTORS_PER_THREAD (a bf16 softmax of 16384 a row: 84% of
+copy in registers, 91% in shared memory; _smem_layout)."""
+
+
+def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch: int) -> int:
+    return -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
+
+
 def vectors_per_thread(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
     """Vectors of a row one thread holds in registers: VECTORS_PER_THREAD, halved until the
     held values fit HELD_WORDS_TARGET registers (at least one)."""
@@ -217,7 +233,15 @@ def choose_held_row(
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
     vecs = max(1, -(-n_red // vector))
-    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // vectors_per_thread(plan, layout, vector))))
+    per_thread = vectors_per_thread(plan, layout, vector)
+    block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // per_thread)))
+    wide = pow2_ceil(-(-vecs // VECTORS_PER_THREAD))
+    if (
+        per_thread < VECTORS_PER_THREAD
+        and block_x >= SMEM_FROM_ROW_THREADS >= wide
+        and _held_words(plan, layout, vector, VECTORS_PER_THREAD) <= WIDE_HELD_WORDS
+    ):
+        return vector, wide, -(-vecs // wide), False, 0, 1  # see WIDE_HELD_WORDS
     smem = _smem_layout(plan, layout, vector, block_x, device, clusters)
     if smem is not None:
         bx, batch, reload, cluster = smem

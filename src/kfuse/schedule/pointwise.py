@@ -27,7 +27,7 @@ from kfuse.codegen.layout import (
     ref_strides,
 )
 from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_pointwise
-from kfuse.codegen.row_split import lanes_read_one_element
+from kfuse.codegen.row_split import lanes_read_one_element, lanes_read_two_elements
 from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
@@ -154,6 +154,15 @@ class PointwiseScheduler:
             )
             else "int"
         )
+        split = any(op.inner_split for op in layout.inputs)
+
+        def per_split_input(read: Any) -> tuple[bool, ...]:
+            if not split:
+                return ()
+            return tuple(
+                bool(op.inner_split) and read(op.inner_split, vector) for op in layout.inputs
+            )
+
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -166,17 +175,11 @@ class PointwiseScheduler:
             launch_bounds=params.cparams.maxrregcount is None,
             input_splits=(
                 tuple(tuple(s != 0 for _, s in op.inner_split) for op in layout.inputs)
-                if any(op.inner_split for op in layout.inputs)
+                if split
                 else ()
             ),
-            split_uniform=(
-                tuple(
-                    bool(op.inner_split) and lanes_read_one_element(op.inner_split, vector)
-                    for op in layout.inputs
-                )
-                if any(op.inner_split for op in layout.inputs)
-                else ()
-            ),
+            split_uniform=per_split_input(lanes_read_one_element),
+            split_two=per_split_input(lanes_read_two_elements),
         )
 
 
