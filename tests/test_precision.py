@@ -82,6 +82,43 @@ def test_bf16_softmax_takes_fast_exp_and_division_but_float_softmax_does_not() -
     assert fast_ops(softmax(DataType.Float)) == set()
 
 
+@pytest.mark.parametrize("out", [DataType.BFloat16, DataType.Float])
+def test_a_segment_makes_the_choices_of_the_whole_fusion(out: DataType) -> None:
+    """A softmax over axis 0 of [16384, 4096] segments (on an H200) into its max, its sum
+    of exponentials and the normalization: the sum's segment ends in a float output, which
+    the whole fusion only rounds into its bf16 output, so it is marked rounded and its exp
+    is fast; with a float output it is not."""
+    from kfuse.codegen.layout import contiguous_strides
+    from kfuse.runtime import device as devices
+    from kfuse.runtime.arrays import ArrayLayout
+    from kfuse.runtime.info import CUDA, RuntimeInfo
+    from kfuse.schedule.segmenter import segment_fusion
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        y = fd.ops.softmax(fd.ops.cast(x, DataType.Float), dim=0)
+        fd.add_output(fd.ops.cast(y, out))
+    shape = (16384, 4096)
+    layout = ArrayLayout("torch", DataType.BFloat16, shape, contiguous_strides(shape), 256, 0)
+    x_val = fd.fusion.inputs[0]
+    info = RuntimeInfo(
+        fd.fusion,
+        [shape],
+        {x_val: layout},
+        fd.fusion.infer_shapes([shape]),
+        "torch",
+        CUDA,
+        0,
+        devices.get_profile("h200"),
+    )
+    plans = segment_fusion(fd.fusion, info, "test").plans
+    sums = [p for p in plans if any(getattr(e, "op", None) == "exp" for e in p.fusion.exprs)]
+    assert len(plans) == 3 and len(sums) == 2  # the sum's segment and the normalization's
+    low = out is DataType.BFloat16
+    assert sums[0].fusion.rounded_outputs == ((0,) if low else ())
+    assert {v.definition.op for v in approximable(sums[0].fusion)} == ({"exp"} if low else set())
+
+
 def test_welford_statistics_stop_the_approximation() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)

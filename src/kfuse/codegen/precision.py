@@ -32,27 +32,40 @@ _MOVES = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp)
 
 def approximable(fusion: Fusion) -> frozenset[Val]:
     """The vals defined by a FAST_OPS op whose value only reaches BFloat16 outputs."""
-    uses: dict[int, list] = {}
-    for e in fusion.exprs:
-        for v in e.inputs:
-            uses.setdefault(id(v), []).append(e)
-    outputs = {id(o) for o in fusion.outputs}
-    low: dict[int, bool] = {}
-    for e in reversed(fusion.exprs):
-        for v in e.outputs:
-            low[id(v)] = _only_low(v, uses.get(id(v), []), outputs, low)
+    low = low_values(fusion)
     return frozenset(
         e.outputs[0]
         for e in fusion.exprs
         if isinstance(e, (UnaryOp, BinaryOp))
         and e.op in FAST_OPS
         and e.outputs[0].dtype is DataType.Float
-        and low.get(id(e.outputs[0]))
+        and id(e.outputs[0]) in low
     )
 
 
-def _only_low(v: Val, consumers: list, outputs: set[int], low: dict[int, bool]) -> bool:
-    if id(v) in outputs and v.dtype is not DataType.BFloat16:
+def low_values(fusion: Fusion) -> frozenset[int]:
+    """The ids of the values computed by the fusion's exprs that only reach BFloat16 outputs
+    (or the rounded_outputs) through arithmetic: the segmenter marks a segment's outputs
+    with it (kfuse.schedule.segmenter.build_sub_fusion), so that a segment makes the
+    choices the whole fusion would (the sum of exponentials of a softmax over axis 0, a
+    segment of its own, then takes the fast exp its bf16 output allows)."""
+    uses: dict[int, list] = {}
+    for e in fusion.exprs:
+        for v in e.inputs:
+            uses.setdefault(id(v), []).append(e)
+    outputs = {id(o) for o in fusion.outputs}
+    rounded = {id(fusion.outputs[k]) for k in fusion.rounded_outputs}
+    low: dict[int, bool] = {}
+    for e in reversed(fusion.exprs):
+        for v in e.outputs:
+            low[id(v)] = _only_low(v, uses.get(id(v), []), outputs, rounded, low)
+    return frozenset(k for k, is_low in low.items() if is_low)
+
+
+def _only_low(
+    v: Val, consumers: list, outputs: set[int], rounded: set[int], low: dict[int, bool]
+) -> bool:
+    if id(v) in outputs and v.dtype is not DataType.BFloat16 and id(v) not in rounded:
         return False
     if not consumers:
         return id(v) in outputs

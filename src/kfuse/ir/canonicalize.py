@@ -77,6 +77,7 @@ class Canonicalizer:
             self._visit(e)
         outputs = [self.val(o) for o in self.original.outputs]
         self.fusion.outputs = outputs  # type: ignore[assignment]
+        self.fusion.rounded_outputs = self.original.rounded_outputs
         live = _live_exprs(self.fusion.all_exprs, outputs)
         self.fusion.all_exprs = live
         self.fusion.exprs = list(live)

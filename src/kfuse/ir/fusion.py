@@ -25,6 +25,10 @@ class Fusion:
         self.exprs: list[Expr] = []
         self._counters = {"T": 0, "S": 0, "C": 0}
         self._serial = 0
+        # Positions of the outputs whose values a parent fusion only rounds into its own
+        # BFloat16 outputs through arithmetic (a segment's, kfuse.schedule.segmenter): the
+        # fast-math choices (kfuse.codegen.precision) treat them as BFloat16 outputs.
+        self.rounded_outputs: tuple[int, ...] = ()
 
     # ---- construction (used by the frontend) ----
     def next_name(self, kind: str) -> tuple[str, int]:
@@ -149,6 +153,8 @@ class Fusion:
             for k, o in enumerate(e.outputs):
                 index[id(o)] = ("expr", j, k)
         parts.append(("outputs", tuple(ref(v) for v in self.outputs)))
+        if self.rounded_outputs:  # kernels differ (fast math), so must cache keys
+            parts.append(("rounded", self.rounded_outputs))
         return tuple(parts)
 
     def __eq__(self, other: object) -> bool:

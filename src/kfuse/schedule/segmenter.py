@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from kfuse.codegen.precision import low_values
+from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -568,10 +570,25 @@ def build_sub_fusion(
         new_outputs = tuple(clone(o, False) for o in e.outputs)
         sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs, **changes))
     sub.outputs = [mapping[id(o)] for o in outputs]  # type: ignore[misc]
+    low = _low_values(parent)
+    sub.rounded_outputs = tuple(
+        k for k, o in enumerate(outputs) if id(o) in low and o.dtype is not DataType.BFloat16
+    )
     sub.finalize()
     # Only what survived finalize's pruning: the Vals the sub-fusion's shape inference knows.
     live = [*sub.inputs, *(o for e in sub.exprs for o in e.outputs)]
     return sub, {v: cloned_from[id(v)] for v in live}
+
+
+def _low_values(fusion: Fusion) -> frozenset[int]:
+    """kfuse.codegen.precision.low_values of a parent fusion, computed once: the segmenter
+    builds many candidate segments of one fusion (a parent is not changed once scheduling
+    starts)."""
+    cached = getattr(fusion, "_segmenter_low_values", None)
+    if cached is None:
+        cached = low_values(fusion)
+        fusion._segmenter_low_values = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def synthetic_info(fusion: Fusion, parent_inputs: Any, info: RuntimeInfo) -> RuntimeInfo:
