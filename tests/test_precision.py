@@ -84,11 +84,13 @@ def test_bf16_softmax_takes_fast_exp_and_division_but_float_softmax_does_not() -
 
 @pytest.mark.parametrize("out", [DataType.BFloat16, DataType.Float])
 def test_a_segment_makes_the_choices_of_the_whole_fusion(out: DataType) -> None:
-    """A softmax over axis 0 of [16384, 4096] segments (on an H200) into its max, its sum
-    of exponentials and the normalization: the sum's segment ends in a float output, which
-    the whole fusion only rounds into its bf16 output, so it is marked rounded and its exp
-    is fast; with a float output it is not."""
+    """A softmax over axis 0 of [16384, 4096] segments (on an H200) into its statistics (the
+    max and the sum of exponentials, folded into one accumulator) and the normalization: the
+    statistics segment ends in float outputs, which the whole fusion only rounds into its
+    bf16 output, so they are marked rounded and the fold's exp is fast; with a float output
+    they are not."""
     from kfuse.codegen.layout import contiguous_strides
+    from kfuse.codegen.reduction_plan import plan_reductions
     from kfuse.runtime import device as devices
     from kfuse.runtime.arrays import ArrayLayout
     from kfuse.runtime.info import CUDA, RuntimeInfo
@@ -111,12 +113,12 @@ def test_a_segment_makes_the_choices_of_the_whole_fusion(out: DataType) -> None:
         0,
         devices.get_profile("h200"),
     )
-    plans = segment_fusion(fd.fusion, info, "test").plans
-    sums = [p for p in plans if any(getattr(e, "op", None) == "exp" for e in p.fusion.exprs)]
-    assert len(plans) == 3 and len(sums) == 2  # the sum's segment and the normalization's
+    stats, normalization = segment_fusion(fd.fusion, info, "test").plans
     low = out is DataType.BFloat16
-    assert sums[0].fusion.rounded_outputs == ((0,) if low else ())
-    assert {v.definition.op for v in approximable(sums[0].fusion)} == ({"exp"} if low else set())
+    assert stats.fusion.rounded_outputs == ((0, 1) if low else ())
+    assert {v.definition.op for v in approximable(stats.fusion)} == ({"exp"} if low else set())
+    (folded,) = plan_reductions(stats.fusion, fold_softmax=True).reductions
+    assert folded.fast is low  # type: ignore[attr-defined]
 
 
 def test_welford_statistics_stop_the_approximation() -> None:

@@ -128,16 +128,18 @@ def test_softmax_over_rows_too_long_to_hold() -> None:
 
 
 def test_softmax_over_columns_too_long_to_hold_recomputes_its_exponentials() -> None:
-    """Softmax over axis 0 of long columns: the max, the sum of exp(x - max) and the
-    normalization each read x and compute exp(x - max) themselves. Before, a pointwise segment
-    wrote exp(x - max) at full size in float (4 bytes where x has 2) for the sum and the
-    normalization to read back: four segments where three read x."""
+    """Softmax over axis 0 of long columns: the max and the sum of exp(x - max) in one
+    reduction (online softmax statistics, kfuse.codegen.softmax_fold), then the normalization;
+    each reads x and computes exp(x - max) itself. Before, a pointwise segment wrote
+    exp(x - max) at full size in float (4 bytes where x has 2) for the sum and the
+    normalization to read back (four segments), and then the max and the sum read x apart
+    (three)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
         fd.add_output(fd.ops.cast(fd.ops.softmax(fd.ops.cast(x, DataType.Float), 0), DataType.Half))
     inputs = [rand(2**17, 3, dtype=np.float16)]
     segs = fd.segments(inputs)
-    assert schedulers(segs) == [RED, RED, PW], segs
+    assert schedulers(segs) == [RED, PW], segs
     assert all("T0" in s.inputs for s in segs)
     # Only the output is written at full size: the other segments write a row of statistics.
     assert segs[-1].outputs == (fd.fusion.outputs[0].name,)

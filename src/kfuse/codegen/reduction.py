@@ -144,7 +144,7 @@ def _row_results(
 def _store_partials(code: Code, accs: list[Accumulator], index: str) -> None:
     """Each accumulator red<k> into its workspace arrays at `index`."""
     for a in accs:
-        if a.welford:
+        if a.struct:
             code(*[f"kf::store(ws{a.k}{f}, {index}, red{a.k}.{f});" for f in a.partial_fields])
         else:
             code(f"kf::store(ws{a.k}, {index}, red{a.k});")
@@ -336,7 +336,8 @@ def outer_combine(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) ->
     """Combine the block_y threads' accumulators of each column into thread y == 0's."""
     bx, by, vec = spec.block_x, spec.block_y, spec.vector
     accs = accumulators(plan)
-    if by > SERIAL_COMBINE_MAX or (by > 1 and any(a.welford for a in accs)):
+    # Welford's combine divides, a softmax's takes two exps: a tree, not a serial chain.
+    if by > SERIAL_COMBINE_MAX or (by > 1 and any(a.struct for a in accs)):
         for a in accs:
             combine_over_y(code, a, by, bx, vec, f"acc{a.k}")
     elif by > 1:
@@ -468,7 +469,7 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
                         "const Index at = (Index)p * n_rows + row;",
                     )
                     for a in accs:
-                        if a.welford:
+                        if a.struct:
                             code(
                                 *[
                                     f"part{a.k}[u].{f} = kf::load(ws{a.k}{f}, at);"

@@ -28,6 +28,7 @@ from typing import cast
 
 from kfuse.codegen.domain import DomainMap, Use, View, map_to_domain
 from kfuse.codegen.layout import INT32_MAX, contiguous_strides, ref_strides
+from kfuse.codegen.softmax_fold import fold_pairs, softmax_pairs
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
@@ -55,7 +56,8 @@ class PlanError(Exception):
 class ReductionPlan:
     """The structure of a reduction fusion, independent of sizes.
 
-    reductions: ReductionOp/WelfordOp exprs in topological order.
+    reductions: ReductionOp/WelfordOp exprs in topological order (and SoftmaxStatsOp for a
+    folded softmax pair, kfuse.codegen.softmax_fold).
     reduced_axes / kept_axes: reference axes. stages[k]: the uses computing reduction k's
     input on the loop domain (earlier reduction results are leaves). loop_outputs: indices of
     outputs that live on the whole domain (persistent kernels only); full_map computes them.
@@ -122,8 +124,10 @@ def positional_view(val: TensorView, rank: int, kept: tuple[int, ...]) -> View:
     )
 
 
-def plan_reductions(fusion: Fusion) -> ReductionPlan:
-    """Analyse a fusion with reductions; raises PlanError with the reason it does not fit."""
+def plan_reductions(fusion: Fusion, fold_softmax: bool = False) -> ReductionPlan:
+    """Analyse a fusion with reductions; raises PlanError with the reason it does not fit.
+    fold_softmax: a softmax's max and sum of exponentials become one online accumulator
+    (kfuse.codegen.softmax_fold; the reduction scheduler's plans, not the persistent ones')."""
     reds = tuple(e for e in fusion.exprs if isinstance(e, (ReductionOp, WelfordOp)))
     if not reds:
         raise PlanError("fusion has no reduction")
@@ -149,7 +153,10 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
     red_outs = {o for r in reds for o in r.outputs}
     dependent = _check_dependent_exprs(fusion, red_outs, rank, dims)
     stop_at = {o: positional_view(o, rank, kept) for o in red_outs}  # type: ignore[arg-type]
-    dependent_inputs = any(r.inputs[0] in dependent for r in reds)
+    pairs = softmax_pairs(fusion, reds) if fold_softmax else {}
+    accumulated: tuple[Expr, ...] = fold_pairs(fusion, reds, pairs) if pairs else reds
+    # A folded sum's input reads its max, but the accumulator reads only the max's input.
+    dependent_inputs = any(r.inputs[0] in dependent for r in accumulated)
 
     output_views = []
     loop_outputs, row_outputs = [], []
@@ -175,7 +182,7 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
             rank,
             stop_at,
         )
-        for r in reds
+        for r in accumulated
     )
     full_map = map_to_domain(
         [(fusion.outputs[k], output_views[k]) for k in loop_outputs], rank, stop_at
@@ -190,7 +197,7 @@ def plan_reductions(fusion: Fusion) -> ReductionPlan:
                 loop_inputs.append(u)
     return ReductionPlan(
         fusion,
-        reds,
+        accumulated,
         rank,
         dims,
         kept,

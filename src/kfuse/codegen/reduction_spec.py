@@ -10,6 +10,7 @@ from kfuse.codegen.body import round_to_dtype
 from kfuse.codegen.domain import DomainMap, Use
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.reduction_plan import ReductionPlan
+from kfuse.codegen.softmax_fold import SoftmaxStatsOp
 from kfuse.ir.exprs import ReductionOp, WelfordOp
 
 FINALIZE_X = 32
@@ -116,27 +117,48 @@ class Accumulator:
     k: int
     welford: bool
     value_type: str  # compute type of the reduction's input
-    op: str  # sum|prod|max|min|welford
+    op: str  # sum|prod|max|min|welford|softmax|softmax_fast (a folded softmax pair)
+
+    @property
+    def softmax(self) -> bool:
+        """Online softmax statistics (kfuse.codegen.softmax_fold): a max and a sum."""
+        return self.op.startswith("softmax")
+
+    @property
+    def struct(self) -> bool:
+        """The state is a struct of partial_fields (stored and loaded field by field)."""
+        return self.welford or self.softmax
 
     @property
     def ctype(self) -> str:
+        if self.softmax:
+            return f"kf::SoftmaxState<{self.value_type}>"
         return f"kf::WelfordState<{self.value_type}>" if self.welford else self.value_type
 
     @property
     def functor(self) -> str:
+        if self.softmax:
+            return "kf::SoftmaxOp"
         return "kf::WelfordOp" if self.welford else _FUNCTORS[self.op]
 
     def identity(self) -> str:
+        if self.softmax:
+            return f"kf::softmax_identity<{self.value_type}>()"
         if self.welford:
             return f"kf::welford_identity<{self.value_type}>()"
         return f"{self.functor}::identity<{self.value_type}>()"
 
     def update(self, acc: str, value: str) -> str:
+        if self.softmax:
+            fast = "true" if self.op == "softmax_fast" else "false"
+            return f"kf::softmax_update<{fast}>({acc}, {value});"
         if self.welford:
             return f"kf::welford_update({acc}, {value});"
         return f"{acc} = {self.functor}()({acc}, {value});"
 
     def combine(self, acc: str, other: str) -> str:
+        if self.softmax:
+            return f"{acc} = kf::softmax_combine({acc}, {other});"
         if self.welford:
             return f"{acc} = kf::welford_combine({acc}, {other});"
         return f"{acc} = {self.functor}()({acc}, {other});"
@@ -158,6 +180,8 @@ class Accumulator:
     @property
     def partial_fields(self) -> tuple[str, ...]:
         """Workspace arrays this accumulator needs (one per field)."""
+        if self.softmax:
+            return ("max", "sum")
         return ("shift", "sum", "m2", "count") if self.welford else ("",)
 
     @property
@@ -172,6 +196,8 @@ def accumulators(plan: ReductionPlan) -> list[Accumulator]:
         vt = compute_ctype(r.inputs[0].dtype)
         if isinstance(r, WelfordOp):
             out.append(Accumulator(k, True, vt, "welford"))
+        elif isinstance(r, SoftmaxStatsOp):
+            out.append(Accumulator(k, False, vt, "softmax_fast" if r.fast else "softmax"))
         else:
             assert isinstance(r, ReductionOp)
             out.append(Accumulator(k, False, vt, r.op))
@@ -184,6 +210,9 @@ def result_vars(plan: ReductionPlan, k: int) -> list[tuple[str, str]]:
     if isinstance(r, WelfordOp):
         t = compute_ctype(r.inputs[0].dtype)
         return [(t, f"r{k}_avg"), (t, f"r{k}_m2"), ("long long", f"r{k}_n")]
+    if isinstance(r, SoftmaxStatsOp):
+        t = compute_ctype(r.inputs[0].dtype)
+        return [(t, f"r{k}_max"), (t, f"r{k}_sum")]
     return [(compute_ctype(r.outputs[0].dtype), f"r{k}")]
 
 
@@ -197,6 +226,12 @@ def result_assignments(plan: ReductionPlan, k: int, acc: str, n_red: str) -> lis
             f"const {t} r{k}_avg = {acc}.count == ({t})0 ? {nan} : kf::welford_mean({acc});",
             f"const {t} r{k}_m2 = {acc}.count == ({t})0 ? {nan} : {acc}.m2;",
             f"const long long r{k}_n = (long long){n_red};",
+        ]
+    if isinstance(r, SoftmaxStatsOp):
+        t = compute_ctype(r.inputs[0].dtype)
+        return [
+            f"const {t} r{k}_max = {acc}.max;",
+            f"const {t} r{k}_sum = kf::softmax_sum({acc}, (long long){n_red});",
         ]
     return [
         f"const {compute_ctype(r.outputs[0].dtype)} r{k} = "

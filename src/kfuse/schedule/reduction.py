@@ -50,7 +50,7 @@ STATIC_SMEM_LIMIT = 48 * 1024
 
 def _plan(fusion: Fusion) -> ReductionPlan:
     try:
-        return plan_reductions(fusion)
+        return plan_reductions(fusion, fold_softmax=True)
     except PlanError as exc:
         raise Rejection(str(exc)) from None
 
@@ -553,7 +553,7 @@ def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[An
     from kfuse.runtime.launch import GeneratedKernel
 
     try:
-        plan = plan_reductions(fusion)
+        plan = plan_reductions(fusion, fold_softmax=True)
         layout = reduction_layout(plan, info)
     except PlanError as exc:
         raise SchedulerError(f"reduction: {exc}") from None

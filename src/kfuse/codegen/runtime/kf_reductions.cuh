@@ -203,6 +203,62 @@ struct WelfordOp {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Online softmax statistics: a running maximum and the sum of exp(x - max) in one pass, for a
+// max(x) and a sum(exp(x - broadcast(max))) over the same axes that the reduction scheduler
+// folds into one accumulator (kfuse.codegen.reduction_plan, fold_softmax). The sum is kept
+// relative to the running maximum and rescaled when that grows (Milakov and Gimelshein,
+// "Online normalizer calculation for softmax", 2018).
+//
+// What the two reductions give, exactly: the max propagates NaN; every exp(x - max) term is
+// NaN where x and the max are the same infinity (inf - inf), so a row whose max is +inf or
+// -inf (all -inf) has the sum NaN, and -inf values under a finite max add 0. The state keeps
+// sum 0 while its max is -inf (no term is formed then) and softmax_sum puts the NaN back for
+// a non-empty row whose max stayed -inf; a +inf max meets itself in exp(inf - inf) and a NaN
+// max spreads through the rescale, as in the two reductions.
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+struct SoftmaxState {
+  T max;
+  T sum;
+};
+
+template <typename T>
+__device__ __forceinline__ SoftmaxState<T> softmax_identity() {
+  SoftmaxState<T> s;
+  s.max = detail::Limits<T>::lowest();  // -inf
+  s.sum = (T)0;
+  return s;
+}
+
+template <typename T>
+__device__ __forceinline__ SoftmaxState<T> softmax_combine(const SoftmaxState<T>& a,
+                                                           const SoftmaxState<T>& b) {
+  SoftmaxState<T> r;
+  r.max = maximum(a.max, b.max);
+  // Each side's sum moved to the common maximum; a side whose max is -inf has sum 0 and adds
+  // 0 (0 * exp(-inf - m) = 0 for a finite m; both -inf: the result stays the empty state).
+  r.sum = r.max == detail::Limits<T>::lowest() ? (T)0
+                                       : a.sum * exp(a.max - r.max) + b.sum * exp(b.max - r.max);
+  return r;
+}
+
+// The sum of the two reductions for a row of n elements (the state's max is their max).
+template <typename T>
+__device__ __forceinline__ T softmax_sum(const SoftmaxState<T>& s, long long n) {
+  const T inf = detail::Limits<T>::highest();
+  return s.max == detail::Limits<T>::lowest() && n > 0 ? inf - inf : s.sum;
+}
+
+struct SoftmaxOp {
+  template <typename T>
+  __device__ __forceinline__ SoftmaxState<T> operator()(const SoftmaxState<T>& a,
+                                                        const SoftmaxState<T>& b) const {
+    return softmax_combine(a, b);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Warp and block reductions. Deterministic: a fixed combine tree, no atomics, so a given launch
 // configuration always gives the same bits. Every thread of the warp / block must call them
 // (they contain __shfl_*_sync with a full mask, and __syncthreads).
@@ -250,6 +306,13 @@ __device__ __forceinline__ WelfordState<T> shuffled(const WelfordState<T>& v, Mo
   r.sum = move(v.sum);
   r.m2 = move(v.m2);
   r.count = move(v.count);
+  return r;
+}
+template <typename T, typename Move>
+__device__ __forceinline__ SoftmaxState<T> shuffled(const SoftmaxState<T>& v, Move move) {
+  SoftmaxState<T> r;
+  r.max = move(v.max);
+  r.sum = move(v.sum);
   return r;
 }
 template <typename Move>
@@ -513,6 +576,27 @@ __device__ __forceinline__ float silu_fast(float x) { return div_fast(x, 1.0f + 
 __device__ __forceinline__ float gelu_tanh_fast(float x) {
   float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);
   return u < -9.0f ? x * 0.0f : div_fast(x, 1.0f + exp_fast(-2.0f * u));
+}
+
+// One value into online softmax statistics (see SoftmaxState), with the exp the sum's own exp
+// would have used (Fast: exp_fast, where only BFloat16 outputs follow). The common case, a
+// value at most the running max, is one exp and an add; a new max rescales the sum.
+template <bool Fast>
+__device__ __forceinline__ float softmax_exp(float x) {
+  return Fast ? exp_fast(x) : exp(x);
+}
+
+template <bool Fast>
+__device__ __forceinline__ void softmax_update(SoftmaxState<float>& s, float x) {
+  if (x <= s.max) {  // neither is NaN
+    if (s.max != detail::Limits<float>::lowest()) s.sum += softmax_exp<Fast>(x - s.max);
+    return;
+  }
+  // A larger value, or a NaN on either side: the new max (NaN-propagating), the sum rescaled
+  // (0 while the max was -inf) plus this value's term (exp(0) = 1, or NaN for inf - inf).
+  const float m = maximum(s.max, x);
+  s.sum = s.sum * softmax_exp<Fast>(s.max - m) + softmax_exp<Fast>(x - m);
+  s.max = m;
 }
 
 }  // namespace kf
