@@ -72,10 +72,10 @@ def accumulate_block(
     """Run every stage on the loaded block and fold it into the accumulators.
 
     acc_suffix "[j]" (the outer kernel): lane j of each vector has an accumulator of its
-    own; otherwise every loaded element goes to the one accumulator. Welford accumulators
-    take their values a batch at a time (kf::welford_update_batch: one division a batch)."""
+    own; otherwise every loaded element goes to the one accumulator. Welford and softmax
+    accumulators take their values a batch at a time (Accumulator.batch_update)."""
     accs = accumulators(plan)
-    plain = [a for a in accs if not a.welford]
+    plain = [a for a in accs if a.batch_update("", "") is None]
     lines = []
     if plain:
         lines += [
@@ -91,7 +91,7 @@ def accumulate_block(
             lines.append(f"{indent}    {acc.update(target, call)}")
         lines += [f"{indent}  }}", f"{indent}}}"]
     per_lane = acc_suffix == "[j]"
-    for acc in (a for a in accs if a.welford):
+    for acc in (a for a in accs if a not in plain):
         size = count if per_lane else f"({count}) * {spec.vector}"
         slot = "u" if per_lane else f"u * {spec.vector} + j"
         call = stage_call(plan, name, acc.k, _loaded(spec, "u", "j"))
@@ -104,7 +104,7 @@ def accumulate_block(
                 f"{ind}}}",
             ]
 
-        fold = f"{indent}  kf::welford_update_batch(acc{acc.k}{acc_suffix}, batch);"
+        fold = f"{indent}  {acc.batch_update(f'acc{acc.k}{acc_suffix}', 'batch')}"
         declare = f"{indent}  {acc.value_type} batch[{size}];"
         if per_lane:  # a batch per lane: the lane's values of the loaded vectors
             lines += [

@@ -156,6 +156,17 @@ class Accumulator:
             return f"kf::welford_update({acc}, {value});"
         return f"{acc} = {self.functor}()({acc}, {value});"
 
+    def batch_update(self, acc: str, batch: str) -> str | None:
+        """The statement folding an array of values loaded together into `acc`, for the
+        accumulators that take them a batch at a time (None for the others): Welford, one
+        division a batch; softmax statistics, one rescale a batch and no branch."""
+        if self.softmax:
+            fast = "true" if self.op == "softmax_fast" else "false"
+            return f"kf::softmax_update_batch<{fast}>({acc}, {batch});"
+        if self.welford:
+            return f"kf::welford_update_batch({acc}, {batch});"
+        return None
+
     def combine(self, acc: str, other: str) -> str:
         if self.softmax:
             return f"{acc} = kf::softmax_combine({acc}, {other});"

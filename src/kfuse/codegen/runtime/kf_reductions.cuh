@@ -599,5 +599,21 @@ __device__ __forceinline__ void softmax_update(SoftmaxState<float>& s, float x) 
   s.max = m;
 }
 
+// Values loaded together into online softmax statistics: their max first, then one rescale
+// of the sum and an exp a value, with no branch (an update a value compares with the running
+// max first, and the compiler schedules no exp past that branch). A batch whose max is -inf
+// leaves the state as it was (the sum stays 0 under a -inf max, see SoftmaxState). (N is a
+// constant: the loops unroll; no #pragma, which the emulator's host compiler rejects.)
+template <bool Fast, int N>
+__device__ __forceinline__ void softmax_update_batch(SoftmaxState<float>& s, const float (&v)[N]) {
+  float m = s.max;
+  for (int i = 0; i < N; ++i) m = maximum(m, v[i]);
+  if (m == detail::Limits<float>::lowest()) return;
+  float sum = s.sum * softmax_exp<Fast>(s.max - m);
+  for (int i = 0; i < N; ++i) sum += softmax_exp<Fast>(v[i] - m);
+  s.max = m;
+  s.sum = sum;
+}
+
 }  // namespace kf
 
