@@ -5,10 +5,13 @@
 # file, since a device call returns at most 8 (the issues' closing notes give the PNGs).
 #
 #   tools/device_models.sh [ARGS...]   (ARGS go to benchmarks/models/run.py: --only REGEX, ...)
+#
+# KFUSE_MODELS_QUICK= (set and empty) runs every size of the sweep instead of the quick ones;
+# KFUSE_MODELS_TIMEOUT and KFUSE_MODELS_BUDGET bound the run (seconds).
 set -u
 OUT="${OUT:-/tmp/kfuse-device-logs}"
 mkdir -p "$OUT"
-timeout "${KFUSE_MODELS_TIMEOUT:-300}" python3 benchmarks/models/run.py --quick --kernels \
+timeout "${KFUSE_MODELS_TIMEOUT:-300}" python3 benchmarks/models/run.py ${KFUSE_MODELS_QUICK---quick} --kernels \
     --budget "${KFUSE_MODELS_BUDGET:-270}" --json "$OUT/models.json" "$@" > "$OUT/models.log" 2>&1
 rc=$?
 tail -n 30 "$OUT/models.log"
