@@ -12,19 +12,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kfuse.codegen.layout import contiguous_strides
-from kfuse.compiler import choose_scheduler
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
-from kfuse.ir.values import TensorView
 from kfuse.reference import evaluate
-from kfuse.runtime import device as devices
-from kfuse.runtime.arrays import ArrayLayout
-from kfuse.runtime.info import CUDA, RuntimeInfo
-from kfuse.schedule.segmenter import segment_fusion, synthetic_info
 from kfuse.testing import assert_outputs_close
 from norm_fusions import layer_norm_backward, rms_norm_backward
 from outer_norm_fusions import FUSIONS as OUTER_FUSIONS
+from planning import gpu_info, kernels_for
 
 HIDDEN = [1, 7, 64, 1000, 1024, 4096, 8192, 16384, 32768, 65536, 262144, 1048576]
 ROWS = [1, 3, 16384]
@@ -64,33 +58,6 @@ FUSIONS: dict[str, tuple[Callable[[DataType], FusionDefinition], Shapes]] = {
 }
 
 
-def _info(fd: FusionDefinition, shapes: list[tuple[int, ...]], profile: str) -> RuntimeInfo:
-    """A GPU call's RuntimeInfo for contiguous inputs of these shapes, without the arrays."""
-    layouts = {
-        v: ArrayLayout("torch", v.dtype, shape, contiguous_strides(shape), 256, 0)
-        for v, shape in zip(fd.fusion.inputs, shapes, strict=True)
-        if isinstance(v, TensorView)
-    }
-    extents = fd.fusion.infer_shapes(shapes)
-    return RuntimeInfo(
-        fd.fusion, shapes, layouts, extents, "torch", CUDA, 0, devices.get_profile(profile)
-    )
-
-
-def _kernels_for(fusion: object, info: RuntimeInfo) -> None:
-    """The chosen scheduler's heuristics turned into kernels (SchedulerError if it rejects
-    its own params), or each segment's when the fusion is segmented."""
-    scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
-    if scheduler is not None:
-        if scheduler.generates_kernels:
-            scheduler.kernels(fusion, info, scheduler.heuristics(fusion, info))
-        return
-    segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
-    for plan in segmented.plans:
-        sub = synthetic_info(plan.fusion, plan.inputs, info)
-        _kernels_for(plan.fusion, sub)
-
-
 @pytest.mark.slow  # walks a grid of sizes on three device profiles
 @pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
 @pytest.mark.parametrize("name", sorted(FUSIONS))
@@ -101,7 +68,7 @@ def test_heuristics_give_params_their_scheduler_accepts(name: str, profile: str)
     for dtype in (DataType.BFloat16, DataType.Float):
         fd = build(dtype)
         for rows, hidden in itertools.product(ROWS, HIDDEN):
-            _kernels_for(fd.fusion, _info(fd, shapes(rows, hidden), profile))
+            kernels_for(fd.fusion, gpu_info(fd, shapes(rows, hidden), profile))
 
 
 @pytest.mark.parametrize("name", sorted(FUSIONS))
@@ -133,7 +100,7 @@ def test_outer_norm_heuristics_give_params_their_scheduler_accepts(name: str, pr
         fd = build(dtype)
         for reduced, channels in itertools.product(OUTER_REDUCED, OUTER_CHANNELS):
             if reduced * channels <= 1 << 30:
-                _kernels_for(fd.fusion, _info(fd, shapes(reduced, channels), profile))
+                kernels_for(fd.fusion, gpu_info(fd, shapes(reduced, channels), profile))
 
 
 def _outer_reduction(op: str, accumulate: DataType) -> FusionDefinition:
@@ -167,4 +134,4 @@ def test_outer_reduction_heuristics_fit_the_block_combine(
     48 KiB static limit (a GPU campaign's SchedulerError from the automatic heuristics)."""
     fd = _outer_reduction(op, accumulate)
     for reduced, columns in itertools.product([2, 7, 129, 4096, 65536], [8, 64, 1000, 8192]):
-        _kernels_for(fd.fusion, _info(fd, [(reduced, columns)], profile))
+        kernels_for(fd.fusion, gpu_info(fd, [(reduced, columns)], profile))

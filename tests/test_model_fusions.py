@@ -145,6 +145,31 @@ def test_kfuse_matches_reference_on_emulator_fp32(name: str) -> None:
     _check("kfuse", _kfuse(case, "float32", inputs), case.reference(*inputs))
 
 
+@pytest.mark.slow  # every size of every case, two dtypes, three device profiles
+@pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
+def test_every_size_gets_params_its_schedulers_accept(profile: str) -> None:
+    """Issue 23's property over the model suite: at every size of every case's sweep (the
+    inputs' real layouts, from meta tensors), the automatic heuristics give each segment
+    params its scheduler turns into kernels (short rows split, short runs reduced last,
+    softmax statistics folded, held rows in registers or shared memory: each validated)."""
+    from planning import gpu_info, kernels_for
+
+    for case in registry.CASES:
+        if case.skip:
+            continue
+        for dtype in ("bfloat16", "float32"):
+            fd, _ = measure.definition(case, dtype)
+            for size in case.sizes:
+                inputs = case.make_inputs(torch, size, getattr(torch, dtype), "meta")
+                info = gpu_info(
+                    fd,
+                    [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in inputs],
+                    profile,
+                    [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs],
+                )
+                kernels_for(fd.fusion, info)
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("name", list(CASES))
 def test_torch_peer_matches_reference(name: str, dtype: str) -> None:

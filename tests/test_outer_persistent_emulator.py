@@ -136,13 +136,13 @@ def test_columns_that_leave_a_block_less_than_a_sector_wide_are_segmented() -> N
     reduction, then the normalization), and right."""
     from kfuse.schedule.registry import scheduler_for
     from kfuse.schedule.types import Rejection
-    from test_heuristics_valid import _info
+    from planning import gpu_info
 
     fd = batch_norm_nhwc(DataType.BFloat16)
-    long_columns = _info(fd, [(1, 3136, 1, 256), (256,), (256,)], "h200")
+    long_columns = gpu_info(fd, [(1, 3136, 1, 256), (256,), (256,)], "h200")
     with pytest.raises(Rejection, match="whole 32-byte sectors"):
         scheduler_for(OP).check(fd.fusion, long_columns)
-    held = _info(fd, [(1, 1024, 1, 256), (256,), (256,)], "h200")
+    held = gpu_info(fd, [(1, 1024, 1, 256), (256,), (256,)], "h200")
     scheduler_for(OP).check(fd.fusion, held)  # two vectors along a row: whole sectors
     x = np.random.default_rng(3).standard_normal((1, 3136, 1, 24)).astype(ml_dtypes.bfloat16)
     w, b = (np.random.default_rng(k).standard_normal(24).astype(ml_dtypes.bfloat16) for k in (4, 5))
@@ -202,10 +202,10 @@ def test_the_warp_shuffled_combine_gives_the_shared_memory_trees_bits(name: str)
 
 def test_heuristics_on_the_h200_fill_the_sms_with_16_byte_accesses() -> None:
     from kfuse.schedule.registry import scheduler_for
-    from test_heuristics_valid import _info
+    from planning import gpu_info
 
     fd = batch_norm_nhwc(DataType.BFloat16)
-    info = _info(fd, [(64, 1, 16, 4096), (4096,), (4096,)], "h200")
+    info = gpu_info(fd, [(64, 1, 16, 4096), (4096,), (4096,)], "h200")
     params = scheduler_for(OP).heuristics(fd.fusion, info)
     assert params.vectorize_iter == 8  # 16 bytes of bf16
     assert params.grid_x >= 132  # every SM gets a block

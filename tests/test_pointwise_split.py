@@ -12,15 +12,12 @@ import pytest
 
 from kfuse import DataType, FusionDefinition, schedule
 from kfuse.campaign.property import check_outputs
-from kfuse.codegen.layout import SPLIT, VEC, contiguous_strides
+from kfuse.codegen.layout import SPLIT, VEC
 from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
-from kfuse.ir.values import TensorView
-from kfuse.runtime import device as devices
-from kfuse.runtime.arrays import ArrayLayout
 from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
-from kfuse.runtime.info import CUDA, RuntimeInfo
 from kfuse.schedule import SchedulerType
 from kfuse.schedule.pointwise import PointwiseScheduler, pointwise_layout
+from planning import gpu_info
 
 
 def normalize(dtype: DataType = DataType.Float) -> FusionDefinition:
@@ -52,26 +49,12 @@ def bias_rows() -> FusionDefinition:
 
 
 def gpu_layout(fd: FusionDefinition, shapes: list[tuple[int, ...]]) -> tuple:
-    """The pointwise layout and heuristics of an emulated H200 call on contiguous inputs."""
-    layouts = {
-        v: ArrayLayout("torch", v.dtype, s, contiguous_strides(s), 256, 0)
-        for v, s in zip(fd.fusion.inputs, shapes)
-        if isinstance(v, TensorView)
-    }
-    info = RuntimeInfo(
-        fd.fusion,
-        shapes,
-        layouts,
-        fd.fusion.infer_shapes(shapes),
-        "torch",
-        CUDA,
-        0,
-        devices.get_profile("h200"),
-    )
+    """The pointwise plan, layout and heuristics of an emulated H200 call on contiguous
+    inputs."""
+    info = gpu_info(fd, shapes, "h200")
     plan = plan_pointwise(fd.fusion)
     params = PointwiseScheduler().heuristics(fd.fusion, info)
-    layout = pointwise_layout(plan, info, None, split=True)
-    return plan, layout, params
+    return plan, pointwise_layout(plan, info, None, split=True), params
 
 
 @pytest.mark.parametrize(

@@ -89,30 +89,15 @@ def test_a_segment_makes_the_choices_of_the_whole_fusion(out: DataType) -> None:
     statistics segment ends in float outputs, which the whole fusion only rounds into its
     bf16 output, so they are marked rounded and the fold's exp is fast; with a float output
     they are not."""
-    from kfuse.codegen.layout import contiguous_strides
     from kfuse.codegen.reduction_plan import plan_reductions
-    from kfuse.runtime import device as devices
-    from kfuse.runtime.arrays import ArrayLayout
-    from kfuse.runtime.info import CUDA, RuntimeInfo
     from kfuse.schedule.segmenter import segment_fusion
+    from planning import gpu_info
 
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         y = fd.ops.softmax(fd.ops.cast(x, DataType.Float), dim=0)
         fd.add_output(fd.ops.cast(y, out))
-    shape = (16384, 4096)
-    layout = ArrayLayout("torch", DataType.BFloat16, shape, contiguous_strides(shape), 256, 0)
-    x_val = fd.fusion.inputs[0]
-    info = RuntimeInfo(
-        fd.fusion,
-        [shape],
-        {x_val: layout},
-        fd.fusion.infer_shapes([shape]),
-        "torch",
-        CUDA,
-        0,
-        devices.get_profile("h200"),
-    )
+    info = gpu_info(fd, [(16384, 4096)], "h200")
     stats, normalization = segment_fusion(fd.fusion, info, "test").plans
     low = out is DataType.BFloat16
     assert stats.fusion.rounded_outputs == ((0, 1) if low else ())

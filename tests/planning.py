@@ -1,0 +1,50 @@
+"""Planning a call on an emulated GPU without its arrays: the RuntimeInfo of inputs with given
+shapes and strides on a device profile, and each kernel the automatic heuristics would give
+it (generated, which validates the params against the layout and the device; nothing is
+compiled). For tests that walk sizes no host could hold."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kfuse.codegen.layout import contiguous_strides
+from kfuse.compiler import choose_scheduler
+from kfuse.frontend import FusionDefinition
+from kfuse.ir.values import TensorView
+from kfuse.runtime import device as devices
+from kfuse.runtime.arrays import ArrayLayout
+from kfuse.runtime.info import CUDA, RuntimeInfo
+from kfuse.schedule.segmenter import segment_fusion, synthetic_info
+
+
+def gpu_info(
+    fd: FusionDefinition,
+    shapes: Sequence[tuple[int, ...]],
+    profile: str,
+    strides: Sequence[tuple[int, ...] | None] | None = None,
+) -> RuntimeInfo:
+    """A GPU call's RuntimeInfo for inputs of these shapes (contiguous unless `strides` gives
+    an input's strides), 256-byte aligned, on the device profile `profile`."""
+    strides = strides or [None] * len(shapes)
+    layouts = {
+        v: ArrayLayout("torch", v.dtype, shape, st or contiguous_strides(shape), 256, 0)
+        for v, shape, st in zip(fd.fusion.inputs, shapes, strides, strict=True)
+        if isinstance(v, TensorView)
+    }
+    extents = fd.fusion.infer_shapes(list(shapes))
+    return RuntimeInfo(
+        fd.fusion, list(shapes), layouts, extents, "torch", CUDA, 0, devices.get_profile(profile)
+    )
+
+
+def kernels_for(fusion: object, info: RuntimeInfo) -> None:
+    """The chosen scheduler's heuristics turned into kernels (SchedulerError if it rejects
+    its own params), or each segment's when the fusion is segmented."""
+    scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
+    if scheduler is not None:
+        if scheduler.generates_kernels:
+            scheduler.kernels(fusion, info, scheduler.heuristics(fusion, info))
+        return
+    segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
+    for plan in segmented.plans:
+        kernels_for(plan.fusion, synthetic_info(plan.fusion, plan.inputs, info))
