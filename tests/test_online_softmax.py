@@ -109,3 +109,18 @@ def test_the_folded_kernel_compiles_for_sm90() -> None:
         assert (
             compile_to_cubin(kernel.source, kernel.name, "sm_90", nvrtc_options())[:4] == b"\x7fELF"
         )
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_log_sum_exp_reads_both_results_in_the_epilogue(dim: int) -> None:
+    """max + log(sum(exp(x - max))) as one row output: the epilogue reads the folded
+    accumulator's max and sum."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        top = fd.ops.max(x, [dim])
+        spread = fd.ops.broadcast(top, [d == dim for d in range(2)])
+        total = fd.ops.sum(fd.ops.exp(fd.ops.sub(x, spread)), [dim])
+        fd.add_output(fd.ops.add(top, fd.ops.log(total)))
+    x = special_rows((120, 90), dim, seed=21 + dim)
+    check_outputs(fd, [x])
+    assert folded(fd)

@@ -113,3 +113,34 @@ def test_long_rows_and_a_bias_along_short_rows_are_not_split() -> None:
         SchedulerType.pointwise,
         [np.ones((4, 64), np.float32), np.ones(64, np.float32)],
     )[0]
+
+
+def test_two_element_lanes_carry_across_walked_sub_axes() -> None:
+    """Statistics per (group, channel) over [N, 3, 4, 6]: the split input walks two sub-axes
+    ([3, 4] strides [4, 1]) over an unwalked 6, and vectors of 4 cross from one channel into
+    the next, and from the last channel of a group into the next group (the odometer's carry),
+    inside the vector."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1])
+        w = fd.define_tensor(shape=[-1, -1])
+        shape = [1, fd.ops.size(x, 1), fd.ops.size(x, 2), 1]
+        fd.add_output(fd.ops.mul(x, fd.ops.broadcast_in_dim(w, shape, [1, 2])))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((50, 3, 4, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    check_outputs(fd, [x, w])
+    (launch,) = fd.last_program().launches
+    assert launch.name.endswith("_xt")
+
+
+def test_a_strided_per_channel_input_is_split_too() -> None:
+    """The statistics as every other element of a buffer (stride 2): their sub-axis stride is
+    2, read through the same odometer."""
+    fd = normalize()
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((40, 16, 3, 3)).astype(np.float32)
+    w = rng.standard_normal(32).astype(np.float32)[::2]
+    b = rng.standard_normal(16).astype(np.float32)
+    check_outputs(fd, [x, w, b])
+    (launch,) = fd.last_program().launches
+    assert "_split" in launch.name
