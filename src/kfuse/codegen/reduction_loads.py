@@ -73,9 +73,9 @@ def accumulate_block(
 
     acc_suffix "[j]" (the outer kernel): lane j of each vector has an accumulator of its
     own; otherwise every loaded element goes to the one accumulator. Welford and softmax
-    accumulators take their values a batch at a time (Accumulator.batch_update)."""
+    accumulators take their values a batch at a time (Accumulator.batched)."""
     accs = accumulators(plan)
-    plain = [a for a in accs if a.batch_update("", "") is None]
+    plain = [a for a in accs if not a.batched]
     lines = []
     if plain:
         lines += [
@@ -91,7 +91,7 @@ def accumulate_block(
             lines.append(f"{indent}    {acc.update(target, call)}")
         lines += [f"{indent}  }}", f"{indent}}}"]
     per_lane = acc_suffix == "[j]"
-    for acc in (a for a in accs if a not in plain):
+    for acc in (a for a in accs if a.batched):
         size = count if per_lane else f"({count}) * {spec.vector}"
         slot = "u" if per_lane else f"u * {spec.vector} + j"
         call = stage_call(plan, name, acc.k, _loaded(spec, "u", "j"))

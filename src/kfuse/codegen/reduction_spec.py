@@ -156,16 +156,20 @@ class Accumulator:
             return f"kf::welford_update({acc}, {value});"
         return f"{acc} = {self.functor}()({acc}, {value});"
 
-    def batch_update(self, acc: str, batch: str) -> str | None:
-        """The statement folding an array of values loaded together into `acc`, for the
-        accumulators that take them a batch at a time (None for the others): Welford, one
+    @property
+    def batched(self) -> bool:
+        """It takes the values loaded together a batch at a time (batch_update): Welford, one
         division a batch; softmax statistics, one rescale a batch and no branch."""
+        return self.struct
+
+    def batch_update(self, acc: str, batch: str) -> str:
+        """The statement folding an array of values loaded together into `acc` (batched
+        accumulators only)."""
         if self.softmax:
             fast = "true" if self.op == "softmax_fast" else "false"
             return f"kf::softmax_update_batch<{fast}>({acc}, {batch});"
-        if self.welford:
-            return f"kf::welford_update_batch({acc}, {batch});"
-        return None
+        assert self.welford, f"accumulator {self.op} takes values one at a time"
+        return f"kf::welford_update_batch({acc}, {batch});"
 
     def combine(self, acc: str, other: str) -> str:
         if self.softmax:

@@ -20,16 +20,24 @@ G = 32 from 2,496 to 1,688 instructions (121 loads to 23), G = 8 from 8,080 to 5
 from __future__ import annotations
 
 
-def lanes_read_one_element(split: tuple[tuple[int, int], ...], vector: int) -> bool:
-    """Whether every vector of `vector` lanes (starting at a multiple of `vector` in the row)
-    of an operand read through these (extent, stride) sub-axes reads one element: the
-    unwalked sub-axes at the inner end span a multiple of the vector (`uniform` below)."""
+def _unwalked_span(split: tuple[tuple[int, int], ...]) -> int | None:
+    """Elements of the unwalked (stride 0) sub-axes inside the innermost walked one: how many
+    consecutive lanes read one element; None when no sub-axis is walked."""
     span = 1
     for extent, stride in reversed(split):
         if stride != 0:
-            return span % vector == 0
+            return span
         span *= extent
-    return True  # no sub-axis walked: every element of the row is the same one
+    return None
+
+
+def lanes_read_one_element(split: tuple[tuple[int, int], ...], vector: int) -> bool:
+    """Whether every vector of `vector` lanes (starting at a multiple of `vector` in the row)
+    of an operand read through these (extent, stride) sub-axes reads one element: the
+    unwalked sub-axes at the inner end span a multiple of the vector (`uniform` below), or
+    nothing is walked (every element of the row is the same one)."""
+    span = _unwalked_span(split)
+    return span is None or span % vector == 0
 
 
 def lanes_read_two_elements(split: tuple[tuple[int, int], ...], vector: int) -> bool:
@@ -37,12 +45,8 @@ def lanes_read_two_elements(split: tuple[tuple[int, int], ...], vector: int) -> 
     sub-axis is walked and the unwalked ones inside the innermost walked one span at least
     the vector, so its lanes cross into the next element at most once (a batch norm's
     per-channel statistics over rows of C x H x W, H x W = 49, vectors of 8)."""
-    span = 1
-    for extent, stride in reversed(split):
-        if stride != 0:
-            return span >= vector
-        span *= extent
-    return False
+    span = _unwalked_span(split)
+    return span is not None and span >= vector
 
 
 def split_lane_loads(

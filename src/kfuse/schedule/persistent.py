@@ -112,13 +112,14 @@ copy in registers, 91% in shared memory; _smem_layout)."""
 
 
 def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch: int) -> int:
+    """32-bit registers that `batch` held vectors of `vector` elements take a thread."""
     return -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
 
 
 def vectors_per_thread(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
     """Vectors of a row one thread holds in registers: VECTORS_PER_THREAD, halved until the
     held values fit HELD_WORDS_TARGET registers (at least one)."""
-    words_per_vector = -(-vector * held_bytes_per_element(plan, layout) // 4)
+    words_per_vector = _held_words(plan, layout, vector, 1)
     batch = VECTORS_PER_THREAD
     while batch > 1 and batch * words_per_vector > HELD_WORDS_TARGET:
         batch //= 2
@@ -247,7 +248,7 @@ def choose_held_row(
         bx, batch, reload, cluster = smem
         return vector, bx, batch, True, reload, cluster
     batch = -(-vecs // block_x)
-    words = -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
+    words = _held_words(plan, layout, vector, batch)
     if batch > MAX_BATCH or words > MAX_HELD_WORDS:
         raise Rejection(
             f"a row of {n_red} elements is too long to hold: with {block_x} threads "
