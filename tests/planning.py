@@ -48,3 +48,13 @@ def kernels_for(fusion: object, info: RuntimeInfo) -> None:
     segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
     for plan in segmented.plans:
         kernels_for(plan.fusion, synthetic_info(plan.fusion, plan.inputs, info))
+
+
+def schedulers_for(fusion: object, info: RuntimeInfo) -> list[object]:
+    """The scheduler of each segment the call would run (one where one scheduler takes the
+    whole fusion), without compiling."""
+    scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
+    if scheduler is not None:
+        return [scheduler.scheduler_type]
+    segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
+    return [plan.scheduler for plan in segmented.plans]

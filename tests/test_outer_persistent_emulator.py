@@ -15,7 +15,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
-from outer_norm_fusions import FUSIONS, batch_norm_nhwc, softmax0
+from outer_norm_fusions import FUSIONS, batch_norm_nhwc, batch_norm_nhwc_backward, softmax0
 
 OP = SchedulerType.outer_persistent
 NUMPY = {
@@ -212,3 +212,55 @@ def test_heuristics_on_the_h200_fill_the_sms_with_16_byte_accesses() -> None:
     assert params.block_x * 8 * 2 >= 32  # a row's loads of a block are whole sectors
     assert params.block_y * params.persistent_batch_size >= 1024
     assert params.persistent_batch_size * 4 <= 64  # MAX_HELD_WORDS
+
+
+def test_inputs_constant_along_the_column_are_held_once_and_their_math_hoisted() -> None:
+    """A batch norm backward's per-channel mean, invstd (held) and weight (streamed) are
+    the same for every reduced row: one slot a thread, not one a row, and what is computed
+    from them and the results alone (invstd * weight, the projection) once a lane before
+    the loops over the rows. Right at a size that cuts a group of 8 columns (the
+    parametrized tests above run the same kernels at more sizes)."""
+    from kfuse.codegen.reduction_plan import plan_reductions
+    from kfuse.schedule.outer_persistent import _plan_and_layout, slot_words
+    from kfuse.schedule.registry import scheduler_for
+    from planning import gpu_info
+
+    fd = batch_norm_nhwc_backward(DataType.BFloat16)
+    info = gpu_info(fd, [(64, 3, 5, 20), (64, 3, 5, 20), (20,), (20,), (20,)], "h200")
+    scheduler = scheduler_for(OP)
+    (kernel,) = scheduler.kernels(fd.fusion, info, scheduler.heuristics(fd.fusion, info))
+    constant = set(fd.fusion.inputs[2:])  # weight, mean, invstd
+    loop = [u.val for u in plan_reductions(fd.fusion).loop_inputs]
+    assert list(kernel.spec.red_constant) == [v in constant for v in loop]
+    assert "_full_row(" in kernel.source and "fu_h0[j]" in kernel.source
+    plan, layout = _plan_and_layout(fd.fusion, info)
+    assert slot_words(plan, layout, 8) == 8  # x and grad, 8 bf16 each; mean, invstd once
+    rng = np.random.default_rng(11)
+    shapes = [(37, 1, 1, 13), (37, 1, 1, 13), (13,), (13,), (13,)]
+    values = [
+        rng.standard_normal(s).astype(ml_dtypes.bfloat16 if k < 3 else np.float32)
+        for k, s in enumerate(shapes)
+    ]
+    values[4] = np.abs(values[4]) + 0.5  # invstd
+    run(fd, values)
+
+
+def test_short_columns_in_many_blocks_are_split_and_longer_ones_kept() -> None:
+    """A channels-last instance norm of [256, 2048, 7, 7] bf16 (columns of 49, 2048 blocks)
+    took 87.5 us in this kernel on an H200 and 82.7 us as a statistics reduction and a
+    pointwise kernel (its backward 148 against 101.6 us): SHORT_COLUMN_ROWS. Columns of 64
+    stay, and so do short columns that fit one wave of blocks."""
+    from kfuse.schedule.registry import scheduler_for
+    from kfuse.schedule.types import Rejection
+    from planning import gpu_info, schedulers_for
+
+    fd = batch_norm_nhwc(DataType.BFloat16, axes=(1,))
+    short = gpu_info(fd, [(256, 49, 2048), (2048,), (2048,)], "h200")
+    with pytest.raises(Rejection, match="columns of 49 rows"):
+        scheduler_for(OP).check(fd.fusion, short)
+    assert schedulers_for(fd.fusion, short) == [
+        SchedulerType.reduction,
+        SchedulerType.pointwise,
+    ]
+    scheduler_for(OP).check(fd.fusion, gpu_info(fd, [(256, 64, 2048), (2048,), (2048,)], "h200"))
+    scheduler_for(OP).check(fd.fusion, gpu_info(fd, [(4, 49, 2048), (2048,), (2048,)], "h200"))

@@ -8,9 +8,16 @@ reduction, so no two threads touch one slot. The slots are laid out lane-major,
 [threadIdx.y][b][j][threadIdx.x]: the 32 threads of a warp adding lane j of slot b touch 32
 consecutive words (no bank conflict). Laid out by column ([threadIdx.y][column]) they were V
 words apart, a V-way conflict on every add: 8-way for bf16 rows, which made the adds cost more
-than the row's global memory traffic. In registers they cost more
-than the bytes they hold (the compiler also keeps the held row converted to float): RMS norm
-backward spilled at 4 vectors a thread, and 1 vector a thread left too few loads in flight.
+than the row's global memory traffic.
+
+Where a thread's slots take at most REGISTER_WORDS registers (short rows: 16 columns a
+thread of one column reduction at [32768, 1024]) they are registers instead
+(spec.columns_in_registers), written to their shared-memory slots once, after the last row:
+a load and a store of shared memory for every element of every row is otherwise what the
+kernel spends most on beside its global loads. Longer rows keep them in shared memory: in
+registers they cost more than the bytes they hold (the compiler also keeps the held row
+converted to float): RMS norm backward spilled at 4 vectors a thread, and 1 vector a thread
+left too few loads in flight.
 
 After the last row the block's rows are combined per column in a fixed order, and the block
 writes one partial per column: workspace cws<m>[p * n_red + column], p = blockIdx.x.
@@ -20,8 +27,10 @@ the column outputs' epilogue, as for a grid reduction.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from kfuse.codegen.kernel import Code
 from kfuse.codegen.reduction_spec import Accumulator, ReductionKernelSpec
@@ -36,9 +45,13 @@ class ColumnPartial:
     acc: Accumulator
 
 
-def name_suffix(columns: tuple[ColumnPartial, ...]) -> str:
-    """Kernel-name suffix naming the column partials (the spec's repr leaves them out)."""
-    return "_cols" + hashlib.sha1(repr(columns).encode()).hexdigest()[:8] if columns else ""
+def name_suffix(spec: ReductionKernelSpec) -> str:
+    """Kernel-name suffix naming the column partials and where they are held (the spec's
+    repr leaves them out)."""
+    if not spec.columns:
+        return ""
+    held = "_reg" if spec.columns_in_registers else ""
+    return "_cols" + hashlib.sha1(repr(spec.columns).encode()).hexdigest()[:8] + held
 
 
 def accumulated(spec: ReductionKernelSpec) -> dict[int, list[int]]:
@@ -63,6 +76,19 @@ blocks an SM, and the grid, sized for the blocks the bound guarantees, now count
 SMEM_HELD_REGISTER_TARGET = 64
 """The same where the row is held in shared memory (no row values in registers): 1024
 threads an SM, as many blocks as the grid counts on (kfuse.schedule.inner_outer)."""
+
+
+REGISTER_WORDS = 32
+"""32-bit registers a thread's column accumulators may take to be held in registers
+(spec.columns_in_registers)."""
+
+
+def fit_in_registers(spec: ReductionKernelSpec) -> bool:
+    """Whether this thread's column accumulators go in registers: the row itself is in
+    registers (held in shared memory, its slots are walked in loops that are not unrolled)
+    and the accumulators take at most REGISTER_WORDS."""
+    words = spec.unroll * spec.vector * sum(-(-c.acc.size // 4) for c in spec.columns)
+    return bool(spec.columns) and not spec.smem_held and not spec.reload and words <= REGISTER_WORDS
 
 
 def min_blocks_per_sm(spec: ReductionKernelSpec) -> int:
@@ -105,14 +131,33 @@ def declare(code: Code, spec: ReductionKernelSpec, offset: int) -> None:
     for m, c in enumerate(spec.columns):
         code(f"{c.acc.ctype}* const cs{m} = reinterpret_cast<{c.acc.ctype}*>(kf_held + {offset});")
         offset += _region(spec, c)
-    with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
-        with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
-            for m, c in enumerate(spec.columns):
-                code(f"{_slot(spec, m)} = {c.acc.identity()};")
+    if spec.columns_in_registers:
+        code(
+            *[
+                f"{c.acc.ctype} cr{m}[{spec.unroll}][{spec.vector}];"
+                for m, c in enumerate(spec.columns)
+            ]
+        )
+    with _each_slot(code, spec):
+        for m, c in enumerate(spec.columns):
+            code(f"{_slot(spec, m)} = {c.acc.identity()};")
+
+
+def _each_slot(code: Code, spec: ReductionKernelSpec) -> Any:
+    """The unrolled loops over this thread's slots b and lanes j."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True))
+    stack.enter_context(code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True))
+    return stack
 
 
 def _slot(spec: ReductionKernelSpec, m: int) -> str:
     """This thread's accumulator of column i0 + j (slot b, lane j) for column reduction m."""
+    return f"cr{m}[b][j]" if spec.columns_in_registers else _shared_slot(spec, m)
+
+
+def _shared_slot(spec: ReductionKernelSpec, m: int) -> str:
+    """The shared-memory slot of this thread's accumulator (slot b, lane j)."""
     return f"cs{m}[{_lane_major('(Index)threadIdx.y', 'b', 'j', 'threadIdx.x', spec)}]"
 
 
@@ -131,6 +176,9 @@ def store(code: Code, spec: ReductionKernelSpec) -> None:
     """After the row loop: combine the block's rows per column (in a fixed order: the same
     partial on every run) and write this block's partials."""
     by, threads = spec.block_y, spec.block_x * spec.block_y
+    if spec.columns_in_registers:
+        with _each_slot(code, spec):
+            code(*[f"{_shared_slot(spec, m)} = cr{m}[b][j];" for m in range(len(spec.columns))])
     code("__syncthreads();")
     tid = f"(Index)threadIdx.y * {spec.block_x} + (Index)threadIdx.x"
     vec, bx = spec.vector, spec.block_x
@@ -151,6 +199,7 @@ __all__ = [
     "accumulate",
     "accumulated",
     "declare",
+    "fit_in_registers",
     "name_suffix",
     "smem_bytes",
     "store",

@@ -300,7 +300,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     shared memory (_shared_memory), then per row: its coordinates, the row loaded once into
     registers or shared memory (_load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
-    name = kernel_name(plan, spec, column_partials.name_suffix(spec.columns) + spec.split_suffix())
+    name = kernel_name(plan, spec, column_partials.name_suffix(spec) + spec.split_suffix())
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     code = Code()

@@ -78,6 +78,15 @@ class ReductionKernelSpec:
     # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
     # other kernels' names stay as they were; column_partials.name_suffix names them.
     columns: tuple = field(default=(), repr=False)
+    # inner_outer_persistent: each thread's column accumulators are registers until the last
+    # row, then go to shared memory for the block's combine (column_partials.in_registers).
+    # Named by column_partials.name_suffix, not the repr.
+    columns_in_registers: bool = field(default=False, repr=False)
+    # outer_persistent: per loop input, whether it is the same for every reduced row (stride
+    # 0 along the reduced axis: a per-column mean or scale), held once a thread instead of
+    # once a slot. Empty: none is. Named by kfuse.codegen.outer_persistent (kernel-name
+    # suffix), not the repr.
+    red_constant: tuple[bool, ...] = field(default=(), repr=False)
     # persistent: per loop input, for each of its own row sub-axes (SPLIT operands:
     # reduction_plan.Operand.row_split) whether it is walked (a non-zero stride); () for the
     # others. Left out of the repr, so the other kernels' names stay; split_suffix names them.

@@ -246,6 +246,7 @@ def _main_spec(
         for k, r in enumerate(parts.columns.reductions)
     )
     spec = dataclasses.replace(spec, columns=columns)
+    spec = dataclasses.replace(spec, columns_in_registers=column_partials.fit_in_registers(spec))
     total = block_smem(parts.main, spec)
     if check and total > info.device.shared_mem_per_block_optin:
         raise SchedulerError(

@@ -47,7 +47,12 @@ from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.schedule.persistent import MAX_BATCH, MAX_HELD_WORDS, VECTORS_PER_THREAD
+from kfuse.schedule.persistent import (
+    MAX_BATCH,
+    MAX_HELD_WORDS,
+    VECTORS_PER_THREAD,
+    fewest_idle_threads,
+)
 from kfuse.schedule.reduction import (
     MAX_GRID_X,
     STATIC_SMEM_LIMIT,
@@ -76,6 +81,16 @@ of 3136 rows got 1024 threads a block, 64 registers each, and its sm_90 SASS spi
 at 512 threads it spills none."""
 WARP = 32
 SECTOR_BYTES = 32
+SHORT_COLUMN_ROWS = 64
+"""Columns shorter than this, in a grid of more than one wave of blocks, are split instead (a
+statistics reduction, then a normalizing pointwise kernel): each block's fixed costs (the
+combines through shared memory, the column's statistics) are spread over few rows while
+its loads wait, and the split kernels stream. On an H200, channels-last instance norms of
+[256, 2048, 7, 7] bf16 (columns of 49): the forward took 87.5 us in this kernel and 82.7 us
+split; the backward 148 us here (214 registers), 136.9 us with only its dx part here, and
+101.6 us split (torch.compile 123.7 and 145.8). Longer columns keep this kernel: a norm over
+dim 0 of [64, 65536] bf16 ran at 0.3 of copy here and 0.1 to 0.2 split (session 15,
+2026-11-30-h200-outer-norms.json)."""
 
 
 def _plan_and_layout(fusion: Fusion, info: RuntimeInfo) -> tuple[ReductionPlan, ReductionLayout]:
@@ -99,14 +114,30 @@ def is_outer_normalization(layout: ReductionLayout) -> bool:
     )
 
 
-def slot_words(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
-    """32-bit registers one held slot (one reduced row of a thread's V columns) takes."""
-    held = held_inputs(plan)
+def red_constant(layout: ReductionLayout) -> tuple[bool, ...]:
+    """Per loop input, whether it is the same for every reduced row (stride 0 along the
+    reduced axis: an instance norm backward's per-(n, c) mean and inverse std): held once a
+    thread, not once a slot (ReductionKernelSpec.red_constant); () where none is."""
+    found = tuple(op.red_stride == 0 and not op.row_split for op in layout.loop)
+    return found if any(found) else ()
+
+
+def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, constant: bool) -> int:
+    """32-bit registers of the held inputs that vary along the reduced axis (one slot's), or
+    of those constant along it (`constant`)."""
+    const = red_constant(layout)
     nbytes = sum(
         plan.loop_inputs[i].val.dtype.itemsize * (1 if layout.loop[i].strides[-2] == 0 else vector)
-        for i in held
+        for i in held_inputs(plan)
+        if bool(const and const[i]) == constant
     )
-    return max(1, -(-nbytes // 4))
+    return -(-nbytes // 4)
+
+
+def slot_words(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
+    """32-bit registers one held slot (one reduced row of a thread's V columns) takes; the
+    inputs constant along the reduced axis are held once, outside the slots."""
+    return max(1, _held_words(plan, layout, vector, constant=False))
 
 
 def _pow2_floor(n: int) -> int:
@@ -125,8 +156,11 @@ def choose_held_columns(
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
     words = slot_words(plan, layout, vector)
-    overhead = REGISTER_OVERHEAD + vector * sum(
-        STATE_WORDS_WELFORD if a.welford else STATE_WORDS_OTHER for a in accumulators(plan)
+    overhead = (
+        REGISTER_OVERHEAD
+        + _held_words(plan, layout, vector, constant=True)
+        + vector
+        * sum(STATE_WORDS_WELFORD if a.welford else STATE_WORDS_OTHER for a in accumulators(plan))
     )
     max_batch = min(MAX_BATCH, MAX_HELD_WORDS // words)
     cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
@@ -172,21 +206,25 @@ def choose_held_columns(
     # whole 32-byte sectors of each row (narrower, every sector is fetched for a part).
     while bx > sector and -(-cols // bx) < device.sm_count:
         bx //= 2
+    blocks = -(-cols // bx)
+    per_sm = max(1, 65536 // (bx * by * (held + overhead)))
+    if n_red < SHORT_COLUMN_ROWS and blocks > device.sm_count * per_sm:
+        raise Rejection(
+            f"columns of {n_red} rows (fewer than {SHORT_COLUMN_ROWS}) in {blocks} blocks, "
+            f"more than the {device.sm_count * per_sm} that run at once: a statistics "
+            "reduction and a normalizing kernel stream instead (the segmenter splits the "
+            "fusion)"
+        )
     return vector, bx, by, batch
 
 
 def _threads_along_column(n_red: int, max_batch: int) -> int:
-    """Threads along a column of n_red rows: a power of two near n_red / VECTORS_PER_THREAD,
-    the one above or the one below, whichever leaves fewer idle slots (held rows past the
-    column's end), the one above on a tie. An H200 instance norm forward over channels-last
-    [256, 2048, 7, 7] bf16 (columns of 49) took 173.7 us with 16 threads of 4 rows (64 slots)
-    and 122.0 us with 8 of 7 (56 slots; torch.compile 117.6)."""
-    above = min(MAX_BLOCK_THREADS, pow2_ceil(-(-n_red // VECTORS_PER_THREAD)))
-    below = max(1, above // 2)
-    batch_below = -(-n_red // below)
-    if batch_below > min(max_batch, 2 * VECTORS_PER_THREAD):
-        return above
-    return below if below * batch_below < above * -(-n_red // above) else above
+    """Threads along a column of n_red rows: the fewest idle slots near n_red /
+    VECTORS_PER_THREAD, at most twice that many rows a thread. An H200 instance norm forward
+    over channels-last [256, 2048, 7, 7] bf16 (columns of 49) took 173.7 us with 16 threads
+    of 4 rows (64 slots) and 122.0 us with 8 of 7 (56 slots; torch.compile 117.6)."""
+    most = min(max_batch, 2 * VECTORS_PER_THREAD)
+    return fewest_idle_threads(n_red, VECTORS_PER_THREAD, most, MAX_BLOCK_THREADS)
 
 
 class OuterPersistentScheduler:
@@ -289,6 +327,7 @@ def outer_persistent_spec(
             for k in plan.loop_outputs
         ),
         launch_bounds=params.cparams.maxrregcount is None,
+        red_constant=red_constant(layout),
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
