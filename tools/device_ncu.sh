@@ -6,10 +6,15 @@
 #
 #   KFUSE_SKIP_GPU_TESTS=1 tools/device_check.sh bash tools/device_ncu.sh groupnorm_fwd_g1 ...
 #
+# KFUSE_NCU_SIZE (e.g. 32768x1024) profiles that size instead of each case's quick size.
+#
 # Written without a GPU (session 27): its first run is the next session's.
 set -u
 OUT="${OUT:-/tmp/kfuse-device-logs}"
+mkdir -p "$OUT"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SIZE=()
+[ -n "${KFUSE_NCU_SIZE:-}" ] && SIZE=(--size "$KFUSE_NCU_SIZE")
 for case in "$@"; do
     for peer in kfuse tc; do
         regex=kfuse_
@@ -19,16 +24,16 @@ for case in "$@"; do
         # fusion launches several: --launch-skip counts the earlier calls' launches).
         # Once outside ncu: kfuse's kernels land in its disk cache, so the profiled runs do not
         # compile under the profiler.
-        timeout "${KFUSE_NCU_TIMEOUT:-150}" python3 "$ROOT/tools/model_case.py" "$case" \
+        timeout "${KFUSE_NCU_TIMEOUT:-150}" python3 "$ROOT/tools/model_case.py" "$case" "${SIZE[@]}" \
             --peer "$peer" --calls 1 > /dev/null 2>&1
         launches=$(timeout 120 ncu --kernel-name "regex:$regex" --metrics gpu__time_duration.sum \
-            python3 "$ROOT/tools/model_case.py" "$case" --peer "$peer" --calls 1 2>/dev/null |
+            python3 "$ROOT/tools/model_case.py" "$case" "${SIZE[@]}" --peer "$peer" --calls 1 2>/dev/null |
             grep -c "gpu__time_duration.sum")
         timeout "${KFUSE_NCU_TIMEOUT:-150}" ncu --kernel-name "regex:$regex" \
             --launch-skip "$((2 * launches))" --launch-count "$launches" \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section MemoryWorkloadAnalysis --section WarpStateStats \
-            python3 "$ROOT/tools/model_case.py" "$case" --peer "$peer" --calls 3 > "$report" 2>&1
+            python3 "$ROOT/tools/model_case.py" "$case" "${SIZE[@]}" --peer "$peer" --calls 3 > "$report" 2>&1
         echo "=== $case ($peer): $launches kernel(s) a call"
         grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit (Registers|Shared)|Stall" \
             "$report" | sed 's/  \+/ /g' | head -n 40

@@ -1,5 +1,5 @@
-"""Run one model-suite case a few times at its quick size, for Nsight Compute to profile its
-kernels (tools/device_ncu.sh):
+"""Run one model-suite case a few times at its quick size (or --size), for Nsight Compute to
+profile its kernels (tools/device_ncu.sh):
 
     ncu --kernel-name regex:kfuse_ python3 tools/model_case.py groupnorm_fwd_g1 [--peer tc]
 
@@ -24,9 +24,10 @@ def main() -> None:
     parser.add_argument("case", choices=sorted(c.name for c in registry.CASES))
     parser.add_argument("--peer", choices=["kfuse", "tc"], default="kfuse")
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--size", default="", help="e.g. 32768x1024 (default: the quick size)")
     args = parser.parse_args()
     case = next(c for c in registry.CASES if c.name == args.case)
-    shape = case.quick_sizes[0]
+    shape = tuple(int(n) for n in args.size.split("x")) if args.size else case.quick_sizes[0]
     torch.manual_seed(0)
     inputs = case.make_inputs(torch, shape, torch.bfloat16, "cuda")
     if args.peer == "kfuse":
