@@ -232,6 +232,9 @@ with 32 bytes a thread, and the epilogue sharing the loads' decomposition, it we
 
 OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
+OUTER_MIN_BLOCKS_PER_SM = 2
+"""Blocks an SM below which an outer reduction's split keeps fewer batches of loads a thread
+(4 instead of 8; _outer_heuristics)."""
 
 
 OUTER_BASE_REGISTERS = 28
@@ -326,6 +329,23 @@ def _outer_heuristics(
                 MAX_GRID_Y,
             ),
         )
+        plain = all(not a.struct for a in accs)
+        if plain and grid_x * parts < OUTER_MIN_BLOCKS_PER_SM * device.sm_count:
+            # Fewer than two blocks an SM: down to 4 batches of loads a thread. On an H200 a
+            # channels-last batch norm backward's statistics over [256, 7, 7, 2048] bf16 (8 x
+            # 25 blocks) took 37.2 us, 27.9 in 8 x 49; a softmax backward's over dim 0 of
+            # [32768, 1024] 39.6 us in 4 x 64, 34.0 in 4 x 128. With 392 blocks (a batch norm
+            # backward over [64, 56, 56, 256]) twice the blocks were slower (51.1 -> 53.9 us),
+            # and so was the online softmax statistics of [32768, 1024] (23.6 -> 27.5 us in 4
+            # x 128: more arithmetic a load), so only plain sums, products, max and min.
+            parts = max(
+                parts,
+                min(
+                    max(1, OUTER_WAVES * target // grid_x),
+                    _cdiv(n_red, block_y * unroll * 4),
+                    MAX_GRID_Y,
+                ),
+            )
         parts = max(
             parts, min(_cdiv(device.sm_count, grid_x), _cdiv(n_red, block_y * unroll), MAX_GRID_Y)
         )
