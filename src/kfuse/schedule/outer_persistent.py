@@ -122,7 +122,7 @@ def red_constant(layout: ReductionLayout) -> tuple[bool, ...]:
     return found if any(found) else ()
 
 
-def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, constant: bool) -> int:
+def _input_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, constant: bool) -> int:
     """32-bit registers of the held inputs that vary along the reduced axis (one slot's), or
     of those constant along it (`constant`)."""
     const = red_constant(layout)
@@ -137,7 +137,7 @@ def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, const
 def slot_words(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
     """32-bit registers one held slot (one reduced row of a thread's V columns) takes; the
     inputs constant along the reduced axis are held once, outside the slots."""
-    return max(1, _held_words(plan, layout, vector, constant=False))
+    return max(1, _input_words(plan, layout, vector, constant=False))
 
 
 def _pow2_floor(n: int) -> int:
@@ -158,7 +158,7 @@ def choose_held_columns(
     words = slot_words(plan, layout, vector)
     overhead = (
         REGISTER_OVERHEAD
-        + _held_words(plan, layout, vector, constant=True)
+        + _input_words(plan, layout, vector, constant=True)
         + vector
         * sum(STATE_WORDS_WELFORD if a.welford else STATE_WORDS_OTHER for a in accumulators(plan))
     )
