@@ -37,6 +37,8 @@ class Case:
     torch dtype).
     sizes / quick_sizes: the shapes swept by default and by --quick.
     skip: why the case cannot run (kfuse lacks an op it needs); empty when it can.
+    dtypes: the dtypes (names of DTYPES) a run without --dtype measures: bf16, and float32
+    too for the transpose family (issue 24 sweeps its dtypes).
     workaround: (define, note) for a definition kfuse cannot build as nvFuser writes it
     (define raises DefinitionError): the closest definition kfuse can build, and what it
     changes. The runner uses it only when `define` fails, and says so in the results.
@@ -55,6 +57,7 @@ class Case:
     gpu_test_size: Shape  # mid: the GPU test
     skip: str = ""
     workaround: tuple[Callable[[DataType], FusionDefinition], str] | None = None
+    dtypes: tuple[str, ...] = ("bfloat16",)  # what the suite runs unless --dtype says
 
 
 def sweep_case(

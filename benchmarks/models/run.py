@@ -57,12 +57,15 @@ def unmeasured(case: Case, shape: Shape, dtype: str, status: str) -> dict[str, A
     }
 
 
-def plan(cases: list[Case], quick: bool, dtypes: list[str]) -> list[tuple[Case, str, Shape]]:
-    """(case, dtype, shape) in the order they run."""
+def plan(
+    cases: list[Case], quick: bool, dtypes: list[str] | None = None
+) -> list[tuple[Case, str, Shape]]:
+    """(case, dtype, shape) in the order they run: `dtypes`, or each case's own (Case.dtypes)
+    where None. Quick runs take the first of a case's own dtypes."""
     return [
         (case, dtype, shape)
         for case in cases
-        for dtype in dtypes
+        for dtype in (dtypes or (case.dtypes[:1] if quick else case.dtypes))
         for shape in (case.quick_sizes if quick else case.sizes)
     ]
 
@@ -78,9 +81,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=0, help="timed calls per peer (50; quick 20)")
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=[*DTYPES, "all"],
-        help="bfloat16 (default), float32, or all (both, as nvFuser runs them)",
+        default="",
+        choices=["", *DTYPES, "all"],
+        help="bfloat16, float32, or all (both, as nvFuser runs them); default each case's "
+        "own: bfloat16, and float32 too for the transpose family",
     )
     parser.add_argument(
         "--budget",
@@ -181,7 +185,7 @@ def write(path: str, data: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = registry.select(args.only)
-    dtypes = list(DTYPES) if args.dtype == "all" else [args.dtype]
+    dtypes = list(DTYPES) if args.dtype == "all" else [args.dtype] if args.dtype else None
     todo = plan(cases, args.quick, dtypes)
     if args.list:
         for case, dtype, shape in todo:
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         argv=sys.argv[1:] if argv is None else argv,
         reps=reps,
         quick=args.quick,
-        dtypes=dtypes,
+        dtypes=sorted({dtype for _, dtype, _ in todo}),
         peers=list(PEERS),
         rows=[],
     )

@@ -41,13 +41,15 @@ GPU_TEST_SPATIAL = (32, 128, 28, 28)
 
 # Transposes of [B, M, N] (nvFuser's test_transpose.py sweeps 3-D sizes of
 # generate_input_sizes(dims=3)): a short batch of long planes, 3 x 268 MB (bf16) moved.
-TRANSPOSE = ((16, 4096, 2048),)  # one size: the suite's 5-minute budget
+# [B, M, N] of three shapes: the moved axes long and square, a long innermost axis, and short
+# axes of 512 (bf16 and float32 each: the family sweeps its dtypes).
+TRANSPOSE = ((16, 4096, 2048), (8, 1024, 8192), (256, 512, 512))
 TRANSPOSE_QUICK = ((16, 4096, 2048),)
 TEST_3D = (36, 40, 33)  # the emulator test: every tile axis at least a warp long
 GPU_TEST_3D = (8, 1024, 520)  # not a multiple of the tile: the guards run
 
 # Broadcast add of a vector to a [rows, columns] input stored with axis 0 fastest.
-BCAST_ADD = ((16384, 8192),)
+BCAST_ADD = ((16384, 8192), (2048, 65536))  # axis 0 (the fastest in memory) long, then short
 BCAST_ADD_QUICK = ((16384, 8192),)
 TEST_2D_TILED = (67, 131)
 

@@ -25,6 +25,7 @@ from models.sweeps import (
 )
 
 AXES = ((0, 1), (0, 2), (1, 2))
+BOTH_DTYPES = ("bfloat16", "float32")  # the family sweeps its dtypes (issue 24)
 
 
 def _permutation(axes: tuple[int, int]) -> list[int]:
@@ -85,6 +86,7 @@ CASES = [
         TRANSPOSE_QUICK,
         TEST_3D,
         GPU_TEST_3D,
+        dtypes=BOTH_DTYPES,
     )
     for axes in AXES
 ]
@@ -148,6 +150,7 @@ CASES += [
         BCAST_ADD_QUICK,
         TEST_2D_TILED,
         GPU_TEST_2D,
+        dtypes=BOTH_DTYPES,
     )
     for axis in (0,)  # axis 1 too would pass the suite's 5-minute budget
 ]
