@@ -1,0 +1,124 @@
+"""Where a model-suite case's time goes, on the GPU: its whole call (the suite's time_ms, L2
+flushed), each kernel's median over several profiled calls (CUPTI), torch.compile's whole
+call with --tc, and the same again with heuristic constants changed (--ab), in one process:
+
+    python3 tools/kernel_times.py instancenorm_bwd_nhwc:256x2048x7x7 softmax_bwd_dim0:32768x1024 \
+        --tc --ab kfuse.schedule.reduction.OUTER_MIN_BLOCKS_PER_SM=0
+
+Each --ab is NAME=VALUE ... (a module attribute and a Python literal; several in one string,
+space-separated): every case runs as is, then once per --ab with those attributes set (and
+restored after). A FusionDefinition is built afresh for each run, so no compiled program is
+reused; kernels whose source differs get names of their own. Every run's outputs are checked
+against the case's float64 reference first (the model suite's check).
+
+Written in session 33 from the probes of that session, after its GPU time was spent: its
+first run is the next session's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import importlib
+import statistics
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def parse_settings(text: str) -> list[tuple[str, str, Any]]:
+    """ "a.b.C=1 a.D=(2, 3)" -> [("a.b", "C", 1), ("a", "D", (2, 3))]."""
+    out = []
+    for entry in text.split():
+        target, sep, value = entry.partition("=")
+        module, dot, name = target.rpartition(".")
+        if not sep or not dot or not module or not name:
+            raise ValueError(f"{entry!r} is not MODULE.NAME=VALUE")
+        out.append((module, name, ast.literal_eval(value)))
+    return out
+
+
+@contextmanager
+def settings(entries: list[tuple[str, str, Any]]) -> Iterator[None]:
+    """Set each module attribute for the duration of the block (each must exist)."""
+    saved = []
+    try:
+        for module_name, name, value in entries:
+            module = importlib.import_module(module_name)
+            if not hasattr(module, name):
+                raise AttributeError(f"{module_name} has no attribute {name}")
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, value)
+        yield
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
+
+
+def kfuse_run(
+    torch: Any, measure: Any, suite: Any, case: Any, inputs: list[Any], args: Any, flush: Any
+) -> tuple[float, str, dict[tuple[Any, ...], list[float]]]:
+    """(whole call in us, the check's verdict, each kernel's times) for a fresh definition."""
+    fd, _ = measure.definition(case, args.dtype)
+    call = functools.partial(fd.execute, inputs)
+    check = measure.check_outputs(
+        torch, "kfuse", list(call()), case.reference(*inputs), suite.check
+    )["check"]
+    us = suite.time_ms(torch, call, args.reps, before=flush) * 1e3
+    kernels: dict[tuple[Any, ...], list[float]] = {}
+    for _ in range(args.calls):
+        for k in measure.kernel_profile_rows(call, flush):
+            key = (k["scheduler"], k["name"], tuple(k["grid"]), tuple(k["block"]), k["registers"])
+            kernels.setdefault(key, []).append(k["us"])
+    return us, check, kernels
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="+", help="CASE or CASE:SIZE (default: its quick size)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--calls", type=int, default=5, help="profiled calls a run (median)")
+    parser.add_argument("--reps", type=int, default=30, help="timed calls of the whole call")
+    parser.add_argument("--tc", action="store_true", help="also time torch.compile")
+    parser.add_argument("--ab", action="append", default=[], help="MODULE.NAME=VALUE ...")
+    args = parser.parse_args()
+    variants = [("as is", [])] + [(text, parse_settings(text)) for text in args.ab]
+
+    import torch
+    from models import measure, registry
+    from models.run import load_suite
+
+    suite = load_suite()
+    flush, _ = measure.l2_flusher(torch)
+    cases = {c.name: c for c in registry.CASES}
+    for spec in args.cases:
+        name, _, size = spec.partition(":")
+        case = cases[name]
+        shape = tuple(int(n) for n in size.split("x")) if size else case.quick_sizes[0]
+        torch.manual_seed(0)
+        inputs = case.make_inputs(torch, shape, getattr(torch, args.dtype), "cuda")
+        print(f"## {name} {list(shape)} {args.dtype}")
+        if args.tc:
+            compiled = functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
+            compiled()
+            us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
+            print(f"  torch.compile: {us:.1f} us")
+        for label, entries in variants:
+            with settings(entries):
+                us, check, kernels = kfuse_run(torch, measure, suite, case, inputs, args, flush)
+            print(f"  kfuse ({label}): {us:.1f} us [{check[:60]}]")
+            for (scheduler, kname, grid, block, registers), times in kernels.items():
+                print(
+                    f"    {statistics.median(times):8.1f} us  {scheduler:22s} {kname[:48]:48s} "
+                    f"grid {grid} block {block} registers {registers}"
+                )
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
