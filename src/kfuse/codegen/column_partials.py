@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from kfuse.codegen.kernel import Code
 from kfuse.codegen.reduction_spec import Accumulator, ReductionKernelSpec
@@ -143,12 +143,12 @@ def declare(code: Code, spec: ReductionKernelSpec, offset: int) -> None:
             code(f"{_slot(spec, m)} = {c.acc.identity()};")
 
 
-def _each_slot(code: Code, spec: ReductionKernelSpec) -> Any:
-    """The unrolled loops over this thread's slots b and lanes j."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True))
-    stack.enter_context(code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True))
-    return stack
+@contextlib.contextmanager
+def _each_slot(code: Code, spec: ReductionKernelSpec) -> Iterator[None]:
+    """Within: the unrolled loops over this thread's slots b and lanes j."""
+    with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
+        with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
+            yield
 
 
 def _slot(spec: ReductionKernelSpec, m: int) -> str:

@@ -157,10 +157,14 @@ class Accumulator:
             return f"kf::welford_identity<{self.value_type}>()"
         return f"{self.functor}::identity<{self.value_type}>()"
 
+    @property
+    def _fast(self) -> str:
+        """The softmax functions' Fast template argument (exp_fast for the sum's exp)."""
+        return "true" if self.op == "softmax_fast" else "false"
+
     def update(self, acc: str, value: str) -> str:
         if self.softmax:
-            fast = "true" if self.op == "softmax_fast" else "false"
-            return f"kf::softmax_update<{fast}>({acc}, {value});"
+            return f"kf::softmax_update<{self._fast}>({acc}, {value});"
         if self.welford:
             return f"kf::welford_update({acc}, {value});"
         return f"{acc} = {self.functor}()({acc}, {value});"
@@ -175,8 +179,7 @@ class Accumulator:
         """The statement folding an array of values loaded together into `acc` (batched
         accumulators only)."""
         if self.softmax:
-            fast = "true" if self.op == "softmax_fast" else "false"
-            return f"kf::softmax_update_batch<{fast}>({acc}, {batch});"
+            return f"kf::softmax_update_batch<{self._fast}>({acc}, {batch});"
         assert self.welford, f"accumulator {self.op} takes values one at a time"
         return f"kf::welford_update_batch({acc}, {batch});"
 

@@ -321,16 +321,16 @@ def _outer_heuristics(
         # thread: a norm over dim 0 of bf16 [8000, 64] got 4 blocks (its statistics kernel
         # took 47.7 us on an H200; 30.4 us in 32 blocks). Splitting finer everywhere was
         # slower for larger reductions (89a6506).
-        parts = max(
-            1,
-            min(
-                max(1, OUTER_WAVES * target // grid_x),
-                _cdiv(n_red, block_y * unroll * 8),
-                MAX_GRID_Y,
-            ),
-        )
-        plain = all(not a.struct for a in accs)
-        if plain and grid_x * parts < OUTER_MIN_BLOCKS_PER_SM * device.sm_count:
+
+        def split(batches: int) -> int:
+            """Blocks along the reduced axis leaving each thread `batches` batches of loads."""
+            waves = max(1, OUTER_WAVES * target // grid_x)
+            return max(1, min(waves, _cdiv(n_red, block_y * unroll * batches), MAX_GRID_Y))
+
+        parts = split(8)
+        if all(not a.struct for a in accs) and grid_x * parts < OUTER_MIN_BLOCKS_PER_SM * (
+            device.sm_count
+        ):
             # Fewer than two blocks an SM: down to 4 batches of loads a thread. On an H200 a
             # channels-last batch norm backward's statistics over [256, 7, 7, 2048] bf16 (8 x
             # 25 blocks) took 37.2 us, 27.9 in 8 x 49; a softmax backward's over dim 0 of
@@ -338,14 +338,7 @@ def _outer_heuristics(
             # backward over [64, 56, 56, 256]) twice the blocks were slower (51.1 -> 53.9 us),
             # and so was the online softmax statistics of [32768, 1024] (23.6 -> 27.5 us in 4
             # x 128: more arithmetic a load), so only plain sums, products, max and min.
-            parts = max(
-                parts,
-                min(
-                    max(1, OUTER_WAVES * target // grid_x),
-                    _cdiv(n_red, block_y * unroll * 4),
-                    MAX_GRID_Y,
-                ),
-            )
+            parts = split(4)
         parts = max(
             parts, min(_cdiv(device.sm_count, grid_x), _cdiv(n_red, block_y * unroll), MAX_GRID_Y)
         )
