@@ -45,3 +45,28 @@ def test_settings_hold_for_the_block_and_are_restored() -> None:
     with pytest.raises(AttributeError, match="NO_SUCH_CONSTANT"):
         with tool.settings(missing):  # type: ignore[attr-defined]
             pass
+
+
+def test_source_edit_rewrites_sources_for_the_block_only(tmp_path: Path, monkeypatch) -> None:
+    from kfuse.runtime.backends import cuda
+
+    compiled: list[tuple[str, str]] = []
+
+    def recorder(self: object, source: str, name: str, *args: object) -> str:
+        compiled.append((name, source))
+        return "kernel"
+
+    monkeypatch.setattr(cuda.CudaBackend, "compile", recorder)
+    edit_file = tmp_path / "edit.py"
+    edit_file.write_text(
+        "def edit(name, source):\n"
+        "    return source.replace('a + b', 'a - b') if name == 'k1' else source\n"
+    )
+    tool = _tool()
+    backend = cuda.CudaBackend()
+    with tool.source_edit(str(edit_file)) as changed:  # type: ignore[attr-defined]
+        backend.compile("y = a + b;", "k1", 0, "sm_90")
+        backend.compile("y = a + b;", "k2", 0, "sm_90")
+    backend.compile("y = a + b;", "k1", 0, "sm_90")
+    assert compiled == [("k1", "y = a - b;"), ("k2", "y = a + b;"), ("k1", "y = a + b;")]
+    assert changed == {"k1"}

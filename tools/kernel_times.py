@@ -7,9 +7,12 @@ call with --tc, and the same again with heuristic constants changed (--ab), in o
 
 Each --ab is NAME=VALUE ... (a module attribute and a Python literal; several in one string,
 space-separated): every case runs as is, then once per --ab with those attributes set (and
-restored after). A FusionDefinition is built afresh for each run, so no compiled program is
-reused; kernels whose source differs get names of their own. Every run's outputs are checked
-against the case's float64 reference first (the model suite's check).
+restored after). Each --edit is a Python file defining `edit(name, source) -> source`: a run
+with every kernel's CUDA source passed through it before it is compiled, to measure a codegen
+idea as hand edits before writing it (an edited kernel keeps its name: the profile says
+"edited" where the source changed). A FusionDefinition is built afresh for each run, so no
+compiled program is reused; kernels whose source differs get names of their own. Every run's
+outputs are checked against the case's float64 reference first (the model suite's check).
 
 Written in session 33 from the probes of that session, after its GPU time was spent: its
 first run is the next session's.
@@ -60,6 +63,34 @@ def settings(entries: list[tuple[str, str, Any]]) -> Iterator[None]:
             setattr(module, name, value)
 
 
+@contextmanager
+def source_edit(path: str | None) -> Iterator[set[str]]:
+    """Every kernel compiled inside the block goes through `edit(name, source)` of the Python
+    file at `path` (None: unchanged); yields the names of the kernels it changed."""
+    from kfuse.runtime.backends import cuda
+
+    changed: set[str] = set()
+    if path is None:
+        yield changed
+        return
+    namespace: dict[str, Any] = {}
+    exec(compile(Path(path).read_text(), path, "exec"), namespace)
+    edit = namespace["edit"]
+    original = cuda.CudaBackend.compile
+
+    def compile_edited(self: Any, source: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        edited = edit(name, source)
+        if edited != source:
+            changed.add(name)
+        return original(self, edited, name, *args, **kwargs)
+
+    cuda.CudaBackend.compile = compile_edited  # type: ignore[method-assign]
+    try:
+        yield changed
+    finally:
+        cuda.CudaBackend.compile = original  # type: ignore[method-assign]
+
+
 def kfuse_run(
     torch: Any, measure: Any, suite: Any, case: Any, inputs: list[Any], args: Any, flush: Any
 ) -> tuple[float, str, dict[tuple[Any, ...], list[float]]]:
@@ -86,8 +117,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30, help="timed calls of the whole call")
     parser.add_argument("--tc", action="store_true", help="also time torch.compile")
     parser.add_argument("--ab", action="append", default=[], help="MODULE.NAME=VALUE ...")
+    parser.add_argument("--edit", action="append", default=[], help="FILE.py with edit()")
     args = parser.parse_args()
-    variants = [("as is", [])] + [(text, parse_settings(text)) for text in args.ab]
+    variants: list[tuple[str, list[Any], str | None]] = [("as is", [], None)]
+    variants += [(text, parse_settings(text), None) for text in args.ab]
+    variants += [(f"edit {Path(path).name}", [], path) for path in args.edit]
 
     import torch
     from models import measure, registry
@@ -108,14 +142,15 @@ def main() -> None:
             compiled()
             us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
             print(f"  torch.compile: {us:.1f} us")
-        for label, entries in variants:
-            with settings(entries):
+        for label, entries, edit_path in variants:
+            with settings(entries), source_edit(edit_path) as changed:
                 us, check, kernels = kfuse_run(torch, measure, suite, case, inputs, args, flush)
             print(f"  kfuse ({label}): {us:.1f} us [{check[:60]}]")
             for (scheduler, kname, grid, block, registers), times in kernels.items():
+                mark = " edited" if kname in changed else ""
                 print(
                     f"    {statistics.median(times):8.1f} us  {scheduler:22s} {kname[:48]:48s} "
-                    f"grid {grid} block {block} registers {registers}"
+                    f"grid {grid} block {block} registers {registers}{mark}"
                 )
         sys.stdout.flush()
 
