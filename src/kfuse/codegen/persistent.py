@@ -202,6 +202,8 @@ def min_blocks_per_sm(threads: int) -> int:
 
 REGISTER_TARGET = 64
 
+WARP = 32
+
 
 def _element_loads(
     code: Code, spec: ReductionKernelSpec, i: int, target: str, guarded: bool
@@ -344,9 +346,12 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         with code.block("if (row_ok)"):
             code.extend(decompose("row", kept, ops, code.indent))
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
+        # No L2 prefetch of the next row here (prefetch.global.L2 before this row's
+        # reductions, from bb6bfaa to session 34): measured on an H200 it cost the backward
+        # norms of [32768, 1024] bf16 a third (RMS norm 62.3 -> 95.1 us, layer norm 70.8 ->
+        # 99.9) and bought nothing at 4096 to 16384 columns once the column partials were in
+        # registers.
         _load_held(code, plan, spec)
-        if spec.columns:
-            _prefetch_next_row(code, plan, spec, by)
         for k in spec.kept:
             ctype = compute_ctype(stage_value(plan, k).val.dtype)
             code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
@@ -406,31 +411,6 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
                 _load_in_row(code, spec, i, f"x{i}[b]")
     if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
         code("kf::copy_async_wait();")
-
-
-def _prefetch_next_row(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, by: int) -> None:
-    """Start the L2 loads of the row this thread walks next, before this row's reductions.
-
-    With column partials (inner_outer_persistent) the grid is a few blocks an SM that each walk
-    many rows, one at a time: memory idles while a block reduces its row and writes the
-    outputs. Measured on an H200 (RMS norm backward, 16384 x 4096 bf16) without this: 173 us,
-    1.55 TB/s. Only held, register-resident inputs are prefetched (the ones loaded again next
-    row); the prefetches cost no registers."""
-    if spec.smem_held or not spec.held_batch:
-        return
-    # A row split over axes (boundary views) is not at i0 * step: those are left alone.
-    held = [i for i in held_inputs(plan, spec) if spec.loop_kinds[i] in (VEC, STRIDED)]
-    if not held:
-        return
-    kept = range(spec.rank - 1)
-    nexts = [f"in{i}" for i in held]
-    with code.block(f"if (row + (Index)gridDim.x * {by} < n_rows)"):
-        code(*[f"Index next_{op} = 0;" for op in nexts])
-        code.extend(decompose(f"row + (Index)gridDim.x * {by}", kept, nexts, code.indent, "next_"))
-        with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
-            code(f"const Index i0 = {slot_start(spec)};")
-            with code.block("if (i0 < n_red)"):
-                code(*[f"kf::prefetch_l2(in{i}, next_in{i} + i0 * step_in{i});" for i in held])
 
 
 @contextlib.contextmanager
@@ -578,36 +558,20 @@ def _reduce_held(
         "kf::SumOp",
     )
     # The mean is measured from the row's first value (when finite, as in
-    # kf::welford_update_batch): shift + sum(v - shift) / n. Each thread computes that value
-    # itself from element 0 of the row (one load every thread of the row shares). A row of
-    # equal values then gets exactly that value as its mean, so x - mean is exactly 0, as with
-    # torch's Welford, where sum / n rounds for most n and 1 / sqrt(var + eps) magnifies the
-    # residue (an infinite weight turns it into +-inf instead of NaN); integer-valued rows
-    # keep their exact sums. Then the second pass sums squared deviations from that mean.
-    first = [
-        _placeholder(u.val.dtype.cuda_type)
-        if i in streamed
-        else held_element(spec, i, "0", "0")
-        if spec.loop_kinds[i] == BCAST
-        else f"kf::load(in{i}, base_in{i})"
-        for i, u in enumerate(plan.loop_inputs)
-    ]
-    code(
-        f"{t} first{k} = ({t})0;",
-        f"if (row_ok && n_red > 0) first{k} = {stage_call(plan, name, k, first, hoisted)};",
-        f"const {t} shift{k} = kf::isfinite(first{k}) ? first{k} : ({t})0;",
-        f"{t} sum{k} = ({t})0;",
-    )
+    # kf::welford_update_batch): shift + sum(v - shift) / n. A row of equal values then gets
+    # exactly that value as its mean, so x - mean is exactly 0, as with torch's Welford, where
+    # sum / n rounds for most n and 1 / sqrt(var + eps) magnifies the residue (an infinite
+    # weight turns it into +-inf instead of NaN); integer-valued rows keep their exact sums.
+    # Then the second pass sums squared deviations from that mean.
+    code(*_row_shift(plan, spec, name, k, t, hoisted), f"{t} sum{k} = ({t})0;")
 
     def mean_pass(reloaded: bool) -> list[str]:
         keep, v = staged(reloaded)
         return [*keep, f"sum{k} += {v} - shift{k};"]
 
     _valid_loop(code, plan, spec, mean_pass)
-    code(
-        f"const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;",
-        f"{t} sq{k} = ({t})0;",
-    )
+    code(f"const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;")
+    code(f"{t} sq{k} = ({t})0;")
     _valid_loop(
         code, plan, spec, lambda r: [f"const {t} d = {again(r)} - r{k}_avg;", f"sq{k} += d * d;"]
     )
@@ -616,6 +580,70 @@ def _reduce_held(
         f"const {t} r{k}_m2 = n_red == 0 ? {nan} : m2_{k};",
         f"const long long r{k}_n = (long long)n_red;",
     )
+
+
+def _shift_source(spec: ReductionKernelSpec) -> str:
+    """How a Welford row's shift (its first value) reaches every thread of the row: see
+    _row_shift."""
+    if spec.cluster != 1 or not spec.held_batch or spec.smem_held:
+        return "loaded"
+    bx, by = spec.block_x, spec.block_y
+    return "lane" if WARP % bx == 0 and (bx * by) % WARP == 0 else "shared"
+
+
+def _row_shift(
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    k: int,
+    t: str,
+    hoisted: tuple[str, ...],
+) -> list[str]:
+    """Statements that set shift<k>: stage k's value at the row's first element where finite,
+    else 0, the same in every thread of the row.
+
+    Thread 0 of a row held in registers holds that element already (slot 0, lane 0): a row in
+    one warp gets it by a shuffle ("lane"), a longer one through shared memory and a barrier
+    ("shared"; the slot is written again only after the row's block reductions, whose
+    barriers every reader passes after reading it). Each thread loading it itself ("loaded")
+    had ptxas issue those loads and the value's math before the row's vector loads, two
+    memory latencies a row. Measured on an H200 (bf16, us): dropout + layer norm forward
+    [32768, 1024] 72.4 loaded, 64.7 shared; [16384, 4096] 145.2, 129.5; instance norm forward
+    [64, 256, 56, 56] 57.3, 56.3; [256, 2048, 7, 7] (lane) 61.6, 56.9. Rows held in shared
+    memory (their loads are asynchronous copies) keep the loads: layer norm forward
+    [2048, 16384] 41.1 loaded, 45.4 shared; so do a cluster's blocks (only rank 0 holds the
+    element). A warp measured from its own first lane, its sum moved to the row's shift as
+    the warps' sums combine (no barrier, a count a thread), was slower than both (68.5 us and
+    137.6 us for the dropout + layer norms)."""
+    source = _shift_source(spec)
+    streamed = streamed_inputs(plan)
+    first = f"first{k}"
+    values = [
+        _placeholder(u.val.dtype.cuda_type)
+        if i in streamed
+        else held_element(spec, i, "0", "0")
+        if spec.loop_kinds[i] == BCAST
+        else f"kf::load(in{i}, base_in{i})"
+        if source == "loaded"
+        else f"x{i}[0][0]"
+        for i, u in enumerate(plan.loop_inputs)
+    ]
+    lines = [
+        f"{t} {first} = ({t})0;",
+        f"if (row_ok && n_red > 0) {first} = {stage_call(plan, name, k, values, hoisted)};",
+    ]
+    bx, by = spec.block_x, spec.block_y
+    if source == "lane":  # threadIdx.x == 0 of the row is lane (threadIdx.y * block_x) % 32
+        lane = f"(int)((threadIdx.y * {bx}) & {WARP - 1})"
+        lines.append(f"{first} = __shfl_sync(0xffffffffu, {first}, {lane});")
+    elif source == "shared":
+        lines += [
+            f"__shared__ {t} kf_first{k}[{by}];",
+            f"if (threadIdx.x == 0) kf_first{k}[threadIdx.y] = {first};",
+            "__syncthreads();",
+            f"{first} = kf_first{k}[threadIdx.y];",
+        ]
+    return [*lines, f"const {t} shift{k} = kf::isfinite({first}) ? {first} : ({t})0;"]
 
 
 def _store_full(

@@ -97,20 +97,6 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
-// Ask L2 for the line holding element `off` ahead of its load (prefetch.global.L2): no
-// register holds anything, so a kernel can start the next row's traffic while it reduces
-// this one. The emulator has no L2: nothing happens there.
-template <typename T, int N, typename Index, typename Off>
-__device__ __forceinline__ void prefetch_l2(const Tensor<T, N, Index>& t, Off off) {
-  KF_BOUNDS_(t, off, 1);
-#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__)
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(t.data + off));
-#else
-  (void)t;
-  (void)off;
-#endif
-}
-
 template <typename T, int N, typename Index, typename Off>
 __device__ __forceinline__ T load(const Tensor<T, N, Index>& t, Off off) {
   KF_BOUNDS_(t, off, 1);
