@@ -499,3 +499,31 @@ def test_tensor_arg_triples_are_packed_like_arrays():
     x_view = kernel_args.TensorArg(x.ctypes.data, (4, 3), (1, 4))  # x.T, by address
     k.launch(1, 32, 0, [x_view, out, 1.0, 0.5, 12])
     np.testing.assert_array_equal(out, x.T + np.float32(0.5))
+
+
+MIN_MAX = r"""
+extern "C" __global__ void min_max(const int* x, long long* big, float* f, int* out) {
+  int a = x[threadIdx.x], b = x[threadIdx.x + 4];  // variables of one type: CUDA's int forms
+  long long c = big[threadIdx.x];
+  float g = f[threadIdx.x];
+  out[threadIdx.x] = min(a, b);
+  out[threadIdx.x + 4] = max(a, b);
+  out[threadIdx.x + 8] = (int)(min(c, (long long)a) - c);  // mixed: the common type
+  out[threadIdx.x + 12] = (int)max(g, 2.5f);
+}
+"""
+
+
+def test_min_and_max_of_two_variables_of_one_type():
+    """min(i, j) of two int variables is an int (the emulator's first min returned a
+    reference to a temporary and did not compile)."""
+    k = EmulatedKernel(MIN_MAX, "min_max")
+    x = np.array([3, -7, 5, 0, 1, 2, 9, -1], dtype=np.int32)
+    big = np.array([1 << 40, -5, 7, 0], dtype=np.int64)
+    f = np.array([1.0, 7.5, -3.0, 2.5], dtype=np.float32)
+    out = np.zeros(16, np.int32)
+    k.launch(1, 4, 0, [x, big, f, out])
+    np.testing.assert_array_equal(out[:4], np.minimum(x[:4], x[4:]))
+    np.testing.assert_array_equal(out[4:8], np.maximum(x[:4], x[4:]))
+    np.testing.assert_array_equal(out[8:12], (np.minimum(big, x[:4]) - big).astype(np.int32))
+    np.testing.assert_array_equal(out[12:], np.maximum(f, 2.5).astype(np.int32))

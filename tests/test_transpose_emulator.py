@@ -541,3 +541,16 @@ def test_tile_rows_move_through_shared_memory_in_words() -> None:
     # (square: the outputs' shapes are each other's transposes, which segments otherwise)
     run(fd, [values((136, 136), DataType.Half, 3), values((136, 136), DataType.Half, 4)])
     assert "reinterpret_cast<const kf::Vec<kf::half, 2>*>(&tile_out1[ti]" in fd.last_cuda_source()
+
+
+@pytest.mark.parametrize("planes", [1, 3])
+def test_a_grid_of_fewer_blocks_than_tiles_covers_every_tile_once(planes: int) -> None:
+    """Tiles A fastest, tile counts that are not powers of two, one plane or several, and a
+    grid of fewer blocks than tiles: every output element written once, right."""
+    fd = unary("exp", rank=3)
+    x = np.transpose(values((planes, 200, 131)), (0, 2, 1))  # [P, 131, 200], unit stride on 1
+    run(fd, [x])
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    hp.tile_a, hp.tile_b, hp.grid_x = 32, 32, 5  # 7 x 5 tiles a plane, 5 blocks
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)

@@ -101,14 +101,18 @@ template <class T> inline T max_of(T a, T b) { return a < b ? b : a; }
 }  // namespace kf_emu
 
 // CUDA's overloads follow the usual arithmetic conversions; floating forms are fminf/fmaxf.
+// The common type of two prvalues (the conditional of two lvalues of one type would be a
+// reference: min(i, j) of two int variables).
 template <class A, class B>
-inline auto min(A a, B b) -> decltype(true ? a : b) {
-    using R = decltype(true ? a : b);
+using common_arith = decltype(true ? static_cast<A>(0) : static_cast<B>(0));
+template <class A, class B>
+inline common_arith<A, B> min(A a, B b) {
+    using R = common_arith<A, B>;
     return kf_emu::min_of(static_cast<R>(a), static_cast<R>(b));
 }
 template <class A, class B>
-inline auto max(A a, B b) -> decltype(true ? a : b) {
-    using R = decltype(true ? a : b);
+inline common_arith<A, B> max(A a, B b) {
+    using R = common_arith<A, B>;
     return kf_emu::max_of(static_cast<R>(a), static_cast<R>(b));
 }
 

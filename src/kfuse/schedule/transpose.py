@@ -49,6 +49,7 @@ STATIC_SHARED_LIMIT = 48 * 1024
 BLOCK_Y = 8
 MAX_VECTOR = 8  # elements; more buys nothing but registers (as the pointwise scheduler)
 MAX_LONG_SIDE = 1024  # the long side of a tile whose other side is short
+TILE_BYTES = 8192  # of the widest tiled operand (see _tile_shape)
 MIN_PLANE = 256  # A x B elements below which the pointwise kernel is left the fusion
 
 
@@ -339,7 +340,7 @@ def _tile_shape(itemsize: int, n_a: int, n_b: int) -> tuple[int, int]:
     """Tile sides for tiled operands of at most `itemsize` bytes: 8 KiB a tile (64 x 64 of
     2 bytes, 64 x 32 of 4, 32 x 32 of 8, 128 x 64 of 1); a short axis whole (its extent
     rounded up to a power of two) and the other side longer, up to 1024."""
-    target = max(1024, min(8192, 8192 // itemsize))
+    target = max(1024, min(TILE_BYTES, TILE_BYTES // itemsize))
     side_b = 1 << ((target.bit_length() - 1) // 2)
     side_a = target // side_b
     pa, pb = _pow2_ceil(n_a), _pow2_ceil(n_b)
