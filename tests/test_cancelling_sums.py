@@ -187,3 +187,34 @@ def test_functions_without_a_bounded_slope_end_the_magnitude() -> None:
     tanh_m, sinh_m = sum_magnitudes(fd, [x])
     np.testing.assert_allclose(tanh_m, np.abs(x) + 6.0)
     assert sinh_m is None
+
+
+def lerp_towards_an_infinity_by_a_cancelling_weight() -> tuple[FusionDefinition, list[np.ndarray]]:
+    """The GPU campaign's normalization (seed 251012496, round 61, e57f505), shrunk: a column
+    of 63 equal values (one row expanded), f(x) - mean(f(x)) exactly 0 in float64 and a
+    rounding residue of either sign in float32; lerp(x, f(x), that) where x = inf is
+    inf + w * -inf: NaN for w = 0 (float64; kfuse on the emulator), NaN for a
+    positive residue, +inf for a negative one (torch's and the float32 reference's)."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        t3 = fd.ops.acos(fd.ops.mul(fd.ops.tanh(t0), 0.9))
+        n = fd.ops.cast(fd.ops.size(t3, dim=0), dtype=DataType.Float)
+        mean = fd.ops.div(fd.ops.sum(t3, dims=[0], keepdim=False, dtype=DataType.Float), n)
+        centred = fd.ops.sub(t3, fd.ops.broadcast(mean, is_broadcast_dim=[True, False]))
+        fd.add_output(fd.ops.lerp(t0, t3, centred))
+    row = np.array([1.38029921, -1.35610759, np.inf], dtype=np.float32)
+    return fd, [np.broadcast_to(row, (63, 3))]
+
+
+def test_a_lerp_whose_weight_cancels_towards_an_infinity_is_indeterminate() -> None:
+    fd, inputs = lerp_towards_an_infinity_by_a_cancelling_weight()
+    (expected,) = evaluate(fd, inputs)
+    _, (indeterminate,) = conditioning(fd, inputs)
+    np.testing.assert_array_equal(indeterminate, np.isinf(inputs[0]))
+    actual = expected.astype(np.float32)
+    actual[:, 2] = np.inf  # the float32 reference's answer: accepted there, as NaN is
+    assert_outputs_close(fd, [actual], [expected], inputs, indeterminate=[indeterminate])
+    actual[:, 2] = 1.0  # a finite value there is wrong whatever the rounding
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], inputs, indeterminate=[indeterminate])
+    check_outputs(fd, inputs)  # the campaign's check, on the emulator

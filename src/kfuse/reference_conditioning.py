@@ -13,9 +13,10 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
 * indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
   decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
   is one of its values) times an infinity is +inf, -inf or NaN (exactly 0) depending on how
-  the sum rounded: float64, the kernel's precision and the kernel each pick one. Such an
-  element stays indeterminate through ops that keep a value non-finite (casts, neg, abs,
-  shape ops, add, sub, mul, a division's numerator, sums); any other op ends it.
+  the sum rounded: float64, the kernel's precision and the kernel each pick one (so is a
+  lerp whose weight is such a value and whose end - start is infinite). Such an element
+  stays indeterminate through ops that keep a value non-finite (casts, neg, abs, shape ops,
+  add, sub, mul, a division's numerator, sums, lerp); any other op ends it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from kfuse.ir.exprs import (
     ReductionOp,
     ReshapeOp,
     SqueezeOp,
+    TernaryOp,
     UnaryOp,
     WelfordOp,
 )
@@ -183,6 +185,21 @@ class ConditionTracker:
             a, b = expr.inputs
             carried = [ind[v] for v in ((a, b) if op != "div" else (a,)) if v in ind]
             carried += self._rounding_decides(op, a, b)
+            if carried:
+                mask = carried[0]
+                for m in carried[1:]:
+                    mask = (mask + m) > 0
+                ind[out] = self.be.astype(mask, self.f64)
+        elif isinstance(expr, TernaryOp) and op == "lerp":
+            # start + weight * (end - start): a near-zero tracked weight times an infinite
+            # difference is +inf, -inf or NaN by the weight's rounding (a campaign met
+            # lerp(x, f(x), f(x) - mean) with x = inf in a column of equal values)
+            start, end, weight = expr.inputs
+            carried = [ind[v] for v in expr.inputs if v in ind]
+            small = self.near_zero(weight)
+            if small is not None:
+                gap = self.as_f64(end) - self.as_f64(start)
+                carried.append(self.be.astype(small & self.be.fn("isinf")(gap), self.f64))
             if carried:
                 mask = carried[0]
                 for m in carried[1:]:
