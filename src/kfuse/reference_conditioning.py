@@ -185,11 +185,7 @@ class ConditionTracker:
             a, b = expr.inputs
             carried = [ind[v] for v in ((a, b) if op != "div" else (a,)) if v in ind]
             carried += self._rounding_decides(op, a, b)
-            if carried:
-                mask = carried[0]
-                for m in carried[1:]:
-                    mask = (mask + m) > 0
-                ind[out] = self.be.astype(mask, self.f64)
+            self._mark(out, carried)
         elif isinstance(expr, TernaryOp) and op == "lerp":
             # start + weight * (end - start): a near-zero tracked weight times an infinite
             # difference is +inf, -inf or NaN by the weight's rounding (a campaign met
@@ -200,11 +196,16 @@ class ConditionTracker:
             if small is not None:
                 gap = self.as_f64(end) - self.as_f64(start)
                 carried.append(self.be.astype(small & self.be.fn("isinf")(gap), self.f64))
-            if carried:
-                mask = carried[0]
-                for m in carried[1:]:
-                    mask = (mask + m) > 0
-                ind[out] = self.be.astype(mask, self.f64)
+            self._mark(out, carried)
+
+    def _mark(self, out: TensorView, masks: list[Any]) -> None:
+        """out is indeterminate where any of `masks` (float64 0/1 arrays) is; none: it is not."""
+        if not masks:
+            return
+        mask = masks[0]
+        for m in masks[1:]:
+            mask = (mask + m) > 0
+        self.indeterminate[out] = self.be.astype(mask, self.f64)
 
     def _rounding_decides(self, op: str, a: Val, b: Val) -> list[Any]:
         """Where a mul or div of `a` by `b` is non-finite of a kind rounding decides: a
