@@ -79,7 +79,7 @@ class ReductionKernelSpec:
     # other kernels' names stay as they were; column_partials.name_suffix names them.
     columns: tuple = field(default=(), repr=False)
     # inner_outer_persistent: each thread's column accumulators are registers until the last
-    # row, then go to shared memory for the block's combine (column_partials.in_registers).
+    # row, then go to shared memory for the block's combine (column_partials.fit_in_registers).
     # Named by column_partials.name_suffix, not the repr.
     columns_in_registers: bool = field(default=False, repr=False)
     # outer_persistent: per loop input, whether it is the same for every reduced row (stride

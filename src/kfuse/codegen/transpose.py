@@ -408,14 +408,15 @@ def _tile_origin(spec: TransposeKernelSpec) -> list[str]:
     [16384, 8192] on an H200, went from 165.4 to 142.6 us. (Tiles walked in groups along B,
     for longer runs along the fast axes of the blocks that run at once, measured the same.)"""
     ta, tb = spec.tile_a, spec.tile_b
-    lines = ["const Index t = tile;"]
     if spec.other_axes:
-        lines = [
+        plane = [
             "const Index plane = kf::index_div(tile, tiles_a * tiles_b);",
             "const Index t = tile - plane * (tiles_a * tiles_b);",
         ]
+    else:
+        plane = ["const Index t = tile;"]
     return [
-        *lines,
+        *plane,
         "const Index t_b = kf::index_div(t, tiles_a);",
         f"const Index a0 = (t - t_b * tiles_a) * {ta};",
         f"const Index b0 = t_b * {tb};",
