@@ -9,6 +9,7 @@ from typing import Any
 
 from kfuse.codegen.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 from kfuse.runtime import kernel_cache
+from kfuse.runtime.backends import register_fit
 
 # --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
 # of as one fused multiply-add wherever the compiler finds one. Contraction made a value
@@ -53,19 +54,41 @@ def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str,
     return program, [(RUNTIME_HEADER_NAME, header)]
 
 
-def compile_to_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
-    """The cubin of a kernel's `source` (NVRTC, no cache), compiled as nvrtc_program says."""
+# What the disk cache's keys name besides the source, architecture and options: how a cubin
+# is made from them (bumped when that changes, so that no older entry is taken for a new one).
+COMPILE_STEPS = "nvrtc, register fit"
+
+
+def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
+    """One NVRTC compile of `source` as nvrtc_program says (no register fit)."""
     from kfuse import _C
 
     program, headers = nvrtc_program(source, options)
     return _C.compile_to_cubin(program, name + ".cu", arch, options, headers)
 
 
+def fitted_compile(source: str, name: str, arch: str, options: list[str]) -> tuple[str, bytes]:
+    """(the source compiled, its cubin) for a kernel's `source`: as written, then again with
+    its launch bounds fitted to the registers it took where that gives ptxas more
+    (kfuse.runtime.backends.register_fit)."""
+    cubin = nvrtc_cubin(source, name, arch, options)
+    fitted = register_fit.fit_launch_bounds(source, register_fit.cubin_registers(cubin), arch)
+    if fitted is None:
+        return source, cubin
+    return fitted, nvrtc_cubin(fitted, name, arch, options)
+
+
+def compile_to_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
+    """The cubin of a kernel's `source` (NVRTC, no cache): fitted_compile's."""
+    return fitted_compile(source, name, arch, options)[1]
+
+
 def compile_to_ptx(source: str, name: str, arch: str, options: list[str]) -> str:
-    """The PTX of the same compile as compile_to_cubin's."""
+    """The PTX of the source compile_to_cubin's cubin is compiled from."""
     from kfuse import _C
 
-    program, headers = nvrtc_program(source, options)
+    fitted, _ = fitted_compile(source, name, arch, options)
+    program, headers = nvrtc_program(fitted, options)
     return _C.compile_to_ptx(program, name + ".cu", arch, options, headers)
 
 
@@ -90,7 +113,9 @@ class CudaBackend:
             return kernel
         all_options = nvrtc_options(options)
         version = ".".join(str(v) for v in _C.nvrtc_version())
-        disk_key = kernel_cache.cache_key(source, name, arch, " ".join(all_options), version)
+        disk_key = kernel_cache.cache_key(
+            source, name, arch, " ".join(all_options), version, COMPILE_STEPS
+        )
         identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options), version)
         cubin = kernel_cache.load(disk_key, identity)
         if cubin is None:
