@@ -234,6 +234,8 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
         ("tile_a", 3),
         ("tile_b", 0),
         ("tile_b", 8192),
+        ("tile_c", 3),
+        ("tile_c", 0),
         ("vector_a", 3),
         ("vector_a", 32),
         ("vector_b", 0),
@@ -245,7 +247,7 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
         with pytest.raises(ParamsError, match=field):
             setattr(hp, field, bad)
     with pytest.raises(ParamsError, match="no field"):
-        hp.tile_c = 32  # type: ignore[attr-defined]
+        hp.tile_d = 32  # type: ignore[attr-defined]
     big = TransposeParams(tile_a=128, tile_b=128)
     with pytest.raises(SchedulerError, match="shared memory"):
         fd.manual_execute([x], heuristic_params=big)
@@ -254,6 +256,7 @@ def test_edited_params_run_and_bad_values_are_refused_by_name() -> None:
         ({"vector_b": 4}, "vector_b = 4: axis B .* 67 elements"),
         ({"tile_a": 4, "vector_a": 8}, "vector_a = 8 does not divide tile_a = 4"),
         ({"tile_b": 2, "vector_b": 4}, "vector_b = 4 does not divide tile_b = 2"),
+        ({"tile_c": 2}, "tile_c = 2 needs axis C: the axis outside A is B"),
     ]:
         with pytest.raises(SchedulerError, match=match):
             fd.manual_execute([x], heuristic_params=TransposeParams(**fields))
@@ -432,6 +435,63 @@ def test_permutes_with_a_short_innermost_axis(perm: tuple[int, int, int]) -> Non
     run(fd, inputs)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "n_a", "n_c", "tile_a", "tile_c"),
+    [
+        (DataType.BFloat16, 8, 40, 8, 8),  # 16-byte runs of A: a tile takes 8 rows of C
+        (DataType.BFloat16, 6, 37, 8, 8),  # A of 6 in a tile side of 8; C not a multiple
+        (DataType.Float, 3, 5, 4, 8),  # C shorter than the rows a tile would take
+        (DataType.BFloat16, 16, 40, 16, 4),  # 32-byte runs
+        (DataType.Float, 16, 40, 16, 1),  # 64-byte runs: no rows of C
+    ],
+)
+def test_a_short_innermost_axis_takes_rows_of_the_next_one(
+    dtype: DataType, n_a: int, n_c: int, tile_a: int, tile_c: int
+) -> None:
+    """Swapping the outer and inner axes of [n_a, n_c, 100]: the output's innermost axis A
+    has n_a elements, and where its runs are shorter than a sector a tile also takes tile_c
+    rows of the next axis C, so that the output is written in runs of C x A."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=dtype)
+        fd.add_output(fd.ops.mul(fd.ops.permute(x, dims=[2, 1, 0]), x_scale(fd)))
+    x = values((n_a, n_c, 100), dtype, seed=n_a)
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert (hp.tile_a, hp.tile_c) == (tile_a, tile_c)
+    run(fd, [x])
+    source = fd.last_cuda_source()
+    assert ("gc = c_origin + ti / " in source) == (tile_c > 1)
+    if tile_c > 1:  # edited: fewer rows of C over 3 blocks, then a tile_a short of A
+        hp.tile_c, hp.grid_x = 2, 3
+        run_manual(fd, [x], hp)
+        assert "for (Index tile" in fd.last_cuda_source()
+        hp.tile_a, hp.vector_a = 1 << ((n_a - 1).bit_length() - 1), 1
+        with pytest.raises(SchedulerError, match="tile_c = 2 needs axis C: tile_a"):
+            fd.manual_execute([x], heuristic_params=hp)
+
+
+def test_rows_of_c_with_another_axis_outside() -> None:
+    """[3, 6, 37, 50] to [3, 50, 37, 6]: A of 6, C of 37, B of 50 and an outer axis of 3
+    that the tiles are flattened with."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 4, dtype=DataType.BFloat16)
+        y = fd.define_tensor(shape=[-1] * 4, dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.permute(fd.ops.sub(x, y), dims=[0, 3, 2, 1]))
+    inputs = [values((3, 6, 37, 50), DataType.BFloat16, seed=k) for k in range(2)]
+    hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
+    assert (hp.tile_a, hp.tile_c) == (8, 8)
+    run(fd, inputs)
+
+
+def x_scale(fd: FusionDefinition) -> object:
+    return fd.define_scalar(1.5, dtype=DataType.Double)
+
+
+def run_manual(fd: FusionDefinition, inputs: list, hp: TransposeParams) -> None:
+    expected = evaluate(fd.fusion, inputs)
+    actual = fd.manual_execute(inputs, heuristic_params=hp)
+    assert_outputs_close(fd.fusion, actual, expected, inputs)
+
+
 def test_tiled_operands_of_different_dtypes() -> None:
     """bf16 and float transposed inputs, a contiguous half one, a float output and a bf16
     output in the inputs' order (tiled): vectors of 16 bytes of the widest tiled dtype."""
@@ -488,7 +548,8 @@ def test_broadcast_along_a_is_one_load_a_vector() -> None:
 def test_h200_heuristics_for_the_model_suite(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the heuristics pick at the model suite's sizes (benchmarks/models/transpose.py):
     transpose_12 and bcast_add_strided_dim0 64 x 64 tiles of 8-wide vectors, transpose_02
-    (innermost output axis of 16) a 16 x 256 tile."""
+    (innermost output axis of 16 or 8: runs of 32 or 16 bytes) a 64 x 64 tile of 4 or 8 rows
+    of the middle axis."""
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     bf = ml_dtypes.bfloat16
 
@@ -500,18 +561,21 @@ def test_h200_heuristics_for_the_model_suite(monkeypatch: pytest.MonkeyPatch) ->
         return fd
 
     big = [np.empty((16, 4096, 2048), bf) for _ in range(2)]
+    short = [np.empty((8, 1024, 8192), bf) for _ in range(2)]
     picks = {}
     for name, fd, inputs in [
         ("12", permuted([0, 2, 1]), big),
         ("02", permuted([2, 1, 0]), big),
+        ("02 short", permuted([2, 1, 0]), short),
         ("strided", unary("add", DataType.BFloat16), [np.empty((8192, 16384), bf).T]),
     ]:
         hp = schedule.compute_heuristics(fd.fusion, TR, inputs)
-        picks[name] = (hp.tile_a, hp.tile_b, hp.vector_a, hp.vector_b, hp.block_y)
+        picks[name] = (hp.tile_a, hp.tile_b, hp.tile_c, hp.vector_a, hp.vector_b, hp.block_y)
     assert picks == {
-        "12": (64, 64, 8, 8, 8),
-        "02": (16, 256, 8, 8, 8),
-        "strided": (64, 64, 8, 8, 8),
+        "12": (64, 64, 1, 8, 8, 8),
+        "02": (16, 64, 4, 8, 8, 8),
+        "02 short": (8, 64, 8, 8, 8, 8),
+        "strided": (64, 64, 1, 8, 8, 8),
     }
 
 

@@ -97,6 +97,33 @@ def test_short_axes_are_tiled_whole(n: int, dtype: DataType) -> None:
         assert_outputs_close(fd.fusion, [out], evaluate(fd.fusion, [x]), [x])
 
 
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((8, 1024, 520), DataType.BFloat16),  # 16-byte runs of A: rows of C in every tile
+        ((6, 333, 700), DataType.BFloat16),  # A of 6 in a side of 8, C not a tile multiple
+        ((3, 1000, 257), DataType.Float),
+    ],
+)
+def test_short_innermost_axis_with_rows_of_the_next_one(
+    shape: tuple[int, int, int], dtype: DataType
+) -> None:
+    """Swapping the outer and inner axes where the output's innermost axis is shorter than a
+    sector: tiles take rows of the middle axis too (tile_c), the heuristics' and edited."""
+    torch = pytest.importorskip("torch")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=dtype)
+        fd.add_output(fd.ops.relu(fd.ops.permute(fd.ops.add(x, x), dims=[2, 1, 0])))
+    x = _random(torch, shape, dtype)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.transpose, [x])
+    assert hp.tile_c > 1
+    expected = evaluate(fd.fusion, [x])
+    for tile_c, grid_x in [(hp.tile_c, hp.grid_x), (2, 100), (16, 7)]:
+        hp.tile_c, hp.grid_x = tile_c, grid_x
+        (out,) = fd.manual_execute([x], heuristic_params=hp)
+        assert_outputs_close(fd.fusion, [out], expected, [x])
+
+
 @pytest.mark.parametrize("offset", [1, 2, 4, 8])
 def test_misaligned_views_match_reference(offset: int) -> None:
     """Transposed bf16 views at storage offsets of 2 to 16 bytes: vectors as wide as the

@@ -32,6 +32,13 @@ generation by simulating the 32 banks over one warp's accesses of both phases (t
 no idle lanes first, then runs of at least one 32-byte sector along the global fast axis,
 then the fewest bank wavefronts, then the longest runs.
 
+Where A is short and held whole by every tile, a tile may also take tile_c consecutive
+indices of axis C, the axis just outside A in the outputs' order: its A side is then C x A
+(tile_c * tile_a rows of the shared tiles, row ti at c = ti / tile_a, a = ti % tile_a, both
+by constants), and the tiles run along C where they would run along A. The outputs, walked
+along A in phase A, then write runs of tile_c * A elements where C follows A in memory, not
+A alone: bf16 with 8 elements along A wrote 16-byte runs, half a sector each.
+
 Every access is guarded by the tile's bounds (extents need not be multiples of the tile;
 they are multiples of the vector widths, which the scheduler checks).
 """
@@ -75,6 +82,10 @@ class TransposeKernelSpec:
     input_kinds: tuple[str, ...] = ()
     output_kinds: tuple[str, ...] = ()
     launch_bounds: bool = field(default=True, repr=False)
+    # Axis C and the rows of it a tile takes (the module docstring); None and 1: none. Not in
+    # the repr, so that the kernels without them keep their names (kernel_name adds them).
+    axis_c: int | None = field(default=None, repr=False)
+    tile_c: int = field(default=1, repr=False)
     # The grid has a block for every tile: each block takes its tile with no loop around it.
     # The loop made the compiler keep every slot's shared-memory addresses and tile offsets
     # live across iterations that never came: the broadcast add of a transposed bf16 matrix
@@ -85,7 +96,12 @@ class TransposeKernelSpec:
     @property
     def other_axes(self) -> list[int]:
         """The axes flattened into the tile loop, outermost first."""
-        return [d for d in range(self.rank - 1) if d != self.axis_b]
+        return [d for d in range(self.rank - 1) if d not in (self.axis_b, self.axis_c)]
+
+    @property
+    def rows_a(self) -> int:
+        """Rows of a shared tile: its elements along A, times the rows of C it takes."""
+        return self.tile_a * self.tile_c
 
     @property
     def threads(self) -> int:
@@ -226,7 +242,9 @@ def tile_layout(
 
 def kernel_name(plan: PointwisePlan, spec: TransposeKernelSpec) -> str:
     """A stable name: the scheduler plus a hash of the fusion and the spec."""
-    digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
+    grouped = f"|c{spec.axis_c}x{spec.tile_c}" if spec.axis_c is not None else ""
+    digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}{grouped}".encode()).hexdigest()
+    digest = digest[:16]
     return f"kfuse_transpose_{digest}"
 
 
@@ -251,7 +269,7 @@ def layout_of(plan: PointwisePlan, spec: TransposeKernelSpec) -> TileLayout:
     return tile_layout(
         tiled_itemsizes(plan, spec),
         run_itemsizes(plan, spec),
-        spec.tile_a,
+        spec.rows_a,
         spec.tile_b,
         spec.vector_a,
         spec.vector_b,
@@ -262,7 +280,7 @@ def shared_bytes(plan: PointwisePlan, spec: TransposeKernelSpec) -> int:
     """Static shared memory the kernel declares: one tile per tiled operand."""
     layout = layout_of(plan, spec)
     return sum(
-        tile_bytes(n, spec.tile_a, spec.tile_b, layout.pad(n)) for n in tiled_itemsizes(plan, spec)
+        tile_bytes(n, spec.rows_a, spec.tile_b, layout.pad(n)) for n in tiled_itemsizes(plan, spec)
     )
 
 
@@ -290,11 +308,19 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
     )
     layout = layout_of(plan, spec)
     a, b, ta, tb = spec.rank - 1, spec.axis_b, spec.tile_a, spec.tile_b
+    if spec.axis_c is None:
+        a_side = [f"const Index tiles_a = (n_a + {ta - 1}) / {ta};"]
+    else:  # A whole in every tile: the A side's tiles run along C
+        tc = spec.tile_c
+        a_side = [
+            f"const Index n_c = out0.size[{spec.axis_c}];",
+            f"const Index tiles_a = (n_c + {tc - 1}) / {tc};",
+        ]
     code(
         f"typedef {spec.index_type} Index;",
         f"const Index n_a = out0.size[{a}];",
         f"const Index n_b = out0.size[{b}];",
-        f"const Index tiles_a = (n_a + {ta - 1}) / {ta};",
+        *a_side,
         f"const Index tiles_b = (n_b + {tb - 1}) / {tb};",
         "Index n_other = 1;",
         *[f"n_other *= out0.size[{d}];" for d in spec.other_axes],
@@ -307,7 +333,7 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         # Bytes, not T[][]: a __shared__ variable may not have a constructor (bfloat16 has).
         code(
             f"__shared__ __align__(16) unsigned char {tile}_bytes"
-            f"[{tile_bytes(n, ta, tb, layout.pad(n))}];",
+            f"[{tile_bytes(n, spec.rows_a, tb, layout.pad(n))}];",
             f"{dtype.cuda_type} (*{tile})[{row}] = "
             f"reinterpret_cast<{dtype.cuda_type} (*)[{row}]>({tile}_bytes);",
         )
@@ -408,6 +434,10 @@ def _tile_origin(spec: TransposeKernelSpec) -> list[str]:
     [16384, 8192] on an H200, went from 165.4 to 142.6 us. (Tiles walked in groups along B,
     for longer runs along the fast axes of the blocks that run at once, measured the same.)"""
     ta, tb = spec.tile_a, spec.tile_b
+    if spec.axis_c is not None:
+        ta, first = spec.tile_c, "c_origin"  # the A side's tiles run along C
+    else:
+        first = "a0"
     if spec.other_axes:
         plane = [
             "const Index plane = kf::index_div(tile, tiles_a * tiles_b);",
@@ -418,7 +448,7 @@ def _tile_origin(spec: TransposeKernelSpec) -> list[str]:
     return [
         *plane,
         "const Index t_b = kf::index_div(t, tiles_a);",
-        f"const Index a0 = (t - t_b * tiles_a) * {ta};",
+        f"const Index {first} = (t - t_b * tiles_a) * {ta};",
         f"const Index b0 = t_b * {tb};",
     ]
 
@@ -430,7 +460,7 @@ def _row_width(spec: TransposeKernelSpec, layout: TileLayout, itemsize: int, kin
         return 1
     pitch = spec.tile_b + layout.pad(itemsize)
     return row_access_width(
-        itemsize, pitch, spec.tile_a, spec.tile_b, spec.vector_b, layout.lanes_b
+        itemsize, pitch, spec.rows_a, spec.tile_b, spec.vector_b, layout.lanes_b
     )
 
 
@@ -494,8 +524,8 @@ def _phase_shape(
     """(F, S, vector, lanes) of a phase: F vectors along its fast axis, S elements along
     the other, a warp `lanes` slots along F."""
     if along_b:
-        return spec.tile_b // spec.vector_b, spec.tile_a, spec.vector_b, layout.lanes_b
-    return spec.tile_a // spec.vector_a, spec.tile_b, spec.vector_a, layout.lanes_a
+        return spec.tile_b // spec.vector_b, spec.rows_a, spec.vector_b, layout.lanes_b
+    return spec.rows_a // spec.vector_a, spec.tile_b, spec.vector_a, layout.lanes_a
 
 
 def _slot_count(spec: TransposeKernelSpec, layout: TileLayout, *, along_b: bool) -> int:
@@ -515,7 +545,8 @@ def _slot_loop(
     code: Code, spec: TransposeKernelSpec, layout: TileLayout, *, along_b: bool
 ) -> Iterator[None]:
     """Within: the body for this thread's slot u (unrolled) of a phase, at tile element
-    (ti, tj) (the vector's first), global (ga, gb) = (a0 + ti, b0 + tj), inside the extents."""
+    (ti, tj) (the vector's first), global (ga, gb) = (a0 + ti, b0 + tj), or with axis C
+    (ga, gc, gb) = (ti % tile_a, c_origin + ti / tile_a, b0 + tj), inside the extents."""
     f, s, vec, lanes = _phase_shape(spec, layout, along_b=along_b)
     rows = WARP // lanes
     total = _slot_count(spec, layout, along_b=along_b)
@@ -525,7 +556,9 @@ def _slot_loop(
         guards.append(f"e < {total}")
     if rows > s:
         guards.append(f"ts < {s}")
-    guards.append("ga < n_a && gb < n_b")
+    guards.append(
+        "ga < n_a && gb < n_b" if spec.axis_c is None else "ga < n_a && gc < n_c && gb < n_b"
+    )
     fast_group = f // lanes
     with code.block(f"for (int u = 0; u < {count}; ++u)", unroll=True):
         code(
@@ -538,13 +571,18 @@ def _slot_loop(
             code(f"const int ti = ts, tj = tf * {vec};")
         else:
             code(f"const int ti = tf * {vec}, tj = ts;")
-        code("const Index ga = a0 + ti, gb = b0 + tj;")
+        if spec.axis_c is None:
+            code("const Index ga = a0 + ti, gb = b0 + tj;")
+        else:
+            ta = spec.tile_a
+            code(f"const Index ga = ti % {ta}, gc = c_origin + ti / {ta}, gb = b0 + tj;")
         with code.block(f"if ({' && '.join(guards)})"):
             yield
 
 
 def _offset(operand: str, spec: TransposeKernelSpec) -> str:
+    grouped = "" if spec.axis_c is None else f" + gc * {operand}.stride[{spec.axis_c}]"
     return (
-        f"base_{operand} + ga * {operand}.stride[{spec.rank - 1}]"
+        f"base_{operand} + ga * {operand}.stride[{spec.rank - 1}]{grouped}"
         f" + gb * {operand}.stride[{spec.axis_b}]"
     )

@@ -22,8 +22,15 @@ Heuristics:
 * tiles of 8 KiB of the widest tiled dtype: 64 x 64 of 2 bytes, 64 (A) x 32 (B) of 4,
   32 x 32 of 8, 128 x 64 of 1; a side longer than its axis is cut to the axis (rounded up to
   a power of two), the other side then grows to keep about as many elements, up to 1024
-  ([16, 4096, 2048] swapping axes 0 and 2: A has 16 elements, a 16 x 256 tile); halved, the
-  longer side first, while the tiles overflow 48 KiB of static shared memory;
+  (a bf16 [8192, 16] output of a transposed input: A has 16 elements, a 16 x 256 tile,
+  there being no axis C); halved, the longer side first, while the tiles overflow 48 KiB of static shared
+  memory;
+* where A is that short that the outputs would write runs of fewer than MIN_A_RUN_BYTES
+  (a whole A each) and the axis just outside A in their order is not B (axis C), a tile
+  takes tile_c rows of C too, as many as make its A side as long as a square tile's, and
+  B the square tile's side: the outputs then write C x A runs. A bf16 transpose of
+  [8, 1024, 8192] swapping axes 0 and 2 wrote 16-byte runs, an 8 x 512 tile's; [16, 4096,
+  2048] is now 16 x 64 with 4 rows of C;
 * 8 warps a block, fewer where a phase has fewer than 8 warps' slots; one block a tile
   (grid-strided beyond 2**31 - 1 tiles); int32 indexing unless an offset or the element
   count needs int64 (as the pointwise scheduler).
@@ -51,6 +58,11 @@ MAX_VECTOR = 8  # elements; more buys nothing but registers (as the pointwise sc
 MAX_LONG_SIDE = 1024  # the long side of a tile whose other side is short
 TILE_BYTES = 8192  # of the widest tiled operand (see _tile_shape)
 MIN_PLANE = 256  # A x B elements below which the pointwise kernel is left the fusion
+# An output's run along a whole A below which a tile takes rows of C. On an H200, swapping
+# axes 0 and 2 of [8, 1024, 8192] in bf16 (16-byte runs) went from 306 to 97 us with rows of
+# C (torch.compile 282); with 32-byte runs, the float32 of that shape from 206.7 to 194.5
+# and bf16 [16, 4096, 2048] from 211.4 to 198.1.
+MIN_A_RUN_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,18 @@ def shared_bytes_for(
     return sum(tile_bytes(n, tile_a, tile_b, tl.pad(n)) for n in sizes)
 
 
+def grouped_axis(layout: PointwiseLayout, axes: TileAxes) -> int | None:
+    """Axis C, which a tile may take rows of with a whole A (the module docstring): the axis
+    just outside A in the merged domain (the outputs' order), if it is not B."""
+    c = layout.rank - 2
+    return c if c >= 0 and c != axes.axis_b else None
+
+
+def _a_run_itemsize(layout: PointwiseLayout, axes: TileAxes) -> int:
+    """The smallest element of phase A's vector operands (0: none)."""
+    return min((op.itemsize for op in _a_ops(layout, axes)), default=0)
+
+
 def _min_tile(layout: PointwiseLayout, axes: TileAxes) -> tuple[int, int]:
     """The smallest tile the heuristics go down to: 32 x 32, or a short axis whole."""
     n_a, n_b = layout.sizes[-1], layout.sizes[axes.axis_b]
@@ -227,27 +251,36 @@ class TransposeScheduler:
             _tiled_ops(layout, axes), n_b, lambda op, v: access_kind(_along_b(op, b), v) == VEC
         )
         va = _vector(_a_ops(layout, axes), n_a, lambda op, v: access_kind(op, v) == VEC)
-        ta, tb = _tile_shape(max(axes.tiled_itemsizes(layout)), n_a, n_b)
+        c = grouped_axis(layout, axes)
+        a_run = _a_run_itemsize(layout, axes) * _pow2_ceil(n_a)
+        grouping = c is not None and 0 < a_run < MIN_A_RUN_BYTES
+        n_c = layout.sizes[c] if grouping and c is not None else None
+        ta, tb, tc = _tile_shape(max(axes.tiled_itemsizes(layout)), n_a, n_b, n_c)
         min_a, min_b = _min_tile(layout, axes)
-        while shared_bytes_for(layout, axes, ta, tb, va, vb) > STATIC_SHARED_LIMIT:
-            if ta >= tb and ta > max(min_a, va):
+        while shared_bytes_for(layout, axes, ta * tc, tb, va, vb) > STATIC_SHARED_LIMIT:
+            if tc > 1 and ta * tc >= tb:
+                tc //= 2
+            elif ta >= tb and ta > max(min_a, va):
                 ta //= 2
             elif tb > max(min_b, vb):
                 tb //= 2
             elif ta > max(min_a, va):
                 ta //= 2
+            elif tc > 1:
+                tc //= 2
             else:  # the vectors' pads: the smallest tile, as check() measured it
                 ta, tb, va, vb = min_a, min_b, 1, 1
                 break
-        slots = min(ta * tb // va, ta * tb // vb)
+        slots = min(ta * tc * tb // va, ta * tc * tb // vb)
         block_y = max(1, min(BLOCK_Y, slots // WARP, info.device.max_threads_per_block // WARP))
         params = TransposeParams(
             tile_a=ta,
             tile_b=tb,
+            tile_c=tc,
             vector_a=va,
             vector_b=vb,
             block_y=block_y,
-            grid_x=min(MAX_GRID_X, _tiles(layout, axes, ta, tb)),
+            grid_x=min(MAX_GRID_X, _tiles(layout, axes, ta, tb, tc)),
         )
         params.cparams.index_type = "int64" if _needs_int64(layout) else "int32"
         params.lparams.grid_x, params.lparams.grid_y = params.grid_x, 1
@@ -302,13 +335,21 @@ class TransposeScheduler:
                     f"TransposeParams.vector_{side} = {vec}: axis {axis} has {extents[side]} "
                     "elements, not a multiple of the vector"
                 )
-        smem = shared_bytes_for(
-            layout, axes, params.tile_a, params.tile_b, params.vector_a, params.vector_b
-        )
+        c = grouped_axis(layout, axes)
+        if params.tile_c > 1 and (c is None or params.tile_a < extents["a"]):
+            why = (
+                f"the axis outside A is B ({axes.axis_b}) or none"
+                if c is None
+                else f"tile_a = {params.tile_a} does not hold axis A's {extents['a']} elements"
+            )
+            raise SchedulerError(f"TransposeParams.tile_c = {params.tile_c} needs axis C: {why}")
+        rows = params.tile_a * params.tile_c
+        smem = shared_bytes_for(layout, axes, rows, params.tile_b, params.vector_a, params.vector_b)
         if smem > STATIC_SHARED_LIMIT:
             raise SchedulerError(
-                f"TransposeParams tile_a x tile_b = {params.tile_a} x {params.tile_b}: the "
-                f"tiles need {smem} bytes of shared memory, more than {STATIC_SHARED_LIMIT}"
+                f"TransposeParams tile_a x tile_c x tile_b = {params.tile_a} x {params.tile_c}"
+                f" x {params.tile_b}: the tiles need {smem} bytes of shared memory, more than "
+                f"{STATIC_SHARED_LIMIT}"
             )
         threads = WARP * params.block_y
         if threads > info.device.max_threads_per_block:
@@ -332,23 +373,32 @@ class TransposeScheduler:
             input_kinds=kinds_in,
             output_kinds=kinds_out,
             launch_bounds=params.cparams.maxrregcount is None,
-            single_tile=params.grid_x >= _tiles(layout, axes, params.tile_a, params.tile_b),
+            axis_c=c if params.tile_c > 1 else None,
+            tile_c=params.tile_c,
+            single_tile=params.grid_x
+            >= _tiles(layout, axes, params.tile_a, params.tile_b, params.tile_c),
         )
 
 
-def _tile_shape(itemsize: int, n_a: int, n_b: int) -> tuple[int, int]:
-    """Tile sides for tiled operands of at most `itemsize` bytes: 8 KiB a tile (64 x 64 of
-    2 bytes, 64 x 32 of 4, 32 x 32 of 8, 128 x 64 of 1); a short axis whole (its extent
-    rounded up to a power of two) and the other side longer, up to 1024."""
+def _tile_shape(itemsize: int, n_a: int, n_b: int, n_c: int | None) -> tuple[int, int, int]:
+    """(tile_a, tile_b, tile_c) for tiled operands of at most `itemsize` bytes: 8 KiB a tile
+    (64 x 64 of 2 bytes, 64 x 32 of 4, 32 x 32 of 8, 128 x 64 of 1); a short axis whole (its
+    extent rounded up to a power of two) and the other side longer, up to 1024; or, with
+    n_c (axis C's extent, where the scheduler groups it), a short A whole and rows of C that
+    make the A side as long as the square tile's."""
     target = max(1024, min(TILE_BYTES, TILE_BYTES // itemsize))
     side_b = 1 << ((target.bit_length() - 1) // 2)
     side_a = target // side_b
     pa, pb = _pow2_ceil(n_a), _pow2_ceil(n_b)
+    if pa < side_a and n_c is not None:
+        tc = min(_pow2_ceil(n_c), side_a // pa)
+        if tc > 1:
+            return pa, min(pb, max(side_b, target // (pa * tc)), MAX_LONG_SIDE), tc
     if pa < side_a:
-        return pa, min(pb, max(side_b, target // pa), MAX_LONG_SIDE)
+        return pa, min(pb, max(side_b, target // pa), MAX_LONG_SIDE), 1
     if pb < side_b:
-        return min(pa, max(side_a, target // pb), MAX_LONG_SIDE), pb
-    return side_a, side_b
+        return min(pa, max(side_a, target // pb), MAX_LONG_SIDE), pb, 1
+    return side_a, side_b, 1
 
 
 def _required_axes(layout: PointwiseLayout) -> TileAxes:
@@ -361,9 +411,16 @@ def _required_axes(layout: PointwiseLayout) -> TileAxes:
     return axes
 
 
-def _tiles(layout: PointwiseLayout, axes: TileAxes, tile_a: int, tile_b: int) -> int:
-    n_other = layout.numel // (layout.sizes[-1] * layout.sizes[axes.axis_b])
-    return -(-layout.sizes[-1] // tile_a) * -(-layout.sizes[axes.axis_b] // tile_b) * n_other
+def _tiles(layout: PointwiseLayout, axes: TileAxes, tile_a: int, tile_b: int, tile_c: int) -> int:
+    """Tiles of the call: along A (along C with tile_c > 1, A whole), B and the other axes."""
+    n_a, n_b = layout.sizes[-1], layout.sizes[axes.axis_b]
+    c = grouped_axis(layout, axes)
+    if tile_c > 1 and c is not None:
+        n_c = layout.sizes[c]
+        n_other = layout.numel // (n_a * n_b * n_c)
+        return -(-n_c // tile_c) * -(-n_b // tile_b) * n_other
+    n_other = layout.numel // (n_a * n_b)
+    return -(-n_a // tile_a) * -(-n_b // tile_b) * n_other
 
 
 def _needs_int64(layout: PointwiseLayout) -> bool:

@@ -11,6 +11,9 @@ Fields (the kernel: kfuse.codegen.transpose):
 * tile_b: elements along axis B, the innermost axis of the transposed operands;
   both powers of two from 1 to 4096 (the kernel's thread mapping splits them in powers of
   two; a short axis takes a short tile, the other side a long one);
+* tile_c: rows of axis C a tile takes, C being the axis just outside A in the outputs'
+  order, where A is short and a tile holds it whole (1: no such rows, the default): the
+  outputs' contiguous runs are then tile_c * A long instead of A (a power of two, 1 to 4096);
 * vector_a: elements a thread computes along A, read and written as one access of every
   untiled operand contiguous along A (1, 2, 4, 8 or 16);
 * vector_b: elements a thread loads or stores along B as one access of every tiled
@@ -19,7 +22,8 @@ Fields (the kernel: kfuse.codegen.transpose):
   SchedulerError naming the field); an operand not aligned for the vector (its pointer or
   another stride) is accessed element by element instead;
 * block_y: warps of a block (its threads are 32 x block_y);
-* grid_x: blocks; they stride over the tiles (tiles along A, then B, then the other axes).
+* grid_x: blocks; they stride over the tiles (tiles along A, or C, then B, then the other
+  axes).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ MAX_GRID_X = 2**31 - 1
 MAX_TILE = 4096
 VECTORS = (1, 2, 4, 8, 16)
 
-_FIELDS = ("tile_a", "tile_b", "vector_a", "vector_b", "block_y", "grid_x")
+_FIELDS = ("tile_a", "tile_b", "tile_c", "vector_a", "vector_b", "block_y", "grid_x")
 
 
 class TransposeParams:
@@ -47,6 +51,7 @@ class TransposeParams:
         *,
         tile_a: int = 32,
         tile_b: int = 32,
+        tile_c: int = 1,
         vector_a: int = 1,
         vector_b: int = 1,
         block_y: int = 8,
@@ -58,6 +63,7 @@ class TransposeParams:
         self.lparams = LaunchParams()
         self.tile_a = tile_a
         self.tile_b = tile_b
+        self.tile_c = tile_c
         self.vector_a = vector_a
         self.vector_b = vector_b
         self.block_y = block_y
@@ -100,7 +106,9 @@ def _checked(name: str, value: Any) -> int:
         raise ParamsError(
             f"TransposeParams.{name} must be an int, got {type(value).__name__} {value!r}"
         )
-    if name in ("tile_a", "tile_b") and not (1 <= value <= MAX_TILE and value & (value - 1) == 0):
+    if name in ("tile_a", "tile_b", "tile_c") and not (
+        1 <= value <= MAX_TILE and value & (value - 1) == 0
+    ):
         raise ParamsError(
             f"TransposeParams.{name} must be a power of two in [1, {MAX_TILE}], got {value}"
         )
