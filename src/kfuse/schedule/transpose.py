@@ -23,8 +23,8 @@ Heuristics:
   32 x 32 of 8, 128 x 64 of 1; a side longer than its axis is cut to the axis (rounded up to
   a power of two), the other side then grows to keep about as many elements, up to 1024
   (a bf16 [8192, 16] output of a transposed input: A has 16 elements, a 16 x 256 tile,
-  there being no axis C); halved, the longer side first, while the tiles overflow 48 KiB of static shared
-  memory;
+  there being no axis C); halved, the longer side first, while the tiles overflow 48 KiB
+  of static shared memory;
 * where A is that short that the outputs would write runs of fewer than MIN_A_RUN_BYTES
   (a whole A each) and the axis just outside A in their order is not B (axis C), a tile
   takes tile_c rows of C too, as many as make its A side as long as a square tile's, and
