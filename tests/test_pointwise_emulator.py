@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
@@ -77,9 +78,21 @@ def test_manual_execute_with_edited_params_matches(
     hp.block_x, hp.block_y = data.draw(st.sampled_from([(32, 1), (64, 2), (128, 4)]))
     hp.grid_x, hp.grid_y = data.draw(st.sampled_from([(1, 1), (2, 3)]))
     expected = evaluate(fd.fusion, inputs)
-    assert_outputs_close(
-        fd.fusion, fd.manual_execute(inputs, heuristic_params=hp), expected, inputs
-    )
+    assert_outputs_close(fd.fusion, with_rows(fd, inputs, hp, data), expected, inputs)
+
+
+def with_rows(fd: FusionDefinition, inputs: list, hp: object, data: st.DataObject) -> list:
+    """fd.manual_execute with hp, or with hp taking 2 rows a thread (unroll_factor_outer, with
+    unroll_factor 1) where the draw says so and the layout has rows for it; a layout that has
+    not is refused by name."""
+    if data.draw(st.booleans()):
+        hp.unroll_factor, hp.unroll_factor_outer = 1, 2  # type: ignore[attr-defined]
+        try:
+            return fd.manual_execute(inputs, heuristic_params=hp)
+        except SchedulerError as exc:
+            assert "unroll_factor_outer = 2" in str(exc)
+            hp.unroll_factor_outer = 1  # type: ignore[attr-defined]
+    return fd.manual_execute(inputs, heuristic_params=hp)
 
 
 def test_w1_shape_class_through_the_emulator() -> None:

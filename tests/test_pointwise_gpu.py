@@ -12,6 +12,7 @@ from kfuse import DataType, FusionDefinition, schedule
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
+from test_pointwise_emulator import with_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -67,7 +68,7 @@ def test_manual_execute_with_edited_params(data: st.DataObject, fd: FusionDefini
     hp.vectorization_factor = data.draw(st.sampled_from([1, 2, 4, 8]))
     hp.unroll_factor = data.draw(st.sampled_from([1, 2, 4]))
     hp.block_x, hp.block_y = data.draw(st.sampled_from([(32, 4), (128, 1), (256, 2)]))
-    check(fd, inputs, fd.manual_execute(inputs, heuristic_params=hp))
+    check(fd, inputs, with_rows(fd, inputs, hp, data))
 
 
 def test_tutorial_exp_add_on_4x4() -> None:

@@ -92,7 +92,10 @@ private:
 class PointwiseParams : public HeuristicParams {
 public:
     int64_t vectorization_factor = 1;
-    int64_t unroll_factor = 1;
+    int64_t unroll_factor = 1;  // vectors a thread takes along a row
+    // 2-D schedule: consecutive rows a thread takes, its inputs that are the same along them
+    // (a stride of 0 along the rows' innermost axis) loaded once for all of them
+    int64_t unroll_factor_outer = 1;
     int64_t break_point = -1;  // -1: 1-D schedule; else axes [0, bp) map to y, [bp, n) to x
     int64_t block_x = 128;
     int64_t block_y = 1;
@@ -107,7 +110,9 @@ public:
         using P = PointwiseParams;
         return std::make_tuple(
             field("vectorization_factor", &P::vectorization_factor),
-            field("unroll_factor", &P::unroll_factor), field("break_point", &P::break_point),
+            field("unroll_factor", &P::unroll_factor),
+            field("unroll_factor_outer", &P::unroll_factor_outer),
+            field("break_point", &P::break_point),
             field("block_x", &P::block_x), field("block_y", &P::block_y),
             field("grid_x", &P::grid_x), field("grid_y", &P::grid_y),
             field("split_grid_y", &P::split_grid_y));
