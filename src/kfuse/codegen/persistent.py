@@ -492,28 +492,14 @@ def _fill_slot(
 
 def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any) -> None:
     """Run `body_of(reloaded)` (statements) for every element of this thread that lies inside
-    the row, over the held slots and then the reloaded ones (which load their vectors first).
-    Where rows are whole vectors (spec.exact) the test is one a vector, around its elements:
-    tested inside the element loop, ptxas kept a branch an element (BSSY, BRA, BSYNC around
-    each element's few instructions: a quarter of a dropout + layer norm's sums in sm_90
-    SASS, a kernel ncu found issuing an instruction 86% of its cycles)."""
+    the row, over the held slots and then the reloaded ones (which load their vectors first)."""
+    lane = "0" if spec.exact else "j"
     for first, end, reloaded in slot_loops(spec):
         with _slots(code, plan, spec, first, end, reloaded):
             _slot_views(code, plan, spec, reloaded, first)
-            elements = f"for (int j = 0; j < {spec.vector}; ++j)"
-            if spec.exact and VECTOR_GUARDS:
-                with code.block("if (row_ok && i0 < n_red)"):
-                    with code.block(elements, unroll=True):
-                        code(*body_of(reloaded))
-                continue
-            lane = "0" if spec.exact else "j"
-            with code.block(elements, unroll=True):
+            with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
                 with code.block(f"if (row_ok && i0 + {lane} < n_red)"):
                     code(*body_of(reloaded))
-
-
-# One test a whole vector in _valid_loop (False: one an element, as before; for an A/B).
-VECTOR_GUARDS = True
 
 
 def _placeholder(ctype: str) -> str:
