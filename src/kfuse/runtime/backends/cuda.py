@@ -59,11 +59,6 @@ def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str,
 COMPILE_STEPS = "nvrtc, register fit"
 
 
-def compile_steps() -> str:
-    """COMPILE_STEPS with the register fit's setting (an A/B may change it in a process)."""
-    return COMPILE_STEPS + (" at equal registers" if register_fit.FIT_AT_EQUAL_REGISTERS else "")
-
-
 def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
     """One NVRTC compile of `source` as nvrtc_program says (no register fit)."""
     from kfuse import _C
@@ -103,7 +98,7 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str, int, str, tuple[str, ...], str], Any] = {}
+        self._kernels: dict[tuple[str, str, int, str, tuple[str, ...]], Any] = {}
         self._lock = threading.Lock()
 
     def compile(
@@ -112,14 +107,15 @@ class CudaBackend:
         """A loaded kernel for `source` on `device_index` (memory cache, disk cache, NVRTC)."""
         from kfuse import _C
 
-        steps = compile_steps()
-        key = (source, name, device_index, arch, options, steps)
+        key = (source, name, device_index, arch, options)
         kernel = self._kernels.get(key)
         if kernel is not None:
             return kernel
         all_options = nvrtc_options(options)
         version = ".".join(str(v) for v in _C.nvrtc_version())
-        disk_key = kernel_cache.cache_key(source, name, arch, " ".join(all_options), version, steps)
+        disk_key = kernel_cache.cache_key(
+            source, name, arch, " ".join(all_options), version, COMPILE_STEPS
+        )
         identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options), version)
         cubin = kernel_cache.load(disk_key, identity)
         if cubin is None:

@@ -32,13 +32,6 @@ MAX_BLOCKS_PER_SM = {"sm_75": 16, "sm_86": 16, "sm_89": 24}
 DEFAULT_MAX_THREADS_PER_SM = 2048
 DEFAULT_MAX_BLOCKS_PER_SM = 32
 
-# Whether a kernel whose registers already fill its occupancy's share is compiled again with
-# the second argument too (it changes ptxas' schedule even where the registers stay: a batch
-# norm backward's outer reduction went from 552 to 536 instructions at 40 registers). Off:
-# measured as an A/B only (tools/kernel_times.py --ab), and it would compile every bounded-by-
-# threads kernel twice.
-FIT_AT_EQUAL_REGISTERS = False
-
 # The bound a kernel with no second argument has (kfuse.codegen.kernel.kernel_header).
 _THREADS_ONLY = re.compile(r"__launch_bounds__\((\d+)\)")
 
@@ -108,6 +101,6 @@ def fit_launch_bounds(source: str, registers: int, arch: str) -> str | None:
     blocks = fitted_min_blocks(threads, registers, arch)
     warps = -(-threads // WARP)
     allowed = REGISTERS_PER_SM // (blocks * warps * WARP) // REGISTER_UNIT * REGISTER_UNIT
-    if min(allowed, 255) <= registers and not FIT_AT_EQUAL_REGISTERS:
+    if min(allowed, 255) <= registers:
         return None
     return _THREADS_ONLY.sub(f"__launch_bounds__({threads}, {blocks})", source, count=1)
