@@ -492,7 +492,15 @@ def _fill_slot(
 
 def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any) -> None:
     """Run `body_of(reloaded)` (statements) for every element of this thread that lies inside
-    the row, over the held slots and then the reloaded ones (which load their vectors first)."""
+    the row, over the held slots and then the reloaded ones (which load their vectors first).
+
+    The test is an element's even where rows are whole vectors, and ptxas keeps a branch an
+    element for it (BSSY, BRA, BSYNC around each element's few instructions in sm_90 SASS).
+    Measured and not taken (H200, bf16, us): one test a whole vector, around its elements:
+    the dropout + layer norm forward [8192, 8192], whose kernel ncu finds issuing an
+    instruction 86% of its cycles, 1968 -> 1792 instructions and 141.1 -> 132.2 us; but the
+    layer norm forward [32768, 1024] 35.0 -> 37.2, the dropout + RMS norm forward 56.8 ->
+    58.8, the RMS norm forward [8192, 8192]'s kernel 62.6 -> 64.4."""
     lane = "0" if spec.exact else "j"
     for first, end, reloaded in slot_loops(spec):
         with _slots(code, plan, spec, first, end, reloaded):
