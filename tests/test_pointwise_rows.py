@@ -120,7 +120,10 @@ def test_rows_a_thread_that_cannot_run_are_refused_by_name() -> None:
     with pytest.raises(SchedulerError, match=r"= 2 does not divide .* \(5 rows\)"):
         fd.manual_execute(inputs, heuristic_params=hp)
     inputs = inputs_nhwc(2, 4, 16)
-    hp.unroll_factor = 2
+    hp.unroll_factor_outer = 0
+    with pytest.raises(SchedulerError, match="unroll_factor_outer = 0 must be at least 1"):
+        fd.manual_execute(inputs, heuristic_params=hp)
+    hp.unroll_factor, hp.unroll_factor_outer = 2, 2
     with pytest.raises(SchedulerError, match="unroll_factor_outer = 2 needs unroll_factor 1"):
         fd.manual_execute(inputs, heuristic_params=hp)
     with FusionDefinition() as flat:

@@ -165,7 +165,7 @@ class PointwiseScheduler:
         )
         split = any(op.inner_split for op in layout.inputs)
         rows = int(params.unroll_factor_outer)
-        if rows > 1:
+        if rows != 1:
             _check_row_groups(layout, params, split)
 
         def per_split_input(read: Any) -> tuple[bool, ...]:
