@@ -1,0 +1,126 @@
+"""What the GPU would run for a model-suite case, read on this machine (no GPU needed): each
+kernel of the case's plan on a device profile, compiled as the CUDA backend compiles it (the
+register fit included), with its registers, local-memory accesses, barriers and the counts of
+its sm_90 SASS instructions by opcode:
+
+    python3 tools/kernel_sass.py dropout_layernorm_fwd:8192x8192 rope_without_cat:8x4096x32x128 \
+        --top 12 --out /tmp/sass
+
+--out writes each kernel's CUDA source and SASS there (<kernel>.cu, <kernel>.sass). Counting
+a codegen idea's instructions here before a GPU measures it is what found the row-end branch
+an element (BSSY, BRA, BSYNC) and the rope reduction's loads issued in four rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+# An instruction line of nvdisasm -c: "/*0250*/   @!P3 BRA `(.L_x_5) ;" -> opcode "BRA".
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def opcode_counts(sass: str) -> collections.Counter[str]:
+    """Instructions by opcode (the part before the first dot: LDG.E.128 is LDG)."""
+    return collections.Counter(m.group(1) for m in map(_INSTRUCTION.search, sass.splitlines()) if m)
+
+
+def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[str, Any]]:
+    """(scheduler, GeneratedKernel) of every kernel the case's call would run on `profile`."""
+    import torch
+    from models import measure, registry
+
+    from kfuse.compiler import choose_scheduler
+    from kfuse.schedule.segmenter import segment_fusion, synthetic_info
+    from planning import gpu_info
+
+    name, _, size = case_size.partition(":")
+    case = next((c for c in registry.CASES if c.name == name), None)
+    if case is None:
+        raise SystemExit(f"no model-suite case {name!r}")
+    shape = tuple(int(n) for n in size.split("x")) if size else case.quick_sizes[0]
+    fd, _ = measure.definition(case, dtype)
+    inputs = case.make_inputs(torch, shape, getattr(torch, dtype), "meta")
+    shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in inputs]
+    strides = [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs]
+    out: list[tuple[str, Any]] = []
+
+    def walk(fusion: Any, info: Any) -> None:
+        scheduler, reasons = choose_scheduler(fusion, info)
+        if scheduler is None:
+            for plan in segment_fusion(fusion, info, "\n".join(reasons)).plans:
+                walk(plan.fusion, synthetic_info(plan.fusion, plan.inputs, info))
+        elif scheduler.generates_kernels:
+            params = scheduler.heuristics(fusion, info)
+            out.extend(
+                (scheduler.scheduler_type.value, k) for k in scheduler.kernels(fusion, info, params)
+            )
+
+    walk(fd.fusion, gpu_info(fd, shapes, profile, strides))
+    return out
+
+
+def disassemble(cubin: bytes, tool: str) -> str:
+    from kfuse.dump import DISASSEMBLERS
+
+    with tempfile.TemporaryDirectory(prefix="kfuse-sass-") as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        Path(path).write_bytes(cubin)
+        args = DISASSEMBLERS[os.path.basename(tool)]
+        return subprocess.run(
+            [tool, *args, path], capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="+", help="CASE or CASE:SIZE (default: its quick size)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--profile", default="h200", help="device profile (kfuse.devices)")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--top", type=int, default=10, help="opcodes listed a kernel")
+    parser.add_argument("--out", default="", help="folder for each kernel's .cu and .sass")
+    args = parser.parse_args()
+
+    from kfuse.dump import find_disassembler
+    from kfuse.runtime.backends.cuda import fitted_compile, nvrtc_options
+    from kfuse.runtime.backends.register_fit import cubin_registers
+
+    tool, tried = find_disassembler()
+    if tool is None:
+        raise SystemExit(f"no nvdisasm or cuobjdump in {', '.join(tried)}")
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    for case in args.cases:
+        print(f"## {case} {args.dtype} on {args.profile} ({args.arch})")
+        for scheduler, kernel in planned_kernels(case, args.dtype, args.profile):
+            source, cubin = fitted_compile(kernel.source, kernel.name, args.arch, nvrtc_options())
+            sass = disassemble(cubin, tool)
+            ops = opcode_counts(sass)
+            bounds = re.search(r"__launch_bounds__\([^)]*\)", source)
+            print(
+                f"  {kernel.name} [{scheduler}] grid {kernel.grid} block {kernel.block}"
+                f" {bounds.group(0) if bounds else 'unbounded'}: registers"
+                f" {cubin_registers(cubin)}, {sum(ops.values())} instructions, local"
+                f" {ops['LDL'] + ops['STL']}, barriers {ops['BAR']}"
+            )
+            print("    " + " ".join(f"{op} {n}" for op, n in ops.most_common(args.top)))
+            if out is not None:
+                (out / f"{kernel.name}.cu").write_text(source)
+                (out / f"{kernel.name}.sass").write_text(sass)
+
+
+if __name__ == "__main__":
+    main()
