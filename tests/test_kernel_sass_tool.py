@@ -1,0 +1,60 @@
+"""tools/kernel_sass.py: SASS opcodes counted from nvdisasm's lines, and a model case's kernels
+compiled as the backend compiles them and reported with their registers (NVRTC and nvdisasm
+from the test wheels; no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kfuse.dump import find_disassembler
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "kernel_sass.py"
+
+SASS = """
+        /*0250*/                   BSSY B0, `(.L_x_0) ;
+        /*0260*/              @!P3 BRA `(.L_x_5) ;
+        /*0270*/                   LDG.E.128 R16, desc[UR8][R44.64] ;
+        /*0280*/               @P0 LDG.E.U16 R3, desc[UR8][R2.64] ;
+        /*0290*/              @!UP1 FADD R52, R52, R11 ;
+.L_x_5:
+        /*02a0*/                   BSYNC B0 ;
+"""
+
+
+def _tool() -> object:
+    spec = importlib.util.spec_from_file_location("kernel_sass", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_opcodes_are_counted_without_predicates_and_modifiers() -> None:
+    counts = _tool().opcode_counts(SASS)  # type: ignore[attr-defined]
+    assert counts == {"BSSY": 1, "BRA": 1, "LDG": 2, "FADD": 1, "BSYNC": 1}
+
+
+def test_a_model_case_reports_its_kernels_registers_and_opcodes(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    if find_disassembler()[0] is None:
+        pytest.skip("no nvdisasm or cuobjdump")
+    run = subprocess.run(
+        [sys.executable, str(TOOL), "rmsnorm_fwd:256x1024", "--top", "3", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("## rmsnorm_fwd:256x1024 bfloat16 on h200 (sm_90)")
+    kernel = next(line for line in lines if "[inner_persistent]" in line)
+    name = kernel.split()[0]
+    assert "registers " in kernel and "instructions" in kernel
+    assert len(lines[lines.index(kernel) + 1].split()) == 6  # three opcodes and their counts
+    assert (tmp_path / f"{name}.cu").read_text().startswith("// kfuse device runtime")
+    assert "LDG" in (tmp_path / f"{name}.sass").read_text()
