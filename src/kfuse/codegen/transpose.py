@@ -433,11 +433,8 @@ def _tile_origin(spec: TransposeKernelSpec) -> list[str]:
     path to every address of a block that loads one tile: a bf16 x + v with x column-major,
     [16384, 8192] on an H200, went from 165.4 to 142.6 us. (Tiles walked in groups along B,
     for longer runs along the fast axes of the blocks that run at once, measured the same.)"""
-    ta, tb = spec.tile_a, spec.tile_b
-    if spec.axis_c is not None:
-        ta, first = spec.tile_c, "c_origin"  # the A side's tiles run along C
-    else:
-        first = "a0"
+    # The A side's tiles run along A, or along C where a tile holds A whole.
+    first, side = ("a0", spec.tile_a) if spec.axis_c is None else ("c_origin", spec.tile_c)
     if spec.other_axes:
         plane = [
             "const Index plane = kf::index_div(tile, tiles_a * tiles_b);",
@@ -448,8 +445,8 @@ def _tile_origin(spec: TransposeKernelSpec) -> list[str]:
     return [
         *plane,
         "const Index t_b = kf::index_div(t, tiles_a);",
-        f"const Index {first} = (t - t_b * tiles_a) * {ta};",
-        f"const Index b0 = t_b * {tb};",
+        f"const Index {first} = (t - t_b * tiles_a) * {side};",
+        f"const Index b0 = t_b * {spec.tile_b};",
     ]
 
 
