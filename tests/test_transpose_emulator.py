@@ -482,6 +482,20 @@ def test_rows_of_c_with_another_axis_outside() -> None:
     run(fd, inputs)
 
 
+@pytest.mark.parametrize("shape", [(16, 40, 16), (16, 9, 16)])
+def test_rows_of_c_with_an_output_in_the_inputs_order_too(shape: tuple[int, int, int]) -> None:
+    """-x permuted (A of 16 bf16: 32-byte runs, so rows of C) and |x| in x's own order, from
+    one kernel."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.permute(fd.ops.neg(x), dims=[2, 1, 0]))
+        fd.add_output(fd.ops.abs(x))
+    x = values(shape, DataType.BFloat16, seed=shape[1])
+    hp = schedule.compute_heuristics(fd.fusion, TR, [x])
+    assert (hp.tile_a, hp.tile_c) == (16, 4)
+    run(fd, [x])
+
+
 def x_scale(fd: FusionDefinition) -> object:
     return fd.define_scalar(1.5, dtype=DataType.Double)
 
