@@ -52,9 +52,13 @@ def test_a_model_case_reports_its_kernels_registers_and_opcodes(tmp_path: Path) 
     )
     lines = run.stdout.splitlines()
     assert lines[0].startswith("## rmsnorm_fwd:256x1024 bfloat16 on h200 (sm_90)")
-    kernel = next(line for line in lines if "[inner_persistent]" in line)
-    name = kernel.split()[0]
-    assert "registers " in kernel and "instructions" in kernel
-    assert len(lines[lines.index(kernel) + 1].split()) == 6  # three opcodes and their counts
-    assert (tmp_path / f"{name}.cu").read_text().startswith("// kfuse device runtime")
+    kernel = next(k for k, line in enumerate(lines) if "[inner_persistent]" in line)
+    name = lines[kernel].split()[0]
+    as_is, opcodes = lines[kernel + 1], lines[kernel + 2]
+    assert as_is.strip().startswith("as is: __launch_bounds__(")
+    assert "registers " in as_is and "instructions" in as_is
+    assert len(opcodes.split()) == 6  # three opcodes and their counts
+    # The executor's fusion: pow(x, 2) canonicalized to x * x, no powf left in the kernel.
+    source = (tmp_path / f"{name}.cu").read_text()
+    assert source.startswith("// kfuse device runtime") and "kf::pow(" not in source
     assert "LDG" in (tmp_path / f"{name}.sass").read_text()
