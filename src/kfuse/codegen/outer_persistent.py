@@ -43,6 +43,7 @@ from kfuse.codegen.reduction_functions import (
     epilogue_call,
     functions_source,
     kernel_name,
+    loop_arguments,
     result_args,
     row_hoists,
     scalar_names,
@@ -299,7 +300,10 @@ def _store_full(
             for i in constant:
                 _load_slot(code, spec, i, "0", "0")
     hoisted = _lane_preludes(code, plan, spec, f"{name}_full_row", hoist, "fu_", range(n_red))
-    args = [_element(spec, i, "0" if i in streamed else "b") for i in range(len(plan.loop_inputs))]
+    loaded = [
+        _element(spec, i, "0" if i in streamed else "b") for i in range(len(plan.loop_inputs))
+    ]
+    args = loop_arguments(plan, loaded)
     args += list(scalar_names(plan).values()) + result_args(plan, range(n_red))
     args += list(hoisted)
     args += [f"y{k}[j]" for k in plan.loop_outputs]

@@ -49,6 +49,7 @@ from kfuse.codegen.reduction_functions import (
     functions_source,
     keepable,
     kernel_name,
+    loop_arguments,
     prelude_lines,
     result_args,
     row_hoists,
@@ -683,12 +684,13 @@ def _store_slot(
     summed = column_partials.accumulated(spec)
     stored = [k for k in plan.loop_outputs if k not in summed]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
-    args = [
+    loaded = [
         held_element(spec, i, "0", "j", streamed=True)
         if i in streamed
         else held_element(spec, i, "b", "j", reloaded=reloaded)
         for i in range(len(plan.loop_inputs))
     ]
+    args = loop_arguments(plan, loaded)
     args += list(scalar_names(plan).values()) + result_args(plan, range(len(plan.reductions)))
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += hoisted

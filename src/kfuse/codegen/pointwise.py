@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kfuse.codegen import bf16_words
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
@@ -337,7 +338,7 @@ def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Ca
     scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
     leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
     body = emit_body(domain.uses, leaves_compute, scalar_params, fast=approximable(plan.fusion))
-    body_params = [f"{u.val.dtype.cuda_type} x{k}" for k, u in enumerate(inputs)]
+    body_params = [f"{bf16_words.param_type(u.val.dtype)} x{k}" for k, u in enumerate(inputs)]
     body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
     body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
     body_lines = list(body.lines)
@@ -346,7 +347,8 @@ def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Ca
     scalar_args = [f"s{k}" for k in range(len(domain.scalars))]
 
     def call(loaded: list[str], outs: list[str]) -> str:
-        return f"{name}_body({', '.join(loaded + scalar_args + outs)});"
+        args = [bf16_words.argument(e, u.val.dtype) for e, u in zip(loaded, inputs, strict=True)]
+        return f"{name}_body({', '.join(args + scalar_args + outs)});"
 
     lines = [f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
     lines += [f"  {line}" for line in body_lines]

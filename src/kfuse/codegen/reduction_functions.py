@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kfuse.codegen import bf16_words
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
@@ -132,7 +133,15 @@ def epilogue_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str
 
 
 def _loop_params(plan: ReductionPlan) -> list[str]:
-    return [f"{u.val.dtype.cuda_type} x{i}" for i, u in enumerate(plan.loop_inputs)]
+    return [f"{bf16_words.param_type(u.val.dtype)} x{i}" for i, u in enumerate(plan.loop_inputs)]
+
+
+def loop_arguments(plan: ReductionPlan, loaded: list[str]) -> list[str]:
+    """The stage and full functions' arguments for the loop values `loaded` (storage-typed
+    expressions, one a loop input): kfuse.codegen.bf16_words.argument of each."""
+    return [
+        bf16_words.argument(e, u.val.dtype) for e, u in zip(loaded, plan.loop_inputs, strict=True)
+    ]
 
 
 def _scalar_params(scalars: dict) -> list[str]:
@@ -255,7 +264,7 @@ def stage_call(
 ) -> str:
     """A call of stage k on loaded loop values (storage-typed expressions) and its hoisted
     row-invariant values."""
-    args = loaded + list(scalar_names(plan).values())
+    args = loop_arguments(plan, loaded) + list(scalar_names(plan).values())
     args += result_args(plan, stage_dependencies(plan, k))
     return f"{name}_stage{k}({', '.join([*args, *hoisted])})"
 

@@ -52,6 +52,28 @@ struct alignas(detail::VecAlign<(int)sizeof(T) * V>::value) Vec {
   __device__ __forceinline__ const T& operator[](int i) const { return val[i]; }
 };
 
+// Element j of a bf16 vector as a float, from the 32-bit word that holds it and its
+// neighbour: w << 16 for the even one, w & 0xffff0000 for the odd one, one instruction each,
+// where passing the 16-bit element on costs two (a PRMT, then a shift) in sm_90 SASS.
+// Little-endian on both targets: element 2k is the word's low half. (The union is how both
+// compilers read a vector's bytes as words; a vector of 1 reads only its low half.)
+template <int V>
+__device__ __forceinline__ float bf16_lane(const Vec<bfloat16, V>& v, int j) {
+  union {
+    Vec<bfloat16, V> vec;
+    unsigned int words[(V + 1) / 2];
+  } u;
+  u.vec = v;
+  const unsigned int w = u.words[j >> 1];
+  return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
+// The same read from a plain array of bf16 (no word view): the element's own conversion.
+template <int N>
+__device__ __forceinline__ float bf16_lane(const bfloat16 (&a)[N], int j) {
+  return to_float(a[j]);
+}
+
 template <typename T>
 __device__ __forceinline__ T ld(const T* p) {
   return *p;

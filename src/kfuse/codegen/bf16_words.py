@@ -1,0 +1,57 @@
+"""bf16 loop values passed to the generated element functions as floats converted from the
+32-bit words of their vectors (kf::bf16_lane) instead of as 16-bit values that each function
+widens: one instruction an element where the 16-bit value costs two in sm_90 SASS (a PRMT
+to isolate the half, then a shift). A hand edit of the dropout + layer norm forward [8192,
+8192] kernel, whose stage runs three times an element, went from 1968 to 1784 instructions
+(PRMT 152 -> 24) at the same 64 registers; that kernel issues an instruction on 86% of its
+cycles (ncu).
+
+FROM_WORDS switches it on; it is off until the GPU has measured it (an A/B:
+tools/kernel_times.py --ab kfuse.codegen.bf16_words.FROM_WORDS=True). The element functions
+compute in float either way (a bf16 leaf is kf::to_float of its parameter, the identity on a
+float), and a float widened from bf16 narrows back to the same bits, NaN payloads included
+(kf::bfloat16_from_exact), so the results do not change.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kfuse.dtypes import DataType
+
+FROM_WORDS = False
+
+# An element of a vector (or array) the loops index by their lane variable j.
+_LANE = re.compile(r"^(?P<vector>.+)\[j\]$")
+
+
+def converted(dtype: DataType) -> bool:
+    """Whether loop values of `dtype` reach the element functions as floats."""
+    return FROM_WORDS and dtype is DataType.BFloat16
+
+
+def param_type(dtype: DataType) -> str:
+    """The element functions' parameter type for a loop value of `dtype`."""
+    return "float" if converted(dtype) else dtype.cuda_type
+
+
+def argument(expr: str, dtype: DataType) -> str:
+    """The argument for a loop value of `dtype` loaded as the storage-typed `expr`: as is, or
+    for a converted one its float, from its vector's word where `expr` is a lane of one."""
+    if not converted(dtype):
+        return expr
+    lane = _LANE.match(expr)
+    if lane is not None and _balanced(lane.group("vector")):
+        return f"kf::bf16_lane({lane.group('vector')}, j)"
+    return f"kf::to_float({expr})"
+
+
+def _balanced(text: str) -> bool:
+    """Whether brackets and parentheses pair up in `text` (x0[b], not "a[i] + x0[b")."""
+    depth = 0
+    for ch in text:
+        depth += ch in "[("
+        depth -= ch in "])"
+        if depth < 0:
+            return False
+    return depth == 0
