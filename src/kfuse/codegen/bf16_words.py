@@ -6,10 +6,12 @@ to isolate the half, then a shift). A hand edit of the dropout + layer norm forw
 (PRMT 152 -> 24) at the same 64 registers; that kernel issues an instruction on 86% of its
 cycles (ncu).
 
-FROM_WORDS switches it on; it is off until the GPU has measured it (an A/B:
-tools/kernel_times.py --ab kfuse.codegen.bf16_words.FROM_WORDS=True). The element functions
-compute in float either way (a bf16 leaf is kf::to_float of its parameter, the identity on a
-float), and a float widened from bf16 narrows back to the same bits, NaN payloads included
+FROM_WORDS switches it on. Written without a GPU (session 35, branch next/bf16-words): the
+emulator's tests and campaigns pass with it, NVRTC compiles it, and tools/kernel_sass.py
+counts the instructions above; the GPU has measured nothing yet (tools/kernel_times.py --ab
+kfuse.codegen.bf16_words.FROM_WORDS=False for the A/B). The element functions compute in
+float either way (a bf16 leaf is kf::to_float of its parameter, the identity on a float), and
+a float widened from bf16 narrows back to the same bits, NaN payloads included
 (kf::bfloat16_from_exact), so the results do not change.
 """
 
@@ -19,10 +21,11 @@ import re
 
 from kfuse.dtypes import DataType
 
-FROM_WORDS = False
+FROM_WORDS = True
 
-# An element of a vector (or array) the loops index by their lane variable j.
-_LANE = re.compile(r"^(?P<vector>.+)\[j\]$")
+# An element of a vector (or array) the loops index by their lane variable j: a name with
+# subscripts (x0[b], rv1), then [j].
+_LANE = re.compile(r"^(?P<vector>[A-Za-z_]\w*(?:\[[^\[\]]*\])*)\[j\]$")
 
 
 def converted(dtype: DataType) -> bool:
@@ -41,17 +44,6 @@ def argument(expr: str, dtype: DataType) -> str:
     if not converted(dtype):
         return expr
     lane = _LANE.match(expr)
-    if lane is not None and _balanced(lane.group("vector")):
+    if lane is not None:
         return f"kf::bf16_lane({lane.group('vector')}, j)"
     return f"kf::to_float({expr})"
-
-
-def _balanced(text: str) -> bool:
-    """Whether brackets and parentheses pair up in `text` (x0[b], not "a[i] + x0[b")."""
-    depth = 0
-    for ch in text:
-        depth += ch in "[("
-        depth -= ch in "])"
-        if depth < 0:
-            return False
-    return depth == 0

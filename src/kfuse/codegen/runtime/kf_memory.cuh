@@ -52,27 +52,33 @@ struct alignas(detail::VecAlign<(int)sizeof(T) * V>::value) Vec {
   __device__ __forceinline__ const T& operator[](int i) const { return val[i]; }
 };
 
-// Element j of a bf16 vector as a float, from the 32-bit word that holds it and its
-// neighbour: w << 16 for the even one, w & 0xffff0000 for the odd one, one instruction each,
-// where passing the 16-bit element on costs two (a PRMT, then a shift) in sm_90 SASS.
-// Little-endian on both targets: element 2k is the word's low half. (The union is how both
-// compilers read a vector's bytes as words; a vector of 1 reads only its low half.)
+// Element j of a bf16 vector (or of an array of bf16) as a float. On the GPU, from the 32-bit
+// word that holds it and its neighbour: w << 16 for the even one, w & 0xffff0000 for the odd
+// one, one instruction each, where passing the 16-bit element on costs two (a PRMT, then a
+// shift) in sm_90 SASS (little-endian: element 2k is the word's low half; a vector of 2 or
+// more is 4-byte aligned). The emulator's host compiler takes the element itself (the same
+// value) from the vector passed by value: passed by reference, GCC 12 stopped with an
+// internal error (its SRA pass) on a campaign's normalization kernels.
+#if defined(KFUSE_USE_PTX)
 template <int V>
 __device__ __forceinline__ float bf16_lane(const Vec<bfloat16, V>& v, int j) {
-  union {
-    Vec<bfloat16, V> vec;
-    unsigned int words[(V + 1) / 2];
-  } u;
-  u.vec = v;
-  const unsigned int w = u.words[j >> 1];
-  return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  if (V >= 2) {
+    const unsigned int w = reinterpret_cast<const unsigned int*>(&v)[j >> 1];
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+  return to_float(v.val[j]);
 }
 
-// The same read from a plain array of bf16 (no word view): the element's own conversion.
 template <int N>
 __device__ __forceinline__ float bf16_lane(const bfloat16 (&a)[N], int j) {
   return to_float(a[j]);
 }
+#else
+template <typename Lanes>
+__device__ __forceinline__ float bf16_lane(Lanes lanes, int j) {
+  return to_float(lanes[j]);
+}
+#endif
 
 template <typename T>
 __device__ __forceinline__ T ld(const T* p) {
