@@ -6,10 +6,12 @@ to isolate the half, then a shift). A hand edit of the dropout + layer norm forw
 (PRMT 152 -> 24) at the same 64 registers; that kernel issues an instruction on 86% of its
 cycles (ncu).
 
-FROM_WORDS switches it on. Written without a GPU (session 35, branch next/bf16-words): the
-emulator's tests and campaigns pass with it, NVRTC compiles it, and tools/kernel_sass.py
-counts the instructions above; the GPU has measured nothing yet (tools/kernel_times.py --ab
-kfuse.codegen.bf16_words.FROM_WORDS=False for the A/B). The element functions compute in
+FROM_WORDS switches it on; it is off until the GPU has measured it (written without one in
+session 35: the emulator's tests and a 5-minute emulator campaign pass with it on, NVRTC
+compiles it, tools/kernel_sass.py counts the instructions above; the A/B:
+tools/kernel_times.py --ab kfuse.codegen.bf16_words.FROM_WORDS=True). Off, every kernel of
+the source corpus compiles to the same sm_90 cubin, byte for byte, as before kf::bf16_lane
+joined the runtime header. The element functions compute in
 float either way (a bf16 leaf is kf::to_float of its parameter, the identity on a float), and
 a float widened from bf16 narrows back to the same bits, NaN payloads included
 (kf::bfloat16_from_exact), so the results do not change.
@@ -21,7 +23,7 @@ import re
 
 from kfuse.dtypes import DataType
 
-FROM_WORDS = True
+FROM_WORDS = False
 
 # An element of a vector (or array) the loops index by their lane variable j: a name with
 # subscripts (x0[b], rv1), then [j].
