@@ -4,7 +4,6 @@ from the test wheels; no GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kfuse.dump import find_disassembler
+from tools_support import TOOLS, load_tool
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "kernel_sass.py"
+TOOL = TOOLS / "kernel_sass.py"
 
 SASS = """
         /*0250*/                   BSSY B0, `(.L_x_0) ;
@@ -27,11 +27,7 @@ SASS = """
 
 
 def _tool() -> object:
-    spec = importlib.util.spec_from_file_location("kernel_sass", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("kernel_sass.py")
 
 
 def test_opcodes_are_counted_without_predicates_and_modifiers() -> None:

@@ -3,22 +3,16 @@ set for a block and restored after it, whatever happens in the block."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from kfuse.schedule import reduction
-
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "kernel_times.py"
+from tools_support import load_tool
 
 
 def _tool() -> object:
-    spec = importlib.util.spec_from_file_location("kernel_times", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("kernel_times.py")
 
 
 def test_settings_are_module_attributes_and_literals() -> None:

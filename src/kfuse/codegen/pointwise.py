@@ -239,19 +239,22 @@ def _row_group_vectors(
     """One vector of each of a thread's rows: the inputs that differ between them loaded for
     every row (first: they come from DRAM), the others once, then each row computed and
     stored."""
-    vec, rows, outputs = spec.vector, spec.rows, plan.fusion.outputs
+    vec, rows = spec.vector, spec.rows
     ctypes = [u.val.dtype.cuda_type for u in plan.domain.input_uses]
     once = [k for k, same in enumerate(spec.row_bcast) if same]
     each = [k for k, same in enumerate(spec.row_bcast) if not same]
     index = f"const Index i0 = v0 * {vec}"
 
-    def at_row(k: int) -> tuple[str, str, str]:
-        base = f"base_in{k} + (Index)u * rstep_in{k}"
-        return f"{base} + i0", f"{base} + (i0 + j) * step_in{k}", base
-
     code.extend(
         load_vector_block(
-            ctypes, spec.input_kinds, vec, str(rows), code.indent, index, at_row, skip=once
+            ctypes,
+            spec.input_kinds,
+            vec,
+            str(rows),
+            code.indent,
+            index,
+            lambda k: _vector_addresses(f"base_in{k} + (Index)u * rstep_in{k}", k),
+            skip=once,
         )
     )
     code.extend(
@@ -262,32 +265,56 @@ def _row_group_vectors(
             "1",
             code.indent,
             index,
-            lambda k: (f"base_in{k} + i0", f"base_in{k} + (i0 + j) * step_in{k}", f"base_in{k}"),
+            lambda k: _vector_addresses(f"base_in{k}", k),
             skip=each,
         )
     )
     with code.block(f"for (int u = 0; u < {rows}; ++u)", unroll=True):
         code(f"{index};")
-        code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
-        loaded = [
-            f"x{k}[{'0' if spec.row_bcast[k] else 'u'}]" + ("" if kind == BCAST else "[j]")
-            for k, kind in enumerate(spec.input_kinds)
-        ]
-        with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-            code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
-        for k, kind in enumerate(spec.output_kinds):
-            base = f"base_out{k} + (Index)u * rstep_out{k}"
-            code.extend(
-                store_vector(
-                    kind,
-                    f"out{k}",
-                    f"y{k}",
-                    vec,
-                    code.indent,
-                    at=f"{base} + i0",
-                    element_at=f"{base} + (i0 + j) * step_out{k}",
-                )
+        vectors = ["0" if same else "u" for same in spec.row_bcast]
+        _compute_and_store(
+            code, plan, spec, call, vectors, lambda k: f"base_out{k} + (Index)u * rstep_out{k}"
+        )
+
+
+def _vector_addresses(base: str, k: int) -> tuple[str, str, str]:
+    """Input k's offsets (vector, lane j, broadcast) for load_vector_block from `base`, its
+    row's first element."""
+    return f"{base} + i0", f"{base} + (i0 + j) * step_in{k}", base
+
+
+def _compute_and_store(
+    code: Code,
+    plan: PointwisePlan,
+    spec: PointwiseKernelSpec,
+    call: Callable[..., str],
+    vectors: list[str],
+    out_base: Callable[[int], str],
+) -> None:
+    """Inside a loop that set i0: the element body over one vector of lanes j, input k read
+    from its register vector x<k>[vectors[k]], then each output stored as one vector (or
+    element by element) from out_base(k), its row's first element."""
+    vec, outputs = spec.vector, plan.fusion.outputs
+    code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
+    loaded = [
+        f"x{k}[{vectors[k]}]" + ("" if kind == BCAST else "[j]")
+        for k, kind in enumerate(spec.input_kinds)
+    ]
+    with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+        code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
+    for k, kind in enumerate(spec.output_kinds):
+        base = out_base(k)
+        code.extend(
+            store_vector(
+                kind,
+                f"out{k}",
+                f"y{k}",
+                vec,
+                code.indent,
+                at=f"{base} + i0",
+                element_at=f"{base} + (i0 + j) * step_out{k}",
             )
+        )
 
 
 def open_domain_kernel(
@@ -369,7 +396,7 @@ def _whole_vectors(
     vec = spec.vector
     unroll = spec.unroll if unroll is None else unroll
     offset = offset or f"(v0 + (Index)u * blockDim.x) * {vec}"
-    inputs, outputs = plan.domain.input_uses, plan.fusion.outputs
+    inputs = plan.domain.input_uses
     split = [k for k, kind in enumerate(spec.input_kinds) if kind == SPLIT]
     code.extend(
         load_vector_block(
@@ -379,11 +406,7 @@ def _whole_vectors(
             str(unroll),
             code.indent,
             f"const Index i0 = {offset}",
-            lambda k: (
-                f"base_in{k} + i0",
-                f"base_in{k} + (i0 + j) * step_in{k}",
-                f"base_in{k}",
-            ),
+            lambda k: _vector_addresses(f"base_in{k}", k),
             skip=split,
         )
     )
@@ -396,25 +419,7 @@ def _whole_vectors(
                 code.extend(_split_loads(spec, k, f"x{k}[u]", vec, code.indent))
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
         code(f"const Index i0 = {offset};")
-        code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
-        loaded = [
-            f"x{k}[u][j]" if kind != BCAST else f"x{k}[u]"
-            for k, kind in enumerate(spec.input_kinds)
-        ]
-        with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-            code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
-        for k, kind in enumerate(spec.output_kinds):
-            code.extend(
-                store_vector(
-                    kind,
-                    f"out{k}",
-                    f"y{k}",
-                    vec,
-                    code.indent,
-                    at=f"base_out{k} + i0",
-                    element_at=f"base_out{k} + (i0 + j) * step_out{k}",
-                )
-            )
+        _compute_and_store(code, plan, spec, call, ["u"] * len(inputs), lambda k: f"base_out{k}")
 
 
 def _ragged_end(

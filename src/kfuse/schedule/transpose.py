@@ -253,8 +253,7 @@ class TransposeScheduler:
         va = _vector(_a_ops(layout, axes), n_a, lambda op, v: access_kind(op, v) == VEC)
         c = grouped_axis(layout, axes)
         a_run = _a_run_itemsize(layout, axes) * _pow2_ceil(n_a)
-        grouping = c is not None and 0 < a_run < MIN_A_RUN_BYTES
-        n_c = layout.sizes[c] if grouping and c is not None else None
+        n_c = layout.sizes[c] if c is not None and 0 < a_run < MIN_A_RUN_BYTES else None
         ta, tb, tc = _tile_shape(max(axes.tiled_itemsizes(layout)), n_a, n_b, n_c)
         min_a, min_b = _min_tile(layout, axes)
         while shared_bytes_for(layout, axes, ta * tc, tb, va, vb) > STATIC_SHARED_LIMIT:

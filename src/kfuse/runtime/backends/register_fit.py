@@ -85,10 +85,14 @@ def _attributes(data: bytes, wanted: int) -> list[int]:
     return values
 
 
+def _warps(threads: int) -> int:
+    return -(-threads // WARP)
+
+
 def fitted_min_blocks(threads: int, registers: int, arch: str) -> int:
     """Blocks of `threads` an SM that `registers` a thread allow (at least 1), within the
     architecture's limits on resident threads and blocks."""
-    warps = -(-threads // WARP)
+    warps = _warps(threads)
     per_warp = -(-registers // REGISTER_UNIT) * REGISTER_UNIT * WARP
     by_registers = REGISTERS_PER_SM // (warps * per_warp)
     by_threads = MAX_THREADS_PER_SM.get(arch, DEFAULT_MAX_THREADS_PER_SM) // (warps * WARP)
@@ -106,8 +110,8 @@ def fit_launch_bounds(source: str, registers: int, arch: str) -> str | None:
         return None
     threads = int(bounds[0])
     blocks = fitted_min_blocks(threads, registers, arch)
-    warps = -(-threads // WARP)
-    allowed = REGISTERS_PER_SM // (blocks * warps * WARP) // REGISTER_UNIT * REGISTER_UNIT
+    allowed = REGISTERS_PER_SM // (blocks * _warps(threads) * WARP) // REGISTER_UNIT
+    allowed *= REGISTER_UNIT
     if min(allowed, 255) <= registers:
         return None
     return _THREADS_ONLY.sub(f"__launch_bounds__({threads}, {blocks})", source, count=1)
