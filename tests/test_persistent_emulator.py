@@ -314,3 +314,40 @@ def test_an_output_that_broadcasts_an_empty_kept_axis_gets_a_segment_of_its_own(
     out = fd.execute(inputs)
     assert len(fd.segments(inputs)) == 2
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+
+
+@pytest.mark.parametrize(
+    "rows, n, block_x, block_y, batch, full, whole",
+    [
+        (8, 256, 32, 4, 2, True, True),  # 32 threads x 2 vectors x 4 = the row
+        (7, 256, 32, 4, 2, True, False),  # the last block's fourth row does not exist
+        (8, 250, 32, 4, 2, False, True),  # the last vector is cut by the row end
+        (6, 192, 32, 4, 2, False, False),  # whole vectors, the last slots past the row
+        (5, 256, 64, 1, 1, True, True),  # one row a block: row_ok is true at any count
+        (8, 512, 32, 2, 4, True, True),
+    ],
+)
+def test_rows_without_row_end_tests_match_the_reference(
+    rows: int, n: int, block_x: int, block_y: int, batch: int, full: bool, whole: bool
+) -> None:
+    """Where the row is exactly its threads' slots (full_slots) and the rows are a multiple
+    of block_y (rows_whole), the persistent kernel drops the tests of the row's end and of
+    the row's existence; elsewhere it keeps them. Both give the reference's results."""
+    from kfuse.schedule.persistent import persistent_kernel
+    from kfuse.schedule.registry import scheduler_for
+    from planning import gpu_info
+
+    fd = dropout_layer_norm_fd()
+    rng = np.random.default_rng(3)
+    x, r = rand((rows, n)).astype(BF16), rand((rows, n), seed=1).astype(BF16)
+    inputs = [x, r, rng.random((rows, n)) < 0.8, rand((n,), seed=2).astype(BF16)]
+    info = gpu_info(fd, [a.shape for a in inputs], "h200")
+    params = scheduler_for(IP).heuristics(fd.fusion, info)
+    params.vectorize_reduction = 4
+    params.block_x, params.block_y, params.persistent_batch_size = block_x, block_y, batch
+    kernel = persistent_kernel(fd.fusion, info, params)
+    assert kernel.spec.full_slots is full and kernel.spec.rows_whole is (whole or block_y == 1)
+    assert ("_fs" in kernel.name) is full and ("_rw" in kernel.name) is whole
+    assert ("< n_red" in kernel.source) is not full
+    assert ("row < n_rows" in kernel.source) is not (whole or block_y == 1)
+    check(fd, inputs, params)

@@ -236,13 +236,22 @@ def row_count(axes: range) -> list[str]:
 
 @contextlib.contextmanager
 def row_loop(
-    code: Code, per_block: int, thread: str, block: str = "blockIdx.x", blocks: str = "gridDim.x"
+    code: Code,
+    per_block: int,
+    thread: str,
+    block: str = "blockIdx.x",
+    blocks: str = "gridDim.x",
+    rows_whole: bool = False,
 ) -> Iterator[None]:
     """Within: the body of the grid-strided loop over rows, `per_block` rows a block (block
-    index `block` of `blocks`), this thread's row `row` (row0 + `thread`) and `row_ok`."""
+    index `block` of `blocks`), this thread's row `row` (row0 + `thread`) and `row_ok`.
+    rows_whole: the caller knows the rows are a multiple of `per_block`, so that every row
+    of a block exists (row0 is a multiple of per_block below n_rows) and row_ok is the
+    constant true, which the compiler folds out of every test that names it."""
     with code.block(
         f"for (Index row0 = (Index){block} * {per_block}; row0 < n_rows;"
         f" row0 += (Index){blocks} * {per_block})"
     ):
-        code(f"const Index row = row0 + {thread};", "const bool row_ok = row < n_rows;")
+        row_ok = "true" if rows_whole or per_block == 1 else "row < n_rows"
+        code(f"const Index row = row0 + {thread};", f"const bool row_ok = {row_ok};")
         yield

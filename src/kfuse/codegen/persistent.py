@@ -243,10 +243,10 @@ def _load_vector(code: Code, spec: ReductionKernelSpec, i: int, target: str) -> 
         else None
     )
     if spec.exact and whole is not None:
-        code(f"if (i0 < n_red) {whole}")
+        code(f"if ({in_row(spec, 'i0 < n_red')}) {whole}")
         return
     if spec.exact:
-        with code.block("if (i0 < n_red)"):
+        with code.block(f"if ({in_row(spec, 'i0 < n_red')})"):
             _element_loads(code, spec, i, target, guarded=False)
         return
     with code.block(f"if (i0 + {vec} <= n_red)"):
@@ -276,7 +276,7 @@ def _load_vector_or_zero(
     one by one). Only for VEC inputs: every lane of `target` is written, so it needs no
     zero-initialised declaration (kf::load_vec_or_zero says why that matters)."""
     vec = spec.vector
-    inside = "i0 < n_red" if spec.exact else f"i0 + {vec} <= n_red"
+    inside = in_row(spec, "i0 < n_red") if spec.exact else f"i0 + {vec} <= n_red"
     code(f"{target} = kf::load_vec_or_zero<{vec}>(in{i}, base_in{i} + i0, {row_ok} && {inside});")
     if not spec.exact:
         with code.block(f"if ({row_ok} && i0 < n_red && i0 + {vec} > n_red)"):
@@ -303,7 +303,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     shared memory (_shared_memory), then per row: its coordinates, the row loaded once into
     registers or shared memory (_load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
-    name = kernel_name(plan, spec, column_partials.name_suffix(spec) + spec.split_suffix())
+    suffix = spec.whole_suffix() + column_partials.name_suffix(spec) + spec.split_suffix()
+    name = kernel_name(plan, spec, suffix)
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     code = Code()
@@ -339,7 +340,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         if cluster == 1
         else (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})")
     )
-    with row_loop(code, by, "threadIdx.y", block, blocks):
+    with row_loop(code, by, "threadIdx.y", block, blocks, spec.rows_whole):
         ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
         summed = column_partials.accumulated(spec)
         ops += [f"out{k}" for k in plan.loop_outputs if k not in summed]
@@ -396,7 +397,8 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
         if kind == BCAST:
             code(f"{u.val.dtype.cuda_type} x{i}[1] = {{}};")
-            code(f"if (row_ok && n_red > 0) x{i}[0] = kf::load(in{i}, base_in{i});")
+            test = f"row_ok && {in_row(spec, 'n_red > 0')}"
+            code(f"if ({test}) x{i}[0] = kf::load(in{i}, base_in{i});")
         elif i not in streamed and not spec.smem_held and spec.held_batch:
             _declare(code, plan, spec, i, f"x{i}", spec.held_batch, zero=kind != VEC)
     if not spec.held_batch:
@@ -482,7 +484,7 @@ def _fill_slot(
         return
     copy = f"kf::copy_async(&{target}, in{i}, base_in{i} + i0);"
     if spec.exact:
-        code(f"if (i0 < n_red) {copy}")
+        code(f"if ({in_row(spec, 'i0 < n_red')}) {copy}")
         return
     with code.block(f"if (i0 + {vec} <= n_red)"):
         code(copy)
@@ -503,12 +505,20 @@ def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body
     layer norm forward [32768, 1024] 35.0 -> 37.2, the dropout + RMS norm forward 56.8 ->
     58.8, the RMS norm forward [8192, 8192]'s kernel 62.6 -> 64.4."""
     lane = "0" if spec.exact else "j"
+    test = "row_ok && " + in_row(spec, f"i0 + {lane} < n_red")
     for first, end, reloaded in slot_loops(spec):
         with _slots(code, plan, spec, first, end, reloaded):
             _slot_views(code, plan, spec, reloaded, first)
             with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
-                with code.block(f"if (row_ok && i0 + {lane} < n_red)"):
+                with code.block(f"if ({test})"):
                     code(*body_of(reloaded))
+
+
+def in_row(spec: ReductionKernelSpec, test: str) -> str:
+    """`test` (a row-end test; never row_ok's) where it can fail, "true" where every
+    slot of every thread lies inside its row (spec.full_slots). ptxas keeps a branch an
+    element for a test it cannot prove (BSSY, BRA, BSYNC in sm_90 SASS)."""
+    return "true" if spec.full_slots else test
 
 
 def _placeholder(ctype: str) -> str:
@@ -639,7 +649,8 @@ def _row_shift(
     ]
     lines = [
         f"{t} {first} = ({t})0;",
-        f"if (row_ok && n_red > 0) {first} = {stage_call(plan, name, k, values, hoisted)};",
+        f"if (row_ok && {in_row(spec, 'n_red > 0')}) {first} = "
+        f"{stage_call(plan, name, k, values, hoisted)};",
     ]
     bx, by = spec.block_x, spec.block_y
     if source == "lane":  # threadIdx.x == 0 of the row is lane (threadIdx.y * block_x) % 32
@@ -695,7 +706,7 @@ def _store_slot(
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += hoisted
     args += [f"y{k}[j]" for k in plan.loop_outputs]
-    with code.block("if (i0 < n_red)"):
+    with code.block(f"if ({in_row(spec, 'i0 < n_red')})"):
         code(*[f"kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};" for k in plan.loop_outputs])
         for i in sorted(streamed):
             if spec.loop_kinds[i] == VEC:
@@ -710,7 +721,7 @@ def _store_slot(
             code(
                 *[line for k in summed for line in column_partials.accumulate(spec, k, f"y{k}[j]")]
             )
-        with code.block(f"if (i0 + {vec} <= n_red)"):
+        with code.block(f"if ({in_row(spec, f'i0 + {vec} <= n_red')})"):
             for k in stored:
                 at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
                 code.extend(

@@ -96,6 +96,15 @@ class ReductionKernelSpec:
     # Left out of the repr like row_splits; split_suffix names it ("u").
     split_uniform: tuple[bool, ...] = field(default=(), repr=False)
 
+    # persistent: every slot of every thread lies inside the row (the row is exactly
+    # block_x * unroll * vector elements, one block a row), so no row-end test is emitted;
+    # rows_whole: the rows are a multiple of block_y, so every row of a block exists and
+    # row_ok is the constant true. Both hold for the shapes they were planned for only (a
+    # Program is planned for its exact shapes: kfuse.runtime.signature). Named by
+    # whole_suffix, not the repr. Measured on an H200: see kfuse.schedule.persistent.
+    full_slots: bool = field(default=False, repr=False)
+    rows_whole: bool = field(default=False, repr=False)
+
     def loop_rank(self, i: int) -> int:
         """The rank loop input i is passed with: the kept axes, then the row's axis or, for a
         SPLIT operand, its own row sub-axes."""
@@ -112,6 +121,10 @@ class ReductionKernelSpec:
             for s, u in zip(self.row_splits, uniform)
         )
         return "_rs_" + "_".join(walked)
+
+    def whole_suffix(self) -> str:
+        """A kernel-name suffix naming full_slots ("_fs") and rows_whole ("_rw")."""
+        return ("_fs" if self.full_slots else "") + ("_rw" if self.rows_whole else "")
 
     @property
     def held_batch(self) -> int:

@@ -443,9 +443,21 @@ def persistent_spec(
         launch_bounds=params.cparams.maxrregcount is None,
         row_splits=row_splits(layout),
         split_uniform=split_uniform(layout, vector),
+        full_slots=FULL_SLOTS and cluster == 1 and layout.red_size == bx * batch * vector,
+        rows_whole=ROWS_WHOLE and layout.n_rows % _int(params, "block_y") == 0,
     )
     _check_shared_memory(plan, spec, device)
     return spec
+
+
+FULL_SLOTS = True
+"""Where a row is exactly the slots of its threads (block_x * batch * vector elements, one
+block a row), the kernel tests no row end (ReductionKernelSpec.full_slots). Measurement:
+pending (session 36)."""
+
+ROWS_WHOLE = True
+"""Where the rows are a multiple of block_y, row_ok is the constant true
+(ReductionKernelSpec.rows_whole). Measurement: pending (session 36)."""
 
 
 def row_splits(layout: ReductionLayout) -> tuple[tuple[bool, ...], ...]:
