@@ -3,6 +3,9 @@ kfuse.reference, row lengths around vector and warp boundaries, edited params.""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,6 +16,8 @@ from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
+from kfuse.runtime.backends import spill_fallback
+from kfuse.runtime.backends.emulator import EmulatorBackend
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
 
@@ -328,7 +333,14 @@ def test_an_output_that_broadcasts_an_empty_kept_axis_gets_a_segment_of_its_own(
     ],
 )
 def test_rows_without_row_end_tests_match_the_reference(
-    rows: int, n: int, block_x: int, block_y: int, batch: int, full: bool, whole: bool
+    monkeypatch: pytest.MonkeyPatch,
+    rows: int,
+    n: int,
+    block_x: int,
+    block_y: int,
+    batch: int,
+    full: bool,
+    whole: bool,
 ) -> None:
     """Where the row is exactly its threads' slots (full_slots) and the rows are a multiple
     of block_y (rows_whole), the persistent kernel drops the tests of the row's end and of
@@ -348,6 +360,27 @@ def test_rows_without_row_end_tests_match_the_reference(
     kernel = persistent_kernel(fd.fusion, info, params)
     assert kernel.spec.full_slots is full and kernel.spec.rows_whole is (whole or block_y == 1)
     assert ("_fs" in kernel.name) is full and ("_rw" in kernel.name) is whole
-    assert ("< n_red" in kernel.source) is not full
+    # Full: every row-end test is KF_IN_ROW(test), true unless ptxas spills without them.
+    untested = re.sub(r"KF_IN_ROW\([^()]*\)", "", kernel.source)
+    assert ("KF_IN_ROW(" in kernel.source) is full
+    assert ("< n_red" in untested or "<= n_red" in untested) is not full
     assert ("row < n_rows" in kernel.source) is not (whole or block_y == 1)
     check(fd, inputs, params)
+    if full:  # the spill fallback (the tests) gives the same results
+        compiled: list[str] = []
+        monkeypatch.setattr(
+            EmulatorBackend, "compile", _compiling_fallbacks(EmulatorBackend.compile, compiled)
+        )
+        check(dropout_layer_norm_fd(), inputs, params)
+        assert len(compiled) == 1 and "#define KF_SPILL_FALLBACK 1" in compiled[0]
+
+
+def _compiling_fallbacks(compile: Any, compiled: list[str]) -> Any:
+    """EmulatorBackend.compile, compiling each kernel's spill fallback (into `compiled`)."""
+
+    def with_fallback(self: Any, source: str, *args: Any) -> Any:
+        assert spill_fallback.offers_fallback(source)
+        compiled.append(spill_fallback.fallback_source(source))
+        return compile(self, compiled[-1], *args)
+
+    return with_fallback

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfuse.runtime.backends import register_fit
+from kfuse.runtime.backends import cubin_info, register_fit
 from kfuse.runtime.backends.cuda import compile_to_cubin, fitted_compile, nvrtc_cubin, nvrtc_options
 
 # Eight 16-byte loads a thread and arithmetic on all of them: the shape of the rope reduction
@@ -75,19 +75,19 @@ def test_fit_launch_bounds_adds_the_blocks_only_where_registers_are_left() -> No
 def test_cubin_registers_reads_the_register_count() -> None:
     options = nvrtc_options()
     limited = nvrtc_cubin(MANY_VALUES, "many", "sm_90", [*options, "--maxrregcount=32"])
-    assert register_fit.cubin_registers(limited) == 32
+    assert cubin_info.registers(limited) == 32
     free = nvrtc_cubin(MANY_VALUES, "many", "sm_90", options)
-    assert register_fit.cubin_registers(free) > 32
+    assert cubin_info.registers(free) > 32
     with pytest.raises(ValueError, match="ELF"):
-        register_fit.cubin_registers(b"not a cubin")
+        cubin_info.registers(b"not a cubin")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_a_fitted_kernel_keeps_its_occupancy(arch: str) -> None:
     options = nvrtc_options()
-    first = register_fit.cubin_registers(nvrtc_cubin(LOADS, "loads", arch, options))
+    first = cubin_info.registers(nvrtc_cubin(LOADS, "loads", arch, options))
     source, cubin = fitted_compile(LOADS, "loads", arch, options)
-    fitted = register_fit.cubin_registers(cubin)
+    fitted = cubin_info.registers(cubin)
     blocks = register_fit.fitted_min_blocks(256, first, arch)
     assert fitted >= first
     assert register_fit.fitted_min_blocks(256, fitted, arch) == blocks

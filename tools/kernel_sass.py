@@ -119,8 +119,9 @@ def main() -> None:
     edits = [(Path(path).name, load_edit(path)) for path in args.edit]
 
     from kfuse.dump import find_disassembler
+    from kfuse.runtime.backends import spill_fallback
+    from kfuse.runtime.backends.cubin_info import frame_bytes, registers
     from kfuse.runtime.backends.cuda import fitted_compile, nvrtc_options
-    from kfuse.runtime.backends.register_fit import cubin_registers
 
     tool, tried = find_disassembler()
     if tool is None:
@@ -141,10 +142,13 @@ def main() -> None:
                 sass = disassemble(cubin, tool)
                 ops = opcode_counts(sass)
                 bounds = re.search(r"__launch_bounds__\([^)]*\)", source)
+                fallback = f"#define {spill_fallback.MARKER}" in source
+                fallback = " (its spill fallback)" if fallback else ""
                 print(
-                    f"    {label}: {bounds.group(0) if bounds else 'unbounded'}, registers"
-                    f" {cubin_registers(cubin)}, {sum(ops.values())} instructions, local"
-                    f" {ops['LDL'] + ops['STL']}, barriers {ops['BAR']}"
+                    f"    {label}{fallback}: {bounds.group(0) if bounds else 'unbounded'},"
+                    f" registers {registers(cubin)}, {sum(ops.values())} instructions, local"
+                    f" {ops['LDL'] + ops['STL']} ({frame_bytes(cubin)} bytes a thread),"
+                    f" barriers {ops['BAR']}"
                 )
                 print("      " + " ".join(f"{op} {n}" for op, n in ops.most_common(args.top)))
                 if out is not None:

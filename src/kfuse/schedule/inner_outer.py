@@ -256,11 +256,6 @@ def _main_spec(
     )
     spec = dataclasses.replace(spec, columns=columns)
     spec = dataclasses.replace(spec, columns_in_registers=column_partials.fit_in_registers(spec))
-    if spec.columns_in_registers:
-        # Without the row-end tests, ptxas moved loads ahead and spilled under the column
-        # accumulators' register bound (layer norm backward [512, 4096] bf16: 26 local
-        # accesses in sm_90 SASS; tests/test_register_spills_sass.py), so these keep them.
-        spec = dataclasses.replace(spec, full_slots=False)
     total = block_smem(parts.main, spec)
     if check and total > info.device.shared_mem_per_block_optin:
         raise SchedulerError(

@@ -9,7 +9,7 @@ from typing import Any
 
 from kfuse.codegen.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 from kfuse.runtime import kernel_cache
-from kfuse.runtime.backends import register_fit
+from kfuse.runtime.backends import cubin_info, register_fit, spill_fallback
 
 # --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
 # of as one fused multiply-add wherever the compiler finds one. Contraction made a value
@@ -56,7 +56,7 @@ def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str,
 
 # What the disk cache's keys name besides the source, architecture and options: how a cubin
 # is made from them (bumped when that changes, so that no older entry is taken for a new one).
-COMPILE_STEPS = "nvrtc, register fit"
+COMPILE_STEPS = "nvrtc, register fit, spill fallback"
 
 
 def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
@@ -70,9 +70,17 @@ def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
 def fitted_compile(source: str, name: str, arch: str, options: list[str]) -> tuple[str, bytes]:
     """(the source compiled, its cubin) for a kernel's `source`: as written, then again with
     its launch bounds fitted to the registers it took where that gives ptxas more
-    (kfuse.runtime.backends.register_fit)."""
+    (kfuse.runtime.backends.register_fit); and where that spills and the source offers a
+    fallback, the fallback, fitted the same way (kfuse.runtime.backends.spill_fallback)."""
+    compiled, cubin = _register_fitted(source, name, arch, options)
+    if spill_fallback.offers_fallback(source) and cubin_info.frame_bytes(cubin) > 0:
+        return _register_fitted(spill_fallback.fallback_source(source), name, arch, options)
+    return compiled, cubin
+
+
+def _register_fitted(source: str, name: str, arch: str, options: list[str]) -> tuple[str, bytes]:
     cubin = nvrtc_cubin(source, name, arch, options)
-    fitted = register_fit.fit_launch_bounds(source, register_fit.cubin_registers(cubin), arch)
+    fitted = register_fit.fit_launch_bounds(source, cubin_info.registers(cubin), arch)
     if fitted is None:
         return source, cubin
     return fitted, nvrtc_cubin(fitted, name, arch, options)

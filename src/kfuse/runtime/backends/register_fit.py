@@ -25,7 +25,6 @@ bounded by its block size alone would compile twice.
 from __future__ import annotations
 
 import re
-import struct
 
 REGISTERS_PER_SM = 65536
 # Registers are allocated to a warp in units of 256 (8 a thread).
@@ -41,48 +40,6 @@ DEFAULT_MAX_BLOCKS_PER_SM = 32
 
 # The bound a kernel with no second argument has (kfuse.codegen.kernel.kernel_header).
 _THREADS_ONLY = re.compile(r"__launch_bounds__\((\d+)\)")
-
-# ELF: the section of per-kernel attributes, and its register-count attribute (EIATTR_REGCOUNT,
-# a 4-byte symbol index then the count).
-_NV_INFO = b".nv.info"
-_EIATTR_REGCOUNT = 0x2F
-_EIFMT_SVAL = 0x04
-
-
-def cubin_registers(cubin: bytes) -> int:
-    """The registers a thread of the (only) kernel in `cubin` uses, from its .nv.info section."""
-    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
-        raise ValueError("not a 64-bit ELF cubin")
-    (section_offset,) = struct.unpack_from("<Q", cubin, 0x28)
-    entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = [
-        struct.unpack_from("<IIQQQQ", cubin, section_offset + i * entry_size) for i in range(count)
-    ]
-    names_offset = sections[names_index][4]
-    found = []
-    for name_at, _type, _flags, _addr, offset, size in sections:
-        name = cubin[names_offset + name_at :].split(b"\0", 1)[0]
-        if name == _NV_INFO:
-            found += _attributes(cubin[offset : offset + size], _EIATTR_REGCOUNT)
-    if len(found) != 1:
-        raise ValueError(f"a cubin of one kernel has one register count (found {len(found)})")
-    return found[0]
-
-
-def _attributes(data: bytes, wanted: int) -> list[int]:
-    """The values of attribute `wanted` in an .nv.info section: entries of a format byte, an
-    attribute byte and, for the sized formats, a 2-byte size and that many bytes."""
-    values = []
-    at = 0
-    while at + 4 <= len(data):
-        fmt, attribute, size = struct.unpack_from("<BBH", data, at)
-        if fmt == _EIFMT_SVAL:
-            if attribute == wanted and size >= 8:
-                values.append(struct.unpack_from("<II", data, at + 4)[1])
-            at += 4 + size
-        else:  # EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL: the value, if any, is in those 4 bytes
-            at += 4
-    return values
 
 
 def _warps(threads: int) -> int:

@@ -1,0 +1,68 @@
+"""What a cubin says of its (only) kernel, read from its ELF: the registers a thread uses and
+the bytes of local memory (stack frame: spills and arrays ptxas could not keep in
+registers) a thread takes. No GPU needed: the CUDA backend reads them after each NVRTC
+compile (register_fit, spill_fallback), tools/kernel_sass.py in its report."""
+
+from __future__ import annotations
+
+import struct
+
+# ELF: the section of per-kernel attributes and the attributes read from it (EIATTR_REGCOUNT,
+# EIATTR_FRAME_SIZE: each a 4-byte symbol index, then the value).
+_NV_INFO = b".nv.info"
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_REGCOUNT = 0x2F
+_EIFMT_SVAL = 0x04
+
+
+def registers(cubin: bytes) -> int:
+    """The registers a thread of the kernel uses."""
+    return _one(cubin, _EIATTR_REGCOUNT, "register count")
+
+
+def frame_bytes(cubin: bytes) -> int:
+    """The bytes of local memory a thread takes (0: none; ptxas spills there): the largest
+    stack frame of the cubin's functions (the kernel, and any subroutine ptxas kept, such as
+    a division's slow path, which has a frame entry of its own)."""
+    return max(_kernel_attributes(cubin, _EIATTR_FRAME_SIZE), default=0)
+
+
+def _one(cubin: bytes, attribute: int, what: str) -> int:
+    found = _kernel_attributes(cubin, attribute)
+    if len(found) != 1:
+        raise ValueError(f"a cubin of one kernel has one {what} (found {len(found)})")
+    return found[0]
+
+
+def _kernel_attributes(cubin: bytes, attribute: int) -> list[int]:
+    """The values of `attribute` in the cubin's .nv.info section (one a function that has it)."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError("not a 64-bit ELF cubin")
+    (section_offset,) = struct.unpack_from("<Q", cubin, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [
+        struct.unpack_from("<IIQQQQ", cubin, section_offset + i * entry_size) for i in range(count)
+    ]
+    names_offset = sections[names_index][4]
+    found = []
+    for name_at, _type, _flags, _addr, offset, size in sections:
+        name = cubin[names_offset + name_at :].split(b"\0", 1)[0]
+        if name == _NV_INFO:
+            found += _attributes(cubin[offset : offset + size], attribute)
+    return found
+
+
+def _attributes(data: bytes, wanted: int) -> list[int]:
+    """The values of attribute `wanted` in an .nv.info section: entries of a format byte, an
+    attribute byte and, for the sized formats, a 2-byte size and that many bytes."""
+    values = []
+    at = 0
+    while at + 4 <= len(data):
+        fmt, attribute, size = struct.unpack_from("<BBH", data, at)
+        if fmt == _EIFMT_SVAL:
+            if attribute == wanted and size >= 8:
+                values.append(struct.unpack_from("<II", data, at + 4)[1])
+            at += 4 + size
+        else:  # EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL: the value, if any, is in those 4 bytes
+            at += 4
+    return values
