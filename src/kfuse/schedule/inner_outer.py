@@ -178,12 +178,19 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     return params
 
 
+HELD_WORDS_TARGET: int | None = None
+"""Registers of held row values a thread aims at (None: inner_persistent's
+kfuse.schedule.persistent.HELD_WORDS_TARGET). An A/B switch, session 36: at 40 the dropout +
+RMS norm backward [32768, 1024] bf16 held 2 vectors a thread instead of 1 (block 64 x 4)
+and took 95.6 us instead of 108.6 on an H200 (torch.compile 106.7)."""
+
+
 def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
     """(vector, threads per row, batch, held in shared memory) as inner_persistent holds
     the row, whole (a row it would hold only in part, or over a cluster, is declined)."""
     try:
         vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
-            parts.main, parts.main_layout, device, False
+            parts.main, parts.main_layout, device, False, HELD_WORDS_TARGET
         )
     except Rejection:
         # Too many held values for registers (a dropout's backward holds five inputs): in

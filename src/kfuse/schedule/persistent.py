@@ -116,12 +116,15 @@ def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch
     return -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
 
 
-def vectors_per_thread(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
+def vectors_per_thread(
+    plan: ReductionPlan, layout: ReductionLayout, vector: int, target: int | None = None
+) -> int:
     """Vectors of a row one thread holds in registers: VECTORS_PER_THREAD, halved until the
-    held values fit HELD_WORDS_TARGET registers (at least one)."""
+    held values fit `target` registers (default HELD_WORDS_TARGET; at least one)."""
+    target = HELD_WORDS_TARGET if target is None else target
     words_per_vector = _held_words(plan, layout, vector, 1)
     batch = VECTORS_PER_THREAD
-    while batch > 1 and batch * words_per_vector > HELD_WORDS_TARGET:
+    while batch > 1 and batch * words_per_vector > target:
         batch //= 2
     return batch
 
@@ -247,19 +250,25 @@ def clusters_supported(info: RuntimeInfo) -> bool:
 
 
 def choose_held_row(
-    plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool
+    plan: ReductionPlan,
+    layout: ReductionLayout,
+    device: Any,
+    clusters: bool,
+    held_words: int | None = None,
 ) -> tuple[int, int, int, bool, int, int]:
     """(vector, threads per row, batch, held in shared memory, reload, cluster size) for this
-    row; Rejection when it can be held neither in registers nor in shared memory."""
+    row; Rejection when it can be held neither in registers nor in shared memory. held_words:
+    the registers of held values a thread aims at (default HELD_WORDS_TARGET)."""
+    target = HELD_WORDS_TARGET if held_words is None else held_words
     n_red = layout.red_size
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
     vecs = max(1, -(-n_red // vector))
-    per_thread = vectors_per_thread(plan, layout, vector)
+    per_thread = vectors_per_thread(plan, layout, vector, target)
     block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // per_thread)))
     if block_x < SHORT_ROW_THREADS:
         most = 2 * per_thread
-        while most > per_thread and _held_words(plan, layout, vector, most) > HELD_WORDS_TARGET:
+        while most > per_thread and _held_words(plan, layout, vector, most) > target:
             most -= 1
         block_x = fewest_idle_threads(vecs, per_thread, most, MAX_ROW_THREADS)
     wide = pow2_ceil(-(-vecs // VECTORS_PER_THREAD))
