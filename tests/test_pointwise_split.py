@@ -77,7 +77,8 @@ def test_normalization_with_split_statistics_matches_the_reference(
     w, b = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
     check_outputs(fd, [x, w, b])
     (launch,) = fd.last_program().launches
-    assert launch.name.endswith(f"_x{lanes}{lanes}")  # x read whole, w and b split
+    # x read whole, w and b split; b divides by w's sizes (the same sub-axes)
+    assert launch.name.endswith(f"_x{lanes}{lanes}_szabb")
 
 
 def test_bf16_images_of_7_by_7_take_long_vectorized_rows() -> None:
@@ -144,3 +145,28 @@ def test_a_strided_per_channel_input_is_split_too() -> None:
     check_outputs(fd, [x, w, b])
     (launch,) = fd.last_program().launches
     assert "_split" in launch.name
+
+
+def test_split_inputs_share_the_sizes_of_equal_sub_axes_only() -> None:
+    """Inputs split over the same sub-axes divide the row index by one input's sizes (one
+    decomposition for all); an input over other sub-axes keeps its own; the results are the
+    reference's."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1])
+        w = fd.define_tensor(shape=[-1])
+        b = fd.define_tensor(shape=[-1])
+        v = fd.define_tensor(shape=[-1, -1])
+        per_channel = [1, fd.ops.size(x, 1), 1, 1]
+        per_row = [1, fd.ops.size(x, 1), fd.ops.size(x, 2), 1]
+        y = fd.ops.mul(x, fd.ops.broadcast_in_dim(w, per_channel, [1]))
+        y = fd.ops.add(y, fd.ops.broadcast_in_dim(b, per_channel, [1]))
+        fd.add_output(fd.ops.mul(y, fd.ops.broadcast_in_dim(v, per_row, [1, 2])))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20, 6, 3, 5)).astype(np.float32)
+    w, b = (rng.standard_normal(6).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((6, 3)).astype(np.float32)
+    check_outputs(fd, [x, w, b, v])
+    (launch,) = fd.last_program().launches
+    assert launch.name.endswith("_szabbd")
+    source = fd.last_cuda_source()
+    assert "in2.size[" not in source and "in3.size[" in source

@@ -60,14 +60,18 @@ def split_lane_loads(
     guard: str | None = None,
     uniform: bool = False,
     two: bool = False,
+    sizes_of: str | None = None,
 ) -> list[str]:
     """target[j] = `tensor`'s element of row index i0 + j, j < vec (guard: a condition on j
     for the lanes inside the row); the row sub-axes are dims first .. first + len(walked) - 1
     of `tensor`, outermost first; walked[k]: sub-axis k has a non-zero stride; uniform: the
     vec lanes of a vector starting at i0 (a multiple of vec) read one element; two: they read
-    at most two (lanes_read_two_elements), loaded once each and selected per lane."""
+    at most two (lanes_read_two_elements), loaded once each and selected per lane;
+    sizes_of: the tensor whose sizes of those dims to divide by (default `tensor`): another
+    operand whose sub-axes have the same extents, so that the compiler computes the
+    coordinates once for both (it cannot know that two tensors' size fields agree)."""
     dims = list(range(first, first + len(walked)))
-    size = [f"{tensor}.size[{d}]" for d in dims]
+    size = [f"{sizes_of or tensor}.size[{d}]" for d in dims]
     stride = [f"{tensor}.stride[{d}]" for d in dims]
     inner = indent + "  "
     lines = [f"{indent}{{", f"{inner}Index kf_rem = i0;"]

@@ -195,6 +195,7 @@ class PointwiseScheduler:
             ),
             split_uniform=per_split_input(lanes_read_one_element),
             split_two=per_split_input(lanes_read_two_elements),
+            split_sizes_of=split_sizes_of(layout) if split else (),
             rows=rows,
             row_bcast=row_constant_inputs(layout) if rows > 1 else (),
         )
@@ -205,6 +206,16 @@ ROWS_PER_THREAD = 2  # measured against 4 on the NHWC instance norm backward: 68
 # or 2 as the hand-written probe of those figures had it (block 16 x 8 over 256 channels,
 # 68.6 us; the heuristics' 32 x 4 measured 74.9 in the model suite): for an A/B.
 ROW_GROUP_VECTORS = 1
+
+
+def split_sizes_of(layout: PointwiseLayout) -> tuple[int, ...]:
+    """PointwiseKernelSpec.split_sizes_of: per input, the first SPLIT input whose sub-axes
+    have its extents (itself where none before it has; itself for the other inputs)."""
+    first: dict[tuple[int, ...], int] = {}
+    return tuple(
+        first.setdefault(tuple(extent for extent, _ in op.inner_split), k) if op.inner_split else k
+        for k, op in enumerate(layout.inputs)
+    )
 
 
 def row_constant_inputs(layout: PointwiseLayout) -> tuple[bool, ...]:
