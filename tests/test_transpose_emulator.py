@@ -632,26 +632,3 @@ def test_a_grid_of_fewer_blocks_than_tiles_covers_every_tile_once(planes: int) -
     hp.tile_a, hp.tile_b, hp.grid_x = 32, 32, 5  # 7 x 5 tiles a plane, 5 blocks
     (out,) = fd.manual_execute([x], heuristic_params=hp)
     np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
-
-
-@pytest.mark.parametrize(
-    "shape, dtype, whole",
-    [
-        ((128, 256), DataType.Float, True),  # the tiles divide both extents
-        ((128, 250), DataType.Float, False),  # the last tiles along the rows are cut
-        ((128, 256), DataType.BFloat16, False),  # 2-byte tiles keep their tests (measured)
-    ],
-)
-def test_tiles_that_divide_the_extents_test_no_bound(
-    shape: tuple[int, int], dtype: DataType, whole: bool
-) -> None:
-    """Where the tiles divide the extents and the tiled elements are 4 bytes or more
-    (transpose.WHOLE_TILES_ITEMSIZE), no tile tests the extents; the results are the
-    reference's either way."""
-    fd = unary("add", dtype)
-    inputs = [transposed(shape, dtype)]
-    run(fd, inputs)
-    params = schedule.compute_heuristics(fd.fusion, TR, inputs)
-    (kernel,) = schedule.registry.scheduler_for(TR).kernels(fd.fusion, _info(fd, inputs), params)
-    assert kernel.spec.whole_tiles is whole
-    assert ("ga < n_a" in kernel.source) is not whole

@@ -92,9 +92,6 @@ class TransposeKernelSpec:
     # used R0-R50 with it, R0-R40 without (sm_90 SASS); transpose_12 of [16, 4096, 2048]
     # went from 200.8 to 188.9 us on an H200.
     single_tile: bool = False
-    # Every tile lies inside the extents: no bound test (kfuse.schedule.transpose.
-    # WHOLE_TILES_ITEMSIZE). Not in the repr; kernel_name adds it.
-    whole_tiles: bool = field(default=False, repr=False)
 
     @property
     def other_axes(self) -> list[int]:
@@ -246,7 +243,6 @@ def tile_layout(
 def kernel_name(plan: PointwisePlan, spec: TransposeKernelSpec) -> str:
     """A stable name: the scheduler plus a hash of the fusion and the spec."""
     grouped = f"|c{spec.axis_c}x{spec.tile_c}" if spec.axis_c is not None else ""
-    grouped += "|whole" if spec.whole_tiles else ""
     digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}{grouped}".encode()).hexdigest()
     digest = digest[:16]
     return f"kfuse_transpose_{digest}"
@@ -557,10 +553,9 @@ def _slot_loop(
         guards.append(f"e < {total}")
     if rows > s:
         guards.append(f"ts < {s}")
-    if not spec.whole_tiles:
-        guards.append(
-            "ga < n_a && gb < n_b" if spec.axis_c is None else "ga < n_a && gc < n_c && gb < n_b"
-        )
+    guards.append(
+        "ga < n_a && gb < n_b" if spec.axis_c is None else "ga < n_a && gc < n_c && gb < n_b"
+    )
     fast_group = f // lanes
     with code.block(f"for (int u = 0; u < {count}; ++u)", unroll=True):
         code(
@@ -578,7 +573,7 @@ def _slot_loop(
         else:
             ta = spec.tile_a
             code(f"const Index ga = ti % {ta}, gc = c_origin + ti / {ta}, gb = b0 + tj;")
-        with code.block(f"if ({' && '.join(guards) or 'true'})"):
+        with code.block(f"if ({' && '.join(guards)})"):
             yield
 
 

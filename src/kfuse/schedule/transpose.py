@@ -64,15 +64,6 @@ MIN_PLANE = 256  # A x B elements below which the pointwise kernel is left the f
 # and bf16 [16, 4096, 2048] from 211.4 to 198.1.
 MIN_A_RUN_BYTES = 64
 
-WHOLE_TILES_ITEMSIZE = 4
-"""The smallest element size of the tiled operands at which tiles that divide the extents
-test no bound (TransposeKernelSpec.whole_tiles). Measured on an H200 (us; tests kept ->
-dropped, torch.compile) by a hand edit: float32 transpose_02 [256, 512, 512] 202.9 -> 195.9
-(190.1), [8, 1024, 8192] 197.1 -> 189.3 (201.9), transpose_12 [16, 4096, 2048] 381.8 ->
-373.3 (370.9), bcast_add_strided_dim0 [2048, 65536] 277.7 -> 262.2 (258.2), none slower;
-bfloat16 bcast_add_strided_dim0 [16384, 8192] 133.5 -> 144.8 and transpose_02 [8, 1024,
-8192] 98.3 -> 104.0, the rest within 1% (their kernels went from 40 registers to 32)."""
-
 
 @dataclass(frozen=True)
 class TileAxes:
@@ -385,7 +376,6 @@ class TransposeScheduler:
             tile_c=params.tile_c,
             single_tile=params.grid_x
             >= _tiles(layout, axes, params.tile_a, params.tile_b, params.tile_c),
-            whole_tiles=_whole_tiles(layout, axes, c, params),
         )
 
 
@@ -418,20 +408,6 @@ def _required_axes(layout: PointwiseLayout) -> TileAxes:
             "broadcast along the innermost axis"
         )
     return axes
-
-
-def _whole_tiles(
-    layout: PointwiseLayout, axes: TileAxes, c: int | None, params: TransposeParams
-) -> bool:
-    """Whether every tile lies inside the extents (the tiles divide A, B and the rows of C a
-    tile takes), so that the kernel tests no bound; only where the tiled operands' elements
-    are WHOLE_TILES_ITEMSIZE bytes or more."""
-    if min(axes.tiled_itemsizes(layout), default=0) < WHOLE_TILES_ITEMSIZE:
-        return False
-    n_a, n_b = layout.sizes[-1], layout.sizes[axes.axis_b]
-    if n_a % params.tile_a or n_b % params.tile_b:
-        return False
-    return params.tile_c == 1 or (c is not None and layout.sizes[c] % params.tile_c == 0)
 
 
 def _tiles(layout: PointwiseLayout, axes: TileAxes, tile_a: int, tile_b: int, tile_c: int) -> int:
