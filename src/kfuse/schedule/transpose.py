@@ -57,6 +57,14 @@ BLOCK_Y = 8
 MAX_VECTOR = 8  # elements; more buys nothing but registers (as the pointwise scheduler)
 MAX_LONG_SIDE = 1024  # the long side of a tile whose other side is short
 TILE_BYTES = 8192  # of the widest tiled operand (see _tile_shape)
+TILE_BYTES_OF_4_BYTES = 16384
+"""Tiles of 4-byte elements take 16 KiB (64 x 64). On an H200, float32 (us, 8 KiB -> 16 KiB,
+torch.compile): transpose_02 [256, 512, 512] 202.9 -> 195.9 (190.1), [8, 1024, 8192] 197.1
+-> 189.3 (201.9); transpose_12 [16, 4096, 2048] 381.8 -> 373.3 (370.9), [8, 1024, 8192]
+190.3 -> 186.9 (186.6); bcast_add_strided_dim0 [16384, 8192] 265.6 -> 258.6 (255.2), [2048,
+65536] 277.7 -> 262.2 (258.2); the other two within 1%. bf16 tiles of 16 KiB (128 x 64) were
+slower: bcast_add_strided_dim0 [16384, 8192] 133.5 -> 144.8, transpose_02 [8, 1024, 8192]
+98.3 -> 104.0."""
 MIN_PLANE = 256  # A x B elements below which the pointwise kernel is left the fusion
 # An output's run along a whole A below which a tile takes rows of C. On an H200, swapping
 # axes 0 and 2 of [8, 1024, 8192] in bf16 (16-byte runs) went from 306 to 97 us with rows of
@@ -381,11 +389,13 @@ class TransposeScheduler:
 
 def _tile_shape(itemsize: int, n_a: int, n_b: int, n_c: int | None) -> tuple[int, int, int]:
     """(tile_a, tile_b, tile_c) for tiled operands of at most `itemsize` bytes: 8 KiB a tile
-    (64 x 64 of 2 bytes, 64 x 32 of 4, 32 x 32 of 8, 128 x 64 of 1); a short axis whole (its
+    (64 x 64 of 2 bytes, 32 x 32 of 8, 128 x 64 of 1), 16 KiB of 4 bytes (64 x 64:
+    TILE_BYTES_OF_4_BYTES); a short axis whole (its
     extent rounded up to a power of two) and the other side longer, up to 1024; or, with
     n_c (axis C's extent, where the scheduler groups it), a short A whole and rows of C that
     make the A side as long as the square tile's."""
-    target = max(1024, min(TILE_BYTES, TILE_BYTES // itemsize))
+    tile_bytes = TILE_BYTES_OF_4_BYTES if itemsize == 4 else TILE_BYTES
+    target = max(1024, min(tile_bytes, tile_bytes // itemsize))
     side_b = 1 << ((target.bit_length() - 1) // 2)
     side_a = target // side_b
     pa, pb = _pow2_ceil(n_a), _pow2_ceil(n_b)
