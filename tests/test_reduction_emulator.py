@@ -390,3 +390,29 @@ def test_rows_adjacent_in_each_column_load_as_one_block(pairs: int) -> None:
     apart = [inputs[0], np.ascontiguousarray(inputs[1].T).T]  # the same values, [pair, features]
     check(fd, apart)
     assert "xb1" not in fd.last_cuda_source()
+
+
+@pytest.mark.parametrize("columns", [16, 6, 13])  # whole vectors, and column groups cut
+@pytest.mark.parametrize("transposed_mean", [False, True])  # VEC, and STRIDED along the columns
+def test_an_input_constant_along_the_reduced_rows_is_loaded_once(
+    columns: int, transposed_mean: bool
+) -> None:
+    """sum over rows of (x - mean) * dy with the mean the same for every row (an instance norm
+    backward's statistics): the outer kernel loads the mean's vector once for all its rows
+    (xc<i>; the kernel's name says which input: _vcv), with the reference's results, also
+    for the rows left after the unrolled batches and for column groups cut by the end of
+    the columns."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        dy = fd.define_tensor(shape=[-1, -1])
+        mean = fd.define_tensor(shape=[-1])
+        centered = fd.ops.sub(x, fd.ops.broadcast(mean, [True, False]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(centered, dy), [0]))
+    rows = 77
+    mean = rand((columns, 2), seed=3)[:, 0] if transposed_mean else rand((columns,), seed=3)
+    inputs = [rand((rows, columns)), rand((rows, columns), seed=1), mean]
+    check(fd, inputs)
+    source = fd.last_cuda_source()
+    found = re.search(r"kfuse_outer_[0-9a-f]+_([vc]{3})\b", source)
+    assert found and sorted(found.group(1)) == ["c", "v", "v"]
+    assert f"xc{found.group(1).index('c')}[0]" in source

@@ -32,6 +32,7 @@ from kfuse.codegen.kernel import (
     Code,
     decompose,
     kernel_header,
+    load_vector,
     load_vector_block,
     row_count,
     row_loop,
@@ -60,6 +61,7 @@ from kfuse.codegen.reduction_spec import (
     accumulators,
     result_assignments,
 )
+from kfuse.codegen.registers import register_array
 from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
 
@@ -159,7 +161,8 @@ of [64, 65536], 12.4 against 9.0 us on an H200)."""
 
 def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
     """Source and name of the outer-reduction kernel."""
-    name = kernel_name(plan, spec)
+    constant = "".join("c" if c else "v" for c in spec.red_constant)
+    name = kernel_name(plan, spec, f"_{constant}" if constant else "")
     vec, parts = spec.vector, spec.grid_parts
     accs = accumulators(plan)
     code = Code()
@@ -298,6 +301,7 @@ def outer_accumulate(
     with code.block("if (col_ok)"):
         code(f"Index r = {first} + threadIdx.y;")
         with code.block(f"if (nvalid == {vec})"):
+            _load_red_constant(code, plan, spec)
             with code.block(
                 f"for (; r + (Index)({unroll - 1}) * rstride < n_red; r += {unroll} * rstride)"
             ):
@@ -330,6 +334,35 @@ def outer_accumulate(
                     for a in accumulators(plan):
                         call = stage_call(plan, name, a.k, [f"e{i}" for i in range(n_loop)])
                         code(a.update(f"acc{a.k}[j]", call))
+
+
+def _red_constant(spec: ReductionKernelSpec) -> list[int]:
+    """The loop inputs an outer kernel loads once for all its rows (spec.red_constant)."""
+    return [i for i, c in enumerate(spec.red_constant) if c]
+
+
+def _load_red_constant(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
+    """xc<i>[0] = the column group's vector of each input constant along the reduced rows,
+    where this thread has a row (an empty reduced axis leaves such an input empty)."""
+    constant = _red_constant(spec)
+    for i in constant:
+        ctype, kind = plan.loop_inputs[i].val.dtype.cuda_type, spec.loop_kinds[i]
+        code(register_array(f"xc{i}", ctype, kind, spec.vector, 1, zero=True))
+    if not constant:
+        return
+    with code.block("if (r < n_red)"):
+        for i in constant:
+            code.extend(
+                load_vector(
+                    spec.loop_kinds[i],
+                    f"xc{i}[0]",
+                    f"in{i}",
+                    spec.vector,
+                    code.indent,
+                    at=f"base_in{i}",
+                    element_at=f"base_in{i} + j * step_in{i}",
+                )
+            )
 
 
 def outer_combine(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
@@ -396,7 +429,7 @@ def _outer_block(
         indent,
         "const Index rr = r + (Index)u * rstride",
         addresses,
-        skip=blocked,
+        skip=[*blocked, *_red_constant(spec)],
     )
     lines += accumulate_block(plan, spec, name, count, indent, acc_suffix="[j]")
     return lines

@@ -29,10 +29,13 @@ def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
 
 
 def _loaded(spec: ReductionKernelSpec, u: str, j: str) -> list[str]:
-    """Per loop input, the expression of element j of unrolled vector u."""
+    """Per loop input, the expression of element j of unrolled vector u (an outer kernel's
+    input constant along the reduced rows: its one vector, xc<i>, loaded before the rows)."""
     out = []
     for i, kind in enumerate(spec.loop_kinds):
-        if kind == VEC:
+        if spec.kind == "outer" and spec.red_constant and spec.red_constant[i]:
+            out.append(f"xc{i}[0][{j}]")
+        elif kind == VEC:
             out.append(f"x{i}[{u}][{j}]")
         elif kind == BCAST:
             out.append(f"x{i}[{u}]")

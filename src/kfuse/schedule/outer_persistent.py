@@ -61,6 +61,7 @@ from kfuse.schedule.reduction import (
     operand_list,
     pick_vector,
     pow2_ceil,
+    red_constant,
     validate_common,
 )
 from kfuse.schedule.types import Rejection, SchedulerType
@@ -112,14 +113,6 @@ def is_outer_normalization(layout: ReductionLayout) -> bool:
         and not any(op.red_stride == 1 for op in layout.loop)
         and any(op.strides[-2] == 1 for op in layout.loop)
     )
-
-
-def red_constant(layout: ReductionLayout) -> tuple[bool, ...]:
-    """Per loop input, whether it is the same for every reduced row (stride 0 along the
-    reduced axis: an instance norm backward's per-(n, c) mean and inverse std): held once a
-    thread, not once a slot (ReductionKernelSpec.red_constant); () where none is."""
-    found = tuple(op.red_stride == 0 and not op.row_split for op in layout.loop)
-    return found if any(found) else ()
 
 
 def _input_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, constant: bool) -> int:

@@ -237,6 +237,13 @@ OUTER_MIN_BLOCKS_PER_SM = 2
 (4 instead of 8; _outer_heuristics)."""
 
 
+OUTER_RED_CONSTANT = True
+"""An outer kernel loads an input that is the same for every reduced row (red_constant) once a
+thread instead of once a row: the NHWC instance norm backward's statistics over [64, 56, 56,
+256] bf16 (a float mean per (n, c)) took 8 vectors of 8 floats a batch, 64 registers, and
+spilled 16 bytes a thread under its 64-register bound (sm_90 SASS). Measurement: pending."""
+
+
 OUTER_BASE_REGISTERS = 28
 """Registers an outer kernel uses besides its accumulators and its loaded batch (indices,
 bases, strides, the batch's statistics): calibrated on sm_90 SASS of Welford kernels (a bf16
@@ -459,6 +466,7 @@ def kernel_spec(
             plan, vector, unroll, _int(params, "block_x") * by, device.max_threads_per_sm
         ),
         finalize_x=finalize_threads_x(layout.n_rows, device.sm_count),
+        red_constant=() if inner or not OUTER_RED_CONSTANT else red_constant(layout, kinds),
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(
@@ -467,6 +475,19 @@ def kernel_spec(
             "fewer threads or a narrower vector"
         )
     return spec
+
+
+def red_constant(layout: ReductionLayout, kinds: tuple[str, ...] = ()) -> tuple[bool, ...]:
+    """Per loop input, whether it is the same for every reduced row (stride 0 along the
+    reduced axis: an instance norm backward's per-(n, c) mean and inverse std): loaded once a
+    thread, not once a row (ReductionKernelSpec.red_constant); () where none is. `kinds`:
+    the outer kernel's access kinds, where only a VEC or STRIDED input counts (a BCAST one is
+    one element already)."""
+    found = tuple(
+        op.red_stride == 0 and not op.row_split and (not kinds or kinds[i] in (VEC, STRIDED))
+        for i, op in enumerate(layout.loop)
+    )
+    return found if any(found) else ()
 
 
 INTERLEAVED_MAX_BYTES = 64
