@@ -241,7 +241,11 @@ OUTER_RED_CONSTANT = True
 """An outer kernel loads an input that is the same for every reduced row (red_constant) once a
 thread instead of once a row: the NHWC instance norm backward's statistics over [64, 56, 56,
 256] bf16 (a float mean per (n, c)) took 8 vectors of 8 floats a batch, 64 registers, and
-spilled 16 bytes a thread under its 64-register bound (sm_90 SASS). Measurement: pending."""
+spilled 16 bytes a thread under its 64-register bound (sm_90 SASS). On an H200 (bf16, whole
+calls, us; once a row -> once a thread, torch.compile): instance norm backward NHWC [64, 256,
+56, 56] 138.8 -> 134.8 (135.4), [256, 2048, 7, 7] 90.4 -> 89.4; batch norm backward NHWC
+[64, 256, 56, 56] 129.3 -> 125.1 (136.5), [256, 2048, 7, 7] 70.7 -> 67.3 (75.9); GELU
+backward's reduction over dim 0 [16384, 8192] 223.7 -> 222.8 (255.0)."""
 
 
 OUTER_BASE_REGISTERS = 28
