@@ -456,7 +456,9 @@ def persistent_spec(
         and cluster == 1
         and not in_smem
         and layout.red_size == bx * batch * vector,
-        rows_whole=ROWS_WHOLE and layout.n_rows % _int(params, "block_y") == 0,
+        rows_whole=ROWS_WHOLE
+        and bx >= SHORT_ROW_THREADS
+        and layout.n_rows % _int(params, "block_y") == 0,
     )
     _check_shared_memory(plan, spec, device)
     return spec
@@ -474,12 +476,15 @@ backward [8192, 8192] 220.2 -> 199.8 (244.6); RMS norm forward [32768, 1024] 33.
 36.0 -> 37.4 without them."""
 
 ROWS_WHOLE = True
-"""Where the rows are a multiple of block_y, row_ok is the constant true
-(ReductionKernelSpec.rows_whole). Alone it changed little on an H200 (the same rows as
-FULL_SLOTS': within 1%, dropout + RMS norm backward [32768, 1024] 114.2 -> 107.8 us); with
-FULL_SLOTS, the tests of both gone let ptxas drop the per-element branches (SASS of the
-dropout + layer norm forward [8192, 8192]: 1648 instructions with the row test alone
-dropped, 1744 with the row-end tests alone, 872 with both)."""
+"""Where the rows are a multiple of block_y and a row takes a warp or more, row_ok is the
+constant true (ReductionKernelSpec.rows_whole). Alone it changed little on an H200 (the same
+rows as FULL_SLOTS': within 1%, dropout + RMS norm backward [32768, 1024] 114.2 -> 107.8
+us); with FULL_SLOTS, the tests of both gone let ptxas drop the per-element branches (SASS
+of the dropout + layer norm forward [8192, 8192]: 1648 instructions with the row test alone
+dropped, 1744 with the row-end tests alone, 872 with both). Rows of fewer threads than a
+warp keep the test: the NCHW instance norms over 7 x 7 (rows of 49, 8 threads a row, 16
+rows a block) went from 56.0 to 67.1 us (forward's kernel) and 68.4 to 78.7 (backward's)
+without it."""
 
 
 def row_splits(layout: ReductionLayout) -> tuple[tuple[bool, ...], ...]:
