@@ -180,9 +180,11 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
 
 HELD_WORDS_TARGET: int | None = None
 """Registers of held row values a thread aims at (None: inner_persistent's
-kfuse.schedule.persistent.HELD_WORDS_TARGET). An A/B switch, session 36: at 40 the dropout +
-RMS norm backward [32768, 1024] bf16 held 2 vectors a thread instead of 1 (block 64 x 4)
-and took 95.6 us instead of 108.6 on an H200 (torch.compile 106.7)."""
+kfuse.schedule.persistent.HELD_WORDS_TARGET). An A/B switch, left at None: on an H200
+(session 36, probe 3: 16 backward-norm rows, bf16, us, None -> 40) the dropout + RMS norm
+backward [32768, 1024] went 98.0 -> 96.3 and the dropout + layer norm backward [16384,
+4096] 232.0 -> 221.7, but the dropout + layer norm backward [32768, 1024] 102.1 -> 116.1;
+at 32 no row moved by more than 2%."""
 
 
 def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
