@@ -64,3 +64,26 @@ def test_source_edit_rewrites_sources_for_the_block_only(tmp_path: Path, monkeyp
     backend.compile("y = a + b;", "k1", 0, "sm_90")
     assert compiled == [("k1", "y = a - b;"), ("k2", "y = a + b;"), ("k1", "y = a + b;")]
     assert changed == {"k1"}
+
+
+def test_the_summary_names_every_column() -> None:
+    """The summary lines up each case's runs under v0, v1, ... with a legend saying which
+    variant each is (as is, then the --ab settings, then the --edit files, in that order),
+    torch.compile's time or a dash, and a failed check in place of a time."""
+    tool = _tool()
+    text = tool.summary_table(  # type: ignore[attr-defined]
+        ["as is", "kfuse.schedule.transpose.TILE_BYTES=16384", "edit whole_tiles.py"],
+        [
+            ("transpose_02 256x512x512", 190.1, ["202.9", "195.9", "202.9"]),
+            ("bcast_add 16384x8192", None, ["133.5", "mismatch", "133.2"]),
+        ],
+    )
+    lines = text.splitlines()
+    assert lines[1:4] == [
+        "  v0: as is",
+        "  v1: kfuse.schedule.transpose.TILE_BYTES=16384",
+        "  v2: edit whole_tiles.py",
+    ]
+    assert lines[4].split() == ["case", "tc", "v0", "v1", "v2"]
+    assert lines[5].split() == ["transpose_02", "256x512x512", "190.1", "202.9", "195.9", "202.9"]
+    assert lines[6].split() == ["bcast_add", "16384x8192", "-", "133.5", "mismatch", "133.2"]

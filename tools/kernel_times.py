@@ -109,6 +109,20 @@ def kfuse_run(
     return us, check, kernels
 
 
+def summary_table(labels: list[str], rows: list[tuple[str, float | None, list[str]]]) -> str:
+    """The runs side by side, a line a case: torch.compile's time (where measured), then each
+    variant's under a column named v0, v1, ... with a legend of what each is. Written after a
+    session read the times of one variant (listed in the order --ab, then --edit) as
+    another's, from the per-case lines alone."""
+    legend = [f"  v{k}: {label}" for k, label in enumerate(labels)]
+    header = f"{'case':40s} {'tc':>8s}" + "".join(f" {f'v{k}':>8s}" for k in range(len(labels)))
+    lines = ["## summary (us; a variant whose check failed shows its check)", *legend, header]
+    for case, tc, cells in rows:
+        tc_cell = f"{tc:8.1f}" if tc is not None else f"{'-':>8s}"
+        lines.append(f"{case[:40]:40s} {tc_cell}" + "".join(f" {c:>8s}" for c in cells))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="+", help="CASE or CASE:SIZE (default: its quick size)")
@@ -130,6 +144,7 @@ def main() -> None:
     suite = load_suite()
     flush, _ = measure.l2_flusher(torch)
     cases = {c.name: c for c in registry.CASES}
+    table: list[tuple[str, float | None, list[str]]] = []
     for spec in args.cases:
         name, _, size = spec.partition(":")
         case = cases[name]
@@ -137,22 +152,27 @@ def main() -> None:
         torch.manual_seed(0)
         inputs = case.make_inputs(torch, shape, getattr(torch, args.dtype), "cuda")
         print(f"## {name} {list(shape)} {args.dtype}")
+        tc_us = None
         if args.tc:
             compiled = functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
             compiled()
-            us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
-            print(f"  torch.compile: {us:.1f} us")
+            tc_us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
+            print(f"  torch.compile: {tc_us:.1f} us")
+        cells = []
         for label, entries, edit_path in variants:
             with settings(entries), source_edit(edit_path) as changed:
                 us, check, kernels = kfuse_run(torch, measure, suite, case, inputs, args, flush)
             print(f"  kfuse ({label}): {us:.1f} us [{check[:60]}]")
+            cells.append(f"{us:.1f}" if check == "ok" else check[:8])
             for (scheduler, kname, grid, block, registers), times in kernels.items():
                 mark = " edited" if kname in changed else ""
                 print(
                     f"    {statistics.median(times):8.1f} us  {scheduler:22s} {kname[:48]:48s} "
                     f"grid {grid} block {block} registers {registers}{mark}"
                 )
+        table.append((f"{name} {'x'.join(map(str, shape))}", tc_us, cells))
         sys.stdout.flush()
+    print(summary_table([label for label, _, _ in variants], table))
 
 
 if __name__ == "__main__":
