@@ -243,10 +243,10 @@ def _load_vector(code: Code, spec: ReductionKernelSpec, i: int, target: str) -> 
         else None
     )
     if spec.exact and whole is not None:
-        code(f"if ({in_row(spec, 'i0 < n_red')}) {whole}")
+        code(f"if ({_in_row(spec, 'i0 < n_red')}) {whole}")
         return
     if spec.exact:
-        with code.block(f"if ({in_row(spec, 'i0 < n_red')})"):
+        with code.block(f"if ({_in_row(spec, 'i0 < n_red')})"):
             _element_loads(code, spec, i, target, guarded=False)
         return
     with code.block(f"if (i0 + {vec} <= n_red)"):
@@ -276,7 +276,7 @@ def _load_vector_or_zero(
     one by one). Only for VEC inputs: every lane of `target` is written, so it needs no
     zero-initialised declaration (kf::load_vec_or_zero says why that matters)."""
     vec = spec.vector
-    inside = in_row(spec, "i0 < n_red") if spec.exact else f"i0 + {vec} <= n_red"
+    inside = _in_row(spec, "i0 < n_red") if spec.exact else f"i0 + {vec} <= n_red"
     code(f"{target} = kf::load_vec_or_zero<{vec}>(in{i}, base_in{i} + i0, {row_ok} && {inside});")
     if not spec.exact:
         with code.block(f"if ({row_ok} && i0 < n_red && i0 + {vec} > n_red)"):
@@ -399,7 +399,7 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
         if kind == BCAST:
             code(f"{u.val.dtype.cuda_type} x{i}[1] = {{}};")
-            test = f"row_ok && {in_row(spec, 'n_red > 0')}"
+            test = f"row_ok && {_in_row(spec, 'n_red > 0')}"
             code(f"if ({test}) x{i}[0] = kf::load(in{i}, base_in{i});")
         elif i not in streamed and not spec.smem_held and spec.held_batch:
             _declare(code, plan, spec, i, f"x{i}", spec.held_batch, zero=kind != VEC)
@@ -486,7 +486,7 @@ def _fill_slot(
         return
     copy = f"kf::copy_async(&{target}, in{i}, base_in{i} + i0);"
     if spec.exact:
-        code(f"if ({in_row(spec, 'i0 < n_red')}) {copy}")
+        code(f"if ({_in_row(spec, 'i0 < n_red')}) {copy}")
         return
     with code.block(f"if (i0 + {vec} <= n_red)"):
         code(copy)
@@ -507,7 +507,7 @@ def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body
     layer norm forward [32768, 1024] 35.0 -> 37.2, the dropout + RMS norm forward 56.8 ->
     58.8, the RMS norm forward [8192, 8192]'s kernel 62.6 -> 64.4."""
     lane = "0" if spec.exact else "j"
-    test = "row_ok && " + in_row(spec, f"i0 + {lane} < n_red")
+    test = "row_ok && " + _in_row(spec, f"i0 + {lane} < n_red")
     for first, end, reloaded in slot_loops(spec):
         with _slots(code, plan, spec, first, end, reloaded):
             _slot_views(code, plan, spec, reloaded, first)
@@ -516,7 +516,7 @@ def _valid_loop(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body
                     code(*body_of(reloaded))
 
 
-def in_row(spec: ReductionKernelSpec, test: str) -> str:
+def _in_row(spec: ReductionKernelSpec, test: str) -> str:
     """`test` (a row-end test; never row_ok's) where it can fail; where every slot of every
     thread lies inside its row (spec.full_slots), KF_IN_ROW(test): true, or the test again
     where ptxas spilled without the tests (_IN_ROW_CHOICE). ptxas keeps a branch an element
@@ -664,7 +664,7 @@ def _row_shift(
     ]
     lines = [
         f"{t} {first} = ({t})0;",
-        f"if (row_ok && {in_row(spec, 'n_red > 0')}) {first} = "
+        f"if (row_ok && {_in_row(spec, 'n_red > 0')}) {first} = "
         f"{stage_call(plan, name, k, values, hoisted)};",
     ]
     bx, by = spec.block_x, spec.block_y
@@ -721,7 +721,7 @@ def _store_slot(
     args += [f"c{k}[b][j]" for k in spec.kept]
     args += hoisted
     args += [f"y{k}[j]" for k in plan.loop_outputs]
-    with code.block(f"if ({in_row(spec, 'i0 < n_red')})"):
+    with code.block(f"if ({_in_row(spec, 'i0 < n_red')})"):
         code(*[f"kf::Vec<{outs[k].dtype.cuda_type}, {vec}> y{k};" for k in plan.loop_outputs])
         for i in sorted(streamed):
             if spec.loop_kinds[i] == VEC:
@@ -736,7 +736,7 @@ def _store_slot(
             code(
                 *[line for k in summed for line in column_partials.accumulate(spec, k, f"y{k}[j]")]
             )
-        with code.block(f"if ({in_row(spec, f'i0 + {vec} <= n_red')})"):
+        with code.block(f"if ({_in_row(spec, f'i0 + {vec} <= n_red')})"):
             for k in stored:
                 at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
                 code.extend(
