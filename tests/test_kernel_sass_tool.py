@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kfuse.dump import find_disassembler
+from test_dump_binaries import nvrtc_and_nvdisasm_or_skip
 from tools_support import TOOLS, load_tool
 
 TOOL = TOOLS / "kernel_sass.py"
@@ -37,8 +37,7 @@ def test_opcodes_are_counted_without_predicates_and_modifiers() -> None:
 
 def test_a_model_case_reports_its_kernels_registers_and_opcodes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    if find_disassembler()[0] is None:
-        pytest.skip("no nvdisasm or cuobjdump")
+    nvrtc_and_nvdisasm_or_skip()
     run = subprocess.run(
         [sys.executable, str(TOOL), "rmsnorm_fwd:256x1024", "--top", "3", "--out", str(tmp_path)],
         capture_output=True,

@@ -142,8 +142,7 @@ def main() -> None:
                 sass = disassemble(cubin, tool)
                 ops = opcode_counts(sass)
                 bounds = re.search(r"__launch_bounds__\([^)]*\)", source)
-                fallback = f"#define {spill_fallback.MARKER}" in source
-                fallback = " (its spill fallback)" if fallback else ""
+                fallback = " (its spill fallback)" if spill_fallback.chose_fallback(source) else ""
                 print(
                     f"    {label}{fallback}: {bounds.group(0) if bounds else 'unbounded'},"
                     f" registers {registers(cubin)}, {sum(ops.values())} instructions, local"

@@ -178,21 +178,12 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     return params
 
 
-HELD_WORDS_TARGET: int | None = None
-"""Registers of held row values a thread aims at (None: inner_persistent's
-kfuse.schedule.persistent.HELD_WORDS_TARGET). An A/B switch, left at None: on an H200
-(session 36, probe 3: 16 backward-norm rows, bf16, us, None -> 40) the dropout + RMS norm
-backward [32768, 1024] went 98.0 -> 96.3 and the dropout + layer norm backward [16384,
-4096] 232.0 -> 221.7, but the dropout + layer norm backward [32768, 1024] 102.1 -> 116.1;
-at 32 no row moved by more than 2%."""
-
-
 def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
     """(vector, threads per row, batch, held in shared memory) as inner_persistent holds
     the row, whole (a row it would hold only in part, or over a cluster, is declined)."""
     try:
         vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
-            parts.main, parts.main_layout, device, False, HELD_WORDS_TARGET
+            parts.main, parts.main_layout, device, False
         )
     except Rejection:
         # Too many held values for registers (a dropout's backward holds five inputs): in

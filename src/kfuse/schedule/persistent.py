@@ -96,7 +96,10 @@ the kernel spilled (154 local loads in its sm_90 SASS; 621 us against 66 us for 
 alone at 16384 x 4096 on an H200); 2 vectors a thread are 20, and do not spill. A softmax
 backward (y and the gradient, bf16: 32 words) spilled 33 values at 32 and none at 24. At 16,
 a dropout + layer norm forward (10 words a vector) would leave registers for shared memory
-(one vector a thread needs 512 threads a row), so 24 it is."""
+(one vector a thread needs 512 threads a row), so 24 it is. Measured and not taken for the
+inner-outer rows alone (session 36, H200, bf16, us): 40 took the dropout + layer norm
+backward [16384, 4096] 232.0 -> 221.7 but [32768, 1024] 102.1 -> 116.1; 32 moved none of 16
+rows by more than 2%."""
 
 
 WIDE_HELD_WORDS = 40
@@ -116,15 +119,12 @@ def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch
     return -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
 
 
-def vectors_per_thread(
-    plan: ReductionPlan, layout: ReductionLayout, vector: int, target: int | None = None
-) -> int:
+def vectors_per_thread(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
     """Vectors of a row one thread holds in registers: VECTORS_PER_THREAD, halved until the
-    held values fit `target` registers (default HELD_WORDS_TARGET; at least one)."""
-    target = HELD_WORDS_TARGET if target is None else target
+    held values fit HELD_WORDS_TARGET registers (at least one)."""
     words_per_vector = _held_words(plan, layout, vector, 1)
     batch = VECTORS_PER_THREAD
-    while batch > 1 and batch * words_per_vector > target:
+    while batch > 1 and batch * words_per_vector > HELD_WORDS_TARGET:
         batch //= 2
     return batch
 
@@ -250,25 +250,19 @@ def clusters_supported(info: RuntimeInfo) -> bool:
 
 
 def choose_held_row(
-    plan: ReductionPlan,
-    layout: ReductionLayout,
-    device: Any,
-    clusters: bool,
-    held_words: int | None = None,
+    plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool
 ) -> tuple[int, int, int, bool, int, int]:
     """(vector, threads per row, batch, held in shared memory, reload, cluster size) for this
-    row; Rejection when it can be held neither in registers nor in shared memory. held_words:
-    the registers of held values a thread aims at (default HELD_WORDS_TARGET)."""
-    target = HELD_WORDS_TARGET if held_words is None else held_words
+    row; Rejection when it can be held neither in registers nor in shared memory."""
     n_red = layout.red_size
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 1, n_red, full_outs)
     vecs = max(1, -(-n_red // vector))
-    per_thread = vectors_per_thread(plan, layout, vector, target)
+    per_thread = vectors_per_thread(plan, layout, vector)
     block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // per_thread)))
     if block_x < SHORT_ROW_THREADS:
         most = 2 * per_thread
-        while most > per_thread and _held_words(plan, layout, vector, most) > target:
+        while most > per_thread and _held_words(plan, layout, vector, most) > HELD_WORDS_TARGET:
             most -= 1
         block_x = fewest_idle_threads(vecs, per_thread, most, MAX_ROW_THREADS)
     wide = pow2_ceil(-(-vecs // VECTORS_PER_THREAD))

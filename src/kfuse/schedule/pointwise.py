@@ -125,15 +125,12 @@ class PointwiseScheduler:
         rows = rows_per_thread(layout) if waves >= 4 else 1
         if rows > 1:
             unroll = 1
-        # Vectors along a row a thread covers: its unrolled ones, or with rows a thread,
-        # ROW_GROUP_VECTORS in turn (the row loop's stride along the row).
-        along = ROW_GROUP_VECTORS if rows > 1 else unroll
         # The widest block_x (a power of two, at most `threads`) whose unrolled vectors fit
         # in a row, so that threads are not left with vectors past its end: with 32 threads
         # along a row of 32 vectors (a bf16 batch norm over 256 channels), every thread's
         # second vector was out of range and the whole kernel ran 4x slower.
         block_x = 1
-        while block_x < threads and block_x * 2 * along <= vecs_per_row:
+        while block_x < threads and block_x * 2 * unroll <= vecs_per_row:
             block_x *= 2
         block_y = max(1, threads // block_x)
         params.vectorization_factor = vector
@@ -141,7 +138,7 @@ class PointwiseScheduler:
         params.unroll_factor_outer = rows
         params.break_point = layout.rank - 1 if layout.rank > 1 else -1
         params.block_x, params.block_y = block_x, block_y
-        grid_x = max(1, min(MAX_GRID_X, -(-vecs_per_row // (block_x * along))))
+        grid_x = max(1, min(MAX_GRID_X, -(-vecs_per_row // (block_x * unroll))))
         grid_y_needed = max(1, -(-layout.n_rows // (block_y * rows)))
         params.grid_x = grid_x
         params.grid_y = min(MAX_GRID_Y, grid_y_needed)
@@ -202,10 +199,9 @@ class PointwiseScheduler:
 
 
 ROWS_PER_THREAD = 2  # measured against 4 on the NHWC instance norm backward: 68.6 against 70.4 us
-# Vectors along the row a thread with ROWS_PER_THREAD rows covers in turn: 1 (the heuristics'),
-# or 2 as the hand-written probe of those figures had it (block 16 x 8 over 256 channels,
-# 68.6 us; the heuristics' 32 x 4 measured 74.9 in the model suite): for an A/B.
-ROW_GROUP_VECTORS = 1
+# Measured and not taken (session 36, H200, bf16): a thread with ROWS_PER_THREAD rows taking
+# two vectors along the row in turn, as the hand-written probe above had it (block 16 x 8):
+# the NHWC batch and instance norms within 2% either way of one vector.
 
 
 def split_sizes_of(layout: PointwiseLayout) -> tuple[int, ...]:

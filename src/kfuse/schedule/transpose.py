@@ -19,9 +19,10 @@ Heuristics:
   strides: access_kind along B); vector_a likewise over the untiled operands with unit
   stride along A (the outputs, inputs in their order), 1 when there are none. So bf16
   takes 8-element (16-byte) accesses, float 4, double 2, where the layout allows;
-* tiles of 8 KiB of the widest tiled dtype: 64 x 64 of 2 bytes, 64 (A) x 32 (B) of 4,
-  32 x 32 of 8, 128 x 64 of 1; a side longer than its axis is cut to the axis (rounded up to
-  a power of two), the other side then grows to keep about as many elements, up to 1024
+* tiles of 8 KiB of the widest tiled dtype: 64 x 64 of 2 bytes, 32 x 32 of 8, 128 x 64 of
+  1; 16 KiB of 4 bytes, 64 x 64 (TILE_BYTES_OF_4_BYTES); a side longer than its axis is
+  cut to the axis (rounded up to a power of two), the other side then grows to keep about
+  as many elements, up to 1024
   (a bf16 [8192, 16] output of a transposed input: A has 16 elements, a 16 x 256 tile,
   there being no axis C); halved, the longer side first, while the tiles overflow 48 KiB
   of static shared memory;

@@ -17,7 +17,10 @@ _EIFMT_SVAL = 0x04
 
 def registers(cubin: bytes) -> int:
     """The registers a thread of the kernel uses."""
-    return _one(cubin, _EIATTR_REGCOUNT, "register count")
+    found = _kernel_attributes(cubin, _EIATTR_REGCOUNT)
+    if len(found) != 1:
+        raise ValueError(f"a cubin of one kernel has one register count (found {len(found)})")
+    return found[0]
 
 
 def frame_bytes(cubin: bytes) -> int:
@@ -25,13 +28,6 @@ def frame_bytes(cubin: bytes) -> int:
     stack frame of the cubin's functions (the kernel, and any subroutine ptxas kept, such as
     a division's slow path, which has a frame entry of its own)."""
     return max(_kernel_attributes(cubin, _EIATTR_FRAME_SIZE), default=0)
-
-
-def _one(cubin: bytes, attribute: int, what: str) -> int:
-    found = _kernel_attributes(cubin, attribute)
-    if len(found) != 1:
-        raise ValueError(f"a cubin of one kernel has one {what} (found {len(found)})")
-    return found[0]
 
 
 def _kernel_attributes(cubin: bytes, attribute: int) -> list[int]:

@@ -26,6 +26,11 @@ def offers_fallback(source: str) -> bool:
     return _CHOICE in source
 
 
+def chose_fallback(source: str) -> bool:
+    """Whether `source` is a fallback_source (fitted_compile returns the source it compiled)."""
+    return f"#define {MARKER} 1\n" in source
+
+
 def fallback_source(source: str) -> str:
     """`source` with its fallback chosen: MARKER defined just before its first choice (after
     the runtime header's include, which NVRTC's precompiled header needs unchanged)."""
