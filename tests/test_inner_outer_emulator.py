@@ -5,6 +5,8 @@ pinned params; plus what it declines."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,48 @@ def test_rows_held_in_shared_memory(block_y: int) -> None:
     params.smem_persistent = True
     params.block_y = block_y
     params.grid_x = 4
+    check(fd, inputs, params)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize(("rows", "block_y", "grid_x"), [(37, 1, 4), (37, 4, 3), (5, 1, 8)])
+def test_next_row_copied_during_the_output_pass(
+    monkeypatch: pytest.MonkeyPatch, prefetch: bool, rows: int, block_y: int, grid_x: int
+) -> None:
+    """Rows held in shared memory and grid-strided: each thread copies its slots of the
+    block's next row as the output pass frees them (the 16-byte inputs; the bool mask is
+    loaded when its row starts). With and without it, over blocks of one and several rows,
+    rows left over, and more blocks than rows (no next row)."""
+    from kfuse.schedule import inner_outer
+    from kfuse.schedule.registry import scheduler_for
+    from planning import gpu_info
+
+    monkeypatch.setattr(inner_outer, "PREFETCH_NEXT_ROW", prefetch)
+    with FusionDefinition() as fd:
+        x_in, g_in, w_in = (
+            fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in "xgw"
+        )
+        keep = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
+        x, g, w = (fd.ops.cast(t, DataType.Float) for t in (x_in, g_in, w_in))
+        gw = fd.ops.where(keep, fd.ops.mul(g, w), 0.0)
+        row = fd.ops.sum(fd.ops.mul(gw, x), dims=[1])
+        dx = fd.ops.sub(gw, fd.ops.mul(x, fd.ops.broadcast(row, [False, True])))
+        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
+        fd.add_output(fd.ops.sum(fd.ops.mul(g, x), dims=[0]))
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal((rows, 256)).astype(BF16) for _ in range(3)]
+    inputs.append(rng.random((rows, 256)) < 0.7)
+    info = gpu_info(fd, [a.shape for a in inputs], "h200")
+    params = scheduler_for(IO).heuristics(fd.fusion, info)
+    params.smem_persistent = True
+    params.block_y, params.grid_x = block_y, grid_x
+    main = scheduler_for(IO).kernels(fd.fusion, info, params)[0]
+    assert ("_pf" in main.name) is prefetch
+    bf16 = re.findall(r"kf::Tensor<kf::bfloat16, 2, int> in(\d)", main.source)
+    (mask,) = re.findall(r"kf::Tensor<bool, 2, int> in(\d)", main.source)
+    for i in bf16:
+        assert (f"&h{i}[" in main.source and f"in{i}, next_in{i} + i0);" in main.source) is prefetch
+    assert f"next_in{mask}" not in main.source  # loaded when its row starts
     check(fd, inputs, params)
 
 

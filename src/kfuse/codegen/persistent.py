@@ -155,6 +155,20 @@ def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     return offset + slots * plan.loop_inputs[last].val.dtype.itemsize * spec.vector
 
 
+def prefetched_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
+    """Held inputs whose slots of the block's next row are copied during this row's output
+    pass (spec.prefetch_next): those copied asynchronously (_async_ok), where every slot is
+    held in shared memory (no reloads, no cluster) and an output pass exists. A thread reads
+    only the slots it wrote, and the output pass is the last to read them: once it has read
+    a slot, the slot is free for the next row without a barrier. The others are loaded when
+    their row starts, as without the prefetch."""
+    if not (spec.prefetch_next and spec.smem_held and plan.loop_outputs):
+        return []
+    if spec.reload or spec.cluster != 1 or not spec.exact:
+        return []
+    return [i for i in held_inputs(plan, spec) if _async_ok(plan, spec, i)]
+
+
 def _held_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, b: str) -> None:
     """In shared-memory mode: read this thread's vector of slot b of every held input."""
     if not spec.smem_held:
@@ -303,7 +317,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     shared memory (_shared_memory), then per row: its coordinates, the row loaded once into
     registers or shared memory (_load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
-    suffix = spec.whole_suffix() + column_partials.name_suffix(spec) + spec.split_suffix()
+    prefetched = prefetched_inputs(plan, spec)
+    suffix = spec.whole_suffix() + ("_pf" if prefetched else "")
+    suffix += column_partials.name_suffix(spec) + spec.split_suffix()
     name = kernel_name(plan, spec, suffix)
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
@@ -342,6 +358,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         if cluster == 1
         else (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})")
     )
+    if prefetched:  # whether this thread's slots of its row were copied by the last row
+        code("bool kf_prefetched = false;")
     with row_loop(code, by, "threadIdx.y", block, blocks, spec.rows_whole):
         ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
         summed = column_partials.accumulated(spec)
@@ -350,6 +368,16 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         with code.block("if (row_ok)"):
             code.extend(decompose("row", kept, ops, code.indent))
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
+        if prefetched:
+            nexts = [f"in{i}" for i in prefetched]
+            code(
+                f"const bool next_ok = row + (Index){blocks} * {by} < n_rows;",
+                *[f"Index next_{op} = 0;" for op in nexts],
+            )
+            with code.block("if (next_ok)"):
+                code.extend(
+                    decompose(f"(row + (Index){blocks} * {by})", kept, nexts, code.indent, "next_")
+                )
         # No L2 prefetch of the next row here (prefetch.global.L2 before this row's
         # reductions, from bb6bfaa to session 34): measured on an H200 it cost the backward
         # norms of [32768, 1024] bf16 a third (RMS norm 62.3 -> 95.1 us, layer norm 70.8 ->
@@ -408,9 +436,15 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
     with code.block(f"for (int b = 0; b < {spec.held_batch}; ++b)", unroll=True):
         code(f"const Index i0 = {slot_start(spec)};")
         if spec.smem_held:
+            prefetched = prefetched_inputs(plan, spec)
             with code.block("if (row_ok)"):
                 for i in held_inputs(plan, spec):
-                    _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
+                    if i not in prefetched:
+                        _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
+                if prefetched:
+                    with code.block("if (!kf_prefetched)"):
+                        for i in prefetched:
+                            _fill_slot(code, plan, spec, i, smem_slot(spec, i, "b"))
         else:
             for i in held_inputs(plan, spec):
                 _load_in_row(code, spec, i, f"x{i}[b]")
@@ -690,6 +724,8 @@ def _store_full(
         for first, end, reloaded in slot_loops(spec):
             with _slots(code, plan, spec, first, end, reloaded):
                 _store_slot(code, plan, spec, name, reloaded, first, call_args(hoist, "fu_"))
+        if prefetched_inputs(plan, spec):
+            code("kf_prefetched = next_ok;")
 
 
 def _store_slot(
@@ -736,6 +772,12 @@ def _store_slot(
             code(
                 *[line for k in summed for line in column_partials.accumulate(spec, k, f"y{k}[j]")]
             )
+        prefetched = prefetched_inputs(plan, spec)
+        if prefetched and not reloaded:  # the slot is read (hv<i>): the next row's copy
+            with code.block("if (next_ok)"):
+                for i in prefetched:
+                    target = smem_slot(spec, i, "b")
+                    code(f"kf::copy_async(&{target}, in{i}, next_in{i} + i0);")
         with code.block(f"if ({_in_row(spec, f'i0 + {vec} <= n_red')})"):
             for k in stored:
                 at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"

@@ -25,6 +25,11 @@ def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
         # per-lane partials; Welford's two passes combine plain sums of its value type
         per *= spec.vector
         biggest = max(a.size // len(a.partial_fields) for a in accs)
+    if spec.kind == "persistent" and spec.block_x % 32 == 0:
+        # Its only use is kf::block_reduce_x, which with rows of whole warps shuffles within
+        # each warp and keeps one value a warp. Slots a thread would cost an inner-outer
+        # layer norm backward [8192, 8192] its second block an SM (2 KB over the limit).
+        per //= 32
     return max(16, per * biggest)
 
 

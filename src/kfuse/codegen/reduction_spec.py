@@ -104,6 +104,11 @@ class ReductionKernelSpec:
     # whole_suffix, not the repr. Measured on an H200: see kfuse.schedule.persistent.
     full_slots: bool = field(default=False, repr=False)
     rows_whole: bool = field(default=False, repr=False)
+    # persistent, rows held in shared memory and grid-strided: each thread copies its slots
+    # of the block's next row (asynchronously) as soon as the last pass has read them, so
+    # that the next row's loads overlap this row's outputs (kfuse.codegen.persistent
+    # prefetched_inputs). Named by emit_persistent ("_pf", where it prefetches), not the repr.
+    prefetch_next: bool = field(default=False, repr=False)
 
     def loop_rank(self, i: int) -> int:
         """The rank loop input i is passed with: the kept axes, then the row's axis or, for a

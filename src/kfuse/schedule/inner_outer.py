@@ -42,7 +42,6 @@ from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.inner_outer_split import InnerOuterSplit, split_inner_outer
 from kfuse.schedule.persistent import (
     MAX_ROW_THREADS,
-    SMEM_RESERVE,
     choose_held_row,
     held_bytes_per_element,
     held_in_shared_memory,
@@ -65,6 +64,15 @@ NAME = "inner_outer_persistent"
 BLOCK_THREADS = 256
 SMEM_ROW_VECTORS = 2
 """Vectors of a row each thread holds where the row is held in shared memory."""
+DRIVER_SMEM_PER_BLOCK = 1024
+"""Shared memory the driver reserves for each block (cudaDevAttrReservedSharedMemoryPerBlock,
+1 KB from sm_80 on), next to the block's own. Counted exactly: layer norm backward [8192, 8192]
+takes 114,816 bytes a block, two blocks an SM with 1 KB each and not with persistent's 4 KB
+SMEM_RESERVE."""
+PREFETCH_NEXT_ROW = True
+"""Rows held in shared memory copy their block's next row while the output pass runs
+(ReductionKernelSpec.prefetch_next): a block an SM otherwise leaves the memory idle from the
+reductions to the next row's loads."""
 SMEM_BLOCK_THREADS = 512
 """The most threads a row held in shared memory is spread over (_spread_over_more_threads):
 such blocks are one or two an SM. Measured on an H200 (bf16, us, 256 -> 512 threads):
@@ -157,8 +165,12 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     params = held_row_params(NAME, parts.main_layout, vector, block_x, batch, in_smem)
     params.block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(parts.main_layout.n_rows)))
     # Fewer rows a block until two blocks an SM fit in shared memory (one block reduces
-    # while the other loads), then as many blocks as run at once.
-    fits = min(device.shared_mem_per_block_optin, device.shared_mem_per_sm // 2 - SMEM_RESERVE)
+    # while the other loads), then as many blocks as run at once. block_smem counts all the
+    # block's own shared memory; the driver adds DRIVER_SMEM_PER_BLOCK to each.
+    fits = min(
+        device.shared_mem_per_block_optin,
+        device.shared_mem_per_sm // 2 - DRIVER_SMEM_PER_BLOCK,
+    )
     while True:
         spec = _main_spec(parts, params, info, check=False)
         smem = block_smem(parts.main, spec)
@@ -171,7 +183,7 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     # last 132 ran alone, a third of the kernel's time.
     per_sm = column_partials.min_blocks_per_sm(spec)
     if smem:
-        per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + SMEM_RESERVE)))
+        per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK)))
     rows = -(-parts.main_layout.n_rows // int(params.block_y))
     params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
     fill_launch_params(params, parts.main)
@@ -254,7 +266,7 @@ def _main_spec(
         column_partials.ColumnPartial(parts.split.accumulated[positions[id(r.inputs[0])]], accs[k])
         for k, r in enumerate(parts.columns.reductions)
     )
-    spec = dataclasses.replace(spec, columns=columns)
+    spec = dataclasses.replace(spec, columns=columns, prefetch_next=PREFETCH_NEXT_ROW)
     spec = dataclasses.replace(spec, columns_in_registers=column_partials.fit_in_registers(spec))
     total = block_smem(parts.main, spec)
     if check and total > info.device.shared_mem_per_block_optin:
