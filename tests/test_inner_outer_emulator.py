@@ -81,8 +81,8 @@ def test_next_row_copied_during_the_output_pass(
     monkeypatch: pytest.MonkeyPatch, prefetch: bool, rows: int, block_y: int, grid_x: int
 ) -> None:
     """Rows held in shared memory and grid-strided: each thread copies its slots of the
-    block's next row as the output pass frees them (the 16-byte inputs; the bool mask is
-    loaded when its row starts). With and without it, over blocks of one and several rows,
+    block's next row as the output pass frees them (vectors of 16 bytes, and the bool mask's
+    of 8). With and without it, over blocks of one and several rows,
     rows left over, and more blocks than rows (no next row)."""
     from kfuse.schedule import inner_outer
     from kfuse.schedule.registry import scheduler_for
@@ -109,12 +109,69 @@ def test_next_row_copied_during_the_output_pass(
     params.block_y, params.grid_x = block_y, grid_x
     main = scheduler_for(IO).kernels(fd.fusion, info, params)[0]
     assert ("_pf" in main.name) is prefetch
-    bf16 = re.findall(r"kf::Tensor<kf::bfloat16, 2, int> in(\d)", main.source)
-    (mask,) = re.findall(r"kf::Tensor<bool, 2, int> in(\d)", main.source)
-    for i in bf16:
+    held = re.findall(r"kf::Tensor<(?:kf::bfloat16|bool), 2, int> in(\d)", main.source)
+    assert len(held) == 4  # x, g, w (vectors of 16 bytes) and the mask (of 8)
+    for i in held:
         assert (f"&h{i}[" in main.source and f"in{i}, next_in{i} + i0);" in main.source) is prefetch
-    assert f"next_in{mask}" not in main.source  # loaded when its row starts
     check(fd, inputs, params)
+
+
+def dropout_norm_backward_like() -> FusionDefinition:
+    """Four row inputs (x, the gradient, a weight given full size, a bool mask), the row
+    output and two column sums, as a dropout + layer norm backward has."""
+    with FusionDefinition() as fd:
+        x_in, g_in, w_in = (
+            fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in "xgw"
+        )
+        keep = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
+        x, g, w = (fd.ops.cast(t, DataType.Float) for t in (x_in, g_in, w_in))
+        gw = fd.ops.where(keep, fd.ops.mul(g, w), 0.0)
+        row = fd.ops.sum(fd.ops.mul(gw, x), dims=[1])
+        dx = fd.ops.sub(gw, fd.ops.mul(x, fd.ops.broadcast(row, [False, True])))
+        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
+        fd.add_output(fd.ops.sum(fd.ops.mul(g, x), dims=[0]))
+        fd.add_output(fd.ops.sum(g, dims=[0]))
+    return fd
+
+
+def dropout_norm_backward_inputs(rows: int, n: int) -> list:
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal((rows, n)).astype(BF16) for _ in range(3)]
+    return [*inputs, rng.random((rows, n)) < 0.7]
+
+
+@pytest.mark.parametrize(("block_y", "reload"), [(1, 1), (1, 3), (2, 2)])
+def test_rows_held_in_part_reload_the_rest(block_y: int, reload: int) -> None:
+    """A row held in shared memory only in part (the row and the column accumulators do not
+    fit a block): each pass after the first reads the last `reload` slots again."""
+    fd = dropout_norm_backward_like()
+    inputs = dropout_norm_backward_inputs(37, 200)
+    params = schedule.compute_heuristics(fd.fusion, IO, inputs)
+    params.smem_persistent = True
+    params.block_x, params.persistent_batch_size, params.reload_batch_size = 8, 4, reload
+    params.block_y, params.grid_x = block_y, 5
+    check(fd, inputs, params)
+
+
+def test_long_rows_and_their_columns_reload_what_shared_memory_cannot_hold() -> None:
+    """On an H200, 16384 columns of four held inputs (112 KB a row) and two column sums
+    (128 KB) do not fit a block: the heuristics leave the row's last slot unheld rather than
+    decline the fusion (which ran as two kernels reading the data twice)."""
+    from kfuse.schedule.registry import scheduler_for
+    from planning import gpu_info
+
+    fd = dropout_norm_backward_like()
+    shapes = [(2048, 16384)] * 4
+    info = gpu_info(fd, shapes, "h200")
+    scheduler_for(IO).check(fd.fusion, info)
+    params = scheduler_for(IO).heuristics(fd.fusion, info)
+    assert params.smem_persistent
+    assert (params.block_x, params.persistent_batch_size, params.reload_batch_size) == (512, 4, 1)
+    main = scheduler_for(IO).kernels(fd.fusion, info, params)[0]
+    assert main.shared_mem <= info.device.shared_mem_per_block_optin
+    params.reload_batch_size = 0  # the whole row: more shared memory than a block has
+    with pytest.raises(SchedulerError, match="bytes of shared memory a block"):
+        scheduler_for(IO).kernels(fd.fusion, info, params)
 
 
 def test_column_max_and_a_row_output() -> None:

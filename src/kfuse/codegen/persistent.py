@@ -166,7 +166,15 @@ def prefetched_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[in
         return []
     if spec.reload or spec.cluster != 1 or not spec.exact:
         return []
-    return [i for i in held_inputs(plan, spec) if _async_ok(plan, spec, i)]
+    return [i for i in held_inputs(plan, spec) if _prefetch_ok(plan, spec, i)]
+
+
+def _prefetch_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
+    """Whether input i's slots of the next row can be copied asynchronously: vectors
+    contiguous along the row of 16 bytes (as _async_ok), or of 8 or 4 (a dropout's bool
+    mask: loaded when its row starts, its loads were the row's wait)."""
+    size = plan.loop_inputs[i].val.dtype.itemsize * spec.vector
+    return spec.loop_kinds[i] == VEC and size in (4, 8, 16)
 
 
 def _held_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, b: str) -> None:
@@ -448,7 +456,10 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
         else:
             for i in held_inputs(plan, spec):
                 _load_in_row(code, spec, i, f"x{i}[b]")
-    if spec.smem_held and any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec)):
+    copied = prefetched_inputs(plan, spec) + [
+        i for i in held_inputs(plan, spec) if _async_ok(plan, spec, i)
+    ]
+    if spec.smem_held and copied:
         code("kf::copy_async_wait();")
 
 

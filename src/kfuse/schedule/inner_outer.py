@@ -41,10 +41,8 @@ from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.inner_outer_split import InnerOuterSplit, split_inner_outer
 from kfuse.schedule.persistent import (
-    MAX_ROW_THREADS,
     choose_held_row,
     held_bytes_per_element,
-    held_in_shared_memory,
     held_row_params,
     persistent_spec,
 )
@@ -177,6 +175,8 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
         if smem <= fits or params.block_y == 1:
             break
         params.block_y = int(params.block_y) // 2
+    if in_smem and smem > device.shared_mem_per_block_optin:
+        spec, smem = _reload_until_it_fits(parts, params, info)
     # The blocks an SM that the launch bound's registers guarantee, no more: the blocks past
     # what runs at once start only when a first block has done all its rows. The RMS norm
     # backward (76 registers, 3 blocks of 256 an SM) had 528 blocks, 396 at once, and its
@@ -190,41 +190,66 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     return params
 
 
+RELOAD_L2_SHARE = 2
+"""At most 1/RELOAD_L2_SHARE of L2 goes to the reloaded slots of the rows in flight (one
+row a block), so that the later passes find them there."""
+
+
+def _reload_until_it_fits(parts: Parts, params: Any, info: RuntimeInfo) -> tuple[Any, int]:
+    """(spec, block shared memory) with the fewest of the row's last slots left unheld
+    (reload_batch_size: every pass after the first reads them again, from L2) that make the
+    held row and the column accumulators fit one block: a dropout + layer norm backward of
+    16384 columns holds five inputs (147 KB a row) next to 128 KB of column accumulators.
+    Rejection where none does, or where the reloaded parts of the rows in flight would not
+    stay in L2."""
+    device = info.device
+    batch = int(params.persistent_batch_size)
+    for reload in range(1, batch):
+        params.reload_batch_size = reload
+        spec = _main_spec(parts, params, info, check=False)
+        smem = block_smem(parts.main, spec)
+        if smem <= device.shared_mem_per_block_optin:
+            break
+    else:
+        raise Rejection("the column accumulators leave no room for a held part of the row")
+    slot_bytes = held_bytes_per_element(parts.main, parts.main_layout) * spec.vector
+    per_sm = max(1, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK))
+    reloaded = device.sm_count * per_sm * reload * spec.block_x * slot_bytes
+    if reloaded > device.l2_cache_bytes // RELOAD_L2_SHARE:
+        raise Rejection(
+            f"the reloaded parts of the rows in flight ({reloaded} bytes) would not stay in L2"
+        )
+    return spec, smem
+
+
 def _choose(parts: Parts, device: Any) -> tuple[int, int, int, bool]:
-    """(vector, threads per row, batch, held in shared memory) as inner_persistent holds
-    the row, whole (a row it would hold only in part, or over a cluster, is declined)."""
+    """(vector, threads per row, batch, held in shared memory): as inner_persistent holds
+    the row where it holds it whole in one block; else in shared memory, its batch the whole
+    row's, of which _heuristics leaves the last slots unheld where the block's shared memory
+    runs out (_reload_until_it_fits: a row split over a cluster is never taken)."""
     try:
         vector, block_x, batch, in_smem, reload, cluster = choose_held_row(
             parts.main, parts.main_layout, device, False
         )
     except Rejection:
         # Too many held values for registers (a dropout's backward holds five inputs): in
-        # shared memory, whole.
-        held = _held_whole_in_shared_memory(parts, device)
-        if held is None:
-            raise
-        vector, block_x, batch, in_smem = held
+        # shared memory.
+        vector, block_x, batch, in_smem = _in_shared_memory(parts)
         reload, cluster = 0, 1
     if reload or cluster != 1:
-        raise Rejection(
-            f"a row of {parts.main_layout.red_size} elements is too long to hold whole "
-            "in one block next to its column accumulators"
-        )
+        vector, block_x, batch, in_smem = _in_shared_memory(parts)
     if in_smem:
         block_x, batch = _spread_over_more_threads(block_x, batch)
     return vector, block_x, batch, in_smem
 
 
-def _held_whole_in_shared_memory(parts: Parts, device: Any) -> tuple[int, int, int, bool] | None:
-    """(vector, threads per row, batch, True) holding the row whole in shared memory, or None."""
+def _in_shared_memory(parts: Parts) -> tuple[int, int, int, bool]:
+    """(vector, threads per row, batch, True): the whole row in shared memory, one vector a
+    thread until _spread_over_more_threads spreads it."""
     layout = parts.main_layout
     vector = pick_vector(layout, layout.rank - 1, layout.red_size)
     vecs = max(1, -(-layout.red_size // vector))
-    slot_bytes = held_bytes_per_element(parts.main, layout) * vector
-    held = held_in_shared_memory(vecs, slot_bytes, device, MAX_ROW_THREADS)
-    if held is None or held[2]:  # none, or only in part
-        return None
-    return vector, held[0], held[1], True
+    return vector, 1, vecs, True
 
 
 def _spread_over_more_threads(block_x: int, batch: int) -> tuple[int, int]:
@@ -247,12 +272,17 @@ def _stored_outputs(parts: Parts) -> list[int]:
 
 
 def _check_params(params: Any) -> None:
-    for name, want in (("reload_batch_size", 0), ("cluster_size", 1)):
-        if getattr(params, name) != want:
-            raise SchedulerError(
-                f"{NAME} holds whole rows in one block: ReductionParams.{name} must be "
-                f"{want!r} (got {getattr(params, name)!r})"
-            )
+    if int(params.cluster_size) != 1:
+        raise SchedulerError(
+            f"{NAME} holds whole rows in one block: ReductionParams.cluster_size must be 1 "
+            f"(got {params.cluster_size!r})"
+        )
+    if int(params.reload_batch_size) and not params.smem_persistent:
+        raise SchedulerError(
+            f"{NAME} reloads part of a row only where the rest is held in shared memory: "
+            f"ReductionParams.reload_batch_size must be 0 with smem_persistent False "
+            f"(got {params.reload_batch_size!r})"
+        )
 
 
 def _main_spec(

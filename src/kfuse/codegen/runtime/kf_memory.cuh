@@ -102,18 +102,27 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
   *reinterpret_cast<Vec<T, V>*>(p) = v;
 }
 
-// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80
-// and later). The copy is complete for the issuing thread after copy_async_wait().
+// A vector of 16, 8 or 4 bytes from global to shared memory without passing through
+// registers (cp.async, sm_80 and later): 16 bytes through L2 only (.cg), the smaller ones
+// through L1 (.ca, the only form of those sizes). The copy is complete for the issuing thread
+// after copy_async_wait().
 template <typename T, int V, int N, typename Index, typename Off>
 __device__ __forceinline__ void copy_async(Vec<T, V>* dst, const Tensor<T, N, Index>& t,
                                            Off off) {
-  static_assert(sizeof(Vec<T, V>) == 16, "kf::copy_async moves 16-byte vectors");
+  static_assert(sizeof(Vec<T, V>) == 16 || sizeof(Vec<T, V>) == 8 || sizeof(Vec<T, V>) == 4,
+                "kf::copy_async moves vectors of 16, 8 or 4 bytes");
   KF_BOUNDS_(t, off, V);
 #if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
   unsigned s;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(t.data + off)
-               : "memory");
+  if (sizeof(Vec<T, V>) == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(t.data + off)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(t.data + off),
+                 "n"((int)sizeof(Vec<T, V>))
+                 : "memory");
+  }
 #else
   *dst = load_vec<V>(t.data + off);
 #endif
