@@ -451,6 +451,11 @@ def finalize_threads_y(parts: int) -> int:
     return y
 
 
+def finalize_y(spec: ReductionKernelSpec) -> int:
+    """The finalize kernel's threadIdx.y extent: the spec's, else finalize_threads_y's."""
+    return spec.finalize_y or finalize_threads_y(spec.grid_parts)
+
+
 def finalize_threads_x(n_rows: int, sm_count: int) -> int:
     """Kept elements a finalize block takes: FINALIZE_X, halved (down to FINALIZE_MIN_X)
     while the blocks would be fewer than the SMs. A batch norm over 256 channels combined
@@ -472,8 +477,9 @@ def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, 
     their results are combined over threadIdx.y in a fixed tree (combine_over_y), so
     results stay deterministic.
     """
-    fx, fy, batch = spec.finalize_x, finalize_threads_y(spec.grid_parts), FINALIZE_BATCH
-    name = kernel_name(plan, spec, "_fin" if fx == FINALIZE_X else f"_fin{fx}")
+    fx, fy, batch = spec.finalize_x, finalize_y(spec), FINALIZE_BATCH
+    suffix = ("_fin" if fx == FINALIZE_X else f"_fin{fx}") + (f"y{fy}" if spec.finalize_y else "")
+    name = kernel_name(plan, spec, suffix)
     rank, parts = spec.rank, spec.grid_parts
     kept = range(rank - 1)
     accs = accumulators(plan)
@@ -604,4 +610,5 @@ __all__ = [
     "FINALIZE_X",
     "finalize_threads_x",
     "finalize_threads_y",
+    "finalize_y",
 ]

@@ -74,6 +74,10 @@ class ReductionKernelSpec:
     # kfuse.codegen.reduction.finalize_threads_x). Not in the repr: emit_finalize names a
     # kernel with another value by a suffix, so the others keep their names.
     finalize_x: int = field(default=FINALIZE_X, repr=False)
+    # grid_parts > 1: threads sharing a kept element's partials (threadIdx.y); 0 for
+    # kfuse.codegen.reduction.finalize_threads_y's. Not in the repr: emit_finalize names a
+    # kernel with another value by a suffix.
+    finalize_y: int = field(default=0, repr=False)
     # persistent, inner_outer_persistent: main outputs accumulated per column instead of
     # stored (kfuse.codegen.column_partials.ColumnPartial). Left out of the repr, so the
     # other kernels' names stay as they were; column_partials.name_suffix names them.

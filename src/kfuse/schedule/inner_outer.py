@@ -27,7 +27,7 @@ from typing import Any
 
 from kfuse.codegen import column_partials
 from kfuse.codegen.persistent import emit_persistent, smem_bytes_held
-from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y
+from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y, finalize_y
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
@@ -154,7 +154,10 @@ class InnerOuterPersistentScheduler:
         _check_params(params)
         spec = _main_spec(parts, params, info)
         ws = workspace_operands(parts.columns, _int(params, "grid_x"), parts.column_layout.n_rows)
-        return [_main_kernel(parts, spec, params, ws), _finalize_kernel(parts, spec, params, ws)]
+        return [
+            _main_kernel(parts, spec, params, ws),
+            _finalize_kernel(parts, spec, params, ws, info.device),
+        ]
 
 
 def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
@@ -331,7 +334,9 @@ def _main_kernel(parts: Parts, spec: ReductionKernelSpec, params: Any, ws: list[
     return GeneratedKernel(name, source, grid, block, smem, ops, NAME, spec)
 
 
-def _finalize_kernel(parts: Parts, main: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:
+def _finalize_kernel(
+    parts: Parts, main: ReductionKernelSpec, params: Any, ws: list[Any], device: Any
+) -> Any:
     """The reduction scheduler's finalize kernel over the column side: `grid_x` partials a
     column."""
     from kfuse.runtime.launch import GeneratedKernel, InputOperand, WorkspaceOperand
@@ -349,6 +354,7 @@ def _finalize_kernel(parts: Parts, main: ReductionKernelSpec, params: Any, ws: l
         (),
         (),
         launch_bounds=main.launch_bounds,
+        finalize_y=_finalize_y(_int(params, "grid_x"), layout.n_rows, device),
     )
     source, name = emit_finalize(parts.columns, spec)
     ops = operand_list(parts.columns, layout, loop=False, row=True, workspace=ws)
@@ -358,8 +364,25 @@ def _finalize_kernel(parts: Parts, main: ReductionKernelSpec, params: Any, ws: l
     ops[0] = WorkspaceOperand(0, 0, 0, layout.sizes, (0,) * layout.rank)
     ops = _to_parent(parts, ops, outputs=parts.split.column_outputs)
     grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)
-    block = (FINALIZE_X, finalize_threads_y(spec.grid_parts), 1)
+    block = (FINALIZE_X, finalize_y(spec), 1)
     return GeneratedKernel(name, source, grid, block, 0, ops, NAME, spec)
+
+
+FINALIZE_THREADS_PER_SM = 1024
+"""Threads an SM the finalize kernel's grid may count on (its blocks of 1024 threads ran one an
+SM, by their registers)."""
+
+
+def _finalize_y(parts: int, columns: int, device: Any) -> int:
+    """Threads sharing a column's partials in the finalize kernel: finalize_threads_y's, fewer
+    (down to 4) while its blocks would not run in one wave. A layer norm backward [8192, 8192]
+    had 264 partials of 8192 columns, 2 x 8192 floats each: 256 blocks of 32 x 32 threads ran
+    one an SM (47 registers) in two waves, 7.7 us."""
+    fy = finalize_threads_y(parts)
+    blocks = -(-columns // FINALIZE_X)
+    while fy > 4 and blocks * FINALIZE_X * fy > device.sm_count * FINALIZE_THREADS_PER_SM:
+        fy //= 2
+    return 0 if fy == finalize_threads_y(parts) else fy
 
 
 def _to_parent(parts: Parts, ops: list[Any], outputs: tuple[int, ...]) -> list[Any]:

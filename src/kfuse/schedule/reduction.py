@@ -230,6 +230,12 @@ was issue-bound at 40% of copy on an H200 (Nsight Compute: 68% SM throughput, 42
 with 32 bytes a thread, and the epilogue sharing the loads' decomposition, it went from
 312.5 to 220.5 us."""
 
+OUTER_ROWS_ONE_THREAD = 64
+"""Outer Welford reductions of at most this many rows whose column groups alone make a block
+of 256 for every SM take each column's rows in one thread (block_y 1), with no combine through
+shared memory: an NHWC instance norm's statistics over [256, 7, 7, 2048] (49 rows, 131072
+column groups) spent its time in three rounds of Welford combines over 8 threads a column."""
+
 OUTER_WAVES = 2
 """Waves of blocks an outer reduction's split aims for (one wave left SMs idle at its end)."""
 OUTER_MIN_BLOCKS_PER_SM = 2
@@ -304,7 +310,10 @@ def _outer_heuristics(
     # 256-thread blocks, each thread loading 8 reduced rows before it adds them, and the
     # reduced axis split over about two waves of blocks: on an H200, W3 (fp32 [16384, 16384],
     # sum over dim 0) went from 99.4% of copy (512 threads, 4 rows, one wave) to 104.6%.
-    if n_red <= SHORT_OUTER_ROWS:
+    welford = any(a.welford for a in accs)
+    if n_red <= SHORT_OUTER_ROWS or (
+        welford and n_red <= OUTER_ROWS_ONE_THREAD and cols >= device.sm_count * 256
+    ):
         block_x, block_y = min(256, pow2_ceil(cols)), 1
     else:
         block_x = min(32, pow2_ceil(cols))
