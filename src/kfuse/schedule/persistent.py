@@ -147,7 +147,11 @@ SHORT_ROW_THREADS = 32
 slots (fewest_idle_threads), up to twice the vectors a thread holds within HELD_WORDS_TARGET:
 an H200 instance norm forward over NCHW [256, 2048, 7, 7] bf16 (rows of 49, one element a
 load) took 94.6 us with 16 threads of 4 (64 slots) and 80.2 us with 8 of 7 (56 slots;
-torch.compile 104.4)."""
+torch.compile 104.4). Measured and not taken (session 37, that row 56.9 us as is): 4 threads
+of 13 94.4 us, 2 of 25 193.2 (a warp's loads then touch more rows); the block's 16 rows moved
+as one run in 16-byte vectors through shared memory (benchmarks/results/2026-12-04g/
+spans-experiment.patch) 75.3 us, its backward 77.9 -> 97.0: the same bytes in flight a
+thread, and three barriers a block."""
 
 
 def kept_stages(
