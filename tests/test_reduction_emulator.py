@@ -416,3 +416,29 @@ def test_an_input_constant_along_the_reduced_rows_is_loaded_once(
     found = re.search(r"kfuse_outer_[0-9a-f]+_([vc]{3})\b", source)
     assert found and sorted(found.group(1)) == ["c", "v", "v"]
     assert f"xc{found.group(1).index('c')}[0]" in source
+
+
+@pytest.mark.parametrize(("rows", "one_thread"), [(49, True), (64, True), (65, False)])
+def test_short_welford_outer_reductions_take_a_column_in_one_thread(
+    monkeypatch: pytest.MonkeyPatch, rows: int, one_thread: bool
+) -> None:
+    """var_mean over the middle axis of [N, rows, C] (an NHWC instance norm's statistics)
+    with enough column groups for a block of 256 every SM: up to OUTER_ROWS_ONE_THREAD
+    rows, each thread takes all of its columns' rows (block_y 1, no combine of Welford
+    states through shared memory); longer ones keep rows of threads. Against the reference
+    on the emulator, with the H200's SM count."""
+    from kfuse.schedule import reduction
+
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    columns = 132 * 256 * 4 // 16  # 132 x 256 column groups of 4 in 16 batches
+    inputs = [rand((16, rows, columns), seed=2) + 3]
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, inputs)
+    assert not hp.fastest_dim_reduction
+    assert (hp.block_y == 1) is one_thread
+    assert rows > reduction.SHORT_OUTER_ROWS  # not the short-rows rule's case
+    check(fd, inputs)

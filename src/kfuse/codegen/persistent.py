@@ -456,10 +456,8 @@ def _load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> No
         else:
             for i in held_inputs(plan, spec):
                 _load_in_row(code, spec, i, f"x{i}[b]")
-    copied = prefetched_inputs(plan, spec) + [
-        i for i in held_inputs(plan, spec) if _async_ok(plan, spec, i)
-    ]
-    if spec.smem_held and copied:
+    copied = any(_async_ok(plan, spec, i) for i in held_inputs(plan, spec))
+    if spec.smem_held and (copied or prefetched_inputs(plan, spec)):
         code("kf::copy_async_wait();")
 
 
