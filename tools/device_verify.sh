@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call verifying the working tree's kernels as a closing note needs them: build,
+# `pytest -m gpu` (and the profiler's tests), a GPU campaign of every kind, the whole model
+# suite (every size, each kernel profiled, its charts) and W1-W6 against torch.compile.
+#
+#   KFUSE_COMMIT=<sha> tools/device_verify.sh     (about 450 s on an H200; ~60 s more to start)
+#
+# A device call returns at most 8 files, so the steps' logs go to a scratch folder and $OUT
+# gets: check.txt (the build and test steps' summary), gpu-tests.log, campaign.txt,
+# campaign-summary.json, models.json, models.log, models-charts.tgz, bench-w1-w6.json. The
+# output ends with each part's summary lines. KFUSE_VERIFY_CAMPAIGN_S (default 45) is the
+# campaign's budget.
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+REAL="${OUT:-/tmp/kfuse-device-logs}"
+mkdir -p "$REAL"
+export KFUSE_COMMIT="${KFUSE_COMMIT:-unknown}" PYTHONUNBUFFERED=1
+logs="$(mktemp -d)"
+OUT="$logs" KFUSE_LOG_TAIL=8 KFUSE_GPU_TEST_TIMEOUT=200 KFUSE_PROFILER_TEST_TIMEOUT=80 \
+    bash tools/device_check.sh true > "$REAL/check.txt" 2>&1
+tail -n 10 "$REAL/check.txt"
+cp "$logs/gpu-tests.log" "$REAL/" 2>/dev/null && grep -E "passed|failed" "$REAL/gpu-tests.log" | tail -n 2
+# device_check installed kfuse into its private site (tools/device_check.sh)
+export PYTHONPATH="${KFUSE_SITE:-/tmp/kfuse-site}${PYTHONPATH:+:$PYTHONPATH}"
+budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
+(cd /tmp && timeout $((budget + 20)) python3 -m kfuse campaign --device cuda --budget "$budget" \
+    --out "$logs/campaign" > "$REAL/campaign.txt" 2>&1)
+tail -n 2 "$REAL/campaign.txt"
+cp "$logs/campaign/summary.json" "$REAL/campaign-summary.json" 2>/dev/null
+KFUSE_MODELS_QUICK= KFUSE_MODELS_TIMEOUT=230 KFUSE_MODELS_BUDGET=210 OUT="$REAL" \
+    bash tools/device_models.sh | tail -n 22
+timeout 60 python3 benchmarks/run.py --only W1,W2,W3,W4,W5,W6 --peers "kfuse,torch.compile" \
+    --json "$REAL/bench-w1-w6.json" 2>&1 | grep -E "^  W[1-6] "
