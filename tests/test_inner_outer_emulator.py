@@ -75,6 +75,32 @@ def test_rows_held_in_shared_memory(block_y: int) -> None:
     check(fd, inputs, params)
 
 
+def dropout_norm_backward_like(bias_sum: bool = True) -> FusionDefinition:
+    """Four row inputs (x, the gradient, a weight given full size, a bool mask), the row
+    output and two column sums (one without bias_sum), as a dropout + layer norm backward
+    has."""
+    with FusionDefinition() as fd:
+        x_in, g_in, w_in = (
+            fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in "xgw"
+        )
+        keep = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
+        x, g, w = (fd.ops.cast(t, DataType.Float) for t in (x_in, g_in, w_in))
+        gw = fd.ops.where(keep, fd.ops.mul(g, w), 0.0)
+        row = fd.ops.sum(fd.ops.mul(gw, x), dims=[1])
+        dx = fd.ops.sub(gw, fd.ops.mul(x, fd.ops.broadcast(row, [False, True])))
+        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
+        fd.add_output(fd.ops.sum(fd.ops.mul(g, x), dims=[0]))
+        if bias_sum:
+            fd.add_output(fd.ops.sum(g, dims=[0]))
+    return fd
+
+
+def dropout_norm_backward_inputs(rows: int, n: int) -> list:
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal((rows, n)).astype(BF16) for _ in range(3)]
+    return [*inputs, rng.random((rows, n)) < 0.7]
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 @pytest.mark.parametrize(("rows", "block_y", "grid_x"), [(37, 1, 4), (37, 4, 3), (5, 1, 8)])
 def test_next_row_copied_during_the_output_pass(
@@ -89,20 +115,8 @@ def test_next_row_copied_during_the_output_pass(
     from planning import gpu_info
 
     monkeypatch.setattr(inner_outer, "PREFETCH_NEXT_ROW", prefetch)
-    with FusionDefinition() as fd:
-        x_in, g_in, w_in = (
-            fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in "xgw"
-        )
-        keep = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
-        x, g, w = (fd.ops.cast(t, DataType.Float) for t in (x_in, g_in, w_in))
-        gw = fd.ops.where(keep, fd.ops.mul(g, w), 0.0)
-        row = fd.ops.sum(fd.ops.mul(gw, x), dims=[1])
-        dx = fd.ops.sub(gw, fd.ops.mul(x, fd.ops.broadcast(row, [False, True])))
-        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
-        fd.add_output(fd.ops.sum(fd.ops.mul(g, x), dims=[0]))
-    rng = np.random.default_rng(5)
-    inputs = [rng.standard_normal((rows, 256)).astype(BF16) for _ in range(3)]
-    inputs.append(rng.random((rows, 256)) < 0.7)
+    fd = dropout_norm_backward_like(bias_sum=False)
+    inputs = dropout_norm_backward_inputs(rows, 256)
     info = gpu_info(fd, [a.shape for a in inputs], "h200")
     params = scheduler_for(IO).heuristics(fd.fusion, info)
     params.smem_persistent = True
@@ -114,30 +128,6 @@ def test_next_row_copied_during_the_output_pass(
     for i in held:
         assert (f"&h{i}[" in main.source and f"in{i}, next_in{i} + i0);" in main.source) is prefetch
     check(fd, inputs, params)
-
-
-def dropout_norm_backward_like() -> FusionDefinition:
-    """Four row inputs (x, the gradient, a weight given full size, a bool mask), the row
-    output and two column sums, as a dropout + layer norm backward has."""
-    with FusionDefinition() as fd:
-        x_in, g_in, w_in = (
-            fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in "xgw"
-        )
-        keep = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
-        x, g, w = (fd.ops.cast(t, DataType.Float) for t in (x_in, g_in, w_in))
-        gw = fd.ops.where(keep, fd.ops.mul(g, w), 0.0)
-        row = fd.ops.sum(fd.ops.mul(gw, x), dims=[1])
-        dx = fd.ops.sub(gw, fd.ops.mul(x, fd.ops.broadcast(row, [False, True])))
-        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
-        fd.add_output(fd.ops.sum(fd.ops.mul(g, x), dims=[0]))
-        fd.add_output(fd.ops.sum(g, dims=[0]))
-    return fd
-
-
-def dropout_norm_backward_inputs(rows: int, n: int) -> list:
-    rng = np.random.default_rng(5)
-    inputs = [rng.standard_normal((rows, n)).astype(BF16) for _ in range(3)]
-    return [*inputs, rng.random((rows, n)) < 0.7]
 
 
 @pytest.mark.parametrize(("block_y", "reload"), [(1, 1), (1, 3), (2, 2)])

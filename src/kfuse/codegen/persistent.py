@@ -173,8 +173,7 @@ def _prefetch_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool
     """Whether input i's slots of the next row can be copied asynchronously: vectors
     contiguous along the row of 16 bytes (as _async_ok), or of 8 or 4 (a dropout's bool
     mask: loaded when its row starts, its loads were the row's wait)."""
-    size = plan.loop_inputs[i].val.dtype.itemsize * spec.vector
-    return spec.loop_kinds[i] == VEC and size in (4, 8, 16)
+    return _copied_vector_bytes(plan, spec, i) in (4, 8, 16)
 
 
 def _held_views(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, b: str) -> None:
@@ -512,7 +511,14 @@ def _async_ok(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> bool:
     contiguous along the row). Copies that bypass registers leave the loads of the whole
     held row in flight at once; measured on an H200 (bf16 softmax), they took rows of 16384
     from 91% to 94% of copy, 32768 from 86% to 91% and 65536 from 77% to 82%."""
-    return spec.loop_kinds[i] == VEC and plan.loop_inputs[i].val.dtype.itemsize * spec.vector == 16
+    return _copied_vector_bytes(plan, spec, i) == 16
+
+
+def _copied_vector_bytes(plan: ReductionPlan, spec: ReductionKernelSpec, i: int) -> int:
+    """The bytes of input i's vectors where they are contiguous along the row (VEC), else 0."""
+    if spec.loop_kinds[i] != VEC:
+        return 0
+    return plan.loop_inputs[i].val.dtype.itemsize * spec.vector
 
 
 def _fill_slot(

@@ -191,11 +191,17 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     # last 132 ran alone, a third of the kernel's time.
     per_sm = column_partials.min_blocks_per_sm(spec)
     if smem:
-        per_sm = max(1, min(per_sm, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK)))
+        per_sm = min(per_sm, _blocks_by_shared_memory(smem, device))
     rows = -(-parts.main_layout.n_rows // int(params.block_y))
     params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
     fill_launch_params(params, parts.main)
     return params
+
+
+def _blocks_by_shared_memory(smem: int, device: Any) -> int:
+    """Blocks of `smem` bytes of their own (block_smem) that an SM's shared memory holds, at
+    least one."""
+    return max(1, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK))
 
 
 RELOAD_L2_SHARE = 2
@@ -221,7 +227,7 @@ def _reload_until_it_fits(parts: Parts, params: Any, info: RuntimeInfo) -> tuple
     else:
         raise Rejection("the column accumulators leave no room for a held part of the row")
     slot_bytes = held_bytes_per_element(parts.main, parts.main_layout) * spec.vector
-    per_sm = max(1, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK))
+    per_sm = _blocks_by_shared_memory(smem, device)
     reloaded = device.sm_count * per_sm * reload * spec.block_x * slot_bytes
     if reloaded > device.l2_cache_bytes // RELOAD_L2_SHARE:
         raise Rejection(
