@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kfuse.codegen.kernel import Code
+from kfuse.codegen.reduction_loads import DYNAMIC_SMEM_ALIGN
 from kfuse.codegen.reduction_spec import Accumulator, ReductionKernelSpec
 
 
@@ -127,7 +128,7 @@ def declare(code: Code, spec: ReductionKernelSpec, offset: int) -> None:
     if not spec.columns:
         return
     if not spec.smem_held:
-        code("extern __shared__ __align__(16) unsigned char kf_held[];")
+        code(f"extern __shared__ __align__({DYNAMIC_SMEM_ALIGN}) unsigned char kf_held[];")
     for m, c in enumerate(spec.columns):
         code(f"{c.acc.ctype}* const cs{m} = reinterpret_cast<{c.acc.ctype}*>(kf_held + {offset});")
         offset += _region(spec, c)

@@ -60,7 +60,7 @@ from kfuse.codegen.reduction_functions import (
     streamed_inputs,
     tensor_params,
 )
-from kfuse.codegen.reduction_loads import smem_bytes
+from kfuse.codegen.reduction_loads import DYNAMIC_SMEM_ALIGN, smem_bytes
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
     ReductionKernelSpec,
@@ -420,7 +420,7 @@ def _shared_memory(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -
             f"const Index kf_rank = (Index)(blockIdx.x % {spec.cluster});",
         )
     if spec.smem_held:
-        code("extern __shared__ __align__(16) unsigned char kf_held[];")
+        code(f"extern __shared__ __align__({DYNAMIC_SMEM_ALIGN}) unsigned char kf_held[];")
         for i, offset in smem_regions(plan, spec):
             vtype = f"kf::Vec<{plan.loop_inputs[i].val.dtype.cuda_type}, {spec.vector}>"
             code(f"{vtype}* const h{i} = reinterpret_cast<{vtype}*>(kf_held + {offset});")
