@@ -12,10 +12,11 @@ outputs.
 ReductionParams ("inner_outer_persistent") are read as inner_persistent reads them, with whole
 rows in one block (reload_batch_size 0, cluster_size 1); grid_x is also the number of
 partials per column. Heuristics: the row held as inner_persistent holds it (registers, or
-shared memory for long rows or many inputs: then spread over up to BLOCK_THREADS threads,
-SMEM_ROW_VECTORS vectors each, under a 64-register bound), rows per block to make
-BLOCK_THREADS threads (fewer where the block's shared memory would not fit), and as many
-blocks as run at once (as the launch bound's registers and the shared memory allow),
+shared memory for long rows or many inputs: then spread over up to SMEM_BLOCK_THREADS
+threads, SMEM_ROW_VECTORS vectors each, under a 64-register bound; but in registers by those
+threads where shared memory would run one block an SM and they fit ROW_REGISTER_WORDS), rows
+per block to make BLOCK_THREADS threads (fewer where the block's shared memory would not fit),
+and as many blocks as run at once (as the launch bound's registers and the shared memory allow),
 grid-strided over the rows: each block's rows share one partial, so more blocks mean more
 partials to write and combine.
 """
@@ -85,6 +86,20 @@ dropout + layer norm backward [8192, 8192] 412.2 -> 329.1, layer norm backward 2
 1024 threads some went further (277.7 us for the first) and others back (177.5 us for the
 RMS norm of 8192). Rows held in registers keep BLOCK_THREADS: 512 made the RMS norm
 backward of [32768, 1024] 62.4 -> 83.5 us."""
+
+ROW_REGISTER_WORDS = 48
+"""A row held in shared memory whose blocks run one an SM (its column sums take the rest of
+the SM's shared memory) is held in registers instead, by the same threads, where a thread's
+slots take at most this many 32-bit registers: copied through shared memory, each row costs
+that one block's SM as many shared memory accesses again as the column sums. Measured on an
+H200 (session 38, bf16, whole calls, us, in shared memory -> in registers): one block an SM:
+layer norm backward [2048, 16384] (512 threads of 4 vectors, 48 words) 90.1 -> 77.4, RMS
+norm backward 74.5 -> 69.1, dropout + layer norm backward [8192, 8192] (512 of 2, 36 words)
+277.6 -> 207.9; and where shared memory ran more blocks an SM, which registers do not:
+RMS norm backward [8192, 8192] (2 blocks) 110.5 -> 134.1, dropout + RMS norm backward
+194.6 -> 199.1, layer norm backward 153.1 -> 148.5, dropout + RMS norm backward [16384,
+4096] (4 blocks of 256 -> 3) 193.9 -> 187.9, dropout + layer norm backward (3 blocks, 36
+words, 32 bytes a thread spilled) 214.2 -> 222.7."""
 
 
 class Parts:
@@ -166,8 +181,20 @@ class InnerOuterPersistentScheduler:
 
 
 def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
+    vector, block_x, batch, in_smem = _choose(parts, info.device)
+    params, per_sm = _held_row_launch(parts, info, vector, block_x, batch, in_smem)
+    if in_smem and per_sm == 1:
+        words = -(-batch * vector * held_bytes_per_element(parts.main, parts.main_layout) // 4)
+        if words <= ROW_REGISTER_WORDS:  # see ROW_REGISTER_WORDS
+            params, per_sm = _held_row_launch(parts, info, vector, block_x, batch, False)
+    return params
+
+
+def _held_row_launch(
+    parts: Parts, info: RuntimeInfo, vector: int, block_x: int, batch: int, in_smem: bool
+) -> tuple[Any, int]:
+    """(params, blocks an SM) for rows held so."""
     device = info.device
-    vector, block_x, batch, in_smem = _choose(parts, device)
     params = held_row_params(NAME, parts.main_layout, vector, block_x, batch, in_smem)
     params.block_y = max(1, min(BLOCK_THREADS // block_x, pow2_ceil(parts.main_layout.n_rows)))
     # Fewer rows a block until two blocks an SM fit in shared memory (one block reduces
@@ -195,7 +222,7 @@ def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     rows = -(-parts.main_layout.n_rows // int(params.block_y))
     params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
     fill_launch_params(params, parts.main)
-    return params
+    return params, per_sm
 
 
 def _blocks_by_shared_memory(smem: int, device: Any) -> int:
