@@ -42,6 +42,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.inner_outer_split import InnerOuterSplit, split_inner_outer
 from kfuse.schedule.persistent import (
+    DRIVER_SMEM_PER_BLOCK,
     choose_held_row,
     held_bytes_per_element,
     held_row_params,
@@ -63,11 +64,6 @@ NAME = "inner_outer_persistent"
 BLOCK_THREADS = 256
 SMEM_ROW_VECTORS = 2
 """Vectors of a row each thread holds where the row is held in shared memory."""
-DRIVER_SMEM_PER_BLOCK = 1024
-"""Shared memory the driver reserves for each block (cudaDevAttrReservedSharedMemoryPerBlock,
-1 KB from sm_80 on), next to the block's own. Counted exactly: layer norm backward [8192, 8192]
-takes 114,816 bytes a block, two blocks an SM with 1 KB each and not with persistent's 4 KB
-SMEM_RESERVE."""
 PREFETCH_NEXT_ROW = True
 """Rows held in shared memory copy their block's next row while the output pass runs
 (ReductionKernelSpec.prefetch_next): a block an SM otherwise leaves the memory idle from the
