@@ -164,7 +164,7 @@ def main(argv: Sequence[str]) -> int:
     print(f"summary: {campaign.out / 'summary.json'}")
     print(summary.time_line())
     print(summary.final_line())
-    return 0 if summary.failed == 0 else 1
+    return 0 if summary.clean else 1
 
 
 def _campaign(argv: list[str]) -> tuple[Any, int | None]:

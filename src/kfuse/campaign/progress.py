@@ -51,6 +51,10 @@ class Progress:
             f"{record['outcome']} in a {record['kind']} fusion: "
             f"{record['message'].splitlines()[0][:200]}\n  repro: {record['repro']}"
         )
+        self.note(text)
+
+    def note(self, text: str) -> None:
+        """Say something about the run (a GPU lost)."""
         if self.live is not None:
             self.live.console.print(text)
         else:

@@ -6,11 +6,15 @@ the workers; each worker takes the next GPU in turn. The parent keeps every work
 rounds (kfuse.campaign.worker.Round) until the budget or the example count is reached.
 Outcomes arrive through a queue as each example ends. If a worker dies (a crash, or the
 watchdog ending a hang), the pool is broken: the parent records the crash with the repro of
-the example that was in flight, starts a new pool and goes on.
+the example that was in flight, starts a new pool and goes on. A worker that cannot use its
+GPU as it starts (kfuse.campaign.worker._use_gpu) reports the GPU lost and breaks the pool;
+the next pool runs on the other GPUs, and the campaign stops when none is left, or when
+FRUITLESS_POOLS pools in a row break with nothing new.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import queue as queue_module
@@ -102,20 +106,57 @@ def run(campaign: Campaign) -> Summary:
     started = time.monotonic()
     next_round = 0
     per_round = 8 if not campaign.gpus else 16
+    active: Campaign | None = campaign
+    fruitless = 0
     with progress:
-        while True:
-            outcome = _run_pool(
-                campaign, context, summary, progress, started, next_round, per_round
-            )
+        while active is not None:
+            before = _news(summary)
+            outcome = _run_pool(active, context, summary, progress, started, next_round, per_round)
             next_round, per_round, broken = outcome
             if not broken or _done(campaign, summary, started):
                 break
+            # A worker died, or could not use its GPU: a new pool, without the GPUs lost.
+            fruitless = fruitless + 1 if _news(summary) == before else 0
+            active = _without_lost_gpus(campaign, summary)
+            if active is None:
+                summary.stopped = "every GPU was lost"
+            elif fruitless >= FRUITLESS_POOLS:
+                summary.stopped = (
+                    f"{FRUITLESS_POOLS} pools of workers in a row broke before any example "
+                    "ended (the workers' errors are above)"
+                )
+                active = None
     summary.finish(time.monotonic() - started)
     for log in campaign.out.glob("worker-*.log"):
         if log.stat().st_size == 0:  # the watchdog wrote nothing: no worker hung
             log.unlink()
     summary.write(campaign.out / "summary.json")
     return summary
+
+
+FRUITLESS_POOLS = 3
+"""Pools in a row that may break with nothing new (no example ended, no worker crashed in
+one, no GPU lost) before the campaign stops: workers that die as they start would otherwise
+be started again until the budget ends, or forever with --examples."""
+
+
+def _news(summary: Summary) -> tuple[int, int, int]:
+    """What a pool may have added: examples ended, workers crashed, GPUs lost."""
+    return summary.examples, summary.crashes, len(summary.lost_gpus)
+
+
+def _without_lost_gpus(campaign: Campaign, summary: Summary) -> Campaign | None:
+    """The campaign on the GPUs not lost (as many workers a GPU as before), or None where
+    every GPU was lost. The host emulator's campaign is unchanged."""
+    if not campaign.gpus:
+        return campaign
+    left = tuple(g for g in campaign.gpus if str(g) not in summary.lost_gpus)
+    if not left:
+        return None
+    per_gpu = -(-campaign.workers // len(campaign.gpus))
+    return dataclasses.replace(
+        campaign, gpus=left, workers=min(campaign.workers, per_gpu * len(left))
+    )
 
 
 def _done(campaign: Campaign, summary: Summary, started: float) -> bool:
@@ -166,7 +207,7 @@ def _run_pool(
             if not running:
                 break
             finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-            _drain(messages, summary, progress)
+            _drain(messages, summary, progress, time.monotonic() - started)
             for future in finished:
                 spec = running.pop(future)
                 assigned -= spec.examples
@@ -192,20 +233,23 @@ def _run_pool(
         # On a broken pool this joins the workers the pool ended: afterwards only the dead
         # worker's in-flight repro is left (the others remove theirs when told to stop).
         pool.shutdown(wait=True, cancel_futures=True)
-        _drain(messages, summary, progress)
+        _drain(messages, summary, progress, time.monotonic() - started)
     if broken:
         _record_crashes(campaign, summary, progress)
     return next_round, per_round, broken
 
 
-def _drain(messages: Any, summary: Summary, progress: Progress) -> None:
-    """Take every message the workers have sent so far."""
+def _drain(messages: Any, summary: Summary, progress: Progress, elapsed: float) -> None:
+    """Take every message the workers have sent so far (`elapsed` seconds into the run)."""
     while True:
         try:
             pid, gpu, what, *rest = messages.get_nowait()
         except (queue_module.Empty, EOFError, OSError):
             return
-        if what == "example":
+        if what == "gpu_lost":
+            if summary.lose_gpu(gpu, elapsed, rest[0]):
+                progress.note(f"GPU {gpu} lost: {rest[0]}")
+        elif what == "example":
             kind, outcome, phases = rest
             summary.count(kind, outcome, gpu, phases)
         elif what == "failure":

@@ -7,7 +7,9 @@ second, `by_kind` ({kind: {outcome: count}}), `by_gpu` ({gpu: examples}), `shrin
 (one record each, with the repro script's path), and where the workers' time went:
 `worker_seconds` (the time workers spent in rounds) and `seconds_by_phase` (its parts, as
 kfuse.campaign.property.PHASES names them; the rest is Hypothesis' own). `gpu_seconds` is
-how long each GPU ran examples, the divisor of `examples_per_second_per_gpu`. `merge` joins
+how long each GPU ran examples, the divisor of `examples_per_second_per_gpu`; `lost_gpus`
+({gpu: {seconds, message}}) the GPUs that failed on the way (the run went on without them),
+and `stopped` why the run ended before its budget, if it did. `merge` joins
 the summaries of the shards of one campaign run as separate invocations (`kfuse campaign
 merge`).
 """
@@ -38,11 +40,29 @@ class Summary:
     worker_seconds: float = 0.0
     seconds_by_phase: Counter = field(default_factory=Counter)
     gpu_seconds: Counter = field(default_factory=Counter)
+    lost_gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopped: str | None = None
 
     def finish(self, seconds: float) -> None:
-        """The run ended after `seconds` of wall time, all of it on each GPU it used."""
+        """The run ended after `seconds` of wall time, all of it on each GPU it used but those
+        lost on the way (until they were)."""
         self.seconds = seconds
-        self.gpu_seconds = Counter(dict.fromkeys(self.by_gpu, seconds))
+        self.gpu_seconds = Counter(
+            {g: self.lost_gpus.get(g, {}).get("seconds", seconds) for g in self.by_gpu}
+        )
+
+    def lose_gpu(self, gpu: int, seconds: float, message: str) -> bool:
+        """GPU `gpu` failed `seconds` into the run (a worker could not use it); True the
+        first time it is reported."""
+        if str(gpu) in self.lost_gpus:
+            return False
+        self.lost_gpus[str(gpu)] = {"seconds": round(seconds, 1), "message": message}
+        return True
+
+    @property
+    def clean(self) -> bool:
+        """No example failed, no worker died, no GPU was lost and the run was not stopped."""
+        return self.failed == 0 and not self.lost_gpus and self.stopped is None
 
     def count(
         self, kind: str, outcome: str, gpu: int | None, phases: dict[str, float] | None = None
@@ -86,10 +106,15 @@ class Summary:
         if self.crashes:
             parts.append(f"{self.crashes} worker crashes")
         detail = f" ({', '.join(parts)})" if parts else ""
-        return (
+        line = (
             f"{self.passed} passed, {self.failed} failed{detail} in {self.seconds:.0f} s "
             f"({self.rate():.1f} examples/s)"
         )
+        for gpu, lost in sorted(self.lost_gpus.items()):
+            line += f"; GPU {gpu} lost after {lost['seconds']:.0f} s: {lost['message']}"
+        if self.stopped:
+            line += f"; stopped early: {self.stopped}"
+        return line
 
     def time_line(self) -> str:
         """Where the workers' time went, in milliseconds per example and shares of it."""
@@ -123,6 +148,8 @@ class Summary:
             "shards": self.shards,
             "worker_seconds": round(self.worker_seconds, 1),
             "seconds_by_phase": {p: round(self.seconds_by_phase.get(p, 0.0), 4) for p in PHASES},
+            "lost_gpus": self.lost_gpus,
+            "stopped": self.stopped,
         }
 
     def write(self, path: Path) -> None:
@@ -150,6 +177,8 @@ def load(path: Path) -> Summary:
     summary.gpu_seconds = Counter(
         data.get("gpu_seconds") or dict.fromkeys(summary.by_gpu, summary.seconds)
     )
+    summary.lost_gpus = data.get("lost_gpus") or {}
+    summary.stopped = data.get("stopped")
     return summary
 
 
@@ -169,6 +198,8 @@ _DERIVED = {
     "worker_seconds",
     "seconds_by_phase",
     "gpu_seconds",
+    "lost_gpus",
+    "stopped",
 }
 
 
@@ -194,6 +225,11 @@ def merge(summaries: list[Summary]) -> Summary:
         merged.worker_seconds += s.worker_seconds
         merged.seconds_by_phase.update(s.seconds_by_phase)
         merged.failures.extend(s.failures)
+        for gpu, lost in s.lost_gpus.items():
+            merged.lost_gpus[f"{host}:{gpu}"] = lost
+        if s.stopped:
+            shard = f"shard {s.info.get('shard', '?')} on {host}"
+            merged.stopped = "; ".join(filter(None, [merged.stopped, f"{shard}: {s.stopped}"]))
         merged.shards.append(
             {k: s.info.get(k) for k in ("host", "shard", "seed", "device", "kfuse_commit")}
             | {"examples": s.examples, "seconds": s.seconds}
@@ -210,8 +246,10 @@ def _merged_times(summaries: list[Summary]) -> tuple[float, Counter]:
         for s in summaries:
             span = (s.info["started"], s.info["started"] + s.seconds)
             spans.setdefault("wall", []).append(span)
-            for gpu in s.gpu_seconds:
-                spans.setdefault(f"{s.info.get('host', '?')}:{gpu}", []).append(span)
+            for gpu, t in s.gpu_seconds.items():  # less than the shard's where it was lost
+                spans.setdefault(f"{s.info.get('host', '?')}:{gpu}", []).append(
+                    (span[0], span[0] + t)
+                )
         lengths = {key: _union_length(found) for key, found in spans.items()}
         wall = lengths.pop("wall", 0.0)
         return wall, Counter(lengths)

@@ -88,9 +88,32 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
         slots.value += 1
     if gpus:
         _GPU = gpus[slot % len(gpus)]
-        import torch
+        try:
+            _use_gpu(_GPU, out)
+        except Exception as exc:
+            # The pool breaks on this worker's exception; the parent takes the GPU out of the
+            # next pool's on this message (kfuse.campaign.runner).
+            if queue is not None:
+                queue.put((os.getpid(), _GPU, "gpu_lost", f"{type(exc).__name__}: {exc}"))
+            raise
 
-        torch.cuda.set_device(_GPU)
+
+FAIL_GPU_MARKER = "fail-gpu-"
+"""A file `fail-gpu-<N>` in the campaign's folder makes every worker that starts on GPU N
+fail its check: how a test, or a person watching a multi-GPU run, simulates GPU N's loss
+(workers are started again after one dies: kill one to have the marker read)."""
+
+
+def _use_gpu(gpu: int, out: Path) -> None:
+    """Make `gpu` this process's device and check that it runs a kernel and copies back."""
+    marker = out / f"{FAIL_GPU_MARKER}{gpu}"
+    if marker.exists():
+        raise RuntimeError(f"GPU {gpu} marked as failed by {marker}")
+    import torch
+
+    torch.cuda.set_device(gpu)
+    if torch.ones(4, device=f"cuda:{gpu}").sum().item() != 4.0:
+        raise RuntimeError(f"GPU {gpu} summed four ones wrong")
 
 
 def run_round(spec: Round) -> RoundResult:
