@@ -2,7 +2,8 @@
 starts has the GPU taken out of the next pools (the campaign goes on with the others, keeping
 every result), the campaign stops with a clear report when no GPU is left or when pools keep
 breaking with nothing new, and the summary (and a merge of shards) says which GPU was lost
-when. Runs without a GPU: the pool runs are faked where only the loop's decisions are under
+when; a worker whose GPU fails mid-round reports the example that broke it and ends. Runs
+without a GPU: the pool runs are faked where only the loop's decisions are under
 test, and GPUs are marked failed (worker.FAIL_GPU_MARKER) where real workers start."""
 
 from __future__ import annotations
@@ -137,3 +138,76 @@ def test_merged_shards_keep_each_hosts_lost_gpus() -> None:
     assert m.lost_gpus == {"a:1": {"seconds": 4.0, "message": "RuntimeError: gone"}}
     assert m.gpu_seconds == {"a:0": 10.0, "a:1": 4.0, "b:0": 10.0}
     assert m.stopped == "shard ? on b: every GPU was lost" and not m.clean
+
+
+class _Queue:
+    """A worker's message queue, kept in a list."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[Any, ...]] = []
+
+    def put(self, message: tuple[Any, ...]) -> None:
+        self.messages.append(message)
+
+    def close(self) -> None:
+        pass
+
+    def join_thread(self) -> None:
+        pass
+
+
+class _Ended(Exception):
+    pass
+
+
+def test_a_gpu_that_fails_mid_round_ends_its_worker_with_the_example_that_broke_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The third example raises a CUDA error after which the GPU fails its check (as after an
+    illegal address, or a GPU gone from the bus): that example is the round's failure, not
+    shrunk (everything after it would fail for the GPU alone), and the worker ends so that
+    the next pool's workers check the GPU afresh."""
+    calls = {"n": 0}
+
+    def check(example: Any, phases: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def check_gpu(gpu: int) -> None:
+        if calls["n"] >= 3:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def end() -> None:
+        raise _Ended
+
+    queue = _Queue()
+    monkeypatch.setattr(worker, "_GPU", 0)
+    monkeypatch.setattr(worker, "_QUEUE", queue)
+    monkeypatch.setattr(worker, "check", check)
+    monkeypatch.setattr(worker, "_check_gpu", check_gpu)
+    monkeypatch.setattr(worker, "_end_worker", end)
+    space = ExampleSpace(
+        kinds=("pointwise",), max_elements=64, framework="numpy", device="cpu", max_ops=2
+    )
+    spec = worker.Round(0, 1, 20, space, tmp_path, "kfuse campaign", shrink_seconds=5)
+    with pytest.raises(_Ended):
+        worker.run_round(spec)
+    assert calls["n"] == 3  # nothing ran after the failure
+    outcomes = [m[4] for m in queue.messages if m[2] == "example"]
+    assert outcomes == ["passed", "passed", "raw_error"]
+    (failure,) = [m[3] for m in queue.messages if m[2] == "failure"]
+    assert failure["gpu_failed"] and not failure["shrunk"] and not failure["flaky"]
+    assert failure["message"].endswith(worker.GPU_FAILED)
+    assert Path(failure["repro"]).exists() and failure["reproduces_alone"] is None
+    assert not list(tmp_path.glob("inflight-*"))
+
+
+def test_a_mismatch_does_not_make_the_worker_check_its_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked = []
+    monkeypatch.setattr(worker, "_GPU", 0)
+    monkeypatch.setattr(worker, "_check_gpu", checked.append)
+    assert not worker._gpu_fails_after(AssertionError("outputs differ"))
+    assert checked == []
+    assert not worker._gpu_fails_after(RuntimeError("a raw error"))  # the check passed
+    assert checked == [0]

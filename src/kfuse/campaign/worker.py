@@ -9,6 +9,12 @@ progress queue as soon as it is known, so a worker that dies loses nothing alrea
 Before each example runs, its repro is written as `inflight-<pid>`: if the process crashes or
 hangs (a watchdog ends it after `example_timeout` seconds, dumping every thread's stack to
 `worker-<pid>.log`), that file is the repro of what killed it.
+
+A worker checks its GPU as it starts (a kernel summing four ones) and reports the GPU lost if
+it fails. After an example's error other than a mismatch it checks the GPU again: if the GPU
+no longer works (the error ended the CUDA context, or the GPU left the bus), that example is
+the round's failure as it is, unshrunk, and the worker ends, so that the next pool starts
+with new processes and checks the GPU afresh.
 """
 
 from __future__ import annotations
@@ -105,15 +111,49 @@ fail its check: how a test, or a person watching a multi-GPU run, simulates GPU 
 
 
 def _use_gpu(gpu: int, out: Path) -> None:
-    """Make `gpu` this process's device and check that it runs a kernel and copies back."""
+    """Make `gpu` this process's device and check it (_check_gpu)."""
     marker = out / f"{FAIL_GPU_MARKER}{gpu}"
     if marker.exists():
         raise RuntimeError(f"GPU {gpu} marked as failed by {marker}")
     import torch
 
     torch.cuda.set_device(gpu)
+    _check_gpu(gpu)
+
+
+def _check_gpu(gpu: int) -> None:
+    """Raise unless `gpu` runs a kernel and copies its result back."""
+    import torch
+
     if torch.ones(4, device=f"cuda:{gpu}").sum().item() != 4.0:
         raise RuntimeError(f"GPU {gpu} summed four ones wrong")
+
+
+def _gpu_fails_after(exc: BaseException) -> bool:
+    """Whether this worker's GPU no longer works after an example raised `exc`: an error
+    that ends the CUDA context (an illegal address) or a GPU gone from the bus fails every
+    later call, so the examples after it would fail for that alone, and Hypothesis would
+    shrink toward whatever ran next. A mismatch leaves the GPU as it was."""
+    if _GPU is None or isinstance(exc, AssertionError):
+        return False
+    try:
+        _check_gpu(_GPU)
+    except Exception:  # noqa: BLE001 - any failure of the check is the answer
+        return True
+    return False
+
+
+def _end_worker() -> None:
+    """End this worker process once its messages are sent: the pool breaks, and the parent
+    starts the next one with new processes (new CUDA contexts); a worker that then cannot use
+    the GPU reports it lost."""
+    if _QUEUE is not None:
+        _QUEUE.close()
+        _QUEUE.join_thread()
+    os._exit(3)
+
+
+GPU_FAILED = "; after it the GPU failed a check (a kernel summing four ones), and the worker ended"
 
 
 def run_round(spec: Round) -> RoundResult:
@@ -132,6 +172,7 @@ def run_round(spec: Round) -> RoundResult:
         "first": None,
         "last": None,
         "shrink_timed_out": False,
+        "gpu_failed": False,
     }
     started = time.monotonic()
 
@@ -149,6 +190,8 @@ def run_round(spec: Round) -> RoundResult:
     @given(st.data())
     def one_example(data: Any) -> None:
         shrinking = state["failed_at"] is not None
+        if state["gpu_failed"]:
+            return  # nothing more runs on this GPU: Hypothesis finishes at once
         if shrinking and time.monotonic() - state["failed_at"] > spec.shrink_seconds:
             # Shrinking ran out of time: every later call passes, so that Hypothesis finishes
             # quickly. Its final replay of the smallest failure then passes too, and it calls
@@ -183,6 +226,10 @@ def run_round(spec: Round) -> RoundResult:
                 state["failed_at"] = time.monotonic()
                 state["first"] = (example, exc, where)
             state["last"] = (example, exc, where)
+            if _gpu_fails_after(exc):
+                # This example is the failure, unshrunk: nothing after it ran on a sound GPU.
+                state["first"] = state["last"]
+                state["gpu_failed"] = True
             raise exc
 
     failures = []
@@ -196,6 +243,8 @@ def run_round(spec: Round) -> RoundResult:
     finally:
         log.close()
         _remove_in_flight(spec.out)
+    if state["gpu_failed"]:
+        _end_worker()
     _EXAMPLES_BEFORE += state["examples"] + state["shrink_runs"]
     return RoundResult(
         spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
@@ -225,6 +274,7 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
     global _REPROS
     example, exc, where = state["last"]
     first_example, first_exc, _ = state["first"]
+    gpu_failed = state.get("gpu_failed", False)
     record: dict[str, Any] = {
         "outcome": outcome_of(exc),
         "kind": example.kind,
@@ -233,12 +283,15 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
         "round_seed": spec.seed,
         "gpu": _GPU,
         "worker": os.getpid(),
-        "message": f"{type(exc).__name__}: {exc}"[:2000],
+        "message": f"{type(exc).__name__}: {exc}"[:2000] + (GPU_FAILED if gpu_failed else ""),
         "first_message": f"{type(first_exc).__name__}: {first_exc}"[:2000],
         "shrunk": example is not first_example,
         # Flaky: the smallest failing example passed when Hypothesis ran it again (not when
         # that replay passed only because the shrink's time was up).
-        "flaky": type(final).__name__.startswith("Flaky") and not state["shrink_timed_out"],
+        "flaky": type(final).__name__.startswith("Flaky")
+        and not state["shrink_timed_out"]
+        and not gpu_failed,
+        "gpu_failed": gpu_failed,
         "shrink_timed_out": state["shrink_timed_out"],
         "repro": None,
         "reproduces_alone": None,
@@ -248,7 +301,7 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
         name = f"failure-{os.getpid()}-{spec.index}"
         script = _write_repro(spec, name, example, record["outcome"], record["message"], where)
         record["repro"] = str(script)
-        if spec.check_alone:
+        if spec.check_alone and not gpu_failed:  # not on a GPU that failed
             record["reproduces_alone"] = _fails_alone(script)
     return record
 
