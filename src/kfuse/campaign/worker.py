@@ -94,6 +94,9 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
         slots.value += 1
     if gpus:
         _GPU = gpus[slot % len(gpus)]
+        # A GPU gone from the bus may hang the check: then the worker ends, the pool breaks
+        # with nothing new, and FRUITLESS_POOLS of those stop the campaign.
+        faulthandler.dump_traceback_later(GPU_CHECK_SECONDS, exit=True)
         try:
             _use_gpu(_GPU, out)
         except Exception as exc:
@@ -102,6 +105,12 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
             if queue is not None:
                 queue.put((os.getpid(), _GPU, "gpu_lost", f"{type(exc).__name__}: {exc}"))
             raise
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+
+GPU_CHECK_SECONDS = 300
+"""How long a worker's start (CUDA's initialization and the GPU's check) may take."""
 
 
 FAIL_GPU_MARKER = "fail-gpu-"
@@ -226,7 +235,12 @@ def run_round(spec: Round) -> RoundResult:
                 state["failed_at"] = time.monotonic()
                 state["first"] = (example, exc, where)
             state["last"] = (example, exc, where)
-            if _gpu_fails_after(exc):
+            faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
+            try:  # a GPU gone from the bus may hang the check: the watchdog ends that too
+                gpu_failed = _gpu_fails_after(exc)
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+            if gpu_failed:
                 # This example is the failure, unshrunk: nothing after it ran on a sound GPU.
                 state["first"] = state["last"]
                 state["gpu_failed"] = True
@@ -274,7 +288,7 @@ def _record(spec: Round, state: dict[str, Any], final: BaseException) -> dict[st
     global _REPROS
     example, exc, where = state["last"]
     first_example, first_exc, _ = state["first"]
-    gpu_failed = state.get("gpu_failed", False)
+    gpu_failed = state["gpu_failed"]
     record: dict[str, Any] = {
         "outcome": outcome_of(exc),
         "kind": example.kind,
