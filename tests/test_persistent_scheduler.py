@@ -524,3 +524,62 @@ def test_short_rows_take_the_threads_that_leave_fewest_slots_idle(
     x = rand(64, 49).astype(BF16)
     out = fd.execute([x])
     assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
+
+
+@pytest.mark.parametrize(
+    "case", ["cluster", "held", "inner_outer_held", "inner_outer_columns", "welford_first"]
+)
+def test_static_shared_memory_is_what_the_cubin_allocates(
+    monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """static_smem_bytes, which the schedulers add to the dynamic shared memory to size a
+    block, against the .nv.shared section NVRTC writes (less the 1 KB the system reserves a
+    block): equal where dynamic memory follows (held rows, column sums; a cluster's slots
+    after the scratch, the padding up to the 128-byte line included); without dynamic memory
+    a Welford's shared first values are counted from 16-byte boundaries, so at most that
+    over."""
+    from kfuse.codegen.persistent import static_smem_bytes
+    from kfuse.codegen.reduction_plan import plan_reductions
+    from kfuse.runtime.backends.cubin_info import shared_section_bytes
+    from kfuse.schedule.inner_outer import Parts
+    from kfuse.schedule.persistent import DRIVER_SMEM_PER_BLOCK
+    from kfuse.schedule.registry import scheduler_for
+    from norm_fusions import (
+        layer_norm_backward,
+        layer_norm_backward_inputs,
+        rms_norm_backward,
+        rms_norm_backward_inputs,
+    )
+    from planning import gpu_info
+
+    bf = DataType.BFloat16
+    if case.startswith("inner_outer"):
+        if case == "inner_outer_held":  # the row in shared memory, two blocks an SM
+            fd, make, rows, cols = rms_norm_backward(), rms_norm_backward_inputs, 8192, 8192
+        else:  # the row in registers, the column sums in shared memory
+            fd, make, rows, cols = layer_norm_backward(), layer_norm_backward_inputs, 16384, 4096
+        shapes = [tuple({2: rows, 8: cols}.get(d, d) for d in a.shape) for a in make(2, 8)]
+        info = gpu_info(fd, shapes, "h200")
+        scheduler = scheduler_for(SchedulerType.inner_outer_persistent)
+        plan = Parts(fd.fusion, info).main
+    else:
+        fd = {"cluster": softmax(bf), "held": softmax(bf), "welford_first": layer_norm(bf)}[case]
+        n = {"cluster": 131072, "held": 16384, "welford_first": 4096}[case]
+        inputs = [np.empty((300, n), BF16)] + [np.empty(n, BF16)] * (len(fd.fusion.inputs) - 1)
+        info = _on_sm90(monkeypatch, fd, inputs)
+        scheduler = scheduler_for(IP)
+        plan = plan_reductions(fd.fusion)
+    params = scheduler.heuristics(fd.fusion, info)
+    kernel = scheduler.kernels(fd.fusion, info, params)[0]
+    spec = kernel.spec
+    assert (spec.cluster > 1) is (case == "cluster")
+    assert bool(spec.smem_held or spec.columns) is (case != "welford_first")
+    if case == "welford_first":
+        assert "kf_first" in kernel.source
+    cubin = compile_to_cubin(kernel.source, kernel.name, "sm_90", nvrtc_options())
+    allocated = shared_section_bytes(cubin) - DRIVER_SMEM_PER_BLOCK
+    counted = static_smem_bytes(plan, spec)
+    if case == "welford_first":
+        assert 0 <= counted - allocated < 16 * 2
+    else:
+        assert counted == allocated

@@ -71,6 +71,7 @@ from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_invariant import Hoisted, call_args
 from kfuse.codegen.row_split import row_extent, split_lane_loads
 from kfuse.codegen.runtime_header import runtime_header
+from kfuse.dtypes import REDUCED_FLOATS
 from kfuse.ir.exprs import WelfordOp
 
 
@@ -153,6 +154,32 @@ def smem_bytes_held(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
         return 0
     last, offset = regions[-1]
     return offset + slots * plan.loop_inputs[last].val.dtype.itemsize * spec.vector
+
+
+CLUSTER_SLOTS_BYTES = 64
+"""A cluster's blocks' slots for kf::cluster_reduce (kf_cluster_slots)."""
+
+
+def static_smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
+    """All the static shared memory the kernel declares, as the compiler lays it out before
+    the dynamic shared memory: the reductions' scratch (smem_bytes), a cluster's slots, the
+    rows' first values of each Welford shared through shared memory (_row_shift), each
+    array from a 16-byte boundary, and the whole up to a multiple of DYNAMIC_SMEM_ALIGN where
+    dynamic shared memory follows (kf_held is declared so aligned, and the cubin's
+    .nv.shared section, which the driver allocates, includes that padding). What the
+    schedulers add to the dynamic part to size a block."""
+    arrays = [smem_bytes(plan, spec)]
+    if spec.cluster > 1:
+        arrays.append(CLUSTER_SLOTS_BYTES)
+    if _shift_source(spec) == "shared":
+        for red in plan.reductions:
+            if isinstance(red, WelfordOp):  # kf_first<k>: block_y of its compute type
+                dtype = red.inputs[0].dtype
+                arrays.append(spec.block_y * (4 if dtype in REDUCED_FLOATS else dtype.itemsize))
+    total = sum(-(-n // 16) * 16 for n in arrays)
+    if spec.smem_held or spec.columns:
+        total = -(-total // DYNAMIC_SMEM_ALIGN) * DYNAMIC_SMEM_ALIGN
+    return total
 
 
 def prefetched_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
@@ -415,7 +442,7 @@ def _shared_memory(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -
     code(f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];")
     if spec.cluster > 1:  # the blocks of a cluster share a row: see kf::cluster_reduce
         code(
-            "__shared__ __align__(16) unsigned char kf_cluster_slots[64];",
+            f"__shared__ __align__(16) unsigned char kf_cluster_slots[{CLUSTER_SLOTS_BYTES}];",
             "int kf_phase = 0;",
             f"const Index kf_rank = (Index)(blockIdx.x % {spec.cluster});",
         )

@@ -27,9 +27,8 @@ import dataclasses
 from typing import Any
 
 from kfuse.codegen import column_partials
-from kfuse.codegen.persistent import emit_persistent, smem_bytes_held
+from kfuse.codegen.persistent import emit_persistent, smem_bytes_held, static_smem_bytes
 from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y, finalize_y
-from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionPlan,
@@ -351,8 +350,8 @@ def dynamic_smem(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
 
 def block_smem(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     """All the shared memory a block of the row kernel takes: the dynamic part and the
-    reductions' static scratch."""
-    return dynamic_smem(plan, spec) + smem_bytes(plan, spec)
+    static (static_smem_bytes)."""
+    return dynamic_smem(plan, spec) + static_smem_bytes(plan, spec)
 
 
 def _main_kernel(parts: Parts, spec: ReductionKernelSpec, params: Any, ws: list[Any]) -> Any:

@@ -39,6 +39,7 @@ from kfuse.codegen.persistent import (
     keepable,
     min_blocks_per_sm,
     smem_bytes_held,
+    static_smem_bytes,
     streamed_inputs,
 )
 from kfuse.codegen.reduction_functions import stage_value
@@ -228,7 +229,8 @@ class InnerPersistentScheduler:
             # As many blocks as run at once, each walking its rows and copying the next one
             # while the current one's output pass runs (_prefetches).
             spec = persistent_spec(plan, layout, params, info.device, clusters_supported(info))
-            own = smem_bytes(plan, spec) + smem_bytes_held(plan, spec) + DRIVER_SMEM_PER_BLOCK
+            own = static_smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
+            own += DRIVER_SMEM_PER_BLOCK
             per_sm = min(min_blocks_per_sm(block_x * block_y), info.device.shared_mem_per_sm // own)
             params.grid_x = max(1, min(int(params.grid_x), info.device.sm_count * per_sm))
         fill_launch_params(params, plan)
@@ -607,12 +609,12 @@ def _check_shared_memory(plan: ReductionPlan, spec: ReductionKernelSpec, device:
             f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared "
             f"memory (limit {STATIC_SMEM_LIMIT})"
         )
-    total = smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
+    total = static_smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
     if total > device.shared_mem_per_block_optin:
         raise SchedulerError(
             f"ReductionParams hold {smem_bytes_held(plan, spec)} bytes of rows "
-            f"in shared memory per block; with the reductions' "
-            f"{smem_bytes(plan, spec)} that exceeds the device's "
+            f"in shared memory per block; with the kernel's static "
+            f"{static_smem_bytes(plan, spec)} that exceeds the device's "
             f"{device.shared_mem_per_block_optin} bytes per block"
         )
 

@@ -10,6 +10,8 @@ import struct
 # ELF: the section of per-kernel attributes and the attributes read from it (EIATTR_REGCOUNT,
 # EIATTR_FRAME_SIZE: each a 4-byte symbol index, then the value).
 _NV_INFO = b".nv.info"
+_NV_SHARED = b".nv.shared."  # .nv.shared.<kernel>
+_NV_SHARED_RESERVED = b".nv.shared.reserved."
 _EIATTR_FRAME_SIZE = 0x11
 _EIATTR_REGCOUNT = 0x2F
 _EIFMT_SVAL = 0x04
@@ -30,8 +32,31 @@ def frame_bytes(cubin: bytes) -> int:
     return max(_kernel_attributes(cubin, _EIATTR_FRAME_SIZE), default=0)
 
 
+def shared_section_bytes(cubin: bytes) -> int:
+    """The size of the kernel's .nv.shared section: its static shared memory as the driver
+    allocates it (from sm_80 on this starts with the 1 KB the system reserves a block), the
+    padding before an aligned `extern __shared__` array included; 0 without one."""
+    sizes = [
+        size
+        for name, _, size in _sections(cubin)
+        if name.startswith(_NV_SHARED) and not name.startswith(_NV_SHARED_RESERVED)
+    ]
+    if len(sizes) > 1:
+        raise ValueError(f"a cubin of one kernel has one shared section (found {len(sizes)})")
+    return sizes[0] if sizes else 0
+
+
 def _kernel_attributes(cubin: bytes, attribute: int) -> list[int]:
     """The values of `attribute` in the cubin's .nv.info section (one a function that has it)."""
+    found = []
+    for name, offset, size in _sections(cubin):
+        if name == _NV_INFO:
+            found += _attributes(cubin[offset : offset + size], attribute)
+    return found
+
+
+def _sections(cubin: bytes) -> list[tuple[bytes, int, int]]:
+    """(name, offset, size) of each section of the cubin's ELF."""
     if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
         raise ValueError("not a 64-bit ELF cubin")
     (section_offset,) = struct.unpack_from("<Q", cubin, 0x28)
@@ -40,12 +65,10 @@ def _kernel_attributes(cubin: bytes, attribute: int) -> list[int]:
         struct.unpack_from("<IIQQQQ", cubin, section_offset + i * entry_size) for i in range(count)
     ]
     names_offset = sections[names_index][4]
-    found = []
-    for name_at, _type, _flags, _addr, offset, size in sections:
-        name = cubin[names_offset + name_at :].split(b"\0", 1)[0]
-        if name == _NV_INFO:
-            found += _attributes(cubin[offset : offset + size], attribute)
-    return found
+    return [
+        (cubin[names_offset + name_at :].split(b"\0", 1)[0], offset, size)
+        for name_at, _type, _flags, _addr, offset, size in sections
+    ]
 
 
 def _attributes(data: bytes, wanted: int) -> list[int]:
