@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kfuse.campaign import runner, worker
+from kfuse.campaign import cli, runner, worker
 from kfuse.campaign.property import ExampleSpace
 from kfuse.campaign.runner import Campaign
 from kfuse.campaign.summary import Summary, load, merge
@@ -124,7 +124,7 @@ def test_workers_on_gpus_marked_failed_report_them_lost(tmp_path: Path) -> None:
     assert load(tmp_path / "summary.json").stopped == "every GPU was lost"
 
 
-def test_merged_shards_keep_each_hosts_lost_gpus() -> None:
+def test_merged_shards_keep_each_hosts_lost_gpus(tmp_path: Path) -> None:
     a, b = Summary(info={"host": "a", "started": 100.0}), Summary(info={"host": "b"})
     b.info["started"] = 100.0
     a.count("pointwise", "passed", 0)
@@ -138,6 +138,17 @@ def test_merged_shards_keep_each_hosts_lost_gpus() -> None:
     assert m.lost_gpus == {"a:1": {"seconds": 4.0, "message": "RuntimeError: gone"}}
     assert m.gpu_seconds == {"a:0": 10.0, "a:1": 4.0, "b:0": 10.0}
     assert m.stopped == "shard ? on b: every GPU was lost" and not m.clean
+    # `kfuse campaign merge` exits 1 for such shards, though every example passed.
+    a.write(tmp_path / "a.json")
+    b.write(tmp_path / "b.json")
+    merged = tmp_path / "m.json"
+    assert (
+        cli.main(
+            ["merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(merged)]
+        )
+        == 1
+    )
+    assert load(merged).lost_gpus == m.lost_gpus
 
 
 class _Queue:

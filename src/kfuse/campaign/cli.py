@@ -376,4 +376,4 @@ def _merge(argv: list[str]) -> int:
     except OSError as exc:
         raise UsageError(f"merge --out {args.out}: {exc.strerror or exc}") from None
     print(merged.final_line())
-    return 0 if merged.failed == 0 else 1
+    return 0 if merged.clean else 1
