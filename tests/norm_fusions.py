@@ -132,3 +132,17 @@ def layer_norm_backward_inputs(n: int, h: int, dtype: Any = BF16, seed: int = 0)
     mean = xd.mean(1).astype(np.float32)
     invstd = (1 / np.sqrt(xd.var(1) + 1e-5)).astype(np.float32)[:, None]
     return [x, grad, mean, invstd, weight]
+
+
+def norm_backward_on_h200(backward: str, n: int, h: int) -> tuple[FusionDefinition, Any]:
+    """The RMS ("rms") or layer ("layer") norm backward and the RuntimeInfo of a call with
+    inputs of n rows of h on the H200 profile (shapes only: nothing of that size is made)."""
+    from planning import gpu_info
+
+    if backward == "rms":
+        fd, make = rms_norm_backward(), rms_norm_backward_inputs
+    else:
+        fd, make = layer_norm_backward(), layer_norm_backward_inputs
+    # The inputs' shapes at [n, h], from those of a [2, 8] call (rows 2, columns 8).
+    shapes = [tuple({2: n, 8: h}.get(d, d) for d in a.shape) for a in make(2, 8)]
+    return fd, gpu_info(fd, shapes, "h200")

@@ -21,6 +21,7 @@ from norm_fusions import (
     BF16,
     layer_norm_backward,
     layer_norm_backward_inputs,
+    norm_backward_on_h200,
     rms_norm_backward,
     rms_norm_backward_inputs,
     shared_column_input,
@@ -308,15 +309,8 @@ def test_short_rows_keep_their_column_partials_in_registers(
     small sizes, test_rows_held_in_shared_memory the shared one)."""
     from kfuse.codegen import column_partials
     from kfuse.schedule.registry import scheduler_for
-    from planning import gpu_info
 
-    if backward == "rms":
-        fd, make = rms_norm_backward(), rms_norm_backward_inputs
-    else:
-        fd, make = layer_norm_backward(), layer_norm_backward_inputs
-    # The inputs' shapes at [n, h], from those of a [2, 8] call (rows 2, columns 8).
-    shapes = [tuple({2: n, 8: h}.get(d, d) for d in a.shape) for a in make(2, 8)]
-    info = gpu_info(fd, shapes, "h200")
+    fd, info = norm_backward_on_h200(backward, n, h)
     scheduler = scheduler_for(IO)
     params = scheduler.heuristics(fd.fusion, info)
     main = scheduler.kernels(fd.fusion, info, params)[0]
@@ -334,14 +328,8 @@ def test_dynamic_shared_memory_starts_on_a_128_byte_line(backward: str, n: int, 
     warp (64 bytes) put them 64 bytes past one, and an H200 ran the RMS norm backward [8192,
     8192] 8% slower (codegen.reduction_loads.DYNAMIC_SMEM_ALIGN)."""
     from kfuse.schedule.registry import scheduler_for
-    from planning import gpu_info
 
-    if backward == "rms":
-        fd, make = rms_norm_backward(), rms_norm_backward_inputs
-    else:
-        fd, make = layer_norm_backward(), layer_norm_backward_inputs
-    shapes = [tuple({2: n, 8: h}.get(d, d) for d in a.shape) for a in make(2, 8)]
-    info = gpu_info(fd, shapes, "h200")
+    fd, info = norm_backward_on_h200(backward, n, h)
     scheduler = scheduler_for(IO)
     main = scheduler.kernels(fd.fusion, info, scheduler.heuristics(fd.fusion, info))[0]
     assert "extern __shared__ __align__(128) unsigned char kf_held[];" in main.source
@@ -367,14 +355,8 @@ def test_rows_of_one_block_an_sm_held_in_registers(
     memory); where shared memory runs two blocks an SM it stays there (RMS norm backward
     [8192, 8192] 110.5 us, 134.1 in registers)."""
     from kfuse.schedule.registry import scheduler_for
-    from planning import gpu_info
 
-    if backward == "rms":
-        fd, make = rms_norm_backward(), rms_norm_backward_inputs
-    else:
-        fd, make = layer_norm_backward(), layer_norm_backward_inputs
-    shapes = [tuple({2: n, 8: h}.get(d, d) for d in a.shape) for a in make(2, 8)]
-    info = gpu_info(fd, shapes, "h200")
+    fd, info = norm_backward_on_h200(backward, n, h)
     params = scheduler_for(IO).heuristics(fd.fusion, info)
     assert (params.block_x, params.persistent_batch_size) == (512, h // 512 // 8)
     assert params.smem_persistent is in_smem

@@ -544,22 +544,14 @@ def test_static_shared_memory_is_what_the_cubin_allocates(
     from kfuse.schedule.inner_outer import Parts
     from kfuse.schedule.persistent import DRIVER_SMEM_PER_BLOCK
     from kfuse.schedule.registry import scheduler_for
-    from norm_fusions import (
-        layer_norm_backward,
-        layer_norm_backward_inputs,
-        rms_norm_backward,
-        rms_norm_backward_inputs,
-    )
-    from planning import gpu_info
+    from norm_fusions import norm_backward_on_h200
 
     bf = DataType.BFloat16
     if case.startswith("inner_outer"):
-        if case == "inner_outer_held":  # the row in shared memory, two blocks an SM
-            fd, make, rows, cols = rms_norm_backward(), rms_norm_backward_inputs, 8192, 8192
-        else:  # the row in registers, the column sums in shared memory
-            fd, make, rows, cols = layer_norm_backward(), layer_norm_backward_inputs, 16384, 4096
-        shapes = [tuple({2: rows, 8: cols}.get(d, d) for d in a.shape) for a in make(2, 8)]
-        info = gpu_info(fd, shapes, "h200")
+        # held: the row in shared memory, two blocks an SM; columns: the row in registers,
+        # the column sums in shared memory
+        held = case == "inner_outer_held"
+        fd, info = norm_backward_on_h200(*(("rms", 8192, 8192) if held else ("layer", 16384, 4096)))
         scheduler = scheduler_for(SchedulerType.inner_outer_persistent)
         plan = Parts(fd.fusion, info).main
     else:

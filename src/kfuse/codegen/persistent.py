@@ -71,7 +71,6 @@ from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_invariant import Hoisted, call_args
 from kfuse.codegen.row_split import row_extent, split_lane_loads
 from kfuse.codegen.runtime_header import runtime_header
-from kfuse.dtypes import REDUCED_FLOATS
 from kfuse.ir.exprs import WelfordOp
 
 
@@ -171,11 +170,12 @@ def static_smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     arrays = [smem_bytes(plan, spec)]
     if spec.cluster > 1:
         arrays.append(CLUSTER_SLOTS_BYTES)
-    if _shift_source(spec) == "shared":
-        for red in plan.reductions:
-            if isinstance(red, WelfordOp):  # kf_first<k>: block_y of its compute type
-                dtype = red.inputs[0].dtype
-                arrays.append(spec.block_y * (4 if dtype in REDUCED_FLOATS else dtype.itemsize))
+    if _shift_source(spec) == "shared":  # kf_first<k>: block_y values of its value type
+        arrays += [
+            spec.block_y * (a.size // len(a.partial_fields))
+            for a in accumulators(plan)
+            if a.welford
+        ]
     total = sum(-(-n // 16) * 16 for n in arrays)
     if spec.smem_held or spec.columns:
         total = -(-total // DYNAMIC_SMEM_ALIGN) * DYNAMIC_SMEM_ALIGN

@@ -42,9 +42,11 @@ from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.inner_outer_split import InnerOuterSplit, split_inner_outer
 from kfuse.schedule.persistent import (
     DRIVER_SMEM_PER_BLOCK,
+    blocks_by_shared_memory,
     choose_held_row,
     held_bytes_per_element,
     held_row_params,
+    held_words,
     persistent_spec,
 )
 from kfuse.schedule.reduction import (
@@ -178,10 +180,9 @@ class InnerOuterPersistentScheduler:
 def _heuristics(parts: Parts, info: RuntimeInfo) -> Any:
     vector, block_x, batch, in_smem = _choose(parts, info.device)
     params, per_sm = _held_row_launch(parts, info, vector, block_x, batch, in_smem)
-    if in_smem and per_sm == 1:
-        words = -(-batch * vector * held_bytes_per_element(parts.main, parts.main_layout) // 4)
-        if words <= ROW_REGISTER_WORDS:  # see ROW_REGISTER_WORDS
-            params, per_sm = _held_row_launch(parts, info, vector, block_x, batch, False)
+    words = held_words(parts.main, parts.main_layout, vector, batch)
+    if in_smem and per_sm == 1 and words <= ROW_REGISTER_WORDS:  # see ROW_REGISTER_WORDS
+        params, per_sm = _held_row_launch(parts, info, vector, block_x, batch, False)
     return params
 
 
@@ -213,17 +214,11 @@ def _held_row_launch(
     # last 132 ran alone, a third of the kernel's time.
     per_sm = column_partials.min_blocks_per_sm(spec)
     if smem:
-        per_sm = min(per_sm, _blocks_by_shared_memory(smem, device))
+        per_sm = min(per_sm, blocks_by_shared_memory(smem, device))
     rows = -(-parts.main_layout.n_rows // int(params.block_y))
     params.grid_x = max(1, min(MAX_GRID_X, rows, device.sm_count * per_sm))
     fill_launch_params(params, parts.main)
     return params, per_sm
-
-
-def _blocks_by_shared_memory(smem: int, device: Any) -> int:
-    """Blocks of `smem` bytes of their own (block_smem) that an SM's shared memory holds, at
-    least one."""
-    return max(1, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK))
 
 
 RELOAD_L2_SHARE = 2
@@ -249,7 +244,7 @@ def _reload_until_it_fits(parts: Parts, params: Any, info: RuntimeInfo) -> tuple
     else:
         raise Rejection("the column accumulators leave no room for a held part of the row")
     slot_bytes = held_bytes_per_element(parts.main, parts.main_layout) * spec.vector
-    per_sm = _blocks_by_shared_memory(smem, device)
+    per_sm = blocks_by_shared_memory(smem, device)
     reloaded = device.sm_count * per_sm * reload * spec.block_x * slot_bytes
     if reloaded > device.l2_cache_bytes // RELOAD_L2_SHARE:
         raise Rejection(

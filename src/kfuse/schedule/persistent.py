@@ -117,7 +117,7 @@ HELD_WORDS_TARGET already allowed VECTORS_PER_THREAD (a bf16 softmax of 16384 a 
 copy in registers, 91% in shared memory; _smem_layout)."""
 
 
-def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch: int) -> int:
+def held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch: int) -> int:
     """32-bit registers that `batch` held vectors of `vector` elements take a thread."""
     return -(-batch * vector * held_bytes_per_element(plan, layout) // 4)
 
@@ -125,7 +125,7 @@ def _held_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, batch
 def vectors_per_thread(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
     """Vectors of a row one thread holds in registers: VECTORS_PER_THREAD, halved until the
     held values fit HELD_WORDS_TARGET registers (at least one)."""
-    words_per_vector = _held_words(plan, layout, vector, 1)
+    words_per_vector = held_words(plan, layout, vector, 1)
     batch = VECTORS_PER_THREAD
     while batch > 1 and batch * words_per_vector > HELD_WORDS_TARGET:
         batch //= 2
@@ -230,8 +230,9 @@ class InnerPersistentScheduler:
             # while the current one's output pass runs (_prefetches).
             spec = persistent_spec(plan, layout, params, info.device, clusters_supported(info))
             own = static_smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
-            own += DRIVER_SMEM_PER_BLOCK
-            per_sm = min(min_blocks_per_sm(block_x * block_y), info.device.shared_mem_per_sm // own)
+            per_sm = min(
+                min_blocks_per_sm(block_x * block_y), blocks_by_shared_memory(own, info.device)
+            )
             params.grid_x = max(1, min(int(params.grid_x), info.device.sm_count * per_sm))
         fill_launch_params(params, plan)
         return params
@@ -253,6 +254,12 @@ DRIVER_SMEM_PER_BLOCK = 1024
 1 KB from sm_80 on), next to the block's own. Counted exactly: an inner-outer layer norm
 backward [8192, 8192] takes 114,816 bytes a block, two blocks an SM with 1 KB each and not
 with SMEM_RESERVE's 4 KB."""
+
+
+def blocks_by_shared_memory(smem: int, device: Any) -> int:
+    """Blocks of `smem` bytes of their own shared memory (static and dynamic) that an SM
+    holds, with the driver's DRIVER_SMEM_PER_BLOCK each; at least one."""
+    return max(1, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK))
 
 
 def _prefetches(layout: ReductionLayout, params: Any) -> bool:
@@ -307,14 +314,14 @@ def choose_held_row(
     block_x = min(MAX_ROW_THREADS, pow2_ceil(-(-vecs // per_thread)))
     if block_x < SHORT_ROW_THREADS:
         most = 2 * per_thread
-        while most > per_thread and _held_words(plan, layout, vector, most) > HELD_WORDS_TARGET:
+        while most > per_thread and held_words(plan, layout, vector, most) > HELD_WORDS_TARGET:
             most -= 1
         block_x = fewest_idle_threads(vecs, per_thread, most, MAX_ROW_THREADS)
     wide = pow2_ceil(-(-vecs // VECTORS_PER_THREAD))
     if (
         per_thread < VECTORS_PER_THREAD
         and block_x >= SMEM_FROM_ROW_THREADS >= wide
-        and _held_words(plan, layout, vector, VECTORS_PER_THREAD) <= WIDE_HELD_WORDS
+        and held_words(plan, layout, vector, VECTORS_PER_THREAD) <= WIDE_HELD_WORDS
     ):
         return vector, wide, -(-vecs // wide), False, 0, 1  # see WIDE_HELD_WORDS
     smem = _smem_layout(plan, layout, vector, block_x, device, clusters)
@@ -322,7 +329,7 @@ def choose_held_row(
         bx, batch, reload, cluster = smem
         return vector, bx, batch, True, reload, cluster
     batch = -(-vecs // block_x)
-    words = _held_words(plan, layout, vector, batch)
+    words = held_words(plan, layout, vector, batch)
     if batch > MAX_BATCH or words > MAX_HELD_WORDS:
         raise Rejection(
             f"a row of {n_red} elements is too long to hold: with {block_x} threads "
