@@ -20,6 +20,7 @@ from kfuse.campaign.property import PHASES, Example, ExampleSpace, Mismatch, che
 from kfuse.campaign.summary import Summary, load, merge
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
+from kfuse.schedule.types import SchedulerType
 
 torch = pytest.importorskip("torch")
 
@@ -127,7 +128,14 @@ def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
     phases = summary["seconds_by_phase"]
     assert set(phases) == set(PHASES) and phases["first_call"] > 0 and phases["reference"] > 0
     assert 0 < sum(phases.values()) <= summary["worker_seconds"] + 0.1
-    assert done.stdout.strip().splitlines()[-2].startswith("time per example (")
+    # Which schedulers the examples reached: each counted once an example that ran it.
+    reached = summary["by_scheduler"]
+    assert reached and set(reached) <= {t.value for t in SchedulerType}
+    assert all(0 < n <= summary["examples"] for n in reached.values())
+    lines = done.stdout.strip().splitlines()
+    assert lines[-3].startswith("time per example (")
+    assert lines[-2].startswith("examples by scheduler: ")
+    assert all(f"{name} {n}" in lines[-2] for name, n in reached.items())
 
 
 def _example(fd: FusionDefinition, inputs: list) -> Example:
@@ -195,8 +203,12 @@ def test_a_failing_round_is_shrunk_into_a_repro(
     does not fail alone (the planted bug is not in the script's process)."""
     monkeypatch.setenv("KFUSE_DEVICE", "emulator")
 
-    def planted(example: Example, phases: dict[str, float] | None = None) -> None:
-        check(example, phases)
+    def planted(
+        example: Example,
+        phases: dict[str, float] | None = None,
+        schedulers: set[str] | None = None,
+    ) -> None:
+        check(example, phases, schedulers)
         if len(example.fd.fusion.outputs) > 1:
             raise Mismatch("planted: more than one output")
 
@@ -230,8 +242,12 @@ def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
     deterministic mismatches were all labelled flaky)."""
     monkeypatch.setenv("KFUSE_DEVICE", "emulator")
 
-    def planted(example: Example, phases: dict[str, float] | None = None) -> None:
-        check(example, phases)
+    def planted(
+        example: Example,
+        phases: dict[str, float] | None = None,
+        schedulers: set[str] | None = None,
+    ) -> None:
+        check(example, phases, schedulers)
         if len(example.fd.fusion.outputs) > 1:
             raise Mismatch("planted: more than one output")
 
@@ -326,7 +342,9 @@ def test_shards_merge_into_one_summary(tmp_path: Path) -> None:
     assert merged["examples"] == sum(s.examples for s in shards)
     assert merged["merged_from"] == 2 and len(merged["shards"]) == 2
     assert {s["shard"] for s in merged["shards"]} == {"0/2", "1/2"}
-    assert done.stdout.strip().startswith(f"{merged['passed']} passed, 0 failed")
+    scheduler_line, final_line = done.stdout.strip().splitlines()
+    assert scheduler_line.startswith("examples by scheduler: ") and merged["by_scheduler"]
+    assert final_line.startswith(f"{merged['passed']} passed, 0 failed")
 
 
 def test_merge_adds_counts_and_keeps_every_failure(tmp_path: Path) -> None:
@@ -340,14 +358,19 @@ def test_merge_adds_counts_and_keeps_every_failure(tmp_path: Path) -> None:
     a.worker_seconds, b.worker_seconds = 18.0, 39.0
     a.seconds_by_phase.update(first_call=5.0, draw=1.0)
     b.seconds_by_phase.update(first_call=7.0)
+    a.count("pointwise", "passed", 0, schedulers=["transpose", "pointwise"])
+    b.count("reduction", "passed", 0, schedulers=["reduction", "pointwise", "pointwise"])
     m = merge([a, b])
     assert m.worker_seconds == 57.0 and m.seconds_by_phase == {"first_call": 12.0, "draw": 1.0}
+    # An example counts once for each scheduler it ran, however many segments did.
+    assert m.by_scheduler == {"pointwise": 2, "transpose": 1, "reduction": 1}
     m.write(tmp_path / "m.json")
     assert load(tmp_path / "m.json").seconds_by_phase == m.seconds_by_phase
-    assert m.examples == 3 and m.passed == 2 and m.failed == 2
-    assert m.by_gpu == {"a:0": 1, "a:1": 1, "b:0": 1}
+    assert load(tmp_path / "m.json").by_scheduler == m.by_scheduler
+    assert m.examples == 5 and m.passed == 4 and m.failed == 2
+    assert m.by_gpu == {"a:0": 2, "a:1": 1, "b:0": 2}
     assert [f["outcome"] for f in m.failures] == ["mismatch", "crash"]
-    assert m.seconds == 20.0 and m.final_line().startswith("2 passed, 2 failed")
+    assert m.seconds == 20.0 and m.final_line().startswith("4 passed, 2 failed")
 
 
 def _shard(host: str, examples: int, seconds: float, started: float | None = None) -> Summary:

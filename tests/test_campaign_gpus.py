@@ -180,7 +180,7 @@ def test_a_gpu_that_fails_mid_round_ends_its_worker_with_the_example_that_broke_
     the next pool's workers check the GPU afresh."""
     calls = {"n": 0}
 
-    def check(example: Any, phases: Any) -> None:
+    def check(example: Any, phases: Any, schedulers: Any) -> None:
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -8,13 +8,24 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import find, given
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
+from kfuse.campaign.property import Example, ExampleSpace, check, examples
 from kfuse.dtypes import DataType
+from kfuse.errors import KfuseError
 from kfuse.frontend import FusionDefinition
-from kfuse.ir import ReductionOp, TensorView, WelfordOp
+from kfuse.ir import ReductionOp, ReshapeOp, TensorView, WelfordOp
 from kfuse.testing import assert_close, fusions, inputs_for, tolerance
+
+# find() over campaign examples: what it looks for is a few in a hundred of them; the first
+# found will do (shrinking it would compile dozens of kernels more).
+_SEARCH = settings(
+    max_examples=1000,
+    database=None,
+    phases=[Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def _reductions(fd: FusionDefinition) -> int:
@@ -75,6 +86,58 @@ def test_inputs_cover_edge_layouts_and_sizes(layout: str) -> None:
         "prime": lambda a: any(n in (7, 13, 31, 127, 257) for n in a.shape),
     }
     find(inputs_for(fd), lambda ins: checks[layout](ins[0]))  # raises if never produced
+
+
+def _reaches(example: Example, scheduler: str) -> bool:
+    try:
+        return scheduler in {s.scheduler.value for s in example.fd.segments(example.inputs)}
+    except KfuseError:
+        return False
+
+
+def test_the_campaign_draws_transposes() -> None:
+    """Outputs in another axis order than their values (or inputs laid out so) make fusions the
+    transpose scheduler takes; one found is right on the emulator."""
+    space = ExampleSpace(kinds=("pointwise",), framework="numpy", device="cpu", max_elements=4096)
+    example = find(examples(space), lambda ex: _reaches(ex, "transpose"), settings=_SEARCH)
+    reached: set[str] = set()
+    check(example, schedulers=reached)
+    assert "transpose" in reached
+
+
+def test_the_campaign_draws_group_norms_with_per_channel_operands() -> None:
+    """Group norms: an input split by a reshape into groups, normalized per group and scaled
+    per channel, which one inner persistent kernel takes with row-split loads (kf_rem);
+    right on the emulator."""
+    space = ExampleSpace(
+        kinds=("normalization",), framework="numpy", device="cpu", max_elements=4096
+    )
+
+    def row_split_group_norm(ex: Example) -> bool:
+        fusion = ex.fd.fusion
+        grouped = [  # [N, C, spatial...] split into [N, G, C / G, spatial...]
+            array
+            for v, array in zip(fusion.inputs, ex.inputs, strict=True)
+            if isinstance(v, TensorView) and v.ndim > 2 and v.axes[1].extent is not None
+        ]
+        per_channel = [v for v in fusion.inputs if isinstance(v, TensorView) and v.ndim == 1]
+        if not (grouped and per_channel and any(isinstance(e, ReshapeOp) for e in fusion.exprs)):
+            return False
+        # Groups of more than one channel, channels of more than one element: the weight
+        # varies along part of a group's row.
+        shape = grouped[0].shape
+        groups = next(e.outputs[0].axes[1].extent for e in fusion.exprs if isinstance(e, ReshapeOp))
+        if shape[1] == groups or math.prod(shape[2:]) < 2 or shape[0] == 0:
+            return False
+        if not _reaches(ex, "inner_persistent"):
+            return False
+        ex.fd.execute(ex.inputs)
+        return "kf_rem" in (ex.fd.last_program().cuda_source() or "")
+
+    example = find(examples(space), row_split_group_norm, settings=_SEARCH)
+    reached: set[str] = set()
+    check(example, schedulers=reached)
+    assert "inner_persistent" in reached
 
 
 def test_contiguous_declaration_gives_contiguous_inputs() -> None:

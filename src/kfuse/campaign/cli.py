@@ -163,6 +163,7 @@ def main(argv: Sequence[str]) -> int:
     summary = run(campaign)
     print(f"summary: {campaign.out / 'summary.json'}")
     print(summary.time_line())
+    print(summary.scheduler_line())
     print(summary.final_line())
     return 0 if summary.clean else 1
 
@@ -375,5 +376,6 @@ def _merge(argv: list[str]) -> int:
         merged.write(args.out)
     except OSError as exc:
         raise UsageError(f"merge --out {args.out}: {exc.strerror or exc}") from None
+    print(merged.scheduler_line())
     print(merged.final_line())
     return 0 if merged.clean else 1

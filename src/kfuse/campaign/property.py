@@ -121,9 +121,14 @@ class Mismatch(AssertionError):
     """A call's outputs differ from the reference's."""
 
 
-def check(example: Example, phases: dict[str, float] | None = None) -> None:
+def check(
+    example: Example,
+    phases: dict[str, float] | None = None,
+    schedulers: set[str] | None = None,
+) -> None:
     """Run the example's calls and compare every output of each with the reference; the
-    seconds of each of PHASES are added to `phases` when given.
+    seconds of each of PHASES are added to `phases` when given, and the schedulers the first
+    call ran (SchedulerType values) to `schedulers`, as soon as it has run.
 
     Raises Mismatch (naming the call), or whatever kfuse raised."""
     fd = example.fd
@@ -134,20 +139,33 @@ def check(example: Example, phases: dict[str, float] | None = None) -> None:
         ]
     for number, inputs in enumerate(calls, 1):
         try:
-            check_outputs(fd, inputs, phases, "first_call" if number == 1 else "later_calls")
+            check_outputs(
+                fd,
+                inputs,
+                phases,
+                "first_call" if number == 1 else "later_calls",
+                schedulers if number == 1 else None,
+            )
         except Mismatch as exc:
             raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
 
 
 def check_outputs(
-    fd: Any, inputs: list[Any], phases: dict[str, float] | None = None, phase: str = "first_call"
+    fd: Any,
+    inputs: list[Any],
+    phases: dict[str, float] | None = None,
+    phase: str = "first_call",
+    schedulers: set[str] | None = None,
 ) -> None:
-    """One call of `fd` on `inputs` (its time added to `phases[phase]`), every output compared
-    with the reference; Mismatch saying which output differs and how."""
+    """One call of `fd` on `inputs` (its time added to `phases[phase]`, the schedulers it ran
+    to `schedulers`), every output compared with the reference; Mismatch saying which output
+    differs and how."""
     from kfuse.reference import conditioning, evaluate
 
     with timed(phases, phase):
         outputs = fd.execute(inputs)
+    if schedulers is not None:
+        schedulers.update(s.value for s in fd.last_program().schedulers())
     with timed(phases, "reference"):
         expected = evaluate(fd.fusion, inputs)
     try:

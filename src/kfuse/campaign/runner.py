@@ -250,8 +250,8 @@ def _drain(messages: Any, summary: Summary, progress: Progress, elapsed: float) 
             if summary.lose_gpu(gpu, elapsed, rest[0]):
                 progress.note(f"GPU {gpu} lost: {rest[0]}")
         elif what == "example":
-            kind, outcome, phases = rest
-            summary.count(kind, outcome, gpu, phases)
+            kind, outcome, phases, schedulers = rest
+            summary.count(kind, outcome, gpu, phases, schedulers)
         elif what == "failure":
             summary.failures.append(rest[0])
             progress.failure(rest[0])

@@ -2,22 +2,23 @@
 
 The JSON (`summary.json` in the campaign's --out folder) holds: the kfuse version and commit,
 the device, the command line and settings, the seed and shard, examples and examples per
-second, `by_kind` ({kind: {outcome: count}}), `by_gpu` ({gpu: examples}), `shrink_runs`
-(examples Hypothesis ran while shrinking failures, not counted as examples), and `failures`
-(one record each, with the repro script's path), and where the workers' time went:
-`worker_seconds` (the time workers spent in rounds) and `seconds_by_phase` (its parts, as
-kfuse.campaign.property.PHASES names them; the rest is Hypothesis' own). `gpu_seconds` is
+second, `by_kind` ({kind: {outcome: count}}), `by_gpu` ({gpu: examples}), `by_scheduler`
+({scheduler: examples whose first call ran it}: which schedulers the campaign reached),
+`shrink_runs` (examples Hypothesis ran while shrinking failures, not counted as examples),
+and `failures` (one record each, with the repro script's path), and where the workers' time
+went: `worker_seconds` (the time workers spent in rounds) and `seconds_by_phase` (its parts,
+as kfuse.campaign.property.PHASES names them; the rest is Hypothesis' own). `gpu_seconds` is
 how long each GPU ran examples, the divisor of `examples_per_second_per_gpu`; `lost_gpus`
 ({gpu: {seconds, message}}) the GPUs that failed on the way (the run went on without them),
-and `stopped` why the run ended before its budget, if it did. `merge` joins
-the summaries of the shards of one campaign run as separate invocations (`kfuse campaign
-merge`).
+and `stopped` why the run ended before its budget, if it did. `merge` joins the summaries of
+the shards of one campaign run as separate invocations (`kfuse campaign merge`).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class Summary:
     info: dict[str, Any] = field(default_factory=dict)
     by_kind: dict[str, Counter] = field(default_factory=dict)
     by_gpu: Counter = field(default_factory=Counter)
+    by_scheduler: Counter = field(default_factory=Counter)
     shrink_runs: int = 0
     crashes: int = 0
     seconds: float = 0.0
@@ -65,13 +67,20 @@ class Summary:
         return self.failed == 0 and not self.lost_gpus and self.stopped is None
 
     def count(
-        self, kind: str, outcome: str, gpu: int | None, phases: dict[str, float] | None = None
+        self,
+        kind: str,
+        outcome: str,
+        gpu: int | None,
+        phases: dict[str, float] | None = None,
+        schedulers: Iterable[str] = (),
     ) -> None:
         """One example of `kind` ended in `outcome` on `gpu` (None: the host emulator),
-        having spent `phases` seconds in each of PHASES."""
+        having spent `phases` seconds in each of PHASES; its first call ran `schedulers`
+        (none where it failed before running)."""
         self.by_kind.setdefault(kind, Counter())[outcome] += 1
         self.by_gpu["emulator" if gpu is None else str(gpu)] += 1
         self.seconds_by_phase.update(phases or {})
+        self.by_scheduler.update(set(schedulers))
 
     @property
     def examples(self) -> int:
@@ -126,6 +135,11 @@ class Summary:
             f"{p.replace('_', ' ')} {1e3 * t / n:.1f} ms ({100 * t / total:.0f}%)" for p, t in parts
         )
 
+    def scheduler_line(self) -> str:
+        """How many examples reached each scheduler (a scheduler missing here was not tested)."""
+        reached = ", ".join(f"{name} {n}" for name, n in self.by_scheduler.most_common())
+        return f"examples by scheduler: {reached or 'none recorded'}"
+
     def to_json(self) -> dict[str, Any]:
         """The summary as the JSON file holds it."""
         return {
@@ -137,6 +151,7 @@ class Summary:
             "examples_per_second": round(self.rate(), 2),
             "by_kind": {k: {o: c[o] for o in OUTCOMES} for k, c in sorted(self.by_kind.items())},
             "by_gpu": dict(sorted(self.by_gpu.items())),
+            "by_scheduler": dict(self.by_scheduler.most_common()),
             "examples_per_second_per_gpu": {
                 g: round(n / self.gpu_seconds[g], 2) if self.gpu_seconds[g] else 0.0
                 for g, n in sorted(self.by_gpu.items())
@@ -166,6 +181,7 @@ def load(path: Path) -> Summary:
     summary.info = {k: v for k, v in data.items() if k not in _DERIVED}
     summary.by_kind = {k: Counter(v) for k, v in data["by_kind"].items()}
     summary.by_gpu = Counter(data["by_gpu"])
+    summary.by_scheduler = Counter(data.get("by_scheduler") or {})
     summary.shrink_runs = data["shrink_runs"]
     summary.crashes = data["crashes"]
     summary.seconds = data["seconds"]
@@ -190,6 +206,7 @@ _DERIVED = {
     "examples_per_second",
     "by_kind",
     "by_gpu",
+    "by_scheduler",
     "examples_per_second_per_gpu",
     "shrink_runs",
     "crashes",
@@ -220,6 +237,7 @@ def merge(summaries: list[Summary]) -> Summary:
             merged.by_kind.setdefault(kind, Counter()).update(counts)
         for gpu, n in s.by_gpu.items():
             merged.by_gpu[f"{host}:{gpu}"] += n
+        merged.by_scheduler.update(s.by_scheduler)
         merged.shrink_runs += s.shrink_runs
         merged.crashes += s.crashes
         merged.worker_seconds += s.worker_seconds

@@ -218,8 +218,9 @@ def run_round(spec: Round) -> RoundResult:
         with timed(phases, "repro"):
             _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
         faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
+        reached: set[str] = set()
         try:
-            check(example, phases)
+            check(example, phases, reached)
             exc: BaseException | None = None
         except Exception as raised:  # noqa: BLE001 - every outcome is counted
             exc = raised
@@ -229,7 +230,7 @@ def run_round(spec: Round) -> RoundResult:
             state["shrink_runs"] += 1
         else:
             state["examples"] += 1
-            _report("example", example.kind, outcome_of(exc), phases)
+            _report("example", example.kind, outcome_of(exc), phases, sorted(reached))
         if exc is not None:
             if state["failed_at"] is None:
                 state["failed_at"] = time.monotonic()

@@ -44,6 +44,10 @@ class Program:
         """The CUDA sources of the kernels it launches (None when it launches none)."""
         return "\n".join(launch.source for launch in self.launches) or None
 
+    def schedulers(self) -> list[SchedulerType]:
+        """The scheduler of each segment it runs, in order (one for an unsegmented fusion)."""
+        return [self.scheduler]
+
     def extents_read(self, fusion: Fusion) -> list[Val]:
         """The Vals of `fusion` whose entries of info.extents `run` reads, and the profiler
         with it (the outputs' shapes): here every Val shape inference gives one. A segment's
@@ -148,6 +152,9 @@ class SegmentKernelsProgram(KernelProgram):
         """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
         return self.segmented.describe(self.origin)
 
+    def schedulers(self) -> list[SchedulerType]:
+        return [scheduler for scheduler, _, _ in self.groups]
+
     def _launch(
         self,
         launches: list[KernelLaunch],
@@ -219,6 +226,9 @@ class SegmentedProgram(Program):
     def segments(self) -> list[Any]:
         """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
         return self.runner.segmented.describe(self.folded.origin if self.folded else None)
+
+    def schedulers(self) -> list[SchedulerType]:
+        return [segment.scheduler for segment in self.segments()]
 
     def __str__(self) -> str:
         segments = self.segments()

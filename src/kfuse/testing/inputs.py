@@ -262,11 +262,17 @@ def _shrink(shapes: list, classes: _AxisClasses, fusion: Any, size_of: dict, lim
             if shape is None or math.prod(max(1, n) for n in shape) <= limit:
                 continue
             over = True
-            i = max(range(len(shape)), key=lambda j: shape[j])
-            k = classes.axis.get((id(v), i))
-            if k is None:
-                return  # a fixed extent: nothing to shrink
-            size_of[classes.find(k)] = max(1, size_of[classes.find(k)] // 2)
+            # The largest axis drawn a size (an axis of a fixed extent keeps it).
+            drawn = [
+                j
+                for j in range(len(shape))
+                if (k := classes.axis.get((id(v), j))) is not None and classes.find(k) in size_of
+            ]
+            if not drawn:
+                return  # fixed extents only: nothing to shrink
+            i = max(drawn, key=lambda j: shape[j])
+            k = classes.find(classes.axis[(id(v), i)])
+            size_of[k] = max(1, size_of[k] // 2)
         if not over:
             return
         for idx, v in enumerate(fusion.inputs):

@@ -305,9 +305,12 @@ class _Gen:
         pattern = self.draw(
             st.sampled_from(
                 ["softmax", "log_softmax", "layer_norm", "rms_norm", "var_mean", "center"]
-                + (["backward", "backward", "batch_norm"] if v.ndim > 1 else [])
+                + (["backward", "backward", "batch_norm", "group_norm"] if v.ndim > 1 else [])
             )
         )
+        if pattern == "group_norm":
+            self.group_norm_step()
+            return
         dim = self.draw(st.integers(0, v.ndim - 1))
         if pattern == "backward":
             # Mostly over the innermost axis, as models' norms are (the others segment).
@@ -351,6 +354,57 @@ class _Gen:
         self.pool.append(e)
         self.results.append(e)
         self.required.append(e)
+
+    def group_norm_step(self) -> None:
+        """A group norm as models write it (nvFuser's groupnorm benchmark): an input of
+        [N, C, spatial...] with C = G * K channels (a fixed extent, so the split is exact)
+        reshaped to [N, G, K, spatial...], normalized over all but its first two axes,
+        scaled and shifted per channel, and reshaped back; sometimes the mean and the
+        inverse standard deviation are outputs too (of the statistics' shape). Its values
+        have their own shape, so they reach only the outputs."""
+        fd = self.fd
+        o = fd.ops
+        groups = self.draw(st.sampled_from([1, 2, 3, 4]))
+        per_group = self.draw(st.sampled_from([1, 2, 3, 5, 8]))
+        channels = groups * per_group
+        n_spatial = self.draw(st.integers(1, 2))
+        floating = [d for d in self.dtypes if d.is_floating] or [DataType.Float]
+        dt = self.draw(st.sampled_from(floating))
+        x: Any = fd.define_tensor(shape=[-1, channels] + [-1] * n_spatial, dtype=dt)
+        n = o.size(x, 0)
+        spatial = [o.size(x, 2 + i) for i in range(n_spatial)]
+        if dt in REDUCED_FLOATS:
+            x = o.cast(x, DataType.Float)
+        grouped = o.reshape(x, new_shape=[n, groups, per_group, *spatial])
+        reduced = list(range(2, grouped.ndim))
+        keep = self.draw(st.booleans())
+        var, mean = o.var_mean(grouped, reduced, correction=0, keepdim=keep)
+        invstd = o.rsqrt(o.add(var, 1e-5))
+        shape = o.shape(grouped)
+        if keep:
+            mean_b, invstd_b = mean, invstd
+        else:
+            mean_b, invstd_b = (
+                o.broadcast_in_dim(t, shape=shape, broadcast_dims=[0, 1]) for t in (mean, invstd)
+            )
+        y = o.mul(o.sub(grouped, mean_b), invstd_b)
+        bound = 4.0 * math.sqrt(per_group * 1100.0) + 10.0
+        every = list(range(grouped.ndim))
+        per_channel = [1, groups, per_group] + [1] * n_spatial
+        for affine in ("mul", "add"):
+            if self.draw(st.booleans()):
+                p: Any = fd.define_tensor(shape=[channels], dtype=dt)
+                p = o.reshape(p, new_shape=per_channel)
+                y = getattr(o, affine)(y, o.broadcast_in_dim(p, shape=shape, broadcast_dims=every))
+                bound = bound * 2.0 if affine == "mul" else bound + 2.0
+        out = o.reshape(y, new_shape=[n, channels, *spatial])
+        entry = _Entry(out, False, bound)
+        self.results.append(entry)
+        self.required.append(entry)
+        if self.draw(st.integers(0, 3)) == 0:
+            stats = [_Entry(mean, False, 2.0), _Entry(invstd, False, 1e3)]
+            self.results += stats
+            self.required += stats
 
     def backward_step(self, x: _Entry, dim: int) -> None:
         """A normalization's backward shape: a row reduction over `dim` that the full-size
@@ -528,11 +582,26 @@ def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -
     reached = _cone_ids([e.val for e in chosen])
     chosen += [e for e in gen.required if id(e.val) not in reached]
     narrow = [d for d in gen.dtypes if d in REDUCED_FLOATS]
+    # Sometimes the outputs of full rank come in another axis order than the values they are
+    # made of, all in the same one (a fusion the transpose scheduler takes whole), and
+    # sometimes a single output does (one that takes segments).
+    moved = gen.rank > 1 and draw(st.integers(0, 3)) == 0
+    common = _axis_order(draw, gen.rank) if moved else None
     for e in chosen:
         v: Any = e.val
         if narrow and v.dtype.is_floating and e.bound < 6e4 and draw(st.booleans()):
             v = fd.ops.cast(v, draw(st.sampled_from(narrow)))
+        order = common if v.ndim == gen.rank else None
+        if order is None and v.ndim > 1 and draw(st.integers(0, 15)) == 0:
+            order = _axis_order(draw, v.ndim)
+        if order is not None:
+            v = fd.ops.permute(v, dims=order)
         fd.add_output(v)
+
+
+def _axis_order(draw: Any, rank: int) -> list[int]:
+    """A permutation of `rank` axes other than the identity."""
+    return list(draw(st.permutations(range(rank)).filter(lambda p: list(p) != sorted(p))))
 
 
 def _cone_ids(vals: list[Val]) -> set[int]:
