@@ -335,6 +335,22 @@ def test_output_and_its_reshape() -> None:
     np.testing.assert_array_equal(flat_y.reshape(-1), flat)
 
 
+def test_reshaped_output_that_the_fusion_reads_again() -> None:
+    """An output made by a reshape whose result other expressions read (here cast and
+    permuted into a second output) keeps its reshape: folding it left those expressions
+    reading a value nothing computed (a KeyError, found by the campaign's group norms)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 6, -1], dtype=DataType.Float)
+        n, s = fd.ops.size(x, 0), fd.ops.size(x, 2)
+        grouped = fd.ops.reshape(x, new_shape=[n, 2, 3, s])
+        var, mean = fd.ops.var_mean(grouped, [2, 3], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(grouped, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        out = fd.ops.reshape(y, new_shape=[n, 6, s])
+        fd.add_output(fd.ops.permute(fd.ops.cast(out, DataType.BFloat16), dims=[1, 2, 0]))
+        fd.add_output(out)
+    _check(fd, [rand((3, 6, 5))])
+
+
 def _cuda_torch():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

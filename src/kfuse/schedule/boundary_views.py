@@ -90,6 +90,7 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
     an output: expr_eval's work)."""
     positions = {v: k for k, v in enumerate(fusion.inputs)}
     outputs = set(fusion.outputs)
+    consumed = {v for e in fusion.exprs for v in e.inputs}
     in_views: dict[TensorView, ArrayLayout] = {}  # reshape output -> its layout as a view
     folded: set[Expr] = set()
     for e in fusion.exprs:
@@ -102,7 +103,12 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
             if layout is not None:
                 in_views[dst] = layout
                 folded.add(e)
-        elif dst in outputs and src not in positions and fusion.outputs.count(dst) == 1:
+        elif (
+            dst in outputs
+            and src not in positions
+            and fusion.outputs.count(dst) == 1
+            and dst not in consumed  # another expression reads the reshaped value
+        ):
             folded.add(e)
     if not folded or any(o in positions for o in fusion.outputs):
         return None
