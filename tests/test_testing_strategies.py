@@ -88,6 +88,25 @@ def test_inputs_cover_edge_layouts_and_sizes(layout: str) -> None:
     find(inputs_for(fd), lambda ins: checks[layout](ins[0]))  # raises if never produced
 
 
+def test_a_long_axis_is_long_and_the_others_shrink_first() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        fd.add_output(fd.ops.sum(x * 2.0, [2]))
+    limit = 1 << 15
+
+    @given(inputs_for(fd, max_elements=limit, long_axis=True))
+    def fits(ins: list) -> None:
+        (a,) = ins
+        assert math.prod(max(1, n) for n in a.shape) <= limit
+        # The long axis keeps at least 1024 unless the others are all 1 already.
+        assert max(a.shape) >= 1024 or math.prod(a.shape) == 0
+
+    fits()
+    # Mostly the innermost axis, sometimes another; sizes past the plain draws' 1025.
+    find(inputs_for(fd, max_elements=limit, long_axis=True), lambda i: i[0].shape[2] > 8192)
+    find(inputs_for(fd, max_elements=limit, long_axis=True), lambda i: i[0].shape[0] > 8192)
+
+
 def _reaches(example: Example, scheduler: str) -> bool:
     try:
         return scheduler in {s.scheduler.value for s in example.fd.segments(example.inputs)}

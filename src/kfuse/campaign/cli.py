@@ -87,6 +87,11 @@ def _parser() -> Parser:
         action="store_true",
         help="contiguous aligned inputs only (default: odd layouts too)",
     )
+    p.add_argument(
+        "--no-long-rows",
+        action="store_true",
+        help="no examples with one long axis (default: one in 8, up to 8 times --max-elements)",
+    )
     _run_arguments(p)
     return p
 
@@ -201,6 +206,7 @@ def _campaign(argv: list[str]) -> tuple[Any, int | None]:
             max_elements=args.max_elements or (1 << 18 if gpus else 1 << 12),
             special_values=args.special_values,
             layouts=not args.no_layouts,
+            long_rows=not args.no_long_rows,
             framework=framework,
             device="cuda" if gpus else "cpu",
         )

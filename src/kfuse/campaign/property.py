@@ -39,6 +39,14 @@ OUTCOMES = ("passed", "mismatch", "kfuse_error", "raw_error")
 but not a wrong result; a raw error is any other exception."""
 
 
+LONG_ROWS_ONE_IN = 8
+LONG_ROWS_ELEMENTS = 8
+"""One example in LONG_ROWS_ONE_IN has one long axis and up to LONG_ROWS_ELEMENTS times the
+space's max_elements per input (2^21 on a GPU): without them, no GPU-sized example of 2^18
+elements reached a kernel whose rows live in shared memory, in a cluster's blocks, partly
+reloaded or in registers of an inner-outer kernel (H200 heuristics over 400 examples)."""
+
+
 @dataclass(frozen=True)
 class ExampleSpace:
     """What a campaign draws from."""
@@ -50,6 +58,7 @@ class ExampleSpace:
     max_elements: int = 1 << 18
     special_values: str = "mix"  # "on", "off", or "mix" (drawn per example)
     layouts: bool = True
+    long_rows: bool = True  # some examples with one long axis (LONG_ROWS_ONE_IN)
     framework: str = "torch"  # torch or numpy (numpy only on the emulator)
     device: str = "cuda"  # a torch device string, "cpu" for the emulator
 
@@ -84,14 +93,16 @@ def examples(draw: Any, space: ExampleSpace) -> Example:
     special = space.special_values == "on" or (
         space.special_values == "mix" and draw(st.booleans())
     )
+    long = space.long_rows and draw(st.integers(0, LONG_ROWS_ONE_IN - 1)) == 0
     inputs = draw(
         inputs_for(
             fd,
             framework=space.framework,
             device=space.device,
-            max_elements=space.max_elements,
+            max_elements=space.max_elements * (LONG_ROWS_ELEMENTS if long else 1),
             layouts=space.layouts,
             special_values=special,
+            long_axis=long,
         )
     )
     seeds = tuple(draw(st.integers(0, 2**32 - 1)) for _ in range(CALLS - 1))

@@ -61,6 +61,10 @@ EDGE_SIZES = (
     1024,
     1025,
 )
+LONG_SIZES = (2047, 2048, 4096, 4097, 8191, 8192, 12288, 16384, 16385, 32768, 65536, 100352)
+"""Sizes a long axis (inputs_for's long_axis) draws besides any up to the limit: the powers of
+two where schedulers change their plans, one off them, and a group norm's row (32 x 3136)."""
+
 LAYOUTS = ("contiguous", "offset", "strided", "permuted", "broadcast")
 
 
@@ -181,6 +185,7 @@ def inputs_for(
     layouts: bool = True,
     value_range: float = 2.0,
     special_values: bool = False,
+    long_axis: bool = False,
 ) -> st.SearchStrategy[list]:
     """A strategy of input lists for `fd` (a FusionDefinition or Fusion).
 
@@ -188,6 +193,10 @@ def inputs_for(
     ignored for NumPy). max_elements bounds every tensor's element count, an empty axis
     counted as one (what a reduction over it leaves must fit too). layouts=False draws
     only contiguous, aligned arrays. special_values mixes NaN/inf/-0.0 into floating inputs.
+    long_axis: one axis of the first tensor input (mostly its innermost) is long, from
+    LONG_SIZES or up to max_elements / 2, and the other axes shrink first to fit: the long
+    rows and columns that GPU schedulers hold in shared memory, split over a cluster of
+    blocks or over the grid.
     """
     fusion = getattr(fd, "fusion", fd)
     classes = _AxisClasses(fusion)
@@ -195,6 +204,9 @@ def inputs_for(
     @st.composite
     def draw_inputs(draw: Any) -> list:
         size_of: dict[Any, int] = {}
+        long_class = _long_class(draw, fusion, classes) if long_axis else None
+        if long_class is not None:
+            size_of[long_class] = draw(_long_size(max(2, max_elements // 2)))
 
         def size(k: Any) -> int:
             k = classes.find(k)
@@ -218,7 +230,7 @@ def inputs_for(
                 )
             else:
                 shapes.append(None)
-        _shrink(shapes, classes, fusion, size_of, max_elements)
+        _shrink(shapes, classes, fusion, size_of, max_elements, long_class)
         seed = draw(st.integers(0, 2**32 - 1))
         import numpy as np
 
@@ -252,26 +264,59 @@ def inputs_for(
     return draw_inputs()
 
 
-def _shrink(shapes: list, classes: _AxisClasses, fusion: Any, size_of: dict, limit: int) -> None:
+def _long_size(longest: int) -> st.SearchStrategy[int]:
+    """A long axis's size, at most `longest`: one of LONG_SIZES, or any in a power-of-two
+    range drawn first (each scale as likely: where rows move from registers to shared memory,
+    to a cluster of blocks and to reloads)."""
+    listed = [n for n in LONG_SIZES if n <= longest] or [longest]
+    low = min(1024, longest).bit_length() - 1
+    scales = st.integers(low, longest.bit_length() - 1).flatmap(
+        lambda k: st.integers(1 << k, min((2 << k) - 1, longest))
+    )
+    return st.one_of(st.sampled_from(listed), scales)
+
+
+def _long_class(draw: Any, fusion: Any, classes: _AxisClasses) -> Any:
+    """The axis class of the first tensor input that long_axis makes long: its innermost
+    drawn axis two times in three, else any drawn one (None when it has none)."""
+    first = next((v for v in fusion.inputs if isinstance(v, TensorView)), None)
+    if first is None:
+        return None
+    axes = [i for i, a in enumerate(first.axes) if not a.is_broadcast and a.extent is None]
+    if not axes:
+        return None
+    i = axes[-1] if draw(st.integers(0, 2)) else draw(st.sampled_from(axes))
+    return classes.find(classes.axis[(id(first), i)])
+
+
+def _shrink(
+    shapes: list,
+    classes: _AxisClasses,
+    fusion: Any,
+    size_of: dict,
+    limit: int,
+    long_class: Any = None,
+) -> None:
     """Halve the largest sizes until every tensor fits in `limit` elements, counting an empty
     axis as one: a reduction over it (an input of [0, 1025, 1023, 1023] summed over axis 0)
-    still has an output of the other extents."""
+    still has an output of the other extents. The axes of `long_class` are halved last."""
     for _ in range(64):
         over = False
         for v, shape in zip(fusion.inputs, shapes, strict=False):
             if shape is None or math.prod(max(1, n) for n in shape) <= limit:
                 continue
             over = True
-            # The largest axis drawn a size (an axis of a fixed extent keeps it).
+            # The largest axis drawn a size (an axis of a fixed extent keeps it), the long
+            # axis only when every other is down to one.
             drawn = [
-                j
+                (classes.find(k), shape[j])
                 for j in range(len(shape))
                 if (k := classes.axis.get((id(v), j))) is not None and classes.find(k) in size_of
             ]
-            if not drawn:
+            others = [(k, n) for k, n in drawn if k != long_class and n > 1]
+            if not (others or drawn):
                 return  # fixed extents only: nothing to shrink
-            i = max(drawn, key=lambda j: shape[j])
-            k = classes.find(classes.axis[(id(v), i)])
+            k, _ = max(others or drawn, key=lambda kn: kn[1])
             size_of[k] = max(1, size_of[k] // 2)
         if not over:
             return
