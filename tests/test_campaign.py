@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -163,6 +164,61 @@ def test_repro_inputs_round_trip_exactly(tmp_path: Path) -> None:
     assert tuple(y.shape) == (3, 5) and y.stride() == (1, 6)
     assert y.data_ptr() % 16 == x.data_ptr() % 16
     assert torch.equal(y, x)
+
+
+def test_other_inputs_round_trip_and_describe_themselves(tmp_path: Path) -> None:
+    fd = _two_outputs()
+    x = torch.randn(3, 5).to(torch.bfloat16)
+    other = torch.as_strided(torch.randn(30).to(torch.bfloat16), (2, 7), (1, 3), 1)
+    example = _example(fd, [x, 0.5])
+    example.other_inputs = [other, 2.0]
+    path = repro.write(tmp_path, "case", example, "mismatch", "msg", "cmd", "where")
+    header, inputs, again = repro.load_all(path.with_suffix(".npz"))
+    assert torch.equal(inputs[0], x) and inputs[1] == 0.5
+    assert again is not None and again[1] == 2.0 and again[0].stride() == (1, 3)
+    assert torch.equal(again[0], other) and again[0].data_ptr() % 16 == other.data_ptr() % 16
+    assert "Other inputs (calls 4 and 5): T0 torch BFloat16 (2, 7) strides (1, 3)" in (
+        path.read_text()
+    )
+    plain = repro.write(tmp_path, "plain", _example(fd, [x, 0.5]), "m", "m", "c", "w")
+    assert repro.load_all(plain.with_suffix(".npz"))[2] is None
+
+
+class _Recording:
+    """A FusionDefinition that records each call's first input shape, and answers calls on
+    inputs of `wrong_shape` with the outputs of the call before (a cache keyed too loosely)."""
+
+    def __init__(self, fd: FusionDefinition, wrong_shape: tuple[int, ...] | None = None) -> None:
+        self.fd, self.wrong_shape = fd, wrong_shape
+        self.fusion = fd.fusion
+        self.shapes: list[tuple[int, ...]] = []
+        self.last: Any = None
+
+    def execute(self, inputs: list) -> Any:
+        self.shapes.append(tuple(inputs[0].shape))
+        if self.shapes[-1] == self.wrong_shape:
+            return self.last
+        self.last = self.fd.execute(inputs)
+        return self.last
+
+    def last_program(self) -> Any:
+        return self.fd.last_program()
+
+
+def test_an_example_with_other_inputs_runs_five_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls 1-3 on the first inputs (new values each time), 4 on the other inputs, 5 on the
+    first again; a Program handed to another signature's call is a mismatch naming it."""
+    monkeypatch.setenv("KFUSE_DEVICE", "emulator")
+    x, other = torch.randn(3, 5).to(torch.bfloat16), torch.randn(4, 2).to(torch.bfloat16)
+    recording = _Recording(_two_outputs())
+    example = _example(recording, [x, 0.5])  # type: ignore[arg-type]
+    example.other_inputs = [other, 1.5]
+    check(example)
+    assert recording.shapes == [(3, 5)] * 3 + [(4, 2), (3, 5)]
+    # The outputs of [3, 5] for the inputs of [4, 2]: call 4 fails, and says which it is.
+    example.fd = recording = _Recording(_two_outputs(), wrong_shape=(4, 2))
+    with pytest.raises(Mismatch, match=r"call 4 of 5 \(the other inputs\)"):
+        check(example)
 
 
 @pytest.mark.slow

@@ -11,8 +11,12 @@ magnitudes: `magnitude`):
 2. the second, with new values in the same layout, finds everything cached;
 3. the third, again with new values, takes the host fast path on a GPU.
 
-So a cache that hands back something of an earlier call, or of another fusion, is a mismatch
-too; the calls of all earlier examples run in the same process before it.
+One example in OTHER_INPUTS_ONE_IN also has a second set of inputs of other sizes and
+layouts: a fourth call runs on those (a new signature of the same definition, compiled
+again where it must be), and a fifth on the first inputs again, which must find their own
+Program cached, not the fourth call's. So a cache that hands back something of an earlier
+call, of another signature or of another fusion, is a mismatch too; the calls of all earlier
+examples run in the same process before it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from kfuse.dtypes import DataType
 from kfuse.errors import KfuseError
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
 from kfuse.testing.inputs import refill
-from kfuse.testing.strategies import DEFAULT_DTYPES, KINDS
+from kfuse.testing.strategies import DEFAULT_DTYPES, KINDS, one_in
 
 CALLS = 3
 """Calls of each example: compile, cached, fast path."""
@@ -38,6 +42,9 @@ OUTCOMES = ("passed", "mismatch", "kfuse_error", "raw_error")
 """What one example can end in: a kfuse error (KfuseError) on a generated fusion is a bug too,
 but not a wrong result; a raw error is any other exception."""
 
+
+OTHER_INPUTS_ONE_IN = 5
+"""One example in this many also runs on inputs of other sizes and layouts (calls 4 and 5)."""
 
 LONG_ROWS_ONE_IN = 8
 LONG_ROWS_ELEMENTS = 8
@@ -81,6 +88,7 @@ class Example:
     inputs: list[Any]
     special_values: bool
     refill_seeds: tuple[int, ...] = field(default=())
+    other_inputs: list[Any] | None = None  # calls 4 and 5 (see the module docstring)
 
 
 @st.composite
@@ -93,20 +101,20 @@ def examples(draw: Any, space: ExampleSpace) -> Example:
     special = space.special_values == "on" or (
         space.special_values == "mix" and draw(st.booleans())
     )
-    long = space.long_rows and draw(st.integers(0, LONG_ROWS_ONE_IN - 1)) == 0
-    inputs = draw(
-        inputs_for(
-            fd,
-            framework=space.framework,
-            device=space.device,
-            max_elements=space.max_elements * (LONG_ROWS_ELEMENTS if long else 1),
-            layouts=space.layouts,
-            special_values=special,
-            long_axis=long,
-        )
+    long = space.long_rows and one_in(draw, LONG_ROWS_ONE_IN)
+    drawn_inputs = inputs_for(
+        fd,
+        framework=space.framework,
+        device=space.device,
+        max_elements=space.max_elements * (LONG_ROWS_ELEMENTS if long else 1),
+        layouts=space.layouts,
+        special_values=special,
+        long_axis=long,
     )
+    inputs = draw(drawn_inputs)
     seeds = tuple(draw(st.integers(0, 2**32 - 1)) for _ in range(CALLS - 1))
-    return Example(kind, fd, inputs, special, seeds)
+    other = draw(drawn_inputs) if one_in(draw, OTHER_INPUTS_ONE_IN) else None
+    return Example(kind, fd, inputs, special, seeds, other)
 
 
 PHASES = ("draw", "repro", "refill", "first_call", "later_calls", "reference", "compare")
@@ -148,17 +156,18 @@ def check(
             refill(fd, example.inputs, seed, special_values=example.special_values)
             for seed in example.refill_seeds
         ]
-    for number, inputs in enumerate(calls, 1):
+    # (inputs, phase, what the call is): the first compiles, the others find it cached.
+    plan = [(calls[0], "first_call", "")] + [(c, "later_calls", "") for c in calls[1:]]
+    if example.other_inputs is not None:
+        plan += [
+            (example.other_inputs, "first_call", " (the other inputs)"),
+            (example.inputs, "later_calls", " (the first inputs again)"),
+        ]
+    for number, (inputs, phase, what) in enumerate(plan, 1):
         try:
-            check_outputs(
-                fd,
-                inputs,
-                phases,
-                "first_call" if number == 1 else "later_calls",
-                schedulers if number == 1 else None,
-            )
+            check_outputs(fd, inputs, phases, phase, schedulers if number == 1 else None)
         except Mismatch as exc:
-            raise Mismatch(f"call {number} of {len(calls)}: {exc}") from None
+            raise Mismatch(f"call {number} of {len(plan)}{what}: {exc}") from None
 
 
 def check_outputs(

@@ -3,7 +3,8 @@
 `write` puts two files side by side: `<name>.py`, the printed definition (repr(fd), which
 rebuilds it) followed by a call of `replay`, and `<name>.npz`, every input exactly: framework,
 device, dtype, shape, strides, the data pointer's 16-byte alignment class and the values of
-every element the view spans (bf16 widened to float32, which holds it exactly). Running the
+every element the view spans (bf16 widened to float32, which holds it exactly); the
+example's other inputs too, where it has them. Running the
 script checks the example again with kfuse.campaign.property.check and exits 0 when it
 passes, 1 when it fails.
 """
@@ -49,29 +50,21 @@ def write(
 
     fusion = example.fd.fusion
     arrays: dict[str, Any] = {}
-    meta: list[dict[str, Any]] = []
-    for k, (v, a) in enumerate(zip(fusion.inputs, example.inputs, strict=True)):
-        if isinstance(v, TensorView):
-            values, entry = _save_array(a)
-            arrays[f"input{k}"] = values
-            meta.append(entry)
-        else:
-            meta.append({"scalar": a})
+    meta = _save_inputs(fusion, example.inputs, "input", arrays)
     header = {
         "kind": example.kind,
         "special_values": example.special_values,
         "refill_seeds": list(example.refill_seeds),
         "inputs": meta,
     }
+    other = None
+    if example.other_inputs is not None:
+        header["other_inputs"] = other = _save_inputs(fusion, example.other_inputs, "other", arrays)
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / f"{name}.npz", header=np.array(json.dumps(header)), **arrays)
-    described = "; ".join(
-        f"{v.name} = {m['scalar']!r}"
-        if "scalar" in m
-        else f"{v.name} {m['framework']} {m['dtype']} {tuple(m['shape'])} strides "
-        f"{tuple(m['strides'])} on {m['device']}"
-        for v, m in zip(fusion.inputs, meta)
-    )
+    described = _describe(fusion, meta)
+    if other is not None:
+        described += f"\nOther inputs (calls 4 and 5): {_describe(fusion, other)}"
     text = _SCRIPT.format(
         outcome=outcome.replace("_", " "),
         kind=example.kind,
@@ -87,8 +80,34 @@ def write(
     return script
 
 
+def _describe(fusion: Any, meta: list[dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{v.name} = {m['scalar']!r}"
+        if "scalar" in m
+        else f"{v.name} {m['framework']} {m['dtype']} {tuple(m['shape'])} strides "
+        f"{tuple(m['strides'])} on {m['device']}"
+        for v, m in zip(fusion.inputs, meta)
+    )
+
+
 def _docstring_safe(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"""', "'''")
+
+
+def _save_inputs(
+    fusion: Any, inputs: list[Any], prefix: str, arrays: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Each input's layout (or scalar value); the arrays' values go to `arrays` as
+    `<prefix><position>`."""
+    meta: list[dict[str, Any]] = []
+    for k, (v, a) in enumerate(zip(fusion.inputs, inputs, strict=True)):
+        if isinstance(v, TensorView):
+            values, entry = _save_array(a)
+            arrays[f"{prefix}{k}"] = values
+            meta.append(entry)
+        else:
+            meta.append({"scalar": a})
+    return meta
 
 
 def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
@@ -133,17 +152,28 @@ def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
 def load(path: Path, device: str | None = None) -> tuple[dict[str, Any], list[Any]]:
     """The header and the inputs saved in `path`, rebuilt exactly (on `device` instead of
     the saved one when given)."""
+    header, inputs, _ = load_all(path, device)
+    return header, inputs
+
+
+def load_all(
+    path: Path, device: str | None = None
+) -> tuple[dict[str, Any], list[Any], list[Any] | None]:
+    """As load, and the example's other inputs (None where it has none)."""
     import numpy as np
+
+    def rebuilt(saved: Any, entries: list[dict[str, Any]], prefix: str) -> list[Any]:
+        return [
+            entry["scalar"] if "scalar" in entry else _rebuild(saved[f"{prefix}{k}"], entry, device)
+            for k, entry in enumerate(entries)
+        ]
 
     with np.load(path) as saved:
         header = json.loads(str(saved["header"]))
-        inputs = []
-        for k, entry in enumerate(header["inputs"]):
-            if "scalar" in entry:
-                inputs.append(entry["scalar"])
-            else:
-                inputs.append(_rebuild(saved[f"input{k}"], entry, device))
-    return header, inputs
+        inputs = rebuilt(saved, header["inputs"], "input")
+        other = header.get("other_inputs")
+        other_inputs = None if other is None else rebuilt(saved, other, "other")
+    return header, inputs, other_inputs
 
 
 def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
@@ -196,9 +226,9 @@ def replay(fd: Any, npz: Path, argv: list[str]) -> int:
         "emulator, as kfuse campaign --device emulator names it)",
     )
     args = parser.parse_args(argv)
-    header, inputs = load(npz, "cpu" if args.device == "emulator" else args.device)
+    header, inputs, other = load_all(npz, "cpu" if args.device == "emulator" else args.device)
     example = Example(
-        header["kind"], fd, inputs, header["special_values"], tuple(header["refill_seeds"])
+        header["kind"], fd, inputs, header["special_values"], tuple(header["refill_seeds"]), other
     )
     try:
         check(example)
