@@ -35,7 +35,7 @@ campaign() { # NAME ARGS...: a campaign into $RUN/NAME, its summary copied to $O
     echo "=== campaign $name: $*" | tee -a "$LOG"
     python3 -m kfuse campaign --seed "$SEED" --out "$RUN/$name" "$@" >> "$LOG" 2>&1
     local rc=$?
-    tail -n 1 "$LOG"
+    tail -n 2 "$LOG"  # examples by scheduler, the counts
     echo "exit status $rc" | tee -a "$LOG"
     cp "$RUN/$name/summary.json" "$OUT/campaign-$name.json" 2>/dev/null
 }

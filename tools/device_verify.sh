@@ -26,7 +26,7 @@ export PYTHONPATH="${KFUSE_SITE:-/tmp/kfuse-site}${PYTHONPATH:+:$PYTHONPATH}"
 budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
 (cd /tmp && timeout $((budget + 20)) python3 -m kfuse campaign --device cuda --budget "$budget" \
     --out "$logs/campaign" > "$REAL/campaign.txt" 2>&1)
-tail -n 2 "$REAL/campaign.txt"
+tail -n 3 "$REAL/campaign.txt"  # time per example, examples by scheduler, the counts
 cp "$logs/campaign/summary.json" "$REAL/campaign-summary.json" 2>/dev/null
 KFUSE_MODELS_QUICK= KFUSE_MODELS_TIMEOUT=230 KFUSE_MODELS_BUDGET=210 OUT="$REAL" \
     bash tools/device_models.sh | tail -n 22
