@@ -129,8 +129,8 @@ def sources_of(entry: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]
     A fusion that one scheduler takes is scheduled as for a CUDA device of the profile (its
     inputs' layouts described as NumPy views; nothing runs), so the sources are those an
     H200 gets, thread-block clusters included. A segmented fusion runs on the emulator with
-    the profile's heuristics, its kernels replaced by no-ops; the emulator never uses clusters,
-    which is the one way its sources can differ from a GPU's."""
+    the profile's heuristics (clusters included, as the emulator runs them), its kernels
+    replaced by no-ops."""
     import dataclasses
 
     from kfuse import compiler

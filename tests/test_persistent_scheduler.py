@@ -96,11 +96,32 @@ def test_outer_normalization_is_left_to_outer_persistent() -> None:
     assert not ok and "outer_persistent" in why
 
 
-def test_rows_too_long_to_hold_are_rejected_with_a_reason() -> None:
+def _without_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heuristics of a target that runs no thread-block clusters (before sm_90) on the
+    emulated device's sizes: the emulator runs clusters like an sm_90 GPU otherwise."""
+    from kfuse.schedule import persistent
+
+    monkeypatch.setattr(persistent, "clusters_supported", lambda info: False)
+
+
+def test_rows_too_long_to_hold_are_rejected_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_clusters(monkeypatch)
     fd = softmax()
     x = np.empty((2, 1 << 17), np.float32)
     ok, why = schedule.can_schedule(fd.fusion, IP, [x])
     assert not ok and "registers" in why and str(1 << 17) in why
+
+
+def test_rows_too_long_for_one_block_run_in_clusters_on_the_emulator() -> None:
+    """Where one block cannot hold a row, the blocks of a cluster share it (their row parts
+    in their own shared memory, their reductions combined through each other's): the
+    emulator runs the cluster's blocks together, so its results are checked here."""
+    fd = softmax()
+    x = rand(3, 1 << 17)
+    hp = schedule.compute_heuristics(fd.fusion, IP, [x])
+    assert hp.cluster_size == 8 and hp.grid_x == 3 * 8
+    (out,) = fd.execute([x])
+    assert_outputs_close(fd, [out], evaluate(fd.fusion, [x]), [x])
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -228,6 +249,7 @@ def test_long_rows_are_held_in_shared_memory(
     monkeypatch: pytest.MonkeyPatch, n: int, smem: bool, block_x: int, batch: int, reload: int
 ) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    _without_clusters(monkeypatch)  # the last row takes a cluster where the target has them
     fd = softmax(DataType.BFloat16)
     x = np.empty((2**27 // n, n), BF16)  # only the layout matters
     hp = schedule.compute_heuristics(fd.fusion, IP, [x])
@@ -273,12 +295,13 @@ def test_wide_held_rows_stay_in_registers(
 
 def test_rows_too_long_for_registers_and_l2_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    _without_clusters(monkeypatch)
     fd = softmax(DataType.BFloat16)
     x = np.empty((512, 262144), BF16)
     ok, why = schedule.can_schedule(fd.fusion, IP, [x])
     assert not ok
     assert "262144 elements is too long to hold" in why and "of L2" in why
-    assert "no thread-block clusters" in why  # the emulator runs one block at a time
+    assert "no thread-block clusters" in why
 
 
 def _on_sm90(monkeypatch: pytest.MonkeyPatch, fd: FusionDefinition, inputs: list) -> object:
@@ -388,8 +411,9 @@ def test_cluster_params_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     persistent_spec(plan, layout, hp, info.device, clusters=True)  # a valid cluster
     with pytest.raises(SchedulerError, match="compute capability 9.0 or later"):
         persistent_spec(plan, layout, hp, info.device, clusters=False)
-    with pytest.raises(SchedulerError, match="compute capability 9.0 or later"):
-        fd.manual_execute([x], heuristic_params=hp)  # the emulator runs no clusters
+    # The emulated H200 runs the cluster: the row split over two blocks is right.
+    (out,) = fd.manual_execute([x], heuristic_params=hp)
+    assert_outputs_close(fd, [out], evaluate(fd.fusion, [x]), [x])
     for field, value, message in [
         ("cluster_size", 16, "between 1 and 8"),
         ("cluster_size", 0, "between 1 and 8"),

@@ -107,7 +107,7 @@ def test_long_reduction_then_broadcast_use_splits() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(x / fd.ops.sum(x, [1], keepdim=True))
-    inputs = [np.abs(rand(2, 2**17)) + 0.5]
+    inputs = [np.abs(rand(2, 2**20)) + 0.5]
     segs = fd.segments(inputs)
     assert schedulers(segs) == [RED, PW]
     assert "inner_persistent rejected" in segs[0].reason
@@ -120,7 +120,7 @@ def test_softmax_over_rows_too_long_to_hold() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.softmax(x, -1))
-    inputs = [rand(2, 2**17)]
+    inputs = [rand(2, 2**20)]
     segs = fd.segments(inputs)
     assert len(segs) >= 2 and segs[0].scheduler is RED
     assert set(schedulers(segs)) == {RED, PW}
@@ -159,7 +159,7 @@ def test_a_value_of_many_inputs_is_computed_again_only_where_that_reads_less(cou
         for t in inputs_tv[1:]:
             v = fd.ops.add(v, t)
         fd.add_output(fd.ops.div(v, fd.ops.sum(v, [1], keepdim=True)))
-    inputs = [np.abs(rand(2, 2**17, seed=k)) + 0.5 for k in range(count)]
+    inputs = [np.abs(rand(2, 2**20, seed=k)) + 0.5 for k in range(count)]
     names = {t.name for t in fd.fusion.inputs}
     segs = fd.segments(inputs)
     if count == 3:

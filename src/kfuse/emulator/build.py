@@ -40,7 +40,7 @@ CXX_FLAGS = (
 )
 
 # Bumped whenever the exported entry points or the marker symbols change meaning.
-_SHIM_ABI = 2
+_SHIM_ABI = 3
 _SOURCE_NAME = "kernel.cu"
 _ERROR_LINES = 20
 
@@ -287,6 +287,7 @@ def _load(path: Path) -> CompiledKernel:
         ctypes.POINTER(ctypes.c_uint),
         ctypes.POINTER(ctypes.c_uint),
         ctypes.c_ulonglong,
+        ctypes.c_uint,
         ctypes.POINTER(ctypes.c_void_p),
         ctypes.c_int,
         ctypes.c_longlong,
@@ -298,7 +299,11 @@ def _load(path: Path) -> CompiledKernel:
     ]
     uses_fibers = any(
         hasattr(library, marker)
-        for marker in ("kf_emu_uses_fibers_barrier", "kf_emu_uses_fibers_warp")
+        for marker in (
+            "kf_emu_uses_fibers_barrier",
+            "kf_emu_uses_fibers_warp",
+            "kf_emu_uses_fibers_cluster",
+        )
     )
     return CompiledKernel(library, path, tuple(sizes[i] for i in range(count)), uses_fibers)
 

@@ -4,7 +4,9 @@
 // Included before the kernel source; emu_launch.h (the block scheduler and the exported launch
 // entry point) is included after it by the launch shim. Everything here is one translation unit
 // per kernel, so globals are `static` and the kernel's `__shared__` variables become
-// function-local statics: shared by all fibers of a block, reused by the next block.
+// function-local statics: shared by all fibers of a block, reused by the next block. They all
+// live in one section, kf_emu_shared, so that the blocks of a thread-block cluster, which run
+// together, each get their own copy (emu_launch.h swaps the section's contents).
 #pragma once
 
 // The C <math.h> rather than <cmath>: it provides the same global names (expf, log1p, ...) and
@@ -34,7 +36,8 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__ static
+#define __shared__ static __attribute__((section("kf_emu_shared")))
+#define __cluster_dims__(...)
 #define __constant__ static
 // `extern __shared__ T name[];` is rewritten by kfuse.emulator (Python) into a pointer to the
 // block's dynamic shared memory, kf_emu_dyn_smem below. __restrict__ is a g++ keyword.
@@ -150,7 +153,7 @@ alignas(128) static unsigned char kf_emu_dyn_smem[KF_EMU_DYN_SMEM_BYTES];
 
 namespace kf_emu {
 
-enum ThreadState : int { RUNNABLE = 0, WAIT_BARRIER = 1, WAIT_WARP = 2, DONE = 3 };
+enum ThreadState : int { RUNNABLE = 0, WAIT_BARRIER = 1, WAIT_WARP = 2, DONE = 3, WAIT_CLUSTER = 4 };
 enum WarpOp : int { OP_SYNC = 0, OP_IDX, OP_UP, OP_DOWN, OP_XOR, OP_BALLOT, OP_ANY, OP_ALL };
 
 struct Thread {
@@ -216,6 +219,10 @@ static void barrier_arrive(int pred);
 static unsigned long long warp_collective(int op, unsigned mask, unsigned long long v, int arg,
                                           int width);
 static void spin_yield();
+// Thread-block clusters (kf_reductions.cuh's cluster_sync and cluster_load): a barrier over
+// every thread of the cluster, and `local` (this block's shared memory) in block `rank`'s.
+static void cluster_barrier();
+static const void* cluster_map(const void* local, unsigned rank);
 
 // ---- bounds checking (KF_CHECK_BOUNDS, used by kf_memory.cuh when defined) ----------------
 template <class T>

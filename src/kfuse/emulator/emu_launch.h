@@ -334,6 +334,185 @@ static void run_block_fibers(char* stacks, size_t stride, size_t guard) {
     }
 }
 
+// ---- thread-block clusters -------------------------------------------------------------------
+// The C blocks of a cluster run together: one block's threads at a time (its thread, warp and
+// barrier state in g, its shared memory in the kf_emu_shared section and kf_emu_dyn_smem),
+// the others suspended with their state and shared memory saved in Cluster::blocks. A block
+// runs until none of its threads can go on; then the next. When no block can go on and every
+// live thread of the cluster waits at the cluster barrier, the barrier opens.
+extern "C" char __start_kf_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_kf_emu_shared[] __attribute__((weak, visibility("hidden")));
+
+struct SuspendedBlock {
+    Thread* threads;
+    Warp* warps;
+    int live, barrier_waiting, barrier_count, barrier_result_count;
+    uint3 idx;
+    unsigned char* smem;  // the static shared section, then the dynamic shared memory
+};
+
+struct Cluster {
+    int size;  // blocks; 1 outside a cluster launch
+    int current;  // the running block's rank
+    int waiting;  // threads at the cluster barrier
+    size_t static_bytes, dynamic_bytes;
+    SuspendedBlock* blocks;
+};
+static Cluster cluster;
+
+static size_t static_shared_bytes() {
+    return __start_kf_emu_shared ? static_cast<size_t>(__stop_kf_emu_shared - __start_kf_emu_shared)
+                                 : 0;
+}
+
+static void enter_block(int rank) {
+    SuspendedBlock& b = cluster.blocks[rank];
+    g.threads = b.threads;
+    g.warps = b.warps;
+    g.live = b.live;
+    g.barrier_waiting = b.barrier_waiting;
+    g.barrier_count = b.barrier_count;
+    g.barrier_result_count = b.barrier_result_count;
+    blockIdx = b.idx;
+    cluster.current = rank;
+    if (cluster.static_bytes) std::memcpy(__start_kf_emu_shared, b.smem, cluster.static_bytes);
+    std::memcpy(kf_emu_dyn_smem, b.smem + cluster.static_bytes, cluster.dynamic_bytes);
+}
+
+static void leave_block() {
+    SuspendedBlock& b = cluster.blocks[cluster.current];
+    b.live = g.live;
+    b.barrier_waiting = g.barrier_waiting;
+    b.barrier_count = g.barrier_count;
+    b.barrier_result_count = g.barrier_result_count;
+    if (cluster.static_bytes) std::memcpy(b.smem, __start_kf_emu_shared, cluster.static_bytes);
+    std::memcpy(b.smem + cluster.static_bytes, kf_emu_dyn_smem, cluster.dynamic_bytes);
+}
+
+__attribute__((noipa)) static void cluster_barrier() {
+    KF_EMU_MARKER(kf_emu_uses_fibers_cluster);
+    if (cluster.size <= 1) {  // not a cluster launch: the block is the cluster
+        barrier_arrive(0);
+        return;
+    }
+    note_progress();
+    Thread* t = g.cur;
+    reset_spin(t);
+    t->state = WAIT_CLUSTER;
+    ++cluster.waiting;
+    to_scheduler(t);
+}
+
+static const void* cluster_map(const void* local, unsigned rank) {
+    const unsigned char* p = static_cast<const unsigned char*>(local);
+    if (rank >= static_cast<unsigned>(cluster.size)) {
+        fail_message("cluster rank %u out of range: the cluster has %d block(s)", rank,
+                     cluster.size);
+        throw_abort();
+    }
+    if (static_cast<int>(rank) == cluster.current) return local;
+    if (cluster.blocks[rank].live == 0) {  // its shared memory is gone on a GPU
+        fail_message("reads the shared memory of block %u of its cluster, which has exited "
+                     "(end the kernel with kf::cluster_sync)", rank);
+        throw_abort();
+    }
+    const unsigned char* image = cluster.blocks[rank].smem;
+    const unsigned char* start = reinterpret_cast<const unsigned char*>(__start_kf_emu_shared);
+    if (start && p >= start && p < start + cluster.static_bytes) return image + (p - start);
+    if (p >= kf_emu_dyn_smem && p < kf_emu_dyn_smem + cluster.dynamic_bytes)
+        return image + cluster.static_bytes + (p - kf_emu_dyn_smem);
+    fail_message("a cluster's shared-memory load from %p, which is not this block's shared memory",
+                 local);
+    throw_abort();
+}
+
+// Runs the current block's threads until none can go on; whether any ran.
+static bool run_until_stuck() {
+    bool ran_any = false;
+    while (g.live > 0) {
+        bool ran = false;
+        for (int i = 0; i < g.nthreads; ++i) {
+            if (g.threads[i].state != RUNNABLE) continue;
+            resume(&g.threads[i]);
+            if (g.failed) return true;
+            ran = true;
+        }
+        ran_any |= ran;
+        if (!ran) {
+            bool unblocked = false;
+            for (int wi = 0; wi < g.nwarps; ++wi) unblocked |= try_complete_warp(wi);
+            if (!unblocked) break;
+        }
+    }
+    return ran_any;
+}
+
+static void start_block_fibers(SuspendedBlock& b, char* stacks, size_t stride, size_t guard) {
+    for (int i = 0; i < g.nthreads; ++i) {
+        Thread& t = b.threads[i];
+        start_fiber(&t, stacks + i * stride + guard, stride - guard);
+        t.state = RUNNABLE;
+        reset_spin(&t);
+    }
+    for (int wi = 0; wi < g.nwarps; ++wi) {
+        Warp& w = b.warps[wi];
+        int lanes = g.nthreads - wi * 32;
+        w.existing = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+        w.exited = 0;
+        w.arrived = 0;
+    }
+    b.live = g.nthreads;
+    b.barrier_waiting = b.barrier_count = b.barrier_result_count = 0;
+    // Shared memory starts undefined on a GPU: make reads before writes visible.
+    std::memset(b.smem, 0xff, cluster.static_bytes + cluster.dynamic_bytes);
+}
+
+// One cluster, its blocks' indices already in cluster.blocks[*].idx.
+static void run_cluster_fibers(char* stacks, size_t stride, size_t guard) {
+    size_t block_stacks = stride * static_cast<size_t>(g.nthreads);
+    for (int r = 0; r < cluster.size; ++r)
+        start_block_fibers(cluster.blocks[r], stacks + r * block_stacks, stride, guard);
+    cluster.waiting = 0;
+    while (!g.failed) {
+        bool ran = false;
+        int live = 0;
+        for (int r = 0; r < cluster.size && !g.failed; ++r) {
+            if (cluster.blocks[r].live == 0) continue;
+            enter_block(r);
+            ran |= run_until_stuck();
+            leave_block();
+            live += cluster.blocks[r].live;
+        }
+        if (g.failed || live == 0) return;
+        if (ran) continue;
+        if (cluster.waiting == live) {  // every live thread is at the cluster barrier
+            for (int r = 0; r < cluster.size; ++r)
+                for (int i = 0; i < g.nthreads; ++i)
+                    if (cluster.blocks[r].threads[i].state == WAIT_CLUSTER)
+                        cluster.blocks[r].threads[i].state = RUNNABLE;
+            cluster.waiting = 0;
+            continue;
+        }
+        for (int r = 0; r < cluster.size; ++r) {  // name the first block that is stuck
+            enter_block(r);
+            bool waits = false;
+            for (int i = 0; i < g.nthreads; ++i)
+                waits |= g.threads[i].state == WAIT_BARRIER || g.threads[i].state == WAIT_WARP;
+            if (waits || r == cluster.size - 1) {
+                report_deadlock();
+                int n = static_cast<int>(strlen(g.err));
+                if (n < g.errlen)
+                    snprintf(g.err + n, g.errlen - n,
+                             " (block %d of a cluster of %d; %d thread(s) of the cluster wait at "
+                             "its barrier)",
+                             r, cluster.size, cluster.waiting);
+                return;
+            }
+            leave_block();
+        }
+    }
+}
+
 static void run_block_sequential() {
     Thread* t = &g.seq_thread;
     g.cur = t;
@@ -443,6 +622,7 @@ struct LaunchRequest {
     const unsigned* grid;
     const unsigned* block;
     unsigned long long shared_mem;
+    unsigned cluster;  // blocks of a thread-block cluster along x (1: none)
     void** argv;
     int use_fibers;
     long long spin_limit;
@@ -455,6 +635,9 @@ struct LaunchRequest {
 
 static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
     std::memset(&g, 0, sizeof(g));
+    std::memset(&cluster, 0, sizeof(cluster));
+    const int clustered = r.cluster > 1 ? static_cast<int>(r.cluster) : 1;
+    cluster.size = 1;
     g.thunk = thunk;
     g.argv = r.argv;
     g.err = r.err;
@@ -469,38 +652,66 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
                  r.shared_mem, sizeof(kf_emu_dyn_smem));
         return 1;
     }
+    if (clustered > 1 && (gridDim.x % clustered != 0 || !r.use_fibers)) {
+        snprintf(g.err, g.errlen, "a cluster of %d blocks needs a grid whose x (%u) it divides",
+                 clustered, gridDim.x);
+        return 1;
+    }
     g.nthreads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
     g.nwarps = (g.nthreads + 31) / 32;
-    g.threads = static_cast<Thread*>(calloc(g.nthreads, sizeof(Thread)));
-    g.warps = static_cast<Warp*>(calloc(g.nwarps, sizeof(Warp)));
+    // A cluster's blocks each have their threads, warps and stacks (one block's otherwise).
+    Thread* all_threads = static_cast<Thread*>(calloc(g.nthreads * clustered, sizeof(Thread)));
+    Warp* all_warps = static_cast<Warp*>(calloc(g.nwarps * clustered, sizeof(Warp)));
+    g.threads = all_threads;
+    g.warps = all_warps;
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     size_t stride = ((static_cast<size_t>(r.stack_bytes) + page - 1) / page + 1) * page;
     char* stacks = nullptr;
     void* uctx = nullptr;
     if (g.fibers) {
-        void* m = mmap(nullptr, stride * g.nthreads, PROT_READ | PROT_WRITE,
+        void* m = mmap(nullptr, stride * g.nthreads * clustered, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         stacks = m == MAP_FAILED ? nullptr : static_cast<char*>(m);
 #ifdef KF_EMU_USE_UCONTEXT
-        uctx = calloc(g.nthreads + 1, sizeof(ucontext_t));
-        g.sched_uctx = static_cast<ucontext_t*>(uctx) + g.nthreads;
+        uctx = calloc(g.nthreads * clustered + 1, sizeof(ucontext_t));
+        g.sched_uctx = static_cast<ucontext_t*>(uctx) + g.nthreads * clustered;
 #endif
     }
-    if (!g.threads || !g.warps || (g.fibers && !stacks)) {
-        snprintf(g.err, g.errlen, "out of host memory for %d threads", g.nthreads);
+    SuspendedBlock* blocks = nullptr;
+    unsigned char* images = nullptr;
+    size_t image_bytes = static_shared_bytes() + r.shared_mem;
+    if (clustered > 1) {
+        blocks = static_cast<SuspendedBlock*>(calloc(clustered, sizeof(SuspendedBlock)));
+        images = static_cast<unsigned char*>(malloc(image_bytes * clustered + 1));
+    }
+    if (!all_threads || !all_warps || (g.fibers && !stacks) ||
+        (clustered > 1 && (!blocks || !images))) {
+        snprintf(g.err, g.errlen, "out of host memory for %d threads", g.nthreads * clustered);
         g.failed = 1;
     }
-    for (int i = 0; i < g.nthreads && !g.failed; ++i) {
-        Thread& t = g.threads[i];
+    for (int k = 0; k < g.nthreads * clustered && !g.failed; ++k) {
+        int i = k % g.nthreads;
+        Thread& t = all_threads[k];
         t.tid.x = i % blockDim.x;
         t.tid.y = (i / blockDim.x) % blockDim.y;
         t.tid.z = i / (blockDim.x * blockDim.y);
         t.lane = i & 31;
         t.warp = i >> 5;
 #ifdef KF_EMU_USE_UCONTEXT
-        t.uctx = static_cast<ucontext_t*>(uctx) + i;
+        t.uctx = static_cast<ucontext_t*>(uctx) + k;
 #endif
-        if (stacks) mprotect(stacks + i * stride, page, PROT_NONE);  // overflow -> SIGSEGV
+        if (stacks) mprotect(stacks + k * stride, page, PROT_NONE);  // overflow -> SIGSEGV
+    }
+    if (clustered > 1 && !g.failed) {
+        cluster.size = clustered;
+        cluster.static_bytes = static_shared_bytes();
+        cluster.dynamic_bytes = r.shared_mem;
+        cluster.blocks = blocks;
+        for (int b = 0; b < clustered; ++b) {
+            blocks[b].threads = all_threads + b * g.nthreads;
+            blocks[b].warps = all_warps + b * g.nwarps;
+            blocks[b].smem = images + b * image_bytes;
+        }
     }
     Watchdog dog;
     struct sigaction old_action;
@@ -517,7 +728,13 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
                  r.watchdog_seconds);
     } else {
         watchdog_armed = watched;
-        for (unsigned z = 0; z < gridDim.z && !g.failed; ++z)
+        for (unsigned z = 0; z < gridDim.z && !g.failed && clustered > 1; ++z)
+            for (unsigned y = 0; y < gridDim.y && !g.failed; ++y)
+                for (unsigned x = 0; x < gridDim.x && !g.failed; x += clustered) {
+                    for (int b = 0; b < clustered; ++b) blocks[b].idx = uint3{x + b, y, z};
+                    run_cluster_fibers(stacks, stride, page);
+                }
+        for (unsigned z = 0; z < gridDim.z && !g.failed && clustered == 1; ++z)
             for (unsigned y = 0; y < gridDim.y && !g.failed; ++y)
                 for (unsigned x = 0; x < gridDim.x && !g.failed; ++x) {
                     blockIdx = uint3{x, y, z};
@@ -531,10 +748,13 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
     }
     if (watched) watchdog_stop(&dog, &old_action);
     *r.bad_ptr = g.bad_ptr;
-    if (stacks) munmap(stacks, stride * g.nthreads);
+    if (stacks) munmap(stacks, stride * g.nthreads * clustered);
     free(uctx);
-    free(g.threads);
-    free(g.warps);
+    free(all_threads);
+    free(all_warps);
+    free(blocks);
+    free(images);
+    std::memset(&cluster, 0, sizeof(cluster));
     g.threads = nullptr;
     g.warps = nullptr;
     return g.failed ? 1 : 0;
@@ -571,15 +791,16 @@ struct KernelSignature<void (*)(A...)> {
 
 #define KF_EMU_KERNEL_ENTRY(kernel)                                                           \
     using kf_emu_signature = ::kf_emu::KernelSignature<decltype(&kernel)>;                    \
-    KF_EMU_EXPORT int kf_emu_abi_version() { return 2; }                                      \
+    KF_EMU_EXPORT int kf_emu_abi_version() { return 3; }                                      \
     KF_EMU_EXPORT int kf_emu_param_count() { return kf_emu_signature::count; }                \
     KF_EMU_EXPORT void kf_emu_param_sizes(long long* out) { kf_emu_signature::sizes(out); }   \
     KF_EMU_EXPORT int kf_emu_launch(const unsigned* grid, const unsigned* block,              \
-                                    unsigned long long shared_mem, void** argv,               \
+                                    unsigned long long shared_mem, unsigned cluster,          \
+                                    void** argv,                                              \
                                     int use_fibers, long long spin_limit,                     \
                                     long long stack_bytes, double watchdog_seconds,           \
                                     char* err, int errlen, unsigned long long* bad_ptr) {     \
-        ::kf_emu::LaunchRequest r{grid,        block,       shared_mem, argv,                 \
+        ::kf_emu::LaunchRequest r{grid,        block,       shared_mem, cluster, argv,        \
                                   use_fibers,  spin_limit,  stack_bytes, watchdog_seconds,    \
                                   err,         errlen,      bad_ptr};                         \
         return ::kf_emu::launch(&kf_emu_signature::thunk<&kernel>, r);                        \

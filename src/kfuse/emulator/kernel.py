@@ -21,6 +21,9 @@ DEFAULT_SPIN_LIMIT = 1 << 22
 DEFAULT_STACK_BYTES = 128 * 1024
 """Stack of each thread's fiber."""
 
+MAX_CLUSTER = 8
+"""Blocks of a cluster at most (CUDA's portable cluster size)."""
+
 DEFAULT_WATCHDOG_SECONDS = 30.0
 """How long a thread may run without a barrier, warp operation or atomic making progress before
 the launch is called a spin (catches spinning on volatile loads)."""
@@ -148,6 +151,16 @@ def parameter_names(source: str, kernel_name: str, count: int) -> tuple[str | No
     return tuple(n.group(1) if n else None for n in names)
 
 
+def cluster_dims(source: str, kernel_name: str) -> tuple[int, int, int]:
+    """The kernel's thread-block cluster shape, from its `__cluster_dims__(x, y, z)`
+    attribute; (1, 1, 1) without one."""
+    m = re.search(
+        rf"__cluster_dims__\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)[^;{{}}]*?\b{kernel_name}\s*\(",
+        source,
+    )
+    return (int(m[1]), int(m[2]), int(m[3])) if m else (1, 1, 1)
+
+
 def _dims(value: object, what: str) -> tuple[int, int, int]:
     dims = (value,) if isinstance(value, int) else tuple(value)  # type: ignore[arg-type]
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) for d in dims):
@@ -156,7 +169,9 @@ def _dims(value: object, what: str) -> tuple[int, int, int]:
 
 
 class EmulatedKernel:
-    """A CUDA kernel run on the CPU: threads of a block as fibers, blocks one after another.
+    """A CUDA kernel run on the CPU: threads of a block as fibers, blocks one after another
+    (the blocks of a thread-block cluster together, each with its own shared memory, which
+    the others read through kf::cluster_load).
 
     `source` is the complete CUDA C++ source (as given to NVRTC) and `kernel_name` the
     `extern "C" __global__` function to run. Compiled libraries are cached on disk and per
@@ -189,6 +204,12 @@ class EmulatedKernel:
         self._compiled = build.load_kernel(source, kernel_name, tuple(extra_flags))
         self.param_sizes: tuple[int, ...] = self._compiled.param_sizes
         self.param_names = parameter_names(source, kernel_name, len(self.param_sizes))
+        self.cluster = cluster_dims(source, kernel_name)
+        if self.cluster[1:] != (1, 1) or not 1 <= self.cluster[0] <= MAX_CLUSTER:
+            raise EmulatorError(
+                f"kernel {kernel_name!r}: __cluster_dims__{self.cluster}: the emulator runs "
+                f"clusters along x of at most {MAX_CLUSTER} blocks"
+            )
         self.uses_fibers: bool = force_fibers or self._compiled.uses_fibers
         self.spin_limit = spin_limit
         self.stack_bytes = stack_bytes
@@ -217,6 +238,10 @@ class EmulatedKernel:
             raise EmulatorError(f"{where}: block exceeds the maximum {lim.max_block_dim}")
         if any(g > m for g, m in zip(grid, lim.max_grid_dim, strict=True)):
             raise EmulatorError(f"{where}: grid exceeds the maximum {lim.max_grid_dim}")
+        if grid[0] % self.cluster[0]:
+            raise EmulatorError(
+                f"{where}: the grid's x is not a multiple of the cluster's {self.cluster[0]} blocks"
+            )
         if not isinstance(shared_mem, int) or shared_mem < 0:
             raise EmulatorError(f"{where}: shared_mem must be a non-negative int")
         if shared_mem > lim.shared_mem_per_block_optin:
@@ -277,8 +302,9 @@ class EmulatedKernel:
                 (ctypes.c_uint * 3)(*g3),
                 (ctypes.c_uint * 3)(*b3),
                 shared_mem,
+                self.cluster[0],
                 argv,
-                int(self.uses_fibers),
+                int(self.uses_fibers or self.cluster[0] > 1),
                 self.spin_limit,
                 self.stack_bytes,
                 float(self.watchdog_seconds),

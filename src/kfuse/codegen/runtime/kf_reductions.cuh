@@ -463,7 +463,8 @@ __device__ __forceinline__ WelfordState<T> block_welford(const WelfordState<T>& 
 // reduction's block results are combined through distributed shared memory. Every thread of
 // every block of the cluster must call these, the same number of times; a kernel that uses
 // them ends with cluster_sync(), so that no block exits while another may still read its
-// shared memory. Without PTX (the emulator, which never runs a cluster) they act on one block.
+// shared memory. The emulator runs a cluster's blocks together (kf_emu::cluster_barrier,
+// cluster_map); elsewhere without PTX they act on one block.
 // ---------------------------------------------------------------------------------------------
 
 // Barrier over the whole cluster; shared-memory writes before it are visible to every block
@@ -472,6 +473,8 @@ __device__ __forceinline__ void cluster_sync() {
 #if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
                "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#elif defined(KFUSE_EMULATOR)
+  kf_emu::cluster_barrier();
 #else
   __syncthreads();
 #endif
@@ -496,6 +499,8 @@ __device__ __forceinline__ T cluster_load(const T* local, unsigned rank) {
                  : "memory");
   }
   return u.value;
+#elif defined(KFUSE_EMULATOR)
+  return *static_cast<const T*>(kf_emu::cluster_map(local, rank));
 #else
   (void)rank;
   return *local;
