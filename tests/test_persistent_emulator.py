@@ -418,3 +418,47 @@ def _compiling_fallbacks(compile: Any, compiled: list[str]) -> Any:
         return compile(self, compiled[-1], *args)
 
     return with_fallback
+
+
+# ---- rows split over a thread-block cluster (the emulator runs a cluster's blocks together) --
+
+
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("in_smem", [False, True])
+def test_pinned_cluster_layouts(cluster: int, in_smem: bool) -> None:
+    """Any row may be split over a cluster by hand, held in registers or in shared memory:
+    a layer norm with its statistics (row outputs, written once per cluster), and var_mean's
+    normalization (a Welford state combined across the cluster)."""
+    x, w, b = rand((5, 1025)), rand((1025,), seed=1), rand((1025,), seed=2)
+    with FusionDefinition() as tutorial:
+        t = tutorial.define_tensor(shape=[-1, -1])
+        var, mean = tutorial.ops.var_mean(t, [1], correction=0, keepdim=True)
+        tutorial.add_output(
+            tutorial.ops.mul(
+                tutorial.ops.sub(t, mean), tutorial.ops.rsqrt(tutorial.ops.add(var, 1e-5))
+            )
+        )
+        tutorial.add_output(var)
+    for fd, inputs in [(layer_norm_fd(stats=True), [x, w, b]), (tutorial, [x])]:
+        hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+        hp.cluster_size, hp.smem_persistent, hp.block_y = cluster, in_smem, 1
+        hp.block_x, hp.grid_x = 64, 5 * cluster
+        hp.persistent_batch_size = -(-1025 // (64 * cluster))  # one element per vector
+        hp.vectorize_reduction, hp.reload_batch_size = 1, 0
+        check(fd, inputs, hp)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm"])
+def test_long_rows_split_over_clusters_and_reloaded(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Rows of 524288 bf16 on an H200: a cluster of 8 blocks each hold part of their share
+    in shared memory and reload the rest on every pass, as the heuristics plan it."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    n = 524288
+    fd = softmax_fd(DataType.BFloat16) if kind == "softmax" else rms_norm_fd(DataType.BFloat16)
+    x = rand((2, n), BF16)
+    inputs = [x] if kind == "softmax" else [x, rand((n,), BF16, seed=1)]
+    hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
+    assert hp.cluster_size == 8 and hp.reload_batch_size > 0 and hp.smem_persistent
+    check(fd, inputs)
