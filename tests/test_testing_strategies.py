@@ -107,6 +107,17 @@ def test_a_long_axis_is_long_and_the_others_shrink_first() -> None:
     find(inputs_for(fd, max_elements=limit, long_axis=True), lambda i: i[0].shape[0] > 8192)
 
 
+@settings(max_examples=300, database=None)
+@given(st.data())
+def test_normalizations_of_every_floating_dtype_are_well_formed(data: st.DataObject) -> None:
+    """Every pattern the normalization kind draws builds for each floating input dtype (a
+    float8 promotes with no other type: the patterns cast first), float8 included."""
+    floating = tuple(d for d in DataType if d.is_floating)
+    dtypes = data.draw(st.lists(st.sampled_from(floating), min_size=1, max_size=3, unique=True))
+    fd = data.draw(fusions(kinds={"normalization"}, max_rank=4, dtypes=tuple(dtypes)))
+    assert fd.fusion.outputs
+
+
 def _reaches(example: Example, scheduler: str) -> bool:
     try:
         return scheduler in {s.scheduler.value for s in example.fd.segments(example.inputs)}

@@ -379,7 +379,7 @@ class _Gen:
         x: Any = fd.define_tensor(shape=[-1, channels] + [-1] * n_spatial, dtype=dt)
         n = o.size(x, 0)
         spatial = [o.size(x, 2 + i) for i in range(n_spatial)]
-        if dt in REDUCED_FLOATS:
+        if dt not in (DataType.Float, DataType.Double):  # bf16, half, float8: in float
             x = o.cast(x, DataType.Float)
         grouped = o.reshape(x, new_shape=[n, groups, per_group, *spatial])
         reduced = list(range(2, grouped.ndim))
@@ -400,6 +400,8 @@ class _Gen:
         for affine in ("mul", "add"):
             if self.draw(st.booleans()):
                 p: Any = fd.define_tensor(shape=[channels], dtype=dt)
+                if dt is not x.dtype:  # float8 promotes with no other type
+                    p = o.cast(p, x.dtype)
                 p = o.reshape(p, new_shape=per_channel)
                 y = getattr(o, affine)(y, o.broadcast_in_dim(p, shape=shape, broadcast_dims=every))
                 bound = bound * 2.0 if affine == "mul" else bound + 2.0
