@@ -319,6 +319,38 @@ def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
 
 
 @pytest.mark.slow
+def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None:
+    """SIGINT to the campaign's process group, as Ctrl-C in a terminal sends it: the parent
+    ends the workers (which ignore it) at once and writes what was counted."""
+    out = tmp_path / "run"
+    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["--device", "emulator", "--budget", "300", "--workers", "2", "--seed", "3"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kfuse", "campaign", *args, "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        # A shell's background job ignores SIGINT, and so would Python: a terminal's would not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 120
+    while not list(out.glob("inflight-*.py")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # a worker is running an example
+    time.sleep(3)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"].startswith("interrupted") and summary["crashes"] == 0
+    assert summary["failed"] == 0 and summary["examples"] == summary["passed"]
+    assert not list(out.glob("inflight-*")), "the workers removed their in-flight repros"
+    assert "stopped early: interrupted" in stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}

@@ -9,7 +9,9 @@ watchdog ending a hang), the pool is broken: the parent records the crash with t
 the example that was in flight, starts a new pool and goes on. A worker that cannot use its
 GPU as it starts (kfuse.campaign.worker._use_gpu) reports the GPU lost and breaks the pool;
 the next pool runs on the other GPUs, and the campaign stops when none is left, or when
-FRUITLESS_POOLS pools in a row break with nothing new.
+FRUITLESS_POOLS pools in a row break with nothing new. Ctrl-C stops it too: the workers
+(which leave SIGINT to the parent) are terminated, and the summary of what ended before is
+written, `stopped` saying so.
 """
 
 from __future__ import annotations
@@ -111,7 +113,13 @@ def run(campaign: Campaign) -> Summary:
     with progress:
         while active is not None:
             before = _news(summary)
-            outcome = _run_pool(active, context, summary, progress, started, next_round, per_round)
+            try:
+                outcome = _run_pool(
+                    active, context, summary, progress, started, next_round, per_round
+                )
+            except KeyboardInterrupt:
+                summary.stopped = INTERRUPTED
+                break
             next_round, per_round, broken = outcome
             if not broken or _done(campaign, summary, started):
                 break
@@ -133,6 +141,9 @@ def run(campaign: Campaign) -> Summary:
     summary.write(campaign.out / "summary.json")
     return summary
 
+
+INTERRUPTED = "interrupted (Ctrl-C): the workers were stopped"
+"""Summary.stopped of a campaign stopped by Ctrl-C: what ended before is counted."""
 
 FRUITLESS_POOLS = 3
 """Pools in a row that may break with nothing new (no example ended, no worker crashed in
@@ -229,6 +240,12 @@ def _run_pool(
                     if future.cancel():
                         spec = running.pop(future)
                         assigned -= spec.examples
+    except KeyboardInterrupt:
+        # Rounds in flight could run for minutes: the workers end now, each removing its
+        # in-flight repro (kfuse.campaign.worker.start), and the shutdown below joins them.
+        for process in multiprocessing.active_children():
+            process.terminate()
+        raise
     finally:
         # On a broken pool this joins the workers the pool ended: afterwards only the dead
         # worker's in-flight repro is left (the others remove theirs when told to stop).

@@ -89,6 +89,9 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C reaches every process of the terminal's group: the parent stops the workers
+    # (SIGTERM) and writes the summary of what they counted.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
