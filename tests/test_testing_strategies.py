@@ -11,11 +11,19 @@ import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from kfuse.campaign.property import Example, ExampleSpace, check, examples
+from kfuse import schedule
+from kfuse.campaign.property import (
+    Example,
+    ExampleSpace,
+    check,
+    examples,
+    long_rows_elements,
+)
 from kfuse.dtypes import DataType
 from kfuse.errors import KfuseError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir import ReductionOp, ReshapeOp, TensorView, WelfordOp
+from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_close, fusions, inputs_for, tolerance
 
 # find() over campaign examples: what it looks for is a few in a hundred of them; the first
@@ -116,6 +124,31 @@ def test_normalizations_of_every_floating_dtype_are_well_formed(data: st.DataObj
     dtypes = data.draw(st.lists(st.sampled_from(floating), min_size=1, max_size=3, unique=True))
     fd = data.draw(fusions(kinds={"normalization"}, max_rank=4, dtypes=tuple(dtypes)))
     assert fd.fusion.outputs
+
+
+def test_long_examples_reach_cluster_sized_rows_on_the_emulator_too() -> None:
+    """Long axes go up to 8 times the space's elements, and to 2^18 at least: with the
+    emulator's 2^12 alone, no row would be long enough for its H100 heuristics to split it
+    over a cluster. One that is runs right."""
+    assert long_rows_elements(1 << 18) == 1 << 21 and long_rows_elements(1 << 12) == 1 << 18
+    space = ExampleSpace(
+        kinds=("normalization",), framework="numpy", device="cpu", max_elements=4096
+    )
+
+    def clustered(ex: Example) -> bool:
+        # can_schedule first: segments() of a fusion that takes several compiles them.
+        ip = SchedulerType.inner_persistent
+        try:
+            if not schedule.can_schedule(ex.fd.fusion, ip, ex.inputs)[0]:
+                return False
+        except KfuseError:
+            return False
+        if [s.scheduler for s in ex.fd.segments(ex.inputs)] != [ip]:
+            return False
+        return int(schedule.compute_heuristics(ex.fd.fusion, ip, ex.inputs).cluster_size) > 1
+
+    example = find(examples(space), clustered, settings=_SEARCH)
+    check(example)
 
 
 def _reaches(example: Example, scheduler: str) -> bool:

@@ -48,10 +48,17 @@ OTHER_INPUTS_ONE_IN = 5
 
 LONG_ROWS_ONE_IN = 8
 LONG_ROWS_ELEMENTS = 8
+LONG_ROWS_AT_LEAST = 1 << 18
 """One example in LONG_ROWS_ONE_IN has one long axis and up to LONG_ROWS_ELEMENTS times the
-space's max_elements per input (2^21 on a GPU): without them, no GPU-sized example of 2^18
-elements reached a kernel whose rows live in shared memory, in a cluster's blocks, partly
-reloaded or in registers of an inner-outer kernel (H200 heuristics over 400 examples)."""
+space's max_elements per input, and at least LONG_ROWS_AT_LEAST (2^21 on a GPU, 2^18 on the
+emulator): without them, no GPU-sized example of 2^18 elements reached a kernel whose rows
+live in shared memory, in a cluster's blocks, partly reloaded or in registers of an
+inner-outer kernel (H200 heuristics over 500 examples), and no emulated one a cluster."""
+
+
+def long_rows_elements(space_max_elements: int) -> int:
+    """Elements per input of an example with a long axis."""
+    return max(LONG_ROWS_ELEMENTS * space_max_elements, LONG_ROWS_AT_LEAST)
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ def examples(draw: Any, space: ExampleSpace) -> Example:
         fd,
         framework=space.framework,
         device=space.device,
-        max_elements=space.max_elements * (LONG_ROWS_ELEMENTS if long else 1),
+        max_elements=long_rows_elements(space.max_elements) if long else space.max_elements,
         layouts=space.layouts,
         special_values=special,
         long_axis=long,
