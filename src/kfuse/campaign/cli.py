@@ -90,7 +90,8 @@ def _parser() -> Parser:
     p.add_argument(
         "--no-long-rows",
         action="store_true",
-        help="no examples with one long axis (default: one in 8, up to 8 times --max-elements)",
+        help="no examples with one long axis (default: one in 8, up to 8 times "
+        "--max-elements and at least 2^18 elements)",
     )
     _run_arguments(p)
     return p
