@@ -24,6 +24,7 @@ from kfuse.emulator import build
 from kfuse.frontend import FusionDefinition
 from kfuse.runtime.backends.cuda import CudaBackend, nvrtc_options
 from kfuse.runtime.backends.emulator import EMULATOR_BACKEND
+from kfuse.runtime.bounded_cache import BoundedCache
 
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
 OTHER = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] += 1.0f; }\n'
@@ -44,14 +45,14 @@ WANT = {"exp": np.exp(X), "neg": -X}
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private disk cache, and in-memory caches that start empty."""
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(build, "_memory_cache", {})
-    monkeypatch.setattr(EMULATOR_BACKEND, "_kernels", {})
+    monkeypatch.setattr(build, "_memory_cache", BoundedCache())
+    monkeypatch.setattr(EMULATOR_BACKEND, "_kernels", BoundedCache())
     return tmp_path
 
 
 def forget_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build, "_memory_cache", {})
-    monkeypatch.setattr(EMULATOR_BACKEND, "_kernels", {})
+    monkeypatch.setattr(build, "_memory_cache", BoundedCache())
+    monkeypatch.setattr(EMULATOR_BACKEND, "_kernels", BoundedCache())
 
 
 def library_entry(cache: Path) -> tuple[Path, Path]:

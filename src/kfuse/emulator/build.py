@@ -4,6 +4,7 @@ shim, compile it with g++ into a shared library, and cache the library on disk a
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import hashlib
 import os
@@ -13,12 +14,14 @@ import subprocess
 import tempfile
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 from kfuse import knobs
 from kfuse.errors import EmulatorError
 from kfuse.runtime import disk_cache
+from kfuse.runtime.bounded_cache import BoundedCache
 
 HEADER_DIR = Path(__file__).resolve().parent
 HEADERS = ("cuda_emu.h", "emu_launch.h")
@@ -60,7 +63,10 @@ class CompiledKernel:
     uses_fibers: bool
 
 
-_memory_cache: dict[str, CompiledKernel] = {}
+# Libraries loaded by this process, at most LOADED_KERNELS besides those that EmulatedKernels
+# in use hold; a library nothing holds is closed (_load), so that a long run does not exhaust
+# the process's memory mappings (kfuse.runtime.bounded_cache).
+_memory_cache: BoundedCache[str, CompiledKernel] = BoundedCache()
 _cache_lock = threading.Lock()
 _compiler_invocations = 0
 _compiler_ids: dict[str, str] = {}
@@ -278,6 +284,9 @@ def _build_and_load(
 
 def _load(path: Path) -> CompiledKernel:
     library = ctypes.CDLL(str(path))
+    # Closed once nothing holds it (ctypes never closes a library itself). A library loaded
+    # again meanwhile has its own handle count: the other stays mapped.
+    weakref.finalize(library, _ctypes.dlclose, library._handle).atexit = False
     count = library.kf_emu_param_count()
     sizes = (ctypes.c_longlong * max(count, 1))()
     library.kf_emu_param_sizes(sizes)
@@ -321,5 +330,5 @@ def load_kernel(source: str, kernel_name: str, extra_flags: tuple[str, ...] = ()
         hit = _memory_cache.get(key)
         if hit is None:
             hit = _build_and_load(source, kernel_name, flags, cxx, key)
-            _memory_cache[key] = hit
+            _memory_cache.put(key, hit)
         return hit

@@ -4,12 +4,12 @@ and on disk, loaded and launched through kfuse._C."""
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 from kfuse.codegen.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 from kfuse.runtime import kernel_cache
 from kfuse.runtime.backends import cubin_info, register_fit, spill_fallback
+from kfuse.runtime.bounded_cache import BoundedCache
 
 # --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
 # of as one fused multiply-add wherever the compiler finds one. Contraction made a value
@@ -106,8 +106,10 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str, int, str, tuple[str, ...]], Any] = {}
-        self._lock = threading.Lock()
+        # Loaded modules, at most LOADED_KERNELS besides those live Programs hold.
+        self._kernels: BoundedCache[tuple[str, str, int, str, tuple[str, ...]], Any] = (
+            BoundedCache()
+        )
 
     def compile(
         self, source: str, name: str, device_index: int, arch: str, options: tuple[str, ...] = ()
@@ -130,8 +132,7 @@ class CudaBackend:
             cubin = compile_to_cubin(source, name, arch, all_options)
             kernel_cache.store(disk_key, identity, cubin)
         kernel = _C.Kernel(cubin, name, device_index)
-        with self._lock:
-            self._kernels[key] = kernel
+        self._kernels.put(key, kernel)
         return kernel
 
 

@@ -3,8 +3,9 @@ the CPU (kfuse.emulator). Slow, and meant for testing and debugging without a GP
 
 from __future__ import annotations
 
-import threading
 from typing import Any
+
+from kfuse.runtime.bounded_cache import BoundedCache
 
 
 class EmulatorBackend:
@@ -13,8 +14,7 @@ class EmulatorBackend:
     name = "emulator"
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str, str], Any] = {}
-        self._lock = threading.Lock()
+        self._kernels: BoundedCache[tuple[str, str, str], Any] = BoundedCache()
 
     def compile(self, source: str, name: str, device: Any) -> Any:
         """An EmulatedKernel for `source`, with `device`'s launch limits."""
@@ -24,8 +24,7 @@ class EmulatorBackend:
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = EmulatedKernel(source, name, device=device)
-            with self._lock:
-                self._kernels[key] = kernel
+            self._kernels.put(key, kernel)
         return kernel
 
 
