@@ -351,6 +351,41 @@ def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_end_when_the_campaign_is_killed(tmp_path: Path) -> None:
+    """A parent killed outright (SIGKILL, or a timeout's) leaves no worker running on."""
+    out = tmp_path / "run"
+    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["--device", "emulator", "--budget", "300", "--workers", "2", "--seed", "4"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kfuse", "campaign", *args, "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while len(list(out.glob("inflight-*.py"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # both workers are running examples
+    workers = [int(p.stem.split("-")[1]) for p in out.glob("inflight-*.py")]
+    assert len(workers) == 2
+    process.kill()
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_running(pid) for pid in workers), "a worker outlived its campaign"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}

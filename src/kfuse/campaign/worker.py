@@ -19,7 +19,9 @@ with new processes and checks the GPU afresh.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -92,6 +94,7 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
     # Ctrl-C reaches every process of the terminal's group: the parent stops the workers
     # (SIGTERM) and writes the summary of what they counted.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent()
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
@@ -110,6 +113,20 @@ def start(queue: Any, slots: Any, gpus: list[int], environment: dict[str, str], 
             raise
         finally:
             faulthandler.cancel_dump_traceback_later()
+
+
+def _end_with_parent() -> None:
+    """On Linux, have the kernel send this worker SIGTERM when the campaign's parent process
+    dies (killed, or ended by a timeout). Otherwise the worker runs its round on as an
+    orphan, on the CPU and the GPU that whatever runs next measures: an emulator campaign's
+    worker was still running 40 minutes after its parent was killed."""
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 GPU_CHECK_SECONDS = 300
