@@ -1,6 +1,7 @@
 """Normalization backward fusions written the way nvFuser's Python benchmarks write them
 (explicit backward math from saved statistics; bf16 cast to float and back), shared by the
-inner_outer_persistent tests on the emulator and on the GPU, with their inputs."""
+inner_outer_persistent tests on the emulator and on the GPU, with their inputs; and the
+tutorial's var_mean normalization, which the cluster tests of both pin to clusters."""
 
 from __future__ import annotations
 
@@ -146,3 +147,14 @@ def norm_backward_on_h200(backward: str, n: int, h: int) -> tuple[FusionDefiniti
     # The inputs' shapes at [n, h], from those of a [2, 8] call (rows 2, columns 8).
     shapes = [tuple({2: n, 8: h}.get(d, d) for d in a.shape) for a in make(2, 8)]
     return fd, gpu_info(fd, shapes, "h200")
+
+
+def var_mean_normalization() -> FusionDefinition:
+    """The tutorial's layer norm from var_mean (a Welford): outputs the normalized rows and
+    their variance."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        var, mean = fd.ops.var_mean(t, [1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+        fd.add_output(var)
+    return fd

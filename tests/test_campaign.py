@@ -318,17 +318,40 @@ def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
     assert record["shrink_timed_out"] is True and record["flaky"] is False
 
 
+def _emulator_campaign(
+    tmp_path: Path, seed: int, budget: int = 300, **popen: Any
+) -> tuple[subprocess.Popen, Path]:
+    """A campaign of two emulator workers started in the background, and its --out folder."""
+    out = tmp_path / "run"
+    args = ["--device", "emulator", "--budget", str(budget), "--workers", "2"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kfuse", "campaign", *args, "--seed", str(seed), "--out", str(out)],
+        cwd=tmp_path,
+        env={**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")},
+        **popen,
+    )
+    return process, out
+
+
+def _workers_in_flight(out: Path, count: int) -> list[int]:
+    """The process ids of the workers running an example (their in-flight repros), once
+    `count` of them are (or two minutes have passed)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = [int(p.stem.split("-")[1]) for p in out.glob("inflight-*.py")]
+        if len(found) >= count:
+            return found
+        time.sleep(0.2)
+    return []
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None:
     """SIGINT to the campaign's process group, as Ctrl-C in a terminal sends it: the parent
     ends the workers (which ignore it) at once and writes what was counted."""
-    out = tmp_path / "run"
-    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
-    args = ["--device", "emulator", "--budget", "300", "--workers", "2", "--seed", "3"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kfuse", "campaign", *args, "--out", str(out)],
-        cwd=tmp_path,
-        env=env,
+    process, out = _emulator_campaign(
+        tmp_path,
+        3,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -336,9 +359,7 @@ def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None
         # A shell's background job ignores SIGINT, and so would Python: a terminal's would not.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 120
-    while not list(out.glob("inflight-*.py")) and time.monotonic() < deadline:
-        time.sleep(0.2)  # a worker is running an example
+    _workers_in_flight(out, 1)
     time.sleep(3)
     os.killpg(process.pid, signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
@@ -354,20 +375,10 @@ def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_workers_end_when_the_campaign_is_killed(tmp_path: Path) -> None:
     """A parent killed outright (SIGKILL, or a timeout's) leaves no worker running on."""
-    out = tmp_path / "run"
-    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
-    args = ["--device", "emulator", "--budget", "300", "--workers", "2", "--seed", "4"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kfuse", "campaign", *args, "--out", str(out)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    process, out = _emulator_campaign(
+        tmp_path, 4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 120
-    while len(list(out.glob("inflight-*.py"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)  # both workers are running examples
-    workers = [int(p.stem.split("-")[1]) for p in out.glob("inflight-*.py")]
+    workers = _workers_in_flight(out, 2)
     assert len(workers) == 2
     process.kill()
     process.wait(timeout=30)
@@ -387,39 +398,12 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    env = {**os.environ, "KFUSE_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kfuse",
-            "campaign",
-            "--device",
-            "emulator",
-            "--budget",
-            "40",
-            "--workers",
-            "2",
-            "--seed",
-            "3",
-            "--out",
-            str(out),
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, out = _emulator_campaign(
+        tmp_path, 3, budget=40, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.monotonic() + 120
-    victim = None
-    while victim is None and time.monotonic() < deadline:
-        inflight = sorted(out.glob("inflight-*.py")) if out.exists() else []
-        if inflight:
-            victim = int(inflight[0].stem.split("-")[1])
-        time.sleep(0.2)
-    assert victim is not None, "no worker started an example"
+    in_flight = _workers_in_flight(out, 1)
+    assert in_flight, "no worker started an example"
+    victim = min(in_flight)
     os.kill(victim, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stdout + stderr

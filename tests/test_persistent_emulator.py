@@ -20,6 +20,7 @@ from kfuse.runtime.backends import spill_fallback
 from kfuse.runtime.backends.emulator import EmulatorBackend
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
+from norm_fusions import var_mean_normalization
 
 IP = SchedulerType.inner_persistent
 
@@ -430,15 +431,7 @@ def test_pinned_cluster_layouts(cluster: int, in_smem: bool) -> None:
     a layer norm with its statistics (row outputs, written once per cluster), and var_mean's
     normalization (a Welford state combined across the cluster)."""
     x, w, b = rand((5, 1025)), rand((1025,), seed=1), rand((1025,), seed=2)
-    with FusionDefinition() as tutorial:
-        t = tutorial.define_tensor(shape=[-1, -1])
-        var, mean = tutorial.ops.var_mean(t, [1], correction=0, keepdim=True)
-        tutorial.add_output(
-            tutorial.ops.mul(
-                tutorial.ops.sub(t, mean), tutorial.ops.rsqrt(tutorial.ops.add(var, 1e-5))
-            )
-        )
-        tutorial.add_output(var)
+    tutorial = var_mean_normalization()
     for fd, inputs in [(layer_norm_fd(stats=True), [x, w, b]), (tutorial, [x])]:
         hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
         hp.cluster_size, hp.smem_persistent, hp.block_y = cluster, in_smem, 1

@@ -13,6 +13,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
+from norm_fusions import var_mean_normalization
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 IP = SchedulerType.inner_persistent
@@ -166,15 +167,7 @@ def test_pinned_cluster_layouts(cluster: int, in_smem: bool) -> None:
     torch = _torch()
     x = torch.randn(300, 4097, device="cuda")
     w, b = torch.randn(4097, device="cuda"), torch.randn(4097, device="cuda")
-    with FusionDefinition() as tutorial:
-        t = tutorial.define_tensor(shape=[-1, -1])
-        var, mean = tutorial.ops.var_mean(t, [1], correction=0, keepdim=True)
-        tutorial.add_output(
-            tutorial.ops.mul(
-                tutorial.ops.sub(t, mean), tutorial.ops.rsqrt(tutorial.ops.add(var, 1e-5))
-            )
-        )
-        tutorial.add_output(var)
+    tutorial = var_mean_normalization()
     for fd, inputs in [(layer_norm_fd(DataType.Float, stats=True), [x, w, b]), (tutorial, [x])]:
         hp = schedule.compute_heuristics(fd.fusion, IP, inputs)
         hp.cluster_size, hp.smem_persistent, hp.block_y = cluster, in_smem, 1

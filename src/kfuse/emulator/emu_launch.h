@@ -299,39 +299,52 @@ static void report_deadlock() {
                  first_barrier->tid.x, first_barrier->tid.y, first_barrier->tid.z);
 }
 
-static void run_block_fibers(char* stacks, size_t stride, size_t guard) {
+// A block's threads as new fibers on their stacks, and its warps with no lane waiting.
+static void start_threads(Thread* threads, Warp* warps, char* stacks, size_t stride,
+                          size_t guard) {
     for (int i = 0; i < g.nthreads; ++i) {
-        Thread& t = g.threads[i];
+        Thread& t = threads[i];
         start_fiber(&t, stacks + i * stride + guard, stride - guard);
         t.state = RUNNABLE;
         reset_spin(&t);
     }
     for (int wi = 0; wi < g.nwarps; ++wi) {
-        Warp& w = g.warps[wi];
+        Warp& w = warps[wi];
         int lanes = g.nthreads - wi * 32;
         w.existing = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
         w.exited = 0;
         w.arrived = 0;
     }
-    g.live = g.nthreads;
-    g.barrier_waiting = 0;
-    g.barrier_count = 0;
+}
+
+// Runs the current block's threads until none can go on; whether any ran.
+static bool run_until_stuck() {
+    bool ran_any = false;
     while (g.live > 0) {
         bool ran = false;
         for (int i = 0; i < g.nthreads; ++i) {
             if (g.threads[i].state != RUNNABLE) continue;
             resume(&g.threads[i]);
-            if (g.failed) return;
+            if (g.failed) return true;
             ran = true;
         }
+        ran_any |= ran;
         if (!ran) {
             bool unblocked = false;
             for (int wi = 0; wi < g.nwarps; ++wi) unblocked |= try_complete_warp(wi);
-            if (unblocked) continue;
-            report_deadlock();
-            return;
+            if (!unblocked) break;
         }
     }
+    return ran_any;
+}
+
+static void run_block_fibers(char* stacks, size_t stride, size_t guard) {
+    start_threads(g.threads, g.warps, stacks, stride, guard);
+    g.live = g.nthreads;
+    g.barrier_waiting = 0;
+    g.barrier_count = 0;
+    run_until_stuck();
+    if (g.live > 0 && !g.failed) report_deadlock();
 }
 
 // ---- thread-block clusters -------------------------------------------------------------------
@@ -426,41 +439,8 @@ static const void* cluster_map(const void* local, unsigned rank) {
     throw_abort();
 }
 
-// Runs the current block's threads until none can go on; whether any ran.
-static bool run_until_stuck() {
-    bool ran_any = false;
-    while (g.live > 0) {
-        bool ran = false;
-        for (int i = 0; i < g.nthreads; ++i) {
-            if (g.threads[i].state != RUNNABLE) continue;
-            resume(&g.threads[i]);
-            if (g.failed) return true;
-            ran = true;
-        }
-        ran_any |= ran;
-        if (!ran) {
-            bool unblocked = false;
-            for (int wi = 0; wi < g.nwarps; ++wi) unblocked |= try_complete_warp(wi);
-            if (!unblocked) break;
-        }
-    }
-    return ran_any;
-}
-
 static void start_block_fibers(SuspendedBlock& b, char* stacks, size_t stride, size_t guard) {
-    for (int i = 0; i < g.nthreads; ++i) {
-        Thread& t = b.threads[i];
-        start_fiber(&t, stacks + i * stride + guard, stride - guard);
-        t.state = RUNNABLE;
-        reset_spin(&t);
-    }
-    for (int wi = 0; wi < g.nwarps; ++wi) {
-        Warp& w = b.warps[wi];
-        int lanes = g.nthreads - wi * 32;
-        w.existing = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
-        w.exited = 0;
-        w.arrived = 0;
-    }
+    start_threads(b.threads, b.warps, stacks, stride, guard);
     b.live = g.nthreads;
     b.barrier_waiting = b.barrier_count = b.barrier_result_count = 0;
     // Shared memory starts undefined on a GPU: make reads before writes visible.
@@ -728,15 +708,14 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
                  r.watchdog_seconds);
     } else {
         watchdog_armed = watched;
-        for (unsigned z = 0; z < gridDim.z && !g.failed && clustered > 1; ++z)
+        for (unsigned z = 0; z < gridDim.z && !g.failed; ++z)
             for (unsigned y = 0; y < gridDim.y && !g.failed; ++y)
                 for (unsigned x = 0; x < gridDim.x && !g.failed; x += clustered) {
-                    for (int b = 0; b < clustered; ++b) blocks[b].idx = uint3{x + b, y, z};
-                    run_cluster_fibers(stacks, stride, page);
-                }
-        for (unsigned z = 0; z < gridDim.z && !g.failed && clustered == 1; ++z)
-            for (unsigned y = 0; y < gridDim.y && !g.failed; ++y)
-                for (unsigned x = 0; x < gridDim.x && !g.failed; ++x) {
+                    if (clustered > 1) {
+                        for (int b = 0; b < clustered; ++b) blocks[b].idx = uint3{x + b, y, z};
+                        run_cluster_fibers(stacks, stride, page);
+                        continue;
+                    }
                     blockIdx = uint3{x, y, z};
                     // Shared memory starts undefined on a GPU: make reads before writes visible.
                     std::memset(kf_emu_dyn_smem, 0xff, r.shared_mem);
