@@ -31,6 +31,18 @@ def _unwalked_span(split: tuple[tuple[int, int], ...]) -> int | None:
     return None
 
 
+def _div(index: str, extent: str) -> str:
+    """C++ for index / extent, both non-negative, divided unsigned (kf::index_div): fewer
+    instructions than signed `/`; a group norm forward [64, 256, 56, 56] ran 67.3 -> 64.4 us
+    on the H200 with its per-channel loads' divisions unsigned (session 40)."""
+    return f"kf::index_div({index}, (Index)({extent}))"
+
+
+def _mod(index: str, extent: str) -> str:
+    """C++ for index % extent, unsigned as in _div."""
+    return f"kf::index_mod({index}, (Index)({extent}))"
+
+
 def lanes_read_one_element(split: tuple[tuple[int, int], ...], vector: int) -> bool:
     """Whether every vector of `vector` lanes (starting at a multiple of `vector` in the row)
     of an operand read through these (extent, stride) sub-axes reads one element: the
@@ -83,8 +95,8 @@ def split_lane_loads(
             lines.append(f"{inner}Index kf_c0 = kf_rem;")
         else:
             lines += [
-                f"{inner}Index kf_c{k} = kf_rem % {size[k]};",
-                f"{inner}kf_rem /= {size[k]};",
+                f"{inner}Index kf_c{k} = {_mod('kf_rem', size[k])};",
+                f"{inner}kf_rem = {_div('kf_rem', size[k])};",
             ]
     terms = [f"kf_c{k} * {stride[k]}" for k in range(len(dims)) if walked[k]]
     lines.append(f"{inner}Index kf_off = {' + '.join(terms) if terms else '0'};")
@@ -127,11 +139,14 @@ def _uniform_lanes(
         if k == 0:  # the row ends before the outermost sub-axis wraps
             lines.append(f"{ind}Index kf_c{k} = kf_rem;")
         elif k == outermost:
-            lines.append(f"{ind}Index kf_c{k} = kf_rem % {size[k]};")
+            lines.append(f"{ind}Index kf_c{k} = {_mod('kf_rem', size[k])};")
         elif walked[k]:
-            lines += [f"{ind}Index kf_c{k} = kf_rem % {size[k]};", f"{ind}kf_rem /= {size[k]};"]
+            lines += [
+                f"{ind}Index kf_c{k} = {_mod('kf_rem', size[k])};",
+                f"{ind}kf_rem = {_div('kf_rem', size[k])};",
+            ]
         else:
-            lines.append(f"{ind}kf_rem /= {size[k]};")
+            lines.append(f"{ind}kf_rem = {_div('kf_rem', size[k])};")
         if walked[k]:
             terms.append(f"kf_c{k} * {stride[k]}")
     offset = " + ".join(reversed(terms)) if terms else "0"
