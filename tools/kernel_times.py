@@ -109,6 +109,35 @@ def kfuse_run(
     return us, check, kernels
 
 
+def torch_profiler_kernels(torch: Any, call: Any, flush: Any, calls: int) -> dict[str, list[float]]:
+    """Each GPU activity's times (us, by name) over `calls` calls of `call` (an L2 flush before
+    each, not profiled), recorded by torch.profiler: it sees torch.compile's Triton kernels and
+    kfuse's driver-API launches alike, so both peers' kernels are timed by one tool. The flush's
+    own kernel runs outside the profiled region."""
+    from torch.profiler import ProfilerActivity, profile
+
+    times: dict[str, list[float]] = {}
+    for _ in range(calls):
+        flush()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
+            torch.cuda.synchronize()
+        for event in prof.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                times.setdefault(event.name, []).append(event.time_range.elapsed_us())
+    return times
+
+
+def print_kernel_times(label: str, whole_us: float, times: dict[str, list[float]]) -> None:
+    """A peer's kernels (median us each) and what its whole call spends besides them."""
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    outside = whole_us - sum(medians.values())
+    print(f"  {label}: whole call {whole_us:.1f} us, {outside:.1f} us outside its kernels")
+    for name, us in medians.items():
+        print(f"    {us:8.1f} us  {name[:90]}")
+
+
 def summary_table(labels: list[str], rows: list[tuple[str, float | None, list[str]]]) -> str:
     """The runs side by side, a line a case: torch.compile's time (where measured), then each
     variant's under a column named v0, v1, ... with a legend of what each is. Written after a
@@ -132,7 +161,16 @@ def main() -> None:
     parser.add_argument("--tc", action="store_true", help="also time torch.compile")
     parser.add_argument("--ab", action="append", default=[], help="MODULE.NAME=VALUE ...")
     parser.add_argument("--edit", action="append", default=[], help="FILE.py with edit()")
+    parser.add_argument(
+        "--torch-profiler",
+        action="store_true",
+        help="time each kernel of kfuse (as is) and torch.compile with torch.profiler instead of "
+        "kfuse's profiler and print what each whole call spends outside its kernels; "
+        "no --ab or --edit",
+    )
     args = parser.parse_args()
+    if args.torch_profiler and (args.ab or args.edit):
+        parser.error("--torch-profiler measures kfuse as is: no --ab or --edit")
     variants: list[tuple[str, list[Any], str | None]] = [("as is", [], None)]
     variants += [(text, parse_settings(text), None) for text in args.ab]
     variants += [(f"edit {Path(path).name}", [], path) for path in args.edit]
@@ -158,6 +196,18 @@ def main() -> None:
             compiled()
             tc_us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
             print(f"  torch.compile: {tc_us:.1f} us")
+        if args.torch_profiler:
+            fd, _ = measure.definition(case, args.dtype)
+            call = functools.partial(fd.execute, inputs)
+            call()
+            us = suite.time_ms(torch, call, args.reps, before=flush) * 1e3
+            print_kernel_times("kfuse", us, torch_profiler_kernels(torch, call, flush, args.calls))
+            compiled = functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
+            compiled()
+            us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
+            times = torch_profiler_kernels(torch, compiled, flush, args.calls)
+            print_kernel_times("torch.compile", us, times)
+            continue
         cells = []
         for label, entries, edit_path in variants:
             with settings(entries), source_edit(edit_path) as changed:
@@ -172,7 +222,8 @@ def main() -> None:
                 )
         table.append((f"{name} {'x'.join(map(str, shape))}", tc_us, cells))
         sys.stdout.flush()
-    print(summary_table([label for label, _, _ in variants], table))
+    if table:
+        print(summary_table([label for label, _, _ in variants], table))
 
 
 if __name__ == "__main__":
