@@ -340,10 +340,8 @@ def test_long_rows_split_over_clusters_on_sm90(
     reload: int,
     cluster: int,
 ) -> None:
-    from kfuse.schedule import persistent
     from kfuse.schedule.registry import scheduler_for
 
-    monkeypatch.setattr(persistent, "PREFETCH_NEXT_ROW", False)  # one block (cluster) a row
     fd = softmax(dtype)
     x = np.empty((300, n), to_numpy_dtype(dtype))  # only the layout matters
     hp = scheduler_for(IP).heuristics(fd.fusion, _on_sm90(monkeypatch, fd, [x]))
@@ -355,33 +353,6 @@ def test_long_rows_split_over_clusters_on_sm90(
     )
     assert hp.grid_x == 300 * cluster  # one cluster a row
     assert hp.block_x * hp.persistent_batch_size * hp.vectorize_reduction * cluster >= n
-
-
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_rows_held_in_shared_memory_run_the_blocks_that_fit_when_prefetching(
-    monkeypatch: pytest.MonkeyPatch, prefetch: bool
-) -> None:
-    """With PREFETCH_NEXT_ROW, rows held whole in shared memory get as many blocks as run at
-    once (a bf16 softmax of 16384: 32 KB a row, 4 blocks of 256 an SM by the launch bound, 528
-    on an H200), each copying its next row ahead; without it, a block a row."""
-    from kfuse.schedule import persistent
-    from kfuse.schedule.registry import scheduler_for
-
-    monkeypatch.setattr(persistent, "PREFETCH_NEXT_ROW", prefetch)
-    fd = softmax(DataType.BFloat16)
-    x = np.empty((4096, 16384), to_numpy_dtype(DataType.BFloat16))
-    info = _on_sm90(monkeypatch, fd, [x])
-    scheduler = scheduler_for(IP)
-    hp = scheduler.heuristics(fd.fusion, info)
-    assert (hp.smem_persistent, hp.block_x, hp.block_y, hp.reload_batch_size) == (
-        True,
-        256,
-        1,
-        0,
-    )
-    assert hp.grid_x == (528 if prefetch else 4096)
-    name = scheduler.kernels(fd.fusion, info, hp)[0].name
-    assert ("pf" in name.split("_")) is prefetch
 
 
 def test_rows_longer_than_a_cluster_holds_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,14 +30,12 @@ part that L2 would not keep, a part too large for a cluster's blocks) is rejecte
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
 from kfuse.codegen.persistent import (
     emit_persistent,
     keepable,
-    min_blocks_per_sm,
     smem_bytes_held,
     static_smem_bytes,
     streamed_inputs,
@@ -225,30 +223,10 @@ class InnerPersistentScheduler:
         params.cluster_size = cluster
         params.block_y = block_y
         params.grid_x = max(1, min(MAX_GRID_X // cluster, -(-n_rows // block_y))) * cluster
-        if PREFETCH_NEXT_ROW and in_smem and cluster == 1 and not reload:
-            # As many blocks as run at once, each walking its rows and copying the next one
-            # while the current one's output pass runs (_prefetches).
-            spec = persistent_spec(plan, layout, params, info.device, clusters_supported(info))
-            own = static_smem_bytes(plan, spec) + smem_bytes_held(plan, spec)
-            per_sm = min(
-                min_blocks_per_sm(block_x * block_y), blocks_by_shared_memory(own, info.device)
-            )
-            params.grid_x = max(1, min(int(params.grid_x), info.device.sm_count * per_sm))
         fill_launch_params(params, plan)
         return params
 
 
-PREFETCH_NEXT_ROW = False
-"""Where True: rows held in shared memory (whole: no reload, no cluster) run as many blocks
-as fit at once, each walking its rows (grid-strided) and copying its next row during this
-one's output pass (ReductionKernelSpec.prefetch_next, as inner_outer's rows do): a block
-otherwise loads its row, reduces and writes with the memory idle in between, and rows in few
-waves (a group norm of [32, 128, 64, 64]: 1,024 rows of 32 KB, 528 at once, 0.67 of copy on
-an H200) keep the loads and the writes of each wave apart. Off until measured: written and
-checked on the emulator in session 38, whose GPU was withdrawn before its A/B
-(`tools/kernel_times.py groupnorm_fwd_g32:32x128x64x64 groupnorm_fwd_g32:64x256x56x56
-rmsnorm_fwd:2048x16384 layernorm_fwd:2048x16384 softmax_fwd_dim1:4096x16384 --tc --ab
-kfuse.schedule.persistent.PREFETCH_NEXT_ROW=True`)."""
 DRIVER_SMEM_PER_BLOCK = 1024
 """Shared memory the driver reserves for each block (cudaDevAttrReservedSharedMemoryPerBlock,
 1 KB from sm_80 on), next to the block's own. Counted exactly: an inner-outer layer norm
@@ -260,18 +238,6 @@ def blocks_by_shared_memory(smem: int, device: Any) -> int:
     """Blocks of `smem` bytes of their own shared memory (static and dynamic) that an SM
     holds, with the driver's DRIVER_SMEM_PER_BLOCK each; at least one."""
     return max(1, device.shared_mem_per_sm // (smem + DRIVER_SMEM_PER_BLOCK))
-
-
-def _prefetches(layout: ReductionLayout, params: Any) -> bool:
-    """Whether the kernel copies its blocks' next rows ahead (PREFETCH_NEXT_ROW): rows held
-    in shared memory, whole (no reloads, no cluster), and fewer blocks than rows."""
-    return (
-        PREFETCH_NEXT_ROW
-        and bool(params.smem_persistent)
-        and _int(params, "cluster_size") == 1
-        and _int(params, "reload_batch_size") == 0
-        and _int(params, "grid_x") * _int(params, "block_y") < layout.n_rows
-    )
 
 
 def held_row_params(
@@ -636,8 +602,6 @@ def persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     except PlanError as exc:
         raise SchedulerError(f"inner_persistent: {exc}") from None
     spec = persistent_spec(plan, layout, params, info.device, clusters_supported(info))
-    if _prefetches(layout, params):
-        spec = dataclasses.replace(spec, prefetch_next=True)
     source, name = emit_persistent(plan, spec)
     ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
     grid = (_int(params, "grid_x"), 1, 1)
