@@ -212,6 +212,32 @@ def test_a_threads_unrolled_vectors_lie_inside_its_row(row: int) -> None:
     assert hp.block_x == 128 or hp.block_x * 2 * hp.unroll_factor > vecs  # the widest that fits
 
 
+def test_the_1d_and_2d_schedules_unroll_by_their_own_constants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many waves of work: a fusion merged into one axis takes UNROLL_FLAT vectors a thread,
+    one whose rows a broadcast keeps apart takes UNROLL_ROWS (measured apart on the H200)."""
+    from kfuse.schedule import pointwise
+
+    monkeypatch.setattr(pointwise, "UNROLL_FLAT", 4)
+    monkeypatch.setattr(pointwise, "UNROLL_ROWS", 2)
+    x = np.zeros((1 << 14, 8192), np.float16)
+    x32 = np.zeros((1 << 14, 8192), np.float32)
+    flat = schedule.compute_heuristics(exp_add().fusion, SchedulerType.pointwise, [x32, x32])
+    rows = schedule.compute_heuristics(
+        bias_gelu(DataType.Half).fusion, SchedulerType.pointwise, [x, x[0]]
+    )
+    assert (flat.break_point, flat.unroll_factor) == (-1, 4)
+    assert (rows.break_point, rows.unroll_factor) == (1, 2)
+    small = np.zeros((64, 64), np.float32)  # less than a wave: one vector a thread
+    assert (
+        schedule.compute_heuristics(
+            exp_add().fusion, SchedulerType.pointwise, [small, small]
+        ).unroll_factor
+        == 1
+    )
+
+
 def test_row_ends_in_the_middle_of_a_threads_vectors() -> None:
     """Rows of 4 * 37 + 2 floats under 8 threads of 4 vectors: the last thread's vectors are
     partly whole, partly a 2-element remainder, partly past the end."""

@@ -5,8 +5,9 @@ Heuristics, from the device and the actual inputs:
 * vector width: 16 bytes of the narrowest unit-stride operand, halved until the output rows
   stay aligned (operands that are not aligned enough are read with scalar loads, so the vector
   width never exceeds what an operand's alignment allows);
-* unroll: two vectors per thread once the problem fills the device several times, for bytes
-  in flight; or, in the 2-D schedule, two consecutive rows per thread (unroll_factor_outer)
+* unroll: once the problem fills the device several times, UNROLL_ROWS vectors per thread
+  in the 2-D schedule and UNROLL_FLAT in the 1-D one (both measured on the H200); or, in
+  the 2-D schedule, two consecutive rows per thread (unroll_factor_outer)
   where inputs the same along those rows (stride 0 along the rows' innermost axis, a
   normalization's statistics broadcast over an NHWC tensor's positions) move at least as
   many bytes an element as the others and the outputs: those are then read once for both
@@ -41,6 +42,15 @@ from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_GRID_Y = 65535
 MAX_GRID_X = 2**31 - 1
+UNROLL_ROWS = 2
+"""Vectors a thread in the 2-D schedule (rows kept apart by a broadcast or a stride) once
+the work fills the device four times: W1 (bias + GELU, bf16 [16384, 8192]) ran 133.4 us
+with 2 and 146.3 with 1 on the H200 (2026-11-30-h200-sweep.json)."""
+UNROLL_FLAT = 1
+"""Vectors a thread in the 1-D schedule (every operand merged into one axis), likewise: x * x
+in bf16 over [16384, 8192] ran 124.8 us with 1 (128 threads, as torch.compile's Triton
+kernel) and 128.7 with 2, torch.compile 125.3, on the H200 (session 40, tools/params_sweep.py);
+256 threads of 1: 125.3."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,8 @@ class PointwiseScheduler:
         waves = work / max(1, device.sm_count * device.max_threads_per_sm)
         threads = 128  # measured best on the H200 for W1/W1f (benchmarks/sweep.py)
         vecs_per_row = -(-layout.n_inner // vector)
-        unroll = 2 if waves >= 4 and vecs_per_row >= 2 else 1
+        many = UNROLL_ROWS if layout.rank > 1 else UNROLL_FLAT
+        unroll = many if waves >= 4 and vecs_per_row >= many else 1
         rows = rows_per_thread(layout) if waves >= 4 else 1
         if rows > 1:
             unroll = 1
