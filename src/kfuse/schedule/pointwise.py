@@ -6,7 +6,7 @@ Heuristics, from the device and the actual inputs:
   stay aligned (operands that are not aligned enough are read with scalar loads, so the vector
   width never exceeds what an operand's alignment allows);
 * unroll: once the problem fills the device several times, UNROLL_ROWS vectors per thread
-  in the 2-D schedule and UNROLL_FLAT in the 1-D one (both measured on the H200); or, in
+  in the 2-D schedule and UNROLL_FLAT in the 1-D one (what each was measured at: their notes); or, in
   the 2-D schedule, two consecutive rows per thread (unroll_factor_outer)
   where inputs the same along those rows (stride 0 along the rows' innermost axis, a
   normalization's statistics broadcast over an NHWC tensor's positions) move at least as
@@ -46,11 +46,14 @@ UNROLL_ROWS = 2
 """Vectors a thread in the 2-D schedule (rows kept apart by a broadcast or a stride) once
 the work fills the device four times: W1 (bias + GELU, bf16 [16384, 8192]) ran 133.4 us
 with 2 and 146.3 with 1 on the H200 (2026-11-30-h200-sweep.json)."""
-UNROLL_FLAT = 1
-"""Vectors a thread in the 1-D schedule (every operand merged into one axis), likewise: x * x
-in bf16 over [16384, 8192] ran 124.8 us with 1 (128 threads, as torch.compile's Triton
-kernel) and 128.7 with 2, torch.compile 125.3, on the H200 (session 40, tools/params_sweep.py);
-256 threads of 1: 125.3."""
+UNROLL_FLAT = 2
+"""Vectors a thread in the 1-D schedule (every operand merged into one axis), likewise. x * x
+in bf16 over [16384, 8192] ran 124.8 us with 1 (128 threads, torch.compile's Triton shape)
+and 128.7 with 2, torch.compile 125.3, on the H200 (session 40, tools/params_sweep.py); but
+W1's 9% for 2 came with GELU's arithmetic, and the 1-D SiLU-and-multiply rows, as heavy, are
+not measured with 1 yet: `tools/kernel_times.py pointwise_mul:16384x8192
+silu_mul_fwd:16384x8192 silu_mul_bwd:16384x8192 --tc --ab
+kfuse.schedule.pointwise.UNROLL_FLAT=1` decides."""
 
 
 @dataclass(frozen=True)
