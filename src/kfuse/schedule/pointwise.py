@@ -6,9 +6,9 @@ Heuristics, from the device and the actual inputs:
   stay aligned (operands that are not aligned enough are read with scalar loads, so the vector
   width never exceeds what an operand's alignment allows);
 * unroll: once the problem fills the device several times, UNROLL_ROWS vectors per thread
-  in the 2-D schedule and UNROLL_FLAT in the 1-D one (what each was measured at: their notes); or, in
-  the 2-D schedule, two consecutive rows per thread (unroll_factor_outer)
-  where inputs the same along those rows (stride 0 along the rows' innermost axis, a
+  in the 2-D schedule and UNROLL_FLAT in the 1-D one (their notes say what was measured);
+  or, in the 2-D schedule, two consecutive rows per thread (unroll_factor_outer) where
+  inputs the same along those rows (stride 0 along the rows' innermost axis, a
   normalization's statistics broadcast over an NHWC tensor's positions) move at least as
   many bytes an element as the others and the outputs: those are then read once for both
   rows (rows_per_thread);
