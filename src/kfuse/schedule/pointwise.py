@@ -146,6 +146,8 @@ class PointwiseScheduler:
         block_x = 1
         while block_x < threads and block_x * 2 * unroll <= vecs_per_row:
             block_x *= 2
+        if FIT_ROW_VECTORS and layout.rank > 1 and rows == 1:
+            block_x, unroll = fitted_row_shape(vecs_per_row, block_x, unroll)
         block_y = max(1, threads // block_x)
         params.vectorization_factor = vector
         params.unroll_factor = unroll
@@ -210,6 +212,41 @@ class PointwiseScheduler:
             rows=rows,
             row_bcast=row_constant_inputs(layout) if rows > 1 else (),
         )
+
+
+FIT_ROW_VECTORS = False
+"""Where True, the 2-D schedule's threads along a row and vectors a thread are refitted so
+that the fewest vector slots sit idle past a row's end (fitted_row_shape). Off until
+measured: written in session 40 after its device time ran out. The rows it is for: an NCHW
+batch norm backward over [64, 256, 56, 56] bf16 has rows of 392 vectors, which 128 threads
+of 2 cover with 512 slots (23% idle in every row's second block); its pointwise kernel ran
+71.9 us against torch.compile's 68.8, a flat kernel that finds each element's channel by
+division (H200, tools/kernel_times.py --torch-profiler). The A/B: `tools/kernel_times.py
+batchnorm_bwd_nchw:64x256x56x56 batchnorm_fwd_nchw:64x256x56x56
+instancenorm_bwd_nchw:64x256x56x56 --tc --ab kfuse.schedule.pointwise.FIT_ROW_VECTORS=True`."""
+MIN_FIT_BLOCK_X = 8
+"""The fewest threads along a row that fitted_row_shape tries: 8 threads of 16-byte vectors
+still read whole 128-byte lines."""
+
+
+def fitted_row_shape(vecs: int, block_x: int, unroll: int) -> tuple[int, int]:
+    """(threads along a row, vectors a thread) that leave the fewest vector slots idle past
+    the end of a row of `vecs` vectors, tried from (block_x, unroll) down to MIN_FIT_BLOCK_X
+    threads and one vector a thread; among equals the first tried (the widest, the most
+    vectors a thread). A row of 392 vectors: (8, 1), no slot idle, where (128, 2) leaves 120."""
+
+    def idle(shape: tuple[int, int]) -> int:
+        span = shape[0] * shape[1]
+        return -(-vecs // span) * span - vecs
+
+    best = (block_x, unroll)
+    for vectors in range(unroll, 0, -1):
+        threads = block_x
+        while threads >= min(MIN_FIT_BLOCK_X, block_x):
+            if idle((threads, vectors)) < idle(best):
+                best = (threads, vectors)
+            threads //= 2
+    return best
 
 
 ROWS_PER_THREAD = 2  # measured against 4 on the NHWC instance norm backward: 68.6 against 70.4 us
