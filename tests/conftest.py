@@ -72,3 +72,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("-", "skipped, by reason")
     for text, count in sorted(reasons.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{count:5d}  {text}")
+
+
+@pytest.fixture(scope="module")
+def module_private_cache(tmp_path_factory: pytest.TempPathFactory):
+    """KFUSE_CACHE_DIR set to a fresh directory for one test module: its kernels compile into
+    a disk cache of their own, which other modules' entries neither satisfy nor corrupt.
+    Modules take it with `pytestmark = pytest.mark.usefixtures("module_private_cache")`."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kfuse-cache")))
+        yield

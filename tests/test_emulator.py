@@ -10,12 +10,8 @@ import pytest
 from kfuse.emulator import EmulatedKernel, clear_memory_cache, compiler_invocations
 from kfuse.errors import EmulatorError
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kfuse-cache")))
-        yield
+# Every kernel of this module compiles into a cache of its own (conftest).
+pytestmark = pytest.mark.usefixtures("module_private_cache")
 
 
 TENSOR_STRUCTS = r"""

@@ -31,11 +31,8 @@ _TORCH = {E4M3: torch.float8_e4m3fn, E5M2: torch.float8_e5m2}
 _ML = {E4M3: ml_dtypes.float8_e4m3fn, E5M2: ml_dtypes.float8_e5m2}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kfuse-cache")))
-        yield
+# Every kernel of this module compiles into a cache of its own (conftest).
+pytestmark = pytest.mark.usefixtures("module_private_cache")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -109,6 +109,18 @@ def kfuse_run(
     return us, check, kernels
 
 
+def whole_call_us(torch: Any, suite: Any, call: Any, args: Any, flush: Any) -> float:
+    """The suite's time of `call` in us (L2 flushed before each), after a first call that
+    compiles."""
+    call()
+    return float(suite.time_ms(torch, call, args.reps, before=flush) * 1e3)
+
+
+def torch_compiled(torch: Any, measure: Any, case: Any, inputs: list[Any]) -> Any:
+    """A fresh torch.compile of the case's torch function, bound to `inputs`."""
+    return functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
+
+
 def torch_profiler_kernels(torch: Any, call: Any, flush: Any, calls: int) -> dict[str, list[float]]:
     """Each GPU activity's times (us, by name) over `calls` calls of `call` (an L2 flush before
     each, not profiled), recorded by torch.profiler: it sees torch.compile's Triton kernels and
@@ -192,21 +204,20 @@ def main() -> None:
         print(f"## {name} {list(shape)} {args.dtype}")
         tc_us = None
         if args.tc:
-            compiled = functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
-            compiled()
-            tc_us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
+            tc_us = whole_call_us(
+                torch, suite, torch_compiled(torch, measure, case, inputs), args, flush
+            )
             print(f"  torch.compile: {tc_us:.1f} us")
         if args.torch_profiler:
             fd, _ = measure.definition(case, args.dtype)
-            call = functools.partial(fd.execute, inputs)
-            call()
-            us = suite.time_ms(torch, call, args.reps, before=flush) * 1e3
-            print_kernel_times("kfuse", us, torch_profiler_kernels(torch, call, flush, args.calls))
-            compiled = functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
-            compiled()
-            us = suite.time_ms(torch, compiled, args.reps, before=flush) * 1e3
-            times = torch_profiler_kernels(torch, compiled, flush, args.calls)
-            print_kernel_times("torch.compile", us, times)
+            for label, call in (
+                ("kfuse", functools.partial(fd.execute, inputs)),
+                ("torch.compile", torch_compiled(torch, measure, case, inputs)),
+            ):
+                us = whole_call_us(torch, suite, call, args, flush)  # compiles first
+                print_kernel_times(
+                    label, us, torch_profiler_kernels(torch, call, flush, args.calls)
+                )
             continue
         cells = []
         for label, entries, edit_path in variants:
