@@ -176,34 +176,3 @@ def test_vectors_inside_a_ragged_rows_end_stay_vectors() -> None:
     assert_outputs_close(fd.fusion, [out], evaluate(fd.fusion, inputs), inputs)
     ragged = fd.last_cuda_source().split("} else {", 1)[1]
     assert "kf::load_vec<8>(in0" in ragged and "kf::store_vec<8>(out0" in ragged
-
-
-def scaled_by_channel(shape: tuple[int, int, int]) -> FusionDefinition:
-    """x [N, C, HW] times a per-channel scale [C]: an NCHW batch norm's output pass."""
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
-        scale = fd.define_tensor(shape=[-1], dtype=DataType.Float)
-        fd.add_output(fd.ops.mul(x, fd.ops.broadcast_in_dim(scale, list(shape), [1])))
-    return fd
-
-
-@pytest.mark.parametrize(("row", "expected"), [(392, (8, 1)), (784, (16, 1)), (1024, (128, 1))])
-def test_rows_refitted_to_leave_no_vector_idle(
-    monkeypatch: pytest.MonkeyPatch, row: int, expected: tuple[int, int]
-) -> None:
-    """FIT_ROW_VECTORS: rows of 392 float4 vectors (an NCHW norm's 56 x 56 in bf16 has as
-    many) take 8 threads along a row instead of 128 (whose second block is 23% idle); rows
-    that 128 threads already cover exactly keep them; the refitted kernels are correct."""
-    from kfuse.schedule import pointwise
-
-    monkeypatch.setattr(pointwise, "FIT_ROW_VECTORS", True)
-    shape = (2, 5, row * 4)
-    fd = scaled_by_channel(shape)
-    rng = np.random.default_rng(0)
-    inputs = [
-        rng.standard_normal(shape, dtype=np.float32),
-        rng.standard_normal(5, dtype=np.float32),
-    ]
-    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
-    assert (hp.block_x, hp.unroll_factor) == expected
-    run_and_compare(fd, inputs)

@@ -279,21 +279,3 @@ def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
     for arch in ("sm_80", "sm_90"):
         cubin = compile_to_cubin(source, name, arch, nvrtc_options())
         assert cubin[:4] == b"\x7fELF"
-
-
-@pytest.mark.parametrize(
-    ("vecs", "block_x", "unroll", "expected"),
-    [
-        (392, 128, 2, (8, 1)),  # bf16 56 x 56: no slot idle at 8 threads of one vector
-        (400, 128, 2, (8, 2)),  # covered exactly with two vectors a thread: kept
-        (1024, 128, 2, (128, 2)),  # already exact: unchanged
-        (49, 16, 1, (8, 1)),  # 16 threads leave 15 slots idle, 8 leave 7: the fewest
-        (3, 1, 1, (1, 1)),  # short rows keep their one thread
-    ],
-)
-def test_fitted_row_shape_leaves_the_fewest_slots_idle(
-    vecs: int, block_x: int, unroll: int, expected: tuple[int, int]
-) -> None:
-    from kfuse.schedule.pointwise import fitted_row_shape
-
-    assert fitted_row_shape(vecs, block_x, unroll) == expected

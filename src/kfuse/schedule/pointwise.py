@@ -47,13 +47,12 @@ UNROLL_ROWS = 2
 the work fills the device four times: W1 (bias + GELU, bf16 [16384, 8192]) ran 133.4 us
 with 2 and 146.3 with 1 on the H200 (2026-11-30-h200-sweep.json)."""
 UNROLL_FLAT = 2
-"""Vectors a thread in the 1-D schedule (every operand merged into one axis), likewise. x * x
-in bf16 over [16384, 8192] ran 124.8 us with 1 (128 threads, torch.compile's Triton shape)
-and 128.7 with 2, torch.compile 125.3, on the H200 (session 40, tools/params_sweep.py); but
-W1's 9% for 2 came with GELU's arithmetic, and the 1-D SiLU-and-multiply rows, as heavy, are
-not measured with 1 yet: `tools/kernel_times.py pointwise_mul:16384x8192
-silu_mul_fwd:16384x8192 silu_mul_bwd:16384x8192 --tc --ab
-kfuse.schedule.pointwise.UNROLL_FLAT=1` decides."""
+"""Vectors a thread in the 1-D schedule (every operand merged into one axis), likewise.
+Against 1 (128 threads of one vector, torch.compile's Triton shape), bf16 [16384, 8192] on
+the H200, whole calls in us, torch.compile in brackets (session 41, tools/kernel_times.py):
+x * y 129.2 against 124.9 (125.1); SiLU-and-multiply forward 184.5 against 197.8 (183.3),
+backward 310.4 against 309.0 (309.9). One vector a thread wins only where there is no
+arithmetic to overlap with the loads, and loses 7% where there is, so 2 stays."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +145,6 @@ class PointwiseScheduler:
         block_x = 1
         while block_x < threads and block_x * 2 * unroll <= vecs_per_row:
             block_x *= 2
-        if FIT_ROW_VECTORS and layout.rank > 1 and rows == 1:
-            block_x, unroll = fitted_row_shape(vecs_per_row, block_x, unroll)
         block_y = max(1, threads // block_x)
         params.vectorization_factor = vector
         params.unroll_factor = unroll
@@ -212,41 +209,6 @@ class PointwiseScheduler:
             rows=rows,
             row_bcast=row_constant_inputs(layout) if rows > 1 else (),
         )
-
-
-FIT_ROW_VECTORS = False
-"""Where True, the 2-D schedule's threads along a row and vectors a thread are refitted so
-that the fewest vector slots sit idle past a row's end (fitted_row_shape). Off until
-measured: written in session 40 after its device time ran out. The rows it is for: an NCHW
-batch norm backward over [64, 256, 56, 56] bf16 has rows of 392 vectors, which 128 threads
-of 2 cover with 512 slots (23% idle in every row's second block); its pointwise kernel ran
-71.9 us against torch.compile's 68.8, a flat kernel that finds each element's channel by
-division (H200, tools/kernel_times.py --torch-profiler). The A/B: `tools/kernel_times.py
-batchnorm_bwd_nchw:64x256x56x56 batchnorm_fwd_nchw:64x256x56x56
-instancenorm_bwd_nchw:64x256x56x56 --tc --ab kfuse.schedule.pointwise.FIT_ROW_VECTORS=True`."""
-MIN_FIT_BLOCK_X = 8
-"""The fewest threads along a row that fitted_row_shape tries: 8 threads of 16-byte vectors
-still read whole 128-byte lines."""
-
-
-def fitted_row_shape(vecs: int, block_x: int, unroll: int) -> tuple[int, int]:
-    """(threads along a row, vectors a thread) that leave the fewest vector slots idle past
-    the end of a row of `vecs` vectors, tried from (block_x, unroll) down to MIN_FIT_BLOCK_X
-    threads and one vector a thread; among equals the first tried (the widest, the most
-    vectors a thread). A row of 392 vectors: (8, 1), no slot idle, where (128, 2) leaves 120."""
-
-    def idle(shape: tuple[int, int]) -> int:
-        span = shape[0] * shape[1]
-        return -(-vecs // span) * span - vecs
-
-    best = (block_x, unroll)
-    for vectors in range(unroll, 0, -1):
-        threads = block_x
-        while threads >= min(MIN_FIT_BLOCK_X, block_x):
-            if idle((threads, vectors)) < idle(best):
-                best = (threads, vectors)
-            threads //= 2
-    return best
 
 
 ROWS_PER_THREAD = 2  # measured against 4 on the NHWC instance norm backward: 68.6 against 70.4 us
