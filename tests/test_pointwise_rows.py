@@ -66,7 +66,7 @@ def test_h200_heuristics_take_two_rows_where_the_shared_inputs_weigh(
 ) -> None:
     """NHWC [64, 3136, 256]: 12 bytes an element the same along P against 4 that are not:
     two rows a thread, one vector along the row; odd P, or a bias add (2 bytes shared against
-    4), keep one row and two vectors."""
+    4), keep one row."""
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = normalize_nhwc()
     big = [
@@ -81,10 +81,39 @@ def test_h200_heuristics_take_two_rows_where_the_shared_inputs_weigh(
     assert hp.grid_y * hp.block_y * 2 >= 64 * 3136
     odd = [np.empty((64, 3135, 256), BF16), *big[1:]]
     hp = schedule.compute_heuristics(fd.fusion, PW, odd)
-    assert (hp.unroll_factor, hp.unroll_factor_outer) == (2, 1)
+    assert hp.unroll_factor_outer == 1
     bias = [np.empty((65536, 4096), BF16), np.empty(4096, BF16)]
     hp = schedule.compute_heuristics(bias_add().fusion, PW, bias)
-    assert (hp.unroll_factor, hp.unroll_factor_outer) == (2, 1)
+    assert hp.unroll_factor_outer == 1
+
+
+def bias_add_then(op: str) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        v = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        y = fd.ops.add(x, fd.ops.broadcast_in_dim(v, fd.ops.shape(x), [1]))
+        fd.add_output(getattr(fd.ops, op)(y))
+    return fd
+
+
+@pytest.mark.parametrize(("op", "unroll"), [("relu", 1), ("neg", 1), ("exp", 2), ("tanh", 2)])
+def test_a_second_vector_a_thread_only_where_there_is_math_to_hide(
+    monkeypatch: pytest.MonkeyPatch, op: str, unroll: int
+) -> None:
+    """ONE_VECTOR_WITHOUT_MATH: a bias add and relu over [65536, 4096] bf16 has nothing to
+    compute between its loads and takes one vector a thread (twice the blocks); with a
+    transcendental it takes two. The flat schedule likewise."""
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    big = [np.empty((65536, 4096), BF16), np.empty(4096, BF16)]
+    hp = schedule.compute_heuristics(bias_add_then(op).fusion, PW, big)
+    assert (hp.unroll_factor, hp.unroll_factor_outer) == (unroll, 1)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(getattr(fd.ops, op)(fd.ops.mul(a, b)))
+    flat = [np.empty((65536, 4096), BF16), np.empty((65536, 4096), BF16)]
+    hp = schedule.compute_heuristics(fd.fusion, PW, flat)
+    assert hp.unroll_factor == unroll and hp.break_point == -1
 
 
 @pytest.mark.parametrize(

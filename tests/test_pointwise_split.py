@@ -105,8 +105,8 @@ def test_the_model_size_layout_splits_the_statistics_and_vectorizes_x() -> None:
 
 
 def test_long_rows_and_a_bias_along_short_rows_are_not_split() -> None:
-    _, long_rows, _ = gpu_layout(normalize(), [(64, 256, 56, 56), (256,), (256,)])
-    assert long_rows.sizes == (64, 256, 3136) and not any(op.inner_split for op in long_rows.inputs)
+    _, long_rows, _ = gpu_layout(normalize(), [(64, 256, 64, 64), (256,), (256,)])
+    assert long_rows.sizes == (64, 256, 4096) and not any(op.inner_split for op in long_rows.inputs)
     _, bias, params = gpu_layout(bias_rows(), [(4096, 64), (64,)])
     assert bias.sizes == (4096, 64) and params.break_point == 1
     assert schedule.can_schedule(
@@ -114,6 +114,35 @@ def test_long_rows_and_a_bias_along_short_rows_are_not_split() -> None:
         SchedulerType.pointwise,
         [np.ones((4, 64), np.float32), np.ones(64, np.float32)],
     )[0]
+
+
+@pytest.mark.parametrize(
+    ("spatial", "split"), [((56, 56), True), ((28, 28), True), ((32, 32), False), ((32, 64), False)]
+)
+def test_rows_a_block_leaves_ragged_are_split(spatial: tuple[int, int], split: bool) -> None:
+    """SPLIT_RAGGED_ROWS: an NCHW norm's rows of 56 x 56 = 3136 bf16 elements (392 vectors:
+    two blocks of 128 threads of two vectors leave 23% of the second idle) merge with C, the
+    statistics walking it through sub-axes, into rows no block leaves idle; rows of a power of
+    two are left as they are."""
+    hw = spatial[0] * spatial[1]
+    plan, layout, params = gpu_layout(
+        normalize(DataType.BFloat16), [(64, 256, *spatial), (256,), (256,)]
+    )
+    if not split:
+        assert layout.sizes == (64, 256, hw)
+        return
+    assert layout.sizes == (64, 256 * hw)
+    x, w, b = layout.inputs
+    assert x.inner_split == () and w.inner_split == b.inner_split == ((256, 1), (hw, 0))
+    assert params.vectorization_factor == 8
+    spec = PointwiseScheduler().kernel_spec(plan, layout, params)
+    assert spec.input_kinds == (VEC, SPLIT, SPLIT)
+    x_small = np.random.default_rng(3).standard_normal((2, 3, *spatial), np.float32)
+    w_small = np.random.default_rng(4).standard_normal(3, np.float32)
+    b_small = np.random.default_rng(5).standard_normal(3, np.float32)
+    fd = normalize()
+    check_outputs(fd, [x_small, w_small, b_small])
+    assert "_split" in fd.last_program().launches[0].name
 
 
 def test_two_element_lanes_carry_across_walked_sub_axes() -> None:

@@ -36,6 +36,7 @@ from kfuse.codegen.row_split import lanes_read_one_element, lanes_read_two_eleme
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
@@ -53,6 +54,22 @@ the H200, whole calls in us, torch.compile in brackets (session 41, tools/kernel
 x * y 129.2 against 124.9 (125.1); SiLU-and-multiply forward 184.5 against 197.8 (183.3),
 backward 310.4 against 309.0 (309.9). One vector a thread wins only where there is no
 arithmetic to overlap with the loads, and loses 7% where there is, so 2 stays."""
+
+ONE_VECTOR_WITHOUT_MATH = True
+"""Fusions with no costly op (has_costly_math) take one vector a thread in either schedule:
+with nothing to compute between loads, twice the blocks keep more loads in flight than a
+second vector a thread. UNROLL_FLAT's note has the flat schedule's A/B (x * y 129.2 -> 124.9
+us); benchmarks/results/2026-12-05b-h200.md has the session 41 A/B of this switch."""
+COSTLY_OPS = frozenset(
+    {name for name, info in OPS.items() if info.category == "float_math"}
+    | {"div", "fmod", "remainder", "pow"}
+)
+"""Ops whose latency a thread's second vector of loads hides: transcendentals and divisions."""
+
+
+def has_costly_math(fusion: Fusion) -> bool:
+    """Whether any of the fusion's pointwise ops is one of COSTLY_OPS."""
+    return any(getattr(expr, "op", None) in COSTLY_OPS for expr in fusion.exprs)
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,8 @@ class PointwiseScheduler:
         threads = 128  # measured best on the H200 for W1/W1f (benchmarks/sweep.py)
         vecs_per_row = -(-layout.n_inner // vector)
         many = UNROLL_ROWS if layout.rank > 1 else UNROLL_FLAT
+        if ONE_VECTOR_WITHOUT_MATH and not has_costly_math(fusion):
+            many = 1
         unroll = many if waves >= 4 and vecs_per_row >= many else 1
         rows = rows_per_thread(layout) if waves >= 4 else 1
         if rows > 1:
@@ -304,6 +323,21 @@ SHORT_ROW = 256
 (split_short_rows)."""
 LONG_ROW = 4096
 """...up to at least this many: 128 threads of two 8-element vectors each take 2048."""
+SPLIT_RAGGED_ROWS = True
+"""Rows shorter than LONG_ROW whose length is not a power of two are lengthened too
+(wants_longer_rows): blocks of a power of two of threads leave part of such a row's last
+block idle. An NCHW batch norm's output pass over [64, 256, 56, 56] bf16 has rows of 3136
+elements, 392 vectors, which two blocks of 128 threads of two vectors cover with 512 slots
+(23% idle); merged with C (one row of 802816 elements) no slot is idle. The A/B (session 41,
+H200) is in benchmarks/results/2026-12-05b-h200.md."""
+
+
+def wants_longer_rows(n_inner: int) -> bool:
+    """Whether split_short_rows lengthens rows of `n_inner` elements: shorter than SHORT_ROW,
+    or (SPLIT_RAGGED_ROWS) shorter than LONG_ROW and not a power of two."""
+    if n_inner < SHORT_ROW:
+        return True
+    return SPLIT_RAGGED_ROWS and n_inner < LONG_ROW and n_inner & (n_inner - 1) != 0
 
 
 def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
@@ -317,8 +351,9 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
     broadcast over H and W, so no merge crosses C and its rows are 49 elements: 98 bytes, no
     vector access, a block's lanes mostly idle; it ran at 1.0 TB/s on an H200. Merged with C
     (the statistics walking [C, H x W] with strides [1, 0]), x and y take rows of 100352
-    elements in 16-byte vectors."""
-    if layout.rank < 2 or layout.n_inner >= SHORT_ROW:
+    elements in 16-byte vectors. Rows up to LONG_ROW that a block cannot cover without idle
+    lanes are lengthened too (wants_longer_rows)."""
+    if layout.rank < 2 or not wants_longer_rows(layout.n_inner):
         return layout
     sizes = list(layout.sizes)
     ins = [list(op.strides) for op in layout.inputs]
