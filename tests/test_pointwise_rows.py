@@ -66,7 +66,7 @@ def test_h200_heuristics_take_two_rows_where_the_shared_inputs_weigh(
 ) -> None:
     """NHWC [64, 3136, 256]: 12 bytes an element the same along P against 4 that are not:
     two rows a thread, one vector along the row; odd P, or a bias add (2 bytes shared against
-    4), keep one row."""
+    4), keep one row and two vectors."""
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     fd = normalize_nhwc()
     big = [
@@ -81,10 +81,10 @@ def test_h200_heuristics_take_two_rows_where_the_shared_inputs_weigh(
     assert hp.grid_y * hp.block_y * 2 >= 64 * 3136
     odd = [np.empty((64, 3135, 256), BF16), *big[1:]]
     hp = schedule.compute_heuristics(fd.fusion, PW, odd)
-    assert hp.unroll_factor_outer == 1
+    assert (hp.unroll_factor, hp.unroll_factor_outer) == (2, 1)
     bias = [np.empty((65536, 4096), BF16), np.empty(4096, BF16)]
     hp = schedule.compute_heuristics(bias_add().fusion, PW, bias)
-    assert hp.unroll_factor_outer == 1
+    assert (hp.unroll_factor, hp.unroll_factor_outer) == (2, 1)
 
 
 def bias_add_then(op: str) -> FusionDefinition:
@@ -100,9 +100,13 @@ def bias_add_then(op: str) -> FusionDefinition:
 def test_a_second_vector_a_thread_only_where_there_is_math_to_hide(
     monkeypatch: pytest.MonkeyPatch, op: str, unroll: int
 ) -> None:
-    """ONE_VECTOR_WITHOUT_MATH: a bias add and relu over [65536, 4096] bf16 has nothing to
-    compute between its loads and takes one vector a thread (twice the blocks); with a
-    transcendental it takes two. The flat schedule likewise."""
+    """ONE_VECTOR_WITHOUT_MATH (off until measured; switched on here): a bias add and relu
+    over [65536, 4096] bf16 has nothing to compute between its loads and takes one vector a
+    thread (twice the blocks); with a transcendental it takes two. The flat schedule
+    likewise."""
+    from kfuse.schedule import pointwise
+
+    monkeypatch.setattr(pointwise, "ONE_VECTOR_WITHOUT_MATH", True)
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     big = [np.empty((65536, 4096), BF16), np.empty(4096, BF16)]
     hp = schedule.compute_heuristics(bias_add_then(op).fusion, PW, big)

@@ -55,11 +55,14 @@ x * y 129.2 against 124.9 (125.1); SiLU-and-multiply forward 184.5 against 197.8
 backward 310.4 against 309.0 (309.9). One vector a thread wins only where there is no
 arithmetic to overlap with the loads, and loses 7% where there is, so 2 stays."""
 
-ONE_VECTOR_WITHOUT_MATH = True
-"""Fusions with no costly op (has_costly_math) take one vector a thread in either schedule:
-with nothing to compute between loads, twice the blocks keep more loads in flight than a
-second vector a thread. UNROLL_FLAT's note has the flat schedule's A/B (x * y 129.2 -> 124.9
-us); benchmarks/results/2026-12-05b-h200.md has the session 41 A/B of this switch."""
+ONE_VECTOR_WITHOUT_MATH = False
+"""Where True, fusions with no costly op (has_costly_math) take one vector a thread in either
+schedule: with nothing to compute between loads, twice the blocks may keep more loads in
+flight than a second vector a thread. UNROLL_FLAT's note has the flat schedule's A/B (x * y
+129.2 -> 124.9 us, SiLU-and-multiply 184.5 -> 197.8). Off until measured: written in session
+41, whose device calls were refused after the first. The A/B: `tools/kernel_times.py
+pointwise_mul:16384x8192 bcast_add_contiguous_dim0:16384x8192 scale_bias_relu_fwd:16384x8192
+batchnorm_fwd_nhwc:256x2048x7x7 --tc --ab kfuse.schedule.pointwise.ONE_VECTOR_WITHOUT_MATH=True`."""
 COSTLY_OPS = frozenset(
     {name for name, info in OPS.items() if info.category == "float_math"}
     | {"div", "fmod", "remainder", "pow"}
@@ -323,13 +326,15 @@ SHORT_ROW = 256
 (split_short_rows)."""
 LONG_ROW = 4096
 """...up to at least this many: 128 threads of two 8-element vectors each take 2048."""
-SPLIT_RAGGED_ROWS = True
-"""Rows shorter than LONG_ROW whose length is not a power of two are lengthened too
-(wants_longer_rows): blocks of a power of two of threads leave part of such a row's last
+SPLIT_RAGGED_ROWS = False
+"""Where True, rows shorter than LONG_ROW whose length is not a power of two are lengthened
+too (wants_longer_rows): blocks of a power of two of threads leave part of such a row's last
 block idle. An NCHW batch norm's output pass over [64, 256, 56, 56] bf16 has rows of 3136
 elements, 392 vectors, which two blocks of 128 threads of two vectors cover with 512 slots
-(23% idle); merged with C (one row of 802816 elements) no slot is idle. The A/B (session 41,
-H200) is in benchmarks/results/2026-12-05b-h200.md."""
+(23% idle); merged with C (one row of 802816 elements) no slot is idle. FIT_ROW_VECTORS,
+which narrowed the blocks instead, was 5-10% slower (session 41). Off until measured, as
+ONE_VECTOR_WITHOUT_MATH: `tools/kernel_times.py batchnorm_bwd_nchw:64x256x56x56
+batchnorm_fwd_nchw:64x256x56x56 --tc --ab kfuse.schedule.pointwise.SPLIT_RAGGED_ROWS=True`."""
 
 
 def wants_longer_rows(n_inner: int) -> bool:
