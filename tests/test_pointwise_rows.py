@@ -53,11 +53,13 @@ def inputs_nhwc(n: int, p: int, c: int, seed: int = 0) -> list[np.ndarray]:
     ]
 
 
-def bias_add() -> FusionDefinition:
+def bias_add(then: str | None = None) -> FusionDefinition:
+    """x + v along the rows, bf16; with `then`, that op of the sum."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         v = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
-        fd.add_output(fd.ops.add(x, fd.ops.broadcast_in_dim(v, fd.ops.shape(x), [1])))
+        y = fd.ops.add(x, fd.ops.broadcast_in_dim(v, fd.ops.shape(x), [1]))
+        fd.add_output(y if then is None else getattr(fd.ops, then)(y))
     return fd
 
 
@@ -87,15 +89,6 @@ def test_h200_heuristics_take_two_rows_where_the_shared_inputs_weigh(
     assert (hp.unroll_factor, hp.unroll_factor_outer) == (2, 1)
 
 
-def bias_add_then(op: str) -> FusionDefinition:
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
-        v = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
-        y = fd.ops.add(x, fd.ops.broadcast_in_dim(v, fd.ops.shape(x), [1]))
-        fd.add_output(getattr(fd.ops, op)(y))
-    return fd
-
-
 @pytest.mark.parametrize(("op", "unroll"), [("relu", 1), ("neg", 1), ("exp", 2), ("tanh", 2)])
 def test_a_second_vector_a_thread_only_where_there_is_math_to_hide(
     monkeypatch: pytest.MonkeyPatch, op: str, unroll: int
@@ -109,7 +102,7 @@ def test_a_second_vector_a_thread_only_where_there_is_math_to_hide(
     monkeypatch.setattr(pointwise, "ONE_VECTOR_WITHOUT_MATH", True)
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     big = [np.empty((65536, 4096), BF16), np.empty(4096, BF16)]
-    hp = schedule.compute_heuristics(bias_add_then(op).fusion, PW, big)
+    hp = schedule.compute_heuristics(bias_add(op).fusion, PW, big)
     assert (hp.unroll_factor, hp.unroll_factor_outer) == (unroll, 1)
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)

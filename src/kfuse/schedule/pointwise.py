@@ -332,7 +332,8 @@ too (wants_longer_rows): blocks of a power of two of threads leave part of such 
 block idle. An NCHW batch norm's output pass over [64, 256, 56, 56] bf16 has rows of 3136
 elements, 392 vectors, which two blocks of 128 threads of two vectors cover with 512 slots
 (23% idle); merged with C (one row of 802816 elements) no slot is idle. FIT_ROW_VECTORS,
-which narrowed the blocks instead, was 5-10% slower (session 41). Off until measured, as
+which narrowed the blocks instead, made those calls 5-11% slower (session 41,
+benchmarks/results/2026-12-05b-h200.md) and was removed. Off until measured, as
 ONE_VECTOR_WITHOUT_MATH: `tools/kernel_times.py batchnorm_bwd_nchw:64x256x56x56
 batchnorm_fwd_nchw:64x256x56x56 --tc --ab kfuse.schedule.pointwise.SPLIT_RAGGED_ROWS=True`."""
 
@@ -356,8 +357,9 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
     broadcast over H and W, so no merge crosses C and its rows are 49 elements: 98 bytes, no
     vector access, a block's lanes mostly idle; it ran at 1.0 TB/s on an H200. Merged with C
     (the statistics walking [C, H x W] with strides [1, 0]), x and y take rows of 100352
-    elements in 16-byte vectors. Rows up to LONG_ROW that a block cannot cover without idle
-    lanes are lengthened too (wants_longer_rows)."""
+    elements in 16-byte vectors. With SPLIT_RAGGED_ROWS, rows up to LONG_ROW that blocks of
+    a power of two of threads cannot cover without idle lanes are lengthened too
+    (wants_longer_rows)."""
     if layout.rank < 2 or not wants_longer_rows(layout.n_inner):
         return layout
     sizes = list(layout.sizes)
