@@ -67,6 +67,16 @@ def test_registry() -> None:
         assert families.index(case.family) < families.index("attention")
 
 
+def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
+    rms = CASES["rmsnorm_fwd"]
+    assert registry.case_and_shape("rmsnorm_fwd:8192x8192") == (rms, (8192, 8192))
+    assert registry.case_and_shape("rmsnorm_fwd") == (rms, rms.quick_sizes[0])
+    with pytest.raises(ValueError, match="no model-suite case 'rmsnorm'"):
+        registry.case_and_shape("rmsnorm:8192x8192")
+    with pytest.raises(ValueError, match="integers joined by 'x'"):
+        registry.case_and_shape("rmsnorm_fwd:8192*8192")
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_kfuse_matches_reference_on_emulator(name: str) -> None:
     case = CASES[name]

@@ -54,11 +54,10 @@ def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[str,
     from kfuse.schedule.segmenter import synthetic_info
     from planning import gpu_info
 
-    name, _, size = case_size.partition(":")
-    case = next((c for c in registry.CASES if c.name == name), None)
-    if case is None:
-        raise SystemExit(f"no model-suite case {name!r}")
-    shape = tuple(int(n) for n in size.split("x")) if size else case.quick_sizes[0]
+    try:
+        case, shape = registry.case_and_shape(case_size)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     fd, _ = measure.definition(case, dtype)
     inputs = case.make_inputs(torch, shape, getattr(torch, dtype), "meta")
     shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in inputs]

@@ -193,12 +193,10 @@ def main() -> None:
 
     suite = load_suite()
     flush, _ = measure.l2_flusher(torch)
-    cases = {c.name: c for c in registry.CASES}
     table: list[tuple[str, float | None, list[str]]] = []
     for spec in args.cases:
-        name, _, size = spec.partition(":")
-        case = cases[name]
-        shape = tuple(int(n) for n in size.split("x")) if size else case.quick_sizes[0]
+        case, shape = registry.case_and_shape(spec)
+        name = case.name
         torch.manual_seed(0)
         inputs = case.make_inputs(torch, shape, getattr(torch, args.dtype), "cuda")
         print(f"## {name} {list(shape)} {args.dtype}")

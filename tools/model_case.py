@@ -26,8 +26,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--size", default="", help="e.g. 32768x1024 (default: the quick size)")
     args = parser.parse_args()
-    case = next(c for c in registry.CASES if c.name == args.case)
-    shape = tuple(int(n) for n in args.size.split("x")) if args.size else case.quick_sizes[0]
+    case, shape = registry.case_and_shape(f"{args.case}:{args.size}" if args.size else args.case)
     torch.manual_seed(0)
     inputs = case.make_inputs(torch, shape, torch.bfloat16, "cuda")
     if args.peer == "kfuse":

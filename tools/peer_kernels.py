@@ -1,6 +1,7 @@
-"""Put kfuse's kernel for a benchmark workload next to the one torch.compile generates.
+"""Put kfuse's kernels for a benchmark workload or model-suite case next to torch.compile's.
 
     python tools/peer_kernels.py W1f [--out DIR]
+    python tools/peer_kernels.py rmsnorm_fwd:8192x8192 [--dtype bfloat16] [--out DIR]
 
 Writes into DIR (default $OUT or ./peer-kernels): inductor's generated Python (its Triton
 kernels with their launch configurations), both cubins, and their SASS (cuobjdump), and prints
@@ -16,9 +17,15 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+PeerCall = tuple[Any, Callable[[], Any], Callable[..., Any], list[Any]]
+"""(kfuse's FusionDefinition, a call of it on the inputs, the eager function, the inputs)"""
+LAUNCH_LINES = re.compile(r"triton_heuristics|num_warps|XBLOCK|R0?BLOCK|def triton_|\.run\(")
+"""The lines of inductor's code that say how its kernels are launched."""
 
 
 def _sass(cubin: Path) -> tuple[str, int]:
@@ -29,12 +36,37 @@ def _sass(cubin: Path) -> tuple[str, int]:
     return text, len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", text, flags=re.M))
 
 
+def _workload_call(torch: Any, name: str) -> PeerCall:
+    """The PeerCall of workload `name`."""
+    from workloads import WORKLOADS
+
+    workload = next((w for w in WORKLOADS if w.id == name), None)
+    if workload is None:
+        raise SystemExit(f"no workload {name!r} (W1 ... W6) and no model-suite case of that name")
+    inputs = workload.make_inputs(torch, False)
+    fd = workload.definition()
+    return fd, lambda: fd.execute(inputs), workload.eager, inputs
+
+
+def _model_case_call(torch: Any, spec: str, dtype: str) -> PeerCall:
+    """The PeerCall of a model-suite case, CASE or CASE:SIZE (its quick size by default)."""
+    from models import measure, registry
+
+    case, shape = registry.case_and_shape(spec)
+    torch.manual_seed(0)
+    inputs = case.make_inputs(torch, shape, getattr(torch, dtype), "cuda")
+    fd, _ = measure.definition(case, dtype)
+    torch._dynamo.reset()  # a fresh compile, so its code is captured
+    return fd, lambda: fd.execute(inputs), case.torch_fn, inputs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload")
+    parser.add_argument("workload", help="a workload (W1f) or a model-suite CASE[:SIZE]")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--out", default=os.environ.get("OUT", "peer-kernels"))
     args = parser.parse_args()
-    out = Path(args.out) / f"peer-kernels-{args.workload}"
+    out = Path(args.out) / f"peer-kernels-{args.workload.replace(':', '-')}"
     shutil.rmtree(out, ignore_errors=True)
     (out / "kfuse").mkdir(parents=True)
     # Both compilers write their cubins into caches of their own under `out`, so the files of
@@ -46,18 +78,20 @@ def main() -> int:
     from torch._inductor.utils import run_and_get_code
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from workloads import WORKLOADS
+    from models import registry
 
-    workload = next(w for w in WORKLOADS if w.id == args.workload)
-    inputs = workload.make_inputs(torch, False)
-    fd = workload.definition()
-    fd.execute(inputs)
-    launch = fd._executor_cache.last_compiled.launches[0]
-    print(f"kfuse: grid {launch.grid} block {launch.block} shared {launch.shared_mem}")
-    _, codes = run_and_get_code(torch.compile(workload.eager), *inputs)
+    is_case = ":" in args.workload or any(c.name == args.workload for c in registry.CASES)
+    if is_case:
+        fd, call, eager, inputs = _model_case_call(torch, args.workload, args.dtype)
+    else:
+        fd, call, eager, inputs = _workload_call(torch, args.workload)
+    call()
+    for line in str(fd._executor_cache.last_compiled).splitlines():  # its kernels' launches
+        print("kfuse:", line)
+    _, codes = run_and_get_code(torch.compile(eager, dynamic=False), *inputs)
     (out / "inductor.py").write_text("\n\n".join(codes))
     for line in "\n".join(codes).splitlines():
-        if re.search(r"triton_heuristics|num_warps|XBLOCK|RBLOCK|def triton_|\.run\(", line):
+        if LAUNCH_LINES.search(line):
             print("inductor:", line.strip())
     torch.cuda.synchronize()
     # kfuse's cache entries carry a header (kernel_cache); write their payloads out as cubins.

@@ -27,3 +27,19 @@ def select(pattern: str) -> list[Case]:
         return list(CASES)
     rx = re.compile(pattern)
     return [c for c in CASES if rx.search(c.name) or rx.search(c.family)]
+
+
+def case_and_shape(spec: str) -> tuple[Case, tuple[int, ...]]:
+    """ "rmsnorm_fwd:8192x8192" -> (that case, (8192, 8192)); "rmsnorm_fwd" takes the case's
+    quick size. ValueError naming the case or size that is not one."""
+    name, _, size = spec.partition(":")
+    case = next((c for c in CASES if c.name == name), None)
+    if case is None:
+        raise ValueError(f"no model-suite case {name!r}")
+    if not size:
+        return case, case.quick_sizes[0]
+    try:
+        shape = tuple(int(n) for n in size.split("x"))
+    except ValueError:
+        raise ValueError(f"{spec!r}: the size must be integers joined by 'x'") from None
+    return case, shape
