@@ -112,15 +112,14 @@ def main() -> None:
     import torch
     from models import measure
     from models.case import DTYPES
-    from models.registry import CASES
+    from models.registry import case_and_shape
     from models.run import load_suite
 
     from kfuse.schedule import SchedulerType, compute_heuristics
 
     suite = load_suite()
     flush, _ = measure.l2_flusher(torch)
-    case = next(c for c in CASES if c.name == args.case)
-    shape = tuple(int(n) for n in args.size.split("x"))
+    case, shape = case_and_shape(f"{args.case}:{args.size}")
     dtype = getattr(torch, args.dtype)
     inputs = case.make_inputs(torch, shape, dtype, "cuda")
     refs = case.reference(*inputs)
