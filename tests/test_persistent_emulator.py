@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kfuse import schedule
-from kfuse.codegen.persistent import RELOAD_GROUP
+from kfuse.codegen.persistent_memory import RELOAD_GROUP
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition

@@ -209,7 +209,7 @@ def test_nvrtc_compiles_persistent_kernels(
 def test_softmax_keeps_its_exponentials_and_norms_keep_nothing() -> None:
     """The exp(x - max) of softmax's sum is kept in registers for the outputs; a layer or RMS
     norm's reduction inputs are loads or products the outputs do not reuse."""
-    from kfuse.codegen.persistent import keepable
+    from kfuse.codegen.reduction_functions import keepable
     from kfuse.codegen.reduction_plan import plan_reductions
 
     assert keepable(plan_reductions(softmax().fusion)) == (1,)
@@ -443,7 +443,7 @@ def test_heuristics_on_sm90_give_valid_layouts(
     rows in flight within half of L2, and persistent_spec accepts it; rejections say why."""
     import _pytest.monkeypatch
 
-    from kfuse.codegen.persistent import smem_bytes_held
+    from kfuse.codegen.persistent_memory import smem_bytes_held
     from kfuse.codegen.reduction_loads import smem_bytes
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.schedule.persistent import L2_SPILL_SHARE, SMEM_RESERVE, persistent_spec
@@ -533,7 +533,7 @@ def test_static_shared_memory_is_what_the_cubin_allocates(
     after the scratch, the padding up to the 128-byte line included); without dynamic memory
     a Welford's shared first values are counted from 16-byte boundaries, so at most that
     over."""
-    from kfuse.codegen.persistent import static_smem_bytes
+    from kfuse.codegen.persistent_memory import static_smem_bytes
     from kfuse.codegen.reduction_plan import plan_reductions
     from kfuse.runtime.backends.cubin_info import shared_section_bytes
     from kfuse.schedule.inner_outer import Parts

@@ -46,7 +46,7 @@ class ReductionKernelSpec:
     output_kinds: tuple[str, ...]
     exact: bool = False  # persistent: the row length is a multiple of `vector`
     # persistent: reductions whose per-element input values are kept in registers for the
-    # full-size outputs instead of being computed again (kfuse.codegen.persistent.keepable)
+    # full-size outputs instead of being computed again (kfuse.codegen.reduction_functions.keepable)
     kept: tuple[int, ...] = ()
     # persistent: the held row lives in dynamic shared memory (smem_bytes_held) rather than
     # in registers; each thread reads back only the slots it wrote, so no barrier is needed

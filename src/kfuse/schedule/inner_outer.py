@@ -27,7 +27,8 @@ import dataclasses
 from typing import Any
 
 from kfuse.codegen import column_partials
-from kfuse.codegen.persistent import emit_persistent, smem_bytes_held, static_smem_bytes
+from kfuse.codegen.persistent import emit_persistent
+from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
 from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y, finalize_y
 from kfuse.codegen.reduction_plan import (
     PlanError,

@@ -33,14 +33,9 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
-from kfuse.codegen.persistent import (
-    emit_persistent,
-    keepable,
-    smem_bytes_held,
-    static_smem_bytes,
-    streamed_inputs,
-)
-from kfuse.codegen.reduction_functions import stage_value
+from kfuse.codegen.persistent import emit_persistent
+from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
+from kfuse.codegen.reduction_functions import keepable, stage_value, streamed_inputs
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
