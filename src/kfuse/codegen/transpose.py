@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -307,10 +307,45 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         plan, name, spec.rank, spec.index_type, spec.threads, spec.launch_bounds
     )
     layout = layout_of(plan, spec)
+    _declare_extents(code, spec)
+    _declare_tiles(code, plan, spec, layout)
+    operands = [f"in{k}" for k in range(len(uses))] + [f"out{k}" for k in range(len(outputs))]
+    tiled_in = [k for k, t in enumerate(spec.tiled_inputs) if t]
+    tiled_out = [k for k, t in enumerate(spec.tiled_outputs) if t]
+    untiled_in = [k for k, t in enumerate(spec.tiled_inputs) if not t]
+    if spec.single_tile:
+        code("const Index tile = blockIdx.x;")
+        tile_scope = code.block("if (tile < n_tiles)")
+    else:
+        tile_scope = code.block("for (Index tile = blockIdx.x; tile < n_tiles; tile += gridDim.x)")
+    with tile_scope:
+        _tile_bases(code, spec, operands)
+        if tiled_in:
+            # Phase B for the tiled inputs: vectors along B into registers, then shared.
+            _load_inputs(code, spec, layout, plan, tiled_in, along_b=True)
+        # Phase A's inputs are loaded before the tiled ones go to shared memory and the
+        # block waits at the barrier: both phases' global reads are in flight at once, where
+        # loading them after the barrier left a block's threads idle on one or the other.
+        _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
+        if tiled_in:
+            _stage_tiled_inputs(code, plan, spec, layout, tiled_in)
+            code("__syncthreads();")
+        _phase_a(code, plan, spec, layout, call)
+        if tiled_out:
+            code("__syncthreads();")
+            _store_tiled_outputs(code, plan, spec, layout, tiled_out)
+        if (tiled_in or tiled_out) and not spec.single_tile:
+            code("__syncthreads();  // the next tile overwrites the shared tiles")
+    return code.kernel_source(), name
+
+
+def _declare_extents(code: Code, spec: TransposeKernelSpec) -> None:
+    """The index type, the extents along A and B, the tiles along each and over the other
+    axes (with C: the A side's tiles run along C, A whole in every tile), and tid."""
     a, b, ta, tb = spec.rank - 1, spec.axis_b, spec.tile_a, spec.tile_b
     if spec.axis_c is None:
         a_side = [f"const Index tiles_a = (n_a + {ta - 1}) / {ta};"]
-    else:  # A whole in every tile: the A side's tiles run along C
+    else:
         tc = spec.tile_c
         a_side = [
             f"const Index n_c = out0.size[{spec.axis_c}];",
@@ -327,103 +362,121 @@ def emit_transpose(plan: PointwisePlan, spec: TransposeKernelSpec) -> tuple[str,
         "const Index n_tiles = tiles_a * tiles_b * n_other;",
         "const int tid = threadIdx.y * 32 + threadIdx.x;",
     )
+
+
+def _declare_tiles(
+    code: Code, plan: PointwisePlan, spec: TransposeKernelSpec, layout: TileLayout
+) -> None:
+    """The shared-memory tile of every tiled input and output, rows padded by the layout."""
     for tile, dtype, _ in _tiles(plan, spec):
         n = dtype.itemsize
-        row = tb + layout.pad(n)
+        row = spec.tile_b + layout.pad(n)
         # Bytes, not T[][]: a __shared__ variable may not have a constructor (bfloat16 has).
         code(
             f"__shared__ __align__(16) unsigned char {tile}_bytes"
-            f"[{tile_bytes(n, spec.rows_a, tb, layout.pad(n))}];",
+            f"[{tile_bytes(n, spec.rows_a, spec.tile_b, layout.pad(n))}];",
             f"{dtype.cuda_type} (*{tile})[{row}] = "
             f"reinterpret_cast<{dtype.cuda_type} (*)[{row}]>({tile}_bytes);",
         )
-    operands = [f"in{k}" for k in range(len(uses))] + [f"out{k}" for k in range(len(outputs))]
-    tiled_in = [k for k, t in enumerate(spec.tiled_inputs) if t]
-    tiled_out = [k for k, t in enumerate(spec.tiled_outputs) if t]
-    untiled_in = [k for k, t in enumerate(spec.tiled_inputs) if not t]
-    if spec.single_tile:
-        code("const Index tile = blockIdx.x;")
-        tile_scope = code.block("if (tile < n_tiles)")
-    else:
-        tile_scope = code.block("for (Index tile = blockIdx.x; tile < n_tiles; tile += gridDim.x)")
-    with tile_scope:
-        # Unsigned division (kf::index_div): a few instructions fewer than signed, per tile.
-        code(*_tile_origin(spec), *[f"Index base_{op} = 0;" for op in operands])
-        if spec.other_axes:
-            code("Index rest = plane;")
-        for d in reversed(spec.other_axes):
-            code(
-                f"const Index q{d} = kf::index_div(rest, (Index)out0.size[{d}]);",
-                f"const Index c{d} = rest - q{d} * out0.size[{d}];",
-                f"rest = q{d};",
-            )
-            code(*[f"base_{op} += c{d} * {op}.stride[{d}];" for op in operands])
-        vb, va = spec.vector_b, spec.vector_a
-        if tiled_in:
-            # Phase B for the tiled inputs: vectors along B into registers, then shared.
-            _load_inputs(code, spec, layout, plan, tiled_in, along_b=True)
-        # Phase A's inputs are loaded before the tiled ones go to shared memory and the
-        # block waits at the barrier: both phases' global reads are in flight at once, where
-        # loading them after the barrier left a block's threads idle on one or the other.
-        _load_inputs(code, spec, layout, plan, untiled_in, along_b=False)
-        if tiled_in:
-            with _slot_loop(code, spec, layout, along_b=True):
-                for k in tiled_in:
-                    dtype = uses[k].val.dtype
-                    width = _row_width(spec, layout, dtype.itemsize, spec.input_kinds[k])
-                    code(*_row_copy(f"tile_in{k}[ti][tj + ", f"x{k}[u][", dtype, vb, width))
-            code("__syncthreads();")
-        # Phase A: every element, vector_a consecutive ones along A a thread.
-        with _slot_loop(code, spec, layout, along_b=False):
-            code(*[f"kf::Vec<{o.dtype.cuda_type}, {va}> y{k};" for k, o in enumerate(outputs)])
-            loaded = [
-                f"tile_in{k}[ti + j][tj]"
-                if tiled
-                else (f"x{k}[u]" if spec.input_kinds[k] == BCAST else f"x{k}[u][j]")
-                for k, tiled in enumerate(spec.tiled_inputs)
-            ]
-            with code.block(f"for (int j = 0; j < {va}; ++j)", unroll=True):
-                code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
-                code(*[f"tile_out{k}[ti + j][tj] = y{k}[j];" for k in tiled_out])
-            for k, tiled in enumerate(spec.tiled_outputs):
-                if tiled:
-                    continue
-                at = _offset(f"out{k}", spec)
-                code.extend(
-                    store_vector(
-                        spec.output_kinds[k],
-                        f"out{k}",
-                        f"y{k}",
-                        va,
-                        code.indent,
-                        at=at,
-                        element_at=f"{at} + (Index)j * out{k}.stride[{a}]",
-                    )
+
+
+def _tile_bases(code: Code, spec: TransposeKernelSpec, operands: list[str]) -> None:
+    """The tile's origin and every operand's offset of its plane over the other axes."""
+    # Unsigned division (kf::index_div): a few instructions fewer than signed, per tile.
+    code(*_tile_origin(spec), *[f"Index base_{op} = 0;" for op in operands])
+    if spec.other_axes:
+        code("Index rest = plane;")
+    for d in reversed(spec.other_axes):
+        code(
+            f"const Index q{d} = kf::index_div(rest, (Index)out0.size[{d}]);",
+            f"const Index c{d} = rest - q{d} * out0.size[{d}];",
+            f"rest = q{d};",
+        )
+        code(*[f"base_{op} += c{d} * {op}.stride[{d}];" for op in operands])
+
+
+def _stage_tiled_inputs(
+    code: Code,
+    plan: PointwisePlan,
+    spec: TransposeKernelSpec,
+    layout: TileLayout,
+    tiled_in: list[int],
+) -> None:
+    """Phase B for the tiled inputs, second half: the vectors loaded along B into their
+    tiles."""
+    with _slot_loop(code, spec, layout, along_b=True):
+        for k in tiled_in:
+            dtype = plan.domain.input_uses[k].val.dtype
+            width = _row_width(spec, layout, dtype.itemsize, spec.input_kinds[k])
+            code(*_row_copy(f"tile_in{k}[ti][tj + ", f"x{k}[u][", dtype, spec.vector_b, width))
+
+
+def _phase_a(
+    code: Code,
+    plan: PointwisePlan,
+    spec: TransposeKernelSpec,
+    layout: TileLayout,
+    call: Callable[..., str],
+) -> None:
+    """Phase A: every element, vector_a consecutive ones along A a thread; the untiled
+    outputs stored, the tiled ones written to their tiles."""
+    outputs, va, a = plan.fusion.outputs, spec.vector_a, spec.rank - 1
+    with _slot_loop(code, spec, layout, along_b=False):
+        code(*[f"kf::Vec<{o.dtype.cuda_type}, {va}> y{k};" for k, o in enumerate(outputs)])
+        loaded = [
+            f"tile_in{k}[ti + j][tj]"
+            if tiled
+            else (f"x{k}[u]" if spec.input_kinds[k] == BCAST else f"x{k}[u][j]")
+            for k, tiled in enumerate(spec.tiled_inputs)
+        ]
+        with code.block(f"for (int j = 0; j < {va}; ++j)", unroll=True):
+            code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
+            tiled_out = [k for k, t in enumerate(spec.tiled_outputs) if t]
+            code(*[f"tile_out{k}[ti + j][tj] = y{k}[j];" for k in tiled_out])
+        for k, tiled in enumerate(spec.tiled_outputs):
+            if tiled:
+                continue
+            at = _offset(f"out{k}", spec)
+            code.extend(
+                store_vector(
+                    spec.output_kinds[k],
+                    f"out{k}",
+                    f"y{k}",
+                    va,
+                    code.indent,
+                    at=at,
+                    element_at=f"{at} + (Index)j * out{k}.stride[{a}]",
                 )
-        if tiled_out:
-            # Phase B for the tiled outputs: shared memory to vectors along B.
-            code("__syncthreads();")
-            with _slot_loop(code, spec, layout, along_b=True):
-                for k in tiled_out:
-                    o = outputs[k]
-                    code(f"kf::Vec<{o.dtype.cuda_type}, {vb}> v{k};")
-                    width = _row_width(spec, layout, o.dtype.itemsize, VEC)
-                    code(*_row_copy(f"v{k}[", f"tile_out{k}[ti][tj + ", o.dtype, vb, width))
-                    at = _offset(f"out{k}", spec)
-                    code.extend(
-                        store_vector(
-                            spec.output_kinds[k],
-                            f"out{k}",
-                            f"v{k}",
-                            vb,
-                            code.indent,
-                            at=at,
-                            element_at=f"{at} + (Index)j * out{k}.stride[{b}]",
-                        )
-                    )
-        if (tiled_in or tiled_out) and not spec.single_tile:
-            code("__syncthreads();  // the next tile overwrites the shared tiles")
-    return code.kernel_source(), name
+            )
+
+
+def _store_tiled_outputs(
+    code: Code,
+    plan: PointwisePlan,
+    spec: TransposeKernelSpec,
+    layout: TileLayout,
+    tiled_out: list[int],
+) -> None:
+    """Phase B for the tiled outputs: shared memory to vectors along B, stored."""
+    vb, b = spec.vector_b, spec.axis_b
+    with _slot_loop(code, spec, layout, along_b=True):
+        for k in tiled_out:
+            o = plan.fusion.outputs[k]
+            code(f"kf::Vec<{o.dtype.cuda_type}, {vb}> v{k};")
+            width = _row_width(spec, layout, o.dtype.itemsize, VEC)
+            code(*_row_copy(f"v{k}[", f"tile_out{k}[ti][tj + ", o.dtype, vb, width))
+            at = _offset(f"out{k}", spec)
+            code.extend(
+                store_vector(
+                    spec.output_kinds[k],
+                    f"out{k}",
+                    f"v{k}",
+                    vb,
+                    code.indent,
+                    at=at,
+                    element_at=f"{at} + (Index)j * out{k}.stride[{b}]",
+                )
+            )
 
 
 def _tile_origin(spec: TransposeKernelSpec) -> list[str]:
