@@ -34,6 +34,12 @@ row_sum(kf::Tensor<float, 2, int> x, kf::Tensor<float, 1, int> out,
   acc = kf::block_reduce_x(acc, kf::SumOp(), scratch);
   if (threadIdx.x == 0) kf::store(out, (row + shift) * out.stride[0], acc);
 }
+
+// Four floats from `offset` as one 16-byte vector, stored likewise.
+extern "C" __global__ void copy_vec4(kf::Tensor<float, 1, int> x, kf::Tensor<float, 1, int> y,
+                                     int offset) {
+  kf::store_vec<4>(y, 0, kf::load_vec<4>(x, offset));
+}
 """
 
 
@@ -64,3 +70,19 @@ def test_out_of_bounds_store_through_kf_store_is_caught():
     msg = str(e.value)
     assert "'row_sum'" in msg and "thread (0,0,0) of block (2,0,0)" in msg
     assert "offset 3" in msg and "[0, 2]" in msg and "parameter 1 'out'" in msg
+
+
+def test_a_vector_access_the_gpu_would_find_misaligned_is_caught():
+    """A 16-byte vector read 4 bytes past an aligned start: the host would read it, the GPU
+    stops with a misaligned address, so the emulator stops too, naming the access."""
+    k = EmulatedKernel(_source(), "copy_vec4")
+    x = np.arange(16, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    k.launch(1, 1, 0, [x, y, 8])
+    np.testing.assert_array_equal(y, x[8:12])
+    with pytest.raises(EmulatorError) as e:
+        k.launch(1, 1, 0, [x, y, 3])
+    msg = str(e.value)
+    assert "misaligned vector access to tensor `t`" in msg
+    assert "4 elements as one access, which needs 16-byte alignment" in msg
+    assert "parameter 0 'x'" in msg

@@ -247,10 +247,29 @@ __attribute__((noinline)) static void bounds_failure(const void* data, const cha
     throw_abort();
 }
 
+// A vector access (count > 1 elements as one kf::Vec) must be aligned as the GPU's ld/st.v2
+// and .v4 need, to its size up to 16 bytes: the host reads misaligned vectors as any other,
+// where the GPU stops with a misaligned-address error.
+__attribute__((noinline)) static void alignment_failure(const void* data, const char* expr,
+                                                        long long idx, long long count,
+                                                        long long align, int line) {
+    g.bad_ptr = reinterpret_cast<unsigned long long>(data);
+    fail_message("misaligned vector access to tensor `%s` at element offset %lld (%lld "
+                 "elements as one access, which needs %lld-byte alignment; check at line %d)",
+                 expr, idx, count, align, line);
+    throw_abort();
+}
+
 template <class TT>
 inline void check_bounds(const TT& t, long long idx, long long count, const char* expr,
                          int line) {
     if (count < 1) return;
+    if (count > 1) {
+        const long long bytes = static_cast<long long>(sizeof(*t.data)) * count;
+        const long long align = bytes < 16 ? bytes : 16;
+        if (reinterpret_cast<unsigned long long>(t.data + idx) % align != 0)
+            alignment_failure(static_cast<const void*>(t.data), expr, idx, count, align, line);
+    }
     long long lo = 0, hi = 0;
     bool empty = false;
     if constexpr (has_size_member<TT>::value) {
