@@ -171,7 +171,9 @@ def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
     assert fd.last_scheduler() is IP
     (segment,) = fd.segments(inputs)
     assert segment.scheduler is IP and "T3, T14, T15, T18 folded" in segment.reason
-    assert "reshapes folded into the operands: T3, T14, T15, T18" in str(fd.last_program())
+    assert "reshapes and slices folded into the operands: T3, T14, T15, T18" in str(
+        fd.last_program()
+    )
     assert repr(fd) == definition  # the definition is never rewritten
     assert "ReshapeOp" not in fd.last_cuda_source()
     _check(fd, inputs)  # the cached Program, then its fast path

@@ -15,6 +15,7 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.ops import OPS
+from kfuse.ir.resize_ops import build_cat, build_pad, build_slice
 from kfuse.ir.values import Scalar, TensorView, Val
 
 if TYPE_CHECKING:
@@ -129,6 +130,34 @@ class Ops:
         """Row-major reshape to new_shape (ints or Int scalars, one -1 allowed)."""
         self._fd.check_open("reshape")
         return self._b.reshape(x, new_shape)
+
+    def slice(
+        self,
+        arg: Any,
+        start_indices: Sequence[Any],
+        end_indices: Sequence[Any],
+        strides: Sequence[Any] | None = None,
+        manual_normalization: bool = False,
+    ) -> TensorView:
+        """Elements [start, end) of every axis, every stride-th (ints or Int scalars; strides
+        ints, 1 by default). A negative bound counts from the axis' end and bounds are
+        clamped to the axis, as Python's slicing; manual_normalization takes them as given
+        (0 <= start <= end <= size, checked when the fusion runs). As nvFuser, a constant
+        start must be >= 0 and a constant end >= a constant start."""
+        self._fd.check_open("slice")
+        return build_slice(self._b, arg, start_indices, end_indices, strides, manual_normalization)
+
+    def pad(self, arg: Any, pad_widths: Sequence[Any], value: Any = None) -> TensorView:
+        """arg widened by pad_widths in torch.nn.functional.pad's order (the last axis'
+        before and after first; ints or Int scalars; negative ones crop), the new elements
+        `value` (zero or False by default; of the tensor's kind)."""
+        self._fd.check_open("pad")
+        return build_pad(self._b, arg, pad_widths, value)
+
+    def cat(self, tensors: Sequence[Any], dim: int = 0, manual_padding: bool = False) -> TensorView:
+        """The tensors (one dtype and rank) one after another along axis `dim`."""
+        self._fd.check_open("cat")
+        return build_cat(self._b, tensors, dim, manual_padding)
 
     def size(self, x: Any, dim: int) -> Scalar:
         """The extent of axis `dim` of x, an Int scalar."""

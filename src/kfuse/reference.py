@@ -35,14 +35,17 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     LinearOp,
     MatmulOp,
+    PadOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
     SizeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
@@ -50,6 +53,7 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
+from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference_backends import NumpyLikeBackend, backend_for
@@ -292,6 +296,24 @@ class _Evaluator:
             return be.permute(a, expr.perm)
         if isinstance(expr, ReshapeOp):
             return be.reshape(a, out_shape)
+        if isinstance(expr, SliceOp):
+            in_shape = self.shapes[expr.inputs[0]]
+            ranges = slice_ranges(expr, in_shape, self.shapes)
+            return a[tuple(slice(*r) for r in ranges)]
+        if isinstance(expr, PadOp):
+            fill = expr.inputs[1]
+            value = fill.value if fill.is_constant else self.env[fill]  # type: ignore[attr-defined]
+            out_shape, dst, src = pad_windows(expr, self.shapes[expr.inputs[0]], self.shapes)
+            padded = be.full(out_shape, value, a.dtype, self.like)
+            padded[dst] = a[src]
+            return padded
+        if isinstance(expr, CatOp):
+            shapes = [self.shapes[t] for t in expr.inputs]
+            out_shape, windows = cat_windows(expr, shapes)
+            joined = be.full(out_shape, 0, a.dtype, self.like)
+            for t, window in zip(expr.inputs, windows):
+                joined[window] = self.env[t]
+            return joined
         raise InputError(f"the reference cannot evaluate {type(expr).__name__}")  # pragma: no cover
 
 

@@ -28,16 +28,20 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
+    PadOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.resize_ops import cat_windows, pad_windows
 from kfuse.ir.values import Scalar, TensorView, Val
 
 EPSILON: dict[DataType, float] = {
@@ -51,7 +55,7 @@ EPSILON: dict[DataType, float] = {
 """Each floating dtype's unit roundoff doubled (its spacing at 1): a value that a sum of n
 terms rounded is within n of these times its terms' magnitudes of the exact result."""
 
-_SHAPE_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, ReshapeOp)
+_SHAPE_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, ReshapeOp, SliceOp)
 
 SLOPE_BOUNDS: dict[str, float] = {
     "sin": 1.0,
@@ -131,6 +135,11 @@ class ConditionTracker:
             mags[out], terms[out] = mags[first] * SLOPE_BOUNDS[op], terms[first]
         elif isinstance(expr, _SHAPE_OPS):
             mags[out], terms[out] = self._shape_op(expr, mags[first]), terms[first]
+        elif isinstance(expr, PadOp):  # the pad value is exact: magnitude 0
+            mags[out], terms[out] = self._padded(expr, mags[first]), terms[first]
+        elif isinstance(expr, CatOp):
+            mags[out] = self._joined(expr, [self.size(t) for t in expr.inputs])
+            terms[out] = max(terms.get(t, 1) for t in expr.inputs)
         elif isinstance(expr, BinaryOp) and op in ("add", "sub"):
             a, b = expr.inputs
             mags[out] = self.size(a) + self.size(b)
@@ -148,6 +157,23 @@ class ConditionTracker:
         for d in expr.dims:  # type: ignore[attr-defined]
             count *= shape[d]
         return count
+
+    def _padded(self, expr: PadOp, array: Any) -> Any:
+        """`array` (of the pad's input's shape) padded with zeros as the pad is."""
+        shapes = self.ev.shapes
+        shape, dst, src = pad_windows(expr, shapes[expr.inputs[0]], shapes)
+        out = self.be.full(shape, 0.0, self.f64, self.ev.like)
+        out[dst] = array[src]
+        return out
+
+    def _joined(self, expr: CatOp, arrays: list[Any]) -> Any:
+        """`arrays` (one of each cat input's shape, float64) joined as the cat joins them."""
+        shapes = self.ev.shapes
+        shape, windows = cat_windows(expr, [shapes[t] for t in expr.inputs])
+        out = self.be.full(shape, 0.0, self.f64, self.ev.like)
+        for array, window in zip(arrays, windows):
+            out[window] = array
+        return out
 
     def _shape_op(self, expr: Expr, array: Any) -> Any:
         """The evaluator's shape op of expr applied to `array` in place of its input."""
@@ -178,6 +204,12 @@ class ConditionTracker:
         elif isinstance(expr, _SHAPE_OPS):
             if first in ind:
                 ind[out] = self._shape_op(expr, ind[first])
+        elif isinstance(expr, PadOp):
+            if first in ind:
+                ind[out] = self._padded(expr, ind[first])
+        elif isinstance(expr, CatOp):
+            if any(t in ind for t in expr.inputs):
+                ind[out] = self._joined(expr, [ind[t] if t in ind else 0.0 for t in expr.inputs])
         elif isinstance(expr, ReductionOp) and op == "sum":
             if first in ind:
                 ind[out] = self.be.reduce("sum", ind[first], expr.dims, self.f64) > 0

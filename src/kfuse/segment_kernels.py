@@ -118,6 +118,8 @@ class _Merger:
 
     def _operand(self, plan: SegmentPlan, op: Operand, base: int) -> Operand:
         if isinstance(op, InputOperand):
+            # A byte offset (a folded slice) is only ever set by unfold_operands, after this.
+            assert op.byte_offset == 0
             return self._value(plan.inputs[op.position], op.shape, op.strides)
         if isinstance(op, OutputOperand):
             return self._value(plan.outputs[op.index], op.shape, op.strides)

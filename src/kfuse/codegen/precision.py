@@ -15,9 +15,12 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
+    PadOp,
     PermuteOp,
     ReductionOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
@@ -27,7 +30,7 @@ from kfuse.ir.ops import OPS
 from kfuse.ir.values import Val
 
 FAST_OPS = frozenset({"exp", "sigmoid", "silu", "gelu_tanh", "div"})
-_MOVES = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp)
+_MOVES = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp, PadOp, CatOp)
 
 
 def approximable(fusion: Fusion) -> frozenset[Val]:

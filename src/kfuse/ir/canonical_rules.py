@@ -27,6 +27,14 @@ cheaper form differs on some special value, the rule guards it or does not apply
   (Hugging Face attention's reshape(scores + mask) to [batch * heads, s, s]). A reshape that
   makes an output stays where it is (an output's reshape is always a view of the output, an
   input's only where the input's strides allow);
+* slice(f(x, y, ...)) -> f(slice(x), slice(y), ...) for fusion inputs x, y, ... of the sliced
+  value's rank and element-wise ops f between them: f acts on every element alone, so it
+  commutes with keeping some of them. An operand broadcast along an axis keeps that axis
+  whole (its one value stands for every element), so the rule applies only where the
+  slice keeps the element of every axis the value itself is broadcast along. The slices
+  then read the inputs themselves, each a view of its input's layout (a moved pointer),
+  folded into the kernel's operands (kfuse.schedule.boundary_views) instead of a copy of
+  computed values (RoPE's halves of a rotated input);
 * an output f(reshape(v)) -> reshape(f(v)) for an element-wise op f of one tensor operand
   and a computed v: the output is then a reshape, a view of the output's allocation (the
   cast to bf16 after Hugging Face attention backward's reshape to [batch, heads, s, s] made
@@ -42,8 +50,8 @@ import math
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReshapeOp, TernaryOp, UnaryOp
-from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReshapeOp, SliceOp, TernaryOp, UnaryOp
+from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
     DataType.Bool: frozenset(DataType) - {DataType.Bool},
@@ -78,6 +86,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
             return done
     if isinstance(expr, ReshapeOp) and not is_output:
         return _reshape_of_elementwise(ctx, expr, inputs)
+    if isinstance(expr, SliceOp):
+        return _slice_of_elementwise(ctx, expr, inputs)
     if isinstance(expr, _ELEMENTWISE) and is_output:
         return _output_of_reshape(ctx, expr, inputs)
     return None
@@ -180,11 +190,13 @@ def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Va
 _ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
 
 
-def _elementwise_from_inputs(v: Val) -> tuple[list[Expr], list[TensorView]] | None:
+def _elementwise_from_inputs(
+    v: Val, broadcast_ok: bool = False
+) -> tuple[list[Expr], list[TensorView]] | None:
     """(the element-wise exprs computing `v` from fusion inputs, each after those it reads,
     `v`'s own last; those inputs), when every tensor along the way has `v`'s rank and no
-    broadcast axis (so all have one shape); None when `v` is an input itself or computed
-    otherwise."""
+    broadcast axis (so all have one shape; with `broadcast_ok`, broadcast axes are allowed);
+    None when `v` is an input itself or computed otherwise."""
     assert isinstance(v, TensorView)
     rank = v.ndim
     exprs: list[Expr] = []
@@ -195,7 +207,7 @@ def _elementwise_from_inputs(v: Val) -> tuple[list[Expr], list[TensorView]] | No
         if not isinstance(u, TensorView) or id(u) in seen:
             return True
         seen.add(id(u))
-        if u.ndim != rank or any(ax.is_broadcast for ax in u.axes):
+        if u.ndim != rank or (not broadcast_ok and any(ax.is_broadcast for ax in u.axes)):
             return False
         if u.is_input:
             leaves.append(u)
@@ -232,6 +244,52 @@ def _reshape_of_elementwise(
         like = expr.outputs if k == len(exprs) - 1 else [ctx.new_val(e.outputs[0].dtype, out.axes)]
         (reshaped[id(e.outputs[0])],) = ctx.emit(type(e), operands, e.attributes(), like)
     return (reshaped[id(inputs[0])],)
+
+
+def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    assert isinstance(expr, SliceOp)
+    value, out = inputs[0], expr.outputs[0]
+    assert isinstance(value, TensorView) and isinstance(out, TensorView)
+    if any(ax.is_broadcast and not kept.is_broadcast for ax, kept in zip(value.axes, out.axes)):
+        return None  # the slice empties an axis the value is broadcast along
+    found = _elementwise_from_inputs(value, broadcast_ok=True)
+    if found is None:
+        return None
+    exprs, leaves = found
+
+    def sliced_axes(u: TensorView) -> tuple[Axis, ...]:
+        return tuple(ax if ax.is_broadcast else o for ax, o in zip(u.axes, out.axes))
+
+    sliced: dict[int, Val] = {}
+    starts = tuple(ctx.val(v) for v in expr.starts)
+    stops = tuple(ctx.val(v) for v in expr.stops)
+    for leaf in leaves:
+        if all(ax.is_broadcast for ax in leaf.axes):
+            continue  # one value, read as it is
+        # A broadcast axis of the leaf keeps its one element: [0, 1).
+        zero, one = ctx.constant(0, DataType.Int), ctx.constant(1, DataType.Int)
+        whole = [ax.is_broadcast for ax in leaf.axes]
+        lo_vals = tuple(zero if w else lo for w, lo in zip(whole, starts))
+        hi_vals = tuple(one if w else hi for w, hi in zip(whole, stops))
+        steps = tuple(1 if w else step for w, step in zip(whole, expr.steps))
+        scalars = tuple(dict.fromkeys(v for v in (*lo_vals, *hi_vals) if not v.is_constant))
+        (sliced[id(leaf)],) = ctx.emit(
+            SliceOp,
+            (leaf, *scalars),
+            {"starts": lo_vals, "stops": hi_vals, "steps": steps, "manual": expr.manual},
+            [ctx.new_val(leaf.dtype, sliced_axes(leaf))],
+        )
+    for k, e in enumerate(exprs):
+        operands = tuple(sliced.get(id(u), u) for u in e.inputs)
+        result = e.outputs[0]
+        assert isinstance(result, TensorView)
+        like = (
+            expr.outputs
+            if k == len(exprs) - 1
+            else [ctx.new_val(result.dtype, sliced_axes(result))]
+        )
+        (sliced[id(result)],) = ctx.emit(type(e), operands, e.attributes(), like)
+    return (sliced[id(value)],)
 
 
 def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.canonical_rules import rewrite
-from kfuse.ir.exprs import Expr
+from kfuse.ir.exprs import Expr, with_attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
@@ -134,7 +134,7 @@ class Canonicalizer:
     # ---- the walk ----
     def _visit(self, e: Expr) -> None:
         inputs = tuple(self.val(v) for v in e.inputs)
-        attrs = {k: _remap(x, self.val) for k, x in e.attributes().items()}
+        attrs = {**e.attributes(), **with_attribute_vals(e, self.val)}
         result = rewrite(self, e, inputs)
         if result is None:
             result = self.emit(type(e), inputs, attrs, e.outputs)
@@ -145,15 +145,6 @@ class Canonicalizer:
         if isinstance(v, TensorView):
             return TensorView(v.name, v.dtype, v.axes, owner=v.owner, serial=v.serial)
         return Scalar(v.name, v.dtype, None, owner=v.owner, serial=v.serial)
-
-
-def _remap(x: Any, val: Any) -> Any:
-    """An attribute with the Vals it holds (expand extents, reshape shapes) made canonical."""
-    if isinstance(x, tuple):
-        return tuple(_remap(y, val) for y in x)
-    if isinstance(x, Val):
-        return val(x)
-    return x
 
 
 def _operand_key(v: Val) -> tuple:

@@ -1,8 +1,9 @@
 """Exprs of the Fusion IR: one frozen class per kind, each with `inputs` and `outputs` tuples.
 
 Attributes beyond inputs/outputs are listed in each class' `ATTRS` (used by printing and by
-structural equality). Scalars an Expr needs (ExpandOp extents, ReshapeOp shape entries) are
-also among its `inputs`, after the tensor, so the expr list is topologically ordered.
+structural equality). Scalars an Expr needs (ExpandOp extents, ReshapeOp shape entries,
+SliceOp bounds, PadOp widths) are also among its `inputs`, after the tensor, so the expr list is
+topologically ordered.
 """
 
 from __future__ import annotations
@@ -172,6 +173,44 @@ class ReshapeOp(Expr):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class SliceOp(Expr):
+    """Every step-th element of [start, stop) along each axis (Python's slicing, step >= 1).
+    starts and stops are Int Scalars (constants or values of the call), steps ints. Unless
+    `manual`, each bound is normalized at run time as Python and nvFuser do: a negative one
+    counts from the axis' end, then both are clamped to [0, extent] and the stop to at least
+    the start (kfuse.ir.resize_ops.slice_ranges). `manual` (nvFuser's manual_normalization) takes
+    them as given; a call whose bounds are not 0 <= start <= stop <= extent is an
+    InputError. inputs = (tensor, *the non-constant Scalars of starts and stops)."""
+
+    starts: tuple[Scalar, ...]
+    stops: tuple[Scalar, ...]
+    steps: tuple[int, ...]
+    manual: bool
+    ATTRS: ClassVar[tuple[str, ...]] = ("starts", "stops", "steps", "manual")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PadOp(Expr):
+    """Each axis widened by lows[i] elements before it and highs[i] after it (Int Scalars;
+    negative ones crop), the new elements `value`: out[j] = x[j - low] where that is an
+    element of x, else value. inputs = (tensor, value (a Scalar of the tensor's dtype), *the
+    non-constant Scalars of lows and highs)."""
+
+    lows: tuple[Scalar, ...]
+    highs: tuple[Scalar, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("lows", "highs")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CatOp(Expr):
+    """The input tensors (one dtype, one rank) one after another along axis `dim`; every
+    other axis has one extent in all of them."""
+
+    dim: int
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ReductionOp(Expr):
     """Reduce `dims` (sorted, input axis indices) away with op in sum|prod|max|min.
 
@@ -241,6 +280,9 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     SqueezeOp,
     PermuteOp,
     ReshapeOp,
+    SliceOp,
+    PadOp,
+    CatOp,
     ReductionOp,
     WelfordOp,
     SizeOp,
@@ -250,6 +292,42 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
 POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp)
 LIBRARY_EXPRS = (MatmulOp, LinearOp)
 """Exprs kfuse does not generate code for: they run through the inputs' framework library."""
+
+
+def attribute_vals(expr: Expr) -> list[Val]:
+    """The Vals an expr holds in its attributes (expand extents, reshape shapes, slice
+    bounds, pad widths), in order; they are among its inputs too where not constant."""
+    found: list[Val] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, tuple):
+            for y in x:
+                walk(y)
+        elif isinstance(x, Val):
+            found.append(x)
+
+    for x in expr.attributes().values():
+        walk(x)
+    return found
+
+
+def with_attribute_vals(expr: Expr, f: Any) -> dict[str, Any]:
+    """The attributes of `expr` that hold Vals, each with every Val v replaced by f(v)
+    (for dataclasses.replace: an expr rebuilt over other Vals)."""
+
+    def mapped(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(mapped(y) for y in x)
+        return f(x) if isinstance(x, Val) else x
+
+    return {name: mapped(x) for name, x in expr.attributes().items() if attribute_vals_in(x)}
+
+
+def attribute_vals_in(x: Any) -> bool:
+    """Whether an attribute value holds a Val."""
+    if isinstance(x, tuple):
+        return any(attribute_vals_in(y) for y in x)
+    return isinstance(x, Val)
 
 
 def is_tensor_expr(expr: Expr) -> bool:

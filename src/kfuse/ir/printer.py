@@ -9,14 +9,17 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     LinearOp,
     MatmulOp,
+    PadOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
     SizeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
@@ -74,6 +77,17 @@ def _call(expr: Expr) -> str:
         return f"fd.ops.permute({a[0]}, dims={list(expr.perm)})"
     if isinstance(expr, ReshapeOp):
         return f"fd.ops.reshape({a[0]}, new_shape={_extent_list(expr.shape)})"
+    if isinstance(expr, SliceOp):
+        return (
+            f"fd.ops.slice({a[0]}, start_indices={_extent_list(expr.starts)}, "
+            f"end_indices={_extent_list(expr.stops)}, strides={list(expr.steps)}"
+            + (", manual_normalization=True)" if expr.manual else ")")
+        )
+    if isinstance(expr, PadOp):
+        widths = [w for lo, hi in zip(expr.lows[::-1], expr.highs[::-1]) for w in (lo, hi)]
+        return f"fd.ops.pad({a[0]}, pad_widths={_extent_list(tuple(widths))}, value={a[1]})"
+    if isinstance(expr, CatOp):
+        return f"fd.ops.cat([{', '.join(a)}], dim={expr.dim})"
     if isinstance(expr, ReductionOp):
         return (
             f"fd.ops.{expr.op}({a[0]}, dims={list(expr.dims)}, keepdim=False, dtype={expr.dtype!r})"

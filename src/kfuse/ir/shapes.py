@@ -10,19 +10,23 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     LinearOp,
     MatmulOp,
+    PadOp,
     PermuteOp,
     ReductionOp,
     ReshapeOp,
     SizeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges, sliced_shape
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -140,6 +144,22 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
     elif isinstance(expr, ReshapeOp):
         shapes[out] = _reshape(expr, shape, shapes)
         origins[out] = [_Origin(f"reshape to {out.name} axis {i}") for i in range(out.ndim)]
+    elif isinstance(expr, SliceOp):
+        ranges = slice_ranges(expr, shape, shapes)
+        shapes[out] = sliced_shape(ranges)
+        origins[out] = [
+            o if r == (0, n, 1) else _Origin(f"slice to {out.name} axis {i}")
+            for i, (o, r, n) in enumerate(zip(orig, ranges, shape))
+        ]
+    elif isinstance(expr, PadOp):
+        shapes[out], _, _ = pad_windows(expr, shape, shapes)
+        origins[out] = [_Origin(f"pad to {out.name} axis {i}") for i in range(out.ndim)]
+    elif isinstance(expr, CatOp):
+        shapes[out], _ = cat_windows(expr, [shapes[t] for t in expr.inputs])
+        origins[out] = [
+            _Origin(f"cat to {out.name} axis {i}") if i == expr.dim else o
+            for i, o in enumerate(orig)
+        ]
     elif isinstance(expr, (ReductionOp, WelfordOp)):
         keep = [i for i in range(len(shape)) if i not in expr.dims]
         for o in expr.outputs:

@@ -192,21 +192,28 @@ def numpy_strided(array: Any, shape: Any, byte_strides: Any, writeable: bool = T
     return view.view(array.dtype)
 
 
-def strided_view(array: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
-    """A view of `array`'s memory (from its first element) as `shape` with `strides` in
-    elements, never a copy: the caller's strides describe memory a kernel reads, so a
-    framework reshape, which copies where its own rules find no view, would not do."""
+def strided_view(
+    array: Any, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0
+) -> Any:
+    """A view of `array`'s memory (from its first element, or `offset` elements past it) as
+    `shape` with `strides` in elements, never a copy: the caller's strides describe memory a
+    kernel reads, so a framework reshape, which copies where its own rules find no view,
+    would not do."""
     framework = framework_of(array)
     if framework == "torch":
         import torch
 
-        return torch.as_strided(array, shape, strides)  # keeps the array's storage offset
+        # as_strided's storage offset is from the storage's start, not the tensor's.
+        return torch.as_strided(array, shape, strides, array.storage_offset() + offset)
     itemsize = array.itemsize
     if framework == "cupy":
-        import cupy
-
-        return cupy.lib.stride_tricks.as_strided(array, shape, [s * itemsize for s in strides])
-    return numpy_strided(array, shape, [s * itemsize for s in strides])
+        from cupy.lib.stride_tricks import as_strided
+    else:
+        as_strided = numpy_strided
+    if offset:
+        # The element `offset` past the first, as the first of a 1-D view of the memory.
+        array = as_strided(array, (offset + 1,), (itemsize,))[offset:]
+    return as_strided(array, shape, [s * itemsize for s in strides])
 
 
 def stream_context(framework: str, device: int, stream: int | None) -> Any:

@@ -43,7 +43,7 @@ def packed_launch(
     slots = []
     for p, op in enumerate(launch.operands):
         if isinstance(op, InputOperand):
-            slots.append((p, "input", op.position, 0))
+            slots.append((p, "input", op.position, op.byte_offset))
         elif isinstance(op, OutputOperand):
             slots.append((p, "output", op.index, 0))
         elif isinstance(op, WorkspaceOperand):

@@ -19,11 +19,13 @@ from kfuse.runtime.kernel_args import TensorArg
 
 @dataclass(frozen=True)
 class InputOperand:
-    """Input `position`'s data, seen through `shape`/`strides`."""
+    """Input `position`'s data from `byte_offset` bytes past its first element (a slice of
+    it), seen through `shape`/`strides`."""
 
     position: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    byte_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,8 @@ class KernelLaunch:
         args: list[Any] = []
         for op in self.operands:
             if isinstance(op, InputOperand):
-                args.append(TensorArg(input_ptrs[op.position], op.shape, op.strides))
+                ptr = input_ptrs[op.position] + op.byte_offset
+                args.append(TensorArg(ptr, op.shape, op.strides))
             elif isinstance(op, OutputOperand):
                 args.append(TensorArg(output_ptrs[op.index], op.shape, op.strides))
             elif isinstance(op, WorkspaceOperand):

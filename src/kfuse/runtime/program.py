@@ -67,14 +67,15 @@ class Program:
 @dataclass
 class KernelProgram(Program):
     """Generated kernels, launched in order on the caller's stream. folded: the names of
-    the reshapes folded into their operands (kfuse.schedule.boundary_views), if any."""
+    the reshapes and slices folded into their operands (kfuse.schedule.boundary_views), if
+    any."""
 
     folded: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         text = super().__str__()
         if self.folded:
-            text += f"\n  reshapes folded into the operands: {', '.join(self.folded)}"
+            text += f"\n  reshapes and slices folded into the operands: {', '.join(self.folded)}"
         return text
 
     def extents_read(self, fusion: Fusion) -> list[Val]:
@@ -180,7 +181,8 @@ class SegmentKernelsProgram(KernelProgram):
                 )
             start += count
         if self.folded:
-            lines.append(f"  reshapes folded into the operands: {', '.join(self.folded)}")
+            folded = ", ".join(self.folded)
+            lines.append(f"  reshapes and slices folded into the operands: {folded}")
         return "\n".join(lines)
 
 

@@ -3,8 +3,8 @@
 A call's Program (kfuse.runtime.executor) depends on the target and, for every array input,
 on its dtype, shape, strides and 16-byte alignment class; for a scalar input on its type
 (values are kernel arguments), and on its value too where an extent depends on it (an
-expand or reshape to a size given as a scalar input: shape_inputs). Two descriptions of
-those same facts exist, for two speeds of matching:
+expand or reshape to a size given as a scalar input, a slice's bounds, a pad's widths:
+shape_inputs). Two descriptions of those same facts exist, for two speeds of matching:
 
 * program_key: from the RuntimeInfo of a checked call (kfuse's dtypes, strides in elements),
   the key of the executor's Program cache;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.ir.exprs import ExpandOp, ReshapeOp
+from kfuse.ir.exprs import attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.arrays import framework_of
@@ -39,17 +39,15 @@ def scalar_spec(value: Any) -> tuple | None:
 
 def shape_inputs(fusion: Fusion) -> frozenset[int]:
     """Positions of the scalar inputs some extent depends on (an expand's extents, a
-    reshape's shape, through scalar arithmetic): a Program's launches are planned for the
-    shapes, so those values are part of the signature. Computed once per fusion."""
+    reshape's shape, a slice's bounds, a pad's widths, through scalar arithmetic): a
+    Program's launches are planned for the shapes, so those values are part of the
+    signature. Computed once per fusion."""
     cached = fusion.__dict__.get("_shape_inputs")
     if cached is not None:
         return cached
     pending: list[Any] = []
     for e in fusion.exprs:
-        if isinstance(e, ExpandOp):
-            pending += [x for x in e.extents if x is not None]
-        elif isinstance(e, ReshapeOp):
-            pending += list(e.shape)
+        pending += attribute_vals(e)  # every Scalar an attribute holds is a size or a bound
     inputs = {id(v): k for k, v in enumerate(fusion.inputs)}
     found: set[int] = set()
     seen: set[int] = set()

@@ -1,5 +1,5 @@
-"""Reshapes at a fusion's boundary that are views of this call's layouts, folded into the
-operands of one kernel instead of being segments of their own.
+"""Reshapes and slices at a fusion's boundary that are views of this call's layouts, folded
+into the operands of one kernel instead of being segments of their own.
 
 A reshape of a fusion input whose runtime strides can describe the reshaped tensor (a split
 of any axis, a merge of axes laid out one inside the other) needs no data movement: the
@@ -11,6 +11,13 @@ those reshapes (the reshaped inputs become inputs, the outputs' reshape inputs b
 outputs) and its RuntimeInfo, whose input layouts are the views; `unfold_operands` maps the
 kernels generated for it back onto the call's own inputs, outputs and scalars, so the
 Program runs on the call's RuntimeInfo as any other.
+
+A slice of a fusion input is always a view: its first element's offset (the starts times
+the strides) moves the data pointer, a step multiplies a stride. The kernel reads the input
+from there (`InputOperand.byte_offset`), and the view's alignment, which decides whether its
+loads are vectors, is that of the moved pointer. The canonical form moves slices of
+element-wise work onto the inputs first (kfuse.ir.canonical_rules), so that a slice of
+computed values, which would need a copy, is rare.
 
 Whether a reshape is a view is decided from the layout (strides are part of a Program's
 signature): a reshape that is not one (a non-contiguous input whose merged axes do not nest)
@@ -25,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kfuse.codegen.layout import contiguous_strides
-from kfuse.ir.exprs import Expr, ReshapeOp
+from kfuse.ir.exprs import Expr, ReshapeOp, SliceOp, attribute_vals
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.resize_ops import slice_ranges, sliced_shape
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout, strided_view
 from kfuse.runtime.info import RuntimeInfo
@@ -74,13 +82,20 @@ class FoldedFusion:
     """A fusion with its boundary reshapes folded into its operands (see the module
     docstring), and what maps its kernels back to the call: `input_positions[i]` is the
     call's input position that the folded fusion's input i reads; `origin` maps its Vals to
-    the parent's; `reshapes` names the folded reshapes' outputs."""
+    the parent's; `reshapes` names the folded reshapes' and slices' outputs;
+    `input_offsets[i]` is the bytes from the call's array's first element to input i's (a
+    slice's start; 0 for the others)."""
 
     fusion: Fusion
     info: RuntimeInfo
     input_positions: tuple[int, ...]
     origin: dict[Val, Val]
     reshapes: tuple[str, ...]
+    input_offsets: tuple[int, ...] = ()
+
+    def offset(self, i: int) -> int:
+        """input_offsets[i] (0 where none was recorded)."""
+        return self.input_offsets[i] if i < len(self.input_offsets) else 0
 
 
 def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | None:
@@ -94,6 +109,9 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
     in_views: dict[TensorView, ArrayLayout] = {}  # reshape output -> its layout as a view
     folded: set[Expr] = set()
     for e in fusion.exprs:
+        if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
+            in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
+            folded.add(e)
         if not isinstance(e, ReshapeOp):
             continue
         src, dst = e.inputs[0], e.outputs[0]
@@ -146,7 +164,12 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
         info.device,
     )
     names = tuple(e.outputs[0].name for e in fusion.exprs if e in folded)
-    return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin, names)
+    # The tensor inputs come first in sub.inputs, one for each source.
+    offsets = tuple(
+        layouts[new].data_ptr - info.layouts[src].data_ptr  # type: ignore[index]
+        for new, src in zip(sub.inputs, sources)
+    )
+    return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin, names, offsets)
 
 
 def unfold_operands(folded: FoldedFusion, kernels: list[K]) -> list[K]:
@@ -156,7 +179,11 @@ def unfold_operands(folded: FoldedFusion, kernels: list[K]) -> list[K]:
 
     def operand(op: Any) -> Any:
         if isinstance(op, InputOperand):
-            return dataclasses.replace(op, position=folded.input_positions[op.position])
+            return dataclasses.replace(
+                op,
+                position=folded.input_positions[op.position],
+                byte_offset=op.byte_offset + folded.offset(op.position),
+            )
         if isinstance(op, ScalarOperand):
             return ScalarOperand(folded.origin[op.val])  # type: ignore[arg-type]
         return op
@@ -179,10 +206,11 @@ def folded_call(folded: FoldedFusion, info: RuntimeInfo) -> RuntimeInfo:
         array = info.inputs[position]
         view = folded.info.layouts[new]
         call = info.layouts[info.fusion.inputs[position]]  # type: ignore[index]
-        if view.shape != call.shape or view.strides != call.strides:
-            array = strided_view(array, view.shape, view.strides)
+        offset = folded.offset(k)
+        if view.shape != call.shape or view.strides != call.strides or offset:
+            array = strided_view(array, view.shape, view.strides, offset // call.dtype.itemsize)
         inputs.append(array)
-        layouts[new] = dataclasses.replace(view, data_ptr=call.data_ptr)
+        layouts[new] = dataclasses.replace(view, data_ptr=call.data_ptr + offset)
     return RuntimeInfo(
         folded.fusion,
         inputs,
@@ -195,6 +223,23 @@ def folded_call(folded: FoldedFusion, info: RuntimeInfo) -> RuntimeInfo:
     )
 
 
+def _sliced_layout(e: SliceOp, info: RuntimeInfo) -> ArrayLayout:
+    """The layout of a slice of a fusion input as a view of the call's array: the pointer
+    moved to the first element it keeps, each stride times its step."""
+    layout = info.layouts[e.inputs[0]]  # type: ignore[index]
+    ranges = slice_ranges(e, layout.shape, info.extents)
+    shape = sliced_shape(ranges)
+    if 0 in shape:  # nothing is read: the pointer stays where the array is
+        return dataclasses.replace(layout, shape=shape, strides=contiguous_strides(shape))
+    first = sum(start * stride for (start, _, _), stride in zip(ranges, layout.strides))
+    return dataclasses.replace(
+        layout,
+        shape=shape,
+        strides=tuple(stride * step for (_, _, step), stride in zip(ranges, layout.strides)),
+        data_ptr=layout.data_ptr + first * layout.dtype.itemsize,
+    )
+
+
 def _view_layout(layout: ArrayLayout, shape: tuple[int, ...]) -> ArrayLayout | None:
     strides = view_strides(layout.shape, layout.strides, tuple(shape))
     if strides is None:
@@ -204,10 +249,8 @@ def _view_layout(layout: ArrayLayout, shape: tuple[int, ...]) -> ArrayLayout | N
 
 def _operands(e: Expr) -> list[Val]:
     """Every Val an expr reads: its inputs and the Scalars of its attributes (expand extents,
-    reshape shapes), which build_sub_fusion maps too."""
-    vals = list(e.inputs)
-    for attr in ("extents", "shape"):
-        vals += [v for v in getattr(e, attr, ()) or () if isinstance(v, Val)]
+    reshape shapes, slice bounds: exprs.attribute_vals), which build_sub_fusion maps too."""
+    vals = [*e.inputs, *attribute_vals(e)]
     return [v for v in vals if not (isinstance(v, Scalar) and v.is_constant)]
 
 

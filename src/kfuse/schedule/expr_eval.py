@@ -2,8 +2,12 @@
 
 matmul and linear run through the inputs' framework library (torch.matmul /
 torch.nn.functional.linear, cupy.matmul, numpy.matmul) on the caller's stream; reshape runs as
-the framework's reshape (a copy). Casts may sit between them. Everything else (pointwise work,
-reductions) belongs to generated segments, which the segmenter splits off around these ops.
+the framework's reshape (a copy), a slice that no kernel reads through its operands (a
+slice of a computed value that the canonical form could not move to the inputs) as the
+framework's indexing, copied when it leaves the segment, and pad and cat as a new array of
+the pad value (or zeros) with the inputs copied into their windows. Casts may sit between
+them. Everything else (pointwise work, reductions) belongs to generated segments, which the
+segmenter splits off around these ops.
 """
 
 from __future__ import annotations
@@ -12,13 +16,26 @@ from collections.abc import Callable
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import LIBRARY_EXPRS, CastOp, Expr, LinearOp, MatmulOp, ReshapeOp
+from kfuse.ir.exprs import (
+    LIBRARY_EXPRS,
+    CastOp,
+    CatOp,
+    Expr,
+    LinearOp,
+    MatmulOp,
+    PadOp,
+    ReshapeOp,
+    SliceOp,
+)
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.values import TensorView
+from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges
+from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
-EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp)
+EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, SliceOp, PadOp, CatOp)
+NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp)
+"""Exprs whose result is a new array (the others' may be views of their inputs)."""
 """Exprs this scheduler exists for; CastOps are accepted alongside them."""
 
 
@@ -34,7 +51,8 @@ def describe_library_expr(expr: Expr) -> str:
 
 
 class ExprEvalScheduler:
-    """Runs matmul / linear / reshape (and casts) through the inputs' framework."""
+    """Runs matmul / linear / reshape / slice / pad / cat (and casts) through the inputs'
+    framework."""
 
     scheduler_type = SchedulerType.expr_eval
     generates_kernels = False
@@ -43,13 +61,14 @@ class ExprEvalScheduler:
         tensor_exprs = [e for e in fusion.exprs if isinstance(e.outputs[0], TensorView)]
         if not any(isinstance(e, EVALUATED_EXPRS) for e in tensor_exprs):
             raise Rejection(
-                "fusion has no op that runs through a library (matmul, linear, reshape)"
+                "fusion has no op that runs through a library (matmul, linear, reshape, "
+                "slice, pad, cat)"
             )
         for e in tensor_exprs:
             if not isinstance(e, (*EVALUATED_EXPRS, CastOp)):
                 raise Rejection(
                     f"{e.outputs[0].name} = {e._math()} is generated work; "
-                    "expr_eval takes only library ops (matmul, linear, reshape) "
+                    "expr_eval takes only library ops (matmul, linear, reshape, slice, pad, cat) "
                     "and casts"
                 )
 
@@ -84,9 +103,15 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
                 env[id(out)] = ops.linear(args, out.dtype)
             elif isinstance(expr, CastOp):
                 env[id(out)] = ops.cast(args[0], out.dtype)
+            elif isinstance(expr, SliceOp):
+                env[id(out)] = args[0][_index(expr, info)]  # a view; copied if an output
+            elif isinstance(expr, PadOp):
+                env[id(out)] = _padded(ops, expr, args[0], info)
+            elif isinstance(expr, CatOp):
+                env[id(out)] = _joined(ops, expr, args, info)
             else:
                 env[id(out)] = ops.reshape(args[0], info.shape(out))
-            if isinstance(expr, LIBRARY_EXPRS):
+            if isinstance(expr, NEW_ARRAY_EXPRS):
                 fresh.add(id(out))
         results = []
         seen: set[int] = set()
@@ -96,6 +121,36 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
             results.append(value if id(out) in fresh and id(out) not in seen else ops.copy(value))
             seen.add(id(out))
     return results
+
+
+def _index(expr: SliceOp, info: RuntimeInfo) -> tuple[slice, ...]:
+    """The Python index that slices `expr`'s input as this call's bounds say (every
+    framework takes Python slices with a positive step)."""
+    source = expr.inputs[0]
+    assert isinstance(source, TensorView)
+    in_shape = info.shape(source)
+    ranges = slice_ranges(expr, in_shape, info.extents)
+    return tuple(slice(*r) for r in ranges)
+
+
+def _padded(ops: Any, expr: PadOp, a: Any, info: RuntimeInfo) -> Any:
+    """The pad as a new array: the pad value everywhere, the input's kept part copied in."""
+    fill = expr.inputs[1]
+    assert isinstance(fill, Scalar)
+    value = fill.value if fill.is_constant else info.extents[fill]
+    out_shape, dst, src = pad_windows(expr, tuple(a.shape), info.extents)
+    out = ops.full(out_shape, value, a)
+    out[dst] = a[src]
+    return out
+
+
+def _joined(ops: Any, expr: CatOp, args: list[Any], info: RuntimeInfo) -> Any:
+    """The cat as a new array, each input copied to its window (sizes checked first)."""
+    out_shape, windows = cat_windows(expr, [tuple(a.shape) for a in args])
+    out = ops.full(out_shape, 0, args[0])
+    for a, window in zip(args, windows):
+        out[window] = a
+    return out
 
 
 class _TorchOps:
@@ -120,6 +175,9 @@ class _TorchOps:
 
     def copy(self, a: Any) -> Any:
         return a.clone(memory_format=self.torch.contiguous_format)
+
+    def full(self, shape: tuple[int, ...], value: Any, like: Any) -> Any:
+        return self.torch.full(shape, value, dtype=like.dtype, device=like.device)
 
 
 class _NumpyLikeOps:
@@ -155,6 +213,9 @@ class _NumpyLikeOps:
 
     def copy(self, a: Any) -> Any:
         return self.xp.array(a, copy=True, order="C")
+
+    def full(self, shape: tuple[int, ...], value: Any, like: Any) -> Any:
+        return self.xp.full(shape, value, dtype=like.dtype)
 
 
 def _numpy_ops() -> _NumpyLikeOps:

@@ -44,11 +44,11 @@ from kfuse.ir.exprs import (
     Expr,
     PermuteOp,
     ReductionOp,
-    ReshapeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
     is_tensor_expr,
+    with_attribute_vals,
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -561,11 +561,7 @@ def build_sub_fusion(
     for v in inputs:
         sub.inputs.append(clone(v, True))
     for e in exprs:
-        changes: dict[str, Any] = {}
-        if isinstance(e, ExpandOp):
-            changes["extents"] = tuple(ref(x) for x in e.extents)
-        elif isinstance(e, ReshapeOp):
-            changes["shape"] = tuple(ref(x) for x in e.shape)
+        changes = with_attribute_vals(e, ref)
         new_inputs = tuple(ref(v) for v in e.inputs)
         new_outputs = tuple(clone(o, False) for o in e.outputs)
         sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs, **changes))

@@ -308,6 +308,10 @@ class _Gen:
         o = self.fd.ops
         x = self.pick(full=True, floating=True)
         v = x.val
+        if any(ax.is_broadcast for ax in v.axes):
+            # Over size-1 axes a reduction is a squeeze (the builder makes it one), and the
+            # fusion would have none: expanded first, every axis reduces.
+            v = o.expand(v, shape=[3 if ax.is_broadcast else -1 for ax in v.axes])
         pattern = self.draw(
             st.sampled_from(
                 ["softmax", "log_softmax", "layer_norm", "rms_norm", "var_mean", "center"]
@@ -604,7 +608,53 @@ def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -
             order = _axis_order(draw, v.ndim)
         if order is not None:
             v = fd.ops.permute(v, dims=order)
-        fd.add_output(v)
+        fd.add_output(_maybe_resized(draw, fd, v, gen.ops))
+
+
+def _maybe_resized(draw: Any, fd: FusionDefinition, v: Any, ops: tuple[str, ...]) -> Any:
+    """One output in 8 is resized: mostly a slice of its value (_sliced), else a pad of it
+    or a cat of it with itself or its negation (where `ops` has neg), run between kernels
+    as new arrays."""
+    if v.ndim == 0 or not one_in(draw, 8):
+        return v
+    how = draw(st.sampled_from(["slice", "slice", "slice", "pad", "cat"]))
+    if how == "slice":
+        return _sliced(draw, fd, v, ops)
+    if how == "pad":
+        widths = [draw(st.integers(0, 2)) for _ in range(2 * draw(st.integers(1, v.ndim)))]
+        fills = {"bool": True, "int": 3, "float": -1.5}
+        kind = "bool" if v.dtype is DataType.Bool else "float" if v.dtype.is_floating else "int"
+        return fd.ops.pad(v, widths, draw(st.sampled_from([None, fills[kind]])))
+    negated = v.dtype is not DataType.Bool and "neg" in ops and draw(st.booleans())
+    other = fd.ops.neg(v) if negated else v
+    return fd.ops.cat([v, other], dim=draw(st.integers(-v.ndim, v.ndim - 1)))
+
+
+def _sliced(draw: Any, fd: FusionDefinition, v: Any, ops: tuple[str, ...]) -> Any:
+    """A slice of `v`: some of its axes start up to 2 elements in and end at their size, 1
+    to 3 before it (where `ops` has sub) or far past it (clamped), every first, second or
+    third element. The canonical form moves a slice of element-wise work onto the inputs
+    (each then read in place), and a slice of anything else is indexing between segments."""
+    starts: list[Any] = []
+    stops: list[Any] = []
+    steps: list[int] = []
+    for i, axis in enumerate(v.axes):
+        size = fd.ops.size(v, i)
+        if axis.is_broadcast or draw(st.booleans()):
+            starts.append(0)
+            stops.append(size)  # the whole axis: a broadcast one stays one
+            steps.append(1)
+            continue
+        starts.append(draw(st.integers(0, 2)))
+        # An end before the size is computed with sub, where the fusion may use it.
+        ends = ["size", "before", "past"] if "sub" in ops else ["size", "past"]
+        end = draw(st.sampled_from(ends))
+        if end == "before":
+            stops.append(fd.ops.sub(size, draw(st.integers(1, 3))))
+        else:
+            stops.append(size if end == "size" else 1 << 20)
+        steps.append(draw(st.sampled_from([1, 1, 2, 3])))
+    return fd.ops.slice(v, starts, stops, steps)
 
 
 def _axis_order(draw: Any, rank: int) -> list[int]:

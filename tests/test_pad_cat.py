@@ -1,0 +1,185 @@
+"""fd.ops.pad and fd.ops.cat: nvFuser's checks where the fusion is defined, sizes per call,
+and the values, run as new arrays between kernels (kfuse.schedule.expr_eval) on the host
+emulator; the GPU test at the end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_support import requires_gpu
+from kfuse.dtypes import DataType
+from kfuse.errors import DefinitionError, InputError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.testing import assert_outputs_close
+
+
+def rand(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def check(fd: FusionDefinition, inputs: list) -> list:
+    out = fd.execute(inputs)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+def test_bad_pads_and_cats_are_definition_errors() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        i = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        z = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        flag = fd.define_scalar(None, dtype=DataType.Bool)
+        with pytest.raises(DefinitionError, match="an even number of widths"):
+            fd.ops.pad(x, [1, 2, 3])
+        with pytest.raises(DefinitionError, match="6 pad widths .* at most two an axis"):
+            fd.ops.pad(x, [1] * 6)
+        with pytest.raises(DefinitionError, match="pad width 1 0.5 is not an integer"):
+            fd.ops.pad(x, [1, 0.5])
+        with pytest.raises(DefinitionError, match="is not of the kind of"):
+            fd.ops.pad(x, [1, 1], flag)
+        with pytest.raises(DefinitionError, match="1.5 is not an integer"):
+            fd.ops.pad(i, [1, 1], 1.5)
+        with pytest.raises(DefinitionError, match="differ in dtype"):
+            fd.ops.cat([x, i], dim=0)
+        with pytest.raises(DefinitionError, match="differ in rank"):
+            fd.ops.cat([x, z], dim=0)
+        with pytest.raises(DefinitionError, match="non-empty list"):
+            fd.ops.cat([], dim=0)
+        with pytest.raises(DefinitionError, match="manual_padding=True"):
+            fd.ops.cat([x, x], dim=0, manual_padding=True)
+        with pytest.raises(DefinitionError, match="cat: dim 2 is out of range for T0"):
+            fd.ops.cat([x, x], dim=2)
+        assert fd.ops.pad(x, [0, 0, 0, 0]) is x
+        assert fd.ops.cat([x], dim=1) is x
+        fd.add_output(x)
+
+
+def test_the_printed_definition_rebuilds_pad_and_cat() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        s = fd.define_scalar(None, dtype=DataType.Int)
+        p = fd.ops.pad(x, [1, s], 2.5)
+        fd.add_output(fd.ops.cat([p, p], dim=-1))
+    text = repr(fd)
+    assert "fd.ops.pad(T0, pad_widths=[1, S0, 0, 0], value=2.5)" in text
+    assert "fd.ops.cat([T1, T1], dim=1)" in text
+    namespace: dict = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(text, namespace)
+    assert repr(namespace["fd"]) == text
+
+
+@pytest.mark.parametrize(
+    "widths", [[1, 2], [0, 0, 3, 1], [2, 0, 0, 2], [-1, 2], [0, 0, -2, -1], [-3, 4, 1, -1]]
+)
+def test_pads_widen_and_crop_as_torch_pad_does(widths: list[int]) -> None:
+    """torch.nn.functional.pad's order (the last axis first) and its negative widths."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.pad(x, widths, -1.0), 1.0))
+    x = rand((5, 6))
+    (out,) = check(fd, [x])
+    pairs = [(widths[2 * k], widths[2 * k + 1]) for k in range(len(widths) // 2)][::-1]
+    pairs = [(0, 0)] * (2 - len(pairs)) + pairs
+    want = np.full(
+        [5 + lo + hi if i == 0 else 6 + lo + hi for i, (lo, hi) in enumerate(pairs)],
+        -1.0,
+        np.float32,
+    )
+    src = tuple(slice(max(0, -lo), n - max(0, -hi)) for (lo, hi), n in zip(pairs, (5, 6)))
+    dst = tuple(
+        slice(max(0, lo), max(0, lo) + (s.stop - s.start)) for (lo, _), s in zip(pairs, src)
+    )
+    want[dst] = x[src]
+    np.testing.assert_array_equal(out, want + 1.0)
+
+
+def test_widths_from_scalar_inputs_resize_each_call() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        lo = fd.define_scalar(None, dtype=DataType.Int)
+        fd.add_output(fd.ops.pad(fd.ops.mul(x, 2), [lo, 1]))
+    x = np.arange(4, dtype=np.int32)
+    for left in (0, 3, -2):
+        (out,) = check(fd, [x, left])
+        assert out.shape == (4 + left + 1,)
+        np.testing.assert_array_equal(out[max(0, left) : -1], (2 * x)[max(0, -left) :])
+    with pytest.raises(InputError, match="axis 0 of size 4 padded by -9 before and 1 after"):
+        fd.execute([x, -9])
+
+
+def test_a_bool_pad_defaults_to_false() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.pad(fd.ops.gt(x, 0.0), [1, 1, 1, 1]))
+    x = rand((3, 3))
+    (out,) = check(fd, [x])
+    assert out.dtype == np.bool_ and not out[0].any() and not out[:, 0].any()
+    np.testing.assert_array_equal(out[1:-1, 1:-1], x > 0)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_cat_joins_inputs_and_computed_values_along_any_axis(dim: int) -> None:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        joined = fd.ops.cat([fd.ops.exp(a), b, a], dim=dim)
+        fd.add_output(fd.ops.sum(joined, dims=[dim]))
+        fd.add_output(joined)
+    shape_a = [2, 3, 4]
+    shape_b = list(shape_a)
+    shape_b[dim] = 5
+    a, b = rand(tuple(shape_a)), rand(tuple(shape_b), 1)
+    summed, joined = check(fd, [a, b])
+    np.testing.assert_allclose(joined, np.concatenate([np.exp(a), b, a], axis=dim), rtol=1e-6)
+
+
+def test_cat_of_inputs_that_differ_off_its_axis_is_an_input_error() -> None:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.cat([a, b], dim=0))
+    with pytest.raises(InputError, match="axis 1 of T1 has size 4 but T0's has 3"):
+        fd.execute([rand((2, 3)), rand((2, 4))])
+
+
+def test_rope_with_cat_as_nvfuser_writes_it() -> None:
+    """The rotation of nvFuser's RoPE benchmark with cat: cat(-x2, x1) of the halves of the
+    last axis, times sin, plus x times cos."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+        cos = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        sin = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b, h, s, d = (fd.ops.size(x, i) for i in range(4))
+        half = fd.ops.div(d, 2)
+        x1 = fd.ops.slice(x, [0, 0, 0, 0], [b, h, s, half])
+        x2 = fd.ops.slice(x, [0, 0, 0, half], [b, h, s, d])
+        rotated = fd.ops.cat([fd.ops.neg(x2), x1], dim=-1)
+        c = fd.ops.broadcast(cos, [True, True, False, False])
+        n = fd.ops.broadcast(sin, [True, True, False, False])
+        fd.add_output(fd.ops.add(fd.ops.mul(x, c), fd.ops.mul(rotated, n)))
+    x, cos, sin = rand((2, 3, 8, 16)), rand((8, 16), 1), rand((8, 16), 2)
+    (out,) = check(fd, [x, cos, sin])
+    rot = np.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
+    np.testing.assert_allclose(out, x * cos + rot * sin, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_pad_and_cat_on_the_gpu() -> None:
+    """Between kernels on the GPU, with torch tensors: right against the reference."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        joined = fd.ops.cat([fd.ops.cast(fd.ops.exp(a), DataType.BFloat16), b], dim=1)
+        fd.add_output(fd.ops.pad(joined, [3, -2, 1, 0], 0.5))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn((300, 200), device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn((300, 72), device="cuda", generator=gen).to(torch.bfloat16)
+    for _ in range(3):
+        inputs = [a, b]
+        assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
