@@ -138,6 +138,12 @@ def test_manual_normalization_takes_bounds_as_given_and_checks_them() -> None:
             fd.execute([x, bad])
     with pytest.raises(InputError, match="was asked for"):
         fd.execute([rand((4,)), 0])  # the end, 5, is past the axis
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4], dtype=DataType.Float)
+        with pytest.raises(DefinitionError, match=r"axis 0 of size 4 is asked for \[0, 5\)"):
+            fd.ops.slice(x, [0], [5], manual_normalization=True)
+        assert fd.ops.slice(x, [0], [5]) is x  # clamped to the whole axis
+        fd.add_output(x)
 
 
 # ---- slices of inputs: one kernel ----

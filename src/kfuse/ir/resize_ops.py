@@ -58,7 +58,7 @@ def build_slice(
         if lo.is_constant and hi.is_constant and hi.value < lo.value:
             raise DefinitionError(f"{op}: axis {i} ends at {hi.value}, before its start {lo.value}")
     whole = [
-        _whole(v, i, lo, hi, step)
+        _whole(v, i, lo, hi, step, manual)
         for i, (lo, hi, step) in enumerate(zip(start_vals, stop_vals, step_ints))
     ]
     if all(whole):
@@ -93,16 +93,19 @@ def _bound(b: Any, e: Any, op: str, what: str) -> Scalar:
     return b.constant(as_index(e, op, what), DataType.Int, op=op)
 
 
-def _whole(v: TensorView, i: int, lo: Scalar, hi: Scalar, step: int) -> bool:
+def _whole(v: TensorView, i: int, lo: Scalar, hi: Scalar, step: int, manual: bool) -> bool:
     """Whether the slice keeps axis i whole, as far as the definition tells: from 0 to its
-    own size (fd.ops.size of that axis) or to a constant at least its known extent."""
+    own size (fd.ops.size of that axis) or to a constant at least its known extent (exactly
+    it under manual normalization, where a larger one is an error)."""
     if step != 1 or not (lo.is_constant and lo.value == 0):
         return False
     d = hi.definition
     if isinstance(d, SizeOp) and d.inputs[0] is v and d.dim == i:
         return True
     extent = v.axes[i].extent
-    return hi.is_constant and extent is not None and hi.value >= extent
+    if not hi.is_constant or extent is None:
+        return False
+    return hi.value == extent or (hi.value > extent and not manual)
 
 
 def _sliced_axis(
@@ -118,7 +121,13 @@ def _sliced_axis(
         )
     if not known:
         return Axis(False, None)
-    start, stop = _normalized(int(lo.value), int(hi.value), int(axis.extent or 0), manual)
+    extent = int(axis.extent or 0)
+    start, stop = _normalized(int(lo.value), int(hi.value), extent, manual)
+    if not 0 <= start <= stop <= extent:  # only as given: manual normalization
+        raise DefinitionError(
+            f"{op}: axis {i} of size {extent} is asked for [{start}, {stop}) with "
+            "manual_normalization; the bounds must satisfy 0 <= start <= end <= size"
+        )
     n = len(range(start, stop, step))
     if axis.is_broadcast and n == 1:
         return Axis(True, 1)
