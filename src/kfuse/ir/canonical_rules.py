@@ -263,11 +263,11 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
     sliced: dict[int, Val] = {}
     starts = tuple(ctx.val(v) for v in expr.starts)
     stops = tuple(ctx.val(v) for v in expr.stops)
+    zero, one = ctx.constant(0, DataType.Int), ctx.constant(1, DataType.Int)
     for leaf in leaves:
         if all(ax.is_broadcast for ax in leaf.axes):
             continue  # one value, read as it is
         # A broadcast axis of the leaf keeps its one element: [0, 1).
-        zero, one = ctx.constant(0, DataType.Int), ctx.constant(1, DataType.Int)
         whole = [ax.is_broadcast for ax in leaf.axes]
         lo_vals = tuple(zero if w else lo for w, lo in zip(whole, starts))
         hi_vals = tuple(one if w else hi for w, hi in zip(whole, stops))

@@ -320,13 +320,13 @@ def with_attribute_vals(expr: Expr, f: Any) -> dict[str, Any]:
             return tuple(mapped(y) for y in x)
         return f(x) if isinstance(x, Val) else x
 
-    return {name: mapped(x) for name, x in expr.attributes().items() if attribute_vals_in(x)}
+    return {name: mapped(x) for name, x in expr.attributes().items() if _holds_val(x)}
 
 
-def attribute_vals_in(x: Any) -> bool:
+def _holds_val(x: Any) -> bool:
     """Whether an attribute value holds a Val."""
     if isinstance(x, tuple):
-        return any(attribute_vals_in(y) for y in x)
+        return any(_holds_val(y) for y in x)
     return isinstance(x, Val)
 
 
