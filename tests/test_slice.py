@@ -272,9 +272,10 @@ def test_strided_and_offset_inputs_are_sliced_through_their_own_strides() -> Non
 @requires_gpu
 @pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
 def test_slices_on_the_gpu(dtype: DataType) -> None:
-    """The folded slices on the GPU: right against the reference at aligned and odd starts,
-    compiled, cached and through the host fast path (the moved pointer is the launch's byte
-    offset there)."""
+    """The folded slices on the GPU: right against the reference at aligned and odd starts
+    given as a scalar input (each start its own program), and at a constant odd start
+    compiled, cached and through the host fast path, whose packed launch moves the pointer
+    by the slice's byte offset."""
     from kfuse.dtypes import to_torch_dtype
 
     torch = pytest.importorskip("torch")
@@ -291,10 +292,20 @@ def test_slices_on_the_gpu(dtype: DataType) -> None:
     x = torch.randn((512, 1100), device="cuda", generator=gen).to(kind)
     y = torch.randn((500, 1024), device="cuda", generator=gen).to(kind)
     for start in (0, 8, 3, 76):
-        for _ in range(3):  # compiled, cached, then the host fast path
-            inputs = [x, start, y]
-            assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
-            assert isinstance(fd.last_program(), KernelProgram)
+        inputs = [x, start, y]
+        assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+        assert isinstance(fd.last_program(), KernelProgram)
+    with FusionDefinition() as fixed:
+        x2 = fixed.define_tensor(shape=[-1, -1], dtype=dtype)
+        y2 = fixed.define_tensor(shape=[-1, -1], dtype=dtype)
+        s2 = fixed.ops.slice(x2, [1, 3], [501, 1027])
+        fixed.add_output(fixed.ops.cast(fixed.ops.add(fixed.ops.exp(s2), y2), dtype))
+    inputs = [x, y]
+    for _ in range(3):  # compiled, cached, then the host fast path
+        out = fixed.execute(inputs)
+        assert_outputs_close(fixed, out, evaluate(fixed.fusion, inputs), inputs)
+    assert fixed._executor_cache.fast_calls(inputs, None) is not None
+    assert tuple(out[0].shape) == (500, 1024)
 
 
 def _sliced_kinds() -> dict:
