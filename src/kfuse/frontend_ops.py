@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
+from kfuse.ir.index_ops import build_gather, build_index_select
 from kfuse.ir.ops import OPS
 from kfuse.ir.resize_ops import build_cat, build_pad, build_slice
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -158,6 +159,22 @@ class Ops:
         """The tensors (one dtype and rank) one after another along axis `dim`."""
         self._fd.check_open("cat")
         return build_cat(self._b, tensors, dim, manual_padding)
+
+    def index_select(self, arg: Any, index: Any, dim: int) -> TensorView:
+        """arg along axis `dim` at the positions the 1-D integer tensor `index` holds."""
+        self._fd.check_open("index_select")
+        return build_index_select(self._b, arg, index, dim)
+
+    def gather(self, arg: Any, index: Any, dim: int) -> TensorView:
+        """torch.gather: out[..., j, ...] = arg[..., index[..., j, ...], ...] along `dim`; the
+        index (of arg's rank) no larger than arg off `dim`, the output of its shape."""
+        self._fd.check_open("gather")
+        return build_gather(self._b, arg, index, dim, broadcast=False)
+
+    def take_along_axis(self, arg: Any, index: Any, dim: int) -> TensorView:
+        """As gather, with the other axes of arg and the index broadcast together."""
+        self._fd.check_open("take_along_axis")
+        return build_gather(self._b, arg, index, dim, broadcast=True, op="take_along_axis")
 
     def size(self, x: Any, dim: int) -> Scalar:
         """The extent of axis `dim` of x, an Int scalar."""

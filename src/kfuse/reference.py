@@ -38,6 +38,8 @@ from kfuse.ir.exprs import (
     CatOp,
     ExpandOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     LinearOp,
     MatmulOp,
     PadOp,
@@ -52,6 +54,7 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.index_ops import check_positions, positions
 from kfuse.ir.ops import OPS
 from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges
 from kfuse.ir.scalar_eval import eval_scalar, to_python
@@ -307,6 +310,10 @@ class _Evaluator:
             padded = be.full(out_shape, value, a.dtype, self.like)
             padded[dst] = a[src]
             return padded
+        if isinstance(expr, (IndexSelectOp, GatherOp)):
+            index = self.env[expr.inputs[1]]
+            check_positions(expr, index, a.shape[expr.dim])
+            return a[positions(expr, a.shape, index, be.arange(a))]
         if isinstance(expr, CatOp):
             shapes = [self.shapes[t] for t in expr.inputs]
             out_shape, windows = cat_windows(expr, shapes)

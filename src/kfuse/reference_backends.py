@@ -139,6 +139,10 @@ class NumpyLikeBackend:
     def full(self, shape: tuple[int, ...], value: Any, storage: Any, like: Any) -> Any:
         return self.xp.full(shape, value, dtype=storage)
 
+    def arange(self, like: Any) -> Any:
+        """n -> the 1-D range of n integer positions, where `like` lives."""
+        return self.xp.arange
+
 
 class TorchBackend(NumpyLikeBackend):
     """torch tensors (any device); BFloat16, Half and float8 are torch's own dtypes."""
@@ -236,6 +240,9 @@ class TorchBackend(NumpyLikeBackend):
 
     def full(self, shape: tuple[int, ...], value: Any, storage: Any, like: Any) -> Any:
         return self.xp.full(shape, value, dtype=storage, device=like.device)
+
+    def arange(self, like: Any) -> Any:
+        return lambda n: self.xp.arange(n, device=like.device)
 
 
 def _identity(op: str, a: Any, xp: Any) -> Any:

@@ -31,6 +31,8 @@ from kfuse.ir.exprs import (
     CatOp,
     ExpandOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     PadOp,
     PermuteOp,
     ReductionOp,
@@ -55,7 +57,16 @@ EPSILON: dict[DataType, float] = {
 """Each floating dtype's unit roundoff doubled (its spacing at 1): a value that a sum of n
 terms rounded is within n of these times its terms' magnitudes of the exact result."""
 
-_SHAPE_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, ReshapeOp, SliceOp)
+_SHAPE_OPS = (
+    BroadcastOp,
+    ExpandOp,
+    SqueezeOp,
+    PermuteOp,
+    ReshapeOp,
+    SliceOp,
+    IndexSelectOp,
+    GatherOp,
+)
 
 SLOPE_BOUNDS: dict[str, float] = {
     "sin": 1.0,

@@ -17,6 +17,8 @@ from kfuse.ir.exprs import (
     CastOp,
     CatOp,
     ExpandOp,
+    GatherOp,
+    IndexSelectOp,
     PadOp,
     PermuteOp,
     ReductionOp,
@@ -30,7 +32,17 @@ from kfuse.ir.ops import OPS
 from kfuse.ir.values import Val
 
 FAST_OPS = frozenset({"exp", "sigmoid", "silu", "gelu_tanh", "div"})
-_MOVES = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp, PadOp, CatOp)
+_MOVES = (
+    BroadcastOp,
+    ExpandOp,
+    SqueezeOp,
+    PermuteOp,
+    SliceOp,
+    PadOp,
+    CatOp,
+    IndexSelectOp,
+    GatherOp,
+)
 
 
 def approximable(fusion: Fusion) -> frozenset[Val]:

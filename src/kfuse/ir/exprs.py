@@ -211,6 +211,27 @@ class CatOp(Expr):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class IndexSelectOp(Expr):
+    """inputs = (tensor, index): the tensor along axis `dim` at the positions the 1-D
+    integer index holds, each in [0, the axis' size) (checked per call)."""
+
+    dim: int
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GatherOp(Expr):
+    """inputs = (tensor, index) of one rank: out[..., j, ...] = tensor[..., index[..., j,
+    ...], ...] along axis `dim`. The other axes are the index's, each no larger than the
+    tensor's (torch.gather), or with `broadcast` the two broadcast together
+    (take_along_axis). Positions are in [0, the axis' size) (checked per call)."""
+
+    dim: int
+    broadcast: bool
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim", "broadcast")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ReductionOp(Expr):
     """Reduce `dims` (sorted, input axis indices) away with op in sum|prod|max|min.
 
@@ -283,6 +304,8 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     SliceOp,
     PadOp,
     CatOp,
+    IndexSelectOp,
+    GatherOp,
     ReductionOp,
     WelfordOp,
     SizeOp,

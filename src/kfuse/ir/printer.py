@@ -12,6 +12,8 @@ from kfuse.ir.exprs import (
     CatOp,
     ExpandOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     LinearOp,
     MatmulOp,
     PadOp,
@@ -86,6 +88,11 @@ def _call(expr: Expr) -> str:
     if isinstance(expr, PadOp):
         widths = [w for lo, hi in zip(expr.lows[::-1], expr.highs[::-1]) for w in (lo, hi)]
         return f"fd.ops.pad({a[0]}, pad_widths={_extent_list(tuple(widths))}, value={a[1]})"
+    if isinstance(expr, IndexSelectOp):
+        return f"fd.ops.index_select({a[0]}, {a[1]}, dim={expr.dim})"
+    if isinstance(expr, GatherOp):
+        name = "take_along_axis" if expr.broadcast else "gather"
+        return f"fd.ops.{name}({a[0]}, {a[1]}, dim={expr.dim})"
     if isinstance(expr, CatOp):
         return f"fd.ops.cat([{', '.join(a)}], dim={expr.dim})"
     if isinstance(expr, ReductionOp):

@@ -13,6 +13,8 @@ from kfuse.ir.exprs import (
     CatOp,
     ExpandOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     LinearOp,
     MatmulOp,
     PadOp,
@@ -26,6 +28,7 @@ from kfuse.ir.exprs import (
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.index_ops import indexed_shape
 from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges, sliced_shape
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -154,6 +157,9 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
     elif isinstance(expr, PadOp):
         shapes[out], _, _ = pad_windows(expr, shape, shapes)
         origins[out] = [_Origin(f"pad to {out.name} axis {i}") for i in range(out.ndim)]
+    elif isinstance(expr, (IndexSelectOp, GatherOp)):
+        shapes[out] = indexed_shape(expr, shapes)
+        origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
     elif isinstance(expr, CatOp):
         shapes[out], _ = cat_windows(expr, [shapes[t] for t in expr.inputs])
         origins[out] = [

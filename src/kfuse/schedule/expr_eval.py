@@ -4,10 +4,11 @@ matmul and linear run through the inputs' framework library (torch.matmul /
 torch.nn.functional.linear, cupy.matmul, numpy.matmul) on the caller's stream; reshape runs as
 the framework's reshape (a copy), a slice that no kernel reads through its operands (a
 slice of a computed value that the canonical form could not move to the inputs) as the
-framework's indexing, copied when it leaves the segment, and pad and cat as a new array of
-the pad value (or zeros) with the inputs copied into their windows. Casts may sit between
-them. Everything else (pointwise work, reductions) belongs to generated segments, which the
-segmenter splits off around these ops.
+framework's indexing, copied when it leaves the segment; pad and cat as a new array of the
+pad value (or zeros) with the inputs copied into their windows; index_select, gather and
+take_along_axis as the arrays' own indexing, once every position is checked to be inside
+its axis. Casts may sit between them. Everything else (pointwise work,
+reductions) belongs to generated segments, which the segmenter splits off around these ops.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from kfuse.ir.exprs import (
     CastOp,
     CatOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     LinearOp,
     MatmulOp,
     PadOp,
@@ -28,13 +31,14 @@ from kfuse.ir.exprs import (
     SliceOp,
 )
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.index_ops import check_positions, positions
 from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
-EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, SliceOp, PadOp, CatOp)
-NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp)
+EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, SliceOp, PadOp, CatOp, IndexSelectOp, GatherOp)
+NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp, IndexSelectOp, GatherOp)
 """Exprs whose result is a new array (the others' may be views of their inputs)."""
 """Exprs this scheduler exists for; CastOps are accepted alongside them."""
 
@@ -51,8 +55,8 @@ def describe_library_expr(expr: Expr) -> str:
 
 
 class ExprEvalScheduler:
-    """Runs matmul / linear / reshape / slice / pad / cat (and casts) through the inputs'
-    framework."""
+    """Runs matmul / linear / reshape / slice / pad / cat / index_select / gather (and
+    casts) through the inputs' framework."""
 
     scheduler_type = SchedulerType.expr_eval
     generates_kernels = False
@@ -62,13 +66,14 @@ class ExprEvalScheduler:
         if not any(isinstance(e, EVALUATED_EXPRS) for e in tensor_exprs):
             raise Rejection(
                 "fusion has no op that runs through a library (matmul, linear, reshape, "
-                "slice, pad, cat)"
+                "slice, pad, cat, index_select, gather)"
             )
         for e in tensor_exprs:
             if not isinstance(e, (*EVALUATED_EXPRS, CastOp)):
                 raise Rejection(
                     f"{e.outputs[0].name} = {e._math()} is generated work; "
-                    "expr_eval takes only library ops (matmul, linear, reshape, slice, pad, cat) "
+                    "expr_eval takes only library ops (matmul, linear, reshape, slice, pad, "
+                    "cat, index_select, gather) "
                     "and casts"
                 )
 
@@ -109,6 +114,10 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
                 env[id(out)] = _padded(ops, expr, args[0], info)
             elif isinstance(expr, CatOp):
                 env[id(out)] = _joined(ops, expr, args, info)
+            elif isinstance(expr, (IndexSelectOp, GatherOp)):
+                a, index = args
+                check_positions(expr, index, a.shape[expr.dim])  # before any read
+                env[id(out)] = a[positions(expr, a.shape, index, ops.arange(a))]
             else:
                 env[id(out)] = ops.reshape(args[0], info.shape(out))
             if isinstance(expr, NEW_ARRAY_EXPRS):
@@ -179,6 +188,9 @@ class _TorchOps:
     def full(self, shape: tuple[int, ...], value: Any, like: Any) -> Any:
         return self.torch.full(shape, value, dtype=like.dtype, device=like.device)
 
+    def arange(self, like: Any) -> Any:
+        return lambda n: self.torch.arange(n, device=like.device)
+
 
 class _NumpyLikeOps:
     """NumPy and CuPy (NumPy BFloat16 is ml_dtypes.bfloat16). Half/BFloat16 products are
@@ -216,6 +228,9 @@ class _NumpyLikeOps:
 
     def full(self, shape: tuple[int, ...], value: Any, like: Any) -> Any:
         return self.xp.full(shape, value, dtype=like.dtype)
+
+    def arange(self, like: Any) -> Any:
+        return self.xp.arange
 
 
 def _numpy_ops() -> _NumpyLikeOps:

@@ -1,0 +1,139 @@
+"""fd.ops.index_select, gather and take_along_axis: nvFuser's checks where the fusion is
+defined, shapes and positions checked per call (a position outside its axis is an
+InputError, never a read outside the array), and the values, run between kernels as the
+arrays' own indexing (host emulator; the GPU test at the end)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_support import requires_gpu
+from kfuse.dtypes import DataType
+from kfuse.errors import DefinitionError, InputError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.testing import assert_outputs_close
+
+
+def rand(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def check(fd: FusionDefinition, inputs: list) -> list:
+    out = fd.execute(inputs)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+    return out
+
+
+def test_bad_indexing_is_a_definition_error() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        f = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        i2 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        i1 = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        with pytest.raises(DefinitionError, match="is not an integer tensor"):
+            fd.ops.index_select(x, f, 0)
+        with pytest.raises(DefinitionError, match="must have rank 1"):
+            fd.ops.index_select(x, i2, 0)
+        with pytest.raises(DefinitionError, match="differ in rank"):
+            fd.ops.gather(x, i1, 0)
+        with pytest.raises(DefinitionError, match="dim 2 is out of range"):
+            fd.ops.take_along_axis(x, i2, 2)
+        fd.add_output(x)
+
+
+def test_the_printed_definition_rebuilds_the_indexing() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        i1 = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        i2 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(x, i1, 1))
+        fd.add_output(fd.ops.gather(x, i2, 0))
+        fd.add_output(fd.ops.take_along_axis(x, i2, -1))
+    text = repr(fd)
+    assert "fd.ops.index_select(T0, T1, dim=1)" in text
+    assert "fd.ops.gather(T0, T2, dim=0)" in text
+    assert "fd.ops.take_along_axis(T0, T2, dim=1)" in text
+    namespace: dict = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(text, namespace)
+    assert repr(namespace["fd"]) == text
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_select_of_computed_values_then_kernels(dim: int) -> None:
+    """An embedding lookup's shape: rows (or columns) of exp(x) picked, repeated and in any
+    order, then scaled."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        idx = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        picked = fd.ops.index_select(fd.ops.exp(x), idx, dim)
+        fd.add_output(fd.ops.mul(picked, 3.0))
+    x = rand((5, 7))
+    n = x.shape[dim]
+    idx = np.array([n - 1, 0, 2, 2, 1], dtype=np.int64)
+    (out,) = check(fd, [x, idx])
+    np.testing.assert_allclose(out, 3 * np.take(np.exp(x), idx, axis=dim), rtol=1e-6)
+
+
+def test_gather_reads_the_index_shape_and_take_along_axis_broadcasts() -> None:
+    """torch.gather's smaller index, and take_along_axis broadcasting a one-row index (the
+    logits at each row's label, as a cross entropy picks them)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        small = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        labels = fd.define_tensor(shape=[-1, 1], dtype=DataType.Int)
+        fd.add_output(fd.ops.gather(x, small, 1))
+        fd.add_output(fd.ops.take_along_axis(fd.ops.neg(x), labels, 1))
+    x = rand((4, 6))
+    small = np.array([[5, 0], [1, 1], [2, 3]], dtype=np.int32)
+    labels = np.array([[3], [0], [5], [1]], dtype=np.int64)
+    gathered, picked = check(fd, [x, small, labels])
+    np.testing.assert_array_equal(gathered, np.take_along_axis(x[:3], small, 1))
+    np.testing.assert_array_equal(picked, -np.take_along_axis(x, labels, 1))
+
+
+@pytest.mark.parametrize("bad", [-1, 6, 1 << 40])
+def test_a_position_outside_its_axis_is_an_input_error(bad: int) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        idx = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(fd.ops.exp(x), idx, 1))
+    idx = np.array([0, bad, 2], dtype=np.int64)
+    with pytest.raises(InputError, match=rf"holds {bad}, outside axis 1 of \w+ \(size 6\)"):
+        fd.execute([rand((3, 6)), idx])
+    check(fd, [rand((3, 6)), np.array([0, 5], dtype=np.int64)])  # still runs
+
+
+def test_an_index_larger_than_the_tensor_is_an_input_error() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        idx = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.gather(x, idx, 0))
+    with pytest.raises(InputError, match="axis 1 of the index T1 has size 5, more than T0's 4"):
+        fd.execute([rand((3, 4)), np.zeros((2, 5), dtype=np.int64)])
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_indexing_on_the_gpu() -> None:
+    """Between kernels on the GPU, with torch tensors: right, and a position outside its
+    axis an InputError that leaves the CUDA context working."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        idx = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        labels = fd.define_tensor(shape=[-1, 1], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(x, idx, 0))
+        fd.add_output(fd.ops.take_along_axis(fd.ops.exp(x), labels, 1))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn((1000, 300), device="cuda", generator=gen).to(torch.bfloat16)
+    idx = torch.randint(0, 1000, (4096,), device="cuda", generator=gen)
+    labels = torch.randint(0, 300, (1000, 1), device="cuda", generator=gen)
+    inputs = [x, idx, labels]
+    assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+    with pytest.raises(InputError, match="outside axis 0"):
+        fd.execute([x, torch.full((3,), 1000, device="cuda"), labels])
+    assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
