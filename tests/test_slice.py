@@ -234,6 +234,29 @@ def test_a_slice_of_element_wise_work_moves_onto_the_inputs() -> None:
     assert isinstance(program, KernelProgram) and program.scheduler is PW
 
 
+def test_a_slice_moves_through_permutes_and_broadcasts_onto_the_inputs() -> None:
+    """slice(permute(x) * broadcast(b)): the bounds follow the axes through the permute (x
+    sliced on its own axes) and past the broadcast (b sliced on the axis it has), and one
+    kernel reads both in place (a qkv-style permute before a rotary slice)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        moved = fd.ops.permute(x, [2, 0, 1])
+        scaled = fd.ops.mul(moved, fd.ops.broadcast(b, [True, True, False]))
+        fd.add_output(fd.ops.slice(scaled, [1, 0, 2], [4, 3, 9], [1, 1, 2]))
+    canonical = canonical_fusion(fd.fusion)
+    slices = {e.inputs[0]: e for e in canonical.exprs if isinstance(e, SliceOp)}
+    assert set(slices) == set(canonical.inputs)
+    x_slice = slices[canonical.inputs[0]]  # x's axes are the permuted value's 1, 2, 0
+    assert [v.value for v in x_slice.starts] == [0, 2, 1] and x_slice.steps == (1, 2, 1)
+    x, b = rand((3, 10, 5)), rand((10,), 1)
+    (out,) = check(fd, [x, b])
+    want = (np.transpose(x, (2, 0, 1)) * b)[1:4, 0:3, 2:9:2]
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and len(program.launches) == 1
+
+
 def test_a_slice_of_a_reduction_runs_as_indexing_between_kernels() -> None:
     """A sum's rows cannot be sliced before it is taken: the slice is the framework's
     indexing between the reduction and the kernel after it, and the result is right."""

@@ -27,10 +27,11 @@ cheaper form differs on some special value, the rule guards it or does not apply
   (Hugging Face attention's reshape(scores + mask) to [batch * heads, s, s]). A reshape that
   makes an output stays where it is (an output's reshape is always a view of the output, an
   input's only where the input's strides allow);
-* slice(f(x, y, ...)) -> f(slice(x), slice(y), ...) for fusion inputs x, y, ... of the sliced
-  value's rank and element-wise ops f between them: f acts on every element alone, so it
-  commutes with keeping some of them. An operand broadcast along an axis keeps that axis
-  whole (its one value stands for every element), so the rule applies only where the
+* slice(f(x, y, ...)) -> f(slice(x), slice(y), ...) for fusion inputs x, y, ... and
+  element-wise ops, permutes and broadcasts f between them: each acts on every element
+  alone (or moves it), so it commutes with keeping some of them, the slice's bounds
+  following each axis through the permutes. An operand broadcast along an axis keeps that
+  axis whole (its one value stands for every element), so the rule applies only where the
   slice keeps the element of every axis the value itself is broadcast along. The slices
   then read the inputs themselves, each a view of its input's layout (a moved pointer),
   folded into the kernel's operands (kfuse.schedule.boundary_views) instead of a copy of
@@ -50,8 +51,18 @@ import math
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReshapeOp, SliceOp, TernaryOp, UnaryOp
-from kfuse.ir.values import Axis, Scalar, TensorView, Val
+from kfuse.ir.exprs import (
+    BinaryOp,
+    BroadcastOp,
+    CastOp,
+    Expr,
+    PermuteOp,
+    ReshapeOp,
+    SliceOp,
+    TernaryOp,
+    UnaryOp,
+)
+from kfuse.ir.values import Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
     DataType.Bool: frozenset(DataType) - {DataType.Bool},
@@ -190,13 +201,11 @@ def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Va
 _ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
 
 
-def _elementwise_from_inputs(
-    v: Val, broadcast_ok: bool = False
-) -> tuple[list[Expr], list[TensorView]] | None:
+def _elementwise_from_inputs(v: Val) -> tuple[list[Expr], list[TensorView]] | None:
     """(the element-wise exprs computing `v` from fusion inputs, each after those it reads,
     `v`'s own last; those inputs), when every tensor along the way has `v`'s rank and no
-    broadcast axis (so all have one shape; with `broadcast_ok`, broadcast axes are allowed);
-    None when `v` is an input itself or computed otherwise."""
+    broadcast axis (so all have one shape); None when `v` is an input itself or computed
+    otherwise."""
     assert isinstance(v, TensorView)
     rank = v.ndim
     exprs: list[Expr] = []
@@ -207,7 +216,7 @@ def _elementwise_from_inputs(
         if not isinstance(u, TensorView) or id(u) in seen:
             return True
         seen.add(id(u))
-        if u.ndim != rank or (not broadcast_ok and any(ax.is_broadcast for ax in u.axes)):
+        if u.ndim != rank or any(ax.is_broadcast for ax in u.axes):
             return False
         if u.is_input:
             leaves.append(u)
@@ -252,44 +261,62 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
     assert isinstance(value, TensorView) and isinstance(out, TensorView)
     if any(ax.is_broadcast and not kept.is_broadcast for ax, kept in zip(value.axes, out.axes)):
         return None  # the slice empties an axis the value is broadcast along
-    found = _elementwise_from_inputs(value, broadcast_ok=True)
-    if found is None:
+    if value.is_input or not _movable(value):
         return None
-    exprs, leaves = found
-
-    def sliced_axes(u: TensorView) -> tuple[Axis, ...]:
-        return tuple(ax if ax.is_broadcast else o for ax, o in zip(u.axes, out.axes))
-
-    sliced: dict[int, Val] = {}
     starts = tuple(ctx.val(v) for v in expr.starts)
     stops = tuple(ctx.val(v) for v in expr.stops)
     zero, one = ctx.constant(0, DataType.Int), ctx.constant(1, DataType.Int)
-    for leaf in leaves:
-        if all(ax.is_broadcast for ax in leaf.axes):
-            continue  # one value, read as it is
-        # A broadcast axis of the leaf keeps its one element: [0, 1).
-        whole = [ax.is_broadcast for ax in leaf.axes]
-        lo_vals = tuple(zero if w else lo for w, lo in zip(whole, starts))
-        hi_vals = tuple(one if w else hi for w, hi in zip(whole, stops))
-        steps = tuple(1 if w else step for w, step in zip(whole, expr.steps))
-        scalars = tuple(dict.fromkeys(v for v in (*lo_vals, *hi_vals) if not v.is_constant))
-        (sliced[id(leaf)],) = ctx.emit(
-            SliceOp,
-            (leaf, *scalars),
-            {"starts": lo_vals, "stops": hi_vals, "steps": steps, "manual": expr.manual},
-            [ctx.new_val(leaf.dtype, sliced_axes(leaf))],
-        )
-    for k, e in enumerate(exprs):
-        operands = tuple(sliced.get(id(u), u) for u in e.inputs)
-        result = e.outputs[0]
-        assert isinstance(result, TensorView)
-        like = (
-            expr.outputs
-            if k == len(exprs) - 1
-            else [ctx.new_val(result.dtype, sliced_axes(result))]
-        )
-        (sliced[id(result)],) = ctx.emit(type(e), operands, e.attributes(), like)
-    return (sliced[id(value)],)
+    done: dict[tuple, Val] = {}
+
+    def sliced(u: Val, axis_map: tuple[int, ...]) -> Val:
+        """u with the slice taken; axis_map[j] is the sliced value's axis that u's axis j
+        becomes (u's broadcast axes keep their one element)."""
+        if not isinstance(u, TensorView):
+            return u
+        key = (id(u), axis_map)
+        if key in done:
+            return done[key]
+        axes = tuple(ax if ax.is_broadcast else out.axes[m] for ax, m in zip(u.axes, axis_map))
+        like = expr.outputs if u is value else [ctx.new_val(u.dtype, axes)]
+        e = u.definition
+        if u.is_input:
+            if all(ax.is_broadcast for ax in u.axes):
+                return u  # one value, read as it is
+            whole = [ax.is_broadcast for ax in u.axes]
+            lo = tuple(zero if w else starts[m] for w, m in zip(whole, axis_map))
+            hi = tuple(one if w else stops[m] for w, m in zip(whole, axis_map))
+            steps = tuple(1 if w else expr.steps[m] for w, m in zip(whole, axis_map))
+            scalars = tuple(dict.fromkeys(v for v in (*lo, *hi) if not v.is_constant))
+            attrs = {"starts": lo, "stops": hi, "steps": steps, "manual": expr.manual}
+            (result,) = ctx.emit(SliceOp, (u, *scalars), attrs, like)
+        elif isinstance(e, PermuteOp):
+            source_map = [0] * len(e.perm)
+            for i, src in enumerate(e.perm):
+                source_map[src] = axis_map[i]
+            moved = sliced(e.inputs[0], tuple(source_map))
+            (result,) = ctx.emit(PermuteOp, (moved,), e.attributes(), like)
+        elif isinstance(e, BroadcastOp):
+            kept = tuple(m for m, new in zip(axis_map, e.is_new_axis) if not new)
+            (result,) = ctx.emit(BroadcastOp, (sliced(e.inputs[0], kept),), e.attributes(), like)
+        else:
+            assert isinstance(e, _ELEMENTWISE)
+            operands = tuple(sliced(w, axis_map) for w in e.inputs)
+            (result,) = ctx.emit(type(e), operands, e.attributes(), like)
+        done[key] = result
+        return result
+
+    return (sliced(value, tuple(range(value.ndim))),)
+
+
+def _movable(u: Val) -> bool:
+    """Whether a slice of u can be taken of the fusion inputs it is computed from: through
+    element-wise ops, permutes and broadcasts only."""
+    if not isinstance(u, TensorView) or u.is_input:
+        return True
+    e = u.definition
+    if isinstance(e, (PermuteOp, BroadcastOp)):
+        return _movable(e.inputs[0])
+    return isinstance(e, _ELEMENTWISE) and all(_movable(w) for w in e.inputs)
 
 
 def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
