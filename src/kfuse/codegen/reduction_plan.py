@@ -137,18 +137,7 @@ def plan_reductions(fusion: Fusion, fold_softmax: bool = False) -> ReductionPlan
                 f"fusion has a reshape ({e.outputs[0].name}), which reduction "
                 "kernels do not generate"
             )
-    first = reds[0]
-    ref = first.inputs[0]
-    assert isinstance(ref, TensorView)
-    rank, dims = ref.ndim, tuple(first.dims)
-    for r in reds[1:]:
-        r_rank = cast(TensorView, r.inputs[0]).ndim
-        if r_rank != rank or tuple(r.dims) != dims:
-            raise PlanError(
-                f"reductions over different axes: {_describe(first)} reduces axes "
-                f"{list(dims)} of a rank-{rank} tensor, {_describe(r)} reduces "
-                f"{list(r.dims)} of a rank-{r_rank} tensor"
-            )
+    ref, rank, dims = _common_reduction_axes(reds)
     kept = tuple(i for i in range(rank) if i not in dims)
     red_outs = {o for r in reds for o in r.outputs}
     dependent = _check_dependent_exprs(fusion, red_outs, rank, dims)
@@ -158,24 +147,7 @@ def plan_reductions(fusion: Fusion, fold_softmax: bool = False) -> ReductionPlan
     # A folded sum's input reads its max, but the accumulator reads only the max's input.
     dependent_inputs = any(r.inputs[0] in dependent for r in accumulated)
 
-    output_views = []
-    loop_outputs, row_outputs = [], []
-    for k, out in enumerate(fusion.outputs):
-        view = positional_view(out, rank, kept)
-        output_views.append(view)
-        if any(view[i] in dims for i in range(len(view)) if view[i] is not None):
-            loop_outputs.append(k)
-        else:
-            # A row output is written once per row, so it must have every kept axis; a
-            # smaller one (a broadcast input passed through, say) is another segment's.
-            spanned = {a for a in view if a is not None}
-            needed = {a for a in kept if not ref.axes[a].is_broadcast}
-            if not needed <= spanned <= set(kept):
-                raise PlanError(
-                    f"output {out.name} does not span the kept axes of the "
-                    "reduction; it is computed in a segment of its own"
-                )
-            row_outputs.append(k)
+    output_views, loop_outputs, row_outputs = _place_outputs(fusion, ref, dims, kept)
     stages = tuple(
         map_to_domain(
             [(r.inputs[0], positional_view(cast(TensorView, r.inputs[0]), rank, kept))],
@@ -210,6 +182,53 @@ def plan_reductions(fusion: Fusion, fold_softmax: bool = False) -> ReductionPlan
         tuple(row_outputs),
         dependent_inputs,
     )
+
+
+def _common_reduction_axes(
+    reds: tuple[Expr, ...],
+) -> tuple[TensorView, int, tuple[int, ...]]:
+    """(the first reduction's input, its rank, the reduced axes), which every reduction
+    must share: a PlanError names two that differ."""
+    first = reds[0]
+    ref = first.inputs[0]
+    assert isinstance(ref, TensorView)
+    rank, dims = ref.ndim, tuple(first.dims)  # type: ignore[attr-defined]
+    for r in reds[1:]:
+        r_rank = cast(TensorView, r.inputs[0]).ndim
+        if r_rank != rank or tuple(r.dims) != dims:  # type: ignore[attr-defined]
+            raise PlanError(
+                f"reductions over different axes: {_describe(first)} reduces axes "
+                f"{list(dims)} of a rank-{rank} tensor, {_describe(r)} reduces "
+                f"{list(r.dims)} of a rank-{r_rank} tensor"  # type: ignore[attr-defined]
+            )
+    return ref, rank, dims
+
+
+def _place_outputs(
+    fusion: Fusion, ref: TensorView, dims: tuple[int, ...], kept: tuple[int, ...]
+) -> tuple[list[View], list[int], list[int]]:
+    """(each output's view of the reduction domain, the outputs of the reduced domain's
+    shape (written from the loop), the outputs of the kept axes (written once per row))."""
+    rank = ref.ndim
+    output_views: list[View] = []
+    loop_outputs, row_outputs = [], []
+    for k, out in enumerate(fusion.outputs):
+        view = positional_view(out, rank, kept)  # type: ignore[arg-type]
+        output_views.append(view)
+        if any(view[i] in dims for i in range(len(view)) if view[i] is not None):
+            loop_outputs.append(k)
+            continue
+        # A row output is written once per row, so it must have every kept axis; a
+        # smaller one (a broadcast input passed through, say) is another segment's.
+        spanned = {a for a in view if a is not None}
+        needed = {a for a in kept if not ref.axes[a].is_broadcast}
+        if not needed <= spanned <= set(kept):
+            raise PlanError(
+                f"output {out.name} does not span the kept axes of the "
+                "reduction; it is computed in a segment of its own"
+            )
+        row_outputs.append(k)
+    return output_views, loop_outputs, row_outputs
 
 
 def _check_dependent_exprs(fusion: Fusion, red_outs: set, rank: int, dims: tuple[int, ...]) -> set:
