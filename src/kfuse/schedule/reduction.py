@@ -293,21 +293,52 @@ def _outer_heuristics(
     n_red, n_rows = layout.red_size, layout.n_rows
     n_in = layout.kept_sizes[-1]
     accs = accumulators(plan)
-    combine_bytes = max(a.size for a in accs)
-    vector = pick_vector(layout, layout.rank - 2, n_in)
     welford = any(a.welford for a in accs)
-    if welford:
-        vector = min(vector, WELFORD_OUTER_VECTOR)
-    elif n_red <= SHORT_OUTER_ROWS:
-        wide = pick_vector(layout, layout.rank - 2, n_in, max_bytes=32)
-        loaded = sum(u.val.dtype.itemsize for u in plan.loop_inputs)
-        if n_red * wide * loaded <= 4 * SHORT_OUTER_LOAD_WORDS:
-            vector = max(vector, wide)
+    vector = _outer_vector(layout, plan, welford)
 
     def columns(vector: int) -> int:
         """Column groups of `vector` kept elements a thread each."""
         return (n_rows // max(1, n_in)) * _cdiv(n_in, vector)
 
+    block_x, block_y, vector = _outer_block(
+        columns, vector, n_red, welford, max(a.size for a in accs), device
+    )
+    unroll = max(1, min(8, _cdiv(n_red, block_y)))
+    grid_x = max(1, min(MAX_GRID_X, _cdiv(columns(vector), block_x)))
+    threads = block_x * block_y
+    per_sm = outer_welford_blocks_per_sm(plan, vector, unroll, threads, device.max_threads_per_sm)
+    target = _target_blocks(device, threads) if per_sm is None else device.sm_count * per_sm
+    parts = 1
+    if grid_x * 2 < target:
+        plain = all(not a.struct for a in accs)
+        parts = _outer_grid_split(grid_x, target, per_sm, n_red, block_y * unroll, plain, device)
+    params.fastest_dim_reduction = False
+    params.vectorize_iter = vector
+    params.unroll_reduction = unroll
+    params.block_x, params.block_y = block_x, block_y
+    params.grid_x, params.grid_y = grid_x, parts
+
+
+def _outer_vector(layout: ReductionLayout, plan: ReductionPlan, welford: bool) -> int:
+    """Kept elements a thread takes as one vector: 16-byte accesses (Welford's capped at
+    WELFORD_OUTER_VECTOR), 32 bytes for short reduced axes whose loads stay few."""
+    n_in = layout.kept_sizes[-1]
+    vector = pick_vector(layout, layout.rank - 2, n_in)
+    if welford:
+        return min(vector, WELFORD_OUTER_VECTOR)
+    if layout.red_size <= SHORT_OUTER_ROWS:
+        wide = pick_vector(layout, layout.rank - 2, n_in, max_bytes=32)
+        loaded = sum(u.val.dtype.itemsize for u in plan.loop_inputs)
+        if layout.red_size * wide * loaded <= 4 * SHORT_OUTER_LOAD_WORDS:
+            vector = max(vector, wide)
+    return vector
+
+
+def _outer_block(
+    columns: Any, vector: int, n_red: int, welford: bool, combine_bytes: int, device: Any
+) -> tuple[int, int, int]:
+    """(block_x, block_y, vector): threads along the column groups and along the reduced
+    axis, and the vector narrowed where the block combine would not fit."""
     cols = columns(vector)
     # 256-thread blocks, each thread loading 8 reduced rows before it adds them, and the
     # reduced axis split over about two waves of blocks: on an H200, W3 (fp32 [16384, 16384],
@@ -329,50 +360,48 @@ def _outer_heuristics(
             vector //= 2
         else:
             block_x //= 2
-    cols = columns(vector)  # at the vector kept
-    unroll = max(1, min(8, _cdiv(n_red, block_y)))
-    grid_x = max(1, min(MAX_GRID_X, _cdiv(cols, block_x)))
-    parts = 1
-    threads = block_x * block_y
-    per_sm = outer_welford_blocks_per_sm(plan, vector, unroll, threads, device.max_threads_per_sm)
-    target = _target_blocks(device, threads) if per_sm is None else device.sm_count * per_sm
-    if grid_x * 2 < target:
-        # Split the reduced axis over more blocks, keeping >= 8 loads in each thread's loop;
-        # but give every SM a block where the axis allows, down to one batch of loads a
-        # thread: a norm over dim 0 of bf16 [8000, 64] got 4 blocks (its statistics kernel
-        # took 47.7 us on an H200; 30.4 us in 32 blocks). Splitting finer everywhere was
-        # slower for larger reductions (89a6506).
+    return block_x, block_y, vector
 
-        def split(batches: int) -> int:
-            """Blocks along the reduced axis leaving each thread `batches` batches of loads."""
-            waves = max(1, OUTER_WAVES * target // grid_x)
-            return max(1, min(waves, _cdiv(n_red, block_y * unroll * batches), MAX_GRID_Y))
 
-        parts = split(8)
-        if all(not a.struct for a in accs) and grid_x * parts < OUTER_MIN_BLOCKS_PER_SM * (
-            device.sm_count
-        ):
-            # Fewer than two blocks an SM: down to 4 batches of loads a thread. On an H200 a
-            # channels-last batch norm backward's statistics over [256, 7, 7, 2048] bf16 (8 x
-            # 25 blocks) took 37.2 us, 27.9 in 8 x 49; a softmax backward's over dim 0 of
-            # [32768, 1024] 39.6 us in 4 x 64, 34.0 in 4 x 128. With 392 blocks (a batch norm
-            # backward over [64, 56, 56, 256]) twice the blocks were slower (51.1 -> 53.9 us),
-            # and so was the online softmax statistics of [32768, 1024] (23.6 -> 27.5 us in 4
-            # x 128: more arithmetic a load), so only plain sums, products, max and min.
-            parts = split(4)
-        parts = max(
-            parts, min(_cdiv(device.sm_count, grid_x), _cdiv(n_red, block_y * unroll), MAX_GRID_Y)
-        )
-        if per_sm is not None and grid_x * parts > target:
-            # Whole waves of the blocks the launch bound guarantees: 392 blocks of a batch
-            # norm's statistics over 264 places ran as a wave and a second, half-empty one
-            # (every block has the same rows to take, so the second took as long).
-            parts = max(1, grid_x * parts // target * target // grid_x)
-    params.fastest_dim_reduction = False
-    params.vectorize_iter = vector
-    params.unroll_reduction = unroll
-    params.block_x, params.block_y = block_x, block_y
-    params.grid_x, params.grid_y = grid_x, parts
+def _outer_grid_split(
+    grid_x: int,
+    target: int,
+    per_sm: int | None,
+    n_red: int,
+    rows_a_batch: int,
+    plain: bool,
+    device: Any,
+) -> int:
+    """Blocks along the reduced axis (grid_y) where the column groups give fewer than half
+    of `target` blocks: each thread keeps >= 8 batches of `rows_a_batch` rows of loads in
+    its loop, but every SM gets a block where the axis allows, down to one batch (`plain`
+    reductions, no struct accumulator: down to 4 batches below OUTER_MIN_BLOCKS_PER_SM
+    blocks an SM). A norm over dim 0 of bf16 [8000, 64] got 4 blocks (its statistics kernel
+    took 47.7 us on an H200; 30.4 us in 32 blocks). Splitting finer everywhere was slower
+    for larger reductions (89a6506)."""
+
+    def split(batches: int) -> int:
+        """Blocks along the reduced axis leaving each thread `batches` batches of loads."""
+        waves = max(1, OUTER_WAVES * target // grid_x)
+        return max(1, min(waves, _cdiv(n_red, rows_a_batch * batches), MAX_GRID_Y))
+
+    parts = split(8)
+    if plain and grid_x * parts < OUTER_MIN_BLOCKS_PER_SM * device.sm_count:
+        # Fewer than two blocks an SM: down to 4 batches of loads a thread. On an H200 a
+        # channels-last batch norm backward's statistics over [256, 7, 7, 2048] bf16 (8 x
+        # 25 blocks) took 37.2 us, 27.9 in 8 x 49; a softmax backward's over dim 0 of
+        # [32768, 1024] 39.6 us in 4 x 64, 34.0 in 4 x 128. With 392 blocks (a batch norm
+        # backward over [64, 56, 56, 256]) twice the blocks were slower (51.1 -> 53.9 us),
+        # and so was the online softmax statistics of [32768, 1024] (23.6 -> 27.5 us in 4
+        # x 128: more arithmetic a load), so only plain sums, products, max and min.
+        parts = split(4)
+    parts = max(parts, min(_cdiv(device.sm_count, grid_x), _cdiv(n_red, rows_a_batch), MAX_GRID_Y))
+    if per_sm is not None and grid_x * parts > target:
+        # Whole waves of the blocks the launch bound guarantees: 392 blocks of a batch
+        # norm's statistics over 264 places ran as a wave and a second, half-empty one
+        # (every block has the same rows to take, so the second took as long).
+        parts = max(1, grid_x * parts // target * target // grid_x)
+    return parts
 
 
 def fill_launch_params(params: Any, plan: ReductionPlan) -> None:
