@@ -297,23 +297,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     if prefetched:  # whether this thread's slots of its row were copied by the last row
         code("bool kf_prefetched = false;")
     with row_loop(code, by, "threadIdx.y", block, blocks, spec.rows_whole):
-        ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
-        summed = column_partials.accumulated(spec)
-        ops += [f"out{k}" for k in plan.loop_outputs if k not in summed]
-        code(*[f"Index base_{op} = 0;" for op in ops])
-        with code.block("if (row_ok)"):
-            code.extend(decompose("row", kept, ops, code.indent))
-        code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
-        if prefetched:
-            nexts = [f"in{i}" for i in prefetched]
-            code(
-                f"const bool next_ok = row + (Index){blocks} * {by} < n_rows;",
-                *[f"Index next_{op} = 0;" for op in nexts],
-            )
-            with code.block("if (next_ok)"):
-                code.extend(
-                    decompose(f"(row + (Index){blocks} * {by})", kept, nexts, code.indent, "next_")
-                )
+        _row_offsets(code, plan, spec, prefetched, blocks)
         # No L2 prefetch of the next row here (prefetch.global.L2 before this row's
         # reductions, from bb6bfaa to session 34): measured on an H200 it cost the backward
         # norms of [32768, 1024] bf16 a third (RMS norm 62.3 -> 95.1 us, layer norm 70.8 ->
@@ -336,6 +320,31 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     if cluster > 1:  # no block may exit while another still reads its shared memory
         code("kf::cluster_sync();")
     return code.kernel_source(), name
+
+
+def _row_offsets(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, prefetched: list[int], blocks: str
+) -> None:
+    """Each operand's offset of this thread's row and its step along the row; with
+    prefetched inputs, their offsets of the block's next row too (next_ok: there is one)."""
+    rank, by, kept = spec.rank, spec.block_y, range(spec.rank - 1)
+    ops = [f"in{i}" for i in range(len(plan.loop_inputs))]
+    summed = column_partials.accumulated(spec)
+    ops += [f"out{k}" for k in plan.loop_outputs if k not in summed]
+    code(*[f"Index base_{op} = 0;" for op in ops])
+    with code.block("if (row_ok)"):
+        code.extend(decompose("row", kept, ops, code.indent))
+    code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in ops])
+    if prefetched:
+        nexts = [f"in{i}" for i in prefetched]
+        code(
+            f"const bool next_ok = row + (Index){blocks} * {by} < n_rows;",
+            *[f"Index next_{op} = 0;" for op in nexts],
+        )
+        with code.block("if (next_ok)"):
+            code.extend(
+                decompose(f"(row + (Index){blocks} * {by})", kept, nexts, code.indent, "next_")
+            )
 
 
 def _shared_memory(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> None:
