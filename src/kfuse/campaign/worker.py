@@ -252,19 +252,7 @@ def run_round(spec: Round) -> RoundResult:
             state["examples"] += 1
             _report("example", example.kind, outcome_of(exc), phases, sorted(reached))
         if exc is not None:
-            if state["failed_at"] is None:
-                state["failed_at"] = time.monotonic()
-                state["first"] = (example, exc, where)
-            state["last"] = (example, exc, where)
-            faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
-            try:  # a GPU gone from the bus may hang the check: the watchdog ends that too
-                gpu_failed = _gpu_fails_after(exc)
-            finally:
-                faulthandler.cancel_dump_traceback_later()
-            if gpu_failed:
-                # This example is the failure, unshrunk: nothing after it ran on a sound GPU.
-                state["first"] = state["last"]
-                state["gpu_failed"] = True
+            _note_failure(spec, state, log, (example, exc, where))
             raise exc
 
     failures = []
@@ -284,6 +272,24 @@ def run_round(spec: Round) -> RoundResult:
     return RoundResult(
         spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
     )
+
+
+def _note_failure(spec: Round, state: dict[str, Any], log: Any, failure: tuple) -> None:
+    """Record a failing example (example, exception, where) as the round's first (if it is)
+    and last, and whether its GPU fails from now on (then it is the failure, unshrunk)."""
+    if state["failed_at"] is None:
+        state["failed_at"] = time.monotonic()
+        state["first"] = failure
+    state["last"] = failure
+    faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
+    try:  # a GPU gone from the bus may hang the check: the watchdog ends that too
+        gpu_failed = _gpu_fails_after(failure[1])
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    if gpu_failed:
+        # This example is the failure, unshrunk: nothing after it ran on a sound GPU.
+        state["first"] = state["last"]
+        state["gpu_failed"] = True
 
 
 def _remove_in_flight(out: Path) -> None:
