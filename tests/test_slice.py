@@ -257,6 +257,44 @@ def test_a_slice_moves_through_permutes_and_broadcasts_onto_the_inputs() -> None
     assert isinstance(program, KernelProgram) and len(program.launches) == 1
 
 
+def test_a_reshaped_slice_of_an_input_is_read_in_place_too() -> None:
+    """Attention's split of a fused qkv projection: the k part of [b, s, 3 * h * d], reshaped
+    to [b, s, h, d] heads, then scaled; the slice and the reshape of it are one view."""
+    b, s, h, d = 2, 5, 3, 8
+    with FusionDefinition() as fd:
+        qkv = fd.define_tensor(shape=[b, s, 3 * h * d], dtype=DataType.Float)
+        k = fd.ops.slice(qkv, [0, 0, h * d], [b, s, 2 * h * d])
+        heads = fd.ops.reshape(k, [b, s, h, d])
+        fd.add_output(fd.ops.mul(fd.ops.permute(heads, [0, 2, 1, 3]), 0.125))
+    qkv = rand((b, s, 3 * h * d))
+    (out,) = check(fd, [qkv])
+    want = qkv[:, :, h * d : 2 * h * d].reshape(b, s, h, d).transpose(0, 2, 1, 3) * 0.125
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and program.folded == ("T1", "T2")
+
+
+def test_select_takes_one_position_and_drops_its_axis() -> None:
+    """nvFuser's select: a slice of one element reshaped without its axis, so a select of
+    an input is read in place; the position, from a scalar input, checked per call."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        i = fd.define_scalar(None, dtype=DataType.Int)
+        picked = fd.ops.select(x, i, 1)
+        assert picked.ndim == 2
+        fd.add_output(fd.ops.exp(picked))
+        fd.add_output(fd.ops.select(fd.ops.select(x, 0, 0), 2, 0))  # rank 3 -> 1
+        with pytest.raises(DefinitionError, match="the index is -1"):
+            fd.ops.select(x, -1, 0)
+    x = rand((3, 4, 5))
+    for at in (0, 3):
+        picked, row = check(fd, [x, at])
+        np.testing.assert_allclose(picked, np.exp(x[:, at, :]), rtol=1e-6)
+        np.testing.assert_array_equal(row, x[0, 2, :])
+    with pytest.raises(InputError, match="axis 1 of size 4 was asked for \\[4, 5\\)"):
+        fd.execute([x, 4])
+
+
 def test_a_slice_of_a_reduction_runs_as_indexing_between_kernels() -> None:
     """A sum's rows cannot be sliced before it is taken: the slice is the framework's
     indexing between the reduction and the kernel after it, and the result is right."""

@@ -16,7 +16,7 @@ from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.index_ops import build_gather, build_index_select
 from kfuse.ir.ops import OPS
-from kfuse.ir.resize_ops import build_cat, build_pad, build_slice
+from kfuse.ir.resize_ops import build_cat, build_pad, build_select, build_slice
 from kfuse.ir.values import Scalar, TensorView, Val
 
 if TYPE_CHECKING:
@@ -147,6 +147,12 @@ class Ops:
         start must be >= 0 and a constant end >= a constant start."""
         self._fd.check_open("slice")
         return build_slice(self._b, arg, start_indices, end_indices, strides, manual_normalization)
+
+    def select(self, arg: Any, index: Any, dim: int) -> TensorView:
+        """arg at position `index` (an int or Int scalar, in [0, the axis' size)) of axis
+        `dim`, that axis removed."""
+        self._fd.check_open("select")
+        return build_select(self._b, arg, index, dim)
 
     def pad(self, arg: Any, pad_widths: Sequence[Any], value: Any = None) -> TensorView:
         """arg widened by pad_widths in torch.nn.functional.pad's order (the last axis'

@@ -82,6 +82,28 @@ def build_slice(
     return out
 
 
+def build_select(b: Any, x: Any, index: Any, dim: Any, op: str = "select") -> TensorView:
+    """fd.ops.select: `x` at position `index` (an int or Int Scalar, in [0, the axis' size),
+    checked when the fusion runs) of axis `dim`, that axis removed: a slice of one element
+    (manual_normalization) reshaped without it, so that a select of an input is read in
+    place as any slice is."""
+    v = b.tensor(x, op)
+    (d,) = b.dims(v, [as_index(dim, op, "dim")], op)
+    at = _bound(b, index, op, "index")
+    if at.is_constant and at.value < 0:
+        raise DefinitionError(f"{op}: the index is {at.value}; positions are >= 0")
+    sizes = [b.size(v, i) for i in range(v.ndim)]
+    starts = [at if i == d else 0 for i in range(v.ndim)]
+    stops = [b.pointwise("add", [at, 1]) if i == d else n for i, n in enumerate(sizes)]
+    one = build_slice(b, v, starts, stops, None, manual=True, op=op)
+    shape = [
+        1 if a.is_broadcast else a.extent if a.extent is not None else n
+        for i, (a, n) in enumerate(zip(v.axes, sizes))
+        if i != d
+    ]
+    return cast(TensorView, b.reshape(one, shape, op=op))
+
+
 def _bound(b: Any, e: Any, op: str, what: str) -> Scalar:
     """A slice bound as an Int Scalar: an int becomes a constant, an integer Scalar of this
     definition is taken as it is."""

@@ -116,8 +116,10 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
             continue
         src, dst = e.inputs[0], e.outputs[0]
         assert isinstance(src, TensorView) and isinstance(dst, TensorView)
-        if src in positions and dst not in outputs:
-            layout = _view_layout(info.layouts[src], info.shape(dst))
+        if (src in positions or src in in_views) and dst not in outputs:
+            # Of an input, or of a view folded already (a slice of an input, reshaped).
+            of = in_views[src] if src in in_views else info.layouts[src]  # type: ignore[index]
+            layout = _view_layout(of, info.shape(dst))
             if layout is not None:
                 in_views[dst] = layout
                 folded.add(e)
@@ -144,10 +146,7 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
     tensor_inputs += [v for v in in_views if v in read or v in new_outputs]
     scalars = [v for v in _ordered(kept) if isinstance(v, Scalar) and v not in produced]
     sub, origin = build_sub_fusion(kept, [*tensor_inputs, *scalars], new_outputs, fusion)
-    sources = [
-        v if v in positions else v.definition.inputs[0]  # type: ignore[union-attr]
-        for v in tensor_inputs
-    ]
+    sources = [_viewed_input(v, positions) for v in tensor_inputs]
     layouts = {
         new: (in_views[old] if old in in_views else info.layouts[old])  # type: ignore[index]
         for new, old in zip(sub.inputs, tensor_inputs)
@@ -221,6 +220,14 @@ def folded_call(folded: FoldedFusion, info: RuntimeInfo) -> RuntimeInfo:
         info.device_index,
         info.device,
     )
+
+
+def _viewed_input(v: Val, positions: dict) -> Val:
+    """The fusion input a folded view (a chain of slices and reshapes) reads, or v itself
+    where it is an input."""
+    while v not in positions:
+        v = v.definition.inputs[0]  # type: ignore[union-attr]
+    return v
 
 
 def _sliced_layout(e: SliceOp, info: RuntimeInfo) -> ArrayLayout:
