@@ -97,15 +97,22 @@ def indexed_shape(expr: IndexSelectOp | GatherOp, shapes: Any) -> tuple[int, ...
     return tuple(result)
 
 
+def op_name(expr: IndexSelectOp | GatherOp) -> str:
+    """The fd.ops name the expr was made by."""
+    if isinstance(expr, IndexSelectOp):
+        return "index_select"
+    return "take_along_axis" if expr.broadcast else "gather"
+
+
 def check_positions(expr: IndexSelectOp | GatherOp, index: Any, extent: int) -> None:
-    """InputError unless every position in `index` (an array) is in [0, extent)."""
+    """InputError unless every position in `index` (an array) is in [0, extent). It names
+    the op and axis, not Vals: it runs on a segment's values, whose Vals are the segment's."""
     outside = (index < 0) | (index >= extent)
     if bool(outside.any()):
         first = index[outside].reshape(-1)[0]
         raise InputError(
-            f"{type(expr).__name__[:-2]} to {expr.outputs[0].name}: the index "
-            f"{expr.inputs[1].name} holds {int(first)}, outside axis {expr.dim} of "
-            f"{expr.inputs[0].name} (size {extent}); positions are in [0, {extent})"
+            f"{op_name(expr)} along axis {expr.dim}: an index holds {int(first)}, outside "
+            f"the axis (size {extent}); positions are in [0, {extent})"
         )
 
 

@@ -27,6 +27,7 @@ from kfuse.ir.exprs import (
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.index_ops import op_name
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
@@ -88,11 +89,8 @@ def _call(expr: Expr) -> str:
     if isinstance(expr, PadOp):
         widths = [w for lo, hi in zip(expr.lows[::-1], expr.highs[::-1]) for w in (lo, hi)]
         return f"fd.ops.pad({a[0]}, pad_widths={_extent_list(tuple(widths))}, value={a[1]})"
-    if isinstance(expr, IndexSelectOp):
-        return f"fd.ops.index_select({a[0]}, {a[1]}, dim={expr.dim})"
-    if isinstance(expr, GatherOp):
-        name = "take_along_axis" if expr.broadcast else "gather"
-        return f"fd.ops.{name}({a[0]}, {a[1]}, dim={expr.dim})"
+    if isinstance(expr, (IndexSelectOp, GatherOp)):
+        return f"fd.ops.{op_name(expr)}({a[0]}, {a[1]}, dim={expr.dim})"
     if isinstance(expr, CatOp):
         return f"fd.ops.cat([{', '.join(a)}], dim={expr.dim})"
     if isinstance(expr, ReductionOp):
