@@ -137,3 +137,30 @@ def test_indexing_on_the_gpu() -> None:
     with pytest.raises(InputError, match="index_select along axis 0: an index holds 1000"):
         fd.execute([x, torch.full((3,), 1000, device="cuda"), labels])
     assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+
+
+def test_torch_tensors_take_the_same_paths_on_the_host() -> None:
+    """With CPU torch tensors (the emulator runs them), pad, cat, index_select and
+    take_along_axis run through torch's own calls, as they do on the GPU: the same values."""
+    torch = pytest.importorskip("torch")
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        idx = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        labels = fd.define_tensor(shape=[-1, 1], dtype=DataType.Int32)
+        joined = fd.ops.cat([fd.ops.cast(fd.ops.exp(a), DataType.BFloat16), b], dim=1)
+        fd.add_output(fd.ops.pad(joined, [3, -2, 1, 0], 0.5))
+        fd.add_output(fd.ops.index_select(a, idx, 0))
+        fd.add_output(fd.ops.take_along_axis(fd.ops.exp(a), labels, 1))
+        fd.add_output(fd.ops.slice(fd.ops.mul(a, 2.0), [1, 3], [20, 50], [2, 1]))
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn((30, 20), generator=gen).to(torch.bfloat16)
+    b = torch.randn((30, 7), generator=gen).to(torch.bfloat16)
+    idx = torch.randint(0, 30, (50,), generator=gen)
+    labels = torch.randint(0, 20, (30, 1), generator=gen, dtype=torch.int32)
+    inputs = [a, b, idx, labels]
+    out = check(fd, inputs)
+    assert all(isinstance(o, torch.Tensor) for o in out)
+    assert [tuple(o.shape) for o in out] == [(31, 28), (50, 20), (30, 1), (10, 17)]
+    with pytest.raises(InputError, match="index_select along axis 0: an index holds 30"):
+        fd.execute([a, b, torch.tensor([30]), labels])
