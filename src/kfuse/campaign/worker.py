@@ -194,15 +194,7 @@ def run_round(spec: Round) -> RoundResult:
     space = spec.space if _GPU is None else replace(spec.space, device=f"cuda:{_GPU}")
     inflight = f"inflight-{os.getpid()}"  # removed by _remove_in_flight
     log = open(spec.out / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - faulthandler's
-    state: dict[str, Any] = {
-        "examples": 0,
-        "shrink_runs": 0,
-        "failed_at": None,
-        "first": None,
-        "last": None,
-        "shrink_timed_out": False,
-        "gpu_failed": False,
-    }
+    state = _fresh_state()
     started = time.monotonic()
 
     @settings(
@@ -272,6 +264,20 @@ def run_round(spec: Round) -> RoundResult:
     return RoundResult(
         spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
     )
+
+
+def _fresh_state() -> dict[str, Any]:
+    """A round's running state: examples and shrink runs counted, when it first failed, its
+    first and last failures (example, exception, where), and how it ended."""
+    return {
+        "examples": 0,
+        "shrink_runs": 0,
+        "failed_at": None,
+        "first": None,
+        "last": None,
+        "shrink_timed_out": False,
+        "gpu_failed": False,
+    }
 
 
 def _note_failure(spec: Round, state: dict[str, Any], log: Any, failure: tuple) -> None:

@@ -116,27 +116,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         shapes[out] = tuple(p[0] for p in pairs)
         origins[out] = [p[1] for p in pairs]
     elif isinstance(expr, ExpandOp):
-        new_shape, new_orig = list(shape), list(orig)
-        for i, ext in enumerate(expr.extents):
-            if ext is None:
-                continue
-            n = _value(ext, shapes)
-            if n is None or int(n) < 0:
-                raise InputError(
-                    f"{out.name} = expand(...): extent {ext.name} of axis {i} is {n}, not a size"
-                )
-            if not cast(TensorView, tv).axes[i].is_broadcast:
-                # Only broadcast axes expand; the size asked of any other must be its size.
-                if int(n) != shape[i]:
-                    asked = str(int(n)) if ext.is_constant else f"{_named(ext)} = {int(n)}"
-                    raise InputError(
-                        f"{out.name} = expand({tv.name}, ...): {orig[i].text} has "
-                        f"size {shape[i]}, but axis {i} was asked to be {asked}"
-                    )
-                continue
-            new_shape[i] = int(n)
-            new_orig[i] = _Origin(f"expand extent {ext} of {out.name} axis {i}")
-        shapes[out], origins[out] = tuple(new_shape), new_orig
+        shapes[out], origins[out] = _expand(expr, shape, orig, shapes)
     elif isinstance(expr, SqueezeOp):
         keep = [i for i in range(len(shape)) if i not in expr.dims]
         shapes[out] = tuple(shape[i] for i in keep)
@@ -178,6 +158,35 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
     else:  # pragma: no cover - every Expr class is handled above
         raise InputError(f"shape inference does not know {type(expr).__name__}")
+
+
+def _expand(
+    expr: ExpandOp, shape: tuple[int, ...], orig: list[_Origin], shapes: dict[Val, Any]
+) -> tuple[tuple[int, ...], list[_Origin]]:
+    """An expand's shape: each broadcast axis given an extent takes it; any other axis must
+    be asked for its own size."""
+    out, tv = expr.outputs[0], expr.inputs[0]
+    new_shape, new_orig = list(shape), list(orig)
+    for i, ext in enumerate(expr.extents):
+        if ext is None:
+            continue
+        n = _value(ext, shapes)
+        if n is None or int(n) < 0:
+            raise InputError(
+                f"{out.name} = expand(...): extent {ext.name} of axis {i} is {n}, not a size"
+            )
+        if not cast(TensorView, tv).axes[i].is_broadcast:
+            # Only broadcast axes expand; the size asked of any other must be its size.
+            if int(n) != shape[i]:
+                asked = str(int(n)) if ext.is_constant else f"{_named(ext)} = {int(n)}"
+                raise InputError(
+                    f"{out.name} = expand({tv.name}, ...): {orig[i].text} has "
+                    f"size {shape[i]}, but axis {i} was asked to be {asked}"
+                )
+            continue
+        new_shape[i] = int(n)
+        new_orig[i] = _Origin(f"expand extent {ext} of {out.name} axis {i}")
+    return tuple(new_shape), new_orig
 
 
 def _pointwise(
