@@ -21,7 +21,9 @@ from models import measure, registry  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", choices=sorted(c.name for c in registry.CASES))
+    parser.add_argument(
+        "case", choices=sorted(c.name for c in [*registry.CASES, *registry.PROBE_CASES])
+    )
     parser.add_argument("--peer", choices=["kfuse", "tc"], default="kfuse")
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--size", default="", help="e.g. 32768x1024 (default: the quick size)")

@@ -80,7 +80,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from models import registry
 
-    is_case = ":" in args.workload or any(c.name == args.workload for c in registry.CASES)
+    cases = [*registry.CASES, *registry.PROBE_CASES]
+    is_case = ":" in args.workload or any(c.name == args.workload for c in cases)
     if is_case:
         fd, call, eager, inputs = _model_case_call(torch, args.workload, args.dtype)
     else:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import re
 
-from models import attention, batchnorm, groupnorm, norms, pointwise, rope, softmax, transpose
+from models import (
+    attention,
+    batchnorm,
+    groupnorm,
+    norms,
+    pointwise,
+    resize,
+    rope,
+    softmax,
+    transpose,
+)
 from models.case import Case
 
 CASES: list[Case] = [
@@ -20,6 +30,10 @@ CASES: list[Case] = [
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
+PROBE_CASES: list[Case] = [*resize.PROBE_CASES]
+"""Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
+the suite: fusions of ops kfuse runs between kernels for now, measured to show the gap."""
+
 
 def select(pattern: str) -> list[Case]:
     """The cases whose family or name matches the regular expression (all for '')."""
@@ -31,9 +45,10 @@ def select(pattern: str) -> list[Case]:
 
 def case_and_shape(spec: str) -> tuple[Case, tuple[int, ...]]:
     """ "rmsnorm_fwd:8192x8192" -> (that case, (8192, 8192)); "rmsnorm_fwd" takes the case's
-    quick size. ValueError naming the case or size that is not one."""
+    quick size. The suite's cases and the PROBE_CASES. ValueError naming the case or size
+    that is not one."""
     name, _, size = spec.partition(":")
-    case = next((c for c in CASES if c.name == name), None)
+    case = next((c for c in [*CASES, *PROBE_CASES] if c.name == name), None)
     if case is None:
         raise ValueError(f"no model-suite case {name!r}")
     if not size:
