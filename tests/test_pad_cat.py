@@ -12,6 +12,7 @@ from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
+from kfuse.runtime.program import KernelProgram
 from kfuse.testing import assert_outputs_close
 
 
@@ -146,7 +147,7 @@ def test_cat_of_inputs_that_differ_off_its_axis_is_an_input_error() -> None:
 
 def test_rope_with_cat_as_nvfuser_writes_it() -> None:
     """The rotation of nvFuser's RoPE benchmark with cat: cat(-x2, x1) of the halves of the
-    last axis, times sin, plus x times cos."""
+    last axis, times sin, plus x times cos: one kernel."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
         cos = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
@@ -163,6 +164,10 @@ def test_rope_with_cat_as_nvfuser_writes_it() -> None:
     (out,) = check(fd, [x, cos, sin])
     rot = np.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
     np.testing.assert_allclose(out, x * cos + rot * sin, rtol=1e-5, atol=1e-6)
+    # The multiply and add move into the cat's parts (each reading its windows of x, cos and
+    # sin), and one kernel writes both parts into their halves of the output.
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and len(program.launches) == 1
 
 
 @pytest.mark.gpu
@@ -183,3 +188,24 @@ def test_pad_and_cat_on_the_gpu() -> None:
     for _ in range(3):
         inputs = [a, b]
         assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+
+
+def test_cats_that_no_one_kernel_writes_still_run_between_kernels() -> None:
+    """Parts of different sizes (two output shapes), a cat feeding a sum, and one beside a
+    reduction's result: each right, through segments and the framework's cat."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        joined = fd.ops.cat([fd.ops.exp(a), b], dim=1)
+        fd.add_output(fd.ops.mul(joined, 2.0))
+        fd.add_output(fd.ops.sum(joined, dims=[1]))
+        rows = fd.ops.broadcast(fd.ops.sum(a, dims=[1]), [False, True])
+        fd.add_output(fd.ops.add(fd.ops.cat([a, a], dim=0), fd.ops.cat([rows, rows], dim=0)))
+    a, b = rand((4, 5)), rand((4, 3), 1)
+    doubled, summed, shifted = check(fd, [a, b])
+    joined = np.concatenate([np.exp(a), b], axis=1)
+    np.testing.assert_allclose(doubled, 2 * joined, rtol=1e-6)
+    np.testing.assert_allclose(summed, joined.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(
+        shifted, np.concatenate([a, a]) + np.tile(a.sum(1, keepdims=True), (2, 1)), rtol=1e-5
+    )

@@ -54,8 +54,12 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     scheduler, reasons = _chosen(fusion, info, params, segment)
     if scheduler is None:
         folded = fold_boundary_views(fusion, info)
+        taker = None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
+        if folded is not None and folded.has_cats and not (taker and taker.generates_kernels):
+            # A cat's parts as outputs only where one kernel writes them all.
+            folded = fold_boundary_views(fusion, info, cats=False)
+            taker = None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
         if folded is not None:
-            taker, _ = choose_scheduler(folded.fusion, folded.info)
             if taker is None:
                 return _segmented(fusion, info, reasons, folded)
             if taker.generates_kernels:

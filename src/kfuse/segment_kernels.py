@@ -122,6 +122,7 @@ class _Merger:
             assert op.byte_offset == 0
             return self._value(plan.inputs[op.position], op.shape, op.strides)
         if isinstance(op, OutputOperand):
+            assert op.byte_offset == 0  # as for inputs: only unfold_operands sets one
             return self._value(plan.outputs[op.index], op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)

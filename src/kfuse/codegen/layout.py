@@ -10,6 +10,7 @@ part of a kernel's signature; the sizes themselves are run-time arguments.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 INT32_MAX = 2**31 - 1
 
@@ -59,6 +60,14 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     for i in range(len(shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * max(shape[i + 1], 1)
     return tuple(strides)
+
+
+def output_layout(info: Any, out: Any) -> tuple[tuple[int, ...], int]:
+    """(strides, byte offset) of output `out` of the call `info` describes: contiguous in an
+    allocation of its own, unless the call writes it into part of a larger array
+    (RuntimeInfo.output_views)."""
+    view = info.output_views.get(out)
+    return view if view is not None else (contiguous_strides(tuple(info.shape(out))), 0)
 
 
 def merge_axes(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from kfuse.codegen.domain import DomainMap, Use, View, map_to_domain
-from kfuse.codegen.layout import INT32_MAX, contiguous_strides, ref_strides
+from kfuse.codegen.layout import INT32_MAX, output_layout, ref_strides
 from kfuse.codegen.softmax_fold import fold_pairs, softmax_pairs
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -383,8 +383,8 @@ def reduction_layout(
     raw = [input_operand(u) for u in plan.loop_inputs]
     raw += [input_operand(u) for u in plan.epilogue.input_uses]
     for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):
-        ptr = 256 if output_ptrs is None else output_ptrs[k]
-        strides = contiguous_strides(tuple(info.shape(out)))  # type: ignore[attr-defined]
+        strides, offset = output_layout(info, out)
+        ptr = (256 if output_ptrs is None else output_ptrs[k]) + offset
         raw.append((ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
     kept_sizes, kept_strides = _merge(plan.kept_axes, ref_shape, [s for _, _, s in raw])
     n_loop, n_row = len(plan.loop_inputs), len(plan.epilogue.input_uses)

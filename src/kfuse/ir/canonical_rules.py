@@ -48,6 +48,7 @@ in Python, whose math.sqrt raises where C's returns NaN.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from kfuse.dtypes import DataType
@@ -55,14 +56,16 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     Expr,
     PermuteOp,
     ReshapeOp,
+    SizeOp,
     SliceOp,
     TernaryOp,
     UnaryOp,
 )
-from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
     DataType.Bool: frozenset(DataType) - {DataType.Bool},
@@ -90,6 +93,10 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return _div_by_power_of_two(ctx, expr, inputs)
     if isinstance(expr, UnaryOp) and expr.op == "reciprocal":
         return _reciprocal_sqrt(ctx, expr, inputs)
+    if isinstance(expr, _ELEMENTWISE):
+        pushed = _elementwise_of_cat(ctx, expr, inputs)
+        if pushed is not None:
+            return pushed
     is_output = any(o is expr.outputs[0] for o in ctx.original.outputs)
     if isinstance(expr, CastOp):
         done = _cast_of_widening(ctx, expr, inputs)
@@ -263,8 +270,31 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
         return None  # the slice empties an axis the value is broadcast along
     if value.is_input or not _movable(value):
         return None
-    starts = tuple(ctx.val(v) for v in expr.starts)
-    stops = tuple(ctx.val(v) for v in expr.stops)
+    bounds = _Bounds(
+        tuple(ctx.val(v) for v in expr.starts),
+        tuple(ctx.val(v) for v in expr.stops),
+        expr.steps,
+        expr.manual,
+        out.axes,
+    )
+    return (_moved_slice(ctx, value, bounds, expr.outputs),)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """A slice of a value being moved onto its inputs: per axis of the value its start,
+    stop and step, and the sliced value's axes."""
+
+    starts: tuple[Any, ...]  # Int Scalars
+    stops: tuple[Any, ...]
+    steps: tuple[int, ...]
+    manual: bool
+    axes: tuple[Axis, ...]
+
+
+def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val:
+    """`value` (_movable) sliced by `bounds`, the slices taken of the fusion inputs it is
+    computed from, the result defined as `like` (Vals to name it after)."""
     zero, one = ctx.constant(0, DataType.Int), ctx.constant(1, DataType.Int)
     done: dict[tuple, Val] = {}
 
@@ -276,36 +306,90 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
         key = (id(u), axis_map)
         if key in done:
             return done[key]
-        axes = tuple(ax if ax.is_broadcast else out.axes[m] for ax, m in zip(u.axes, axis_map))
-        like = expr.outputs if u is value else [ctx.new_val(u.dtype, axes)]
+        axes = tuple(ax if ax.is_broadcast else bounds.axes[m] for ax, m in zip(u.axes, axis_map))
+        made = like if u is value else [ctx.new_val(u.dtype, axes)]
         e = u.definition
         if u.is_input:
             if all(ax.is_broadcast for ax in u.axes):
                 return u  # one value, read as it is
             whole = [ax.is_broadcast for ax in u.axes]
-            lo = tuple(zero if w else starts[m] for w, m in zip(whole, axis_map))
-            hi = tuple(one if w else stops[m] for w, m in zip(whole, axis_map))
-            steps = tuple(1 if w else expr.steps[m] for w, m in zip(whole, axis_map))
+            lo = tuple(zero if w else bounds.starts[m] for w, m in zip(whole, axis_map))
+            hi = tuple(one if w else bounds.stops[m] for w, m in zip(whole, axis_map))
+            steps = tuple(1 if w else bounds.steps[m] for w, m in zip(whole, axis_map))
             scalars = tuple(dict.fromkeys(v for v in (*lo, *hi) if not v.is_constant))
-            attrs = {"starts": lo, "stops": hi, "steps": steps, "manual": expr.manual}
-            (result,) = ctx.emit(SliceOp, (u, *scalars), attrs, like)
+            attrs = {"starts": lo, "stops": hi, "steps": steps, "manual": bounds.manual}
+            (result,) = ctx.emit(SliceOp, (u, *scalars), attrs, made)
         elif isinstance(e, PermuteOp):
             source_map = [0] * len(e.perm)
             for i, src in enumerate(e.perm):
                 source_map[src] = axis_map[i]
             moved = sliced(e.inputs[0], tuple(source_map))
-            (result,) = ctx.emit(PermuteOp, (moved,), e.attributes(), like)
+            (result,) = ctx.emit(PermuteOp, (moved,), e.attributes(), made)
         elif isinstance(e, BroadcastOp):
             kept = tuple(m for m, new in zip(axis_map, e.is_new_axis) if not new)
-            (result,) = ctx.emit(BroadcastOp, (sliced(e.inputs[0], kept),), e.attributes(), like)
+            (result,) = ctx.emit(BroadcastOp, (sliced(e.inputs[0], kept),), e.attributes(), made)
         else:
             assert isinstance(e, _ELEMENTWISE)
             operands = tuple(sliced(w, axis_map) for w in e.inputs)
-            (result,) = ctx.emit(type(e), operands, e.attributes(), like)
+            (result,) = ctx.emit(type(e), operands, e.attributes(), made)
         done[key] = result
         return result
 
-    return (sliced(value, tuple(range(value.ndim))),)
+    return sliced(value, tuple(range(value.ndim)))
+
+
+WHOLE = 1 << 62
+"""The end of an axis a moved slice keeps whole: clamped to the axis' size."""
+
+
+def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    """f(cat(a, b), y) -> cat(f(a, y[window of a]), f(b, y[window of b])) along the cat's
+    axis, the other operands' windows sliced off their inputs (an operand broadcast along
+    that axis taken whole); None unless exactly one operand is a cat and the others are
+    _movable."""
+    tensors = [u for u in inputs if isinstance(u, TensorView)]
+    cats = [u for u in tensors if isinstance(u.definition, CatOp)]
+    if len(cats) != 1 or any(t is not cats[0] and not _movable(t) for t in tensors):
+        return None
+    joined = cats[0]
+    cat = joined.definition
+    assert isinstance(cat, CatOp)
+    d, out = cat.dim, expr.outputs[0]
+    assert isinstance(out, TensorView)
+    zero, whole = ctx.constant(0, DataType.Int), ctx.constant(WHOLE, DataType.Int)
+    start: Val = zero
+    parts: list[Val] = []
+    for part in cat.inputs:
+        assert isinstance(part, TensorView)
+        (size,) = ctx.emit(SizeOp, (part,), {"dim": d}, [ctx.new_val(DataType.Int, None)])
+        stop = size
+        if start is not zero:
+            (stop,) = ctx.emit(
+                BinaryOp, (start, size), {"op": "add"}, [ctx.new_val(DataType.Int, None)]
+            )
+        axes = tuple(part.axes[d] if i == d else a for i, a in enumerate(out.axes))
+        operands: list[Val] = []
+        for u in inputs:
+            if u is joined:
+                operands.append(part)
+            elif isinstance(u, TensorView) and not u.axes[d].is_broadcast:
+                window = tuple(part.axes[d] if i == d else a for i, a in enumerate(u.axes))
+                bounds = _Bounds(
+                    tuple(start if i == d else zero for i in range(u.ndim)),
+                    tuple(stop if i == d else whole for i in range(u.ndim)),
+                    (1,) * u.ndim,
+                    False,
+                    window,
+                )
+                operands.append(_moved_slice(ctx, u, bounds, [ctx.new_val(u.dtype, window)]))
+            else:
+                operands.append(u)
+        (value,) = ctx.emit(
+            type(expr), tuple(operands), expr.attributes(), [ctx.new_val(out.dtype, axes)]
+        )
+        parts.append(value)
+        start = stop
+    return ctx.emit(CatOp, tuple(parts), {"dim": d}, expr.outputs)
 
 
 def _movable(u: Val) -> bool:

@@ -45,7 +45,7 @@ def packed_launch(
         if isinstance(op, InputOperand):
             slots.append((p, "input", op.position, op.byte_offset))
         elif isinstance(op, OutputOperand):
-            slots.append((p, "output", op.index, 0))
+            slots.append((p, "output", op.index, op.byte_offset))
         elif isinstance(op, WorkspaceOperand):
             slots.append((p, "workspace", op.index, op.offset))
         elif program is not None and (k := program.slot(op.val)) is not None:

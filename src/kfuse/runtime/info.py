@@ -9,7 +9,7 @@ input, raised here, before anything is compiled or launched.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kfuse import knobs
@@ -35,6 +35,10 @@ class RuntimeInfo:
     backend: str  # CUDA or EMULATOR
     device_index: int  # CUDA ordinal; -1 for the emulator
     device: Any  # kfuse.runtime.device.DeviceDescription
+    # Outputs written into part of a larger array (a cat's parts, folded: kfuse.schedule.
+    # boundary_views): output -> (its strides, bytes from the array's start). Others are
+    # contiguous arrays of their own.
+    output_views: dict[TensorView, tuple[tuple[int, ...], int]] = field(default_factory=dict)
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         """The concrete shape of any TensorView of the fusion."""

@@ -30,11 +30,13 @@ class InputOperand:
 
 @dataclass(frozen=True)
 class OutputOperand:
-    """Output `index`'s data, seen through `shape`/`strides`."""
+    """Output `index`'s data from `byte_offset` bytes past its first element (a part of it
+    a kernel writes: a cat's), seen through `shape`/`strides`."""
 
     index: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    byte_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ class KernelLaunch:
                 ptr = input_ptrs[op.position] + op.byte_offset
                 args.append(TensorArg(ptr, op.shape, op.strides))
             elif isinstance(op, OutputOperand):
-                args.append(TensorArg(output_ptrs[op.index], op.shape, op.strides))
+                ptr = output_ptrs[op.index] + op.byte_offset
+                args.append(TensorArg(ptr, op.shape, op.strides))
             elif isinstance(op, WorkspaceOperand):
                 assert workspace_ptrs is not None, "the executor allocates workspaces"
                 args.append(TensorArg(workspace_ptrs[op.index] + op.offset, op.shape, op.strides))

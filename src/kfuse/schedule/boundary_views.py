@@ -32,13 +32,19 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kfuse.codegen.layout import contiguous_strides
-from kfuse.ir.exprs import Expr, ReshapeOp, SliceOp, attribute_vals
+from kfuse.ir.exprs import CatOp, Expr, ReshapeOp, SliceOp, attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.resize_ops import slice_ranges, sliced_shape
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout, strided_view
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.runtime.launch import GeneratedKernel, InputOperand, KernelLaunch, ScalarOperand
+from kfuse.runtime.launch import (
+    GeneratedKernel,
+    InputOperand,
+    KernelLaunch,
+    OutputOperand,
+    ScalarOperand,
+)
 from kfuse.schedule.segmenter import build_sub_fusion
 
 K = TypeVar("K", GeneratedKernel, KernelLaunch)
@@ -82,9 +88,11 @@ class FoldedFusion:
     """A fusion with its boundary reshapes folded into its operands (see the module
     docstring), and what maps its kernels back to the call: `input_positions[i]` is the
     call's input position that the folded fusion's input i reads; `origin` maps its Vals to
-    the parent's; `reshapes` names the folded reshapes' and slices' outputs;
+    the parent's; `reshapes` names the folded reshapes', slices' and cats' outputs;
     `input_offsets[i]` is the bytes from the call's array's first element to input i's (a
-    slice's start; 0 for the others)."""
+    slice's start; 0 for the others); `output_positions[k]` is the call's output that the
+    folded fusion's output k is written into, `output_offsets[k]` the bytes from its first
+    element (a cat's part's window)."""
 
     fusion: Fusion
     info: RuntimeInfo
@@ -92,23 +100,36 @@ class FoldedFusion:
     origin: dict[Val, Val]
     reshapes: tuple[str, ...]
     input_offsets: tuple[int, ...] = ()
+    output_positions: tuple[int, ...] = ()
+    output_offsets: tuple[int, ...] = ()
 
     def offset(self, i: int) -> int:
         """input_offsets[i] (0 where none was recorded)."""
         return self.input_offsets[i] if i < len(self.input_offsets) else 0
 
+    @property
+    def has_cats(self) -> bool:
+        """Whether outputs of the folded fusion are parts of one call output (a cat's)."""
+        return len(self.output_positions) > len(set(self.output_positions))
 
-def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | None:
-    """The fusion without the reshapes of its inputs that are views of their layouts and the
-    reshapes that make its outputs; None when there is none to fold or the folded fusion
-    would not be a kernel's (an output that is an input, a reshape of an input straight to
-    an output: expr_eval's work)."""
+
+def fold_boundary_views(
+    fusion: Fusion, info: RuntimeInfo, cats: bool = True
+) -> FoldedFusion | None:
+    """The fusion without the reshapes and slices of its inputs that are views of their
+    layouts, the reshapes that make its outputs and (with `cats`) the cats that make them,
+    whose parts the kernel writes into their windows of the output; None when there is none
+    to fold or the folded fusion would not be a kernel's (an output that is an input, a
+    reshape of an input straight to an output: expr_eval's work). A fusion whose folded cats
+    no one kernel takes is folded again without them (kfuse.compiler)."""
     positions = {v: k for k, v in enumerate(fusion.inputs)}
     outputs = set(fusion.outputs)
     consumed = {v for e in fusion.exprs for v in e.inputs}
     in_views: dict[TensorView, ArrayLayout] = {}  # reshape output -> its layout as a view
     folded: set[Expr] = set()
     for e in fusion.exprs:
+        if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed):
+            folded.add(e)
         if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
             in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
             folded.add(e)
@@ -135,10 +156,7 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
     kept = [e for e in fusion.exprs if e not in folded and isinstance(e.outputs[0], TensorView)]
     if not kept:
         return None
-    new_outputs = [
-        o.definition.inputs[0] if o.definition in folded else o  # type: ignore[union-attr]
-        for o in fusion.outputs
-    ]
+    new_outputs, output_positions, output_views = _folded_outputs(fusion, info, folded)
     read = {v for e in kept for v in _operands(e)}
     produced = {o for e in kept for o in e.outputs}
     tensor_inputs = [v for v in fusion.inputs if isinstance(v, TensorView) and v in read]
@@ -161,6 +179,7 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
         info.backend,
         info.device_index,
         info.device,
+        {sub.outputs[k]: view for k, view in output_views.items()},  # type: ignore[misc]
     )
     names = tuple(e.outputs[0].name for e in fusion.exprs if e in folded)
     # The tensor inputs come first in sub.inputs, one for each source.
@@ -168,7 +187,60 @@ def fold_boundary_views(fusion: Fusion, info: RuntimeInfo) -> FoldedFusion | Non
         layouts[new].data_ptr - info.layouts[src].data_ptr  # type: ignore[index]
         for new, src in zip(sub.inputs, sources)
     )
-    return FoldedFusion(sub, sub_info, tuple(positions[v] for v in sources), origin, names, offsets)
+    return FoldedFusion(
+        sub,
+        sub_info,
+        tuple(positions[v] for v in sources),
+        origin,
+        names,
+        offsets,
+        output_positions,
+        tuple(output_views[k][1] if k in output_views else 0 for k in range(len(new_outputs))),
+    )
+
+
+def _foldable_cat(e: CatOp, fusion: Fusion, positions: dict, consumed: set) -> bool:
+    """Whether a cat's parts can be the kernel's outputs, written into their windows of the
+    cat's output: it makes one output and nothing else reads it, and its parts are distinct
+    values the kernel computes (not inputs, views of them or outputs of their own)."""
+    out, parts = e.outputs[0], e.inputs
+    return (
+        sum(o is out for o in fusion.outputs) == 1
+        and out not in consumed
+        and len(set(parts)) == len(parts)
+        and all(
+            p not in positions
+            and p not in fusion.outputs
+            and not isinstance(p.definition, (SliceOp, ReshapeOp))
+            for p in parts
+        )
+    )
+
+
+def _folded_outputs(
+    fusion: Fusion, info: RuntimeInfo, folded: set[Expr]
+) -> tuple[list[Val], tuple[int, ...], dict[int, tuple[tuple[int, ...], int]]]:
+    """(the folded fusion's outputs, the call's output each is, the (strides, byte offset)
+    of those written into part of one): a folded reshape's input for its output, a folded
+    cat's parts for its output, the others as they are."""
+    outs: list[Val] = []
+    at: list[int] = []
+    views: dict[int, tuple[tuple[int, ...], int]] = {}
+    for k, o in enumerate(fusion.outputs):
+        e = o.definition
+        if isinstance(e, CatOp) and e in folded:
+            shape = info.shape(o)  # type: ignore[arg-type]
+            strides = contiguous_strides(shape)
+            start = 0
+            for part in e.inputs:
+                views[len(outs)] = (strides, start * strides[e.dim] * o.dtype.itemsize)
+                outs.append(part)
+                at.append(k)
+                start += info.shape(part)[e.dim]  # type: ignore[arg-type]
+            continue
+        outs.append(e.inputs[0] if e in folded else o)  # type: ignore[union-attr]
+        at.append(k)
+    return outs, tuple(at), views
 
 
 def unfold_operands(folded: FoldedFusion, kernels: list[K]) -> list[K]:
@@ -182,6 +254,12 @@ def unfold_operands(folded: FoldedFusion, kernels: list[K]) -> list[K]:
                 op,
                 position=folded.input_positions[op.position],
                 byte_offset=op.byte_offset + folded.offset(op.position),
+            )
+        if isinstance(op, OutputOperand) and folded.output_positions:
+            return dataclasses.replace(
+                op,
+                index=folded.output_positions[op.index],
+                byte_offset=op.byte_offset + folded.output_offsets[op.index],
             )
         if isinstance(op, ScalarOperand):
             return ScalarOperand(folded.origin[op.val])  # type: ignore[arg-type]

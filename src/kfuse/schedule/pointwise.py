@@ -26,9 +26,9 @@ from kfuse.codegen.domain import UnsupportedExpr
 from kfuse.codegen.layout import (
     OperandLayout,
     access_kind,
-    contiguous_strides,
     merge_axes,
     needs_int64,
+    output_layout,
     ref_strides,
 )
 from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan, plan_pointwise
@@ -312,8 +312,8 @@ def pointwise_layout(
             )
         )
     for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):
-        ptr = 256 if output_ptrs is None else output_ptrs[k]
-        strides = contiguous_strides(info.shape(out))
+        strides, offset = output_layout(info, out)
+        ptr = (256 if output_ptrs is None else output_ptrs[k]) + offset
         operands.append(OperandLayout(ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
     merged_sizes, merged = merge_axes(tuple(sizes), operands)
     n_in = len(plan.domain.input_uses)
