@@ -80,16 +80,16 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
 @pytest.mark.parametrize("case", registry.PROBE_CASES, ids=lambda c: c.name)
 def test_probe_cases_match_the_reference_and_stay_out_of_the_suite(case) -> None:
     """The tools' extra cases (slices and a cat around RoPE) are right on the emulator, the
-    torch peer's too, and the suite never runs them; the rotate-half with slices is one
-    kernel reading two views of x."""
+    torch peer's too, and the suite never runs them; each is one kernel (reading views of x,
+    and for the cat writing both halves of its output)."""
     assert case.name not in CASES and registry.case_and_shape(case.name)[0] is case
     inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
     _check("kfuse", _kfuse(case, "bfloat16", inputs), case.reference(*inputs))
     _check("torch", list(case.torch_fn(*inputs)), case.reference(*inputs))
-    if case.name == "rope_rotate_half":
-        fd, _ = measure.definition(case, "bfloat16")
-        fd.execute(inputs)
-        assert isinstance(fd.last_program(), KernelProgram)
+    fd, _ = measure.definition(case, "bfloat16")
+    fd.execute(inputs)
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and len(program.launches) == 1
 
 
 @pytest.mark.parametrize("name", list(CASES))

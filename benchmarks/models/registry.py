@@ -32,7 +32,7 @@ FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
 PROBE_CASES: list[Case] = [*resize.PROBE_CASES]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
-the suite: fusions of ops kfuse runs between kernels for now, measured to show the gap."""
+the suite until they have been measured on a GPU: slices and cats around RoPE."""
 
 
 def select(pattern: str) -> list[Case]:

@@ -1,12 +1,14 @@
-"""Probe cases for slices and concatenation (not in the suite: `registry.PROBE_CASES`, which
-the tools take by name, `tools/kernel_times.py rope_rotate_half --tc` say): RoPE's rotation
+"""Probe cases for slices and concatenation (not in the suite until measured:
+`registry.PROBE_CASES`, which the tools take by name, `tools/kernel_times.py
+rope_rotate_half --tc` say): RoPE's rotation
 of [B, H, S, D] by cos and sin tables of [S, D/2], as models write it with the two halves of
 the last axis.
 
 * rope_rotate_half: the halves sliced and each output half written by its own output
   (x1 * cos - x2 * sin, x2 * cos + x1 * sin): one kernel reading two views of x.
 * rope_cat: torch's rotate_half, x * cos + cat(-x2, x1) * sin over the whole D (tables of
-  [S, D]): the cat runs between kernels for now, the gap these rows are here to show.
+  [S, D]): the multiply and add move into the cat's parts, and one kernel writes both
+  halves of the output.
 
 Both compute in float32 and round once to the input's dtype, as nvFuser's RoPE fusions do.
 """
