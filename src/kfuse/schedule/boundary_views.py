@@ -123,34 +123,7 @@ def fold_boundary_views(
     reshape of an input straight to an output: expr_eval's work). A fusion whose folded cats
     no one kernel takes is folded again without them (kfuse.compiler)."""
     positions = {v: k for k, v in enumerate(fusion.inputs)}
-    outputs = set(fusion.outputs)
-    consumed = {v for e in fusion.exprs for v in e.inputs}
-    in_views: dict[TensorView, ArrayLayout] = {}  # reshape output -> its layout as a view
-    folded: set[Expr] = set()
-    for e in fusion.exprs:
-        if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed):
-            folded.add(e)
-        if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
-            in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
-            folded.add(e)
-        if not isinstance(e, ReshapeOp):
-            continue
-        src, dst = e.inputs[0], e.outputs[0]
-        assert isinstance(src, TensorView) and isinstance(dst, TensorView)
-        if (src in positions or src in in_views) and dst not in outputs:
-            # Of an input, or of a view folded already (a slice of an input, reshaped).
-            of = in_views[src] if src in in_views else info.layouts[src]  # type: ignore[index]
-            layout = _view_layout(of, info.shape(dst))
-            if layout is not None:
-                in_views[dst] = layout
-                folded.add(e)
-        elif (
-            dst in outputs
-            and src not in positions
-            and fusion.outputs.count(dst) == 1
-            and dst not in consumed  # another expression reads the reshaped value
-        ):
-            folded.add(e)
+    in_views, folded = _foldable(fusion, info, positions, cats)
     if not folded or any(o in positions for o in fusion.outputs):
         return None
     kept = [e for e in fusion.exprs if e not in folded and isinstance(e.outputs[0], TensorView)]
@@ -197,6 +170,43 @@ def fold_boundary_views(
         output_positions,
         tuple(output_views[k][1] if k in output_views else 0 for k in range(len(new_outputs))),
     )
+
+
+def _foldable(
+    fusion: Fusion, info: RuntimeInfo, positions: dict, cats: bool
+) -> tuple[dict[TensorView, ArrayLayout], set[Expr]]:
+    """(the folded views of inputs with their layouts, every expr folded): slices of
+    inputs, reshapes of inputs or of those views where their strides allow, reshapes and
+    (with `cats`) cats that make outputs."""
+    outputs = set(fusion.outputs)
+    consumed = {v for e in fusion.exprs for v in e.inputs}
+    in_views: dict[TensorView, ArrayLayout] = {}
+    folded: set[Expr] = set()
+    for e in fusion.exprs:
+        if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed):
+            folded.add(e)
+        if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
+            in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
+            folded.add(e)
+        if not isinstance(e, ReshapeOp):
+            continue
+        src, dst = e.inputs[0], e.outputs[0]
+        assert isinstance(src, TensorView) and isinstance(dst, TensorView)
+        if (src in positions or src in in_views) and dst not in outputs:
+            # Of an input, or of a view folded already (a slice of an input, reshaped).
+            of = in_views[src] if src in in_views else info.layouts[src]  # type: ignore[index]
+            layout = _view_layout(of, info.shape(dst))
+            if layout is not None:
+                in_views[dst] = layout
+                folded.add(e)
+        elif (
+            dst in outputs
+            and src not in positions
+            and fusion.outputs.count(dst) == 1
+            and dst not in consumed  # another expression reads the reshaped value
+        ):
+            folded.add(e)
+    return in_views, folded
 
 
 def _foldable_cat(e: CatOp, fusion: Fusion, positions: dict, consumed: set) -> bool:
