@@ -209,3 +209,47 @@ def test_cats_that_no_one_kernel_writes_still_run_between_kernels() -> None:
     np.testing.assert_allclose(
         shifted, np.concatenate([a, a]) + np.tile(a.sum(1, keepdims=True), (2, 1)), rtol=1e-5
     )
+
+
+def test_a_cat_of_a_computed_half_and_a_view_is_one_kernel() -> None:
+    """cat(exp(x1), x2) of x's halves: the kernel computes one part and copies the other
+    (a view of x) into their halves of the output."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        rows, width = fd.ops.size(x, 0), fd.ops.size(x, 1)
+        half = fd.ops.div(width, 2)
+        x1 = fd.ops.slice(x, [0, 0], [rows, half])
+        x2 = fd.ops.slice(x, [0, half], [rows, width])
+        fd.add_output(fd.ops.cat([fd.ops.exp(x1), x2], dim=1))
+    x = rand((6, 16))
+    (out,) = check(fd, [x])
+    np.testing.assert_allclose(out, np.concatenate([np.exp(x[:, :8]), x[:, 8:]], 1), rtol=1e-6)
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and len(program.launches) == 1
+
+
+def test_partial_rotary_cats_flatten_and_stay_right() -> None:
+    """Llama's partial rotary: cat(cat(rotated halves), the rest) along one axis flattens to
+    one cat of three parts (the canonical form); parts of two sizes, one a view of x."""
+    from kfuse.ir.canonicalize import canonical_fusion
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        cos = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        sin = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b, s, d = (fd.ops.size(x, i) for i in range(3))
+        x1 = fd.ops.slice(x, [0, 0, 0], [b, s, 4])
+        x2 = fd.ops.slice(x, [0, 0, 4], [b, s, 8])
+        rest = fd.ops.slice(x, [0, 0, 8], [b, s, d])
+        c = fd.ops.broadcast(cos, [True, False, False])
+        n = fd.ops.broadcast(sin, [True, False, False])
+        first = fd.ops.sub(fd.ops.mul(x1, c), fd.ops.mul(x2, n))
+        second = fd.ops.add(fd.ops.mul(x2, c), fd.ops.mul(x1, n))
+        fd.add_output(fd.ops.cat([fd.ops.cat([first, second], dim=-1), rest], dim=-1))
+    (cat,) = [e for e in canonical_fusion(fd.fusion).exprs if type(e).__name__ == "CatOp"]
+    assert len(cat.inputs) == 3
+    x, cos, sin = rand((2, 5, 20)), rand((5, 4), 1), rand((5, 4), 2)
+    (out,) = check(fd, [x, cos, sin])
+    x1, x2 = x[..., :4], x[..., 4:8]
+    want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 8:]], axis=-1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)

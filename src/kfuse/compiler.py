@@ -55,8 +55,13 @@ def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: b
     if scheduler is None:
         folded = fold_boundary_views(fusion, info)
         taker = None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
+        if folded is not None and folded.has_cats and taker is None:
+            # A cat's parts as outputs where kernels write them all: one, or segments that
+            # merge into one program (their kernels write the parts into their windows).
+            program = _segmented(fusion, info, reasons, folded)
+            if not isinstance(program, SegmentedProgram):
+                return program
         if folded is not None and folded.has_cats and not (taker and taker.generates_kernels):
-            # A cat's parts as outputs only where one kernel writes them all.
             folded = fold_boundary_views(fusion, info, cats=False)
             taker = None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
         if folded is not None:

@@ -114,7 +114,7 @@ class _Merger:
         """The segment's RuntimeInfo: the one the segmenter accepted it on (fusion inputs
         with the call's layouts, the values passed between segments contiguous and aligned
         as a fresh allocation: a workspace here), the segmenter's added values included."""
-        return synthetic_info(plan.fusion, plan.inputs, self.info)
+        return synthetic_info(plan.fusion, plan.inputs, self.info, plan.outputs)
 
     def _operand(self, plan: SegmentPlan, op: Operand, base: int) -> Operand:
         if isinstance(op, InputOperand):

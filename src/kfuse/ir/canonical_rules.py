@@ -97,6 +97,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         pushed = _elementwise_of_cat(ctx, expr, inputs)
         if pushed is not None:
             return pushed
+    if isinstance(expr, CatOp):
+        return _cat_of_cats(ctx, expr, inputs)
     is_output = any(o is expr.outputs[0] for o in ctx.original.outputs)
     if isinstance(expr, CastOp):
         done = _cast_of_widening(ctx, expr, inputs)
@@ -340,6 +342,21 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
 
 WHOLE = 1 << 62
 """The end of an axis a moved slice keeps whole: clamped to the axis' size."""
+
+
+def _cat_of_cats(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    """cat(cat(a, b), c) -> cat(a, b, c) along one axis (Llama's partial rotary: the rotated
+    halves, then the rest), so that every part is one the kernels write into its window."""
+    assert isinstance(expr, CatOp)
+    inner = [u for u in inputs if isinstance(u.definition, CatOp) and u.definition.dim == expr.dim]
+    if not inner:
+        return None
+    parts = [
+        w
+        for u in inputs
+        for w in (u.definition.inputs if u in inner else (u,))  # type: ignore[union-attr]
+    ]
+    return ctx.emit(CatOp, tuple(parts), {"dim": expr.dim}, expr.outputs)
 
 
 def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:

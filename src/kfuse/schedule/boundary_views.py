@@ -212,18 +212,14 @@ def _foldable(
 def _foldable_cat(e: CatOp, fusion: Fusion, positions: dict, consumed: set) -> bool:
     """Whether a cat's parts can be the kernel's outputs, written into their windows of the
     cat's output: it makes one output and nothing else reads it, and its parts are distinct
-    values the kernel computes (not inputs, views of them or outputs of their own)."""
+    values the kernel computes or views of inputs it copies (not inputs themselves, nor
+    outputs of their own)."""
     out, parts = e.outputs[0], e.inputs
     return (
         sum(o is out for o in fusion.outputs) == 1
         and out not in consumed
         and len(set(parts)) == len(parts)
-        and all(
-            p not in positions
-            and p not in fusion.outputs
-            and not isinstance(p.definition, (SliceOp, ReshapeOp))
-            for p in parts
-        )
+        and all(p not in positions and p not in fusion.outputs for p in parts)
     )
 
 

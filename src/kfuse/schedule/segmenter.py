@@ -376,7 +376,7 @@ class _Segmenter:
             from kfuse.schedule.registry import SCHEDULERS
 
             plan = self._plan(members, scheduler=SchedulerType.none)
-            info = synthetic_info(plan.fusion, plan.inputs, self.info)
+            info = synthetic_info(plan.fusion, plan.inputs, self.info, plan.outputs)
             reasons = []
             result: tuple[SchedulerType | None, str] = (None, "")
             for s in SCHEDULERS:
@@ -587,10 +587,14 @@ def _low_values(fusion: Fusion) -> frozenset[int]:
     return cached
 
 
-def synthetic_info(fusion: Fusion, parent_inputs: Any, info: RuntimeInfo) -> RuntimeInfo:
+def synthetic_info(
+    fusion: Fusion, parent_inputs: Any, info: RuntimeInfo, parent_outputs: Any = ()
+) -> RuntimeInfo:
     """A RuntimeInfo for deciding on a sub-fusion (a segment, a side of inner_outer) before
     its intermediates exist: `parent_inputs` are the parent Vals its inputs stand for; fusion
-    inputs keep their real layouts, intermediates are contiguous, freshly allocated arrays."""
+    inputs keep their real layouts, intermediates are contiguous, freshly allocated arrays.
+    `parent_outputs` (those its outputs stand for) carry the parent's output views: a
+    segment writes a folded cat's part into its window as the whole fusion would."""
     from kfuse.codegen.layout import contiguous_strides
 
     parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
@@ -614,6 +618,11 @@ def synthetic_info(fusion: Fusion, parent_inputs: Any, info: RuntimeInfo) -> Run
         else:
             args.append(info.extents[old])
     extents = fusion.infer_shapes(args)
+    views = {
+        new: info.output_views[old]
+        for new, old in zip(fusion.outputs, parent_outputs)
+        if old in info.output_views
+    }
     return RuntimeInfo(
         fusion,
         args,
@@ -623,4 +632,5 @@ def synthetic_info(fusion: Fusion, parent_inputs: Any, info: RuntimeInfo) -> Run
         info.backend,
         info.device_index,
         info.device,
+        views,  # type: ignore[arg-type]
     )
