@@ -13,6 +13,7 @@ from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.runtime.program import KernelProgram
+from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
 
 
@@ -253,3 +254,44 @@ def test_partial_rotary_cats_flatten_and_stay_right() -> None:
     x1, x2 = x[..., :4], x[..., 4:8]
     want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 8:]], axis=-1)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cats_of_reductions_and_norms_are_written_by_their_kernels() -> None:
+    """Parts from other kernels than pointwise ones: row sums of two inputs (a reduction
+    kernel writing each into its window), softmaxes of two inputs along their rows (inner
+    persistent kernels), and a norm backward's dx beside another value (inner_outer)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.cat([fd.ops.sum(a, dims=[1]), fd.ops.sum(b, dims=[1])], dim=0))
+    a, b = rand((6, 40)), rand((3, 40), 1)
+    (out,) = check(fd, [a, b])
+    np.testing.assert_allclose(out, np.concatenate([a.sum(1), b.sum(1)]), rtol=1e-5)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.cat([fd.ops.softmax(a, 1), fd.ops.softmax(b, 1)], dim=1))
+    a, b = rand((6, 40)), rand((6, 24), 1)
+    (out,) = check(fd, [a, b])
+
+    def softmax(v: np.ndarray) -> np.ndarray:
+        e = np.exp(v - v.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    np.testing.assert_allclose(out, np.concatenate([softmax(a), softmax(b)], 1), rtol=1e-5)
+    assert isinstance(fd.last_program(), KernelProgram)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        g = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        gx = fd.ops.mul(g, x)
+        row = fd.ops.broadcast(fd.ops.sum(gx, dims=[1]), [False, True])
+        dx = fd.ops.sub(g, fd.ops.mul(x, row))
+        fd.add_output(fd.ops.cat([dx, fd.ops.exp(y)], dim=1))
+        fd.add_output(fd.ops.sum(gx, dims=[0]))
+    inputs = [rand((64, 256)), rand((64, 256), 1), rand((64, 128), 2)]
+    check(fd, inputs)  # the inner_outer kernel writes dx into the cat's first window
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and SchedulerType.inner_outer_persistent in (
+        program.schedulers()
+    )

@@ -120,8 +120,14 @@ class Parts:
             # The column side's inputs exist only as the kernel's accumulated values:
             # synthetic_info describes them as contiguous arrays of their shapes.
             split = self.split
-            main_call = synthetic_info(split.main, split.fusion.inputs, info)
-            column_call = synthetic_info(split.columns, _parents(split, split.columns), info)
+            # The parent's outputs carry their views (a folded cat's parts) to either side.
+            outs = split.fusion.outputs
+            main_outs = [outs[k] for k in split.main_outputs]
+            column_outs = [outs[k] for k in split.column_outputs]
+            main_call = synthetic_info(split.main, split.fusion.inputs, info, main_outs)
+            column_call = synthetic_info(
+                split.columns, _parents(split, split.columns), info, column_outs
+            )
             self.main_layout = reduction_layout(self.main, main_call)
             self.column_layout = reduction_layout(self.columns, column_call)
         except PlanError as exc:
