@@ -171,7 +171,7 @@ def test_per_channel_groupnorm_is_one_persistent_kernel() -> None:
     assert fd.last_scheduler() is IP
     (segment,) = fd.segments(inputs)
     assert segment.scheduler is IP and "T3, T14, T15, T18 folded" in segment.reason
-    assert "reshapes and slices folded into the operands: T3, T14, T15, T18" in str(
+    assert "reshapes, slices and cats folded into the operands: T3, T14, T15, T18" in str(
         fd.last_program()
     )
     assert repr(fd) == definition  # the definition is never rewritten

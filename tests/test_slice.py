@@ -170,7 +170,7 @@ def test_a_slice_of_an_input_is_read_in_place_by_one_kernel(
     np.testing.assert_allclose(out, want + y, rtol=1e-6)
     program = fd.last_program()
     assert isinstance(program, KernelProgram) and program.scheduler is PW
-    assert "reshapes and slices folded into the operands: T2" in str(program)
+    assert "reshapes, slices and cats folded into the operands: T2" in str(program)
 
 
 @pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Half, DataType.Float])

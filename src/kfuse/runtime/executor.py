@@ -153,8 +153,8 @@ def _whole(fusion: Fusion, scheduler_type: SchedulerType, folded: tuple[str, ...
     reason = f"one scheduler ({scheduler_type.value}) takes the whole fusion"
     if folded:
         reason += (
-            f", its reshapes and slices {', '.join(folded)} folded into the kernel's operands "
-            "(views of this call's layouts)"
+            f", its reshapes, slices and cats {', '.join(folded)} folded into the kernel's "
+            "operands (views of this call's layouts)"
         )
     return Segment(
         0,

@@ -67,15 +67,17 @@ class Program:
 @dataclass
 class KernelProgram(Program):
     """Generated kernels, launched in order on the caller's stream. folded: the names of
-    the reshapes and slices folded into their operands (kfuse.schedule.boundary_views), if
-    any."""
+    the reshapes, slices and cats folded into their operands (kfuse.schedule.boundary_views),
+    if any."""
 
     folded: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         text = super().__str__()
         if self.folded:
-            text += f"\n  reshapes and slices folded into the operands: {', '.join(self.folded)}"
+            text += (
+                f"\n  reshapes, slices and cats folded into the operands: {', '.join(self.folded)}"
+            )
         return text
 
     def extents_read(self, fusion: Fusion) -> list[Val]:
@@ -182,7 +184,7 @@ class SegmentKernelsProgram(KernelProgram):
             start += count
         if self.folded:
             folded = ", ".join(self.folded)
-            lines.append(f"  reshapes and slices folded into the operands: {folded}")
+            lines.append(f"  reshapes, slices and cats folded into the operands: {folded}")
         return "\n".join(lines)
 
 
