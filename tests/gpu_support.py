@@ -28,3 +28,12 @@ def gpu_count() -> int:
 requires_gpu = pytest.mark.skipif(
     gpu_count() == 0, reason=f"needs an NVIDIA GPU ({gpu_status()[1]})"
 )
+
+
+def cuda_torch():  # noqa: ANN201 - torch itself, imported only here
+    """torch, for a GPU test that runs on torch's CUDA tensors: skipped, with the reason,
+    where torch is missing or built without CUDA."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gpu_support import requires_gpu
+from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
@@ -353,13 +353,6 @@ def test_reshaped_output_that_the_fusion_reads_again() -> None:
     _check(fd, [rand((3, 6, 5))])
 
 
-def _cuda_torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
-    return torch
-
-
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize(
@@ -372,7 +365,7 @@ def test_groupnorm_on_the_gpu(groups: int, shape: tuple[int, ...], dtype: DataTy
     every other sample too (strided, still one kernel), and channels-last (segmented)."""
     from kfuse.dtypes import to_torch_dtype
 
-    torch = _cuda_torch()
+    torch = cuda_torch()
     kind = to_torch_dtype(dtype)
     fd = groupnorm_fd(groups, dtype)
     c = shape[1]

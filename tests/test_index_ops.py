@@ -8,22 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_support import requires_gpu
+from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.testing import assert_outputs_close
-
-
-def rand(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def check(fd: FusionDefinition, inputs: list) -> list:
-    out = fd.execute(inputs)
-    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
-    return out
+from reference_checks import check, rand
 
 
 def test_bad_indexing_is_a_definition_error() -> None:
@@ -119,9 +110,7 @@ def test_an_index_larger_than_the_tensor_is_an_input_error() -> None:
 def test_indexing_on_the_gpu() -> None:
     """Between kernels on the GPU, with torch tensors: right, and a position outside its
     axis an InputError that leaves the CUDA context working."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
+    torch = cuda_torch()
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         idx = fd.define_tensor(shape=[-1], dtype=DataType.Int)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_support import requires_gpu
+from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
@@ -15,16 +15,7 @@ from kfuse.reference import evaluate
 from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
-
-
-def rand(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def check(fd: FusionDefinition, inputs: list) -> list:
-    out = fd.execute(inputs)
-    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
-    return out
+from reference_checks import check, rand
 
 
 def test_bad_pads_and_cats_are_definition_errors() -> None:
@@ -175,9 +166,7 @@ def test_rope_with_cat_as_nvfuser_writes_it() -> None:
 @requires_gpu
 def test_pad_and_cat_on_the_gpu() -> None:
     """Between kernels on the GPU, with torch tensors: right against the reference."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
+    torch = cuda_torch()
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gpu_support import requires_gpu
+from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
@@ -20,19 +20,9 @@ from kfuse.reference import evaluate
 from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
+from reference_checks import check, rand
 
 PW = SchedulerType.pointwise
-
-
-def rand(shape: tuple[int, ...], seed: int = 0, dtype: type = np.float32) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def check(fd: FusionDefinition, inputs: list) -> list:
-    """Run on the emulator and compare with the float64 reference."""
-    out = fd.execute(inputs)
-    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
-    return out
 
 
 def sliced_add(starts: list, stops: list, steps: list | None = None) -> FusionDefinition:
@@ -339,9 +329,7 @@ def test_slices_on_the_gpu(dtype: DataType) -> None:
     by the slice's byte offset."""
     from kfuse.dtypes import to_torch_dtype
 
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
+    torch = cuda_torch()
     kind = to_torch_dtype(dtype)
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=dtype)

@@ -41,11 +41,17 @@ def _table(fd: FusionDefinition, t: Any) -> Any:
     return fd.ops.cast(fd.ops.broadcast(t, [True, True, False, False]), DataType.Float)
 
 
+def _rope_inputs(fd: FusionDefinition, dtype: DataType) -> tuple[Any, Any, Any]:
+    """x [B, H, S, D] and the cos and sin tables [S, n], contiguous."""
+    x = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=dtype)
+    cos = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
+    sin = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
+    return x, cos, sin
+
+
 def rope_rotate_half_definition(dtype: DataType) -> FusionDefinition:
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=dtype)
-        cos = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
-        sin = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
+        x, cos, sin = _rope_inputs(fd, dtype)
         x1, x2 = _halves(fd, x)
         c, n = _table(fd, cos), _table(fd, sin)
         fd.add_output(fd.ops.cast(fd.ops.sub(fd.ops.mul(x1, c), fd.ops.mul(x2, n)), dtype))
@@ -55,9 +61,7 @@ def rope_rotate_half_definition(dtype: DataType) -> FusionDefinition:
 
 def rope_cat_definition(dtype: DataType) -> FusionDefinition:
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=dtype)
-        cos = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
-        sin = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
+        x, cos, sin = _rope_inputs(fd, dtype)
         x1, x2 = _halves(fd, x)
         rotated = fd.ops.cat([fd.ops.neg(x2), x1], dim=-1)
         whole = fd.ops.cast(x, DataType.Float)

@@ -56,7 +56,7 @@ from kfuse.ir.exprs import (
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.index_ops import check_positions, positions
 from kfuse.ir.ops import OPS
-from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges
+from kfuse.ir.resize_ops import joined, padded, slice_ranges
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference_backends import NumpyLikeBackend, backend_for
@@ -285,6 +285,10 @@ class _Evaluator:
         self.env[m2_v] = self.store(m2, m2_v.dtype)
         self.env[count_v] = be.full(out_shape, count, self.storage(DataType.Int), self.like)
 
+    def _full_like(self, a: Any) -> Any:
+        """(shape, value) -> an array of that value in `a`'s storage (pad's and cat's)."""
+        return lambda shape, value: self.be.full(shape, value, a.dtype, self.like)
+
     def shape_op(self, expr: Expr) -> Any:
         be = self.be
         a = self.env[expr.inputs[0]]
@@ -306,21 +310,13 @@ class _Evaluator:
         if isinstance(expr, PadOp):
             fill = expr.inputs[1]
             value = fill.value if fill.is_constant else self.env[fill]  # type: ignore[attr-defined]
-            out_shape, dst, src = pad_windows(expr, self.shapes[expr.inputs[0]], self.shapes)
-            padded = be.full(out_shape, value, a.dtype, self.like)
-            padded[dst] = a[src]
-            return padded
+            return padded(expr, a, self.shapes, value, self._full_like(a))
         if isinstance(expr, (IndexSelectOp, GatherOp)):
             index = self.env[expr.inputs[1]]
             check_positions(expr, index, a.shape[expr.dim])
             return a[positions(expr, a.shape, index, be.arange(a))]
         if isinstance(expr, CatOp):
-            shapes = [self.shapes[t] for t in expr.inputs]
-            out_shape, windows = cat_windows(expr, shapes)
-            joined = be.full(out_shape, 0, a.dtype, self.like)
-            for t, window in zip(expr.inputs, windows):
-                joined[window] = self.env[t]
-            return joined
+            return joined(expr, [self.env[t] for t in expr.inputs], self._full_like(a))
         raise InputError(f"the reference cannot evaluate {type(expr).__name__}")  # pragma: no cover
 
 

@@ -43,7 +43,7 @@ from kfuse.ir.exprs import (
     UnaryOp,
     WelfordOp,
 )
-from kfuse.ir.resize_ops import cat_windows, pad_windows
+from kfuse.ir.resize_ops import joined, padded
 from kfuse.ir.values import Scalar, TensorView, Val
 
 EPSILON: dict[DataType, float] = {
@@ -171,20 +171,17 @@ class ConditionTracker:
 
     def _padded(self, expr: PadOp, array: Any) -> Any:
         """`array` (of the pad's input's shape) padded with zeros as the pad is."""
-        shapes = self.ev.shapes
-        shape, dst, src = pad_windows(expr, shapes[expr.inputs[0]], shapes)
-        out = self.be.full(shape, 0.0, self.f64, self.ev.like)
-        out[dst] = array[src]
-        return out
+        return padded(expr, array, self.ev.shapes, 0.0, self._zeros)
 
     def _joined(self, expr: CatOp, arrays: list[Any]) -> Any:
         """`arrays` (one of each cat input's shape, float64) joined as the cat joins them."""
-        shapes = self.ev.shapes
-        shape, windows = cat_windows(expr, [shapes[t] for t in expr.inputs])
-        out = self.be.full(shape, 0.0, self.f64, self.ev.like)
-        for array, window in zip(arrays, windows):
-            out[window] = array
-        return out
+        shapes = [self.ev.shapes[t] for t in expr.inputs]
+        full = [a if hasattr(a, "shape") else self._zeros(s, a) for a, s in zip(arrays, shapes)]
+        return joined(expr, full, self._zeros)
+
+    def _zeros(self, shape: tuple[int, ...], value: Any) -> Any:
+        """A float64 array of `shape` holding `value`."""
+        return self.be.full(shape, float(value), self.f64, self.ev.like)
 
     def _shape_op(self, expr: Expr, array: Any) -> Any:
         """The evaluator's shape op of expr applied to `array` in place of its input."""

@@ -320,18 +320,7 @@ LIBRARY_EXPRS = (MatmulOp, LinearOp)
 def attribute_vals(expr: Expr) -> list[Val]:
     """The Vals an expr holds in its attributes (expand extents, reshape shapes, slice
     bounds, pad widths), in order; they are among its inputs too where not constant."""
-    found: list[Val] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, tuple):
-            for y in x:
-                walk(y)
-        elif isinstance(x, Val):
-            found.append(x)
-
-    for x in expr.attributes().values():
-        walk(x)
-    return found
+    return [v for x in expr.attributes().values() for v in _vals_in(x)]
 
 
 def with_attribute_vals(expr: Expr, f: Any) -> dict[str, Any]:
@@ -343,14 +332,14 @@ def with_attribute_vals(expr: Expr, f: Any) -> dict[str, Any]:
             return tuple(mapped(y) for y in x)
         return f(x) if isinstance(x, Val) else x
 
-    return {name: mapped(x) for name, x in expr.attributes().items() if _holds_val(x)}
+    return {name: mapped(x) for name, x in expr.attributes().items() if _vals_in(x)}
 
 
-def _holds_val(x: Any) -> bool:
-    """Whether an attribute value holds a Val."""
+def _vals_in(x: Any) -> list[Val]:
+    """The Vals an attribute value holds (nested tuples walked), in order."""
     if isinstance(x, tuple):
-        return any(_holds_val(y) for y in x)
-    return isinstance(x, Val)
+        return [v for y in x for v in _vals_in(y)]
+    return [x] if isinstance(x, Val) else []
 
 
 def is_tensor_expr(expr: Expr) -> bool:

@@ -283,6 +283,26 @@ def pad_windows(
     return tuple(shape), tuple(dst), tuple(src)
 
 
+def padded(expr: PadOp, a: Any, values: Mapping[Any, Any], fill: Any, full: Any) -> Any:
+    """`a` (an array of the pad's input's shape) padded as `expr` pads: `full(shape, fill)`
+    (the caller's array of that value: a framework's, the reference's storage), the kept
+    part of `a` copied into its window."""
+    shape, dst, src = pad_windows(expr, tuple(a.shape), values)
+    out = full(shape, fill)
+    out[dst] = a[src]
+    return out
+
+
+def joined(expr: CatOp, arrays: Sequence[Any], full: Any) -> Any:
+    """`arrays` (one of each cat input's shape) joined as `expr` joins them, into
+    `full(shape, 0)` (sizes checked first: cat_windows)."""
+    shape, windows = cat_windows(expr, [tuple(a.shape) for a in arrays])
+    out = full(shape, 0)
+    for array, window in zip(arrays, windows):
+        out[window] = array
+    return out
+
+
 def build_cat(b: Any, tensors: Any, dim: Any, manual_padding: bool, op: str = "cat") -> TensorView:
     """fd.ops.cat through builder `b`: tensors of one dtype and rank, `dim` among their axes
     (negative from the end); the one tensor itself when there is one."""

@@ -32,15 +32,15 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.index_ops import check_positions, positions
-from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges
+from kfuse.ir.resize_ops import joined, padded, slice_ranges
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
 EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, SliceOp, PadOp, CatOp, IndexSelectOp, GatherOp)
+"""Exprs this scheduler exists for; CastOps are accepted alongside them."""
 NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp, IndexSelectOp, GatherOp)
 """Exprs whose result is a new array (the others' may be views of their inputs)."""
-"""Exprs this scheduler exists for; CastOps are accepted alongside them."""
 
 
 def library_expr(fusion: Fusion) -> Expr | None:
@@ -111,9 +111,12 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
             elif isinstance(expr, SliceOp):
                 env[id(out)] = args[0][_index(expr, info)]  # a view; copied if an output
             elif isinstance(expr, PadOp):
-                env[id(out)] = _padded(ops, expr, args[0], info)
+                fill = expr.inputs[1]
+                assert isinstance(fill, Scalar)
+                value = fill.value if fill.is_constant else info.extents[fill]
+                env[id(out)] = padded(expr, args[0], info.extents, value, ops.full_like(args[0]))
             elif isinstance(expr, CatOp):
-                env[id(out)] = _joined(ops, expr, args, info)
+                env[id(out)] = joined(expr, args, ops.full_like(args[0]))
             elif isinstance(expr, (IndexSelectOp, GatherOp)):
                 a, index = args
                 check_positions(expr, index, a.shape[expr.dim])  # before any read
@@ -142,26 +145,6 @@ def _index(expr: SliceOp, info: RuntimeInfo) -> tuple[slice, ...]:
     return tuple(slice(*r) for r in ranges)
 
 
-def _padded(ops: Any, expr: PadOp, a: Any, info: RuntimeInfo) -> Any:
-    """The pad as a new array: the pad value everywhere, the input's kept part copied in."""
-    fill = expr.inputs[1]
-    assert isinstance(fill, Scalar)
-    value = fill.value if fill.is_constant else info.extents[fill]
-    out_shape, dst, src = pad_windows(expr, tuple(a.shape), info.extents)
-    out = ops.full(out_shape, value, a)
-    out[dst] = a[src]
-    return out
-
-
-def _joined(ops: Any, expr: CatOp, args: list[Any], info: RuntimeInfo) -> Any:
-    """The cat as a new array, each input copied to its window (sizes checked first)."""
-    out_shape, windows = cat_windows(expr, [tuple(a.shape) for a in args])
-    out = ops.full(out_shape, 0, args[0])
-    for a, window in zip(args, windows):
-        out[window] = a
-    return out
-
-
 class _TorchOps:
     def __init__(self) -> None:
         import torch
@@ -185,8 +168,11 @@ class _TorchOps:
     def copy(self, a: Any) -> Any:
         return a.clone(memory_format=self.torch.contiguous_format)
 
-    def full(self, shape: tuple[int, ...], value: Any, like: Any) -> Any:
-        return self.torch.full(shape, value, dtype=like.dtype, device=like.device)
+    def full_like(self, like: Any) -> Any:
+        """(shape, value) -> a new array of that value, of `like`'s dtype and device."""
+        return lambda shape, value: self.torch.full(
+            shape, value, dtype=like.dtype, device=like.device
+        )
 
     def arange(self, like: Any) -> Any:
         return lambda n: self.torch.arange(n, device=like.device)
@@ -226,8 +212,8 @@ class _NumpyLikeOps:
     def copy(self, a: Any) -> Any:
         return self.xp.array(a, copy=True, order="C")
 
-    def full(self, shape: tuple[int, ...], value: Any, like: Any) -> Any:
-        return self.xp.full(shape, value, dtype=like.dtype)
+    def full_like(self, like: Any) -> Any:
+        return lambda shape, value: self.xp.full(shape, value, dtype=like.dtype)
 
     def arange(self, like: Any) -> Any:
         return self.xp.arange
