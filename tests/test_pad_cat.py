@@ -284,3 +284,46 @@ def test_cats_of_reductions_and_norms_are_written_by_their_kernels() -> None:
     assert isinstance(program, KernelProgram) and SchedulerType.inner_outer_persistent in (
         program.schedulers()
     )
+
+
+@pytest.mark.parametrize(
+    ("shape", "dim", "sum_dims"),
+    [
+        ((1, 3, 6), 2, [1, 2]),  # an H100 campaign's failure-1624-21: abs(x) and its sum
+        ((4, 8, 16), 2, [1, 2]),  # rows of 16 at a stride of 32
+        ((4, 8, 16), 1, [0, 1]),  # the part's rows of 128 at a stride of 256
+    ],
+)
+def test_a_cat_part_that_another_kernel_reads_is_read_from_its_window(
+    shape: tuple[int, ...], dim: int, sum_dims: list[int]
+) -> None:
+    """A part of a folded cat that a later segment reads (a sum of it) is read where the
+    kernel that computed it wrote it, in its window of the cat's output, through the
+    output's strides. Read as a contiguous array of its own, the sum took elements of both
+    parts (the campaign's 4.93 where 15.71 is right)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * len(shape), dtype=DataType.Float)
+        a = fd.ops.abs(x)
+        fd.add_output(fd.ops.cat([a, fd.ops.neg(a)], dim=dim))
+        fd.add_output(fd.ops.sum(a, dims=sum_dims))
+    x = rand(shape)
+    joined, summed = check(fd, [x])
+    np.testing.assert_allclose(summed, np.abs(x).sum(tuple(sum_dims)), rtol=1e-5)
+    np.testing.assert_array_equal(joined, np.concatenate([np.abs(x), -np.abs(x)], axis=dim))
+    # Still folded: generated kernels write the parts (one, or segments merged into one
+    # program that reads them back), no cat between kernels.
+    assert isinstance(fd.last_program(), KernelProgram)
+
+
+def test_a_sum_of_a_cat_part_made_by_a_sum_reads_its_window() -> None:
+    """An H100 campaign's failure-5103-220: s = sum(x, 0), cat([s, -s], 1) and sum(s, 0),
+    where the second sum read s's window as [s, -s] and gave 0."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        s = fd.ops.sum(x, dims=[0])
+        fd.add_output(fd.ops.cat([s, fd.ops.neg(s)], dim=1))
+        fd.add_output(fd.ops.sum(s, dims=[0]))
+    for shape in [(1, 2, 1), (3, 6, 5)]:
+        x = rand(shape)
+        joined, total = check(fd, [x])
+        np.testing.assert_allclose(total, x.sum((0, 1)), rtol=1e-5, atol=1e-6)

@@ -126,7 +126,11 @@ class Parts:
             column_outs = [outs[k] for k in split.column_outputs]
             main_call = synthetic_info(split.main, split.fusion.inputs, info, main_outs)
             column_call = synthetic_info(
-                split.columns, _parents(split, split.columns), info, column_outs
+                split.columns,
+                _parents(split, split.columns),
+                info,
+                column_outs,
+                read_windows=False,
             )
             self.main_layout = reduction_layout(self.main, main_call)
             self.column_layout = reduction_layout(self.columns, column_call)

@@ -588,13 +588,25 @@ def _low_values(fusion: Fusion) -> frozenset[int]:
 
 
 def synthetic_info(
-    fusion: Fusion, parent_inputs: Any, info: RuntimeInfo, parent_outputs: Any = ()
+    fusion: Fusion,
+    parent_inputs: Any,
+    info: RuntimeInfo,
+    parent_outputs: Any = (),
+    *,
+    read_windows: bool = True,
 ) -> RuntimeInfo:
     """A RuntimeInfo for deciding on a sub-fusion (a segment, a side of inner_outer) before
     its intermediates exist: `parent_inputs` are the parent Vals its inputs stand for; fusion
     inputs keep their real layouts, intermediates are contiguous, freshly allocated arrays.
     `parent_outputs` (those its outputs stand for) carry the parent's output views: a
-    segment writes a folded cat's part into its window as the whole fusion would."""
+    segment writes a folded cat's part into its window as the whole fusion would.
+
+    read_windows: an input that is such a part is read from its window of the cat's output,
+    where the segment that computed it wrote it (its strides are the output's, its first
+    element at the window's offset), not from an array of its own. A segment reading the part
+    as a contiguous array read the wrong elements of the output: sum(x) beside cat([x, -x])
+    summed x and -x. False where the inputs are not read from memory (inner_outer's column
+    side gets its inputs as the row kernel's accumulated values)."""
     from kfuse.codegen.layout import contiguous_strides
 
     parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
@@ -605,13 +617,13 @@ def synthetic_info(
             shape = info.shape(old)
             lay = parent_layouts.get(id(old))
             if lay is None:
+                # A fresh allocation: aligned (any 256-byte boundary aligns every vector).
+                strides, data_ptr = contiguous_strides(shape), 256
+                if read_windows and old in info.output_views:
+                    strides, offset = info.output_views[old]
+                    data_ptr += offset
                 lay = ArrayLayout(
-                    info.framework,
-                    old.dtype,
-                    shape,
-                    contiguous_strides(shape),
-                    256,
-                    info.device_index,
+                    info.framework, old.dtype, shape, strides, data_ptr, info.device_index
                 )
             layouts[new] = lay  # type: ignore[index]
             args.append(shape)
