@@ -15,8 +15,9 @@ float32 and rounded at each op's output, as a kernel that stores every intermedi
 Outputs have their declared dtype.
 
 conditioning(fusion, inputs) -> per output, what float64 cannot judge alone: the magnitudes
-of the terms its sums added and the elements whose infinity or NaN rounding decides
-(kfuse.reference_conditioning; kfuse.testing.assert_close's `magnitude` and `indeterminate`).
+of the terms its sums added, the elements whose infinity or NaN rounding decides and those
+whose value a product's order decides (kfuse.reference_conditioning; kfuse.testing.
+assert_close's `magnitude`, `indeterminate` and `order_decides`).
 sum_magnitudes(fusion, inputs) -> its magnitudes alone.
 
 BFloat16 with NumPy: inputs and "same"-mode outputs are ml_dtypes.bfloat16 arrays (computed in
@@ -80,10 +81,13 @@ class Conditioning(NamedTuple):
     """Per output of a fusion (kfuse.reference_conditioning): `magnitudes`, the float64 sum
     of the absolute values of the terms its sums added (None where no sum feeds it
     linearly); `indeterminate`, a Bool array of the elements that are an infinity or NaN of a
-    kind rounding decides (None where there is none)."""
+    kind rounding decides (None where there is none); `order_decides`, a Bool array of the
+    elements whose value the order of a product's multiplications decides (None where there
+    is none)."""
 
     magnitudes: list[Any | None]
     indeterminate: list[Any | None]
+    order_decides: list[Any | None]
 
 
 def conditioning(fusion: Any, inputs: list[Any]) -> Conditioning:
@@ -101,7 +105,11 @@ def conditioning(fusion: Any, inputs: list[Any]) -> Conditioning:
         run.be.to_output(cond.indeterminate[v] > 0) if v in cond.indeterminate else None
         for v in fusion.outputs
     ]
-    return Conditioning(magnitudes, indeterminate)
+    order_decides = [
+        run.be.to_output(cond.order_decides[v] > 0) if v in cond.order_decides else None
+        for v in fusion.outputs
+    ]
+    return Conditioning(magnitudes, indeterminate, order_decides)
 
 
 def sum_magnitudes(fusion: Any, inputs: list[Any]) -> list[Any | None]:

@@ -17,6 +17,15 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   lerp whose weight is such a value and whose end - start is infinite). Such an element
   stays indeterminate through ops that keep a value non-finite (casts, neg, abs, shape ops,
   add, sub, mul, a division's numerator, sums, lerp); any other op ends it.
+* order_decides: elements whose value the order of a product's multiplications decides. A
+  float32 product of n factors is only as exact as its partial products: where the factors
+  above 1 multiply to more than float32's largest value, or those below 1 (not 0) to less
+  than its smallest normal one, some order of the same multiplications overflows to inf or
+  underflows to 0 on the way, whatever the exact product is (a GPU campaign met a prod of
+  540,000 factors of 1 +- 0.001 whose exact value is 1e-80: float64 and the reference in
+  the kernel's precision gave 0, the kernel's split order inf, two partial products of 3e33
+  meeting first). Any value is right there, and in everything computed from it: every op
+  carries it on but the library ops (matmul, linear), which end it.
 """
 
 from __future__ import annotations
@@ -97,9 +106,12 @@ class ConditionTracker:
         self.terms: dict[Val, int] = {}
         # float64 arrays of 0 and 1 (so shape ops and sums carry them as values do)
         self.indeterminate: dict[Val, Any] = {}
+        self.order_decides: dict[Val, Any] = {}  # the same kind of arrays
 
     def track(self, expr: Expr) -> None:
         out = expr.outputs[0]
+        if isinstance(out, TensorView):
+            self._track_order(expr)
         if not isinstance(out, TensorView) or not out.dtype.is_floating:
             return
         self._track_magnitude(expr, out)
@@ -191,6 +203,57 @@ class ConditionTracker:
             return self.ev.shape_op(expr)
         finally:
             env[src] = saved
+
+    # ---- order_decides ----
+    def _track_order(self, expr: Expr) -> None:
+        marks = self.order_decides
+        first = expr.inputs[0]
+        floating = expr.outputs[0].dtype.is_floating  # type: ignore[union-attr]
+        if isinstance(expr, ReductionOp) and expr.op == "prod" and floating:
+            self._mark_products(expr)
+            return
+        if not any(v in marks for v in expr.inputs):
+            return
+        if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+            # Arrays of the inputs' shapes, whose sizes broadcast as the op's operands do.
+            mask: Any = 0.0
+            for v in expr.inputs:
+                if v in marks:
+                    mask = mask + marks[v]
+            for out in expr.outputs:
+                shape = self.ev.shapes[out]
+                marks[out] = self.be.broadcast_to(self.be.astype(mask > 0, self.f64), shape)
+        elif isinstance(expr, _SHAPE_OPS):
+            marks[expr.outputs[0]] = self._shape_op(expr, marks[first])
+        elif isinstance(expr, PadOp):
+            marks[expr.outputs[0]] = self._padded(expr, marks[first])
+        elif isinstance(expr, CatOp):
+            marks[expr.outputs[0]] = self._joined(
+                expr, [marks[t] if t in marks else 0.0 for t in expr.inputs]
+            )
+        elif isinstance(expr, (ReductionOp, WelfordOp)) and first in marks:
+            reached = self.be.reduce("sum", marks[first], expr.dims, self.f64) > 0
+            for out in expr.outputs:
+                marks[out] = self.be.astype(reached, self.f64)
+
+    def _mark_products(self, expr: ReductionOp) -> None:
+        """Where the prod's partial products can leave its precision's range (the module
+        docstring); a factor that is NaN makes the product NaN in any order."""
+        import math
+
+        be, x = self.be, self.as_f64(expr.inputs[0])
+        wide = expr.outputs[0].dtype is DataType.Double
+        largest = math.log2(1.7976931348623157e308 if wide else 3.4028234663852886e38)
+        smallest = -1022.0 if wide else -126.0  # log2 of the smallest normal value
+        size = abs(x)
+        zeros = be.constant(0.0, self.f64, self.ev.like)
+        ones = be.constant(1.0, self.f64, self.ev.like)
+        logs = be.fn("log2")(be.where(size > 0, size, ones))  # log2 of inf is inf
+        above = be.reduce("sum", be.where(size > 1, logs, zeros), expr.dims, self.f64)
+        below = be.reduce("sum", be.where(size < 1, logs, zeros), expr.dims, self.f64)
+        nan = be.reduce("sum", be.astype(be.fn("isnan")(x), self.f64), expr.dims, self.f64)
+        mask = ((above > largest) | (below < smallest)) & (nan == 0)
+        self.order_decides[expr.outputs[0]] = be.astype(mask, self.f64)
 
     # ---- indeterminate ----
     def near_zero(self, v: Val) -> Any:

@@ -202,7 +202,7 @@ def check_outputs(
         # What float64 cannot judge alone (ill-conditioned results, where NaN and infinities
         # arise) is judged with the reference in the kernel's precision, and sums that
         # cancel by the magnitudes of their terms (and infinities whose sign such a
-        # cancellation decides are left to it).
+        # cancellation decides are left to it, as are products whose order decides them).
         with timed(phases, "reference"):
             same = evaluate(fd.fusion, inputs, accumulate="same")
             cond = conditioning(fd.fusion, inputs)
@@ -216,6 +216,7 @@ def check_outputs(
                     alternative=same,
                     magnitudes=cond.magnitudes,
                     indeterminate=cond.indeterminate,
+                    order_decides=cond.order_decides,
                 )
         except AssertionError as exc:
             raise Mismatch(str(exc)) from None

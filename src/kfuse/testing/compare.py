@@ -66,6 +66,7 @@ def assert_close(
     alternative: Any = None,
     magnitude: Any = None,
     indeterminate: Any = None,
+    order_decides: Any = None,
 ) -> None:
     """Assert that `actual` matches `expected` within `dtype`'s tolerance.
 
@@ -100,6 +101,11 @@ def assert_close(
     kind rounding decides (kfuse.reference.conditioning: a row's x - mean that cancels to a
     residue of either sign, or to exactly 0, times an infinite weight). There any infinity
     or NaN passes where the reference is one too; a finite value still fails.
+
+    order_decides: a Bool array of the elements whose value the order of a product's
+    multiplications decides (kfuse.reference.conditioning: its partial products can leave
+    the kernel's range, so some order overflows or underflows on the way): any value passes
+    there.
     """
     import numpy as np
 
@@ -119,8 +125,11 @@ def assert_close(
                 f"{int(raw[first])}"
             )
     alt = None if alternative is None else to_numpy(alternative)
+    unordered = None if order_decides is None else to_numpy(order_decides).astype(bool)
     if not dtype.is_floating:
         bad = a.astype(np.int64) != e.astype(np.int64)
+        if unordered is not None:
+            bad &= ~unordered
         if alt is not None:
             alt = alt.astype(np.int64)
             bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
@@ -141,6 +150,8 @@ def assert_close(
         grow = SUM_ROUNDING * eps * math.sqrt(max(1, reduction_size))
         allowed = atol + grow * np.where(np.isfinite(m), m, 0.0)
     bad, err = _not_close(a, e, rtol, allowed)
+    if unordered is not None:
+        bad &= ~unordered
     if indeterminate is not None and bad.any():
         rounding_decides = to_numpy(indeterminate).astype(bool)
         bad &= ~(rounding_decides & ~np.isfinite(a) & ~np.isfinite(e))
@@ -240,10 +251,12 @@ def assert_outputs_close(
     alternative: list[Any] | None = None,
     magnitudes: list[Any] | None = None,
     indeterminate: list[Any] | None = None,
+    order_decides: list[Any] | None = None,
 ) -> None:
     """assert_close on every output, with the dtype and reduction size the fusion implies
     (and the output of `alternative`, the reference in the kernel's precision, and of
-    `magnitudes` and `indeterminate`, kfuse.reference.conditioning's, if given)."""
+    `magnitudes`, `indeterminate` and `order_decides`, kfuse.reference.conditioning's, if
+    given)."""
     fusion = getattr(fusion, "fusion", fusion)
     if len(actual) != len(expected):
         raise AssertionError(f"{len(actual)} outputs, expected {len(expected)}")
@@ -258,6 +271,7 @@ def assert_outputs_close(
                 alternative=None if alternative is None else alternative[i],
                 magnitude=None if magnitudes is None else magnitudes[i],
                 indeterminate=None if indeterminate is None else indeterminate[i],
+                order_decides=None if order_decides is None else order_decides[i],
             )
         except AssertionError as err:
             raise AssertionError(f"output {i} ({out.name}): {err}") from None

@@ -1,0 +1,94 @@
+"""Products whose order decides their value are judged as such (kfuse.reference.conditioning's
+`order_decides`, assert_close's). An H100 campaign (seed 5120, f19f2a9, the repro
+failure-1620-7) reported inf where float64 gives 1.3e-80: a prod over a [7, 77172] input of
+1 + 0.001 tanh(x), whose rows multiply to 3.2e33, 3.2e33 and five values near 1e-30. The
+kernel's split order multiplied the two large rows first (1e67: inf in float32, and inf times
+anything after it stays inf); float64 and the reference in the kernel's precision multiply in
+another order and give 0. Every answer from 0 to inf is some order's float32 product, so the
+comparison was wrong, not the kernel: the check must let such elements be anything, and still
+judge every product whose partial products stay inside float32's range."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import DataType, FusionDefinition
+from kfuse.campaign.property import check_outputs
+from kfuse.reference import conditioning, evaluate
+from kfuse.testing import assert_outputs_close
+
+
+def product_then_padded() -> FusionDefinition:
+    """The campaign's definition, shrunk to the product and what carried it to the output."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        t3 = fd.ops.add(fd.ops.mul(fd.ops.tanh(t0), 0.001), 1.0)
+        t4 = fd.ops.prod(t3, dims=[0, 1], keepdim=False, dtype=DataType.Float)
+        t5 = fd.ops.broadcast(t4, is_broadcast_dim=[True, True])
+        fd.add_output(fd.ops.pad(t5, pad_widths=[1, 2, 0, 0], value=0.0))
+    return fd
+
+
+def rows(values: list[float], length: int) -> np.ndarray:
+    """A [len(values), length] input each of whose rows holds one value (a stride-0 view,
+    as the campaign drew it)."""
+    return np.broadcast_to(np.array(values, np.float32)[:, None], (len(values), length))
+
+
+def test_a_product_whose_partial_products_leave_float32_is_any_value() -> None:
+    fd = product_then_padded()
+    # tanh(10) is 1 in float32: (1.001)^77172 = 3.2e33 twice, then (0.999)^77172 five times.
+    x = rows([10.0, 10.0, -10.0, -10.0, -10.0, -10.0, -10.0], 77172)
+    (expected,) = evaluate(fd, [x])
+    assert 0 < expected[0, 1] < 1e-80
+    (order,) = conditioning(fd, [x]).order_decides
+    # The padding is exact; the product's element, carried through broadcast and pad, is not.
+    np.testing.assert_array_equal(order, [[False, True, False, False]])
+    actual = expected.astype(np.float32)
+    actual[0, 1] = np.inf  # the kernel's order
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x])
+    assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+    actual[0, 2] = 1.0  # the padding is still judged
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+    check_outputs(fd, [x])  # the campaign's check, on the emulator
+
+
+def test_a_product_inside_float32_is_still_judged() -> None:
+    fd = product_then_padded()
+    x = rows([10.0, -10.0, 0.5], 4096)  # partial products within 2^6 of 1
+    (expected,) = evaluate(fd, [x])
+    (order,) = conditioning(fd, [x]).order_decides
+    assert order is not None and not order.any()
+    actual = expected.astype(np.float32)
+    actual[0, 1] *= 1.01
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+
+
+def test_a_product_with_a_nan_factor_is_nan_in_any_order() -> None:
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.prod(t0, dims=[0]))
+    x = np.full(300, 1e30, np.float32)
+    x[7] = np.nan
+    (order,) = conditioning(fd, [x]).order_decides
+    assert not order.any()
+    x[7] = 1e30  # no NaN: 1e9000 in float64, inf in float32, any order can reach it
+    (order,) = conditioning(fd, [x]).order_decides
+    assert order.all()
+
+
+def test_order_follows_the_product_into_what_is_computed_from_it() -> None:
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        p = fd.ops.prod(t0, dims=[1])  # a product per row
+        fd.add_output(fd.ops.gt(fd.ops.broadcast(p, [False, True]), t0))  # Bool, per row
+        fd.add_output(fd.ops.sum(p, dims=[0]))
+    x = np.ones((3, 200), np.float32)
+    x[1] = 1e20  # row 1's product leaves float32; rows 0 and 2 are exactly 1
+    compared, total = conditioning(fd, [x]).order_decides
+    np.testing.assert_array_equal(compared, np.broadcast_to([[False], [True], [False]], (3, 200)))
+    assert total.shape == () and bool(total)
