@@ -6,20 +6,20 @@ test at the end)."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gpu_support import cuda_torch, requires_gpu
+from kfuse.campaign.property import check_outputs
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.exprs import SliceOp
-from kfuse.reference import evaluate
 from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
-from kfuse.testing import assert_outputs_close
 from reference_checks import check, rand
 
 PW = SchedulerType.pointwise
@@ -319,17 +319,19 @@ def test_strided_and_offset_inputs_are_sliced_through_their_own_strides() -> Non
     np.testing.assert_allclose(out, x[1:4, 2:7:2] + y, rtol=1e-6)
 
 
-@pytest.mark.gpu
-@requires_gpu
-@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
-def test_slices_on_the_gpu(dtype: DataType) -> None:
-    """The folded slices on the GPU: right against the reference at aligned and odd starts
-    given as a scalar input (each start its own program), and at a constant odd start
-    compiled, cached and through the host fast path, whose packed launch moves the pointer
-    by the slice's byte offset."""
+def check_slices_on(torch: Any, device: str, dtype: DataType) -> None:
+    """Folded slices of torch tensors on `device`: right at aligned and odd starts given as a
+    scalar input (each start its own program), and at a constant odd start compiled, cached
+    and through the host fast path, whose packed launch moves the pointer by the slice's
+    byte offset.
+
+    Judged as the campaign judges (check_outputs): against float64, then against the
+    reference in the kernel's precision. The definition rounds exp(s) to bf16 before adding
+    y, and exp(s) + y cancels: an element of 0.56 where exp(s) is 8 moves by a bf16 step
+    of exp(s) (0.06), which float64, never rounding exp(s), cannot judge (an H100 run found
+    4,378 of 512,000 such elements; the emulator finds them too)."""
     from kfuse.dtypes import to_torch_dtype
 
-    torch = cuda_torch()
     kind = to_torch_dtype(dtype)
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
@@ -337,12 +339,11 @@ def test_slices_on_the_gpu(dtype: DataType) -> None:
         y = fd.define_tensor(shape=[-1, -1], dtype=dtype)
         s = fd.ops.slice(x, [0, lo], [fd.ops.size(y, 0), fd.ops.add(lo, fd.ops.size(y, 1))])
         fd.add_output(fd.ops.cast(fd.ops.add(fd.ops.exp(s), y), dtype))
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn((512, 1100), device="cuda", generator=gen).to(kind)
-    y = torch.randn((500, 1024), device="cuda", generator=gen).to(kind)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn((512, 1100), device=device, generator=gen).to(kind)
+    y = torch.randn((500, 1024), device=device, generator=gen).to(kind)
     for start in (0, 8, 3, 76):
-        inputs = [x, start, y]
-        assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+        check_outputs(fd, [x, start, y])
         assert isinstance(fd.last_program(), KernelProgram)
     with FusionDefinition() as fixed:
         x2 = fixed.define_tensor(shape=[-1, -1], dtype=dtype)
@@ -351,10 +352,25 @@ def test_slices_on_the_gpu(dtype: DataType) -> None:
         fixed.add_output(fixed.ops.cast(fixed.ops.add(fixed.ops.exp(s2), y2), dtype))
     inputs = [x, y]
     for _ in range(3):  # compiled, cached, then the host fast path
-        out = fixed.execute(inputs)
-        assert_outputs_close(fixed, out, evaluate(fixed.fusion, inputs), inputs)
-    assert fixed._executor_cache.fast_calls(inputs, None) is not None
-    assert tuple(out[0].shape) == (500, 1024)
+        check_outputs(fixed, inputs)
+    assert tuple(fixed.execute(inputs)[0].shape) == (500, 1024)
+    if device == "cuda":
+        assert fixed._executor_cache.fast_calls(inputs, None) is not None
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
+def test_slices_on_the_gpu(dtype: DataType) -> None:
+    check_slices_on(cuda_torch(), "cuda", dtype)
+
+
+@pytest.mark.slow
+def test_slices_of_cpu_tensors_on_the_emulator_cancel_as_the_definition_rounds() -> None:
+    """The GPU test's bf16 case on the emulator, where the float64 reference alone found
+    4,319 elements "wrong" (the cancellation its docstring describes)."""
+    torch = pytest.importorskip("torch")
+    check_slices_on(torch, "cpu", DataType.BFloat16)
 
 
 def _sliced_kinds() -> dict:
