@@ -107,7 +107,7 @@ def test_compute_heuristics_does_not_change_the_fusion() -> None:
     fd = exp_add()
     before = repr(fd)
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [rand(4, 4), rand(4, 4)])
-    assert hp.scheduler_type == "pointwise"
+    assert hp.scheduler_type is SchedulerType.pointwise
     assert repr(fd) == before
 
 

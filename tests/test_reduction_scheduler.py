@@ -101,7 +101,7 @@ def test_compute_heuristics_returns_reduction_params() -> None:
     from kfuse._C import ReductionParams
 
     hp = schedule.compute_heuristics(exp_sum().fusion, RED, [rand(8, 64)])
-    assert isinstance(hp, ReductionParams) and hp.scheduler_type == "reduction"
+    assert isinstance(hp, ReductionParams) and hp.scheduler_type is RED
     assert hp.fastest_dim_reduction and not hp.persistent
     hp0 = schedule.compute_heuristics(sum_fd([0]).fusion, RED, [rand(64, 64)])
     assert not hp0.fastest_dim_reduction
