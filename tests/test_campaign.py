@@ -184,6 +184,23 @@ def test_other_inputs_round_trip_and_describe_themselves(tmp_path: Path) -> None
     assert repro.load_all(plain.with_suffix(".npz"))[2] is None
 
 
+def test_a_repro_scripts_definition_keeps_typed_constants(tmp_path: Path) -> None:
+    """The script's printed definition rebuilds the fusion that failed, constants' dtypes
+    included: where of two Float constants gives Float, not the Double of bare literals."""
+    with FusionDefinition() as fd:
+        c = fd.define_tensor(shape=[-1, -1], dtype=DataType.Bool)
+        three, five = fd.define_scalar(3.0, DataType.Float), fd.define_scalar(5.0, DataType.Float)
+        fd.add_output(fd.ops.where(c, three, five))
+    cond = np.array([[True, False, False], [False, True, True]])
+    script = repro.write(tmp_path, "case", _example(fd, [cond]), "mismatch", "m", "cmd", "w")
+    namespace: dict[str, Any] = {"__name__": "repro_script"}  # defines fd, replays nothing
+    exec(script.read_text(), namespace)  # noqa: S102 - kfuse's own printed definition
+    again = namespace["fd"]
+    assert again.fusion == fd.fusion
+    ((want,), (got,)) = fd.execute([cond]), again.execute([cond])  # on the host emulator
+    assert got.dtype == want.dtype == np.float32 and np.array_equal(got, want)
+
+
 class _Recording:
     """A FusionDefinition that records each call's first input shape, and answers calls on
     inputs of `wrong_shape` with the outputs of the call before (a cache keyed too loosely)."""

@@ -97,6 +97,47 @@ def test_import_loads_no_cuda_library(tmp_path: Path) -> None:
     assert result == {name: False for name in CUDA_LIBRARIES}
 
 
+def test_the_submodules_the_readme_names_are_attributes_of_kfuse(tmp_path: Path) -> None:
+    """The README's `kfuse.reference.evaluate(fusion, inputs)` and `kfuse.testing` work after
+    a plain `import kfuse`, which still imports neither (nor any CUDA library) until they are
+    first used."""
+    result = run_python(
+        """
+        import json
+        import sys
+        import kfuse
+        imported_by_import = [m for m in ("kfuse.reference", "kfuse.testing") if m in sys.modules]
+        import numpy as np
+        with kfuse.FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1], dtype=kfuse.DataType.Float)
+            fd.add_output(fd.ops.mul(x, 2.0))
+        a = np.arange(3, dtype=np.float32)
+        (out,) = kfuse.reference.evaluate(fd.fusion, [a])
+        kfuse.testing.assert_close(out, a * 2, kfuse.DataType.Float)
+        try:
+            kfuse.no_such_module
+            missing = None
+        except AttributeError as exc:
+            missing = str(exc)
+        maps = open("/proc/self/maps").read()
+        print(json.dumps({
+            "imported_by_import": imported_by_import,
+            "evaluated": out.tolist(),
+            "missing": missing,
+            "listed": [n for n in ("reference", "testing") if n in dir(kfuse)],
+            "cuda": [n for n in ("libcuda", "libnvrtc", "libcupti") if n in maps],
+        }))
+        """,
+        {},
+        tmp_path,
+    )
+    assert result["imported_by_import"] == []
+    assert result["evaluated"] == [0.0, 2.0, 4.0]
+    assert result["missing"] == "module 'kfuse' has no attribute 'no_such_module'"
+    assert result["listed"] == ["reference", "testing"]
+    assert result["cuda"] == []
+
+
 def test_too_old_driver_raises_cuda_error_on_first_use(tmp_path: Path) -> None:
     lib = build_fake_driver(FAKE_OLD_DRIVER, tmp_path / "old")
     result = run_python(PROBE_FIRST_DEVICE_CALL, {"KFUSE_CUDA_LIBRARY": str(lib)}, tmp_path)

@@ -60,7 +60,7 @@ def test_compile_params_validate() -> None:
 
 def test_heuristic_params_fields_are_read_write() -> None:
     p = kfuse.PointwiseParams(vectorization_factor=4, break_point=1)
-    assert p.scheduler_type == "pointwise"
+    assert p.scheduler_type is kfuse.SchedulerType.pointwise
     assert p.vectorization_factor == 4 and p.break_point == 1 and p.block_x == 128
     p.unroll_factor = 2
     p.split_grid_y = True
@@ -71,7 +71,9 @@ def test_heuristic_params_fields_are_read_write() -> None:
     with pytest.raises(TypeError):
         kfuse.PointwiseParams(no_such_field=1)
     r = kfuse.ReductionParams("inner_persistent", persistent=True, cross_block=True)
-    assert r.scheduler_type == "inner_persistent" and r.persistent and r.cross_block
+    assert (
+        r.scheduler_type is kfuse.SchedulerType.inner_persistent and r.persistent and r.cross_block
+    )
 
 
 def test_heuristic_params_dict_layout() -> None:
@@ -113,6 +115,34 @@ def test_equality_distinguishes_class_and_type() -> None:
     assert kfuse.ReductionParams("reduction") != kfuse.ReductionParams("inner_persistent")
     copied = copy.deepcopy(kfuse.ReductionParams(block_y=4))
     assert isinstance(copied, kfuse.ReductionParams) and copied.block_y == 4
+
+
+def test_scheduler_type_is_the_scheduler_type_enum() -> None:
+    """As nvFuser's HeuristicParams.scheduler_type: a SchedulerType (read-only, hashable),
+    equal to the enum member; params are built from the member or its name and show it;
+    to_dict keeps the name (plain data, as its lparams and cparams) and from_dict takes
+    either."""
+    types = kfuse.SchedulerType
+    p = kfuse.PointwiseParams()
+    assert p.scheduler_type == types.pointwise and p.scheduler_type is types.pointwise
+    assert {types.pointwise: "found"}[p.scheduler_type] == "found"
+    with pytest.raises(AttributeError):
+        p.scheduler_type = types.reduction
+    assert kfuse.HeuristicParams().scheduler_type is types.none
+    assert repr(p).startswith("PointwiseParams(scheduler_type=SchedulerType.pointwise, ")
+    r = kfuse.ReductionParams(types.inner_persistent, persistent=True)
+    assert r.scheduler_type is types.inner_persistent
+    by_name = kfuse.ReductionParams("inner_persistent", persistent=True)
+    assert r == by_name and hash(r) == hash(by_name)
+    d = r.to_dict()
+    assert d["scheduler_type"] == "inner_persistent"
+    assert kfuse.HeuristicParams.from_dict(d) == r
+    d["scheduler_type"] = types.inner_persistent
+    assert kfuse.HeuristicParams.from_dict(d) == r
+    with pytest.raises(kfuse.ParamsError, match="unknown scheduler_type 'pointwize'; the types"):
+        kfuse.PointwiseParams("pointwize")
+    with pytest.raises(kfuse.ParamsError, match="is a ReductionParams's"):
+        kfuse.PointwiseParams(types.reduction)
 
 
 optional_dim = st.none() | st.integers(1, 2**31 - 1)

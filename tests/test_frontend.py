@@ -74,6 +74,49 @@ def test_repr_round_trips_for_random_fusions(fd: FusionDefinition) -> None:
     assert repr(again) == repr(fd)
 
 
+def typed_constants_fd() -> FusionDefinition:
+    """Constants whose dtypes a bare Python literal would not give back: where's two scalar
+    branches decide its output's dtype, and a slice bound keeps its own."""
+    with FusionDefinition() as fd:
+        c = fd.define_tensor(shape=[-1], dtype=DataType.Bool)
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        three = fd.define_scalar(3.0, DataType.Float)
+        fd.add_output(fd.ops.where(c, three, fd.define_scalar(5.0, DataType.Float)))
+        half = fd.define_scalar(-2.0, DataType.Half)
+        fd.add_output(fd.ops.where(c, fd.define_scalar(1.5, DataType.Half), half))
+        seven = fd.define_scalar(7, DataType.Int32)
+        fd.add_output(fd.ops.where(c, seven, seven))
+        fd.add_output(fd.ops.slice(x, [fd.define_scalar(1, DataType.Int32)], [fd.ops.size(x, 0)]))
+        fd.add_output(fd.ops.add(x, 2))  # the op casts the literal to Int32 itself
+    return fd
+
+
+def test_the_printed_definition_rebuilds_typed_constants() -> None:
+    """nvFuser's tests run every printed definition again and compare the outputs' dtypes:
+    a Float constant printed as the literal 3.0 comes back as a Double, and so would where's
+    output. Such constants are printed as named define_scalars with their dtype."""
+    fd = typed_constants_fd()
+    text = repr(fd)
+    assert "C0 = fd.define_scalar(3.0, dtype=DataType.Float)" in text
+    assert "fd.ops.where(T0, C0, C1)" in text
+    assert text.count("fd.define_scalar(7, dtype=DataType.Int32)") == 1  # one constant, twice
+    assert "fd.ops.add(T1, 2)" in text  # a literal that rebuilds itself stays a literal
+    again = rebuild(fd)
+    assert again.fusion == fd.fusion
+    assert [o.dtype for o in again.fusion.outputs] == [
+        DataType.Float,
+        DataType.Half,
+        DataType.Int32,
+        DataType.Int32,
+        DataType.Int32,
+    ]
+    assert repr(again) == text
+    # On the host emulator (NumPy inputs), the rebuilt definition computes the same arrays.
+    inputs = [np.array([True, False, True, False]), np.arange(4, dtype=np.int32)]
+    for want, got in zip(fd.execute(inputs), again.execute(inputs), strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
 def test_structural_equality_sees_differences() -> None:
     def make(op: str) -> FusionDefinition:
         with FusionDefinition() as fd:

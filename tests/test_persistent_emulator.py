@@ -167,7 +167,7 @@ def test_edited_params_stay_correct(edit: dict) -> None:
     fd = layer_norm_fd(stats=True)
     x, w, b = rand((7, 250)), rand((250,), seed=1), rand((250,), seed=2)
     hp = schedule.compute_heuristics(fd.fusion, IP, [x, w, b])
-    assert hp.persistent and hp.scheduler_type == "inner_persistent"
+    assert hp.persistent and hp.scheduler_type is IP
     for k, v in edit.items():
         setattr(hp, k, v)
     check(fd, [x, w, b], hp)

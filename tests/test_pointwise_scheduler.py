@@ -107,7 +107,7 @@ def test_compute_heuristics_does_not_change_the_fusion() -> None:
     fd = exp_add()
     before = repr(fd)
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, [rand(4, 4), rand(4, 4)])
-    assert hp.scheduler_type == "pointwise"
+    assert hp.scheduler_type is SchedulerType.pointwise
     assert repr(fd) == before
 
 
@@ -116,6 +116,46 @@ def test_compute_heuristics_of_a_rejecting_scheduler_raises_scheduler_error() ->
 
     with pytest.raises(SchedulerError, match="Scheduler pointwise rejected"):
         schedule.compute_heuristics(exp_sum().fusion, SchedulerType.pointwise, [rand(4, 4)])
+
+
+def test_the_tutorials_queries_inside_the_definition_block() -> None:
+    """nvFuser's pointwise scheduling tutorial asks inside the `with` block, once the output
+    is added, then runs the heuristics it got with manual_execute after the block."""
+    inputs = [rand(4, 4), rand(4, 4)]
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1])
+        b = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(fd.ops.add(a, b)))
+        assert schedule.find_compatible_schedulers(fd.fusion, inputs) == [SchedulerType.pointwise]
+        assert schedule.can_schedule(fd.fusion, SchedulerType.pointwise, inputs) == (True, "")
+        ok, why = schedule.can_schedule(fd.fusion, SchedulerType.reduction, inputs)
+        assert (ok, why) == (False, "Scheduler reduction rejected: fusion has no reduction")
+        hp = schedule.compute_heuristics(fd.fusion, SchedulerType.pointwise, inputs)
+    (out,) = fd.manual_execute(inputs, hp)
+    np.testing.assert_allclose(out, np.exp(inputs[0] + inputs[1]), rtol=1e-6)
+
+
+def test_queries_inside_the_block_answer_for_the_fusion_defined_so_far() -> None:
+    """Each answer is for the outputs added so far; what is added after it changes the next
+    answer, and the finished fusion runs all of it (no answer is kept for it)."""
+    from kfuse.errors import SchedulerError
+
+    x = rand(3, 5)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        with pytest.raises(SchedulerError, match="no outputs yet: call fd.add_output"):
+            schedule.find_compatible_schedulers(fd.fusion, [x])
+        ok, why = schedule.can_schedule(fd.fusion, SchedulerType.pointwise, [x])
+        assert not ok and "no outputs yet" in why
+        e = fd.ops.exp(t)
+        fd.add_output(e)
+        assert schedule.find_compatible_schedulers(fd.fusion, [x]) == [SchedulerType.pointwise]
+        fd.add_output(fd.ops.sum(e, dims=[1]))
+        ok, why = schedule.can_schedule(fd.fusion, SchedulerType.pointwise, [x])
+        assert not ok and "reduction" in why
+    exp_x, sums = fd.execute([x])
+    np.testing.assert_allclose(exp_x, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(sums, np.exp(x).sum(axis=1), rtol=1e-5)
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -101,7 +101,7 @@ def test_compute_heuristics_returns_reduction_params() -> None:
     from kfuse._C import ReductionParams
 
     hp = schedule.compute_heuristics(exp_sum().fusion, RED, [rand(8, 64)])
-    assert isinstance(hp, ReductionParams) and hp.scheduler_type == "reduction"
+    assert isinstance(hp, ReductionParams) and hp.scheduler_type is RED
     assert hp.fastest_dim_reduction and not hp.persistent
     hp0 = schedule.compute_heuristics(sum_fd([0]).fusion, RED, [rand(64, 64)])
     assert not hp0.fastest_dim_reduction
@@ -340,6 +340,22 @@ def test_nvrtc_compiles_reduction_kernels(arch: str, case: str) -> None:
     for source, name in srcs:
         cubin = compile_to_cubin(source, name, arch, nvrtc_options())
         assert len(cubin) > 0
+
+
+def test_the_tutorials_queries_inside_the_definition_block() -> None:
+    """nvFuser's reduction scheduling tutorial: inside the `with` block, pointwise declines
+    with its reason and only the reduction scheduler takes the fusion; the heuristics got
+    there run with manual_execute after the block."""
+    inputs = [rand(4, 4)]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(fd.ops.sum(x, dims=[1])))
+        ok, why = schedule.can_schedule(fd.fusion, SchedulerType.pointwise, inputs)
+        assert not ok and why.startswith("Scheduler pointwise rejected:")
+        assert schedule.find_compatible_schedulers(fd.fusion, inputs) == [RED]
+        hp = schedule.compute_heuristics(fd.fusion, RED, inputs)
+    (out,) = fd.manual_execute(inputs, hp)
+    np.testing.assert_allclose(out, np.exp(inputs[0].sum(axis=1)), rtol=1e-5)
 
 
 def test_scheduler_error_for_a_rejected_manual_params() -> None:

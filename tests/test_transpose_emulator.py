@@ -270,6 +270,8 @@ def test_params_equality_hash_and_dict() -> None:
     assert a.to_dict()["tile_a"] == 64 and a.to_dict()["scheduler_type"] == "transpose"
     assert a.to_dict()["vector_b"] == 4 and a.to_dict()["vector_a"] == 1
     assert "vector_b=4" in repr(a)
+    assert a.scheduler_type is SchedulerType.transpose  # as the C++ params' property
+    assert repr(a).startswith("TransposeParams(scheduler_type=SchedulerType.transpose, ")
 
 
 def test_h200_heuristics_tile_full_sectors_and_fill_the_device(

@@ -75,12 +75,16 @@ def refill_grid(params: Any, fields: dict[str, int], fd: Any, inputs: list[Any])
         return
     from kfuse.schedule.reduction import _plan, fill_launch_params
     from kfuse.schedule.transpose_params import TransposeParams
+    from kfuse.schedule.types import SchedulerType
 
     if isinstance(params, TransposeParams):
         params.grid_x = min(2**31 - 1, transpose_tiles(fd, inputs, params))
         params.lparams.grid_x, params.lparams.block_y = params.grid_x, params.block_y
-    elif getattr(params, "scheduler_type", None) in ("reduction", "inner_persistent"):
-        if params.scheduler_type == "inner_persistent" and "block_y" not in fields:
+    elif getattr(params, "scheduler_type", None) in (
+        SchedulerType.reduction,
+        SchedulerType.inner_persistent,
+    ):
+        if params.scheduler_type is SchedulerType.inner_persistent and "block_y" not in fields:
             # One block a row where the row takes 128 threads or more (as the heuristics).
             rows = int(params.grid_x) * int(params.block_y)
             params.block_y = max(1, 128 // int(params.block_x))

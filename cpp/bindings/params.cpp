@@ -53,6 +53,36 @@ T cast_field(nb::handle value, const char *owner, const char *name) {
     return out;
 }
 
+// kfuse.schedule.types.SchedulerType, which Python code compares scheduler types with (as
+// nvFuser's HeuristicParams.scheduler_type is its SchedulerType enum). Imported when first
+// needed, not when _C loads: kfuse imports _C before its schedulers.
+nb::object scheduler_type_enum() {
+    return nb::module_::import_("kfuse.schedule.types").attr("SchedulerType");
+}
+
+// A scheduler type given as a SchedulerType or by its name, as its name. Anything else, or a
+// name no SchedulerType has (the scheduler_type property could not give it back), is a
+// ParamsError naming `owner`.
+std::string scheduler_type_name(nb::handle value, const char *owner) {
+    nb::object cls = scheduler_type_enum();
+    int is_member = PyObject_IsInstance(value.ptr(), cls.ptr());
+    if (is_member < 0)
+        throw nb::python_error();
+    if (is_member)
+        return nb::cast<std::string>(value.attr("value"));
+    auto name = cast_field<std::string>(value, owner, "scheduler_type");
+    std::string known;
+    for (nb::handle member : cls) {
+        auto member_name = nb::cast<std::string>(member.attr("value"));
+        if (member_name == name)
+            return name;
+        known += (known.empty() ? "" : ", ") + member_name;
+    }
+    throw ParamsError((std::string(owner) + ": unknown scheduler_type '" + name +
+                       "'; the types are " + known)
+                          .c_str());
+}
+
 nb::dict launch_to_dict(const LaunchParams &p) {
     nb::dict d;
     d["grid_x"] = p.grid_x;
@@ -152,6 +182,8 @@ void bind_fields(Cls &cls, const char *owner) {
 
 nb::dict params_to_dict(const HeuristicParams &p) {
     nb::dict d;
+    // By name, as lparams and cparams are dicts: the dict is plain data (JSON, a dump);
+    // from_dict takes the name or the SchedulerType.
     d["scheduler_type"] = p.scheduler_type();
     for (const auto &[name, value] : p.field_values()) {
         if (auto b = std::get_if<bool>(&value))
@@ -187,8 +219,7 @@ std::unique_ptr<HeuristicParams> make_from(const std::string &type, nb::dict fie
 std::unique_ptr<HeuristicParams> params_from_dict(nb::dict d) {
     if (!d.contains("scheduler_type"))
         throw ParamsError("HeuristicParams.from_dict: the dict has no 'scheduler_type'");
-    std::string type = cast_field<std::string>(d["scheduler_type"], "HeuristicParams",
-                                               "scheduler_type");
+    std::string type = scheduler_type_name(d["scheduler_type"], "HeuristicParams.from_dict");
     nb::dict fields;
     for (auto [key, value] : d) {
         std::string k = nb::cast<std::string>(nb::str(key));
@@ -250,7 +281,7 @@ std::string scheduler_type_of(nb::args args, nb::dict &fields, const char *what,
         type = fields["scheduler_type"];
         nb::del(fields["scheduler_type"]);
     }
-    auto name = cast_field<std::string>(type, what, "scheduler_type");
+    auto name = scheduler_type_name(type, what);
     // A type that names its class must name this one, so that to_dict / from_dict gives back
     // the same class (HeuristicParams('pointwise') would come back as PointwiseParams).
     const char *owner = class_for_type(name);
@@ -372,8 +403,14 @@ void register_params(nb::module_ &m) {
                 reject_unknown(fields, {}, "HeuristicParams");
                 new (self) HeuristicParams(type);
             },
-            nb::sig("def __init__(self, scheduler_type: str = 'none') -> None"))
-        .def_prop_ro("scheduler_type", &HeuristicParams::scheduler_type)
+            nb::sig("def __init__(self, scheduler_type: kfuse.schedule.types.SchedulerType | str = "
+                    "'none') -> None"))
+        .def_prop_ro(
+            "scheduler_type",
+            [](const HeuristicParams &p) { return scheduler_type_enum()(p.scheduler_type()); },
+            nb::for_getter(
+                nb::sig("def scheduler_type(self) -> kfuse.schedule.types.SchedulerType")),
+            "The scheduler these params are for, a kfuse.SchedulerType (read-only).")
         .def("to_dict", &params_to_dict,
              "{'scheduler_type': ..., <fields>..., 'lparams': {...}, 'cparams': {...}}")
         .def_static("from_dict", &params_from_dict, "d"_a,
@@ -401,7 +438,8 @@ void register_params(nb::module_ &m) {
         [](PointwiseParams *self, nb::args args, nb::kwargs kwargs) {
             init_with_kwargs(self, args, kwargs, "PointwiseParams", "pointwise");
         },
-        nb::sig("def __init__(self, scheduler_type: str = 'pointwise', **kwargs) -> None"));
+        nb::sig("def __init__(self, scheduler_type: kfuse.schedule.types.SchedulerType | str = "
+                "'pointwise', **kwargs) -> None"));
     bind_fields<PointwiseParams>(pointwise, "PointwiseParams");
 
     auto reduction = nb::class_<ReductionParams, HeuristicParams>(
@@ -414,7 +452,8 @@ void register_params(nb::module_ &m) {
         [](ReductionParams *self, nb::args args, nb::kwargs kwargs) {
             init_with_kwargs(self, args, kwargs, "ReductionParams", "reduction");
         },
-        nb::sig("def __init__(self, scheduler_type: str = 'reduction', **kwargs) -> None"));
+        nb::sig("def __init__(self, scheduler_type: kfuse.schedule.types.SchedulerType | str = "
+                "'reduction', **kwargs) -> None"));
     bind_fields<ReductionParams>(reduction, "ReductionParams");
 }
 

@@ -64,7 +64,9 @@ public:
     }
 
     std::string repr() const {
-        std::string r = std::string(class_name()) + "(scheduler_type='" + scheduler_type_ + "'";
+        // As Python shows the scheduler_type property: a kfuse.SchedulerType.
+        std::string r =
+            std::string(class_name()) + "(scheduler_type=SchedulerType." + scheduler_type_;
         for (const auto &f : field_values()) {
             r += std::string(", ") + f.first + "=";
             if (auto b = std::get_if<bool>(&f.second))

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 import kfuse._errors_base
+import kfuse.schedule.types
 
 
 class ParamsError(kfuse._errors_base.KfuseError, ValueError, TypeError):
@@ -179,10 +180,11 @@ class HeuristicParams:
     What a scheduler decided for one kernel: launch (lparams) and compile (cparams) parameters plus the subclass's fields. scheduler_type is fixed at construction.
     """
 
-    def __init__(self, scheduler_type: str = 'none') -> None: ...
+    def __init__(self, scheduler_type: kfuse.schedule.types.SchedulerType | str = 'none') -> None: ...
 
     @property
-    def scheduler_type(self) -> str: ...
+    def scheduler_type(self) -> kfuse.schedule.types.SchedulerType:
+        """The scheduler these params are for, a kfuse.SchedulerType (read-only)."""
 
     def to_dict(self) -> dict:
         """
@@ -224,7 +226,7 @@ class PointwiseParams(HeuristicParams):
     Pointwise schedule: vectorization and unroll factors, break_point (-1: 1-D schedule; else the axes before it map to y), block and grid shape, split_grid_y. Keyword arguments set fields: PointwiseParams(vectorization_factor=4).
     """
 
-    def __init__(self, scheduler_type: str = 'pointwise', **kwargs) -> None: ...
+    def __init__(self, scheduler_type: kfuse.schedule.types.SchedulerType | str = 'pointwise', **kwargs) -> None: ...
 
     @property
     def vectorization_factor(self) -> int: ...
@@ -285,7 +287,7 @@ class ReductionParams(HeuristicParams):
     Reduction/normalization schedule: reduction layout (fastest_dim_reduction), persistence, block/grid shape, vectorize/unroll factors for the iteration and reduction domains, and cross-block / cross-grid flags. Keyword arguments set fields.
     """
 
-    def __init__(self, scheduler_type: str = 'reduction', **kwargs) -> None: ...
+    def __init__(self, scheduler_type: kfuse.schedule.types.SchedulerType | str = 'reduction', **kwargs) -> None: ...
 
     @property
     def fastest_dim_reduction(self) -> bool: ...

@@ -1,8 +1,11 @@
 """kfuse: a Python-driven fusion compiler for NVIDIA GPUs.
 
 Importing kfuse loads no CUDA library and creates no CUDA state: the driver and NVRTC are
-loaded the first time something needs them.
+loaded the first time something needs them. `kfuse.reference` and `kfuse.testing` (which the
+README uses as such) are imported the first time they are used.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from kfuse import _C, schedule
 from kfuse._C import CompileParams, HeuristicParams, LaunchParams, PointwiseParams, ReductionParams
@@ -25,3 +28,23 @@ from kfuse.runtime.kernel_executor import KernelExecutor
 from kfuse.schedule import SchedulerType
 
 __version__ = "0.1.0"
+
+# Submodules that are attributes of kfuse without `import kfuse.<name>`, imported on first
+# use: the eager reference and the testing helpers are not part of defining and running
+# fusions, so `import kfuse` does not load them.
+_LAZY_SUBMODULES = ("reference", "testing")
+
+if TYPE_CHECKING:
+    from kfuse import reference, testing
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"kfuse.{name}")  # also binds kfuse.<name>
+    raise AttributeError(f"module 'kfuse' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_SUBMODULES})

@@ -35,6 +35,7 @@ class FusionDefinition(FusionExecution):
 
     def __init__(self) -> None:
         self.fusion = Fusion()
+        self.fusion.in_definition = True  # until __exit__ finalizes it
         self._builder = Builder(self.fusion, self)
         self.ops = Ops(self)
         self._state = "new"

@@ -29,6 +29,9 @@ class Fusion:
         # BFloat16 outputs through arithmetic (a segment's, kfuse.schedule.segmenter): the
         # fast-math choices (kfuse.codegen.precision) treat them as BFloat16 outputs.
         self.rounded_outputs: tuple[int, ...] = ()
+        # True while a FusionDefinition is still adding to it (until finalize()): `exprs`
+        # is empty and the names are not final until then (see as_defined_so_far).
+        self.in_definition = False
 
     # ---- construction (used by the frontend) ----
     def next_name(self, kind: str) -> tuple[str, int]:
@@ -48,18 +51,9 @@ class Fusion:
     def finalize(self) -> None:
         """Prune dead exprs and renumber Vals canonically (T0.., S0.. in definition order), so
         that printing a fusion and re-running the printout gives the same names."""
-        live: set[int] = set()
-        needed: list[Val] = list(self.outputs)
-        seen: set[int] = set()
-        while needed:
-            v = needed.pop()
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            if v.definition is not None:
-                live.add(id(v.definition))
-                needed.extend(v.definition.inputs)
+        live = self._live_expr_ids()
         self.exprs = [e for e in self.all_exprs if id(e) in live]
+        self.in_definition = False
         counters = {"T": 0, "S": 0}
         statements: list[Any] = sorted(
             [(v.serial, [v]) for v in self.inputs]
@@ -82,6 +76,37 @@ class Fusion:
                     kind = "T" if isinstance(dead, TensorView) else "S"
                     dead.name = f"{kind}{counters[kind]}"
                     counters[kind] += 1
+
+    def as_defined_so_far(self) -> Fusion:
+        """A finished Fusion of what a definition still open holds (for questions asked
+        inside its `with` block, as nvFuser's scheduling tutorials ask them): the inputs and
+        outputs added so far and the exprs those outputs need, sharing this fusion's Vals
+        under the names they have now. A new object each time, so that nothing computed
+        from it (the canonical form, cached on the Fusion it is asked for) outlives the
+        exprs and outputs added after it."""
+        snapshot = Fusion()
+        snapshot.inputs = list(self.inputs)
+        snapshot.outputs = list(self.outputs)
+        snapshot.all_exprs = list(self.all_exprs)
+        live = self._live_expr_ids()
+        snapshot.exprs = [e for e in self.all_exprs if id(e) in live]
+        snapshot.rounded_outputs = self.rounded_outputs
+        return snapshot
+
+    def _live_expr_ids(self) -> set[int]:
+        """The ids of the exprs that the outputs need."""
+        live: set[int] = set()
+        needed: list[Val] = list(self.outputs)
+        seen: set[int] = set()
+        while needed:
+            v = needed.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if v.definition is not None:
+                live.add(id(v.definition))
+                needed.extend(v.definition.inputs)
+        return live
 
     # ---- queries ----
     @property

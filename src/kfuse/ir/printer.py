@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
+from kfuse.dtypes import python_scalar_dtype
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
@@ -26,25 +28,57 @@ from kfuse.ir.exprs import (
     TernaryOp,
     UnaryOp,
     WelfordOp,
+    attribute_vals,
 )
 from kfuse.ir.index_ops import op_name
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
-def literal(v: Any) -> str:
-    """A Python expression for an operand: a name, or a constant's literal."""
+def literal(v: Any, names: Mapping[int, str] | None = None) -> str:
+    """A Python expression for an operand: a name, or a constant's literal (or the name it
+    is printed under, where `names` (by id) has one: see _named_constants)."""
     if isinstance(v, Scalar) and v.is_constant:
-        value = v.value
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"float('{value}')"
-        return repr(value)
+        if names is not None and id(v) in names:
+            return names[id(v)]
+        return _number(v.value)
     if isinstance(v, Val):
         return v.name
     return repr(v)
 
 
-def _extent_list(entries: tuple) -> str:
-    return "[" + ", ".join("-1" if e is None else literal(e) for e in entries) + "]"
+def _number(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float('{value}')"
+    return repr(value)
+
+
+def _extent_list(entries: tuple, names: Mapping[int, str]) -> str:
+    return "[" + ", ".join("-1" if e is None else literal(e, names) for e in entries) + "]"
+
+
+def _named_constants(exprs: Sequence[Expr]) -> set[int]:
+    """The ids of the constants that are printed as named `fd.define_scalar(value,
+    dtype=...)`s, because a bare literal in their place would come back with another dtype.
+
+    A literal becomes a constant of its Python type's dtype (bool: Bool, int: Int, float:
+    Double). A pointwise op then casts it to the dtype it computes in, which its tensor
+    operands already have, and pad casts its value to the padded tensor's dtype
+    (kfuse.ir.builder), so a constant of a tensor operand's dtype rebuilds itself. Anywhere
+    else it keeps the literal's dtype: where's two scalar branches (whose dtype becomes the
+    output's), an op of scalars only, a slice bound or pad width (an attribute)."""
+    named: set[int] = set()
+    for expr in exprs:
+        tensor_dtypes = {v.dtype for v in expr.inputs if isinstance(v, TensorView)}
+        for v in expr.inputs:
+            if _is_typed_constant(v) and v.dtype not in tensor_dtypes:
+                named.add(id(v))
+        named.update(id(v) for v in attribute_vals(expr) if _is_typed_constant(v))
+    return named
+
+
+def _is_typed_constant(v: Val) -> bool:
+    """A constant whose dtype is not the one its value's Python type gives."""
+    return isinstance(v, Scalar) and v.is_constant and v.dtype is not python_scalar_dtype(v.value)
 
 
 def _define_input(v: Val) -> str:
@@ -60,8 +94,8 @@ def _define_input(v: Val) -> str:
     return f"{v.name} = fd.define_scalar(None, dtype={v.dtype!r})"
 
 
-def _call(expr: Expr) -> str:
-    a = [literal(v) for v in expr.inputs]
+def _call(expr: Expr, names: Mapping[int, str]) -> str:
+    a = [literal(v, names) for v in expr.inputs]
     if isinstance(expr, UnaryOp):
         if expr.op == "gelu_tanh":
             return f"fd.ops.gelu({a[0]}, approximate='tanh')"
@@ -73,22 +107,22 @@ def _call(expr: Expr) -> str:
     if isinstance(expr, BroadcastOp):
         return f"fd.ops.broadcast({a[0]}, is_broadcast_dim={list(expr.is_new_axis)})"
     if isinstance(expr, ExpandOp):
-        return f"fd.ops.expand({a[0]}, shape={_extent_list(expr.extents)})"
+        return f"fd.ops.expand({a[0]}, shape={_extent_list(expr.extents, names)})"
     if isinstance(expr, SqueezeOp):
         return f"fd.ops.squeeze({a[0]}, dims={list(expr.dims)})"
     if isinstance(expr, PermuteOp):
         return f"fd.ops.permute({a[0]}, dims={list(expr.perm)})"
     if isinstance(expr, ReshapeOp):
-        return f"fd.ops.reshape({a[0]}, new_shape={_extent_list(expr.shape)})"
+        return f"fd.ops.reshape({a[0]}, new_shape={_extent_list(expr.shape, names)})"
     if isinstance(expr, SliceOp):
         return (
-            f"fd.ops.slice({a[0]}, start_indices={_extent_list(expr.starts)}, "
-            f"end_indices={_extent_list(expr.stops)}, strides={list(expr.steps)}"
+            f"fd.ops.slice({a[0]}, start_indices={_extent_list(expr.starts, names)}, "
+            f"end_indices={_extent_list(expr.stops, names)}, strides={list(expr.steps)}"
             + (", manual_normalization=True)" if expr.manual else ")")
         )
     if isinstance(expr, PadOp):
         widths = [w for lo, hi in zip(expr.lows[::-1], expr.highs[::-1]) for w in (lo, hi)]
-        return f"fd.ops.pad({a[0]}, pad_widths={_extent_list(tuple(widths))}, value={a[1]})"
+        return f"fd.ops.pad({a[0]}, pad_widths={_extent_list(tuple(widths), names)}, value={a[1]})"
     if isinstance(expr, (IndexSelectOp, GatherOp)):
         return f"fd.ops.{op_name(expr)}({a[0]}, {a[1]}, dim={expr.dim})"
     if isinstance(expr, CatOp):
@@ -111,9 +145,22 @@ def _call(expr: Expr) -> str:
 def fusion_to_python(fusion: Any, name: str = "kfuse_fusion") -> str:
     """The source of `def name(fd): ...` rebuilding `fusion`, and the lines that call it."""
     statements: list[tuple[int, str]] = [(v.serial, _define_input(v)) for v in fusion.inputs]
-    for expr in fusion.exprs:
+    named = _named_constants(fusion.exprs)
+    # Named constants are C0, C1, ... in the order printed (their own names count every
+    # constant ever made, so the rebuilt fusion's would differ), each defined just before
+    # the first statement that uses it: the sort below is stable.
+    names: dict[int, str] = {}
+    for expr in sorted(fusion.exprs, key=lambda e: e.outputs[0].serial):
+        key = expr.outputs[0].serial
+        for v in (*expr.inputs, *attribute_vals(expr)):
+            if id(v) in named and id(v) not in names:
+                names[id(v)] = f"C{len(names)}"
+                value = _number(cast(Scalar, v).value)
+                statements.append(
+                    (key, f"{names[id(v)]} = fd.define_scalar({value}, dtype={v.dtype!r})")
+                )
         outs = ", ".join(v.name for v in expr.outputs)
-        statements.append((expr.outputs[0].serial, f"{outs} = {_call(expr)}"))
+        statements.append((key, f"{outs} = {_call(expr, names)}"))
     statements.sort(key=lambda s: s[0])
     lines = [f"def {name}(fd : FusionDefinition) -> None :"]
     lines += [f"    {text}" for _, text in statements]

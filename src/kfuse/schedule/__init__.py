@@ -28,7 +28,10 @@ __all__ = [
 
 def _fusion_of(fusion_or_fd: Any) -> Fusion:
     """The canonical form of the fusion (kfuse.ir.canonicalize): what fd.execute schedules,
-    so that these answers and the params they give hold for it."""
+    so that these answers and the params they give hold for it.
+
+    Inside the `with FusionDefinition() as fd:` block (where nvFuser's tutorials ask, after
+    fd.add_output) that is the canonical form of the fusion as defined so far."""
     from kfuse.ir.canonicalize import canonical_fusion
 
     fusion = getattr(fusion_or_fd, "fusion", fusion_or_fd)
@@ -36,6 +39,13 @@ def _fusion_of(fusion_or_fd: Any) -> Fusion:
         raise SchedulerError(
             f"expected a Fusion or FusionDefinition, got {type(fusion_or_fd).__name__}"
         )
+    if fusion.in_definition:
+        if not fusion.outputs:
+            raise SchedulerError(
+                "the fusion has no outputs yet: call fd.add_output(t) before asking "
+                "which schedulers take it"
+            )
+        fusion = fusion.as_defined_so_far()
     return canonical_fusion(fusion)
 
 

@@ -1,7 +1,8 @@
 """TransposeParams: the transpose scheduler's parameters, a Python class with the API of the
-C++ params (_C.PointwiseParams and the others): `scheduler_type`, `cparams`, `lparams`,
-editable fields checked on assignment (a wrong type or a value out of range is a
-ParamsError), equality and a hash (the program cache keys pinned params by it), `to_dict`.
+C++ params (_C.PointwiseParams and the others): `scheduler_type` (SchedulerType.transpose),
+`cparams`, `lparams`, editable fields checked on assignment (a wrong type or a value out of
+range is a ParamsError), equality and a hash (the program cache keys pinned params by it),
+`to_dict`.
 
 It lives in Python rather than in _C because only this scheduler reads it: the C++ fast
 path never looks inside params, it replays the launches a KernelProgram holds.
@@ -31,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.errors import ParamsError
+from kfuse.schedule.types import SchedulerType
 
 WARP = 32
 MAX_THREADS = 1024
@@ -44,7 +46,7 @@ _FIELDS = ("tile_a", "tile_b", "tile_c", "vector_a", "vector_b", "block_y", "gri
 class TransposeParams:
     """Parameters of the transpose scheduler (see the module docstring)."""
 
-    scheduler_type = "transpose"
+    scheduler_type = SchedulerType.transpose
 
     def __init__(
         self,
@@ -73,14 +75,15 @@ class TransposeParams:
         if name in _FIELDS:
             value = _checked(name, value)
         elif name == "scheduler_type":
-            raise ParamsError("TransposeParams.scheduler_type is fixed ('transpose')")
+            raise ParamsError("TransposeParams.scheduler_type is fixed (SchedulerType.transpose)")
         elif name not in ("cparams", "lparams"):
             raise ParamsError(f"TransposeParams has no field {name!r}; fields: {_FIELDS}")
         object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields, scheduler_type, lparams and cparams (as the C++ params' to_dict)."""
-        d: dict[str, Any] = {"scheduler_type": self.scheduler_type}
+        """The fields, scheduler_type (by name), lparams and cparams (as the C++ params'
+        to_dict)."""
+        d: dict[str, Any] = {"scheduler_type": self.scheduler_type.value}
         d.update({name: getattr(self, name) for name in _FIELDS})
         d["lparams"] = self.lparams.to_dict() if hasattr(self.lparams, "to_dict") else None
         d["cparams"] = self.cparams.to_dict() if hasattr(self.cparams, "to_dict") else None
@@ -97,7 +100,10 @@ class TransposeParams:
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)}" for name in _FIELDS)
-        return f"TransposeParams(scheduler_type='transpose', {fields}, cparams={self.cparams})"
+        return (
+            f"TransposeParams(scheduler_type=SchedulerType.transpose, {fields}, "
+            f"cparams={self.cparams})"
+        )
 
 
 def _checked(name: str, value: Any) -> int:
