@@ -306,3 +306,60 @@ def test_an_ill_conditioned_result_is_judged_against_the_kernels_precision() -> 
     assert_close(np.array([-0.23442695]), golden, DataType.Float, alternative=same)
     with pytest.raises(AssertionError):  # more than three times float32's own error
         assert_close(np.array([-0.2343]), golden, DataType.Float, alternative=same)
+
+
+def _op_names(fd: FusionDefinition) -> set[str]:
+    return {type(e).__name__ for e in fd.fusion.exprs}
+
+
+@given(fusions(kinds={"resize"}, max_rank=3))
+def test_resize_fusions_always_resize(fd: FusionDefinition) -> None:
+    """Every "resize" fusion holds a cat (with its first part computed in the fusion), a pad
+    or a slice: a campaign over every kind draws them as often as any kind."""
+    assert _op_names(fd) & {"CatOp", "PadOp", "SliceOp"}
+
+
+@given(st.data())
+def test_indexing_fusions_index_inside_their_axes(data: st.DataObject) -> None:
+    """Every "indexing" fusion holds an index op reading its positions from an input, and
+    the inputs drawn for it (and refilled for a later call) hold positions inside the axis
+    they index, so that a campaign meets no InputError of its own making."""
+    from kfuse.ir.exprs import GatherOp, IndexSelectOp
+    from kfuse.testing.inputs import refill
+
+    fd = data.draw(fusions(kinds={"indexing"}, max_rank=3))
+    index_ops = [e for e in fd.fusion.exprs if isinstance(e, (IndexSelectOp, GatherOp))]
+    assert index_ops and all(e.inputs[1].is_input for e in index_ops)
+    inputs = data.draw(inputs_for(fd, framework="numpy"))
+    for call in (inputs, refill(fd, inputs, seed=data.draw(st.integers(0, 99)))):
+        shapes = fd.fusion.infer_shapes(call)
+        for e in index_ops:
+            positions = np.asarray(call[fd.fusion.inputs.index(e.inputs[1])])
+            assert positions.size == 0 or (
+                positions.min() >= 0 and positions.max() < shapes[e.inputs[0]][e.dim]
+            )
+
+
+def test_the_campaign_finds_a_cat_part_that_another_kernel_reads() -> None:
+    """A "resize" example whose cat is written part by part by one kernel and a part of it
+    read back by another (the H100 campaign's failure class): the campaign draws it, and
+    it is right on the emulator."""
+    space = ExampleSpace(kinds=("resize",), framework="numpy", device="cpu", max_elements=4096)
+
+    def part_read_back(ex: Example) -> bool:
+        try:
+            ex.fd.execute(ex.inputs)
+        except KfuseError:
+            return False
+        program = ex.fd.last_program()
+        if type(program).__name__ != "SegmentKernelsProgram" or not program.folded:
+            return False
+        cats = {e.outputs[0].name for e in ex.fd.fusion.exprs if type(e).__name__ == "CatOp"}
+        folded = program.segmented.fusion  # outputs: the parts of the folded cats among them
+        read_back = {id(v) for plan in program.segmented.plans for v in plan.inputs}
+        return bool(cats & set(program.folded)) and any(
+            id(v) in read_back for v in folded.outputs
+        )
+
+    example = find(examples(space), part_read_back, settings=_SEARCH)
+    check(example)

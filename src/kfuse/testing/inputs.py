@@ -22,7 +22,10 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
+    GatherOp,
+    IndexSelectOp,
     LinearOp,
     MatmulOp,
     PermuteOp,
@@ -138,7 +141,31 @@ class _AxisClasses:
                     self.axis[(id(out), j)] = self._get(src, p)
         elif isinstance(e, (MatmulOp, LinearOp)):
             self._library(e)
-        # ReshapeOp: fresh extents; shape inference checks the element count.
+        elif isinstance(e, CatOp):  # the parts meet off the cat's axis; along it, a sum
+            for i in range(out.ndim):
+                ks = [k for t in e.inputs if (k := self._get(t, i)) is not None]
+                for k in ks[1:]:
+                    self.union(k, ks[0])
+                if ks and i != e.dim:
+                    self.axis[(id(out), i)] = ks[0]
+        elif isinstance(e, IndexSelectOp):  # the indexed axis takes the index's size
+            index = e.inputs[1]
+            for i in range(out.ndim):
+                k = self._get(index, 0) if i == e.dim else self._get(src, i)
+                if k is not None:
+                    self.axis[(id(out), i)] = k
+        elif isinstance(e, GatherOp):
+            # The index's shape, its other axes those of the tensor (gather takes them no
+            # larger, take_along_axis broadcasts them: equal sizes fit both).
+            index = e.inputs[1]
+            for i in range(out.ndim):
+                k, ka = self._get(index, i), self._get(src, i)
+                if i != e.dim and k is not None and ka is not None:
+                    self.union(k, ka)
+                k = k if k is not None or i == e.dim or not e.broadcast else ka
+                if k is not None:
+                    self.axis[(id(out), i)] = k
+        # ReshapeOp, SliceOp, PadOp: fresh extents; shape inference checks the element count.
 
     def _library(self, e: Any) -> None:
         """matmul / linear: the contracted axes meet; the output takes the free axes."""
@@ -256,12 +283,32 @@ def inputs_for(
                 k = classes.scalar_class.get(id(v))
                 out.append(size(k) if k is not None else _scalar_value(draw, v, value_range))
         try:
-            fusion.infer_shapes(out)
+            extents = fusion.infer_shapes(out)
         except InputError:
             assume(False)
+        for pos, bound in position_bounds(fusion, extents).items():
+            if bound == 0 and math.prod(extents[fusion.inputs[pos]]) > 0:
+                assume(False)  # positions into an empty axis: no index is valid
+            v = fusion.inputs[pos]
+            out[pos] = _refilled(rng, v, out[pos], value_range, False, positions=bound)
         return out
 
     return draw_inputs()
+
+
+def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
+    """For each tensor input that an index op (index_select, gather, take_along_axis) reads
+    its positions from: its position among the inputs -> the exclusive bound its values
+    must keep under (the size of the axis it indexes, the smallest where it indexes
+    several), given the call's extents (Fusion.infer_shapes)."""
+    positions = {id(v): k for k, v in enumerate(fusion.inputs)}
+    bounds: dict[int, int] = {}
+    for e in fusion.exprs:
+        if isinstance(e, (IndexSelectOp, GatherOp)) and id(e.inputs[1]) in positions:
+            k = positions[id(e.inputs[1])]
+            size = extents[e.inputs[0]][e.dim]
+            bounds[k] = min(bounds.get(k, size), size)
+    return bounds
 
 
 def _long_size(longest: int) -> st.SearchStrategy[int]:
@@ -444,13 +491,27 @@ def refill(
 
     fusion = getattr(fd, "fusion", fd)
     rng = np.random.default_rng(seed)
+    bounds = position_bounds(fusion, fusion.infer_shapes(inputs))
     return [
-        _refilled(rng, v, a, value_range, special_values) if isinstance(v, TensorView) else a
-        for v, a in zip(fusion.inputs, inputs, strict=True)
+        _refilled(rng, v, a, value_range, special_values, positions=bounds.get(k))
+        if isinstance(v, TensorView)
+        else a
+        for k, (v, a) in enumerate(zip(fusion.inputs, inputs, strict=True))
     ]
 
 
-def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: bool) -> Any:
+def _refilled(
+    rng: Any,
+    v: TensorView,
+    array: Any,
+    value_range: float,
+    special: bool,
+    positions: int | None = None,
+) -> Any:
+    """A new array laid out as `array` is (see refill), of values drawn as inputs_for
+    draws them, or (positions: the bound) of positions in [0, positions)."""
+    import numpy as np
+
     from kfuse.runtime.arrays import framework_of, layout_of
 
     lay = layout_of(array, v.name)
@@ -458,7 +519,11 @@ def _refilled(rng: Any, v: TensorView, array: Any, value_range: float, special: 
         raise InputError(f"{v.name}: refill takes arrays with non-negative strides")
     # Elements the view spans, plus room to move its start onto the same alignment class.
     span = 1 + sum((n - 1) * s for n, s in zip(lay.shape, lay.strides)) if all(lay.shape) else 1
-    base = _values(rng, v.dtype, span + 16, value_range, special)
+    if positions is None:
+        base = _values(rng, v.dtype, span + 16, value_range, special)
+    else:
+        base = rng.integers(0, max(positions, 1), span + 16)
+        base = base.astype(np.int32 if v.dtype is DataType.Int32 else np.int64)
     framework = framework_of(array)
     if framework == "torch":
         import torch

@@ -25,7 +25,21 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView, Val
 
-KINDS = frozenset({"pointwise", "reduction", "normalization", "multi_reduction", "multi_segment"})
+KINDS = frozenset(
+    {
+        "pointwise",
+        "reduction",
+        "normalization",
+        "multi_reduction",
+        "multi_segment",
+        "resize",
+        "indexing",
+    }
+)
+"""Fusion kinds: "resize" and "indexing" draw the data-movement ops (slices, pads and cats;
+index_select, gather and take_along_axis) in every fusion, on top of one of the first four
+kinds' work, so that a campaign over all kinds draws them as often as any other kind."""
+_BASE_KINDS = ("pointwise", "reduction", "normalization", "multi_reduction")
 DEFAULT_DTYPES = (
     DataType.Float,
     DataType.Half,
@@ -491,6 +505,9 @@ def _fusions(
     max_outputs: int,
 ) -> FusionDefinition:
     kind = draw(st.sampled_from(sorted(kinds)))
+    moves = kind if kind in ("resize", "indexing") else None
+    if moves is not None:
+        kind = draw(st.sampled_from(_BASE_KINDS))
     rank = draw(st.integers(1, max_rank))
     with FusionDefinition() as fd:
         gen = _Gen(draw, fd, rank, dtypes, ops)
@@ -517,14 +534,24 @@ def _fusions(
             n_red = 0
         special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red, max_size=n_red)))
         norm_at = draw(st.integers(0, n_ops)) if kind == "normalization" else -1
+        moves_at = draw(st.integers(0, n_ops)) if moves is not None else -1
         for step in range(n_ops + 1):
             for _ in range(special_at.count(step)):
                 gen.reduction_step()
             if step == norm_at:
                 gen.normalization_step()
+            if step == moves_at:
+                (_sliced_input_step if moves == "resize" else _indexing_step)(draw, fd, gen)
             if step < n_ops:
                 gen.pointwise_step()
-        _add_outputs(draw, fd, gen, max_outputs)
+        # Half the resize fusions add cats alone: a slice or pad of computed values runs
+        # between kernels, and a fusion with one does not fold its cats (their parts'
+        # kernels writing into the windows) at all.
+        cats_only = moves == "resize" and draw(st.booleans())
+        resized_one_in = 2 if moves == "resize" and not cats_only else 8
+        _add_outputs(draw, fd, gen, max_outputs, resized_one_in)
+        if moves == "resize":
+            _resized_intermediates(draw, fd, gen, cats_only)
     return fd
 
 
@@ -585,7 +612,9 @@ def _multi_segment(
     _add_outputs(draw, fd, other, 1)
 
 
-def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -> None:
+def _add_outputs(
+    draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int, resized_one_in: int = 8
+) -> None:
     results = gen.results or gen.pool
     chosen = [results[-1]]
     extra = draw(st.integers(0, max_outputs - 1))
@@ -608,14 +637,16 @@ def _add_outputs(draw: Any, fd: FusionDefinition, gen: _Gen, max_outputs: int) -
             order = _axis_order(draw, v.ndim)
         if order is not None:
             v = fd.ops.permute(v, dims=order)
-        fd.add_output(_maybe_resized(draw, fd, v, gen.ops))
+        fd.add_output(_maybe_resized(draw, fd, v, gen.ops, resized_one_in))
 
 
-def _maybe_resized(draw: Any, fd: FusionDefinition, v: Any, ops: tuple[str, ...]) -> Any:
-    """One output in 8 is resized: mostly a slice of its value (_sliced), else a pad of it
-    or a cat of it with itself or its negation (where `ops` has neg), run between kernels
-    as new arrays."""
-    if v.ndim == 0 or not one_in(draw, 8):
+def _maybe_resized(
+    draw: Any, fd: FusionDefinition, v: Any, ops: tuple[str, ...], one_in_n: int = 8
+) -> Any:
+    """One output in `one_in_n` is resized: mostly a slice of its value (_sliced), else a
+    pad of it or a cat of it with itself or its negation (where `ops` has neg): a cat of
+    computed parts is written part by part by the kernels, the others run between kernels."""
+    if v.ndim == 0 or not one_in(draw, one_in_n):
         return v
     how = draw(st.sampled_from(["slice", "slice", "slice", "pad", "cat"]))
     if how == "slice":
@@ -655,6 +686,105 @@ def _sliced(draw: Any, fd: FusionDefinition, v: Any, ops: tuple[str, ...]) -> An
             stops.append(size if end == "size" else 1 << 20)
         steps.append(draw(st.sampled_from([1, 1, 2, 3])))
     return fd.ops.slice(v, starts, stops, steps)
+
+
+def _resized_intermediates(draw: Any, fd: FusionDefinition, gen: _Gen, cats_only: bool) -> None:
+    """One or two more outputs, each a cat (or, unless `cats_only`, sometimes a pad or a
+    slice) of a value the fusion computes, sometimes with an element-wise op after it.
+
+    A cat's parts are distinct computed values, which the kernels computing them write into
+    their windows of the output, and the first part is often reduced as well, as another
+    output: where that reduction is another kernel, it reads the part back from its window.
+    An H100 campaign found two fusions whose reduction read it from elsewhere; they drew a
+    cat at one output in 40, its parts rarely computed and read again, and the emulator
+    campaigns before them had met none."""
+    o = fd.ops
+    for _ in range(draw(st.integers(1, 2))):
+        e = gen.pick(full=draw(st.booleans()))
+        v: Any = e.val
+        if v.ndim == 0:
+            continue
+        if v.is_input or draw(st.booleans()):  # a part computed here, of any value
+            v = o.abs(v) if v.dtype is not DataType.Bool else o.logical_not(v)
+        how = "cat" if cats_only else draw(st.sampled_from(["cat", "cat", "cat", "pad", "slice"]))
+        if how != "cat":
+            out = _maybe_resized(draw, fd, v, gen.ops, 1)
+        else:
+            other = o.neg(v) if v.dtype is not DataType.Bool else o.logical_not(v)
+            parts = [v, other] if draw(st.integers(0, 3)) else [other, v]
+            out = o.cat(parts, dim=draw(st.integers(-v.ndim, v.ndim - 1)))
+            if draw(st.integers(0, 2)) and v.dtype is not DataType.Bool:
+                dims = draw(
+                    st.lists(st.integers(0, v.ndim - 1), min_size=1, max_size=2, unique=True)
+                )
+                red = o.sum(v, dims) if draw(st.booleans()) else o.max(v, dims)
+                fd.add_output(red)
+        if out.dtype.is_floating and draw(st.booleans()):
+            out = o.mul(o.abs(out), 2.0)  # moves into the parts of a cat
+        fd.add_output(out)
+
+
+def _sliced_input_step(draw: Any, fd: FusionDefinition, gen: _Gen) -> None:
+    """A slice of an input, read in place by the kernel that uses it: an element-wise op of
+    it, sometimes reduced over an axis, as an output (its shape is its own)."""
+    o = fd.ops
+    inputs = [e.val for e in gen.pool if e.val.is_input and e.val.ndim > 0]
+    if not inputs:
+        return
+    x: Any = draw(st.sampled_from(inputs))
+    if x.dtype in REDUCED_FLOATS:
+        x = o.cast(x, DataType.Float)
+    v = _sliced(draw, fd, x, gen.ops)
+    if v.dtype.is_floating:
+        v = o.add(o.mul(v, draw(st.sampled_from([2.0, -0.5]))), 1.5)
+    elif v.dtype is not DataType.Bool:
+        v = o.mul(v, 3)
+    if v.dtype.is_floating and draw(st.booleans()):
+        v = o.sum(v, [draw(st.integers(0, v.ndim - 1))])
+    entry = _Entry(v, False, 4096.0)
+    gen.results.append(entry)
+    gen.required.append(entry)
+
+
+def _indexing_step(draw: Any, fd: FusionDefinition, gen: _Gen) -> None:
+    """index_select, gather or take_along_axis of a value of the fusion at positions an
+    integer input holds (inputs_for draws them inside the axis), sometimes with an
+    element-wise op or a reduction after it, as an output. take_along_axis with a [..., 1]
+    index, then a sum over that axis, is how cross-entropy picks each row's target."""
+    o = fd.ops
+    e = gen.pick(full=True)
+    x: Any = e.val
+    if x.ndim == 0:
+        return
+    d = draw(st.integers(0, x.ndim - 1))
+    int_type = draw(st.sampled_from([DataType.Int, DataType.Int32]))
+    op = draw(st.sampled_from(["index_select", "gather", "take_along_axis"]))
+    if op == "index_select":
+        index = fd.define_tensor(shape=[-1], dtype=int_type)
+        out: Any = o.index_select(x, index, d)
+    elif op == "gather":
+        index = fd.define_tensor(shape=[-1] * x.ndim, dtype=int_type)
+        out = o.gather(x, index, d)
+    else:
+        # Each other axis of the index either matches x's or is 1 (broadcast); the
+        # indexed one is free, sometimes 1 (one position a row).
+        shape = [
+            (1 if draw(st.booleans()) else -1)
+            if i == d
+            else (1 if a.is_broadcast or one_in(draw, 4) else -1)
+            for i, a in enumerate(x.axes)
+        ]
+        index = fd.define_tensor(shape=shape, dtype=int_type)
+        out = o.take_along_axis(x, index, d)
+    if out.dtype.is_floating and draw(st.booleans()):
+        out = o.mul(out, 2.0)
+    if draw(st.booleans()):
+        if out.dtype is DataType.Bool:
+            out = o.cast(out, DataType.Float)
+        out = o.sum(out, [d])
+    entry = _Entry(out, e.exact, e.bound * 1100.0 + 3.0)
+    gen.results.append(entry)
+    gen.required.append(entry)
 
 
 def _axis_order(draw: Any, rank: int) -> list[int]:
