@@ -139,7 +139,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         origins[out] = [_Origin(f"pad to {out.name} axis {i}") for i in range(out.ndim)]
     elif isinstance(expr, (IndexSelectOp, GatherOp)):
         shapes[out] = indexed_shape(expr, shapes)
-        origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
+        origins[out] = _indexed_origins(expr, shapes, origins)
     elif isinstance(expr, CatOp):
         shapes[out], _ = cat_windows(expr, [shapes[t] for t in expr.inputs])
         origins[out] = [
@@ -158,6 +158,24 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
     else:  # pragma: no cover - every Expr class is handled above
         raise InputError(f"shape inference does not know {type(expr).__name__}")
+
+
+def _indexed_origins(
+    expr: IndexSelectOp | GatherOp, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
+) -> list[_Origin]:
+    """Where each axis of an index_select's or gather's output takes its size: the index's
+    axis (a gather's are all the index's, take_along_axis's off the indexed one those of
+    the larger), else the tensor's; so that an error about it names the input to change (a
+    cross entropy's [N, 1] targets given as [N, 2], squeezed later)."""
+    arg, index = expr.inputs
+    if isinstance(expr, IndexSelectOp):
+        return [origins[index][0] if i == expr.dim else o for i, o in enumerate(origins[arg])]
+    return [
+        origins[arg][i]
+        if expr.broadcast and i != expr.dim and shapes[index][i] == 1
+        else origins[index][i]
+        for i in range(len(shapes[index]))
+    ]
 
 
 def _expand(
