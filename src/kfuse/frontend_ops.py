@@ -118,7 +118,8 @@ class Ops:
         return self._b.expand(x, shape)
 
     def squeeze(self, x: Any, dims: Sequence[int]) -> TensorView:
-        """Remove the given broadcast axes."""
+        """Remove the given axes of size 1: broadcast axes, or symbolic ones (-1 where the
+        tensor was defined), which must have size 1 on every call (InputError otherwise)."""
         self._fd.check_open("squeeze")
         return self._b.squeeze(x, dims)
 

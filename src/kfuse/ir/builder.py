@@ -367,14 +367,17 @@ class Builder:
         return out
 
     def squeeze(self, x: Any, dims: Sequence[int], *, op: str = "squeeze") -> TensorView:
-        """Remove broadcast axes."""
+        """Remove axes of size 1, as nvFuser's squeeze: broadcast axes, and axes whose size
+        only the inputs tell (symbolic ones), which shape inference checks to be 1 on every
+        call."""
         v = self.tensor(x, op)
         norm = self.dims(v, dims, op)
         for d in norm:
-            if not v.axes[d].is_broadcast:
+            axis = v.axes[d]
+            if not axis.is_broadcast and axis.extent is not None and axis.extent != 1:
                 raise DefinitionError(
-                    f"{op}: axis {d} of {describe(v)} is not a broadcast "
-                    "axis (only size-1 broadcast axes can be squeezed)"
+                    f"{op}: axis {d} of {describe(v)} has size {axis.extent} "
+                    "(only axes of size 1 can be squeezed)"
                 )
         if not norm:
             return v

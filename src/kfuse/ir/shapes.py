@@ -118,6 +118,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
     elif isinstance(expr, ExpandOp):
         shapes[out], origins[out] = _expand(expr, shape, orig, shapes)
     elif isinstance(expr, SqueezeOp):
+        _check_squeezed(expr, shape, orig)
         keep = [i for i in range(len(shape)) if i not in expr.dims]
         shapes[out] = tuple(shape[i] for i in keep)
         origins[out] = [orig[i] for i in keep]
@@ -176,6 +177,20 @@ def _indexed_origins(
         else origins[index][i]
         for i in range(len(shapes[index]))
     ]
+
+
+def _check_squeezed(expr: SqueezeOp, shape: tuple[int, ...], orig: list[_Origin]) -> None:
+    """A squeezed axis the definition did not know to be of size 1 (a symbolic one) must be
+    1 on this call: removing an axis of another size would drop its other elements, so the
+    call stops here, before anything is compiled or launched for it."""
+    tv = expr.inputs[0]
+    for d in expr.dims:
+        if shape[d] != 1:
+            raise InputError(
+                f"{expr.outputs[0].name} = squeeze({tv.name}, dims={list(expr.dims)}): axis {d} "
+                f"of {tv.name} has size {shape[d]} (from {orig[d].text}); only an axis of "
+                "size 1 can be squeezed"
+            )
 
 
 def _expand(
