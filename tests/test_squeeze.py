@@ -2,8 +2,8 @@
 makes 1, as nvFuser's squeeze accepts it (it checks the extent when it concretizes the
 fusion): accepted where the fusion is defined, checked on every call (an InputError before
 anything is compiled or launched, whatever was cached), and scheduled in the same segments
-as a squeeze of a broadcast axis (a view of its operand, never a copy of its own). On the host
-emulator (NumPy inputs); the GPU test at the end."""
+as a squeeze of a broadcast axis (a view of its operand, never a copy of its own). Also
+squeeze_expanded. On the host emulator (NumPy inputs); the GPU test at the end."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_a_symbolic_axis_is_squeezed_where_the_fusion_is_defined() -> None:
     assert y.ndim == 2
     expr = y.definition
     assert isinstance(expr, SqueezeOp)
-    assert expr.dims == (1,)
+    assert expr.dims == (1,) and expr.expanded == ()
     assert fd.fusion.infer_shapes([(3, 1, 4)])[y] == (3, 4)
 
 
@@ -44,6 +44,8 @@ def test_an_axis_of_a_known_size_other_than_one_is_a_definition_error() -> None:
         x = fd.define_tensor(shape=[-1, 3], dtype=DataType.Float)
         with pytest.raises(DefinitionError, match=r"squeeze: axis 1 of T0 .* has size 3"):
             fd.ops.squeeze(x, [1])
+        with pytest.raises(DefinitionError, match="squeeze_expanded must be a bool"):
+            fd.ops.squeeze(x, [0], squeeze_expanded=1)
         labels = fd.define_tensor(shape=[-1], dtype=DataType.Int)
         index = fd.ops.broadcast(labels, [False, True])
         picked = fd.ops.gather(x, index, 1)
@@ -54,9 +56,13 @@ def test_an_axis_of_a_known_size_other_than_one_is_a_definition_error() -> None:
 def test_the_printed_definition_rebuilds_the_squeezes() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        n = fd.define_scalar(dtype=DataType.Int)
         fd.add_output(fd.ops.squeeze(x, [1]))
+        wide = fd.ops.expand(fd.ops.broadcast(fd.ops.exp(x), [False, True, False]), [-1, n, -1])
+        fd.add_output(fd.ops.squeeze(wide, [1], squeeze_expanded=True))
     text = str(fd)
-    assert "fd.ops.squeeze(T0, dims=[1])" in text
+    assert "fd.ops.squeeze(T0, dims=[1])" in text  # the default left out, as nvFuser prints
+    assert "dims=[1], squeeze_expanded=True)" in text
     namespace: dict = {"FusionDefinition": FusionDefinition, "DataType": DataType}
     exec(text, namespace)
     assert str(namespace["fd"]) == text
@@ -213,6 +219,42 @@ def test_a_squeeze_of_an_input_checks_the_input_on_each_call() -> None:
         fd.execute([np.repeat(x, 3, axis=1), y])
     with pytest.raises(InputError, match="axis 1 of T0 has size 0"):
         fd.execute([x[:, :0], y])
+
+
+def test_squeeze_expanded_removes_an_expanded_axis_of_any_size() -> None:
+    """nvFuser refuses to squeeze a broadcast axis that an expand gave an extent, unless
+    squeeze_expanded: then it goes whatever its size (its values are all the same), also
+    through element-wise ops and permutes."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 1], dtype=DataType.Float)
+        n = fd.define_scalar(dtype=DataType.Int)
+        wide = fd.ops.neg(fd.ops.expand(fd.ops.exp(x), [-1, n]))
+        moved = fd.ops.permute(wide, [1, 0])
+        with pytest.raises(DefinitionError, match="squeeze_expanded=True removes it"):
+            fd.ops.squeeze(moved, [0])
+        fd.add_output(fd.ops.squeeze(moved, [0], squeeze_expanded=True))
+        fd.add_output(wide)
+    x = rand((6, 1))
+    out = check(fd, [x, 7])
+    np.testing.assert_allclose(out[0], -np.exp(x[:, 0]), rtol=1e-6)
+    assert out[1].shape == (6, 7)
+    torch = pytest.importorskip("torch")  # the reference's torch backend squeezes by reshape
+    check(fd, [torch.from_numpy(x), 5])
+
+
+def test_an_expanded_axis_beside_a_real_one_is_real() -> None:
+    """Added to an input's symbolic axis, an expanded axis makes a real one: squeezed (the
+    flag changes nothing then), it must be of size 1 on the call."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 1], dtype=DataType.Float)
+        full = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        n = fd.define_scalar(dtype=DataType.Int)
+        mixed = fd.ops.add(fd.ops.expand(x, [-1, n]), full)
+        fd.add_output(fd.ops.squeeze(mixed, [1], squeeze_expanded=True))
+    x = rand((6, 1))
+    check(fd, [x, rand((6, 1), seed=1), 1])
+    with pytest.raises(InputError, match=r"axis 1 of T\d+ has size 3"):
+        fd.execute([x, rand((6, 3), seed=1), 3])
 
 
 @requires_gpu

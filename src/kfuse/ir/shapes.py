@@ -182,10 +182,11 @@ def _indexed_origins(
 def _check_squeezed(expr: SqueezeOp, shape: tuple[int, ...], orig: list[_Origin]) -> None:
     """A squeezed axis the definition did not know to be of size 1 (a symbolic one) must be
     1 on this call: removing an axis of another size would drop its other elements, so the
-    call stops here, before anything is compiled or launched for it."""
+    call stops here, before anything is compiled or launched for it. An expanded axis that
+    squeeze_expanded removes may have any size."""
     tv = expr.inputs[0]
     for d in expr.dims:
-        if shape[d] != 1:
+        if d not in expr.expanded and shape[d] != 1:
             raise InputError(
                 f"{expr.outputs[0].name} = squeeze({tv.name}, dims={list(expr.dims)}): axis {d} "
                 f"of {tv.name} has size {shape[d]} (from {orig[d].text}); only an axis of "
