@@ -3,7 +3,8 @@ makes 1, as nvFuser's squeeze accepts it (it checks the extent when it concretiz
 fusion): accepted where the fusion is defined, checked on every call (an InputError before
 anything is compiled or launched, whatever was cached), and scheduled in the same segments
 as a squeeze of a broadcast axis (a view of its operand, never a copy of its own). Also
-squeeze_expanded. On the host emulator (NumPy inputs); the GPU test at the end."""
+squeeze_expanded, and the campaign's draws. On the host emulator (NumPy inputs); the GPU
+test at the end."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
 
 import kfuse.runtime.executor as executor_module
 from gpu_support import cuda_torch, requires_gpu
+from kfuse.campaign.property import Example, ExampleSpace, examples
+from kfuse.campaign.property import check as check_example
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir import SqueezeOp
 from kfuse.reference import evaluate
-from kfuse.testing import assert_outputs_close
+from kfuse.testing import assert_outputs_close, inputs_for
 from reference_checks import check, rand
 
 
@@ -255,6 +259,42 @@ def test_an_expanded_axis_beside_a_real_one_is_real() -> None:
     check(fd, [x, rand((6, 1), seed=1), 1])
     with pytest.raises(InputError, match=r"axis 1 of T\d+ has size 3"):
         fd.execute([x, rand((6, 3), seed=1), 3])
+
+
+def test_generated_inputs_give_squeezed_axes_size_one() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.squeeze(fd.ops.exp(x), [2]), y))
+
+    @settings(max_examples=50, database=None)
+    @given(inputs_for(fd, long_axis=True))
+    def fits(ins: list) -> None:
+        fd.fusion.infer_shapes(ins)  # an InputError would fail here
+        assert ins[0].shape[2] == 1
+
+    fits()
+
+
+def test_the_campaign_draws_squeezes_of_symbolic_axes() -> None:
+    """Squeezed inputs and values computed from them, in fusions of each kind: one found
+    passes the campaign's check on the emulator."""
+
+    def symbolic_squeeze(example: Example) -> bool:
+        return any(
+            isinstance(e, SqueezeOp) and not e.inputs[0].axes[e.dims[0]].is_broadcast
+            for e in example.fd.fusion.exprs
+        )
+
+    search = settings(
+        max_examples=500,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    for kind in ("pointwise", "reduction", "normalization"):
+        space = ExampleSpace(kinds=(kind,), framework="numpy", device="cpu", max_elements=4096)
+        check_example(find(examples(space), symbolic_squeeze, settings=search))
 
 
 @requires_gpu
