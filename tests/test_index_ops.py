@@ -106,6 +106,24 @@ def test_an_index_larger_than_the_tensor_is_an_input_error() -> None:
 
 
 @pytest.mark.gpu
+def test_a_size_taken_from_the_index_is_named_after_the_index() -> None:
+    """An output axis whose size the index gives names the index's input in a shape error
+    (take_along_axis's other axes the input of the larger size), not the output."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        idx = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        rows = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.take_along_axis(x, idx, 1), y))
+        fd.add_output(fd.ops.add(fd.ops.index_select(x, rows, 0), y))
+    with pytest.raises(InputError, match=r"input 1 \(T1\) axis 1 has size 2 but input 3 \(T3\)"):
+        fd.fusion.infer_shapes([(4, 5), (4, 2), (4,), (4, 3)])
+    with pytest.raises(InputError, match=r"input 0 \(T0\) axis 0 has size 4 but input 3 \(T3\)"):
+        fd.fusion.infer_shapes([(4, 5), (1, 5), (4,), (3, 5)])
+    with pytest.raises(InputError, match=r"input 2 \(T2\) axis 0 has size 6 but input 3 \(T3\)"):
+        fd.fusion.infer_shapes([(4, 5), (4, 5), (6,), (4, 5)])
+
+
 @requires_gpu
 def test_indexing_on_the_gpu() -> None:
     """Between kernels on the GPU, with torch tensors: right, and a position outside its

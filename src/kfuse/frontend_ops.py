@@ -117,10 +117,13 @@ class Ops:
         self._fd.check_open("expand")
         return self._b.expand(x, shape)
 
-    def squeeze(self, x: Any, dims: Sequence[int]) -> TensorView:
-        """Remove the given broadcast axes."""
+    def squeeze(self, x: Any, dims: Sequence[int], squeeze_expanded: bool = False) -> TensorView:
+        """Remove the given axes of size 1: broadcast axes, or symbolic ones (-1 where the
+        tensor was defined), which must have size 1 on every call (InputError otherwise). A
+        broadcast axis that an expand gave an extent is removed only with squeeze_expanded
+        (its values are the same all along it), as in nvFuser."""
         self._fd.check_open("squeeze")
-        return self._b.squeeze(x, dims)
+        return self._b.squeeze(x, dims, squeeze_expanded)
 
     def permute(self, x: Any, dims: Sequence[int]) -> TensorView:
         """Reorder axes: output axis i is input axis dims[i]."""

@@ -306,7 +306,10 @@ class _Evaluator:
         if isinstance(expr, ExpandOp):
             return be.broadcast_to(a, out_shape)
         if isinstance(expr, SqueezeOp):
-            return be.squeeze(a, expr.dims)
+            # An expanded axis (squeeze_expanded) holds one value at every position: its first
+            # stands for it. Every other squeezed axis has size 1 (infer_shapes checked).
+            first = tuple(slice(0, 1) if i in expr.expanded else slice(None) for i in range(a.ndim))
+            return be.squeeze(a[first] if expr.expanded else a, expr.dims)
         if isinstance(expr, PermuteOp):
             return be.permute(a, expr.perm)
         if isinstance(expr, ReshapeOp):

@@ -81,6 +81,41 @@ def is_integer_scalar_division(op: str, vals: Sequence[Val]) -> bool:
     )
 
 
+def is_expanded_axis(v: TensorView, d: int) -> bool:
+    """Whether axis `d` of `v`, not a broadcast axis, is a broadcast axis that an expand gave
+    an extent (nvFuser's expanded broadcast, which squeeze removes only when asked to): it
+    comes from such axes alone, through element-wise ops (where every operand that is not
+    broadcast along it has one), permutes, broadcasts and squeezes. Any other origin (an
+    input's axis, a reshape's, a slice's...) makes it a real axis."""
+    pending, seen = [(v, d)], set()
+    while pending:
+        t, i = pending.pop()
+        if (id(t), i) in seen:
+            continue
+        seen.add((id(t), i))
+        e = t.definition
+        src = e.inputs[0] if e is not None else None
+        if isinstance(e, ExpandOp):
+            assert isinstance(src, TensorView)
+            if not (e.extents[i] is not None and src.axes[i].is_broadcast):
+                pending.append((src, i))  # an axis kept, or one only checked against a size
+        elif isinstance(e, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+            pending += [
+                (u, i) for u in e.inputs if isinstance(u, TensorView) and not u.axes[i].is_broadcast
+            ]
+        elif isinstance(e, PermuteOp):
+            pending.append((cast(TensorView, src), e.perm[i]))
+        elif isinstance(e, BroadcastOp):
+            # Not a new axis (those are broadcast): the input's axis of that position.
+            pending.append((cast(TensorView, src), i - sum(e.is_new_axis[:i])))
+        elif isinstance(e, SqueezeOp):
+            kept = [k for k in range(cast(TensorView, src).ndim) if k not in e.dims]
+            pending.append((cast(TensorView, src), kept[i]))
+        else:
+            return False
+    return True
+
+
 class Builder:
     """Creates Vals and Exprs in `fusion` on behalf of `owner` (a FusionDefinition)."""
 
@@ -366,20 +401,40 @@ class Builder:
         self.add(ExpandOp(inputs=(v, *scalars), outputs=(out,), extents=tuple(extents)))
         return out
 
-    def squeeze(self, x: Any, dims: Sequence[int], *, op: str = "squeeze") -> TensorView:
-        """Remove broadcast axes."""
+    def squeeze(
+        self, x: Any, dims: Sequence[int], squeeze_expanded: Any = False, *, op: str = "squeeze"
+    ) -> TensorView:
+        """Remove axes of size 1, as nvFuser's squeeze(x, dims, squeeze_expanded): broadcast
+        axes, and axes whose size only the inputs tell (symbolic ones), which shape inference
+        checks to be 1 on every call. An expanded broadcast axis is refused unless
+        squeeze_expanded, which removes it whatever its extent."""
         v = self.tensor(x, op)
+        if not _is_bool(squeeze_expanded):
+            raise DefinitionError(
+                f"{op}: squeeze_expanded must be a bool, got {describe(squeeze_expanded)}"
+            )
         norm = self.dims(v, dims, op)
+        expanded = []
         for d in norm:
-            if not v.axes[d].is_broadcast:
+            axis = v.axes[d]
+            if axis.is_broadcast:
+                continue
+            if is_expanded_axis(v, d):
+                if not squeeze_expanded:
+                    raise DefinitionError(
+                        f"{op}: axis {d} of {describe(v)} is a broadcast axis that an "
+                        "expand gave an extent; squeeze_expanded=True removes it"
+                    )
+                expanded.append(d)
+            elif axis.extent is not None and axis.extent != 1:
                 raise DefinitionError(
-                    f"{op}: axis {d} of {describe(v)} is not a broadcast "
-                    "axis (only size-1 broadcast axes can be squeezed)"
+                    f"{op}: axis {d} of {describe(v)} has size {axis.extent} "
+                    "(only axes of size 1 can be squeezed)"
                 )
         if not norm:
             return v
         out = self.new_tensor(v.dtype, [a for i, a in enumerate(v.axes) if i not in norm])
-        self.add(SqueezeOp(inputs=(v,), outputs=(out,), dims=norm))
+        self.add(SqueezeOp(inputs=(v,), outputs=(out,), dims=norm, expanded=tuple(expanded)))
         return out
 
     def permute(self, x: Any, perm: Sequence[int], *, op: str = "permute") -> TensorView:

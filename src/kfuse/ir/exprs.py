@@ -149,10 +149,15 @@ class ExpandOp(Expr):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SqueezeOp(Expr):
-    """Remove the listed axes (sorted, each a broadcast axis of the input)."""
+    """Remove the listed axes (sorted). Each is a broadcast axis of the input; or an axis of
+    size 1 whose size the definition does not fix (a symbolic one: shape inference checks
+    per call that it is 1, as nvFuser checks when it concretizes); or one of `expanded`,
+    a broadcast axis an expand gave an extent, removed whatever that extent
+    (fd.ops.squeeze's squeeze_expanded: its values are the same all along it)."""
 
     dims: tuple[int, ...]
-    ATTRS: ClassVar[tuple[str, ...]] = ("dims",)
+    expanded: tuple[int, ...] = ()
+    ATTRS: ClassVar[tuple[str, ...]] = ("dims", "expanded")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

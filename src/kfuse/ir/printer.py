@@ -109,7 +109,9 @@ def _call(expr: Expr, names: Mapping[int, str]) -> str:
     if isinstance(expr, ExpandOp):
         return f"fd.ops.expand({a[0]}, shape={_extent_list(expr.extents, names)})"
     if isinstance(expr, SqueezeOp):
-        return f"fd.ops.squeeze({a[0]}, dims={list(expr.dims)})"
+        # As nvFuser's printer, squeeze_expanded only where it is needed (True).
+        expanded = ", squeeze_expanded=True" if expr.expanded else ""
+        return f"fd.ops.squeeze({a[0]}, dims={list(expr.dims)}{expanded})"
     if isinstance(expr, PermuteOp):
         return f"fd.ops.permute({a[0]}, dims={list(expr.perm)})"
     if isinstance(expr, ReshapeOp):

@@ -118,6 +118,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
     elif isinstance(expr, ExpandOp):
         shapes[out], origins[out] = _expand(expr, shape, orig, shapes)
     elif isinstance(expr, SqueezeOp):
+        _check_squeezed(expr, shape, orig)
         keep = [i for i in range(len(shape)) if i not in expr.dims]
         shapes[out] = tuple(shape[i] for i in keep)
         origins[out] = [orig[i] for i in keep]
@@ -139,7 +140,7 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         origins[out] = [_Origin(f"pad to {out.name} axis {i}") for i in range(out.ndim)]
     elif isinstance(expr, (IndexSelectOp, GatherOp)):
         shapes[out] = indexed_shape(expr, shapes)
-        origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
+        origins[out] = _indexed_origins(expr, shapes, origins)
     elif isinstance(expr, CatOp):
         shapes[out], _ = cat_windows(expr, [shapes[t] for t in expr.inputs])
         origins[out] = [
@@ -158,6 +159,39 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
     else:  # pragma: no cover - every Expr class is handled above
         raise InputError(f"shape inference does not know {type(expr).__name__}")
+
+
+def _indexed_origins(
+    expr: IndexSelectOp | GatherOp, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
+) -> list[_Origin]:
+    """Where each axis of an index_select's or gather's output takes its size: the index's
+    axis (a gather's are all the index's, take_along_axis's off the indexed one those of
+    the larger), else the tensor's; so that an error about it names the input to change (a
+    cross entropy's [N, 1] targets given as [N, 2], squeezed later)."""
+    arg, index = expr.inputs
+    if isinstance(expr, IndexSelectOp):
+        return [origins[index][0] if i == expr.dim else o for i, o in enumerate(origins[arg])]
+    return [
+        origins[arg][i]
+        if expr.broadcast and i != expr.dim and shapes[index][i] == 1
+        else origins[index][i]
+        for i in range(len(shapes[index]))
+    ]
+
+
+def _check_squeezed(expr: SqueezeOp, shape: tuple[int, ...], orig: list[_Origin]) -> None:
+    """A squeezed axis the definition did not know to be of size 1 (a symbolic one) must be
+    1 on this call: removing an axis of another size would drop its other elements, so the
+    call stops here, before anything is compiled or launched for it. An expanded axis that
+    squeeze_expanded removes may have any size."""
+    tv = expr.inputs[0]
+    for d in expr.dims:
+        if d not in expr.expanded and shape[d] != 1:
+            raise InputError(
+                f"{expr.outputs[0].name} = squeeze({tv.name}, dims={list(expr.dims)}): axis {d} "
+                f"of {tv.name} has size {shape[d]} (from {orig[d].text}); only an axis of "
+                "size 1 can be squeezed"
+            )
 
 
 def _expand(

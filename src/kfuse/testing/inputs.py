@@ -78,6 +78,9 @@ class _AxisClasses:
         self.parent: dict[Any, Any] = {}
         self.axis: dict[tuple[int, int], Any] = {}
         self.scalar_class: dict[int, Any] = {}
+        # Axes a squeeze removes without the definition knowing their size is 1 (symbolic
+        # ones): their classes are drawn 1, as any other size would be an InputError.
+        self.squeezed: list[Any] = []
         for v in fusion.inputs:
             if isinstance(v, TensorView):
                 for i, a in enumerate(v.axes):
@@ -95,6 +98,10 @@ class _AxisClasses:
 
     def union(self, a: Any, b: Any) -> None:
         self.parent[self.find(a)] = self.find(b)
+
+    def must_be_one(self, k: Any) -> bool:
+        """Whether the axes of class `k` meet a squeeze that needs them to be of size 1."""
+        return any(self.find(q) == self.find(k) for q in self.squeezed)
 
     def _get(self, v: Any, i: int) -> Any:
         return self.axis.get((id(v), i))
@@ -130,6 +137,11 @@ class _AxisClasses:
                 if k is not None:
                     self.axis[(id(out), i)] = k
         elif isinstance(e, (SqueezeOp, ReductionOp, WelfordOp)):
+            if isinstance(e, SqueezeOp):
+                for d in e.dims:
+                    k = self._get(src, d)
+                    if d not in e.expanded and k is not None:
+                        self.squeezed.append(k)
             keep = [i for i in range(src.ndim) if i not in e.dims]
             for o in e.outputs:
                 for j, i in enumerate(keep):
@@ -237,6 +249,8 @@ def inputs_for(
 
         def size(k: Any) -> int:
             k = classes.find(k)
+            if k not in size_of and classes.must_be_one(k):
+                size_of[k] = 1
             if k not in size_of:
                 lo = 0 if allow_empty else 1
                 size_of[k] = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(lo, 9)))
@@ -329,7 +343,13 @@ def _long_class(draw: Any, fusion: Any, classes: _AxisClasses) -> Any:
     first = next((v for v in fusion.inputs if isinstance(v, TensorView)), None)
     if first is None:
         return None
-    axes = [i for i, a in enumerate(first.axes) if not a.is_broadcast and a.extent is None]
+    axes = [
+        i
+        for i, a in enumerate(first.axes)
+        if not a.is_broadcast
+        and a.extent is None
+        and not classes.must_be_one(classes.axis[(id(first), i)])
+    ]
     if not axes:
         return None
     i = axes[-1] if draw(st.integers(0, 2)) else draw(st.sampled_from(axes))

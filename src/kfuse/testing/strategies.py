@@ -136,9 +136,16 @@ class _Entry:
 
 class _Gen:
     def __init__(
-        self, draw: Any, fd: FusionDefinition, rank: int, dtypes: tuple, ops: tuple[str, ...]
+        self,
+        draw: Any,
+        fd: FusionDefinition,
+        rank: int,
+        dtypes: tuple,
+        ops: tuple[str, ...],
+        max_rank: int,
     ) -> None:
         self.draw, self.fd, self.rank, self.dtypes, self.ops = draw, fd, rank, dtypes, ops
+        self.max_rank = max_rank  # the most axes an input may have (fusions' max_rank)
         self.pool: list[_Entry] = []
         self.results: list[_Entry] = []  # candidates for outputs, newest last
         self.required: list[_Entry] = []  # reductions that must reach an output
@@ -147,7 +154,21 @@ class _Gen:
     def add_input(self, rank: int, full: bool, dtype: DataType) -> _Entry:
         shape = [-1 if full or not self.draw(st.integers(0, 4)) == 0 else 1 for _ in range(rank)]
         contiguity = self.draw(st.sampled_from([None, None, True]))
-        t = self.fd.define_tensor(shape=shape, contiguity=contiguity, dtype=dtype)
+        # Sometimes, where max_rank leaves room, one more axis, symbolic, that a squeeze
+        # removes (kfuse.testing.inputs draws it 1): an axis whose size 1 only the call
+        # tells, as cross-entropy's [N, 1] targets have; squeezed from the input itself or
+        # from a value computed of it.
+        room = rank < self.max_rank
+        squeezed = self.draw(st.integers(0, rank)) if room and one_in(self.draw, 8) else None
+        if squeezed is not None:
+            shape.insert(squeezed, -1)
+        t: Any = self.fd.define_tensor(shape=shape, contiguity=contiguity, dtype=dtype)
+        if squeezed is not None:
+            # Narrow dtypes only meet math after their cast (the module docstring).
+            plain = dtype is not DataType.Bool and dtype not in REDUCED_FLOATS
+            if plain and self.draw(st.booleans()):
+                t = self.fd.ops.neg(t)  # exact, as the input is
+            t = self.fd.ops.squeeze(t, [squeezed])
         bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
         e = _Entry(t, True, bound)
         self.pool.append(e)
@@ -510,7 +531,7 @@ def _fusions(
         kind = draw(st.sampled_from(_BASE_KINDS))
     rank = draw(st.integers(1, max_rank))
     with FusionDefinition() as fd:
-        gen = _Gen(draw, fd, rank, dtypes, ops)
+        gen = _Gen(draw, fd, rank, dtypes, ops, max_rank)
         gen.scalars = []
         n_inputs = draw(st.integers(1, max_inputs))
         for i in range(n_inputs):
@@ -590,7 +611,7 @@ def _multi_segment(
         if pattern != "matmul"
         else tuple(op for op in gen.ops if op not in _EXACT_ONLY and op != "where") or ("add",)
     )
-    other = _Gen(draw, fd, draw(st.integers(1, gen.rank)), gen.dtypes, ops)
+    other = _Gen(draw, fd, draw(st.integers(1, gen.rank)), gen.dtypes, ops, gen.max_rank)
     other.scalars = gen.scalars
     if pattern == "matmul":
         dt = draw(st.sampled_from([DataType.Float, DataType.Double]))
