@@ -357,9 +357,7 @@ def test_the_campaign_finds_a_cat_part_that_another_kernel_reads() -> None:
         cats = {e.outputs[0].name for e in ex.fd.fusion.exprs if type(e).__name__ == "CatOp"}
         folded = program.segmented.fusion  # outputs: the parts of the folded cats among them
         read_back = {id(v) for plan in program.segmented.plans for v in plan.inputs}
-        return bool(cats & set(program.folded)) and any(
-            id(v) in read_back for v in folded.outputs
-        )
+        return bool(cats & set(program.folded)) and any(id(v) in read_back for v in folded.outputs)
 
     example = find(examples(space), part_read_back, settings=_SEARCH)
     check(example)
