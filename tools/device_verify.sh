@@ -9,7 +9,9 @@
 # gets: check.txt (the build and test steps' summary), gpu-tests.log, campaign.txt,
 # campaign-summary.json, models.json, models.log, models-charts.tgz, bench-w1-w6.json. The
 # output ends with each part's summary lines. KFUSE_VERIFY_CAMPAIGN_S (default 45) is the
-# campaign's budget.
+# campaign's budget. KFUSE_VERIFY_PARTS (default "tests campaign models bench") names the parts
+# to run, for a split over two calls on one warm machine (10 minutes a call): "tests campaign"
+# then "models bench"; a call without "tests" builds kfuse first unless the machine has it.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,18 +19,35 @@ REAL="${OUT:-/tmp/kfuse-device-logs}"
 mkdir -p "$REAL"
 export KFUSE_COMMIT="${KFUSE_COMMIT:-unknown}" PYTHONUNBUFFERED=1
 logs="$(mktemp -d)"
-OUT="$logs" KFUSE_LOG_TAIL=8 KFUSE_GPU_TEST_TIMEOUT=200 KFUSE_PROFILER_TEST_TIMEOUT=80 \
-    bash tools/device_check.sh true > "$REAL/check.txt" 2>&1
-tail -n 10 "$REAL/check.txt"
-cp "$logs/gpu-tests.log" "$REAL/" 2>/dev/null && grep -E "passed|failed" "$REAL/gpu-tests.log" | tail -n 2
+parts=" ${KFUSE_VERIFY_PARTS:-tests campaign models bench} "
+SITE="${KFUSE_SITE:-/tmp/kfuse-site}"
+if [[ $parts == *" tests "* ]]; then
+    OUT="$logs" KFUSE_LOG_TAIL=8 KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}" \
+        KFUSE_PROFILER_TEST_TIMEOUT=80 bash tools/device_check.sh true > "$REAL/check.txt" 2>&1
+    tail -n 10 "$REAL/check.txt"
+    cp "$logs/gpu-tests.log" "$REAL/" 2>/dev/null && grep -E "passed|failed" "$REAL/gpu-tests.log" | tail -n 2
+elif [ ! -d "$SITE/kfuse" ]; then  # a fresh machine: build and install only
+    OUT="$logs" KFUSE_SKIP_GPU_TESTS=1 bash tools/device_check.sh > "$REAL/check.txt" 2>&1
+    tail -n 4 "$REAL/check.txt"
+fi
 # device_check installed kfuse into its private site (tools/device_check.sh)
-export PYTHONPATH="${KFUSE_SITE:-/tmp/kfuse-site}${PYTHONPATH:+:$PYTHONPATH}"
-budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
-(cd /tmp && timeout $((budget + 20)) python3 -m kfuse campaign --device cuda --budget "$budget" \
-    --out "$logs/campaign" > "$REAL/campaign.txt" 2>&1)
-tail -n 3 "$REAL/campaign.txt"  # time per example, examples by scheduler, the counts
-cp "$logs/campaign/summary.json" "$REAL/campaign-summary.json" 2>/dev/null
-KFUSE_MODELS_QUICK= KFUSE_MODELS_TIMEOUT=230 KFUSE_MODELS_BUDGET=210 OUT="$REAL" \
-    bash tools/device_models.sh | tail -n 22
-timeout 60 python3 benchmarks/run.py --only W1,W2,W3,W4,W5,W6 --peers "kfuse,torch.compile" \
-    --json "$REAL/bench-w1-w6.json" 2>&1 | grep -E "^  W[1-6] "
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+if [[ $parts == *" campaign "* ]]; then
+    budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
+    (cd /tmp && timeout $((budget + 40)) python3 -m kfuse campaign --device cuda --budget "$budget" \
+        ${KFUSE_VERIFY_CAMPAIGN_SEED:+--seed "$KFUSE_VERIFY_CAMPAIGN_SEED"} \
+        --out "$logs/campaign" > "$REAL/campaign.txt" 2>&1)
+    tail -n 3 "$REAL/campaign.txt"  # time per example, examples by scheduler, the counts
+    cp "$logs/campaign/summary.json" "$REAL/campaign-summary.json" 2>/dev/null
+    # Failures' repro scripts, one archive (a call returns at most 8 files).
+    (cd "$logs/campaign" && ls failure-* crash-* >/dev/null 2>&1 &&
+        tar czf "$REAL/campaign-repros.tgz" failure-* crash-* 2>/dev/null)
+fi
+if [[ $parts == *" models "* ]]; then
+    KFUSE_MODELS_QUICK= KFUSE_MODELS_TIMEOUT=230 KFUSE_MODELS_BUDGET=210 OUT="$REAL" \
+        bash tools/device_models.sh | tail -n 22
+fi
+if [[ $parts == *" bench "* ]]; then
+    timeout 60 python3 benchmarks/run.py --only W1,W2,W3,W4,W5,W6 --peers "kfuse,torch.compile" \
+        --json "$REAL/bench-w1-w6.json" 2>&1 | grep -E "^  W[1-6] "
+fi
