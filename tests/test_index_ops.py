@@ -1,7 +1,9 @@
 """fd.ops.index_select, gather and take_along_axis: nvFuser's checks where the fusion is
 defined, shapes and positions checked per call (a position outside its axis is an
 InputError, never a read outside the array), and the values, run between kernels as the
-arrays' own indexing (host emulator; the GPU test at the end)."""
+arrays' own indexing or read inside the pointwise kernel that consumes them
+(tests/test_indexed_reads.py has those kernels' own tests; host emulator; the GPU test at the
+end)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from models import (
     attention,
     batchnorm,
     groupnorm,
+    indexing,
     norms,
     pointwise,
     resize,
@@ -30,9 +31,10 @@ CASES: list[Case] = [
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
-PROBE_CASES: list[Case] = [*resize.PROBE_CASES]
+PROBE_CASES: list[Case] = [*resize.PROBE_CASES, *indexing.PROBE_CASES]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
-the suite until they have been measured on a GPU: slices and cats around RoPE."""
+the suite until they have been measured on a GPU: slices and cats around RoPE, an embedding
+lookup."""
 
 
 def select(pattern: str) -> list[Case]:

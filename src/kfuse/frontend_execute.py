@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse import profiling_hooks
+from kfuse.runtime import index_checks
 
 
 class FusionExecution:
@@ -56,19 +57,22 @@ class FusionExecution:
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
         # layout launches from C++ (kfuse.runtime.fast_path); anything else takes the checked path,
-        # which is told not to try the fast path again.
+        # which is told not to try the fast path again. Before and after it, a position outside
+        # its axis that an earlier launch read is reported (kfuse.runtime.index_checks).
         if (
             executor is not None
             and device is None
             and executor.fast_calls is not None
             and profiling_hooks.active is None
         ):
+            index_checks.raise_pending()
             try:
                 hit = executor.fast_calls(inputs, stream)
             except (MemoryError, RuntimeError) as exc:
                 _raise_out_of_memory(exc)
             if hit is not None:
                 executor.last_compiled, outputs = hit
+                index_checks.raise_pending()
                 return outputs
         # build_runtime_info checks that the inputs are a list (kfuse.runtime.info.input_list).
         return self._executor().execute(inputs, device=device, try_fast=False)

@@ -34,6 +34,7 @@ from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.runtime.launch import (
+    IndexCheckOperand,
     InputOperand,
     KernelLaunch,
     Operand,
@@ -126,6 +127,8 @@ class _Merger:
             return self._value(plan.outputs[op.index], op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)
+        if isinstance(op, IndexCheckOperand):
+            return op  # the kernel's own flags
         old = plan.origin[op.val]
         if id(old) in self.added_values:
             raise _NotMerged

@@ -10,6 +10,11 @@ both (pointwise work is cheap to recompute; memory traffic is not).
 
 Reduction kernels use the same machinery: their reference domain is the reduction's input
 domain, and `ReductionOp` maps its output's axes to the kept reference axes.
+
+Pointwise kernels also read index ops (index_select, gather, take_along_axis) of fusion inputs
+at positions a fusion input holds (`indexed_reads`): the index op's output is then a leaf,
+an operand read from its tensor at the reference coordinates on every axis but the indexed
+one, where the index's element at the same coordinates gives the position (`IndexedRead`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from kfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     PermuteOp,
     ReductionOp,
     SqueezeOp,
@@ -50,19 +57,63 @@ class Use:
         return f"{self.val.name}@{self.view}"
 
 
+@dataclass(frozen=True)
+class IndexedRead:
+    """An index op's output read by the kernel straight from the op's tensor (a fusion input):
+    along every axis but `expr.dim` at the coordinates `table_view` gives (None: coordinate
+    0, the indexed axis among them), along that one at the position the index's element holds
+    (`index`, the index's use: a kernel operand loaded before this one)."""
+
+    expr: IndexSelectOp | GatherOp
+    table_view: View
+    index: Use
+
+    @property
+    def table(self) -> TensorView:
+        return cast(TensorView, self.expr.inputs[0])
+
+
 @dataclass
 class DomainMap:
     """The result of mapping a set of outputs onto a reference domain.
 
     uses: every (Val, view) needed, producers before consumers.
-    input_uses: the uses of fusion tensor inputs (each becomes a kernel operand).
+    input_uses: the uses of fusion tensor inputs (each becomes a kernel operand), and of index
+    ops' outputs read from their tensors (`indexed`), each after its index's use.
     scalars: the non-constant Scalars read (each becomes a kernel parameter).
+    indexed: the input uses that are indexed reads, with how they read.
     """
 
     ref_rank: int
     uses: list[Use] = field(default_factory=list)
     input_uses: list[Use] = field(default_factory=list)
     scalars: list[Scalar] = field(default_factory=list)
+    indexed: dict[Use, IndexedRead] = field(default_factory=dict)
+
+
+def indexed_read_of(expr: Expr) -> bool:
+    """Whether a kernel reads `expr`'s output inside it (map_to_domain's indexed_reads): an
+    index_select, gather or take_along_axis whose tensor and index are fusion inputs."""
+    return isinstance(expr, (IndexSelectOp, GatherOp)) and all(
+        v.definition is None for v in expr.inputs
+    )
+
+
+def _indexed_read(expr: IndexSelectOp | GatherOp, out_view: View) -> IndexedRead:
+    """How an index op's output at `out_view` is read (IndexedRead): its tensor on the output's
+    coordinates but for the indexed axis (a gather's index is no larger than the tensor off
+    that axis, take_along_axis broadcasts an axis of size 1: the scheduler gives an axis of
+    size 1 stride 0), its index on the indexed output axis (index_select) or on all of them."""
+    table, index = cast(tuple[TensorView, TensorView], expr.inputs)
+    d = expr.dim
+    table_view = tuple(
+        None if i == d or ax.is_broadcast else out_view[i] for i, ax in enumerate(table.axes)
+    )
+    if isinstance(expr, IndexSelectOp):
+        index_view: View = (None if index.axes[0].is_broadcast else out_view[d],)
+    else:
+        index_view = tuple(None if ax.is_broadcast else r for ax, r in zip(index.axes, out_view))
+    return IndexedRead(expr, table_view, Use(index, index_view))
 
 
 def operand_views(expr: Expr, out_view: View) -> list[View | None]:
@@ -98,6 +149,11 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
         for i, src in enumerate(expr.perm):
             view_list[src] = out_view[i]
         return [tuple(view_list)]
+    if isinstance(expr, (IndexSelectOp, GatherOp)):
+        raise UnsupportedExpr(
+            f"{type(expr).__name__} {expr.outputs[0].name}: only pointwise kernels read index "
+            "ops, and only those whose tensor and index are the kernel's inputs"
+        )
     raise UnsupportedExpr(f"{type(expr).__name__} changes the element mapping")
 
 
@@ -114,12 +170,18 @@ def reduction_input_view(
 
 
 def map_to_domain(
-    outputs: list[tuple[Val, View]], ref_rank: int, stop_at: dict[Val, View] | None = None
+    outputs: list[tuple[Val, View]],
+    ref_rank: int,
+    stop_at: dict[Val, View] | None = None,
+    *,
+    indexed_reads: bool = False,
 ) -> DomainMap:
     """Collect every Use needed to compute `outputs` (each a Val with its view).
 
     `stop_at` lists Vals that are produced elsewhere (e.g. reduction results inside a
     persistent kernel): they are leaves here, like fusion inputs, but not kernel operands.
+    `indexed_reads`: index ops of fusion inputs are leaves read from their tensors
+    (IndexedRead; pointwise kernels), where otherwise they raise UnsupportedExpr.
     """
     stop_at = stop_at or {}
     result = DomainMap(ref_rank)
@@ -144,6 +206,13 @@ def map_to_domain(
         expr = val.definition
         if isinstance(expr, (ReductionOp, WelfordOp)):
             raise UnsupportedExpr(f"{type(expr).__name__} needs a reduction kernel")
+        if indexed_reads and indexed_read_of(expr):
+            read = _indexed_read(cast(IndexSelectOp | GatherOp, expr), view)
+            visit(read.index.val, read.index.view)  # loaded before the read that needs it
+            result.indexed[use] = read
+            result.input_uses.append(use)
+            result.uses.append(use)
+            return
         in_views = operand_views(expr, view)
         if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             # Only the tensor operand carries data; extents of expand/broadcast are shapes.

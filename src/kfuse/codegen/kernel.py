@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Iterator
 
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.registers import register_array
-from kfuse.codegen.runtime_header import with_float8_part
+from kfuse.codegen.runtime_header import with_optional_parts
 
 
 def kernel_header(
@@ -219,7 +219,7 @@ class Code:
         float8 part where the kernel uses a float8 type)."""
         self.depth = 0
         self("}", "")
-        return with_float8_part("\n".join(self.lines))
+        return with_optional_parts("\n".join(self.lines))
 
     def otherwise(self, head: str = "else") -> None:
         """Close the innermost block and open its `else` (or `else if (...)`) branch."""

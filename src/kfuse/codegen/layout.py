@@ -19,6 +19,11 @@ VEC = "vec"  # unit stride and aligned: V elements in one (up to 16-byte) access
 BCAST = "bcast"  # stride 0: one element serves the whole vector
 STRIDED = "strided"  # anything else: V scalar accesses
 SPLIT = "split"  # an operand read along the inner axis through sub-axes of its own (row_split)
+# An indexed read (OperandLayout.indexed): a vector at a time where a vector's elements share one
+# position (the index constant along the inner axis) and the tensor allows vectors, else
+# element by element, each at its own position.
+INDEXED_VEC = "indexed_vec"
+INDEXED = "indexed"
 # An outer reduction's operand whose reduced rows are adjacent within each column (stride 1
 # along the reduced axis, `unroll` along the columns): a thread's V columns of all its rows are
 # one block of V * unroll elements, loaded as one vector (kfuse.codegen.reduction).
@@ -36,13 +41,18 @@ class OperandLayout:
     # (extent, stride) sub-axes, outermost first, it walks the innermost merged axis through
     # (its strides[-1] is then 0 and unused); () for every other operand.
     inner_split: tuple[tuple[int, int], ...] = ()
+    # A pointwise kernel's indexed read (kfuse.codegen.domain.IndexedRead): the (extent,
+    # stride) of its tensor's indexed axis, along which the index's elements give the
+    # position (its `strides` are 0 there); None for every other operand.
+    indexed: tuple[int, int] | None = None
 
     def max_offset(self, sizes: tuple[int, ...]) -> int:
         """The largest element offset the kernel can touch (for the index type choice)."""
+        along = 0 if self.indexed is None else max(0, self.indexed[0] - 1) * abs(self.indexed[1])
         if self.inner_split:
             rows = sum((n - 1) * abs(s) for n, s in zip(sizes[:-1], self.strides) if n > 0)
-            return rows + sum((n - 1) * abs(s) for n, s in self.inner_split if n > 0)
-        return sum((n - 1) * abs(s) for n, s in zip(sizes, self.strides) if n > 0)
+            return rows + sum((n - 1) * abs(s) for n, s in self.inner_split if n > 0) + along
+        return sum((n - 1) * abs(s) for n, s in zip(sizes, self.strides) if n > 0) + along
 
 
 def ref_strides(view: tuple, strides: tuple[int, ...], ref_rank: int) -> tuple[int, ...]:
@@ -97,7 +107,8 @@ def merge_axes(
         new_sizes = [1]
         new_strides = [[0] for _ in operands]
     merged = [
-        OperandLayout(op.data_ptr, op.itemsize, tuple(st)) for op, st in zip(operands, new_strides)
+        OperandLayout(op.data_ptr, op.itemsize, tuple(st), indexed=op.indexed)
+        for op, st in zip(operands, new_strides)
     ]
     return tuple(new_sizes), merged
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse.codegen import bf16_words
+from kfuse.codegen import bf16_words, indexed
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
@@ -72,7 +72,7 @@ def plan_pointwise(fusion: Fusion) -> PointwisePlan:
     )
     rank = reference.ndim
     ref_view = tuple(None if ax.is_broadcast else r for r, ax in enumerate(reference.axes))
-    ref_map = map_to_domain([(reference, ref_view)], rank)
+    ref_map = map_to_domain([(reference, ref_view)], rank, indexed_reads=True)
     output_views = []
     for out in fusion.outputs:
         known = {u.view for u in ref_map.uses if u.val is out}
@@ -89,7 +89,9 @@ def plan_pointwise(fusion: Fusion) -> PointwisePlan:
                 f"output {out.name} (rank {out.ndim}) cannot be placed on "
                 f"the domain of {reference.name} (rank {rank})"
             )
-    domain = map_to_domain([(o, v) for o, v in zip(fusion.outputs, output_views)], rank)
+    domain = map_to_domain(
+        [(o, v) for o, v in zip(fusion.outputs, output_views)], rank, indexed_reads=True
+    )
     return PointwisePlan(fusion, reference, domain, tuple(output_views))
 
 
@@ -130,12 +132,19 @@ class PointwiseKernelSpec:
     # once for them all. Out of the repr (kernel_name adds a suffix), like input_splits.
     rows: int = field(default=1, repr=False)
     row_bcast: tuple[bool, ...] = field(default=(), repr=False)
+    # Per input, for an indexed read (INDEXED or INDEXED_VEC: kfuse.codegen.indexed) the input
+    # that holds its positions, -1 for the others; () when no input is one. Out of the repr
+    # (kernel_name adds a suffix), like input_splits.
+    indexed_by: tuple[int, ...] = field(default=(), repr=False)
 
     def input_rank(self, k: int) -> int:
-        """Rank of input k's kf::Tensor: the merged rank, or for a SPLIT input the row axes
-        followed by its own inner sub-axes."""
+        """Rank of input k's kf::Tensor: the merged rank, for a SPLIT input the row axes
+        followed by its own inner sub-axes, for an indexed read the merged axes followed by
+        its tensor's indexed axis."""
         split = self.input_splits[k] if self.input_splits else ()
-        return self.rank - 1 + len(split) if split else self.rank
+        if split:
+            return self.rank - 1 + len(split)
+        return self.rank + 1 if self.indexed_by and self.indexed_by[k] >= 0 else self.rank
 
 
 def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
@@ -156,6 +165,8 @@ def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
             suffix += "_sz" + "".join(chr(ord("a") + j % 26) for j in spec.split_sizes_of)
     if spec.rows > 1:
         suffix += f"_rows{spec.rows}_" + "".join("o" if b else "r" for b in spec.row_bcast)
+    if spec.indexed_by:
+        suffix += "_ix" + "".join("x" if j < 0 else chr(ord("a") + j % 26) for j in spec.indexed_by)
     return f"kfuse_pointwise_{digest}{suffix}"
 
 
@@ -175,6 +186,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         spec.block_x * spec.block_y,
         spec.launch_bounds,
         [spec.input_rank(k) for k in range(n_in)],
+        index_checks=bool(spec.indexed_by),
     )
     code(
         f"typedef {spec.index_type} Index;",
@@ -334,14 +346,18 @@ def open_domain_kernel(
     threads: int,
     launch_bounds: bool,
     input_ranks: list[int] | None = None,
+    index_checks: bool = False,
 ) -> tuple[Code, Callable[..., str]]:
     """A new Code holding the runtime header, the plan's per-element body function and the
     opened kernel `name` over the plan's domain (pointwise and transpose kernels), and the
-    call of the body function."""
+    call of the body function. `index_checks`: the kernel has indexed reads, whose flags
+    come last (kfuse.codegen.indexed)."""
     body, call = element_body_function(plan, name)
     code = Code()
     code.extend([runtime_header(), "", *body, ""])
     params = kernel_params(plan, rank, index, input_ranks)
+    if index_checks:
+        params.append(indexed.FLAGS_PARAM.format(index=index))
     code.open_kernel(kernel_header(name, params, threads, bounded=launch_bounds))
     return code, call
 
@@ -407,6 +423,7 @@ def _whole_vectors(
     offset = offset or f"(v0 + (Index)u * blockDim.x) * {vec}"
     inputs = plan.domain.input_uses
     split = [k for k, kind in enumerate(spec.input_kinds) if kind == SPLIT]
+    reads = indexed.reads(spec)
     code.extend(
         load_vector_block(
             [u.val.dtype.cuda_type for u in inputs],
@@ -416,9 +433,12 @@ def _whole_vectors(
             code.indent,
             f"const Index i0 = {offset}",
             lambda k: _vector_addresses(f"base_in{k}", k),
-            skip=split,
+            skip=split + reads,
         )
     )
+    if reads:  # after their indexes, which give their positions
+        ctypes = [inputs[k].val.dtype.cuda_type for k in reads]
+        code.extend(indexed.vector_loads(spec, reads, ctypes, str(unroll), offset, code.indent))
     if split:
         ctypes = [inputs[k].val.dtype.cuda_type for k in split]
         code(*[register_array(f"x{k}", t, SPLIT, vec, unroll) for k, t in zip(split, ctypes)])
@@ -490,6 +510,8 @@ def _elements(
         code("const Index i = i0 + j;")
         code(*[f"{o.dtype.cuda_type} y{k};" for k, o in enumerate(outputs)])
         loaded = [f"kf::load(in{k}, {base(f'in{k}')} + i * step_in{k})" for k in range(n_in)]
+        for k in indexed.reads(spec):  # at the position its index's element gives
+            loaded[k] = indexed.element_load(spec, k, f"{base(f'in{k}')} + i * step_in{k}", loaded)
         for k, kind in enumerate(spec.input_kinds):
             if kind == SPLIT:  # its element i through its sub-axes, into xs<k>[0]
                 code(f"{plan.domain.input_uses[k].val.dtype.cuda_type} xs{k}[1];")

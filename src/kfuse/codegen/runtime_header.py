@@ -38,19 +38,37 @@ def float8_header() -> str:
     return _FLOAT8_PATH.read_text()
 
 
-def with_float8_part(source: str) -> str:
-    """A kernel's `source` (runtime_header(), then its own code) with the float8 part put
-    between the two where its own code names a float8 type; else `source` unchanged.
+_INDEXING_PATH = Path(__file__).with_name("runtime") / "kf_indexing.cuh"
+# The names only the indexing part defines.
+_INDEXING_NAMES = ("kf::indexed_position", "kf::indexed_load", "kf::index_fill")
 
-    Only such kernels get the part, so a kernel without float8 values has the source it had
-    before float8 existed (the same cubin, cache entries and source corpus)."""
+
+@functools.cache
+def indexing_header() -> str:
+    """The indexed reads' part of the runtime (kf_indexing.cuh), after the float8 part."""
+    return _INDEXING_PATH.read_text()
+
+
+def with_optional_parts(source: str) -> str:
+    """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
+    between the two where its own code uses them: the float8 part where it names a float8
+    type, the indexing part where it reads at positions an index tensor holds; else `source`
+    unchanged.
+
+    Only such kernels get a part, so a kernel without float8 values or indexed reads has the
+    source it had before those existed (the same cubin, cache entries and source corpus)."""
     header = runtime_header()
     if not source.startswith(header):
         return source
     own = source[len(header) :]
-    if not any(name in own for name in _FLOAT8_TYPES):
+    parts = []
+    if any(name in own for name in _FLOAT8_TYPES):
+        parts.append(float8_header())
+    if any(name in own for name in _INDEXING_NAMES):
+        parts.append(indexing_header())
+    if not parts:
         return source
-    return header + "\n" + float8_header() + own
+    return header + "".join("\n" + part for part in parts) + own
 
 
 RUNTIME_HEADER_NAME = "kfuse_runtime.cuh"

@@ -16,6 +16,7 @@ from kfuse import profiling_hooks
 from kfuse.compiler import choose_scheduler, compile_fusion
 from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.fusion import Fusion
+from kfuse.runtime import index_checks
 from kfuse.runtime.fast_path import fast_call_for
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
 from kfuse.runtime.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
@@ -72,11 +73,15 @@ class FusionExecutorCache:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly.
         try_fast=False: the caller already tried fast_calls on these inputs (and missed)."""
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
+        # An earlier call's kernel may have read a position outside its axis (found without
+        # waiting for the GPU: kfuse.runtime.index_checks): this call reports it.
+        index_checks.raise_pending()
         plain = params is None and device is None and profiling_hooks.active is None
         if plain and try_fast and self.fast_calls is not None:
             hit = self.fast_calls(inputs, stream)
             if hit is not None:
                 self.last_compiled, outputs = hit
+                index_checks.raise_pending()
                 return outputs
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)

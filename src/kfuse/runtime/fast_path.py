@@ -33,13 +33,15 @@ def packed_launch(
     n_outputs: int,
     n_workspaces: int,
     program: ScalarProgram | None = None,
+    target: tuple[str, int] = ("numpy", -1),
 ) -> Any:
     """launch's arguments packed once (KernelLaunch.arguments with null pointers, and this
     call's scalar values), with a slot for every array operand and for every scalar operand
-    that `program` computes from the scalar inputs."""
+    that `program` computes from the scalar inputs. The flags of indexed reads are the same
+    on every call on `target` (framework, device): packed as they are."""
     from kfuse._C import PackedLaunch
 
-    args = launch.arguments([0] * n_inputs, [0] * n_outputs, extents, [0] * n_workspaces)
+    args = launch.arguments([0] * n_inputs, [0] * n_outputs, extents, [0] * n_workspaces, target)
     slots = []
     for p, op in enumerate(launch.operands):
         if isinstance(op, InputOperand):
@@ -150,7 +152,11 @@ def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[A
         len(info.fusion.outputs),
         len(workspace_bytes(compiled.launches)),
     )
-    return [packed_launch(launch, info.extents, *counts, program) for launch in compiled.launches]
+    target = (info.framework, info.device_index)
+    return [
+        packed_launch(launch, info.extents, *counts, program, target)
+        for launch in compiled.launches
+    ]
 
 
 def _torch_call(

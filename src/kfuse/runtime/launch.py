@@ -59,7 +59,16 @@ class WorkspaceOperand:
     strides: tuple[int, ...]
 
 
-Operand = InputOperand | OutputOperand | ScalarOperand | WorkspaceOperand
+@dataclass(frozen=True, eq=False)
+class IndexCheckOperand:
+    """The flags a kernel's indexed reads write a position outside its axis into
+    (kfuse.runtime.index_checks.IndexChecks): four words of mapped host memory, the same on
+    every call, made on the first launch for the call's framework and device."""
+
+    checks: Any  # kfuse.runtime.index_checks.IndexChecks
+
+
+Operand = InputOperand | OutputOperand | ScalarOperand | WorkspaceOperand | IndexCheckOperand
 
 
 @dataclass
@@ -114,10 +123,15 @@ class KernelLaunch:
         output_ptrs: list[int],
         extents: dict[Any, Any],
         workspace_ptrs: list[int] | None = None,
+        target: tuple[str, int] = ("numpy", -1),
     ) -> list[Any]:
-        """The launch arguments for one call."""
+        """The launch arguments for one call; `target`: its (framework, device index), which
+        the flags of indexed reads live for."""
         args: list[Any] = []
         for op in self.operands:
+            if isinstance(op, IndexCheckOperand):
+                args.append(TensorArg(op.checks.pointer(*target), (4,), (1,)))
+                continue
             if isinstance(op, InputOperand):
                 ptr = input_ptrs[op.position] + op.byte_offset
                 args.append(TensorArg(ptr, op.shape, op.strides))
@@ -130,6 +144,11 @@ class KernelLaunch:
             else:
                 args.append(scalar_argument(op.val, extents[op.val]))
         return args
+
+
+def index_checks_of(launches: list[KernelLaunch]) -> list[Any]:
+    """The IndexChecks of the launches' indexed reads (kfuse.runtime.index_checks)."""
+    return [op.checks for ka in launches for op in ka.operands if isinstance(op, IndexCheckOperand)]
 
 
 def workspace_bytes(launches: list[KernelLaunch]) -> list[int]:

@@ -24,7 +24,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
-from kfuse.runtime.launch import KernelLaunch, ScalarOperand, workspace_bytes
+from kfuse.runtime.launch import KernelLaunch, ScalarOperand, index_checks_of, workspace_bytes
 from kfuse.schedule.types import SchedulerType
 
 
@@ -124,6 +124,10 @@ class KernelProgram(Program):
                 poison(array)
         workspace_ptrs = [_data_ptr(w) for w in workspaces]
         self._launch(self.launches, info, stream, (input_ptrs, output_ptrs, workspace_ptrs))
+        # A position outside its axis that a finished launch recorded (all of them on the
+        # emulator; on a GPU, the next call finds those still running: index_checks).
+        for checks in index_checks_of(self.launches):
+            checks.raise_if_read_outside()
         return outputs
 
     def _launch(
@@ -134,8 +138,9 @@ class KernelProgram(Program):
         pointers: tuple[list[int], list[int], list[int]],
     ) -> None:
         inputs, outputs, workspaces = pointers
+        target = (info.framework, info.device_index)
         for launch in launches:
-            args = launch.arguments(inputs, outputs, info.extents, workspaces)
+            args = launch.arguments(inputs, outputs, info.extents, workspaces, target)
             launch.kernel.launch(launch.grid, launch.block, launch.shared_mem, stream, args)
 
 

@@ -22,8 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from kfuse.codegen.domain import UnsupportedExpr
+from kfuse.codegen.domain import UnsupportedExpr, Use
 from kfuse.codegen.layout import (
+    BCAST,
+    INDEXED,
+    INDEXED_VEC,
+    VEC,
     OperandLayout,
     access_kind,
     merge_axes,
@@ -210,6 +214,11 @@ class PointwiseScheduler:
                 bool(op.inner_split) and read(op.inner_split, vector) for op in layout.inputs
             )
 
+        kinds = [access_kind(op, vector) for op in layout.inputs]
+        indexed_by = _indexed_by(plan)
+        for k, j in enumerate(indexed_by):
+            if j >= 0:
+                kinds[k] = indexed_kind(layout.inputs[k], kinds[j], vector, kinds[k])
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -217,7 +226,7 @@ class PointwiseScheduler:
             block_x=int(params.block_x),
             block_y=int(params.block_y),
             index_type=index_type,
-            input_kinds=tuple(access_kind(op, vector) for op in layout.inputs),
+            input_kinds=tuple(kinds),
             output_kinds=tuple(access_kind(op, vector) for op in layout.outputs),
             launch_bounds=params.cparams.maxrregcount is None,
             input_splits=(
@@ -230,7 +239,17 @@ class PointwiseScheduler:
             split_sizes_of=split_sizes_of(layout) if split else (),
             rows=rows,
             row_bcast=row_constant_inputs(layout) if rows > 1 else (),
+            indexed_by=indexed_by if any(j >= 0 for j in indexed_by) else (),
         )
+
+
+def _indexed_by(plan: PointwisePlan) -> tuple[int, ...]:
+    """PointwiseKernelSpec.indexed_by: per input, the input that holds its positions (an
+    indexed read's index), -1 for the others."""
+    uses = plan.domain.input_uses
+    return tuple(
+        uses.index(plan.domain.indexed[u].index) if u in plan.domain.indexed else -1 for u in uses
+    )
 
 
 ROWS_PER_THREAD = 2  # measured against 4 on the NHWC instance norm backward: 68.6 against 70.4 us
@@ -262,7 +281,7 @@ def rows_per_thread(layout: PointwiseLayout) -> int:
     row), move at least the bytes an element that the others and the outputs do."""
     if layout.rank < 2 or layout.sizes[-2] % ROWS_PER_THREAD != 0:
         return 1
-    if any(op.inner_split for op in layout.inputs):
+    if any(op.inner_split or op.indexed for op in layout.inputs):
         return 1
     constant = row_constant_inputs(layout)
     shared = sum(
@@ -303,14 +322,7 @@ def pointwise_layout(
     """
     rank = plan.ref_rank
     sizes = info.shape(plan.reference)
-    operands: list[OperandLayout] = []
-    for use in plan.domain.input_uses:
-        layout = info.layouts[cast(TensorView, use.val)]
-        operands.append(
-            OperandLayout(
-                layout.data_ptr, use.val.dtype.itemsize, ref_strides(use.view, layout.strides, rank)
-            )
-        )
+    operands = [_input_layout(plan, use, info) for use in plan.domain.input_uses]
     for k, (out, view) in enumerate(zip(plan.fusion.outputs, plan.output_views)):
         strides, offset = output_layout(info, out)
         ptr = (256 if output_ptrs is None else output_ptrs[k]) + offset
@@ -319,6 +331,43 @@ def pointwise_layout(
     n_in = len(plan.domain.input_uses)
     result = PointwiseLayout(merged_sizes, merged[:n_in], merged[n_in:])
     return split_short_rows(result) if split else result
+
+
+def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLayout:
+    """Input `use` over the reference axes. An indexed read (IndexedRead) is its tensor,
+    stride 0 along the indexed axis (the position comes from the index) and with that axis'
+    (extent, stride) kept aside; the index it reads is laid out as any input. Both take an
+    axis of size 1 as stride 0: take_along_axis broadcasts such an axis of either, where any
+    other op would have found the sizes unequal (a gather's coordinates there are all 0)."""
+    rank = plan.ref_rank
+    read = plan.domain.indexed.get(use)
+    tensor = read.table if read is not None else cast(TensorView, use.val)
+    layout = info.layouts[tensor]
+    sized = read is not None or any(use == r.index for r in plan.domain.indexed.values())
+    strides = [0 if sized and n == 1 else s for n, s in zip(layout.shape, layout.strides)]
+    if read is None:
+        view = use.view
+        indexed = None
+    else:
+        d = read.expr.dim
+        view, indexed = read.table_view, (layout.shape[d], layout.strides[d])
+    return OperandLayout(
+        layout.data_ptr,
+        tensor.dtype.itemsize,
+        ref_strides(view, tuple(strides), rank),
+        indexed=indexed,
+    )
+
+
+def indexed_kind(op: OperandLayout, index_kind: str, vector: int, kind: str = "") -> str:
+    """An indexed read's access kind: INDEXED_VEC where a vector's elements share one
+    position (its index is BCAST along the inner axis) and every position keeps the vector
+    as the tensor's layout allows (VEC, and the indexed stride a multiple of the vector),
+    else INDEXED."""
+    assert op.indexed is not None
+    plain = kind or access_kind(op, vector)
+    whole = plain == VEC and index_kind == BCAST and op.indexed[1] % vector == 0
+    return INDEXED_VEC if whole else INDEXED
 
 
 SHORT_ROW = 256
@@ -362,6 +411,8 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
     (wants_longer_rows)."""
     if layout.rank < 2 or not wants_longer_rows(layout.n_inner):
         return layout
+    if any(op.indexed for op in layout.inputs):
+        return layout  # an indexed read's row_split would need its positions per sub-axis
     sizes = list(layout.sizes)
     ins = [list(op.strides) for op in layout.inputs]
     outs = [list(op.strides) for op in layout.outputs]
@@ -419,7 +470,14 @@ def _describe(expr: Any) -> str:
 def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     """The kernel for `params` and its launch for these inputs (a GeneratedKernel)."""
     from kfuse.codegen.pointwise import emit_pointwise
-    from kfuse.runtime.launch import GeneratedKernel, InputOperand, OutputOperand, ScalarOperand
+    from kfuse.runtime.index_checks import IndexChecks, describe_read
+    from kfuse.runtime.launch import (
+        GeneratedKernel,
+        IndexCheckOperand,
+        InputOperand,
+        OutputOperand,
+        ScalarOperand,
+    )
 
     plan = plan_pointwise(fusion)
     layout = pointwise_layout(plan, info, output_ptrs=None, split=True)
@@ -427,8 +485,17 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     source, name = emit_pointwise(plan, spec)
     positions = {v: i for i, v in enumerate(fusion.inputs)}
     operands: list[Any] = []
+    reads: list[tuple[str, int] | None] = []
     for use, op in zip(plan.domain.input_uses, layout.inputs):
-        if op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
+        reads.append(None)
+        if op.indexed is not None:  # the domain's axes, then its indexed axis
+            read = plan.domain.indexed[use]
+            extent, stride = op.indexed
+            operands.append(
+                InputOperand(positions[read.table], (*layout.sizes, extent), (*op.strides, stride))
+            )
+            reads[-1] = (describe_read(read.expr), extent)
+        elif op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
             sub_sizes, sub_strides = zip(*op.inner_split)
             shape = (*layout.sizes[:-1], *sub_sizes)
             operands.append(
@@ -439,6 +506,8 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     operands += [ScalarOperand(s) for s in plan.domain.scalars]
     for k, op in enumerate(layout.outputs):
         operands.append(OutputOperand(k, layout.sizes, op.strides))
+    if spec.indexed_by:  # the reads' flags, after the outputs (kfuse.runtime.index_checks)
+        operands.append(IndexCheckOperand(IndexChecks(tuple(reads))))
     grid = (int(params.grid_x), int(params.grid_y), 1)
     block = (int(params.block_x), int(params.block_y), 1)
     return GeneratedKernel(name, source, grid, block, 0, operands, "pointwise", spec)

@@ -224,9 +224,15 @@ class TransposeScheduler:
 
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         PointwiseScheduler().check(fusion, info)
+        plan = plan_pointwise(fusion)
+        if plan.domain.indexed:
+            raise Rejection(
+                "the fusion reads an index op's tensor at the positions its index holds, "
+                "which only the pointwise kernel generates"
+            )
         if info is None:
             return
-        layout = pointwise_layout(plan_pointwise(fusion), info, output_ptrs=None)
+        layout = pointwise_layout(plan, info, output_ptrs=None)
         if layout.numel == 0:
             raise Rejection("the fusion has no elements")
         axes = tile_axes(layout)

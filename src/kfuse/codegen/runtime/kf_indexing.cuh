@@ -1,0 +1,70 @@
+// kfuse device runtime: reads at positions that another tensor holds (index_select, gather and
+// take_along_axis read inside the kernel that consumes them: kfuse.codegen.indexed). Put after
+// the runtime header only in kernels whose own code reads so, as the float8 part is, so that
+// every other kernel's source stays what it was.
+
+namespace kf {
+
+// What an indexed read gives at a position outside its axis: NaN for the floating types, so
+// that the wrong element shows in everything computed from it, and 0 (false) for the others.
+// The read itself never leaves the tensor, and the host raises an InputError naming the
+// position (kfuse.runtime.index_checks).
+template <typename T>
+__device__ __forceinline__ T index_fill() {
+  return (T)0;
+}
+template <>
+__device__ __forceinline__ float index_fill<float>() {
+  return __uint_as_float(0x7fc00000u);
+}
+template <>
+__device__ __forceinline__ double index_fill<double>() {
+  return __longlong_as_double(0x7ff8000000000000LL);
+}
+template <>
+__device__ __forceinline__ half index_fill<half>() {
+  return half_from_bits(0x7e00);
+}
+template <>
+__device__ __forceinline__ bfloat16 index_fill<bfloat16>() {
+  return bfloat16_from_bits(0x7fc0);
+}
+
+// `value`, an element of an index tensor, as a position along an axis of `extent`; -1 where it
+// is outside [0, extent). Such a read records itself in `flags`, two words per input of the
+// kernel in host memory the device writes through (kfuse.runtime.index_checks): for read
+// `read` (its input's number), flags[2 read] the value, then flags[2 read + 1] = 1, which the
+// host waits for before reading the value. Plain 64-bit stores, each whole: reads that race
+// leave one of their values, with no atomic on host memory, which a PCIe link may not carry.
+// No host synchronization and no trap: the kernel runs on, and the CUDA context stays usable.
+template <typename I, typename Index>
+__device__ __forceinline__ Index indexed_position(I value, Index extent, unsigned long long* flags,
+                                                  int read) {
+  const long long v = (long long)value;
+  if (v >= 0 && v < (long long)extent) return (Index)v;
+  volatile unsigned long long* f = flags + 2 * read;
+  f[0] = (unsigned long long)v;
+  __threadfence_system();
+  f[1] = 1ULL;
+  return (Index)-1;
+}
+
+// The element `off` of `t` moved `position` steps of `step` along the indexed axis, or
+// index_fill where the position is outside it (-1, from indexed_position).
+template <typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ T indexed_load(const Tensor<T, N, Index>& t, Off off, Index position,
+                                          Index step) {
+  return position < 0 ? index_fill<T>() : load(t, off + position * step);
+}
+
+// The vector at `off` of `t` moved `position` steps of `step`, or a vector of index_fill.
+template <int V, typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ Vec<T, V> indexed_load_vec(const Tensor<T, N, Index>& t, Off off,
+                                                      Index position, Index step) {
+  if (position >= 0) return load_vec<V>(t, off + position * step);
+  Vec<T, V> v;
+  for (int j = 0; j < V; ++j) v[j] = index_fill<T>();
+  return v;
+}
+
+}  // namespace kf
