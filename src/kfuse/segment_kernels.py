@@ -124,7 +124,11 @@ class _Merger:
             return self._value(plan.inputs[op.position], op.shape, op.strides)
         if isinstance(op, OutputOperand):
             assert op.byte_offset == 0  # as for inputs: only unfold_operands sets one
-            return self._value(plan.outputs[op.index], op.shape, op.strides)
+            old = plan.outputs[op.index]
+            if id(old) in self.output_index:  # an output that is also an input (a copy
+                # segment's: kfuse.schedule.segmenter) is written to the output
+                return OutputOperand(self.output_index[id(old)], op.shape, op.strides)
+            return self._value(old, op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)
         if isinstance(op, IndexCheckOperand):

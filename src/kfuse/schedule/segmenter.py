@@ -309,8 +309,30 @@ class _Segmenter:
         ordered = self._topological(groups)
         plans = [self._plan(g) for g in ordered]
         produced = {id(o) for e in self.exprs for o in e.outputs}
-        copies = [v for v in self.fusion.outputs if id(v) not in produced]
-        return SegmentedFusion(self.fusion, plans, list(dict.fromkeys(copies)), reason)
+        copies = list(dict.fromkeys(v for v in self.fusion.outputs if id(v) not in produced))
+        # A folded cat's part that is a view of an input (Llama's partial rotary: the rest of
+        # q after its rotated part) is copied into its window by a pointwise kernel of its
+        # own, as the kernel writing the other parts would where they have its size: the
+        # segments then merge into one program, where a framework copy would leave the cat
+        # to run between kernels.
+        windowed = [p for v in copies if (p := self._window_copy(v)) is not None]
+        copies = [v for v in copies if all(v is not p.inputs[0] for p in windowed)]
+        return SegmentedFusion(self.fusion, plans + windowed, copies, reason)
+
+    def _window_copy(self, v: TensorView) -> SegmentPlan | None:
+        """A pointwise segment writing input `v` into its window of a folded cat's output, or
+        None where `v` has no window or no pointwise kernel copies it."""
+        from kfuse.schedule import rejection_reason
+        from kfuse.schedule.registry import SCHEDULERS
+
+        if v not in self.info.output_views:
+            return None
+        sub, origin = build_sub_fusion([], [v], [v], self.fusion)
+        pointwise = next(s for s in SCHEDULERS if s.scheduler_type is SchedulerType.pointwise)
+        info = synthetic_info(sub, [v], self.info, [v])
+        if rejection_reason(pointwise, sub, info) is not None:
+            return None
+        return SegmentPlan(SchedulerType.pointwise, sub, (), (v,), (v,), origin)
 
     def _next_merge(self, groups: list[frozenset[int]]) -> tuple | None:
         groups = sorted(groups, key=min)

@@ -728,7 +728,9 @@ def _resized_intermediates(draw: Any, fd: FusionDefinition, gen: _Gen, cats_only
         if v.is_input or draw(st.booleans()):  # a part computed here, of any value
             v = o.abs(v) if v.dtype is not DataType.Bool else o.logical_not(v)
         how = "cat" if cats_only else draw(st.sampled_from(["cat", "cat", "cat", "pad", "slice"]))
-        if how != "cat":
+        if one_in(draw, 4):
+            out = _partial_rotary(draw, fd, gen)
+        elif how != "cat":
             out = _maybe_resized(draw, fd, v, gen.ops, 1)
         else:
             other = o.neg(v) if v.dtype is not DataType.Bool else o.logical_not(v)
@@ -743,6 +745,25 @@ def _resized_intermediates(draw: Any, fd: FusionDefinition, gen: _Gen, cats_only
         if out.dtype.is_floating and draw(st.booleans()):
             out = o.mul(o.abs(out), 2.0)  # moves into the parts of a cat
         fd.add_output(out)
+
+
+def _partial_rotary(draw: Any, fd: FusionDefinition, gen: _Gen) -> Any:
+    """A cat along the last axis of an input of a computed part of its first 1 or 2 elements
+    there and the rest of it as it is (a view of the input, of another size): Llama's partial
+    rotary embedding, whose parts a kernel each writes into their windows."""
+    o = fd.ops
+    x: Any = gen.pool[0].val  # the first input, of the fusion's full rank
+    rank = x.ndim
+    n = draw(st.integers(1, 2))
+    size = o.size(x, rank - 1)
+    starts, stops = [0] * rank, [o.size(x, i) for i in range(rank)]
+    head = o.slice(x, starts, [*stops[:-1], n])
+    rest = o.slice(x, [*starts[:-1], n], [*stops[:-1], size])
+    if head.dtype is DataType.Bool:
+        head = o.logical_not(head)
+    else:
+        head = o.neg(o.abs(head)) if head.dtype.is_floating else o.mul(head, 3)
+    return o.cat([head, rest], dim=rank - 1)
 
 
 def _sliced_input_step(draw: Any, fd: FusionDefinition, gen: _Gen) -> None:
