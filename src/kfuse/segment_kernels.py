@@ -49,6 +49,16 @@ from kfuse.schedule.segmenter import SegmentedFusion, SegmentPlan, synthetic_inf
 from kfuse.schedule.types import SchedulerType
 
 
+def _moved(op: Operand, byte_offset: int) -> Operand:
+    """`op` (an input, output or workspace operand) from `byte_offset` more bytes on."""
+    if not byte_offset:
+        return op
+    if isinstance(op, WorkspaceOperand):
+        return replace(op, offset=op.offset + byte_offset)
+    assert isinstance(op, (InputOperand, OutputOperand))
+    return replace(op, byte_offset=op.byte_offset + byte_offset)
+
+
 class _NotMerged(Exception):
     """The segments cannot be one KernelProgram (see the module docstring)."""
 
@@ -119,16 +129,17 @@ class _Merger:
 
     def _operand(self, plan: SegmentPlan, op: Operand, base: int) -> Operand:
         if isinstance(op, InputOperand):
-            # A byte offset (a folded slice) is only ever set by unfold_operands, after this.
-            assert op.byte_offset == 0
-            return self._value(plan.inputs[op.position], op.shape, op.strides)
+            # A byte offset here is a padded read's crop (a folded slice's is set by
+            # unfold_operands, after this): kept, past whatever the parent's value is.
+            value = self._value(plan.inputs[op.position], op.shape, op.strides)
+            return _moved(value, op.byte_offset)
         if isinstance(op, OutputOperand):
             assert op.byte_offset == 0  # as for inputs: only unfold_operands sets one
-            old = plan.outputs[op.index]
-            if id(old) in self.output_index:  # an output that is also an input (a copy
+            out = plan.outputs[op.index]
+            if id(out) in self.output_index:  # an output that is also an input (a copy
                 # segment's: kfuse.schedule.segmenter) is written to the output
-                return OutputOperand(self.output_index[id(old)], op.shape, op.strides)
-            return self._value(old, op.shape, op.strides)
+                return OutputOperand(self.output_index[id(out)], op.shape, op.strides)
+            return self._value(out, op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)
         if isinstance(op, IndexCheckOperand):

@@ -11,10 +11,11 @@ both (pointwise work is cheap to recompute; memory traffic is not).
 Reduction kernels use the same machinery: their reference domain is the reduction's input
 domain, and `ReductionOp` maps its output's axes to the kept reference axes.
 
-Pointwise kernels also read index ops (index_select, gather, take_along_axis) of fusion inputs
-at positions a fusion input holds (`indexed_reads`): the index op's output is then a leaf,
-an operand read from its tensor at the reference coordinates on every axis but the indexed
-one, where the index's element at the same coordinates gives the position (`IndexedRead`).
+Pointwise kernels also read index ops and pads of their inputs (`kernel_reads`): the op's
+output is then a leaf, an operand read from its tensor. An index op's (index_select, gather,
+take_along_axis) at the reference coordinates on every axis but the indexed one, where the
+index's element at the same coordinates gives the position (`IndexedRead`); a pad's at the
+coordinates less the low widths, the pad value outside the tensor (`PaddedRead`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kfuse.ir.exprs import (
     Expr,
     GatherOp,
     IndexSelectOp,
+    PadOp,
     PermuteOp,
     ReductionOp,
     SqueezeOp,
@@ -73,6 +75,24 @@ class IndexedRead:
         return cast(TensorView, self.expr.inputs[0])
 
 
+@dataclass(frozen=True)
+class PaddedRead:
+    """A pad's output read by the kernel straight from the padded tensor (a fusion input):
+    at the output's coordinates less each axis' low width, where that is an element of the
+    tensor, else the pad value (`fill`, a Scalar: a constant, or one of the kernel's scalar
+    parameters)."""
+
+    expr: PadOp
+
+    @property
+    def tensor(self) -> TensorView:
+        return cast(TensorView, self.expr.inputs[0])
+
+    @property
+    def fill(self) -> Scalar:
+        return cast(Scalar, self.expr.inputs[1])
+
+
 @dataclass
 class DomainMap:
     """The result of mapping a set of outputs onto a reference domain.
@@ -82,6 +102,7 @@ class DomainMap:
     ops' outputs read from their tensors (`indexed`), each after its index's use.
     scalars: the non-constant Scalars read (each becomes a kernel parameter).
     indexed: the input uses that are indexed reads, with how they read.
+    padded: the input uses that are padded reads.
     """
 
     ref_rank: int
@@ -89,6 +110,13 @@ class DomainMap:
     input_uses: list[Use] = field(default_factory=list)
     scalars: list[Scalar] = field(default_factory=list)
     indexed: dict[Use, IndexedRead] = field(default_factory=dict)
+    padded: dict[Use, PaddedRead] = field(default_factory=dict)
+
+
+def padded_read_of(expr: Expr) -> bool:
+    """Whether a kernel reads `expr`'s output inside it (map_to_domain's kernel_reads): a pad
+    of a fusion input."""
+    return isinstance(expr, PadOp) and expr.inputs[0].definition is None
 
 
 def indexed_read_of(expr: Expr) -> bool:
@@ -149,10 +177,10 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
         for i, src in enumerate(expr.perm):
             view_list[src] = out_view[i]
         return [tuple(view_list)]
-    if isinstance(expr, (IndexSelectOp, GatherOp)):
+    if isinstance(expr, (IndexSelectOp, GatherOp, PadOp)):
         raise UnsupportedExpr(
             f"{type(expr).__name__} {expr.outputs[0].name}: only pointwise kernels read index "
-            "ops, and only those whose tensor and index are the kernel's inputs"
+            "ops and pads, and only those of the kernel's inputs"
         )
     raise UnsupportedExpr(f"{type(expr).__name__} changes the element mapping")
 
@@ -174,14 +202,14 @@ def map_to_domain(
     ref_rank: int,
     stop_at: dict[Val, View] | None = None,
     *,
-    indexed_reads: bool = False,
+    kernel_reads: bool = False,
 ) -> DomainMap:
     """Collect every Use needed to compute `outputs` (each a Val with its view).
 
     `stop_at` lists Vals that are produced elsewhere (e.g. reduction results inside a
     persistent kernel): they are leaves here, like fusion inputs, but not kernel operands.
-    `indexed_reads`: index ops of fusion inputs are leaves read from their tensors
-    (IndexedRead; pointwise kernels), where otherwise they raise UnsupportedExpr.
+    `kernel_reads`: index ops and pads of fusion inputs are leaves read from their tensors
+    (IndexedRead, PaddedRead; pointwise kernels), where otherwise they raise UnsupportedExpr.
     """
     stop_at = stop_at or {}
     result = DomainMap(ref_rank)
@@ -206,10 +234,17 @@ def map_to_domain(
         expr = val.definition
         if isinstance(expr, (ReductionOp, WelfordOp)):
             raise UnsupportedExpr(f"{type(expr).__name__} needs a reduction kernel")
-        if indexed_reads and indexed_read_of(expr):
+        if kernel_reads and indexed_read_of(expr):
             read = _indexed_read(cast(IndexSelectOp | GatherOp, expr), view)
             visit(read.index.val, read.index.view)  # loaded before the read that needs it
             result.indexed[use] = read
+            result.input_uses.append(use)
+            result.uses.append(use)
+            return
+        if kernel_reads and padded_read_of(expr):
+            padded = PaddedRead(cast(PadOp, expr))
+            visit(padded.fill, ())  # a parameter, where it is not a constant
+            result.padded[use] = padded
             result.input_uses.append(use)
             result.uses.append(use)
             return

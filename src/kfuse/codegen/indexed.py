@@ -5,7 +5,7 @@ An indexed read is input k of the kernel: its tensor over the merged domain with
 along the indexed axis, then that axis as one more (`in<k>.size[rank]`, `in<k>.stride[rank]`,
 PointwiseKernelSpec.input_rank). Its index is another input, `spec.indexed_by[k]`, loaded
 first as any input is; each of its elements is checked against the indexed axis
-(kf::indexed_position in kf_indexing.cuh) and moves the read that many strides along it.
+(kf::indexed_position in kf_reads.cuh) and moves the read that many strides along it.
 Where an index's vector holds one position (constant along the inner axis: an embedding's
 ids along the hidden axis) the read is a vector (INDEXED_VEC), else an element at a time.
 

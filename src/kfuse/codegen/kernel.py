@@ -138,11 +138,17 @@ def load_vector_block(
 
 
 def decompose(
-    index: str, axes: range, operands: list[str], indent: str, prefix: str = "base_"
+    index: str,
+    axes: range,
+    operands: list[str],
+    indent: str,
+    prefix: str = "base_",
+    coordinate: Callable[[int], list[str]] | None = None,
 ) -> list[str]:
     """Add to `<prefix><op>` (base_<op> by default) the offsets of flattened index `index`
     over the canonical `axes` (outermost first), using out0's sizes: the coordinates of a row
-    (the kept elements of a reduction, the outer axes of a pointwise kernel)."""
+    (the kept elements of a reduction, the outer axes of a pointwise kernel). `coordinate(d)`:
+    lines that use coordinate c<d> once it is known (a padded read's window check)."""
     axes_l = list(axes)
     if not axes_l or not operands:
         return []
@@ -154,6 +160,8 @@ def decompose(
         if not last:
             lines.append(f"{indent}  rem = kf::index_div(rem, out0.size[{d}]);")
         lines += [f"{indent}  {prefix}{op} += c{d} * {op}.stride[{d}];" for op in operands]
+        if coordinate is not None:
+            lines += [f"{indent}  {line}" for line in coordinate(d)]
     lines.append(f"{indent}}}")
     return lines
 

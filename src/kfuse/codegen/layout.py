@@ -24,6 +24,11 @@ SPLIT = "split"  # an operand read along the inner axis through sub-axes of its 
 # element by element, each at its own position.
 INDEXED_VEC = "indexed_vec"
 INDEXED = "indexed"
+# A padded read (OperandLayout.window): a vector at a time where no padded axis is the inner
+# one (a row is inside the window or not, whole) and the tensor allows vectors, else element
+# by element, each checked against the window.
+WINDOWED_VEC = "windowed_vec"
+WINDOWED = "windowed"
 # An outer reduction's operand whose reduced rows are adjacent within each column (stride 1
 # along the reduced axis, `unroll` along the columns): a thread's V columns of all its rows are
 # one block of V * unroll elements, loaded as one vector (kfuse.codegen.reduction).
@@ -45,6 +50,11 @@ class OperandLayout:
     # stride) of its tensor's indexed axis, along which the index's elements give the
     # position (its `strides` are 0 there); None for every other operand.
     indexed: tuple[int, int] | None = None
+    # A pointwise kernel's padded read (kfuse.codegen.domain.PaddedRead): per padded axis
+    # (the axis it is, of the reference domain before merging and of the merged one after,
+    # its low width, the tensor's extent), the element at coordinate c reading the tensor at
+    # c - low where that is in [0, extent); () for every other operand.
+    window: tuple[tuple[int, int, int], ...] = ()
 
     def max_offset(self, sizes: tuple[int, ...]) -> int:
         """The largest element offset the kernel can touch (for the index type choice)."""
@@ -83,23 +93,32 @@ def output_layout(info: Any, out: Any) -> tuple[tuple[int, ...], int]:
 def merge_axes(
     sizes: tuple[int, ...], operands: list[OperandLayout]
 ) -> tuple[tuple[int, ...], list[OperandLayout]]:
-    """Drop size-1 axes and merge adjacent axes every operand walks contiguously.
+    """Drop size-1 axes and merge adjacent axes every operand walks contiguously. A padded
+    read's padded axes (OperandLayout.window) are kept whatever their size and merge with
+    none: the kernel checks each one's coordinate against the window; their entries name the
+    merged axis they become.
 
     Returns at least one axis (a 0-d domain becomes one axis of size 1).
     """
-    keep = [r for r, n in enumerate(sizes) if n != 1]
+    apart = {r for op in operands for r, _, _ in op.window}
+    keep = [r for r, n in enumerate(sizes) if n != 1 or r in apart]
     if any(n == 0 for n in sizes):
         keep = list(range(len(sizes)))  # nothing runs; keep the shape simple to read
     new_sizes: list[int] = []
     new_strides: list[list[int]] = [[] for _ in operands]
+    merged_as: dict[int, int] = {}
+    last = -1
     for r in keep:
-        if new_sizes and all(
+        merges = new_sizes and r not in apart and last not in apart
+        last = r
+        if merges and all(
             st[-1] == op.strides[r] * sizes[r] for st, op in zip(new_strides, operands)
         ):
             new_sizes[-1] *= sizes[r]
             for st, op in zip(new_strides, operands):
                 st[-1] = op.strides[r]
             continue
+        merged_as[r] = len(new_sizes)
         new_sizes.append(sizes[r])
         for st, op in zip(new_strides, operands):
             st.append(op.strides[r])
@@ -107,7 +126,13 @@ def merge_axes(
         new_sizes = [1]
         new_strides = [[0] for _ in operands]
     merged = [
-        OperandLayout(op.data_ptr, op.itemsize, tuple(st), indexed=op.indexed)
+        OperandLayout(
+            op.data_ptr,
+            op.itemsize,
+            tuple(st),
+            indexed=op.indexed,
+            window=tuple((merged_as[r], low, extent) for r, low, extent in op.window),
+        )
         for op, st in zip(operands, new_strides)
     ]
     return tuple(new_sizes), merged

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse.codegen import bf16_words, indexed
+from kfuse.codegen import bf16_words, indexed, windowed
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
@@ -72,7 +72,7 @@ def plan_pointwise(fusion: Fusion) -> PointwisePlan:
     )
     rank = reference.ndim
     ref_view = tuple(None if ax.is_broadcast else r for r, ax in enumerate(reference.axes))
-    ref_map = map_to_domain([(reference, ref_view)], rank, indexed_reads=True)
+    ref_map = map_to_domain([(reference, ref_view)], rank, kernel_reads=True)
     output_views = []
     for out in fusion.outputs:
         known = {u.view for u in ref_map.uses if u.val is out}
@@ -90,7 +90,7 @@ def plan_pointwise(fusion: Fusion) -> PointwisePlan:
                 f"the domain of {reference.name} (rank {rank})"
             )
     domain = map_to_domain(
-        [(o, v) for o, v in zip(fusion.outputs, output_views)], rank, indexed_reads=True
+        [(o, v) for o, v in zip(fusion.outputs, output_views)], rank, kernel_reads=True
     )
     return PointwisePlan(fusion, reference, domain, tuple(output_views))
 
@@ -136,14 +136,20 @@ class PointwiseKernelSpec:
     # that holds its positions, -1 for the others; () when no input is one. Out of the repr
     # (kernel_name adds a suffix), like input_splits.
     indexed_by: tuple[int, ...] = field(default=(), repr=False)
+    # Per input, for a padded read (WINDOWED or WINDOWED_VEC: kfuse.codegen.windowed) the
+    # merged axes it is padded along, () for the others; () when no input is one. Out of the
+    # repr (kernel_name adds a suffix).
+    windows: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
 
     def input_rank(self, k: int) -> int:
         """Rank of input k's kf::Tensor: the merged rank, for a SPLIT input the row axes
         followed by its own inner sub-axes, for an indexed read the merged axes followed by
-        its tensor's indexed axis."""
+        its tensor's indexed axis, for a padded read by one axis per padded axis."""
         split = self.input_splits[k] if self.input_splits else ()
         if split:
             return self.rank - 1 + len(split)
+        if self.windows and self.windows[k]:
+            return self.rank + len(self.windows[k])
         return self.rank + 1 if self.indexed_by and self.indexed_by[k] >= 0 else self.rank
 
 
@@ -167,6 +173,8 @@ def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
         suffix += f"_rows{spec.rows}_" + "".join("o" if b else "r" for b in spec.row_bcast)
     if spec.indexed_by:
         suffix += "_ix" + "".join("x" if j < 0 else chr(ord("a") + j % 26) for j in spec.indexed_by)
+    if spec.windows:
+        suffix += "_win" + "_".join("".join(str(a) for a in axes) or "x" for axes in spec.windows)
     return f"kfuse_pointwise_{digest}{suffix}"
 
 
@@ -203,7 +211,20 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         "     row += (Index)gridDim.y * blockDim.y)",
     ):
         code(*[f"Index base_{op} = 0;" for op in operands])
-        code.extend(decompose("row", range(rank - 1), operands, code.indent))
+        if spec.windows:  # padded reads: each row checked against their windows
+            code(*windowed.row_declarations(spec))
+            code.extend(
+                decompose(
+                    "row",
+                    range(rank - 1),
+                    operands,
+                    code.indent,
+                    coordinate=lambda d: windowed.row_checks(spec, d),
+                )
+            )
+            code(*windowed.row_offsets(spec))
+        else:
+            code.extend(decompose("row", range(rank - 1), operands, code.indent))
         code(*[f"const Index step_{op} = {op}.stride[{rank - 1}];" for op in operands])
         with code.block(
             f"for (Index v0 = (Index)blockIdx.x * (blockDim.x * {unroll}) + threadIdx.x;"
@@ -423,7 +444,7 @@ def _whole_vectors(
     offset = offset or f"(v0 + (Index)u * blockDim.x) * {vec}"
     inputs = plan.domain.input_uses
     split = [k for k, kind in enumerate(spec.input_kinds) if kind == SPLIT]
-    reads = indexed.reads(spec)
+    reads, windows = indexed.reads(spec), windowed.reads(spec)
     code.extend(
         load_vector_block(
             [u.val.dtype.cuda_type for u in inputs],
@@ -433,12 +454,16 @@ def _whole_vectors(
             code.indent,
             f"const Index i0 = {offset}",
             lambda k: _vector_addresses(f"base_in{k}", k),
-            skip=split + reads,
+            skip=split + reads + windows,
         )
     )
     if reads:  # after their indexes, which give their positions
         ctypes = [inputs[k].val.dtype.cuda_type for k in reads]
         code.extend(indexed.vector_loads(spec, reads, ctypes, str(unroll), offset, code.indent))
+    if windows:
+        code.extend(
+            windowed.vector_loads(spec, plan.domain, windows, str(unroll), offset, code.indent)
+        )
     if split:
         ctypes = [inputs[k].val.dtype.cuda_type for k in split]
         code(*[register_array(f"x{k}", t, SPLIT, vec, unroll) for k, t in zip(split, ctypes)])
@@ -512,6 +537,9 @@ def _elements(
         loaded = [f"kf::load(in{k}, {base(f'in{k}')} + i * step_in{k})" for k in range(n_in)]
         for k in indexed.reads(spec):  # at the position its index's element gives
             loaded[k] = indexed.element_load(spec, k, f"{base(f'in{k}')} + i * step_in{k}", loaded)
+        for k in windowed.reads(spec):  # inside its window, else its pad value
+            at = f"{base(f'in{k}')} + i * step_in{k}"
+            loaded[k] = windowed.element_load(spec, plan.domain, k, at, "i")
         for k, kind in enumerate(spec.input_kinds):
             if kind == SPLIT:  # its element i through its sub-axes, into xs<k>[0]
                 code(f"{plan.domain.input_uses[k].val.dtype.cuda_type} xs{k}[1];")

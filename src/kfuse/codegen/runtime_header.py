@@ -38,22 +38,23 @@ def float8_header() -> str:
     return _FLOAT8_PATH.read_text()
 
 
-_INDEXING_PATH = Path(__file__).with_name("runtime") / "kf_indexing.cuh"
-# The names only the indexing part defines.
-_INDEXING_NAMES = ("kf::indexed_position", "kf::indexed_load", "kf::index_fill")
+_READS_PATH = Path(__file__).with_name("runtime") / "kf_reads.cuh"
+# The names only the reads' part defines.
+_READS_NAMES = ("kf::indexed_position", "kf::indexed_load", "kf::index_fill", "kf::window_")
 
 
 @functools.cache
-def indexing_header() -> str:
-    """The indexed reads' part of the runtime (kf_indexing.cuh), after the float8 part."""
-    return _INDEXING_PATH.read_text()
+def reads_header() -> str:
+    """The indexed and padded reads' part of the runtime (kf_reads.cuh), after the float8
+    part."""
+    return _READS_PATH.read_text()
 
 
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the float8 part where it names a float8
-    type, the indexing part where it reads at positions an index tensor holds; else `source`
-    unchanged.
+    type, the reads' part where it reads at positions an index tensor holds or inside a pad's
+    window; else `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -64,8 +65,8 @@ def with_optional_parts(source: str) -> str:
     parts = []
     if any(name in own for name in _FLOAT8_TYPES):
         parts.append(float8_header())
-    if any(name in own for name in _INDEXING_NAMES):
-        parts.append(indexing_header())
+    if any(name in own for name in _READS_NAMES):
+        parts.append(reads_header())
     if not parts:
         return source
     return header + "".join("\n" + part for part in parts) + own

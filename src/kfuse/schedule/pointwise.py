@@ -22,12 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from kfuse.codegen.domain import UnsupportedExpr, Use
+from kfuse.codegen.domain import PaddedRead, UnsupportedExpr, Use
 from kfuse.codegen.layout import (
     BCAST,
     INDEXED,
     INDEXED_VEC,
     VEC,
+    WINDOWED,
+    WINDOWED_VEC,
     OperandLayout,
     access_kind,
     merge_axes,
@@ -219,6 +221,10 @@ class PointwiseScheduler:
         for k, j in enumerate(indexed_by):
             if j >= 0:
                 kinds[k] = indexed_kind(layout.inputs[k], kinds[j], vector, kinds[k])
+        windows = tuple(tuple(axis for axis, _, _ in op.window) for op in layout.inputs)
+        for k, op in enumerate(layout.inputs):
+            if op.window:
+                kinds[k] = windowed_kind(op, layout.rank, kinds[k])
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -240,6 +246,7 @@ class PointwiseScheduler:
             rows=rows,
             row_bcast=row_constant_inputs(layout) if rows > 1 else (),
             indexed_by=indexed_by if any(j >= 0 for j in indexed_by) else (),
+            windows=windows if any(windows) else (),
         )
 
 
@@ -281,7 +288,7 @@ def rows_per_thread(layout: PointwiseLayout) -> int:
     row), move at least the bytes an element that the others and the outputs do."""
     if layout.rank < 2 or layout.sizes[-2] % ROWS_PER_THREAD != 0:
         return 1
-    if any(op.inner_split or op.indexed for op in layout.inputs):
+    if any(op.inner_split or op.indexed or op.window for op in layout.inputs):
         return 1
     constant = row_constant_inputs(layout)
     shared = sum(
@@ -340,6 +347,9 @@ def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLa
     axis of size 1 as stride 0: take_along_axis broadcasts such an axis of either, where any
     other op would have found the sizes unequal (a gather's coordinates there are all 0)."""
     rank = plan.ref_rank
+    padded = plan.domain.padded.get(use)
+    if padded is not None:
+        return _padded_layout(padded, use, info, rank)
     read = plan.domain.indexed.get(use)
     tensor = read.table if read is not None else cast(TensorView, use.val)
     layout = info.layouts[tensor]
@@ -357,6 +367,39 @@ def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLa
         ref_strides(view, tuple(strides), rank),
         indexed=indexed,
     )
+
+
+def _padded_layout(padded: PaddedRead, use: Use, info: RuntimeInfo, rank: int) -> OperandLayout:
+    """A padded read over the reference axes: its tensor's strides on the pad output's axes,
+    the pointer moved past what negative widths crop (a slice's start), and per axis padded
+    at either end (its reference axis, the low width, the extent left) this call's. An axis
+    only cropped reads every coordinate: it has no window, and merges as any axis."""
+    layout = info.layouts[padded.tensor]
+    expr = padded.expr
+    window, offset = [], 0
+    for i, (lo, hi) in enumerate(zip(expr.lows, expr.highs)):
+        low, high = (int(w.value if w.is_constant else info.extents[w]) for w in (lo, hi))
+        start = max(0, -low)  # cropped before
+        extent = max(0, layout.shape[i] - start - max(0, -high))
+        if extent > 0:
+            offset += start * layout.strides[i]
+        r = use.view[i]
+        if (low > 0 or high > 0) and r is not None:
+            window.append((r, max(0, low), extent))
+    return OperandLayout(
+        layout.data_ptr + offset * padded.tensor.dtype.itemsize,
+        padded.tensor.dtype.itemsize,
+        ref_strides(use.view, layout.strides, rank),
+        window=tuple(window),
+    )
+
+
+def windowed_kind(op: OperandLayout, rank: int, kind: str) -> str:
+    """A padded read's access kind: WINDOWED_VEC where its inner axis is not padded (a row is
+    inside its window or not, whole) and the tensor allows vectors (`kind`, access_kind's),
+    else WINDOWED."""
+    inner_padded = any(axis == rank - 1 for axis, _, _ in op.window)
+    return WINDOWED_VEC if kind == VEC and not inner_padded else WINDOWED
 
 
 def indexed_kind(op: OperandLayout, index_kind: str, vector: int, kind: str = "") -> str:
@@ -411,8 +454,8 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
     (wants_longer_rows)."""
     if layout.rank < 2 or not wants_longer_rows(layout.n_inner):
         return layout
-    if any(op.indexed for op in layout.inputs):
-        return layout  # an indexed read's row_split would need its positions per sub-axis
+    if any(op.indexed or op.window for op in layout.inputs):
+        return layout  # an indexed or padded read's row_split would need its own sub-axes
     sizes = list(layout.sizes)
     ins = [list(op.strides) for op in layout.inputs]
     outs = [list(op.strides) for op in layout.outputs]
@@ -495,6 +538,16 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
                 InputOperand(positions[read.table], (*layout.sizes, extent), (*op.strides, stride))
             )
             reads[-1] = (describe_read(read.expr), extent)
+        elif use in plan.domain.padded:  # the domain's axes, then (extent, low) per window
+            tensor = plan.domain.padded[use].tensor
+            operands.append(
+                InputOperand(
+                    positions[tensor],
+                    (*layout.sizes, *(extent for _, _, extent in op.window)),
+                    (*op.strides, *(low for _, low, _ in op.window)),
+                    op.data_ptr - info.layouts[tensor].data_ptr,  # past what it crops
+                )
+            )
         elif op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
             sub_sizes, sub_strides = zip(*op.inner_split)
             shape = (*layout.sizes[:-1], *sub_sizes)

@@ -225,10 +225,10 @@ class TransposeScheduler:
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         PointwiseScheduler().check(fusion, info)
         plan = plan_pointwise(fusion)
-        if plan.domain.indexed:
+        if plan.domain.indexed or plan.domain.padded:
             raise Rejection(
-                "the fusion reads an index op's tensor at the positions its index holds, "
-                "which only the pointwise kernel generates"
+                "the fusion reads an index op's or a pad's tensor inside the kernel, which "
+                "only the pointwise kernel generates"
             )
         if info is None:
             return

@@ -767,16 +767,23 @@ def _partial_rotary(draw: Any, fd: FusionDefinition, gen: _Gen) -> Any:
 
 
 def _sliced_input_step(draw: Any, fd: FusionDefinition, gen: _Gen) -> None:
-    """A slice of an input, read in place by the kernel that uses it: an element-wise op of
-    it, sometimes reduced over an axis, as an output (its shape is its own)."""
+    """A slice or a pad (widths from -1 to 2, negative ones cropping) of an input, read by
+    the kernel that uses it (a slice in place, a pad inside its window): an element-wise op
+    of it, sometimes reduced over an axis, as an output (its shape is its own)."""
     o = fd.ops
     inputs = [e.val for e in gen.pool if e.val.is_input and e.val.ndim > 0]
     if not inputs:
         return
     x: Any = draw(st.sampled_from(inputs))
+    padded = draw(st.booleans())
+    if padded:
+        widths = [draw(st.integers(-1, 2)) for _ in range(2 * draw(st.integers(1, x.ndim)))]
+        fills = {"bool": True, "int": 3, "float": -1.5}
+        kind = "bool" if x.dtype is DataType.Bool else "float" if x.dtype.is_floating else "int"
+        x = o.pad(x, widths, draw(st.sampled_from([None, fills[kind]])))
     if x.dtype in REDUCED_FLOATS:
         x = o.cast(x, DataType.Float)
-    v = _sliced(draw, fd, x, gen.ops)
+    v = x if padded and draw(st.booleans()) else _sliced(draw, fd, x, gen.ops)
     if v.dtype.is_floating:
         v = o.add(o.mul(v, draw(st.sampled_from([2.0, -0.5]))), 1.5)
     elif v.dtype is not DataType.Bool:

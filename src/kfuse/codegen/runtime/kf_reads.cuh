@@ -1,5 +1,6 @@
-// kfuse device runtime: reads at positions that another tensor holds (index_select, gather and
-// take_along_axis read inside the kernel that consumes them: kfuse.codegen.indexed). Put after
+// kfuse device runtime: reads of an op's tensor by the kernel that consumes the op: at
+// positions that another tensor holds (index_select, gather and take_along_axis:
+// kfuse.codegen.indexed) and inside a window of it (pad: kfuse.codegen.windowed). Put after
 // the runtime header only in kernels whose own code reads so, as the float8 part is, so that
 // every other kernel's source stays what it was.
 
@@ -64,6 +65,31 @@ __device__ __forceinline__ Vec<T, V> indexed_load_vec(const Tensor<T, N, Index>&
   if (position >= 0) return load_vec<V>(t, off + position * step);
   Vec<T, V> v;
   for (int j = 0; j < V; ++j) v[j] = index_fill<T>();
+  return v;
+}
+
+// Whether coordinate `c` of a padded axis falls on the tensor: c - low in [0, extent), one
+// unsigned compare (a negative difference is a large unsigned one).
+template <typename Index>
+__device__ __forceinline__ bool window_in(Index c, Index low, Index extent) {
+  return (unsigned long long)((long long)c - (long long)low) < (unsigned long long)extent;
+}
+
+// The element `off` of `t` where `inside`, else `fill` (the pad value): nothing is read
+// outside the window.
+template <typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ T window_load(const Tensor<T, N, Index>& t, Off off, bool inside,
+                                         T fill) {
+  return inside ? load(t, off) : fill;
+}
+
+// The vector at `off` of `t` where `inside` (a row inside the window), else `fill` V times.
+template <int V, typename T, int N, typename Index, typename Off>
+__device__ __forceinline__ Vec<T, V> window_load_vec(const Tensor<T, N, Index>& t, Off off,
+                                                     bool inside, T fill) {
+  if (inside) return load_vec<V>(t, off);
+  Vec<T, V> v;
+  for (int j = 0; j < V; ++j) v[j] = fill;
   return v;
 }
 

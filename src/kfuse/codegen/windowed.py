@@ -1,0 +1,126 @@
+"""Padded reads in the pointwise kernel: a pad of an input, read by the kernel that consumes it
+(kfuse.codegen.domain.PaddedRead), the pad value wherever the output's element is not one of
+the tensor's.
+
+A padded read is input k of the kernel: its tensor over the merged domain, then one more axis
+per padded axis w (`in<k>.size[rank + w]` the tensor's extent along it, `in<k>.stride[rank + w]`
+its low width; PointwiseKernelSpec.input_rank). Padded axes never merge with others
+(kfuse.codegen.layout.merge_axes), so the kernel knows each one's coordinate: a row's padded
+axes are checked once a row (`win_in<k>`), the inner one element by element. The row's base
+offset is moved back by the low widths, so that coordinate c reads the tensor's element
+c - low; outside the window nothing is read and the element is the pad value. A whole vector
+at a time (WINDOWED_VEC) where the inner axis is not padded, else element by element.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kfuse.codegen.expressions import scalar_operand
+from kfuse.codegen.layout import STRIDED, VEC, WINDOWED_VEC
+from kfuse.codegen.registers import register_array
+
+if TYPE_CHECKING:
+    from kfuse.codegen.domain import DomainMap
+    from kfuse.codegen.pointwise import PointwiseKernelSpec
+
+
+def reads(spec: PointwiseKernelSpec) -> list[int]:
+    """The inputs of `spec` that are padded reads."""
+    return [k for k, axes in enumerate(spec.windows) if axes]
+
+
+def _low(spec: PointwiseKernelSpec, k: int, w: int) -> str:
+    return f"(Index)in{k}.stride[{spec.rank + w}]"
+
+
+def _extent(spec: PointwiseKernelSpec, k: int, w: int) -> str:
+    return f"(Index)in{k}.size[{spec.rank + w}]"
+
+
+def row_declarations(spec: PointwiseKernelSpec) -> list[str]:
+    """Before a row's decomposition: each padded read's flag of a row inside its window."""
+    return [f"bool win_in{k} = true;" for k in reads(spec)]
+
+
+def row_checks(spec: PointwiseKernelSpec, d: int) -> list[str]:
+    """Inside the decomposition, once coordinate c<d> of row axis d is known: each padded
+    read padded along d checks it against its window."""
+    lines = []
+    for k in reads(spec):
+        for w, axis in enumerate(spec.windows[k]):
+            if axis == d:
+                inside = f"kf::window_in(c{d}, {_low(spec, k, w)}, {_extent(spec, k, w)})"
+                lines.append(f"win_in{k} = win_in{k} && {inside};")
+    return lines
+
+
+def row_offsets(spec: PointwiseKernelSpec) -> list[str]:
+    """After the decomposition: each padded read's base moved back by its low widths."""
+    return [
+        f"base_in{k} -= {_low(spec, k, w)} * in{k}.stride[{axis}];"
+        for k in reads(spec)
+        for w, axis in enumerate(spec.windows[k])
+    ]
+
+
+def _inside(spec: PointwiseKernelSpec, k: int, i: str) -> str:
+    """Whether read k's element at inner coordinate `i` of a row is inside its window."""
+    inner = spec.rank - 1
+    checks = [f"win_in{k}"] if any(a != inner for a in spec.windows[k]) else []
+    checks += [
+        f"kf::window_in({i}, {_low(spec, k, w)}, {_extent(spec, k, w)})"
+        for w, axis in enumerate(spec.windows[k])
+        if axis == inner
+    ]
+    return " && ".join(checks)
+
+
+def fill(domain: DomainMap, k: int) -> str:
+    """Read k's pad value in its storage type."""
+    use = domain.input_uses[k]
+    value = domain.padded[use].fill
+    param = f"s{domain.scalars.index(value)}" if not value.is_constant else None
+    return f"kf::cast<{use.val.dtype.cuda_type}>({scalar_operand(value, param)})"
+
+
+def vector_loads(
+    spec: PointwiseKernelSpec,
+    domain: DomainMap,
+    ks: list[int],
+    count: str,
+    offset: str,
+    indent: str,
+) -> list[str]:
+    """Declare x<k>[count] for the reads `ks` and load `count` vectors of each, the u-th at
+    element `offset` of the row."""
+    vec, kinds = spec.vector, spec.input_kinds
+    ctypes = [domain.input_uses[k].val.dtype.cuda_type for k in ks]
+    lines = [
+        register_array(f"x{k}", t, VEC if kinds[k] == WINDOWED_VEC else STRIDED, vec, count, indent)
+        for k, t in zip(ks, ctypes)
+    ]
+    lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{"]
+    inner = indent + "  "
+    lines.append(f"{inner}const Index i0 = {offset};")
+    for k in ks:
+        value = fill(domain, k)
+        if kinds[k] == WINDOWED_VEC:  # the inner axis is not padded: the row decides
+            lines.append(
+                f"{inner}x{k}[u] = kf::window_load_vec<{vec}>(in{k}, base_in{k} + i0, "
+                f"win_in{k}, {value});"
+            )
+            continue
+        lines += [
+            "#pragma unroll",
+            f"{inner}for (int j = 0; j < {vec}; ++j) {{",
+            f"{inner}  x{k}[u][j] = kf::window_load(in{k}, base_in{k} + (i0 + j) * step_in{k}, "
+            f"{_inside(spec, k, 'i0 + j')}, {value});",
+            f"{inner}}}",
+        ]
+    return lines + [f"{indent}}}"]
+
+
+def element_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, at: str, i: str) -> str:
+    """Read k's element at offset `at` of the row, inner coordinate `i`."""
+    return f"kf::window_load(in{k}, {at}, {_inside(spec, k, i)}, {fill(domain, k)})"
