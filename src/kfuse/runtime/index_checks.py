@@ -28,6 +28,9 @@ from kfuse.ir.index_ops import op_name
 
 _ARMED: weakref.WeakSet[IndexChecks] = weakref.WeakSet()
 """Every IndexChecks whose flags exist (raise_pending reads them all)."""
+_ANY_ARMED = False
+"""Whether any flags were ever made: the check a call of a fusion without indexed reads pays
+(a global's truth, tens of nanoseconds; the WeakSet's length costs several times that)."""
 
 
 def describe_read(expr: IndexSelectOp | GatherOp) -> str:
@@ -53,8 +56,10 @@ class IndexChecks:
         `framework` writes, made zero the first time."""
         key = (framework, device)
         if key not in self._flags:
+            global _ANY_ARMED
             self._flags[key] = _mapped_words(2 * len(self.reads), framework, device)
             _ARMED.add(self)
+            _ANY_ARMED = True
         owner, _ = self._flags[key]
         return _address(owner)
 
@@ -79,7 +84,7 @@ class IndexChecks:
 def raise_pending() -> None:
     """Raise the InputError of any position outside its axis that a kernel recorded since
     the last check (IndexChecks.raise_if_read_outside); nothing when none did."""
-    if not _ARMED:
+    if not _ANY_ARMED:
         return
     for checks in list(_ARMED):
         checks.raise_if_read_outside()
