@@ -562,7 +562,7 @@ def _fusions(
             if step == norm_at:
                 gen.normalization_step()
             if step == moves_at:
-                (_sliced_input_step if moves == "resize" else _indexing_step)(draw, fd, gen)
+                (_resized_input_step if moves == "resize" else _indexing_step)(draw, fd, gen)
             if step < n_ops:
                 gen.pointwise_step()
         # Half the resize fusions add cats alone: a slice or pad of computed values runs
@@ -711,7 +711,8 @@ def _sliced(draw: Any, fd: FusionDefinition, v: Any, ops: tuple[str, ...]) -> An
 
 def _resized_intermediates(draw: Any, fd: FusionDefinition, gen: _Gen, cats_only: bool) -> None:
     """One or two more outputs, each a cat (or, unless `cats_only`, sometimes a pad or a
-    slice) of a value the fusion computes, sometimes with an element-wise op after it.
+    slice) of a value the fusion computes, or one time in four a partial rotary cat of the
+    first input (_partial_rotary), sometimes with an element-wise op after it.
 
     A cat's parts are distinct computed values, which the kernels computing them write into
     their windows of the output, and the first part is often reduced as well, as another
@@ -766,7 +767,7 @@ def _partial_rotary(draw: Any, fd: FusionDefinition, gen: _Gen) -> Any:
     return o.cat([head, rest], dim=rank - 1)
 
 
-def _sliced_input_step(draw: Any, fd: FusionDefinition, gen: _Gen) -> None:
+def _resized_input_step(draw: Any, fd: FusionDefinition, gen: _Gen) -> None:
     """A slice or a pad (widths from -1 to 2, negative ones cropping) of an input, read by
     the kernel that uses it (a slice in place, a pad inside its window): an element-wise op
     of it, sometimes reduced over an axis, as an output (its shape is its own)."""
