@@ -3,8 +3,9 @@
 the tensor's.
 
 A padded read is input k of the kernel: its tensor over the merged domain (the pointer moved
-past what negative widths crop), then one more axis per axis w padded at an end (`in<k>.size[rank + w]` the tensor's extent along it, `in<k>.stride[rank + w]`
-its low width; PointwiseKernelSpec.input_rank). Padded axes never merge with others
+past what negative widths crop), then one more axis per axis w padded at an end
+(`in<k>.size[rank + w]` the tensor's extent along it, `in<k>.stride[rank + w]` its low width;
+PointwiseKernelSpec.input_rank). Padded axes never merge with others
 (kfuse.codegen.layout.merge_axes), so the kernel knows each one's coordinate: a row's padded
 axes are checked once a row (`win_in<k>`), the inner one element by element. The row's base
 offset is moved back by the low widths, so that coordinate c reads the tensor's element
