@@ -164,6 +164,12 @@ def digest(schedulers: list[str], kernels: list[tuple[str, str]]) -> str:
     return h.hexdigest()
 
 
+def _select_profile(name: str) -> None:
+    """Dumps of another profile compare a change's kernels on the other GPUs too."""
+    global PROFILE
+    PROFILE = name
+
+
 @contextlib.contextmanager
 def _profile(name: str) -> Iterator[None]:
     """The emulator's heuristics take the device profile `name` within (knobs are read from
@@ -441,7 +447,16 @@ def main(argv: list[str]) -> int:
     action.add_argument("--update", action="store_true", help="store the current hashes")
     action.add_argument("--dump", metavar="DIR", help="write every entry's sources under DIR")
     action.add_argument("--draw", type=int, metavar="N", help="redraw N drawn entries, store")
+    parser.add_argument(
+        "--profile",
+        default=PROFILE,
+        help=f"the device profile whose sources --dump writes (default {PROFILE}; the stored "
+        "hashes are that profile's)",
+    )
     args = parser.parse_args(argv)
+    if args.profile != PROFILE and not args.dump:
+        parser.error("--profile other than the stored one goes with --dump")
+    _select_profile(args.profile)
     if args.draw is not None:
         fixed = _workload_entries() + _scheduler_entries()
         save(fixed + draw_entries(args.draw))
