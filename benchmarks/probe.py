@@ -677,8 +677,8 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
         launch.grid, launch.block, 0, stream, args
     )
     from kfuse._C import FastCall
-    from kfuse.runtime.fast_path import packed_launch
-    from kfuse.runtime.signature import input_layouts
+    from kfuse.engine.fast_path import packed_launch
+    from kfuse.engine.signature import input_layouts
 
     packed = packed_launch(launch, {}, 2, 1, 0)
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
@@ -738,7 +738,7 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     )
     # What a miss costs: the checked path (this layout's FastCall exists, so none is built),
     # and building a layout's FastCall, which a layout's second checked call adds to that
-    from kfuse.runtime.fast_path import fast_call_for, layout_key
+    from kfuse.engine.fast_path import fast_call_for, layout_key
     from kfuse.runtime.info import build_runtime_info
 
     checked = fd._executor_cache

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kfuse.codegen.layout import contiguous_strides
-from kfuse.compiler import choose_scheduler
+from kfuse.engine.compiler import choose_scheduler
+from kfuse.engine.segmenter import segment_fusion
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.values import TensorView
 from kfuse.runtime import device as devices
 from kfuse.runtime.arrays import ArrayLayout
 from kfuse.runtime.info import CUDA, RuntimeInfo
-from kfuse.schedule.segmenter import segment_fusion, synthetic_info
+from kfuse.schedule.sub_fusion import synthetic_info
 
 
 def gpu_info(

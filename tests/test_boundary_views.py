@@ -1,5 +1,5 @@
 """Reshapes at a fusion's boundary folded into one kernel's operands where this call's layout
-makes them views (kfuse.schedule.boundary_views), and left to segments where it does not."""
+makes them views (kfuse.engine.boundary_views), and left to segments where it does not."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
+from kfuse.engine.boundary_views import view_strides
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
-from kfuse.schedule.boundary_views import view_strides
 from kfuse.testing import assert_outputs_close
 
 IP = SchedulerType.inner_persistent

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gpu_support import requires_gpu
-from kfuse.emulator import EmulatedKernel, build
 from kfuse.runtime.bounded_cache import BoundedCache
+from kfuse.runtime.emulator import EmulatedKernel, build
 
 
 @pytest.fixture(autouse=True)

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from kfuse import _C
-from kfuse.emulator import build
 from kfuse.frontend import FusionDefinition
 from kfuse.runtime.backends.cuda import CudaBackend, nvrtc_options
 from kfuse.runtime.backends.emulator import EMULATOR_BACKEND
 from kfuse.runtime.bounded_cache import BoundedCache
+from kfuse.runtime.emulator import build
 
 SOURCE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
 OTHER = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] += 1.0f; }\n'

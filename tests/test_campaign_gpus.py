@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from kfuse.campaign import cli, runner, worker
+from kfuse.campaign import runner, worker
 from kfuse.campaign.property import ExampleSpace
 from kfuse.campaign.runner import Campaign
 from kfuse.campaign.summary import Summary, load, merge
+from kfuse.cli import campaign as cli
 
 
 def _campaign(tmp_path: Path, gpus: tuple[int, ...], workers: int, **kw: Any) -> Campaign:

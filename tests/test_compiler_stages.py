@@ -1,4 +1,4 @@
-"""The compiler's stages (kfuse.compiler) as a user sees them: fd.last_program() and
+"""The compiler's stages (kfuse.engine.compiler) as a user sees them: fd.last_program() and
 KFUSE_DUMP. Runs on the host emulator."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from kfuse import DataType, FusionDefinition
-from kfuse.errors import InputError
-from kfuse.runtime.program import (
+from kfuse.engine.program import (
     KernelProgram,
     LibraryProgram,
     SegmentedProgram,
     SegmentKernelsProgram,
 )
+from kfuse.errors import InputError
 
 
 def softmax() -> FusionDefinition:

@@ -1,4 +1,4 @@
-"""Tests of the device runtime headers (src/kfuse/codegen/runtime/*.cuh).
+"""Tests of the device runtime headers (src/kfuse/runtime/kf_runtime/*.cuh).
 
 Three ways in, none of which needs kfuse._C:
   * NVRTC (through ctypes) compiles a kernel that instantiates every helper for every dtype, for
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kfuse.codegen.runtime_header import runtime_header
+from kfuse.runtime.runtime_header import runtime_header
 
 HEADER_TEXT = runtime_header()  # the kf_*.cuh parts joined, as kernels see them
 

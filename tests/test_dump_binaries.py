@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kfuse import FusionDefinition, compiler, dump
+from kfuse import FusionDefinition
+from kfuse.engine import compiler, dump
 from kfuse.errors import InputError
 from kfuse.runtime.backends.cuda import nvrtc_options
 from kfuse.runtime.info import CUDA, build_runtime_info

@@ -1,4 +1,4 @@
-"""kfuse.emulator: hand-written CUDA kernels run on the CPU, one construct at a time."""
+"""kfuse.runtime.emulator: hand-written CUDA kernels run on the CPU, one construct at a time."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from kfuse.emulator import EmulatedKernel, clear_memory_cache, compiler_invocations
 from kfuse.errors import EmulatorError
+from kfuse.runtime.emulator import EmulatedKernel, clear_memory_cache, compiler_invocations
 
 # Every kernel of this module compiles into a cache of its own (conftest).
 pytestmark = pytest.mark.usefixtures("module_private_cache")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kfuse.codegen.runtime_header import runtime_header
-from kfuse.emulator import EmulatedKernel
 from kfuse.errors import EmulatorError
+from kfuse.runtime.emulator import EmulatedKernel
+from kfuse.runtime.runtime_header import runtime_header
 
 # Every kernel of this module compiles into a cache of its own (conftest).
 pytestmark = pytest.mark.usefixtures("module_private_cache")

@@ -1,6 +1,6 @@
-"""kfuse.emulator with kfuse's device-helper header (codegen/runtime/kf_*.cuh) in front of the
-kernel, as generated kernels have it: Tensor arguments, bounds-checked kf::load/store, block
-reductions.
+"""kfuse.runtime.emulator with kfuse's device-helper header (runtime/kf_runtime/kf_*.cuh) in
+front of the kernel, as generated kernels have it: Tensor arguments, bounds-checked
+kf::load/store, block reductions.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kfuse.codegen.runtime_header import runtime_header
-from kfuse.emulator import EmulatedKernel
 from kfuse.errors import EmulatorError
+from kfuse.runtime.emulator import EmulatedKernel
+from kfuse.runtime.runtime_header import runtime_header
 
 # Every kernel of this module compiles into a cache of its own (conftest).
 pytestmark = pytest.mark.usefixtures("module_private_cache")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kfuse._C import FastCall, FastCallCache
-from kfuse.runtime.executor import SEEN_LAYOUTS
+from kfuse.engine.executor import SEEN_LAYOUTS
 
 torch = pytest.importorskip("torch")
 
@@ -130,7 +130,7 @@ def test_scalar_inputs_match_by_python_type_whatever_their_value() -> None:
 def test_scalar_specs_come_from_python_numbers_only() -> None:
     import numpy as np
 
-    from kfuse.runtime.signature import scalar_spec
+    from kfuse.engine.signature import scalar_spec
 
     assert scalar_spec(2.0) == (float,)
     assert scalar_spec(2) == (int,)
@@ -144,7 +144,7 @@ def test_scalar_programs_replay_the_checked_paths_scalar_values() -> None:
     """A program exists where scalar inputs feed element-wise math (also through the casts
     the frontend inserts and scalar arithmetic); it computes what the checked path would."""
     from kfuse import DataType, FusionDefinition
-    from kfuse.runtime.fast_path import ScalarProgram
+    from kfuse.engine.fast_path import ScalarProgram
 
     with FusionDefinition() as derived:  # s * 2 and the int k are scalars computed on the host
         x = derived.define_tensor(shape=[-1])
@@ -175,7 +175,7 @@ def test_scalar_programs_replay_the_checked_paths_scalar_values() -> None:
 def _counting_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[object]]:
     """An executor cache whose layout keys are the inputs themselves and whose FastCall
     builds are recorded (the inputs of each) instead of packed."""
-    import kfuse.runtime.executor as executor
+    import kfuse.engine.executor as executor
     from kfuse import FusionDefinition
 
     built: list[object] = []

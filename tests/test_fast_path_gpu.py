@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kfuse import FusionDefinition
-from kfuse.runtime.signature import input_layouts
+from kfuse.engine.signature import input_layouts
 
 
 def add_mul() -> FusionDefinition:
@@ -24,7 +24,7 @@ def test_host_arrays_never_take_the_fast_path() -> None:
 @pytest.mark.gpu
 def test_cached_torch_call_skips_validation_and_is_correct(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
-    import kfuse.runtime.executor as executor
+    import kfuse.engine.executor as executor
 
     fd = add_mul()
     a, b = torch.randn(300, 257, device="cuda"), torch.randn(300, 257, device="cuda")

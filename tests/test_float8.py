@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from kfuse import DataType, FusionDefinition
-from kfuse.codegen.runtime_header import float8_header, runtime_header
 from kfuse.dtypes import FLOAT8_FORMATS, round_to_float8, to_numpy_dtype
-from kfuse.emulator import EmulatedKernel
 from kfuse.errors import DefinitionError, InputError
 from kfuse.reference import evaluate
+from kfuse.runtime.emulator import EmulatedKernel
+from kfuse.runtime.runtime_header import float8_header, runtime_header
 from kfuse.testing import assert_outputs_close, inputs_for
 
 E4M3 = DataType.Float8_e4m3fn

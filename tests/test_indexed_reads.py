@@ -14,10 +14,10 @@ import pytest
 
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
+from kfuse.engine.program import KernelProgram
 from kfuse.errors import InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.runtime import index_checks
-from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
 from reference_checks import check, rand
 

@@ -21,10 +21,10 @@ import pytest
 
 from gpu_support import requires_gpu
 from kfuse import FusionDefinition
-from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
-from kfuse.emulator.build import HEADER_DIR
 from kfuse.reference import evaluate
+from kfuse.runtime.emulator.build import HEADER_DIR
+from kfuse.runtime.runtime_header import runtime_header
 
 torch = pytest.importorskip("torch")
 

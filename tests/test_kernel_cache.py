@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kfuse import _C, compiler
+from kfuse import _C
+from kfuse.engine import compiler
 from kfuse.errors import SchedulerError
 from kfuse.runtime import kernel_cache
 from kfuse.runtime.backends.cuda import CudaBackend, nvrtc_options

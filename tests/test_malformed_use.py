@@ -415,7 +415,7 @@ OPTIONS = [
 def test_campaign_arguments_parse_or_are_usage_errors(
     argv: list[str], tmp_path_factory: Any
 ) -> None:
-    from kfuse.campaign import cli
+    from kfuse.cli import campaign as cli
 
     argv = [*argv, "--out", str(tmp_path_factory.mktemp("campaign"))]  # nothing written here
     try:

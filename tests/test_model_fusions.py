@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpu_support import requires_gpu
-from kfuse.runtime.program import KernelProgram
+from kfuse.engine.program import KernelProgram
 
 torch = pytest.importorskip("torch")
 

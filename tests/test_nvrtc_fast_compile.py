@@ -9,7 +9,6 @@ import pytest
 
 import kfuse
 from kfuse import _C, DataType, FusionDefinition
-from kfuse.codegen.runtime_header import RUNTIME_HEADER_NAME, runtime_header
 from kfuse.runtime.backends.cuda import (
     FAST_COMPILE_OPTIONS,
     NVRTC_OPTIONS,
@@ -19,6 +18,7 @@ from kfuse.runtime.backends.cuda import (
     nvrtc_options,
     nvrtc_program,
 )
+from kfuse.runtime.runtime_header import RUNTIME_HEADER_NAME, runtime_header
 from source_corpus import recorded_sources
 
 pytestmark = pytest.mark.skipif(

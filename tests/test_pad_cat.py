@@ -9,10 +9,10 @@ import pytest
 
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
+from kfuse.engine.program import KernelProgram
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
-from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close
 from reference_checks import check, rand

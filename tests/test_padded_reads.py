@@ -14,8 +14,8 @@ import pytest
 
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
+from kfuse.engine.program import KernelProgram
 from kfuse.frontend import FusionDefinition
-from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
 from reference_checks import check, rand
 

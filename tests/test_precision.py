@@ -90,7 +90,7 @@ def test_a_segment_makes_the_choices_of_the_whole_fusion(out: DataType) -> None:
     bf16 output, so they are marked rounded and the fold's exp is fast; with a float output
     they are not."""
     from kfuse.codegen.reduction_plan import plan_reductions
-    from kfuse.schedule.segmenter import segment_fusion
+    from kfuse.engine.segmenter import segment_fusion
     from planning import gpu_info
 
     with FusionDefinition() as fd:

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import kfuse
-from kfuse import _C, profiling_hooks
+from kfuse import _C
 from kfuse.frontend import FusionDefinition
 from kfuse.profiler import _Recorder, footprint_bytes
+from kfuse.runtime import profiling_hooks
 
 KIND = _C.PROFILER_EXTERNAL_KIND
 TORCH_KIND = 3  # CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, what PyTorch's profiler pushes

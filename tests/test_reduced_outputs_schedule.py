@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kfuse import DataType, FusionDefinition
-from kfuse.compiler import choose_scheduler
+from kfuse.engine.compiler import choose_scheduler
 from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.runtime.info import CUDA, build_runtime_info
 from kfuse.schedule.types import SchedulerType

@@ -1,4 +1,4 @@
-"""Segments that are all generated kernels run as one KernelProgram (kfuse.segment_kernels),
+"""Segments that are all generated kernels run as one KernelProgram (kfuse.engine.segment_kernels),
 on the host emulator: the same results and segments as SegmentedRunner gives, the values
 segments pass on in workspaces (the call allocates its outputs alone), boundary reshapes
 folded first (no expr_eval segment copying them), and the runner kept for library segments."""
@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kfuse import compiler
 from kfuse.dtypes import DataType
+from kfuse.engine import compiler
+from kfuse.engine import program as program_module
+from kfuse.engine.program import SegmentedProgram, SegmentKernelsProgram
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
-from kfuse.runtime import program as program_module
 from kfuse.runtime.launch import WorkspaceOperand
-from kfuse.runtime.program import SegmentedProgram, SegmentKernelsProgram
 from kfuse.testing import assert_outputs_close
 from test_segment_runtime import (
     matmul_bias,
@@ -126,7 +126,7 @@ def test_a_segmented_fusion_takes_the_fast_path_and_stays_right(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     torch = pytest.importorskip("torch")
-    import kfuse.runtime.executor as executor
+    import kfuse.engine.executor as executor
 
     fd = grouped_norm_and_column_sum()
 

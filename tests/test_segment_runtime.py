@@ -1,11 +1,11 @@
-"""A segmented fusion's segments run from its program (kfuse.runtime.segments), on the host
+"""A segmented fusion's segments run from its program (kfuse.engine.segments), on the host
 emulator: each segment's RuntimeInfo is derived from the call's, never built again by
 build_runtime_info, and keys its Programs exactly as build_runtime_info would for the same
 arrays; an intermediate of another alignment class gets a Program of its own.
 
 SegmentedRunner runs the fusions with a library segment (matmul, linear, a reshape that is
 not a view); segments that are all generated kernels are one KernelProgram instead
-(kfuse.segment_kernels, tests/test_segment_kernels.py). The tests of the runner here run it
+(kfuse.engine.segment_kernels, tests/test_segment_kernels.py). The tests of the runner here run it
 on both kinds (`runner_only`): the small all-kernel fusions exercise it as well."""
 
 from __future__ import annotations
@@ -17,18 +17,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-import kfuse.runtime.executor as executor
-from kfuse import _C, compiler, profiling_hooks
+import kfuse.engine.executor as executor
+from kfuse import _C
 from kfuse.dtypes import DataType, to_numpy_dtype
+from kfuse.engine import compiler
+from kfuse.engine import program as program_module
+from kfuse.engine.program import SegmentedProgram
+from kfuse.engine.segments import SegmentStep
+from kfuse.engine.signature import program_key
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.fusion import Fusion
 from kfuse.profiler import _Recorder
 from kfuse.reference import evaluate
-from kfuse.runtime import program as program_module
+from kfuse.runtime import profiling_hooks
 from kfuse.runtime.info import build_runtime_info
-from kfuse.runtime.program import SegmentedProgram
-from kfuse.runtime.segments import SegmentStep
-from kfuse.runtime.signature import program_key
 from kfuse.testing import assert_outputs_close
 
 

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from example_budget import examples
 from kfuse import schedule
 from kfuse.dtypes import DataType
+from kfuse.engine.segmenter import Segment
 from kfuse.errors import DefinitionError, InputError, SchedulerError
 from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
-from kfuse.schedule.segmenter import Segment
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
 
 PW, RED, EE = SchedulerType.pointwise, SchedulerType.reduction, SchedulerType.expr_eval
@@ -240,7 +240,7 @@ def test_symbolic_scalars_and_sizes_reach_segments() -> None:
 
 
 def test_segmentation_is_cached_per_signature(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kfuse.compiler as compiler
+    import kfuse.engine.compiler as compiler
 
     calls = []
     real = compiler.segment_fusion

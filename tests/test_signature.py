@@ -1,4 +1,4 @@
-"""The input signature (kfuse.runtime.signature): the Program cache key and the fast path's
+"""The input signature (kfuse.engine.signature): the Program cache key and the fast path's
 layout describe the same facts, so they tell the same calls apart."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from gpu_support import requires_gpu
 from kfuse import DataType, FusionDefinition
+from kfuse.engine.signature import layout_key, program_key
 from kfuse.runtime.info import build_runtime_info
-from kfuse.runtime.signature import layout_key, program_key
 
 
 def add_scaled() -> FusionDefinition:

@@ -14,11 +14,11 @@ import pytest
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.campaign.property import check_outputs
 from kfuse.dtypes import DataType
+from kfuse.engine.program import KernelProgram
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.exprs import SliceOp
-from kfuse.runtime.program import KernelProgram
 from kfuse.schedule import SchedulerType
 from reference_checks import check, rand
 

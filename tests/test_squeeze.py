@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
-import kfuse.runtime.executor as executor_module
+import kfuse.engine.executor as executor_module
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.campaign.property import Example, ExampleSpace, examples
 from kfuse.campaign.property import check as check_example

@@ -48,10 +48,10 @@ def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[str,
     import torch
     from models import measure, registry
 
-    from kfuse import compiler
+    from kfuse.engine import compiler
+    from kfuse.engine.program import SegmentedProgram
     from kfuse.ir.canonicalize import canonical_fusion
-    from kfuse.runtime.program import SegmentedProgram
-    from kfuse.schedule.segmenter import synthetic_info
+    from kfuse.schedule.sub_fusion import synthetic_info
     from planning import gpu_info
 
     try:
@@ -94,7 +94,7 @@ def load_edit(path: str) -> Any:
 
 
 def disassemble(cubin: bytes, tool: str) -> str:
-    from kfuse.dump import DISASSEMBLERS
+    from kfuse.engine.dump import DISASSEMBLERS
 
     with tempfile.TemporaryDirectory(prefix="kfuse-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
@@ -117,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     edits = [(Path(path).name, load_edit(path)) for path in args.edit]
 
-    from kfuse.dump import find_disassembler
+    from kfuse.engine.dump import find_disassembler
     from kfuse.runtime.backends import spill_fallback
     from kfuse.runtime.backends.cubin_info import frame_bytes, registers
     from kfuse.runtime.backends.cuda import fitted_compile, nvrtc_options

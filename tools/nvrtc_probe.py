@@ -22,12 +22,12 @@ from hypothesis import strategies as st  # noqa: E402
 
 from kfuse import _C  # noqa: E402
 from kfuse.campaign.property import ExampleSpace, examples  # noqa: E402
-from kfuse.codegen.runtime_header import runtime_header  # noqa: E402
 from kfuse.runtime.backends.cuda import (  # noqa: E402
     FAST_COMPILE_OPTIONS,
     NVRTC_OPTIONS,
     nvrtc_program,
 )
+from kfuse.runtime.runtime_header import runtime_header  # noqa: E402
 from source_corpus import recorded_sources  # noqa: E402
 
 

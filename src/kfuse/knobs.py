@@ -58,7 +58,8 @@ class Knobs:
     """``KFUSE_POISON``: fill new GPU outputs and workspaces with
     kfuse.runtime.arrays.POISON_BYTE."""
     dump: tuple[str, ...] = ()
-    """``KFUSE_DUMP``: the compiler stages kfuse.dump writes out (names as given, lowercase)."""
+    """``KFUSE_DUMP``: the compiler stages kfuse.engine.dump writes out (names as given,
+    lowercase)."""
     dump_dir: str = "kfuse-dump"
     """``KFUSE_DUMP_DIR``: where they go."""
 

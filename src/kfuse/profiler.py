@@ -7,7 +7,7 @@
     print(prof.profile)            # a FusionProfile: kernels, times, bandwidth
 
 How it works: entering takes CUPTI (``_C.profiler_start``) and installs a recorder in
-:mod:`kfuse.profiling_hooks`, which the executors call. Each segment's launches are tagged
+:mod:`kfuse.runtime.profiling_hooks`, which the executors call. Each segment's launches are tagged
 with a fresh external correlation id (pushed before them, popped after), so CUPTI's kernel
 records, including those of libraries such as cuBLAS run by an expr_eval segment, map back to
 the segment. Leaving waits for the GPU, flushes CUPTI, releases it, and joins the records with
@@ -24,8 +24,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse import _C, knobs, profiling_hooks
+from kfuse import _C, knobs
 from kfuse.errors import ProfilerError
+from kfuse.runtime import profiling_hooks
 
 FusionProfile = _C.FusionProfile
 KernelProfile = _C.KernelProfile
@@ -153,7 +154,8 @@ class _Frame:
 
 
 class _Recorder:
-    """What the executors report while a PythonProfiler is open (via kfuse.profiling_hooks)."""
+    """What the executors report while a PythonProfiler is open (via
+    kfuse.runtime.profiling_hooks)."""
 
     def __init__(self) -> None:
         self.fusions: list[Any] = []  # _C.FusionRecord, in completion order

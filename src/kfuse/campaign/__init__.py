@@ -1,5 +1,5 @@
 """Property campaigns: random fusions run through kfuse and checked against the float64
-reference, at scale (`kfuse campaign`, kfuse.campaign.cli).
+reference, at scale (`kfuse campaign`, kfuse.cli.campaign).
 
 kfuse.campaign.property holds the property itself (one example, three calls, every output
 compared), which kfuse's own property tests check too; worker runs rounds of it with

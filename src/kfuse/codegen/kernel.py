@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Iterator
 
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.registers import register_array
-from kfuse.codegen.runtime_header import with_optional_parts
+from kfuse.runtime.runtime_header import with_optional_parts
 
 
 def kernel_header(

@@ -345,7 +345,7 @@ def _store_full(
 
 def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
     """Source and name of the outer persistent kernel (see the module docstring)."""
-    from kfuse.codegen.runtime_header import runtime_header
+    from kfuse.runtime.runtime_header import runtime_header
 
     constant = "".join("c" if c else "v" for c in spec.red_constant)
     name = kernel_name(plan, spec, f"_{constant}" if constant else "")

@@ -82,8 +82,8 @@ from kfuse.codegen.reduction_spec import (
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_invariant import Hoisted, call_args
 from kfuse.codegen.row_split import row_extent, split_lane_loads
-from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.exprs import WelfordOp
+from kfuse.runtime.runtime_header import runtime_header
 
 
 def held_element(

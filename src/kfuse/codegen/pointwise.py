@@ -36,9 +36,9 @@ from kfuse.codegen.layout import BCAST, SPLIT
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_split import split_lane_loads
-from kfuse.codegen.runtime_header import runtime_header
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
+from kfuse.runtime.runtime_header import runtime_header
 
 
 @dataclass(frozen=True)

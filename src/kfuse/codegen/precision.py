@@ -61,7 +61,7 @@ def approximable(fusion: Fusion) -> frozenset[Val]:
 def low_values(fusion: Fusion) -> frozenset[int]:
     """The ids of the values computed by the fusion's exprs that only reach BFloat16 outputs
     (or the rounded_outputs) through arithmetic: the segmenter marks a segment's outputs
-    with it (kfuse.schedule.segmenter.build_sub_fusion), so that a segment makes the
+    with it (kfuse.schedule.sub_fusion.build_sub_fusion), so that a segment makes the
     choices the whole fusion would (the sum of exponentials of a softmax over axis 0, a
     segment of its own, then takes the fast exp its bf16 output allows)."""
     uses: dict[int, list] = {}

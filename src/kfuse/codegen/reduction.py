@@ -62,8 +62,8 @@ from kfuse.codegen.reduction_spec import (
     result_assignments,
 )
 from kfuse.codegen.registers import register_array
-from kfuse.codegen.runtime_header import runtime_header
 from kfuse.dtypes import DataType
+from kfuse.runtime.runtime_header import runtime_header
 
 
 def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:

@@ -104,7 +104,7 @@ class ReductionKernelSpec:
     # block_x * unroll * vector elements, one block a row), so no row-end test is emitted;
     # rows_whole: the rows are a multiple of block_y, so every row of a block exists and
     # row_ok is the constant true. Both hold for the shapes they were planned for only (a
-    # Program is planned for its exact shapes: kfuse.runtime.signature). Named by
+    # Program is planned for its exact shapes: kfuse.engine.signature). Named by
     # whole_suffix, not the repr. Measured on an H200: see kfuse.schedule.persistent.
     full_slots: bool = field(default=False, repr=False)
     rows_whole: bool = field(default=False, repr=False)

@@ -23,7 +23,7 @@ cheaper form differs on some special value, the rule guards it or does not apply
   binary and ternary ops; other operands Scalars) between them: each acts on every element
   alone and its tensor operands have one shape, so f commutes with any reshape. The reshapes
   then read the inputs themselves, so they can be views of the inputs' layouts, folded into
-  a kernel's operands (kfuse.schedule.boundary_views) instead of a copy of computed values
+  a kernel's operands (kfuse.engine.boundary_views) instead of a copy of computed values
   (Hugging Face attention's reshape(scores + mask) to [batch * heads, s, s]). A reshape that
   makes an output stays where it is (an output's reshape is always a view of the output, an
   input's only where the input's strides allow);
@@ -34,7 +34,7 @@ cheaper form differs on some special value, the rule guards it or does not apply
   axis whole (its one value stands for every element), so the rule applies only where the
   slice keeps the element of every axis the value itself is broadcast along. The slices
   then read the inputs themselves, each a view of its input's layout (a moved pointer),
-  folded into the kernel's operands (kfuse.schedule.boundary_views) instead of a copy of
+  folded into the kernel's operands (kfuse.engine.boundary_views) instead of a copy of
   computed values (RoPE's halves of a rotated input);
 * an output f(reshape(v)) -> reshape(f(v)) for an element-wise op f of one tensor operand
   and a computed v: the output is then a reshape, a view of the output's allocation (the

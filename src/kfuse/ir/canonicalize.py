@@ -18,7 +18,7 @@ printing, repr and the reference read the definition):
 Vals keep the names of the definition's Vals they stand for (a segment listing names what
 the user printed); a Val a rule adds gets a fresh name after all of the definition's.
 Inputs are new Vals of the same names, order, dtypes and layouts, so a call's arguments and
-the program key (kfuse.runtime.signature) are the definition's. The form depends on the
+the program key (kfuse.engine.signature) are the definition's. The form depends on the
 definition only, so it is computed once per Fusion (cached on it) and the executor's
 per-signature Program cache stays keyed by signature alone.
 """

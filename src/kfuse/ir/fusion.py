@@ -26,7 +26,7 @@ class Fusion:
         self._counters = {"T": 0, "S": 0, "C": 0}
         self._serial = 0
         # Positions of the outputs whose values a parent fusion only rounds into its own
-        # BFloat16 outputs through arithmetic (a segment's, kfuse.schedule.segmenter): the
+        # BFloat16 outputs through arithmetic (a segment's, kfuse.engine.segmenter): the
         # fast-math choices (kfuse.codegen.precision) treat them as BFloat16 outputs.
         self.rounded_outputs: tuple[int, ...] = ()
         # True while a FusionDefinition is still adding to it (until finalize()): `exprs`

@@ -5,7 +5,7 @@ sized here.
 output's axes, the expr); `slice_ranges`, `pad_windows` and `cat_windows` their run-time
 halves, what each axis takes for this call's extents and scalar values, shared by shape
 inference, the reference, the framework's evaluation (kfuse.schedule.expr_eval) and the
-operand views a slice of an input is read through (kfuse.schedule.boundary_views).
+operand views a slice of an input is read through (kfuse.engine.boundary_views).
 """
 
 from __future__ import annotations

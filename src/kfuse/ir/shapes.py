@@ -293,7 +293,7 @@ def infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
 def infer_added(exprs: list[Expr], shapes: dict[Val, Any]) -> None:
     """The extents of the outputs of tensor `exprs` (in order) into `shapes`, from those of
     their inputs there, which shape inference has checked: the segmenter's own exprs
-    (kfuse.schedule.segmenter.split_reductions), whose values the fusion does not have."""
+    (kfuse.engine.segmenter.split_reductions), whose values the fusion does not have."""
     origins: dict[Val, list[_Origin]] = {}
     for expr in exprs:
         for v in expr.inputs:

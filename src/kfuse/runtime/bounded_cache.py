@@ -7,7 +7,7 @@ shared library with its own memory mappings, of which Linux allows a process 655
 about 11,000 kernels, and every later mmap failed (MemoryError, "out of host memory"). A
 kernel dropped from a cache stays loaded while a Program uses it; once nothing does, the
 CUDA module is unloaded (kfuse._C.Kernel's destructor) and the emulated library closed
-(kfuse.emulator.build)."""
+(kfuse.runtime.emulator.build)."""
 
 from __future__ import annotations
 

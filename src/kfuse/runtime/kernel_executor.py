@@ -14,8 +14,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kfuse import _C, profiling_hooks
+from kfuse import _C
 from kfuse.errors import InputError, KfuseError
+from kfuse.runtime import profiling_hooks
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""In what order a reduction over separate runs of axes reduces them (kfuse.schedule.segmenter
+"""In what order a reduction over separate runs of axes reduces them (kfuse.engine.segmenter
 split_reductions, kfuse.schedule.welford_split): no kernel reduces non-adjacent axes at once,
 so a reduction over dims (0, 2, 3) of an NCHW tensor becomes a chain, one run per step.
 

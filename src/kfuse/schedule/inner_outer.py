@@ -59,7 +59,7 @@ from kfuse.schedule.reduction import (
     pow2_ceil,
     workspace_operands,
 )
-from kfuse.schedule.segmenter import synthetic_info
+from kfuse.schedule.sub_fusion import synthetic_info
 from kfuse.schedule.types import Rejection, SchedulerType
 
 NAME = "inner_outer_persistent"

@@ -29,7 +29,7 @@ from typing import cast
 from kfuse.ir.exprs import BinaryOp, CastOp, Expr, ReductionOp, TernaryOp, UnaryOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.schedule.segmenter import build_sub_fusion
+from kfuse.schedule.sub_fusion import build_sub_fusion
 from kfuse.schedule.types import Rejection
 
 COLUMN_OPS = ("sum", "max", "min")

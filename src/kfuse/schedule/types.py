@@ -32,12 +32,12 @@ class Rejection(Exception):
 
 class Scheduler(Protocol):
     """One scheduler. Schedulers are pure: they decide, pick parameters and generate kernel
-    sources; the compiler (kfuse.compiler) compiles what they generate and builds the
+    sources; the compiler (kfuse.engine.compiler) compiles what they generate and builds the
     Program the executor runs.
 
     generates_kernels: True for the schedulers whose work is generated kernels (they
     implement `kernels`); False for expr_eval, whose ops run as library calls of the
-    inputs' framework (kfuse.runtime.program.LibraryProgram)."""
+    inputs' framework (kfuse.engine.program.LibraryProgram)."""
 
     scheduler_type: SchedulerType
     generates_kernels: bool

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from kfuse.codegen.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 from kfuse.runtime import kernel_cache
 from kfuse.runtime.backends import cubin_info, register_fit, spill_fallback
 from kfuse.runtime.bounded_cache import BoundedCache
+from kfuse.runtime.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 
 # --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
 # of as one fused multiply-add wherever the compiler finds one. Contraction made a value

@@ -1,5 +1,5 @@
 """The emulator backend: the same CUDA source, compiled by the host C++ compiler and run on
-the CPU (kfuse.emulator). Slow, and meant for testing and debugging without a GPU."""
+the CPU (kfuse.runtime.emulator). Slow, and meant for testing and debugging without a GPU."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class EmulatorBackend:
 
     def compile(self, source: str, name: str, device: Any) -> Any:
         """An EmulatedKernel for `source`, with `device`'s launch limits."""
-        from kfuse.emulator import EmulatedKernel
+        from kfuse.runtime.emulator import EmulatedKernel
 
         key = (source, name, getattr(device, "name", str(device)))
         kernel = self._kernels.get(key)

@@ -45,7 +45,7 @@ from kfuse.runtime.launch import (
     OutputOperand,
     ScalarOperand,
 )
-from kfuse.schedule.segmenter import build_sub_fusion
+from kfuse.schedule.sub_fusion import build_sub_fusion
 
 K = TypeVar("K", GeneratedKernel, KernelLaunch)
 
@@ -121,7 +121,7 @@ def fold_boundary_views(
     whose parts the kernel writes into their windows of the output; None when there is none
     to fold or the folded fusion would not be a kernel's (an output that is an input, a
     reshape of an input straight to an output: expr_eval's work). A fusion whose folded cats
-    no one kernel takes is folded again without them (kfuse.compiler)."""
+    no one kernel takes is folded again without them (kfuse.engine.compiler)."""
     positions = {v: k for k, v in enumerate(fusion.inputs)}
     in_views, folded = _foldable(fusion, info, positions, cats)
     if not folded or any(o in positions for o in fusion.outputs):

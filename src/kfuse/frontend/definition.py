@@ -15,8 +15,8 @@ from typing import Any
 
 from kfuse.dtypes import DataType, as_dtype, from_array_dtype
 from kfuse.errors import DefinitionError
-from kfuse.frontend_execute import FusionExecution
-from kfuse.frontend_ops import Ops
+from kfuse.frontend.execute import FusionExecution
+from kfuse.frontend.ops import Ops
 from kfuse.ir.builder import MAX_EXTENT, Builder, as_index, describe
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.printer import fusion_to_python

@@ -85,7 +85,7 @@ def generated(fusion: Fusion, kernels: list[Any]) -> None:
 
 def binaries(fusion: Fusion, kernels: list[Any], target: tuple[str, list[str]] | None) -> None:
     """The kernels' PTX (stage ptx) and SASS (stage sass). `target`: (architecture, NVRTC
-    options) of their real compile (kfuse.compiler.KernelCompiler.nvrtc_target), or None on
+    options) of their real compile (kfuse.engine.compiler.KernelCompiler.nvrtc_target), or None on
     the emulator, where the files say that these stages do not apply."""
     for name, make in (("ptx", _ptx), ("sass", _sass)):
         if not enabled(name):

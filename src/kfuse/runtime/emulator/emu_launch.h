@@ -210,7 +210,7 @@ static void resume(Thread* t) {
 }
 
 [[noreturn]] static void not_in_fiber_mode(const char* what) {
-    fail_message("%s called in sequential mode (internal error in kfuse.emulator)", what);
+    fail_message("%s called in sequential mode (internal error in kfuse.runtime.emulator)", what);
     throw_abort();
 }
 
@@ -510,7 +510,7 @@ static void run_block_sequential() {
 // ---- watchdog: a thread that runs on and on without a barrier or warp op ----------------------
 // Spinning on a volatile load cannot be seen from inside, so a helper thread watches g.progress;
 // when it stands still for the whole timeout, a signal makes the launching thread jump out of the
-// kernel (siglongjmp to launch_locked). kfuse.emulator runs one launch at a time per process, so
+// kernel (siglongjmp to launch_locked). kfuse.runtime.emulator runs one launch at a time per process, so
 // the process-wide handler installed for the launch belongs to it.
 struct Watchdog {
     pthread_t thread, target;

@@ -1,7 +1,7 @@
 """A segmented fusion whose segments are all generated kernels, compiled as one KernelProgram.
 
 The segments are compiled when the fusion is (not on their first run, as SegmentedRunner
-does), each on the RuntimeInfo the segmenter accepted it on (segmenter.synthetic_info): the
+does), each on the RuntimeInfo the segmenter accepted it on (sub_fusion.synthetic_info): the
 fusion inputs' layouts, and for each value one segment hands to another a contiguous,
 aligned layout of its shape, which its workspace has. Their launches are then put in one
 list, with every operand renamed to the whole fusion's:
@@ -29,6 +29,9 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from kfuse.engine.program import KernelProgram, Program, SegmentKernelsProgram
+from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
+from kfuse.engine.segments import added_exprs
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
@@ -43,9 +46,7 @@ from kfuse.runtime.launch import (
     WorkspaceOperand,
     workspace_bytes,
 )
-from kfuse.runtime.program import KernelProgram, Program, SegmentKernelsProgram
-from kfuse.runtime.segments import added_exprs
-from kfuse.schedule.segmenter import SegmentedFusion, SegmentPlan, synthetic_info
+from kfuse.schedule.sub_fusion import synthetic_info
 from kfuse.schedule.types import SchedulerType
 
 
@@ -137,7 +138,7 @@ class _Merger:
             assert op.byte_offset == 0  # as for inputs: only unfold_operands sets one
             out = plan.outputs[op.index]
             if id(out) in self.output_index:  # an output that is also an input (a copy
-                # segment's: kfuse.schedule.segmenter) is written to the output
+                # segment's: kfuse.engine.segmenter) is written to the output
                 return OutputOperand(self.output_index[id(out)], op.shape, op.strides)
             return self._value(out, op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):

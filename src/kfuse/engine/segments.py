@@ -26,19 +26,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kfuse import profiling_hooks
+from kfuse.engine.program import Program
+from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
+from kfuse.engine.signature import program_key
 from kfuse.ir.exprs import Expr
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
+from kfuse.runtime import profiling_hooks
 from kfuse.runtime.arrays import ArrayLayout, layout_of, stream_context
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.runtime.program import Program
-from kfuse.runtime.signature import program_key
-from kfuse.schedule.segmenter import SegmentedFusion, SegmentPlan
 
 CompileSegment = Callable[[Fusion, RuntimeInfo], Program]
-"""Compiles one segment's fusion for a RuntimeInfo (kfuse.compiler passes compile_fusion
+"""Compiles one segment's fusion for a RuntimeInfo (kfuse.engine.compiler passes compile_fusion
 without segmenting again)."""
 
 

@@ -8,10 +8,10 @@
       1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
                    then the first that takes it with the reshapes at its boundary that are
                    views of this call's layouts folded into its operands (one kernel,
-                   kfuse.schedule.boundary_views), else the segmenter splits it (the
+                   kfuse.engine.boundary_views), else the segmenter splits it (the
                    folded fusion where there was a fold), and each segment goes through
                    these stages (compile_segment): all at once into one KernelProgram when
-                   they are all generated kernels (kfuse.segment_kernels), else each when it
+                   they are all generated kernels (kfuse.engine.segment_kernels), else each when it
                    first runs with a new signature (SegmentedRunner)
       2. params    the scheduler's heuristics, or the caller's params (manual_execute)
       3. kernels   the scheduler generates its kernels: GeneratedKernel (CUDA source, name,
@@ -23,28 +23,29 @@
                    (expr_eval) or SegmentedProgram
 
 Schedulers only decide and generate (stages 1-3); this module compiles and assembles
-(stages 4-5); kfuse.runtime.executor caches the Program per signature and runs it. KFUSE_DUMP names
-stages to write out as they run (kfuse.dump).
+(stages 4-5); kfuse.engine.executor caches the Program per signature and runs it. KFUSE_DUMP names
+stages to write out as they run (kfuse.engine.dump).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kfuse import dump, profiling_hooks
+from kfuse.engine import dump
+from kfuse.engine.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
+from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
+from kfuse.engine.segment_kernels import merge_segments
+from kfuse.engine.segmenter import segment_fusion
+from kfuse.engine.segments import SegmentedRunner
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
+from kfuse.runtime import profiling_hooks
 from kfuse.runtime.backends import backend_for
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.launch import GeneratedKernel, KernelLaunch
-from kfuse.runtime.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
-from kfuse.runtime.segments import SegmentedRunner
 from kfuse.schedule import rejection_reason, resolve_scheduler
-from kfuse.schedule.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
 from kfuse.schedule.registry import SCHEDULERS
-from kfuse.schedule.segmenter import segment_fusion
 from kfuse.schedule.types import SchedulerType
-from kfuse.segment_kernels import merge_segments
 
 
 def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: bool) -> Program:
@@ -126,7 +127,7 @@ def _folded_kernel(
     scheduler: Any, fusion: Fusion, info: RuntimeInfo, folded: FoldedFusion
 ) -> Program:
     """The kernels of `scheduler`, which takes the fusion once its boundary reshapes that are
-    views of this call's layouts are folded into its operands (kfuse.schedule.boundary_views)."""
+    views of this call's layouts are folded into its operands (kfuse.engine.boundary_views)."""
     params = scheduler.heuristics(folded.fusion, folded.info)
     dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
     kernels = scheduler.kernels(folded.fusion, folded.info, params)
@@ -160,7 +161,7 @@ def _segmented(
 
 def compile_segment(fusion: Fusion, info: RuntimeInfo) -> Program:
     """One segment's Program (a segmented program compiles each on its first run for a new
-    signature, with a RuntimeInfo derived from the call's: kfuse.runtime.segments)."""
+    signature, with a RuntimeInfo derived from the call's: kfuse.engine.segments)."""
     return compile_fusion(fusion, info, None, segment=False)
 
 

@@ -9,7 +9,7 @@ from kfuse.dtypes import DataType
 
 # In this order: each part builds on those before it (kf_base.cuh lists them).
 _HEADER_PATHS = [
-    Path(__file__).with_name("runtime") / name
+    Path(__file__).with_name("kf_runtime") / name
     for name in (
         "kf_base.cuh",
         "kf_types.cuh",
@@ -21,7 +21,7 @@ _HEADER_PATHS = [
 ]
 
 
-_FLOAT8_PATH = Path(__file__).with_name("runtime") / "kf_float8.cuh"
+_FLOAT8_PATH = Path(__file__).with_name("kf_runtime") / "kf_float8.cuh"
 # The C++ names of the float8 storage types, which only the float8 part defines.
 _FLOAT8_TYPES = tuple(d.cuda_type for d in DataType if d.is_float8)
 
@@ -38,7 +38,7 @@ def float8_header() -> str:
     return _FLOAT8_PATH.read_text()
 
 
-_READS_PATH = Path(__file__).with_name("runtime") / "kf_reads.cuh"
+_READS_PATH = Path(__file__).with_name("kf_runtime") / "kf_reads.cuh"
 # The names only the reads' part defines.
 _READS_NAMES = ("kf::indexed_position", "kf::indexed_load", "kf::index_fill", "kf::window_")
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse import profiling_hooks
-from kfuse.runtime import index_checks
+from kfuse.runtime import index_checks, profiling_hooks
 
 
 class FusionExecution:
@@ -21,8 +20,8 @@ class FusionExecution:
 
     def _executor(self) -> Any:
         if self._executor_cache is None:
+            from kfuse.engine.executor import FusionExecutorCache
             from kfuse.errors import DefinitionError
-            from kfuse.runtime.executor import FusionExecutorCache
 
             state = getattr(self, "_state", "closed")
             if state == "broken":
@@ -56,7 +55,7 @@ class FusionExecution:
                 return self.execute(inputs, device=device)
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
-        # layout launches from C++ (kfuse.runtime.fast_path); anything else takes the checked path,
+        # layout launches from C++ (kfuse.engine.fast_path); anything else takes the checked path,
         # which is told not to try the fast path again. Before and after it, a position outside
         # its axis that an earlier launch read is reported (kfuse.runtime.index_checks).
         if (
@@ -112,7 +111,7 @@ class FusionExecution:
         return self._executor_cache.last_cuda_source()
 
     def last_program(self) -> Any:
-        """What the last execute ran (None before the first): a kfuse.runtime.program.Program, whose
+        """What the last execute ran (None before the first): a kfuse.engine.program.Program, whose
         str() shows each stage's result (scheduler and params, each kernel's spec and launch;
         `.cuda_source()` the sources; `.segments()` a segmented fusion's segments)."""
         if self._executor_cache is None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kfuse.emulator import build
-from kfuse.emulator.limits import EmulatedDeviceLimits, resolve_limits
 from kfuse.errors import EmulatorError
+from kfuse.runtime.emulator import build
+from kfuse.runtime.emulator.limits import EmulatedDeviceLimits, resolve_limits
 
 DEFAULT_SPIN_LIMIT = 1 << 22
 """No-effect atomics a thread may repeat on one address before the launch is called a spin."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kfuse.command_line import Parser, UsageError
+from kfuse.cli.parser import Parser, UsageError
 
 DEFAULT_DTYPE_NAMES = ("Float", "Half", "BFloat16", "Double", "Int32", "Int", "Bool")
 # The float8 types only when asked for (--dtypes): they are new to the campaigns.

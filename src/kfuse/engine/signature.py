@@ -1,6 +1,6 @@
 """The input signature of a call: what a compiled fusion depends on, defined here once.
 
-A call's Program (kfuse.runtime.executor) depends on the target and, for every array input,
+A call's Program (kfuse.engine.executor) depends on the target and, for every array input,
 on its dtype, shape, strides and 16-byte alignment class; for a scalar input on its type
 (values are kernel arguments), and on its value too where an extent depends on it (an
 expand or reshape to a size given as a scalar input, a slice's bounds, a pad's widths:

@@ -24,7 +24,7 @@ def clock() -> float:
 
 def execution() -> Any:
     """Around one FusionExecutorCache.execute: the outermost one is a fusion for the profile;
-    the ones nested in it (each segment of a segmented fusion, kfuse.runtime.segments) are
+    the ones nested in it (each segment of a segmented fusion, kfuse.engine.segments) are
     not, and keep their own compile times."""
     recorder = active
     return _NOTHING if recorder is None else recorder.execution()

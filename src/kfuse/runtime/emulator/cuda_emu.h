@@ -1,5 +1,5 @@
 // cuda_emu.h: the CUDA built-ins kfuse kernels use, defined for the host C++ compiler so that
-// kfuse.emulator can run generated kernels on the CPU (threads of a block as fibers).
+// kfuse.runtime.emulator can run generated kernels on the CPU (threads of a block as fibers).
 //
 // Included before the kernel source; emu_launch.h (the block scheduler and the exported launch
 // entry point) is included after it by the launch shim. Everything here is one translation unit
@@ -39,7 +39,7 @@
 #define __shared__ static __attribute__((section("kf_emu_shared")))
 #define __cluster_dims__(...)
 #define __constant__ static
-// `extern __shared__ T name[];` is rewritten by kfuse.emulator (Python) into a pointer to the
+// `extern __shared__ T name[];` is rewritten by kfuse.runtime.emulator (Python) into a pointer to the
 // block's dynamic shared memory, kf_emu_dyn_smem below. __restrict__ is a g++ keyword.
 
 // ---- vector types ---------------------------------------------------------------------------

@@ -12,15 +12,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse import profiling_hooks
-from kfuse.compiler import choose_scheduler, compile_fusion
+from kfuse.engine.compiler import choose_scheduler, compile_fusion
+from kfuse.engine.fast_path import fast_call_for
+from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
+from kfuse.engine.signature import layout_key, program_key
 from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.fusion import Fusion
-from kfuse.runtime import index_checks
-from kfuse.runtime.fast_path import fast_call_for
+from kfuse.runtime import index_checks, profiling_hooks
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
-from kfuse.runtime.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
-from kfuse.runtime.signature import layout_key, program_key
 from kfuse.schedule.types import SchedulerType
 
 SEEN_LAYOUTS = 64
@@ -45,7 +44,7 @@ class FusionExecutorCache:
         self.fusion = canonical_fusion(fusion)
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
-        # The Program of the last call (kfuse.runtime.program: scheduler, params, launches).
+        # The Program of the last call (kfuse.engine.program: scheduler, params, launches).
         self.last_compiled: Program | None = None
         # kfuse._C.FastCallCache of the layouts seen twice, created by the first call that can
         # take the host fast path (FusionExecution.execute tries it before anything else).
@@ -124,7 +123,7 @@ class FusionExecutorCache:
             _add_bounded(self._fast_layouts, layout, self.fast_calls.MAX_ENTRIES)
 
     def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
-        """How the fusion runs for these inputs: a list of kfuse.schedule.segmenter.Segment
+        """How the fusion runs for these inputs: a list of kfuse.engine.segmenter.Segment
         (one when a single scheduler takes the whole fusion). A segmentation is cached for
         the input signature, so a later execute reuses it."""
         info = build_runtime_info(self.fusion, inputs, device=device)
@@ -153,7 +152,7 @@ class FusionExecutorCache:
 
 
 def _whole(fusion: Fusion, scheduler_type: SchedulerType, folded: tuple[str, ...] = ()) -> Any:
-    from kfuse.schedule.segmenter import Segment
+    from kfuse.engine.segmenter import Segment
 
     reason = f"one scheduler ({scheduler_type.value}) takes the whole fusion"
     if folded:

@@ -95,8 +95,8 @@ infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an
 
 
 class ConditionTracker:
-    """The module docstring's magnitude, terms and indeterminate of every tensor an
-    evaluator (kfuse.reference._Evaluator) computes, fed one expr at a time after it ran."""
+    """The module docstring's magnitude, terms and indeterminate of every tensor an evaluator
+    (kfuse.reference.evaluator._Evaluator) computes, fed one expr at a time after it ran."""
 
     def __init__(self, evaluator: Any) -> None:
         self.ev = evaluator

@@ -270,7 +270,7 @@ def _build_and_load(
             return _load(lib)
         except OSError as e:
             warnings.warn(
-                f"kfuse.emulator: cache directory {directory} is not usable ({e}); "
+                f"kfuse.runtime.emulator: cache directory {directory} is not usable ({e}); "
                 "compiling into a temporary directory",
                 stacklevel=4,
             )

@@ -7,7 +7,7 @@ Three kinds, one interface (`run(info, stream)` -> the output arrays):
 * LibraryProgram: expr_eval's ops (matmul, linear, reshape) as calls of the inputs'
   framework;
 * SegmentedProgram: a fusion no single scheduler takes, as segments run in dependency order
-  (kfuse.runtime.segments).
+  (kfuse.engine.segments).
 
 `scheduler`, `params` and `launches` are there for every kind (launches empty but for
 KernelProgram), so the profiler, the fast path and `fd.last_scheduler()` read one shape.
@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse import knobs, profiling_hooks
+from kfuse import knobs
 from kfuse.dtypes import DataType
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
+from kfuse.runtime import profiling_hooks
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.launch import KernelLaunch, ScalarOperand, index_checks_of, workspace_bytes
@@ -51,7 +52,7 @@ class Program:
     def extents_read(self, fusion: Fusion) -> list[Val]:
         """The Vals of `fusion` whose entries of info.extents `run` reads, and the profiler
         with it (the outputs' shapes): here every Val shape inference gives one. A segment's
-        RuntimeInfo carries these only on a cached call (kfuse.runtime.segments)."""
+        RuntimeInfo carries these only on a cached call (kfuse.engine.segments)."""
         return [*fusion.inputs, *(o for e in fusion.exprs for o in e.outputs)]
 
     def __str__(self) -> str:
@@ -67,7 +68,7 @@ class Program:
 @dataclass
 class KernelProgram(Program):
     """Generated kernels, launched in order on the caller's stream. folded: the names of
-    the reshapes, slices and cats folded into their operands (kfuse.schedule.boundary_views),
+    the reshapes, slices and cats folded into their operands (kfuse.engine.boundary_views),
     if any."""
 
     folded: tuple[str, ...] = ()
@@ -147,17 +148,17 @@ class KernelProgram(Program):
 @dataclass
 class SegmentKernelsProgram(KernelProgram):
     """A segmented fusion whose segments are all generated kernels, as one KernelProgram
-    (kfuse.segment_kernels): the values segments pass on live in workspaces, and a cached call
-    takes the fast path. `segmented`: the SegmentedFusion (for segments()); `groups`: each
-    segment's (scheduler, number of launches, RuntimeInfo as compiled), in order, so that the
-    profiler tags each segment's launches as SegmentedRunner's would be."""
+    (kfuse.engine.segment_kernels): the values segments pass on live in workspaces, and a
+    cached call takes the fast path. `segmented`: the SegmentedFusion (for segments());
+    `groups`: each segment's (scheduler, number of launches, RuntimeInfo as compiled), in
+    order, so that the profiler tags each segment's launches as SegmentedRunner's would be."""
 
     segmented: Any = None
     groups: list[tuple[SchedulerType, int, RuntimeInfo]] = field(default_factory=list)
     origin: dict[Val, Val] | None = None  # a folded fusion's Vals -> the user's (names)
 
     def segments(self) -> list[Any]:
-        """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
+        """The segments (kfuse.engine.segmenter.Segment), in execution order."""
         return self.segmented.describe(self.origin)
 
     def schedulers(self) -> list[SchedulerType]:
@@ -209,17 +210,17 @@ class LibraryProgram(Program):
 @dataclass
 class SegmentedProgram(Program):
     """Segments in dependency order, each with a RuntimeInfo derived from the call's; a
-    segment compiles on its first run with a new signature (kfuse.runtime.segments)."""
+    segment compiles on its first run with a new signature (kfuse.engine.segments)."""
 
-    runner: Any = None  # kfuse.runtime.segments.SegmentedRunner
-    # kfuse.schedule.boundary_views.FoldedFusion: the runner runs the fusion with its
+    runner: Any = None  # kfuse.engine.segments.SegmentedRunner
+    # kfuse.engine.boundary_views.FoldedFusion: the runner runs the fusion with its
     # boundary reshapes folded, on views of the call's arrays (None: the fusion itself)
     folded: Any = None
 
     def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         if self.folded is None:
             return self.runner(info, stream)
-        from kfuse.schedule.boundary_views import folded_call
+        from kfuse.engine.boundary_views import folded_call
 
         outputs = self.runner(folded_call(self.folded, info), stream)
         # An output whose reshape was folded comes back in the reshape input's shape, a new
@@ -233,7 +234,7 @@ class SegmentedProgram(Program):
         return self.runner.cuda_source()
 
     def segments(self) -> list[Any]:
-        """The segments (kfuse.schedule.segmenter.Segment), in execution order."""
+        """The segments (kfuse.engine.segmenter.Segment), in execution order."""
         return self.runner.segmented.describe(self.folded.origin if self.folded else None)
 
     def schedulers(self) -> list[SchedulerType]:

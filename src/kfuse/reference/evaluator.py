@@ -16,7 +16,7 @@ Outputs have their declared dtype.
 
 conditioning(fusion, inputs) -> per output, what float64 cannot judge alone: the magnitudes
 of the terms its sums added, the elements whose infinity or NaN rounding decides and those
-whose value a product's order decides (kfuse.reference_conditioning; kfuse.testing.
+whose value a product's order decides (kfuse.reference.conditions; kfuse.testing.
 assert_close's `magnitude`, `indeterminate` and `order_decides`).
 sum_magnitudes(fusion, inputs) -> its magnitudes alone.
 
@@ -60,8 +60,8 @@ from kfuse.ir.ops import OPS
 from kfuse.ir.resize_ops import joined, padded, slice_ranges
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.reference_backends import NumpyLikeBackend, backend_for
-from kfuse.reference_conditioning import ConditionTracker
+from kfuse.reference.backends import NumpyLikeBackend, backend_for
+from kfuse.reference.conditions import ConditionTracker
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 
@@ -78,7 +78,7 @@ def evaluate(fusion: Any, inputs: list[Any], *, accumulate: str = "float64") -> 
 
 
 class Conditioning(NamedTuple):
-    """Per output of a fusion (kfuse.reference_conditioning): `magnitudes`, the float64 sum
+    """Per output of a fusion (kfuse.reference.conditions): `magnitudes`, the float64 sum
     of the absolute values of the terms its sums added (None where no sum feeds it
     linearly); `indeterminate`, a Bool array of the elements that are an infinity or NaN of a
     kind rounding decides (None where there is none); `order_decides`, a Bool array of the
