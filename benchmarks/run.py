@@ -176,17 +176,7 @@ def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[di
         log(f"  cupy unavailable: {exc}")
     rows = []
     for name, fn in peers.items():
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):  # five batches; the median batch is reported
-            start = time.perf_counter()
-            for _ in range(calls // 5):
-                fn()
-            torch.cuda.synchronize()
-            samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
-        us = statistics.median(samples)
+        us = _us_per_call(torch, fn, calls)
         rows.append({"workload": "H1", "peer": name, "us_per_call": us})
         log(f"  H1    {name:42s} {us:7.2f} us per call")
     by_peer = {r["peer"]: r["us_per_call"] for r in rows}
@@ -197,6 +187,40 @@ def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[di
                 r["ratio_to_cupy_allocating"] = r["us_per_call"] / ref
                 log(f"  H1    {r['peer']}: {r['us_per_call'] / ref:.2f}x CuPy's allocating call")
     return rows
+
+
+def _us_per_call(torch: Any, fn: Callable[[], Any], calls: int) -> float:
+    """Wall-clock microseconds per call of `fn`, warmed up: the median of five batches."""
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls // 5):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / (calls // 5) * 1e6)
+    return statistics.median(samples)
+
+
+def segmented_host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[Any]:
+    """H1s: wall-clock microseconds per cached call of a fusion of three segments (a row sum,
+    then two column sums of what the rows scaled; all generated kernels, one program), fp32
+    [64, 64]: the host cost of a segmented call, beside H1's one kernel."""
+    from kfuse import FusionDefinition
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        y = fd.ops.mul(x, fd.ops.sum(x, dims=[1], keepdim=True))
+        z = fd.ops.mul(y, fd.ops.sum(y, dims=[0], keepdim=True))
+        w = fd.ops.sub(z, fd.ops.max(z, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.sum(w, dims=[0]))
+    tx = torch.randn(64, 64, device="cuda")
+    segments = len(fd.segments([tx]))
+    us = _us_per_call(torch, lambda: fd.execute([tx]), calls)
+    log(f"  H1s   kfuse (torch), {segments} segments {us:7.2f} us per call")
+    return [{"workload": "H1s", "peer": "kfuse (torch)", "segments": segments, "us_per_call": us}]
 
 
 def compile_time(torch: Any, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -266,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     if not wanted or "H1" in wanted:
         log("H1: host overhead of a cached call, out = (a + b) * 2 on fp32 [1024]")
         results += host_overhead(torch, 4000 if args.quick else 20000, log)
+    if not wanted or "H1s" in wanted:
+        log("H1s: host overhead of a cached call of a fusion of three segments")
+        results += segmented_host_overhead(torch, 2000 if args.quick else 10000, log)
     if not wanted or "C1" in wanted:
         log("C1: compile time of W5's kernel")
         results += compile_time(torch, log)

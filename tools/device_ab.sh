@@ -4,14 +4,14 @@
 # refactor) and for this one, alternately in separate processes (A B A B ...), so that both
 # see the same machine; then the median of each workload's rounds for each, side by side.
 #
-#   tools/device_ab.sh OLD.whl [ROUNDS] [WORKLOADS]      (default 5 rounds; W1..W6 and H1)
+#   tools/device_ab.sh OLD.whl [ROUNDS] [WORKLOADS]      (default 5 rounds; W1..W6, H1 and H1s)
 #
 # H1 (microseconds a cached call) varies by 30% between processes: settle it with 5 or more
 # rounds (2 rounds of W1..W6 and H1 take about 90 s).
 set -u
 OLD_WHEEL="$1"
 ROUNDS="${2:-5}"
-ONLY="${3:-W1,W1f,W2,W3,W4,W5,W6,H1}"
+ONLY="${3:-W1,W1f,W2,W3,W4,W5,W6,H1,H1s}"
 OUT="${OUT:-/tmp/kfuse-device-logs}"
 NEW_SITE="${KFUSE_SITE:-/tmp/kfuse-site}"
 OLD_SITE=/tmp/kfuse-old-site
@@ -38,8 +38,8 @@ for which in ("old", "new"):
             continue
         for row in json.loads(path.read_text())["results"]:
             peer = row.get("peer", "")
-            if "us_per_call" in row and peer.startswith("kfuse"):  # H1: us per cached call
-                key, value = f"H1 {peer[6:]}", row["us_per_call"]
+            if "us_per_call" in row and peer.startswith("kfuse"):  # H1, H1s: us a cached call
+                key, value = f"{row['workload']} {peer[6:]}", row["us_per_call"]
             elif peer == "kfuse" and "ms" in row:  # a workload: kernel ms
                 key, value = row["workload"], row["ms"]
             else:
