@@ -12,6 +12,9 @@
 # campaign's budget. KFUSE_VERIFY_PARTS (default "tests campaign models bench") names the parts
 # to run, for a split over two calls on one warm machine (10 minutes a call): "tests campaign"
 # then "models bench"; a call without "tests" builds kfuse first unless the machine has it.
+# The part "host" (not in the default) compares the host cost of cached calls (H1, H1s) with
+# another build's, alternately in separate processes (tools/device_ab.sh): the wheel at
+# KFUSE_VERIFY_OLD_WHEEL (e.g. built from the commit before a refactor, carried in .whl/).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -50,4 +53,8 @@ fi
 if [[ $parts == *" bench "* ]]; then
     timeout 60 python3 benchmarks/run.py --only W1,W2,W3,W4,W5,W6 --peers "kfuse,torch.compile" \
         --json "$REAL/bench-w1-w6.json" 2>&1 | grep -E "^  W[1-6] "
+fi
+if [[ $parts == *" host "* ]]; then
+    OUT="$logs" timeout 300 bash tools/device_ab.sh "${KFUSE_VERIFY_OLD_WHEEL:?a wheel of the build to compare}" \
+        "${KFUSE_VERIFY_HOST_ROUNDS:-7}" "H1,H1s" 2>&1 | tail -n 6
 fi
