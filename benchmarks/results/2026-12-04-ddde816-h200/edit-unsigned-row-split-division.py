@@ -1,4 +1,4 @@
-"""A source edit for tools/kernel_times.py --edit and tools/kernel_sass.py --edit (session 38,
+"""A source edit for tools/kernel_times.py --edit and tools/kernel_sass.py --edit (2026-12-04,
 not measured on a GPU): the row-split broadcast loads of a group norm (a weight per channel
 inside each group's row) divide a vector's position by the channel's extent with signed `/`
 and `%` once a vector and input; kf::index_div / kf::index_mod divide unsigned. In sm_90 SASS
