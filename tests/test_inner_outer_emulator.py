@@ -324,7 +324,7 @@ def test_short_rows_keep_their_column_partials_in_registers(
 def test_dynamic_shared_memory_starts_on_a_128_byte_line(backward: str, n: int, h: int) -> None:
     """The held rows and column accumulators (dynamic shared memory) start on a 128-byte
     line: declared so, and the static scratch before them a multiple of 128 bytes, so that the
-    compiler adds no padding the schedulers' sums leave out. Session 37's scratch of a slot a
+    compiler adds no padding the schedulers' sums leave out. A scratch of a slot a
     warp (64 bytes) put them 64 bytes past one, and an H200 ran the RMS norm backward [8192,
     8192] 8% slower (codegen.reduction_loads.DYNAMIC_SMEM_ALIGN)."""
     from kfuse.schedule.registry import scheduler_for

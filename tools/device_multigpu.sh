@@ -6,7 +6,7 @@
 #
 # 1. `kfuse campaign` over every GPU for SECONDS (default 240) with nvidia-smi sampled every
 #    2 s beside it; SHARD (default 0/1) makes it shard I/N of seed SEED (default 25), so that
-#    calls in a row (or sessions) add shards of one campaign, joined by `kfuse campaign merge`;
+#    calls in a row (or on later days) add shards of one campaign, joined by `kfuse campaign merge`;
 # 2. the same on GPU 0 alone for a quarter of that: the one-GPU rate the scaling is against;
 # 3. a rehearsal of a GPU's loss (KFUSE_MULTIGPU_LOSS_S, default 60 s): GPU 1 marked failed
 #    (`fail-gpu-1`, kfuse.campaign.worker.FAIL_GPU_MARKER) and a worker killed a third of the

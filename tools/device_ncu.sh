@@ -8,7 +8,7 @@
 #
 # KFUSE_NCU_SIZE (e.g. 32768x1024) profiles that size instead of each case's quick size.
 #
-# Written without a GPU (session 27): its first run is the next session's.
+# Written without a GPU (2026-12-03, at 87d877c), and first run on a later device call.
 set -u
 OUT="${OUT:-/tmp/kfuse-device-logs}"
 mkdir -p "$OUT"

@@ -14,8 +14,8 @@ idea as hand edits before writing it (an edited kernel keeps its name: the profi
 compiled program is reused; kernels whose source differs get names of their own. Every run's
 outputs are checked against the case's float64 reference first (the model suite's check).
 
-Written in session 33 from the probes of that session, after its GPU time was spent: its
-first run is the next session's.
+Written on 2026-12-04 (at de7b632) from that day's probes, after the device time was spent,
+and first run on a later device call.
 """
 
 from __future__ import annotations
@@ -152,9 +152,9 @@ def print_kernel_times(label: str, whole_us: float, times: dict[str, list[float]
 
 def summary_table(labels: list[str], rows: list[tuple[str, float | None, list[str]]]) -> str:
     """The runs side by side, a line a case: torch.compile's time (where measured), then each
-    variant's under a column named v0, v1, ... with a legend of what each is. Written after a
-    session read the times of one variant (listed in the order --ab, then --edit) as
-    another's, from the per-case lines alone."""
+    variant's under a column named v0, v1, ... with a legend of what each is: read from the
+    per-case lines alone, one variant's times (listed in the order --ab, then --edit) were
+    once taken for another's."""
     legend = [f"  v{k}: {label}" for k, label in enumerate(labels)]
     header = f"{'case':40s} {'tc':>8s}" + "".join(f" {f'v{k}':>8s}" for k in range(len(labels)))
     lines = ["## summary (us; a variant whose check failed shows its check)", *legend, header]
