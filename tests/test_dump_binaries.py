@@ -1,7 +1,7 @@
-"""KFUSE_DUMP=ptx,sass without a GPU: PTX from NVRTC for the architecture and options of the
+"""KFUSE_DUMP=compile without a GPU: PTX from NVRTC for the architecture and options of the
 real compile (a fusion compiled as for an H100-class device, its kernels not loaded), the
 SASS file's message when no disassembler is found (and the SASS where one is), and the
-emulator's files that say these stages do not apply."""
+emulator's files that say PTX and SASS do not apply."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_ptx_is_nvrtcs_for_the_real_arch_and_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nvrtc_or_skip()
-    program = compile_as_for_a_gpu(monkeypatch, "ptx", tmp_path)
+    program = compile_as_for_a_gpu(monkeypatch, "compile", tmp_path)
     (launch,) = program.launches
     (ptx,) = tmp_path.rglob("*.ptx")
     assert ptx.name == f"{launch.name}.sm_90.ptx"
@@ -89,7 +89,9 @@ def test_ptx_is_nvrtcs_for_the_real_arch_and_options(
     assert text.startswith(f"// ptx of {launch.name} for sm_90, NVRTC options: {options}\n")
     assert "--fmad=false" in options
     assert ".target sm_90" in text and f".entry {launch.name}(" in text
-    assert not list(tmp_path.rglob("*.sass")) and not list(tmp_path.rglob("*.cu"))
+    (sass,) = tmp_path.rglob("*.sass")  # the same stage's other file
+    assert sass.name == f"{launch.name}.sm_90.sass"
+    assert not list(tmp_path.rglob("*.cu"))  # the kernels stage's, not asked for
 
 
 def test_sass_says_why_there_is_none_without_a_disassembler(
@@ -98,7 +100,7 @@ def test_sass_says_why_there_is_none_without_a_disassembler(
     nvrtc_or_skip()
     no_disassembler(monkeypatch, tmp_path / "bin")
     assert dump.find_disassembler() == (None, ["PATH"])
-    program = compile_as_for_a_gpu(monkeypatch, "sass", tmp_path / "dump")
+    program = compile_as_for_a_gpu(monkeypatch, "compile", tmp_path / "dump")
     (sass,) = (tmp_path / "dump").rglob("*.sass")
     assert sass.name == f"{program.launches[0].name}.sm_90.sass"
     text = sass.read_text()
@@ -113,7 +115,7 @@ def test_sass_is_the_cubin_disassembled_where_a_disassembler_is_found(
     tool, tried = dump.find_disassembler()
     if tool is None:
         pytest.skip(f"no nvdisasm or cuobjdump in {', '.join(tried)}")
-    program = compile_as_for_a_gpu(monkeypatch, "ptx,sass", tmp_path)
+    program = compile_as_for_a_gpu(monkeypatch, "compile", tmp_path)
     (sass,) = tmp_path.rglob("*.sass")
     text = sass.read_text()
     assert f"// disassembled by {tool}\n" in text
@@ -140,7 +142,7 @@ def test_a_failing_disassembler_is_written_down_not_raised(
     tool = tmp_path / "bin" / "nvdisasm"
     tool.write_text("#!/bin/sh\necho 'cannot read it' >&2\nexit 3\n")
     tool.chmod(0o755)
-    compile_as_for_a_gpu(monkeypatch, "sass", tmp_path / "dump")
+    compile_as_for_a_gpu(monkeypatch, "compile", tmp_path / "dump")
     (sass,) = (tmp_path / "dump").rglob("*.sass")
     assert f"no SASS: {tool} exited with 3:\ncannot read it" in sass.read_text()
 
@@ -148,16 +150,16 @@ def test_a_failing_disassembler_is_written_down_not_raised(
 def test_on_the_emulator_ptx_and_sass_say_they_do_not_apply(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KFUSE_DUMP", "ptx,sass")
+    monkeypatch.setenv("KFUSE_DUMP", "compile")
     monkeypatch.setenv("KFUSE_DUMP_DIR", str(tmp_path))
     fd = softmax()
     x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
     (out,) = fd.execute([x])
     assert np.allclose(out.sum(axis=1), 1.0, atol=1e-5)
     name = fd.last_program().launches[0].name
-    for stage in ("ptx", "sass"):
-        text = next(tmp_path.rglob(f"{name}.{stage}")).read_text()
-        assert text.startswith(f"// {stage} does not apply: {name} runs on kfuse's host emulator")
+    for suffix in ("ptx", "sass"):
+        text = next(tmp_path.rglob(f"{name}.{suffix}")).read_text()
+        assert text.startswith(f"// {suffix} does not apply: {name} runs on kfuse's host emulator")
 
 
 def test_ptx_and_sass_cost_nothing_unless_asked(
@@ -169,19 +171,19 @@ def test_ptx_and_sass_cost_nothing_unless_asked(
     monkeypatch.setattr(dump, "_ptx", never)
     monkeypatch.setattr(dump, "_sass", never)
     monkeypatch.setattr(dump, "find_disassembler", never)
-    compile_as_for_a_gpu(monkeypatch, "cuda,spec", tmp_path)
+    compile_as_for_a_gpu(monkeypatch, "kernels", tmp_path)
     assert list(tmp_path.rglob("*.cu")) and not list(tmp_path.rglob("*.ptx"))
 
 
-def test_an_unknown_stage_names_ptx_and_sass_among_the_known(
+def test_an_unknown_stage_names_the_compilers_stages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KFUSE_DUMP", "ptx,sas")
+    monkeypatch.setenv("KFUSE_DUMP", "compile,sass")
     with pytest.raises(
         InputError,
-        match=r"KFUSE_DUMP: unknown stage 'sas' \(stages: segments, params, spec, cuda, ptx, "
-        r"sass, or all\)",
+        match=r"KFUSE_DUMP: unknown stage 'sass' \(stages: canonicalize, partition, params, "
+        r"kernels, compile, program, or all\)",
     ):
         softmax().execute([np.ones((8, 16), np.float32)])
-    monkeypatch.setenv("KFUSE_DUMP", "PTX, Sass")
-    assert dump.enabled("ptx") and dump.enabled("sass") and not dump.enabled("cuda")
+    monkeypatch.setenv("KFUSE_DUMP", "Compile, PARAMS")
+    assert dump.enabled("compile") and dump.enabled("params") and not dump.enabled("kernels")

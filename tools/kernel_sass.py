@@ -25,7 +25,10 @@ import sys
 import tempfile
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kfuse.schedule.types import SchedulerType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -40,7 +43,7 @@ def opcode_counts(sass: str) -> collections.Counter[str]:
     return collections.Counter(m.group(1) for m in map(_INSTRUCTION.search, sass.splitlines()) if m)
 
 
-def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[str, Any]]:
+def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[SchedulerType, Any]]:
     """(scheduler, GeneratedKernel) of every kernel the case's call would run on `profile`:
     the executor's own stages (the fusion canonicalized, boundary reshapes folded, segments
     merged or each compiled as a segmented run compiles it), with loading replaced by a
@@ -50,7 +53,6 @@ def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[str,
 
     from kfuse.engine import compiler
     from kfuse.engine.program import SegmentedProgram
-    from kfuse.ir.canonicalize import canonical_fusion
     from kfuse.schedule.sub_fusion import synthetic_info
     from planning import gpu_info
 
@@ -62,9 +64,9 @@ def planned_kernels(case_size: str, dtype: str, profile: str) -> list[tuple[str,
     inputs = case.make_inputs(torch, shape, getattr(torch, dtype), "meta")
     shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in inputs]
     strides = [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs]
-    fusion = canonical_fusion(fd.fusion)  # what the executor schedules
+    fusion = compiler.stage_canonicalize(fd.fusion)  # what the executor schedules
     info = gpu_info(types.SimpleNamespace(fusion=fusion), shapes, profile, strides)
-    loaded: list[tuple[str, Any]] = []
+    loaded: list[tuple[SchedulerType, Any]] = []
     real_load, real_compile = compiler.KernelCompiler.load, compiler.KernelCompiler.compile
 
     def record(self: Any, kernel: Any, call_info: Any) -> Any:

@@ -25,8 +25,8 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_POISON": "1 fills every new GPU output and scratch buffer with a poison pattern "
     "before its kernels run, so that an element no kernel writes shows "
     "(the emulator always does)",
-    "KFUSE_DUMP": "compiler stages to write out as they run, comma-separated: segments, "
-    "params, spec, cuda, ptx, sass (or all)",
+    "KFUSE_DUMP": "compiler stages to write out as they run, comma-separated: canonicalize, "
+    "partition, params, kernels, compile, program (or all)",
     "KFUSE_DUMP_DIR": "folder KFUSE_DUMP writes into (default ./kfuse-dump)",
 }
 

@@ -27,6 +27,7 @@ from typing import Any
 from kfuse import _C, knobs
 from kfuse.errors import ProfilerError
 from kfuse.runtime import profiling_hooks
+from kfuse.schedule.types import SchedulerType
 
 FusionProfile = _C.FusionProfile
 KernelProfile = _C.KernelProfile
@@ -209,13 +210,13 @@ class _Recorder:
         if frames:
             frames[-1].kernel_compile_ms.append((name, seconds * 1e3))
 
-    def segment(self, scheduler: Any, info: Any) -> Any:
-        name = getattr(scheduler, "value", str(scheduler))
+    def segment(self, scheduler: SchedulerType, info: Any) -> Any:
         frames = self._frames()
-        if name == "none" or not frames:
+        if scheduler is SchedulerType.none or not frames:
             return contextlib.nullcontext()  # a segmented fusion: its segments are tagged
         inputs, outputs = segment_bytes(info)
-        return self._tagged(frames[-1], name, info.device_index, inputs, outputs)
+        # (a SegmentTag holds the scheduler by name: the profile is read as plain data)
+        return self._tagged(frames[-1], scheduler.value, info.device_index, inputs, outputs)
 
     @contextlib.contextmanager
     def user_kernel(self, args: Any, compile_seconds: float) -> Any:

@@ -1,98 +1,187 @@
-"""kfuse's compiler: the stages one fusion goes through for one input signature.
+"""kfuse's compiler: a definition to the Program that runs it, as a sequence of named stages.
 
-    0. canonicalize  once per definition, before any RuntimeInfo is built on it
-                   (kfuse.ir.canonicalize, by FusionExecutorCache and the public
-                   scheduling API): the fusion the stages below see, the same for every
-                   spelling of one computation
-    fusion + RuntimeInfo (the call's inputs, as layouts, on a device)
-      1. choose    the first scheduler (registry order) that takes the whole fusion, or none:
-                   then the first that takes it with the reshapes at its boundary that are
-                   views of this call's layouts folded into its operands (one kernel,
-                   kfuse.engine.boundary_views), else the segmenter splits it (the
-                   folded fusion where there was a fold), and each segment goes through
-                   these stages (compile_segment): all at once into one KernelProgram when
-                   they are all generated kernels (kfuse.engine.segment_kernels), else each when it
-                   first runs with a new signature (SegmentedRunner)
-      2. params    the scheduler's heuristics, or the caller's params (manual_execute)
-      3. kernels   the scheduler generates its kernels: GeneratedKernel (CUDA source, name,
-                   launch configuration, operands, the codegen spec); nothing compiles
-      4. compile   each kernel's source to a loaded kernel: NVRTC to a cubin for the
-                   device (cached in memory and on disk by source), or the host emulator
-      5. program   a Program the executor runs on every call with this signature:
-                   KernelProgram (SegmentKernelsProgram for merged segments), LibraryProgram
-                   (expr_eval) or SegmentedProgram
+    canonicalize  definition -> its canonical Fusion (kfuse.ir.canonicalize): the fusion
+                  every later stage sees, the same for every spelling of one computation.
+                  Once per definition, by FusionExecutorCache before any call: a call's
+                  RuntimeInfo, and so its signature, is built on the canonical fusion
+    partition     fusion + RuntimeInfo (one input signature) -> Partition: the scheduler
+                  that takes the whole fusion, or that takes it with its boundary views
+                  folded into its operands (kfuse.engine.boundary_views), or the segments it
+                  splits into (kfuse.engine.segmenter)
+    params        Partition -> the scheduler's parameters: its heuristics, or the caller's
+                  pinned params (manual_execute)
+    kernels       Partition + params -> the scheduler's GeneratedKernels (CUDA source, name,
+                  launch configuration, operands, codegen spec); nothing compiles
+    compile       GeneratedKernels -> KernelLaunches: each source compiled and loaded for
+                  the call's device (NVRTC to a cubin, cached in memory and on disk by
+                  source), or by the host emulator
+    program       -> the Program the executor runs on every call with this signature:
+                  KernelProgram, LibraryProgram (expr_eval), SegmentKernelsProgram (segments
+                  merged into one program) or SegmentedProgram (segments run in turn)
 
-Schedulers only decide and generate (stages 1-3); this module compiles and assembles
-(stages 4-5); kfuse.engine.executor caches the Program per signature and runs it. KFUSE_DUMP names
-stages to write out as they run (kfuse.engine.dump).
+A segmented Partition skips params, kernels and compile: each segment goes through the
+stages itself (compile_segment), when the program stage merges them, or else on its first
+run with a new signature (SegmentedRunner). Schedulers only decide and generate (partition,
+params, kernels); this module compiles and assembles; kfuse.engine.executor caches the
+Program per signature and runs it. KFUSE_DUMP names the stages to write out as they run
+(kfuse.engine.dump).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from kfuse.engine import dump
 from kfuse.engine.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
-from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
+from kfuse.engine.program import (
+    KernelProgram,
+    LibraryProgram,
+    Program,
+    SegmentedProgram,
+    SegmentKernelsProgram,
+)
 from kfuse.engine.segment_kernels import merge_segments
-from kfuse.engine.segmenter import segment_fusion
+from kfuse.engine.segmenter import SegmentedFusion, segment_fusion
 from kfuse.engine.segments import SegmentedRunner
 from kfuse.errors import SchedulerError
+from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.printer import fusion_to_python
 from kfuse.runtime import profiling_hooks
 from kfuse.runtime.backends import backend_for
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.launch import GeneratedKernel, KernelLaunch
 from kfuse.schedule import rejection_reason, resolve_scheduler
 from kfuse.schedule.registry import SCHEDULERS
-from kfuse.schedule.types import SchedulerType
+from kfuse.schedule.types import Scheduler, SchedulerParams, SchedulerType
+
+if TYPE_CHECKING:
+    from kfuse._C import CompileParams
 
 
-def compile_fusion(fusion: Fusion, info: RuntimeInfo, params: Any, *, segment: bool) -> Program:
-    """The Program for `fusion` on the inputs `info` describes. params: the caller's pinned
-    parameters (their scheduler must take the whole fusion), or None for the heuristics'.
-    segment: whether a fusion no single scheduler takes is split (False inside a segment)."""
-    scheduler, reasons = _chosen(fusion, info, params, segment)
-    if scheduler is None:
-        folded = fold_boundary_views(fusion, info)
-        taker = None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
-        if folded is not None and folded.has_cats and taker is None:
-            # A cat's parts as outputs where kernels write them all: one, or segments that
-            # merge into one program (their kernels write the parts into their windows).
-            program = _segmented(fusion, info, reasons, folded)
-            if not isinstance(program, SegmentedProgram):
-                return program
-        if folded is not None and folded.has_cats and not (taker and taker.generates_kernels):
-            folded = fold_boundary_views(fusion, info, cats=False)
-            taker = None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
-        if folded is not None:
-            if taker is None:
-                return _segmented(fusion, info, reasons, folded)
-            if taker.generates_kernels:
-                return _folded_kernel(taker, fusion, info, folded)
-        return _segmented(fusion, info, reasons)
-    if params is None:
-        params = scheduler.heuristics(fusion, info)
-    dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
-    if not scheduler.generates_kernels:
-        return LibraryProgram(scheduler.scheduler_type, params, fusion=fusion)
-    return _kernel_program(scheduler, params, fusion, info, scheduler.kernels(fusion, info, params))
+def compile_fusion(
+    fusion: Fusion, info: RuntimeInfo, pinned: SchedulerParams | None, *, segment: bool
+) -> Program:
+    """The Program for `fusion` (stage_canonicalize's output, on which `info` was built) on
+    the inputs `info` describes. pinned: the caller's parameters (their scheduler must take
+    the whole fusion), or None for the heuristics'. segment: whether a fusion no single
+    scheduler takes is split (False inside a segment)."""
+    partition = stage_partition(fusion, info, pinned, segment=segment)
+    if partition.segmented is not None:
+        return stage_program(partition, None, [])  # each segment runs through the stages
+    params = stage_params(partition, pinned)
+    kernels = stage_kernels(partition, params)
+    launches = stage_compile(partition, params, kernels)
+    return stage_program(partition, params, launches)
 
 
-def _kernel_program(
-    scheduler: Any, params: Any, fusion: Fusion, info: RuntimeInfo, kernels: list[GeneratedKernel]
-) -> KernelProgram:
-    """Stages 4 and 5 for `kernels`, which run on the call `info` describes."""
-    dump.generated(fusion, kernels)
-    compiler = KernelCompiler(params.cparams)
-    launches = [compiler.load(kernel, info) for kernel in kernels]
-    dump.binaries(fusion, kernels, compiler.nvrtc_target(info))
-    return KernelProgram(scheduler.scheduler_type, params, launches)
+def compile_segment(fusion: Fusion, info: RuntimeInfo) -> Program:
+    """One segment's Program (a segmented program compiles each on its first run for a new
+    signature, with a RuntimeInfo derived from the call's: kfuse.engine.segments). A segment
+    is a part of a canonical fusion already: it starts at the partition stage."""
+    return compile_fusion(fusion, info, None, segment=False)
 
 
-def choose_scheduler(fusion: Fusion, info: RuntimeInfo) -> tuple[Any, list[str]]:
-    """Stage 1: the first scheduler that takes the whole fusion (or None), and the reasons
-    of those before it that declined."""
+def stage_canonicalize(definition: Fusion) -> Fusion:
+    """Stage canonicalize. Input: a finalized definition. Output: its canonical Fusion (the
+    definition itself when no rule changes it; computed once per definition)."""
+    fusion = canonical_fusion(definition)
+    dump.stage("canonicalize", fusion, lambda: fusion_to_python(fusion))
+    return fusion
+
+
+@dataclass
+class Partition:
+    """The partition stage's output: how the fusion is compiled for one input signature.
+
+    fusion, info: the call's (canonical) fusion and RuntimeInfo. scheduler: the scheduler
+    that takes the whole fusion (folded, where `folded` is set), or None when `segmented`
+    splits it. folded: the fusion with its boundary views folded into its operands, which
+    the scheduler or the segmenter works on instead of `fusion`. merged: the segments
+    already compiled into one program, when partition had to compile them to choose (a
+    folded cat's parts)."""
+
+    fusion: Fusion
+    info: RuntimeInfo
+    scheduler: Scheduler | None = None
+    folded: FoldedFusion | None = None
+    segmented: SegmentedFusion | None = None
+    merged: SegmentKernelsProgram | None = None
+
+    @property
+    def scheduled(self) -> tuple[Fusion, RuntimeInfo]:
+        """(fusion, info) that the scheduler or the segmenter works on."""
+        if self.folded is not None:
+            return self.folded.fusion, self.folded.info
+        return self.fusion, self.info
+
+    def describe(self) -> str:
+        """What KFUSE_DUMP=partition writes."""
+        folded = ""
+        if self.folded is not None:
+            folded = f"; folded into the operands: {', '.join(self.folded.reshapes)}"
+        if self.segmented is None:
+            assert self.scheduler is not None
+            return f"{self.scheduler.scheduler_type}: the whole fusion{folded}"
+        segments = "\n".join(str(s) for s in self.segmented.describe())
+        return f"{len(self.segmented.plans)} segments{folded}\n{segments}"
+
+
+def stage_partition(
+    fusion: Fusion, info: RuntimeInfo, pinned: SchedulerParams | None, *, segment: bool
+) -> Partition:
+    """Stage partition. Input: the canonical fusion, the call's RuntimeInfo, the pinned
+    params if any. Output: the Partition, in this order of preference: one scheduler takes
+    the fusion (the pinned params' scheduler: SchedulerError if it declines); else (only
+    where `segment`) one kernel scheduler takes it with its boundary views folded, or its
+    segments (kfuse.engine.segmenter) of the folded fusion, else of the fusion itself."""
+    scheduler, reasons = _whole_fusion_scheduler(fusion, info, pinned, segment)
+    if scheduler is not None:
+        partition = Partition(fusion, info, scheduler)
+    else:
+        why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
+        partition = _folded_or_segmented(fusion, info, why)
+    dump.stage("partition", fusion, partition.describe)
+    return partition
+
+
+def _folded_or_segmented(fusion: Fusion, info: RuntimeInfo, why: str) -> Partition:
+    """No scheduler takes `fusion` as it is. Tried in turn: its boundary views folded, cats
+    included (a cat's parts are outputs its kernels write into their windows), where one
+    kernel scheduler takes the folded fusion, or its segments merge into one program; the
+    views folded without the cats; then segments of the folded fusion (its boundary reshapes
+    stay views, where as segments of their own they would be framework copies, and casts
+    next to them would join those: a bf16 group norm cast its 102 MB input to fp32 there,
+    0.31x torch.compile); then segments of the fusion itself. `why`: the schedulers'
+    reasons for declining it whole."""
+    folded = fold_boundary_views(fusion, info)
+    taker = _taker(folded)
+    if folded is not None and folded.has_cats and taker is None:
+        segmented = segment_fusion(folded.fusion, folded.info, why)
+        merged = merge_segments(segmented, folded.info, compile_segment)
+        if merged is not None:
+            return Partition(fusion, info, folded=folded, segmented=segmented, merged=merged)
+    if folded is not None and folded.has_cats and not (taker and taker.generates_kernels):
+        folded = fold_boundary_views(fusion, info, cats=False)
+        taker = _taker(folded)
+    if folded is not None:
+        if taker is None:
+            segmented = segment_fusion(folded.fusion, folded.info, why)
+            return Partition(fusion, info, folded=folded, segmented=segmented)
+        if taker.generates_kernels:
+            return Partition(fusion, info, taker, folded=folded)
+    return Partition(fusion, info, segmented=segment_fusion(fusion, info, why))
+
+
+def _taker(folded: FoldedFusion | None) -> Scheduler | None:
+    """The scheduler that takes the folded fusion whole, if any."""
+    return None if folded is None else choose_scheduler(folded.fusion, folded.info)[0]
+
+
+def choose_scheduler(fusion: Fusion, info: RuntimeInfo) -> tuple[Scheduler | None, list[str]]:
+    """The first scheduler (registry order) that takes the whole fusion (or None), and the
+    reasons of those before it that declined."""
     reasons: list[str] = []
     for candidate in SCHEDULERS:
         reason = rejection_reason(candidate, fusion, info)
@@ -102,12 +191,14 @@ def choose_scheduler(fusion: Fusion, info: RuntimeInfo) -> tuple[Any, list[str]]
     return None, reasons
 
 
-def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> tuple[Any, list[str]]:
+def _whole_fusion_scheduler(
+    fusion: Fusion, info: RuntimeInfo, pinned: SchedulerParams | None, segment: bool
+) -> tuple[Scheduler | None, list[str]]:
     """(the scheduler, the reasons of those that declined before it); the pinned params'
     scheduler if any."""
-    if params is not None:
-        scheduler = resolve_scheduler(params.scheduler_type)
-        reason = rejection_reason(scheduler, fusion, info)
+    if pinned is not None:
+        pinned_scheduler = resolve_scheduler(pinned.scheduler_type)
+        reason = rejection_reason(pinned_scheduler, fusion, info)
         if reason is not None:
             if choose_scheduler(fusion, info)[0] is None:
                 reason += (
@@ -115,41 +206,81 @@ def _chosen(fusion: Fusion, info: RuntimeInfo, params: Any, segment: bool) -> tu
                     "segments, which only fd.execute runs (fd.segments(inputs) "
                     "shows them)"
                 )
-            raise SchedulerError(f"manual_execute with {type(params).__name__}: {reason}")
-        return scheduler, []
+            raise SchedulerError(f"manual_execute with {type(pinned).__name__}: {reason}")
+        return pinned_scheduler, []
     scheduler, reasons = choose_scheduler(fusion, info)
     if scheduler is None and not segment:
         raise SchedulerError("no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons))
     return scheduler, reasons
 
 
-def _folded_kernel(
-    scheduler: Any, fusion: Fusion, info: RuntimeInfo, folded: FoldedFusion
+def stage_params(partition: Partition, pinned: SchedulerParams | None) -> SchedulerParams:
+    """Stage params. Input: a Partition whose scheduler takes the whole fusion, the pinned
+    params if any. Output: the params its kernels are generated with (the pinned ones, else
+    the scheduler's heuristics for the fusion it works on)."""
+    scheduler = partition.scheduler
+    assert scheduler is not None
+    params = pinned if pinned is not None else scheduler.heuristics(*partition.scheduled)
+    dump.stage("params", partition.fusion, lambda: f"{scheduler.scheduler_type}: {params}")
+    return params
+
+
+def stage_kernels(partition: Partition, params: SchedulerParams) -> list[GeneratedKernel]:
+    """Stage kernels. Input: the Partition and its params. Output: the scheduler's
+    GeneratedKernels, their operands mapped back onto the call's where the fusion was folded
+    (none for a scheduler that generates no kernels: expr_eval runs library calls)."""
+    scheduler = partition.scheduler
+    assert scheduler is not None
+    if not scheduler.generates_kernels:
+        return []
+    kernels = scheduler.kernels(*partition.scheduled, params)
+    if partition.folded is not None:
+        kernels = unfold_operands(partition.folded, kernels)
+    dump.kernels(partition.fusion, kernels)
+    return kernels
+
+
+def stage_compile(
+    partition: Partition, params: SchedulerParams, kernels: list[GeneratedKernel]
+) -> list[KernelLaunch]:
+    """Stage compile. Input: the generated kernels and the params (their CompileParams).
+    Output: one KernelLaunch each, compiled and loaded for the call's device."""
+    if not kernels:
+        return []
+    compiler = KernelCompiler(params.cparams)
+    launches = [compiler.load(kernel, partition.info) for kernel in kernels]
+    dump.compiled(partition.fusion, kernels, compiler.nvrtc_target(partition.info))
+    return launches
+
+
+def stage_program(
+    partition: Partition, params: SchedulerParams | None, launches: list[KernelLaunch]
 ) -> Program:
-    """The kernels of `scheduler`, which takes the fusion once its boundary reshapes that are
-    views of this call's layouts are folded into its operands (kfuse.engine.boundary_views)."""
-    params = scheduler.heuristics(folded.fusion, folded.info)
-    dump.stage("params", fusion, lambda: f"{scheduler.scheduler_type.value}: {params}")
-    kernels = scheduler.kernels(folded.fusion, folded.info, params)
-    program = _kernel_program(scheduler, params, fusion, info, unfold_operands(folded, kernels))
-    program.folded = folded.reshapes
+    """Stage program. Input: the Partition, and for one scheduler its params and launches.
+    Output: the Program: a segmented Partition's segments merged into one program where they
+    are all generated kernels (kfuse.engine.segment_kernels, which compiles each segment
+    through these stages), else run in turn by a SegmentedProgram."""
+    scheduler, folded = partition.scheduler, partition.folded
+    program: Program
+    if partition.segmented is not None:
+        program = _segments_program(partition, partition.segmented)
+    elif scheduler is not None and not scheduler.generates_kernels:
+        program = LibraryProgram(scheduler.scheduler_type, params, fusion=partition.fusion)
+    else:
+        assert scheduler is not None
+        program = KernelProgram(scheduler.scheduler_type, params, launches)
+        if folded is not None:
+            program.folded = folded.reshapes
+    dump.stage("program", partition.fusion, lambda: str(program))
     return program
 
 
-def _segmented(
-    fusion: Fusion, info: RuntimeInfo, reasons: list[str], folded: FoldedFusion | None = None
-) -> Program:
-    """The fusion in segments; with `folded`, the folded fusion's: its boundary reshapes are
-    then views of the call's arrays, where as segments of their own they would be framework
-    copies (expr_eval copies what it hands on), and casts next to them would join those
-    segments (a bf16 group norm cast its 102 MB input to fp32 there, read it back twice as
-    fp32, and copied its output once more: 0.31x torch.compile)."""
-    why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
-    if folded is not None:
-        fusion, info = folded.fusion, folded.info
-    segmented = segment_fusion(fusion, info, why)
-    dump.stage("segments", fusion, lambda: "\n".join(str(s) for s in segmented.describe()))
-    merged = merge_segments(segmented, info, compile_segment)
+def _segments_program(partition: Partition, segmented: SegmentedFusion) -> Program:
+    """The segments as one program where they merge, else a SegmentedProgram."""
+    folded = partition.folded
+    merged = partition.merged
+    if merged is None:
+        merged = merge_segments(segmented, partition.scheduled[1], compile_segment)
     if merged is None:
         runner = SegmentedRunner(segmented, compile_segment)
         return SegmentedProgram(SchedulerType.none, None, runner=runner, folded=folded)
@@ -159,19 +290,13 @@ def _segmented(
     return merged
 
 
-def compile_segment(fusion: Fusion, info: RuntimeInfo) -> Program:
-    """One segment's Program (a segmented program compiles each on its first run for a new
-    signature, with a RuntimeInfo derived from the call's: kfuse.engine.segments)."""
-    return compile_fusion(fusion, info, None, segment=False)
-
-
 class KernelCompiler:
-    """Stage 4: compiles generated kernels for the target of the call (GPU or emulator),
-    timing each for the profiler. On a GPU, `cparams` (the params' CompileParams) add their
+    """The compile stage's compiler for the target of the call (GPU or emulator), timing
+    each kernel for the profiler. On a GPU, `cparams` (the params' CompileParams) add their
     NVRTC options (maxrregcount, extra_options) and may name the architecture; the emulator
     has no registers to limit and ignores them."""
 
-    def __init__(self, cparams: Any) -> None:
+    def __init__(self, cparams: CompileParams) -> None:
         self.options: tuple[str, ...] = tuple(cparams.nvrtc_options())
         self.arch: str | None = cparams.arch
         self.maxrregcount: int | None = cparams.maxrregcount
@@ -203,7 +328,7 @@ class KernelCompiler:
 
     def nvrtc_target(self, info: RuntimeInfo) -> tuple[str, list[str]] | None:
         """(architecture, every NVRTC option) of this compiler's kernels on `info`'s device,
-        or None on the emulator, which has no NVRTC compile (for KFUSE_DUMP=ptx,sass)."""
+        or None on the emulator, which has no NVRTC compile (for KFUSE_DUMP=compile)."""
         if info.backend == EMULATOR:
             return None
         from kfuse.runtime.backends.cuda import nvrtc_options
@@ -224,8 +349,15 @@ def check_register_limit(threads: int, maxrregcount: int, regs_per_block: int) -
 
 __all__ = [
     "KernelCompiler",
+    "Partition",
     "check_register_limit",
     "choose_scheduler",
     "compile_fusion",
     "compile_segment",
+    "stage_canonicalize",
+    "stage_compile",
+    "stage_kernels",
+    "stage_params",
+    "stage_partition",
+    "stage_program",
 ]

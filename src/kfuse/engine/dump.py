@@ -1,24 +1,32 @@
-"""KFUSE_DUMP: the compiler's stages written out as they run, for a person to read.
+"""KFUSE_DUMP: the compiler's stages (kfuse.engine.compiler) written out as they run, for a
+person to read.
 
-KFUSE_DUMP names the stages (comma-separated; ``all`` for every one):
+KFUSE_DUMP names the stages, by the compiler's names for them (comma-separated; ``all`` for
+every one):
 
-* segments: how a fusion that no single scheduler takes was split;
-* params: the scheduler and the parameters chosen for each input signature;
-* spec: each generated kernel's codegen spec (what its source depends on);
-* cuda: each kernel's CUDA source, one file per kernel;
-* ptx: the PTX NVRTC makes of each kernel's source, for the architecture and with the options
-  of its real compile (compiled once more, only for the dump);
-* sass: the cubin of that compile, disassembled by nvdisasm or cuobjdump if one is found (on
-  PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin or an nvidia wheel's bin);
-  else the file says what was looked for.
+* canonicalize: the canonical fusion every later stage sees, as a Python definition (once
+  per definition);
+* partition: which scheduler takes the whole fusion, the boundary views folded into its
+  operands, or the segments it was split into;
+* params: the scheduler and the parameters chosen;
+* kernels: each generated kernel's codegen spec (what its source depends on) and its CUDA
+  source, one file per kernel;
+* compile: the PTX NVRTC makes of each kernel's source, for the architecture and with the
+  options of its real compile (compiled once more, only for the dump), and the cubin of that
+  compile disassembled (SASS) by nvdisasm or cuobjdump if one is found (on PATH, in
+  $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin or an nvidia wheel's bin); else the
+  file says what was looked for;
+* program: the Program the executor runs for the signature (its scheduler, params and
+  launches).
 
 Everything goes under KFUSE_DUMP_DIR (default ./kfuse-dump), in a folder per fusion named by
-a hash of its structure (the kernels' names carry the same kind of hash): segments.txt,
-params.txt and spec.txt grow by one record per compile; <kernel name>.cu,
-<kernel name>.<arch>.ptx and <kernel name>.<arch>.sass are written at each compile. On the host
+a hash of its structure (the kernels' names carry the same kind of hash):
+canonicalize.txt, partition.txt, params.txt, kernels.txt and program.txt grow by one record
+per compile; <kernel name>.cu, <kernel name>.<arch>.ptx and <kernel name>.<arch>.sass are
+written at each compile. Each segment of a segmented fusion has its own folder. On the host
 emulator, which compiles with the host's C++ compiler, <kernel name>.ptx and .sass say that
-they do not apply. A ptx or sass dump that cannot be made says why in its file; it never fails
-the run. Nothing is written, and nothing is computed for it, when KFUSE_DUMP is unset.
+they do not apply. A PTX or SASS dump that cannot be made says why in its file; it never
+fails the run. Nothing is written, and nothing is computed for it, when KFUSE_DUMP is unset.
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ from kfuse import knobs
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 
-STAGES = ("segments", "params", "spec", "cuda", "ptx", "sass")
+STAGES = ("canonicalize", "partition", "params", "kernels", "compile", "program")
+"""The compiler's stages, in order (kfuse.engine.compiler's stage_<name> functions)."""
 
 DISASSEMBLERS = {"nvdisasm": ("-c",), "cuobjdump": ("-sass",)}
 """The tools a sass dump tries, in this order, with the arguments before the cubin's path."""
@@ -74,34 +83,34 @@ def stage(name: str, fusion: Fusion, text: Callable[[], str]) -> None:
         f.write(text().rstrip("\n") + "\n\n")
 
 
-def generated(fusion: Fusion, kernels: list[Any]) -> None:
-    """The generated kernels' specs (stage spec) and CUDA sources (stage cuda)."""
-    if enabled("spec"):
-        stage("spec", fusion, lambda: "\n".join(f"{k.name}: {k.spec!r}" for k in kernels))
-    if enabled("cuda"):
-        for k in kernels:
-            (folder(fusion) / f"{k.name}.cu").write_text(k.source)
+def kernels(fusion: Fusion, generated: list[Any]) -> None:
+    """Stage kernels: the generated kernels' specs (kernels.txt) and CUDA sources."""
+    if not enabled("kernels"):
+        return
+    stage("kernels", fusion, lambda: "\n".join(f"{k.name}: {k.spec!r}" for k in generated))
+    for k in generated:
+        (folder(fusion) / f"{k.name}.cu").write_text(k.source)
 
 
-def binaries(fusion: Fusion, kernels: list[Any], target: tuple[str, list[str]] | None) -> None:
-    """The kernels' PTX (stage ptx) and SASS (stage sass). `target`: (architecture, NVRTC
-    options) of their real compile (kfuse.engine.compiler.KernelCompiler.nvrtc_target), or None on
-    the emulator, where the files say that these stages do not apply."""
-    for name, make in (("ptx", _ptx), ("sass", _sass)):
-        if not enabled(name):
-            continue
+def compiled(fusion: Fusion, kernels: list[Any], target: tuple[str, list[str]] | None) -> None:
+    """Stage compile: the kernels' PTX and SASS. `target`: (architecture, NVRTC options) of
+    their real compile (kfuse.engine.compiler.KernelCompiler.nvrtc_target), or None on the
+    emulator, where the files say that they do not apply."""
+    if not enabled("compile"):
+        return
+    for suffix, make in (("ptx", _ptx), ("sass", _sass)):
         for k in kernels:
             if target is None:
                 text = (
-                    f"// {name} does not apply: {k.name} runs on kfuse's host emulator, which "
-                    "compiles its CUDA source with the host's C++ compiler (no NVRTC, no PTX, "
-                    "no cubin)\n"
+                    f"// {suffix} does not apply: {k.name} runs on kfuse's host emulator, "
+                    "which compiles its CUDA source with the host's C++ compiler (no NVRTC, "
+                    "no PTX, no cubin)\n"
                 )
-                (folder(fusion) / f"{k.name}.{name}").write_text(text)
+                (folder(fusion) / f"{k.name}.{suffix}").write_text(text)
                 continue
             arch, options = target
-            header = f"// {name} of {k.name} for {arch}, NVRTC options: {' '.join(options)}\n"
-            (folder(fusion) / f"{k.name}.{arch}.{name}").write_text(
+            header = f"// {suffix} of {k.name} for {arch}, NVRTC options: {' '.join(options)}\n"
+            (folder(fusion) / f"{k.name}.{arch}.{suffix}").write_text(
                 header + make(k.source, k.name, arch, options)
             )
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse.engine.compiler import choose_scheduler, compile_fusion
+from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
 from kfuse.engine.signature import layout_key, program_key
-from kfuse.ir.canonicalize import canonical_fusion
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime import index_checks, profiling_hooks
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
-from kfuse.schedule.types import SchedulerType
+from kfuse.schedule.types import SchedulerParams, SchedulerType
 
 SEEN_LAYOUTS = 64
 """Layouts an executor remembers having run once (see FusionExecutorCache._seen_layouts)."""
@@ -37,11 +36,13 @@ class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
     def __init__(self, fusion: Fusion) -> None:
-        # Every stage runs on the definition's canonical form (kfuse.ir.canonicalize): the
-        # same kernels for any spelling of one computation. It is a function of the
-        # definition alone, so the Programs below are cached by input signature only.
+        # The compiler's first stage runs here, once per definition, not in compile_fusion:
+        # every call's RuntimeInfo (its layouts and extents, keyed by the fusion's Vals) and
+        # so its signature are built on the canonical fusion, before any Program is looked
+        # up. It is a function of the definition alone, so the Programs below are cached by
+        # input signature only, and compile_fusion takes it as it is.
         self.definition = fusion
-        self.fusion = canonical_fusion(fusion)
+        self.fusion = stage_canonicalize(fusion)
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
         # The Program of the last call (kfuse.engine.program: scheduler, params, launches).
@@ -66,7 +67,7 @@ class FusionExecutorCache:
         *,
         stream: int | None = None,
         device: int | None = None,
-        params: Any = None,
+        params: SchedulerParams | None = None,
         try_fast: bool = True,
     ) -> list[Any]:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly.
@@ -147,7 +148,7 @@ class FusionExecutorCache:
             return None
         return self.last_compiled.cuda_source()
 
-    def _compile(self, info: RuntimeInfo, params: Any) -> Program:
+    def _compile(self, info: RuntimeInfo, params: SchedulerParams | None) -> Program:
         return compile_fusion(self.fusion, info, params, segment=True)
 
 

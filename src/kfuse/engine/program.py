@@ -26,7 +26,7 @@ from kfuse.runtime import profiling_hooks
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.launch import KernelLaunch, ScalarOperand, index_checks_of, workspace_bytes
-from kfuse.schedule.types import SchedulerType
+from kfuse.schedule.types import SchedulerParams, SchedulerType
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Program:
     """The compiled form of a fusion for one input signature."""
 
     scheduler: SchedulerType  # SchedulerType.none for a segmented fusion
-    params: Any
+    params: SchedulerParams | None  # None for a segmented fusion
     launches: list[KernelLaunch] = field(default_factory=list)
 
     def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:

@@ -320,12 +320,12 @@ class _Segmenter:
         """A pointwise segment writing input `v` into its window of a folded cat's output, or
         None where `v` has no window or no pointwise kernel copies it."""
         from kfuse.schedule import rejection_reason
-        from kfuse.schedule.registry import SCHEDULERS
+        from kfuse.schedule.registry import scheduler_for
 
         if v not in self.info.output_views:
             return None
         sub, origin = build_sub_fusion([], [v], [v], self.fusion)
-        pointwise = next(s for s in SCHEDULERS if s.scheduler_type is SchedulerType.pointwise)
+        pointwise = scheduler_for(SchedulerType.pointwise)
         info = synthetic_info(sub, [v], self.info, [v])
         if rejection_reason(pointwise, sub, info) is not None:
             return None

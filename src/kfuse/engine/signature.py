@@ -25,6 +25,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.arrays import framework_of
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.types import SchedulerParams
 
 SCALAR_TYPES = (bool, int, float)
 """The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
@@ -64,7 +65,7 @@ def shape_inputs(fusion: Fusion) -> frozenset[int]:
     return result
 
 
-def program_key(info: RuntimeInfo, params: Any) -> tuple:
+def program_key(info: RuntimeInfo, params: SchedulerParams | None) -> tuple:
     """The signature a compiled Program is cached under: the target (backend, device,
     framework), per array input its dtype, shape, strides (elements) and data pointer modulo
     16, per scalar input its Python type (and its value where an extent depends on it), and

@@ -6,9 +6,13 @@ imports the schedulers, the code generator or the backends.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kfuse.runtime import index_checks, profiling_hooks
+
+if TYPE_CHECKING:
+    from kfuse.engine.program import Program
+    from kfuse.schedule.types import SchedulerType
 
 
 class FusionExecution:
@@ -110,7 +114,7 @@ class FusionExecution:
             return None
         return self._executor_cache.last_cuda_source()
 
-    def last_program(self) -> Any:
+    def last_program(self) -> Program | None:
         """What the last execute ran (None before the first): a kfuse.engine.program.Program, whose
         str() shows each stage's result (scheduler and params, each kernel's spec and launch;
         `.cuda_source()` the sources; `.segments()` a segmented fusion's segments)."""
@@ -118,7 +122,7 @@ class FusionExecution:
             return None
         return self._executor_cache.last_compiled
 
-    def last_scheduler(self) -> Any:
+    def last_scheduler(self) -> SchedulerType | None:
         """The SchedulerType the last execute used (None before the first)."""
         if self._executor_cache is None or self._executor_cache.last_compiled is None:
             return None

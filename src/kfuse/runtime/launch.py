@@ -10,11 +10,14 @@ values of scalars) on every call, so a cached call does no planning.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.values import Scalar
 from kfuse.runtime.kernel_args import TensorArg
+
+if TYPE_CHECKING:
+    from kfuse.schedule.types import SchedulerType
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class GeneratedKernel:
     block: tuple[int, int, int]
     shared_mem: int
     operands: list[Operand]
-    scheduler: str
+    scheduler: SchedulerType
     spec: Any = field(repr=False, default=None)
 
     @property
@@ -113,7 +116,7 @@ class KernelLaunch:
     block: tuple[int, int, int]
     shared_mem: int
     operands: list[Operand]
-    scheduler: str
+    scheduler: SchedulerType
     source: str = field(repr=False, default="")
     name: str = ""
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kfuse.schedule.types import SchedulerType
 
 # The open PythonProfiler's recorder (kfuse.profiler._Recorder), or None.
 active: Any = None
@@ -44,7 +47,7 @@ def kernel_compiled(name: str, seconds: float) -> None:
         recorder.kernel_compiled(name, seconds)
 
 
-def segment(scheduler: Any, info: Any) -> Any:
+def segment(scheduler: SchedulerType, info: Any) -> Any:
     """Around one segment's launches (`scheduler`: a SchedulerType; SchedulerType.none, a
     segmented fusion, is not a segment: each of its segments is tagged when it runs)."""
     recorder = active

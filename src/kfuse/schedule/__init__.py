@@ -15,7 +15,7 @@ from kfuse.errors import KfuseError, SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
 from kfuse.schedule.registry import SCHEDULERS, scheduler_for
-from kfuse.schedule.types import Rejection, SchedulerType
+from kfuse.schedule.types import Rejection, Scheduler, SchedulerParams, SchedulerType
 
 __all__ = [
     "SchedulerType",
@@ -49,9 +49,10 @@ def _fusion_of(fusion_or_fd: Any) -> Fusion:
     return canonical_fusion(fusion)
 
 
-def resolve_scheduler(scheduler_type: Any) -> Any:
-    """The registered scheduler of a SchedulerType (or its name); SchedulerError for
-    anything else, and for SchedulerType.none, which names no scheduler."""
+def resolve_scheduler(scheduler_type: object) -> Scheduler:
+    """The registered scheduler of a SchedulerType (or its name, parsed here into the enum:
+    the one place a user's string names a scheduler); SchedulerError for anything else, and
+    for SchedulerType.none, which names no scheduler."""
     try:
         kind = SchedulerType(getattr(scheduler_type, "value", scheduler_type))
     except (ValueError, TypeError):
@@ -64,7 +65,7 @@ def resolve_scheduler(scheduler_type: Any) -> Any:
     return scheduler_for(kind)
 
 
-def rejection_reason(scheduler: Any, fusion: Fusion, info: RuntimeInfo | None) -> str | None:
+def rejection_reason(scheduler: Scheduler, fusion: Fusion, info: RuntimeInfo | None) -> str | None:
     """None when `scheduler` accepts, else "Scheduler <name> rejected: <cause>".
 
     Library ops (matmul, linear) are rejected here for every kernel-generating scheduler, so
@@ -114,7 +115,9 @@ def find_compatible_schedulers(fusion: Any, inputs: list[Any]) -> list[Scheduler
     return [s.scheduler_type for s in SCHEDULERS if rejection_reason(s, fusion, info) is None]
 
 
-def compute_heuristics(fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]) -> Any:
+def compute_heuristics(
+    fusion: Any, scheduler_type: SchedulerType, inputs: list[Any]
+) -> SchedulerParams:
     """The parameters `scheduler_type` picks for these inputs (the fusion is not changed).
 
     Raises SchedulerError with the rejection reason when the scheduler cannot take it.

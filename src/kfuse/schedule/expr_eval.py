@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kfuse.dtypes import DataType
+from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     LIBRARY_EXPRS,
     CastOp,
@@ -80,7 +81,11 @@ class ExprEvalScheduler:
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
         from kfuse._C import HeuristicParams
 
-        return HeuristicParams("expr_eval")
+        return HeuristicParams(SchedulerType.expr_eval)
+
+    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+        """None: the compiler never asks (generates_kernels is False), it runs `runner`."""
+        raise SchedulerError("expr_eval generates no kernels: its ops run as library calls")
 
     def runner(
         self, fusion: Fusion, info: RuntimeInfo, params: Any

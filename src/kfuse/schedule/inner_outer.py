@@ -62,7 +62,7 @@ from kfuse.schedule.reduction import (
 from kfuse.schedule.sub_fusion import synthetic_info
 from kfuse.schedule.types import Rejection, SchedulerType
 
-NAME = "inner_outer_persistent"
+NAME = SchedulerType.inner_outer_persistent
 BLOCK_THREADS = 256
 SMEM_ROW_VECTORS = 2
 """Vectors of a row each thread holds where the row is held in shared memory."""

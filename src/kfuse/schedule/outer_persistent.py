@@ -349,6 +349,6 @@ def outer_persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> A
         (spec.block_x, spec.block_y, 1),
         0,
         ops,
-        KIND,
+        SchedulerType.outer_persistent,
         spec,
     )

@@ -213,7 +213,7 @@ class InnerPersistentScheduler:
         block_y = max(1, min(128 // block_x if block_x < 128 else 1, pow2_ceil(n_rows)))
         if cluster > 1:  # the blocks of a cluster share one row (_check_persistent_params)
             block_y = 1
-        params = held_row_params("inner_persistent", layout, vector, block_x, batch, in_smem)
+        params = held_row_params(self.scheduler_type, layout, vector, block_x, batch, in_smem)
         params.reload_batch_size = reload
         params.cluster_size = cluster
         params.block_y = block_y
@@ -236,7 +236,12 @@ def blocks_by_shared_memory(smem: int, device: Any) -> int:
 
 
 def held_row_params(
-    scheduler: str, layout: ReductionLayout, vector: int, block_x: int, batch: int, in_smem: bool
+    scheduler: SchedulerType,
+    layout: ReductionLayout,
+    vector: int,
+    block_x: int,
+    batch: int,
+    in_smem: bool,
 ) -> Any:
     """ReductionParams of a persistent kernel holding rows of `batch` vectors of `vector` a
     thread, `block_x` threads a row (in shared memory if `in_smem`); one row a block and one
@@ -414,7 +419,7 @@ def persistent_spec(
     params: Any,
     device: Any,
     clusters: bool = False,
-    scheduler: str = "inner_persistent",
+    scheduler: SchedulerType = SchedulerType.inner_persistent,
 ) -> ReductionKernelSpec:
     """The compile-time description of persistent `params` for this call's layout; clusters:
     whether the target runs thread-block clusters (clusters_supported). SchedulerError naming
@@ -482,7 +487,7 @@ backward [8192, 8192] 220.2 -> 199.8 (244.6); RMS norm forward [32768, 1024] 33.
 (33.1). Rows held in shared memory keep the tests: the RMS norm forward [2048, 16384] went
 36.0 -> 37.4 without them."""
 
-FULL_SLOTS_IN_SHARED_MEMORY = ("inner_outer_persistent",)
+FULL_SLOTS_IN_SHARED_MEMORY = (SchedulerType.inner_outer_persistent,)
 """The schedulers whose rows held in shared memory drop the row-end tests too (FULL_SLOTS).
 On an H200 (bf16, us, with the tests -> without; probe 6 of session 36): the backward norms
 (inner_outer_persistent) RMS norm [8192, 8192] 117.4 -> 111.6, [2048, 16384] 78.5 -> 70.7;
@@ -522,7 +527,7 @@ def split_uniform(layout: ReductionLayout, vector: int) -> tuple[bool, ...]:
 
 
 def _check_persistent_params(
-    params: Any, layout: ReductionLayout, device: Any, clusters: bool, scheduler: str
+    params: Any, layout: ReductionLayout, device: Any, clusters: bool, scheduler: SchedulerType
 ) -> None:
     """SchedulerError unless `params` describe a persistent kernel that holds this layout's
     rows (and clusters only where the target has them)."""
@@ -532,7 +537,7 @@ def _check_persistent_params(
         raise SchedulerError(f"{scheduler} needs fastest_dim_reduction = True")
     vector = _int(params, "vectorize_reduction")
     batch = _int(params, "persistent_batch_size")
-    validate_common(params, scheduler, vector, batch, device)
+    validate_common(params, scheduler.value, vector, batch, device)
     if _int(params, "grid_y") != 1:
         raise SchedulerError(f"{scheduler} keeps a row in one block: grid_y must be 1")
     bx = _int(params, "block_x")
@@ -607,6 +612,6 @@ def persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
         (spec.block_x, spec.block_y, 1),
         smem_bytes_held(plan, spec),
         ops,
-        "inner_persistent",
+        SchedulerType.inner_persistent,
         spec,
     )

@@ -563,4 +563,4 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
         operands.append(IndexCheckOperand(IndexChecks(tuple(reads))))
     grid = (int(params.grid_x), int(params.grid_y), 1)
     block = (int(params.block_x), int(params.block_y), 1)
-    return GeneratedKernel(name, source, grid, block, 0, operands, "pointwise", spec)
+    return GeneratedKernel(name, source, grid, block, 0, operands, SchedulerType.pointwise, spec)

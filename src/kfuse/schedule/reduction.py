@@ -114,7 +114,7 @@ class ReductionScheduler:
 
         plan = _plan(fusion)
         layout = _layout(plan, info)
-        params = ReductionParams("reduction")
+        params = ReductionParams(SchedulerType.reduction)
         if is_inner(layout):
             _inner_heuristics(params, layout, info.device)
         else:
@@ -641,7 +641,7 @@ def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[An
     if spec.grid_parts == 1:
         source, name = kernels[0]
         ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
-        return [GeneratedKernel(name, source, grid, block, 0, ops, "reduction", spec)]
+        return [GeneratedKernel(name, source, grid, block, 0, ops, SchedulerType.reduction, spec)]
     ws = workspace_operands(plan, spec.grid_parts, layout.n_rows)
     (src1, name1), (src2, name2) = kernels
     first = GeneratedKernel(
@@ -651,7 +651,7 @@ def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[An
         block,
         0,
         operand_list(plan, layout, loop=True, row=False, workspace=ws),
-        "reduction",
+        SchedulerType.reduction,
         spec,
     )
     fin_grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // spec.finalize_x))), 1, 1)
@@ -662,7 +662,7 @@ def reduction_kernels(fusion: Fusion, info: RuntimeInfo, params: Any) -> list[An
         (spec.finalize_x, finalize_threads_y(spec.grid_parts), 1),
         0,
         operand_list(plan, layout, loop=False, row=True, workspace=ws),
-        "reduction",
+        SchedulerType.reduction,
         spec,
     )
     return [first, second]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kfuse.ir.exprs import ReductionOp, WelfordOp
 from kfuse.ir.fusion import Fusion
@@ -14,7 +14,11 @@ from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler
 from kfuse.schedule.reduction import ReductionScheduler
 from kfuse.schedule.transpose import TransposeScheduler
-from kfuse.schedule.types import Rejection, SchedulerType
+from kfuse.schedule.types import Rejection, Scheduler, SchedulerParams, SchedulerType
+
+if TYPE_CHECKING:
+    from kfuse._C import HeuristicParams
+    from kfuse.runtime.launch import GeneratedKernel
 
 
 class NoOpScheduler:
@@ -34,14 +38,16 @@ class NoOpScheduler:
                     "fusions whose outputs are all empty"
                 )
 
-    def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
+    def kernels(
+        self, fusion: Fusion, info: RuntimeInfo, params: SchedulerParams
+    ) -> list[GeneratedKernel]:
         """Nothing to launch: the outputs are only allocated."""
         return []
 
-    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> HeuristicParams:
         from kfuse._C import HeuristicParams
 
-        return HeuristicParams("no_op")
+        return HeuristicParams(SchedulerType.no_op)
 
 
 class PendingScheduler:
@@ -60,7 +66,12 @@ class PendingScheduler:
             f"the {self.scheduler_type.value} scheduler is not implemented in this version of kfuse"
         )
 
-    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
+    def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> SchedulerParams:
+        raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented")
+
+    def kernels(
+        self, fusion: Fusion, info: RuntimeInfo, params: SchedulerParams
+    ) -> list[GeneratedKernel]:
         raise Rejection(f"the {self.scheduler_type.value} scheduler is not implemented")
 
 
@@ -71,7 +82,7 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-SCHEDULERS: list[Any] = [
+SCHEDULERS: tuple[Scheduler, ...] = (
     NoOpScheduler(),
     # Before pointwise, which takes every fusion it does: it declines all but those whose
     # operands disagree on the innermost axis.
@@ -82,11 +93,11 @@ SCHEDULERS: list[Any] = [
     InnerOuterPersistentScheduler(),
     OuterPersistentScheduler(),
     ExprEvalScheduler(),
-]
+)
 """Every scheduler, in the order find_compatible_schedulers reports and execute tries them."""
 
 
-def scheduler_for(scheduler_type: SchedulerType) -> Any:
+def scheduler_for(scheduler_type: SchedulerType) -> Scheduler:
     """The registered scheduler of a type."""
     for s in SCHEDULERS:
         if s.scheduler_type is scheduler_type:

@@ -324,7 +324,7 @@ class TransposeScheduler:
         ]
         grid = (params.grid_x, 1, 1)
         block = (WARP, params.block_y, 1)
-        return [GeneratedKernel(name, source, grid, block, 0, operands, "transpose", spec)]
+        return [GeneratedKernel(name, source, grid, block, 0, operands, self.scheduler_type, spec)]
 
     def kernel_spec(
         self,

@@ -39,7 +39,8 @@ def _compiles_fast() -> bool:
 
 def nvrtc_options(options: tuple[str, ...] = ()) -> list[str]:
     """Every option a kernel is compiled with: NVRTC_OPTIONS, FAST_COMPILE_OPTIONS where
-    the NVRTC has them, then the params' own (what KFUSE_DUMP=ptx,sass compile with too)."""
+    the NVRTC has them, then the params' own (what KFUSE_DUMP=compile's PTX and SASS are
+    compiled with too)."""
     fast = FAST_COMPILE_OPTIONS if _compiles_fast() else ()
     return [*NVRTC_OPTIONS, *fast, *options]
 
