@@ -64,7 +64,6 @@ class OpInfo:
     method: str | None = ""  # fd.ops method; "" = name, None = reached by another's keyword
     # keyword -> {accepted value -> the op it selects}: gelu's approximate.
     keywords: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    printed: str = ""  # the printer's call with {0}.. operands; "" = fd.ops.name(operands)
     infix: str = ""  # the IR repr's infix operator (a + b), if any
     # ---- code generation: templates of operands in the compute C++ type {T} ----
     cuda: str | None = ""  # floating operands; "" = kf::name({0}); None = none (bitwise)
@@ -148,12 +147,6 @@ class OpInfo:
                 )
             op = choices[value]
         return op
-
-    def call(self, operands: list[str]) -> str:
-        """The fd.ops call the printer writes for operand texts `operands`."""
-        if self.printed:
-            return "fd.ops." + self.printed.format(*operands)
-        return f"fd.ops.{self.name}({', '.join(operands)})"
 
 
 # ---- helpers of the rows' scalar functions (Python numbers) ----

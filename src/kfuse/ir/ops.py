@@ -29,7 +29,7 @@ from kfuse.ir.op_info import OpInfo
 from kfuse.ir.ops_binary import BINARY_ROWS, TERNARY_ROWS
 from kfuse.ir.ops_unary import UNARY_ROWS
 
-__all__ = ["OPS", "OpInfo", "UNARY_OPS", "BINARY_OPS", "TERNARY_OPS", "REDUCTION_OPS"]
+__all__ = ["OPS", "OpInfo", "UNARY_OPS", "BINARY_OPS", "TERNARY_OPS", "REDUCTION_OPS", "fd_call"]
 
 OPS: dict[str, OpInfo] = {row.name: row for row in (*UNARY_ROWS, *BINARY_ROWS, *TERNARY_ROWS)}
 """Every pointwise op kfuse knows, by name."""
@@ -42,3 +42,25 @@ REDUCTION_OPS = ("sum", "prod", "max", "min")
 
 # Aliases accepted by fd.ops and mapped onto table names (truediv is its own method).
 ALIASES = {"truediv": "div", "gelu_none": "gelu"}
+
+
+def fd_call(name: str) -> tuple[str, dict[str, str]]:
+    """The fd.ops method and keyword arguments that build op `name` (gelu_tanh:
+    ("gelu", {"approximate": "tanh"})): the printer writes it, the strategies call it."""
+    row = OPS[name]
+    if row.method_name is not None:
+        return row.method_name, {}
+    for other in OPS.values():
+        for key, choices in other.keywords.items():
+            for value, op in choices.items():
+                if op == name and other.method_name is not None:
+                    return other.method_name, {key: value}
+    raise AssertionError(f"no fd.ops method builds {name}")  # every row is reachable
+
+
+def _check_reachable() -> None:
+    for name in OPS:
+        fd_call(name)
+
+
+_check_reachable()

@@ -10,7 +10,7 @@ import operator
 from typing import Any
 
 from kfuse.errors import InputError
-from kfuse.ir.op_info import OpInfo, div, nan_max, nan_min, safe
+from kfuse.ir.op_info import OpInfo, div, nan_max, nan_min
 
 
 def _fmod(a: Any, b: Any) -> Any:
@@ -26,6 +26,21 @@ def _remainder(a: Any, b: Any) -> Any:
         return math.nan
     r = math.fmod(a, b)
     return r + b if r != 0 and (r < 0) != (b < 0) else r
+
+
+def _pow(a: Any, b: Any) -> Any:
+    """C's pow: a negative base to a fractional power is NaN (Python's ** is complex)."""
+    if isinstance(a, int) and isinstance(b, int) and b >= 0:
+        return a**b
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return math.inf
+    except ValueError:  # 0 to a negative power (a pole), or a negative base's root
+        if a != 0:
+            return math.nan
+        odd = float(b).is_integer() and int(b) % 2 == 1
+        return math.copysign(math.inf, a) if odd else math.inf
 
 
 def _integer_div(a: int, b: int) -> int:
@@ -166,7 +181,7 @@ _ARITH: list[OpInfo] = [
         "arith",
         "same",
         "a to the power b",
-        safe(lambda a, b: a**b),
+        _pow,
         accepts_bool=False,
         cuda="kf::pow({0}, {1})",
         cuda_int="kf::ipow({0}, {1})",
@@ -219,7 +234,13 @@ def _compare() -> list[OpInfo]:
         logical("logical_and", "a and b (cast to Bool)", lambda a, b: bool(a) and bool(b), "&&"),
         logical("logical_or", "a or b (cast to Bool)", lambda a, b: bool(a) or bool(b), "||"),
         bitwise("bitwise_and", "a & b (integers or Bool)", operator.and_, "&", "({0} && {1})"),
-        bitwise("bitwise_or", "a | b (integers or Bool)", operator.or_, "|", "({0} || {1})"),
+        bitwise(
+            "bitwise_or",
+            "bitwise or of a and b (integers or Bool)",
+            operator.or_,
+            "|",
+            "({0} || {1})",
+        ),
         bitwise("bitwise_xor", "a ^ b (integers or Bool)", operator.xor, "^", "({0} != {1})"),
     ]
 

@@ -31,7 +31,7 @@ from kfuse.ir.exprs import (
     attribute_vals,
 )
 from kfuse.ir.index_ops import op_name
-from kfuse.ir.ops import OPS
+from kfuse.ir.ops import fd_call
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
@@ -98,7 +98,8 @@ def _define_input(v: Val) -> str:
 def _call(expr: Expr, names: Mapping[int, str]) -> str:
     a = [literal(v, names) for v in expr.inputs]
     if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)):
-        return OPS[expr.op].call(a)
+        method, keywords = fd_call(expr.op)
+        return f"fd.ops.{method}({', '.join(a + [f'{k}={v!r}' for k, v in keywords.items()])})"
     if isinstance(expr, CastOp):
         return f"fd.ops.cast({a[0]}, dtype={expr.dtype!r})"
     if isinstance(expr, BroadcastOp):
