@@ -236,7 +236,7 @@ def _compare() -> list[OpInfo]:
         bitwise("bitwise_and", "a & b (integers or Bool)", operator.and_, "&", "({0} && {1})"),
         bitwise(
             "bitwise_or",
-            "bitwise or of a and b (integers or Bool)",
+            "a OR b, bitwise (integers or Bool)",
             operator.or_,
             "|",
             "({0} || {1})",
