@@ -81,7 +81,7 @@ _ARITH: list[OpInfo] = [
         infix="+",
         reference=_operator(operator.add),
         bound="sum",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "mul",
         2,
@@ -95,7 +95,7 @@ _ARITH: list[OpInfo] = [
         infix="*",
         reference=_operator(operator.mul),
         bound="product",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "maximum",
         2,
@@ -107,7 +107,7 @@ _ARITH: list[OpInfo] = [
         cuda_bool="({0} || {1})",
         precision="exact",
         bound="max",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "minimum",
         2,
@@ -119,7 +119,7 @@ _ARITH: list[OpInfo] = [
         cuda_bool="({0} && {1})",
         precision="exact",
         bound="max",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "sub",
         2,
@@ -133,7 +133,7 @@ _ARITH: list[OpInfo] = [
         infix="-",
         reference=_operator(operator.sub),
         bound="sum",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "div",
         2,
@@ -149,7 +149,7 @@ _ARITH: list[OpInfo] = [
         infix="/",
         reference=_operator(operator.truediv),
         draw="divide",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "fmod",
         2,
@@ -161,7 +161,7 @@ _ARITH: list[OpInfo] = [
         cuda="kf::fmod({0}, {1})",
         discontinuous=True,
         draw="divide",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "remainder",
         2,
@@ -174,7 +174,7 @@ _ARITH: list[OpInfo] = [
         infix="%",
         discontinuous=True,
         draw="divide",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "pow",
         2,
@@ -187,7 +187,7 @@ _ARITH: list[OpInfo] = [
         cuda_int="kf::ipow({0}, {1})",
         reference=_pow_array,
         draw="divide",
-    ),  # fmt: skip
+    ),
     OpInfo(
         "atan2",
         2,
@@ -200,29 +200,58 @@ _ARITH: list[OpInfo] = [
         discontinuous=True,
         shows_zero_sign=True,
         bound="angle",
-    ),  # fmt: skip
+    ),
 ]
 
 
 def _compare() -> list[OpInfo]:
     def compare(name: str, doc: str, fn: Any, infix: str) -> OpInfo:
         return OpInfo(
-            name, 2, "compare", "bool", doc, fn, cuda=f"({{0}} {infix} {{1}})", infix=infix,
-            reference=_operator(fn), precision="exact", discontinuous=True, bound="max",
-        )  # fmt: skip
+            name,
+            2,
+            "compare",
+            "bool",
+            doc,
+            fn,
+            cuda=f"({{0}} {infix} {{1}})",
+            infix=infix,
+            reference=_operator(fn),
+            precision="exact",
+            discontinuous=True,
+            bound="max",
+        )
 
     def logical(name: str, doc: str, fn: Any, infix: str) -> OpInfo:
         return OpInfo(
-            name, 2, "logical", "bool", doc, fn, cuda=f"({{0}} {infix} {{1}})", infix=infix,
-            precision="exact", discontinuous=True, bound="max",
-        )  # fmt: skip
+            name,
+            2,
+            "logical",
+            "bool",
+            doc,
+            fn,
+            cuda=f"({{0}} {infix} {{1}})",
+            infix=infix,
+            precision="exact",
+            discontinuous=True,
+            bound="max",
+        )
 
     def bitwise(name: str, doc: str, fn: Any, infix: str, on_bool: str) -> OpInfo:
         return OpInfo(
-            name, 2, "bitwise", "same", doc, fn, accepts_float=False, cuda=None,
-            cuda_int=f"({{0}} {infix} {{1}})", cuda_bool=on_bool, infix=infix,
-            precision="exact", bound="max",
-        )  # fmt: skip
+            name,
+            2,
+            "bitwise",
+            "same",
+            doc,
+            fn,
+            accepts_float=False,
+            cuda=None,
+            cuda_int=f"({{0}} {infix} {{1}})",
+            cuda_bool=on_bool,
+            infix=infix,
+            precision="exact",
+            bound="max",
+        )
 
     return [
         compare("eq", "a == b", operator.eq, "=="),
@@ -269,7 +298,7 @@ def _ternary() -> list[OpInfo]:
             precision="exact",
             bound="max",
             draw="where",
-        ),  # fmt: skip
+        ),
         OpInfo(
             "clamp",
             3,
@@ -284,7 +313,7 @@ def _ternary() -> list[OpInfo]:
             precision="exact",
             bound="max",
             draw="clamp",
-        ),  # fmt: skip
+        ),
         OpInfo(
             "lerp",
             3,
@@ -296,7 +325,7 @@ def _ternary() -> list[OpInfo]:
             cuda="kf::lerp({0}, {1}, {2})",
             reference=_lerp_array,
             draw="floating",
-        ),  # fmt: skip
+        ),
     ]
 
 

@@ -183,7 +183,7 @@ def _arith() -> list[OpInfo]:
             cuda_bool="{0}",
             precision="exact",
             reference=lambda be, a: abs(a),
-        ),  # fmt: skip
+        ),
         OpInfo(
             "neg",
             1,
@@ -194,7 +194,7 @@ def _arith() -> list[OpInfo]:
             accepts_bool=False,
             precision="exact",
             reference=lambda be, a: -a,
-        ),  # fmt: skip
+        ),
         OpInfo(
             "relu",
             1,
@@ -207,7 +207,7 @@ def _arith() -> list[OpInfo]:
             precision="exact",
             slope=1.0,
             reference=_relu_array,
-        ),  # fmt: skip
+        ),
         _rounding("floor", "round toward -inf", math.floor),
         _rounding("ceil", "round toward +inf", math.ceil),
         _rounding("round", "round half to even", round, numpy="rint"),
@@ -223,16 +223,25 @@ def _arith() -> list[OpInfo]:
             precision="exact",
             discontinuous=True,
             bound="unit",
-        ),  # fmt: skip
+        ),
     ]
 
 
 def _compare() -> list[OpInfo]:
     def test(name: str, doc: str, fn: Any, on_bool: str, **extra: Any) -> OpInfo:
         return OpInfo(
-            name, 1, "compare", "bool", doc, fn, casts_operands=False, cuda_bool=on_bool,
-            precision="exact", bound="unit", **extra,
-        )  # fmt: skip
+            name,
+            1,
+            "compare",
+            "bool",
+            doc,
+            fn,
+            casts_operands=False,
+            cuda_bool=on_bool,
+            precision="exact",
+            bound="unit",
+            **extra,
+        )
 
     return [
         test("isnan", "x is NaN", is_nan, "false"),
@@ -244,7 +253,7 @@ def _compare() -> list[OpInfo]:
             "x is neither NaN nor infinite",
             lambda a: not isinstance(a, float) or math.isfinite(a),
             "true",
-        ),  # fmt: skip
+        ),
         test(
             "signbit",
             "x's sign bit is set: true for -0.0 and a negative NaN; x < 0 for integers",
@@ -254,7 +263,7 @@ def _compare() -> list[OpInfo]:
             cuda_int="({0} < 0)",
             discontinuous=True,
             shows_zero_sign=True,
-        ),  # fmt: skip
+        ),
         OpInfo(
             "logical_not",
             1,
@@ -266,7 +275,7 @@ def _compare() -> list[OpInfo]:
             precision="exact",
             discontinuous=True,
             bound="unit",
-        ),  # fmt: skip
+        ),
         OpInfo(
             "bitwise_not",
             1,
@@ -280,7 +289,7 @@ def _compare() -> list[OpInfo]:
             cuda_bool="(!{0})",
             numpy="invert",
             precision="exact",
-        ),  # fmt: skip
+        ),
     ]
 
 
