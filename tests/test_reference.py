@@ -61,6 +61,7 @@ EXPECTED = {
     "isnan": np.isnan,
     "isinf": np.isinf,
     "isfinite": np.isfinite,
+    "signbit": np.signbit,
     "logical_not": lambda a: a == 0,
     "bitwise_not": np.invert,
     "add": np.add,
@@ -119,6 +120,8 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
         arrays[1], arrays[2] = np.minimum(arrays[1], arrays[2]), np.maximum(arrays[1], arrays[2])
     if op in ("isnan", "isinf", "isfinite"):
         arrays[0][:3] = [np.nan, np.inf, -np.inf]
+    if op == "signbit":
+        arrays[0][:4] = [-0.0, 0.0, np.nan, -np.nan]
     return arrays, DataType.Float
 
 

@@ -1,6 +1,6 @@
 """Pointwise ops as C++ expression templates, and the per-element body built from them.
 
-The table is data: a new op is one line here plus its reference implementation. Operands
+The templates are the op table's (kfuse.ir.ops: OpInfo.template, OpInfo.cuda_fast). Operands
 arrive in the op's compute dtype (the frontend inserts the casts, see kfuse.ir.ops), so the
 only type work left is that Half/BFloat16 values are storage types: they are widened to float
 for the math and rounded back to their dtype when stored in a variable, which is exactly
@@ -15,82 +15,8 @@ from typing import Any, cast
 
 from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
+from kfuse.ir.ops import OPS
 from kfuse.ir.values import Scalar
-
-# Templates keyed by op name; {0} {1} {2} are operands already in the compute C++ type.
-_FLOAT_TEMPLATES: dict[str, str] = {
-    **{
-        name: f"kf::{name}({{0}})"
-        for name in (
-            "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin acos atan "
-            "sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu_tanh floor ceil round "
-            "trunc sign abs neg relu isnan isinf isfinite"
-        ).split()
-    },
-    "gelu": "kf::gelu_erf({0})",
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "maximum": "kf::maximum({0}, {1})",
-    "minimum": "kf::minimum({0}, {1})",
-    "fmod": "kf::fmod({0}, {1})",
-    "remainder": "kf::remainder({0}, {1})",
-    "pow": "kf::pow({0}, {1})",
-    "atan2": "kf::atan2({0}, {1})",
-    "eq": "({0} == {1})",
-    "ne": "({0} != {1})",
-    "lt": "({0} < {1})",
-    "le": "({0} <= {1})",
-    "gt": "({0} > {1})",
-    "ge": "({0} >= {1})",
-    "logical_not": "(!{0})",
-    "logical_and": "({0} && {1})",
-    "logical_or": "({0} || {1})",
-    "where": "({0} ? {1} : {2})",
-    "clamp": "kf::clamp({0}, {1}, {2})",
-    "lerp": "kf::lerp({0}, {1}, {2})",
-}
-
-# Integer operands: rounding ops are the identity, bitwise ops are C operators.
-_INT_TEMPLATES: dict[str, str] = {
-    **_FLOAT_TEMPLATES,
-    "floor": "{0}",
-    "ceil": "{0}",
-    "round": "{0}",
-    "trunc": "{0}",
-    # Wrapping, as torch's integers do (kf_math.cuh: a signed overflow is undefined in C++).
-    "add": "kf::add({0}, {1})",
-    "sub": "kf::sub({0}, {1})",
-    "mul": "kf::mul({0}, {1})",
-    "relu": "kf::maximum({0}, ({T})0)",
-    "pow": "kf::ipow({0}, {1})",
-    "bitwise_not": "(~{0})",
-    "bitwise_and": "({0} & {1})",
-    "bitwise_or": "({0} | {1})",
-    "bitwise_xor": "({0} ^ {1})",
-    # A selection may be a min/max in disguise (where(a > b, a, b)): kf::where keeps it
-    # apart from the next min/max, as kf::maximum does (kf_math.cuh, minmax_barrier).
-    "where": "kf::where({0}, {1}, {2})",
-}
-
-# Bool operands: torch's bool arithmetic is logical.
-_BOOL_TEMPLATES: dict[str, str] = {
-    **_FLOAT_TEMPLATES,
-    "add": "({0} || {1})",
-    "mul": "({0} && {1})",
-    "maximum": "({0} || {1})",
-    "minimum": "({0} && {1})",
-    "abs": "{0}",
-    "sign": "{0}",
-    "isnan": "false",
-    "isinf": "false",
-    "isfinite": "true",
-    "bitwise_not": "(!{0})",
-    "bitwise_and": "({0} && {1})",
-    "bitwise_or": "({0} || {1})",
-    "bitwise_xor": "({0} != {1})",
-}
 
 
 def compute_ctype(dtype: DataType) -> str:
@@ -124,10 +50,10 @@ def expression(expr: Expr, operands: list[str], fast: bool = False) -> str:
     decides when that is safe).
     """
     if fast and compute_ctype(expr.inputs[0].dtype) == "float":
-        if isinstance(expr, UnaryOp):
-            return f"kf::{expr.op}_fast({operands[0]})"
-        if isinstance(expr, BinaryOp) and expr.op == "div":
-            return f"kf::div_fast({operands[0]}, {operands[1]})"
+        row = OPS.get(getattr(expr, "op", ""))
+        fast_form = row.cuda_fast if row is not None else None
+        if fast_form is not None:
+            return fast_form.format(*operands)
     if isinstance(expr, CastOp):
         src = expr.inputs[0].dtype
         dst = expr.dtype
@@ -136,15 +62,16 @@ def expression(expr: Expr, operands: list[str], fast: bool = False) -> str:
     power = _small_power(expr, operands)
     if power is not None:
         return power
-    # The operand type decides the template family (for where: the values, not the condition).
-    operand_dtype = expr.inputs[1 if expr.op == "where" else 0].dtype
+    # The operand type decides the template (for where: the values, not the condition).
+    row = OPS[expr.op]
+    operand_dtype = expr.inputs[1 if row.has_condition else 0].dtype
     if operand_dtype is DataType.Bool:
-        table = _BOOL_TEMPLATES
+        kind = "bool"
     elif operand_dtype.is_integral:
-        table = _INT_TEMPLATES
+        kind = "int"
     else:
-        table = _FLOAT_TEMPLATES
-    template = table.get(expr.op)
+        kind = "float"
+    template = row.template(kind)
     if template is None:
         raise KeyError(f"no CUDA template for op {expr.op!r} on {operand_dtype.value}")
     return template.format(*operands, T=compute_ctype(operand_dtype))

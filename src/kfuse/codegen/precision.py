@@ -31,7 +31,8 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import Val
 
-FAST_OPS = frozenset({"exp", "sigmoid", "silu", "gelu_tanh", "div"})
+FAST_OPS = frozenset(name for name, row in OPS.items() if row.precision == "approximable")
+"""The ops with an approximate form (the op table's precision class 'approximable')."""
 _MOVES = (
     BroadcastOp,
     ExpandOp,
@@ -88,7 +89,7 @@ def _only_low(
         if isinstance(e, (UnaryOp, BinaryOp, TernaryOp)):
             if (
                 OPS[e.op].category not in ("arith", "float_math")
-                or e.op == "where"
+                or OPS[e.op].has_condition
                 and e.inputs[0] is v
             ):
                 return False

@@ -1,6 +1,7 @@
 """`fd.ops`: the op namespace of a FusionDefinition (primitives and composites).
 
-Pointwise ops (one method per name in kfuse.ir.ops.OPS) accept tensors, scalars and Python
+Pointwise ops (one method per row of the op table kfuse.ir.ops.OPS, its arguments checked
+by the row: OpInfo.bind) accept tensors, scalars and Python
 numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks). Composites
 (mean, var, var_mean, softmax, log_softmax, layer_norm, rms_norm) expand to primitives and
 compute Half/BFloat16 inputs in Float, returning the input's dtype.
@@ -15,7 +16,7 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.index_ops import build_gather, build_index_select
-from kfuse.ir.ops import OPS
+from kfuse.ir.ops import OPS, OpInfo
 from kfuse.ir.resize_ops import build_cat, build_pad, build_select, build_slice
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -23,17 +24,16 @@ if TYPE_CHECKING:
     from kfuse.frontend import FusionDefinition
 
 
-def _pointwise_method(name: str) -> Any:
-    info = OPS[name]
+def _pointwise_method(row: OpInfo) -> Any:
+    name = row.method_name or row.name
 
-    def method(self: Ops, *args: Any) -> Val:
-        return self._pointwise(name, args)
+    def method(self: Ops, *args: Any, **kwargs: Any) -> Val:
+        self._fd.check_open(name)
+        return self._b.pointwise(row.bind(args, kwargs), args)
 
     method.__name__ = name
-    method.__doc__ = (
-        f"Pointwise {name} ({info.arity} operand{'s' if info.arity > 1 else ''}, "
-        f"category {info.category!r}, result {info.result!r}); see kfuse.ir.ops."
-    )
+    keywords = "".join(f", {key}={next(iter(choices))!r}" for key, choices in row.keywords.items())
+    method.__doc__ = f"{name}({', '.join(row.operand_names)}{keywords}): {row.doc}."
     return method
 
 
@@ -52,25 +52,13 @@ class Ops:
     def _b(self) -> Any:
         return self._fd._builder
 
-    def _pointwise(self, name: str, args: Sequence[Any]) -> Val:
-        self._fd.check_open(name)
-        return self._b.pointwise(name, args)
-
-    # ---- pointwise extras ----
-    def gelu(self, x: Any, approximate: str = "none") -> Val:
-        """GELU: approximate="none" (erf form) or "tanh"."""
-        self._fd.check_open("gelu")
-        if approximate not in ("none", "tanh"):
-            raise DefinitionError(
-                f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}"
-            )
-        return self._b.pointwise("gelu" if approximate == "none" else "gelu_tanh", [x])
-
-    def truediv(self, a: Any, b: Any) -> Val:
-        """True division: div, except that two integer scalars give a Float (div divides
+    # ---- pointwise extras (the table's ops are methods made at the end of this module) ----
+    def truediv(self, *args: Any, **kwargs: Any) -> Val:
+        """truediv(a, b): div, except that two integer scalars give a Float (div divides
         them as integers, as nvFuser's Int scalar division does)."""
         self._fd.check_open("truediv")
-        return self._b.true_divide(a, b)
+        OPS["div"].bind(args, kwargs, method="truediv")
+        return self._b.true_divide(*args)
 
     def cast(self, x: Any, dtype: Any) -> Val:
         """x converted to dtype."""
@@ -373,7 +361,9 @@ class Ops:
         return self._b.cast(self._affine(y, weight, None, "rms_norm"), out)
 
 
-for _name in OPS:
-    if not hasattr(Ops, _name) and _name != "gelu_tanh":
-        setattr(Ops, _name, _pointwise_method(_name))
-del _name
+for _row in OPS.values():
+    if _row.method_name is not None:
+        # A row's method never shadows one written here (truediv, cast, the reductions).
+        assert not hasattr(Ops, _row.method_name), _row.method_name
+        setattr(Ops, _row.method_name, _pointwise_method(_row))
+del _row

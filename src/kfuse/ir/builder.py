@@ -226,16 +226,16 @@ class Builder:
             raise DefinitionError(f"{op} takes {info.arity} operands, got {len(args)}")
         vals = [self.operand(a, op, i) for i, a in enumerate(args)]
         cond = None
-        if op == "where":
+        if info.has_condition:
             cond, vals = vals[0], vals[1:]
             if cond.dtype is not DataType.Bool:
                 raise DefinitionError(
-                    f"where: the condition {describe(cond)} must be Bool (compare or cast it first)"
+                    f"{op}: the condition {describe(cond)} must be Bool (compare or cast it first)"
                 )
         compute = self._compute_dtype(op, vals)
         if info.category == "logical":
             compute = DataType.Bool
-        if info.category != "compare" or op not in ("isnan", "isinf", "isfinite"):
+        if info.casts_operands:
             vals = [self.cast(v, compute, op=op) for v in vals]
         out_dtype = DataType.Bool if info.result == "bool" else compute
         if cond is not None:

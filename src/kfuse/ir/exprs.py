@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kfuse.dtypes import DataType
+from kfuse.ir.ops import OPS
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
@@ -61,26 +62,6 @@ def _attr(v: Any) -> str:
     return repr(v)
 
 
-_INFIX = {
-    "add": "+",
-    "sub": "-",
-    "mul": "*",
-    "div": "/",
-    "eq": "==",
-    "ne": "!=",
-    "lt": "<",
-    "le": "<=",
-    "gt": ">",
-    "ge": ">=",
-    "bitwise_and": "&",
-    "bitwise_or": "|",
-    "bitwise_xor": "^",
-    "logical_and": "&&",
-    "logical_or": "||",
-    "remainder": "%",
-}
-
-
 @dataclass(frozen=True, eq=False, kw_only=True)
 class UnaryOp(Expr):
     """out = op(in); `op` is a name from kfuse.ir.ops.OPS with arity 1."""
@@ -101,8 +82,9 @@ class BinaryOp(Expr):
 
     def _math(self) -> str:
         a, b = (_operand(v) for v in self.inputs)
-        if self.op in _INFIX:
-            return f"{a} {_INFIX[self.op]} {b}"
+        infix = OPS[self.op].infix
+        if infix:
+            return f"{a} {infix} {b}"
         return f"{self.op}({a}, {b})"
 
 

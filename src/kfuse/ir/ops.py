@@ -1,6 +1,7 @@
-"""The table of pointwise op names, shared by the frontend, the reference and the code generator.
-
-Each entry: name -> OpInfo(arity, category, result, accepts_bool, accepts_float).
+"""The table of pointwise ops: one row (kfuse.ir.op_info.OpInfo) per op, read by the
+frontend, the builder, scalar folding, the reference, the code generator, the printer, the
+docs' op list and the test strategies. The rows are in kfuse.ir.ops_unary and
+kfuse.ir.ops_binary; docs/guides/add-an-op.md says how to add one.
 
 * category: 'float_math' (transcendental; integer and bool operands are first cast to Float),
   'arith' (computed in the promoted dtype), 'compare' (Bool result, operands in the promoted
@@ -24,61 +25,13 @@ Semantics that both the reference and the code generator must follow:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from kfuse.ir.op_info import OpInfo
+from kfuse.ir.ops_binary import BINARY_ROWS, TERNARY_ROWS
+from kfuse.ir.ops_unary import UNARY_ROWS
 
+__all__ = ["OPS", "OpInfo", "UNARY_OPS", "BINARY_OPS", "TERNARY_OPS", "REDUCTION_OPS", "fd_call"]
 
-@dataclass(frozen=True)
-class OpInfo:
-    """One row of the op table."""
-
-    name: str
-    arity: int
-    category: str  # 'float_math' | 'arith' | 'compare' | 'logical' | 'bitwise'
-    result: str  # 'same' | 'float' | 'bool'
-    accepts_bool: bool = True
-    accepts_float: bool = True
-
-
-def _table() -> dict[str, OpInfo]:
-    rows: list[OpInfo] = []
-    for name in (
-        "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin "
-        "acos atan sinh cosh tanh asinh acosh atanh erf erfc sigmoid silu gelu "
-        "gelu_tanh"
-    ).split():
-        rows.append(OpInfo(name, 1, "float_math", "same"))
-    rows.append(OpInfo("abs", 1, "arith", "same", accepts_bool=False))
-    rows.append(OpInfo("neg", 1, "arith", "same", accepts_bool=False))
-    rows.append(OpInfo("relu", 1, "arith", "same", accepts_bool=False))
-    for name in ("floor", "ceil", "round", "trunc"):
-        rows.append(OpInfo(name, 1, "arith", "same", accepts_bool=False))
-    rows.append(OpInfo("sign", 1, "arith", "same"))
-    for name in ("isnan", "isinf", "isfinite"):
-        rows.append(OpInfo(name, 1, "compare", "bool"))
-    rows.append(OpInfo("logical_not", 1, "logical", "bool"))
-    rows.append(OpInfo("bitwise_not", 1, "bitwise", "same", accepts_float=False))
-
-    for name in ("add", "mul", "maximum", "minimum"):
-        rows.append(OpInfo(name, 2, "arith", "same"))
-    rows.append(OpInfo("sub", 2, "arith", "same", accepts_bool=False))
-    rows.append(OpInfo("div", 2, "arith", "float"))
-    for name in ("fmod", "remainder", "pow"):
-        rows.append(OpInfo(name, 2, "arith", "same", accepts_bool=False))
-    rows.append(OpInfo("atan2", 2, "float_math", "same"))
-    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        rows.append(OpInfo(name, 2, "compare", "bool"))
-    for name in ("logical_and", "logical_or"):
-        rows.append(OpInfo(name, 2, "logical", "bool"))
-    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-        rows.append(OpInfo(name, 2, "bitwise", "same", accepts_float=False))
-
-    rows.append(OpInfo("where", 3, "arith", "same"))
-    rows.append(OpInfo("clamp", 3, "arith", "same", accepts_bool=False))
-    rows.append(OpInfo("lerp", 3, "float_math", "same"))
-    return {r.name: r for r in rows}
-
-
-OPS: dict[str, OpInfo] = _table()
+OPS: dict[str, OpInfo] = {row.name: row for row in (*UNARY_ROWS, *BINARY_ROWS, *TERNARY_ROWS)}
 """Every pointwise op kfuse knows, by name."""
 
 UNARY_OPS = tuple(n for n, r in OPS.items() if r.arity == 1)
@@ -89,3 +42,25 @@ REDUCTION_OPS = ("sum", "prod", "max", "min")
 
 # Aliases accepted by fd.ops and mapped onto table names (truediv is its own method).
 ALIASES = {"truediv": "div", "gelu_none": "gelu"}
+
+
+def fd_call(name: str) -> tuple[str, dict[str, str]]:
+    """The fd.ops method and keyword arguments that build op `name` (gelu_tanh:
+    ("gelu", {"approximate": "tanh"})): the printer writes it, the strategies call it."""
+    row = OPS[name]
+    if row.method_name is not None:
+        return row.method_name, {}
+    for other in OPS.values():
+        for key, choices in other.keywords.items():
+            for value, op in choices.items():
+                if op == name and other.method_name is not None:
+                    return other.method_name, {key: value}
+    raise AssertionError(f"no fd.ops method builds {name}")  # every row is reachable
+
+
+def _check_reachable() -> None:
+    for name in OPS:
+        fd_call(name)
+
+
+_check_reachable()

@@ -31,6 +31,7 @@ from kfuse.ir.exprs import (
     attribute_vals,
 )
 from kfuse.ir.index_ops import op_name
+from kfuse.ir.ops import fd_call
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
@@ -96,12 +97,9 @@ def _define_input(v: Val) -> str:
 
 def _call(expr: Expr, names: Mapping[int, str]) -> str:
     a = [literal(v, names) for v in expr.inputs]
-    if isinstance(expr, UnaryOp):
-        if expr.op == "gelu_tanh":
-            return f"fd.ops.gelu({a[0]}, approximate='tanh')"
-        return f"fd.ops.{expr.op}({a[0]})"
-    if isinstance(expr, (BinaryOp, TernaryOp)):
-        return f"fd.ops.{expr.op}({', '.join(a)})"
+    if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)):
+        method, keywords = fd_call(expr.op)
+        return f"fd.ops.{method}({', '.join(a + [f'{k}={v!r}' for k, v in keywords.items()])})"
     if isinstance(expr, CastOp):
         return f"fd.ops.cast({a[0]}, dtype={expr.dtype!r})"
     if isinstance(expr, BroadcastOp):

@@ -1,6 +1,7 @@
 """Array backends of the reference evaluator: NumPy/CuPy (one class, module-parametrized) and
-torch. Each maps kfuse's op names onto the framework's functions. Kept apart from the code
-generator on purpose: an independent implementation of the same semantics (kfuse.ir.ops).
+torch. Each maps kfuse's op names onto the framework's functions (spelled in the op table,
+kfuse.ir.ops: OpInfo.numpy, OpInfo.torch). The table's reference functions are written apart
+from its CUDA templates on purpose: an independent implementation of the same semantics.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kfuse.dtypes import DataType, round_to_float8
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+from kfuse.ir.ops import OPS
 
 
 class NumpyLikeBackend:
@@ -85,20 +85,9 @@ class NumpyLikeBackend:
         return xp.asarray(xp.vectorize(fn, otypes=[a.dtype])(a)) if a.size else a.copy()
 
     def fn(self, name: str) -> Callable[..., Any]:
-        xp = self.xp
-        table: dict[str, Callable[..., Any]] = {
-            "asin": xp.arcsin,
-            "acos": xp.arccos,
-            "atan": xp.arctan,
-            "asinh": xp.arcsinh,
-            "acosh": xp.arccosh,
-            "atanh": xp.arctanh,
-            "atan2": xp.arctan2,
-            "round": xp.rint,
-            "bitwise_not": xp.invert,
-            "sigmoid": lambda a: 1 / (1 + xp.exp(-a)),
-        }
-        return table.get(name) or getattr(xp, name)
+        """The framework's function for op `name` (its spelling in the op table)."""
+        row = OPS.get(name)
+        return getattr(self.xp, row.numpy if row is not None and row.numpy else name)
 
     def where(self, c: Any, a: Any, b: Any) -> Any:
         return self.xp.where(c, a, b)
@@ -200,9 +189,8 @@ class TorchBackend(NumpyLikeBackend):
         return self.xp.erfc(a) if complement else self.xp.erf(a)
 
     def fn(self, name: str) -> Callable[..., Any]:
-        t = self.xp
-        table: dict[str, Callable[..., Any]] = {"round": t.round, "remainder": t.remainder}
-        return table.get(name) or getattr(t, name)
+        row = OPS.get(name)
+        return getattr(self.xp, row.torch if row is not None and row.torch else name)
 
     def where(self, c: Any, a: Any, b: Any) -> Any:
         return self.xp.where(c, a, b)

@@ -52,6 +52,7 @@ from kfuse.ir.exprs import (
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.ops import OPS
 from kfuse.ir.resize_ops import joined, padded
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -78,17 +79,10 @@ _SHAPE_OPS = (
 )
 
 SLOPE_BOUNDS: dict[str, float] = {
-    "sin": 1.0,
-    "tanh": 1.0,
-    "atan": 1.0,
-    "asinh": 1.0,
-    "relu": 1.0,
-    "erf": 1.13,  # 2 / sqrt(pi)
-    "gelu": 1.13,  # its steepest, at x = sqrt(2)
-    "gelu_tanh": 1.13,
-    "silu": 1.1,
+    name: row.slope for name, row in OPS.items() if row.slope is not None
 }
-"""Unary functions with f(0) = 0 and |f(a) - f(b)| <= bound * |a - b| everywhere: a rounding
+"""Unary functions with f(0) = 0 and |f(a) - f(b)| <= bound * |a - b| everywhere (the op
+table's OpInfo.slope): a rounding
 error of their argument moves their value by at most bound times as much. A GPU campaign met
 gelu_tanh(x - mean) * w: a row of equal x has x - mean exactly 0 in float64 (gelu 0, times an
 infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an infinity)."""

@@ -27,7 +27,6 @@ Scalar inputs are Python numbers (or 0-d arrays).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
 from kfuse.dtypes import REDUCED_FLOATS, DataType, from_array_dtype
@@ -62,8 +61,6 @@ from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference.backends import NumpyLikeBackend, backend_for
 from kfuse.reference.conditions import ConditionTracker
-
-_SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def evaluate(fusion: Any, inputs: list[Any], *, accumulate: str = "float64") -> list[Any]:
@@ -242,18 +239,18 @@ class _Evaluator:
         return self.store(src, expr.dtype)
 
     def pointwise(self, expr: Expr) -> Any:
-        op = cast(Any, expr).op
-        values = expr.inputs[1:] if op == "where" else expr.inputs
+        row = OPS[cast(Any, expr).op]
+        values = expr.inputs[1:] if row.has_condition else expr.inputs
         compute = values[0].dtype
         args = [self.operand(v, compute) for v in values]
-        if op == "where":
-            cond = self.operand(expr.inputs[0], DataType.Bool)
-            return self.be.where(cond, *args)
-        if op in ("floor", "ceil", "round", "trunc") and not compute.is_floating:
+        if row.has_condition:
+            args = [self.operand(expr.inputs[0], DataType.Bool), *args]
+        kind = "bool" if compute is DataType.Bool else "int" if compute.is_integral else ""
+        if kind in row.identity_on:
             return args[0]
-        if op == "sign" and compute is DataType.Bool:
-            return args[0]
-        return _apply(self.be, op, args, compute)
+        if row.reference is not None:
+            return row.reference(self.be, *args)
+        return self.be.fn(row.name)(*args)
 
     def library(self, expr: Expr) -> Any:
         """matmul / linear in the output's compute storage (float64 when golden)."""
@@ -329,60 +326,3 @@ class _Evaluator:
         if isinstance(expr, CatOp):
             return joined(expr, [self.env[t] for t in expr.inputs], self._full_like(a))
         raise InputError(f"the reference cannot evaluate {type(expr).__name__}")  # pragma: no cover
-
-
-def _apply(be: NumpyLikeBackend, op: str, args: list[Any], compute: DataType) -> Any:
-    """Evaluate pointwise `op` (a name from kfuse.ir.ops) on arrays in compute storage."""
-    if op not in OPS:
-        raise InputError(f"unknown op {op!r}")  # pragma: no cover
-    a = args[0]
-    if op == "neg":
-        return -a
-    if op == "reciprocal":
-        return 1 / a
-    if op == "rsqrt":
-        return 1 / be.fn("sqrt")(a)
-    if op == "pow" and be.name != "torch":
-        # NumPy takes a ** b for a 0-d b of 0.5 as sqrt(a): -0.0 and -inf give -0.0 and NaN
-        # where C's pow (the kernels', torch's) gives +0.0 and +inf. An exponent array of
-        # a's shape, not a broadcast view of one value, always takes pow.
-        a, b = be.xp.broadcast_arrays(a, args[1])
-        return be.xp.power(a, be.xp.array(b, copy=True))
-    if op in ("erf", "erfc"):
-        return be.erf(a, complement=op == "erfc")
-    if op == "silu":
-        return a * be.fn("sigmoid")(a)
-    if op == "gelu":
-        return 0.5 * a * (1 + be.erf(a * 0.7071067811865476))
-    if op == "gelu_tanh":
-        return 0.5 * a * (1 + be.fn("tanh")(_SQRT_2_OVER_PI * (a + 0.044715 * a * a * a)))
-    if op == "relu":
-        return be.fn("maximum")(
-            a, be.constant(0, a.dtype, a) if be.name == "torch" else be.xp.zeros((), a.dtype)
-        )
-    if op in _OPERATORS:
-        return _OPERATORS[op](*args)
-    if op == "clamp":
-        mx, mn = be.fn("maximum"), be.fn("minimum")
-        return mn(mx(a, args[1]), args[2])
-    if op == "lerp":
-        start, end, w = args
-        # torch's formula: accurate at both ends of the weight range.
-        return be.where(abs(w) < 0.5, start + w * (end - start), end - (end - start) * (1 - w))
-    return be.fn(op)(*args)
-
-
-_OPERATORS: dict[str, Callable[..., Any]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b,
-    "pow": lambda a, b: a**b,
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-    "abs": abs,
-}

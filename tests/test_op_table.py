@@ -1,0 +1,228 @@
+"""Every row of the op table (kfuse.ir.ops) is generated, evaluated, printed, drawn and
+documented, and fd.ops checks every pointwise op's arguments the same way.
+
+A row missing one of these fails the test of that part, named by the op
+(docs/guides/add-an-op.md lists the steps that make them pass).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kfuse.dtypes import DataType, to_numpy_dtype
+from kfuse.errors import DefinitionError
+from kfuse.frontend import FusionDefinition
+from kfuse.ir.exprs import BinaryOp, TernaryOp, UnaryOp
+from kfuse.ir.ops import OPS, fd_call
+from kfuse.ir.scalar_eval import eval_scalar
+from kfuse.reference import evaluate
+from kfuse.testing import assert_outputs_close, fusions
+from kfuse.testing.strategies.generator import build
+
+ROOT = Path(__file__).resolve().parent.parent
+OP_LIST = ROOT / "docs" / "guides" / "ops.md"
+
+# Operand ranges inside each domain class (kfuse.ir.op_info.DOMAINS).
+_RANGES = {
+    "pos": (0.5, 3.0),
+    "nonneg": (0.0, 3.0),
+    "ge1": (1.5, 4.0),
+    "unit": (-0.9, 0.9),
+    "tan": (-1.0, 1.0),
+}
+
+
+def _operands(name: str, n: int = 29) -> tuple[list[np.ndarray], list[DataType]]:
+    """Arrays for op `name`'s operands, inside its domain, with some special values."""
+    row = OPS[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    dtype = DataType.Float if row.accepts_float else DataType.Int32
+    lo, hi = _RANGES.get(row.domain or "", (-3.0, 3.0))
+    arrays: list[np.ndarray] = []
+    dtypes: list[DataType] = []
+    for i in range(row.arity):
+        if row.has_condition and i == 0:
+            arrays.append(rng.integers(0, 2, n).astype(np.bool_))
+            dtypes.append(DataType.Bool)
+            continue
+        if dtype is DataType.Int32:
+            a = rng.integers(-50, 50, n).astype(np.int32)
+        else:
+            a = rng.uniform(lo, hi, n).astype(np.float32)
+        if row.draw == "divide" and i == 1:
+            a = np.where(np.abs(a) < 0.5, 0.75, a).astype(a.dtype)  # away from 0
+        arrays.append(a)
+        dtypes.append(dtype)
+    if row.draw == "clamp":  # lo <= hi
+        arrays[1], arrays[2] = np.minimum(arrays[1], arrays[2]), np.maximum(arrays[1], arrays[2])
+    if row.domain is None and dtype is DataType.Float and row.arity == 1:
+        arrays[0][:2] = [-0.0, 0.0]
+    return arrays, dtypes
+
+
+def _definition(name: str, dtypes: list[DataType]) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        ins = [fd.define_tensor(shape=[-1], dtype=dt) for dt in dtypes]
+        fd.add_output(build(fd, name, ins))
+    return fd
+
+
+def _template_marker(name: str, kind: str) -> str | None:
+    """The function a row's template calls (kf::exp, signbit), if it calls one."""
+    template = OPS[name].template(kind)
+    m = re.match(r"([\w:]+)\(", template or "")
+    return m.group(1) + "(" if m else None
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_is_generated_and_matches_the_reference(name: str) -> None:
+    arrays, dtypes = _operands(name)
+    fd = _definition(name, dtypes)
+    expected = evaluate(fd, arrays)
+    actual = fd.execute(arrays)  # NumPy inputs: the host emulator runs the generated CUDA
+    source = fd.last_cuda_source()
+    assert source is not None, f"{name}: no kernel generated"
+    marker = _template_marker(name, "int" if dtypes[-1] is DataType.Int32 else "float")
+    if marker is not None:
+        assert marker in source, f"{name}: the kernel does not call {marker}"
+    assert_outputs_close(fd.fusion, actual, expected, arrays)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_folds_scalars_as_the_reference_evaluates(name: str) -> None:
+    """The row's scalar function (constant folding) and its reference function agree."""
+    arrays, dtypes = _operands(name, n=7)
+    arrays = [a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays]
+    dtypes = [DataType.Double if dt is DataType.Float else dt for dt in dtypes]
+    fd = _definition(name, dtypes)
+    (reference,) = evaluate(fd, arrays)
+    out_dtype = fd.fusion.outputs[0].dtype
+    for k in range(len(reference)):
+        operands = [a[k].item() for a in arrays]
+        want, got = reference[k].item(), eval_scalar(name, operands, out_dtype)
+        same = want == got or (isinstance(want, float) and math.isclose(want, got, rel_tol=1e-12))
+        assert same or (want != want and got != got), f"{name}{tuple(operands)}: {got} != {want}"
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_prints_a_definition_that_rebuilds_it(name: str) -> None:
+    _, dtypes = _operands(name)
+    fd = _definition(name, dtypes)
+    text = repr(fd)
+    method, _ = fd_call(name)
+    assert f"fd.ops.{method}(" in text, f"{name}: not printed"
+    namespace: dict[str, Any] = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(text, namespace)  # noqa: S102 - the printer's own output
+    assert repr(namespace["fd"]) == text, f"{name}: the printed definition rebuilds another"
+
+
+def _ops_of(fd: FusionDefinition) -> set[str]:
+    return {e.op for e in fd.fusion.exprs if isinstance(e, (UnaryOp, BinaryOp, TernaryOp))}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_is_drawn_by_the_strategies(name: str) -> None:
+    seen: set[str] = set()
+
+    @settings(
+        max_examples=30, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(fd=fusions(ops=(name,), max_ops=4))
+    def draw(fd: FusionDefinition) -> None:
+        seen.update(_ops_of(fd))
+
+    draw()
+    assert name in seen, f"{name}: kfuse.testing.fusions(ops=({name!r},)) never draws it"
+
+
+def test_every_op_is_documented() -> None:
+    text = OP_LIST.read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \|[^|]*\| (.*?) \|$", text, re.M))
+    for name, row in OPS.items():
+        assert rows.get(name) == row.doc, f"{name}: docs/guides/ops.md lacks its line {row.doc!r}"
+    assert set(rows) <= set(OPS), f"ops.md lists ops the table has not: {set(rows) - set(OPS)}"
+
+
+# ---- argument checks (the row's OpInfo.bind) ----
+def _x(fd: FusionDefinition) -> Any:
+    return fd.define_tensor(shape=[-1], dtype=DataType.Float)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in OPS.items() if r.method_name is not None))
+def test_a_missing_operand_is_a_definition_error_naming_it(name: str) -> None:
+    row = OPS[name]
+    with FusionDefinition() as fd:
+        x = _x(fd)
+        with pytest.raises(DefinitionError, match=rf"^{name} takes {row.arity} operand.*missing"):
+            getattr(fd.ops, name)(*[x] * (row.arity - 1))
+        with pytest.raises(DefinitionError, match=rf"^{name} takes {row.arity} operand"):
+            getattr(fd.ops, name)(*[x] * (row.arity + 1))
+        with pytest.raises(DefinitionError, match=rf"^{name}: unexpected keyword argument 'bogus'"):
+            getattr(fd.ops, name)(*[x] * row.arity, bogus=1)
+        fd.add_output(x)
+
+
+def test_gelu_checks_approximate() -> None:
+    with FusionDefinition() as fd:
+        x = _x(fd)
+        with pytest.raises(DefinitionError, match=r"^gelu takes 1 operand \(x\), got 0"):
+            fd.ops.gelu()
+        with pytest.raises(DefinitionError, match="approximate must be one of 'none', 'tanh'"):
+            fd.ops.gelu(x, approximate=np.array(["tanh"]))
+        with pytest.raises(DefinitionError, match="got 'erf'"):
+            fd.ops.gelu(x, approximate="erf")
+        fd.add_output(fd.ops.gelu(x, approximate="tanh"))
+    assert _ops_of(fd) == {"gelu_tanh"}
+
+
+def test_truediv_checks_its_operands() -> None:
+    with FusionDefinition() as fd:
+        x = _x(fd)
+        with pytest.raises(DefinitionError, match=r"^truediv takes 2 operands \(a, b\), got 1"):
+            fd.ops.truediv(x)
+        fd.add_output(x)
+
+
+def test_an_operand_of_another_kind_is_a_definition_error() -> None:
+    with FusionDefinition() as fd:
+        x = _x(fd)
+        with pytest.raises(DefinitionError, match="exp: operand 0 is"):
+            fd.ops.exp("x")
+        with pytest.raises(DefinitionError, match="bitwise_and: operand 0 .* is floating"):
+            fd.ops.bitwise_and(x, 1)
+        with pytest.raises(DefinitionError, match="where: the condition .* must be Bool"):
+            fd.ops.where(x, x, x)
+        fd.add_output(x)
+
+
+# ---- signbit ----
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Double, DataType.Half])
+def test_signbit_is_true_for_negative_zero_and_negative_nan(dtype: DataType) -> None:
+    values = np.array([-0.0, 0.0, -1.5, 2.0, np.nan, -np.nan, -np.inf, np.inf])
+    x = values.astype(to_numpy_dtype(dtype))
+    fd = _definition("signbit", [dtype])
+    (got,) = fd.execute([x])
+    want = [True, False, True, False, False, True, True, False]
+    assert got.dtype == np.bool_ and got.tolist() == want
+    assert evaluate(fd, [x])[0].tolist() == want
+
+
+def test_signbit_of_integers_is_x_below_zero() -> None:
+    x = np.array([-3, 0, 5, -(2**31)], dtype=np.int32)
+    fd = _definition("signbit", [DataType.Int32])
+    assert fd.execute([x])[0].tolist() == [True, False, False, True]
+
+
+def test_signbit_folds_constants() -> None:
+    with FusionDefinition() as fd:
+        x = _x(fd)
+        fd.add_output(fd.ops.where(fd.ops.signbit(fd.define_scalar(-0.0)), x, fd.ops.neg(x)))
+    (got,) = evaluate(fd, [np.array([1.0, -2.0], dtype=np.float32)])
+    assert got.tolist() == [1.0, -2.0]
