@@ -226,3 +226,31 @@ def test_signbit_folds_constants() -> None:
         fd.add_output(fd.ops.where(fd.ops.signbit(fd.define_scalar(-0.0)), x, fd.ops.neg(x)))
     (got,) = evaluate(fd, [np.array([1.0, -2.0], dtype=np.float32)])
     assert got.tolist() == [1.0, -2.0]
+
+
+# ---- sign of NaN ----
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16])
+def test_sign_of_nan_is_zero_in_the_kernel_the_reference_and_folding(dtype: DataType) -> None:
+    """torch.sign(NaN) is 0, and so is the kernels' (x > 0) - (x < 0); the reference (NumPy's
+    sign gives NaN) and constant folding follow them, so that a NaN input is not a mismatch."""
+    x = np.array([np.nan, -0.0, 0.0, -np.inf, np.inf, -2.5], dtype=np.float32)
+    x = x.astype(to_numpy_dtype(dtype))
+    fd = _definition("sign", [dtype])
+    want = [0.0, 0.0, 0.0, -1.0, 1.0, -1.0]
+    assert fd.execute([x])[0].astype(np.float32).tolist() == want
+    assert evaluate(fd, [x])[0].astype(np.float32).tolist() == want
+    torch = pytest.importorskip("torch")
+    (ref,) = evaluate(
+        fd,
+        [
+            torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
+            if dtype is DataType.BFloat16
+            else torch.from_numpy(x)
+        ],
+    )
+    assert ref.float().tolist() == want
+    with FusionDefinition() as folded:
+        y = _x(folded)
+        folded.add_output(folded.ops.mul(y, folded.ops.sign(folded.define_scalar(float("nan")))))
+    (got,) = evaluate(folded, [np.array([3.0], dtype=np.float32)])
+    assert got.tolist() == [0.0]

@@ -57,7 +57,7 @@ EXPECTED = {
     "ceil": np.ceil,
     "round": np.rint,
     "trunc": np.trunc,
-    "sign": np.sign,
+    "sign": lambda a: np.where(np.isnan(a), 0, np.sign(a)),  # torch.sign's NaN -> 0
     "isnan": np.isnan,
     "isinf": np.isinf,
     "isfinite": np.isfinite,
@@ -122,6 +122,8 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
         arrays[0][:3] = [np.nan, np.inf, -np.inf]
     if op == "signbit":
         arrays[0][:4] = [-0.0, 0.0, np.nan, -np.nan]
+    if op == "sign":
+        arrays[0][:4] = [-0.0, np.nan, -np.inf, np.inf]
     return arrays, DataType.Float
 
 

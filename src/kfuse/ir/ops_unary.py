@@ -15,9 +15,17 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def _sign(a: Any) -> Any:
+    # sign(NaN) is 0, as torch.sign and the kernels' (x > 0) - (x < 0) give it (NumPy: NaN).
     if is_nan(a):
-        return a
+        return type(a)(0)
     return type(a)((a > 0) - (a < 0))
+
+
+def _sign_array(be: Any, a: Any) -> Any:
+    if be.name == "torch" or a.dtype.kind in "iub":
+        return be.xp.sign(a)  # torch.sign of NaN is 0
+    xp = be.xp
+    return xp.where(xp.isnan(a), xp.zeros((), a.dtype), xp.sign(a))
 
 
 def _signbit(a: Any) -> bool:
@@ -217,12 +225,13 @@ def _arith() -> list[OpInfo]:
             1,
             "arith",
             "same",
-            "-1, 0 or 1 as x is negative, zero or positive",
+            "-1, 0 or 1 as x is negative, zero (or NaN) or positive, as torch.sign",
             _sign,
             identity_on=("bool",),
             precision="exact",
             discontinuous=True,
             bound="unit",
+            reference=_sign_array,
         ),
     ]
 
