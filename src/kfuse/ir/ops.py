@@ -40,9 +40,6 @@ TERNARY_OPS = tuple(n for n, r in OPS.items() if r.arity == 3)
 REDUCTION_OPS = ("sum", "prod", "max", "min")
 """Ops a ReductionOp may carry."""
 
-# Aliases accepted by fd.ops and mapped onto table names (truediv is its own method).
-ALIASES = {"truediv": "div", "gelu_none": "gelu"}
-
 
 def fd_call(name: str) -> tuple[str, dict[str, str]]:
     """The fd.ops method and keyword arguments that build op `name` (gelu_tanh:
