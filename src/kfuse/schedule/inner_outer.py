@@ -29,14 +29,14 @@ from typing import Any
 from kfuse.codegen import column_partials
 from kfuse.codegen.persistent import emit_persistent
 from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
-from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y, finalize_y
+from kfuse.codegen.reduction_finalize import emit_finalize, finalize_threads_y, finalize_y
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionPlan,
     plan_reductions,
     reduction_layout,
 )
-from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
+from kfuse.codegen.reduction_spec import FINALIZE_X, ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo

@@ -26,7 +26,8 @@ import math
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, INTERLEAVED, STRIDED, VEC
-from kfuse.codegen.reduction import emit_reduction, finalize_threads_x, finalize_threads_y
+from kfuse.codegen.reduction import emit_reduction
+from kfuse.codegen.reduction_finalize import finalize_threads_x, finalize_threads_y
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     Operand,
