@@ -182,7 +182,7 @@ def test_heuristics_are_sane_on_synthetic_devices(
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.device import get_profile
     from kfuse.runtime.info import build_runtime_info
-    from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.reduction_launch import kernel_spec
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
@@ -245,7 +245,7 @@ def test_outer_welford_grids_are_whole_waves_of_their_launch_bound(
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.device import get_profile
     from kfuse.runtime.info import build_runtime_info
-    from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.reduction_launch import kernel_spec
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
@@ -285,8 +285,8 @@ def _sources(
     from kfuse.codegen.reduction import emit_reduction
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.info import CUDA, build_runtime_info
-    from kfuse.schedule.persistent import persistent_spec
-    from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.persistent_spec import persistent_spec
+    from kfuse.schedule.reduction_launch import kernel_spec
     from kfuse.schedule.registry import scheduler_for
 
     info = build_runtime_info(fd.fusion, inputs)
