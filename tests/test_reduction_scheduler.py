@@ -148,7 +148,7 @@ def test_inner_rows_take_few_threads_where_the_rows_fill_the_device(
 def test_finalize_blocks_cover_the_sms_where_kept_elements_are_few(kept: int, block_x: int) -> None:
     """A grid reduction's finalize kernel takes 32 kept elements a block, fewer (down to 8,
     a sector of floats) while that leaves SMs of an H200 (132) without a block."""
-    from kfuse.codegen.reduction import finalize_threads_x
+    from kfuse.codegen.reduction_finalize import finalize_threads_x
 
     assert finalize_threads_x(kept, 132) == block_x
 
