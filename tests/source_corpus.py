@@ -66,7 +66,7 @@ def build_input(entry: dict[str, Any]) -> Any:
     elements with the full strides: kfuse reads only its layout, since the corpus compiles a
     fusion that one scheduler takes without running it (sources_of)."""
     from kfuse.dtypes import DataType, to_numpy_dtype
-    from kfuse.testing.inputs import aligned_start
+    from kfuse.testing.input_arrays import aligned_start
 
     if "scalar" in entry:
         return entry["scalar"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kfuse.schedule import reduction
+from kfuse.schedule import reduction_heuristics
 from tools_support import load_tool
 
 
@@ -18,24 +18,31 @@ def _tool() -> object:
 def test_settings_are_module_attributes_and_literals() -> None:
     tool = _tool()
     parsed = tool.parse_settings(  # type: ignore[attr-defined]
-        "kfuse.schedule.reduction.OUTER_WAVES=3 kfuse.knobs.X=(1,2)"
+        "kfuse.schedule.reduction_heuristics.OUTER_WAVES=3 kfuse.knobs.X=(1,2)"
     )
-    assert parsed == [("kfuse.schedule.reduction", "OUTER_WAVES", 3), ("kfuse.knobs", "X", (1, 2))]
-    for bad in ("OUTER_WAVES=3", "kfuse.schedule.reduction.OUTER_WAVES", "a.B=not_a_literal"):
+    assert parsed == [
+        ("kfuse.schedule.reduction_heuristics", "OUTER_WAVES", 3),
+        ("kfuse.knobs", "X", (1, 2)),
+    ]
+    for bad in (
+        "OUTER_WAVES=3",
+        "kfuse.schedule.reduction_heuristics.OUTER_WAVES",
+        "a.B=not_a_literal",
+    ):
         with pytest.raises(ValueError):
             tool.parse_settings(bad)  # type: ignore[attr-defined]
 
 
 def test_settings_hold_for_the_block_and_are_restored() -> None:
     tool = _tool()
-    before = reduction.OUTER_MIN_BLOCKS_PER_SM
-    entries = tool.parse_settings("kfuse.schedule.reduction.OUTER_MIN_BLOCKS_PER_SM=0")  # type: ignore[attr-defined]
+    before = reduction_heuristics.OUTER_MIN_BLOCKS_PER_SM
+    entries = tool.parse_settings("kfuse.schedule.reduction_heuristics.OUTER_MIN_BLOCKS_PER_SM=0")  # type: ignore[attr-defined]
     with pytest.raises(RuntimeError):
         with tool.settings(entries):  # type: ignore[attr-defined]
-            assert reduction.OUTER_MIN_BLOCKS_PER_SM == 0
+            assert reduction_heuristics.OUTER_MIN_BLOCKS_PER_SM == 0
             raise RuntimeError("a failing run")
-    assert reduction.OUTER_MIN_BLOCKS_PER_SM == before
-    missing = tool.parse_settings("kfuse.schedule.reduction.NO_SUCH_CONSTANT=1")  # type: ignore[attr-defined]
+    assert reduction_heuristics.OUTER_MIN_BLOCKS_PER_SM == before
+    missing = tool.parse_settings("kfuse.schedule.reduction_heuristics.NO_SUCH_CONSTANT=1")  # type: ignore[attr-defined]
     with pytest.raises(AttributeError, match="NO_SUCH_CONSTANT"):
         with tool.settings(missing):  # type: ignore[attr-defined]
             pass

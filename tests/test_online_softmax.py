@@ -99,7 +99,7 @@ def test_what_is_no_softmax_does_not_fold() -> None:
 
 def test_the_folded_kernel_compiles_for_sm90() -> None:
     from kfuse.runtime.info import build_runtime_info
-    from kfuse.schedule.reduction import reduction_kernels
+    from kfuse.schedule.reduction_launch import reduction_kernels
 
     fd = statistics(0)
     x = np.ones((4096, 64), np.float32)

@@ -182,7 +182,7 @@ def test_edited_params_run_or_are_refused_by_name() -> None:
 @pytest.mark.parametrize("name", ["softmax0", "batch_norm_nhwc"])
 def test_the_warp_shuffled_combine_gives_the_shared_memory_trees_bits(name: str) -> None:
     """The block combine over threadIdx.y takes its in-warp steps through shuffles where
-    block_x divides 32 (kfuse.codegen.reduction.combine_over_y) and through shared memory
+    block_x divides 32 (kfuse.codegen.block_combine.combine_over_y) and through shared memory
     otherwise; both pair rows in the same tree, so a column's statistics and outputs are the
     same bits whichever path a block shape takes."""
     fd = FUSIONS[name][0](DataType.Float)

@@ -141,8 +141,9 @@ def test_long_rows_split_over_clusters(kind: str, n: int) -> None:
     fd = _fd(kind, BF)
     inputs = _inputs(torch, kind, 200, n, torch.bfloat16)
     if kind == "layer_norm" and n >= 524288:
-        # A Welford over a cluster's reloaded parts is refused (kfuse.schedule.persistent.
-        # _smem_layout): the layer norm runs segmented, as its statistics and a pointwise pass.
+        # A Welford over a cluster's reloaded parts is refused (kfuse.schedule.
+        # persistent_heuristics._smem_layout): the layer norm runs segmented, as its
+        # statistics and a pointwise pass.
         with pytest.raises(SchedulerError, match="too long to hold"):
             schedule.compute_heuristics(fd.fusion, IP, inputs)
         assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)

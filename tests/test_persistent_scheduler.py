@@ -218,7 +218,7 @@ def test_softmax_keeps_its_exponentials_and_norms_keep_nothing() -> None:
 
 
 def test_kept_values_need_room_next_to_the_held_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kfuse.schedule.persistent as sp
+    import kfuse.schedule.persistent_heuristics as sp
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.info import build_runtime_info
 
@@ -370,7 +370,7 @@ def test_cluster_params_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     that says why, before anything is compiled."""
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.errors import SchedulerError
-    from kfuse.schedule.persistent import persistent_spec
+    from kfuse.schedule.persistent_spec import persistent_spec
 
     fd = softmax()
     x = rand(64, 4096)
@@ -446,7 +446,8 @@ def test_heuristics_on_sm90_give_valid_layouts(
     from kfuse.codegen.persistent_memory import smem_bytes_held
     from kfuse.codegen.reduction_loads import smem_bytes
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
-    from kfuse.schedule.persistent import L2_SPILL_SHARE, SMEM_RESERVE, persistent_spec
+    from kfuse.schedule.persistent_heuristics import L2_SPILL_SHARE, SMEM_RESERVE
+    from kfuse.schedule.persistent_spec import persistent_spec
     from kfuse.schedule.registry import scheduler_for
     from kfuse.schedule.types import Rejection
 
@@ -496,7 +497,7 @@ def test_heuristics_on_sm90_give_valid_layouts(
     ],
 )
 def test_fewest_idle_threads(n: int, per_thread: int, most: int, threads: int) -> None:
-    from kfuse.schedule.persistent import fewest_idle_threads
+    from kfuse.schedule.persistent_heuristics import fewest_idle_threads
 
     assert fewest_idle_threads(n, per_thread, most, 512) == threads
 
@@ -537,7 +538,7 @@ def test_static_shared_memory_is_what_the_cubin_allocates(
     from kfuse.codegen.reduction_plan import plan_reductions
     from kfuse.runtime.backends.cubin_info import shared_section_bytes
     from kfuse.schedule.inner_outer import Parts
-    from kfuse.schedule.persistent import DRIVER_SMEM_PER_BLOCK
+    from kfuse.schedule.persistent_heuristics import DRIVER_SMEM_PER_BLOCK
     from kfuse.schedule.registry import scheduler_for
     from norm_fusions import norm_backward_on_h200
 

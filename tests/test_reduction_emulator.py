@@ -427,7 +427,7 @@ def test_short_welford_outer_reductions_take_a_column_in_one_thread(
     rows, each thread takes all of its columns' rows (block_y 1, no combine of Welford
     states through shared memory); longer ones keep rows of threads. Against the reference
     on the emulator, with the H200's SM count."""
-    from kfuse.schedule import reduction
+    from kfuse.schedule import reduction_heuristics
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     with FusionDefinition() as fd:
@@ -440,5 +440,5 @@ def test_short_welford_outer_reductions_take_a_column_in_one_thread(
     hp = schedule.compute_heuristics(fd.fusion, SchedulerType.reduction, inputs)
     assert not hp.fastest_dim_reduction
     assert (hp.block_y == 1) is one_thread
-    assert rows > reduction.SHORT_OUTER_ROWS  # not the short-rows rule's case
+    assert rows > reduction_heuristics.SHORT_OUTER_ROWS  # not the short-rows rule's case
     check(fd, inputs)

@@ -148,7 +148,7 @@ def test_inner_rows_take_few_threads_where_the_rows_fill_the_device(
 def test_finalize_blocks_cover_the_sms_where_kept_elements_are_few(kept: int, block_x: int) -> None:
     """A grid reduction's finalize kernel takes 32 kept elements a block, fewer (down to 8,
     a sector of floats) while that leaves SMs of an H200 (132) without a block."""
-    from kfuse.codegen.reduction import finalize_threads_x
+    from kfuse.codegen.reduction_finalize import finalize_threads_x
 
     assert finalize_threads_x(kept, 132) == block_x
 
@@ -182,7 +182,7 @@ def test_heuristics_are_sane_on_synthetic_devices(
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.device import get_profile
     from kfuse.runtime.info import build_runtime_info
-    from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.reduction_launch import kernel_spec
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
@@ -245,7 +245,7 @@ def test_outer_welford_grids_are_whole_waves_of_their_launch_bound(
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.device import get_profile
     from kfuse.runtime.info import build_runtime_info
-    from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.reduction_launch import kernel_spec
 
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", profile)
     device = get_profile(profile)
@@ -285,8 +285,8 @@ def _sources(
     from kfuse.codegen.reduction import emit_reduction
     from kfuse.codegen.reduction_plan import plan_reductions, reduction_layout
     from kfuse.runtime.info import CUDA, build_runtime_info
-    from kfuse.schedule.persistent import persistent_spec
-    from kfuse.schedule.reduction import kernel_spec
+    from kfuse.schedule.persistent_spec import persistent_spec
+    from kfuse.schedule.reduction_launch import kernel_spec
     from kfuse.schedule.registry import scheduler_for
 
     info = build_runtime_info(fd.fusion, inputs)

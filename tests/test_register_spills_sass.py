@@ -109,7 +109,7 @@ def test_outer_welford_kernels_fit_their_launch_bound(
 ) -> None:
     """The channels-last batch and instance norm statistics (a Welford over leading axes)
     keep to the blocks an SM their __launch_bounds__ states, which their grids are sized
-    for (kfuse.schedule.reduction.outer_welford_blocks_per_sm), without spilling."""
+    for (kfuse.schedule.reduction_heuristics.outer_welford_blocks_per_sm), without spilling."""
     nvrtc_and_nvdisasm_or_skip()
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * len(shape), dtype=DataType.BFloat16)

@@ -601,7 +601,7 @@ def test_tile_rows_move_through_shared_memory_in_words() -> None:
     66 elements, 4 bytes (2-byte stores were 64 of a thread's instructions a 64 x 64 tile
     of two inputs); an odd pitch, element by element. Tiled inputs and tiled outputs,
     against the reference."""
-    from kfuse.codegen.transpose import row_access_width
+    from kfuse.codegen.transpose_tiles import row_access_width
 
     assert row_access_width(2, 66, 64, 64, 8, 8) == 2
     assert row_access_width(2, 65, 64, 64, 8, 8) == 1

@@ -3,7 +3,7 @@ flushed), each kernel's median over several profiled calls (CUPTI), torch.compil
 call with --tc, and the same again with heuristic constants changed (--ab), in one process:
 
     python3 tools/kernel_times.py instancenorm_bwd_nhwc:256x2048x7x7 softmax_bwd_dim0:32768x1024 \
-        --tc --ab kfuse.schedule.reduction.OUTER_MIN_BLOCKS_PER_SM=0
+        --tc --ab kfuse.schedule.reduction_heuristics.OUTER_MIN_BLOCKS_PER_SM=0
 
 Each --ab is NAME=VALUE ... (a module attribute and a Python literal; several in one string,
 space-separated): every case runs as is, then once per --ab with those attributes set (and

@@ -73,7 +73,8 @@ def refill_grid(params: Any, fields: dict[str, int], fd: Any, inputs: list[Any])
     """Keep the launch consistent with edited tiles or vectors (as the heuristics would)."""
     if "grid_x" in fields:
         return
-    from kfuse.schedule.reduction import _plan, fill_launch_params
+    from kfuse.schedule.reduction import _plan
+    from kfuse.schedule.reduction_params import fill_launch_params
     from kfuse.schedule.transpose_params import TransposeParams
     from kfuse.schedule.types import SchedulerType
 

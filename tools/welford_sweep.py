@@ -54,7 +54,8 @@ def main() -> None:
     from params_sweep import sweep  # this script's folder is on sys.path
 
     from kfuse.schedule import SchedulerType, compute_heuristics
-    from kfuse.schedule.reduction import _plan, fill_launch_params
+    from kfuse.schedule.reduction import _plan
+    from kfuse.schedule.reduction_params import fill_launch_params
 
     suite = load_suite()
     flush, _ = measure.l2_flusher(torch)

@@ -180,7 +180,7 @@ def _rebuild(values: Any, entry: dict[str, Any], device: str | None) -> Any:
     """The saved array: `values` at the saved strides, starting on the saved alignment."""
     import numpy as np
 
-    from kfuse.testing.inputs import aligned_start
+    from kfuse.testing.input_arrays import aligned_start
 
     dtype = DataType(entry["dtype"])
     shape, strides, n = tuple(entry["shape"]), tuple(entry["strides"]), len(values)

@@ -21,8 +21,8 @@ left too few loads in flight.
 
 After the last row the block's rows are combined per column in a fixed order, and the block
 writes one partial per column: workspace cws<m>[p * n_red + column], p = blockIdx.x.
-kfuse.codegen.reduction.emit_finalize then combines the partials of every column and runs
-the column outputs' epilogue, as for a grid reduction.
+kfuse.codegen.reduction_finalize.emit_finalize then combines the partials of every column and
+runs the column outputs' epilogue, as for a grid reduction.
 """
 
 from __future__ import annotations

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from kfuse.codegen.block_combine import combine_over_y
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import Code, kernel_header, load_vector, store_vector
 from kfuse.codegen.layout import BCAST, VEC
-from kfuse.codegen.reduction import combine_over_y, outer_columns
+from kfuse.codegen.reduction import outer_columns
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     functions_source,

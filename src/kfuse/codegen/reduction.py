@@ -12,15 +12,16 @@ extent. Three kernels:
   threadIdx.y splits the reduced axis (U rows loaded per step; the rows left one at a time,
   or in batches of halving powers of two where threads have few rows), and the block_y
   partial results are combined through shared memory in a fixed order (a tree for many);
-* finalize: when grid_parts (gridDim.y) > 1 the blocks along y each reduce a slice of the
-  reduced axis and write a partial result to a workspace; this second kernel combines the
-  partials of each output in a fixed order and runs the epilogue. No atomics, no spinning:
-  results are deterministic for given parameters.
+* finalize (kfuse.codegen.reduction_finalize): when grid_parts (gridDim.y) > 1 the blocks
+  along y each reduce a slice of the reduced axis and write a partial result to a workspace;
+  this second kernel combines the partials of each output in a fixed order and runs the
+  epilogue. No atomics, no spinning: results are deterministic for given parameters.
 
 The pieces these kernels and the persistent ones (kfuse.codegen.persistent) share are in
 reduction_spec (the spec, accumulators), reduction_functions (the device functions: prologue,
 epilogue and full-size outputs emitted by kfuse.codegen.body, so an op means the same thing
-under every scheduler; names and parameters) and reduction_loads (loads and accumulation).
+under every scheduler; names and parameters), reduction_loads (loads and accumulation) and
+block_combine (the fixed-order combine over threadIdx.y).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
+from kfuse.codegen.block_combine import combine_over_y
 from kfuse.codegen.kernel import (
     Code,
     decompose,
@@ -38,6 +40,7 @@ from kfuse.codegen.kernel import (
     row_loop,
 )
 from kfuse.codegen.layout import INTERLEAVED, VEC
+from kfuse.codegen.reduction_finalize import emit_finalize
 from kfuse.codegen.reduction_functions import (
     epilogue_call,
     epilogue_operands,
@@ -55,7 +58,6 @@ from kfuse.codegen.reduction_loads import (
 )
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
-    FINALIZE_X,
     Accumulator,
     ReductionKernelSpec,
     accumulators,
@@ -435,162 +437,6 @@ def _outer_block(
     return lines
 
 
-FINALIZE_MIN_X = 8
-"""The fewest: 8 floats of a partial are one 32-byte sector."""
-FINALIZE_BATCH = 8
-"""Partials a finalize thread loads before it combines them."""
-
-
-def finalize_threads_y(parts: int) -> int:
-    """Threads sharing one kept element's partials (threadIdx.y; partial p goes to thread
-    p % y): 4, or more for many partials, so that each thread loads at most about two
-    batches (few kept elements give few blocks, and each thread's batches wait in turn)."""
-    y = 4
-    while y < 32 and y * 2 * FINALIZE_BATCH < parts:
-        y *= 2
-    return y
-
-
-def finalize_y(spec: ReductionKernelSpec) -> int:
-    """The finalize kernel's threadIdx.y extent: the spec's, else finalize_threads_y's."""
-    return spec.finalize_y or finalize_threads_y(spec.grid_parts)
-
-
-def finalize_threads_x(n_rows: int, sm_count: int) -> int:
-    """Kept elements a finalize block takes: FINALIZE_X, halved (down to FINALIZE_MIN_X)
-    while the blocks would be fewer than the SMs. A batch norm over 256 channels combined
-    its 264 partials a channel in 8 blocks, on 8 SMs of 132: 9.7 us, where torch.compile's
-    two small kernels took 8.1 (H200)."""
-    x = FINALIZE_X
-    while x > FINALIZE_MIN_X and -(-n_rows // x) < sm_count:
-        x //= 2
-    return x
-
-
-def emit_finalize(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
-    """Source and name of the kernel combining the partials and running the epilogue.
-
-    A loop that loads one partial and combines it before loading the next waits a full
-    memory latency per partial: with few kept elements (a batch norm over 512 channels has
-    4 blocks of them) that took 40 us for 98 partials. So several threads share each kept
-    element (finalize_threads_y), each loads FINALIZE_BATCH of its partials at a time, and
-    their results are combined over threadIdx.y in a fixed tree (combine_over_y), so
-    results stay deterministic.
-    """
-    fx, fy, batch = spec.finalize_x, finalize_y(spec), FINALIZE_BATCH
-    suffix = ("_fin" if fx == FINALIZE_X else f"_fin{fx}") + (f"y{fy}" if spec.finalize_y else "")
-    name = kernel_name(plan, spec, suffix)
-    rank, parts = spec.rank, spec.grid_parts
-    kept = range(rank - 1)
-    accs = accumulators(plan)
-    code = Code()
-    code.extend([runtime_header(), ""])
-    code.extend(functions_source(plan, name, stages=False, full=False, epilogue=True))
-    params = tensor_params(plan, spec, loop=False, row=True, workspace=True)
-    code.open_kernel(kernel_header(name, params, fx * fy, bounded=spec.launch_bounds))
-    code(
-        f"typedef {spec.index_type} Index;",
-        # an accumulator a thread
-        f"__shared__ __align__(16) unsigned char kf_smem[{fx * fy * max(a.size for a in accs)}];",
-        f"const Index n_red = in0.size[{rank - 1}];",
-        *row_count(kept),
-    )
-    # row0 is the same for the whole block, so every thread reaches the __syncthreads below.
-    with row_loop(code, fx, "threadIdx.x"):
-        code(*[f"{a.ctype} red{a.k} = {a.identity()};" for a in accs])
-        with code.block("if (row_ok)"):
-            with code.block(f"for (int p0 = threadIdx.y; p0 < {parts}; p0 += {fy * batch})"):
-                code(*[f"{a.ctype} part{a.k}[{batch}];" for a in accs])
-                with code.block(f"for (int u = 0; u < {batch}; ++u)", unroll=True):
-                    code(
-                        f"const int p = p0 + u * {fy};",
-                        f"if (p >= {parts}) break;",
-                        "const Index at = (Index)p * n_rows + row;",
-                    )
-                    for a in accs:
-                        if a.struct:
-                            code(
-                                *[
-                                    f"part{a.k}[u].{f} = kf::load(ws{a.k}{f}, at);"
-                                    for f in a.partial_fields
-                                ]
-                            )
-                        else:
-                            code(f"part{a.k}[u] = kf::load(ws{a.k}, at);")
-                with code.block(f"for (int u = 0; u < {batch}; ++u)", unroll=True):
-                    code(f"if (p0 + u * {fy} >= {parts}) break;")
-                    code(*[a.combine(f"red{a.k}", f"part{a.k}[u]") for a in accs])
-        for a in accs:
-            combine_over_y(code, a, fy, fx, None, f"red{a.k}")
-        with code.block("if (threadIdx.y == 0 && row_ok)"):
-            for a in accs:
-                code(*result_assignments(plan, a.k, f"red{a.k}", "n_red"))
-            epilogue_call(code, plan, name, "row", kept)
-    return code.kernel_source(), name
-
-
-def combine_over_y(code: Code, a: Accumulator, ny: int, nx: int, vec: int | None, acc: str) -> None:
-    """Combine each thread's accumulator `acc` (an array of `vec`, or a scalar
-    when vec is None) over threadIdx.y into thread y == 0's, through shared memory.
-
-    Partners pair up in a fixed tree (y with y + 1, then y with y + 2, ...), so results are
-    deterministic and there are log2(ny) steps. A loop in which thread y == 0 alone combined
-    the other ny - 1 values in turn was one warp's chain of dependent combines: with ny = 32
-    and Welford's division, it took most of a 32 us statistics kernel while the other warps
-    waited at the barrier (Nsight Compute: 76% of their cycles). The steps whose partners
-    share a warp go through shuffles (warp_rows_y), the rest through shared memory with a
-    barrier each: the same tree, so the same bits, with log2(32 / nx) fewer barriers (an
-    outer_persistent block of 512 rows had 9 per combine). Every thread of the block must
-    call it. Ends with a barrier, so the shared memory is free for the next accumulator; the
-    total is also in the scratch's first row (slot threadIdx.x).
-    """
-    item = acc if vec is None else f"{acc}[j]"
-    at = "" if vec is None else " + j"
-    width = vec or 1
-    in_warp = warp_rows_y(ny, nx)
-
-    def each(*body: str) -> None:
-        if vec is None:
-            code(*body)
-            return
-        with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-            code(*body)
-
-    with code.block():
-        code(f"{a.ctype}* scratch = reinterpret_cast<{a.ctype}*>(kf_smem);")
-        if in_warp > 1:
-            with code.block(f"for (int s = 1; s < {in_warp}; s *= 2)", unroll=True):
-                moved = f"kf::detail::shfl_down(0xffffffffu, {item}, s * {nx})"
-                each(
-                    f"const {a.ctype} other = {moved};",
-                    f"if ((threadIdx.y & (2 * s - 1)) == 0) {a.combine(item, 'other')}",
-                )
-        # One slot per warp's row group: w = y / in_warp.
-        code(
-            f"const int w = threadIdx.y / {in_warp};",
-            f"const int mine = (w * {nx} + threadIdx.x) * {width};",
-        )
-        with code.block(f"if (threadIdx.y % {in_warp} == 0)"):
-            each(f"scratch[mine{at}] = {item};")
-        code("__syncthreads();")
-        groups = ny // in_warp
-        if groups > 1:
-            with code.block(f"for (int s = 1; s < {groups}; s *= 2)"):
-                root = f"threadIdx.y % {in_warp} == 0"
-                with code.block(f"if ({root} && (w & (2 * s - 1)) == 0 && w + s < {groups})"):
-                    code(f"const int theirs = ((w + s) * {nx} + threadIdx.x) * {width};")
-                    each(a.combine(item, f"scratch[theirs{at}]"), f"scratch[mine{at}] = {item};")
-                code("__syncthreads();")
-
-
-def warp_rows_y(ny: int, nx: int) -> int:
-    """How many consecutive rows of threadIdx.y one warp holds whole, where every warp of the
-    block is full and aligned to them (nx divides 32, nx * ny a multiple of 32); else 1."""
-    if nx > 32 or 32 % nx or (nx * ny) % 32:
-        return 1
-    return min(ny, 32 // nx)
-
-
 def emit_reduction(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[str, str]]:
     """(source, name) of every kernel the spec needs, in launch order."""
     first = emit_inner(plan, spec) if spec.kind == "inner" else emit_outer(plan, spec)
@@ -604,11 +450,6 @@ __all__ = [
     "emit_reduction",
     "emit_inner",
     "emit_outer",
-    "emit_finalize",
     "accumulators",
     "DataType",
-    "FINALIZE_X",
-    "finalize_threads_x",
-    "finalize_threads_y",
-    "finalize_y",
 ]

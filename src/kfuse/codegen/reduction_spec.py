@@ -67,8 +67,8 @@ class ReductionKernelSpec:
     # kernels: the source differs by the attribute alone.
     launch_bounds: bool = field(default=True, repr=False)
     # outer: __launch_bounds__' second argument (blocks an SM), where the grid is sized for it
-    # (kfuse.schedule.reduction.outer_welford_blocks_per_sm); None: no such bound. Not in the
-    # repr, like launch_bounds.
+    # (kfuse.schedule.reduction_heuristics.outer_welford_blocks_per_sm); None: no such bound.
+    # Not in the repr, like launch_bounds.
     min_blocks: int | None = field(default=None, repr=False)
     # grid_parts > 1: kept elements a finalize block takes (threadIdx.x;
     # kfuse.codegen.reduction.finalize_threads_x). Not in the repr: emit_finalize names a
@@ -105,7 +105,7 @@ class ReductionKernelSpec:
     # rows_whole: the rows are a multiple of block_y, so every row of a block exists and
     # row_ok is the constant true. Both hold for the shapes they were planned for only (a
     # Program is planned for its exact shapes: kfuse.engine.signature). Named by
-    # whole_suffix, not the repr. Measured on an H200: see kfuse.schedule.persistent.
+    # whole_suffix, not the repr. Measured on an H200: see kfuse.schedule.persistent_spec.
     full_slots: bool = field(default=False, repr=False)
     rows_whole: bool = field(default=False, repr=False)
     # persistent, rows held in shared memory and grid-strided: each thread copies its slots

@@ -29,36 +29,30 @@ from typing import Any
 from kfuse.codegen import column_partials
 from kfuse.codegen.persistent import emit_persistent
 from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
-from kfuse.codegen.reduction import FINALIZE_X, emit_finalize, finalize_threads_y, finalize_y
+from kfuse.codegen.reduction_finalize import emit_finalize, finalize_threads_y, finalize_y
 from kfuse.codegen.reduction_plan import (
     PlanError,
     ReductionPlan,
     plan_reductions,
     reduction_layout,
 )
-from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
+from kfuse.codegen.reduction_spec import FINALIZE_X, ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.inner_outer_split import InnerOuterSplit, split_inner_outer
-from kfuse.schedule.persistent import (
+from kfuse.schedule.persistent_heuristics import (
     DRIVER_SMEM_PER_BLOCK,
     blocks_by_shared_memory,
     choose_held_row,
     held_bytes_per_element,
     held_row_params,
     held_words,
-    persistent_spec,
 )
-from kfuse.schedule.reduction import (
-    MAX_GRID_X,
-    _int,
-    fill_launch_params,
-    operand_list,
-    pick_vector,
-    pow2_ceil,
-    workspace_operands,
-)
+from kfuse.schedule.persistent_spec import persistent_spec
+from kfuse.schedule.reduction_heuristics import pick_vector, pow2_ceil
+from kfuse.schedule.reduction_launch import operand_list, workspace_operands
+from kfuse.schedule.reduction_params import MAX_GRID_X, _int, fill_launch_params
 from kfuse.schedule.sub_fusion import synthetic_info
 from kfuse.schedule.types import Rejection, SchedulerType
 

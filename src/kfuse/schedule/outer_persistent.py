@@ -47,21 +47,19 @@ from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
-from kfuse.schedule.persistent import (
+from kfuse.schedule.persistent_heuristics import (
     MAX_BATCH,
     MAX_HELD_WORDS,
     VECTORS_PER_THREAD,
     fewest_idle_threads,
 )
-from kfuse.schedule.reduction import (
+from kfuse.schedule.reduction_heuristics import pick_vector, pow2_ceil
+from kfuse.schedule.reduction_launch import operand_list, red_constant
+from kfuse.schedule.reduction_params import (
     MAX_GRID_X,
     STATIC_SMEM_LIMIT,
     _int,
     fill_launch_params,
-    operand_list,
-    pick_vector,
-    pow2_ceil,
-    red_constant,
     validate_common,
 )
 from kfuse.schedule.types import Rejection, SchedulerType

@@ -44,7 +44,8 @@ from typing import Any
 
 from kfuse.codegen.layout import VEC, OperandLayout, access_kind, needs_int64
 from kfuse.codegen.pointwise import PointwisePlan, plan_pointwise
-from kfuse.codegen.transpose import TransposeKernelSpec, emit_transpose, tile_bytes, tile_layout
+from kfuse.codegen.transpose import TransposeKernelSpec, emit_transpose
+from kfuse.codegen.transpose_tiles import tile_bytes, tile_layout
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
@@ -184,7 +185,7 @@ def shared_bytes_for(
     vector_b: int,
 ) -> int:
     """Shared memory of `axes`' tiled operands' tiles at this tile and vector size (the
-    codegen's pads: kfuse.codegen.transpose.tile_layout)."""
+    codegen's pads: kfuse.codegen.transpose_tiles.tile_layout)."""
     sizes = tuple(axes.tiled_itemsizes(layout))
     kinds_in, kinds_out = operand_kinds(layout, axes, vector_a, vector_b)
     ops = zip(

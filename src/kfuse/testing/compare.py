@@ -114,41 +114,69 @@ def assert_close(
     if a.shape != e.shape:
         raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
     if a.dtype == np.bool_:
-        # A bool byte other than 0 or 1 reads as True: only the raw bytes show an element
-        # that no kernel wrote (kfuse.runtime.arrays.POISON_BYTE).
-        raw = np.ascontiguousarray(a).view(np.uint8).reshape(a.shape)  # 0-d stays 0-d
-        if (raw > 1).any():
-            first = _index_of_max(raw > 1)
-            raise AssertionError(
-                f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
-                f"other than 0 or 1 (never written?); first at {first}: "
-                f"{int(raw[first])}"
-            )
+        _assert_bool_bytes(a)
     alt = None if alternative is None else to_numpy(alternative)
     unordered = None if order_decides is None else to_numpy(order_decides).astype(bool)
     if not dtype.is_floating:
-        bad = a.astype(np.int64) != e.astype(np.int64)
-        if unordered is not None:
-            bad &= ~unordered
-        if alt is not None:
-            alt = alt.astype(np.int64)
-            bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
-        if bad.any():
-            at = _index_of_max(bad)
-            raise AssertionError(
-                f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
-                f"first at {at}: actual {a[at]}, expected {e[at]}"
-            )
+        _assert_integers_equal(a, e, dtype, alt, unordered)
         return
+    _assert_floats_close(a, e, dtype, reduction_size, alt, magnitude, indeterminate, unordered)
+
+
+def _assert_bool_bytes(a: Any) -> None:
+    """AssertionError where a Bool array holds a byte other than 0 or 1."""
+    import numpy as np
+
+    # A bool byte other than 0 or 1 reads as True: only the raw bytes show an element
+    # that no kernel wrote (kfuse.runtime.arrays.POISON_BYTE).
+    raw = np.ascontiguousarray(a).view(np.uint8).reshape(a.shape)  # 0-d stays 0-d
+    if (raw > 1).any():
+        first = _index_of_max(raw > 1)
+        raise AssertionError(
+            f"{int((raw > 1).sum())} of {a.size} Bool elements hold a byte "
+            f"other than 0 or 1 (never written?); first at {first}: "
+            f"{int(raw[first])}"
+        )
+
+
+def _assert_integers_equal(a: Any, e: Any, dtype: DataType, alt: Any, unordered: Any) -> None:
+    """assert_close for integer and Bool dtypes: equal, except where the order decides or
+    where the references disagree and `a` matches the kernel's precision's (`alt`)."""
+    import numpy as np
+
+    bad = a.astype(np.int64) != e.astype(np.int64)
+    if unordered is not None:
+        bad &= ~unordered
+    if alt is not None:
+        alt = alt.astype(np.int64)
+        bad &= ~((alt != e.astype(np.int64)) & (a.astype(np.int64) == alt))
+    if bad.any():
+        at = _index_of_max(bad)
+        raise AssertionError(
+            f"{int(bad.sum())} of {a.size} {dtype.value} elements differ; "
+            f"first at {at}: actual {a[at]}, expected {e[at]}"
+        )
+
+
+def _assert_floats_close(
+    a: Any,
+    e: Any,
+    dtype: DataType,
+    reduction_size: int,
+    alt: Any,
+    magnitude: Any,
+    indeterminate: Any,
+    unordered: Any,
+) -> None:
+    """assert_close for floating dtypes: within the tolerance (grown by `magnitude`), except
+    where the order or the rounding decides, or `alt` (the kernel's precision's reference)
+    excuses the error; AssertionError naming the worst element otherwise."""
+    import numpy as np
+
     a = a.astype(np.float64)
     e = e.astype(np.float64)
     rtol, atol = tolerance(dtype, reduction_size)
-    allowed: Any = atol
-    if magnitude is not None:
-        eps = float(np.finfo(np.float64 if dtype is DataType.Double else np.float32).eps)
-        m = to_numpy(magnitude).astype(np.float64)
-        grow = SUM_ROUNDING * eps * math.sqrt(max(1, reduction_size))
-        allowed = atol + grow * np.where(np.isfinite(m), m, 0.0)
+    allowed = _allowed_error(atol, dtype, reduction_size, magnitude)
     bad, err = _not_close(a, e, rtol, allowed)
     if unordered is not None:
         bad &= ~unordered
@@ -176,6 +204,20 @@ def assert_close(
                 else f" (allowed there {np.broadcast_to(allowed, a.shape)[idx]:.3g})"
             )
         )
+
+
+def _allowed_error(atol: float, dtype: DataType, reduction_size: int, magnitude: Any) -> Any:
+    """The absolute error each element may have: atol, grown by its sum's magnitude where
+    there is one (SUM_ROUNDING; see assert_close's `magnitude`)."""
+    import numpy as np
+
+    allowed: Any = atol
+    if magnitude is not None:
+        eps = float(np.finfo(np.float64 if dtype is DataType.Double else np.float32).eps)
+        m = to_numpy(magnitude).astype(np.float64)
+        grow = SUM_ROUNDING * eps * math.sqrt(max(1, reduction_size))
+        allowed = atol + grow * np.where(np.isfinite(m), m, 0.0)
+    return allowed
 
 
 def _index_of_max(values: Any) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ their ops inside their domains, so no NaN appears unless asked for (special_valu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import assume
@@ -37,7 +38,7 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.values import Scalar, TensorView
-from kfuse.runtime.arrays import numpy_strided
+from kfuse.testing.input_arrays import make_array, refilled_array
 
 EDGE_SIZES = (
     1,
@@ -246,31 +247,8 @@ def inputs_for(
         long_class = _long_class(draw, fusion, classes) if long_axis else None
         if long_class is not None:
             size_of[long_class] = draw(_long_size(max(2, max_elements // 2)))
-
-        def size(k: Any) -> int:
-            k = classes.find(k)
-            if k not in size_of and classes.must_be_one(k):
-                size_of[k] = 1
-            if k not in size_of:
-                lo = 0 if allow_empty else 1
-                size_of[k] = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(lo, 9)))
-            return size_of[k]
-
-        shapes: list[Any] = []
-        for v in fusion.inputs:
-            if isinstance(v, TensorView):
-                shapes.append(
-                    [
-                        1
-                        if a.is_broadcast
-                        else a.extent
-                        if a.extent is not None
-                        else size(classes.axis[(id(v), i)])
-                        for i, a in enumerate(v.axes)
-                    ]
-                )
-            else:
-                shapes.append(None)
+        size = _axis_sizes(draw, classes, size_of, allow_empty)
+        shapes = _input_shapes(fusion, classes, size)
         _shrink(shapes, classes, fusion, size_of, max_elements, long_class)
         seed = draw(st.integers(0, 2**32 - 1))
         import numpy as np
@@ -281,7 +259,7 @@ def inputs_for(
             if isinstance(v, TensorView):
                 layout = draw(st.sampled_from(_allowed_layouts(v))) if layouts else "contiguous"
                 out.append(
-                    _make_array(
+                    make_array(
                         draw,
                         rng,
                         v,
@@ -296,18 +274,65 @@ def inputs_for(
             else:
                 k = classes.scalar_class.get(id(v))
                 out.append(size(k) if k is not None else _scalar_value(draw, v, value_range))
-        try:
-            extents = fusion.infer_shapes(out)
-        except InputError:
-            assume(False)
-        for pos, bound in position_bounds(fusion, extents).items():
-            if bound == 0 and math.prod(extents[fusion.inputs[pos]]) > 0:
-                assume(False)  # positions into an empty axis: no index is valid
-            v = fusion.inputs[pos]
-            out[pos] = _refilled(rng, v, out[pos], value_range, False, positions=bound)
+        _positions_within_bounds(fusion, out, rng, value_range)
         return out
 
     return draw_inputs()
+
+
+def _axis_sizes(
+    draw: Any, classes: _AxisClasses, size_of: dict[Any, int], allow_empty: bool
+) -> Callable[[Any], int]:
+    """The size of an axis class (one drawn size for every axis that must be equal): the
+    one in `size_of` (the long axis, or one drawn before), 1 where the class must be one,
+    else drawn now (an edge size or a small one) and kept in `size_of`."""
+
+    def size(k: Any) -> int:
+        k = classes.find(k)
+        if k not in size_of and classes.must_be_one(k):
+            size_of[k] = 1
+        if k not in size_of:
+            lo = 0 if allow_empty else 1
+            size_of[k] = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(lo, 9)))
+        return size_of[k]
+
+    return size
+
+
+def _input_shapes(fusion: Any, classes: _AxisClasses, size: Callable[[Any], int]) -> list[Any]:
+    """Each input's shape (None for a scalar): 1 along broadcast axes, the declared extent
+    where there is one, else its axis class's size."""
+    shapes: list[Any] = []
+    for v in fusion.inputs:
+        if isinstance(v, TensorView):
+            shapes.append(
+                [
+                    1
+                    if a.is_broadcast
+                    else a.extent
+                    if a.extent is not None
+                    else size(classes.axis[(id(v), i)])
+                    for i, a in enumerate(v.axes)
+                ]
+            )
+        else:
+            shapes.append(None)
+    return shapes
+
+
+def _positions_within_bounds(fusion: Any, out: list[Any], rng: Any, value_range: float) -> None:
+    """Refill the inputs an index op reads its positions from so that they stay inside the
+    axis they index (position_bounds); an example whose inputs do not fit the fusion, or
+    whose positions index an empty axis, is rejected (assume)."""
+    try:
+        extents = fusion.infer_shapes(out)
+    except InputError:
+        assume(False)
+    for pos, bound in position_bounds(fusion, extents).items():
+        if bound == 0 and math.prod(extents[fusion.inputs[pos]]) > 0:
+            assume(False)  # positions into an empty axis: no index is valid
+        v = fusion.inputs[pos]
+        out[pos] = refilled_array(rng, v, out[pos], value_range, False, positions=bound)
 
 
 def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
@@ -419,82 +444,6 @@ def _scalar_value(draw: Any, v: Scalar, value_range: float) -> Any:
     )
 
 
-def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool) -> Any:
-    import numpy as np
-
-    from kfuse.dtypes import round_to_bfloat16, round_to_float8
-
-    if dtype is DataType.Bool:
-        return rng.integers(0, 2, n).astype(np.bool_)
-    if dtype.is_integral:
-        return rng.integers(-8, 9, n).astype(np.int32 if dtype is DataType.Int32 else np.int64)
-    vals = rng.uniform(-value_range, value_range, n)
-    if special and n:
-        picks = rng.integers(0, n, max(1, n // 8))
-        vals[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0], len(picks))
-    if dtype is DataType.BFloat16:
-        return round_to_bfloat16(vals)
-    if dtype.is_float8:  # float32 holding float8 values, as for BFloat16
-        return round_to_float8(vals, dtype).astype(np.float32)
-    return vals.astype(
-        {DataType.Half: np.float16, DataType.Float: np.float32, DataType.Double: np.float64}[dtype]
-    )
-
-
-def _make_array(
-    draw: Any,
-    rng: Any,
-    v: TensorView,
-    shape: tuple[int, ...],
-    layout: str,
-    framework: str,
-    device: Any,
-    value_range: float,
-    special: bool,
-) -> Any:
-
-    n = len(shape)
-    order = list(range(n))
-    declared = v.stride_order
-    if declared is not None:  # declared memory order: outermost = highest rank
-        order = sorted(range(n), key=lambda i: -declared[i])
-    if layout == "permuted" and n > 1:
-        order = list(draw(st.permutations(order)))
-    padded = draw(st.integers(0, n - 1)) if layout == "strided" and n else None
-    bcast = set()
-    if layout == "broadcast" and n:
-        bcast = {draw(st.integers(0, n - 1))}
-    offset = 1 if layout == "offset" else 0
-    strides = [0] * n
-    acc = 1
-    for ax in reversed(order):
-        if ax in bcast:
-            continue
-        mult = 2 if ax == padded else 1
-        strides[ax] = acc * mult
-        acc *= mult * max(shape[ax], 1)
-    base = _values(rng, v.dtype, offset + acc, value_range, special)
-    if framework == "numpy":
-        base = _as_numpy(base, v.dtype)
-        item = base.itemsize
-        return numpy_strided(base[offset:], shape, [s * item for s in strides])
-    if framework == "torch":
-        import torch
-
-        buf = _as_torch(base, v.dtype).to(device or "cpu")
-        return torch.as_strided(buf, shape, strides, offset)
-    if framework == "cupy":
-        import cupy
-
-        if v.dtype is DataType.BFloat16 or v.dtype.is_float8:
-            raise InputError(f"CuPy has no {v.dtype.value} arrays")
-        buf = cupy.asarray(base)
-        return cupy.lib.stride_tricks.as_strided(
-            buf[offset:], shape, [s * base.itemsize for s in strides]
-        )
-    raise InputError(f"unknown framework {framework!r}")
-
-
 def refill(
     fd: Any, inputs: list[Any], seed: int, *, value_range: float = 2.0, special_values: bool = False
 ) -> list[Any]:
@@ -513,81 +462,8 @@ def refill(
     rng = np.random.default_rng(seed)
     bounds = position_bounds(fusion, fusion.infer_shapes(inputs))
     return [
-        _refilled(rng, v, a, value_range, special_values, positions=bounds.get(k))
+        refilled_array(rng, v, a, value_range, special_values, positions=bounds.get(k))
         if isinstance(v, TensorView)
         else a
         for k, (v, a) in enumerate(zip(fusion.inputs, inputs, strict=True))
     ]
-
-
-def _refilled(
-    rng: Any,
-    v: TensorView,
-    array: Any,
-    value_range: float,
-    special: bool,
-    positions: int | None = None,
-) -> Any:
-    """A new array laid out as `array` is (see refill), of values drawn as inputs_for
-    draws them, or (positions: the bound) of positions in [0, positions)."""
-    import numpy as np
-
-    from kfuse.runtime.arrays import framework_of, layout_of
-
-    lay = layout_of(array, v.name)
-    if any(s < 0 for s in lay.strides):
-        raise InputError(f"{v.name}: refill takes arrays with non-negative strides")
-    # Elements the view spans, plus room to move its start onto the same alignment class.
-    span = 1 + sum((n - 1) * s for n, s in zip(lay.shape, lay.strides)) if all(lay.shape) else 1
-    if positions is None:
-        base = _values(rng, v.dtype, span + 16, value_range, special)
-    else:
-        base = rng.integers(0, max(positions, 1), span + 16)
-        base = base.astype(np.int32 if v.dtype is DataType.Int32 else np.int64)
-    framework = framework_of(array)
-    if framework == "torch":
-        import torch
-
-        buf = _as_torch(base, v.dtype).to(array.device)
-        start = aligned_start(lay.data_ptr, buf.data_ptr(), buf.element_size())
-        return torch.as_strided(buf, lay.shape, lay.strides, start)
-    if framework == "cupy":
-        import cupy
-
-        buf = cupy.asarray(base)
-        start = aligned_start(lay.data_ptr, buf.data.ptr, buf.itemsize)
-        return cupy.lib.stride_tricks.as_strided(
-            buf[start:], lay.shape, [s * buf.itemsize for s in lay.strides]
-        )
-
-    base = _as_numpy(base, v.dtype)
-    start = aligned_start(lay.data_ptr, base.ctypes.data, base.itemsize)
-    return numpy_strided(base[start:], lay.shape, [s * base.itemsize for s in lay.strides])
-
-
-def _as_torch(values: Any, dtype: DataType) -> Any:
-    """`_values`' array as a CPU torch tensor of `dtype` (BFloat16 and float8 values come as
-    float32 holding them, so the conversion is exact)."""
-    import torch
-
-    from kfuse.dtypes import to_torch_dtype
-
-    buf = torch.from_numpy(values)
-    if dtype is DataType.BFloat16 or dtype.is_float8:
-        buf = buf.to(to_torch_dtype(dtype))
-    return buf
-
-
-def _as_numpy(values: Any, dtype: DataType) -> Any:
-    """`_values`' array as NumPy holds `dtype`: its BFloat16 or float8 values (rounded float32,
-    which torch.from_numpy takes) as an ml_dtypes array of that type, exactly."""
-    if dtype is DataType.BFloat16 or dtype.is_float8:
-        from kfuse.dtypes import to_numpy_dtype
-
-        return values.astype(to_numpy_dtype(dtype))
-    return values
-
-
-def aligned_start(want_ptr: int, buffer_ptr: int, itemsize: int) -> int:
-    """The first element of a buffer at `buffer_ptr` whose address is `want_ptr` modulo 16."""
-    return ((want_ptr - buffer_ptr) % 16) // itemsize
