@@ -738,7 +738,8 @@ def host_probe(torch: Any, log: Any) -> dict[str, float]:
     )
     # What a miss costs: the checked path (this layout's FastCall exists, so none is built),
     # and building a layout's FastCall, which a layout's second checked call adds to that
-    from kfuse.engine.fast_path import fast_call_for, layout_key
+    from kfuse.engine.fast_path import fast_call_for
+    from kfuse.engine.signature import layout_key
     from kfuse.runtime.info import build_runtime_info
 
     checked = fd._executor_cache

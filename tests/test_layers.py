@@ -43,3 +43,9 @@ def test_an_upward_import_is_reported(tmp_path: Path) -> None:
     report = layers.measure(package)
     assert report.upward == ["kfuse.runtime.launch -> kfuse.engine.program (runtime -> engine)"]
     assert report.cycles == [["engine", "runtime"]]
+
+
+def test_modules_and_functions_stay_short() -> None:
+    report = layers.measure()
+    assert report.long_modules == []
+    assert report.long_functions == []
