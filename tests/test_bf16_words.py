@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from kfuse import switches
 from kfuse.codegen import bf16_words
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
@@ -22,7 +23,7 @@ BF16 = ml_dtypes.bfloat16
 
 
 def test_arguments_are_lanes_of_vectors_or_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bf16_words, "FROM_WORDS", True)
+    monkeypatch.setattr(switches, "FROM_WORDS", True)
     bf, fp = DataType.BFloat16, DataType.Float
     assert bf16_words.argument("x0[b][j]", bf) == "kf::bf16_lane(x0[b], j)"
     assert bf16_words.argument("rv1[j]", bf) == "kf::bf16_lane(rv1, j)"
@@ -31,7 +32,7 @@ def test_arguments_are_lanes_of_vectors_or_conversions(monkeypatch: pytest.Monke
     assert bf16_words.argument("a[i] + x0[b][j]", bf) == "kf::to_float(a[i] + x0[b][j])"
     assert bf16_words.argument("x0[b][j]", fp) == "x0[b][j]"
     assert bf16_words.param_type(bf) == "float" and bf16_words.param_type(fp) == "float"
-    monkeypatch.setattr(bf16_words, "FROM_WORDS", False)
+    monkeypatch.setattr(switches, "FROM_WORDS", False)
     assert bf16_words.argument("x0[b][j]", bf) == "x0[b][j]"
     assert bf16_words.param_type(bf) == "kf::bfloat16"
 
@@ -86,7 +87,7 @@ CASES = {
 def test_bf16_fusions_match_the_reference(
     case: str, words: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bf16_words, "FROM_WORDS", words)
+    monkeypatch.setattr(switches, "FROM_WORDS", words)
     define, make = CASES[case]
     fd, inputs = define(), make()
     out = fd.execute(inputs)

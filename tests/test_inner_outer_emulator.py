@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from kfuse import schedule
+from kfuse import schedule, switches
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
@@ -111,11 +111,10 @@ def test_next_row_copied_during_the_output_pass(
     block's next row as the output pass frees them (vectors of 16 bytes, and the bool mask's
     of 8). With and without it, over blocks of one and several rows,
     rows left over, and more blocks than rows (no next row)."""
-    from kfuse.schedule import inner_outer
     from kfuse.schedule.registry import scheduler_for
     from planning import gpu_info
 
-    monkeypatch.setattr(inner_outer, "PREFETCH_NEXT_ROW", prefetch)
+    monkeypatch.setattr(switches, "PREFETCH_NEXT_ROW", prefetch)
     fd = dropout_norm_backward_like(bias_sum=False)
     inputs = dropout_norm_backward_inputs(rows, 256)
     info = gpu_info(fd, [a.shape for a in inputs], "h200")

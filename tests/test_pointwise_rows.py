@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kfuse import schedule
+from kfuse import schedule, switches
 from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.frontend import FusionDefinition
@@ -97,9 +97,8 @@ def test_a_second_vector_a_thread_only_where_there_is_math_to_hide(
     over [65536, 4096] bf16 has nothing to compute between its loads and takes one vector a
     thread (twice the blocks); with a transcendental it takes two. The flat schedule
     likewise."""
-    from kfuse.schedule import pointwise
 
-    monkeypatch.setattr(pointwise, "ONE_VECTOR_WITHOUT_MATH", True)
+    monkeypatch.setattr(switches, "ONE_VECTOR_WITHOUT_MATH", True)
     monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
     big = [np.empty((65536, 4096), BF16), np.empty(4096, BF16)]
     hp = schedule.compute_heuristics(bias_add(op).fusion, PW, big)

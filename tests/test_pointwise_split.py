@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kfuse import DataType, FusionDefinition, schedule
+from kfuse import DataType, FusionDefinition, schedule, switches
 from kfuse.campaign.property import check_outputs
 from kfuse.codegen.layout import SPLIT, VEC
 from kfuse.codegen.pointwise import emit_pointwise, plan_pointwise
@@ -126,9 +126,8 @@ def test_rows_a_block_leaves_ragged_are_split(
     56 x 56 = 3136 bf16 elements (392 vectors: two blocks of 128 threads of two vectors leave
     23% of the second idle) merge with C, the statistics walking it through sub-axes, into
     rows no block leaves idle; rows of a power of two are left as they are."""
-    from kfuse.schedule import pointwise
 
-    monkeypatch.setattr(pointwise, "SPLIT_RAGGED_ROWS", True)
+    monkeypatch.setattr(switches, "SPLIT_RAGGED_ROWS", True)
     hw = spatial[0] * spatial[1]
     plan, layout, params = gpu_layout(
         normalize(DataType.BFloat16), [(64, 256, *spatial), (256,), (256,)]

@@ -8,7 +8,7 @@ packages, and which modules and functions have grown past the sizes a reader tak
 The layers, lowest first (a package imports only packages of lower layers and its own
 modules; imports under `if TYPE_CHECKING:` are for annotations and are not counted):
 
-    core      errors, dtypes, knobs, the C++ extension _C
+    core      errors, dtypes, knobs, switches, the C++ extension _C
     ir        the Fusion IR
     runtime   the floor that loads and launches: arrays, devices, backends (CUDA, emulator),
               caches, the device runtime's headers
@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("main",),
 )
-CORE_MODULES = {"errors", "_errors_base", "dtypes", "knobs", "_C"}
+CORE_MODULES = {"errors", "_errors_base", "dtypes", "knobs", "switches", "_C"}
 
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80

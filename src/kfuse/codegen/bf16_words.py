@@ -6,13 +6,13 @@ to isolate the half, then a shift). A hand edit of the dropout + layer norm forw
 (PRMT 152 -> 24) at the same 64 registers; that kernel issues an instruction on 86% of its
 cycles (ncu).
 
-On since session 36, after the GPU measured it (tools/kernel_times.py --ab
-kfuse.codegen.bf16_words.FROM_WORDS=True, whole calls in us, as is -> words, torch.compile):
+On since 2026-12-04 (at 270f2c1), after the GPU measured it (tools/kernel_times.py --ab
+kfuse.switches.FROM_WORDS=True, whole calls in us, as is -> words, torch.compile):
 dropout + layer norm forward [8192, 8192] 141.6 -> 132.4 (125.9), [32768, 1024] 64.5 ->
 63.1 (55.9); layer norm backward [8192, 8192] 213.3 -> 199.7 (243.5); dropout + RMS norm
 forward [16384, 4096] 114.9 -> 111.7 (111.8); 19 model rows, none slower by more than the
-dropout + RMS norm backward [32768, 1024]'s 112.0 -> 113.5. FROM_WORDS = False gives the
-16-bit parameters back (the A/B switch).
+dropout + RMS norm backward [32768, 1024]'s 112.0 -> 113.5. kfuse.switches.FROM_WORDS = False gives
+the 16-bit parameters back (the A/B switch).
 The element functions compute in
 float either way (a bf16 leaf is kf::to_float of its parameter, the identity on a float), and
 a float widened from bf16 narrows back to the same bits, NaN payloads included
@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import re
 
+from kfuse import switches
 from kfuse.dtypes import DataType
-
-FROM_WORDS = True
 
 # An element of a vector (or array) the loops index by their lane variable j: a name with
 # subscripts (x0[b], rv1), then [j].
@@ -34,7 +33,7 @@ _LANE = re.compile(r"^(?P<vector>[A-Za-z_]\w*(?:\[[^\[\]]*\])*)\[j\]$")
 
 def converted(dtype: DataType) -> bool:
     """Whether loop values of `dtype` reach the element functions as floats."""
-    return FROM_WORDS and dtype is DataType.BFloat16
+    return switches.FROM_WORDS and dtype is DataType.BFloat16
 
 
 def param_type(dtype: DataType) -> str:

@@ -37,14 +37,14 @@ def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
 
 DYNAMIC_SMEM_ALIGN = 128
 """Where a kernel's dynamic shared memory (held rows, column accumulators) starts: declared
-`__align__(128)`, so the compiler pads the static part (the driver counts the padding: a
-cubin's .nv.shared section is that long), and a persistent kernel's static scratch (above) is
-rounded up to it, so that the padding is nothing where the scratch is the only static array
-and the schedulers' shared memory sums stay exact. A start 64 bytes past a 128-byte line (a
-slot a warp, unrounded) made the warps' 16-byte cp.async copies of held rows 8-9% slower.
-Measured on the H200 (session 38, us, unaligned -> aligned): RMS norm backward [8192, 8192]
-120.0 -> 111.4, dropout + RMS norm backward [16384, 4096] 210.7 -> 193.2, layer norm
-backward [8192, 8192] 163.7 -> 153.9 (still two blocks an SM), [2048, 16384] 94.3 -> 91.2."""
+`__align__(128)`, so the compiler pads the static part (the driver counts the padding: a cubin's
+.nv.shared section is that long), and a persistent kernel's static scratch (above) is rounded up to
+it, so that the padding is nothing where the scratch is the only static array and the schedulers'
+shared memory sums stay exact. A start 64 bytes past a 128-byte line (a slot a warp, unrounded) made
+the warps' 16-byte cp.async copies of held rows 8-9% slower. Measured on the H200 (2026-12-04, at
+ddde816, us, unaligned -> aligned): RMS norm backward [8192, 8192] 120.0 -> 111.4, dropout + RMS
+norm backward [16384, 4096] 210.7 -> 193.2, layer norm backward [8192, 8192] 163.7 -> 153.9 (still
+two blocks an SM), [2048, 16384] 94.3 -> 91.2."""
 
 
 def _loaded(spec: ReductionKernelSpec, u: str, j: str) -> list[str]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kfuse import switches
 from kfuse.codegen import column_partials
 from kfuse.codegen.persistent import emit_persistent
 from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
@@ -60,15 +61,6 @@ NAME = SchedulerType.inner_outer_persistent
 BLOCK_THREADS = 256
 SMEM_ROW_VECTORS = 2
 """Vectors of a row each thread holds where the row is held in shared memory."""
-PREFETCH_NEXT_ROW = True
-"""Rows held in shared memory copy their block's next row while the output pass runs
-(ReductionKernelSpec.prefetch_next): a block an SM otherwise leaves the memory idle from the
-reductions to the next row's loads. Measured on an H200 (bf16, whole calls, us, without ->
-with): layer norm backward [2048, 16384] 100.5 -> 94.0, RMS norm backward 78.4 -> 76.2;
-dropout + layer norm backward [16384, 4096] 231.0 -> 221.1, [8192, 8192] 299.3 -> 281.4 (its
-bool mask copied too: 297.2 -> 303.1 while the mask was loaded when its row started);
-dropout + RMS norm backward [8192, 8192] 204.8 -> 201.2; layer norm backward [8192, 8192]
-(two blocks an SM) 160.5 -> 164.0, the one slower."""
 SMEM_BLOCK_THREADS = 512
 """The most threads a row held in shared memory is spread over (_spread_over_more_threads):
 such blocks are one or two an SM. Measured on an H200 (bf16, us, 256 -> 512 threads):
@@ -81,17 +73,16 @@ backward of [32768, 1024] 62.4 -> 83.5 us."""
 
 ROW_REGISTER_WORDS = 48
 """A row held in shared memory whose blocks run one an SM (its column sums take the rest of
-the SM's shared memory) is held in registers instead, by the same threads, where a thread's
-slots take at most this many 32-bit registers: copied through shared memory, each row costs
-that one block's SM as many shared memory accesses again as the column sums. Measured on an
-H200 (session 38, bf16, whole calls, us, in shared memory -> in registers): one block an SM:
-layer norm backward [2048, 16384] (512 threads of 4 vectors, 48 words) 90.1 -> 77.4, RMS
-norm backward 74.5 -> 69.1, dropout + layer norm backward [8192, 8192] (512 of 2, 36 words)
-277.6 -> 207.9; and where shared memory ran more blocks an SM, which registers do not:
-RMS norm backward [8192, 8192] (2 blocks) 110.5 -> 134.1, dropout + RMS norm backward
-194.6 -> 199.1, layer norm backward 153.1 -> 148.5, dropout + RMS norm backward [16384,
-4096] (4 blocks of 256 -> 3) 193.9 -> 187.9, dropout + layer norm backward (3 blocks, 36
-words, 32 bytes a thread spilled) 214.2 -> 222.7."""
+the SM's shared memory) is held in registers instead, by the same threads, where a thread's slots
+take at most this many 32-bit registers: copied through shared memory, each row costs that one
+block's SM as many shared memory accesses again as the column sums. Measured on an H200 (2026-12-04,
+at ddde816, bf16, whole calls, us, in shared memory -> in registers): one block an SM: layer norm
+backward [2048, 16384] (512 threads of 4 vectors, 48 words) 90.1 -> 77.4, RMS norm backward 74.5 ->
+69.1, dropout + layer norm backward [8192, 8192] (512 of 2, 36 words) 277.6 -> 207.9; and where
+shared memory ran more blocks an SM, which registers do not: RMS norm backward [8192, 8192] (2
+blocks) 110.5 -> 134.1, dropout + RMS norm backward 194.6 -> 199.1, layer norm backward 153.1 ->
+148.5, dropout + RMS norm backward [16384, 4096] (4 blocks of 256 -> 3) 193.9 -> 187.9, dropout +
+layer norm backward (3 blocks, 36 words, 32 bytes a thread spilled) 214.2 -> 222.7."""
 
 
 class Parts:
@@ -331,7 +322,7 @@ def _main_spec(
         column_partials.ColumnPartial(parts.split.accumulated[positions[id(r.inputs[0])]], accs[k])
         for k, r in enumerate(parts.columns.reductions)
     )
-    spec = dataclasses.replace(spec, columns=columns, prefetch_next=PREFETCH_NEXT_ROW)
+    spec = dataclasses.replace(spec, columns=columns, prefetch_next=switches.PREFETCH_NEXT_ROW)
     spec = dataclasses.replace(spec, columns_in_registers=column_partials.fit_in_registers(spec))
     total = block_smem(parts.main, spec)
     if check and total > info.device.shared_mem_per_block_optin:

@@ -88,8 +88,8 @@ its loads wait, and the split kernels stream. On an H200, channels-last instance
 [256, 2048, 7, 7] bf16 (columns of 49): the forward took 87.5 us in this kernel and 82.7 us
 split; the backward 148 us here (214 registers), 136.9 us with only its dx part here, and
 101.6 us split (torch.compile 123.7 and 145.8). Longer columns keep this kernel: a norm over
-dim 0 of [64, 65536] bf16 ran at 0.3 of copy here and 0.1 to 0.2 split (session 15,
-2026-11-30-h200-outer-norms.json)."""
+dim 0 of [64, 65536] bf16 ran at 0.3 of copy here and 0.1 to 0.2 split (2026-11-30, at
+0a97006, 2026-11-30-h200-outer-norms.json)."""
 
 
 def _plan_and_layout(fusion: Fusion, info: RuntimeInfo) -> tuple[ReductionPlan, ReductionLayout]:

@@ -51,7 +51,7 @@ alone at 16384 x 4096 on an H200); 2 vectors a thread are 20, and do not spill. 
 backward (y and the gradient, bf16: 32 words) spilled 33 values at 32 and none at 24. At 16,
 a dropout + layer norm forward (10 words a vector) would leave registers for shared memory
 (one vector a thread needs 512 threads a row), so 24 it is. Measured and not taken for the
-inner-outer rows alone (session 36, H200, bf16, us): 40 took the dropout + layer norm
+inner-outer rows alone (2026-12-04, at 270f2c1, H200, bf16, us): 40 took the dropout + layer norm
 backward [16384, 4096] 232.0 -> 221.7 but [32768, 1024] 102.1 -> 116.1; 32 moved none of 16
 rows by more than 2%."""
 
@@ -98,14 +98,14 @@ def fewest_idle_threads(n: int, per_thread: int, max_batch: int, cap: int) -> in
 
 SHORT_ROW_THREADS = 32
 """Rows that fewer threads than a warp hold take the thread count with the fewest idle
-slots (fewest_idle_threads), up to twice the vectors a thread holds within HELD_WORDS_TARGET:
-an H200 instance norm forward over NCHW [256, 2048, 7, 7] bf16 (rows of 49, one element a
-load) took 94.6 us with 16 threads of 4 (64 slots) and 80.2 us with 8 of 7 (56 slots;
-torch.compile 104.4). Measured and not taken (session 37, that row 56.9 us as is): 4 threads
-of 13 94.4 us, 2 of 25 193.2 (a warp's loads then touch more rows); the block's 16 rows moved
-as one run in 16-byte vectors through shared memory (benchmarks/results/2026-12-04g/
-spans-experiment.patch) 75.3 us, its backward 77.9 -> 97.0: the same bytes in flight a
-thread, and three barriers a block."""
+slots (fewest_idle_threads), up to twice the vectors a thread holds within HELD_WORDS_TARGET: an
+H200 instance norm forward over NCHW [256, 2048, 7, 7] bf16 (rows of 49, one element a load) took
+94.6 us with 16 threads of 4 (64 slots) and 80.2 us with 8 of 7 (56 slots; torch.compile 104.4).
+Measured and not taken (2026-12-04, at 6194d43, that row 56.9 us as is): 4 threads of 13 94.4 us, 2
+of 25 193.2 (a warp's loads then touch more rows); the block's 16 rows moved as one run in 16-byte
+vectors through shared memory (benchmarks/results/ 2026-12-04-6194d43-h200/spans-experiment.patch)
+75.3 us, its backward 77.9 -> 97.0: the same bytes in flight a thread, and three barriers a
+block."""
 
 
 def kept_stages(

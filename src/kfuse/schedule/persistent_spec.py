@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kfuse import switches
 from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
 from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
 from kfuse.codegen.reduction_loads import smem_bytes
@@ -75,11 +76,11 @@ def persistent_spec(
         launch_bounds=params.cparams.maxrregcount is None,
         row_splits=row_splits(layout),
         split_uniform=split_uniform(layout, vector),
-        full_slots=FULL_SLOTS
+        full_slots=switches.FULL_SLOTS
         and cluster == 1
         and (not in_smem or scheduler in FULL_SLOTS_IN_SHARED_MEMORY)
         and layout.red_size == bx * batch * vector,
-        rows_whole=ROWS_WHOLE
+        rows_whole=switches.ROWS_WHOLE
         and bx >= SHORT_ROW_THREADS
         and layout.n_rows % _int(params, "block_y") == 0,
     )
@@ -87,37 +88,13 @@ def persistent_spec(
     return spec
 
 
-FULL_SLOTS = True
-"""Where a row held in registers is exactly the slots of its threads (block_x * batch *
-vector elements, one block a row), the kernel tests no row end (ReductionKernelSpec.
-full_slots), unless ptxas spills without the tests (kfuse.runtime.backends.spill_fallback).
-Measured on an H200 (bf16, whole calls, us; tests kept -> dropped, torch.compile): dropout +
-layer norm forward [8192, 8192] 124.6 -> 110.0 (127.2), [16384, 4096] 128.9 -> 109.2
-(138.5), [2048, 16384] 71.2 -> 58.4 (96.7), [32768, 1024] 64.2 -> 56.3 (55.7); layer norm
-backward [8192, 8192] 220.2 -> 199.8 (244.6); RMS norm forward [32768, 1024] 33.8 -> 33.5
-(33.1). Rows held in shared memory keep the tests: the RMS norm forward [2048, 16384] went
-36.0 -> 37.4 without them."""
-
-
 FULL_SLOTS_IN_SHARED_MEMORY = (SchedulerType.inner_outer_persistent,)
-"""The schedulers whose rows held in shared memory drop the row-end tests too (FULL_SLOTS).
-On an H200 (bf16, us, with the tests -> without; probe 6 of session 36): the backward norms
+"""The schedulers whose rows held in shared memory drop the row-end tests too (switches.FULL_SLOTS).
+On an H200 (bf16, us, with the tests -> without; 2026-12-04, at 270f2c1): the backward norms
 (inner_outer_persistent) RMS norm [8192, 8192] 117.4 -> 111.6, [2048, 16384] 78.5 -> 70.7;
 layer norm [8192, 8192] 215.2 -> 198.0, [2048, 16384] 104.5 -> 91.2; dropout + layer norm
 [8192, 8192] 326.0 -> 300.6; the other ten rows within 1.5%. inner_persistent's keep them:
 the RMS norm forward [2048, 16384] took 37.4 without and 36.0 with."""
-
-
-ROWS_WHOLE = True
-"""Where the rows are a multiple of block_y and a row takes a warp or more, row_ok is the
-constant true (ReductionKernelSpec.rows_whole). Alone it changed little on an H200 (the same
-rows as FULL_SLOTS': within 1%, dropout + RMS norm backward [32768, 1024] 114.2 -> 107.8
-us); with FULL_SLOTS, the tests of both gone let ptxas drop the per-element branches (SASS
-of the dropout + layer norm forward [8192, 8192]: 1648 instructions with the row test alone
-dropped, 1744 with the row-end tests alone, 872 with both). Rows of fewer threads than a
-warp keep the test: the NCHW instance norms over 7 x 7 (rows of 49, 8 threads a row, 16
-rows a block) went from 56.0 to 67.1 us (forward's kernel) and 68.4 to 78.7 (backward's)
-without it."""
 
 
 def row_splits(layout: ReductionLayout) -> tuple[tuple[bool, ...], ...]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from kfuse import switches
 from kfuse.codegen.domain import PaddedRead, UnsupportedExpr, Use
 from kfuse.codegen.layout import (
     BCAST,
@@ -55,20 +56,12 @@ the work fills the device four times: W1 (bias + GELU, bf16 [16384, 8192]) ran 1
 with 2 and 146.3 with 1 on the H200 (2026-11-30-h200-sweep.json)."""
 UNROLL_FLAT = 2
 """Vectors a thread in the 1-D schedule (every operand merged into one axis), likewise.
-Against 1 (128 threads of one vector, torch.compile's Triton shape), bf16 [16384, 8192] on
-the H200, whole calls in us, torch.compile in brackets (session 41, tools/kernel_times.py):
-x * y 129.2 against 124.9 (125.1); SiLU-and-multiply forward 184.5 against 197.8 (183.3),
-backward 310.4 against 309.0 (309.9). One vector a thread wins only where there is no
-arithmetic to overlap with the loads, and loses 7% where there is, so 2 stays."""
+Against 1 (128 threads of one vector, torch.compile's Triton shape), bf16 [16384, 8192] on the H200,
+whole calls in us, torch.compile in brackets (2026-12-05, at 0b57a68, tools/kernel_times.py): x * y
+129.2 against 124.9 (125.1); SiLU-and-multiply forward 184.5 against 197.8 (183.3), backward 310.4
+against 309.0 (309.9). One vector a thread wins only where there is no arithmetic to overlap with
+the loads, and loses 7% where there is, so 2 stays."""
 
-ONE_VECTOR_WITHOUT_MATH = False
-"""Where True, fusions with no costly op (has_costly_math) take one vector a thread in either
-schedule: with nothing to compute between loads, twice the blocks may keep more loads in
-flight than a second vector a thread. UNROLL_FLAT's note has the flat schedule's A/B (x * y
-129.2 -> 124.9 us, SiLU-and-multiply 184.5 -> 197.8). Off until measured: written in session
-41, whose device calls were refused after the first. The A/B: `tools/kernel_times.py
-pointwise_mul:16384x8192 bcast_add_contiguous_dim0:16384x8192 scale_bias_relu_fwd:16384x8192
-batchnorm_fwd_nhwc:256x2048x7x7 --tc --ab kfuse.schedule.pointwise.ONE_VECTOR_WITHOUT_MATH=True`."""
 COSTLY_OPS = frozenset(
     {name for name, info in OPS.items() if info.category == "float_math"}
     | {"div", "fmod", "remainder", "pow"}
@@ -160,7 +153,7 @@ class PointwiseScheduler:
         threads = 128  # measured best on the H200 for W1/W1f (benchmarks/sweep.py)
         vecs_per_row = -(-layout.n_inner // vector)
         many = UNROLL_ROWS if layout.rank > 1 else UNROLL_FLAT
-        if ONE_VECTOR_WITHOUT_MATH and not has_costly_math(fusion):
+        if switches.ONE_VECTOR_WITHOUT_MATH and not has_costly_math(fusion):
             many = 1
         unroll = many if waves >= 4 and vecs_per_row >= many else 1
         rows = rows_per_thread(layout) if waves >= 4 else 1
@@ -260,8 +253,8 @@ def _indexed_by(plan: PointwisePlan) -> tuple[int, ...]:
 
 
 ROWS_PER_THREAD = 2  # measured against 4 on the NHWC instance norm backward: 68.6 against 70.4 us
-# Measured and not taken (session 36, H200, bf16): a thread with ROWS_PER_THREAD rows taking
-# two vectors along the row in turn, as the hand-written probe above had it (block 16 x 8):
+# Measured and not taken (2026-12-04, at 270f2c1, H200, bf16): a thread with ROWS_PER_THREAD rows
+# taking two vectors along the row in turn, as the hand-written probe above had it (block 16 x 8):
 # the NHWC batch and instance norms within 2% either way of one vector.
 
 
@@ -418,24 +411,14 @@ SHORT_ROW = 256
 (split_short_rows)."""
 LONG_ROW = 4096
 """...up to at least this many: 128 threads of two 8-element vectors each take 2048."""
-SPLIT_RAGGED_ROWS = False
-"""Where True, rows shorter than LONG_ROW whose length is not a power of two are lengthened
-too (wants_longer_rows): blocks of a power of two of threads leave part of such a row's last
-block idle. An NCHW batch norm's output pass over [64, 256, 56, 56] bf16 has rows of 3136
-elements, 392 vectors, which two blocks of 128 threads of two vectors cover with 512 slots
-(23% idle); merged with C (one row of 802816 elements) no slot is idle. FIT_ROW_VECTORS,
-which narrowed the blocks instead, made those calls 5-11% slower (session 41,
-benchmarks/results/2026-12-05b-h200.md) and was removed. Off until measured, as
-ONE_VECTOR_WITHOUT_MATH: `tools/kernel_times.py batchnorm_bwd_nchw:64x256x56x56
-batchnorm_fwd_nchw:64x256x56x56 --tc --ab kfuse.schedule.pointwise.SPLIT_RAGGED_ROWS=True`."""
 
 
 def wants_longer_rows(n_inner: int) -> bool:
     """Whether split_short_rows lengthens rows of `n_inner` elements: shorter than SHORT_ROW,
-    or (SPLIT_RAGGED_ROWS) shorter than LONG_ROW and not a power of two."""
+    or (switches.SPLIT_RAGGED_ROWS) shorter than LONG_ROW and not a power of two."""
     if n_inner < SHORT_ROW:
         return True
-    return SPLIT_RAGGED_ROWS and n_inner < LONG_ROW and n_inner & (n_inner - 1) != 0
+    return switches.SPLIT_RAGGED_ROWS and n_inner < LONG_ROW and n_inner & (n_inner - 1) != 0
 
 
 def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
@@ -449,7 +432,7 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
     broadcast over H and W, so no merge crosses C and its rows are 49 elements: 98 bytes, no
     vector access, a block's lanes mostly idle; it ran at 1.0 TB/s on an H200. Merged with C
     (the statistics walking [C, H x W] with strides [1, 0]), x and y take rows of 100352
-    elements in 16-byte vectors. With SPLIT_RAGGED_ROWS, rows up to LONG_ROW that blocks of
+    elements in 16-byte vectors. With switches.SPLIT_RAGGED_ROWS, rows up to LONG_ROW that blocks of
     a power of two of threads cannot cover without idle lanes are lengthened too
     (wants_longer_rows)."""
     if layout.rank < 2 or not wants_longer_rows(layout.n_inner):

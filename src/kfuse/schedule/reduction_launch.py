@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kfuse import switches
 from kfuse.codegen.layout import BCAST, INTERLEAVED, STRIDED, VEC
 from kfuse.codegen.reduction import emit_reduction
 from kfuse.codegen.reduction_finalize import finalize_threads_x, finalize_threads_y
@@ -36,17 +37,6 @@ from kfuse.schedule.types import SchedulerType
 TAIL_BATCHES = 4
 """Outer threads with fewer batches of rows than this take their last rows in batches of
 halving size (ReductionKernelSpec.tail_batches); threads with more keep the lighter loop."""
-
-
-OUTER_RED_CONSTANT = True
-"""An outer kernel loads an input that is the same for every reduced row (red_constant) once a
-thread instead of once a row: the NHWC instance norm backward's statistics over [64, 56, 56,
-256] bf16 (a float mean per (n, c)) took 8 vectors of 8 floats a batch, 64 registers, and
-spilled 16 bytes a thread under its 64-register bound (sm_90 SASS). On an H200 (bf16, whole
-calls, us; once a row -> once a thread, torch.compile): instance norm backward NHWC [64, 256,
-56, 56] 138.8 -> 134.8 (135.4), [256, 2048, 7, 7] 90.4 -> 89.4; batch norm backward NHWC
-[64, 256, 56, 56] 129.3 -> 125.1 (136.5), [256, 2048, 7, 7] 70.7 -> 67.3 (75.9); GELU
-backward's reduction over dim 0 [16384, 8192] 223.7 -> 222.8 (255.0)."""
 
 
 def kernel_spec(
@@ -103,7 +93,9 @@ def kernel_spec(
             plan, vector, unroll, _int(params, "block_x") * by, device.max_threads_per_sm
         ),
         finalize_x=finalize_threads_x(layout.n_rows, device.sm_count),
-        red_constant=() if inner or not OUTER_RED_CONSTANT else red_constant(layout, kinds),
+        red_constant=()
+        if inner or not switches.OUTER_RED_CONSTANT
+        else red_constant(layout, kinds),
     )
     if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
         raise SchedulerError(

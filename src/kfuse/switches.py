@@ -1,0 +1,81 @@
+"""The switches between two code paths that kfuse keeps for A/B measurements, in one place.
+
+Each is read where its choice is made, at the time it is made (`switches.NAME`, never a
+copy), so that a test or an A/B run sets it on this module: `monkeypatch.setattr(switches,
+"SPLIT_RAGGED_ROWS", True)`, or `tools/kernel_times.py ... --ab
+kfuse.switches.SPLIT_RAGGED_ROWS=True`. The ones that are on were measured and kept (their
+other path stays for the A/B and for the tests that check both give the same results); the
+ones that are off wait for a measurement (tools/tuning_plan.txt lists the commands).
+"""
+
+# ---- measured and on -------------------------------------------------------------------
+
+PREFETCH_NEXT_ROW = True
+"""Rows held in shared memory copy their block's next row while the output pass runs
+(ReductionKernelSpec.prefetch_next): a block an SM otherwise leaves the memory idle from the
+reductions to the next row's loads. Measured on an H200 (bf16, whole calls, us, without ->
+with): layer norm backward [2048, 16384] 100.5 -> 94.0, RMS norm backward 78.4 -> 76.2;
+dropout + layer norm backward [16384, 4096] 231.0 -> 221.1, [8192, 8192] 299.3 -> 281.4 (its
+bool mask copied too: 297.2 -> 303.1 while the mask was loaded when its row started);
+dropout + RMS norm backward [8192, 8192] 204.8 -> 201.2; layer norm backward [8192, 8192]
+(two blocks an SM) 160.5 -> 164.0, the one slower."""
+
+OUTER_RED_CONSTANT = True
+"""An outer kernel loads an input that is the same for every reduced row (red_constant) once a
+thread instead of once a row: the NHWC instance norm backward's statistics over [64, 56, 56,
+256] bf16 (a float mean per (n, c)) took 8 vectors of 8 floats a batch, 64 registers, and
+spilled 16 bytes a thread under its 64-register bound (sm_90 SASS). On an H200 (bf16, whole
+calls, us; once a row -> once a thread, torch.compile): instance norm backward NHWC [64, 256,
+56, 56] 138.8 -> 134.8 (135.4), [256, 2048, 7, 7] 90.4 -> 89.4; batch norm backward NHWC
+[64, 256, 56, 56] 129.3 -> 125.1 (136.5), [256, 2048, 7, 7] 70.7 -> 67.3 (75.9); GELU
+backward's reduction over dim 0 [16384, 8192] 223.7 -> 222.8 (255.0)."""
+
+FULL_SLOTS = True
+"""Where a row held in registers is exactly the slots of its threads (block_x * batch *
+vector elements, one block a row), the kernel tests no row end (ReductionKernelSpec.
+full_slots), unless ptxas spills without the tests (kfuse.runtime.backends.spill_fallback).
+Measured on an H200 (bf16, whole calls, us; tests kept -> dropped, torch.compile): dropout +
+layer norm forward [8192, 8192] 124.6 -> 110.0 (127.2), [16384, 4096] 128.9 -> 109.2
+(138.5), [2048, 16384] 71.2 -> 58.4 (96.7), [32768, 1024] 64.2 -> 56.3 (55.7); layer norm
+backward [8192, 8192] 220.2 -> 199.8 (244.6); RMS norm forward [32768, 1024] 33.8 -> 33.5
+(33.1). Rows held in shared memory keep the tests: the RMS norm forward [2048, 16384] went
+36.0 -> 37.4 without them."""
+
+ROWS_WHOLE = True
+"""Where the rows are a multiple of block_y and a row takes a warp or more, row_ok is the
+constant true (ReductionKernelSpec.rows_whole). Alone it changed little on an H200 (the same
+rows as FULL_SLOTS': within 1%, dropout + RMS norm backward [32768, 1024] 114.2 -> 107.8
+us); with FULL_SLOTS, the tests of both gone let ptxas drop the per-element branches (SASS
+of the dropout + layer norm forward [8192, 8192]: 1648 instructions with the row test alone
+dropped, 1744 with the row-end tests alone, 872 with both). Rows of fewer threads than a
+warp keep the test: the NCHW instance norms over 7 x 7 (rows of 49, 8 threads a row, 16
+rows a block) went from 56.0 to 67.1 us (forward's kernel) and 68.4 to 78.7 (backward's)
+without it."""
+
+FROM_WORDS = True
+"""bf16 loop values reach the generated element functions as floats converted from the
+32-bit words of their vectors (kfuse.codegen.bf16_words, whose docstring has the
+measurements), not as 16-bit values each function widens."""
+
+# ---- off until measured ----------------------------------------------------------------
+
+ONE_VECTOR_WITHOUT_MATH = False
+"""Where True, fusions with no costly op (kfuse.schedule.pointwise.has_costly_math) take one
+vector a thread in either schedule: with nothing to compute between loads, twice the blocks
+may keep more loads in flight than a second vector a thread. UNROLL_FLAT's note
+(kfuse.schedule.pointwise) has the flat schedule's A/B (x * y 129.2 -> 124.9 us,
+SiLU-and-multiply 184.5 -> 197.8). Off until measured: written on 2026-12-05 (at 0b57a68),
+when the device calls after the first were refused. The A/B: `tools/kernel_times.py
+pointwise_mul:16384x8192 bcast_add_contiguous_dim0:16384x8192 scale_bias_relu_fwd:16384x8192
+batchnorm_fwd_nhwc:256x2048x7x7 --tc --ab kfuse.switches.ONE_VECTOR_WITHOUT_MATH=True`."""
+
+SPLIT_RAGGED_ROWS = False
+"""Where True, rows shorter than kfuse.schedule.pointwise.LONG_ROW whose length is not a power of
+two are lengthened too (wants_longer_rows): blocks of a power of two of threads leave part of
+such a row's last block idle. An NCHW batch norm's output pass over [64, 256, 56, 56] bf16 has
+rows of 3136 elements, 392 vectors, which two blocks of 128 threads of two vectors cover with
+512 slots (23% idle); merged with C (one row of 802816 elements) no slot is idle.
+FIT_ROW_VECTORS, which narrowed the blocks instead, made those calls 5-11% slower (2026-12-05,
+at 0b57a68, benchmarks/results/2026-12-05-0b57a68-h200.md) and was removed. Off until measured,
+as ONE_VECTOR_WITHOUT_MATH: `tools/kernel_times.py batchnorm_bwd_nchw:64x256x56x56
+batchnorm_fwd_nchw:64x256x56x56 --tc --ab kfuse.switches.SPLIT_RAGGED_ROWS=True`."""
