@@ -39,7 +39,7 @@ def test_a_comparison_that_only_nan_fails_is_still_made(
     nvrtc_and_nvdisasm_or_skip()
     fd = compared_abs(op, constant, negate, dtype)
     numpy_dtype = np.float32 if dtype is DataType.Float else np.float16
-    compile_as_for_a_gpu(monkeypatch, "sass", tmp_path, fd, [np.ones(1000, numpy_dtype)])
+    compile_as_for_a_gpu(monkeypatch, "compile", tmp_path, fd, [np.ones(1000, numpy_dtype)])
     (sass,) = tmp_path.rglob("*.sass")
     text = sass.read_text()
     assert "EXIT" in text  # a real disassembly, not a message

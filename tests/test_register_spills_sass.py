@@ -91,7 +91,7 @@ def _sass(
     case = CASES[name]
     fd = case.define(DataType.BFloat16)
     inputs = case.make_inputs(torch, shape, torch.bfloat16, "cpu")
-    compile_as_for_a_gpu(monkeypatch, "sass", tmp_path, fd, inputs)
+    compile_as_for_a_gpu(monkeypatch, "compile", tmp_path, fd, inputs)
     # The main kernel: an inner_outer_persistent fusion also has its partials' finalize.
     (sass,) = [
         p
@@ -117,7 +117,7 @@ def test_outer_welford_kernels_fit_their_launch_bound(
         fd.add_output(var)
         fd.add_output(mean)
     inputs = [torch.empty(shape, dtype=torch.bfloat16)]  # not touched: address space only
-    compile_as_for_a_gpu(monkeypatch, "cuda,sass", tmp_path, fd, inputs)
+    compile_as_for_a_gpu(monkeypatch, "kernels,compile", tmp_path, fd, inputs)
     (main,) = [
         p for p in tmp_path.rglob("kfuse_outer_*.sass") if not re.search(r"_fin\d*\.", p.name)
     ]
