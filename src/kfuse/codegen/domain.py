@@ -20,8 +20,9 @@ coordinates less the low widths, the pad value outside the tensor (`PaddedRead`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -39,6 +40,7 @@ from kfuse.ir.exprs import (
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 
 View = tuple  # tuple[int | None, ...]: per Val axis, the reference axis or None
@@ -122,8 +124,9 @@ def padded_read_of(expr: Expr) -> bool:
 def indexed_read_of(expr: Expr) -> bool:
     """Whether a kernel reads `expr`'s output inside it (map_to_domain's indexed_reads): an
     index_select, gather or take_along_axis whose tensor and index are fusion inputs."""
-    return isinstance(expr, (IndexSelectOp, GatherOp)) and all(
-        v.definition is None for v in expr.inputs
+    row = structural_info(expr)
+    return (
+        row is not None and row.reads_positions and all(v.definition is None for v in expr.inputs)
     )
 
 
@@ -144,6 +147,37 @@ def _indexed_read(expr: IndexSelectOp | GatherOp, out_view: View) -> IndexedRead
     return IndexedRead(expr, table_view, Use(index, index_view))
 
 
+def _broadcast_view(expr: BroadcastOp, tensor: TensorView, out_view: View) -> View:
+    return tuple(r for r, new in zip(out_view, expr.is_new_axis) if not new)
+
+
+def _expand_view(expr: ExpandOp, tensor: TensorView, out_view: View) -> View:
+    return tuple(None if ax.is_broadcast else r for ax, r in zip(tensor.axes, out_view))
+
+
+def _squeeze_view(expr: SqueezeOp, tensor: TensorView, out_view: View) -> View:
+    rest = iter(out_view)
+    return tuple(None if i in expr.dims else next(rest) for i in range(tensor.ndim))
+
+
+def _permute_view(expr: PermuteOp, tensor: TensorView, out_view: View) -> View:
+    view: list[int | None] = [None] * tensor.ndim
+    for i, src in enumerate(expr.perm):
+        view[src] = out_view[i]
+    return tuple(view)
+
+
+VIEW_OPERANDS: dict[type[Expr], Callable[[Any, TensorView, View], View]] = {
+    BroadcastOp: _broadcast_view,
+    ExpandOp: _expand_view,
+    SqueezeOp: _squeeze_view,
+    PermuteOp: _permute_view,
+}
+"""The view ops (kfuse.ir.structural's kind 'view') a kernel maps through: the view at which
+the tensor input is read when the output is at a view. A reshape regroups axes: its own
+kernels handle it."""
+
+
 def operand_views(expr: Expr, out_view: View) -> list[View | None]:
     """The view at which each input of `expr` is read when its output is at `out_view`.
 
@@ -162,21 +196,9 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
         return views
     tensor = expr.inputs[0]
     assert isinstance(tensor, TensorView)
-    if isinstance(expr, BroadcastOp):
-        kept = [r for r, new in zip(out_view, expr.is_new_axis) if not new]
-        return [tuple(kept)] + [None] * (len(expr.inputs) - 1)
-    if isinstance(expr, ExpandOp):
-        view = tuple(None if ax.is_broadcast else r for ax, r in zip(tensor.axes, out_view))
-        return [view] + [None] * (len(expr.inputs) - 1)
-    if isinstance(expr, SqueezeOp):
-        rest = iter(out_view)
-        view = tuple(None if i in expr.dims else next(rest) for i in range(tensor.ndim))
-        return [view]
-    if isinstance(expr, PermuteOp):
-        view_list: list[int | None] = [None] * tensor.ndim
-        for i, src in enumerate(expr.perm):
-            view_list[src] = out_view[i]
-        return [tuple(view_list)]
+    view_of = VIEW_OPERANDS.get(type(expr))
+    if view_of is not None:
+        return [view_of(expr, tensor, out_view)] + [None] * (len(expr.inputs) - 1)
     if isinstance(expr, (IndexSelectOp, GatherOp, PadOp)):
         raise UnsupportedExpr(
             f"{type(expr).__name__} {expr.outputs[0].name}: only pointwise kernels read index "

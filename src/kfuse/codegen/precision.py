@@ -13,37 +13,22 @@ from __future__ import annotations
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import (
     BinaryOp,
-    BroadcastOp,
     CastOp,
-    CatOp,
-    ExpandOp,
-    GatherOp,
-    IndexSelectOp,
-    PadOp,
-    PermuteOp,
     ReductionOp,
-    SliceOp,
-    SqueezeOp,
     TernaryOp,
     UnaryOp,
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
+from kfuse.ir.structural import STRUCTURAL
 from kfuse.ir.values import Val
 
 FAST_OPS = frozenset(name for name, row in OPS.items() if row.precision == "approximable")
 """The ops with an approximate form (the op table's precision class 'approximable')."""
-_MOVES = (
-    BroadcastOp,
-    ExpandOp,
-    SqueezeOp,
-    PermuteOp,
-    SliceOp,
-    PadOp,
-    CatOp,
-    IndexSelectOp,
-    GatherOp,
-)
+_MOVES = tuple(c for c, row in STRUCTURAL.items() if row.keeps_axes)
+"""The structural ops a value reaches BFloat16 outputs through unchanged. A reshape is left
+out, as it has been since fast forms were measured (fb96d48): taking it in would change
+which kernels use them."""
 
 
 def approximable(fusion: Fusion) -> frozenset[Val]:

@@ -9,29 +9,19 @@ from typing import Any, cast
 from kfuse.dtypes import python_scalar_dtype
 from kfuse.ir.exprs import (
     BinaryOp,
-    BroadcastOp,
     CastOp,
-    CatOp,
-    ExpandOp,
     Expr,
-    GatherOp,
-    IndexSelectOp,
     LinearOp,
     MatmulOp,
-    PadOp,
-    PermuteOp,
     ReductionOp,
-    ReshapeOp,
     SizeOp,
-    SliceOp,
-    SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
     attribute_vals,
 )
-from kfuse.ir.index_ops import op_name
 from kfuse.ir.ops import fd_call
+from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
@@ -102,31 +92,9 @@ def _call(expr: Expr, names: Mapping[int, str]) -> str:
         return f"fd.ops.{method}({', '.join(a + [f'{k}={v!r}' for k, v in keywords.items()])})"
     if isinstance(expr, CastOp):
         return f"fd.ops.cast({a[0]}, dtype={expr.dtype!r})"
-    if isinstance(expr, BroadcastOp):
-        return f"fd.ops.broadcast({a[0]}, is_broadcast_dim={list(expr.is_new_axis)})"
-    if isinstance(expr, ExpandOp):
-        return f"fd.ops.expand({a[0]}, shape={_extent_list(expr.extents, names)})"
-    if isinstance(expr, SqueezeOp):
-        # As nvFuser's printer, squeeze_expanded only where it is needed (True).
-        expanded = ", squeeze_expanded=True" if expr.expanded else ""
-        return f"fd.ops.squeeze({a[0]}, dims={list(expr.dims)}{expanded})"
-    if isinstance(expr, PermuteOp):
-        return f"fd.ops.permute({a[0]}, dims={list(expr.perm)})"
-    if isinstance(expr, ReshapeOp):
-        return f"fd.ops.reshape({a[0]}, new_shape={_extent_list(expr.shape, names)})"
-    if isinstance(expr, SliceOp):
-        return (
-            f"fd.ops.slice({a[0]}, start_indices={_extent_list(expr.starts, names)}, "
-            f"end_indices={_extent_list(expr.stops, names)}, strides={list(expr.steps)}"
-            + (", manual_normalization=True)" if expr.manual else ")")
-        )
-    if isinstance(expr, PadOp):
-        widths = [w for lo, hi in zip(expr.lows[::-1], expr.highs[::-1]) for w in (lo, hi)]
-        return f"fd.ops.pad({a[0]}, pad_widths={_extent_list(tuple(widths), names)}, value={a[1]})"
-    if isinstance(expr, (IndexSelectOp, GatherOp)):
-        return f"fd.ops.{op_name(expr)}({a[0]}, {a[1]}, dim={expr.dim})"
-    if isinstance(expr, CatOp):
-        return f"fd.ops.cat([{', '.join(a)}], dim={expr.dim})"
+    if (row := structural_info(expr)) is not None:
+        arguments = row.arguments(expr, a, lambda entries: _extent_list(entries, names))
+        return f"fd.ops.{row.printed_method(expr)}({arguments})"
     if isinstance(expr, ReductionOp):
         return (
             f"fd.ops.{expr.op}({a[0]}, dims={list(expr.dims)}, keepdim=False, dtype={expr.dtype!r})"

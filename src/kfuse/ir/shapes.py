@@ -2,43 +2,25 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, cast
 
 from kfuse.errors import InputError
 from kfuse.ir.exprs import (
     BinaryOp,
-    BroadcastOp,
     CastOp,
-    CatOp,
-    ExpandOp,
     Expr,
-    GatherOp,
-    IndexSelectOp,
     LinearOp,
     MatmulOp,
-    PadOp,
-    PermuteOp,
     ReductionOp,
-    ReshapeOp,
     SizeOp,
-    SliceOp,
-    SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
 )
-from kfuse.ir.index_ops import indexed_shape
-from kfuse.ir.resize_ops import cat_windows, pad_windows, slice_ranges, sliced_shape
 from kfuse.ir.scalar_eval import eval_scalar, to_python
-from kfuse.ir.values import Scalar, TensorView, Val
-
-
-class _Origin:
-    """Where an extent came from, for error messages."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
+from kfuse.ir.structural import structural_info
+from kfuse.ir.structural_shapes import Origin, value_of
+from kfuse.ir.values import TensorView, Val
 
 
 def _shape_of(x: Any) -> tuple[int, ...] | None:
@@ -53,7 +35,7 @@ def infer_shapes(fusion: Any, inputs: list[Any]) -> dict[Val, Any]:
     if len(inputs) != len(fusion.inputs):
         raise InputError(f"the fusion takes {len(fusion.inputs)} inputs, got {len(inputs)}")
     shapes: dict[Val, Any] = {}
-    origins: dict[Val, list[_Origin]] = {}
+    origins: dict[Val, list[Origin]] = {}
     for pos, (val, arg) in enumerate(zip(fusion.inputs, inputs, strict=False)):
         if isinstance(val, TensorView):
             shape = _shape_of(arg)
@@ -76,7 +58,7 @@ def infer_shapes(fusion: Any, inputs: list[Any]) -> dict[Val, Any]:
                         f"{where} axis {i} was defined with size {axis.extent} but has size {n}"
                     )
             shapes[val] = shape
-            origins[val] = [_Origin(f"{where} axis {i}") for i in range(val.ndim)]
+            origins[val] = [Origin(f"{where} axis {i}") for i in range(val.ndim)]
         else:
             value = arg.item() if hasattr(arg, "item") else arg
             shapes[val] = value
@@ -85,19 +67,7 @@ def infer_shapes(fusion: Any, inputs: list[Any]) -> dict[Val, Any]:
     return shapes
 
 
-def _named(v: Val) -> str:
-    """A scalar's name and, for a size, where it comes from."""
-    d = v.definition
-    return f"{v.name} (size {d.dim} of {d.inputs[0].name})" if isinstance(d, SizeOp) else v.name
-
-
-def _value(v: Val, shapes: dict[Val, Any]) -> Any:
-    if isinstance(v, Scalar) and v.is_constant:
-        return v.value
-    return shapes.get(v)
-
-
-def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]) -> None:
+def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[Origin]]) -> None:
     out = expr.outputs[0]
     if not isinstance(out, TensorView):
         infer_scalar(expr, shapes)
@@ -107,46 +77,8 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
     orig = origins.get(tv, [])
     if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
         shapes[out], origins[out] = _pointwise(expr, shapes, origins)
-    elif isinstance(expr, BroadcastOp):
-        it = iter(zip(shape, orig, strict=False))
-        pairs = [
-            (1, _Origin(f"broadcast axis of {out.name}")) if new else next(it)
-            for new in expr.is_new_axis
-        ]
-        shapes[out] = tuple(p[0] for p in pairs)
-        origins[out] = [p[1] for p in pairs]
-    elif isinstance(expr, ExpandOp):
-        shapes[out], origins[out] = _expand(expr, shape, orig, shapes)
-    elif isinstance(expr, SqueezeOp):
-        _check_squeezed(expr, shape, orig)
-        keep = [i for i in range(len(shape)) if i not in expr.dims]
-        shapes[out] = tuple(shape[i] for i in keep)
-        origins[out] = [orig[i] for i in keep]
-    elif isinstance(expr, PermuteOp):
-        shapes[out] = tuple(shape[p] for p in expr.perm)
-        origins[out] = [orig[p] for p in expr.perm]
-    elif isinstance(expr, ReshapeOp):
-        shapes[out] = _reshape(expr, shape, shapes)
-        origins[out] = [_Origin(f"reshape to {out.name} axis {i}") for i in range(out.ndim)]
-    elif isinstance(expr, SliceOp):
-        ranges = slice_ranges(expr, shape, shapes)
-        shapes[out] = sliced_shape(ranges)
-        origins[out] = [
-            o if r == (0, n, 1) else _Origin(f"slice to {out.name} axis {i}")
-            for i, (o, r, n) in enumerate(zip(orig, ranges, shape))
-        ]
-    elif isinstance(expr, PadOp):
-        shapes[out], _, _ = pad_windows(expr, shape, shapes)
-        origins[out] = [_Origin(f"pad to {out.name} axis {i}") for i in range(out.ndim)]
-    elif isinstance(expr, (IndexSelectOp, GatherOp)):
-        shapes[out] = indexed_shape(expr, shapes)
-        origins[out] = _indexed_origins(expr, shapes, origins)
-    elif isinstance(expr, CatOp):
-        shapes[out], _ = cat_windows(expr, [shapes[t] for t in expr.inputs])
-        origins[out] = [
-            _Origin(f"cat to {out.name} axis {i}") if i == expr.dim else o
-            for i, o in enumerate(orig)
-        ]
+    elif (row := structural_info(expr)) is not None:
+        shapes[out], origins[out] = row.infer(expr, shapes, origins)
     elif isinstance(expr, (ReductionOp, WelfordOp)):
         keep = [i for i in range(len(shape)) if i not in expr.dims]
         for o in expr.outputs:
@@ -156,79 +88,17 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
         from kfuse.ir.library_ops import infer_library_shape
 
         shapes[out] = infer_library_shape(expr, shapes)
-        origins[out] = [_Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
+        origins[out] = [Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
     else:  # pragma: no cover - every Expr class is handled above
         raise InputError(f"shape inference does not know {type(expr).__name__}")
 
 
-def _indexed_origins(
-    expr: IndexSelectOp | GatherOp, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
-) -> list[_Origin]:
-    """Where each axis of an index_select's or gather's output takes its size: the index's
-    axis (a gather's are all the index's, take_along_axis's off the indexed one those of
-    the larger), else the tensor's; so that an error about it names the input to change (a
-    cross entropy's [N, 1] targets given as [N, 2], squeezed later)."""
-    arg, index = expr.inputs
-    if isinstance(expr, IndexSelectOp):
-        return [origins[index][0] if i == expr.dim else o for i, o in enumerate(origins[arg])]
-    return [
-        origins[arg][i]
-        if expr.broadcast and i != expr.dim and shapes[index][i] == 1
-        else origins[index][i]
-        for i in range(len(shapes[index]))
-    ]
-
-
-def _check_squeezed(expr: SqueezeOp, shape: tuple[int, ...], orig: list[_Origin]) -> None:
-    """A squeezed axis the definition did not know to be of size 1 (a symbolic one) must be
-    1 on this call: removing an axis of another size would drop its other elements, so the
-    call stops here, before anything is compiled or launched for it. An expanded axis that
-    squeeze_expanded removes may have any size."""
-    tv = expr.inputs[0]
-    for d in expr.dims:
-        if d not in expr.expanded and shape[d] != 1:
-            raise InputError(
-                f"{expr.outputs[0].name} = squeeze({tv.name}, dims={list(expr.dims)}): axis {d} "
-                f"of {tv.name} has size {shape[d]} (from {orig[d].text}); only an axis of "
-                "size 1 can be squeezed"
-            )
-
-
-def _expand(
-    expr: ExpandOp, shape: tuple[int, ...], orig: list[_Origin], shapes: dict[Val, Any]
-) -> tuple[tuple[int, ...], list[_Origin]]:
-    """An expand's shape: each broadcast axis given an extent takes it; any other axis must
-    be asked for its own size."""
-    out, tv = expr.outputs[0], expr.inputs[0]
-    new_shape, new_orig = list(shape), list(orig)
-    for i, ext in enumerate(expr.extents):
-        if ext is None:
-            continue
-        n = _value(ext, shapes)
-        if n is None or int(n) < 0:
-            raise InputError(
-                f"{out.name} = expand(...): extent {ext.name} of axis {i} is {n}, not a size"
-            )
-        if not cast(TensorView, tv).axes[i].is_broadcast:
-            # Only broadcast axes expand; the size asked of any other must be its size.
-            if int(n) != shape[i]:
-                asked = str(int(n)) if ext.is_constant else f"{_named(ext)} = {int(n)}"
-                raise InputError(
-                    f"{out.name} = expand({tv.name}, ...): {orig[i].text} has "
-                    f"size {shape[i]}, but axis {i} was asked to be {asked}"
-                )
-            continue
-        new_shape[i] = int(n)
-        new_orig[i] = _Origin(f"expand extent {ext} of {out.name} axis {i}")
-    return tuple(new_shape), new_orig
-
-
 def _pointwise(
-    expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[_Origin]]
-) -> tuple[tuple[int, ...], list[_Origin]]:
+    expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[Origin]]
+) -> tuple[tuple[int, ...], list[Origin]]:
     out = cast(TensorView, expr.outputs[0])
     result: list[int] = [1] * out.ndim
-    res_orig: list[_Origin | None] = [None] * out.ndim
+    res_orig: list[Origin | None] = [None] * out.ndim
     for operand in expr.inputs:
         if not isinstance(operand, TensorView):
             continue
@@ -244,34 +114,8 @@ def _pointwise(
                     f"{first.text} has size {result[i]} but {origins[operand][i].text} "
                     f"has size {n}; they meet in {out.name} = {expr._math()}"
                 )
-    final = [o if o is not None else _Origin(f"broadcast axis of {out.name}") for o in res_orig]
+    final = [o if o is not None else Origin(f"broadcast axis of {out.name}") for o in res_orig]
     return tuple(result), final
-
-
-def _reshape(expr: ReshapeOp, shape: tuple[int, ...], shapes: dict[Val, Any]) -> tuple[int, ...]:
-    out = cast(TensorView, expr.outputs[0])
-    total = math.prod(shape)
-    entries = [_value(s, shapes) for s in expr.shape]
-    if any(e is None for e in entries):
-        raise InputError(f"reshape to {out.name}: a shape entry has no value")
-    entries = [int(e) for e in entries]
-    known = math.prod(e for e in entries if e != -1)
-    if -1 in entries:
-        if known == 0 or total % known:
-            raise InputError(
-                f"reshape of {expr.inputs[0].name} with shape {shape} "
-                f"({total} elements) to {entries}: the sizes do not divide"
-            )
-        entries[entries.index(-1)] = total // known
-    elif known != total:
-        raise InputError(
-            f"reshape of {expr.inputs[0].name} with shape {shape} ({total} "
-            f"elements) to {tuple(entries)} ({known} elements)"
-        )
-    for i, (axis, n) in enumerate(zip(out.axes, entries, strict=False)):
-        if axis.is_broadcast and n != 1:
-            raise InputError(f"reshape to {out.name}: axis {i} must be 1, got {n}")
-    return tuple(entries)
 
 
 def infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
@@ -281,7 +125,7 @@ def infer_scalar(expr: Expr, shapes: dict[Val, Any]) -> None:
     if isinstance(expr, SizeOp):
         shapes[out] = shapes[expr.inputs[0]][expr.dim]
         return
-    args = [_value(v, shapes) for v in expr.inputs]
+    args = [value_of(v, shapes) for v in expr.inputs]
     if any(a is None for a in args):
         shapes[out] = None  # depends on a scalar input whose value was not given
     elif isinstance(expr, CastOp):
@@ -294,9 +138,9 @@ def infer_added(exprs: list[Expr], shapes: dict[Val, Any]) -> None:
     """The extents of the outputs of tensor `exprs` (in order) into `shapes`, from those of
     their inputs there, which shape inference has checked: the segmenter's own exprs
     (kfuse.engine.segmenter.split_reductions), whose values the fusion does not have."""
-    origins: dict[Val, list[_Origin]] = {}
+    origins: dict[Val, list[Origin]] = {}
     for expr in exprs:
         for v in expr.inputs:
             if isinstance(v, TensorView) and v not in origins:
-                origins[v] = [_Origin(f"{v.name} axis {i}") for i in range(v.ndim)]
+                origins[v] = [Origin(f"{v.name} axis {i}") for i in range(v.ndim)]
         _infer(expr, shapes, origins)

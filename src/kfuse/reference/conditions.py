@@ -35,25 +35,15 @@ from typing import Any
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import (
     BinaryOp,
-    BroadcastOp,
     CastOp,
-    CatOp,
-    ExpandOp,
     Expr,
-    GatherOp,
-    IndexSelectOp,
-    PadOp,
-    PermuteOp,
     ReductionOp,
-    ReshapeOp,
-    SliceOp,
-    SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
 )
 from kfuse.ir.ops import OPS
-from kfuse.ir.resize_ops import joined, padded
+from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 
 EPSILON: dict[DataType, float] = {
@@ -66,17 +56,6 @@ EPSILON: dict[DataType, float] = {
 }
 """Each floating dtype's unit roundoff doubled (its spacing at 1): a value that a sum of n
 terms rounded is within n of these times its terms' magnitudes of the exact result."""
-
-_SHAPE_OPS = (
-    BroadcastOp,
-    ExpandOp,
-    SqueezeOp,
-    PermuteOp,
-    ReshapeOp,
-    SliceOp,
-    IndexSelectOp,
-    GatherOp,
-)
 
 SLOPE_BOUNDS: dict[str, float] = {
     name: row.slope for name, row in OPS.items() if row.slope is not None
@@ -150,13 +129,11 @@ class ConditionTracker:
             mags[out], terms[out] = mags[first], terms[first]
         elif isinstance(expr, UnaryOp) and op in SLOPE_BOUNDS:
             mags[out], terms[out] = mags[first] * SLOPE_BOUNDS[op], terms[first]
-        elif isinstance(expr, _SHAPE_OPS):
-            mags[out], terms[out] = self._shape_op(expr, mags[first]), terms[first]
-        elif isinstance(expr, PadOp):  # the pad value is exact: magnitude 0
-            mags[out], terms[out] = self._padded(expr, mags[first]), terms[first]
-        elif isinstance(expr, CatOp):
-            mags[out] = self._joined(expr, [self.size(t) for t in expr.inputs])
-            terms[out] = max(terms.get(t, 1) for t in expr.inputs)
+        elif (row := structural_info(expr)) is not None:
+            # Elements moved keep their magnitudes; a pad's value is exact: magnitude 0.
+            data = row.data_inputs(expr)
+            mags[out] = self._structural(expr, [self.size(t) for t in data])
+            terms[out] = max(terms.get(t, 1) for t in data)
         elif isinstance(expr, BinaryOp) and op in ("add", "sub"):
             a, b = expr.inputs
             mags[out] = self.size(a) + self.size(b)
@@ -175,28 +152,28 @@ class ConditionTracker:
             count *= shape[d]
         return count
 
-    def _padded(self, expr: PadOp, array: Any) -> Any:
-        """`array` (of the pad's input's shape) padded with zeros as the pad is."""
-        return padded(expr, array, self.ev.shapes, 0.0, self._zeros)
-
-    def _joined(self, expr: CatOp, arrays: list[Any]) -> Any:
-        """`arrays` (one of each cat input's shape, float64) joined as the cat joins them."""
-        shapes = [self.ev.shapes[t] for t in expr.inputs]
-        full = [a if hasattr(a, "shape") else self._zeros(s, a) for a, s in zip(arrays, shapes)]
-        return joined(expr, full, self._zeros)
-
     def _zeros(self, shape: tuple[int, ...], value: Any) -> Any:
         """A float64 array of `shape` holding `value`."""
         return self.be.full(shape, float(value), self.f64, self.ev.like)
 
-    def _shape_op(self, expr: Expr, array: Any) -> Any:
-        """The evaluator's shape op of expr applied to `array` in place of its input."""
-        env, src = self.ev.env, expr.inputs[0]
-        saved, env[src] = env[src], array
-        try:
-            return self.ev.shape_op(expr)
-        finally:
-            env[src] = saved
+    def _structural(self, expr: Expr, arrays: list[Any]) -> Any:
+        """The structural op `expr` (kfuse.ir.structural) evaluated with `arrays` (float64,
+        or a number: an array of it) in place of its data inputs' values; the elements
+        none of them gives (a pad's) are 0."""
+        row = structural_info(expr)
+        assert row is not None
+        shapes = self.ev.shapes
+        data = iter(arrays)
+        args = []
+        for k, v in enumerate(expr.inputs):
+            if k == 0 or row.joins:
+                a = next(data)
+                args.append(a if hasattr(a, "shape") else self._zeros(shapes[v], a))
+            elif k == row.fill_input:
+                args.append(0.0)
+            else:
+                args.append(self.value(v))  # sizes, bounds, positions
+        return row.reference(self.be, expr, args, shapes, self._zeros)
 
     # ---- order_decides ----
     def _track_order(self, expr: Expr) -> None:
@@ -217,14 +194,9 @@ class ConditionTracker:
             for out in expr.outputs:
                 shape = self.ev.shapes[out]
                 marks[out] = self.be.broadcast_to(self.be.astype(mask > 0, self.f64), shape)
-        elif isinstance(expr, _SHAPE_OPS):
-            marks[expr.outputs[0]] = self._shape_op(expr, marks[first])
-        elif isinstance(expr, PadOp):
-            marks[expr.outputs[0]] = self._padded(expr, marks[first])
-        elif isinstance(expr, CatOp):
-            marks[expr.outputs[0]] = self._joined(
-                expr, [marks[t] if t in marks else 0.0 for t in expr.inputs]
-            )
+        elif (row := structural_info(expr)) is not None:
+            data = row.data_inputs(expr)
+            marks[expr.outputs[0]] = self._structural(expr, [marks.get(t, 0.0) for t in data])
         elif isinstance(expr, (ReductionOp, WelfordOp)) and first in marks:
             reached = self.be.reduce("sum", marks[first], expr.dims, self.f64) > 0
             for out in expr.outputs:
@@ -266,15 +238,10 @@ class ConditionTracker:
         if isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
             if first in ind:
                 ind[out] = ind[first]
-        elif isinstance(expr, _SHAPE_OPS):
-            if first in ind:
-                ind[out] = self._shape_op(expr, ind[first])
-        elif isinstance(expr, PadOp):
-            if first in ind:
-                ind[out] = self._padded(expr, ind[first])
-        elif isinstance(expr, CatOp):
-            if any(t in ind for t in expr.inputs):
-                ind[out] = self._joined(expr, [ind[t] if t in ind else 0.0 for t in expr.inputs])
+        elif (row := structural_info(expr)) is not None:
+            data = row.data_inputs(expr)
+            if any(t in ind for t in data):
+                ind[out] = self._structural(expr, [ind.get(t, 0.0) for t in data])
         elif isinstance(expr, ReductionOp) and op == "sum":
             if first in ind:
                 ind[out] = self.be.reduce("sum", ind[first], expr.dims, self.f64) > 0

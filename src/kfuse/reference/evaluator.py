@@ -33,31 +33,20 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType, from_array_dtype
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.exprs import (
     BinaryOp,
-    BroadcastOp,
     CastOp,
-    CatOp,
-    ExpandOp,
     Expr,
-    GatherOp,
-    IndexSelectOp,
     LinearOp,
     MatmulOp,
-    PadOp,
-    PermuteOp,
     ReductionOp,
-    ReshapeOp,
     SizeOp,
-    SliceOp,
-    SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
 )
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.index_ops import check_positions, positions
 from kfuse.ir.ops import OPS
-from kfuse.ir.resize_ops import joined, padded, slice_ranges
 from kfuse.ir.scalar_eval import eval_scalar, to_python
+from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference.backends import NumpyLikeBackend, backend_for
 from kfuse.reference.conditions import ConditionTracker
@@ -216,14 +205,12 @@ class _Evaluator:
         elif isinstance(expr, (MatmulOp, LinearOp)):
             self.env[out] = self.store(self.library(expr), out.dtype)
         else:
-            self.env[out] = self.shape_op(expr)
+            self.env[out] = self.structural(expr)
 
     def scalar(self, expr: Expr) -> Any:
         if isinstance(expr, SizeOp):
             return self.shapes[expr.outputs[0]]
-        args = [
-            v.value if isinstance(v, Scalar) and v.is_constant else self.env[v] for v in expr.inputs
-        ]
+        args = [self.value(v) for v in expr.inputs]
         if isinstance(expr, CastOp):
             return to_python(args[0], expr.dtype)
         return eval_scalar(cast(Any, expr).op, args, expr.outputs[0].dtype)
@@ -294,35 +281,14 @@ class _Evaluator:
         """(shape, value) -> an array of that value in `a`'s storage (pad's and cat's)."""
         return lambda shape, value: self.be.full(shape, value, a.dtype, self.like)
 
-    def shape_op(self, expr: Expr) -> Any:
-        be = self.be
-        a = self.env[expr.inputs[0]]
-        out_shape = self.shapes[expr.outputs[0]]
-        if isinstance(expr, BroadcastOp):
-            return be.expand_dims(a, tuple(i for i, b in enumerate(expr.is_new_axis) if b))
-        if isinstance(expr, ExpandOp):
-            return be.broadcast_to(a, out_shape)
-        if isinstance(expr, SqueezeOp):
-            # An expanded axis (squeeze_expanded) holds one value at every position: its first
-            # stands for it. Every other squeezed axis has size 1 (infer_shapes checked).
-            first = tuple(slice(0, 1) if i in expr.expanded else slice(None) for i in range(a.ndim))
-            return be.squeeze(a[first] if expr.expanded else a, expr.dims)
-        if isinstance(expr, PermuteOp):
-            return be.permute(a, expr.perm)
-        if isinstance(expr, ReshapeOp):
-            return be.reshape(a, out_shape)
-        if isinstance(expr, SliceOp):
-            in_shape = self.shapes[expr.inputs[0]]
-            ranges = slice_ranges(expr, in_shape, self.shapes)
-            return a[tuple(slice(*r) for r in ranges)]
-        if isinstance(expr, PadOp):
-            fill = expr.inputs[1]
-            value = fill.value if fill.is_constant else self.env[fill]  # type: ignore[attr-defined]
-            return padded(expr, a, self.shapes, value, self._full_like(a))
-        if isinstance(expr, (IndexSelectOp, GatherOp)):
-            index = self.env[expr.inputs[1]]
-            check_positions(expr, index, a.shape[expr.dim])
-            return a[positions(expr, a.shape, index, be.arange(a))]
-        if isinstance(expr, CatOp):
-            return joined(expr, [self.env[t] for t in expr.inputs], self._full_like(a))
-        raise InputError(f"the reference cannot evaluate {type(expr).__name__}")  # pragma: no cover
+    def structural(self, expr: Expr) -> Any:
+        """A structural op (kfuse.ir.structural) by its row's reference evaluation."""
+        row = structural_info(expr)
+        if row is None:  # pragma: no cover - run() sends only structural ops here
+            raise InputError(f"the reference cannot evaluate {type(expr).__name__}")
+        args = [self.value(v) for v in expr.inputs]
+        return row.reference(self.be, expr, args, self.shapes, self._full_like(args[0]))
+
+    def value(self, v: Val) -> Any:
+        """A tensor's array, or a scalar's value."""
+        return v.value if isinstance(v, Scalar) and v.is_constant else self.env[v]

@@ -34,12 +34,14 @@ from kfuse.ir.exprs import (
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.index_ops import check_positions, positions
 from kfuse.ir.resize_ops import joined, padded, slice_ranges
+from kfuse.ir.structural import structural_classes
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import Rejection, SchedulerType
 
-EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, SliceOp, PadOp, CatOp, IndexSelectOp, GatherOp)
-"""Exprs this scheduler exists for; CastOps are accepted alongside them."""
+EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, *structural_classes("resize", "indexing"))
+"""Exprs this scheduler exists for (the library ops, reshapes, and the resize and indexing
+ops of kfuse.ir.structural); CastOps are accepted alongside them."""
 NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp, IndexSelectOp, GatherOp)
 """Exprs whose result is a new array (the others' may be views of their inputs)."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -29,14 +29,18 @@ from kfuse.ir.exprs import (
     IndexSelectOp,
     LinearOp,
     MatmulOp,
+    PadOp,
     PermuteOp,
     ReductionOp,
+    ReshapeOp,
     SizeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.testing.input_arrays import make_array, refilled_array
 
@@ -114,7 +118,6 @@ class _AxisClasses:
             return
         if not isinstance(out, TensorView):
             return
-        src = e.inputs[0]
         if isinstance(e, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             for i in range(out.ndim):
                 ks = [self._get(t, i) for t in e.inputs if isinstance(t, TensorView)]
@@ -123,62 +126,79 @@ class _AxisClasses:
                     self.union(k, ks[0])
                 if ks:
                     self.axis[(id(out), i)] = ks[0]
-        elif isinstance(e, BroadcastOp):
-            j = 0
-            for i, new in enumerate(e.is_new_axis):
-                if not new:
-                    if self._get(src, j) is not None:
-                        self.axis[(id(out), i)] = self._get(src, j)
-                    j += 1
-        elif isinstance(e, ExpandOp):
-            for i, ext in enumerate(e.extents):
-                k = self._get(src, i) if ext is None else self._scalar(ext)
-                if ext is not None and self._get(src, i) is not None and k is not None:
-                    self.union(self._get(src, i), k)  # a size the axis is checked against
-                if k is not None:
-                    self.axis[(id(out), i)] = k
-        elif isinstance(e, (SqueezeOp, ReductionOp, WelfordOp)):
-            if isinstance(e, SqueezeOp):
-                for d in e.dims:
-                    k = self._get(src, d)
-                    if d not in e.expanded and k is not None:
-                        self.squeezed.append(k)
-            keep = [i for i in range(src.ndim) if i not in e.dims]
-            for o in e.outputs:
-                for j, i in enumerate(keep):
-                    if self._get(src, i) is not None:
-                        self.axis[(id(o), j)] = self._get(src, i)
-        elif isinstance(e, PermuteOp):
-            for j, p in enumerate(e.perm):
-                if self._get(src, p) is not None:
-                    self.axis[(id(out), j)] = self._get(src, p)
+        elif isinstance(e, (ReductionOp, WelfordOp)):
+            self._kept(e)
         elif isinstance(e, (MatmulOp, LinearOp)):
             self._library(e)
-        elif isinstance(e, CatOp):  # the parts meet off the cat's axis; along it, a sum
-            for i in range(out.ndim):
-                ks = [k for t in e.inputs if (k := self._get(t, i)) is not None]
-                for k in ks[1:]:
-                    self.union(k, ks[0])
-                if ks and i != e.dim:
-                    self.axis[(id(out), i)] = ks[0]
-        elif isinstance(e, IndexSelectOp):  # the indexed axis takes the index's size
-            index = e.inputs[1]
-            for i in range(out.ndim):
-                k = self._get(index, 0) if i == e.dim else self._get(src, i)
-                if k is not None:
-                    self.axis[(id(out), i)] = k
-        elif isinstance(e, GatherOp):
-            # The index's shape, its other axes those of the tensor (gather takes them no
-            # larger, take_along_axis broadcasts them: equal sizes fit both).
-            index = e.inputs[1]
-            for i in range(out.ndim):
-                k, ka = self._get(index, i), self._get(src, i)
-                if i != e.dim and k is not None and ka is not None:
-                    self.union(k, ka)
-                k = k if k is not None or i == e.dim or not e.broadcast else ka
-                if k is not None:
-                    self.axis[(id(out), i)] = k
-        # ReshapeOp, SliceOp, PadOp: fresh extents; shape inference checks the element count.
+        else:
+            AXIS_RULES[type(e)](self, e)
+
+    def _set(self, out: Any, i: int, k: Any) -> None:
+        """Output axis i of `out` is of class k (None: a size of its own)."""
+        if k is not None:
+            self.axis[(id(out), i)] = k
+
+    def _kept(self, e: Any) -> None:
+        """The axes a reduction or squeeze keeps are its input's."""
+        src = e.inputs[0]
+        keep = [i for i in range(src.ndim) if i not in e.dims]
+        for o in e.outputs:
+            for j, i in enumerate(keep):
+                self._set(o, j, self._get(src, i))
+
+    def _broadcast(self, e: BroadcastOp) -> None:
+        kept = iter(range(cast(TensorView, e.inputs[0]).ndim))
+        for i, new in enumerate(e.is_new_axis):
+            if not new:
+                self._set(e.outputs[0], i, self._get(e.inputs[0], next(kept)))
+
+    def _expand(self, e: ExpandOp) -> None:
+        src = e.inputs[0]
+        for i, ext in enumerate(e.extents):
+            k = self._get(src, i) if ext is None else self._scalar(ext)
+            if ext is not None and self._get(src, i) is not None and k is not None:
+                self.union(self._get(src, i), k)  # a size the axis is checked against
+            self._set(e.outputs[0], i, k)
+
+    def _squeeze(self, e: SqueezeOp) -> None:
+        for d in e.dims:
+            k = self._get(e.inputs[0], d)
+            if d not in e.expanded and k is not None:
+                self.squeezed.append(k)
+        self._kept(e)
+
+    def _permute(self, e: PermuteOp) -> None:
+        for j, p in enumerate(e.perm):
+            self._set(e.outputs[0], j, self._get(e.inputs[0], p))
+
+    def _fresh(self, e: Any) -> None:
+        """Reshape, slice, pad: sizes of their own; shape inference checks them."""
+
+    def _cat(self, e: CatOp) -> None:
+        """The parts meet off the cat's axis; along it, a sum."""
+        for i in range(cast(TensorView, e.outputs[0]).ndim):
+            ks = [k for t in e.inputs if (k := self._get(t, i)) is not None]
+            for k in ks[1:]:
+                self.union(k, ks[0])
+            if ks and i != e.dim:
+                self._set(e.outputs[0], i, ks[0])
+
+    def _index_select(self, e: IndexSelectOp) -> None:
+        """The indexed axis takes the index's size."""
+        src, index = e.inputs
+        for i in range(cast(TensorView, e.outputs[0]).ndim):
+            k = self._get(index, 0) if i == e.dim else self._get(src, i)
+            self._set(e.outputs[0], i, k)
+
+    def _gather(self, e: GatherOp) -> None:
+        """The index's shape, its other axes those of the tensor (gather takes them no
+        larger, take_along_axis broadcasts them: equal sizes fit both)."""
+        src, index = e.inputs
+        for i in range(cast(TensorView, e.outputs[0]).ndim):
+            k, ka = self._get(index, i), self._get(src, i)
+            if i != e.dim and k is not None and ka is not None:
+                self.union(k, ka)
+            self._set(e.outputs[0], i, k if k is not None or i == e.dim or not e.broadcast else ka)
 
     def _library(self, e: Any) -> None:
         """matmul / linear: the contracted axes meet; the output takes the free axes."""
@@ -213,6 +233,22 @@ class _AxisClasses:
         if id(s) not in self.scalar_class or self.scalar_class[id(s)] is None:
             self.scalar_class[id(s)] = self.find(("scalar", id(s)))
         return self.scalar_class[id(s)]
+
+
+AXIS_RULES: dict[type, Callable[[_AxisClasses, Any], None]] = {
+    BroadcastOp: _AxisClasses._broadcast,
+    ExpandOp: _AxisClasses._expand,
+    SqueezeOp: _AxisClasses._squeeze,
+    PermuteOp: _AxisClasses._permute,
+    ReshapeOp: _AxisClasses._fresh,
+    SliceOp: _AxisClasses._fresh,
+    PadOp: _AxisClasses._fresh,
+    CatOp: _AxisClasses._cat,
+    IndexSelectOp: _AxisClasses._index_select,
+    GatherOp: _AxisClasses._gather,
+}
+"""How each structural op (kfuse.ir.structural) relates its output's axes to its inputs'
+(which must have equal sizes, which take a size of their own)."""
 
 
 def inputs_for(
@@ -343,8 +379,11 @@ def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
     positions = {id(v): k for k, v in enumerate(fusion.inputs)}
     bounds: dict[int, int] = {}
     for e in fusion.exprs:
-        if isinstance(e, (IndexSelectOp, GatherOp)) and id(e.inputs[1]) in positions:
-            k = positions[id(e.inputs[1])]
+        row = structural_info(e)
+        if row is None or row.index_input is None:
+            continue
+        if id(e.inputs[row.index_input]) in positions:
+            k = positions[id(e.inputs[row.index_input])]
             size = extents[e.inputs[0]][e.dim]
             bounds[k] = min(bounds.get(k, size), size)
     return bounds
