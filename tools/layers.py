@@ -91,7 +91,7 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return hidden
 
 
-def imports_of(path: Path, module: str) -> set[str]:
+def imports_of(path: Path, module: str, package: Path = PACKAGE) -> set[str]:
     """The kfuse modules `module` imports at run time (absolute and relative imports; `from
     kfuse import x` counts as an import of kfuse.x)."""
     tree = ast.parse(path.read_text())
@@ -114,15 +114,15 @@ def imports_of(path: Path, module: str) -> set[str]:
             if target.split(".")[0] != "kfuse":
                 continue
             if target == "kfuse":
-                found.update(_root_import(a.name) for a in node.names)
+                found.update(_root_import(a.name, package) for a in node.names)
             else:
                 found.add(target)
     return found
 
 
-def _root_import(name: str) -> str:
+def _root_import(name: str, package: Path) -> str:
     """`from kfuse import name`: of the module kfuse.name where there is one, else of the root."""
-    is_module = name == "_C" or (PACKAGE / f"{name}.py").exists() or (PACKAGE / name).is_dir()
+    is_module = name == "_C" or (package / f"{name}.py").exists() or (package / name).is_dir()
     return f"kfuse.{name}" if is_module else "kfuse"
 
 
@@ -189,7 +189,7 @@ def measure(package: Path = PACKAGE) -> Report:
     for path in sorted(package.rglob("*.py")):
         module = module_name(path, package)
         source = package_of(module)
-        for target in imports_of(path, module):
+        for target in imports_of(path, module, package):
             destination = package_of(target)
             if destination == source:
                 continue

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kfuse.codegen.layout import BCAST, INDEXED_VEC, STRIDED, VEC
-from kfuse.codegen.registers import register_array
+from kfuse.codegen.layout import BCAST, INDEXED_VEC
 
 if TYPE_CHECKING:
     from kfuse.codegen.pointwise import PointwiseKernelSpec
@@ -43,46 +42,28 @@ def _step(spec: PointwiseKernelSpec, k: int) -> str:
     return f"(Index)in{k}.stride[{spec.rank}]"
 
 
-def vector_loads(
-    spec: PointwiseKernelSpec,
-    ks: list[int],
-    ctypes: list[str],
-    count: str,
-    offset: str,
-    indent: str,
-) -> list[str]:
-    """Declare x<k>[count] for the reads `ks` (element types `ctypes`) and load `count` vectors
-    of each, the u-th at element `offset` of the row (after the other inputs' loads, their
-    indexes among them)."""
+def vector_load(spec: PointwiseKernelSpec, k: int, indent: str) -> list[str]:
+    """Load the read k's u-th vector into x<k>[u], at element i0 of the row (after the other
+    inputs' loads, its index's among them)."""
     vec, kinds = spec.vector, spec.input_kinds
-    lines = [
-        register_array(f"x{k}", t, VEC if kinds[k] == INDEXED_VEC else STRIDED, vec, count, indent)
-        for k, t in zip(ks, ctypes)
-    ]
-    lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{"]
-    inner = indent + "  "
-    lines.append(f"{inner}const Index i0 = {offset};")
-    for k in ks:
-        ix = spec.indexed_by[k]
-        if kinds[k] == INDEXED_VEC:  # one position for the vector: its index is BCAST
-            lines += [
-                f"{inner}{{",
-                f"{inner}  const Index p = {_position(spec, k, f'x{ix}[u]')};",
-                f"{inner}  x{k}[u] = kf::indexed_load_vec<{vec}>(in{k}, base_in{k} + i0, p, "
-                f"{_step(spec, k)});",
-                f"{inner}}}",
-            ]
-            continue
-        value = f"x{ix}[u]" if kinds[ix] == BCAST else f"x{ix}[u][j]"  # C++'s lane j
-        lines += [
-            "#pragma unroll",
-            f"{inner}for (int j = 0; j < {vec}; ++j) {{",
-            f"{inner}  const Index p = {_position(spec, k, value)};",
-            f"{inner}  x{k}[u][j] = kf::indexed_load(in{k}, base_in{k} + (i0 + j) * step_in{k}, "
-            f"p, {_step(spec, k)});",
-            f"{inner}}}",
+    ix = spec.indexed_by[k]
+    if kinds[k] == INDEXED_VEC:  # one position for the vector: its index is BCAST
+        return [
+            f"{indent}{{",
+            f"{indent}  const Index p = {_position(spec, k, f'x{ix}[u]')};",
+            f"{indent}  x{k}[u] = kf::indexed_load_vec<{vec}>(in{k}, base_in{k} + i0, p, "
+            f"{_step(spec, k)});",
+            f"{indent}}}",
         ]
-    return lines + [f"{indent}}}"]
+    value = f"x{ix}[u]" if kinds[ix] == BCAST else f"x{ix}[u][j]"  # C++'s lane j
+    return [
+        "#pragma unroll",
+        f"{indent}for (int j = 0; j < {vec}; ++j) {{",
+        f"{indent}  const Index p = {_position(spec, k, value)};",
+        f"{indent}  x{k}[u][j] = kf::indexed_load(in{k}, base_in{k} + (i0 + j) * step_in{k}, "
+        f"p, {_step(spec, k)});",
+        f"{indent}}}",
+    ]
 
 
 def element_load(spec: PointwiseKernelSpec, k: int, at: str, loaded: list[str]) -> str:

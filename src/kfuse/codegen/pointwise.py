@@ -32,7 +32,7 @@ from kfuse.codegen.kernel import (
     row_count,
     store_vector,
 )
-from kfuse.codegen.layout import BCAST, SPLIT
+from kfuse.codegen.layout import BCAST, INDEXED_VEC, SPLIT, STRIDED, VEC, WINDOWED_VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_split import split_lane_loads
@@ -457,23 +457,39 @@ def _whole_vectors(
             skip=split + reads + windows,
         )
     )
-    if reads:  # after their indexes, which give their positions
-        ctypes = [inputs[k].val.dtype.cuda_type for k in reads]
-        code.extend(indexed.vector_loads(spec, reads, ctypes, str(unroll), offset, code.indent))
-    if windows:
-        code.extend(
-            windowed.vector_loads(spec, plan.domain, windows, str(unroll), offset, code.indent)
-        )
-    if split:
-        ctypes = [inputs[k].val.dtype.cuda_type for k in split]
-        code(*[register_array(f"x{k}", t, SPLIT, vec, unroll) for k, t in zip(split, ctypes)])
-        with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
-            code(f"const Index i0 = {offset};")
-            for k in split:
-                code.extend(_split_loads(spec, k, f"x{k}[u]", vec, code.indent))
+    for ks, load in (
+        (reads, lambda k, indent: indexed.vector_load(spec, k, indent)),  # after their indexes
+        (windows, lambda k, indent: windowed.vector_load(spec, plan.domain, k, indent)),
+        (split, lambda k, indent: _split_loads(spec, k, f"x{k}[u]", vec, indent)),
+    ):
+        _unrolled_loads(code, spec, plan, ks, unroll, offset, load)
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
         code(f"const Index i0 = {offset};")
         _compute_and_store(code, plan, spec, call, ["u"] * len(inputs), lambda k: f"base_out{k}")
+
+
+def _unrolled_loads(
+    code: Code,
+    spec: PointwiseKernelSpec,
+    plan: PointwisePlan,
+    ks: list[int],
+    unroll: int,
+    offset: str,
+    load: Callable[[int, str], list[str]],
+) -> None:
+    """Declare x<k>[unroll] for the inputs `ks` that load_vector_block leaves out (indexed,
+    padded and split reads), then load their u-th vectors in one unrolled loop, at element
+    `offset` of the row: `load(k, indent)` gives one input's lines."""
+    if not ks:
+        return
+    vec, kinds = spec.vector, spec.input_kinds
+    ctypes = [plan.domain.input_uses[k].val.dtype.cuda_type for k in ks]
+    arrays = [VEC if kinds[k] in (INDEXED_VEC, WINDOWED_VEC) else STRIDED for k in ks]
+    code(*[register_array(f"x{k}", t, a, vec, unroll) for k, t, a in zip(ks, ctypes, arrays)])
+    with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
+        code(f"const Index i0 = {offset};")
+        for k in ks:
+            code.extend(load(k, code.indent))
 
 
 def _ragged_end(

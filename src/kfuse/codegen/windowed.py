@@ -18,8 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kfuse.codegen.expressions import scalar_operand
-from kfuse.codegen.layout import STRIDED, VEC, WINDOWED_VEC
-from kfuse.codegen.registers import register_array
+from kfuse.codegen.layout import WINDOWED_VEC
 
 if TYPE_CHECKING:
     from kfuse.codegen.domain import DomainMap
@@ -85,41 +84,21 @@ def fill(domain: DomainMap, k: int) -> str:
     return f"kf::cast<{use.val.dtype.cuda_type}>({scalar_operand(value, param)})"
 
 
-def vector_loads(
-    spec: PointwiseKernelSpec,
-    domain: DomainMap,
-    ks: list[int],
-    count: str,
-    offset: str,
-    indent: str,
-) -> list[str]:
-    """Declare x<k>[count] for the reads `ks` and load `count` vectors of each, the u-th at
-    element `offset` of the row."""
-    vec, kinds = spec.vector, spec.input_kinds
-    ctypes = [domain.input_uses[k].val.dtype.cuda_type for k in ks]
-    lines = [
-        register_array(f"x{k}", t, VEC if kinds[k] == WINDOWED_VEC else STRIDED, vec, count, indent)
-        for k, t in zip(ks, ctypes)
-    ]
-    lines += ["#pragma unroll", f"{indent}for (int u = 0; u < {count}; ++u) {{"]
-    inner = indent + "  "
-    lines.append(f"{inner}const Index i0 = {offset};")
-    for k in ks:
-        value = fill(domain, k)
-        if kinds[k] == WINDOWED_VEC:  # the inner axis is not padded: the row decides
-            lines.append(
-                f"{inner}x{k}[u] = kf::window_load_vec<{vec}>(in{k}, base_in{k} + i0, "
-                f"win_in{k}, {value});"
-            )
-            continue
-        lines += [
-            "#pragma unroll",
-            f"{inner}for (int j = 0; j < {vec}; ++j) {{",
-            f"{inner}  x{k}[u][j] = kf::window_load(in{k}, base_in{k} + (i0 + j) * step_in{k}, "
-            f"{_inside(spec, k, 'i0 + j')}, {value});",
-            f"{inner}}}",
+def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: str) -> list[str]:
+    """Load the padded read k's u-th vector into x<k>[u], at element i0 of the row."""
+    vec, value = spec.vector, fill(domain, k)
+    if spec.input_kinds[k] == WINDOWED_VEC:  # the inner axis is not padded: the row decides
+        return [
+            f"{indent}x{k}[u] = kf::window_load_vec<{vec}>(in{k}, base_in{k} + i0, "
+            f"win_in{k}, {value});"
         ]
-    return lines + [f"{indent}}}"]
+    return [
+        "#pragma unroll",
+        f"{indent}for (int j = 0; j < {vec}; ++j) {{",
+        f"{indent}  x{k}[u][j] = kf::window_load(in{k}, base_in{k} + (i0 + j) * step_in{k}, "
+        f"{_inside(spec, k, 'i0 + j')}, {value});",
+        f"{indent}}}",
+    ]
 
 
 def element_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, at: str, i: str) -> str:
