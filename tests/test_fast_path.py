@@ -221,3 +221,35 @@ def test_a_layouts_fastcall_is_built_on_its_second_checked_call(
     for n in range(2, 2 + SEEN_LAYOUTS):  # one-off layouts push [1] out
         cache._remember_fast_call([n], None, None)
     assert len(cache._seen_layouts) == SEEN_LAYOUTS and built == [[1]]
+
+
+def test_a_launch_with_indexed_reads_packs_for_the_fast_path() -> None:
+    """A kernel with indexed reads has an operand for its bounds flags beside the scalar
+    parameters: packing its launch for a FastCall (what a GPU call does on its layout's
+    second call) keeps the flags' words and a slot for the scalar input alone. The emulator's
+    launch packs as a GPU's does, so this runs without one."""
+    import numpy as np
+
+    from kfuse import DataType, FusionDefinition
+    from kfuse.engine.fast_path import ScalarProgram, launch_slots
+    from kfuse.runtime.info import build_runtime_info
+    from kfuse.runtime.launch import IndexCheckOperand
+
+    with FusionDefinition() as fd:
+        table = fd.define_tensor(shape=[-1, -1])
+        ids = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        scale = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(fd.ops.index_select(table, ids, dim=0), scale))
+    inputs = [np.arange(12, dtype=np.float32).reshape(4, 3), np.array([3, 0, 2]), 2.0]
+    (out,) = fd.execute(inputs)
+    np.testing.assert_array_equal(out, inputs[0][[3, 0, 2]] * 2)
+    (launch,) = fd.last_program().launches
+    assert any(isinstance(op, IndexCheckOperand) for op in launch.operands)
+    info = build_runtime_info(fd.fusion, inputs)
+    program = ScalarProgram.of(fd.fusion, info.extents)
+    assert program is not None
+    kinds = sorted(kind for _, kind, _, _ in launch_slots(launch, program))
+    assert kinds == ["input", "input", "output", "scalar"]
+    assert len(program.operands) == 1  # the scale, as the kernel reads it
+    flags = next(p for p, op in enumerate(launch.operands) if isinstance(op, IndexCheckOperand))
+    assert flags not in [p for p, *_ in launch_slots(launch, program)]

@@ -23,7 +23,13 @@ from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
-from kfuse.runtime.launch import InputOperand, OutputOperand, WorkspaceOperand, workspace_bytes
+from kfuse.runtime.launch import (
+    InputOperand,
+    OutputOperand,
+    ScalarOperand,
+    WorkspaceOperand,
+    workspace_bytes,
+)
 
 
 def packed_launch(
@@ -42,6 +48,16 @@ def packed_launch(
     from kfuse._C import PackedLaunch
 
     args = launch.arguments([0] * n_inputs, [0] * n_outputs, extents, [0] * n_workspaces, target)
+    slots = launch_slots(launch, program)
+    return PackedLaunch(
+        launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem, args, slots
+    )
+
+
+def launch_slots(launch: Any, program: ScalarProgram | None) -> list[tuple[int, str, int, int]]:
+    """PackedLaunch's slots: (parameter, kind, index, byte offset) for each array operand,
+    and for each scalar operand that `program` computes from the scalar inputs. Operands of
+    neither kind (the flags of indexed reads) have no slot: they are packed as they are."""
     slots = []
     for p, op in enumerate(launch.operands):
         if isinstance(op, InputOperand):
@@ -50,11 +66,10 @@ def packed_launch(
             slots.append((p, "output", op.index, op.byte_offset))
         elif isinstance(op, WorkspaceOperand):
             slots.append((p, "workspace", op.index, op.offset))
-        elif program is not None and (k := program.slot(op.val)) is not None:
-            slots.append((p, "scalar", k, 0))
-    return PackedLaunch(
-        launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem, args, slots
-    )
+        elif isinstance(op, ScalarOperand) and program is not None:
+            if (k := program.slot(op.val)) is not None:
+                slots.append((p, "scalar", k, 0))
+    return slots
 
 
 class NotReplayable(Exception):
