@@ -138,12 +138,27 @@ def _poisoning(allocate: Any) -> Any:
 
 def _buffer_specs(specs: list[tuple]) -> list[tuple]:
     """FastCall's (callable, args, kwargs, like) buffer specs, poisoning when KFUSE_POISON
-    is set where the FastCall is built."""
+    is set where the FastCall is built (never an input an output is stored into)."""
     from kfuse import knobs
 
     if not knobs.get().poison:
         return specs
-    return [(_poisoning(fn), args, kwargs, like) for fn, args, kwargs, like in specs]
+    return [
+        spec if spec[0] is _the_input else (_poisoning(spec[0]), *spec[1:]) for spec in specs
+    ]
+
+
+def _the_input(array: Any) -> Any:
+    """The buffer of an output stored in place: the input itself (called with inputs[like])."""
+    return array
+
+
+def _in_place_specs(compiled: Any, specs: list[tuple]) -> list[tuple]:
+    """`specs` with the outputs the kernel stores into an input (KernelProgram.in_place)
+    given that input's array."""
+    for out_pos, in_pos in compiled.in_place:
+        specs[out_pos] = (_the_input, (), None, in_pos)
+    return specs
 
 
 def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[Any]:
@@ -209,7 +224,7 @@ def _torch_call(
         "torch",
         info.device_index,
         specs,
-        _buffer_specs(outputs),
+        _buffer_specs(_in_place_specs(compiled, outputs)),
         _buffer_specs(workspaces),
         launches,
         stream,
@@ -242,7 +257,7 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
         "cupy",
         info.device_index,
         specs,
-        _buffer_specs(outputs),
+        _buffer_specs(_in_place_specs(compiled, outputs)),
         _buffer_specs(workspaces),
         launches,
         cupy.cuda.get_current_stream,
@@ -259,6 +274,8 @@ def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) ->
     path."""
     if not compiled.launches:
         return None
+    if set(info.fusion.output_aliases) != set(compiled.in_place):
+        return None  # a staged write copies after the launches: the checked path's
     specs = list(layout)
     program = ScalarProgram.of(info.fusion, info.extents)
     if program is None:
