@@ -143,9 +143,7 @@ def _buffer_specs(specs: list[tuple]) -> list[tuple]:
 
     if not knobs.get().poison:
         return specs
-    return [
-        spec if spec[0] is _the_input else (_poisoning(spec[0]), *spec[1:]) for spec in specs
-    ]
+    return [spec if spec[0] is _the_input else (_poisoning(spec[0]), *spec[1:]) for spec in specs]
 
 
 def _the_input(array: Any) -> Any:

@@ -137,6 +137,8 @@ def fusion_to_python(fusion: Any, name: str = "kfuse_fusion") -> str:
         if k not in fusion.hidden_outputs:
             lines.append(f"    fd.add_output({v.name})")
         if k in aliases:
-            lines.append(f"    fd.add_output({v.name}, alias_input={fusion.inputs[aliases[k]].name})")
+            lines.append(
+                f"    fd.add_output({v.name}, alias_input={fusion.inputs[aliases[k]].name})"
+            )
     lines += ["", "with FusionDefinition() as fd:", f"    {name}(fd)", ""]
     return "\n".join(lines)
