@@ -12,7 +12,8 @@ Only plain GPU calls take it: no pinned params or device, single-scheduler fusio
 (segmented and library runs keep their own caches). Scalar inputs given as Python numbers
 match by type; the values of the scalar parameters they set are computed again on every
 call (ScalarProgram). Fusions whose scalar inputs reach a shape or an output stay on the
-checked path.
+checked path. Outputs written into inputs (kfuse.engine.aliasing) take it only where the
+kernel stores all of them in place: their buffer is then the input itself.
 """
 
 from __future__ import annotations
