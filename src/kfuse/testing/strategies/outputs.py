@@ -262,8 +262,29 @@ def alias_output(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     value = gen.pick(full=True).val
     if value.ndim != target.ndim or any(a.is_broadcast for a in value.axes):
         return
+    if not _elementwise_of(value, target):
+        return  # its extents are not bound to the target's (inputs never combined)
+    stored: Val = value
     if value.dtype is not target.dtype:
         if not (value.dtype.is_floating and target.dtype.is_floating):
             return
-        value = fd.ops.cast(value, target.dtype)
-    fd.add_output(value, alias_input=target)
+        stored = fd.ops.cast(value, target.dtype)
+    fd.add_output(stored, alias_input=target)
+
+
+def _elementwise_of(value: Val, target: Val) -> bool:
+    """Whether `value` is computed from `target` through element-wise ops alone (so shares
+    its extents), or is `target`."""
+    from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v is target:
+            return True
+        if id(v) in seen or v.definition is None:
+            continue
+        seen.add(id(v))
+        if isinstance(v.definition, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+            stack.extend(v.definition.inputs)
+    return False
