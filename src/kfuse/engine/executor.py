@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from kfuse.engine import aliasing
 from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
@@ -55,6 +56,9 @@ class FusionExecutorCache:
         # already checks on every call (another current CuPy device, a scalar value out of
         # its parameter's range) must not build, and add, the same entry again on every call.
         self._fast_layouts: dict[tuple, None] = {}
+        # The output positions execute returns (None: all), for the fast path's results: the
+        # outputs written into inputs are not returned (kfuse.engine.aliasing).
+        self.returned = aliasing.returned_positions(self.fusion)
         # Layouts the checked path has run once (insertion-ordered, at most SEEN_LAYOUTS): a
         # FastCall is built on a layout's second checked call, so that callers whose shapes
         # change on every call neither pay for building one (a third of a miss) nor push
@@ -82,14 +86,17 @@ class FusionExecutorCache:
             if hit is not None:
                 self.last_compiled, outputs = hit
                 index_checks.raise_pending()
-                return outputs
+                return outputs if self.returned is None else [outputs[k] for k in self.returned]
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)
+            if self.fusion.output_aliases:
+                aliasing.check_targets(info)
             key = program_key(info, params)
             compiled = self._compiled.get(key)
             if compiled is None:
                 started = profiling_hooks.clock()
                 compiled = self._compile(info, params)
+                aliasing.mark_in_place(compiled, info)
                 profiling_hooks.compiled(profiling_hooks.clock() - started)
                 with self._lock:
                     self._compiled[key] = compiled
@@ -98,6 +105,8 @@ class FusionExecutorCache:
                 outputs = compiled.run(info, stream)
             if plain and isinstance(compiled, KernelProgram):  # the others never take it
                 self._remember_fast_call(inputs, compiled, info)
+            if self.fusion.output_aliases:
+                return aliasing.finish(info, outputs, stream)
             return outputs
 
     def _remember_fast_call(self, inputs: list[Any], compiled: Program, info: Any) -> None:

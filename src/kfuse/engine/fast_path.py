@@ -12,7 +12,8 @@ Only plain GPU calls take it: no pinned params or device, single-scheduler fusio
 (segmented and library runs keep their own caches). Scalar inputs given as Python numbers
 match by type; the values of the scalar parameters they set are computed again on every
 call (ScalarProgram). Fusions whose scalar inputs reach a shape or an output stay on the
-checked path.
+checked path. Outputs written into inputs (kfuse.engine.aliasing) take it only where the
+kernel stores all of them in place: their buffer is then the input itself.
 """
 
 from __future__ import annotations
@@ -153,12 +154,25 @@ def _poisoning(allocate: Any) -> Any:
 
 def _buffer_specs(specs: list[tuple]) -> list[tuple]:
     """FastCall's (callable, args, kwargs, like) buffer specs, poisoning when KFUSE_POISON
-    is set where the FastCall is built."""
+    is set where the FastCall is built (never an input an output is stored into)."""
     from kfuse import knobs
 
     if not knobs.get().poison:
         return specs
-    return [(_poisoning(fn), args, kwargs, like) for fn, args, kwargs, like in specs]
+    return [spec if spec[0] is _the_input else (_poisoning(spec[0]), *spec[1:]) for spec in specs]
+
+
+def _the_input(array: Any) -> Any:
+    """The buffer of an output stored in place: the input itself (called with inputs[like])."""
+    return array
+
+
+def _in_place_specs(compiled: Any, specs: list[tuple]) -> list[tuple]:
+    """`specs` with the outputs the kernel stores into an input (KernelProgram.in_place)
+    given that input's array."""
+    for out_pos, in_pos in compiled.in_place:
+        specs[out_pos] = (_the_input, (), None, in_pos)
+    return specs
 
 
 def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[Any]:
@@ -224,7 +238,7 @@ def _torch_call(
         "torch",
         info.device_index,
         specs,
-        _buffer_specs(outputs),
+        _buffer_specs(_in_place_specs(compiled, outputs)),
         _buffer_specs(workspaces),
         launches,
         stream,
@@ -257,7 +271,7 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
         "cupy",
         info.device_index,
         specs,
-        _buffer_specs(outputs),
+        _buffer_specs(_in_place_specs(compiled, outputs)),
         _buffer_specs(workspaces),
         launches,
         cupy.cuda.get_current_stream,
@@ -274,6 +288,8 @@ def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) ->
     path."""
     if not compiled.launches:
         return None
+    if set(info.fusion.output_aliases) != set(compiled.in_place):
+        return None  # a staged write copies after the launches: the checked path's
     specs = list(layout)
     program = ScalarProgram.of(info.fusion, info.extents)
     if program is None:

@@ -72,6 +72,9 @@ class KernelProgram(Program):
     if any."""
 
     folded: tuple[str, ...] = ()
+    # (output position, input position): outputs its kernel stores straight into an input's
+    # memory (fd.add_output(..., alias_input=): kfuse.engine.aliasing.mark_in_place).
+    in_place: tuple[tuple[int, int], ...] = ()
 
     def __str__(self) -> str:
         text = super().__str__()
@@ -90,14 +93,20 @@ class KernelProgram(Program):
 
     def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
         fusion = info.fusion
-        outputs = [_allocate(info, out) for out in fusion.outputs]
+        # An output stored in place is its input's array, neither allocated nor poisoned.
+        in_place = dict(self.in_place)
+        outputs = [
+            info.inputs[in_place[k]] if k in in_place else _allocate(info, out)
+            for k, out in enumerate(fusion.outputs)
+        ]
         # With poison on, an element that no kernel writes shows as wrong instead of as
         # whatever the memory held before (on the GPU, often the right values of an earlier
         # call).
         poisoned = info.backend == EMULATOR or knobs.get().poison
         if poisoned:
-            for array in outputs:
-                poison(array)
+            for k, array in enumerate(outputs):
+                if k not in in_place:
+                    poison(array)
         if not self.launches:
             return outputs
         input_ptrs = [0] * len(fusion.inputs)

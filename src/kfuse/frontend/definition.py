@@ -163,15 +163,65 @@ class FusionDefinition(FusionExecution):
         return self._builder.constant(value, dt)
 
     # ---- outputs ----
-    def add_output(self, t: Any) -> None:
-        """Mark tensor `t` (any tensor of this definition, inputs included) as an output."""
+    def add_output(self, t: Any, alias_input: Any = None) -> None:
+        """Mark tensor `t` (any tensor of this definition, inputs included) as an output.
+
+        alias_input: a tensor input whose storage receives `t` (nvFuser's in-place update):
+        execute writes the result there, in that input's layout, and does not return it
+        unless `t` is (or becomes) an ordinary output too, where execute returns that input.
+        `t` must have the input's dtype and rank; a `t` that is an input is copied (set)."""
         self.check_open("add_output")
         if not isinstance(t, TensorView):
             raise DefinitionError(
                 f"add_output: {describe(t)} is not a tensor; outputs must be tensors"
             )
         self._builder.operand(t, "add_output", 0)
-        self.fusion.outputs.append(t)
+        fusion = self.fusion
+        if alias_input is not None:
+            self._add_aliased_output(t, alias_input)
+            return
+        for k, out in enumerate(fusion.outputs):
+            if out is t and k in fusion.hidden_outputs:
+                # Written into an input already: now returned as well, at that position.
+                fusion.hidden_outputs = tuple(h for h in fusion.hidden_outputs if h != k)
+                return
+        fusion.outputs.append(t)
+
+    def _add_aliased_output(self, t: TensorView, inp: Any) -> None:
+        fusion = self.fusion
+        if not isinstance(inp, TensorView) or not any(v is inp for v in fusion.inputs):
+            raise DefinitionError(
+                f"add_output: alias_input must be a tensor input of this fusion, "
+                f"got {describe(inp)}"
+            )
+        if t.dtype is not inp.dtype or len(t.axes) != len(inp.axes):
+            raise DefinitionError(
+                f"add_output: {t.name} ({t.dtype.value}, {len(t.axes)} axes) cannot be "
+                f"written into input {inp.name} ({inp.dtype.value}, {len(inp.axes)} axes): "
+                "dtype and rank must match"
+            )
+        for k, (a, b) in enumerate(zip(t.axes, inp.axes, strict=True)):
+            if a.extent is not None and b.extent is not None and a.extent != b.extent:
+                raise DefinitionError(
+                    f"add_output: axis {k} of {t.name} has {a.extent} elements, of input "
+                    f"{inp.name} {b.extent}: an output written into an input has its shape"
+                )
+        position_in = next(k for k, v in enumerate(fusion.inputs) if v is inp)
+        if any(i == position_in for _, i in fusion.output_aliases):
+            raise DefinitionError(
+                f"add_output: input {inp.name} already receives another output; "
+                "an input can receive one"
+            )
+        if t.is_input:
+            t = self.ops.set(t)  # the kernel writes a copy, as nvFuser's aliasOutputToInput
+        position = next((k for k, v in enumerate(fusion.outputs) if v is t), None)
+        if position is None:
+            position = len(fusion.outputs)
+            fusion.outputs.append(t)
+            fusion.hidden_outputs = (*fusion.hidden_outputs, position)
+        elif any(o == position for o, _ in fusion.output_aliases):
+            raise DefinitionError(f"add_output: {t.name} is written into an input already")
+        fusion.output_aliases = (*fusion.output_aliases, (position, position_in))
 
     @property
     def inputs(self) -> list[Val]:

@@ -78,6 +78,8 @@ class Canonicalizer:
         outputs = [self.val(o) for o in self.original.outputs]
         self.fusion.outputs = outputs  # type: ignore[assignment]
         self.fusion.rounded_outputs = self.original.rounded_outputs
+        self.fusion.output_aliases = self.original.output_aliases
+        self.fusion.hidden_outputs = self.original.hidden_outputs
         live = _live_exprs(self.fusion.all_exprs, outputs)
         self.fusion.all_exprs = live
         self.fusion.exprs = list(live)

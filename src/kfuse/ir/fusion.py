@@ -29,6 +29,12 @@ class Fusion:
         # BFloat16 outputs through arithmetic (a segment's, kfuse.engine.segmenter): the
         # fast-math choices (kfuse.codegen.precision) treat them as BFloat16 outputs.
         self.rounded_outputs: tuple[int, ...] = ()
+        # fd.add_output(out, alias_input=inp): (output position, input position) pairs, the
+        # output written into the input's storage (kfuse.engine.aliasing); hidden_outputs:
+        # the positions of those outputs that execute does not return (not also added as
+        # ordinary outputs).
+        self.output_aliases: tuple[tuple[int, int], ...] = ()
+        self.hidden_outputs: tuple[int, ...] = ()
         # True while a FusionDefinition is still adding to it (until finalize()): `exprs`
         # is empty and the names are not final until then (see as_defined_so_far).
         self.in_definition = False
@@ -91,6 +97,8 @@ class Fusion:
         live = self._live_expr_ids()
         snapshot.exprs = [e for e in self.all_exprs if id(e) in live]
         snapshot.rounded_outputs = self.rounded_outputs
+        snapshot.output_aliases = self.output_aliases
+        snapshot.hidden_outputs = self.hidden_outputs
         return snapshot
 
     def _live_expr_ids(self) -> set[int]:
@@ -180,6 +188,8 @@ class Fusion:
         parts.append(("outputs", tuple(ref(v) for v in self.outputs)))
         if self.rounded_outputs:  # kernels differ (fast math), so must cache keys
             parts.append(("rounded", self.rounded_outputs))
+        if self.output_aliases:  # what execute writes and returns differs
+            parts.append(("aliases", self.output_aliases, self.hidden_outputs))
         return tuple(parts)
 
     def __eq__(self, other: object) -> bool:
@@ -198,6 +208,8 @@ class Fusion:
         lines += [f"  {e}" for e in self.exprs]
         lines.append("Outputs:")
         lines += [f"  {v}" for v in self.outputs]
+        for out, inp in self.output_aliases:
+            lines.append(f"  {self.outputs[out].name} written into {self.inputs[inp].name}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -180,6 +180,20 @@ def _rounding(name: str, doc: str, fn: Any, numpy: str = "") -> OpInfo:
 
 def _arith() -> list[OpInfo]:
     return [
+        # nvFuser's set (a LoadStoreOp): the operand copied into a value of its own, which
+        # add_output(..., alias_input=) may write into an input while the operand is read.
+        OpInfo(
+            "set",
+            1,
+            "arith",
+            "same",
+            "a copy of x as a new value (nvFuser's LoadStoreOp)",
+            lambda a: a,
+            cuda="{0}",
+            precision="exact",
+            slope=1.0,
+            reference=lambda be, a: a,
+        ),
         OpInfo(
             "abs",
             1,

@@ -132,6 +132,13 @@ def fusion_to_python(fusion: Any, name: str = "kfuse_fusion") -> str:
     statements.sort(key=lambda s: s[0])
     lines = [f"def {name}(fd : FusionDefinition) -> None :"]
     lines += [f"    {text}" for _, text in statements]
-    lines += [f"    fd.add_output({v.name})" for v in fusion.outputs]
+    aliases = dict(fusion.output_aliases)
+    for k, v in enumerate(fusion.outputs):
+        if k not in fusion.hidden_outputs:
+            lines.append(f"    fd.add_output({v.name})")
+        if k in aliases:
+            lines.append(
+                f"    fd.add_output({v.name}, alias_input={fusion.inputs[aliases[k]].name})"
+            )
     lines += ["", "with FusionDefinition() as fd:", f"    {name}(fd)", ""]
     return "\n".join(lines)

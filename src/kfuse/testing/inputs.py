@@ -291,9 +291,16 @@ def inputs_for(
 
         rng = np.random.default_rng(seed)
         out: list[Any] = []
+        # An input an output is written into is never a stride-0 view (kfuse would refuse it).
+        written = {id(fusion.inputs[k]) for _, k in fusion.output_aliases}
         for v, shape in zip(fusion.inputs, shapes, strict=False):
             if isinstance(v, TensorView):
-                layout = draw(st.sampled_from(_allowed_layouts(v))) if layouts else "contiguous"
+                allowed = [
+                    layout
+                    for layout in _allowed_layouts(v)
+                    if id(v) not in written or layout != "broadcast"
+                ]
+                layout = draw(st.sampled_from(allowed)) if layouts else "contiguous"
                 out.append(
                     make_array(
                         draw,

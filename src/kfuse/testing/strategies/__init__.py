@@ -27,6 +27,7 @@ from kfuse.ir.ops import OPS
 from kfuse.testing.strategies.generator import Entry, Gen, one_in
 from kfuse.testing.strategies.outputs import (
     add_outputs,
+    alias_output,
     indexing_step,
     resized_input_step,
     resized_intermediates,
@@ -94,6 +95,7 @@ def _fusions(
         n_ops = draw(st.integers(1, max_ops))
         if kind == "multi_segment":
             _multi_segment(draw, fd, gen, n_ops, max_outputs)
+            alias_output(draw, fd, gen)
             return fd
         if kind == "reduction":
             n_red = 1
@@ -121,6 +123,7 @@ def _fusions(
         add_outputs(draw, fd, gen, max_outputs, resized_one_in)
         if moves == "resize":
             resized_intermediates(draw, fd, gen, cats_only)
+        alias_output(draw, fd, gen)
     return fd
 
 

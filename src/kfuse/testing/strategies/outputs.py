@@ -234,3 +234,57 @@ def _cone_ids(vals: list[Val]) -> set[int]:
         if v.definition is not None:
             stack.extend(v.definition.inputs)
     return seen
+
+
+ALIAS_ONE_IN = 3
+"""One fusion in this many also writes a value into one of its inputs (add_output with
+alias_input), in place or staged as kfuse.engine.aliasing decides."""
+
+
+def alias_output(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+    """Sometimes write a value of the input's full shape into a tensor input of `gen` (which
+    kfuse.testing.inputs then never draws as a stride-0 view), as an in-place update does
+    (the input itself, copied, now and then)."""
+    if not one_in(draw, ALIAS_ONE_IN):
+        return
+    written = {in_pos for _, in_pos in fd.fusion.output_aliases}
+    targets = [
+        e.val
+        for e in gen.pool
+        if e.val.is_input
+        and e.val.ndim == gen.rank
+        and not any(a.is_broadcast for a in e.val.axes)
+        and not any(v is e.val and k in written for k, v in enumerate(fd.fusion.inputs))
+    ]
+    if not targets:
+        return
+    target = draw(st.sampled_from(targets))
+    value = gen.pick(full=True).val
+    if value.ndim != target.ndim or any(a.is_broadcast for a in value.axes):
+        return
+    if not _elementwise_of(value, target):
+        return  # its extents are not bound to the target's (inputs never combined)
+    stored: Val = value
+    if value.dtype is not target.dtype:
+        if not (value.dtype.is_floating and target.dtype.is_floating):
+            return
+        stored = fd.ops.cast(value, target.dtype)
+    fd.add_output(stored, alias_input=target)
+
+
+def _elementwise_of(value: Val, target: Val) -> bool:
+    """Whether `value` is computed from `target` through element-wise ops alone (so shares
+    its extents), or is `target`."""
+    from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v is target:
+            return True
+        if id(v) in seen or v.definition is None:
+            continue
+        seen.add(id(v))
+        if isinstance(v.definition, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+            stack.extend(v.definition.inputs)
+    return False
