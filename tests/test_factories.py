@@ -146,14 +146,24 @@ def test_a_scalar_extent_is_read_per_call() -> None:
         (lambda fd: fd.ops.iota(2.5), "expected an int"),
         (lambda fd: fd.ops.iota(4, dtype=DataType.Bool), "not an integer or floating"),
         (lambda fd: fd.ops.iota(4, 0.5, dtype=DataType.Int), "does not match dtype"),
-        (lambda fd: fd.ops.full(fd.define_tensor([2], dtype=DataType.Float), 1.0, DataType.Float),
-         "shape must be a list"),
-        (lambda fd: fd.ops.full([fd.define_tensor([2], dtype=DataType.Float)], 1, DataType.Int),
-         "expected an int"),
+        (
+            lambda fd: fd.ops.full(
+                fd.define_tensor([2], dtype=DataType.Float), 1.0, DataType.Float
+            ),
+            "shape must be a list",
+        ),
+        (
+            lambda fd: fd.ops.full([fd.define_tensor([2], dtype=DataType.Float)], 1, DataType.Int),
+            "expected an int",
+        ),
         (lambda fd: fd.ops.full([2, -1], 1.0, DataType.Float), "sizes are >= 0"),
         (lambda fd: fd.ops.full([fd.define_scalar(2.0)], 1.0, DataType.Float), "not an integer"),
-        (lambda fd: fd.ops.full([2], fd.define_tensor([2], dtype=DataType.Float), DataType.Float),
-         "expected a scalar"),
+        (
+            lambda fd: fd.ops.full(
+                [2], fd.define_tensor([2], dtype=DataType.Float), DataType.Float
+            ),
+            "expected a scalar",
+        ),
         (lambda fd: fd.ops.zeros([2], "quaternion"), "not a kfuse DataType"),
         (lambda fd: fd.ops.full([2], 1.5, DataType.Int), "not an integer"),
     ],

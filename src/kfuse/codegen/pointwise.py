@@ -479,8 +479,8 @@ def _unrolled_loads(
     load: Callable[[int, str], list[str]],
 ) -> None:
     """Declare x<k>[unroll] for the inputs `ks` that load_vector_block leaves out (indexed,
-    padded, split and generated reads), then load their u-th vectors in one unrolled loop, at element
-    `offset` of the row: `load(k, indent)` gives one input's lines."""
+    padded, split and generated reads), then load their u-th vectors in one unrolled loop, at
+    element `offset` of the row: `load(k, indent)` gives one input's lines."""
     if not ks:
         return
     vec, kinds = spec.vector, spec.input_kinds

@@ -37,8 +37,8 @@ from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.runtime.launch import (
-    IndexCheckOperand,
     GeneratedOperand,
+    IndexCheckOperand,
     InputOperand,
     KernelLaunch,
     Operand,

@@ -346,9 +346,9 @@ def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLa
     rank = plan.ref_rank
     if use in plan.domain.generated:  # no memory: its own shape's contiguous strides
         made = cast(TensorView, use.val)
-        strides = contiguous_strides(tuple(info.shape(made)))
+        own = contiguous_strides(tuple(info.shape(made)))
         return OperandLayout(
-            0, made.dtype.itemsize, ref_strides(use.view, strides, rank), generated=True
+            0, made.dtype.itemsize, ref_strides(use.view, own, rank), generated=True
         )
     padded = plan.domain.padded.get(use)
     if padded is not None:
@@ -487,9 +487,7 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
 
 
 def _vector_width(layout: PointwiseLayout) -> int:
-    unit = [
-        op for op in layout.inputs + layout.outputs if op.strides[-1] == 1 and not op.generated
-    ]
+    unit = [op for op in layout.inputs + layout.outputs if op.strides[-1] == 1 and not op.generated]
     if not unit:
         return 1
     vector = 16 // min(op.itemsize for op in unit)
