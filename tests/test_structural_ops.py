@@ -16,6 +16,7 @@ from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.exprs import (
     EXPR_CLASSES,
+    GENERATED_EXPRS,
     LIBRARY_EXPRS,
     POINTWISE_EXPRS,
     Expr,
@@ -28,7 +29,7 @@ from kfuse.reference import evaluate
 from kfuse.testing.inputs import AXIS_RULES
 
 # The Expr classes that compute values or sizes; every other one is structural.
-COMPUTING = {*POINTWISE_EXPRS, *LIBRARY_EXPRS, ReductionOp, WelfordOp, SizeOp}
+COMPUTING = {*POINTWISE_EXPRS, *GENERATED_EXPRS, *LIBRARY_EXPRS, ReductionOp, WelfordOp, SizeOp}
 STRUCTURAL_CLASSES = [c for c in EXPR_CLASSES if c not in COMPUTING]
 
 F = DataType.Float

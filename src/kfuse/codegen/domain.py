@@ -15,7 +15,11 @@ Pointwise kernels also read index ops and pads of their inputs (`kernel_reads`):
 output is then a leaf, an operand read from its tensor. An index op's (index_select, gather,
 take_along_axis) at the reference coordinates on every axis but the indexed one, where the
 index's element at the same coordinates gives the position (`IndexedRead`); a pad's at the
-coordinates less the low widths, the pad value outside the tensor (`PaddedRead`).
+coordinates less the low widths, the pad value outside the tensor (`PaddedRead`). A generated
+value (full, iota: kfuse.ir.generated) is a leaf too, with no tensor at all: computed from the
+element's linear index in its own shape (`GeneratedRead`, kfuse.codegen.generated). Kernels
+other than the pointwise one do not read generated values (UnsupportedExpr: the segmenter
+gives them a pointwise segment of their own).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from kfuse.ir.exprs import (
     ExpandOp,
     Expr,
     GatherOp,
+    GeneratedOp,
     IndexSelectOp,
     PadOp,
     PermuteOp,
@@ -95,6 +100,15 @@ class PaddedRead:
         return cast(Scalar, self.expr.inputs[1])
 
 
+@dataclass(frozen=True)
+class GeneratedRead:
+    """A generated value's output read by the kernel: computed from the element's linear
+    index in the value's own shape and the op's parameters (Scalars: constants, or kernel
+    scalar parameters)."""
+
+    expr: GeneratedOp
+
+
 @dataclass
 class DomainMap:
     """The result of mapping a set of outputs onto a reference domain.
@@ -105,6 +119,7 @@ class DomainMap:
     scalars: the non-constant Scalars read (each becomes a kernel parameter).
     indexed: the input uses that are indexed reads, with how they read.
     padded: the input uses that are padded reads.
+    generated: the input uses that are generated reads.
     """
 
     ref_rank: int
@@ -113,6 +128,7 @@ class DomainMap:
     scalars: list[Scalar] = field(default_factory=list)
     indexed: dict[Use, IndexedRead] = field(default_factory=dict)
     padded: dict[Use, PaddedRead] = field(default_factory=dict)
+    generated: dict[Use, GeneratedRead] = field(default_factory=dict)
 
 
 def padded_read_of(expr: Expr) -> bool:
@@ -194,6 +210,10 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
             else:
                 views.append(None)
         return views
+    if isinstance(expr, GeneratedOp):
+        raise UnsupportedExpr(
+            f"{expr.op} {expr.outputs[0].name}: only pointwise kernels compute generated values"
+        )
     tensor = expr.inputs[0]
     assert isinstance(tensor, TensorView)
     view_of = VIEW_OPERANDS.get(type(expr))
@@ -231,7 +251,8 @@ def map_to_domain(
     `stop_at` lists Vals that are produced elsewhere (e.g. reduction results inside a
     persistent kernel): they are leaves here, like fusion inputs, but not kernel operands.
     `kernel_reads`: index ops and pads of fusion inputs are leaves read from their tensors
-    (IndexedRead, PaddedRead; pointwise kernels), where otherwise they raise UnsupportedExpr.
+    (IndexedRead, PaddedRead; pointwise kernels), and generated values leaves computed
+    (GeneratedRead), where otherwise they raise UnsupportedExpr.
     """
     stop_at = stop_at or {}
     result = DomainMap(ref_rank)
@@ -267,6 +288,13 @@ def map_to_domain(
             padded = PaddedRead(cast(PadOp, expr))
             visit(padded.fill, ())  # a parameter, where it is not a constant
             result.padded[use] = padded
+            result.input_uses.append(use)
+            result.uses.append(use)
+            return
+        if kernel_reads and isinstance(expr, GeneratedOp):
+            for p in expr.params:
+                visit(p, ())  # a parameter, where it is not a constant
+            result.generated[use] = GeneratedRead(expr)
             result.input_uses.append(use)
             result.uses.append(use)
             return

@@ -29,6 +29,9 @@ INDEXED = "indexed"
 # by element, each checked against the window.
 WINDOWED_VEC = "windowed_vec"
 WINDOWED = "windowed"
+# A generated read (OperandLayout.generated): no memory; each element computed from its linear
+# index in the generated tensor (kfuse.codegen.generated).
+GENERATED = "generated"
 # An outer reduction's operand whose reduced rows are adjacent within each column (stride 1
 # along the reduced axis, `unroll` along the columns): a thread's V columns of all its rows are
 # one block of V * unroll elements, loaded as one vector (kfuse.codegen.reduction).
@@ -55,6 +58,10 @@ class OperandLayout:
     # its low width, the tensor's extent), the element at coordinate c reading the tensor at
     # c - low where that is in [0, extent); () for every other operand.
     window: tuple[tuple[int, int, int], ...] = ()
+    # A pointwise kernel's generated read (kfuse.codegen.domain.GeneratedRead): no data; its
+    # strides are those of the generated tensor's contiguous layout, and the offset they
+    # give is the element's linear index there.
+    generated: bool = False
 
     def max_offset(self, sizes: tuple[int, ...]) -> int:
         """The largest element offset the kernel can touch (for the index type choice)."""
@@ -132,6 +139,7 @@ def merge_axes(
             tuple(st),
             indexed=op.indexed,
             window=tuple((merged_as[r], low, extent) for r, low, extent in op.window),
+            generated=op.generated,
         )
         for op, st in zip(operands, new_strides)
     ]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse.codegen import bf16_words, indexed, windowed
+from kfuse.codegen import bf16_words, generated, indexed, windowed
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
@@ -444,7 +444,7 @@ def _whole_vectors(
     offset = offset or f"(v0 + (Index)u * blockDim.x) * {vec}"
     inputs = plan.domain.input_uses
     split = [k for k, kind in enumerate(spec.input_kinds) if kind == SPLIT]
-    reads, windows = indexed.reads(spec), windowed.reads(spec)
+    reads, windows, made = indexed.reads(spec), windowed.reads(spec), generated.reads(spec)
     code.extend(
         load_vector_block(
             [u.val.dtype.cuda_type for u in inputs],
@@ -454,13 +454,14 @@ def _whole_vectors(
             code.indent,
             f"const Index i0 = {offset}",
             lambda k: _vector_addresses(f"base_in{k}", k),
-            skip=split + reads + windows,
+            skip=split + reads + windows + made,
         )
     )
     for ks, load in (
         (reads, lambda k, indent: indexed.vector_load(spec, k, indent)),  # after their indexes
         (windows, lambda k, indent: windowed.vector_load(spec, plan.domain, k, indent)),
         (split, lambda k, indent: _split_loads(spec, k, f"x{k}[u]", vec, indent)),
+        (made, lambda k, indent: generated.vector_load(spec, plan.domain, k, indent)),
     ):
         _unrolled_loads(code, spec, plan, ks, unroll, offset, load)
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
@@ -478,8 +479,8 @@ def _unrolled_loads(
     load: Callable[[int, str], list[str]],
 ) -> None:
     """Declare x<k>[unroll] for the inputs `ks` that load_vector_block leaves out (indexed,
-    padded and split reads), then load their u-th vectors in one unrolled loop, at element
-    `offset` of the row: `load(k, indent)` gives one input's lines."""
+    padded, split and generated reads), then load their u-th vectors in one unrolled loop, at
+    element `offset` of the row: `load(k, indent)` gives one input's lines."""
     if not ks:
         return
     vec, kinds = spec.vector, spec.input_kinds
@@ -556,6 +557,8 @@ def _elements(
         for k in windowed.reads(spec):  # inside its window, else its pad value
             at = f"{base(f'in{k}')} + i * step_in{k}"
             loaded[k] = windowed.element_load(spec, plan.domain, k, at, "i")
+        for k in generated.reads(spec):  # computed from its linear index
+            loaded[k] = generated.value(plan.domain, k, f"{base(f'in{k}')} + i * step_in{k}")
         for k, kind in enumerate(spec.input_kinds):
             if kind == SPLIT:  # its element i through its sub-axes, into xs<k>[0]
                 code(f"{plan.domain.input_uses[k].val.dtype.cuda_type} xs{k}[1];")

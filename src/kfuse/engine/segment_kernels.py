@@ -37,6 +37,7 @@ from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.runtime.launch import (
+    GeneratedOperand,
     IndexCheckOperand,
     InputOperand,
     KernelLaunch,
@@ -143,8 +144,8 @@ class _Merger:
             return self._value(out, op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)
-        if isinstance(op, IndexCheckOperand):
-            return op  # the kernel's own flags
+        if isinstance(op, (IndexCheckOperand, GeneratedOperand)):
+            return op  # the kernel's own flags; a generated read's sizes (no data)
         old = plan.origin[op.val]
         if id(old) in self.added_values:
             raise _NotMerged

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
+from kfuse.ir.generated import build_full, build_iota
 from kfuse.ir.index_ops import build_gather, build_index_select
 from kfuse.ir.ops import OPS, OpInfo
 from kfuse.ir.resize_ops import build_cat, build_pad, build_select, build_slice
@@ -64,6 +65,32 @@ class Ops:
         """x converted to dtype."""
         self._fd.check_open("cast")
         return self._b.cast(x, dtype)
+
+    # ---- factories (generated values: kfuse.ir.generated) ----
+    def full(self, shape: Sequence[Any], fill_value: Any, dtype: Any) -> TensorView:
+        """A tensor of `shape` (ints and Int scalars; a constant 1 is a broadcast axis)
+        holding fill_value (a number or a scalar) converted to dtype."""
+        self._fd.check_open("full")
+        return build_full(self._b, shape, fill_value, dtype)
+
+    def zeros(self, shape: Sequence[Any], dtype: Any) -> TensorView:
+        """full(shape, 0, dtype)."""
+        self._fd.check_open("zeros")
+        return build_full(self._b, shape, 0, dtype, op="zeros")
+
+    def ones(self, shape: Sequence[Any], dtype: Any) -> TensorView:
+        """full(shape, 1, dtype)."""
+        self._fd.check_open("ones")
+        return build_full(self._b, shape, 1, dtype, op="ones")
+
+    def iota(
+        self, length: Any, start: Any = None, step: Any = None, dtype: Any = DataType.Int
+    ) -> TensorView:
+        """The 1-D tensor start, start + step, ... of `length` elements (an int or Int
+        scalar) of an integer or floating dtype; start and step (0 and 1 where None) are
+        numbers or scalars of the dtype's kind."""
+        self._fd.check_open("iota")
+        return build_iota(self._b, length, start, step, dtype)
 
     # ---- shape ops ----
     def broadcast(self, x: Any, is_broadcast_dim: Sequence[bool]) -> TensorView:

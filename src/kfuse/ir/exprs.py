@@ -219,6 +219,21 @@ class GatherOp(Expr):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class GeneratedOp(Expr):
+    """A tensor made from no tensor (a factory): each element is the generator `op` (a row of
+    kfuse.ir.generated.GENERATORS) of the element's linear index in `shape`, row-major, and
+    of the Scalars `params` (full's value; iota's start and step). `shape`: Int Scalars, a
+    constant 1 making a broadcast axis. inputs = the non-constant Scalars of shape and
+    params, in that order."""
+
+    op: str
+    shape: tuple[Scalar, ...]
+    params: tuple[Scalar, ...]
+    dtype: DataType
+    ATTRS: ClassVar[tuple[str, ...]] = ("op", "shape", "params", "dtype")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ReductionOp(Expr):
     """Reduce `dims` (sorted, input axis indices) away with op in sum|prod|max|min.
 
@@ -293,6 +308,7 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     CatOp,
     IndexSelectOp,
     GatherOp,
+    GeneratedOp,
     ReductionOp,
     WelfordOp,
     SizeOp,
@@ -300,6 +316,9 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     LinearOp,
 )
 POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+GENERATED_EXPRS = (GeneratedOp,)
+"""Exprs with no tensor input whose elements are a function of their coordinates (factories;
+kfuse.ir.generated)."""
 LIBRARY_EXPRS = (MatmulOp, LinearOp)
 """Exprs kfuse does not generate code for: they run through the inputs' framework library."""
 

@@ -11,6 +11,7 @@ from kfuse.ir.exprs import (
     BinaryOp,
     CastOp,
     Expr,
+    GeneratedOp,
     LinearOp,
     MatmulOp,
     ReductionOp,
@@ -20,6 +21,7 @@ from kfuse.ir.exprs import (
     WelfordOp,
     attribute_vals,
 )
+from kfuse.ir.generated import generated_call
 from kfuse.ir.ops import fd_call
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -92,6 +94,8 @@ def _call(expr: Expr, names: Mapping[int, str]) -> str:
         return f"fd.ops.{method}({', '.join(a + [f'{k}={v!r}' for k, v in keywords.items()])})"
     if isinstance(expr, CastOp):
         return f"fd.ops.cast({a[0]}, dtype={expr.dtype!r})"
+    if isinstance(expr, GeneratedOp):
+        return generated_call(expr, lambda v: literal(v, names))
     if (row := structural_info(expr)) is not None:
         arguments = row.arguments(expr, a, lambda entries: _extent_list(entries, names))
         return f"fd.ops.{row.printed_method(expr)}({arguments})"

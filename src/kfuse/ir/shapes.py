@@ -9,6 +9,7 @@ from kfuse.ir.exprs import (
     BinaryOp,
     CastOp,
     Expr,
+    GeneratedOp,
     LinearOp,
     MatmulOp,
     ReductionOp,
@@ -71,6 +72,12 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[Origin]])
     out = expr.outputs[0]
     if not isinstance(out, TensorView):
         infer_scalar(expr, shapes)
+        return
+    if isinstance(expr, GeneratedOp):  # no tensor input: its scalars give the shape
+        from kfuse.ir.generated import generated_shape
+
+        shapes[out] = generated_shape(expr, shapes)
+        origins[out] = [Origin(f"{expr.op} to {out.name} axis {i}") for i in range(out.ndim)]
         return
     tv = expr.inputs[0]
     shape = shapes[tv] if isinstance(tv, TensorView) else ()

@@ -37,6 +37,7 @@ from kfuse.ir.exprs import (
     BinaryOp,
     CastOp,
     Expr,
+    GeneratedOp,
     ReductionOp,
     TernaryOp,
     UnaryOp,
@@ -83,6 +84,8 @@ class ConditionTracker:
 
     def track(self, expr: Expr) -> None:
         out = expr.outputs[0]
+        if isinstance(expr, GeneratedOp):
+            return  # made, not computed from operands: no sum, no mark reaches it
         if isinstance(out, TensorView):
             self._track_order(expr)
         if not isinstance(out, TensorView) or not out.dtype.is_floating:

@@ -35,6 +35,7 @@ from kfuse.ir.exprs import (
     BinaryOp,
     CastOp,
     Expr,
+    GeneratedOp,
     LinearOp,
     MatmulOp,
     ReductionOp,
@@ -44,6 +45,7 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.generated import generated_reference
 from kfuse.ir.ops import OPS
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.structural import structural_info
@@ -204,6 +206,12 @@ class _Evaluator:
             self.welford(expr)
         elif isinstance(expr, (MatmulOp, LinearOp)):
             self.env[out] = self.store(self.library(expr), out.dtype)
+        elif isinstance(expr, GeneratedOp):
+            storage = self.compute_storage(out.dtype)
+            made = generated_reference(self.be, expr, self.shapes, storage, self.like)
+            if out.dtype.is_floating and self.wide:  # the kernels round it to the dtype
+                made = self.be.round_to(made, out.dtype)
+            self.env[out] = self.store(made, out.dtype)
         else:
             self.env[out] = self.structural(expr)
 

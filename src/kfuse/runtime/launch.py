@@ -32,6 +32,15 @@ class InputOperand:
 
 
 @dataclass(frozen=True)
+class GeneratedOperand:
+    """A generated read's kf::Tensor (kfuse.codegen.generated): no data, `shape`/`strides`
+    (the strides of the generated tensor's own contiguous layout) only."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class OutputOperand:
     """Output `index`'s data from `byte_offset` bytes past its first element (a part of it
     a kernel writes: a cat's), seen through `shape`/`strides`."""
@@ -71,7 +80,14 @@ class IndexCheckOperand:
     checks: Any  # kfuse.runtime.index_checks.IndexChecks
 
 
-Operand = InputOperand | OutputOperand | ScalarOperand | WorkspaceOperand | IndexCheckOperand
+Operand = (
+    InputOperand
+    | GeneratedOperand
+    | OutputOperand
+    | ScalarOperand
+    | WorkspaceOperand
+    | IndexCheckOperand
+)
 
 
 @dataclass
@@ -141,6 +157,8 @@ class KernelLaunch:
             elif isinstance(op, OutputOperand):
                 ptr = output_ptrs[op.index] + op.byte_offset
                 args.append(TensorArg(ptr, op.shape, op.strides))
+            elif isinstance(op, GeneratedOperand):
+                args.append(TensorArg(0, op.shape, op.strides))
             elif isinstance(op, WorkspaceOperand):
                 assert workspace_ptrs is not None, "the executor allocates workspaces"
                 args.append(TensorArg(workspace_ptrs[op.index] + op.offset, op.shape, op.strides))

@@ -26,6 +26,7 @@ from kfuse import switches
 from kfuse.codegen.domain import PaddedRead, UnsupportedExpr, Use
 from kfuse.codegen.layout import (
     BCAST,
+    GENERATED,
     INDEXED,
     INDEXED_VEC,
     VEC,
@@ -33,6 +34,7 @@ from kfuse.codegen.layout import (
     WINDOWED_VEC,
     OperandLayout,
     access_kind,
+    contiguous_strides,
     merge_axes,
     needs_int64,
     output_layout,
@@ -218,6 +220,8 @@ class PointwiseScheduler:
         for k, op in enumerate(layout.inputs):
             if op.window:
                 kinds[k] = windowed_kind(op, layout.rank, kinds[k])
+            if op.generated:
+                kinds[k] = GENERATED
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -281,7 +285,7 @@ def rows_per_thread(layout: PointwiseLayout) -> int:
     row), move at least the bytes an element that the others and the outputs do."""
     if layout.rank < 2 or layout.sizes[-2] % ROWS_PER_THREAD != 0:
         return 1
-    if any(op.inner_split or op.indexed or op.window for op in layout.inputs):
+    if any(op.inner_split or op.indexed or op.window or op.generated for op in layout.inputs):
         return 1
     constant = row_constant_inputs(layout)
     shared = sum(
@@ -340,6 +344,12 @@ def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLa
     axis of size 1 as stride 0: take_along_axis broadcasts such an axis of either, where any
     other op would have found the sizes unequal (a gather's coordinates there are all 0)."""
     rank = plan.ref_rank
+    if use in plan.domain.generated:  # no memory: its own shape's contiguous strides
+        made = cast(TensorView, use.val)
+        own = contiguous_strides(tuple(info.shape(made)))
+        return OperandLayout(
+            0, made.dtype.itemsize, ref_strides(use.view, own, rank), generated=True
+        )
     padded = plan.domain.padded.get(use)
     if padded is not None:
         return _padded_layout(padded, use, info, rank)
@@ -437,8 +447,9 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
     (wants_longer_rows)."""
     if layout.rank < 2 or not wants_longer_rows(layout.n_inner):
         return layout
-    if any(op.indexed or op.window for op in layout.inputs):
-        return layout  # an indexed or padded read's row_split would need its own sub-axes
+    if any(op.indexed or op.window or op.generated for op in layout.inputs):
+        # an indexed, padded or generated read's row_split would need its own sub-axes
+        return layout
     sizes = list(layout.sizes)
     ins = [list(op.strides) for op in layout.inputs]
     outs = [list(op.strides) for op in layout.outputs]
@@ -476,7 +487,7 @@ def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
 
 
 def _vector_width(layout: PointwiseLayout) -> int:
-    unit = [op for op in layout.inputs + layout.outputs if op.strides[-1] == 1]
+    unit = [op for op in layout.inputs + layout.outputs if op.strides[-1] == 1 and not op.generated]
     if not unit:
         return 1
     vector = 16 // min(op.itemsize for op in unit)
@@ -499,6 +510,7 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     from kfuse.runtime.index_checks import IndexChecks, describe_read
     from kfuse.runtime.launch import (
         GeneratedKernel,
+        GeneratedOperand,
         IndexCheckOperand,
         InputOperand,
         OutputOperand,
@@ -514,7 +526,9 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     reads: list[tuple[str, int] | None] = []
     for use, op in zip(plan.domain.input_uses, layout.inputs):
         reads.append(None)
-        if op.indexed is not None:  # the domain's axes, then its indexed axis
+        if op.generated:  # sizes and strides, no data (kfuse.codegen.generated)
+            operands.append(GeneratedOperand(layout.sizes, op.strides))
+        elif op.indexed is not None:  # the domain's axes, then its indexed axis
             read = plan.domain.indexed[use]
             extent, stride = op.indexed
             operands.append(

@@ -226,10 +226,10 @@ class TransposeScheduler:
     def check(self, fusion: Fusion, info: RuntimeInfo | None) -> None:
         PointwiseScheduler().check(fusion, info)
         plan = plan_pointwise(fusion)
-        if plan.domain.indexed or plan.domain.padded:
+        if plan.domain.indexed or plan.domain.padded or plan.domain.generated:
             raise Rejection(
-                "the fusion reads an index op's or a pad's tensor inside the kernel, which "
-                "only the pointwise kernel generates"
+                "the fusion reads an index op's or a pad's tensor or computes a generated "
+                "value inside the kernel, which only the pointwise kernel generates"
             )
         if info is None:
             return

@@ -26,6 +26,7 @@ from kfuse.ir.exprs import (
     CatOp,
     ExpandOp,
     GatherOp,
+    GeneratedOp,
     IndexSelectOp,
     LinearOp,
     MatmulOp,
@@ -130,6 +131,9 @@ class _AxisClasses:
             self._kept(e)
         elif isinstance(e, (MatmulOp, LinearOp)):
             self._library(e)
+        elif isinstance(e, GeneratedOp):  # each axis the size its shape entry holds
+            for i, extent in enumerate(e.shape):
+                self._set(out, i, self._scalar(extent))
         else:
             AXIS_RULES[type(e)](self, e)
 

@@ -234,3 +234,27 @@ def build(fd: FusionDefinition, op: str, operands: list[Any]) -> Any:
     """op of the operands, through its fd.ops method (gelu_tanh: gelu(approximate='tanh'))."""
     method, keywords = fd_call(op)
     return getattr(fd.ops, method)(*operands, **keywords)
+
+
+def factory_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+    """A generated value (kfuse.ir.generated) into the pool, sized by the first input: a
+    full of its shape, or a mask of iotas along its axes (a causal mask where it has two),
+    each exact."""
+    first = gen.pool[0].val
+    o = fd.ops
+    if draw(st.booleans()):
+        fill = draw(st.sampled_from([0.5, -1.5, 2.0, 0.0]))
+        made = o.full(o.shape(first), fill, DataType.Float)
+        gen.pool.append(Entry(made, True, abs(fill)))
+        return
+    rank = first.ndim
+    if rank == 1:
+        mask = o.lt(o.iota(o.size(first, 0), dtype=DataType.Int), 3)
+    else:
+        rows = o.iota(o.size(first, rank - 2), dtype=DataType.Int)
+        cols = o.iota(o.size(first, rank - 1), 1, 1, dtype=DataType.Int)
+        lead = [True] * (rank - 2)
+        mask = o.ge(
+            o.broadcast(rows, [*lead, False, True]), o.broadcast(cols, [*lead, True, False])
+        )
+    gen.pool.append(Entry(mask, True, 1.0))
