@@ -22,7 +22,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 from models import chart, measure, pointwise, registry, table  # noqa: E402
-from models.case import DTYPES, bytes_moved  # noqa: E402
+from models.case import DTYPES, bytes_moved, first_call  # noqa: E402
 from models.run import load_suite, plan, progress  # noqa: E402
 
 SUITE = load_suite()
@@ -79,17 +79,32 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
 
 @pytest.mark.parametrize("case", registry.PROBE_CASES, ids=lambda c: c.name)
 def test_probe_cases_match_the_reference_and_stay_out_of_the_suite(case) -> None:
-    """The tools' extra cases (slices and a cat around RoPE) are right on the emulator, the
-    torch peer's too, and the suite never runs them; each is one kernel (reading views of x,
-    and for the cat writing both halves of its output)."""
+    """The tools' extra cases (slices and a cat around RoPE, an embedding, an Adam step
+    written in place) are right on the emulator, the torch peer's too, and the suite never
+    runs them; each is one kernel (reading views of x, and for the cat writing both halves of
+    its output; the Adam step reading four arrays and writing three of them in place)."""
     assert case.name not in CASES and registry.case_and_shape(case.name)[0] is case
-    inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
-    _check("kfuse", _kfuse(case, "bfloat16", inputs), case.reference(*inputs))
-    _check("torch", list(case.torch_fn(*inputs)), case.reference(*inputs))
-    fd, _ = measure.definition(case, "bfloat16")
-    fd.execute(inputs)
+    dtype = case.dtypes[0]
+    inputs = _inputs(case, dtype, case.test_size, "cpu")
+    before = [t.clone() for t in inputs]
+    references = case.reference(*inputs)
+    fd, _ = measure.definition(case, dtype)
+    _, outputs = first_call(case, fd.execute, inputs, as_list=True)
+    _check("kfuse", list(outputs), references)
+    _, expected = first_call(case, case.torch_fn, inputs)
+    _check("torch", list(expected), references)
+    # The torch peer's outputs are what bytes_moved counts: they must be kfuse's in kind.
+    assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
+        (o.dtype, tuple(o.shape)) for o in expected
+    ]
+    # The peers ran on copies where the case updates its inputs: the originals are intact.
+    assert all(torch.equal(a, b) for a, b in zip(inputs, before))
     program = fd.last_program()
     assert isinstance(program, KernelProgram) and len(program.launches) == 1
+    if case.updates:
+        assert program.in_place == tuple(
+            (k, position) for k, position in enumerate(case.updates)
+        ), "every update stored by the kernel itself"
 
 
 @pytest.mark.parametrize("name", list(CASES))

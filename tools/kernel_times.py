@@ -96,9 +96,10 @@ def kfuse_run(
 ) -> tuple[float, str, dict[tuple[Any, ...], list[float]]]:
     """(whole call in us, the check's verdict, each kernel's times) for a fresh definition."""
     fd, _ = measure.definition(case, args.dtype)
-    call = functools.partial(fd.execute, inputs)
+    # A case that updates inputs in place runs on copies (measure.first_call).
+    call, outputs = measure.first_call(case, fd.execute, inputs, as_list=True)
     check = measure.check_outputs(
-        torch, "kfuse", list(call()), case.reference(*inputs), suite.check
+        torch, "kfuse", list(outputs), case.reference(*inputs), suite.check
     )["check"]
     us = suite.time_ms(torch, call, args.reps, before=flush) * 1e3
     kernels: dict[tuple[Any, ...], list[float]] = {}
@@ -117,8 +118,10 @@ def whole_call_us(torch: Any, suite: Any, call: Any, args: Any, flush: Any) -> f
 
 
 def torch_compiled(torch: Any, measure: Any, case: Any, inputs: list[Any]) -> Any:
-    """A fresh torch.compile of the case's torch function, bound to `inputs`."""
-    return functools.partial(measure.fresh_compile(torch, case.torch_fn), *inputs)
+    """A fresh torch.compile of the case's torch function, bound to `inputs` (to copies of
+    them where the case updates its inputs in place)."""
+    call, _ = measure.first_call(case, measure.fresh_compile(torch, case.torch_fn), inputs)
+    return call
 
 
 def torch_profiler_kernels(torch: Any, call: Any, flush: Any, calls: int) -> dict[str, list[float]]:

@@ -9,6 +9,7 @@ bytes a case must move are its inputs read once plus its outputs written once
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,9 @@ class Case:
     skip: why the case cannot run (kfuse lacks an op it needs); empty when it can.
     dtypes: the dtypes (names of DTYPES) a run without --dtype measures: bf16, and float32
     too for the transpose family (issue 24 sweeps its dtypes).
+    updates: the positions of the inputs the fusion writes in place (an optimizer step):
+    each peer's first call then runs on copies of the inputs, and what is checked against
+    the reference are those copies after it, in this order (the calls write no outputs).
     workaround: (define, note) for a definition kfuse cannot build as nvFuser writes it
     (define raises DefinitionError): the closest definition kfuse can build, and what it
     changes. The runner uses it only when `define` fails, and says so in the results.
@@ -58,6 +62,7 @@ class Case:
     skip: str = ""
     workaround: tuple[Callable[[DataType], FusionDefinition], str] | None = None
     dtypes: tuple[str, ...] = ("bfloat16",)  # what the suite runs unless --dtype says
+    updates: tuple[int, ...] = ()
 
 
 def sweep_case(
@@ -108,6 +113,21 @@ def dropout_mask(torch: Any, shape: Sequence[int], p: float, device: str) -> Any
 
 def nbytes(t: Any) -> int:
     return int(t.numel()) * int(t.element_size())
+
+
+def first_call(
+    case: Case, fn: Callable[..., Any], inputs: Sequence[Any], *, as_list: bool = False
+) -> tuple[Any, Any]:
+    """(the call of `fn` a peer is timed with, what its first call gives to check); fn takes
+    the inputs as one list where `as_list` (FusionDefinition.execute), else one by one. A
+    case that updates inputs in place runs on copies of them, so that every peer starts from
+    the inputs the reference sees; its checked outputs are the updated copies."""
+    copies = [t.clone() if hasattr(t, "clone") else t for t in inputs] if case.updates else inputs
+    call = functools.partial(fn, list(copies)) if as_list else functools.partial(fn, *copies)
+    outputs = call()
+    if not case.updates:
+        return call, outputs
+    return call, tuple(copies[k] for k in case.updates)
 
 
 def bytes_moved(inputs: Sequence[Any], outputs: Sequence[Any]) -> int:

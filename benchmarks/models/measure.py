@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kfuse.errors import DefinitionError
-from models.case import DTYPES, Case, Shape, bytes_moved
+from models.case import DTYPES, Case, Shape, bytes_moved, first_call
 
 PEERS = ("kfuse", "torch.compile", "torch eager")
 
@@ -154,12 +154,12 @@ def measure(
                 fd, note = definition(case, dtype)
                 if note:
                     row["note"] = note
-                fns[peer] = _call(fd.execute, inputs)
+                fns[peer], outputs = first_call(case, fd.execute, inputs, as_list=True)
             elif peer == "torch.compile":
-                fns[peer] = _call(fresh_compile(torch, case.torch_fn), *inputs)
+                fn = fresh_compile(torch, case.torch_fn)
+                fns[peer], outputs = first_call(case, fn, inputs)
             else:
-                fns[peer] = _call(case.torch_fn, *inputs)
-            outputs = fns[peer]()
+                fns[peer], outputs = first_call(case, case.torch_fn, inputs)
             if device == "cuda":
                 torch.cuda.synchronize()
             results[peer] = {"first_call_s": time.perf_counter() - first}
@@ -178,7 +178,8 @@ def measure(
             row["segments_error"] = describe(exc)
     if "bytes" not in row:  # eager failed or was not run: count the outputs of another peer
         for fn in fns.values():
-            row["bytes"] = bytes_moved(inputs, fn())
+            written = [inputs[k] for k in case.updates] if case.updates else fn()
+            row["bytes"] = bytes_moved(inputs, written)
             break
     for peer, fn in fns.items():
         try:
@@ -233,10 +234,6 @@ def describe(exc: BaseException) -> str:
     text = " / ".join(lines[:3])
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _call(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-    return lambda: fn(*args)
 
 
 def status_of(results: dict[str, dict[str, Any]]) -> str:

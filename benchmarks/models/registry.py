@@ -10,6 +10,7 @@ from models import (
     groupnorm,
     indexing,
     norms,
+    optimizer,
     pointwise,
     resize,
     rope,
@@ -31,10 +32,10 @@ CASES: list[Case] = [
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
-PROBE_CASES: list[Case] = [*resize.PROBE_CASES, *indexing.PROBE_CASES]
+PROBE_CASES: list[Case] = [*resize.PROBE_CASES, *indexing.PROBE_CASES, *optimizer.PROBE_CASES]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
 the suite until they have been measured on a GPU: slices and cats around RoPE, an embedding
-lookup."""
+lookup, an Adam step written in place."""
 
 
 def select(pattern: str) -> list[Case]:
