@@ -15,7 +15,10 @@ Pointwise kernels also read index ops and pads of their inputs (`kernel_reads`):
 output is then a leaf, an operand read from its tensor. An index op's (index_select, gather,
 take_along_axis) at the reference coordinates on every axis but the indexed one, where the
 index's element at the same coordinates gives the position (`IndexedRead`); a pad's at the
-coordinates less the low widths, the pad value outside the tensor (`PaddedRead`).
+coordinates less the low widths, the pad value outside the tensor (`PaddedRead`). They
+also compute a cat along an axis (`CatSelect`): each element the part its coordinate falls
+in, whose uses carry the part (`Use.part`) and whose leaves are read as windows of the cat's
+output (`PartRead`), only where that part is selected.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     GatherOp,
@@ -51,11 +55,23 @@ class UnsupportedExpr(Exception):
 
 
 @dataclass(frozen=True)
+class PartOf:
+    """Part `index` of a cat the kernel computes (CatSelect), whose axis is reference axis
+    `axis`: the part's values are its own uses, evaluated only at the coordinates that
+    select it."""
+
+    cat: CatOp
+    index: int
+    axis: int
+
+
+@dataclass(frozen=True)
 class Use:
-    """A Val evaluated at a view of the reference domain."""
+    """A Val evaluated at a view of the reference domain (inside a cat's part: `part`)."""
 
     val: Val
     view: View
+    part: PartOf | None = None
 
     def __repr__(self) -> str:
         return f"{self.val.name}@{self.view}"
@@ -95,6 +111,34 @@ class PaddedRead:
         return cast(Scalar, self.expr.inputs[1])
 
 
+@dataclass(frozen=True)
+class PartRead:
+    """A fusion input read inside a cat's part (`part`): at the coordinates of the cat's
+    output less the part's offset along the cat's axis (its window there), where that part is
+    selected; elsewhere the load is skipped and `fill` (zero) stands in, which no selected
+    value reads."""
+
+    tensor: TensorView
+    part: PartOf
+
+    @property
+    def fill(self) -> Scalar:
+        dtype = self.tensor.dtype
+        zero = False if dtype.is_boolean else 0 if dtype.is_integral else 0.0
+        return Scalar("part_fill", self.tensor.dtype, zero)
+
+
+@dataclass(frozen=True)
+class CatSelect:
+    """A cat along `expr.dim` computed by the kernel: reference axis `axis` is the cat's, and
+    `guards[p]` is an input (an index into DomainMap.input_uses) read inside part p with a
+    window along that axis, whose window check selects the part."""
+
+    expr: CatOp
+    axis: int
+    guards: tuple[int, ...]
+
+
 @dataclass
 class DomainMap:
     """The result of mapping a set of outputs onto a reference domain.
@@ -104,7 +148,8 @@ class DomainMap:
     ops' outputs read from their tensors (`indexed`), each after its index's use.
     scalars: the non-constant Scalars read (each becomes a kernel parameter).
     indexed: the input uses that are indexed reads, with how they read.
-    padded: the input uses that are padded reads.
+    padded: the input uses that are padded reads, or reads inside a cat's part.
+    cats: the uses of cats the kernel computes, with how each selects its part.
     """
 
     ref_rank: int
@@ -112,7 +157,8 @@ class DomainMap:
     input_uses: list[Use] = field(default_factory=list)
     scalars: list[Scalar] = field(default_factory=list)
     indexed: dict[Use, IndexedRead] = field(default_factory=dict)
-    padded: dict[Use, PaddedRead] = field(default_factory=dict)
+    padded: dict[Use, PaddedRead | PartRead] = field(default_factory=dict)
+    cats: dict[Use, CatSelect] = field(default_factory=dict)
 
 
 def padded_read_of(expr: Expr) -> bool:
@@ -238,8 +284,8 @@ def map_to_domain(
     seen: set[Use] = set()
     scalar_ids: set[int] = set()
 
-    def visit(val: Val, view: View) -> None:
-        use = Use(val, view)
+    def visit(val: Val, view: View, part: PartOf | None = None) -> None:
+        use = Use(val, view, part)
         if use in seen:
             return
         if isinstance(val, Scalar):
@@ -248,6 +294,13 @@ def map_to_domain(
                 result.scalars.append(val)
             return
         seen.add(use)
+        if part is not None and (val in stop_at or _read_in_place(val.definition)):
+            raise UnsupportedExpr(
+                f"cat {part.cat.outputs[0].name}: its part {part.index} reads {val.name}, "
+                "which the kernel cannot read from a window of the cat"
+            )
+        if part is not None and val.definition is None:
+            result.padded[use] = PartRead(cast(TensorView, val), part)
         if val in stop_at or val.definition is None:
             if val.definition is None:
                 result.input_uses.append(use)
@@ -256,6 +309,14 @@ def map_to_domain(
         expr = val.definition
         if isinstance(expr, (ReductionOp, WelfordOp)):
             raise UnsupportedExpr(f"{type(expr).__name__} needs a reduction kernel")
+        if kernel_reads and isinstance(expr, CatOp):
+            if part is not None or view[expr.dim] is None:
+                raise UnsupportedExpr(f"cat {val.name}: a cat inside a cat's part")
+            for index, v in enumerate(expr.inputs):  # each part at the cat's coordinates
+                visit(v, view, PartOf(expr, index, view[expr.dim]))
+            result.cats[use] = CatSelect(expr, view[expr.dim], ())
+            result.uses.append(use)
+            return
         if kernel_reads and indexed_read_of(expr):
             read = _indexed_read(cast(IndexSelectOp | GatherOp, expr), view)
             visit(read.index.val, read.index.view)  # loaded before the read that needs it
@@ -273,12 +334,43 @@ def map_to_domain(
         in_views = operand_views(expr, view)
         if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             # Only the tensor operand carries data; extents of expand/broadcast are shapes.
-            visit(expr.inputs[0], cast(View, in_views[0]))  # a tensor's view
+            visit(expr.inputs[0], cast(View, in_views[0]), part)  # a tensor's view
         else:
             for inp, in_view in zip(expr.inputs, in_views):
-                visit(inp, () if in_view is None else in_view)
+                visit(inp, () if in_view is None else in_view, part)
         result.uses.append(use)
 
     for val, view in outputs:
         visit(val, view)
+    result.cats = {use: _guarded(select, result) for use, select in result.cats.items()}
     return result
+
+
+def _read_in_place(expr: Expr | None) -> bool:
+    """Whether `expr` is one a pointwise kernel reads from its tensor (an indexed or padded
+    read), which it does not inside a cat's part."""
+    return expr is not None and (indexed_read_of(expr) or padded_read_of(expr))
+
+
+def _guarded(select: CatSelect, domain: DomainMap) -> CatSelect:
+    """`select` with its guards: per part, its first input read with a window along the cat's
+    axis. A part with none (every value it reads is the same all along that axis) gives no
+    check that selects it: UnsupportedExpr."""
+    guards = []
+    for index in range(len(select.expr.inputs)):
+        part = PartOf(select.expr, index, select.axis)
+        k = next(
+            (
+                k
+                for k, u in enumerate(domain.input_uses)
+                if u.part == part and select.axis in u.view
+            ),
+            None,
+        )
+        if k is None:
+            raise UnsupportedExpr(
+                f"cat {select.expr.outputs[0].name}: its part {index} reads no input along "
+                "the cat's axis"
+            )
+        guards.append(k)
+    return CatSelect(select.expr, select.axis, tuple(guards))

@@ -104,3 +104,16 @@ def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: st
 def element_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, at: str, i: str) -> str:
     """Read k's element at offset `at` of the row, inner coordinate `i`."""
     return f"kf::window_load(in{k}, {at}, {_inside(spec, k, i)}, {fill(domain, k)})"
+
+
+def part_selectors(spec: PointwiseKernelSpec, domain: DomainMap, i: str) -> tuple[str, ...]:
+    """Per cat the kernel computes (DomainMap.cats), the part that the element at inner
+    coordinate `i` of the row falls in: the first part whose guard (a read with a window
+    along the cat's axis) is inside its window, the last where none is. The windows of a
+    cat's parts tile its axis, so exactly one holds."""
+    out = []
+    for select in domain.cats.values():
+        checked = select.guards[:-1]
+        chain = "".join(f"{_inside(spec, k, i)} ? {p} : " for p, k in enumerate(checked))
+        out.append(f"({chain}{len(checked)})")
+    return tuple(out)

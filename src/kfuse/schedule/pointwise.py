@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kfuse import switches
-from kfuse.codegen.domain import PaddedRead, UnsupportedExpr, Use
+from kfuse.codegen.domain import PaddedRead, PartRead, UnsupportedExpr, Use
 from kfuse.codegen.layout import (
     BCAST,
     INDEXED,
@@ -134,6 +134,14 @@ class PointwiseScheduler:
                 raise Rejection(
                     f"outputs have different shapes ({out.name} is "
                     f"{info.shape(out)}, {plan.reference.name} is {ref_shape})"
+                )
+        for select in plan.domain.cats.values():
+            cat = select.expr
+            if len({info.shape(cast(TensorView, p))[cat.dim] for p in cat.inputs}) == 1:
+                # Those are written part by part into their windows (boundary_views), each
+                # a kernel output stored in vectors, where this kernel would select per element.
+                raise Rejection(
+                    f"cat {cat.outputs[0].name}: its parts are of one size along its axis"
                 )
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
@@ -341,6 +349,8 @@ def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLa
     other op would have found the sizes unequal (a gather's coordinates there are all 0)."""
     rank = plan.ref_rank
     padded = plan.domain.padded.get(use)
+    if isinstance(padded, PartRead):
+        return _part_layout(padded, use, info, rank)
     if padded is not None:
         return _padded_layout(padded, use, info, rank)
     read = plan.domain.indexed.get(use)
@@ -384,6 +394,21 @@ def _padded_layout(padded: PaddedRead, use: Use, info: RuntimeInfo, rank: int) -
         padded.tensor.dtype.itemsize,
         ref_strides(use.view, layout.strides, rank),
         window=tuple(window),
+    )
+
+
+def _part_layout(read: PartRead, use: Use, info: RuntimeInfo, rank: int) -> OperandLayout:
+    """A read inside a cat's part: its tensor's strides on the reference axes, and along the
+    cat's axis the part's window of the cat's output (its offset there, its extent)."""
+    layout = info.layouts[read.tensor]
+    cat, index = read.part.cat, read.part.index
+    offset = sum(info.shape(cast(TensorView, p))[cat.dim] for p in cat.inputs[:index])
+    window = tuple((r, offset, n) for r, n in zip(use.view, layout.shape) if r == read.part.axis)
+    return OperandLayout(
+        layout.data_ptr,
+        read.tensor.dtype.itemsize,
+        ref_strides(use.view, layout.strides, rank),
+        window=window,
     )
 
 
