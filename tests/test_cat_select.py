@@ -166,3 +166,31 @@ def test_parts_of_three_sizes_on_the_gpu(dtype: DataType, dim: int) -> None:
     program = joined.last_program()
     assert isinstance(program, KernelProgram)
     assert program.schedulers() == [SchedulerType.pointwise]
+
+
+def test_a_part_reading_a_value_the_same_along_the_axis() -> None:
+    """A part that scales x's slice by a per-row value (broadcast along the cat's axis, no
+    window there): one kernel; a part reading nothing along the axis (the per-row value
+    expanded) has no read whose window selects it: the parts are written as before, right."""
+    rng = np.random.default_rng(3)
+    x, r = rng.standard_normal((6, 9)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    for expanded in (False, True):
+        with FusionDefinition() as fd:
+            xt = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+            rt = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+            rows, width = fd.ops.size(xt, 0), fd.ops.size(xt, 1)
+            head = fd.ops.slice(xt, [0, 0], [rows, 4])
+            rest = fd.ops.slice(xt, [0, 4], [rows, width])
+            per_row = fd.ops.broadcast(rt, [False, True])
+            if expanded:
+                first = fd.ops.expand(fd.ops.mul(per_row, 2.0), [rows, 4])
+            else:
+                first = fd.ops.mul(head, per_row)
+            fd.add_output(fd.ops.cat([first, rest], dim=1))
+        (out,) = fd.execute([x, r])
+        first_want = np.tile(r[:, None] * 2, (1, 4)) if expanded else x[:, :4] * r[:, None]
+        np.testing.assert_array_equal(out, np.concatenate([first_want, x[:, 4:]], axis=1))
+        program = fd.last_program()
+        assert isinstance(program, KernelProgram)
+        if not expanded:
+            assert program.schedulers() == [SchedulerType.pointwise]
