@@ -16,9 +16,12 @@ from kfuse.frontend import FusionDefinition
 from kfuse.schedule import SchedulerType
 
 WIDTHS = (3, 7, 2)  # three parts of three sizes along the cat's axis
+WHOLE_VECTORS = (8, 16, 24)  # windows of whole vectors (of 4 floats, of 8 bf16 values)
 
 
-def three_parts(dtype: DataType, dim: int, joined: bool) -> FusionDefinition:
+def three_parts(
+    dtype: DataType, dim: int, joined: bool, widths: tuple[int, ...] = WIDTHS
+) -> FusionDefinition:
     """x (rank 3) split along `dim` into parts of WIDTHS: the first times y (y's shape), the
     second x's slice as it is, the third -z (z's shape); joined by a cat along `dim`, or
     (not `joined`) the three parts as outputs of their own."""
@@ -29,7 +32,7 @@ def three_parts(dtype: DataType, dim: int, joined: bool) -> FusionDefinition:
         sizes = [fd.ops.size(x, i) for i in range(3)]
         slices = []
         start = 0
-        for width in WIDTHS:
+        for width in widths:
             lo = [0, 0, 0]
             hi = list(sizes)
             lo[dim], hi[dim] = start, start + width
@@ -49,7 +52,7 @@ def three_parts(dtype: DataType, dim: int, joined: bool) -> FusionDefinition:
     return fd
 
 
-def shapes(dim: int) -> tuple[tuple[int, ...], ...]:
+def shapes(dim: int, widths: tuple[int, ...] = WIDTHS) -> tuple[tuple[int, ...], ...]:
     """The shapes of x, y and z for a cat along `dim` of a [4, 5, 6]-like tensor."""
     base = [4, 5, 6]
 
@@ -58,12 +61,12 @@ def shapes(dim: int) -> tuple[tuple[int, ...], ...]:
         shape[dim] = width
         return tuple(shape)
 
-    return along(sum(WIDTHS)), along(WIDTHS[0]), along(WIDTHS[2])
+    return along(sum(widths)), along(widths[0]), along(widths[2])
 
 
-def inputs(dtype: DataType, dim: int) -> list[np.ndarray]:
+def inputs(dtype: DataType, dim: int, widths: tuple[int, ...] = WIDTHS) -> list[np.ndarray]:
     rng = np.random.default_rng(dim)
-    x_shape, y_shape, z_shape = shapes(dim)
+    x_shape, y_shape, z_shape = shapes(dim, widths)
     if dtype is DataType.Int32:
         x = rng.integers(-1000, 1000, x_shape).astype(np.int32)
         y = rng.integers(1, 50, y_shape).astype(np.int32) * rng.choice([-1, 1], y_shape)
@@ -78,45 +81,55 @@ def bits(a: Any) -> np.ndarray:
     return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
 
 
-def assert_one_kernel_like_its_parts(dtype: DataType, dim: int, args: list[Any]) -> Any:
-    """The cat from one pointwise kernel, bit for bit the parts computed on their own."""
-    joined = three_parts(dtype, dim, joined=True)
+def assert_one_kernel_like_its_parts(
+    dtype: DataType, dim: int, args: list[Any], widths: tuple[int, ...] = WIDTHS
+) -> Any:
+    """The cat from one pointwise kernel (and its parts computed on their own, to compare
+    with bit for bit)."""
+    joined = three_parts(dtype, dim, True, widths)
     (out,) = joined.execute(args)
-    parts = three_parts(dtype, dim, joined=False).execute(args)
+    parts = three_parts(dtype, dim, False, widths).execute(args)
     program = joined.last_program()
     assert isinstance(program, KernelProgram)
     assert program.schedulers() == [SchedulerType.pointwise]
     return out, parts
 
 
+@pytest.mark.parametrize("widths", [WIDTHS, WHOLE_VECTORS])
 @pytest.mark.parametrize("dim", [2, 1, 0])
 @pytest.mark.parametrize("dtype", [DataType.Float, DataType.Int32])
-def test_parts_of_three_sizes_are_one_kernel_with_the_parts_bits(dtype: DataType, dim: int) -> None:
-    """Along the inner axis (each element checks its part) and along outer ones (a row's
-    part decides); ints with a remainder by y, which is 0 outside y's window: never computed
-    there."""
-    args = inputs(dtype, dim)
-    out, parts = assert_one_kernel_like_its_parts(dtype, dim, args)
+def test_parts_of_three_sizes_are_one_kernel_with_the_parts_bits(
+    dtype: DataType, dim: int, widths: tuple[int, ...]
+) -> None:
+    """Along the inner axis (each element checks its part, or each vector where the parts
+    are whole vectors) and along outer ones (a row's part decides); ints with a remainder
+    by y, which is 0 outside y's window: never computed there."""
+    args = inputs(dtype, dim, widths)
+    out, parts = assert_one_kernel_like_its_parts(dtype, dim, args, widths)
     np.testing.assert_array_equal(bits(out), bits(np.concatenate(parts, axis=dim)))
     x, y, z = args
-    first = np.take(x, range(WIDTHS[0]), axis=dim) * y
+    first = np.take(x, range(widths[0]), axis=dim) * y
     if dtype is DataType.Int32:
         first = np.fmod(first, y)
         first = np.where((first != 0) & ((first < 0) != (y < 0)), first + y, first)
-    middle = np.take(x, range(WIDTHS[0], WIDTHS[0] + WIDTHS[1]), axis=dim)
+    middle = np.take(x, range(widths[0], widths[0] + widths[1]), axis=dim)
     np.testing.assert_array_equal(out, np.concatenate([first, middle, -z], axis=dim))
 
 
+@pytest.mark.parametrize("widths", [WIDTHS, WHOLE_VECTORS])
 @pytest.mark.parametrize("dim", [2, 1])
-def test_bf16_parts_keep_their_bits(dim: int) -> None:
+def test_bf16_parts_keep_their_bits(dim: int, widths: tuple[int, ...]) -> None:
+    """bf16 parts, their windows element by element or whole vectors of 8 along the inner
+    axis (a vector inside one part: loaded as one)."""
     torch = pytest.importorskip("torch")
-    args = [torch.from_numpy(a).to(torch.bfloat16) for a in inputs(DataType.Float, dim)]
-    out, parts = assert_one_kernel_like_its_parts(DataType.BFloat16, dim, args)
+    arrays = inputs(DataType.Float, dim, widths)
+    args = [torch.from_numpy(a).to(torch.bfloat16) for a in arrays]
+    out, parts = assert_one_kernel_like_its_parts(DataType.BFloat16, dim, args, widths)
     want = torch.cat([torch.as_tensor(p) for p in parts], dim=dim)
     assert torch.equal(torch.as_tensor(out).view(torch.int16), want.view(torch.int16))
     x, y, z = args
-    first = (x.narrow(dim, 0, WIDTHS[0]).float() * y.float()).to(torch.bfloat16)
-    middle = x.narrow(dim, WIDTHS[0], WIDTHS[1])
+    first = (x.narrow(dim, 0, widths[0]).float() * y.float()).to(torch.bfloat16)
+    middle = x.narrow(dim, widths[0], widths[1])
     assert torch.equal(torch.as_tensor(out), torch.cat([first, middle, -z], dim=dim))
 
 
@@ -142,11 +155,14 @@ def test_negative_zeros_and_nans_survive_the_selection() -> None:
 @requires_gpu
 @pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16, DataType.Int32])
 @pytest.mark.parametrize("dim", [2, 1])
-def test_parts_of_three_sizes_on_the_gpu(dtype: DataType, dim: int) -> None:
+@pytest.mark.parametrize("widths", [WIDTHS, WHOLE_VECTORS])
+def test_parts_of_three_sizes_on_the_gpu(
+    dtype: DataType, dim: int, widths: tuple[int, ...]
+) -> None:
     """The same on the GPU with torch's CUDA tensors: bit for bit the parts on their own,
     with -0.0 and NaN in them (float types), on three calls (the third is the fast path)."""
     torch = cuda_torch()
-    arrays = inputs(dtype, dim)
+    arrays = inputs(dtype, dim, widths)
     if dtype is not DataType.Int32:
         arrays[0][..., 0] = np.nan
         arrays[2][..., 1] = 0.0
@@ -156,8 +172,8 @@ def test_parts_of_three_sizes_on_the_gpu(dtype: DataType, dim: int) -> None:
         DataType.Int32: torch.int32,
     }[dtype]
     args = [torch.from_numpy(a).to("cuda").to(torch_dtype) for a in arrays]
-    joined = three_parts(dtype, dim, joined=True)
-    on_their_own = three_parts(dtype, dim, joined=False)
+    joined = three_parts(dtype, dim, True, widths)
+    on_their_own = three_parts(dtype, dim, False, widths)
     for _ in range(3):
         (out,) = joined.execute(args)
         want = torch.cat(on_their_own.execute(args), dim=dim)

@@ -10,7 +10,8 @@ PointwiseKernelSpec.input_rank). Padded axes never merge with others
 axes are checked once a row (`win_in<k>`), the inner one element by element. The row's base
 offset is moved back by the low widths, so that coordinate c reads the tensor's element
 c - low; outside the window nothing is read and the element is the pad value. A whole vector
-at a time (WINDOWED_VEC) where the inner axis is not padded, else element by element.
+at a time (WINDOWED_VEC) where the inner axis is not padded or, for a cat's part, its window
+there is whole vectors, else element by element.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def fill(domain: DomainMap, k: int) -> str:
 def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: str) -> list[str]:
     """Load the padded read k's u-th vector into x<k>[u], at element i0 of the row."""
     vec, value = spec.vector, fill(domain, k)
-    if spec.input_kinds[k] == WINDOWED_VEC:  # the inner axis is not padded: the row decides
+    if spec.input_kinds[k] == WINDOWED_VEC:  # the whole vector is inside or not: i0 decides
         return [
             f"{indent}x{k}[u] = kf::window_load_vec<{vec}>(in{k}, base_in{k} + i0, "
-            f"win_in{k}, {value});"
+            f"{_inside(spec, k, 'i0')}, {value});"
         ]
     return [
         "#pragma unroll",

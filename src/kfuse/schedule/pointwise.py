@@ -225,7 +225,10 @@ class PointwiseScheduler:
         windows = tuple(tuple(axis for axis, _, _ in op.window) for op in layout.inputs)
         for k, op in enumerate(layout.inputs):
             if op.window:
-                kinds[k] = windowed_kind(op, layout.rank, kinds[k])
+                # A cat's part read whose window along the inner axis is whole vectors: a
+                # vector is inside it or not, whole (not for pads: their sources stay).
+                part = isinstance(plan.domain.padded.get(plan.domain.input_uses[k]), PartRead)
+                kinds[k] = windowed_kind(op, layout.rank, kinds[k], vector if part else 0)
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -412,12 +415,14 @@ def _part_layout(read: PartRead, use: Use, info: RuntimeInfo, rank: int) -> Oper
     )
 
 
-def windowed_kind(op: OperandLayout, rank: int, kind: str) -> str:
+def windowed_kind(op: OperandLayout, rank: int, kind: str, whole: int = 0) -> str:
     """A padded read's access kind: WINDOWED_VEC where its inner axis is not padded (a row is
-    inside its window or not, whole) and the tensor allows vectors (`kind`, access_kind's),
-    else WINDOWED."""
-    inner_padded = any(axis == rank - 1 for axis, _, _ in op.window)
-    return WINDOWED_VEC if kind == VEC and not inner_padded else WINDOWED
+    inside its window or not, whole), or (`whole`, a vector width) its window there starts
+    and ends at multiples of `whole` (a vector is inside it or not, whole), and the tensor
+    allows vectors (`kind`, access_kind's), else WINDOWED."""
+    inner = [(low, extent) for axis, low, extent in op.window if axis == rank - 1]
+    whole_vectors = all(whole and low % whole == 0 and n % whole == 0 for low, n in inner)
+    return WINDOWED_VEC if kind == VEC and whole_vectors else WINDOWED
 
 
 def indexed_kind(op: OperandLayout, index_kind: str, vector: int, kind: str = "") -> str:
