@@ -113,11 +113,11 @@ def emit_body(
             last = index == len(expr.inputs) - 1
             into.append("} else {" if last else f"{head} ({selector} == {index}) {{")
             branch: list[str] = []
+            of = PartOf(expr, index, cat.view)
             for use in in_parts:
-                if use.part is not None and use.part.index == index and use.part.cat is expr:
-                    if use not in names:
-                        emit(use, branch)
-            result = names[Use(part, cat.view, PartOf(expr, index, cat.view[expr.dim]))]
+                if use.part == of and use not in names:
+                    emit(use, branch)
+            result = names[Use(part, cat.view, of)]
             branch.append(f"{name} = {result};")
             into.extend(f"  {line}" for line in branch)
             results.append(result)

@@ -56,13 +56,17 @@ class UnsupportedExpr(Exception):
 
 @dataclass(frozen=True)
 class PartOf:
-    """Part `index` of a cat the kernel computes (CatSelect), whose axis is reference axis
-    `axis`: the part's values are its own uses, evaluated only at the coordinates that
-    select it."""
+    """Part `index` of a cat the kernel computes (CatSelect) at view `view` (its output's):
+    the part's values are its own uses, evaluated only at the coordinates that select it."""
 
     cat: CatOp
     index: int
-    axis: int
+    view: View
+
+    @property
+    def axis(self) -> int:
+        """The reference axis of the cat's axis."""
+        return cast(int, self.view[self.cat.dim])
 
 
 @dataclass(frozen=True)
@@ -310,10 +314,12 @@ def map_to_domain(
         if isinstance(expr, (ReductionOp, WelfordOp)):
             raise UnsupportedExpr(f"{type(expr).__name__} needs a reduction kernel")
         if kernel_reads and isinstance(expr, CatOp):
-            if part is not None or view[expr.dim] is None:
+            if part is not None:
                 raise UnsupportedExpr(f"cat {val.name}: a cat inside a cat's part")
+            if view[expr.dim] is None:
+                raise UnsupportedExpr(f"cat {val.name}: its axis is broadcast")
             for index, v in enumerate(expr.inputs):  # each part at the cat's coordinates
-                visit(v, view, PartOf(expr, index, view[expr.dim]))
+                visit(v, view, PartOf(expr, index, view))
             result.cats[use] = CatSelect(expr, view[expr.dim], ())
             result.uses.append(use)
             return
@@ -342,7 +348,7 @@ def map_to_domain(
 
     for val, view in outputs:
         visit(val, view)
-    result.cats = {use: _guarded(select, result) for use, select in result.cats.items()}
+    result.cats = {use: _guarded(use, select, result) for use, select in result.cats.items()}
     return result
 
 
@@ -352,13 +358,13 @@ def _read_in_place(expr: Expr | None) -> bool:
     return expr is not None and (indexed_read_of(expr) or padded_read_of(expr))
 
 
-def _guarded(select: CatSelect, domain: DomainMap) -> CatSelect:
-    """`select` with its guards: per part, its first input read with a window along the cat's
-    axis. A part with none (every value it reads is the same all along that axis) gives no
-    check that selects it: UnsupportedExpr."""
+def _guarded(cat: Use, select: CatSelect, domain: DomainMap) -> CatSelect:
+    """`select` (the cat's, used as `cat`) with its guards: per part, its first input read
+    with a window along the cat's axis. A part with none (every value it reads is the same
+    all along that axis) gives no check that selects it: UnsupportedExpr."""
     guards = []
     for index in range(len(select.expr.inputs)):
-        part = PartOf(select.expr, index, select.axis)
+        part = PartOf(select.expr, index, cat.view)
         k = next(
             (
                 k
