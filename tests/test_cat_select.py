@@ -210,3 +210,25 @@ def test_a_part_reading_a_value_the_same_along_the_axis() -> None:
         assert isinstance(program, KernelProgram)
         if not expanded:
             assert program.schedulers() == [SchedulerType.pointwise]
+
+
+def test_a_part_from_a_reduction_keeps_the_parts_path() -> None:
+    """A softmax part (a persistent kernel's) beside a slice of x of another size: no one
+    pointwise kernel computes it, so the parts are written into their windows by their
+    kernels, the slice copied by one of its own, in one program."""
+    rng = np.random.default_rng(4)
+    a, x = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((6, 12))
+    x = x.astype(np.float32)
+    with FusionDefinition() as fd:
+        at = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        xt = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        rows, width = fd.ops.size(xt, 0), fd.ops.size(xt, 1)
+        rest = fd.ops.slice(xt, [0, 5], [rows, width])
+        fd.add_output(fd.ops.cat([fd.ops.softmax(at, 1), rest], dim=1))
+    (out,) = fd.execute([a, x])
+    e = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(out[:, :5], e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(out[:, 5:], x[:, 5:])
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram)
+    assert program.schedulers() == [SchedulerType.inner_persistent, SchedulerType.pointwise]
