@@ -298,13 +298,8 @@ def map_to_domain(
                 result.scalars.append(val)
             return
         seen.add(use)
-        if part is not None and (val in stop_at or _read_in_place(val.definition)):
-            raise UnsupportedExpr(
-                f"cat {part.cat.outputs[0].name}: its part {part.index} reads {val.name}, "
-                "which the kernel cannot read from a window of the cat"
-            )
-        if part is not None and val.definition is None:
-            result.padded[use] = PartRead(cast(TensorView, val), part)
+        if part is not None:
+            _read_in_part(use, part, val in stop_at, result)
         if val in stop_at or val.definition is None:
             if val.definition is None:
                 result.input_uses.append(use)
@@ -352,10 +347,18 @@ def map_to_domain(
     return result
 
 
-def _read_in_place(expr: Expr | None) -> bool:
-    """Whether `expr` is one a pointwise kernel reads from its tensor (an indexed or padded
-    read), which it does not inside a cat's part."""
-    return expr is not None and (indexed_read_of(expr) or padded_read_of(expr))
+def _read_in_part(use: Use, part: PartOf, stopped: bool, result: DomainMap) -> None:
+    """Record `use` (inside `part`) as a PartRead where it is a fusion input. A value made
+    elsewhere (`stopped`) or read in place (an indexed or padded read) has no window of the
+    cat to be read from: UnsupportedExpr."""
+    expr = use.val.definition
+    if stopped or (expr is not None and (indexed_read_of(expr) or padded_read_of(expr))):
+        raise UnsupportedExpr(
+            f"cat {part.cat.outputs[0].name}: its part {part.index} reads {use.val.name}, "
+            "which the kernel cannot read from a window of the cat"
+        )
+    if expr is None:
+        result.padded[use] = PartRead(cast(TensorView, use.val), part)
 
 
 def _guarded(cat: Use, select: CatSelect, domain: DomainMap) -> CatSelect:
