@@ -40,6 +40,14 @@ def test_iota_defaults_to_int_from_zero_by_one() -> None:
     _check(fd, [], [np.arange(10, dtype=np.int64)])
 
 
+def test_a_floating_iota_defaults_to_zero_by_one_and_takes_int_literals() -> None:
+    """A Python int is exact in a floating dtype: the defaults and literals like 2 work."""
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.iota(4, dtype=DataType.Float))
+        fd.add_output(fd.ops.iota(3, 2, 3, dtype=DataType.Double))
+    _check(fd, [], [np.arange(4, dtype=np.float32), np.array([2.0, 5.0, 8.0])])
+
+
 @pytest.mark.parametrize(
     ("dtype", "start", "step", "np_dtype"),
     [

@@ -9,8 +9,11 @@ the last axis.
 * rope_cat: torch's rotate_half, x * cos + cat(-x2, x1) * sin over the whole D (tables of
   [S, D]): the multiply and add move into the cat's parts, and one kernel writes both
   halves of the output.
+* rope_partial: the partial rotary of GPT-NeoX-like models (rotary on the first quarter of
+  D, tables of [S, D/8]): cat(cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin), x[..., D/4:]),
+  a cat of three parts of two sizes that one kernel computes over its output.
 
-Both compute in float32 and round once to the input's dtype, as nvFuser's RoPE fusions do.
+They compute in float32 and round once to the input's dtype, as nvFuser's RoPE fusions do.
 """
 
 from __future__ import annotations
@@ -70,6 +73,22 @@ def rope_cat_definition(dtype: DataType) -> FusionDefinition:
     return fd
 
 
+def rope_partial_definition(dtype: DataType) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x, cos, sin = _rope_inputs(fd, dtype)
+        b, h, s, d = (fd.ops.size(x, i) for i in range(4))
+        rotary = fd.ops.div(d, 4)
+        half = fd.ops.div(rotary, 2)
+        x1 = fd.ops.cast(fd.ops.slice(x, [0, 0, 0, 0], [b, h, s, half]), DataType.Float)
+        x2 = fd.ops.cast(fd.ops.slice(x, [0, 0, 0, half], [b, h, s, rotary]), DataType.Float)
+        rest = fd.ops.slice(x, [0, 0, 0, rotary], [b, h, s, d])
+        c, n = _table(fd, cos), _table(fd, sin)
+        first = fd.ops.cast(fd.ops.sub(fd.ops.mul(x1, c), fd.ops.mul(x2, n)), dtype)
+        second = fd.ops.cast(fd.ops.add(fd.ops.mul(x2, c), fd.ops.mul(x1, n)), dtype)
+        fd.add_output(fd.ops.cat([fd.ops.cat([first, second], dim=-1), rest], dim=-1))
+    return fd
+
+
 def _rotate_half(x: Any, cos: Any, sin: Any, compute: Any) -> tuple[Any, Any]:
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half].to(compute), x[..., half:].to(compute)
@@ -110,6 +129,27 @@ def rope_cat_reference(x: Any, cos: Any, sin: Any) -> tuple[Any]:
     return (_with_cat(x, cos, sin, torch.float64),)
 
 
+def _partial(x: Any, cos: Any, sin: Any, compute: Any, rounded: Any) -> tuple[Any]:
+    import torch
+
+    rotary = x.shape[-1] // 4
+    rotated = _rotate_half(x[..., :rotary], cos, sin, compute)
+    first, second = (v.to(rounded) for v in rotated)
+    return (torch.cat([first, second, x[..., rotary:].to(rounded)], dim=-1),)
+
+
+def rope_partial_torch(x: Any, cos: Any, sin: Any) -> tuple[Any]:
+    import torch
+
+    return _partial(x, cos, sin, torch.float32, x.dtype)
+
+
+def rope_partial_reference(x: Any, cos: Any, sin: Any) -> tuple[Any]:
+    import torch
+
+    return _partial(x, cos, sin, torch.float64, torch.float64)
+
+
 def _inputs(table_width: Any, torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
     """x and cos / sin tables of random angles, [S, table_width(D)]."""
     _, _, s, d = shape
@@ -136,5 +176,15 @@ PROBE_CASES = [
         "rope_ops.py::apply_rope",
         rope_cat_definition,
         (rope_cat_torch, rope_cat_reference, functools.partial(_inputs, lambda d: d)),
+    ),
+    _case(
+        "rope_partial",
+        "GPT-NeoX's partial rotary (rotary_pct 0.25): cat(rotated, q[..., n:])",
+        rope_partial_definition,
+        (
+            rope_partial_torch,
+            rope_partial_reference,
+            functools.partial(_inputs, lambda d: d // 8),
+        ),
     ),
 ]

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from kfuse.codegen.domain import Use, View
+from kfuse.codegen.domain import PartOf, Use, View
 from kfuse.codegen.expressions import compute_ctype, expression, scalar_operand
 from kfuse.dtypes import REDUCED_FLOATS, DataType
-from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+from kfuse.ir.exprs import BinaryOp, CastOp, CatOp, TernaryOp, UnaryOp
 from kfuse.ir.values import Scalar, TensorView, Val
 
 
@@ -60,22 +60,33 @@ def emit_body(
     scalar_params: dict[Scalar, str],
     prefix: str = "v",
     fast: frozenset[Val] = frozenset(),
+    selectors: dict[Use, str] | None = None,
 ) -> Body:
     """Emit `const T name = ...;` for every non-leaf use, in order.
 
     leaves: compute-typed C++ expressions for the uses that are read, not computed (loaded
     inputs, reduction results). scalar_params: kernel parameter names of non-constant Scalars.
     fast: vals whose ops may take their approximate forms (kfuse.codegen.precision).
+    selectors: per cat the kernel computes (DomainMap.cats), the C++ int naming the part
+    its element is in: each part's values are computed in a branch of their own, so that no
+    op ever sees the values that stand in outside a part's window (an integer division by
+    them could trap).
     """
     names: dict[Use, str] = dict(leaves)
     lines: list[str] = []
     exact: set[str] = set()
-    for k, use in enumerate(uses):
-        if use in names:
-            continue
+    order = {use: k for k, use in enumerate(uses)}
+
+    def emit(use: Use, into: list[str]) -> None:
+        k = order[use]
+        name = f"{prefix}{k}"
         val = use.val
         expr = val.definition
         assert expr is not None, f"{val.name} is neither computed nor a leaf"
+        if isinstance(expr, CatOp):
+            into.append(f"{compute_ctype(val.dtype)} {name};")
+            _emit_parts(use, name, (selectors or {})[use], [u for u in uses if u.part], into)
+            return
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             operands = [
                 _operand(inp, use, expr, i, names, scalar_params)
@@ -83,16 +94,42 @@ def emit_body(
             ]
             value = round_to_dtype(expression(expr, operands, val in fast), val.dtype)
             if val.dtype is DataType.BFloat16:
-                exact.add(f"{prefix}{k}")
+                exact.add(name)
         else:
             # Broadcast, expand, squeeze, permute: the value is the input's at the mapped view.
             from kfuse.codegen.domain import operand_views
 
-            in_use = Use(expr.inputs[0], cast(View, operand_views(expr, use.view)[0]))
+            in_use = Use(expr.inputs[0], cast(View, operand_views(expr, use.view)[0]), use.part)
             value = names[in_use]
-        name = f"{prefix}{k}"
-        lines.append(f"const {compute_ctype(val.dtype)} {name} = {value};")
+        into.append(f"const {compute_ctype(val.dtype)} {name} = {value};")
         names[use] = name
+
+    def _emit_parts(cat: Use, name: str, selector: str, in_parts: list[Use], into: list) -> None:
+        """`name` = the value of the part `selector` names, each part's uses in its branch."""
+        expr = cast(CatOp, cat.val.definition)
+        results = []
+        for index, part in enumerate(expr.inputs):
+            head = "if" if index == 0 else "} else if"
+            last = index == len(expr.inputs) - 1
+            into.append("} else {" if last else f"{head} ({selector} == {index}) {{")
+            branch: list[str] = []
+            of = PartOf(expr, index, cat.view)
+            for use in in_parts:
+                if use.part == of and use not in names:
+                    emit(use, branch)
+            result = names[Use(part, cat.view, of)]
+            branch.append(f"{name} = {result};")
+            into.extend(f"  {line}" for line in branch)
+            results.append(result)
+        into.append("}")
+        names[cat] = name
+        if all(r in exact for r in results):
+            exact.add(name)
+
+    for use in uses:
+        if use in names or use.part is not None:  # a part's uses: in its cat's branch
+            continue
+        emit(use, lines)
     return Body(lines, names, exact)
 
 
@@ -108,4 +145,4 @@ def _operand(
         return scalar_operand(inp, scalar_params.get(inp))
     assert isinstance(inp, TensorView)
     view = tuple(None if ax.is_broadcast else r for ax, r in zip(inp.axes, use.view))
-    return names[Use(inp, view)]
+    return names[Use(inp, view, use.part)]

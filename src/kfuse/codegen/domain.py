@@ -15,11 +15,14 @@ Pointwise kernels also read index ops and pads of their inputs (`kernel_reads`):
 output is then a leaf, an operand read from its tensor. An index op's (index_select, gather,
 take_along_axis) at the reference coordinates on every axis but the indexed one, where the
 index's element at the same coordinates gives the position (`IndexedRead`); a pad's at the
-coordinates less the low widths, the pad value outside the tensor (`PaddedRead`). A generated
-value (full, iota: kfuse.ir.generated) is a leaf too, with no tensor at all: computed from the
-element's linear index in its own shape (`GeneratedRead`, kfuse.codegen.generated). Kernels
-other than the pointwise one do not read generated values (UnsupportedExpr: the segmenter
-gives them a pointwise segment of their own).
+coordinates less the low widths, the pad value outside the tensor (`PaddedRead`). They
+also compute a cat along an axis (`CatSelect`): each element the part its coordinate falls
+in, whose uses carry the part (`Use.part`) and whose leaves are read as windows of the cat's
+output (`PartRead`), only where that part is selected. A generated value (full, iota:
+kfuse.ir.generated) is a leaf too, with no tensor at all: computed from the element's linear
+index in its own shape (`GeneratedRead`, kfuse.codegen.generated). Kernels other than the
+pointwise one do not read generated values (UnsupportedExpr: the segmenter gives them a
+pointwise segment of their own).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     GatherOp,
@@ -56,11 +60,27 @@ class UnsupportedExpr(Exception):
 
 
 @dataclass(frozen=True)
+class PartOf:
+    """Part `index` of a cat the kernel computes (CatSelect) at view `view` (its output's):
+    the part's values are its own uses, evaluated only at the coordinates that select it."""
+
+    cat: CatOp
+    index: int
+    view: View
+
+    @property
+    def axis(self) -> int:
+        """The reference axis of the cat's axis."""
+        return cast(int, self.view[self.cat.dim])
+
+
+@dataclass(frozen=True)
 class Use:
-    """A Val evaluated at a view of the reference domain."""
+    """A Val evaluated at a view of the reference domain (inside a cat's part: `part`)."""
 
     val: Val
     view: View
+    part: PartOf | None = None
 
     def __repr__(self) -> str:
         return f"{self.val.name}@{self.view}"
@@ -109,6 +129,34 @@ class GeneratedRead:
     expr: GeneratedOp
 
 
+@dataclass(frozen=True)
+class PartRead:
+    """A fusion input read inside a cat's part (`part`): at the coordinates of the cat's
+    output less the part's offset along the cat's axis (its window there), where that part is
+    selected; elsewhere the load is skipped and `fill` (zero) stands in, which no selected
+    value reads."""
+
+    tensor: TensorView
+    part: PartOf
+
+    @property
+    def fill(self) -> Scalar:
+        dtype = self.tensor.dtype
+        zero = False if dtype.is_boolean else 0 if dtype.is_integral else 0.0
+        return Scalar("part_fill", self.tensor.dtype, zero)
+
+
+@dataclass(frozen=True)
+class CatSelect:
+    """A cat along `expr.dim` computed by the kernel: reference axis `axis` is the cat's, and
+    `guards[p]` is an input (an index into DomainMap.input_uses) read inside part p with a
+    window along that axis, whose window check selects the part."""
+
+    expr: CatOp
+    axis: int
+    guards: tuple[int, ...]
+
+
 @dataclass
 class DomainMap:
     """The result of mapping a set of outputs onto a reference domain.
@@ -118,8 +166,9 @@ class DomainMap:
     ops' outputs read from their tensors (`indexed`), each after its index's use.
     scalars: the non-constant Scalars read (each becomes a kernel parameter).
     indexed: the input uses that are indexed reads, with how they read.
-    padded: the input uses that are padded reads.
+    padded: the input uses that are padded reads, or reads inside a cat's part.
     generated: the input uses that are generated reads.
+    cats: the uses of cats the kernel computes, with how each selects its part.
     """
 
     ref_rank: int
@@ -127,8 +176,9 @@ class DomainMap:
     input_uses: list[Use] = field(default_factory=list)
     scalars: list[Scalar] = field(default_factory=list)
     indexed: dict[Use, IndexedRead] = field(default_factory=dict)
-    padded: dict[Use, PaddedRead] = field(default_factory=dict)
+    padded: dict[Use, PaddedRead | PartRead] = field(default_factory=dict)
     generated: dict[Use, GeneratedRead] = field(default_factory=dict)
+    cats: dict[Use, CatSelect] = field(default_factory=dict)
 
 
 def padded_read_of(expr: Expr) -> bool:
@@ -259,8 +309,8 @@ def map_to_domain(
     seen: set[Use] = set()
     scalar_ids: set[int] = set()
 
-    def visit(val: Val, view: View) -> None:
-        use = Use(val, view)
+    def visit(val: Val, view: View, part: PartOf | None = None) -> None:
+        use = Use(val, view, part)
         if use in seen:
             return
         if isinstance(val, Scalar):
@@ -269,6 +319,8 @@ def map_to_domain(
                 result.scalars.append(val)
             return
         seen.add(use)
+        if part is not None:
+            _read_in_part(use, part, val in stop_at, result)
         if val in stop_at or val.definition is None:
             if val.definition is None:
                 result.input_uses.append(use)
@@ -277,6 +329,16 @@ def map_to_domain(
         expr = val.definition
         if isinstance(expr, (ReductionOp, WelfordOp)):
             raise UnsupportedExpr(f"{type(expr).__name__} needs a reduction kernel")
+        if kernel_reads and isinstance(expr, CatOp):
+            if part is not None:
+                raise UnsupportedExpr(f"cat {val.name}: a cat inside a cat's part")
+            if view[expr.dim] is None:
+                raise UnsupportedExpr(f"cat {val.name}: its axis is broadcast")
+            for index, v in enumerate(expr.inputs):  # each part at the cat's coordinates
+                visit(v, view, PartOf(expr, index, view))
+            result.cats[use] = CatSelect(expr, view[expr.dim], ())
+            result.uses.append(use)
+            return
         if kernel_reads and indexed_read_of(expr):
             read = _indexed_read(cast(IndexSelectOp | GatherOp, expr), view)
             visit(read.index.val, read.index.view)  # loaded before the read that needs it
@@ -301,12 +363,55 @@ def map_to_domain(
         in_views = operand_views(expr, view)
         if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
             # Only the tensor operand carries data; extents of expand/broadcast are shapes.
-            visit(expr.inputs[0], cast(View, in_views[0]))  # a tensor's view
+            visit(expr.inputs[0], cast(View, in_views[0]), part)  # a tensor's view
         else:
             for inp, in_view in zip(expr.inputs, in_views):
-                visit(inp, () if in_view is None else in_view)
+                visit(inp, () if in_view is None else in_view, part)
         result.uses.append(use)
 
     for val, view in outputs:
         visit(val, view)
+    result.cats = {use: _guarded(use, select, result) for use, select in result.cats.items()}
     return result
+
+
+def _read_in_part(use: Use, part: PartOf, stopped: bool, result: DomainMap) -> None:
+    """Record `use` (inside `part`) as a PartRead where it is a fusion input. A value made
+    elsewhere (`stopped`), read in place (an indexed or padded read) or generated (whose
+    index would be the cat's, not the part's) has no window of the cat to be read from:
+    UnsupportedExpr."""
+    expr = use.val.definition
+    in_place = expr is not None and (
+        indexed_read_of(expr) or padded_read_of(expr) or isinstance(expr, GeneratedOp)
+    )
+    if stopped or in_place:
+        raise UnsupportedExpr(
+            f"cat {part.cat.outputs[0].name}: its part {part.index} reads {use.val.name}, "
+            "which the kernel cannot read from a window of the cat"
+        )
+    if expr is None:
+        result.padded[use] = PartRead(cast(TensorView, use.val), part)
+
+
+def _guarded(cat: Use, select: CatSelect, domain: DomainMap) -> CatSelect:
+    """`select` (the cat's, used as `cat`) with its guards: per part, its first input read
+    with a window along the cat's axis. A part with none (every value it reads is the same
+    all along that axis) gives no check that selects it: UnsupportedExpr."""
+    guards = []
+    for index in range(len(select.expr.inputs)):
+        part = PartOf(select.expr, index, cat.view)
+        k = next(
+            (
+                k
+                for k, u in enumerate(domain.input_uses)
+                if u.part == part and select.axis in u.view
+            ),
+            None,
+        )
+        if k is None:
+            raise UnsupportedExpr(
+                f"cat {select.expr.outputs[0].name}: its part {index} reads no input along "
+                "the cat's axis"
+            )
+        guards.append(k)
+    return CatSelect(select.expr, select.axis, tuple(guards))

@@ -342,8 +342,9 @@ def _compute_and_store(
         f"x{k}[{vectors[k]}]" + ("" if kind == BCAST else "[j]")
         for k, kind in enumerate(spec.input_kinds)
     ]
+    parts = windowed.part_selectors(spec, plan.domain, "i0 + j")
     with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-        code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))]))
+        code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))], parts))
     for k, kind in enumerate(spec.output_kinds):
         base = out_base(k)
         code.extend(
@@ -410,18 +411,21 @@ def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Ca
     outputs = list(zip(plan.fusion.outputs, plan.output_views))
     scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
     leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
-    body = emit_body(domain.uses, leaves_compute, scalar_params, fast=approximable(plan.fusion))
+    selectors = {use: f"part{c}" for c, use in enumerate(domain.cats)}
+    fast = approximable(plan.fusion)
+    body = emit_body(domain.uses, leaves_compute, scalar_params, fast=fast, selectors=selectors)
     body_params = [f"{bf16_words.param_type(u.val.dtype)} x{k}" for k, u in enumerate(inputs)]
     body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
+    body_params += [f"int {name}" for name in selectors.values()]  # the part of each cat
     body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
     body_lines = list(body.lines)
     for k, (o, view) in enumerate(outputs):
         body_lines.append(f"y{k} = {body.store(Use(o, view))};")
     scalar_args = [f"s{k}" for k in range(len(domain.scalars))]
 
-    def call(loaded: list[str], outs: list[str]) -> str:
+    def call(loaded: list[str], outs: list[str], parts: tuple[str, ...] = ()) -> str:
         args = [bf16_words.argument(e, u.val.dtype) for e, u in zip(loaded, inputs, strict=True)]
-        return f"{name}_body({', '.join(args + scalar_args + outs)});"
+        return f"{name}_body({', '.join(args + scalar_args + list(parts) + outs)});"
 
     lines = [f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
     lines += [f"  {line}" for line in body_lines]
@@ -566,7 +570,8 @@ def _elements(
                     code("const Index i0 = i;")
                     code.extend(_split_loads(spec, k, f"xs{k}", 1, code.indent))
                 loaded[k] = f"xs{k}[0]"
-        code(call(loaded, [f"y{k}" for k in range(len(outputs))]))
+        parts = windowed.part_selectors(spec, plan.domain, "i")
+        code(call(loaded, [f"y{k}" for k in range(len(outputs))], parts))
         code(
             *[
                 f"kf::store(out{k}, {base(f'out{k}')} + i * step_out{k}, y{k});"

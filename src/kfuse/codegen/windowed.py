@@ -10,7 +10,8 @@ PointwiseKernelSpec.input_rank). Padded axes never merge with others
 axes are checked once a row (`win_in<k>`), the inner one element by element. The row's base
 offset is moved back by the low widths, so that coordinate c reads the tensor's element
 c - low; outside the window nothing is read and the element is the pad value. A whole vector
-at a time (WINDOWED_VEC) where the inner axis is not padded, else element by element.
+at a time (WINDOWED_VEC) where the inner axis is not padded or, for a cat's part, its window
+there is whole vectors, else element by element.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def fill(domain: DomainMap, k: int) -> str:
 def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: str) -> list[str]:
     """Load the padded read k's u-th vector into x<k>[u], at element i0 of the row."""
     vec, value = spec.vector, fill(domain, k)
-    if spec.input_kinds[k] == WINDOWED_VEC:  # the inner axis is not padded: the row decides
+    if spec.input_kinds[k] == WINDOWED_VEC:  # the whole vector is inside or not: i0 decides
         return [
             f"{indent}x{k}[u] = kf::window_load_vec<{vec}>(in{k}, base_in{k} + i0, "
-            f"win_in{k}, {value});"
+            f"{_inside(spec, k, 'i0')}, {value});"
         ]
     return [
         "#pragma unroll",
@@ -104,3 +105,16 @@ def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: st
 def element_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, at: str, i: str) -> str:
     """Read k's element at offset `at` of the row, inner coordinate `i`."""
     return f"kf::window_load(in{k}, {at}, {_inside(spec, k, i)}, {fill(domain, k)})"
+
+
+def part_selectors(spec: PointwiseKernelSpec, domain: DomainMap, i: str) -> tuple[str, ...]:
+    """Per cat the kernel computes (DomainMap.cats), the part that the element at inner
+    coordinate `i` of the row falls in: the first part whose guard (a read with a window
+    along the cat's axis) is inside its window, the last where none is. The windows of a
+    cat's parts tile its axis, so exactly one holds."""
+    out = []
+    for select in domain.cats.values():
+        checked = select.guards[:-1]
+        chain = "".join(f"{_inside(spec, k, i)} ? {p} : " for p, k in enumerate(checked))
+        out.append(f"({chain}{len(checked)})")
+    return tuple(out)

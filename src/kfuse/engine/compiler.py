@@ -158,6 +158,13 @@ def _folded_or_segmented(fusion: Fusion, info: RuntimeInfo, why: str) -> Partiti
     folded = fold_boundary_views(fusion, info)
     taker = _taker(folded)
     if folded is not None and folded.has_cats and taker is None:
+        # Parts of several sizes: the pointwise kernel computes the cat whole where its parts
+        # are pointwise over the inputs (kfuse.codegen.domain.CatSelect), one kernel where
+        # writing the parts into their windows takes one a size.
+        whole = fold_boundary_views(fusion, info, cats=False)
+        whole_taker = _taker(whole)
+        if whole is not None and whole_taker is not None and whole_taker.generates_kernels:
+            return Partition(fusion, info, whole_taker, folded=whole)
         segmented = segment_fusion(folded.fusion, folded.info, why)
         merged = merge_segments(segmented, folded.info, compile_segment)
         if merged is not None:

@@ -307,8 +307,8 @@ class _Segmenter:
         plans = [self._plan(g) for g in ordered]
         produced = {id(o) for e in self.exprs for o in e.outputs}
         copies = list(dict.fromkeys(v for v in self.fusion.outputs if id(v) not in produced))
-        # A folded cat's part that is a view of an input (Llama's partial rotary: the rest of
-        # q after its rotated part) is copied into its window by a pointwise kernel of its
+        # A folded cat's part that is a view of an input, beside parts no one kernel computes
+        # with it (a reduction's), is copied into its window by a pointwise kernel of its
         # own, as the kernel writing the other parts would where they have its size: the
         # segments then merge into one program, where a framework copy would leave the cat
         # to run between kernels.

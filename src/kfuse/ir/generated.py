@@ -129,10 +129,13 @@ def _param(b: Any, x: Any, dtype: DataType, op: str, what: str, exact_kind: bool
         raise DefinitionError(f"{op}: {what} is {describe(x)}, expected a scalar or a number")
     v = b.operand(x, op, 1)
     assert isinstance(v, Scalar)
-    if exact_kind and (v.dtype.is_integral != dtype.is_integral or v.dtype.is_boolean):
+    # A Python int is exact in a floating dtype (iota(n, 0, 1, dtype=Float) as users write it).
+    int_literal = isinstance(x, int) and not isinstance(x, bool) and dtype.is_floating
+    mismatched = v.dtype.is_integral != dtype.is_integral or v.dtype.is_boolean
+    if exact_kind and mismatched and not int_literal:
         raise DefinitionError(
             f"{op}: {what} {describe(x)} does not match dtype {dtype.value} "
-            f"(an {'integer' if dtype.is_integral else 'floating'} value is needed)"
+            f"({'an integer' if dtype.is_integral else 'a floating'} value is needed)"
         )
     if v.is_constant:
         return b.constant(v.value, dtype, op=op)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kfuse import switches
-from kfuse.codegen.domain import PaddedRead, UnsupportedExpr, Use
+from kfuse.codegen.domain import PaddedRead, PartRead, UnsupportedExpr, Use
 from kfuse.codegen.layout import (
     BCAST,
     GENERATED,
@@ -137,6 +137,14 @@ class PointwiseScheduler:
                     f"outputs have different shapes ({out.name} is "
                     f"{info.shape(out)}, {plan.reference.name} is {ref_shape})"
                 )
+        for select in plan.domain.cats.values():
+            cat = select.expr
+            if len({info.shape(cast(TensorView, p))[cat.dim] for p in cat.inputs}) == 1:
+                # Those are written part by part into their windows (boundary_views), each
+                # a kernel output stored in vectors, where this kernel would select per element.
+                raise Rejection(
+                    f"cat {cat.outputs[0].name}: its parts are of one size along its axis"
+                )
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
         """The kernel `params` generate for this call (GeneratedKernel; not compiled)."""
@@ -219,7 +227,10 @@ class PointwiseScheduler:
         windows = tuple(tuple(axis for axis, _, _ in op.window) for op in layout.inputs)
         for k, op in enumerate(layout.inputs):
             if op.window:
-                kinds[k] = windowed_kind(op, layout.rank, kinds[k])
+                # A cat's part read whose window along the inner axis is whole vectors: a
+                # vector is inside it or not, whole (not for pads: their sources stay).
+                part = isinstance(plan.domain.padded.get(plan.domain.input_uses[k]), PartRead)
+                kinds[k] = windowed_kind(op, layout.rank, kinds[k], vector if part else 0)
             if op.generated:
                 kinds[k] = GENERATED
         return PointwiseKernelSpec(
@@ -351,6 +362,8 @@ def _input_layout(plan: PointwisePlan, use: Use, info: RuntimeInfo) -> OperandLa
             0, made.dtype.itemsize, ref_strides(use.view, own, rank), generated=True
         )
     padded = plan.domain.padded.get(use)
+    if isinstance(padded, PartRead):
+        return _part_layout(padded, use, info, rank)
     if padded is not None:
         return _padded_layout(padded, use, info, rank)
     read = plan.domain.indexed.get(use)
@@ -397,12 +410,29 @@ def _padded_layout(padded: PaddedRead, use: Use, info: RuntimeInfo, rank: int) -
     )
 
 
-def windowed_kind(op: OperandLayout, rank: int, kind: str) -> str:
+def _part_layout(read: PartRead, use: Use, info: RuntimeInfo, rank: int) -> OperandLayout:
+    """A read inside a cat's part: its tensor's strides on the reference axes, and along the
+    cat's axis the part's window of the cat's output (its offset there, its extent)."""
+    layout = info.layouts[read.tensor]
+    cat, index = read.part.cat, read.part.index
+    offset = sum(info.shape(cast(TensorView, p))[cat.dim] for p in cat.inputs[:index])
+    window = tuple((r, offset, n) for r, n in zip(use.view, layout.shape) if r == read.part.axis)
+    return OperandLayout(
+        layout.data_ptr,
+        read.tensor.dtype.itemsize,
+        ref_strides(use.view, layout.strides, rank),
+        window=window,
+    )
+
+
+def windowed_kind(op: OperandLayout, rank: int, kind: str, whole: int = 0) -> str:
     """A padded read's access kind: WINDOWED_VEC where its inner axis is not padded (a row is
-    inside its window or not, whole) and the tensor allows vectors (`kind`, access_kind's),
-    else WINDOWED."""
-    inner_padded = any(axis == rank - 1 for axis, _, _ in op.window)
-    return WINDOWED_VEC if kind == VEC and not inner_padded else WINDOWED
+    inside its window or not, whole), or (`whole`, a vector width) its window there starts
+    and ends at multiples of `whole` (a vector is inside it or not, whole), and the tensor
+    allows vectors (`kind`, access_kind's), else WINDOWED."""
+    inner = [(low, extent) for axis, low, extent in op.window if axis == rank - 1]
+    whole_vectors = all(whole and low % whole == 0 and n % whole == 0 for low, n in inner)
+    return WINDOWED_VEC if kind == VEC and whole_vectors else WINDOWED
 
 
 def indexed_kind(op: OperandLayout, index_kind: str, vector: int, kind: str = "") -> str:

@@ -132,7 +132,7 @@ def resized_intermediates(draw: Any, fd: FusionDefinition, gen: Gen, cats_only: 
 def _partial_rotary(draw: Any, fd: FusionDefinition, gen: Gen) -> Any:
     """A cat along the last axis of an input of a computed part of its first 1 or 2 elements
     there and the rest of it as it is (a view of the input, of another size): Llama's partial
-    rotary embedding, whose parts a kernel each writes into their windows."""
+    rotary embedding, which one pointwise kernel computes over the cat's output."""
     o = fd.ops
     x: Any = gen.pool[0].val  # the first input, of the fusion's full rank
     rank = x.ndim
