@@ -60,8 +60,10 @@ from kfuse.ir.exprs import (
     Expr,
     PermuteOp,
     ReshapeOp,
+    SegmentSetOp,
     SizeOp,
     SliceOp,
+    StrideOrderOp,
     TernaryOp,
     UnaryOp,
 )
@@ -87,6 +89,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
     applies."""
     if not isinstance(expr.outputs[0], TensorView):
         return None
+    if isinstance(expr, (SegmentSetOp, StrideOrderOp)):
+        return None  # identities the user placed for their boundary or layout: kept as built
     if isinstance(expr, BinaryOp) and expr.op == "pow":
         return _pow(ctx, expr, inputs)
     if isinstance(expr, BinaryOp) and expr.op == "div":

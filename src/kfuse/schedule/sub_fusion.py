@@ -10,7 +10,7 @@ from typing import Any
 
 from kfuse.codegen.precision import low_values
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import Expr, with_attribute_vals
+from kfuse.ir.exprs import CastOp, Expr, StrideOrderOp, with_attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout
@@ -50,10 +50,15 @@ def build_sub_fusion(
 
     for v in inputs:
         sub.inputs.append(clone(v, True))
+    parent_outputs = {id(v) for v in parent.outputs}
     for e in exprs:
         changes = with_attribute_vals(e, ref)
         new_inputs = tuple(ref(v) for v in e.inputs)
         new_outputs = tuple(clone(o, False) for o in e.outputs)
+        if isinstance(e, StrideOrderOp) and id(e.outputs[0]) not in parent_outputs:
+            # A stride order places only the parent's outputs: an intermediate passed
+            # between segments is a row-major array, as every reader takes it.
+            e = CastOp(inputs=e.inputs, outputs=e.outputs, dtype=e.dtype)
         sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs, **changes))
     sub.outputs = [mapping[id(o)] for o in outputs]  # type: ignore[misc]
     low = _low_values(parent)
