@@ -101,6 +101,22 @@ def test_the_same_value_in_two_layouts_and_row_major_elsewhere() -> None:
     assert element_strides(column) == (1, 5)
 
 
+def test_a_row_major_order_before_a_reshape_is_the_value_itself() -> None:
+    """Thunder's pattern: a permute ordered row major, then reshaped. The order places no
+    output, so the canonical form drops it: one kernel, as without it."""
+    x = np.random.default_rng(9).standard_normal((2, 6, 4, 8)).astype(np.float32)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=F)
+        t1 = fd.ops.permute(t0, dims=[0, 2, 1, 3])
+        t2 = fd.ops.stride_order(t1, stride_order=[3, 2, 1, 0])
+        fd.add_output(fd.ops.mul(fd.ops.reshape(t2, new_shape=[2, 4, 48]), 2.0))
+    (out,) = fd.execute([x])
+    np.testing.assert_array_equal(out, 2.0 * x.transpose(0, 2, 1, 3).reshape(2, 4, 48))
+    (segment,) = fd.segments([x])
+    assert not any("stride_order" in e for e in segment.exprs)
+    assert len(fd.last_program().launches) == 1
+
+
 def test_stride_order_of_a_segmented_fusion() -> None:
     """Outputs of different segments (a reduction over axis 0, then the normalization) each
     stored in their order; a stride-ordered value passed between segments is read right."""
@@ -117,6 +133,24 @@ def test_stride_order_of_a_segmented_fusion() -> None:
     np.testing.assert_allclose(sums[..., 0], ex.sum(0, keepdims=True), rtol=1e-5)
     assert element_strides(out) == (1, 33)
     assert element_strides(sums) == (40, 1, 40)
+
+
+def test_a_later_segment_reads_a_stride_ordered_output_in_its_order() -> None:
+    """An output stored column-major that the next segments read back (through
+    segment_set): they read it with its strides, not as a row-major array."""
+    x = np.random.default_rng(10).standard_normal((33, 40)).astype(np.float32)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=F)
+        y = fd.ops.stride_order(fd.ops.neg(t0), [0, 1])
+        fd.add_output(y)
+        fd.add_output(fd.ops.relu(fd.ops.segment_set(y)))
+        fd.add_output(fd.ops.sum(fd.ops.segment_set(y), dims=[1]))
+    negated, relu, sums = fd.execute([x])
+    np.testing.assert_array_equal(negated, -x)
+    np.testing.assert_array_equal(relu, np.maximum(-x, 0))
+    np.testing.assert_allclose(sums, -x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+    assert element_strides(negated) == (1, 33)
+    assert len(fd.segments([x])) == 2
 
 
 def test_stride_order_of_an_input_is_a_copy_in_that_order() -> None:

@@ -103,6 +103,7 @@ def synthetic_info(
     summed x and -x. False where the inputs are not read from memory (inner_outer's column
     side gets its inputs as the row kernel's accumulated values)."""
     from kfuse.codegen.layout import contiguous_strides
+    from kfuse.ir.layout_ops import allocation_order, ordered_strides
 
     parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
     args: list[Any] = []
@@ -114,6 +115,9 @@ def synthetic_info(
             if lay is None:
                 # A fresh allocation: aligned (any 256-byte boundary aligns every vector).
                 strides, data_ptr = contiguous_strides(shape), 256
+                order = allocation_order(old)
+                if order is not None:  # a parent output stored in its stride_order's order
+                    strides = ordered_strides(shape, order)
                 if read_windows and old in info.output_views:
                     strides, offset = info.output_views[old]
                     data_ptr += offset
