@@ -153,6 +153,29 @@ def test_a_later_segment_reads_a_stride_ordered_output_in_its_order() -> None:
     assert len(fd.segments([x])) == 2
 
 
+@pytest.mark.parametrize("with_matmul", [False, True])
+def test_a_repeated_stride_ordered_output_is_two_arrays_in_its_order(with_matmul: bool) -> None:
+    """The same ordered output added twice: two arrays, both column-major, from one kernel
+    or from a segmented fusion's runner (a matmul beside it is a library segment), whose
+    second output is a copy."""
+    x = np.random.default_rng(11).standard_normal((33, 40)).astype(np.float32)
+    m = np.eye(3, dtype=np.float32)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=F)
+        y = fd.ops.stride_order(fd.ops.neg(t0), [0, 1])
+        fd.add_output(y)
+        fd.add_output(y)
+        if with_matmul:
+            t1 = fd.define_tensor(shape=[-1, -1], dtype=F)
+            fd.add_output(fd.ops.matmul(t1, t1))
+    outs = fd.execute([x, m] if with_matmul else [x])
+    assert not np.shares_memory(outs[0], outs[1])
+    for out in outs[:2]:
+        np.testing.assert_array_equal(out, -x)
+        assert element_strides(out) == (1, 33)
+    assert fd.last_scheduler() is (SchedulerType.none if with_matmul else SchedulerType.transpose)
+
+
 def test_stride_order_of_an_input_is_a_copy_in_that_order() -> None:
     x = np.random.default_rng(5).standard_normal((6, 10)).astype(np.float32)
     with FusionDefinition() as fd:
