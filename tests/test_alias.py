@@ -320,3 +320,16 @@ def test_gpu_arrays_are_updated_in_place_on_every_call(framework: str) -> None:
         fd2.execute([xd])
         np.testing.assert_allclose(host(xd), want, rtol=1e-4, atol=1e-2)
         x = host(xd)
+
+
+def test_an_output_in_a_stride_order_written_into_an_input_keeps_the_inputs_layout() -> None:
+    """The kernel writes a stride_order output in its order; the input (row major) takes
+    the values at its own strides, on every call (a copy, not the kernel's store)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.stride_order(fd.ops.mul(x, 2.0), [3, 0, 2, 1]), alias_input=x)
+    x = np.random.default_rng(5).random((2, 3, 4, 5), np.float32)
+    for _ in range(3):
+        target = x.copy()
+        assert fd.execute([target]) == []
+        np.testing.assert_array_equal(target, x * 2)

@@ -1,7 +1,9 @@
 """Probe case for indexed reads (not in the suite until measured: `registry.PROBE_CASES`,
 which the tools take by name, `tools/kernel_times.py embedding_fwd --tc` say): an embedding
-lookup, the rows of a [V, H] table at N token ids, as `index_select(table, ids, 0)`, which
-Thunder's embedding and nvFuser's benchmarks write.
+lookup, the rows of a [V, H] table at N token ids, as `fd.ops.embedding_fwd`, which Thunder
+writes for nvFuser's embedding benchmark (nv_enable_embedding: the optional arguments as
+its defaults, norm_type 2.0 and the two flags False); kfuse builds it as the indexed row
+load of `index_select(table, ids, 0)`.
 
 The shape is (V, H, N). Its bytes_moved counts the whole table, of which a call reads only
 the N rows (fewer where ids repeat): compare times, not fractions of copy.
@@ -24,7 +26,12 @@ def embedding_definition(dtype: DataType) -> FusionDefinition:
     with FusionDefinition() as fd:
         table = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=dtype)
         ids = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
-        fd.add_output(fd.ops.index_select(table, ids, 0))
+        norm_type = fd.define_scalar(2.0, dtype=DataType.Double)
+        scale_grad_by_freq = fd.define_scalar(False, dtype=DataType.Bool)
+        sparse = fd.define_scalar(False, dtype=DataType.Bool)
+        fd.add_output(
+            fd.ops.embedding_fwd(ids, table, None, None, norm_type, scale_grad_by_freq, sparse)
+        )
     return fd
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kfuse.ir.layout_ops import allocation_order, ordered_strides
+
 INT32_MAX = 2**31 - 1
 
 # How a kernel reads an operand along the innermost merged axis.
@@ -92,9 +94,15 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 def output_layout(info: Any, out: Any) -> tuple[tuple[int, ...], int]:
     """(strides, byte offset) of output `out` of the call `info` describes: contiguous in an
     allocation of its own, unless the call writes it into part of a larger array
-    (RuntimeInfo.output_views)."""
+    (RuntimeInfo.output_views), or stored in the memory order fd.ops.stride_order asked
+    for."""
     view = info.output_views.get(out)
-    return view if view is not None else (contiguous_strides(tuple(info.shape(out))), 0)
+    if view is not None:
+        return view
+    order = allocation_order(out)  # fd.ops.stride_order's output: stored in its order
+    if order is not None:
+        return ordered_strides(info.shape(out), order), 0
+    return contiguous_strides(tuple(info.shape(out))), 0
 
 
 def merge_axes(

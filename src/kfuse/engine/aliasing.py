@@ -28,6 +28,7 @@ from kfuse.engine.program import KernelProgram, Program
 from kfuse.errors import InputError
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.values import TensorView
 from kfuse.runtime.arrays import framework_of, layout_of, stream_context
 from kfuse.runtime.info import RuntimeInfo
@@ -82,7 +83,9 @@ def mark_in_place(program: Program, info: RuntimeInfo) -> None:
     program.in_place = tuple(
         (out_pos, in_pos)
         for out_pos, in_pos in fusion.output_aliases
-        if _storable_in_place(info, fusion.inputs[in_pos])  # type: ignore[arg-type]
+        # An output stored in a stride order is written in that order: not the input's.
+        if allocation_order(fusion.outputs[out_pos]) is None
+        and _storable_in_place(info, fusion.inputs[in_pos])  # type: ignore[arg-type]
     )
 
 

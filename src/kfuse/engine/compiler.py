@@ -46,6 +46,7 @@ from kfuse.engine.segmenter import SegmentedFusion, segment_fusion
 from kfuse.engine.segments import SegmentedRunner
 from kfuse.errors import SchedulerError
 from kfuse.ir.canonicalize import canonical_fusion
+from kfuse.ir.exprs import GatherOp, IndexSelectOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.printer import fusion_to_python
 from kfuse.runtime import profiling_hooks
@@ -137,7 +138,12 @@ def stage_partition(
     where `segment`) one kernel scheduler takes it with its boundary views folded, or its
     segments (kfuse.engine.segmenter) of the folded fusion, else of the fusion itself."""
     scheduler, reasons = _whole_fusion_scheduler(fusion, info, pinned, segment)
-    if scheduler is not None:
+    folded_kernel = None
+    if scheduler is not None and not scheduler.generates_kernels and segment and pinned is None:
+        folded_kernel = _indexed_reads_folded(fusion, info)
+    if folded_kernel is not None:
+        partition = folded_kernel
+    elif scheduler is not None:
         partition = Partition(fusion, info, scheduler)
     else:
         why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
@@ -179,6 +185,24 @@ def _folded_or_segmented(fusion: Fusion, info: RuntimeInfo, why: str) -> Partiti
         if taker.generates_kernels:
             return Partition(fusion, info, taker, folded=folded)
     return Partition(fusion, info, segmented=segment_fusion(fusion, info, why))
+
+
+def _indexed_reads_folded(fusion: Fusion, info: RuntimeInfo) -> Partition | None:
+    """A fusion of indexing ops and reshapes, which expr_eval takes whole (framework
+    indexing, checked on the host), as one generated kernel where its boundary reshapes fold:
+    an embedding over ids of any rank (flattened, rows read at them, reshaped back) is the
+    pointwise kernel's indexed row load. None where no kernel scheduler takes it folded."""
+    from kfuse.schedule.expr_eval import library_expr
+
+    if library_expr(fusion) is not None or not any(
+        isinstance(e, (IndexSelectOp, GatherOp)) for e in fusion.exprs
+    ):
+        return None
+    folded = fold_boundary_views(fusion, info, cats=False)
+    taker = _taker(folded)
+    if taker is None or not taker.generates_kernels:
+        return None
+    return Partition(fusion, info, taker, folded=folded)
 
 
 def _taker(folded: FoldedFusion | None) -> Scheduler | None:

@@ -22,8 +22,10 @@ from typing import Any
 
 from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
+from kfuse.runtime.arrays import empty_like_framework
 from kfuse.runtime.launch import (
     InputOperand,
     OutputOperand,
@@ -200,6 +202,9 @@ def _torch_call(
     outputs = []
     for o in info.fusion.outputs:
         shape, dtype = tuple(info.shape(o)), to_torch_dtype(o.dtype)
+        # fd.ops.stride_order's output is stored in its order, as its kernels write it.
+        order = allocation_order(o)
+        strides = contiguous_strides(shape) if order is None else ordered_strides(shape, order)
         # empty_like skips torch.empty's argument parsing (about 2 us of the call): it gives a
         # contiguous array when the input it copies is one of the same shape and dtype.
         like = next(
@@ -210,6 +215,7 @@ def _torch_call(
                 and t.dtype == dtype
                 and tuple(t.shape) == shape
                 and t.is_contiguous()
+                and order is None
             ),
             -1,
         )
@@ -218,7 +224,7 @@ def _torch_call(
             if like >= 0
             else (
                 torch.empty_strided,
-                (shape, contiguous_strides(shape)),
+                (shape, strides),
                 {"dtype": dtype, "device": device},
                 -1,
             )
@@ -258,6 +264,13 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
     # The ndarray constructor is what cupy.empty calls, less a Python frame (0.4 us a call).
     outputs = [
         (cupy.ndarray, (tuple(info.shape(o)), to_numpy_dtype(o.dtype)), None, -1)
+        if allocation_order(o) is None
+        else (
+            empty_like_framework,
+            ("cupy", tuple(info.shape(o)), o.dtype, info.device_index),
+            {"order": allocation_order(o)},
+            -1,
+        )
         for o in info.fusion.outputs
     ]
     workspaces = [

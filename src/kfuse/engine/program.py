@@ -21,6 +21,7 @@ from typing import Any
 from kfuse import knobs
 from kfuse.dtypes import DataType
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime import profiling_hooks
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
@@ -265,8 +266,15 @@ class SegmentedProgram(Program):
 
 
 def _allocate(info: RuntimeInfo, out: TensorView) -> Any:
+    # An output of fd.ops.stride_order is stored in its order, as its kernels write it
+    # (kfuse.codegen.layout.output_layout).
     return empty_like_framework(
-        info.framework, info.shape(out), out.dtype, info.device_index, what=f"output {out.name}"
+        info.framework,
+        info.shape(out),
+        out.dtype,
+        info.device_index,
+        what=f"output {out.name}",
+        order=allocation_order(out),
     )
 
 

@@ -48,6 +48,7 @@ from kfuse.ir.exprs import (
     is_tensor_expr,
 )
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.layout_ops import boundary_inputs
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.axis_runs import axis_runs, reduction_order
@@ -204,11 +205,14 @@ class _Segmenter:
         materialized = {
             id(o) for e in self.exprs if isinstance(e, (ReductionOp, WelfordOp)) for o in e.outputs
         } | self.output_ids
+        # A segment_set's input is materialized by the segment computing it and read by the
+        # segment_set's own: never computed again there.
+        bounds = {id(v) for v in boundary_inputs(self.fusion)}
         out: set[int] = set()
         full: set[int] = set()  # forwarded exprs computed from some fusion input
         roots: dict[int, set[TensorView]] = {}  # what a full forwarded expr reads, in the end
         for i, e in enumerate(self.exprs):
-            if any(id(o) in self.output_ids for o in e.outputs):
+            if any(id(o) in self.output_ids or id(o) in bounds for o in e.outputs):
                 continue
             tensors = [v for v in e.inputs if isinstance(v, TensorView)]
             if self.forward == FORWARD_POINTWISE:

@@ -31,6 +31,7 @@ from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
 from kfuse.engine.signature import program_key
 from kfuse.ir.exprs import Expr
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime import profiling_hooks
@@ -162,7 +163,9 @@ class SegmentedRunner:
         for out in fusion.outputs:
             value = env[id(out)]
             if id(out) in self.fusion_inputs or id(out) in handed_out:
-                value = copy_array(info, value, stream)
+                # A stride_order's output repeated keeps its order in the copy.
+                ordered = allocation_order(out) is not None
+                value = copy_array(info, value, stream, keep_layout=ordered)
             handed_out.add(id(out))
             results.append(value)
         return results
@@ -187,18 +190,19 @@ def added_exprs(segmented: SegmentedFusion) -> list[Expr]:
     return list(added.values())
 
 
-def copy_array(info: RuntimeInfo, a: Any, stream: int | None) -> Any:
+def copy_array(info: RuntimeInfo, a: Any, stream: int | None, keep_layout: bool = False) -> Any:
     """A new contiguous copy of `a` with its framework, on `stream` (None: the framework's
-    current stream) for GPU arrays."""
+    current stream) for GPU arrays; with `keep_layout` a dense `a`'s strides are kept."""
     with stream_context(info.framework, info.device_index, stream):
         if info.framework == "torch":
             import torch
 
-            return a.clone(memory_format=torch.contiguous_format)
+            keep = torch.preserve_format if keep_layout else torch.contiguous_format
+            return a.clone(memory_format=keep)
         if info.framework == "cupy":
             import cupy
 
-            return cupy.array(a, copy=True, order="C")
+            return cupy.array(a, copy=True, order="K" if keep_layout else "C")
     import numpy
 
-    return numpy.array(a, copy=True, order="C")
+    return numpy.array(a, copy=True, order="K" if keep_layout else "C")

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
+from kfuse.ir.embedding import build_embedding_fwd
 from kfuse.ir.generated import build_full, build_iota
 from kfuse.ir.index_ops import build_gather, build_index_select
+from kfuse.ir.layout_ops import build_segment_set, build_stride_order
 from kfuse.ir.ops import OPS, OpInfo
 from kfuse.ir.resize_ops import build_cat, build_pad, build_select, build_slice
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -199,6 +201,39 @@ class Ops:
         """As gather, with the other axes of arg and the index broadcast together."""
         self._fd.check_open("take_along_axis")
         return build_gather(self._b, arg, index, dim, broadcast=True, op="take_along_axis")
+
+    def embedding_fwd(
+        self,
+        input: Any,
+        weight: Any,
+        padding_idx: Any = None,
+        max_norm: Any = None,
+        norm_type: Any = None,
+        scale_grad_by_freq: Any = None,
+        sparse: Any = None,
+    ) -> TensorView:
+        """torch.nn.functional.embedding's forward: the rows of the 2-D `weight` at the
+        integer ids `input` (any shape), of shape input's + [embedding_dim]; rows whose
+        norm_type-norm exceeds max_norm are scaled down to it (the weight itself is not
+        changed). padding_idx, scale_grad_by_freq and sparse only change the backward."""
+        self._fd.check_open("embedding_fwd")
+        return build_embedding_fwd(
+            self._b, input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse
+        )
+
+    # ---- layout ----
+    def stride_order(self, arg: Any, stride_order: Sequence[int]) -> TensorView:
+        """arg, stored in `stride_order` where it is a fusion output (stride_order[i] is
+        the rank of axis i's stride, 0 the fastest: [3, 0, 2, 1] is NCHW channels-last);
+        the same values anywhere else."""
+        self._fd.check_open("stride_order")
+        return build_stride_order(self._b, arg, stride_order)
+
+    def segment_set(self, x: Any) -> Val:
+        """x, computed in another segment than the one producing it: x is written to
+        memory there and read back by the kernel that computes what uses the result."""
+        self._fd.check_open("segment_set")
+        return build_segment_set(self._b, x)
 
     def size(self, x: Any, dim: int) -> Scalar:
         """The extent of axis `dim` of x, an Int scalar."""

@@ -60,8 +60,10 @@ from kfuse.ir.exprs import (
     Expr,
     PermuteOp,
     ReshapeOp,
+    SegmentSetOp,
     SizeOp,
     SliceOp,
+    StrideOrderOp,
     TernaryOp,
     UnaryOp,
 )
@@ -87,6 +89,13 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
     applies."""
     if not isinstance(expr.outputs[0], TensorView):
         return None
+    if isinstance(expr, StrideOrderOp):
+        # A memory order places only an output; anywhere else the value is its input's
+        # (Thunder orders a permute row major before reshaping it).
+        placed = any(o is expr.outputs[0] for o in ctx.original.outputs)
+        return None if placed else _alias(expr, inputs[0])
+    if isinstance(expr, SegmentSetOp):
+        return None  # the boundary the user placed: kept as built
     if isinstance(expr, BinaryOp) and expr.op == "pow":
         return _pow(ctx, expr, inputs)
     if isinstance(expr, BinaryOp) and expr.op == "div":

@@ -111,6 +111,30 @@ class CastOp(Expr):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class SegmentSetOp(CastOp):
+    """out = in, computed in a segment other than the one producing `in`: a segment
+    boundary the user asks for (fd.ops.segment_set). A cast to the input's own dtype, so
+    that every layer that computes casts computes it; the segmenter and the schedulers read
+    the class (kfuse.ir.layout_ops)."""
+
+    def _math(self) -> str:
+        return f"segment_set({_operand(self.inputs[0])})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class StrideOrderOp(CastOp):
+    """out = in, allocated in the memory order `order` where `out` is a fusion output
+    (fd.ops.stride_order; order[i] is the rank of axis i's stride, 0 the fastest, nvFuser's
+    convention). A cast to the input's own dtype elsewhere."""
+
+    order: tuple[int, ...]
+    ATTRS: ClassVar[tuple[str, ...]] = ("dtype", "order")
+
+    def _math(self) -> str:
+        return f"stride_order({_operand(self.inputs[0])}, {list(self.order)})"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class BroadcastOp(Expr):
     """Insert broadcast axes: the output has len(is_new_axis) axes; positions marked True are
     new broadcast axes, the input's axes fill the False positions in order."""
@@ -298,6 +322,8 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     BinaryOp,
     TernaryOp,
     CastOp,
+    SegmentSetOp,
+    StrideOrderOp,
     BroadcastOp,
     ExpandOp,
     SqueezeOp,
@@ -315,7 +341,7 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     MatmulOp,
     LinearOp,
 )
-POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp, SegmentSetOp, StrideOrderOp)
 GENERATED_EXPRS = (GeneratedOp,)
 """Exprs with no tensor input whose elements are a function of their coordinates (factories;
 kfuse.ir.generated)."""

@@ -15,7 +15,9 @@ from kfuse.ir.exprs import (
     LinearOp,
     MatmulOp,
     ReductionOp,
+    SegmentSetOp,
     SizeOp,
+    StrideOrderOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
@@ -92,6 +94,10 @@ def _call(expr: Expr, names: Mapping[int, str]) -> str:
     if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp)):
         method, keywords = fd_call(expr.op)
         return f"fd.ops.{method}({', '.join(a + [f'{k}={v!r}' for k, v in keywords.items()])})"
+    if isinstance(expr, SegmentSetOp):
+        return f"fd.ops.segment_set({a[0]})"
+    if isinstance(expr, StrideOrderOp):
+        return f"fd.ops.stride_order({a[0]}, stride_order={list(expr.order)})"
     if isinstance(expr, CastOp):
         return f"fd.ops.cast({a[0]}, dtype={expr.dtype!r})"
     if isinstance(expr, GeneratedOp):

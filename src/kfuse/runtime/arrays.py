@@ -89,11 +89,20 @@ def layout_of(array: Any, what: str) -> ArrayLayout:
 
 
 def empty_like_framework(
-    framework: str, shape: tuple[int, ...], dtype: DataType, device: int, what: str = "an output"
+    framework: str,
+    shape: tuple[int, ...],
+    dtype: DataType,
+    device: int,
+    what: str = "an output",
+    order: tuple[int, ...] | None = None,
 ) -> Any:
-    """A new contiguous array of the given framework, dtype and device; OutOfMemoryError,
-    naming `what` and its size, when the framework cannot allocate it."""
+    """A new dense array of the given framework, dtype and device, row major or stored in
+    the stride `order` given (order[i] the rank of axis i's stride, 0 the fastest: the
+    strides `.contiguous(memory_format=...)` gives); OutOfMemoryError, naming `what` and its
+    size, when the framework cannot allocate it."""
     try:
+        if order is not None:
+            return _empty_ordered(framework, shape, dtype, device, order)
         return _empty(framework, shape, dtype, device)
     except (MemoryError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and not is_out_of_memory(exc):
@@ -120,6 +129,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
         or "can't allocate memory" in text
         or type(exc).__name__ == "OutOfMemoryError"
     )
+
+
+def _empty_ordered(
+    framework: str, shape: tuple[int, ...], dtype: DataType, device: int, order: tuple[int, ...]
+) -> Any:
+    """A row-major array of the axes from the slowest to the fastest, viewed back in the
+    logical axis order: the framework's own strided array, no copy."""
+    slowest_first = sorted(range(len(shape)), key=lambda i: -order[i])
+    stored = _empty(framework, tuple(shape[i] for i in slowest_first), dtype, device)
+    back = tuple(slowest_first.index(i) for i in range(len(shape)))
+    return stored.permute(back) if framework == "torch" else stored.transpose(back)
 
 
 def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 from kfuse.errors import KfuseError, SchedulerError
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.layout_ops import boundary_inputs
 from kfuse.runtime.info import RuntimeInfo, build_runtime_info
 from kfuse.schedule.registry import SCHEDULERS, scheduler_for
 from kfuse.schedule.types import Rejection, Scheduler, SchedulerParams, SchedulerType
@@ -75,6 +76,12 @@ def rejection_reason(scheduler: Scheduler, fusion: Fusion, info: RuntimeInfo | N
     from kfuse.schedule.expr_eval import describe_library_expr, library_expr
 
     name = scheduler.scheduler_type.value
+    bounds = boundary_inputs(fusion)
+    if bounds:
+        return (
+            f"Scheduler {name} rejected: fd.ops.segment_set asks for a segment boundary after "
+            f"{', '.join(v.name for v in bounds)}, which this fusion also computes"
+        )
     if scheduler.scheduler_type not in (SchedulerType.expr_eval, SchedulerType.no_op):
         lib = library_expr(fusion)
         if lib is not None:

@@ -29,7 +29,9 @@ from kfuse.ir.exprs import (
     MatmulOp,
     PadOp,
     ReshapeOp,
+    SegmentSetOp,
     SliceOp,
+    StrideOrderOp,
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.index_ops import check_positions, positions
@@ -72,7 +74,11 @@ class ExprEvalScheduler:
                 "slice, pad, cat, index_select, gather)"
             )
         for e in tensor_exprs:
-            if not isinstance(e, (*EVALUATED_EXPRS, CastOp)):
+            # A stride_order or segment_set is a kernel's copy: the framework's cast would
+            # return a row-major array, or keep the boundary in one segment.
+            if not isinstance(e, (*EVALUATED_EXPRS, CastOp)) or isinstance(
+                e, (SegmentSetOp, StrideOrderOp)
+            ):
                 raise Rejection(
                     f"{e.outputs[0].name} = {e._math()} is generated work; "
                     "expr_eval takes only library ops (matmul, linear, reshape, slice, pad, "

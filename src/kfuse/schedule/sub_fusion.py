@@ -10,7 +10,7 @@ from typing import Any
 
 from kfuse.codegen.precision import low_values
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import Expr, with_attribute_vals
+from kfuse.ir.exprs import CastOp, Expr, StrideOrderOp, with_attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout
@@ -50,10 +50,15 @@ def build_sub_fusion(
 
     for v in inputs:
         sub.inputs.append(clone(v, True))
+    parent_outputs = {id(v) for v in parent.outputs}
     for e in exprs:
         changes = with_attribute_vals(e, ref)
         new_inputs = tuple(ref(v) for v in e.inputs)
         new_outputs = tuple(clone(o, False) for o in e.outputs)
+        if isinstance(e, StrideOrderOp) and id(e.outputs[0]) not in parent_outputs:
+            # A stride order places only the parent's outputs: an intermediate passed
+            # between segments is a row-major array, as every reader takes it.
+            e = CastOp(inputs=e.inputs, outputs=e.outputs, dtype=e.dtype)
         sub.register_expr(dataclasses.replace(e, inputs=new_inputs, outputs=new_outputs, **changes))
     sub.outputs = [mapping[id(o)] for o in outputs]  # type: ignore[misc]
     low = _low_values(parent)
@@ -98,6 +103,7 @@ def synthetic_info(
     summed x and -x. False where the inputs are not read from memory (inner_outer's column
     side gets its inputs as the row kernel's accumulated values)."""
     from kfuse.codegen.layout import contiguous_strides
+    from kfuse.ir.layout_ops import allocation_order, ordered_strides
 
     parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
     args: list[Any] = []
@@ -109,6 +115,9 @@ def synthetic_info(
             if lay is None:
                 # A fresh allocation: aligned (any 256-byte boundary aligns every vector).
                 strides, data_ptr = contiguous_strides(shape), 256
+                order = allocation_order(old)
+                if order is not None:  # a parent output stored in its stride_order's order
+                    strides = ordered_strides(shape, order)
                 if read_windows and old in info.output_views:
                     strides, offset = info.output_views[old]
                     data_ptr += offset

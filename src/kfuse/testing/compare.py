@@ -7,7 +7,9 @@ from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import LinearOp, MatmulOp, ReductionOp, WelfordOp
+from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.values import TensorView, Val
+from kfuse.runtime.arrays import layout_of
 
 # (rtol, atol) for one op's worth of rounding, per dtype.
 TOLERANCES: dict[DataType, tuple[float, float]] = {
@@ -305,6 +307,7 @@ def assert_outputs_close(
     shapes = fusion.infer_shapes(inputs)
     for i, (out, a, e) in enumerate(zip(fusion.outputs, actual, expected, strict=False)):
         try:
+            _assert_stored_as_asked(out, a)
             assert_close(
                 a,
                 e,
@@ -317,6 +320,20 @@ def assert_outputs_close(
             )
         except AssertionError as err:
             raise AssertionError(f"output {i} ({out.name}): {err}") from None
+
+
+def _assert_stored_as_asked(out: TensorView, array: Any) -> None:
+    """An output of fd.ops.stride_order has the strides of a dense array in its order."""
+    order = allocation_order(out)
+    if order is None:
+        return
+    layout = layout_of(array, "output")
+    expected = ordered_strides(layout.shape, order)
+    if tuple(layout.strides) != expected and math.prod(layout.shape) > 1:
+        raise AssertionError(
+            f"stored with strides {tuple(layout.strides)}, expected {expected} "
+            f"(stride_order {list(order)})"
+        )
 
 
 def _cone(fusion: Any, output: TensorView) -> list:

@@ -1,5 +1,6 @@
 """The fusion generator's outputs and data movement: outputs (sometimes permuted, cast to a
-narrow dtype, sliced, padded or concatenated), resized inputs and intermediates, and indexing
+narrow dtype, sliced, padded or concatenated, stored in another memory order, or copied by
+a segment of their own), resized inputs and intermediates, and indexing
 (index_select, gather, take_along_axis) of the fusion's values."""
 
 from __future__ import annotations
@@ -39,7 +40,18 @@ def add_outputs(
             order = _axis_order(draw, v.ndim)
         if order is not None:
             v = fd.ops.permute(v, dims=order)
-        fd.add_output(_maybe_resized(draw, fd, v, gen.ops, resized_one_in))
+        fd.add_output(_laid_out(draw, fd, _maybe_resized(draw, fd, v, gen.ops, resized_one_in)))
+
+
+def _laid_out(draw: Any, fd: FusionDefinition, v: Any) -> Any:
+    """One output in 8 of rank 2 or more is stored in another memory order
+    (fd.ops.stride_order: the comparison checks its strides), and one in 16 is copied by a
+    segment of its own (fd.ops.segment_set)."""
+    if v.ndim > 1 and one_in(draw, 8):
+        v = fd.ops.stride_order(v, _axis_order(draw, v.ndim))
+    if one_in(draw, 16):
+        v = fd.ops.segment_set(v)
+    return v
 
 
 def _maybe_resized(
