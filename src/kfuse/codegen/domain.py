@@ -346,19 +346,7 @@ def map_to_domain(
             result.input_uses.append(use)
             result.uses.append(use)
             return
-        if kernel_reads and padded_read_of(expr):
-            padded = PaddedRead(cast(PadOp, expr))
-            visit(padded.fill, ())  # a parameter, where it is not a constant
-            result.padded[use] = padded
-            result.input_uses.append(use)
-            result.uses.append(use)
-            return
-        if kernel_reads and isinstance(expr, GeneratedOp):
-            for p in expr.params:
-                visit(p, ())  # a parameter, where it is not a constant
-            result.generated[use] = GeneratedRead(expr)
-            result.input_uses.append(use)
-            result.uses.append(use)
+        if kernel_reads and _computed_leaf(expr, use, result, visit):
             return
         in_views = operand_views(expr, view)
         if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
@@ -373,6 +361,25 @@ def map_to_domain(
         visit(val, view)
     result.cats = {use: _guarded(use, select, result) for use, select in result.cats.items()}
     return result
+
+
+def _computed_leaf(expr: Expr, use: Use, result: DomainMap, visit: Any) -> bool:
+    """Record `use` as a leaf the kernel computes where `expr` is a pad of a fusion input
+    (PaddedRead) or a generated value (GeneratedRead), their scalars visited as parameters;
+    False for any other expr."""
+    if padded_read_of(expr):
+        padded = PaddedRead(cast(PadOp, expr))
+        visit(padded.fill, ())  # a parameter, where it is not a constant
+        result.padded[use] = padded
+    elif isinstance(expr, GeneratedOp):
+        for p in expr.params:
+            visit(p, ())  # a parameter, where it is not a constant
+        result.generated[use] = GeneratedRead(expr)
+    else:
+        return False
+    result.input_uses.append(use)
+    result.uses.append(use)
+    return True
 
 
 def _read_in_part(use: Use, part: PartOf, stopped: bool, result: DomainMap) -> None:
