@@ -322,3 +322,14 @@ def normal(
     if dtype != DataType.Float:
         out = out.astype(to_numpy_dtype(dtype))
     return out.reshape(shape)
+
+
+def generated_values(
+    op: str, shape: tuple[int, ...], params: list[Any], dtype: DataType
+) -> np.ndarray:
+    """The output of random generator `op` ("uniform" or "normal", kfuse.ir.random_ops) of
+    `shape` with params [a, b, seed, offset]: what its generated read computes in a kernel,
+    in `dtype`'s NumPy type."""
+    a, b, seed, offset = params
+    draw = {"uniform": uniform, "normal": normal}[op]
+    return draw(int(seed), int(offset), tuple(shape), dtype, float(a), float(b))
