@@ -181,12 +181,13 @@ def test_emulator_subsequences_above_32_bits() -> None:
     np.testing.assert_array_equal(outs[0], words)
 
 
-def test_nvrtc_compiles_the_random_numbers_part_without_fma() -> None:
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvrtc_compiles_the_random_numbers_part_without_fma(arch: str) -> None:
     from kfuse.runtime.backends.cuda import compile_to_cubin, compile_to_ptx, nvrtc_options
 
     try:
-        assert compile_to_cubin(draw_source(), "draw", "sm_90", nvrtc_options())[:4] == b"\x7fELF"
-        ptx = compile_to_ptx(draw_source(), "draw", "sm_90", nvrtc_options())
+        assert compile_to_cubin(draw_source(), "draw", arch, nvrtc_options())[:4] == b"\x7fELF"
+        ptx = compile_to_ptx(draw_source(), "draw", arch, nvrtc_options())
     except RuntimeError as exc:  # no libnvrtc on this machine
         pytest.skip(str(exc))
     # No contraction and no approximate transcendental anywhere: the emulator's rounding.
