@@ -13,7 +13,9 @@ Only plain GPU calls take it: no pinned params or device, single-scheduler fusio
 match by type; the values of the scalar parameters they set are computed again on every
 call (ScalarProgram). Fusions whose scalar inputs reach a shape or an output stay on the
 checked path. Outputs written into inputs (kfuse.engine.aliasing) take it only where the
-kernel stores all of them in place: their buffer is then the input itself.
+kernel stores all of them in place: their buffer is then the input itself. Kernels with
+stateful random ops (no rng_seed) stay on the checked path: each launch reserves a new seed
+and offset from the generator (kfuse.runtime.launch.RngStateOperand).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kfuse.runtime.launch import (
     OutputOperand,
     ScalarOperand,
     WorkspaceOperand,
+    has_rng_state,
     workspace_bytes,
 )
 
@@ -290,6 +293,8 @@ def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) ->
         return None
     if set(info.fusion.output_aliases) != set(compiled.in_place):
         return None  # a staged write copies after the launches: the checked path's
+    if has_rng_state(compiled.launches):
+        return None  # each launch reserves its seed and offset (KernelLaunch.arguments)
     specs = list(layout)
     program = ScalarProgram.of(info.fusion, info.extents)
     if program is None:

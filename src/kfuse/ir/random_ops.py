@@ -14,6 +14,7 @@ The reference computes the same numbers with kfuse.reference.philox.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError
@@ -38,6 +39,17 @@ RANDOM_OPS: dict[str, RandomOpInfo] = {
 }
 """The generators; rand_like and randn_like are uniform(0, 1) and normal(0, 1) with their
 input's shape and dtype."""
+
+
+def is_random(expr: Any) -> bool:
+    """Whether `expr` (a GeneratedOp) draws random numbers."""
+    return getattr(expr, "op", None) in RANDOM_OPS
+
+
+def is_stateful(expr: Any) -> bool:
+    """Whether random GeneratedOp `expr` takes its seed and offset from a generator at each
+    launch: its params are (a, b) alone; a stateless op's are (a, b, rng_seed, rng_offset)."""
+    return is_random(expr) and len(expr.params) == 2
 
 
 def check_random_dtype(dtype: DataType, op: str) -> None:
