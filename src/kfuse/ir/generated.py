@@ -246,7 +246,10 @@ def build_random(
 ) -> TensorView:
     """fd.ops.uniform(minval, maxval, shape) and fd.ops.normal(mean, std, shape): random
     numbers of a floating `dtype`, stateless where rng_seed and rng_offset are given."""
-    dt = _factory_dtype(dtype, op)
+    try:
+        dt = as_dtype(dtype)
+    except Exception:
+        raise DefinitionError(f"{op}: dtype {dtype!r} is not a kfuse DataType") from None
     check_random_dtype(dt, op)
     if not isinstance(shape, (list, tuple)):
         raise DefinitionError(f"{op}: shape must be a list of sizes, got {describe(shape)}")
