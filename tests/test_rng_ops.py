@@ -123,6 +123,54 @@ def test_uniform_range(dtype: DataType, left: float, right: float) -> None:
         assert values.min() == theomin and values.max() == theomax
 
 
+def test_normal_mean_and_std() -> None:
+    # nvFuser's test_normal (its [64, 128, 1024] at an emulator's [16, 32, 256]).
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
+        s_mean, s_std = fd.define_scalar(3.7), fd.define_scalar(2.5)
+        fd.add_output(fd.ops.normal(s_mean, s_std, fd.ops.shape(t0), dtype=DataType.Double))
+    (out,) = fd.execute([np.zeros((16, 32, 256), np.float32)])
+    assert out.dtype == np.float64
+    assert math.isclose(out.mean(), 3.7, rel_tol=1e-2, abs_tol=1e-2)
+    assert math.isclose(out.std(), 2.5, rel_tol=1e-2, abs_tol=1e-2)
+
+
+def test_uniform_mean_min_and_max() -> None:
+    # nvFuser's test_uniform at an emulator's size.
+    lo, hi = 1.8, 1223.5
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
+        fd.add_output(
+            fd.ops.uniform(
+                fd.define_scalar(lo), fd.define_scalar(hi), fd.ops.shape(t0), dtype=DataType.Double
+            )
+        )
+    (out,) = fd.execute([np.zeros((16, 32, 256), np.float32)])
+    assert math.isclose(out.mean(), (lo + hi) / 2, rel_tol=1e-2, abs_tol=1e-2)
+    assert math.isclose(out.min(), lo, rel_tol=1e-2, abs_tol=1e-2)
+    assert math.isclose(out.max(), hi, rel_tol=1e-2, abs_tol=1e-2)
+    assert lo <= out.min() and out.max() < hi
+
+
+@pytest.mark.parametrize("op", ["uniform", "normal"])
+@pytest.mark.parametrize("dtype", RANDOM_DTYPES)
+def test_random_distinct_values(op: str, dtype: DataType) -> None:
+    # nvFuser's test_random_distinct_values: four values of a stateful op, drawn 100 times,
+    # never have three equal pairs.
+    with FusionDefinition() as fd:
+        s0 = fd.define_scalar(0.0, dtype=DataType.Double)
+        s1 = fd.define_scalar(1.0, dtype=DataType.Double)
+        fd.add_output(getattr(fd.ops, op)(s0, s1, shape=[2, 2], dtype=dtype))
+    kfuse.manual_seed(11)
+    draws = []
+    for _ in range(100):
+        values = fd.execute([])[0].astype(np.float64).reshape(-1)
+        match_pairs = ((values[None, :] == values[:, None]).sum() - 4) // 2
+        assert match_pairs < 3, values
+        draws.append(values)
+    assert len({tuple(d) for d in draws}) == 100  # every launch drew anew
+
+
 # ---- the numbers ----
 
 
