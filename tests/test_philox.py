@@ -444,6 +444,15 @@ def test_which_generator_a_launch_draws_from() -> None:
     assert rng_state.generator_for(None, -1) is own
 
 
+def test_stateful_draws_under_cuda_graph_capture_are_refused(monkeypatch) -> None:
+    # A captured launch would replay the offset it read at capture time: a clear error,
+    # raised before torch's CUDA is touched.
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(InputError, match="CUDA graph capture"):
+        rng_state.generator_for("torch", 0)
+
+
 # -- the GPU -----------------------------------------------------------------------------------
 
 

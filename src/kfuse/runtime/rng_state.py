@@ -116,6 +116,14 @@ def torch_cuda_generator(device: int) -> OffsetGenerator:
     torch CUDA tensor exists; torch.cuda.init() makes sure default_generators is filled)."""
     import torch
 
+    # Captured, a launch would replay the offset read at capture time on every replay (and
+    # torch forbids reading it then); nvFuser reads it through device pointers instead,
+    # which kfuse does not yet.
+    if torch.cuda.is_current_stream_capturing():
+        raise InputError(
+            "random ops without rng_seed and rng_offset cannot run under CUDA graph capture "
+            "yet; give them rng_seed and rng_offset"
+        )
     torch.cuda.init()
     generators = torch.cuda.default_generators
     if not 0 <= device < len(generators):
