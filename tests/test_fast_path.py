@@ -253,3 +253,37 @@ def test_a_launch_with_indexed_reads_packs_for_the_fast_path() -> None:
     assert len(program.operands) == 1  # the scale, as the kernel reads it
     flags = next(p for p, op in enumerate(launch.operands) if isinstance(op, IndexCheckOperand))
     assert flags not in [p for p, *_ in launch_slots(launch, program)]
+
+
+def test_a_random_ops_seed_and_offset_inputs_are_replayed_per_call() -> None:
+    """Stateless random numbers seeded by scalar inputs take the fast path: the seed and
+    offset are scalar slots computed from each call's inputs. A generated value sized by a
+    scalar input does not (its shape would change)."""
+    import numpy as np
+
+    from kfuse import DataType, FusionDefinition
+    from kfuse.engine.fast_path import ScalarProgram, launch_slots
+    from kfuse.runtime.info import build_runtime_info
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        seed = fd.define_scalar(dtype=DataType.Int)
+        offset = fd.define_scalar(dtype=DataType.Int32)  # cast to Int on the host
+        u = fd.ops.uniform(0.0, 1.0, fd.ops.shape(x), rng_seed=seed, rng_offset=offset)
+        fd.add_output(fd.ops.mul(x, u))
+    inputs = [np.ones(10, np.float32), 5, 3]
+    fd.execute(inputs)
+    (launch,) = fd.last_program().launches
+    info = build_runtime_info(fd.fusion, inputs)
+    program = ScalarProgram.of(fd.fusion, info.extents)
+    assert program is not None
+    kinds = sorted(kind for _, kind, _, _ in launch_slots(launch, program))
+    assert kinds == ["input", "output", "scalar", "scalar"]  # the generated read has no data
+    for values in ([inputs[0], 7, 1], [inputs[0], 2**62, 2**31 - 1]):
+        expected = fd.fusion.infer_shapes(values)
+        assert program(values) == tuple(expected[v] for v in program.operands)
+        assert sorted(program(values)) == sorted(values[1:])
+    with FusionDefinition() as sized:
+        n = sized.define_scalar(dtype=DataType.Int)
+        sized.add_output(sized.ops.full([n], 1.0, DataType.Float))
+    assert ScalarProgram.of(sized.fusion, sized.fusion.infer_shapes([4])) is None

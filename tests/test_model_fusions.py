@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from models import chart, measure, pointwise, registry, table  # noqa: E402
+from models import chart, dropout_rng, measure, pointwise, registry, table  # noqa: E402
 from models.case import DTYPES, bytes_moved, first_call  # noqa: E402
 from models.run import load_suite, plan, progress  # noqa: E402
 
@@ -77,7 +77,10 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
         registry.case_and_shape("rmsnorm_fwd:8192*8192")
 
 
-@pytest.mark.parametrize("case", registry.PROBE_CASES, ids=lambda c: c.name)
+DETERMINISTIC_PROBES = [c for c in registry.PROBE_CASES if c not in dropout_rng.PROBE_CASES]
+
+
+@pytest.mark.parametrize("case", DETERMINISTIC_PROBES, ids=lambda c: c.name)
 def test_probe_cases_match_the_reference_and_stay_out_of_the_suite(case) -> None:
     """The tools' extra cases (slices and a cat around RoPE, an embedding, an Adam step
     written in place) are right on the emulator, the torch peer's too, and the suite never
@@ -105,6 +108,27 @@ def test_probe_cases_match_the_reference_and_stay_out_of_the_suite(case) -> None
         assert program.in_place == tuple(
             (k, position) for k, position in enumerate(case.updates)
         ), "every update stored by the kernel itself"
+
+
+@pytest.mark.parametrize("case", dropout_rng.PROBE_CASES, ids=lambda c: c.name)
+def test_dropout_probes_draw_the_references_mask(case) -> None:
+    """The dropouts that draw their mask: kfuse's outputs are the reference's (the same
+    numbers: NumPy's Philox), the torch peer's have their shapes and dtypes and keep about
+    1 - p; the suite never runs them; with the kernel's mask as the input of the suite's
+    mask-as-input twin, that twin gives the reference's outputs."""
+    assert case.name not in CASES and registry.case_and_shape(case.name)[0] is case
+    inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
+    references = case.reference(*inputs)
+    got = _kfuse(case, "bfloat16", inputs)
+    _check("kfuse", got, references)
+    mask = got[-1]
+    assert mask.dtype == torch.bool and bool((mask == references[-1]).all())
+    assert 0.6 < float(mask.float().mean()) < 0.95
+    for out, ref in zip(case.torch_fn(*inputs), references, strict=True):
+        assert out.shape == ref.shape and (out.dtype == torch.bool) == (ref.dtype == torch.bool)
+    twin = CASES[case.name.removesuffix("_rng")]
+    x1, x2, *params = inputs
+    _check("kfuse", _kfuse(twin, "bfloat16", [x1, x2, mask, *params]), references[:-1])
 
 
 @pytest.mark.parametrize("name", list(CASES))

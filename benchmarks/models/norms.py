@@ -6,9 +6,10 @@ the rms or the mean and inverse std as extra outputs, the backward's sums over s
 Differences, all forced by kfuse's API or by the brief:
 * kfuse's TensorView has no .size(i)/.shape() methods: fd.ops.size(t, i) / fd.ops.shape(t);
   define_tensor has no is_cpu; sum's dtype=DataType.Null is the default (left out);
-* dropout's random mask (fd.ops.uniform, then lt) is an input: kfuse has no RNG yet. The
-  forward fusions therefore do not output the mask (it is their input): the bytes are the
-  same, a Bool mask read instead of written.
+* dropout's random mask (fd.ops.uniform, then lt) is an input here, so that these fusions
+  measure the norm with no RNG. The forward fusions therefore do not output the mask (it is
+  their input): the bytes are the same, a Bool mask read instead of written. The forms that
+  draw the mask are the probes of models/dropout_rng.py.
 """
 
 from __future__ import annotations

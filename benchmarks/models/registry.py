@@ -7,6 +7,7 @@ import re
 from models import (
     attention,
     batchnorm,
+    dropout_rng,
     groupnorm,
     indexing,
     norms,
@@ -32,10 +33,15 @@ CASES: list[Case] = [
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
-PROBE_CASES: list[Case] = [*resize.PROBE_CASES, *indexing.PROBE_CASES, *optimizer.PROBE_CASES]
+PROBE_CASES: list[Case] = [
+    *resize.PROBE_CASES,
+    *indexing.PROBE_CASES,
+    *optimizer.PROBE_CASES,
+    *dropout_rng.PROBE_CASES,
+]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
 the suite until they have been measured on a GPU: slices and cats around RoPE, an embedding
-lookup, an Adam step written in place."""
+lookup, an Adam step written in place, dropouts that draw their mask."""
 
 
 def select(pattern: str) -> list[Case]:

@@ -25,6 +25,7 @@ from kfuse.errors import (
 from kfuse.frontend import FusionDefinition
 from kfuse.profiler import FusionProfile, KernelProfile, PythonProfiler
 from kfuse.runtime.kernel_executor import KernelExecutor
+from kfuse.runtime.rng_state import manual_seed
 from kfuse.schedule import SchedulerType
 
 __version__ = "0.1.0"

@@ -201,6 +201,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         f"const Index n_inner = out0.size[{rank - 1}];",
         *row_count(range(rank - 1)),
         f"const Index n_vec = (n_inner + {vec - 1}) / {vec};",
+        *generated.memo_declarations(spec, plan.domain),
     )
     operands = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
     if spec.rows > 1:
@@ -396,6 +397,8 @@ def kernel_params(
         for k, u in enumerate(plan.domain.input_uses)
     ]
     params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(plan.domain.scalars)]
+    if generated.stateful_ops(plan.domain):  # filled per launch (RngStateOperand)
+        params += generated.RNG_PARAMS
     params += [
         f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"
         for k, o in enumerate(plan.fusion.outputs)

@@ -11,9 +11,12 @@ path.
 Only plain GPU calls take it: no pinned params or device, single-scheduler fusions
 (segmented and library runs keep their own caches). Scalar inputs given as Python numbers
 match by type; the values of the scalar parameters they set are computed again on every
-call (ScalarProgram). Fusions whose scalar inputs reach a shape or an output stay on the
-checked path. Outputs written into inputs (kfuse.engine.aliasing) take it only where the
-kernel stores all of them in place: their buffer is then the input itself.
+call (ScalarProgram), a generated value's parameters too (a random op's rng_seed and
+rng_offset given as scalar inputs). Fusions whose scalar inputs reach a shape or an output
+stay on the checked path. Outputs written into inputs (kfuse.engine.aliasing) take it only
+where the kernel stores all of them in place: their buffer is then the input itself. Kernels
+with stateful random ops (no rng_seed) stay on the checked path: each launch reserves a new seed
+and offset from the generator (kfuse.runtime.launch.RngStateOperand).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import contiguous_strides
-from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+from kfuse.ir.exprs import BinaryOp, CastOp, GeneratedOp, TernaryOp, UnaryOp
 from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
@@ -31,6 +34,7 @@ from kfuse.runtime.launch import (
     OutputOperand,
     ScalarOperand,
     WorkspaceOperand,
+    has_rng_state,
     workspace_bytes,
 )
 
@@ -95,6 +99,12 @@ class ScalarProgram:
         self.exprs = []  # the scalar expressions that read a scalar input, in order
         for expr in fusion.exprs:
             if not any(id(v) in self._dependent for v in expr.inputs):
+                continue
+            if isinstance(expr, GeneratedOp):
+                # Its params (a fill value, a random op's seed and offset) are the kernel's
+                # scalar parameters; a size is not.
+                if any(id(v) in self._dependent for v in expr.shape):
+                    raise NotReplayable("a generated value's shape")
                 continue
             if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
                 raise NotReplayable(type(expr).__name__)
@@ -303,6 +313,8 @@ def fast_call_for(inputs: list[Any], compiled: Any, info: Any, layout: tuple) ->
         return None
     if set(info.fusion.output_aliases) != set(compiled.in_place):
         return None  # a staged write copies after the launches: the checked path's
+    if has_rng_state(compiled.launches):
+        return None  # each launch reserves its seed and offset (KernelLaunch.arguments)
     specs = list(layout)
     program = ScalarProgram.of(info.fusion, info.extents)
     if program is None:

@@ -43,6 +43,7 @@ from kfuse.runtime.launch import (
     KernelLaunch,
     Operand,
     OutputOperand,
+    RngStateOperand,
     ScalarOperand,
     WorkspaceOperand,
     workspace_bytes,
@@ -144,8 +145,9 @@ class _Merger:
             return self._value(out, op.shape, op.strides)
         if isinstance(op, WorkspaceOperand):
             return replace(op, index=op.index + base)
-        if isinstance(op, (IndexCheckOperand, GeneratedOperand)):
-            return op  # the kernel's own flags; a generated read's sizes (no data)
+        if isinstance(op, (IndexCheckOperand, GeneratedOperand, RngStateOperand)):
+            # the kernel's own flags; a generated read's sizes (no data); its generator state
+            return op
         old = plan.origin[op.val]
         if id(old) in self.added_values:
             raise _NotMerged

@@ -16,7 +16,7 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.embedding import build_embedding_fwd
-from kfuse.ir.generated import build_full, build_iota
+from kfuse.ir.generated import build_full, build_iota, build_random, build_random_like
 from kfuse.ir.index_ops import build_gather, build_index_select
 from kfuse.ir.layout_ops import build_segment_set, build_stride_order
 from kfuse.ir.ops import OPS, OpInfo
@@ -93,6 +93,48 @@ class Ops:
         numbers or scalars of the dtype's kind."""
         self._fd.check_open("iota")
         return build_iota(self._b, length, start, step, dtype)
+
+    # ---- random numbers (kfuse.ir.random_ops) ----
+    def uniform(
+        self,
+        minval: Any,
+        maxval: Any,
+        shape: Sequence[Any],
+        *,
+        rng_seed: Any = None,
+        rng_offset: Any = None,
+        dtype: Any = DataType.Float,
+    ) -> TensorView:
+        """Uniform random numbers in [minval, maxval) of `shape` and a floating dtype. With
+        rng_seed and rng_offset (Int scalars or ints, both or neither) the numbers are those
+        of that seed and Philox offset on every call; without, each launch draws the next
+        ones of the generator (torch's CUDA generator, or kfuse.manual_seed's)."""
+        self._fd.check_open("uniform")
+        return build_random(self._b, "uniform", minval, maxval, shape, rng_seed, rng_offset, dtype)
+
+    def normal(
+        self,
+        mean: Any,
+        std: Any,
+        shape: Sequence[Any],
+        *,
+        rng_seed: Any = None,
+        rng_offset: Any = None,
+        dtype: Any = DataType.Float,
+    ) -> TensorView:
+        """Normal random numbers of `mean` and `std`, as uniform for the rest."""
+        self._fd.check_open("normal")
+        return build_random(self._b, "normal", mean, std, shape, rng_seed, rng_offset, dtype)
+
+    def rand_like(self, x: Any, *, rng_seed: Any = None, rng_offset: Any = None) -> TensorView:
+        """uniform(0, 1) numbers of x's shape and (floating) dtype."""
+        self._fd.check_open("rand_like")
+        return build_random_like(self._b, "uniform", x, rng_seed, rng_offset, "rand_like")
+
+    def randn_like(self, x: Any, *, rng_seed: Any = None, rng_offset: Any = None) -> TensorView:
+        """normal(0, 1) numbers of x's shape and (floating) dtype."""
+        self._fd.check_open("randn_like")
+        return build_random_like(self._b, "normal", x, rng_seed, rng_offset, "randn_like")
 
     # ---- shape ops ----
     def broadcast(self, x: Any, is_broadcast_dim: Sequence[bool]) -> TensorView:

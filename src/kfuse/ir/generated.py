@@ -7,8 +7,10 @@ A generated value's element is a function of its linear index in the op's own ou
 start + index * step. So a kernel reads it like an input whose strides are its shape's
 contiguous strides, with no memory: the kernel's offset arithmetic (broadcasts, permutes,
 merged axes) gives the index, and the row's `cuda` expression of it replaces the load
-(kfuse.codegen.generated). A new generator (random numbers) is one more row: its parameters,
-its printed call, its reference and its CUDA expression.
+(kfuse.codegen.generated). A new generator is one more row: its parameters, its printed
+call, its reference and its CUDA expression. The random ones (uniform, normal:
+kfuse.ir.random_ops) are rows too; their reference is computed by the reference layer
+(kfuse.reference.philox), which ir cannot import.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from kfuse.dtypes import DataType, as_dtype
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.builder import as_index, describe
 from kfuse.ir.exprs import GeneratedOp
+from kfuse.ir.random_ops import (
+    RANDOM_OPS,
+    check_random_dtype,
+    check_seed_and_offset,
+    random_cuda,
+)
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 # (backend, the linear indices (an int64 array of the output's shape), the parameters'
@@ -66,6 +74,18 @@ def _iota_cuda(index: str, params: list[str], dtype: DataType) -> str:
     return f"(({ctype}){start} + ({ctype}){index} * ({ctype}){step})"
 
 
+def _random_reference(be: Any, index: Any, params: list[Any], storage: Any, like: Any) -> Any:
+    # Reached only by a caller that skips the reference layer's dispatch (evaluator.py).
+    raise NotImplementedError("random values are computed by kfuse.reference.philox")
+
+
+def _random_cuda(name: str) -> Cuda:
+    def cuda(index: str, params: list[str], dtype: DataType) -> str:
+        return random_cuda(name, index, params, dtype)
+
+    return cuda
+
+
 GENERATORS: dict[str, GeneratorInfo] = {
     row.name: row
     for row in (
@@ -83,6 +103,16 @@ GENERATORS: dict[str, GeneratorInfo] = {
             "the 1-D tensor start, start + step, ..., of the given length",
             _iota_reference,
             _iota_cuda,
+        ),
+        *(
+            GeneratorInfo(
+                name,
+                (*info.params, "rng_seed", "rng_offset"),
+                f"random numbers ({name}({', '.join(info.params)})) of the given shape",
+                _random_reference,
+                _random_cuda(name),
+            )
+            for name, info in RANDOM_OPS.items()
         ),
     )
 }
@@ -189,6 +219,64 @@ def build_iota(b: Any, length: Any, start: Any, step: Any, dtype: Any) -> Tensor
     return _generated(b, "iota", [n], [first, by], dt)
 
 
+def _rng_scalar(b: Any, x: Any, op: str, what: str) -> Scalar:
+    """rng_seed or rng_offset: an Int Scalar of the definition, or an int (a constant)."""
+    if isinstance(x, TensorView) or isinstance(x, bool) or isinstance(x, float):
+        raise DefinitionError(f"{op}: {what} is {describe(x)}, expected an Int scalar or an int")
+    v = b.operand(x, op, 1)
+    assert isinstance(v, Scalar)
+    if not v.dtype.is_integral or v.dtype.is_boolean:
+        raise DefinitionError(f"{op}: {what} {describe(x)} is not an integer scalar")
+    if v.is_constant:
+        return b.constant(v.value, DataType.Int, op=op)
+    return v if v.dtype is DataType.Int else b.cast(v, DataType.Int, op=op)
+
+
+def _random_params(b: Any, op: str, a: Any, c: Any, rng_seed: Any, rng_offset: Any) -> list[Scalar]:
+    """[a, c] as Double Scalars (nvFuser keeps them as given; the kernel rounds them to the
+    compute type), then the seed and offset where given (a stateless op)."""
+    check_seed_and_offset(rng_seed, rng_offset, op)
+    names = RANDOM_OPS[op].params
+    params = [_param(b, x, DataType.Double, op, n, exact_kind=False) for x, n in zip((a, c), names)]
+    if rng_seed is not None:
+        params.append(_rng_scalar(b, rng_seed, op, "rng_seed"))
+        params.append(_rng_scalar(b, rng_offset, op, "rng_offset"))
+    return params
+
+
+def build_random(
+    b: Any, op: str, a: Any, c: Any, shape: Any, rng_seed: Any, rng_offset: Any, dtype: Any
+) -> TensorView:
+    """fd.ops.uniform(minval, maxval, shape) and fd.ops.normal(mean, std, shape): random
+    numbers of a floating `dtype`, stateless where rng_seed and rng_offset are given."""
+    try:
+        dt = as_dtype(dtype)
+    except Exception:
+        raise DefinitionError(f"{op}: dtype {dtype!r} is not a kfuse DataType") from None
+    check_random_dtype(dt, op)
+    if not isinstance(shape, (list, tuple)):
+        raise DefinitionError(f"{op}: shape must be a list of sizes, got {describe(shape)}")
+    extents = [_extent(b, e, op, i) for i, e in enumerate(shape)]
+    return _generated(b, op, extents, _random_params(b, op, a, c, rng_seed, rng_offset), dt)
+
+
+def build_random_like(
+    b: Any, op: str, x: Any, rng_seed: Any, rng_offset: Any, name: str
+) -> TensorView:
+    """fd.ops.rand_like(x) / randn_like(x) (`name`): uniform(0, 1) / normal(0, 1) numbers of
+    x's shape (its broadcast axes kept) and dtype, which must be floating."""
+    v = b.tensor(x, name)
+    if not v.dtype.is_floating or v.dtype.is_float8:
+        raise DefinitionError(
+            f"{name}: {describe(v)} is not a Float, Double, Half or BFloat16 tensor"
+        )
+    extents = [
+        b.size(v, i, op=name) if ax.extent is None else b.constant(ax.extent, DataType.Int)
+        for i, ax in enumerate(v.axes)
+    ]
+    return _generated(b, op, extents, _random_params(b, op, 0, 1, rng_seed, rng_offset), v.dtype)
+
+
 # ---- sizes, printing, reference ----
 def generated_shape(expr: GeneratedOp, values: Mapping[Val, Any]) -> tuple[int, ...]:
     """The output's shape on a call (`values`: the call's scalar values); InputError for a
@@ -228,4 +316,4 @@ def generated_reference(
 
 def factory_names() -> Sequence[str]:
     """The fd.ops methods that build generated values."""
-    return ("full", "zeros", "ones", "iota")
+    return ("full", "zeros", "ones", "iota", *RANDOM_OPS, "rand_like", "randn_like")

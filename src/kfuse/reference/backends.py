@@ -132,6 +132,11 @@ class NumpyLikeBackend:
         """n -> the 1-D range of n integer positions, where `like` lives."""
         return self.xp.arange
 
+    def from_numpy(self, a: Any, storage: Any, like: Any) -> Any:
+        """NumPy array `a` (values `storage` holds exactly) as an array of this backend, where
+        `like` lives."""
+        return self.xp.asarray(a).astype(storage)
+
 
 class TorchBackend(NumpyLikeBackend):
     """torch tensors (any device); BFloat16, Half and float8 are torch's own dtypes."""
@@ -231,6 +236,9 @@ class TorchBackend(NumpyLikeBackend):
 
     def arange(self, like: Any) -> Any:
         return lambda n: self.xp.arange(n, device=like.device)
+
+    def from_numpy(self, a: Any, storage: Any, like: Any) -> Any:
+        return self.xp.from_numpy(a).to(device=like.device, dtype=storage)
 
 
 def _identity(op: str, a: Any, xp: Any) -> Any:

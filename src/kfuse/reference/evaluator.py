@@ -45,13 +45,15 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.generated import generated_reference
+from kfuse.ir.generated import generated_reference, generated_shape
 from kfuse.ir.ops import OPS
+from kfuse.ir.random_ops import is_random, is_stateful
 from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference.backends import NumpyLikeBackend, backend_for
 from kfuse.reference.conditions import ConditionTracker
+from kfuse.reference.philox import generated_values
 
 
 def evaluate(fusion: Any, inputs: list[Any], *, accumulate: str = "float64") -> list[Any]:
@@ -208,12 +210,29 @@ class _Evaluator:
             self.env[out] = self.store(self.library(expr), out.dtype)
         elif isinstance(expr, GeneratedOp):
             storage = self.compute_storage(out.dtype)
-            made = generated_reference(self.be, expr, self.shapes, storage, self.like)
+            if is_random(expr):
+                made = self.random(expr, storage)
+            else:
+                made = generated_reference(self.be, expr, self.shapes, storage, self.like)
             if out.dtype.is_floating and self.wide:  # the kernels round it to the dtype
                 made = self.be.round_to(made, out.dtype)
             self.env[out] = self.store(made, out.dtype)
         else:
             self.env[out] = self.structural(expr)
+
+    def random(self, expr: GeneratedOp, storage: Any) -> Any:
+        """A random op's numbers, exactly the kernels' (kfuse.reference.philox). A stateful
+        op's seed and offset are the generator's at launch time, which no reference knows:
+        the reference of such a fusion is its stateless twin's (the tests' way)."""
+        if is_stateful(expr):
+            raise InputError(
+                f"{expr.op} to {expr.outputs[0].name} draws from the generator (no rng_seed "
+                "and rng_offset): its numbers have no reference"
+            )
+        params = [v.value if v.is_constant else self.shapes[v] for v in expr.params]
+        made = generated_values(expr.op, generated_shape(expr, self.shapes), params, expr.dtype)
+        # float64 holds every value of the narrower types exactly
+        return self.be.from_numpy(made.astype("float64"), storage, self.like)
 
     def scalar(self, expr: Expr) -> Any:
         if isinstance(expr, SizeOp):

@@ -80,6 +80,18 @@ class IndexCheckOperand:
     checks: Any  # kfuse.runtime.index_checks.IndexChecks
 
 
+@dataclass(frozen=True)
+class RngStateOperand:
+    """The seed (`part` "seed") or the Philox offset of the first op ("offset") of a kernel
+    with `ops` stateful RNG ops: taken from the generator of the call's framework and device
+    at each launch, which advances it past those ops (kfuse.runtime.rng_state.reserve); one
+    reservation gives both parameters. Never cached: the fast path leaves such kernels to
+    the checked path."""
+
+    ops: int
+    part: str
+
+
 Operand = (
     InputOperand
     | GeneratedOperand
@@ -87,6 +99,7 @@ Operand = (
     | ScalarOperand
     | WorkspaceOperand
     | IndexCheckOperand
+    | RngStateOperand
 )
 
 
@@ -147,7 +160,14 @@ class KernelLaunch:
         """The launch arguments for one call; `target`: its (framework, device index), which
         the flags of indexed reads live for."""
         args: list[Any] = []
+        rng = _reserve(self.operands, target)
         for op in self.operands:
+            if isinstance(op, RngStateOperand):
+                assert rng is not None
+                # the kernel takes the seed as a long long: its 64 bits, two's complement
+                value = rng.seed - (1 << 64) if rng.seed >= 1 << 63 else rng.seed
+                args.append(value if op.part == "seed" else rng.offset)
+                continue
             if isinstance(op, IndexCheckOperand):
                 args.append(TensorArg(op.checks.pointer(*target), (4,), (1,)))
                 continue
@@ -165,6 +185,21 @@ class KernelLaunch:
             else:
                 args.append(scalar_argument(op.val, extents[op.val]))
         return args
+
+
+def _reserve(operands: list[Operand], target: tuple[str, int]) -> Any:
+    """This launch's PhiloxStart where it has stateful RNG ops, else None."""
+    ops = next((op.ops for op in operands if isinstance(op, RngStateOperand)), 0)
+    if not ops:
+        return None
+    from kfuse.runtime import rng_state
+
+    return rng_state.reserve(rng_state.generator_for(*target), ops)
+
+
+def has_rng_state(launches: list[KernelLaunch]) -> bool:
+    """Whether any of the launches draws from a generator (RngStateOperand)."""
+    return any(isinstance(op, RngStateOperand) for ka in launches for op in ka.operands)
 
 
 def index_checks_of(launches: list[KernelLaunch]) -> list[Any]:

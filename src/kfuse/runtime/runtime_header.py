@@ -50,11 +50,22 @@ def reads_header() -> str:
     return _READS_PATH.read_text()
 
 
+_PHILOX_PATH = Path(__file__).with_name("kf_runtime") / "kf_philox.cuh"
+# The names only the random numbers' part defines (its functions all start so).
+_PHILOX_NAMES = ("kf::philox", "kf::Philox", "kf::rng_")
+
+
+@functools.cache
+def philox_header() -> str:
+    """The random numbers' part of the runtime (kf_philox.cuh), after the reads' part."""
+    return _PHILOX_PATH.read_text()
+
+
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the float8 part where it names a float8
     type, the reads' part where it reads at positions an index tensor holds or inside a pad's
-    window; else `source` unchanged.
+    window, the random numbers' part where it draws random numbers; else `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -67,6 +78,8 @@ def with_optional_parts(source: str) -> str:
         parts.append(float8_header())
     if any(name in own for name in _READS_NAMES):
         parts.append(reads_header())
+    if any(name in own for name in _PHILOX_NAMES):
+        parts.append(philox_header())
     if not parts:
         return source
     return header + "".join("\n" + part for part in parts) + own

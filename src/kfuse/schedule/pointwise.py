@@ -536,6 +536,7 @@ def _describe(expr: Any) -> str:
 
 def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     """The kernel for `params` and its launch for these inputs (a GeneratedKernel)."""
+    from kfuse.codegen import generated
     from kfuse.codegen.pointwise import emit_pointwise
     from kfuse.runtime.index_checks import IndexChecks, describe_read
     from kfuse.runtime.launch import (
@@ -544,6 +545,7 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
         IndexCheckOperand,
         InputOperand,
         OutputOperand,
+        RngStateOperand,
         ScalarOperand,
     )
 
@@ -584,6 +586,8 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
         else:
             operands.append(InputOperand(positions[use.val], layout.sizes, op.strides))
     operands += [ScalarOperand(s) for s in plan.domain.scalars]
+    if stateful := len(generated.stateful_ops(plan.domain)):  # kernel_params' RNG_PARAMS
+        operands += [RngStateOperand(stateful, "seed"), RngStateOperand(stateful, "offset")]
     for k, op in enumerate(layout.outputs):
         operands.append(OutputOperand(k, layout.sizes, op.strides))
     if spec.indexed_by:  # the reads' flags, after the outputs (kfuse.runtime.index_checks)

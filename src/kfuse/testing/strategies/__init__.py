@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
-from kfuse.testing.strategies.generator import Entry, Gen, factory_step, one_in
+from kfuse.testing.strategies.generator import Entry, Gen, factory_step, one_in, random_step
 from kfuse.testing.strategies.outputs import (
     add_outputs,
     alias_output,
@@ -96,6 +96,9 @@ def _fusions(
         # compares; a fusion drawn for a few ops keeps to them).
         if {"lt", "ge"} <= set(ops) and one_in(draw, 6):
             factory_step(draw, fd, gen)
+        # Random numbers (a dropout mask compares and selects), stateless.
+        if {"lt", "where"} <= set(ops) and one_in(draw, 6):
+            random_step(draw, fd, gen)
         n_ops = draw(st.integers(1, max_ops))
         if kind == "multi_segment":
             _multi_segment(draw, fd, gen, n_ops, max_outputs)

@@ -258,3 +258,32 @@ def factory_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
             o.broadcast(rows, [*lead, False, True]), o.broadcast(cols, [*lead, True, False])
         )
     gen.pool.append(Entry(mask, True, 1.0))
+
+
+def random_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+    """Random numbers (kfuse.ir.random_ops) into the pool, of the first input's shape, with
+    a drawn seed and offset (stateless: the reference computes the same numbers exactly): a
+    uniform or normal value, or a dropout of a floating value of full shape by a uniform
+    mask (kept where u < p, p a binary fraction, so that float32 and float64 compare alike)."""
+    first = gen.pool[0].val
+    o = fd.ops
+    seeds = {
+        "rng_seed": draw(st.integers(0, (1 << 63) - 1)),
+        "rng_offset": draw(st.integers(0, (1 << 40))),
+    }
+    kind = draw(st.sampled_from(["uniform", "normal", "dropout"]))
+    if kind == "normal":
+        mean, std = draw(st.sampled_from([(0.0, 1.0), (0.5, 0.25), (-1.0, 2.0)]))
+        z = o.normal(mean, std, o.shape(first), **seeds)
+        # Box-Muller over float32 words: |z| < 7 standard deviations
+        gen.pool.append(Entry(z, True, abs(mean) + 7 * std))
+        return
+    low, high = draw(st.sampled_from([(0.0, 1.0), (-2.0, 3.0)]))
+    u = o.uniform(low, high, o.shape(first), **seeds)
+    if kind == "uniform":
+        gen.pool.append(Entry(u, True, max(abs(low), abs(high))))
+        return
+    kept = gen.pick(full=True, floating=True)
+    p = draw(st.sampled_from([0.5, 0.75, 0.875]))
+    masked = o.where(o.lt(u, low + (high - low) * p), kept.val, 0.0)
+    gen.pool.append(Entry(masked, kept.exact, kept.bound))
