@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from kfuse import schedule
+from kfuse.campaign import property as campaign_property
 from kfuse.campaign.property import (
     Example,
     ExampleSpace,
@@ -126,11 +127,15 @@ def test_normalizations_of_every_floating_dtype_are_well_formed(data: st.DataObj
     assert fd.fusion.outputs
 
 
-def test_long_examples_reach_cluster_sized_rows_on_the_emulator_too() -> None:
+def test_long_examples_reach_cluster_sized_rows_on_the_emulator_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Long axes go up to 8 times the space's elements, and to 2^18 at least: with the
     emulator's 2^12 alone, no row would be long enough for its H100 heuristics to split it
-    over a cluster. One that is runs right."""
+    over a cluster. One that is runs right. (Every example drawn long here: the search is
+    for a long one, and one in LONG_ROWS_ONE_IN left it to chance.)"""
     assert long_rows_elements(1 << 18) == 1 << 21 and long_rows_elements(1 << 12) == 1 << 18
+    monkeypatch.setattr(campaign_property, "LONG_ROWS_ONE_IN", 1)
     space = ExampleSpace(
         kinds=("normalization",), framework="numpy", device="cpu", max_elements=4096
     )

@@ -103,7 +103,13 @@ def examples(draw: Any, space: ExampleSpace) -> Example:
     """A strategy of Examples from `space`."""
     kind = draw(st.sampled_from(space.kinds))
     fd = draw(
-        fusions(kinds={kind}, max_rank=space.max_rank, max_ops=space.max_ops, dtypes=space.dtypes)
+        fusions(
+            kinds={kind},
+            max_rank=space.max_rank,
+            max_ops=space.max_ops,
+            dtypes=space.dtypes,
+            aliases=True,
+        )
     )
     special = space.special_values == "on" or (
         space.special_values == "mix" and draw(st.booleans())

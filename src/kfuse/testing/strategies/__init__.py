@@ -73,6 +73,7 @@ def _fusions(
     ops: tuple,
     allow_scalars: bool,
     max_outputs: int,
+    aliases: bool,
 ) -> FusionDefinition:
     kind = draw(st.sampled_from(sorted(kinds)))
     moves = kind if kind in ("resize", "indexing") else None
@@ -102,7 +103,8 @@ def _fusions(
         n_ops = draw(st.integers(1, max_ops))
         if kind == "multi_segment":
             _multi_segment(draw, fd, gen, n_ops, max_outputs)
-            alias_output(draw, fd, gen)
+            if aliases:
+                alias_output(draw, fd, gen)
             return fd
         if kind == "reduction":
             n_red = 1
@@ -130,7 +132,8 @@ def _fusions(
         add_outputs(draw, fd, gen, max_outputs, resized_one_in)
         if moves == "resize":
             resized_intermediates(draw, fd, gen, cats_only)
-        alias_output(draw, fd, gen)
+        if aliases:
+            alias_output(draw, fd, gen)
     return fd
 
 
@@ -200,6 +203,7 @@ def fusions(
     ops: tuple[str, ...] | None = None,
     allow_scalars: bool = True,
     max_outputs: int = 3,
+    aliases: bool = False,
 ) -> st.SearchStrategy[FusionDefinition]:
     """A strategy of finished FusionDefinitions.
 
@@ -213,7 +217,10 @@ def fusions(
     ops: pointwise op names from kfuse.ir.ops.OPS to use (default all). allow_scalars:
     sometimes add a symbolic scalar input. max_outputs: outputs chosen per fusion (a
     reduction or normalization result that no chosen output uses is added as an output too,
-    so it is never pruned).
+    so it is never pruned). aliases: sometimes write an output into a tensor input
+    (fd.add_output(..., alias_input=)); whoever checks such a fusion compares the inputs'
+    storage after the call and evaluates the reference on them as they were before
+    (kfuse.testing.aliases), as the campaign does.
     """
     kinds = frozenset(kinds)
     if not kinds or not kinds <= KINDS:
@@ -225,5 +232,13 @@ def fusions(
     if unknown:
         raise ValueError(f"unknown ops {unknown}")
     return _fusions(
-        max_inputs, max_ops, max_rank, tuple(dtypes), kinds, ops, allow_scalars, max_outputs
+        max_inputs,
+        max_ops,
+        max_rank,
+        tuple(dtypes),
+        kinds,
+        ops,
+        allow_scalars,
+        max_outputs,
+        aliases,
     )
