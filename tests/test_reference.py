@@ -262,8 +262,10 @@ def test_numpy_and_torch_references_agree_on_random_fusions(data: st.DataObject)
         for i in ins
     ]
     golden = evaluate(fd, as_numpy)
-    assert_outputs_close(fd, evaluate(fd, ins), golden, as_numpy)
-    assert_outputs_close(fd, evaluate(fd, as_numpy, accumulate="same"), golden, as_numpy)
+    # References compute values (row major): no output layouts to compare.
+    assert_outputs_close(fd, evaluate(fd, ins), golden, as_numpy, layouts=False)
+    same = evaluate(fd, as_numpy, accumulate="same")
+    assert_outputs_close(fd, same, golden, as_numpy, layouts=False)
 
 
 def test_erfc_does_not_cancel_for_large_arguments() -> None:
