@@ -94,11 +94,12 @@ def _fusions(
                 fd.define_scalar(dtype=draw(st.sampled_from([DataType.Double, DataType.Int])))
             )
         # A full or an iota mask among the operands, where every op may be drawn (a mask
-        # compares; a fusion drawn for a few ops keeps to them).
-        if {"lt", "ge"} <= set(ops) and one_in(draw, 6):
+        # compares; a fusion drawn for a few ops keeps to them). One fusion in three each,
+        # for factories and random numbers: new, they are drawn more than any one op.
+        if {"lt", "ge"} <= set(ops) and one_in(draw, 3):
             factory_step(draw, fd, gen)
         # Random numbers (a dropout mask compares and selects), stateless.
-        if {"lt", "where"} <= set(ops) and one_in(draw, 6):
+        if {"lt", "where"} <= set(ops) and one_in(draw, 3):
             random_step(draw, fd, gen)
         n_ops = draw(st.integers(1, max_ops))
         if kind == "multi_segment":
