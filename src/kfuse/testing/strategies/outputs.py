@@ -142,22 +142,32 @@ def resized_intermediates(draw: Any, fd: FusionDefinition, gen: Gen, cats_only: 
 
 
 def _partial_rotary(draw: Any, fd: FusionDefinition, gen: Gen) -> Any:
-    """A cat along the last axis of an input of a computed part of its first 1 or 2 elements
-    there and the rest of it as it is (a view of the input, of another size): Llama's partial
-    rotary embedding, which one pointwise kernel computes over the cat's output."""
+    """A cat along the last axis of an input: computed parts of its first n elements there
+    (one part, or half the time two of n each, as a rotary embedding's rotated halves) and
+    the rest of it as it is (a view of the input, of another size): Llama's partial rotary
+    embedding, which one pointwise kernel computes over the cat's output. n up to 8, so that
+    parts' windows are sometimes whole vectors; each part reads its own slice, so an axis
+    shorter than the parts leaves some empty rather than mismatched."""
     o = fd.ops
     x: Any = gen.pool[0].val  # the first input, of the fusion's full rank
     rank = x.ndim
-    n = draw(st.integers(1, 2))
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    widths = [n, n] if draw(st.booleans()) else [n]
     size = o.size(x, rank - 1)
     starts, stops = [0] * rank, [o.size(x, i) for i in range(rank)]
-    head = o.slice(x, starts, [*stops[:-1], n])
-    rest = o.slice(x, [*starts[:-1], n], [*stops[:-1], size])
-    if head.dtype is DataType.Bool:
-        head = o.logical_not(head)
-    else:
-        head = o.neg(o.abs(head)) if head.dtype.is_floating else o.mul(head, 3)
-    return o.cat([head, rest], dim=rank - 1)
+    parts, at = [], 0
+    for k, width in enumerate(widths):
+        part = o.slice(x, [*starts[:-1], at], [*stops[:-1], at + width])
+        at += width
+        if part.dtype is DataType.Bool:
+            part = o.logical_not(part)
+        elif k == 0:
+            part = o.neg(o.abs(part)) if part.dtype.is_floating else o.mul(part, 3)
+        else:
+            part = o.mul(part, 3)
+        parts.append(part)
+    rest = o.slice(x, [*starts[:-1], at], [*stops[:-1], size])
+    return o.cat([*parts, rest], dim=rank - 1)
 
 
 def resized_input_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
