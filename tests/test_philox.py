@@ -185,11 +185,9 @@ def test_emulator_subsequences_above_32_bits() -> None:
 def test_nvrtc_compiles_the_random_numbers_part_without_fma(arch: str) -> None:
     from kfuse.runtime.backends.cuda import compile_to_cubin, compile_to_ptx, nvrtc_options
 
-    try:
-        assert compile_to_cubin(draw_source(), "draw", arch, nvrtc_options())[:4] == b"\x7fELF"
-        ptx = compile_to_ptx(draw_source(), "draw", arch, nvrtc_options())
-    except RuntimeError as exc:  # no libnvrtc on this machine
-        pytest.skip(str(exc))
+    # NVRTC is a test dependency (the nvidia-cuda-nvrtc wheel): it compiles without a GPU.
+    assert compile_to_cubin(draw_source(), "draw", arch, nvrtc_options())[:4] == b"\x7fELF"
+    ptx = compile_to_ptx(draw_source(), "draw", arch, nvrtc_options())
     # No contraction and no approximate transcendental anywhere: the emulator's rounding.
     assert "fma." not in ptx and "lg2.approx" not in ptx and "sin.approx" not in ptx
     assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx

@@ -86,7 +86,7 @@ class FusionExecutorCache:
             if hit is not None:
                 self.last_compiled, outputs = hit
                 index_checks.raise_pending()
-                return outputs if self.returned is None else [outputs[k] for k in self.returned]
+                return self.shown(outputs)
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)
             if self.fusion.output_aliases:
@@ -108,6 +108,11 @@ class FusionExecutorCache:
             if self.fusion.output_aliases:
                 return aliasing.finish(info, outputs, stream)
             return outputs
+
+    def shown(self, outputs: list[Any]) -> list[Any]:
+        """What execute returns of a fast call's outputs: all but those written into inputs
+        and not also added as ordinary outputs (kfuse.engine.aliasing)."""
+        return outputs if self.returned is None else [outputs[k] for k in self.returned]
 
     def _remember_fast_call(self, inputs: list[Any], compiled: Program, info: Any) -> None:
         layout = layout_key(inputs, info)

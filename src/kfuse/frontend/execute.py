@@ -76,9 +76,7 @@ class FusionExecution:
             if hit is not None:
                 executor.last_compiled, outputs = hit
                 index_checks.raise_pending()
-                if executor.returned is not None:  # outputs written into inputs are not
-                    return [outputs[k] for k in executor.returned]
-                return outputs
+                return executor.shown(outputs)
         # build_runtime_info checks that the inputs are a list (kfuse.runtime.info.input_list).
         return self._executor().execute(inputs, device=device, try_fast=False)
 

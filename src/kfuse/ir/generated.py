@@ -120,14 +120,25 @@ GENERATORS: dict[str, GeneratorInfo] = {
 
 
 # ---- building (fd.ops' definition-time halves) ----
-def _factory_dtype(dtype: Any, op: str) -> DataType:
+def _as_dtype(dtype: Any, op: str) -> DataType:
     try:
-        dt = as_dtype(dtype)
+        return as_dtype(dtype)
     except Exception:
         raise DefinitionError(f"{op}: dtype {dtype!r} is not a kfuse DataType") from None
+
+
+def _factory_dtype(dtype: Any, op: str) -> DataType:
+    dt = _as_dtype(dtype, op)
     if dt.is_float8:
         raise DefinitionError(f"{op}: {dt.value} tensors cannot be generated; make a Float one")
     return dt
+
+
+def _extents(b: Any, shape: Any, op: str) -> list[Scalar]:
+    """A factory's `shape` (a list of ints and Int Scalars) as Int Scalars."""
+    if not isinstance(shape, (list, tuple)):
+        raise DefinitionError(f"{op}: shape must be a list of sizes, got {describe(shape)}")
+    return [_extent(b, e, op, i) for i, e in enumerate(shape)]
 
 
 def _extent(b: Any, e: Any, op: str, i: int) -> Scalar:
@@ -200,9 +211,7 @@ def build_full(b: Any, shape: Any, fill_value: Any, dtype: Any, op: str = "full"
     """fd.ops.full: a tensor of `shape` (ints and Int Scalars) holding `fill_value` (a
     number or a Scalar, converted to `dtype`)."""
     dt = _factory_dtype(dtype, op)
-    if not isinstance(shape, (list, tuple)):
-        raise DefinitionError(f"{op}: shape must be a list of sizes, got {describe(shape)}")
-    extents = [_extent(b, e, op, i) for i, e in enumerate(shape)]
+    extents = _extents(b, shape, op)
     fill = _param(b, fill_value, dt, op, "fill_value", exact_kind=False)
     return _generated(b, "full", extents, [fill], dt)
 
@@ -249,14 +258,9 @@ def build_random(
 ) -> TensorView:
     """fd.ops.uniform(minval, maxval, shape) and fd.ops.normal(mean, std, shape): random
     numbers of a floating `dtype`, stateless where rng_seed and rng_offset are given."""
-    try:
-        dt = as_dtype(dtype)
-    except Exception:
-        raise DefinitionError(f"{op}: dtype {dtype!r} is not a kfuse DataType") from None
+    dt = _as_dtype(dtype, op)
     check_random_dtype(dt, op)
-    if not isinstance(shape, (list, tuple)):
-        raise DefinitionError(f"{op}: shape must be a list of sizes, got {describe(shape)}")
-    extents = [_extent(b, e, op, i) for i, e in enumerate(shape)]
+    extents = _extents(b, shape, op)
     return _generated(b, op, extents, _random_params(b, op, a, c, rng_seed, rng_offset), dt)
 
 
