@@ -70,7 +70,7 @@ class FusionExecutorCache:
         inputs: list[Any],
         *,
         stream: int | None = None,
-        device: int | None = None,
+        device: Any = None,
         params: SchedulerParams | None = None,
         try_fast: bool = True,
     ) -> list[Any]:
@@ -137,7 +137,7 @@ class FusionExecutorCache:
             self.fast_calls.add(entry)  # which drops its oldest beyond MAX_ENTRIES, as here
             _add_bounded(self._fast_layouts, layout, self.fast_calls.MAX_ENTRIES)
 
-    def segments(self, inputs: list[Any], *, device: int | None = None) -> list[Any]:
+    def segments(self, inputs: list[Any], *, device: Any = None) -> list[Any]:
         """How the fusion runs for these inputs: a list of kfuse.engine.segmenter.Segment
         (one when a single scheduler takes the whole fusion). A segmentation is cached for
         the input signature, so a later execute reuses it."""

@@ -41,21 +41,24 @@ class FusionExecution:
             self._executor_cache = FusionExecutorCache(self.fusion)
         return self._executor_cache
 
-    def execute(
-        self, inputs: Any, *, stream: int | None = None, device: int | None = None
-    ) -> list[Any]:
+    def execute(self, inputs: Any, *, stream: int | None = None, device: Any = None) -> list[Any]:
         """Run the fusion: pick a scheduler, compile (cached), launch, return the outputs.
 
         inputs: arrays (CuPy or torch on a GPU; NumPy or CPU torch run on the host emulator)
         and Python numbers for scalar inputs, in definition order. Outputs are new arrays of
         the inputs' framework on their device, produced on the framework's current stream
         unless `stream` (an integer CUDA stream handle) is given.
+
+        device: as nvFuser takes it, a CUDA device index, "cuda:N" or a torch.device. With
+        tensor inputs it must name their device; without (outputs made by factories and
+        random ops alone) the fusion runs there and returns torch tensors (CuPy arrays where
+        torch is not installed); left unset, such a fusion runs on the host emulator.
         """
         if stream is not None:
             # As if called inside the framework's context for that stream: what the call
             # allocates (outputs, scratch, segments' intermediates) is then ordered with the
             # launches there, and the framework frees nothing that a launch still uses.
-            with _callers_stream(inputs, stream):
+            with _callers_stream(inputs, stream, device):
                 return self.execute(inputs, device=device)
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
@@ -86,7 +89,7 @@ class FusionExecution:
         heuristic_params: Any,
         *,
         stream: int | None = None,
-        device: int | None = None,
+        device: Any = None,
     ) -> list[Any]:
         """Run with exactly `heuristic_params` (e.g. from schedule.compute_heuristics, then
         edited); never re-scheduled. Raises SchedulerError when its scheduler rejects the
@@ -98,10 +101,10 @@ class FusionExecution:
                 f"manual_execute: heuristic_params must be a HeuristicParams, "
                 f"got {type(heuristic_params).__name__}"
             )
-        with _callers_stream(inputs, stream):
+        with _callers_stream(inputs, stream, device):
             return self._executor().execute(inputs, device=device, params=heuristic_params)
 
-    def segments(self, inputs: Any, *, device: int | None = None) -> list[Any]:
+    def segments(self, inputs: Any, *, device: Any = None) -> list[Any]:
         """How execute would run the fusion on `inputs`: a list of Segment descriptions
         (scheduler, inputs and outputs by name, exprs, and why the fusion was split), in
         execution order; one Segment when a single scheduler takes the whole fusion.
@@ -142,13 +145,15 @@ def _raise_out_of_memory(exc: BaseException) -> None:
     ) from None
 
 
-def _callers_stream(inputs: Any, stream: int | None) -> Any:
+def _callers_stream(inputs: Any, stream: int | None, device: Any = None) -> Any:
     """kfuse.runtime.arrays.stream_context for `stream` and the framework and device of the
-    first GPU array of `inputs` (a null context without a stream, or without GPU arrays)."""
+    first GPU array of `inputs`, or of `device` for a call without arrays (a null context
+    without a stream, or without either)."""
     import contextlib
 
     from kfuse.errors import InputError
     from kfuse.runtime.arrays import framework_of, layout_of, stream_context
+    from kfuse.runtime.device_arg import check_device_exists, device_index, generated_framework
 
     if stream is None:
         return contextlib.nullcontext()
@@ -158,10 +163,17 @@ def _callers_stream(inputs: Any, stream: int | None) -> Any:
             f"torch.cuda.Stream().cuda_stream or cupy's Stream.ptr), got "
             f"{stream!r}"
         )
-    for a in inputs if isinstance(inputs, (list, tuple)) else ():
+    if not isinstance(inputs, (list, tuple)):
+        return contextlib.nullcontext()  # the call itself says what is wrong with them
+    arrays = [a for a in inputs if framework_of(a)]
+    for a in arrays:
         framework = framework_of(a)
         if framework in ("torch", "cupy"):
             lay = layout_of(a, "input")
             if lay.device >= 0:
                 return stream_context(framework, lay.device, stream)
+    index = device_index(device)
+    if not arrays and index is not None:
+        check_device_exists(index)
+        return stream_context(generated_framework(), index, stream)
     return contextlib.nullcontext()

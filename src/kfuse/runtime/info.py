@@ -18,6 +18,7 @@ from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout, framework_of, layout_of
+from kfuse.runtime.device_arg import check_device_exists, device_index, generated_framework
 
 EMULATOR = "emulator"
 CUDA = "cuda"
@@ -54,13 +55,11 @@ def input_list(inputs: Any) -> list[Any]:
     return list(inputs)
 
 
-def build_runtime_info(
-    fusion: Fusion, inputs: list[Any], *, device: int | None = None
-) -> RuntimeInfo:
-    """Check `inputs` against `fusion` and describe them. Raises InputError."""
+def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: Any = None) -> RuntimeInfo:
+    """Check `inputs` against `fusion` and describe them; `device`: execute's device=
+    (kfuse.runtime.device_arg). Raises InputError."""
     inputs = input_list(inputs)
-    if device is not None and (type(device) is not int or device < 0):
-        raise InputError(f"device must be a CUDA device index (an int >= 0), got {device!r}")
+    device = device_index(device)
     if len(inputs) != len(fusion.inputs):
         raise InputError(
             f"the fusion takes {len(fusion.inputs)} inputs "
@@ -83,36 +82,12 @@ def build_runtime_info(
             "pass arrays of one framework"
         )
     framework = frameworks.pop() if frameworks else "numpy"
-    devices = {lay.device for lay in layouts.values()}
-    if len(devices) > 1:
-        where = ", ".join(
-            f"{tv.name} on {'cpu' if lay.device < 0 else f'cuda:{lay.device}'}"
-            for tv, lay in layouts.items()
-        )
-        raise InputError(
-            f"inputs are on different devices ({where}); kfuse runs a fusion on one device"
-        )
-    on_device = devices.pop() if devices else -1
-    forced = knobs.get().device
-    if on_device < 0:
-        if device is not None and device >= 0:
-            raise InputError(
-                f"device={device} was asked for, but the inputs are host (CPU) "
-                "arrays; move them to the GPU or leave device unset to use the "
-                "host emulator"
-            )
-        backend, index = EMULATOR, -1
+    if not layouts and device is not None:
+        # No tensor input to say where: the outputs go to the device asked for (nvFuser's
+        # meaning of device=), so a causal mask or a `full` is made on the GPU.
+        framework, backend, index = _placed_by_device(device)
     else:
-        if forced == EMULATOR:
-            raise InputError(
-                "KFUSE_DEVICE=emulator runs fusions on host arrays, but the inputs "
-                f"are on cuda:{on_device}"
-            )
-        if device is not None and device != on_device:
-            raise InputError(
-                f"device={device} was asked for, but the inputs are on cuda:{on_device}"
-            )
-        backend, index = CUDA, on_device
+        backend, index = _target(layouts, device)
     extents = fusion.infer_shapes(inputs)
     return RuntimeInfo(
         fusion,
@@ -124,6 +99,48 @@ def build_runtime_info(
         index,
         _device_description(backend, index),
     )
+
+
+def _target(layouts: dict[TensorView, ArrayLayout], device: int | None) -> tuple[str, int]:
+    """(backend, device index) of a call on tensor inputs with these `layouts`: their one
+    device, which `device` (device=) must name."""
+    devices = {lay.device for lay in layouts.values()}
+    if len(devices) > 1:
+        where = ", ".join(
+            f"{tv.name} on {'cpu' if lay.device < 0 else f'cuda:{lay.device}'}"
+            for tv, lay in layouts.items()
+        )
+        raise InputError(
+            f"inputs are on different devices ({where}); kfuse runs a fusion on one device"
+        )
+    on_device = devices.pop() if devices else -1
+    if on_device < 0:
+        if device is not None:
+            raise InputError(
+                f"device={device} was asked for, but the inputs are host (CPU) "
+                "arrays; move them to the GPU or leave device unset to use the "
+                "host emulator"
+            )
+        return EMULATOR, -1
+    if knobs.get().device == EMULATOR:
+        raise InputError(
+            "KFUSE_DEVICE=emulator runs fusions on host arrays, but the inputs "
+            f"are on cuda:{on_device}"
+        )
+    if device is not None and device != on_device:
+        raise InputError(f"device={device} was asked for, but the inputs are on cuda:{on_device}")
+    return CUDA, on_device
+
+
+def _placed_by_device(device: int) -> tuple[str, str, int]:
+    """(framework, backend, index) of a call without tensor inputs given device=`device`."""
+    if knobs.get().device == EMULATOR:
+        raise InputError(
+            f"device={device} was asked for, but KFUSE_DEVICE=emulator runs every fusion on "
+            "the host emulator; leave device unset there"
+        )
+    check_device_exists(device)
+    return generated_framework(), CUDA, device
 
 
 def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
