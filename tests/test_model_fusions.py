@@ -40,14 +40,22 @@ def _check(peer: str, outputs, references) -> None:
 
 
 def _kfuse(case, dtype: str, inputs: list) -> list:
+    """kfuse's outputs (a case that updates inputs: the updated copies, as the suite checks)."""
     fd, _ = measure.definition(case, dtype)
-    outputs = fd.execute(inputs)
-    expected = case.torch_fn(*inputs)
+    _, outputs = first_call(case, fd.execute, inputs, as_list=True)
+    _, expected = first_call(case, case.torch_fn, inputs)
     # The torch peer's outputs are what bytes_moved counts: they must be kfuse's in kind.
     assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
         (o.dtype, tuple(o.shape)) for o in expected
     ]
-    return outputs
+    return list(outputs)
+
+
+def _check_torch_peer(case, inputs: list) -> None:
+    """The torch peer against what the suite checks it against (Case.reference_for)."""
+    references = case.reference(*inputs)
+    _, outputs = first_call(case, case.torch_fn, inputs)
+    _check("torch", outputs, case.reference_for("torch", inputs, outputs, references))
 
 
 def test_registry() -> None:
@@ -56,7 +64,8 @@ def test_registry() -> None:
         assert case.source.count("::") == 1 and case.source.split("::")[0].endswith(".py")
         assert case.sizes and case.quick_sizes
         assert set(case.quick_sizes) <= set(case.sizes)
-    assert registry.select("softmax") == [c for c in registry.CASES if c.family == "softmax"]
+    # A family by name (no other case names it; "softmax" also names causal_softmax_fwd).
+    assert registry.select("groupnorm") == [c for c in registry.CASES if c.family == "groupnorm"]
     assert [c.name for c in registry.select("^rmsnorm_bwd$")] == ["rmsnorm_bwd"]
     # The pointwise families, one per nvFuser file, run after the transposes and before
     # attention.
@@ -77,16 +86,21 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
         registry.case_and_shape("rmsnorm_fwd:8192*8192")
 
 
-DETERMINISTIC_PROBES = [c for c in registry.PROBE_CASES if c not in dropout_rng.PROBE_CASES]
+ONE_KERNEL_CASES = [
+    *registry.PROBE_CASES,
+    *(CASES[name] for name in ("embedding_fwd", "adam_step")),
+]
 
 
-@pytest.mark.parametrize("case", DETERMINISTIC_PROBES, ids=lambda c: c.name)
-def test_probe_cases_match_the_reference_and_stay_out_of_the_suite(case) -> None:
-    """The tools' extra cases (slices and a cat around RoPE, an embedding, an Adam step
-    written in place) are right on the emulator, the torch peer's too, and the suite never
-    runs them; each is one kernel (reading views of x, and for the cat writing both halves of
-    its output; the Adam step reading four arrays and writing three of them in place)."""
-    assert case.name not in CASES and registry.case_and_shape(case.name)[0] is case
+@pytest.mark.parametrize("case", ONE_KERNEL_CASES, ids=lambda c: c.name)
+def test_single_kernel_cases_match_the_reference(case) -> None:
+    """The tools' probe cases (slices and a cat around RoPE), which the suite never runs, and
+    the suite's embedding and Adam step written in place are right on the emulator, the
+    torch peer's too; each is one kernel (reading views of x, and for the cat writing both
+    halves of its output; the Adam step reading four arrays and writing three of them in
+    place)."""
+    assert (case.name in CASES) == (case not in registry.PROBE_CASES)
+    assert registry.case_and_shape(case.name)[0] is case
     dtype = case.dtypes[0]
     inputs = _inputs(case, dtype, case.test_size, "cpu")
     before = [t.clone() for t in inputs]
@@ -110,32 +124,45 @@ def test_probe_cases_match_the_reference_and_stay_out_of_the_suite(case) -> None
         ), "every update stored by the kernel itself"
 
 
-@pytest.mark.parametrize("case", dropout_rng.PROBE_CASES, ids=lambda c: c.name)
-def test_dropout_probes_draw_the_references_mask(case) -> None:
-    """The dropouts that draw their mask: kfuse's outputs are the reference's (the same
-    numbers: NumPy's Philox), the torch peer's have their shapes and dtypes and keep about
-    1 - p; the suite never runs them; with the kernel's mask as the input of the suite's
-    mask-as-input twin, that twin gives the reference's outputs."""
-    assert case.name not in CASES and registry.case_and_shape(case.name)[0] is case
+RANDOM_CASES = [*dropout_rng.NORM_CASES, *dropout_rng.ATTENTION_CASES]
+
+
+@pytest.mark.parametrize("case", RANDOM_CASES, ids=lambda c: c.name)
+def test_dropouts_draw_the_references_mask(case) -> None:
+    """The suite's dropouts that draw their mask: kfuse's outputs are the reference's (the
+    same numbers: NumPy's Philox), keeping about 1 - p; the torch peer's mask is its own,
+    and its outputs are the reference's for that mask (what the suite checks it against),
+    not for kfuse's; with the kernel's mask as the input of the suite's mask-as-input twin,
+    that twin gives the reference's outputs."""
+    assert case in registry.CASES and case.peer_reference is not None
+    twin = CASES[case.name.removesuffix("_rng")]
+    assert registry.CASES.index(case) > registry.CASES.index(twin)
     inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
     references = case.reference(*inputs)
     got = _kfuse(case, "bfloat16", inputs)
     _check("kfuse", got, references)
-    mask = got[-1]
-    assert mask.dtype == torch.bool and bool((mask == references[-1]).all())
+    position = dropout_rng.MASK_OUTPUT[case.name]
+    mask = got[position]
+    assert mask.dtype == torch.bool and mask.shape == references[position].shape
+    assert bool((mask == references[position]).all())
     assert 0.6 < float(mask.float().mean()) < 0.95
-    for out, ref in zip(case.torch_fn(*inputs), references, strict=True):
-        assert out.shape == ref.shape and (out.dtype == torch.bool) == (ref.dtype == torch.bool)
-    twin = CASES[case.name.removesuffix("_rng")]
-    x1, x2, *params = inputs
-    _check("kfuse", _kfuse(twin, "bfloat16", [x1, x2, mask, *params]), references[:-1])
+    peer = list(case.torch_fn(*inputs))
+    assert not torch.equal(peer[position], mask), "torch draws its own mask"
+    _check("torch", peer, case.peer_reference(inputs, peer))
+    wrong = measure.check_outputs(torch, "torch", peer, references, SUITE.check)
+    assert wrong["check"] != "ok", "checked against kfuse's mask, torch's outputs mismatch"
+    # Every twin takes the mask as its input 2 and returns the outputs but the mask.
+    twin_inputs = [*inputs[:2], mask, *inputs[2:]]
+    expected = [r for k, r in enumerate(references) if k != position]
+    _check("kfuse", _kfuse(twin, "bfloat16", twin_inputs), expected)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_kfuse_matches_reference_on_emulator(name: str) -> None:
     case = CASES[name]
-    inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
-    _check("kfuse", _kfuse(case, "bfloat16", inputs), case.reference(*inputs))
+    dtype = case.dtypes[0]
+    inputs = _inputs(case, dtype, case.test_size, "cpu")
+    _check("kfuse", _kfuse(case, dtype, inputs), case.reference(*inputs))
 
 
 OUTER_NORMS = [
@@ -238,8 +265,7 @@ def test_every_size_gets_params_its_schedulers_accept(profile: str) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_torch_peer_matches_reference(name: str, dtype: str) -> None:
     case = CASES[name]
-    inputs = _inputs(case, dtype, case.test_size, "cpu")
-    _check("torch", case.torch_fn(*inputs), case.reference(*inputs))
+    _check_torch_peer(case, _inputs(case, dtype, case.test_size, "cpu"))
 
 
 def test_check_catches_a_wrong_output() -> None:
@@ -392,6 +418,15 @@ def test_measure_on_host() -> None:
     assert "ratio" not in row  # no torch.compile in this row
 
 
+def test_measure_checks_each_peer_of_a_random_case_against_its_own_mask() -> None:
+    """A dropout that draws its mask is a suite row like any other: kfuse checked against
+    kfuse's Philox numbers, torch eager against the reference of the mask it drew."""
+    case = CASES["huggingface_attn_fwd_rng"]
+    row = measure_on_host(case, peers=("kfuse", "torch eager"))
+    assert row["status"] == "ok", row
+    assert all(row["peers"][peer]["check"] == "ok" for peer in ("kfuse", "torch eager"))
+
+
 def test_measure_counts_the_kernels_of_a_segmented_fusion() -> None:
     """A segmented fusion's row has its segments and the kernels each segment launched (the
     summary once read a runner attribute that had gone, and every segmented row lost them)."""
@@ -518,8 +553,9 @@ def test_run_lists_without_a_gpu() -> None:
     quick = plan(registry.select("norm"), True)
     assert out.splitlines()[-1] == f"{len(quick)} rows, {len(registry.select('norm'))} cases"
     assert "groupnorm_fwd_g32" in out and "softmax" not in out
-    # 86 rows took 161 s on an H200 (2026-12-04): the device's 10-minute calls hold these.
-    assert len(plan(registry.CASES, False)) <= 110
+    # 86 rows took 161 s on an H200 (2026-12-04); 118 at that rate about 220 s: the
+    # device's 10-minute calls hold these.
+    assert len(plan(registry.CASES, False)) <= 120
 
 
 def test_the_transpose_family_sweeps_both_dtypes_by_default() -> None:
@@ -530,7 +566,10 @@ def test_the_transpose_family_sweeps_both_dtypes_by_default() -> None:
         assert {dtype for case, dtype, _ in rows if case.family == family} == dtypes
     transposes = [(c.name, d, s) for c, d, s in rows if c.name == "transpose_12"]
     assert len(transposes) == 2 * len(CASES["transpose_12"].sizes) >= 6
-    assert {d for _, d, _ in plan(registry.CASES, True)} == {"bfloat16"}
+    assert all(d == case.dtypes[0] for case, d, _ in plan(registry.CASES, True))
+    assert {d for case, d, _ in plan(registry.CASES, True) if case.name != "adam_step"} == {
+        "bfloat16"
+    }
     assert {d for _, d, _ in plan(registry.CASES, False, ["float32"])} == {"float32"}
 
 
@@ -542,10 +581,10 @@ def test_case_on_gpu(name: str) -> None:
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA")
     case = CASES[name]
-    inputs = _inputs(case, "bfloat16", case.gpu_test_size, "cuda")
-    references = case.reference(*inputs)
-    _check("kfuse", _kfuse(case, "bfloat16", inputs), references)
-    _check("torch", case.torch_fn(*inputs), references)
+    dtype = case.dtypes[0]
+    inputs = _inputs(case, dtype, case.gpu_test_size, "cuda")
+    _check("kfuse", _kfuse(case, dtype, inputs), case.reference(*inputs))
+    _check_torch_peer(case, inputs)
 
 
 def test_rope_computes_the_product_in_float_as_nvfuser_does() -> None:

@@ -46,6 +46,11 @@ class Case:
     workaround: (define, note) for a definition kfuse cannot build as nvFuser writes it
     (define raises DefinitionError): the closest definition kfuse can build, and what it
     changes. The runner uses it only when `define` fails, and says so in the results.
+    peer_reference(inputs, outputs) -> the float64 reference of a torch peer's outputs, for a
+    case whose fusion draws random numbers (a dropout's keep mask, which every peer returns):
+    a torch peer draws its own with torch.rand, as a model does, so its reference is
+    computed from the mask it returned; kfuse's outputs are checked against `reference`,
+    which draws kfuse's own numbers (kfuse.reference.philox). None: `reference` for all.
     """
 
     family: str
@@ -63,6 +68,16 @@ class Case:
     workaround: tuple[Callable[[DataType], FusionDefinition], str] | None = None
     dtypes: tuple[str, ...] = ("bfloat16",)  # what the suite runs unless --dtype says
     updates: tuple[int, ...] = ()
+    peer_reference: Callable[[Sequence[Any], Sequence[Any]], tuple[Any, ...]] | None = None
+
+    def reference_for(
+        self, peer: str, inputs: Sequence[Any], outputs: Sequence[Any], reference: Any
+    ) -> Any:
+        """What `peer`'s `outputs` are checked against: `reference` (the case's, computed once
+        for all peers), or for a torch peer of a random case its own (peer_reference)."""
+        if peer == "kfuse" or self.peer_reference is None:
+            return reference
+        return self.peer_reference(inputs, outputs)
 
 
 def sweep_case(

@@ -1,9 +1,8 @@
-"""Probe case for indexed reads (not in the suite until measured: `registry.PROBE_CASES`,
-which the tools take by name, `tools/kernel_times.py embedding_fwd --tc` say): an embedding
-lookup, the rows of a [V, H] table at N token ids, as `fd.ops.embedding_fwd`, which Thunder
-writes for nvFuser's embedding benchmark (nv_enable_embedding: the optional arguments as
-its defaults, norm_type 2.0 and the two flags False); kfuse builds it as the indexed row
-load of `index_select(table, ids, 0)`.
+"""The model suite's case for indexed reads (`tools/kernel_times.py embedding_fwd --tc`):
+an embedding lookup, the rows of a [V, H] table at N token ids, as `fd.ops.embedding_fwd`,
+which Thunder writes for nvFuser's embedding benchmark (nv_enable_embedding: the optional
+arguments as its defaults, norm_type 2.0 and the two flags False); kfuse builds it as the
+indexed row load of `index_select(table, ids, 0)`.
 
 The shape is (V, H, N). Its bytes_moved counts the whole table, of which a call reads only
 the N rows (fewer where ids repeat): compare times, not fractions of copy.
@@ -53,7 +52,7 @@ def _inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
     return [table, ids]
 
 
-PROBE_CASES = [
+CASES = [
     sweep_case(
         "indexing",
         "embedding_fwd",

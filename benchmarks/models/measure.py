@@ -163,10 +163,11 @@ def measure(
             if device == "cuda":
                 torch.cuda.synchronize()
             results[peer] = {"first_call_s": time.perf_counter() - first}
-            results[peer].update(check_outputs(torch, peer, outputs, references, suite.check))
+            expected = case.reference_for(peer, inputs, outputs, references)
+            results[peer].update(check_outputs(torch, peer, outputs, expected, suite.check))
             if peer == "torch eager":
                 row["bytes"] = bytes_moved(inputs, outputs)
-            del outputs
+            del outputs, expected
         except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
             fns.pop(peer, None)
             results[peer] = {"error": describe(exc)}

@@ -9,7 +9,7 @@ Differences, all forced by kfuse's API or by the brief:
 * dropout's random mask (fd.ops.uniform, then lt) is an input here, so that these fusions
   measure the norm with no RNG. The forward fusions therefore do not output the mask (it is
   their input): the bytes are the same, a Bool mask read instead of written. The forms that
-  draw the mask are the probes of models/dropout_rng.py.
+  draw the mask are models/dropout_rng.py's, the suite's rows beside these.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Probe case for outputs written into their inputs (not in the suite until measured:
-`registry.PROBE_CASES`; `tools/kernel_times.py adam_step --tc --dtype float32`): one Adam
-step over a float32 parameter, its gradient and the two moments, the parameter and moments
-updated in place (`fd.add_output(..., alias_input=...)`), as an optimizer's fused step writes
-it. One kernel reads four arrays and writes three: issue 57 asks 90% of copy bandwidth.
+"""The model suite's case for outputs written into their inputs
+(`tools/kernel_times.py adam_step --tc`): one Adam step over a float32 parameter, its
+gradient and the two moments, the parameter and moments updated in place
+(`fd.add_output(..., alias_input=...)`), as an optimizer's fused step writes it. One kernel
+reads four arrays and writes three: issue 57 asks 90% of copy bandwidth.
 
 The shape is (N,), the parameter's element count. Every call updates the arrays again;
 the values stay finite (the moments converge, the parameter moves by about lr a step).
@@ -57,11 +57,12 @@ def _inputs(torch: Any, shape: Shape, dtype: Any, device: str) -> list[Any]:
     return [p, g, m, v]
 
 
-PROBE_CASES = [
+CASES = [
     Case(
         "optimizer",
         "adam_step",
-        "torch.optim.Adam's update of one parameter (no nvFuser benchmark)",
+        # torch.optim.Adam's update of one parameter (foreach=False); no nvFuser benchmark
+        "torch/optim/adam.py::_single_tensor_adam",
         adam_definition,
         adam_torch,
         adam_reference,

@@ -22,26 +22,24 @@ from models.case import Case
 
 CASES: list[Case] = [
     *norms.CASES,
+    *dropout_rng.NORM_CASES,
     *softmax.CASES,
     *groupnorm.CASES,
     *batchnorm.CASES,
     *transpose.CASES,
     *pointwise.CASES,
     *attention.CASES,
+    *dropout_rng.ATTENTION_CASES,
     *rope.CASES,
+    *indexing.CASES,
+    *optimizer.CASES,
 ]
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
-PROBE_CASES: list[Case] = [
-    *resize.PROBE_CASES,
-    *indexing.PROBE_CASES,
-    *optimizer.PROBE_CASES,
-    *dropout_rng.PROBE_CASES,
-]
+PROBE_CASES: list[Case] = [*resize.PROBE_CASES]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
-the suite until they have been measured on a GPU: slices and cats around RoPE, an embedding
-lookup, an Adam step written in place, dropouts that draw their mask."""
+the suite until they have been measured on a GPU: slices and cats around RoPE."""
 
 
 def select(pattern: str) -> list[Case]:
