@@ -447,8 +447,11 @@ def test_stateful_draws_under_cuda_graph_capture_are_refused(monkeypatch) -> Non
     # raised before torch's CUDA is touched.
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    with pytest.raises(InputError, match="CUDA graph capture"):
+    with pytest.raises(InputError, match="CUDA graph capture") as refused:
         rng_state.generator_for("torch", 0)
+    # It says why and what runs instead.
+    assert "philox_cuda_state" in str(refused.value)
+    assert "give its random ops rng_seed and rng_offset" in str(refused.value)
 
 
 # -- the GPU -----------------------------------------------------------------------------------

@@ -16,6 +16,23 @@ torch.manual_seed and torch.cuda.get_rng_state govern kfuse's draws as they gove
 and kfuse's own generator (`kfuse.manual_seed`) for everything else: CuPy and NumPy arrays,
 CPU torch tensors (torch's CPU generator has no offset), fusions without tensor inputs that
 run on the emulator. Nothing here touches CUDA before a torch CUDA tensor asks for it.
+
+Under CUDA graph capture a stateful op is refused (torch_cuda_generator). A captured launch
+keeps the argument values it was captured with, so a kernel that takes the seed and offset
+by value would draw the capture's numbers on every replay. torch's own kernels (and
+nvFuser's) take them by device pointer there: CUDAGeneratorImpl::philox_cuda_state returns,
+while capturing, pointers to two device words that the graph's replay fills with the
+generator's seed and offset before each replay, plus the offset within the graph, and
+at::cuda::philox::unpack reads them in the kernel. torch gives C++ code alone that call:
+its Python Generator has initial_seed, get_offset and set_offset (host values, read at
+capture), get_state and set_state (host bytes), and graphsafe_get_state, graphsafe_set_state
+and clone_state (whole generator states to register with a CUDAGraph); none gives the two
+device pointers or the intra-graph offset, and kfuse's extension does not link libtorch as
+nvFuser's does. Building it needs (1) a C++ call of philox_cuda_state(4 x ops) under the
+generator's mutex (a torch C++ extension, or _C linked with libtorch_cuda) and (2) a second
+kernel variant taking the two pointers and the intra-graph offset, compiled and loaded
+before capture begins (a module load is not a capturable operation); the by-value kernels
+stay as they are.
 """
 
 from __future__ import annotations
@@ -116,13 +133,16 @@ def torch_cuda_generator(device: int) -> OffsetGenerator:
     torch CUDA tensor exists; torch.cuda.init() makes sure default_generators is filled)."""
     import torch
 
-    # Captured, a launch would replay the offset read at capture time on every replay (and
-    # torch forbids reading it then); nvFuser reads it through device pointers instead,
-    # which kfuse does not yet.
+    # Captured, a launch would replay the offset read at capture time on every replay; the
+    # device pointers torch's kernels read instead are C++ only (this module's docstring).
     if torch.cuda.is_current_stream_capturing():
         raise InputError(
-            "random ops without rng_seed and rng_offset cannot run under CUDA graph capture "
-            "yet; give them rng_seed and rng_offset"
+            "random ops without rng_seed and rng_offset cannot run under CUDA graph capture: "
+            "every replay must read torch's seed and offset through device pointers, which "
+            "torch gives to C++ code only (CUDAGeneratorImpl::philox_cuda_state), so a "
+            "captured kfuse kernel would draw the capture's numbers again on every replay. "
+            "Run the fusion outside the graph, or give its random ops rng_seed and rng_offset "
+            "(scalar inputs; a replay then draws the numbers of the values captured)"
         )
     torch.cuda.init()
     generators = torch.cuda.default_generators
