@@ -152,3 +152,29 @@ def test_stateful_random_numbers_without_inputs_follow_torch_generator() -> None
         assert values.device == torch.device("cuda", 0)
         (want,) = stateless.execute([1000, 123, i], device="cuda:0")
         assert torch.equal(values, want)
+
+
+@pytest.mark.gpu
+def test_device_naming_the_inputs_device_keeps_the_fast_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Thunder passes device= on every call: a cached layout must still skip the checks.
+    torch = pytest.importorskip("torch")
+    import kfuse.engine.executor as executor
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, 2.0))
+    x = torch.randn(300, 257, device="cuda")
+    for _ in range(2):  # compiles, then builds the layout's FastCall
+        fd.execute([x], device=torch.device("cuda:0"))
+
+    def no_checked_path(*args: object, **kw: object) -> None:
+        raise AssertionError("the checked path ran for a cached layout")
+
+    monkeypatch.setattr(executor, "build_runtime_info", no_checked_path)
+    (out,) = fd.execute([x], device="cuda:0")
+    assert torch.equal(out, x * 2)
+    monkeypatch.undo()
+    with pytest.raises(InputError, match="inputs are on cuda:0"):
+        fd.execute([x], device=1)

@@ -60,6 +60,8 @@ class FusionExecution:
             # launches there, and the framework frees nothing that a launch still uses.
             with _callers_stream(inputs, stream, device):
                 return self.execute(inputs, device=device)
+        if device is not None and _names_inputs_device(device, inputs):
+            device = None  # Thunder passes device= on every call: it must not cost the fast path
         executor = self._executor_cache
         # The host fast path first, with no Python frame of kfuse's in between: a cached
         # layout launches from C++ (kfuse.engine.fast_path); anything else takes the checked path,
@@ -143,6 +145,22 @@ def _raise_out_of_memory(exc: BaseException) -> None:
         f"cannot allocate the outputs of a cached call: "
         f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     ) from None
+
+
+def _names_inputs_device(device: Any, inputs: Any) -> bool:
+    """Whether `device` (execute's device=) is the CUDA device of the first array of
+    `inputs`: the call then runs as it would without device= (a mismatch, host arrays or no
+    arrays keep device= for the checked path to act on)."""
+    from kfuse.runtime.arrays import framework_of
+    from kfuse.runtime.device_arg import device_index
+
+    for a in inputs if isinstance(inputs, (list, tuple)) else ():
+        framework = framework_of(a)
+        if framework == "torch":
+            return a.device.type == "cuda" and (a.device.index or 0) == device_index(device)
+        if framework is not None:
+            return framework == "cupy" and int(a.device.id) == device_index(device)
+    return False
 
 
 def _callers_stream(inputs: Any, stream: int | None, device: Any = None) -> Any:
