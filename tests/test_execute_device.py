@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpu_support import cuda_torch
 from kfuse import DataType, FusionDefinition
 from kfuse.errors import InputError
 from kfuse.runtime.device_arg import device_index
@@ -97,7 +98,7 @@ def test_device_under_a_forced_emulator_is_an_input_error(
 
 @pytest.mark.gpu
 def test_a_causal_mask_without_inputs_is_made_on_the_device_asked_for() -> None:
-    torch = pytest.importorskip("torch")
+    torch = cuda_torch()
     fd = _causal_mask(with_fill=True)
     for device in (0, "cuda:0", torch.device("cuda", 0), torch.device("cuda")):
         mask, half = fd.execute([300, 257], device=device)
@@ -110,7 +111,7 @@ def test_a_causal_mask_without_inputs_is_made_on_the_device_asked_for() -> None:
 
 @pytest.mark.gpu
 def test_a_fusion_without_inputs_runs_on_the_stream_given() -> None:
-    torch = pytest.importorskip("torch")
+    torch = cuda_torch()
     fd = _causal_mask()
     side = torch.cuda.Stream()
     (mask,) = fd.execute([64, 64], device=0, stream=side.cuda_stream)
@@ -120,7 +121,7 @@ def test_a_fusion_without_inputs_runs_on_the_stream_given() -> None:
 
 @pytest.mark.gpu
 def test_device_must_agree_with_gpu_inputs() -> None:
-    torch = pytest.importorskip("torch")
+    torch = cuda_torch()
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
         fd.add_output(fd.ops.neg(x))
@@ -133,7 +134,7 @@ def test_device_must_agree_with_gpu_inputs() -> None:
 
 @pytest.mark.gpu
 def test_stateful_random_numbers_without_inputs_follow_torch_generator() -> None:
-    torch = pytest.importorskip("torch")
+    torch = cuda_torch()
     with FusionDefinition() as stateful:
         n = stateful.define_scalar(dtype=DataType.Int)
         stateful.add_output(stateful.ops.uniform(0.0, 1.0, [n], dtype=DataType.Float))
@@ -159,7 +160,7 @@ def test_device_naming_the_inputs_device_keeps_the_fast_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Thunder passes device= on every call: a cached layout must still skip the checks.
-    torch = pytest.importorskip("torch")
+    torch = cuda_torch()
     import kfuse.engine.executor as executor
 
     with FusionDefinition() as fd:
