@@ -13,7 +13,9 @@ Its reduced axes D and kept axes K split every value of the fusion into three ki
 Every value is mapped onto the reference domain *by position*: a rank-R value's axis i is
 reference axis i, a rank-(R - |D|) value's axis i is the i-th kept axis. Reduction results may
 flow only through pointwise ops, casts, broadcasts that re-insert exactly the reduced axes, and
-expands; anything else is a rejection reason.
+expands; anything else is a rejection reason. A generated value (full, iota, random numbers) on
+the loop domain is a loop input with no memory, computed where it would be loaded
+(kfuse.codegen.generated); on the kept axes it is not supported (another segment computes it).
 
 The layout half (from the actual inputs) merges adjacent kept axes and adjacent reduced axes
 that every operand walks contiguously, giving the canonical kernel domain (kept..., reduced):
