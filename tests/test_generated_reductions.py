@@ -218,6 +218,24 @@ def test_a_draw_feeding_row_and_column_sums_is_one_inner_outer_kernel() -> None:
     np.testing.assert_allclose(columns, (g * y).sum(0), rtol=1e-4, atol=1e-3)
 
 
+def test_a_norm_drawing_at_a_seed_and_offset_given_per_call_draws_each_calls_numbers() -> None:
+    # The seed and offset are scalar inputs: the later calls replay the kernel on the fast
+    # path with the new values.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        seed, offset = (fd.define_scalar(None, dtype=DataType.Int) for _ in range(2))
+        u = fd.ops.uniform(0.0, 1.0, fd.ops.shape(x), rng_seed=seed, rng_offset=offset)
+        y = fd.ops.add(x, u)
+        top = fd.ops.max(y, dims=[1])
+        fd.add_output(fd.ops.sub(y, fd.ops.broadcast(top, [False, True])))
+        fd.add_output(u)
+    x = np.zeros((12, 257), np.float32)
+    for s, o in [(1, 0), (1, 1), (2, 1 << 33), (1, 0)]:
+        _, u = fd.execute([x, s, o])
+        assert _schedulers(fd) == [SchedulerType.inner_persistent]
+        _same(u, ref.uniform(s, o, x.shape, DataType.Float))
+
+
 # ---- stateful draws ----
 
 
