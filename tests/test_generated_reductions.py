@@ -239,7 +239,17 @@ def test_a_norm_drawing_at_a_seed_and_offset_given_per_call_draws_each_calls_num
 # ---- stateful draws ----
 
 
-def test_stateful_draws_in_a_norm_follow_manual_seed_as_stateless_ones() -> None:
+@pytest.mark.parametrize(
+    ("sums", "scheduler"),
+    [
+        ((1,), SchedulerType.inner_persistent),
+        ((0,), SchedulerType.outer_persistent),
+        ((1, 0), SchedulerType.inner_outer_persistent),
+    ],
+)
+def test_stateful_draws_in_a_norm_follow_manual_seed_as_stateless_ones(
+    sums: tuple[int, ...], scheduler: SchedulerType
+) -> None:
     # After kfuse.manual_seed(s), run i of the stateful fusion equals the stateless one at
     # rng_seed=s, rng_offset=i: the norm's kernel reserves its one op's offsets as the
     # pointwise kernel did.
@@ -252,21 +262,21 @@ def test_stateful_draws_in_a_norm_follow_manual_seed_as_stateless_ones() -> None
                 else {}
             )
             u = fd.ops.normal(0.0, 1.0, fd.ops.shape(x), **seeds)
-            y = fd.ops.add(x, u)
-            top = fd.ops.max(y, dims=[1])
-            fd.add_output(fd.ops.sub(y, fd.ops.broadcast(top, [False, True])))
-            fd.add_output(u)
+            y = fd.ops.mul(x, u)
+            fd.add_output(y)
+            for axis in sums:
+                fd.add_output(fd.ops.sum(y, dims=[axis]))
         return fd
 
-    x = np.zeros((16, 300), np.float32)
+    x = np.random.default_rng(6).standard_normal((512, 256)).astype(np.float32)
     stateful, stateless = define(False), define(True)
     kfuse.manual_seed(77)
     for run in range(3):
         got = stateful.execute([x])
-        assert _schedulers(stateful) == [SchedulerType.inner_persistent]
+        assert _schedulers(stateful) == [scheduler]
         for g, e in zip(got, stateless.execute([x, run]), strict=True):
             _same(g, e)
-        _same(got[1], ref.normal(77, run, x.shape, DataType.Float))
+        _same(got[0], x * ref.normal(77, run, x.shape, DataType.Float))
     assert kfuse.runtime.rng_state.kfuse_generator().get_offset() == 3 * 4
 
 
