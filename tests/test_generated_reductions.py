@@ -125,6 +125,22 @@ def test_the_pointwise_and_the_persistent_kernel_draw_the_same_numbers() -> None
     np.testing.assert_allclose(total, y.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
+def test_a_drawn_per_channel_weight_is_read_through_its_own_row_sub_axes() -> None:
+    # A group norm's weight shape: constant along part of the row [C, H, W], so the kernel
+    # decomposes the row index over its own sub-axes (row_split) to compute it.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.Float)
+        c = fd.ops.uniform(0.0, 1.0, [1, fd.ops.size(x, 1), 1, 1], rng_seed=2, rng_offset=3)
+        y = fd.ops.mul(x, c)
+        total = fd.ops.sum(y, dims=[1, 2, 3])
+        fd.add_output(fd.ops.sub(y, fd.ops.broadcast(total, [False, True, True, True])))
+    x = np.random.default_rng(0).standard_normal((4, 6, 5, 7)).astype(np.float32)
+    (got,) = fd.execute([x])
+    assert _schedulers(fd) == [SchedulerType.inner_persistent]
+    y = x * ref.uniform(2, 3, (1, 6, 1, 1), DataType.Float).astype(np.float64)
+    np.testing.assert_allclose(got, y - y.sum((1, 2, 3), keepdims=True), rtol=1e-4, atol=1e-4)
+
+
 # ---- dropout + layer norm / RMS norm: one kernel ----
 
 
