@@ -1,6 +1,6 @@
-"""Generated reads in the pointwise kernel: a generated value (full, iota:
-kfuse.ir.generated) read by the kernel that consumes it (kfuse.codegen.domain.GeneratedRead),
-computed where an input would be loaded.
+"""Generated reads in the pointwise and reduction kernels: a generated value (full, iota,
+random numbers: kfuse.ir.generated) read by the kernel that consumes it
+(kfuse.codegen.domain.GeneratedRead), computed where an input would be loaded.
 
 A generated read is input k of the kernel, a kf::Tensor with no data: its sizes are the
 merged domain's and its strides those of the generated tensor's own shape, contiguous
