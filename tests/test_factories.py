@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kfuse import DataType, FusionDefinition
+from kfuse import DataType, FusionDefinition, SchedulerType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.printer import fusion_to_python
 from kfuse.reference import evaluate
@@ -128,13 +128,14 @@ def test_a_fusion_of_factories_alone_runs_with_no_input() -> None:
     _check(fd, [], [want, np.full((3, 4), -2, dtype=np.int64)])
 
 
-def test_a_generated_value_feeding_a_reduction_gets_a_segment() -> None:
+def test_a_generated_value_feeding_a_reduction_is_computed_in_its_kernel() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
         w = fd.ops.iota(fd.ops.size(x, 1), 0.0, 1.0, dtype=DataType.Float)
         fd.add_output(fd.ops.sum(fd.ops.mul(x, fd.ops.broadcast(w, [True, False])), dims=[1]))
     x = np.ones((5, 8), dtype=np.float32)
     np.testing.assert_array_equal(fd.execute([x])[0], np.full(5, 28.0, dtype=np.float32))
+    assert fd.last_program().schedulers() == [SchedulerType.reduction]
 
 
 def test_a_scalar_extent_is_read_per_call() -> None:

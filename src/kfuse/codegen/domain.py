@@ -20,9 +20,10 @@ also compute a cat along an axis (`CatSelect`): each element the part its coordi
 in, whose uses carry the part (`Use.part`) and whose leaves are read as windows of the cat's
 output (`PartRead`), only where that part is selected. A generated value (full, iota:
 kfuse.ir.generated) is a leaf too, with no tensor at all: computed from the element's linear
-index in its own shape (`GeneratedRead`, kfuse.codegen.generated). Kernels other than the
-pointwise one do not read generated values (UnsupportedExpr: the segmenter gives them a
-pointwise segment of their own).
+index in its own shape (`GeneratedRead`, kfuse.codegen.generated). The reduction kernels
+(reduction, persistent, outer persistent, inner-outer) read generated values on their loop
+domain too (`generated_reads`), where they would load an input; elsewhere a generated value
+is UnsupportedExpr (the segmenter gives it a segment of its own).
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ def operand_views(expr: Expr, out_view: View) -> list[View | None]:
         return views
     if isinstance(expr, GeneratedOp):
         raise UnsupportedExpr(
-            f"{expr.op} {expr.outputs[0].name}: only pointwise kernels compute generated values"
+            f"{expr.op} {expr.outputs[0].name}: a generated value is computed only where a "
+            "kernel would load an input (a pointwise kernel, a reduction's loop domain)"
         )
     tensor = expr.inputs[0]
     assert isinstance(tensor, TensorView)
@@ -295,6 +297,7 @@ def map_to_domain(
     stop_at: dict[Val, View] | None = None,
     *,
     kernel_reads: bool = False,
+    generated_reads: bool = False,
 ) -> DomainMap:
     """Collect every Use needed to compute `outputs` (each a Val with its view).
 
@@ -302,7 +305,8 @@ def map_to_domain(
     persistent kernel): they are leaves here, like fusion inputs, but not kernel operands.
     `kernel_reads`: index ops and pads of fusion inputs are leaves read from their tensors
     (IndexedRead, PaddedRead; pointwise kernels), and generated values leaves computed
-    (GeneratedRead), where otherwise they raise UnsupportedExpr.
+    (GeneratedRead), where otherwise they raise UnsupportedExpr. `generated_reads`: generated
+    values alone are such leaves (the reduction kernels' loop domain).
     """
     stop_at = stop_at or {}
     result = DomainMap(ref_rank)
@@ -347,6 +351,9 @@ def map_to_domain(
             result.uses.append(use)
             return
         if kernel_reads and _computed_leaf(expr, use, result, visit):
+            return
+        if generated_reads and isinstance(expr, GeneratedOp):
+            _computed_leaf(expr, use, result, visit)
             return
         in_views = operand_views(expr, view)
         if not isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):

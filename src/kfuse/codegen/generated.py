@@ -1,6 +1,6 @@
-"""Generated reads in the pointwise kernel: a generated value (full, iota:
-kfuse.ir.generated) read by the kernel that consumes it (kfuse.codegen.domain.GeneratedRead),
-computed where an input would be loaded.
+"""Generated reads in the pointwise and reduction kernels: a generated value (full, iota,
+random numbers: kfuse.ir.generated) read by the kernel that consumes it
+(kfuse.codegen.domain.GeneratedRead), computed where an input would be loaded.
 
 A generated read is input k of the kernel, a kf::Tensor with no data: its sizes are the
 merged domain's and its strides those of the generated tensor's own shape, contiguous
@@ -16,6 +16,15 @@ Philox call per four (two for Double) instead of one call each. A stateful one t
 and Philox offset from the kernel's parameters rng_seed and rng_offset (RNG_PARAMS), which
 every launch fills from the generator (kfuse.runtime.launch.RngStateOperand): the kernel's
 k-th stateful op, in the order the kernel first reads them, draws at rng_offset + k.
+
+The reduction kernels (reduction, inner and outer persistent, inner-outer) read generated values
+on their loop domain (kfuse.codegen.reduction_plan: the loop inputs) without a code path of their
+own: loop input i's kf::Tensor parameter is named made_in<i>, and the kernel's first statements
+make in<i> a kf::Generated of it (kf_generated.cuh) whose value is the element expression above,
+through a PhiloxMemo of the read's own. Every load of in<i> the kernel already writes (elements,
+vectors, guarded vectors, copies into shared memory) then computes what it would have read, at
+the offset it would have read at, which is the element's linear index. The stateful ops are
+numbered over the loop inputs in order, and the kernel takes RNG_PARAMS after its scalars.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from kfuse.codegen.expressions import scalar_operand
 from kfuse.codegen.layout import GENERATED
+from kfuse.dtypes import DataType
 from kfuse.ir.exprs import GeneratedOp
 from kfuse.ir.generated import GENERATORS
 from kfuse.ir.random_ops import is_random, is_stateful, random_cuda
@@ -31,6 +41,7 @@ from kfuse.ir.random_ops import is_random, is_stateful, random_cuda
 if TYPE_CHECKING:
     from kfuse.codegen.domain import DomainMap
     from kfuse.codegen.pointwise import PointwiseKernelSpec
+    from kfuse.codegen.reduction_plan import ReductionPlan
 
 
 def reads(spec: PointwiseKernelSpec) -> list[int]:
@@ -61,27 +72,46 @@ def value(domain: DomainMap, k: int, index: str) -> str:
     """Read k's element at linear index `index`, in its storage type."""
     use = domain.input_uses[k]
     expr = domain.generated[use].expr
-    params = [
-        scalar_operand(p, None if p.is_constant else f"s{domain.scalars.index(p)}")
-        for p in expr.params
-    ]
+    return element(
+        expr,
+        use.val.dtype,
+        index,
+        [f"s{domain.scalars.index(p)}" if not p.is_constant else "" for p in expr.params],
+        stateful_ops(domain),
+        f"rng_memo{k}",
+    )
+
+
+def element(
+    expr: GeneratedOp,
+    storage: DataType,
+    index: str,
+    param_names: list[str],
+    stateful: list[GeneratedOp],
+    memo: str,
+) -> str:
+    """`expr`'s element at linear index `index` (a CUDA expression), in `storage`: its
+    parameters are constants or the kernel's scalars `param_names` (one a parameter; "" for a
+    constant), a stateful random op draws at rng_offset + its place in `stateful` (the kernel's
+    stateful ops in the order it first reads them), a random one through PhiloxMemo `memo`."""
+    params = [scalar_operand(p, name or None) for p, name in zip(expr.params, param_names)]
     at = f"(long long)({index})"
     if is_random(expr):
-        made = _random_value(domain, expr, k, at, params)
+        made = _random_value(expr, at, params, stateful, memo)
     else:
         made = GENERATORS[expr.op].cuda(at, params, expr.dtype)
-    return f"kf::cast<{use.val.dtype.cuda_type}>({made})"
+    return f"kf::cast<{storage.cuda_type}>({made})"
 
 
 def _random_value(
-    domain: DomainMap, expr: GeneratedOp, k: int, index: str, params: list[str]
+    expr: GeneratedOp, index: str, params: list[str], stateful: list[GeneratedOp], memo: str
 ) -> str:
     if is_stateful(expr):
-        params = [*params, "rng_seed", f"rng_offset + {stateful_ops(domain).index(expr)}"]
+        params = [*params, "rng_seed", f"rng_offset + {stateful.index(expr)}"]
     a, b = expr.params[:2]
     # nvFuser's standard forms: constant 0 and 1 (the same numbers, two operations fewer)
     standard = a.is_constant and b.is_constant and (a.value, b.value) == (0, 1)
-    return random_cuda(expr.op, index, params, expr.dtype, standard=standard, memo=f"rng_memo{k}")
+    return random_cuda(expr.op, index, params, expr.dtype, standard=standard, memo=memo)
 
 
 def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: str) -> list[str]:
@@ -92,3 +122,43 @@ def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: st
         f"{indent}  x{k}[u][j] = {value(domain, k, f'base_in{k} + (i0 + j) * step_in{k}')};",
         f"{indent}}}",
     ]
+
+
+# ---- the reduction kernels' loop inputs ----
+def loop_reads(plan: ReductionPlan) -> dict[int, GeneratedOp]:
+    """The loop inputs of `plan` that are generated reads: index -> the op."""
+    reads = {}
+    for i, use in enumerate(plan.loop_inputs):
+        read = plan.generated_read(use)
+        if read is not None:
+            reads[i] = read.expr
+    return reads
+
+
+def loop_stateful_ops(plan: ReductionPlan) -> list[GeneratedOp]:
+    """The stateful random ops `plan`'s loop inputs read, in loop-input order."""
+    return list(dict.fromkeys(e for e in loop_reads(plan).values() if is_stateful(e)))
+
+
+def loop_param(plan: ReductionPlan, i: int) -> str:
+    """Loop input i's kernel parameter name: made_in<i> for a generated read (the kernel
+    makes in<i> of it: loop_setup), else in<i>."""
+    return f"made_in{i}" if i in loop_reads(plan) else f"in{i}"
+
+
+def loop_setup(plan: ReductionPlan) -> list[str]:
+    """The statements that open a reduction kernel reading its loop inputs: per generated
+    read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others)."""
+    names = {id(s): f"s{k}" for k, s in enumerate(plan.scalars)}
+    stateful = loop_stateful_ops(plan)
+    lines = []
+    for i, expr in loop_reads(plan).items():
+        storage = plan.loop_inputs[i].val.dtype
+        params = [names.get(id(p), "") for p in expr.params]
+        made = element(expr, storage, "e", params, stateful, f"rng_memo{i}")
+        if is_random(expr):
+            lines.append(f"kf::PhiloxMemo rng_memo{i};")
+        lines.append(
+            f"const auto in{i} = kf::generated(made_in{i}, [&](long long e) {{ return {made}; }});"
+        )
+    return lines

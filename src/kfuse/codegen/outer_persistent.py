@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kfuse.codegen import generated
 from kfuse.codegen.block_combine import combine_over_y
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import Code, kernel_header, load_vector, store_vector
@@ -358,6 +359,7 @@ def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tup
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     threads = spec.block_x * spec.block_y
     code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
+    code(*generated.loop_setup(plan))  # generated reads' in<i>
     with outer_columns(code, plan, spec, "(Index)1", list(plan.loop_outputs)):
         held = held_inputs(plan)
         for i in held:

@@ -30,7 +30,7 @@ where it is kept (registers, shared memory regions, slots) is kfuse.codegen.pers
 
 from __future__ import annotations
 
-from kfuse.codegen import column_partials
+from kfuse.codegen import column_partials, generated
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
     Code,
@@ -137,6 +137,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             cluster=cluster,
         )
     )
+    code(*generated.loop_setup(plan))  # generated reads' in<i>
     code(f"typedef {spec.index_type} Index;")
     _shared_memory(code, plan, spec)
     n_red = row_extent("in0", rank - 1, spec.loop_rank(0) - rank + 1)

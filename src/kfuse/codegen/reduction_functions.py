@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kfuse.codegen import bf16_words
+from kfuse.codegen import bf16_words, generated
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
@@ -167,11 +167,13 @@ def tensor_params(
     plan: ReductionPlan, spec: ReductionKernelSpec, *, loop: bool, row: bool, workspace: bool
 ) -> list[str]:
     """Kernel parameters in the order the scheduler passes operands: loop inputs (only the
-    first when not `loop`: its sizes carry the reduced extent), row inputs, scalars, outputs,
-    workspace arrays."""
+    first when not `loop`: its sizes carry the reduced extent; a generated read's named for
+    kfuse.codegen.generated.loop_setup), row inputs, scalars, the random numbers' seed and
+    offset where a loop input is a stateful random op, outputs, workspace arrays."""
     rank, index = spec.rank, spec.index_type
     params = [
-        f"kf::Tensor<{u.val.dtype.cuda_type}, {spec.loop_rank(i)}, {index}> in{i}"
+        f"kf::Tensor<{u.val.dtype.cuda_type}, {spec.loop_rank(i)}, {index}> "
+        + (generated.loop_param(plan, i) if loop else f"in{i}")
         for i, u in enumerate(plan.loop_inputs)
         if loop or i == 0
     ]
@@ -181,6 +183,8 @@ def tensor_params(
             for i, u in enumerate(plan.epilogue.input_uses)
         ]
     params += [f"{scalar_ctype(s)} s{i}" for i, s in enumerate(plan.scalars)]
+    if loop and generated.loop_stateful_ops(plan):  # filled per launch (RngStateOperand)
+        params += generated.RNG_PARAMS
     skipped = {c.output for c in spec.columns}  # accumulated per column, never stored
     params += [
         f"kf::Tensor<{o.dtype.cuda_type}, {rank}, {index}> out{k}"

@@ -13,7 +13,9 @@ Its reduced axes D and kept axes K split every value of the fusion into three ki
 Every value is mapped onto the reference domain *by position*: a rank-R value's axis i is
 reference axis i, a rank-(R - |D|) value's axis i is the i-th kept axis. Reduction results may
 flow only through pointwise ops, casts, broadcasts that re-insert exactly the reduced axes, and
-expands; anything else is a rejection reason.
+expands; anything else is a rejection reason. A generated value (full, iota, random numbers) on
+the loop domain is a loop input with no memory, computed where it would be loaded
+(kfuse.codegen.generated); on the kept axes it is not supported (another segment computes it).
 
 The layout half (from the actual inputs) merges adjacent kept axes and adjacent reduced axes
 that every operand walks contiguously, giving the canonical kernel domain (kept..., reduced):
@@ -26,8 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import cast
 
-from kfuse.codegen.domain import DomainMap, Use, View, map_to_domain
-from kfuse.codegen.layout import INT32_MAX, output_layout, ref_strides
+from kfuse.codegen.domain import DomainMap, GeneratedRead, Use, View, map_to_domain
+from kfuse.codegen.layout import INT32_MAX, contiguous_strides, output_layout, ref_strides
 from kfuse.codegen.softmax_fold import fold_pairs, softmax_pairs
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -102,6 +104,14 @@ class ReductionPlan:
                     seen.append(s)
         return seen
 
+    def generated_read(self, use: Use) -> GeneratedRead | None:
+        """How loop input `use` is computed where it is a generated value (GeneratedRead),
+        else None: it is loaded from a fusion input."""
+        for dm in (*self.stages, self.full_map):
+            if use in dm.generated:
+                return dm.generated[use]
+        return None
+
     def reduction_outputs(self) -> dict[Val, tuple[int, int]]:
         """Each reduction result Val -> (reduction index, output position in its expr)."""
         return {o: (k, j) for k, r in enumerate(self.reductions) for j, o in enumerate(r.outputs)}
@@ -153,11 +163,15 @@ def plan_reductions(fusion: Fusion, fold_softmax: bool = False) -> ReductionPlan
             [(r.inputs[0], positional_view(cast(TensorView, r.inputs[0]), rank, kept))],
             rank,
             stop_at,
+            generated_reads=True,
         )
         for r in accumulated
     )
     full_map = map_to_domain(
-        [(fusion.outputs[k], output_views[k]) for k in loop_outputs], rank, stop_at
+        [(fusion.outputs[k], output_views[k]) for k in loop_outputs],
+        rank,
+        stop_at,
+        generated_reads=True,
     )
     epilogue = map_to_domain(
         [(fusion.outputs[k], output_views[k]) for k in row_outputs], rank, stop_at
@@ -377,6 +391,9 @@ def reduction_layout(
             )
 
     def input_operand(use: Use) -> tuple[int, int, tuple[int, ...]]:
+        if plan.generated_read(use) is not None:  # no memory: its own contiguous strides
+            own = contiguous_strides(tuple(info.shape(use.val)))  # type: ignore[attr-defined]
+            return 0, use.val.dtype.itemsize, ref_strides(use.view, own, rank)
         lay = info.layouts[use.val]  # type: ignore[attr-defined]
         return lay.data_ptr, use.val.dtype.itemsize, ref_strides(use.view, lay.strides, rank)
 

@@ -23,7 +23,7 @@ from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, Use, View, operand_views
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.layout import BCAST
-from kfuse.ir.exprs import BinaryOp, CastOp, TernaryOp, UnaryOp
+from kfuse.ir.exprs import BinaryOp, CastOp, GeneratedOp, TernaryOp, UnaryOp
 from kfuse.ir.values import Scalar, TensorView
 
 
@@ -46,9 +46,10 @@ NONE = Hoisted((), (), ())
 
 
 def operand_uses(use: Use) -> list[Use] | None:
-    """The uses `use` is computed from (Scalars left out), or None for a leaf."""
+    """The uses `use` is computed from (Scalars left out), or None for a leaf (a fusion input,
+    or a generated value the kernel reads as one)."""
     expr = use.val.definition
-    if expr is None:
+    if expr is None or isinstance(expr, GeneratedOp):
         return None
     if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
         out = []

@@ -362,7 +362,12 @@ def _finalize_kernel(
 ) -> Any:
     """The reduction scheduler's finalize kernel over the column side: `grid_x` partials a
     column."""
-    from kfuse.runtime.launch import GeneratedKernel, InputOperand, WorkspaceOperand
+    from kfuse.runtime.launch import (
+        GeneratedKernel,
+        GeneratedOperand,
+        InputOperand,
+        WorkspaceOperand,
+    )
 
     layout = parts.column_layout
     spec = ReductionKernelSpec(
@@ -383,7 +388,7 @@ def _finalize_kernel(
     ops = operand_list(parts.columns, layout, loop=False, row=True, workspace=ws)
     # Its first operand only carries the domain's sizes (the column inputs exist only as
     # the partials): a view of no memory.
-    assert isinstance(ops[0], InputOperand)
+    assert isinstance(ops[0], (InputOperand, GeneratedOperand))
     ops[0] = WorkspaceOperand(0, 0, 0, layout.sizes, (0,) * layout.rank)
     ops = _to_parent(parts, ops, outputs=parts.split.column_outputs)
     grid = (max(1, min(MAX_GRID_X, -(-layout.n_rows // FINALIZE_X))), 1, 1)

@@ -157,12 +157,22 @@ def _kind(op: Any, axis: int, vector: int, layout: ReductionLayout) -> str:
 def operand_list(
     plan: ReductionPlan, layout: ReductionLayout, *, loop: bool, row: bool, workspace: list | None
 ) -> list[Any]:
-    """Launch operands in the order of kfuse.codegen.reduction_functions.tensor_params."""
-    from kfuse.runtime.launch import InputOperand, OutputOperand, ScalarOperand
+    """Launch operands in the order of kfuse.codegen.reduction_functions.tensor_params. A
+    generated read's has its sizes and strides and no data (kfuse.codegen.generated)."""
+    from kfuse.codegen import generated
+    from kfuse.runtime.launch import (
+        GeneratedOperand,
+        InputOperand,
+        OutputOperand,
+        RngStateOperand,
+        ScalarOperand,
+    )
 
     positions = {v: i for i, v in enumerate(plan.fusion.inputs)}
     ops: list[Any] = [
-        InputOperand(positions[u.val], *_loop_view(layout, op))
+        GeneratedOperand(*_loop_view(layout, op))
+        if plan.generated_read(u) is not None
+        else InputOperand(positions[u.val], *_loop_view(layout, op))
         for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
         if loop or i == 0
     ]
@@ -172,6 +182,8 @@ def operand_list(
             for u, op in zip(plan.epilogue.input_uses, layout.row)
         ]
     ops += [ScalarOperand(s) for s in plan.scalars]
+    if loop and (stateful := len(generated.loop_stateful_ops(plan))):
+        ops += [RngStateOperand(stateful, "seed"), RngStateOperand(stateful, "offset")]
     ops += [OutputOperand(k, _shape(layout, op), op.strides) for k, op in enumerate(layout.outputs)]
     if workspace:
         ops += workspace

@@ -16,6 +16,7 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.errors import DefinitionError
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS, fd_call
+from kfuse.ir.random_ops import RANDOM_DTYPES
 from kfuse.ir.values import TensorView, Val
 
 
@@ -262,9 +263,11 @@ def factory_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
 
 def random_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     """Random numbers (kfuse.ir.random_ops) into the pool, of the first input's shape, with
-    a drawn seed and offset (stateless: the reference computes the same numbers exactly): a
-    uniform or normal value, or a dropout of a floating value of full shape by a uniform
-    mask (kept where u < p, p a binary fraction, so that float32 and float64 compare alike)."""
+    a drawn seed and offset (stateless: the reference computes the same numbers exactly) and
+    a drawn floating dtype (Half and BFloat16 numbers are generated in float and rounded, Double
+    ones from two words): a uniform or normal value, or a dropout of a floating value of full
+    shape by a uniform mask (kept where u < p, p a binary fraction, so that float32 and
+    float64 compare alike)."""
     first = gen.pool[0].val
     o = fd.ops
     seeds = {
@@ -272,14 +275,17 @@ def random_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
         "rng_offset": draw(st.integers(0, (1 << 40))),
     }
     kind = draw(st.sampled_from(["uniform", "normal", "dropout"]))
+    dtype = draw(st.sampled_from([d for d in RANDOM_DTYPES if d in gen.dtypes] or [DataType.Float]))
     if kind == "normal":
         mean, std = draw(st.sampled_from([(0.0, 1.0), (0.5, 0.25), (-1.0, 2.0)]))
-        z = o.normal(mean, std, o.shape(first), **seeds)
-        # Box-Muller over float32 words: |z| < 7 standard deviations
-        gen.pool.append(Entry(z, True, abs(mean) + 7 * std))
+        z = o.normal(mean, std, o.shape(first), **seeds, dtype=dtype)
+        # Box-Muller: |z| < 7 standard deviations from float32 words (u >= 2^-33), 9 from
+        # Double's 53 bits (u >= 2^-54)
+        spread = 9 if dtype == DataType.Double else 7
+        gen.pool.append(Entry(z, True, abs(mean) + spread * std))
         return
     low, high = draw(st.sampled_from([(0.0, 1.0), (-2.0, 3.0)]))
-    u = o.uniform(low, high, o.shape(first), **seeds)
+    u = o.uniform(low, high, o.shape(first), **seeds, dtype=dtype)
     if kind == "uniform":
         gen.pool.append(Entry(u, True, max(abs(low), abs(high))))
         return
