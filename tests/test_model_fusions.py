@@ -39,10 +39,13 @@ def _check(peer: str, outputs, references) -> None:
     assert result["check"] == "ok", result["check"]
 
 
-def _kfuse(case, dtype: str, inputs: list) -> list:
-    """kfuse's outputs (a case that updates inputs: the updated copies, as the suite checks)."""
+def _kfuse(case, dtype: str, inputs: list, launches: list | None = None) -> list:
+    """kfuse's outputs (a case that updates inputs: the updated copies, as the suite checks);
+    the number of kernels the call launched is appended to `launches` where given."""
     fd, _ = measure.definition(case, dtype)
     _, outputs = first_call(case, fd.execute, inputs, as_list=True)
+    if launches is not None:
+        launches.append(len(fd.last_program().launches))
     _, expected = first_call(case, case.torch_fn, inputs)
     # The torch peer's outputs are what bytes_moved counts: they must be kfuse's in kind.
     assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
@@ -88,7 +91,7 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
 
 ONE_KERNEL_CASES = [
     *registry.PROBE_CASES,
-    *(CASES[name] for name in ("embedding_fwd", "adam_step")),
+    *(CASES[name] for name in ("embedding_fwd", "adam_step", "causal_softmax_fwd")),
 ]
 
 
@@ -139,7 +142,8 @@ def test_dropouts_draw_the_references_mask(case) -> None:
     assert registry.CASES.index(case) > registry.CASES.index(twin)
     inputs = _inputs(case, "bfloat16", case.test_size, "cpu")
     references = case.reference(*inputs)
-    got = _kfuse(case, "bfloat16", inputs)
+    launches: list[int] = []
+    got = _kfuse(case, "bfloat16", inputs, launches)
     _check("kfuse", got, references)
     position = dropout_rng.MASK_OUTPUT[case.name]
     mask = got[position]
@@ -154,7 +158,11 @@ def test_dropouts_draw_the_references_mask(case) -> None:
     # Every twin takes the mask as its input 2 and returns the outputs but the mask.
     twin_inputs = [*inputs[:2], mask, *inputs[2:]]
     expected = [r for k, r in enumerate(references) if k != position]
-    _check("kfuse", _kfuse(twin, "bfloat16", twin_inputs), expected)
+    _check("kfuse", _kfuse(twin, "bfloat16", twin_inputs, launches), expected)
+    # Drawing the mask in the fusion costs no kernel (no pass over memory) of its own.
+    assert launches[0] == launches[1], (
+        f"{launches[0]} kernels drawing the mask, {launches[1]} reading it"
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))
