@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kfuse.dtypes import (
+    ALL_DTYPES,
     DataType,
     as_dtype,
     promote_types,
@@ -19,7 +20,7 @@ from kfuse.dtypes import (
 from kfuse.errors import DefinitionError
 from kfuse.frontend import FusionDefinition
 
-ALL = list(DataType)
+ALL = list(ALL_DTYPES)
 
 
 def test_properties() -> None:

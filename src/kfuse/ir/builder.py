@@ -9,7 +9,14 @@ import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
-from kfuse.dtypes import INTEGER_RANGE, DataType, as_dtype, promote_types, python_scalar_dtype
+from kfuse.dtypes import (
+    INTEGER_RANGE,
+    DataType,
+    as_dtype,
+    optional_dtype,
+    promote_types,
+    python_scalar_dtype,
+)
 from kfuse.errors import DefinitionError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -509,8 +516,9 @@ class Builder:
         v = self.tensor(x, op)
         norm = self._reduction_dims(v, dims, op)
         out_dtype = None
-        if dtype is not None:
-            acc = as_dtype(dtype, what=f"{op}: dtype")
+        given = optional_dtype(dtype, what=f"{op}: dtype")  # DataType.Null: the default
+        if given is not None:
+            acc = given
         elif op in ("sum", "prod") and not v.dtype.is_floating:
             acc = DataType.Int  # torch: integer and bool sums are int64
         elif op in ("sum", "prod") and v.dtype.is_reduced_float:
