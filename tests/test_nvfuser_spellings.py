@@ -3,6 +3,8 @@ and nvFuser's printed repros write them, run on the host emulator."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -205,3 +207,59 @@ def test_execute_accepts_thunders_keywords() -> None:
         fd.execute([x_t], _disable_options="parallel_compile")
     with pytest.raises(InputError, match="save_repro_inputs must be a bool"):
         fd.execute([x_t], save_repro_inputs=None)
+
+
+@pytest.mark.parametrize("dtype", [DataType.Int, DataType.Int32], ids=lambda d: d.value)
+def test_integer_division(dtype: DataType) -> None:
+    """nvFuser's test_integer_division: div of integer tensors is torch's
+    div(rounding_mode="trunc"), truediv true division; a zero divisor gives 0 (the CPU of the
+    emulator would trap) and INT_MIN / -1 wraps to INT_MIN."""
+    from kfuse.reference import evaluate
+
+    torch_dtype = torch.int64 if dtype is DataType.Int else torch.int32
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], dtype=dtype)
+        t1 = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.div(t0, t1))
+        fd.add_output(fd.ops.truediv(t0, t1))
+        fd.add_output(fd.ops.div(t0, 3))
+    low = torch.iinfo(torch_dtype).min
+    a = torch.tensor([7, -7, 7, -7, 6, 0, 5, low, low, 9, 1000], dtype=torch_dtype)
+    b = torch.tensor([2, 2, -2, -2, 3, 5, 0, -1, 1, -1, 7], dtype=torch_dtype)
+    quotient, true_quotient, thirds = fd.execute([a, b])
+    nonzero = b != 0
+    divides = nonzero & ~((a == low) & (b == -1))
+    expected = torch.div(a[divides], b[divides], rounding_mode="trunc")
+    assert quotient.dtype == torch_dtype
+    torch.testing.assert_close(quotient[divides], expected, rtol=0, atol=0)
+    assert quotient[~nonzero].tolist() == [0]
+    assert quotient[(a == low) & (b == -1)].tolist() == [low]
+    torch.testing.assert_close(true_quotient[nonzero], torch.true_divide(a, b)[nonzero])
+    torch.testing.assert_close(thirds, torch.div(a, 3, rounding_mode="trunc"), rtol=0, atol=0)
+    for reference, kernel in zip(evaluate(fd.fusion, [a, b]), (quotient, true_quotient, thirds)):
+        torch.testing.assert_close(reference.to(kernel.dtype)[nonzero], kernel[nonzero])
+    assert evaluate(fd.fusion, [a, b])[0].tolist() == quotient.tolist()
+
+
+def test_broadcast_in_dim_with_dynamic_shapes() -> None:
+    """nvFuser's test_broadcast_in_dim_with_dynamic_shapes (test_high_complexity.py): a shape
+    from TensorView.shape() follows the inputs; a torch.Size is a fixed shape."""
+    small = [torch.randn(2, 3, 4), torch.randn(4)]
+    large = [torch.randn(2, 3, 1024), torch.randn(1024)]
+
+    def define(shape_of: Any) -> FusionDefinition:
+        with FusionDefinition() as fd:
+            t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True])
+            t1 = fd.define_tensor(shape=[-1], contiguity=[True])
+            fd.add_output(fd.ops.add(t0, fd.ops.broadcast_in_dim(t1, shape_of(t0), [2])))
+        return fd
+
+    dynamic = define(lambda t0: t0.shape())
+    for x, y in (small, large):
+        torch.testing.assert_close(dynamic.execute([x, y])[0], x + y)
+    for x, y in (small, large):
+        size = x.size()
+        fixed = define(lambda t0: size)  # noqa: B023 - called before the loop moves on
+        torch.testing.assert_close(fixed.execute([x, y])[0], x + y)
+    with pytest.raises(InputError):
+        define(lambda t0: small[0].size()).execute(large)
