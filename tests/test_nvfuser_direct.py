@@ -211,6 +211,30 @@ def test_compute_tensor_descriptor_as_nvfuser(
     assert nvfuser_direct.compute_tensor_descriptor(sizes, strides) == (contiguity, stride_order)
 
 
+# nvFuser's test_compute_tensor_descriptor (tests/python/direct/test_python_frontend.py).
+NVFUSER_DESCRIPTOR_CASES = [
+    ([2, 1, 3, 1, 4, 3], [12, 4, 4, 4, 1, 0], [True, None, True, None, True, None],
+     [5, 4, 3, 2, 1, 0]),
+    ([2, 3, 1, 5, 4], [28, 4, 14, 0, 1], [False, None, True, None, True], [4, 2, 3, 1, 0]),
+    ([2, 2, 1, 1, 2, 2, 2], [8, 4, 3, 9, 2, 0, 1], [None, True, True, None, True, None, True],
+     [5, 4, 3, 6, 2, 1, 0]),
+    ([2, 2, 1, 2, 4, 2], [2, 32, 1, 8, 0, 4], [False, True, True, False, None, None],
+     [2, 5, 0, 4, 1, 3]),
+    ([2, 2, 2, 2], [8, 4, 2, 1], [True, True, True, True], [3, 2, 1, 0]),
+    ([2, 1, 3, 1, 4], [24, 4, 8, 4, 2], [True, True, None, None, False], [4, 2, 3, 1, 0]),
+    ([2, 2, 2, 2], [8, 4, 0, 2], [True, True, None, False], [3, 2, 1, 0]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sizes", "strides", "contiguity", "stride_order"), NVFUSER_DESCRIPTOR_CASES
+)
+def test_nvfusers_compute_tensor_descriptor_cases(
+    sizes: list, strides: list, contiguity: list, stride_order: list
+) -> None:
+    assert nvfuser_direct.compute_tensor_descriptor(sizes, strides) == (contiguity, stride_order)
+
+
 def test_compute_tensor_descriptor_rejects_what_nvfuser_rejects() -> None:
     with pytest.raises(InputError, match="2 sizes but 1 strides"):
         nvfuser_direct.compute_tensor_descriptor([2, 3], [1])
