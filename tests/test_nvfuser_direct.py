@@ -347,3 +347,23 @@ def test_the_nvfuser_form_runs_as_written() -> None:
     x_t = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float16)
     for a, b in zip(again.execute([x_t, 3]), fd.execute([x_t, 3]), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_repro_script_for_runs(installed: Any) -> None:
+    """The script repro_script_for writes (Thunder's reports ask for it) runs as written."""
+    DataType = nvfuser_direct.DataType
+    x = torch.randn(4, 6)[:, ::2]  # not contiguous: random values of its strides
+    ids = torch.tensor([2, 0, 1])  # random values in the script: used as numbers only
+    with nvfuser_direct.FusionDefinition() as fd:
+        a = fd.from_pytorch(x)
+        i = fd.from_pytorch(ids)
+        s = fd.define_scalar(DataType.Double)
+        fd.add_output(fd.ops.mul(fd.ops.add(a, fd.ops.broadcast_in_dim(i, [4, 3], [1])), s))
+    script = fd.repro_script_for([x, ids, float("inf")])
+    assert "as_strided((4, 3), (6, 2))" in script and 'float("inf")' in script
+    assert "torch.testing.make_tensor((3,), dtype=torch.int64, device='cpu')" in script
+    namespace: dict[str, Any] = {}
+    exec(script.replace("fd.execute(inputs)", "out = fd.execute(inputs)"), namespace)
+    assert namespace["out"][0].shape == (4, 3)
+    with pytest.raises(InputError, match="not a torch tensor or a number"):
+        fd.repro_script_for([np.zeros(2)])

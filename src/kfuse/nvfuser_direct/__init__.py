@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import sys
 import types
+from collections.abc import Sequence
 from typing import Any
 
 from kfuse.dtypes import DataType
@@ -24,6 +25,7 @@ from kfuse.frontend import FusionDefinition as _KfuseFusionDefinition
 from kfuse.ir.printer import NVFUSER_STYLE, fusion_to_python
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.nvfuser_direct.descriptor import compute_tensor_descriptor
+from kfuse.nvfuser_direct.repro import repro_script
 
 __all__ = [
     "DataType",
@@ -54,6 +56,11 @@ class FusionDefinition(_KfuseFusionDefinition):
         return fusion_to_python(self.fusion, style=NVFUSER_STYLE)
 
     __str__ = __repr__
+
+    def repro_script_for(self, inputs: Sequence[Any] | None = None) -> str:
+        """A script that defines this fusion and, given `inputs` (torch tensors and numbers),
+        runs it on inputs of their shapes, strides, dtypes and devices (random values)."""
+        return repro_script(repr(self), inputs)
 
 
 class ParallelType(enum.Enum):
