@@ -120,9 +120,10 @@ def test_define_tensor_is_cpu() -> None:
         fd.add_output(fd.ops.mul(x, c))
         fd.add_output(fd.ops.broadcast_in_dim(c, x.shape(), []))
     x_t = torch.randn(2, 3)
-    out, full = fd.execute([x_t, torch.tensor(3.0, dtype=torch.float64)])
-    torch.testing.assert_close(out, x_t * 3.0)  # a CPU scalar tensor promotes as one: Float
-    torch.testing.assert_close(full, torch.full((2, 3), 3.0, dtype=torch.float64))
+    for value in (3.0, -1.0, 0.5):  # the later calls take the fast path
+        out, full = fd.execute([x_t, torch.tensor(value, dtype=torch.float64)])
+        torch.testing.assert_close(out, x_t * value)  # it promotes as a scalar: Float
+        torch.testing.assert_close(full, torch.full((2, 3), value, dtype=torch.float64))
     with FusionDefinition() as fd:
         with pytest.raises(DefinitionError, match="is_cpu=True is for 0-dim tensors"):
             fd.define_tensor(shape=[-1], is_cpu=True)
@@ -263,3 +264,73 @@ def test_broadcast_in_dim_with_dynamic_shapes() -> None:
         torch.testing.assert_close(fixed.execute([x, y])[0], x + y)
     with pytest.raises(InputError):
         define(lambda t0: small[0].size()).execute(large)
+
+
+# ---- nvFuser's tests/python/direct/test_python_frontend.py, ported (emulator sizes) ----
+
+
+def test_tensor_ndim() -> None:
+    shape = [2] * 12
+    new_shape = [*shape[:9], 8]
+    x = torch.randn(shape)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        n_shape = fd.define_vector(10)
+        fd.add_output(fd.ops.sum(fd.ops.reshape(t0, n_shape), dims=[3]))
+    torch.testing.assert_close(fd.execute([x, new_shape])[0], x.reshape(new_shape).sum(3))
+
+
+def test_execute_with_tuple_and_list() -> None:
+    x = torch.randn(2, 3, 4)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.sum(fd.ops.reshape(t0, fd.define_vector(2)), dims=[0]))
+    expected = x.reshape(6, 4).sum(0)
+    torch.testing.assert_close(fd.execute([x, [6, 4]])[0], expected)
+    torch.testing.assert_close(fd.execute([x, (6, 4)])[0], expected)
+
+
+def test_prod() -> None:
+    x = torch.rand(2, 4, 8) + 0.5
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.prod(t0, DataType.Float))
+        fd.add_output(fd.ops.prod(t0, 1, False, DataType.Float))
+        fd.add_output(fd.ops.prod(t0, 1, True, DataType.Float))
+        fd.add_output(fd.ops.prod(t0, [-1], False, DataType.Float))
+    expected = [x.prod(), x.prod(1), x.prod(1, keepdim=True), x.prod(-1)]
+    for out, want in zip(fd.execute([x]), expected, strict=True):
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=0)
+
+
+def test_tensor_size_both_args_bcast() -> None:
+    a, b = torch.randn(1, 3), torch.randn(2, 1)
+    with FusionDefinition() as fd:
+        t0, t1 = fd.from_pytorch(a), fd.from_pytorch(b)
+        t0_b = fd.ops.broadcast_in_dim(t0, [t1.size(0), t0.size(1)], [0, 1])
+        t1_b = fd.ops.broadcast_in_dim(t1, [t1.size(0), t0.size(1)], [0, 1])
+        fd.add_output(fd.ops.add(t0_b, t1_b))
+    torch.testing.assert_close(fd.execute([a, b])[0], a + b)
+
+
+def test_cpu_add() -> None:
+    """A CPU scalar tensor from from_pytorch, added to a tensor."""
+    inputs = [torch.tensor(2.0, dtype=torch.float), torch.randn(3)]
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(inputs[0])
+        s0 = fd.from_pytorch(inputs[1])
+        fd.add_output(fd.ops.add(t0, s0))
+    torch.testing.assert_close(fd.execute(inputs)[0], inputs[0] + inputs[1])
+
+
+def test_full_with_cpu_inputs() -> None:
+    """A fusion whose only input is a CPU scalar tensor."""
+    inputs = [torch.tensor(2.0, dtype=torch.float)]
+    with FusionDefinition() as fd:
+        tv0 = fd.from_pytorch(inputs[0])
+        s0 = fd.define_scalar(3.0)
+        tv1 = fd.ops.full(shape=[2, 2], fill_value=s0, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(tv0, tv1))
+    # No tensor input names a framework: the output is kfuse's default array for the host.
+    (out,) = fd.execute(inputs)
+    torch.testing.assert_close(torch.as_tensor(out), torch.full((2, 2), 6.0))
