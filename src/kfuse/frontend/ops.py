@@ -151,7 +151,12 @@ class Ops:
         if not isinstance(shape, (list, tuple)):
             raise DefinitionError(f"broadcast_in_dim: shape must be a list, got {describe(shape)}")
         shape = list(shape)
-        if isinstance(x, Scalar) and not x.is_constant and list(broadcast_dims) == []:
+        if (
+            isinstance(x, Scalar)
+            and not x.is_constant
+            and isinstance(broadcast_dims, (list, tuple))
+            and not broadcast_dims
+        ):
             # A symbolic scalar (a CPU scalar tensor's value, define_tensor(is_cpu=True))
             # everywhere in a tensor of `shape`.
             return build_full(self._b, shape, x, x.dtype, op="broadcast_in_dim")

@@ -62,13 +62,17 @@ class PrintStyle:
     own_names: bool  # the Vals' own names (T0, S0), else nvFuser's tv0.. and c0..
     keep_defaults: bool  # keyword arguments of their default value printed
     call_lines: bool  # the `with FusionDefinition() as fd:` lines after the function
+    full_inputs: bool  # define_tensor with is_cpu and nvFuser's default contiguity (False)
+    exprs_order: bool  # inputs first, then nvFuser's Fusion::exprs() order (else creation)
 
 
-KFUSE_STYLE = PrintStyle("kfuse_fusion", _number, True, True, True)
-NVFUSER_STYLE = PrintStyle("nvfuser_fusion", _nvfuser_number, False, False, False)
+KFUSE_STYLE = PrintStyle("kfuse_fusion", _number, True, True, True, False, False)
+NVFUSER_STYLE = PrintStyle("nvfuser_fusion", _nvfuser_number, False, False, False, True, True)
 
 
-def literal(v: Any, names: Mapping[int, str] | None = None, number: Any = _number) -> str:
+def literal(
+    v: Any, names: Mapping[int, str] | None = None, number: Callable[[Any], str] = _number
+) -> str:
     """A Python expression for an operand: a name, or a constant's literal (or the name it
     is printed under, where `names` (by id) has one: see _named_constants)."""
     if isinstance(v, Scalar) and v.is_constant:
@@ -117,12 +121,12 @@ def _define_input(v: Val, names: Mapping[int, str], style: PrintStyle) -> str:
         shape = [-1 if a.extent is None else a.extent for a in v.axes]
         args = [f"shape={shape}"]
         contiguity = v.contiguity
-        if contiguity is None and not style.own_names:  # nvFuser's default: False
+        if contiguity is None and style.full_inputs:  # nvFuser's default: False
             contiguity = tuple(None if a.is_broadcast else False for a in v.axes)
         if contiguity is not None:
             args.append(f"contiguity={list(contiguity)}")
         args.append(f"dtype={v.dtype!r}")
-        if not style.own_names:
+        if style.full_inputs:
             args.append("is_cpu=False")
         if v.stride_order is not None:
             args.append(f"stride_order={list(v.stride_order)}")
@@ -206,7 +210,7 @@ def fusion_to_python(fusion: Any, name: str | None = None, style: PrintStyle = K
 def _input_order(fusion: Any, style: PrintStyle) -> list[tuple[int, Val]]:
     """The inputs with their sort keys: kfuse prints each where it was defined, nvFuser
     all of them first."""
-    if style.own_names:
+    if not style.exprs_order:
         return [(v.serial, v) for v in fusion.inputs]
     return [(-1, v) for v in fusion.inputs]
 
@@ -215,7 +219,7 @@ def _statement_order(fusion: Any, style: PrintStyle) -> list[tuple[int, Expr]]:
     """The exprs with their sort keys: kfuse prints them in definition order; nvFuser in
     its Fusion::exprs() order, a depth-first walk from the outputs in turn that prints an
     expr after its inputs' (in operand order), leaving out what reaches no output."""
-    if style.own_names:
+    if not style.exprs_order:
         return [(e.outputs[0].serial, e) for e in sorted(fusion.exprs, key=_first_serial)]
     order: list[Expr] = []
     seen: set[int] = set()
