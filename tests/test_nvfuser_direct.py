@@ -367,3 +367,59 @@ def test_repro_script_for_runs(installed: Any) -> None:
     assert namespace["out"][0].shape == (4, 3)
     with pytest.raises(InputError, match="not a torch tensor or a number"):
         fd.repro_script_for([np.zeros(2)])
+
+
+def test_thunders_cross_entropy_translation() -> None:
+    """The fd.ops calls Thunder's cross_entropy_fwd and cross_entropy_bwd translators make
+    (nvfuserex_impl.py, 0.2.6), in their order and spellings: a Float index for
+    take_along_axis, shapes from TensorView.shape(), sum without dims, iota of a shape entry."""
+    DataType = nvfuser_direct.DataType
+    logits = torch.randn(5, 7)
+    target = torch.tensor([3, -100, 0, 6, 2])
+    ignore = -100
+    with nvfuser_direct.FusionDefinition() as fd:
+        nv_a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        nv_target = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        nv_ignore_index = fd.define_scalar(ignore, DataType.Int)
+        zero_scalar = fd.define_scalar(0, dtype=DataType.Float)
+        ne = fd.ops.ne(nv_target, nv_ignore_index)
+        where_0 = fd.ops.where(ne, nv_target, zero_scalar)
+        where = fd.ops.broadcast_in_dim(
+            where_0, shape=[nv_target.shape()[-1], 1], broadcast_dims=[0]
+        )
+        gather0 = fd.ops.take_along_axis(nv_a, where, dim=1)
+        gather = fd.ops.reshape(gather0, new_shape=[nv_target.shape()[-1]])
+        max_ = fd.ops.max(nv_a, 1)
+        max2 = fd.ops.broadcast_in_dim(max_, shape=[nv_target.shape()[-1], 1], broadcast_dims=[0])
+        log = fd.ops.log(fd.ops.sum(fd.ops.exp(fd.ops.sub(nv_a, max2)), 1))
+        neg = fd.ops.neg(fd.ops.sub(fd.ops.sub(gather, max_), log))
+        where_1 = fd.ops.where(ne, neg, zero_scalar)
+        sum_2_cvt = fd.ops.cast(fd.ops.sum(ne), dtype=DataType.Float)
+        loss = fd.ops.div(fd.ops.sum(where_1), sum_2_cvt)
+        # The backward's translation, with the forward's results and g = 1.
+        nv_g = fd.define_tensor(shape=[], dtype=DataType.Float)
+        zero = fd.define_scalar(0, dtype=DataType.Int)
+        one = fd.define_scalar(1, dtype=DataType.Int)
+        iotas = fd.ops.iota(nv_a.shape()[-1], zero, one, dtype=DataType.Int)
+        iotas_bcast = fd.ops.broadcast_in_dim(
+            iotas, shape=nv_a.shape(), broadcast_dims=[nv_a.ndim - 1]
+        )
+        neg_gradients_mod = fd.ops.div(fd.ops.neg(nv_g), sum_2_cvt)
+        target_bcast = fd.ops.broadcast_in_dim(nv_target, shape=nv_a.shape(), broadcast_dims=[0])
+        mask = fd.ops.eq(iotas_bcast, target_bcast)
+        grads_bcast = fd.ops.broadcast_in_dim(
+            neg_gradients_mod, shape=nv_a.shape(), broadcast_dims=[]
+        )
+        scattered_vals = fd.ops.where(mask, grads_bcast, zero)
+        new_target_bcast = fd.ops.where(fd.ops.ne(target_bcast, nv_ignore_index), grads_bcast, zero)
+        a_max_bcast = fd.ops.broadcast_in_dim(max_, shape=nv_a.shape(), broadcast_dims=[0])
+        lse_bcast = fd.ops.broadcast_in_dim(log, shape=nv_a.shape(), broadcast_dims=[0])
+        softmax = fd.ops.exp(fd.ops.sub(fd.ops.sub(nv_a, a_max_bcast), lse_bcast))
+        fd.add_output(loss)
+        fd.add_output(fd.ops.sub(scattered_vals, fd.ops.mul(softmax, new_target_bcast)))
+    loss_t, grad_t = fd.execute([logits, target, torch.tensor(1.0)])
+    x = logits.clone().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(x, target, ignore_index=ignore)
+    expected.backward()
+    torch.testing.assert_close(loss_t, expected.detach())
+    torch.testing.assert_close(grad_t, x.grad)
