@@ -423,3 +423,31 @@ def test_thunders_cross_entropy_translation() -> None:
     expected.backward()
     torch.testing.assert_close(loss_t, expected.detach())
     torch.testing.assert_close(grad_t, x.grad)
+
+
+def test_factories_printed_as_nvfuser_prints_them() -> None:
+    """nvFuser's printer: iota's arguments as keywords, a random op's parameters and shape
+    positionally, default dtypes (Int, Float) left out; full as kfuse spells it. The text
+    rebuilds the same definition."""
+    DataType = nvfuser_direct.DataType
+    with nvfuser_direct.FusionDefinition() as fd:
+        seed, offset = fd.define_scalar(DataType.Int), fd.define_scalar(DataType.Int)
+        fd.add_output(fd.ops.uniform(0.0, 1.0, [2, 3], rng_seed=seed, rng_offset=offset))
+        fd.add_output(fd.ops.normal(0.0, 1.0, [2, 3], dtype=DataType.Half))
+        fd.add_output(fd.ops.iota(3, 0, 1, DataType.Int))
+        fd.add_output(fd.ops.full([2, 3], 1.5, DataType.Float))
+    text = repr(fd)
+    for line in (
+        "    tv0 = fd.ops.uniform(0.00000, 1.00000, [2, 3], rng_seed=c0, rng_offset=c1)\n",
+        "    tv1 = fd.ops.normal(0.00000, 1.00000, [2, 3], dtype=DataType.Half)\n",
+        "    tv2 = fd.ops.iota(length=3, start=0, step=1)\n",
+        "fd.ops.full(shape=[2, 3], fill_value=c",
+    ):
+        assert line in text, line
+    namespace: dict[str, Any] = {
+        "FusionDefinition": nvfuser_direct.FusionDefinition,
+        "DataType": DataType,
+    }
+    exec(text + "with FusionDefinition() as fd:\n    nvfuser_fusion(fd)\n", namespace)
+    assert repr(namespace["fd"]) == text
+    assert namespace["fd"].fusion == fd.fusion

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from kfuse.dtypes import python_scalar_dtype
+from kfuse.dtypes import DataType, python_scalar_dtype
 from kfuse.ir.exprs import (
     BinaryOp,
     CastOp,
@@ -31,6 +31,7 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.generated import generated_call
 from kfuse.ir.ops import fd_call
+from kfuse.ir.random_ops import RANDOM_OPS
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -60,7 +61,7 @@ class PrintStyle:
     function: str  # the name of the printed function
     number: Callable[[Any], str]  # a constant's literal
     own_names: bool  # the Vals' own names (T0, S0), else nvFuser's tv0.. and c0..
-    keep_defaults: bool  # keyword arguments of their default value printed
+    kfuse_calls: bool  # kfuse's calls (default keywords, alias_input=, factories), else nvFuser's
     call_lines: bool  # the `with FusionDefinition() as fd:` lines after the function
     full_inputs: bool  # define_tensor with is_cpu and nvFuser's default contiguity (False)
     exprs_order: bool  # inputs first, then nvFuser's Fusion::exprs() order (else creation)
@@ -135,13 +136,32 @@ def _define_input(v: Val, names: Mapping[int, str], style: PrintStyle) -> str:
 
 
 def _reduction_call(expr: ReductionOp, operand: str, style: PrintStyle) -> str:
-    if style.keep_defaults:
+    if style.kfuse_calls:
         keywords = f"dims={list(expr.dims)}, keepdim=False, dtype={expr.dtype!r}"
     elif expr.op in ("max", "min"):  # nvFuser prints their dtype as Null, the default
         keywords = f"dims={list(expr.dims)}"
     else:
         keywords = f"dims={list(expr.dims)}, dtype={expr.dtype!r}"
     return f"fd.ops.{expr.op}({operand}, {keywords})"
+
+
+def _generated_call(expr: GeneratedOp, lit: Callable[[Val], str], style: PrintStyle) -> str:
+    """A factory's call; nvFuser's printer writes iota's arguments as keywords and a random
+    op's distribution parameters and shape positionally, leaving out the default dtype (Int
+    for iota, Float for the random ops); full is spelled alike."""
+    if style.kfuse_calls or not (expr.op == "iota" or expr.op in RANDOM_OPS):
+        return generated_call(expr, lit)
+    if expr.op == "iota":
+        start, step = (lit(v) for v in expr.params)
+        dtype = "" if expr.dtype is DataType.Int else f", dtype={expr.dtype!r}"
+        return f"fd.ops.iota(length={lit(expr.shape[0])}, start={start}, step={step}{dtype})"
+    a, b, *seed = (lit(v) for v in expr.params)
+    arguments = [a, b, "[" + ", ".join(lit(s) for s in expr.shape) + "]"]
+    if seed:
+        arguments += [f"rng_seed={seed[0]}", f"rng_offset={seed[1]}"]
+    if expr.dtype is not DataType.Float:
+        arguments.append(f"dtype={expr.dtype!r}")
+    return f"fd.ops.{expr.op}({', '.join(arguments)})"
 
 
 def _call(expr: Expr, names: Mapping[int, str], style: PrintStyle = KFUSE_STYLE) -> str:
@@ -156,7 +176,7 @@ def _call(expr: Expr, names: Mapping[int, str], style: PrintStyle = KFUSE_STYLE)
     if isinstance(expr, CastOp):
         return f"fd.ops.cast({a[0]}, dtype={expr.dtype!r})"
     if isinstance(expr, GeneratedOp):
-        return generated_call(expr, lambda v: literal(v, names, style.number))
+        return _generated_call(expr, lambda v: literal(v, names, style.number), style)
     if (row := structural_info(expr)) is not None:
         arguments = row.arguments(expr, a, lambda entries: _extent_list(entries, names))
         return f"fd.ops.{row.printed_method(expr)}({arguments})"
@@ -275,6 +295,6 @@ def _output_lines(fusion: Any, names: Mapping[int, str], style: PrintStyle) -> l
         if k in aliases:
             target = name(fusion.inputs[aliases[k]])
             # nvFuser prints the aliased input as a second positional argument.
-            keyword = "alias_input=" if style.keep_defaults else ""
+            keyword = "alias_input=" if style.kfuse_calls else ""
             lines.append(f"    fd.add_output({name(v)}, {keyword}{target})")
     return lines
