@@ -451,3 +451,27 @@ def test_factories_printed_as_nvfuser_prints_them() -> None:
     exec(text + "with FusionDefinition() as fd:\n    nvfuser_fusion(fd)\n", namespace)
     assert repr(namespace["fd"]) == text
     assert namespace["fd"].fusion == fd.fusion
+
+
+@pytest.mark.gpu
+def test_a_thunder_region_on_the_gpu() -> None:
+    """On CUDA tensors, as Thunder calls it: a 0-dim CPU tensor (is_cpu=True) beside CUDA
+    inputs, a tuple for a define_vector, Thunder's execute keywords; three calls (the last
+    ones on the fast path)."""
+    DataType = nvfuser_direct.DataType
+    x = torch.randn(4, 6, device="cuda").t()  # a transposed view
+    with nvfuser_direct.FusionDefinition() as fd:
+        tx = _thunder_input(fd, x)
+        c = fd.define_tensor(shape=[], dtype=DataType.Float, is_cpu=True)
+        shape = fd.define_vector(2)
+        y = fd.ops.mul(tx, c)
+        fd.add_output(fd.ops.reshape(y, shape))
+        fd.add_output(fd.ops.sum(fd.ops.ne(y, 0.0)))
+    for value in (2.0, -1.0, 0.5):
+        out, count = fd.execute(
+            [x, torch.tensor(value), (3, 8)], device=fd._selected_device,
+            save_repro_inputs=False, _enable_options=[], _disable_options=[],
+        )  # fmt: skip
+        assert out.is_cuda
+        torch.testing.assert_close(out, (x * value).reshape(3, 8))
+        assert int(count) == int((x * value != 0).sum())
