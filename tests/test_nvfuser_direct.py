@@ -475,3 +475,26 @@ def test_a_thunder_region_on_the_gpu() -> None:
         assert out.is_cuda
         torch.testing.assert_close(out, (x * value).reshape(3, 8))
         assert int(count) == int((x * value != 0).sum())
+
+
+def test_save_repro_inputs_keeps_fake_inputs(installed: Any) -> None:
+    """execute(..., save_repro_inputs=True) keeps fake copies of the inputs (no storage), and
+    last_repro_script writes the script for them, as nvFuser's definition does."""
+    DataType = nvfuser_direct.DataType
+    with nvfuser_direct.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.reshape(fd.ops.neg(x), fd.define_vector(2)))
+    with pytest.raises(InputError, match="save_repro_inputs=True"):
+        fd.last_repro_script()
+    x_t = torch.randn(2, 6)
+    fd.execute([x_t, (3, 4)])
+    assert fd.fake_inputs is None  # only when asked
+    fd.execute([x_t, (3, 4)], save_repro_inputs=True)
+    kept = fd.fake_inputs
+    assert kept is not None and kept[1] == (3, 4)
+    assert type(kept[0]).__name__ == "FakeTensor" and kept[0].shape == (2, 6)
+    script = fd.last_repro_script()
+    assert "torch.testing.make_tensor((2, 6), dtype=torch.float32, device='cpu')" in script
+    namespace: dict[str, Any] = {}
+    exec(script.replace("fd.execute(inputs)", "out = fd.execute(inputs)"), namespace)
+    assert namespace["out"][0].shape == (3, 4)

@@ -60,11 +60,15 @@ class FusionExecution:
         list or tuple). Outputs are new arrays of the inputs' framework on their device,
         produced on the framework's current stream unless `stream` (an integer CUDA stream
         handle) is given. save_repro_inputs, _enable_options and _disable_options are
-        nvFuser's (Thunder passes them): accepted as nvFuser's types; kfuse keeps no fake
-        inputs and has no NVFUSER_ENABLE/DISABLE options, so a non-empty list is an error.
+        nvFuser's (Thunder passes them): accepted as nvFuser's types; save_repro_inputs
+        hands the inputs to `_keep_repro_inputs` (kfuse.nvfuser_direct's definition keeps
+        their descriptions for its repro script), and kfuse has no NVFUSER_ENABLE/DISABLE
+        options, so a non-empty list is an error.
         """
         if save_repro_inputs is not False or _enable_options or _disable_options:
             _check_nvfuser_options(save_repro_inputs, _enable_options, _disable_options)
+            if save_repro_inputs:
+                self._keep_repro_inputs(inputs)
         if self._vector_inputs:
             inputs = _unpacked_vectors(inputs)
         if stream is not None:
@@ -95,6 +99,9 @@ class FusionExecution:
                 return executor.shown(outputs)
         # build_runtime_info checks that the inputs are a list (kfuse.runtime.info.input_list).
         return self._executor().execute(inputs, device=device, try_fast=False)
+
+    def _keep_repro_inputs(self, inputs: Any) -> None:
+        """What execute(save_repro_inputs=True) does with the inputs: nothing here."""
 
     def manual_execute(
         self,

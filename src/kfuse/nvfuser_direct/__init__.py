@@ -25,7 +25,7 @@ from kfuse.frontend import FusionDefinition as _KfuseFusionDefinition
 from kfuse.ir.printer import NVFUSER_STYLE, fusion_to_python
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.nvfuser_direct.descriptor import compute_tensor_descriptor
-from kfuse.nvfuser_direct.repro import repro_script
+from kfuse.nvfuser_direct.repro import fake_copies, repro_script
 
 __all__ = [
     "DataType",
@@ -57,10 +57,28 @@ class FusionDefinition(_KfuseFusionDefinition):
 
     __str__ = __repr__
 
+    fake_inputs: list[Any] | None = None
+    # nvFuser's execute unpacks every list or tuple input into scalars (not only those of a
+    # define_vector): a printed definition defines a vector's scalars one by one.
+    _vector_inputs = True
+
     def repro_script_for(self, inputs: Sequence[Any] | None = None) -> str:
         """A script that defines this fusion and, given `inputs` (torch tensors and numbers),
         runs it on inputs of their shapes, strides, dtypes and devices (random values)."""
         return repro_script(repr(self), inputs)
+
+    def last_repro_script(self) -> str:
+        """repro_script_for the inputs of the last execute(..., save_repro_inputs=True)."""
+        if self.fake_inputs is None:
+            raise InputError(
+                "last_repro_script: no inputs were kept; run "
+                "fd.execute(inputs, save_repro_inputs=True) first"
+            )
+        return self.repro_script_for(self.fake_inputs)
+
+    def _keep_repro_inputs(self, inputs: Any) -> None:
+        # As nvFuser: torch's fake tensors (shape, strides, dtype, device; no storage).
+        self.fake_inputs = fake_copies(inputs)
 
 
 class ParallelType(enum.Enum):

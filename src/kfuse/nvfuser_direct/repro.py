@@ -31,6 +31,8 @@ def repro_script(definition: str, inputs: Sequence[Any] | None) -> str:
 def _input(a: Any) -> str:
     if isinstance(a, (bool, int)):
         return repr(a)
+    if isinstance(a, (list, tuple)):  # a define_vector's sizes
+        return repr(type(a)(int(n) for n in a))
     if isinstance(a, float):
         return repr(a) if math.isfinite(a) else f'float("{a}")'
     try:
@@ -50,6 +52,16 @@ def _input(a: Any) -> str:
         high = 2 if dtype == _bool() else 10
         values = f"torch.randint(0, {high}, ({extent},), dtype={dtype}, device='{device}')"
     return f"{values}.as_strided({sizes}, {strides})"
+
+
+def fake_copies(inputs: Any) -> list[Any]:
+    """The inputs with each torch tensor as a fake tensor of its shape, strides, dtype and
+    device (torch's FakeTensorMode: no storage is kept alive), numbers as they are."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    return [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in inputs]
 
 
 def _bool() -> Any:
