@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kfuse.dtypes import (
+    ALL_DTYPES,
     DataType,
     as_dtype,
     promote_types,
@@ -19,7 +20,7 @@ from kfuse.dtypes import (
 from kfuse.errors import DefinitionError
 from kfuse.frontend import FusionDefinition
 
-ALL = list(DataType)
+ALL = list(ALL_DTYPES)
 
 
 def test_properties() -> None:
@@ -88,8 +89,12 @@ def test_tensor_promotion_matches_torch(a: DataType, b: DataType) -> None:
     if a.is_float8:  # torch has no float8 arithmetic; kfuse's result dtype is the promoted one
         assert _result("div", a, b) is a
         return
-    div = torch.true_divide(_torch_arg(a), _torch_arg(b)).dtype
-    assert to_torch_dtype(_result("div", a, b)) == div
+    true_quotient = torch.true_divide(_torch_arg(a), _torch_arg(b)).dtype
+    assert to_torch_dtype(_result("truediv", a, b)) == true_quotient
+    # div of operands promoting to an integer dtype is nvFuser's integer division
+    # (torch.div(rounding_mode="trunc"), of the promoted dtype); else true division.
+    integral = not expected.is_floating_point and expected != torch.bool
+    assert to_torch_dtype(_result("div", a, b)) == (expected if integral else true_quotient)
 
 
 @given(st.sampled_from(ALL), st.sampled_from([True, 3, -2, 0.5, 2.0]), st.booleans())

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from kfuse import DataType, FusionDefinition
-from kfuse.dtypes import FLOAT8_FORMATS, round_to_float8, to_numpy_dtype
+from kfuse.dtypes import ALL_DTYPES, FLOAT8_FORMATS, round_to_float8, to_numpy_dtype
 from kfuse.errors import DefinitionError, InputError
 from kfuse.reference import evaluate
 from kfuse.runtime.emulator import EmulatedKernel
@@ -265,7 +265,7 @@ def test_float8_reductions_and_torch_cpu_tensors(dtype: DataType) -> None:
 
 @pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.value)
 def test_every_dtype_casts_to_and_from_float8_as_torch(dtype: DataType) -> None:
-    others = [d for d in DataType if d is not dtype]
+    others = [d for d in ALL_DTYPES if d is not dtype]
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1], dtype=dtype)
         ins = [fd.define_tensor([-1], dtype=d) for d in others]

@@ -1,6 +1,7 @@
 """fd.ops.div of two integer scalars is nvFuser's Int division (an integer, rounded toward
 zero), so a size divided by a group count is a reshape extent; fd.ops.truediv and Python's
-`/` still divide them as Floats, and div of anything else is true division."""
+`/` still divide them as Floats. Integer tensors divide the same way
+(tests/test_nvfuser_spellings.py); div of anything else is true division."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def test_dtypes() -> None:
         assert fd.ops.div(n, i).dtype is DataType.Int
         assert fd.ops.div(n, 2.0).dtype is DataType.Double
         assert fd.ops.div(flag, flag).dtype is DataType.Float
-        assert fd.ops.div(t, n).dtype is DataType.Float  # tensors: true division
+        assert fd.ops.div(t, n).dtype is DataType.Int  # tensors too, as nvFuser's div
+        assert fd.ops.div(t, 2.0).dtype is DataType.Float
+        assert fd.ops.truediv(t, n).dtype is DataType.Float
         fd.add_output(t)
 
 

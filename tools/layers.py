@@ -23,6 +23,7 @@ modules; imports under `if TYPE_CHECKING:` are for annotations and are not count
     campaign  property campaigns
     cli       the command line
     main      python -m kfuse (kfuse/__main__.py)
+    nvfuser_direct  kfuse under nvFuser's module name (Thunder's drop-in); nothing imports it
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("campaign",),
     ("cli",),
     ("main",),
+    ("nvfuser_direct",),
 )
 CORE_MODULES = {"errors", "_errors_base", "dtypes", "knobs", "switches", "_C"}
 

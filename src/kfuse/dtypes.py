@@ -35,6 +35,14 @@ class DataType(enum.Enum):
     Double = "Double"
     Float8_e4m3fn = "Float8_e4m3fn"  # 4 exponent bits, 3 mantissa bits; no infinity
     Float8_e5m2 = "Float8_e5m2"  # 5 exponent bits, 2 mantissa bits
+    # nvFuser's other names, present so that programs written for nvFuser (Thunder's dtype
+    # map) import; kfuse computes none of them yet (DECLARED_ONLY says why), and Null is
+    # nvFuser's "no dtype": the default where a dtype is optional (optional_dtype).
+    Null = "Null"
+    ComplexFloat = "ComplexFloat"
+    ComplexDouble = "ComplexDouble"
+    UInt64 = "UInt64"
+    Float4_e2m1fn_x2 = "Float4_e2m1fn_x2"
 
     @property
     def itemsize(self) -> int:
@@ -85,6 +93,10 @@ _ITEMSIZE = {
     DataType.Double: 8,
     DataType.Float8_e4m3fn: 1,
     DataType.Float8_e5m2: 1,
+    DataType.ComplexFloat: 8,
+    DataType.ComplexDouble: 16,
+    DataType.UInt64: 8,
+    DataType.Float4_e2m1fn_x2: 1,
 }
 REDUCED_FLOATS: tuple[DataType, ...] = (
     DataType.Half,
@@ -133,26 +145,58 @@ _TORCH_NAME = {
     DataType.Float8_e4m3fn: "float8_e4m3fn",
     DataType.Float8_e5m2: "float8_e5m2",
 }
-ALL_DTYPES: tuple[DataType, ...] = tuple(DataType)
+DECLARED_ONLY = {
+    DataType.Null: "DataType.Null means no dtype (the default where a dtype is optional)",
+    DataType.ComplexFloat: "complex numbers are not supported by kfuse yet",
+    DataType.ComplexDouble: "complex numbers are not supported by kfuse yet",
+    DataType.UInt64: "unsigned integers are not supported by kfuse yet",
+    DataType.Float4_e2m1fn_x2: "packed float4 (e2m1) is not supported by kfuse yet",
+}
+"""nvFuser's dtypes kfuse names but does not compute, each with the reason a user is told."""
+_DECLARED_TORCH_NAME = {
+    "complex64": DataType.ComplexFloat,
+    "complex128": DataType.ComplexDouble,
+    "uint64": DataType.UInt64,
+    "float4_e2m1fn_x2": DataType.Float4_e2m1fn_x2,
+}
+"""Arrays of the declared-only dtypes are recognised, so that using one says which it is."""
+ALL_DTYPES: tuple[DataType, ...] = tuple(d for d in DataType if d not in DECLARED_ONLY)
+"""The dtypes kfuse computes in."""
 
 
 def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
     """Coerce a DataType, its name ("Float"), or a NumPy/torch/CuPy dtype to DataType.
 
-    Raises DefinitionError naming `what` for anything else.
+    Raises DefinitionError naming `what` for anything else, and for the dtypes kfuse only
+    names (DECLARED_ONLY: Null, the complex types, UInt64, Float4_e2m1fn_x2).
     """
+    dtype = _named_dtype(value)
+    if dtype is None:
+        try:
+            dtype = from_array_dtype(value)
+        except DefinitionError:
+            raise DefinitionError(
+                f"{what}: {value!r} is not a kfuse DataType "
+                f"(expected one of {', '.join(d.name for d in ALL_DTYPES)})"
+            ) from None
+    if dtype in DECLARED_ONLY:
+        raise DefinitionError(f"{what}: DataType.{dtype.value}: {DECLARED_ONLY[dtype]}")
+    return dtype
+
+
+def optional_dtype(value: Any, *, what: str = "dtype") -> DataType | None:
+    """None for None and DataType.Null (nvFuser's spelling of "the default"), else as_dtype."""
+    if value is None or _named_dtype(value) is DataType.Null:
+        return None
+    return as_dtype(value, what=what)
+
+
+def _named_dtype(value: Any) -> DataType | None:
     if isinstance(value, DataType):
         return value
     if isinstance(value, str) and value in DataType.__members__:
         return DataType[value]
-    try:
-        return from_array_dtype(value)
-    except DefinitionError:
-        pass
-    raise DefinitionError(
-        f"{what}: {value!r} is not a kfuse DataType "
-        f"(expected one of {', '.join(d.name for d in DataType)})"
-    )
+    return None
 
 
 def to_numpy_dtype(dtype: DataType) -> Any:
@@ -192,6 +236,8 @@ def from_array_dtype(dt: Any) -> DataType:
     }
     if name in aliases:
         return aliases[name]
+    if name in _DECLARED_TORCH_NAME:
+        return _DECLARED_TORCH_NAME[name]
     raise DefinitionError(f"unsupported array dtype {dt!r}")
 
 
@@ -357,6 +403,11 @@ def python_scalar_dtype(value: Any) -> DataType:
         return DataType.Int
     if isinstance(value, float):
         return DataType.Double
+    if isinstance(value, complex):
+        raise DefinitionError(
+            f"{value!r} is a complex number (DataType.ComplexDouble): "
+            f"{DECLARED_ONLY[DataType.ComplexDouble]}"
+        )
     # NumPy scalars and the like: go through their dtype.
     dt = getattr(value, "dtype", None)
     if dt is not None and getattr(value, "ndim", 1) == 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kfuse.dtypes import DataType, as_dtype, from_array_dtype
+from kfuse.dtypes import DataType, as_dtype, from_array_dtype, optional_dtype
 from kfuse.errors import DefinitionError
 from kfuse.frontend.execute import FusionExecution
 from kfuse.frontend.ops import Ops
@@ -32,6 +32,10 @@ class FusionDefinition(FusionExecution):
     Leaving the `with` block finalizes the fusion (it must have an output); afterwards no op
     may be added.
     """
+
+    # The device of a fusion without tensor inputs, as Thunder sets it (`fd._selected_device`
+    # before the definition, read back for execute's `device=`); None: the default.
+    _selected_device: int | None = None
 
     def __init__(self) -> None:
         self.fusion = Fusion()
@@ -89,27 +93,37 @@ class FusionDefinition(FusionExecution):
         *,
         sizes: Sequence[int] | None = None,
         strides: Sequence[int] | None = None,
-    ) -> TensorView:
+        static_sizes: bool = False,
+        is_cpu: bool = False,
+    ) -> Val:
         """A tensor input.
 
         shape: one entry per axis: -1 symbolic, 1 broadcast, another n >= 0 a fixed size.
         contiguity: None (any strides), a bool for every non-broadcast axis, or a list with one
         entry per axis (None for broadcast axes). stride_order: see TensorView.
         Alternatively give `sizes` and `strides` (in elements) of an example tensor: sizes of 1
-        become broadcast axes, the others symbolic, and contiguity and stride order are derived
-        from the strides.
+        become broadcast axes, the others symbolic (fixed with static_sizes), and contiguity
+        and stride order are derived from the strides.
+        is_cpu: nvFuser's CPU scalar tensor, for a 0-dim shape only: a tensor on the host
+        whose one value the kernels read as a scalar, so it is a symbolic scalar input of the
+        dtype (execute takes the 0-dim tensor, or a number, in its place).
         """
         self.check_open("define_tensor")
         if sizes is not None or strides is not None:
             if shape is not None or sizes is None or strides is None:
                 raise DefinitionError("define_tensor: give either shape or both sizes and strides")
+            sizes = _index_list(sizes, "sizes")
             shape, contiguity, stride_order = _layout_from_strides(
-                _index_list(sizes, "sizes"), _index_list(strides, "strides")
+                sizes, _index_list(strides, "strides")
             )
+            if static_sizes:
+                shape = list(sizes)
         if shape is None:
             raise DefinitionError("define_tensor: shape is required")
         if not isinstance(shape, (list, tuple)):
             raise DefinitionError(f"define_tensor: shape must be a list, got {describe(shape)}")
+        if is_cpu is not False:
+            return self._cpu_scalar_tensor(shape, dtype, is_cpu)
         axes = []
         for i, n in enumerate(shape):
             try:
@@ -137,7 +151,30 @@ class FusionDefinition(FusionExecution):
         self.fusion.inputs.append(tv)
         return tv
 
-    def from_array(self, a: Any) -> TensorView:
+    def _cpu_scalar_tensor(self, shape: Sequence[int], dtype: Any, is_cpu: Any) -> Scalar:
+        if is_cpu is not True:
+            raise DefinitionError(f"define_tensor: is_cpu must be True or False, got {is_cpu!r}")
+        if len(shape) != 0:
+            raise DefinitionError(
+                f"define_tensor: is_cpu=True is for 0-dim tensors (a CPU scalar tensor, as in "
+                f"nvFuser); shape {list(shape)} has {len(shape)} axes"
+            )
+        dt = as_dtype(dtype, what="define_tensor: dtype")
+        s = self._builder.new_scalar(dt, is_input=True)
+        self.fusion.inputs.append(s)
+        return s
+
+    def from_pytorch(self, tensor: Any, static_sizes: bool = False) -> Val:
+        """nvFuser's spelling of from_array for a torch tensor; static_sizes fixes every
+        size (else sizes other than 1 are symbolic). A 0-dim CPU tensor is a CPU scalar
+        tensor, as in nvFuser (define_tensor's is_cpu)."""
+        self.check_open("from_pytorch")
+        device = getattr(tensor, "device", None)
+        if getattr(device, "type", None) == "cpu" and len(tensor.shape) == 0:
+            return self.define_tensor([], dtype=from_array_dtype(tensor.dtype), is_cpu=True)
+        return self.from_array(tensor, static_sizes=static_sizes)
+
+    def from_array(self, a: Any, *, static_sizes: bool = False) -> TensorView:
         """A tensor input shaped like array `a` (NumPy, CuPy or torch, duck-typed)."""
         self.check_open("from_array")
         try:
@@ -149,18 +186,40 @@ class FusionDefinition(FusionExecution):
                 strides = [int(s) // dtype.itemsize for s in a.strides]  # NumPy/CuPy: bytes
         except (AttributeError, TypeError) as e:
             raise DefinitionError(f"from_array: {type(a).__name__} is not an array ({e})") from None
-        return self.define_tensor(sizes=shape, strides=strides, dtype=dtype)
+        tv = self.define_tensor(
+            sizes=shape, strides=strides, dtype=dtype, static_sizes=static_sizes
+        )
+        assert isinstance(tv, TensorView)
+        return tv
 
     def define_scalar(self, value: Any = None, dtype: Any = None) -> Scalar:
         """A scalar: a symbolic input when value is None (dtype defaults to Double), else a
-        constant (dtype defaults from the Python type: bool, int -> Int, float -> Double)."""
+        constant (dtype defaults from the Python type: bool, int -> Int, float -> Double).
+        As in nvFuser, define_scalar(DataType.X) is a symbolic input of dtype X, and
+        dtype=DataType.Null means the default."""
         self.check_open("define_scalar")
-        dt = None if dtype is None else as_dtype(dtype, what="define_scalar: dtype")
+        if isinstance(value, DataType):
+            if dtype is not None:
+                raise DefinitionError(
+                    f"define_scalar: value {value!r} is a dtype and dtype={dtype!r} is given too"
+                )
+            value, dtype = None, value
+        dt = optional_dtype(dtype, what="define_scalar: dtype")
         if value is None:
             s = self._builder.new_scalar(dt or DataType.Double, is_input=True)
             self.fusion.inputs.append(s)
             return s
         return self._builder.constant(value, dt)
+
+    def define_vector(self, size: int) -> list[Scalar]:
+        """`size` symbolic Int scalar inputs, as nvFuser's define_vector: execute takes them
+        as one list or tuple of ints in their place (or as separate numbers)."""
+        self.check_open("define_vector")
+        n = as_index(size, "define_vector", "size")
+        if n < 0:
+            raise DefinitionError(f"define_vector: size must be >= 0, got {n}")
+        self._vector_inputs = True
+        return [self.define_scalar(None, DataType.Int) for _ in range(n)]
 
     # ---- outputs ----
     def add_output(self, t: Any, alias_input: Any = None) -> None:

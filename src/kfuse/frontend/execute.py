@@ -6,6 +6,7 @@ imports the schedulers, the code generator or the backends.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kfuse.runtime import index_checks, profiling_hooks
@@ -19,6 +20,7 @@ class FusionExecution:
     """Mixed into FusionDefinition; expects `self.fusion`."""
 
     fusion: Any
+    _vector_inputs = False
     _executor_cache: Any = None
     _broken_by = ""  # what the `with` block raised, for a definition it left incomplete
 
@@ -41,19 +43,41 @@ class FusionExecution:
             self._executor_cache = FusionExecutorCache(self.fusion)
         return self._executor_cache
 
-    def execute(self, inputs: Any, *, stream: int | None = None, device: Any = None) -> list[Any]:
+    def execute(
+        self,
+        inputs: Any,
+        *,
+        stream: int | None = None,
+        device: Any = None,
+        save_repro_inputs: bool = False,
+        _enable_options: Sequence[str] | None = None,
+        _disable_options: Sequence[str] | None = None,
+    ) -> list[Any]:
         """Run the fusion: pick a scheduler, compile (cached), launch, return the outputs.
 
         inputs: arrays (CuPy or torch on a GPU; NumPy or CPU torch run on the host emulator)
-        and Python numbers for scalar inputs, in definition order. Outputs are new arrays of
-        the inputs' framework on their device, produced on the framework's current stream
-        unless `stream` (an integer CUDA stream handle) is given.
+        and Python numbers for scalar inputs, in definition order (a define_vector's as one
+        list or tuple). Outputs are new arrays of the inputs' framework on their device,
+        produced on the framework's current stream unless `stream` (an integer CUDA stream
+        handle) is given.
 
         device: as nvFuser takes it, a CUDA device index, "cuda:N" or a torch.device. With
         tensor inputs it must name their device; without (outputs made by factories and
         random ops alone) the fusion runs there and returns torch tensors (CuPy arrays where
         torch is not installed); left unset, such a fusion runs on the host emulator.
+
+        save_repro_inputs, _enable_options and _disable_options are nvFuser's (Thunder passes
+        them): accepted as nvFuser's types; save_repro_inputs hands the inputs to
+        `_keep_repro_inputs` (kfuse.nvfuser_direct's definition keeps their descriptions for
+        its repro script), and kfuse has no NVFUSER_ENABLE/DISABLE options, so a non-empty
+        list is an error.
         """
+        if save_repro_inputs is not False or _enable_options or _disable_options:
+            _check_nvfuser_options(save_repro_inputs, _enable_options, _disable_options)
+            if save_repro_inputs:
+                self._keep_repro_inputs(inputs)
+        if self._vector_inputs:
+            inputs = _unpacked_vectors(inputs)
         if stream is not None:
             # As if called inside the framework's context for that stream: what the call
             # allocates (outputs, scratch, segments' intermediates) is then ordered with the
@@ -84,6 +108,9 @@ class FusionExecution:
                 return executor.shown(outputs)
         # build_runtime_info checks that the inputs are a list (kfuse.runtime.info.input_list).
         return self._executor().execute(inputs, device=device, try_fast=False)
+
+    def _keep_repro_inputs(self, inputs: Any) -> None:
+        """What execute(save_repro_inputs=True) does with the inputs: nothing here."""
 
     def manual_execute(
         self,
@@ -132,6 +159,37 @@ class FusionExecution:
         if self._executor_cache is None or self._executor_cache.last_compiled is None:
             return None
         return self._executor_cache.last_compiled.scheduler
+
+
+def _check_nvfuser_options(save_repro_inputs: Any, enable: Any, disable: Any) -> None:
+    from kfuse.errors import InputError
+
+    if not isinstance(save_repro_inputs, bool):
+        raise InputError(f"execute: save_repro_inputs must be a bool, got {save_repro_inputs!r}")
+    for name, options in (("_enable_options", enable), ("_disable_options", disable)):
+        if options is None:
+            continue
+        if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+            raise InputError(f"execute: {name} must be a list of strings, got {options!r}")
+        if options:
+            raise InputError(
+                f"execute: {name}={list(options)}: kfuse has no NVFUSER_ENABLE/DISABLE "
+                "options (its own are kfuse.knobs and kfuse.switches)"
+            )
+
+
+def _unpacked_vectors(inputs: Any) -> Any:
+    """A define_vector's list or tuple of ints as that many scalar inputs, as nvFuser takes
+    them (any other list or tuple entry too, which only a vector's place may hold)."""
+    if not isinstance(inputs, (list, tuple)):
+        return inputs
+    flat: list[Any] = []
+    for a in inputs:
+        if isinstance(a, (list, tuple)):
+            flat.extend(a)
+        else:
+            flat.append(a)
+    return flat
 
 
 def _raise_out_of_memory(exc: BaseException) -> None:

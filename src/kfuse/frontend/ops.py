@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kfuse.dtypes import REDUCED_FLOATS, DataType, as_dtype
+from kfuse.dtypes import REDUCED_FLOATS, DataType, optional_dtype
 from kfuse.errors import DefinitionError
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.embedding import build_embedding_fwd
@@ -148,10 +148,19 @@ class Ops:
         """Place x's axes at broadcast_dims of a tensor of `shape` (ints or Int scalars, e.g.
         fd.ops.shape(y)); the other axes are new, and broadcast axes are expanded to shape."""
         self._fd.check_open("broadcast_in_dim")
-        v = self._b.tensor(x, "broadcast_in_dim")
         if not isinstance(shape, (list, tuple)):
             raise DefinitionError(f"broadcast_in_dim: shape must be a list, got {describe(shape)}")
         shape = list(shape)
+        if (
+            isinstance(x, Scalar)
+            and not x.is_constant
+            and isinstance(broadcast_dims, (list, tuple))
+            and not broadcast_dims
+        ):
+            # A symbolic scalar (a CPU scalar tensor's value, define_tensor(is_cpu=True))
+            # everywhere in a tensor of `shape`.
+            return build_full(self._b, shape, x, x.dtype, op="broadcast_in_dim")
+        v = self._b.tensor(x, "broadcast_in_dim")
         dims = as_index_list(broadcast_dims, "broadcast_in_dim", "broadcast_dims")
         if len(dims) != v.ndim:
             raise DefinitionError(
@@ -308,17 +317,26 @@ class Ops:
     # ---- reductions ----
     def _reduce(self, op: str, x: Any, dims: Any, keepdim: bool, dtype: Any) -> TensorView:
         self._fd.check_open(op)
+        if isinstance(dims, DataType):  # nvFuser's overload op(arg, dtype): over every axis
+            if dtype is not None or keepdim is not False:
+                raise DefinitionError(
+                    f"{op}: the dtype {dims!r} is given in dims' place; "
+                    "then no keepdim or dtype may follow"
+                )
+            dims, dtype = None, dims
         return self._b.reduction(op, x, dims, keepdim, dtype)
 
     def sum(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
         """Sum over dims (all when None). dtype: accumulate/output dtype; by default ints and
-        Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype."""
+        Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype.
+        As in nvFuser, sum(x, DataType.X) sums every axis in dtype X, and dtype=DataType.Null
+        is the default."""
         return self._reduce("sum", x, dims, keepdim, dtype)
 
     def prod(
         self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
     ) -> TensorView:
-        """Product over dims; dtype rules as for sum."""
+        """Product over dims; dtype rules (and nvFuser's prod(x, dtype)) as for sum."""
         return self._reduce("prod", x, dims, keepdim, dtype)
 
     def max(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
@@ -344,7 +362,7 @@ class Ops:
     def _float_input(self, x: Any, op: str, dtype: Any = None) -> tuple[TensorView, DataType]:
         """x cast for floating math: returns (x in its compute dtype, the result dtype)."""
         v = self._b.tensor(x, op)
-        out = v.dtype if dtype is None else as_dtype(dtype, what=f"{op}: dtype")
+        out = optional_dtype(dtype, what=f"{op}: dtype") or v.dtype
         if not out.is_floating:
             raise DefinitionError(
                 f"{op}: {describe(v)} needs a floating dtype "

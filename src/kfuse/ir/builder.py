@@ -9,7 +9,14 @@ import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
-from kfuse.dtypes import INTEGER_RANGE, DataType, as_dtype, promote_types, python_scalar_dtype
+from kfuse.dtypes import (
+    INTEGER_RANGE,
+    DataType,
+    as_dtype,
+    optional_dtype,
+    promote_types,
+    python_scalar_dtype,
+)
 from kfuse.errors import DefinitionError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -72,13 +79,16 @@ def as_index_list(dims: Any, op: str, what: str = "dim") -> list[int]:
         ) from None
 
 
-def is_integer_scalar_division(op: str, vals: Sequence[Val]) -> bool:
-    """div of integer scalars (no tensor, no Bool): nvFuser's Int division, whose result is
-    an integer (C's `/`, rounding toward zero), so that `fd.ops.div(fd.ops.size(x, 1), g)`
-    is an extent. Any other div is true division (kfuse.ir.ops)."""
-    return op == "div" and all(
-        isinstance(v, Scalar) and v.dtype.is_integral and v.dtype is not DataType.Bool for v in vals
-    )
+def is_integer_division(op: str, vals: Sequence[Val]) -> bool:
+    """div whose operands promote to an integer dtype (Bool alone does not): nvFuser's
+    integer division, whose result is an integer (C's `/`, rounding toward zero), so that
+    `fd.ops.div(fd.ops.size(x, 1), g)` is an extent and div of Int tensors is torch's
+    div(rounding_mode="trunc"). Any other div is true division (kfuse.ir.ops)."""
+    if op != "div":
+        return False
+    tensors = [v.dtype for v in vals if isinstance(v, TensorView)]
+    scalars = [v.dtype for v in vals if not isinstance(v, TensorView)]
+    return promote_types(tensors, scalars).is_integral
 
 
 def is_expanded_axis(v: TensorView, d: int) -> bool:
@@ -263,7 +273,7 @@ class Builder:
                     )
         dt = promote_types(tensor_dt, weak_dt)
         if info.category == "float_math" or info.result == "float":
-            if not dt.is_floating and not is_integer_scalar_division(op, vals):
+            if not dt.is_floating and not is_integer_division(op, vals):
                 dt = DataType.Float
         if not info.accepts_bool and dt is DataType.Bool:
             raise DefinitionError(
@@ -272,10 +282,10 @@ class Builder:
         return dt
 
     def true_divide(self, a: Any, b: Any) -> Val:
-        """a / b as a floating value, also for two integer scalars (which `div` divides as
-        integers, as nvFuser does)."""
+        """a / b as a floating value, also of integers (which `div` divides as integers, as
+        nvFuser does)."""
         vals = [self.operand(a, "truediv", 0), self.operand(b, "truediv", 1)]
-        if is_integer_scalar_division("div", vals):
+        if is_integer_division("div", vals):
             vals[0] = self.cast(vals[0], DataType.Float, op="truediv")
         return self.pointwise("div", vals)
 
@@ -509,8 +519,9 @@ class Builder:
         v = self.tensor(x, op)
         norm = self._reduction_dims(v, dims, op)
         out_dtype = None
-        if dtype is not None:
-            acc = as_dtype(dtype, what=f"{op}: dtype")
+        given = optional_dtype(dtype, what=f"{op}: dtype")  # DataType.Null: the default
+        if given is not None:
+            acc = given
         elif op in ("sum", "prod") and not v.dtype.is_floating:
             acc = DataType.Int  # torch: integer and bool sums are int64
         elif op in ("sum", "prod") and v.dtype.is_reduced_float:

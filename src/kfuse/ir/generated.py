@@ -121,10 +121,7 @@ GENERATORS: dict[str, GeneratorInfo] = {
 
 # ---- building (fd.ops' definition-time halves) ----
 def _as_dtype(dtype: Any, op: str) -> DataType:
-    try:
-        return as_dtype(dtype)
-    except Exception:
-        raise DefinitionError(f"{op}: dtype {dtype!r} is not a kfuse DataType") from None
+    return as_dtype(dtype, what=f"{op}: dtype")
 
 
 def _factory_dtype(dtype: Any, op: str) -> DataType:

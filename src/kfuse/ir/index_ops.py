@@ -15,14 +15,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.builder import as_index, describe
 from kfuse.ir.exprs import GatherOp, IndexSelectOp
 from kfuse.ir.values import Axis, TensorView
 
 
-def _index_tensor(b: Any, index: Any, op: str) -> TensorView:
+def _index_tensor(b: Any, index: Any, op: str, floating: bool = False) -> TensorView:
+    """The index operand; with `floating`, a floating one converted to Int (rounded toward
+    zero), as nvFuser's gather and take_along_axis read one (Thunder's cross-entropy hands
+    them where(target != ignore, target, 0.0), a Float tensor of whole numbers)."""
     v = b.tensor(index, op, 1)
+    if floating and v.dtype.is_floating:
+        return b.cast(v, DataType.Int, op=op)
     if not v.dtype.is_integral:
         raise DefinitionError(f"{op}: the index {describe(v)} is not an integer tensor")
     return v
@@ -53,7 +59,7 @@ def build_gather(
     the index's shape) or, with `broadcast`, fd.ops.take_along_axis (the other axes of the
     two broadcast together): out[..., j, ...] = arg[..., index[..., j, ...], ...]."""
     v = b.tensor(arg, op)
-    idx = _index_tensor(b, index, op)
+    idx = _index_tensor(b, index, op, floating=True)
     if idx.ndim != v.ndim:
         raise DefinitionError(f"{op}: {describe(v)} and the index {describe(idx)} differ in rank")
     (d,) = b.dims(v, [as_index(dim, op, "dim")], op)

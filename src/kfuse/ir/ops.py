@@ -7,9 +7,10 @@ kfuse.ir.ops_binary; docs/guides/add-an-op.md says how to add one.
   'arith' (computed in the promoted dtype), 'compare' (Bool result, operands in the promoted
   dtype), 'logical' (operands cast to Bool, Bool result), 'bitwise' (Bool or integer only).
 * result: 'same' (the promoted operand dtype), 'float' (promoted, then Float if not floating:
-  true division), 'bool'. One exception: div of two integer scalars is nvFuser's Int
-  division, an integer rounded toward zero (kfuse.ir.builder.is_integer_scalar_division);
-  fd.ops.truediv and Python's `/` divide those as Floats.
+  true division), 'bool'. One exception: div of operands that promote to an integer dtype is
+  nvFuser's integer division, an integer rounded toward zero (kfuse.ir.builder.
+  is_integer_division; a zero divisor gives 0 in a kernel, an InputError in a scalar
+  computed on the host); fd.ops.truediv and Python's `/` divide those as Floats.
 
 The frontend inserts casts so that every operand of a UnaryOp/BinaryOp/TernaryOp has the op's
 *compute dtype* (for where: the condition is Bool and the two values share the compute dtype);

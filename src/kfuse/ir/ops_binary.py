@@ -51,6 +51,29 @@ def _integer_div(a: int, b: int) -> int:
     return quotient if (a < 0) == (b < 0) else -quotient
 
 
+def _div_array(be: Any, a: Any, b: Any) -> Any:
+    """The reference's div: true division, of integer arrays the kernels' (kf::div_trunc):
+    rounded toward zero, 0 for a zero divisor, a negation (wrapping) for -1."""
+    if not _is_integer(a):
+        return a / b
+    xp = be.xp
+    special = (b == 0) | (b == -1)
+    safe = xp.where(special, xp.ones_like(b), b)
+    floor = a // safe
+    # Floor division rounds down: one more where the signs differ and it does not divide.
+    inexact = (floor * safe != a) & ((a < 0) != (safe < 0))
+    quotient = xp.where(inexact, floor + 1, floor)
+    return xp.where(b == 0, xp.zeros_like(quotient), xp.where(b == -1, -a, quotient))
+
+
+def _is_integer(a: Any) -> bool:
+    dtype = a.dtype
+    kind = getattr(dtype, "kind", None)  # NumPy and CuPy
+    if kind is not None:
+        return bool(kind in "iu")
+    return not (dtype.is_floating_point or dtype.is_complex) and str(dtype) != "torch.bool"
+
+
 def _pow_array(be: Any, a: Any, b: Any) -> Any:
     if be.name == "torch":
         return a**b
@@ -139,15 +162,16 @@ _ARITH: list[OpInfo] = [
         2,
         "arith",
         "float",
-        "a / b, true division (two integer scalars: C's "
-        "integer division; fd.ops.truediv divides those as Floats)",
+        "a / b: of integers the quotient rounded toward zero, as nvFuser's (a zero "
+        "divisor gives 0 in a kernel); fd.ops.truediv divides them as Floats",
         div,
         scalar_int=_integer_div,
         cuda="({0} / {1})",
+        cuda_int="kf::div_trunc({0}, {1})",
         cuda_fast="kf::div_fast({0}, {1})",
         precision="approximable",
         infix="/",
-        reference=_operator(operator.truediv),
+        reference=_div_array,
         draw="divide",
     ),
     OpInfo(

@@ -172,6 +172,15 @@ class TensorView(Val):
         """Number of axes."""
         return len(self.axes)
 
+    # nvFuser's TensorView methods (Thunder's translations call them): fd.ops.size/shape.
+    def size(self, dim: int) -> Any:
+        """The extent of axis `dim`, an Int Scalar (fd.ops.size(self, dim))."""
+        return self.uses_ops.size(self, dim)
+
+    def shape(self) -> list[Any]:
+        """Every extent, a list of Int Scalars (fd.ops.shape(self))."""
+        return self.uses_ops.shape(self)
+
     def __str__(self) -> str:
         return f"{self.name}[{', '.join(str(a) for a in self.axes)}]:{self.dtype.value}"
 

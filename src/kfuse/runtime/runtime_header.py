@@ -73,12 +73,23 @@ def generated_header() -> str:
     return _GENERATED_PATH.read_text()
 
 
+_INT_DIV_PATH = Path(__file__).with_name("kf_runtime") / "kf_int_div.cuh"
+_INT_DIV_NAMES = ("kf::div_trunc",)
+
+
+@functools.cache
+def int_div_header() -> str:
+    """The integer division part of the runtime (kf_int_div.cuh), after the others."""
+    return _INT_DIV_PATH.read_text()
+
+
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the float8 part where it names a float8
     type, the reads' part where it reads at positions an index tensor holds or inside a pad's
     window, the random numbers' part where it draws random numbers, the generated reads' part
-    where a reduction kernel reads a generated value; else `source` unchanged.
+    where a reduction kernel reads a generated value, the integer division part where it
+    divides integers; else `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -95,6 +106,8 @@ def with_optional_parts(source: str) -> str:
         parts.append(philox_header())
     if any(name in own for name in _GENERATED_NAMES):
         parts.append(generated_header())
+    if any(name in own for name in _INT_DIV_NAMES):
+        parts.append(int_div_header())
     if not parts:
         return source
     return header + "".join("\n" + part for part in parts) + own
