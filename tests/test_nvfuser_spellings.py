@@ -132,6 +132,18 @@ def test_define_tensor_is_cpu() -> None:
         fd.add_output(fd.define_tensor(shape=[-1]))
 
 
+def test_define_tensor_takes_nvfusers_positional_order() -> None:
+    """nvFuser's define_tensor(shape, contiguity, dtype, is_cpu, stride_order), positionally."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], [True, True], DataType.Float, False, [0, 1])
+        fd.add_output(fd.ops.neg(x))
+        with pytest.raises(DefinitionError, match="is_cpu must be True or False"):
+            fd.define_tensor([-1, -1], [True, True], DataType.Float, [1, 0])
+    assert list(fd.fusion.inputs[0].stride_order) == [0, 1]
+    x_t = torch.randn(3, 2).t()  # column-major: stride order [0, 1]
+    torch.testing.assert_close(fd.execute([x_t])[0], -x_t)
+
+
 def test_from_pytorch() -> None:
     a = torch.randn(4, 2, 3).permute(2, 1, 0)  # strides (1, 3, 6)
     with FusionDefinition() as fd:

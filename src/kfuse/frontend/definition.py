@@ -89,12 +89,12 @@ class FusionDefinition(FusionExecution):
         shape: Sequence[int] | None = None,
         contiguity: bool | Sequence[bool | None] | None = None,
         dtype: Any = DataType.Float,
+        is_cpu: bool = False,
         stride_order: Sequence[int] | None = None,
         *,
         sizes: Sequence[int] | None = None,
         strides: Sequence[int] | None = None,
         static_sizes: bool = False,
-        is_cpu: bool = False,
     ) -> Val:
         """A tensor input.
 
@@ -104,6 +104,7 @@ class FusionDefinition(FusionExecution):
         Alternatively give `sizes` and `strides` (in elements) of an example tensor: sizes of 1
         become broadcast axes, the others symbolic (fixed with static_sizes), and contiguity
         and stride order are derived from the strides.
+        The positional order is nvFuser's (shape, contiguity, dtype, is_cpu, stride_order).
         is_cpu: nvFuser's CPU scalar tensor, for a 0-dim shape only: a tensor on the host
         whose one value the kernels read as a scalar, so it is a symbolic scalar input of the
         dtype (execute takes the 0-dim tensor, or a number, in its place).
