@@ -16,6 +16,7 @@ from typing import Any
 
 from kfuse.errors import InputError
 from kfuse.ir.exprs import ArgsortOp, Expr, GroupedMmOp, ScatterOp, SdpaBwdOp, SdpaFwdOp, TopKOp
+from kfuse.ir.library_ops import check_group_offsets
 from kfuse.ir.sort_ops import (
     check_scatter_positions,
     scatter_positions,
@@ -30,6 +31,8 @@ def run_library_call(framework: str, expr: Expr, args: list[Any], scalars: list[
     if isinstance(expr, ScatterOp):
         x, index = args[0], args[1]
         check_scatter_positions(expr, index, int(x.shape[expr.dim]))
+    elif isinstance(expr, GroupedMmOp):
+        check_group_offsets(expr, args[2], args)
     if framework == "torch":
         return _TORCH[type(expr)](expr, args, scalars)
     if isinstance(expr, (SdpaFwdOp, SdpaBwdOp, GroupedMmOp)):
