@@ -42,8 +42,9 @@ def test_topk_matches_torch_and_the_reference(largest: bool, framework: str) -> 
     fd = _topk_fusion(largest, sorted=True)
     x = _randn(5, 9)
     arg = x if framework == "torch" else x.numpy()
-    kinds = [s.scheduler for s in fd.segments([arg])]
-    assert kinds == [PW, EE, PW]
+    segments = fd.segments([arg])
+    assert [s.scheduler for s in segments] == [PW, EE, PW]
+    assert [s.is_library for s in segments] == [False, True, False]
     values, indices = fd.execute([arg])
     want_v, want_i = torch.topk(torch.exp(x), 3, 1, largest, True)
     np.testing.assert_allclose(np.asarray(values), -want_v.numpy(), rtol=1e-6)
