@@ -75,6 +75,12 @@ class Segment:
     reason: str
     fusion: Fusion | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def is_library(self) -> bool:
+        """A library segment: its ops run as calls of the inputs' framework (matmul, topk,
+        flash attention, ...: the expr_eval scheduler), not as generated kernels."""
+        return self.scheduler is SchedulerType.expr_eval
+
     def __repr__(self) -> str:
         n = len(self.exprs)
         what = f"{n} expr{'s' if n != 1 else ''}" if n else "copy"

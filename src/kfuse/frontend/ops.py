@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import REDUCED_FLOATS, DataType, optional_dtype
 from kfuse.errors import DefinitionError
+from kfuse.frontend.library_methods import LibraryMethods
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.embedding import build_embedding_fwd
 from kfuse.ir.generated import build_full, build_iota, build_random, build_random_like
@@ -40,7 +41,7 @@ def _pointwise_method(row: OpInfo) -> Any:
     return method
 
 
-class Ops:
+class Ops(LibraryMethods):
     """The op namespace; create through FusionDefinition (fd.ops)."""
 
     def __init__(self, fd: FusionDefinition) -> None:

@@ -317,6 +317,82 @@ class LinearOp(Expr):
         return f"linear({', '.join(_operand(v) for v in self.inputs)})"
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class TopKOp(Expr):
+    """outputs (values, indices): the k largest (smallest unless `largest`) elements of the
+    input along axis `dim` and their positions there (Int), torch.topk. inputs = (tensor, k),
+    k an Int Scalar (0 <= k <= the axis' size, checked per call). With `sorted` the k come in
+    order (largest first when `largest`); without, in an order the library picks. Run by a
+    library (expr_eval), never generated."""
+
+    dim: int
+    largest: bool
+    sorted: bool
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim", "largest", "sorted")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ArgsortOp(Expr):
+    """out (Int) = the positions that sort the input along axis `dim` (torch.argsort):
+    ascending unless `descending`, NaN counted as the largest value; with `stable`, equal
+    elements keep their order. Run by a library (expr_eval), never generated."""
+
+    dim: int
+    descending: bool
+    stable: bool
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim", "descending", "stable")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ScatterOp(Expr):
+    """Out-of-place torch.scatter: out = a copy of self, then out[..., index[i], ...] =
+    src[i] along axis `dim` for every position i of the index (inputs = (self, index, src),
+    src a tensor at least the index's size on every axis, or a Scalar of self's dtype).
+    Where the index repeats a position, which of the values written there lands is left
+    to the library, as in torch and nvFuser. Run by a library (expr_eval)."""
+
+    dim: int
+    ATTRS: ClassVar[tuple[str, ...]] = ("dim",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SdpaFwdOp(Expr):
+    """Flash attention's forward, nvFuser's sdpfa_fwd: inputs = (query, key, value,
+    dropout_p, is_causal[, scale]) ([N*, H, L, E], [N*, H, S, E], [N*, H, S, Ev]; the
+    Scalars Double, Bool, Double), outputs (output [N*, H, L, Ev] of the query's dtype,
+    logsumexp [N*, H, L] Float, philox_seed [2] and philox_offset [] Int: the 64-bit words
+    of the dropout generator's state, which sdpfa_bwd takes back). `has_scale`: whether
+    the scale is given (else 1/sqrt(E)). Run by torch's flash attention (expr_eval)."""
+
+    has_scale: bool
+    ATTRS: ClassVar[tuple[str, ...]] = ("has_scale",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SdpaBwdOp(Expr):
+    """Flash attention's backward, nvFuser's sdpfa_bwd: inputs = (grad_output, query, key,
+    value, output, logsumexp, philox_seed, philox_offset, dropout_p, is_causal[, scale]),
+    outputs (grad_query, grad_key, grad_value), each of its operand's shape and dtype. Run
+    by torch's flash attention backward (expr_eval)."""
+
+    has_scale: bool
+    ATTRS: ClassVar[tuple[str, ...]] = ("has_scale",)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GroupedMmOp(Expr):
+    """torch._grouped_mm: inputs = (mat1, mat2, offsets), offsets a 1-D integer tensor of
+    the g groups' cumulative ends along the axis the groups split. mat1 [m, k] @ mat2 [k, n]
+    -> [g, m, n] (the groups split k); mat1 [m, k] @ mat2 [g, k, n] -> [m, n] (they split the
+    rows m, group i's rows times matrix i); mat1 [g, m, k] @ mat2 [k, n] -> [m, n] (they
+    split the columns n). Offsets rise and end at most at the split axis' size; elements
+    no group covers are not defined (torch leaves them unwritten). `dtype`: the output's.
+    Run by a library (expr_eval)."""
+
+    dtype: DataType
+    ATTRS: ClassVar[tuple[str, ...]] = ("dtype",)
+
+
 EXPR_CLASSES: tuple[type[Expr], ...] = (
     UnaryOp,
     BinaryOp,
@@ -340,12 +416,27 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     SizeOp,
     MatmulOp,
     LinearOp,
+    TopKOp,
+    ArgsortOp,
+    ScatterOp,
+    SdpaFwdOp,
+    SdpaBwdOp,
+    GroupedMmOp,
 )
 POINTWISE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, CastOp, SegmentSetOp, StrideOrderOp)
 GENERATED_EXPRS = (GeneratedOp,)
 """Exprs with no tensor input whose elements are a function of their coordinates (factories;
 kfuse.ir.generated)."""
-LIBRARY_EXPRS = (MatmulOp, LinearOp)
+LIBRARY_EXPRS = (
+    MatmulOp,
+    LinearOp,
+    TopKOp,
+    ArgsortOp,
+    ScatterOp,
+    SdpaFwdOp,
+    SdpaBwdOp,
+    GroupedMmOp,
+)
 """Exprs kfuse does not generate code for: they run through the inputs' framework library."""
 
 

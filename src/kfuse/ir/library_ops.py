@@ -1,4 +1,6 @@
-"""Library ops (matmul, linear): their checked construction and their shape inference.
+"""Library ops (matmul, linear, grouped_mm): their checked construction and their shape
+inference; `library_shapes` sizes every library op's outputs (kfuse.ir.sort_ops and
+kfuse.ir.attention_ops build the others).
 
 kfuse does not generate code for these; the expr_eval scheduler runs them through the inputs'
 framework (torch / CuPy / NumPy matmul). Operands must be floating and share one dtype (mixed
@@ -11,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from kfuse.dtypes import promote_types
+from kfuse.dtypes import DataType, promote_types
 from kfuse.errors import DefinitionError, InputError
-from kfuse.ir.exprs import LinearOp, MatmulOp
+from kfuse.ir.exprs import GroupedMmOp, LinearOp, MatmulOp, SdpaBwdOp, SdpaFwdOp
 from kfuse.ir.values import Axis, TensorView, Val
 
 
@@ -104,12 +106,95 @@ def build_linear(b: Any, x: Any, w: Any, bias: Any = None) -> TensorView:
     return out
 
 
+def build_grouped_mm(b: Any, mat1: Any, mat2: Any, offsets: Any) -> TensorView:
+    """GroupedMmOp (torch._grouped_mm): see its docstring for the three rank cases."""
+    op = "grouped_mm"
+    m1, m2 = b.tensor(mat1, op, 0), b.tensor(mat2, op, 1)
+    offs = b.tensor(offsets, op, 2)
+    if offs.ndim != 1 or offs.dtype not in (DataType.Int32, DataType.Int):
+        raise DefinitionError(f"{op}: offsets {offs.name} must be a 1-D Int32 or Int tensor")
+    ranks = (m1.ndim, m2.ndim)
+    if ranks not in ((2, 2), (2, 3), (3, 2)):
+        raise DefinitionError(
+            f"{op}: operands of ranks {ranks}; grouped_mm takes ranks (2, 2), (2, 3) or (3, 2) "
+            "(two 3-D operands are a batched matmul: use fd.ops.matmul)"
+        )
+    if _static_mismatch(m1.axes[-1], m2.axes[-2]):
+        raise DefinitionError(
+            f"{op}: {m1.name} has {m1.axes[-1].extent} columns but {m2.name} has "
+            f"{m2.axes[-2].extent} rows"
+        )
+    m1, m2 = _same_dtype(b, [m1, m2], op)
+    if ranks == (2, 2):
+        axes = [_plain(offs.axes[0]), _plain(m1.axes[0]), _plain(m2.axes[1])]
+    else:
+        axes = [_plain(m1.axes[-2]), _plain(m2.axes[-1])]
+    out = b.new_tensor(m1.dtype, axes)
+    b.add(GroupedMmOp(inputs=(m1, m2, offs), outputs=(out,), dtype=m1.dtype))
+    return out
+
+
 def _plain(axis: Axis) -> Axis:
     """A matrix axis of the result: a real axis (its size may still be 1)."""
     return Axis(False, 1) if axis.is_broadcast else axis
 
 
 # ---- shape inference ----
+def library_shapes(expr: Any, shapes: dict[Val, Any]) -> list[tuple[int, ...]]:
+    """The shape of each output of a library op for a call (InputError where its operands'
+    sizes do not fit)."""
+    if isinstance(expr, (MatmulOp, LinearOp)):
+        return [infer_library_shape(expr, shapes)]
+    if isinstance(expr, GroupedMmOp):
+        return [_grouped_mm_shape(expr, shapes)]
+    if isinstance(expr, (SdpaFwdOp, SdpaBwdOp)):
+        from kfuse.ir.attention_ops import attention_shapes
+
+        return attention_shapes(expr, shapes)
+    from kfuse.ir.sort_ops import sort_shapes
+
+    return sort_shapes(expr, shapes)
+
+
+def _grouped_mm_shape(expr: Any, shapes: dict[Val, Any]) -> tuple[int, ...]:
+    m1, m2, offs = expr.inputs
+    s1, s2, (groups,) = tuple(shapes[m1]), tuple(shapes[m2]), tuple(shapes[offs])
+    if s1[-1] != s2[-2]:
+        raise InputError(
+            f"{expr.outputs[0].name} = grouped_mm({m1.name}, {m2.name}, ...): {m1.name} has "
+            f"shape {s1} and {m2.name} has shape {s2}; {s1[-1]} != {s2[-2]}"
+        )
+    three_d = s1 if len(s1) == 3 else s2 if len(s2) == 3 else None
+    if three_d is not None and three_d[0] != groups:
+        raise InputError(
+            f"{expr.outputs[0].name} = grouped_mm(...): {groups} offsets for {three_d[0]} matrices"
+        )
+    if len(s1) == len(s2) == 2:
+        return (groups, s1[0], s2[1])
+    return (s1[-2], s2[-1])
+
+
+def check_group_offsets(expr: Any, offsets: Any, args: list[Any]) -> list[int]:
+    """grouped_mm's offsets as ints, checked before any library reads through them: rising,
+    non-negative and no larger than the split axis (k for two 2-D operands, else the rows or
+    columns the groups cover), an InputError otherwise."""
+    m1, m2 = args[0], args[1]
+    if m1.ndim == m2.ndim:
+        size = int(m1.shape[-1])
+    else:
+        size = int(m1.shape[0]) if m1.ndim == 2 else int(m2.shape[-1])
+    ends = [int(e) for e in offsets.tolist()]
+    previous = 0
+    for i, end in enumerate(ends):
+        if not previous <= end <= size:
+            raise InputError(
+                f"{expr.outputs[0].name} = grouped_mm(...): offsets {ends} must rise from 0 "
+                f"and end at most at {size}, the size of the axis the groups split (entry {i})"
+            )
+        previous = end
+    return ends
+
+
 def infer_library_shape(expr: Any, shapes: dict[Val, Any]) -> tuple[int, ...]:
     """The output shape of a MatmulOp/LinearOp from its inputs' shapes; InputError when the
     contracted sizes or batch sizes disagree."""
@@ -159,5 +244,6 @@ def _batch_shape(sa: tuple, sb: tuple, axa: tuple, axb: tuple, name: str) -> tup
 
 
 def contraction_size(expr: Any, shapes: dict[Val, Any]) -> int:
-    """How many products each output element of a MatmulOp/LinearOp sums."""
+    """How many products each output element of a MatmulOp/LinearOp/GroupedMmOp sums (at
+    most: a group of grouped_mm splitting k sums part of it)."""
     return int(shapes[expr.inputs[0]][-1])

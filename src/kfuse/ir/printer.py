@@ -14,6 +14,8 @@ from typing import Any, cast
 
 from kfuse.dtypes import DataType, python_scalar_dtype
 from kfuse.ir.exprs import (
+    LIBRARY_EXPRS,
+    ArgsortOp,
     BinaryOp,
     CastOp,
     Expr,
@@ -21,10 +23,14 @@ from kfuse.ir.exprs import (
     LinearOp,
     MatmulOp,
     ReductionOp,
+    ScatterOp,
+    SdpaBwdOp,
+    SdpaFwdOp,
     SegmentSetOp,
     SizeOp,
     StrideOrderOp,
     TernaryOp,
+    TopKOp,
     UnaryOp,
     WelfordOp,
     attribute_vals,
@@ -190,7 +196,32 @@ def _call(expr: Expr, names: Mapping[int, str], style: PrintStyle = KFUSE_STYLE)
         return f"fd.ops.matmul({a[0]}, {a[1]})"
     if isinstance(expr, LinearOp):
         return f"fd.ops.linear({', '.join(a)})"
+    if isinstance(expr, LIBRARY_EXPRS):
+        return _library_call(expr, a)
     raise TypeError(f"no printer for {type(expr).__name__}")  # pragma: no cover
+
+
+def _library_call(expr: Any, a: list[str]) -> str:
+    """The fd.ops call of topk, argsort, scatter, sdpfa_fwd/bwd or grouped_mm, in nvFuser's
+    argument order (`a`: the expr's inputs printed)."""
+    if isinstance(expr, TopKOp):
+        flags = f"largest={expr.largest}, sorted={expr.sorted}"
+        return f"fd.ops.topk({a[0]}, {a[1]}, dim={expr.dim}, {flags})"
+    if isinstance(expr, ArgsortOp):
+        flags = f"descending={expr.descending}, stable={expr.stable}"
+        return f"fd.ops.argsort({a[0]}, dim={expr.dim}, {flags})"
+    if isinstance(expr, ScatterOp):
+        return f"fd.ops.scatter({a[0]}, {a[1]}, {a[2]}, dim={expr.dim})"
+    if isinstance(expr, SdpaFwdOp):
+        scale = a[5] if expr.has_scale else "None"
+        return (
+            f"fd.ops.sdpfa_fwd({a[0]}, {a[1]}, {a[2]}, dropout_p={a[3]}, is_causal={a[4]}, "
+            f"scale={scale})"
+        )
+    if isinstance(expr, SdpaBwdOp):
+        scale = a[10] if expr.has_scale else "None"
+        return f"fd.ops.sdpfa_bwd({', '.join(a[:6] + a[8:10] + a[6:8])}, {scale})"
+    return f"fd.ops.grouped_mm({a[0]}, {a[1]}, {a[2]})"
 
 
 def fusion_to_python(fusion: Any, name: str | None = None, style: PrintStyle = KFUSE_STYLE) -> str:

@@ -6,12 +6,11 @@ from typing import Any, cast
 
 from kfuse.errors import InputError
 from kfuse.ir.exprs import (
+    LIBRARY_EXPRS,
     BinaryOp,
     CastOp,
     Expr,
     GeneratedOp,
-    LinearOp,
-    MatmulOp,
     ReductionOp,
     SizeOp,
     TernaryOp,
@@ -91,11 +90,12 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[Origin]])
         for o in expr.outputs:
             shapes[o] = tuple(shape[i] for i in keep)
             origins[o] = [orig[i] for i in keep]
-    elif isinstance(expr, (MatmulOp, LinearOp)):
-        from kfuse.ir.library_ops import infer_library_shape
+    elif isinstance(expr, LIBRARY_EXPRS):
+        from kfuse.ir.library_ops import library_shapes
 
-        shapes[out] = infer_library_shape(expr, shapes)
-        origins[out] = [Origin(f"{out.name} axis {i}") for i in range(out.ndim)]
+        for o, o_shape in zip(expr.outputs, library_shapes(expr, shapes), strict=True):
+            shapes[o] = o_shape
+            origins[o] = [Origin(f"{o.name} axis {i}") for i in range(len(o_shape))]
     else:  # pragma: no cover - every Expr class is handled above
         raise InputError(f"shape inference does not know {type(expr).__name__}")
 

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, cast
 from kfuse.dtypes import REDUCED_FLOATS, DataType, from_array_dtype
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.exprs import (
+    LIBRARY_EXPRS,
     BinaryOp,
     CastOp,
     Expr,
@@ -208,6 +209,8 @@ class _Evaluator:
             self.welford(expr)
         elif isinstance(expr, (MatmulOp, LinearOp)):
             self.env[out] = self.store(self.library(expr), out.dtype)
+        elif isinstance(expr, LIBRARY_EXPRS):
+            self.library_call(expr)
         elif isinstance(expr, GeneratedOp):
             storage = self.compute_storage(out.dtype)
             if is_random(expr):
@@ -273,6 +276,21 @@ class _Evaluator:
             return self.be.matmul(args[0], args[1])
         y = self.be.matmul(args[0], self.be.permute(args[1], (1, 0)))
         return y + args[2] if len(args) == 3 else y
+
+    def library_call(self, expr: Expr) -> None:
+        """topk, argsort, scatter, attention, grouped_mm (kfuse.reference.library): floating
+        operands in their compute storage (float64 when golden), each output stored."""
+        from kfuse.reference.library import library_reference
+
+        args = [
+            self.operand(v, v.dtype) if v.dtype.is_floating else self.env[v]
+            for v in expr.inputs
+            if isinstance(v, TensorView)
+        ]
+        scalars = [self.value(v) for v in expr.inputs if isinstance(v, Scalar)]
+        results = library_reference(self.be, expr, args, scalars)
+        for o, result in zip(expr.outputs, results, strict=True):
+            self.env[o] = self.store(result, o.dtype)
 
     def welford(self, expr: WelfordOp) -> None:
         be = self.be

@@ -1,9 +1,10 @@
 """The expr_eval scheduler: fusions of ops kfuse does not generate code for.
 
 matmul and linear run through the inputs' framework library (torch.matmul /
-torch.nn.functional.linear, cupy.matmul, numpy.matmul) on the caller's stream; reshape runs as
-the framework's reshape (a copy), a slice that no kernel reads through its operands (a
-slice of a computed value that the canonical form could not move to the inputs) as the
+torch.nn.functional.linear, cupy.matmul, numpy.matmul) on the caller's stream, and topk,
+argsort, scatter, flash attention and grouped_mm as kfuse.schedule.library_calls says;
+reshape runs as the framework's reshape (a copy), a slice that no kernel reads through its
+operands (a slice of a computed value that the canonical form could not move to the inputs) as the
 framework's indexing, copied when it leaves the segment; pad and cat as a new array of the
 pad value (or zeros) with the inputs copied into their windows; index_select, gather and
 take_along_axis as the arrays' own indexing, once every position is checked to be inside
@@ -20,18 +21,24 @@ from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     LIBRARY_EXPRS,
+    ArgsortOp,
     CastOp,
     CatOp,
     Expr,
     GatherOp,
+    GroupedMmOp,
     IndexSelectOp,
     LinearOp,
     MatmulOp,
     PadOp,
     ReshapeOp,
+    ScatterOp,
+    SdpaBwdOp,
+    SdpaFwdOp,
     SegmentSetOp,
     SliceOp,
     StrideOrderOp,
+    TopKOp,
 )
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.index_ops import check_positions, positions
@@ -39,11 +46,14 @@ from kfuse.ir.resize_ops import joined, padded, slice_ranges
 from kfuse.ir.structural import structural_classes
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.library_calls import run_library_call
 from kfuse.schedule.types import Rejection, SchedulerType
 
 EVALUATED_EXPRS = (*LIBRARY_EXPRS, ReshapeOp, *structural_classes("resize", "indexing"))
 """Exprs this scheduler exists for (the library ops, reshapes, and the resize and indexing
 ops of kfuse.ir.structural); CastOps are accepted alongside them."""
+CALLED_EXPRS = (TopKOp, ArgsortOp, ScatterOp, SdpaFwdOp, SdpaBwdOp, GroupedMmOp)
+"""Library ops run by kfuse.schedule.library_calls (one call, any number of outputs)."""
 NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp, IndexSelectOp, GatherOp)
 """Exprs whose result is a new array (the others' may be views of their inputs)."""
 
@@ -53,15 +63,27 @@ def library_expr(fusion: Fusion) -> Expr | None:
     return next((e for e in fusion.exprs if isinstance(e, LIBRARY_EXPRS)), None)
 
 
+_LIBRARY_NAMES = {
+    MatmulOp: "matmul",
+    LinearOp: "linear",
+    TopKOp: "topk",
+    ArgsortOp: "argsort",
+    ScatterOp: "scatter",
+    SdpaFwdOp: "sdpfa_fwd",
+    SdpaBwdOp: "sdpfa_bwd",
+    GroupedMmOp: "grouped_mm",
+}
+
+
 def describe_library_expr(expr: Expr) -> str:
     """ "a matmul (T3)" for rejection messages."""
-    kind = "matmul" if isinstance(expr, MatmulOp) else "linear"
-    return f"a {kind} ({expr.outputs[0].name})"
+    return f"a {_LIBRARY_NAMES[type(expr)]} ({expr.outputs[0].name})"
 
 
 class ExprEvalScheduler:
-    """Runs matmul / linear / reshape / slice / pad / cat / index_select / gather (and
-    casts) through the inputs' framework."""
+    """Runs matmul / linear / topk / argsort / scatter / sdpfa_fwd / sdpfa_bwd / grouped_mm /
+    reshape / slice / pad / cat / index_select / gather (and casts) through the inputs'
+    framework."""
 
     scheduler_type = SchedulerType.expr_eval
     generates_kernels = False
@@ -70,8 +92,9 @@ class ExprEvalScheduler:
         tensor_exprs = [e for e in fusion.exprs if isinstance(e.outputs[0], TensorView)]
         if not any(isinstance(e, EVALUATED_EXPRS) for e in tensor_exprs):
             raise Rejection(
-                "fusion has no op that runs through a library (matmul, linear, reshape, "
-                "slice, pad, cat, index_select, gather)"
+                "fusion has no op that runs through a library (matmul, linear, topk, argsort, "
+                "scatter, sdpfa_fwd, sdpfa_bwd, grouped_mm, reshape, slice, pad, cat, "
+                "index_select, gather)"
             )
         for e in tensor_exprs:
             # A stride_order or segment_set is a kernel's copy: the framework's cast would
@@ -81,9 +104,9 @@ class ExprEvalScheduler:
             ):
                 raise Rejection(
                     f"{e.outputs[0].name} = {e._math()} is generated work; "
-                    "expr_eval takes only library ops (matmul, linear, reshape, slice, pad, "
-                    "cat, index_select, gather) "
-                    "and casts"
+                    "expr_eval takes only library ops (matmul, linear, topk, argsort, scatter, "
+                    "sdpfa_fwd, sdpfa_bwd, grouped_mm, reshape, slice, pad, cat, index_select, "
+                    "gather) and casts"
                 )
 
     def heuristics(self, fusion: Fusion, info: RuntimeInfo) -> Any:
@@ -115,6 +138,13 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
             if not isinstance(out, TensorView):
                 continue  # scalar values are in info.extents
             args = [env[id(v)] for v in expr.inputs if isinstance(v, TensorView)]
+            if isinstance(expr, CALLED_EXPRS):
+                scalars = [_scalar_value(v, info) for v in expr.inputs if isinstance(v, Scalar)]
+                results = run_library_call(info.framework, expr, args, scalars)
+                for o, result in zip(expr.outputs, results, strict=True):
+                    env[id(o)] = result
+                    fresh.add(id(o))
+                continue
             if isinstance(expr, MatmulOp):
                 env[id(out)] = ops.matmul(args[0], args[1], out.dtype)
             elif isinstance(expr, LinearOp):
@@ -146,6 +176,10 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
             results.append(value if id(out) in fresh and id(out) not in seen else ops.copy(value))
             seen.add(id(out))
     return results
+
+
+def _scalar_value(v: Scalar, info: RuntimeInfo) -> Any:
+    return v.value if v.is_constant else info.extents[v]
 
 
 def _index(expr: SliceOp, info: RuntimeInfo) -> tuple[slice, ...]:

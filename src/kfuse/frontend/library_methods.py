@@ -1,0 +1,114 @@
+"""fd.ops methods of the library ops nvFuser hands to ATen (topk, argsort, scatter,
+sdpfa_fwd, sdpfa_bwd, grouped_mm), with nvFuser's python_direct signatures. Each runs as a
+library call of the inputs' framework in an expr_eval segment of its own (see
+kfuse.schedule.library_calls); Ops inherits them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kfuse.ir.values import TensorView
+
+
+class LibraryMethods:
+    """Mixed into kfuse.frontend.ops.Ops (which provides _fd and _b)."""
+
+    _fd: Any
+    _b: Any
+
+    def topk(
+        self, arg: Any, k: Any, dim: int = -1, largest: bool = True, sorted: bool = False
+    ) -> list[TensorView]:
+        """[values, indices]: the k largest (smallest unless `largest`) elements of arg along
+        `dim` and their Int positions (torch.topk). k: an int or Int scalar, 0 <= k <= the
+        axis' size. Unless `sorted`, the k come in an order the library picks."""
+        self._fd.check_open("topk")
+        from kfuse.ir.sort_ops import build_topk
+
+        return build_topk(self._b, arg, k, dim, largest, sorted)
+
+    def argsort(
+        self, arg: Any, dim: int = -1, descending: bool = False, stable: bool = False
+    ) -> TensorView:
+        """The Int positions that sort arg along `dim` (torch.argsort; NaN sorts as the
+        largest value). With `stable`, equal elements keep their order."""
+        self._fd.check_open("argsort")
+        from kfuse.ir.sort_ops import build_argsort
+
+        return build_argsort(self._b, arg, dim, descending, stable)
+
+    def scatter(self, arg: Any, index: Any, src: Any, dim: int) -> TensorView:
+        """Out-of-place torch.scatter(arg, dim, index, src): a copy of arg with src (a tensor
+        of arg's dtype and rank, at least the index's size on each axis, or a number) written
+        at the index's positions along `dim`. Positions are checked to be inside the axis;
+        where the index repeats one, which value lands there is the library's choice."""
+        self._fd.check_open("scatter")
+        from kfuse.ir.sort_ops import build_scatter
+
+        return build_scatter(self._b, arg, index, src, dim)
+
+    def sdpfa_fwd(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        bias: Any = None,
+        mask: Any = None,
+        dropout_p: Any = None,
+        is_causal: Any = None,
+        scale: Any = None,
+    ) -> list[TensorView]:
+        """Flash attention's forward: [output, logsumexp, philox_seed, philox_offset] for
+        Half/BFloat16 query [N, H, L, E], key [N, H, S, E], value [N, H, S, Ev]. dropout_p
+        (default 0), is_causal (default False) and scale (default 1/sqrt(E)): numbers or
+        scalars. philox_seed/offset are Int tensors ([2] and []) of the dropout generator's
+        64-bit state, for sdpfa_bwd. Runs on torch tensors (CUDA; on CPU without dropout);
+        bias and mask are not supported (a DefinitionError)."""
+        self._fd.check_open("sdpfa_fwd")
+        from kfuse.ir.attention_ops import build_sdpfa_fwd
+
+        return build_sdpfa_fwd(self._b, query, key, value, bias, mask, dropout_p, is_causal, scale)
+
+    def sdpfa_bwd(
+        self,
+        grad_output: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        output: Any,
+        logsumexp: Any,
+        dropout_p: Any,
+        is_causal: Any,
+        philox_seed: Any,
+        philox_offset: Any,
+        scale: Any,
+    ) -> list[TensorView]:
+        """Flash attention's backward: [grad_query, grad_key, grad_value], from sdpfa_fwd's
+        operands and outputs (the same dropout_p, is_causal and scale; scale None: 1/sqrt(E))."""
+        self._fd.check_open("sdpfa_bwd")
+        from kfuse.ir.attention_ops import build_sdpfa_bwd
+
+        return build_sdpfa_bwd(
+            self._b,
+            grad_output,
+            query,
+            key,
+            value,
+            output,
+            logsumexp,
+            dropout_p,
+            is_causal,
+            philox_seed,
+            philox_offset,
+            scale,
+        )
+
+    def grouped_mm(self, mat1: Any, mat2: Any, offsets: Any) -> TensorView:
+        """torch._grouped_mm: matrix products over groups that the 1-D integer `offsets`
+        (cumulative group ends) delimit: [m, k] @ [k, n] -> [g, m, n] (groups split k),
+        [m, k] @ [g, k, n] -> [m, n] (they split m), [g, m, k] @ [k, n] -> [m, n] (they split
+        n). Floating operands of one dtype; runs on torch tensors."""
+        self._fd.check_open("grouped_mm")
+        from kfuse.ir.library_ops import build_grouped_mm
+
+        return build_grouped_mm(self._b, mat1, mat2, offsets)

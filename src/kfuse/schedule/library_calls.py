@@ -1,0 +1,187 @@
+"""The library calls that run topk, argsort, scatter, flash attention and grouped_mm for the
+expr_eval scheduler, per framework: torch's own ops (torch.topk, torch.argsort,
+torch.scatter, aten's flash attention, torch._grouped_mm), and for NumPy and CuPy their
+argsort and put_along_axis (topk as a stable sort's first k). Attention and grouped_mm have
+no NumPy or CuPy library: such inputs are an InputError that says so.
+
+Each function takes the expr, its tensor operands' arrays and its Scalars' values, and
+returns one new array per output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from kfuse.errors import InputError
+from kfuse.ir.exprs import ArgsortOp, Expr, GroupedMmOp, ScatterOp, SdpaBwdOp, SdpaFwdOp, TopKOp
+from kfuse.ir.library_ops import check_group_offsets
+from kfuse.ir.sort_ops import (
+    check_scatter_positions,
+    scatter_positions,
+    source_window,
+    stable_order,
+)
+from kfuse.ir.values import TensorView
+
+
+def run_library_call(framework: str, expr: Expr, args: list[Any], scalars: list[Any]) -> list[Any]:
+    """The outputs of `expr` (one of the library ops above) computed by `framework`."""
+    if isinstance(expr, ScatterOp):
+        x, index = args[0], args[1]
+        check_scatter_positions(expr, index, int(x.shape[expr.dim]))
+    elif isinstance(expr, GroupedMmOp):
+        check_group_offsets(expr, args[2], args)
+    if framework == "torch":
+        return _TORCH[type(expr)](expr, args, scalars)
+    if isinstance(expr, (SdpaFwdOp, SdpaBwdOp, GroupedMmOp)):
+        name = {SdpaFwdOp: "sdpfa_fwd", SdpaBwdOp: "sdpfa_bwd", GroupedMmOp: "grouped_mm"}
+        raise InputError(
+            f"{name[type(expr)]} to {expr.outputs[0].name} runs through torch (flash "
+            f"attention, torch._grouped_mm); the inputs are {framework} arrays, which no "
+            "library kfuse uses can run it on: pass torch tensors"
+        )
+    import importlib
+
+    return _numpy_like(importlib.import_module(framework), expr, args, scalars)
+
+
+# ---- torch ----
+def _torch_topk(expr: TopKOp, args: list[Any], scalars: list[Any]) -> list[Any]:
+    import torch
+
+    (k,) = scalars
+    values, indices = torch.topk(args[0], int(k), expr.dim, expr.largest, expr.sorted)
+    return [values, indices]
+
+
+def _torch_argsort(expr: ArgsortOp, args: list[Any], scalars: list[Any]) -> list[Any]:
+    import torch
+
+    return [torch.argsort(args[0], dim=expr.dim, descending=expr.descending, stable=expr.stable)]
+
+
+def _torch_scatter(expr: ScatterOp, args: list[Any], scalars: list[Any]) -> list[Any]:
+    import torch
+
+    x, index = args[0], args[1].long()
+    if isinstance(expr.inputs[2], TensorView):
+        return [torch.scatter(x, expr.dim, index, args[2])]
+    return [torch.scatter(x, expr.dim, index, scalars[0])]
+
+
+def _attention_scalars(expr: Any, scalars: list[Any], head_size: int) -> tuple[float, bool, float]:
+    dropout_p, is_causal = float(scalars[0]), bool(scalars[1])
+    scale = float(scalars[2]) if expr.has_scale else 1.0 / math.sqrt(head_size)
+    return dropout_p, is_causal, scale
+
+
+def _on_cpu_without_dropout(expr: Expr, x: Any, dropout_p: float) -> bool:
+    """True for CPU tensors (aten's CPU flash attention, which keeps no generator state for a
+    backward: dropout there is an InputError); False for CUDA tensors."""
+    if x.device.type == "cuda":
+        return False
+    if dropout_p != 0.0:
+        raise InputError(
+            f"{expr.outputs[0].name}: flash attention with dropout_p = {dropout_p} needs CUDA "
+            "tensors (torch's CPU flash attention keeps no dropout state for the backward)"
+        )
+    return True
+
+
+def _torch_sdpfa_fwd(expr: SdpaFwdOp, args: list[Any], scalars: list[Any]) -> list[Any]:
+    import torch
+
+    q, k, v = args
+    dropout_p, is_causal, scale = _attention_scalars(expr, scalars, int(q.shape[-1]))
+    aten = torch.ops.aten
+    if _on_cpu_without_dropout(expr, q, dropout_p):
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, dropout_p, is_causal, scale=scale
+        )
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)
+        return [out, lse, torch.zeros(2, dtype=torch.int64, device=q.device), zero]
+    found = aten._scaled_dot_product_flash_attention(
+        q, k, v, dropout_p, is_causal, False, scale=scale
+    )
+    out, lse, seed, offset = found[0], found[1], found[6], found[7]
+    return [out, lse, _as_words(seed, (2,)), _as_words(offset, ())]
+
+
+def _as_words(state: Any, shape: tuple[int, ...]) -> Any:
+    """torch's philox state (UInt64, or Int64 before torch 2.7) as an Int tensor of
+    `shape`, the same 64-bit words; an empty one (torch's unused offset) as 0."""
+    import torch
+
+    if state.numel() == 0:
+        return torch.zeros(shape, dtype=torch.int64, device=state.device)
+    words = state.view(torch.int64) if state.dtype != torch.int64 else state
+    return words.reshape(shape).clone()
+
+
+def _torch_sdpfa_bwd(expr: SdpaBwdOp, args: list[Any], scalars: list[Any]) -> list[Any]:
+    import torch
+
+    grad, q, k, v, out, lse, seed, offset = args
+    dropout_p, is_causal, scale = _attention_scalars(expr, scalars, int(q.shape[-1]))
+    aten = torch.ops.aten
+    if _on_cpu_without_dropout(expr, q, dropout_p):
+        grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, q, k, v, out, lse, dropout_p, is_causal, scale=scale
+        )
+        return list(grads)
+    words = torch.uint64 if hasattr(torch, "uint64") else torch.int64
+    grads = aten._scaled_dot_product_flash_attention_backward(
+        grad,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        None,
+        None,
+        int(q.shape[2]),
+        int(k.shape[2]),
+        dropout_p,
+        is_causal,
+        seed.view(words),
+        offset.view(words),
+        scale=scale,
+    )
+    return list(grads)
+
+
+def _torch_grouped_mm(expr: GroupedMmOp, args: list[Any], scalars: list[Any]) -> list[Any]:
+    import torch
+
+    m1, m2, offsets = args
+    return [torch._grouped_mm(m1, m2, offsets.to(torch.int32))]
+
+
+_TORCH: dict[type, Callable[[Any, list[Any], list[Any]], list[Any]]] = {
+    TopKOp: _torch_topk,
+    ArgsortOp: _torch_argsort,
+    ScatterOp: _torch_scatter,
+    SdpaFwdOp: _torch_sdpfa_fwd,
+    SdpaBwdOp: _torch_sdpfa_bwd,
+    GroupedMmOp: _torch_grouped_mm,
+}
+
+
+# ---- NumPy and CuPy ----
+def _numpy_like(xp: Any, expr: Expr, args: list[Any], scalars: list[Any]) -> list[Any]:
+    x = args[0]
+    if isinstance(expr, ScatterOp):
+        out = xp.array(x, copy=True, order="C")
+        index = args[1]
+        value = source_window(args[2], index) if len(args) == 3 else scalars[0]
+        out[scatter_positions(expr, index, xp.arange)] = value
+        return [out]
+    assert isinstance(expr, (TopKOp, ArgsortOp))
+    descending = expr.largest if isinstance(expr, TopKOp) else expr.descending
+    order = stable_order(xp, x, expr.dim, descending)
+    if isinstance(expr, ArgsortOp):
+        return [order]
+    first = xp.take(order, xp.arange(int(scalars[0])), axis=expr.dim)
+    return [xp.take_along_axis(x, first, axis=expr.dim), first]

@@ -1,0 +1,372 @@
+"""The library ops nvFuser hands to ATen: topk, argsort, scatter, sdpfa_fwd, sdpfa_bwd and
+grouped_mm. Each runs in an expr_eval segment of its own (generated work around it split
+off), against the float64 reference and torch; nvFuser's scatter tests ported
+(tests/python/direct/test_python_frontend.py: test_scatter_output_intermediate,
+test_scatter_scalar_src) on CPU tensors. Flash attention's CUDA path and grouped_mm on the
+GPU are the gpu-marked tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse.dtypes import DataType
+from kfuse.errors import DefinitionError, InputError
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.schedule import SchedulerType
+
+torch = pytest.importorskip("torch")
+
+PW, EE = SchedulerType.pointwise, SchedulerType.expr_eval
+
+
+def _randn(*shape: int, seed: int = 0, dtype: object = None) -> object:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype or torch.float32)
+
+
+def _topk_fusion(largest: bool, sorted: bool, k: object = 3, dim: int = 1) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        values, indices = fd.ops.topk(fd.ops.exp(x), k, dim=dim, largest=largest, sorted=sorted)
+        fd.add_output(fd.ops.neg(values))
+        fd.add_output(indices)
+    return fd
+
+
+# ---- topk ----
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_topk_matches_torch_and_the_reference(largest: bool, framework: str) -> None:
+    fd = _topk_fusion(largest, sorted=True)
+    x = _randn(5, 9)
+    arg = x if framework == "torch" else x.numpy()
+    segments = fd.segments([arg])
+    assert [s.scheduler for s in segments] == [PW, EE, PW]
+    assert [s.is_library for s in segments] == [False, True, False]
+    values, indices = fd.execute([arg])
+    want_v, want_i = torch.topk(torch.exp(x), 3, 1, largest, True)
+    np.testing.assert_allclose(np.asarray(values), -want_v.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(indices), want_i.numpy())
+    ref = evaluate(fd.fusion, [arg])
+    np.testing.assert_allclose(np.asarray(values), np.asarray(ref[0]), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(ref[1]))
+
+
+def test_topk_unsorted_gives_the_same_set_and_symbolic_k() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        k = fd.define_scalar(dtype=DataType.Int)
+        values, indices = fd.ops.topk(x, k, dim=0, largest=True, sorted=False)
+        fd.add_output(values)
+        fd.add_output(indices)
+    x = _randn(7, 4, seed=1)
+    values, indices = fd.execute([x, 4])
+    assert values.shape == (4, 4) and indices.dtype == torch.int64
+    want = torch.topk(x, 4, 0, True, True).values
+    torch.testing.assert_close(torch.sort(values, 0, descending=True).values, want)
+    torch.testing.assert_close(torch.gather(x, 0, indices), values)
+    with pytest.raises(InputError, match="k must be in"):
+        fd.execute([x, 8])
+
+
+def test_topk_definition_errors() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3, 4])
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Bool)
+        s = fd.define_tensor(shape=[])
+        with pytest.raises(DefinitionError, match="k = 5 but axis 1"):
+            fd.ops.topk(x, 5, dim=1)
+        with pytest.raises(DefinitionError, match="k is -1"):
+            fd.ops.topk(x, -1)
+        with pytest.raises(DefinitionError, match="out of range"):
+            fd.ops.topk(x, 1, dim=2)
+        with pytest.raises(DefinitionError, match="Bool"):
+            fd.ops.topk(b, 1)
+        with pytest.raises(DefinitionError, match="rank 0"):
+            fd.ops.argsort(s)
+        with pytest.raises(DefinitionError, match="not an integer"):
+            fd.ops.topk(x, fd.define_scalar(1.0))
+        fd.add_output(fd.ops.topk(x, 2)[0])
+
+
+# ---- argsort ----
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_argsort_stable_keeps_ties_in_order(descending: bool, framework: str) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.argsort(x, dim=1, descending=descending, stable=True))
+    # ties and NaNs: the stable order is fully determined
+    x = torch.tensor([[2.0, 1.0, 2.0, float("nan"), 1.0, 3.0], [0.0, 0.0, -1.0, 0.0, 5.0, 5.0]])
+    arg = x if framework == "torch" else x.numpy()
+    (out,) = fd.execute([arg])
+    want = torch.argsort(x, dim=1, descending=descending, stable=True)
+    np.testing.assert_array_equal(np.asarray(out), want.numpy())
+    (ref,) = evaluate(fd.fusion, [arg])
+    np.testing.assert_array_equal(np.asarray(ref), want.numpy())
+    assert [s.scheduler for s in fd.segments([arg])] == [EE]
+
+
+def test_argsort_of_integers_along_axis_0() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.argsort(fd.ops.add(x, 1), dim=0))
+    x = torch.randperm(24, generator=torch.Generator().manual_seed(3)).reshape(6, 4)
+    (out,) = fd.execute([x])
+    assert torch.equal(out, torch.argsort(x, dim=0))
+
+
+# ---- scatter (nvFuser's tests, on CPU tensors) ----
+def test_scatter_output_intermediate() -> None:
+    bsz, hidden, scatter_size = 16, 32, 8
+    x = _randn(bsz, hidden)
+    _, ind = torch.topk(x, k=scatter_size, dim=0)
+    src = _randn(scatter_size, hidden, seed=1)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+        t2 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        t3 = fd.ops.scatter(t0, t1, t2, 0)
+        fd.add_output(fd.ops.sigmoid(t3))
+    inputs = [x, ind, src]
+    assert [s.scheduler for s in fd.segments(inputs)] == [EE, PW]
+    (out,) = fd.execute(inputs)
+    torch.testing.assert_close(out, torch.sigmoid(torch.scatter(x, 0, ind, src)))
+    (ref,) = evaluate(fd.fusion, inputs)
+    torch.testing.assert_close(out.double(), ref)
+
+
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_scatter_scalar_src(framework: str) -> None:
+    x = _randn(16, 32)
+    _, ind = torch.topk(x, k=8, dim=0)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        s2 = fd.define_scalar(None, dtype=DataType.Double)
+        fd.add_output(fd.ops.scatter(t0, t1, s2, 0))
+    inputs = [x, ind, 1.5] if framework == "torch" else [x.numpy(), ind.numpy(), 1.5]
+    (out,) = fd.execute(inputs)
+    np.testing.assert_array_equal(np.asarray(out), torch.scatter(x, 0, ind, 1.5).numpy())
+
+
+def test_scatter_with_a_smaller_index_along_the_last_axis() -> None:
+    x, src = _randn(4, 10), _randn(5, 6, seed=2)
+    index = torch.stack([torch.randperm(10)[:3] for _ in range(4)])
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1])
+        t1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        t2 = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.scatter(t0, t1, t2, dim=-1))
+    for arrays in ([x, index, src], [x.numpy(), index.numpy(), src.numpy()]):
+        (out,) = fd.execute(arrays)
+        np.testing.assert_array_equal(np.asarray(out), torch.scatter(x, 1, index, src).numpy())
+
+
+def test_scatter_checks_positions_and_sizes() -> None:
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1])
+        t1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        t2 = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.scatter(t0, t1, t2, 0))
+    x, src = _randn(4, 3), _randn(4, 3)
+    with pytest.raises(InputError, match="holds 4, outside axis 0 of size 4"):
+        fd.execute([x, torch.tensor([[4, 0, 0]]), src])
+    with pytest.raises(InputError, match="larger than"):
+        fd.execute([x, torch.zeros(1, 5, dtype=torch.int64), src])
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        j = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        h = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        with pytest.raises(DefinitionError, match="not an integer tensor"):
+            fd.ops.scatter(t0, i, t0, 0)
+        with pytest.raises(DefinitionError, match="differ in rank"):
+            fd.ops.scatter(t0, j, t0, 0)
+        with pytest.raises(DefinitionError, match="cast it first"):
+            fd.ops.scatter(t0, fd.ops.cast(i, DataType.Int), h, 0)
+        fd.add_output(t0)
+
+
+def test_printed_library_fusion_rebuilds() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        values, indices = fd.ops.topk(x, 2, dim=0, largest=False, sorted=True)
+        fd.add_output(fd.ops.scatter(x, i, 2.0, 1))
+        fd.add_output(fd.ops.argsort(values, dim=1, descending=True, stable=True))
+        fd.add_output(indices)
+    namespace: dict = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(repr(fd), namespace)
+    assert namespace["fd"].fusion == fd.fusion
+    assert "fd.ops.topk(T0, 2, dim=0, largest=False, sorted=True)" in repr(fd)
+
+
+# ---- flash attention ----
+def _attention_fusion(causal: bool, scale: float | None) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        q, k, v, grad = (
+            fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16) for _ in range(4)
+        )
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(
+            q, k, v, dropout_p=None, is_causal=causal, scale=scale
+        )
+        grads = fd.ops.sdpfa_bwd(grad, q, k, v, out, lse, 0.0, causal, seed, offset, scale)
+        fd.add_output(out)
+        fd.add_output(lse)
+        for g in grads:
+            fd.add_output(g)
+    return fd
+
+
+def _attention_inputs(device: str = "cpu") -> list:
+    shapes = [(2, 3, 12, 16), (2, 3, 10, 16), (2, 3, 10, 16), (2, 3, 12, 16)]
+    return [_randn(*s, seed=i).bfloat16().to(device) for i, s in enumerate(shapes)]
+
+
+def _check_attention(fd: FusionDefinition, inputs: list, causal: bool, scale: float | None) -> None:
+    outs = fd.execute(inputs)
+    ref = evaluate(fd.fusion, inputs)
+    for got, want in zip(outs, ref, strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+    q, k, v, grad = (t.double().requires_grad_() for t in inputs)
+    eager = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    eager.backward(grad)
+    torch.testing.assert_close(outs[0].double(), eager, rtol=2e-2, atol=2e-2)
+    for got, t in zip(outs[2:], (q, k, v), strict=True):
+        torch.testing.assert_close(got.double(), t.grad, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_sdpfa_forward_and_backward_on_cpu_torch(causal: bool, scale: float | None) -> None:
+    fd = _attention_fusion(causal, scale)
+    inputs = _attention_inputs()
+    assert [s.scheduler for s in fd.segments(inputs)] == [EE]
+    _check_attention(fd, inputs, causal, scale)
+
+
+def test_sdpfa_definition_and_input_errors() -> None:
+    with FusionDefinition() as fd:
+        q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+        f = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+        r3 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        with pytest.raises(DefinitionError, match="Half or BFloat16"):
+            fd.ops.sdpfa_fwd(f, f, f)
+        with pytest.raises(DefinitionError, match="rank 4"):
+            fd.ops.sdpfa_fwd(r3, r3, r3)
+        with pytest.raises(DefinitionError, match="not of query's dtype"):
+            fd.ops.sdpfa_fwd(q, f, q)
+        with pytest.raises(DefinitionError, match="no bias or mask"):
+            fd.ops.sdpfa_fwd(q, q, q, bias=q)
+        with pytest.raises(DefinitionError, match="is_causal"):
+            fd.ops.sdpfa_fwd(q, q, q, is_causal=1.0)
+        fd.add_output(q)
+    with FusionDefinition() as fd:
+        q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Half)
+        out, *_ = fd.ops.sdpfa_fwd(q, q, q, dropout_p=0.1)
+        fd.add_output(out)
+    x = _randn(1, 2, 8, 8).half()
+    with pytest.raises(InputError, match="needs CUDA tensors"):
+        fd.execute([x])
+    with pytest.raises(InputError, match="has no reference"):
+        evaluate(fd.fusion, [x])
+    with pytest.raises(InputError, match="pass torch tensors"):
+        fd.execute([x.numpy()])
+
+
+# ---- grouped_mm ----
+def _grouped_case(r1: int, r2: int, device: str = "cpu") -> tuple[FusionDefinition, list]:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1] * r1, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1] * r2, dtype=DataType.BFloat16)
+        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.relu(fd.ops.grouped_mm(a, b, offsets)))
+    groups, m, k, n = 3, 16, 24, 32
+    a_shape = (m, k) if r1 == 2 else (groups, m, k)
+    b_shape = (k, n) if r2 == 2 else (groups, k, n)
+    split = k if (r1, r2) == (2, 2) else m if r1 == 2 else n
+    ends = torch.tensor([split // 4, split // 2, split], dtype=torch.int32)
+    inputs = [_randn(*a_shape).bfloat16(), _randn(*b_shape, seed=1).bfloat16(), ends]
+    return fd, [t.to(device) for t in inputs]
+
+
+@pytest.mark.parametrize("ranks", [(2, 2), (2, 3), (3, 2)])
+def test_grouped_mm_matches_the_reference(ranks: tuple[int, int]) -> None:
+    fd, inputs = _grouped_case(*ranks)
+    assert [s.scheduler for s in fd.segments(inputs)] == [EE, PW]
+    (out,) = fd.execute(inputs)
+    (ref,) = evaluate(fd.fusion, inputs)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=5e-2)
+
+
+def test_grouped_mm_definition_and_input_errors() -> None:
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b3 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        with pytest.raises(DefinitionError, match="batched matmul"):
+            fd.ops.grouped_mm(b3, b3, offsets)
+        with pytest.raises(DefinitionError, match="1-D Int32 or Int"):
+            fd.ops.grouped_mm(a, b3, fd.ops.cast(offsets, DataType.Float))
+        fd.add_output(fd.ops.grouped_mm(a, b3, offsets))
+    a_t, b_t = _randn(16, 8).bfloat16(), _randn(2, 8, 16).bfloat16()
+    with pytest.raises(InputError, match="must rise from 0"):
+        evaluate(fd.fusion, [a_t, b_t, torch.tensor([9, 3], dtype=torch.int32)])
+    with pytest.raises(InputError, match="must rise from 0"):
+        fd.execute([a_t, b_t, torch.tensor([8, 17], dtype=torch.int32)])
+    with pytest.raises(InputError, match="2 offsets for 3 matrices"):
+        fd.execute([a_t, _randn(3, 8, 16).bfloat16(), torch.tensor([8, 16], dtype=torch.int32)])
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1])
+        b3 = fd.define_tensor(shape=[-1, -1, -1])
+        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.grouped_mm(a, b3, offsets))
+    arrays = [a_t.float().numpy(), b_t.float().numpy(), np.array([8, 16], np.int32)]
+    with pytest.raises(InputError, match="pass torch tensors"):
+        fd.execute(arrays)
+
+
+# ---- the CUDA paths (the lead runs these) ----
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpfa_on_cuda_matches_eager_torch(causal: bool) -> None:
+    fd = _attention_fusion(causal, None)
+    inputs = _attention_inputs("cuda")
+    assert [s.scheduler for s in fd.segments(inputs)] == [EE]
+    _check_attention(fd, inputs, causal, None)
+
+
+@pytest.mark.gpu
+def test_sdpfa_with_dropout_replays_its_mask_in_the_backward() -> None:
+    with FusionDefinition() as fd:
+        q, k, v, grad = (
+            fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16) for _ in range(4)
+        )
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, dropout_p=0.5, is_causal=False)
+        grads = fd.ops.sdpfa_bwd(grad, q, k, v, out, lse, 0.5, False, seed, offset, None)
+        for t in (out, lse, seed, offset, *grads):
+            fd.add_output(t)
+    inputs = _attention_inputs("cuda")
+    q, k, v, g = inputs
+    out, lse, seed, offset, *grads = fd.execute(inputs)
+    assert seed.dtype == torch.int64 and seed.shape == (2,) and offset.shape == ()
+    words = torch.uint64 if hasattr(torch, "uint64") else torch.int64
+    state = (seed.view(words), offset.view(words))
+    aten = torch.ops.aten
+    want = aten._scaled_dot_product_flash_attention_backward(
+        g, q, k, v, out, lse, None, None, 12, 10, 0.5, False, *state, scale=None
+    )
+    for got, w in zip(grads, want, strict=True):
+        torch.testing.assert_close(got, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ranks", [(2, 2), (2, 3), (3, 2)])
+def test_grouped_mm_on_cuda_matches_the_reference(ranks: tuple[int, int]) -> None:
+    fd, inputs = _grouped_case(*ranks, device="cuda")
+    (out,) = fd.execute(inputs)
+    (ref,) = evaluate(fd.fusion, inputs)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=5e-2)
