@@ -101,6 +101,8 @@ class Gen:
             return Entry(o.add(o.abs(v), 1.5), False, b + 1.5)
         if kind == "unit":
             return Entry(o.mul(o.tanh(v), 0.9), False, 0.9)
+        if kind == "zero_two":
+            return Entry(o.add(o.mul(o.tanh(v), 0.9), 1.0), False, 1.9)
         if kind == "tan" or (kind == "small" and b > 8) or (kind == "moderate" and b > 50):
             return Entry(o.tanh(v), False, 1.0)
         return e
@@ -138,6 +140,11 @@ class Gen:
 
     def binary(self, op: str) -> Entry | None:
         row = OPS[op]
+        if row.draw == "integer":
+            return self.integer_binary(op)
+        if row.draw == "floating":  # nextafter: Float or Double operands
+            x, y = self.pick(floating=True), self.pick(floating=True)
+            return Entry(build(self.fd, op, [x.val, y.val]), False, max(x.bound, y.bound))
         a, ea, ba = self.operand(row.discontinuous)
         b, eb, bb = self.operand(row.discontinuous)
         if not isinstance(a, Val) and not isinstance(b, Val):
@@ -151,6 +158,23 @@ class Gen:
         a, b = (self.zero_sign_hidden(op, v) for v in (a, b))
         out = build(self.fd, op, [a, b])
         return Entry(out, ea and eb and row.precision == "exact", bound)
+
+    def integer_binary(self, op: str) -> Entry | None:
+        """An op of the draw class 'integer' (gcd, the shifts) of an integer value and
+        another, or a constant; a shift's constant count is often about the width, where
+        the shifts' edge cases are."""
+        ints = [e for e in self.pool if e.val.dtype.is_integral and not e.val.dtype.is_boolean]
+        if not ints:
+            return None
+        a = self.draw(st.sampled_from(ints))
+        b: Any
+        if self.draw(st.booleans()):
+            b = self.draw(st.sampled_from(ints)).val
+        elif "shift" in op:
+            b = self.draw(st.sampled_from([0, 1, 3, 7, 31, 32, 33, 63, 64, -1]))
+        else:
+            b = self.draw(st.sampled_from([0, 6, -4, 12]))
+        return Entry(build(self.fd, op, [a.val, b]), a.exact, a.bound)
 
     def divlike(self, op: str, a: Any, ea: bool, ba: float, b: Any) -> Entry | None:
         """An op of the draw class 'divide': pow of a positive base (integers: by a small
