@@ -165,7 +165,16 @@ class Gen:
         the shifts' edge cases are."""
         ints = [e for e in self.pool if e.val.dtype.is_integral and not e.val.dtype.is_boolean]
         if not ints:
-            return None
+            # An exact value truncated to Int32: the same integers in a kernel and the
+            # reference (a rounded one could truncate to different ones).
+            exact = self.pick(exact=True)
+            if not exact.exact or exact.bound > 2.0**31:
+                return None
+            ints = [
+                Entry(
+                    cast(TensorView, self.fd.ops.cast(exact.val, DataType.Int32)), True, exact.bound
+                )
+            ]
         a = self.draw(st.sampled_from(ints))
         b: Any
         if self.draw(st.booleans()):
