@@ -165,15 +165,16 @@ class Gen:
         the shifts' edge cases are."""
         ints = [e for e in self.pool if e.val.dtype.is_integral and not e.val.dtype.is_boolean]
         if not ints:
-            # An exact value truncated to Int32: the same integers in a kernel and the
-            # reference (a rounded one could truncate to different ones).
+            # An exact value truncated to Int32, made finite and within Int32's range first
+            # (a kernel's cast saturates and maps NaN to 0, as torch's on a GPU does; a CPU
+            # framework's does not): the same integers in a kernel and the reference.
             exact = self.pick(exact=True)
-            if not exact.exact or exact.bound > 2.0**31:
+            if not exact.exact or exact.val.dtype is DataType.Bool:
                 return None
+            o = self.fd.ops
+            v = o.where(o.isfinite(exact.val), o.clamp(exact.val, -(2**30), 2**30), 0)
             ints = [
-                Entry(
-                    cast(TensorView, self.fd.ops.cast(exact.val, DataType.Int32)), True, exact.bound
-                )
+                Entry(cast(TensorView, o.cast(v, DataType.Int32)), True, min(exact.bound, 2.0**30))
             ]
         a = self.draw(st.sampled_from(ints))
         b: Any
