@@ -455,3 +455,38 @@ def test_triu_and_addcmul_on_the_gpu() -> None:
     assert torch.equal(triu, torch.triu(x, 3))
     expected = evaluate(fd, [x.cpu()])
     assert_outputs_close(fd.fusion, [triu.cpu(), addcmul.cpu()], expected, [x.cpu()])
+
+
+# ---- drawing them ----
+def test_campaign_favors_named_ops() -> None:
+    from kfuse.campaign.property import ExampleSpace, drawn_ops
+    from kfuse.ir.ops import OPS
+
+    favored = ("gcd", "erfinv")
+    ops = drawn_ops(ExampleSpace(kinds=("pointwise",), favored_ops=favored))
+    assert set(ops) == set(OPS)
+    assert sum(op in favored for op in ops) >= 2 * sum(op not in favored for op in ops)
+    assert drawn_ops(ExampleSpace(kinds=("pointwise",))) == tuple(OPS)
+    with pytest.raises(ValueError, match="unknown ops \\['gcdd'\\]"):
+        ExampleSpace(favored_ops=("gcdd",))
+
+
+def test_integer_ops_are_drawn_in_fusions_of_floating_inputs() -> None:
+    """The integer draw class truncates an exact floating value (made finite first) where
+    the pool has no integer value, so a campaign of Float inputs draws gcd too."""
+    from hypothesis import HealthCheck, given, settings
+
+    from kfuse.ir.exprs import BinaryOp
+    from kfuse.testing import fusions
+
+    seen: list[bool] = []
+
+    @settings(
+        max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(fd=fusions(ops=("gcd",), dtypes=(DataType.Float,), max_ops=3))
+    def draw(fd: FusionDefinition) -> None:
+        seen.append(any(isinstance(e, BinaryOp) and e.op == "gcd" for e in fd.fusion.exprs))
+
+    draw()
+    assert any(seen)
