@@ -3,8 +3,8 @@ functions, lgamma, nextafter, gcd and the shifts.
 
 Their CUDA forms are the runtime's optional special part (kf_special.cuh), which only the
 kernels that call one of them include. The shifts define every count as torch's CUDA kernels
-do (nvFuser emits C's shift, whose out-of-range counts the GPU's shift instructions clamp to
-the same results): a left shift by a count outside [0, bits) gives 0, an arithmetic right
+do (nvFuser emits C's shift, whose out-of-range counts that fit 32 bits the GPU's shift
+instructions clamp to the same results): a left shift by a count outside [0, bits) gives 0, an arithmetic right
 shift the sign; logical_right_shift gives what nvFuser's composite of them gives.
 
 Reference functions take the reference's array backend first (see kfuse.ir.ops_unary).
@@ -25,11 +25,14 @@ _STANDARD_NORMAL = statistics.NormalDist()
 
 # ---- the inverse error functions on Python floats (float64) ----
 def _erfc_root_tiny(t: float) -> float:
-    """x with erfc(x) = t for t below NormalDist's range: the asymptotic series
-    erfc(x) = e^-x^2 / (x sqrt(pi)) (1 - 1/(2x^2)), solved by fixed-point steps."""
+    """x with erfc(x) = t for t below NormalDist's range (double subnormals, x > 26): the
+    asymptotic series erfc(x) = e^-x^2 / (x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6)),
+    whose next term is below 1e-10 there, solved by fixed-point steps."""
     x = math.sqrt(-math.log(t))
     for _ in range(30):
-        x = math.sqrt(-math.log(t) - math.log(x * math.sqrt(math.pi)) + math.log1p(-0.5 / x**2))
+        u = 1.0 / (2.0 * x * x)
+        series = 1.0 - u + 3.0 * u * u - 15.0 * u**3
+        x = math.sqrt(-math.log(t) - math.log(x * math.sqrt(math.pi)) + math.log(series))
     return x
 
 
