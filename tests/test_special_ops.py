@@ -223,6 +223,22 @@ def test_gcd_of_integer_extremes_matches_torch(dtype: DataType) -> None:
         assert eval_scalar("gcd", [x, y], dtype) == w
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (3, 4)])
+def test_gcd_broadcasts_where_no_step_runs(shape: tuple[int, ...]) -> None:
+    """A campaign found it: gcd of a [1, n] tensor and a [m, n] one whose b is all 0 (or
+    empty) has the broadcast shape in the reference too."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[1, -1], dtype=DataType.Int)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.gcd(a, b))
+    x = np.full((1, shape[1]), -6, np.int64)
+    y = np.zeros(shape, np.int64)
+    (out,) = fd.execute([x, y])
+    (reference,) = evaluate(fd, [x, y])
+    assert out.shape == reference.shape == shape
+    assert np.array_equal(out, reference) and np.all(reference == 6)
+
+
 def _torch_shift(op: str, a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """torch's CUDA kernels' definition of the shifts (its CPU kernels agree for counts in
     range), written out for every count."""

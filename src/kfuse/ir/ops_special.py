@@ -4,8 +4,9 @@ functions, lgamma, nextafter, gcd and the shifts.
 Their CUDA forms are the runtime's optional special part (kf_special.cuh), which only the
 kernels that call one of them include. The shifts define every count as torch's CUDA kernels
 do (nvFuser emits C's shift, whose out-of-range counts that fit 32 bits the GPU's shift
-instructions clamp to the same results): a left shift by a count outside [0, bits) gives 0, an arithmetic right
-shift the sign; logical_right_shift gives what nvFuser's composite of them gives.
+instructions clamp to the same results): a left shift by a count outside [0, bits) gives 0,
+an arithmetic right shift the sign; logical_right_shift gives what nvFuser's composite of
+them gives.
 
 Reference functions take the reference's array backend first (see kfuse.ir.ops_unary).
 """
@@ -150,6 +151,9 @@ def _array_bits(a: Any) -> int:
 
 def _gcd_array(be: Any, a: Any, b: Any) -> Any:
     xp = be.xp
+    # Broadcast first: the loop may not run (all of b 0, or no elements), and the result has
+    # the operands' common shape all the same.
+    a, b = a + b * 0, b + a * 0
     a, b = abs(a), abs(b)  # the frameworks' abs wraps the most negative value, as C's
     zero = a * 0
     while bool((b != 0).any()):
