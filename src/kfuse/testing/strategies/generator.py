@@ -119,10 +119,16 @@ class Gen:
         """v + 0.0 for an op that shows the sign of a zero (atan2, signbit) of a floating
         Val: that sign is unspecified where a max, min or clamp tie made the zero (torch on
         the CPU keeps the first operand's, NumPy the second's); + 0.0 turns -0.0 into +0.0 in
-        the kernel and the reference alike."""
-        if OPS[op].shows_zero_sign and isinstance(v, Val) and v.dtype.is_floating:
-            return self.fd.ops.add(v, 0.0)
-        return v
+        the kernel and the reference alike. signbit (the Bool one) shows a NaN's sign too,
+        which arithmetic leaves unspecified (a GPU gives its canonical +NaN, x86 keeps an
+        operand's sign): a NaN becomes the constant +NaN there."""
+        if not (OPS[op].shows_zero_sign and isinstance(v, Val) and v.dtype.is_floating):
+            return v
+        o = self.fd.ops
+        hidden = o.add(v, 0.0)
+        if OPS[op].result == "bool":
+            hidden = o.where(o.isnan(v), math.nan, hidden)
+        return hidden
 
     def operand(self, exact: bool) -> tuple[Any, bool, float]:
         """A tensor entry, or sometimes a constant or symbolic scalar."""
