@@ -89,12 +89,30 @@ EXPECTED = {
     "where": lambda c, a, b: np.where(c, a, b),
     "clamp": lambda x, lo, hi: np.clip(x, lo, hi),
     "lerp": lambda s, e, w: s + w * (e - s),
+    "erfinv": lambda a: torch.special.erfinv(torch.from_numpy(a)).numpy(),
+    "erfcinv": lambda a: torch.special.erfinv(torch.from_numpy(1 - a)).numpy(),
+    "lgamma": np.vectorize(math.lgamma),
+    "nextafter": np.nextafter,
+    "gcd": np.gcd,
+    "bitwise_left_shift": lambda a, s: np.where((s >= 0) & (s < 32), a << np.clip(s, 0, 31), 0),
+    "bitwise_right_shift": lambda a, s: np.where(
+        (s >= 0) & (s < 32), a >> np.clip(s, 0, 31), np.where(a < 0, -1, 0)
+    ),
+    "logical_right_shift": lambda a, s: np.where(
+        (s >= 0) & (s < 32),
+        (a.view(np.uint32) >> np.clip(s, 0, 31).astype(np.uint32)).view(np.int32),
+        np.where((s == 32) | (a >= 0), 0, -1),
+    ),
 }
 _POSITIVE = {"log", "log2", "log10", "sqrt", "rsqrt", "log1p", "pow"}
 
 
 def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], DataType]:
     n = 37
+    if OPS[op].category == "bitwise" and not OPS[op].accepts_bool:  # gcd, the shifts
+        a = rng.integers(-(2**31), 2**31 - 1, n).astype(np.int32)
+        a[:3] = [-(2**31) + 1, 0, -1]  # (np.gcd's abs of the least int32 overflows)
+        return [a, rng.integers(-3, 36, n).astype(np.int32)], DataType.Int32
     if OPS[op].category == "bitwise":
         return [
             rng.integers(-50, 50, n).astype(np.int32) for _ in range(OPS[op].arity)
@@ -112,6 +130,10 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
         if op in ("asin", "acos", "atanh")
         else (1.1, 4.0)
         if op == "acosh"
+        else (-0.99, 0.99)
+        if op == "erfinv"
+        else (0.01, 1.99)
+        if op == "erfcinv"
         else (-3.0, 3.0)
     )
     arrays = [rng.uniform(lo, hi, n).astype(np.float32) for _ in range(OPS[op].arity)]

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from kfuse.dtypes import DataType
 from kfuse.errors import KfuseError
+from kfuse.ir.ops import OPS
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
 from kfuse.testing.inputs import refill
 from kfuse.testing.strategies import DEFAULT_DTYPES, KINDS, one_in
@@ -75,8 +76,13 @@ class ExampleSpace:
     long_rows: bool = True  # some examples with one long axis (LONG_ROWS_ONE_IN)
     framework: str = "torch"  # torch or numpy (numpy only on the emulator)
     device: str = "cuda"  # a torch device string, "cpu" for the emulator
+    # Pointwise ops drawn twice as often as all the others together (a campaign on new ops).
+    favored_ops: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        unknown_ops = sorted(set(self.favored_ops) - set(OPS))
+        if unknown_ops:
+            raise ValueError(f"unknown ops {unknown_ops}")
         unknown = sorted(set(self.kinds) - KINDS)
         if not self.kinds or unknown:
             raise ValueError(f"unknown kinds {unknown}; kinds are {', '.join(sorted(KINDS))}")
@@ -98,6 +104,16 @@ class Example:
     other_inputs: list[Any] | None = None  # calls 4 and 5 (see the module docstring)
 
 
+def drawn_ops(space: ExampleSpace) -> tuple[str, ...]:
+    """The pointwise ops a fusion draws from, uniformly: every op once, and the favored ops
+    repeated until they are about two thirds of the list (drawn about twice as often as all
+    the others together)."""
+    if not space.favored_ops:
+        return tuple(OPS)
+    repeat = -(-2 * len(OPS) // len(space.favored_ops))
+    return (*OPS, *(space.favored_ops * repeat))
+
+
 @st.composite
 def examples(draw: Any, space: ExampleSpace) -> Example:
     """A strategy of Examples from `space`."""
@@ -108,6 +124,7 @@ def examples(draw: Any, space: ExampleSpace) -> Example:
             max_rank=space.max_rank,
             max_ops=space.max_ops,
             dtypes=space.dtypes,
+            ops=drawn_ops(space),
             aliases=True,
         )
     )

@@ -70,6 +70,13 @@ def _parser() -> Parser:
     p.add_argument("--max-rank", type=int, default=4, help="rank of the largest input (4)")
     p.add_argument("--max-ops", type=int, default=10, help="pointwise ops per fusion (10)")
     p.add_argument(
+        "--favor-ops",
+        nargs="+",
+        metavar="OP",
+        default=[],
+        help="pointwise ops to draw twice as often as all the others together (default: none)",
+    )
+    p.add_argument(
         "--max-elements",
         type=int,
         default=None,
@@ -204,6 +211,7 @@ def _campaign(argv: list[str]) -> tuple[Any, int | None]:
             dtypes=tuple(DataType(d) for d in args.dtypes),
             max_rank=args.max_rank,
             max_ops=args.max_ops,
+            favored_ops=tuple(args.favor_ops),
             max_elements=args.max_elements or (1 << 18 if gpus else 1 << 12),
             special_values=args.special_values,
             layouts=not args.no_layouts,

@@ -4,7 +4,8 @@ Pointwise ops (one method per row of the op table kfuse.ir.ops.OPS, its argument
 by the row: OpInfo.bind) accept tensors, scalars and Python
 numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks). Composites
 (mean, var, var_mean, softmax, log_softmax, layer_norm, rms_norm) expand to primitives and
-compute Half/BFloat16 inputs in Float, returning the input's dtype.
+compute Half/BFloat16 inputs in Float, returning the input's dtype; addcmul and triu expand
+as nvFuser's do (kfuse.ir.composite_ops).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType, optional_dtype
 from kfuse.errors import DefinitionError
 from kfuse.frontend.library_methods import LibraryMethods
 from kfuse.ir.builder import as_index, as_index_list, describe
+from kfuse.ir.composite_ops import build_addcmul, build_triu
 from kfuse.ir.embedding import build_embedding_fwd
 from kfuse.ir.generated import build_full, build_iota, build_random, build_random_like
 from kfuse.ir.index_ops import build_gather, build_index_select
@@ -68,6 +70,18 @@ class Ops(LibraryMethods):
         """x converted to dtype."""
         self._fd.check_open("cast")
         return self._b.cast(x, dtype)
+
+    def addcmul(self, x: Any, tensor1: Any, tensor2: Any, value: Any) -> Val:
+        """x + tensor1 * (tensor2 * value), as nvFuser's addcmul: in the dtype x, tensor1
+        and tensor2 promote to; value is a scalar (a number or a scalar Val)."""
+        self._fd.check_open("addcmul")
+        return build_addcmul(self._b, x, tensor1, tensor2, value)
+
+    def triu(self, arg: Any, diagonal: Any = 0) -> TensorView:
+        """The upper triangle of the last two axes of arg (2 or more axes): the elements
+        whose column - row >= diagonal, the others 0, as torch.triu."""
+        self._fd.check_open("triu")
+        return build_triu(self._b, arg, diagonal)
 
     # ---- factories (generated values: kfuse.ir.generated) ----
     def full(self, shape: Sequence[Any], fill_value: Any, dtype: Any) -> TensorView:

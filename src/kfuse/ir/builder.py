@@ -267,14 +267,19 @@ class Builder:
         if not info.accepts_float:
             for i, v in enumerate(vals):
                 if v.dtype.is_floating:
+                    kinds = "Bool or integer" if info.accepts_bool else "integer"
                     raise DefinitionError(
-                        f"{op}: operand {i} {describe(v)} is floating; "
-                        f"{op} needs Bool or integer operands"
+                        f"{op}: operand {i} {describe(v)} is floating; {op} needs {kinds} operands"
                     )
         dt = promote_types(tensor_dt, weak_dt)
         if info.category == "float_math" or info.result == "float":
             if not dt.is_floating and not is_integer_division(op, vals):
                 dt = DataType.Float
+        if info.full_precision_only and dt not in (DataType.Float, DataType.Double):
+            raise DefinitionError(
+                f"{op}: the operands ({', '.join(describe(v) for v in vals)}) promote to "
+                f"{dt.value}; {op} needs Float or Double"
+            )
         if not info.accepts_bool and dt is DataType.Bool:
             raise DefinitionError(
                 f"{op}: Bool operands are not supported ({', '.join(describe(v) for v in vals)})"

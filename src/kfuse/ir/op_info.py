@@ -29,19 +29,21 @@ PRECISIONS = ("exact", "rounded", "approximable")
 * approximable: rounded, and the code generator may use a faster approximate form
   (cuda_fast) where the value only reaches BFloat16 outputs (kfuse.codegen.precision)."""
 
-DOMAINS = ("pos", "nonneg", "ge1", "unit", "tan", "small", "moderate")
+DOMAINS = ("pos", "nonneg", "ge1", "unit", "zero_two", "tan", "small", "moderate")
 """Where an op's operand must lie for a finite, well-conditioned result; the strategies
-guard a drawn operand into it (log(|x| + 0.5), atanh(0.9 tanh(x)), exp(tanh(x)), ...)."""
+guard a drawn operand into it (log(|x| + 0.5), atanh(0.9 tanh(x)), erfcinv(1 + 0.9 tanh(x)),
+exp(tanh(x)), ...)."""
 
 BOUNDS = ("plus1", "unit", "two", "log", "exp", "sum", "product", "angle", "max")
 """How |result| grows with the operands' magnitude bound b, as the strategies estimate it:
 plus1: b + 1; unit: <= 1; two: <= 2; log: b + 4; exp: 2 e^b + 1; sum: b1 + b2; product:
 b1 b2; angle: pi; max: max(b1, b2)."""
 
-DRAWS = ("plain", "divide", "where", "clamp", "floating")
+DRAWS = ("plain", "divide", "where", "clamp", "floating", "integer")
 """How the strategies draw an op's operands: plain (pool values, constants, scalars),
 divide (a denominator kept away from 0, pow's base positive), where (a Bool condition of
-two exact values), clamp (constant bounds), floating (floating operands only)."""
+two exact values), clamp (constant bounds), floating (floating operands only), integer
+(integer values, and for a shift counts about the width too)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class OpInfo:
     accepts_bool: bool = True
     accepts_float: bool = True
     casts_operands: bool = True  # False: the op reads the operand in its own dtype (isnan)
+    full_precision_only: bool = False  # the promoted dtype must be Float or Double (nextafter)
     has_condition: bool = False  # operand 0 is a Bool condition, the others compute (where)
     operands: tuple[str, ...] = ()  # operand names for messages; x / a, b by default
     method: str | None = ""  # fd.ops method; "" = name, None = reached by another's keyword
@@ -74,6 +77,8 @@ class OpInfo:
     # Operand kinds ('int', 'bool') on which the op is the identity (floor of an integer).
     identity_on: tuple[str, ...] = ()
     scalar_int: Callable[..., Any] | None = None  # integer scalars, where they differ (div)
+    # (the result's DataType, *numbers), where the result depends on the dtype's width (shifts).
+    scalar_of_dtype: Callable[..., Any] | None = None
     # (backend, *arrays) -> array; None = the framework's function spelled numpy / torch.
     reference: Callable[..., Any] | None = None
     numpy: str = ""  # NumPy's (and CuPy's) function name; "" = name

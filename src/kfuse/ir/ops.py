@@ -1,7 +1,7 @@
 """The table of pointwise ops: one row (kfuse.ir.op_info.OpInfo) per op, read by the
 frontend, the builder, scalar folding, the reference, the code generator, the printer, the
-docs' op list and the test strategies. The rows are in kfuse.ir.ops_unary and
-kfuse.ir.ops_binary; docs/guides/add-an-op.md says how to add one.
+docs' op list and the test strategies. The rows are in kfuse.ir.ops_unary,
+kfuse.ir.ops_binary and kfuse.ir.ops_special; docs/guides/add-an-op.md says how to add one.
 
 * category: 'float_math' (transcendental; integer and bool operands are first cast to Float),
   'arith' (computed in the promoted dtype), 'compare' (Bool result, operands in the promoted
@@ -28,11 +28,21 @@ from __future__ import annotations
 
 from kfuse.ir.op_info import OpInfo
 from kfuse.ir.ops_binary import BINARY_ROWS, TERNARY_ROWS
+from kfuse.ir.ops_special import SPECIAL_BINARY_ROWS, SPECIAL_UNARY_ROWS
 from kfuse.ir.ops_unary import UNARY_ROWS
 
 __all__ = ["OPS", "OpInfo", "UNARY_OPS", "BINARY_OPS", "TERNARY_OPS", "REDUCTION_OPS", "fd_call"]
 
-OPS: dict[str, OpInfo] = {row.name: row for row in (*UNARY_ROWS, *BINARY_ROWS, *TERNARY_ROWS)}
+OPS: dict[str, OpInfo] = {
+    row.name: row
+    for row in (
+        *UNARY_ROWS,
+        *SPECIAL_UNARY_ROWS,
+        *BINARY_ROWS,
+        *SPECIAL_BINARY_ROWS,
+        *TERNARY_ROWS,
+    )
+}
 """Every pointwise op kfuse knows, by name."""
 
 UNARY_OPS = tuple(n for n, r in OPS.items() if r.arity == 1)

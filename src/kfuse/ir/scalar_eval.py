@@ -57,6 +57,8 @@ def eval_scalar(op: str, args: list[Any], dtype: DataType) -> Any:
         return to_python(args[0], dtype)
     if row.identity_on and dtype.is_floating:
         args = [float(a) for a in args]  # floor of an integer-valued constant is a Float
+    if row.scalar_of_dtype is not None:
+        return to_python(row.scalar_of_dtype(dtype, *args), dtype)
     if row.scalar_int is not None and dtype.is_integral:
         return to_python(row.scalar_int(*args), dtype)
     return to_python(row.scalar(*args), dtype)

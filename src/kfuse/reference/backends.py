@@ -84,6 +84,17 @@ class NumpyLikeBackend:
         fn = math.erfc if complement else math.erf
         return xp.asarray(xp.vectorize(fn, otypes=[a.dtype])(a)) if a.size else a.copy()
 
+    def per_element(self, fn: Callable[[float], float], a: Any) -> Any:
+        """fn (a function of one Python float) of each element of the floating array a,
+        computed in float64 and returned in a's dtype: for the special functions no
+        framework has (erfinv, ...), NumPy's element loop on the host."""
+        import numpy as np
+
+        host = a.get() if self.xp.__name__ == "cupy" else a
+        wide = np.asarray(host, dtype=np.float64)
+        out = np.vectorize(fn, otypes=[np.float64])(wide) if wide.size else wide.copy()
+        return self.xp.asarray(out.astype(a.dtype))
+
     def fn(self, name: str) -> Callable[..., Any]:
         """The framework's function for op `name` (its spelling in the op table)."""
         row = OPS.get(name)
@@ -192,6 +203,13 @@ class TorchBackend(NumpyLikeBackend):
 
     def erf(self, a: Any, complement: bool = False) -> Any:
         return self.xp.erfc(a) if complement else self.xp.erf(a)
+
+    def per_element(self, fn: Callable[[float], float], a: Any) -> Any:
+        import numpy as np
+
+        wide = a.detach().to(device="cpu", dtype=self.xp.float64).numpy()
+        out = np.vectorize(fn, otypes=[np.float64])(wide) if wide.size else wide.copy()
+        return self.xp.from_numpy(out).to(device=a.device, dtype=a.dtype)
 
     def fn(self, name: str) -> Callable[..., Any]:
         row = OPS.get(name)

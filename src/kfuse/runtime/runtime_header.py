@@ -83,13 +83,33 @@ def int_div_header() -> str:
     return _INT_DIV_PATH.read_text()
 
 
+_SPECIAL_PATH = Path(__file__).with_name("kf_runtime") / "kf_special.cuh"
+# The names only the special functions' part defines.
+_SPECIAL_NAMES = (
+    "kf::erfinv",
+    "kf::erfcinv",
+    "kf::lgamma",
+    "kf::nextafter",
+    "kf::gcd",
+    "kf::shift_",
+)
+
+
+@functools.cache
+def special_header() -> str:
+    """The special functions' and integer ops' part of the runtime (kf_special.cuh), after
+    the random numbers' part."""
+    return _SPECIAL_PATH.read_text()
+
+
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the float8 part where it names a float8
     type, the reads' part where it reads at positions an index tensor holds or inside a pad's
     window, the random numbers' part where it draws random numbers, the generated reads' part
     where a reduction kernel reads a generated value, the integer division part where it
-    divides integers; else `source` unchanged.
+    divides integers, the special functions' part where it calls one of them (erfinv, gcd, a
+    shift, ...); else `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -108,6 +128,8 @@ def with_optional_parts(source: str) -> str:
         parts.append(generated_header())
     if any(name in own for name in _INT_DIV_NAMES):
         parts.append(int_div_header())
+    if any(name in own for name in _SPECIAL_NAMES):
+        parts.append(special_header())
     if not parts:
         return source
     return header + "".join("\n" + part for part in parts) + own

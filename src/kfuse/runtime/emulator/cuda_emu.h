@@ -94,6 +94,50 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 
+// CUDA's inverse error functions, which the C library lacks: solved by Newton's method in
+// double, on erfc itself where the root is large (erf(x) - y would cancel there) and on erf
+// near 0 (where erfc(x) - t would), to within an ulp or two of double; the float forms round
+// that (CUDA's erfinvf and erfcinvf are within 2 and 4 ulp of the exact value).
+namespace kf_emu {
+inline double erfc_root(double t) {  // x > 0 with erfc(x) = t, 0 < t <= 1
+    const double two_over_sqrt_pi = 1.1283791670955126;
+    // sqrt(-log(t (2 - t))) lies above the root; the first step lands below it, and the
+    // steps from there rise to it (erfc is convex for x > 0).
+    double x = sqrt(-log(t * (2.0 - t)));
+    for (int k = 0; k < 60; ++k) {
+        const double slope = two_over_sqrt_pi * exp(-x * x);
+        if (slope == 0.0) break;  // t below double's normal range: the start is within an ulp
+        const double next = x + (erfc(x) - t) / slope;
+        const double moved = fabs(next - x);
+        x = next > 0.0 ? next : 0.5 * x;
+        if (moved <= 1e-16 * x) break;
+    }
+    return x;
+}
+inline double erf_root(double y) {  // x with erf(x) = y, |y| < 0.5
+    const double two_over_sqrt_pi = 1.1283791670955126;
+    double x = y / two_over_sqrt_pi;
+    for (int k = 0; k < 8; ++k) x -= (erf(x) - y) / (two_over_sqrt_pi * exp(-x * x));
+    return x;
+}
+}  // namespace kf_emu
+inline double erfinv(double y) {
+    if (isnan(y) || y < -1.0 || y > 1.0) return NAN;
+    if (y == 1.0 || y == -1.0) return copysign(INFINITY, y);
+    if (y == 0.0) return y;
+    if (fabs(y) < 0.5) return kf_emu::erf_root(y);
+    return copysign(kf_emu::erfc_root(1.0 - fabs(y)), y);  // 1 - |y| is exact here
+}
+inline double erfcinv(double t) {
+    if (isnan(t) || t < 0.0 || t > 2.0) return NAN;
+    if (t == 0.0) return INFINITY;
+    if (t == 2.0) return -INFINITY;
+    if (t > 0.5 && t < 1.5) return erfinv(1.0 - t);  // exact for t in [0.5, 2]
+    return t <= 0.5 ? kf_emu::erfc_root(t) : -kf_emu::erfc_root(2.0 - t);
+}
+inline float erfinvf(float y) { return (float)erfinv((double)y); }
+inline float erfcinvf(float t) { return (float)erfcinv((double)t); }
+
 namespace kf_emu {
 inline float min_of(float a, float b) { return fminf(a, b); }
 inline double min_of(double a, double b) { return fmin(a, b); }

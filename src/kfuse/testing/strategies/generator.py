@@ -102,6 +102,8 @@ class Gen:
             return Entry(o.add(o.abs(v), 1.5), False, b + 1.5)
         if kind == "unit":
             return Entry(o.mul(o.tanh(v), 0.9), False, 0.9)
+        if kind == "zero_two":
+            return Entry(o.add(o.mul(o.tanh(v), 0.9), 1.0), False, 1.9)
         if kind == "tan" or (kind == "small" and b > 8) or (kind == "moderate" and b > 50):
             return Entry(o.tanh(v), False, 1.0)
         return e
@@ -118,10 +120,16 @@ class Gen:
         """v + 0.0 for an op that shows the sign of a zero (atan2, signbit) of a floating
         Val: that sign is unspecified where a max, min or clamp tie made the zero (torch on
         the CPU keeps the first operand's, NumPy the second's); + 0.0 turns -0.0 into +0.0 in
-        the kernel and the reference alike."""
-        if OPS[op].shows_zero_sign and isinstance(v, Val) and v.dtype.is_floating:
-            return self.fd.ops.add(v, 0.0)
-        return v
+        the kernel and the reference alike. signbit (the Bool one) shows a NaN's sign too,
+        which arithmetic leaves unspecified (a GPU gives its canonical +NaN, x86 keeps an
+        operand's sign): a NaN becomes the constant +NaN there."""
+        if not (OPS[op].shows_zero_sign and isinstance(v, Val) and v.dtype.is_floating):
+            return v
+        o = self.fd.ops
+        hidden = o.add(v, 0.0)
+        if OPS[op].result == "bool":
+            hidden = o.where(o.isnan(v), math.nan, hidden)
+        return hidden
 
     def operand(self, exact: bool) -> tuple[Any, bool, float]:
         """A tensor entry, or sometimes a constant or symbolic scalar."""
@@ -139,6 +147,11 @@ class Gen:
 
     def binary(self, op: str) -> Entry | None:
         row = OPS[op]
+        if row.draw == "integer":
+            return self.integer_binary(op)
+        if row.draw == "floating":  # nextafter: Float or Double operands
+            x, y = self.pick(floating=True), self.pick(floating=True)
+            return Entry(build(self.fd, op, [x.val, y.val]), False, max(x.bound, y.bound))
         a, ea, ba = self.operand(row.discontinuous)
         b, eb, bb = self.operand(row.discontinuous)
         if not isinstance(a, Val) and not isinstance(b, Val):
@@ -152,6 +165,33 @@ class Gen:
         a, b = (self.zero_sign_hidden(op, v) for v in (a, b))
         out = build(self.fd, op, [a, b])
         return Entry(out, ea and eb and row.precision == "exact", bound)
+
+    def integer_binary(self, op: str) -> Entry | None:
+        """An op of the draw class 'integer' (gcd, the shifts) of an integer value and
+        another, or a constant; a shift's constant count is often about the width, where
+        the shifts' edge cases are."""
+        ints = [e for e in self.pool if e.val.dtype.is_integral and not e.val.dtype.is_boolean]
+        if not ints:
+            # An exact value truncated to Int32, made finite and within Int32's range first
+            # (a kernel's cast saturates and maps NaN to 0, as torch's on a GPU does; a CPU
+            # framework's does not): the same integers in a kernel and the reference.
+            exact = self.pick(exact=True)
+            if not exact.exact or exact.val.dtype is DataType.Bool:
+                return None
+            o = self.fd.ops
+            v = o.where(o.isfinite(exact.val), o.clamp(exact.val, -(2**30), 2**30), 0)
+            ints = [
+                Entry(cast(TensorView, o.cast(v, DataType.Int32)), True, min(exact.bound, 2.0**30))
+            ]
+        a = self.draw(st.sampled_from(ints))
+        b: Any
+        if self.draw(st.booleans()):
+            b = self.draw(st.sampled_from(ints)).val
+        elif "shift" in op:
+            b = self.draw(st.sampled_from([0, 1, 3, 7, 31, 32, 33, 63, 64, -1]))
+        else:
+            b = self.draw(st.sampled_from([0, 6, -4, 12]))
+        return Entry(build(self.fd, op, [a.val, b]), a.exact, a.bound)
 
     def divlike(self, op: str, a: Any, ea: bool, ba: float, b: Any) -> Entry | None:
         """An op of the draw class 'divide': pow of a positive base (integers: by a small
