@@ -221,8 +221,9 @@ def _attention_fusion(causal: bool, scale: float | None) -> FusionDefinition:
     return fd
 
 
-def _attention_inputs(device: str = "cpu") -> list:
-    shapes = [(2, 3, 12, 16), (2, 3, 10, 16), (2, 3, 10, 16), (2, 3, 12, 16)]
+def _attention_inputs(device: str = "cpu", keys: int = 10) -> list:
+    """query, key, value and the output's gradient: 12 queries, `keys` keys and values."""
+    shapes = [(2, 3, 12, 16), (2, 3, keys, 16), (2, 3, keys, 16), (2, 3, 12, 16)]
     return [_randn(*s, seed=i).bfloat16().to(device) for i, s in enumerate(shapes)]
 
 
@@ -243,9 +244,19 @@ def _check_attention(fd: FusionDefinition, inputs: list, causal: bool, scale: fl
 @pytest.mark.parametrize("scale", [None, 0.3])
 def test_sdpfa_forward_and_backward_on_cpu_torch(causal: bool, scale: float | None) -> None:
     fd = _attention_fusion(causal, scale)
-    inputs = _attention_inputs()
+    inputs = _attention_inputs(keys=12 if causal else 10)
     assert [s.scheduler for s in fd.segments(inputs)] == [EE]
     _check_attention(fd, inputs, causal, scale)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_sdpfa_refuses_a_causal_mask_over_unequal_lengths(device: str) -> None:
+    """torch's flash kernels align a causal mask over more queries than keys differently (the
+    CPU one at the top left, the CUDA one at the bottom right), and torch's own dispatcher
+    keeps flash attention out of that case: an InputError naming it."""
+    fd = _attention_fusion(True, None)
+    with pytest.raises(InputError, match="is_causal with 12 queries and 10 keys"):
+        fd.execute(_attention_inputs(device))
 
 
 def test_sdpfa_definition_and_input_errors() -> None:
@@ -278,7 +289,9 @@ def test_sdpfa_definition_and_input_errors() -> None:
 
 
 # ---- grouped_mm ----
-def _grouped_case(r1: int, r2: int, device: str = "cpu") -> tuple[FusionDefinition, list]:
+def _grouped_case(
+    r1: int, r2: int, device: str = "cpu", aligned: bool = False
+) -> tuple[FusionDefinition, list]:
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1] * r1, dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1] * r2, dtype=DataType.BFloat16)
@@ -288,7 +301,10 @@ def _grouped_case(r1: int, r2: int, device: str = "cpu") -> tuple[FusionDefiniti
     a_shape = (m, k) if r1 == 2 else (groups, m, k)
     b_shape = (k, n) if r2 == 2 else (groups, k, n)
     split = k if (r1, r2) == (2, 2) else m if r1 == 2 else n
-    ends = torch.tensor([split // 4, split // 2, split], dtype=torch.int32)
+    cuts = [split // 4, split // 2]
+    if aligned:  # groups of whole 16-byte runs of BFloat16, as torch's CUDA kernel needs
+        cuts = [c - c % 8 for c in cuts]
+    ends = torch.tensor([*cuts, split], dtype=torch.int32)
     inputs = [_randn(*a_shape).bfloat16(), _randn(*b_shape, seed=1).bfloat16(), ends]
     return fd, [t.to(device) for t in inputs]
 
@@ -334,7 +350,7 @@ def test_grouped_mm_definition_and_input_errors() -> None:
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpfa_on_cuda_matches_eager_torch(causal: bool) -> None:
     fd = _attention_fusion(causal, None)
-    inputs = _attention_inputs("cuda")
+    inputs = _attention_inputs("cuda", keys=12 if causal else 10)
     assert [s.scheduler for s in fd.segments(inputs)] == [EE]
     _check_attention(fd, inputs, causal, None)
 
@@ -366,7 +382,20 @@ def test_sdpfa_with_dropout_replays_its_mask_in_the_backward() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("ranks", [(2, 2), (2, 3), (3, 2)])
 def test_grouped_mm_on_cuda_matches_the_reference(ranks: tuple[int, int]) -> None:
-    fd, inputs = _grouped_case(*ranks, device="cuda")
+    fd, inputs = _grouped_case(*ranks, device="cuda", aligned=True)
     (out,) = fd.execute(inputs)
     (ref,) = evaluate(fd.fusion, inputs)
     torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+def test_grouped_mm_on_cuda_refuses_groups_torch_would_assert_on() -> None:
+    """Groups that are not whole 16-byte runs are an InputError before torch's kernel, whose
+    device-side assert would end the CUDA context; the context works on afterwards."""
+    fd, inputs = _grouped_case(2, 2, device="cuda")  # groups of 6, 6 and 12 BFloat16
+    with pytest.raises(InputError, match="multiple of 16 bytes"):
+        fd.execute(inputs)
+    fd, inputs = _grouped_case(2, 2, device="cuda", aligned=True)
+    (out,) = fd.execute(inputs)
+    torch.cuda.synchronize()
+    assert out.is_cuda

@@ -105,6 +105,22 @@ def test_odd_layouts_and_an_empty_axis() -> None:
         np.testing.assert_array_equal(out, -numpy_pad(x, [1, 0, 1, 1, 0, 0], 0.0))
 
 
+@pytest.mark.parametrize("widths", [[-1, 0], [-1, 0, -2, 0], [0, -3, -1, -4], [-2, -1, 0, -5]])
+def test_crops_of_a_row_constant_input_read_through_split_rows(widths: list[int]) -> None:
+    """Crops (negative widths only: no window) of an input constant along its short rows
+    (stride 0 there, an expanded column) lengthen the rows as any such read does (SPLIT
+    sub-axes), from the element the crop starts at. A GPU campaign found the split read's
+    operand built as the padded read's (one axis, stride 0): every row read garbage."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Double)
+        fd.add_output(fd.ops.add(fd.ops.mul(fd.ops.pad(x, widths, 0.0), -0.5), 1.5))
+    column = rand((127, 1)).astype(np.float64)
+    x = np.broadcast_to(column, (127, 8))
+    (out,) = check(fd, [x])
+    np.testing.assert_array_equal(out, numpy_pad(x, widths, 0.0) * -0.5 + 1.5)
+    _one_kernel(fd)
+
+
 def test_a_pad_of_computed_values_reads_them_in_the_next_kernel() -> None:
     """pad(x * 2) with a width from a scalar input: x * 2 from one kernel, padded by the next
     as it reads it; the two merged into one program."""

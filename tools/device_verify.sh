@@ -43,8 +43,9 @@ if [[ $parts == *" campaign "* ]]; then
     tail -n 3 "$REAL/campaign.txt"  # time per example, examples by scheduler, the counts
     cp "$logs/campaign/summary.json" "$REAL/campaign-summary.json" 2>/dev/null
     # Failures' repro scripts, one archive (a call returns at most 8 files).
-    (cd "$logs/campaign" && ls failure-* crash-* >/dev/null 2>&1 &&
-        tar czf "$REAL/campaign-repros.tgz" failure-* crash-* 2>/dev/null)
+    # (compgen: `ls failure-* crash-*` fails when either kind is absent, which lost them)
+    (cd "$logs/campaign" 2>/dev/null && repros=$(compgen -G "failure-*"; compgen -G "crash-*"; true) &&
+        [ -n "$repros" ] && tar czf "$REAL/campaign-repros.tgz" $repros 2>/dev/null)
 fi
 if [[ $parts == *" models "* ]]; then
     KFUSE_MODELS_QUICK= KFUSE_MODELS_TIMEOUT=230 KFUSE_MODELS_BUDGET=210 OUT="$REAL" \

@@ -32,7 +32,9 @@ def run_library_call(framework: str, expr: Expr, args: list[Any], scalars: list[
         x, index = args[0], args[1]
         check_scatter_positions(expr, index, int(x.shape[expr.dim]))
     elif isinstance(expr, GroupedMmOp):
-        check_group_offsets(expr, args[2], args)
+        ends = check_group_offsets(expr, args[2], args)
+        if framework == "torch" and args[0].device.type == "cuda":
+            _check_cuda_group_sizes(expr, ends, args[0].element_size())
     if framework == "torch":
         return _TORCH[type(expr)](expr, args, scalars)
     if isinstance(expr, (SdpaFwdOp, SdpaBwdOp, GroupedMmOp)):
@@ -45,6 +47,20 @@ def run_library_call(framework: str, expr: Expr, args: list[Any], scalars: list[
     import importlib
 
     return _numpy_like(importlib.import_module(framework), expr, args, scalars)
+
+
+def _check_cuda_group_sizes(expr: Expr, ends: list[int], itemsize: int) -> None:
+    """torch._grouped_mm's CUDA kernel asserts on the device (which ends the CUDA context)
+    unless every group spans a multiple of 16 bytes along the axis the groups split: an
+    InputError here instead."""
+    starts = [0, *ends[:-1]]
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        if (end - start) * itemsize % 16:
+            raise InputError(
+                f"{expr.outputs[0].name} = grouped_mm(...): on CUDA every group must span a "
+                f"multiple of 16 bytes along the axis the groups split ({16 // itemsize} "
+                f"elements of {itemsize} bytes); group {i} spans {end - start} (offsets {ends})"
+            )
 
 
 # ---- torch ----
@@ -77,6 +93,19 @@ def _attention_scalars(expr: Any, scalars: list[Any], head_size: int) -> tuple[f
     return dropout_p, is_causal, scale
 
 
+def _check_causal_lengths(expr: Expr, q: Any, k: Any, is_causal: bool) -> None:
+    """A causal mask over unequal query and key lengths is an InputError: torch's flash
+    kernels align it differently (aten's CPU kernel at the top left, its CUDA kernel at the
+    bottom right) and torch's own dispatcher keeps flash attention out of that case."""
+    queries, keys = int(q.shape[2]), int(k.shape[2])
+    if is_causal and queries != keys:
+        raise InputError(
+            f"{expr.outputs[0].name}: flash attention with is_causal with {queries} queries "
+            f"and {keys} keys: torch's flash kernels place that mask differently on CPU and "
+            "CUDA; give equal lengths, or the mask as where() before a softmax"
+        )
+
+
 def _on_cpu_without_dropout(expr: Expr, x: Any, dropout_p: float) -> bool:
     """True for CPU tensors (aten's CPU flash attention, which keeps no generator state for a
     backward: dropout there is an InputError); False for CUDA tensors."""
@@ -95,6 +124,7 @@ def _torch_sdpfa_fwd(expr: SdpaFwdOp, args: list[Any], scalars: list[Any]) -> li
 
     q, k, v = args
     dropout_p, is_causal, scale = _attention_scalars(expr, scalars, int(q.shape[-1]))
+    _check_causal_lengths(expr, q, k, is_causal)
     aten = torch.ops.aten
     if _on_cpu_without_dropout(expr, q, dropout_p):
         out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
@@ -125,6 +155,7 @@ def _torch_sdpfa_bwd(expr: SdpaBwdOp, args: list[Any], scalars: list[Any]) -> li
 
     grad, q, k, v, out, lse, seed, offset = args
     dropout_p, is_causal, scale = _attention_scalars(expr, scalars, int(q.shape[-1]))
+    _check_causal_lengths(expr, q, k, is_causal)
     aten = torch.ops.aten
     if _on_cpu_without_dropout(expr, q, dropout_p):
         grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(

@@ -567,6 +567,19 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
                 InputOperand(positions[read.table], (*layout.sizes, extent), (*op.strides, stride))
             )
             reads[-1] = (describe_read(read.expr), extent)
+        elif op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
+            # A padded read only cropped has no window and may be split like any read: its
+            # pointer still starts past what the crop removes.
+            tensor = plan.domain.padded[use].tensor if use in plan.domain.padded else use.val
+            sub_sizes, sub_strides = zip(*op.inner_split)
+            operands.append(
+                InputOperand(
+                    positions[tensor],
+                    (*layout.sizes[:-1], *sub_sizes),
+                    (*op.strides[:-1], *sub_strides),
+                    op.data_ptr - info.layouts[tensor].data_ptr,
+                )
+            )
         elif use in plan.domain.padded:  # the domain's axes, then (extent, low) per window
             tensor = plan.domain.padded[use].tensor
             operands.append(
@@ -576,12 +589,6 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
                     (*op.strides, *(low for _, low, _ in op.window)),
                     op.data_ptr - info.layouts[tensor].data_ptr,  # past what it crops
                 )
-            )
-        elif op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
-            sub_sizes, sub_strides = zip(*op.inner_split)
-            shape = (*layout.sizes[:-1], *sub_sizes)
-            operands.append(
-                InputOperand(positions[use.val], shape, (*op.strides[:-1], *sub_strides))
             )
         else:
             operands.append(InputOperand(positions[use.val], layout.sizes, op.strides))
