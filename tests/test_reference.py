@@ -299,3 +299,22 @@ def test_erfc_does_not_cancel_for_large_arguments() -> None:
     for a in (np.array(x), torch.tensor(x, dtype=torch.float64)):
         (got,) = evaluate(fd.fusion, [a])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+def test_float_to_integer_casts_saturate_as_the_kernels_do() -> None:
+    """NaN becomes 0 and values beyond the integer's range its nearest end, toward zero
+    inside it (CUDA's cvt.rzi, torch on the GPU, kfuse's kernels and emulator): the reference
+    agrees in NumPy and torch, where x86's conversion gives the lowest integer for all three."""
+    values = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 2.7, -2.7, 1e19, -1e19]
+    for dtype, array_dtype in ((DataType.Float, np.float32), (DataType.Double, np.float64)):
+        for target, bits in ((DataType.Int32, 32), (DataType.Int, 64)):
+            with FusionDefinition() as fd:
+                x = fd.define_tensor(shape=[-1], dtype=dtype)
+                fd.add_output(fd.ops.cast(x, target))
+            a = np.array(values, dtype=array_dtype)
+            top, bottom = 2 ** (bits - 1) - 1, -(2 ** (bits - 1))
+            big = [top, bottom] if bits == 32 else [3_000_000_000, -3_000_000_000]
+            want = [0, top, bottom, *big, 2, -2, top, bottom]
+            assert evaluate(fd, [a])[0].tolist() == want
+            assert evaluate(fd, [torch.from_numpy(a)])[0].tolist() == want
+            assert fd.execute([a])[0].tolist() == want

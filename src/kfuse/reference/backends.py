@@ -50,6 +50,20 @@ class NumpyLikeBackend:
     def astype(self, a: Any, storage: Any) -> Any:
         return self.xp.asarray(a).astype(storage, copy=False)
 
+    def is_floating(self, a: Any) -> bool:
+        return bool(self.xp.asarray(a).dtype.kind == "f")
+
+    def to_int_saturating(self, a: Any, dtype: DataType) -> Any:
+        """Floating values converted to the integer `dtype` as kfuse's kernels convert them
+        (CUDA's cvt.rzi, torch on the GPU): toward zero, out-of-range values saturated, NaN
+        to 0. A plain conversion gives the lowest integer for all three on x86."""
+        xp, bits = self.xp, 8 * dtype.itemsize
+        limit = float(2 ** (bits - 1))
+        high, low, nan = a >= limit, a <= -limit, xp.isnan(a)
+        inside = self.astype(xp.where(high | low | nan, 0.0, a), self.storage_dtype(dtype, False))
+        inside = xp.where(high, 2 ** (bits - 1) - 1, inside)
+        return xp.where(low, -(2 ** (bits - 1)), inside)
+
     def round_to(self, a: Any, dtype: DataType) -> Any:
         """Round floating values to `dtype`'s precision, keeping a's storage dtype."""
         xp = self.xp
@@ -184,6 +198,9 @@ class TorchBackend(NumpyLikeBackend):
             # value that is already a float8 value is exact in every version.
             a = round_to_float8(a, float8, self.xp)
         return a.to(storage)
+
+    def is_floating(self, a: Any) -> bool:
+        return bool(a.is_floating_point())
 
     def round_to(self, a: Any, dtype: DataType) -> Any:
         if dtype.is_float8:

@@ -146,6 +146,8 @@ class _Evaluator:
     def store(self, a: Any, dtype: DataType) -> Any:
         """Convert a computed array to the storage of `dtype` (rounding bf16 and float8 for
         NumPy and CuPy, which hold them as float32)."""
+        if dtype.is_integral and dtype is not DataType.Bool and self.be.is_floating(a):
+            return self.be.to_int_saturating(a, dtype)
         out = self.be.astype(a, self.storage(dtype))
         held_as_float = dtype is DataType.BFloat16 or dtype.is_float8
         if held_as_float and not self.wide and self.be.name != "torch":
