@@ -15,6 +15,7 @@ from kfuse.ir.exprs import (
     LinearOp,
     MatmulOp,
     ReductionOp,
+    ScanOp,
     SegmentSetOp,
     SizeOp,
     StrideOrderOp,
@@ -111,6 +112,8 @@ def _call(expr: Expr, names: Mapping[int, str]) -> str:
         )
     if isinstance(expr, WelfordOp):
         return f"fd.ops.welford({a[0]}, dims={list(expr.dims)})"
+    if isinstance(expr, ScanOp):
+        return f"fd.ops.cumsum({a[0]}, dim={expr.dim})"
     if isinstance(expr, SizeOp):
         return f"fd.ops.size({a[0]}, dim={expr.dim})"
     if isinstance(expr, MatmulOp):

@@ -13,6 +13,7 @@ from kfuse.ir.exprs import (
     LinearOp,
     MatmulOp,
     ReductionOp,
+    ScanOp,
     SizeOp,
     TernaryOp,
     UnaryOp,
@@ -91,6 +92,8 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[Origin]])
         for o in expr.outputs:
             shapes[o] = tuple(shape[i] for i in keep)
             origins[o] = [orig[i] for i in keep]
+    elif isinstance(expr, ScanOp):  # the input's shape, element for element
+        shapes[out], origins[out] = shape, list(orig)
     elif isinstance(expr, (MatmulOp, LinearOp)):
         from kfuse.ir.library_ops import infer_library_shape
 

@@ -106,6 +106,10 @@ class NumpyLikeBackend:
             return xp.full(kept, _identity(op, a, xp), dtype=a.dtype)
         return fn(a, axis=dims)
 
+    def cumsum(self, a: Any, dim: int, storage: Any) -> Any:
+        """The inclusive prefix sums along `dim`, accumulated in `storage` (integers wrap)."""
+        return self.xp.cumsum(a, axis=dim, dtype=storage)
+
     def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
         return self.xp.expand_dims(a, axes) if axes else a
 
@@ -213,6 +217,9 @@ class TorchBackend(NumpyLikeBackend):
             shape = tuple(n for i, n in enumerate(a.shape) if i not in dims)
             return t.full(shape, _identity(op, a, None), dtype=a.dtype, device=a.device)
         return (t.amax if op == "max" else t.amin)(a, dim=dims)
+
+    def cumsum(self, a: Any, dim: int, storage: Any) -> Any:
+        return self.xp.cumsum(a, dim=dim, dtype=storage)
 
     def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
         for ax in sorted(axes):

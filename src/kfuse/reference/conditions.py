@@ -5,10 +5,11 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
 * magnitude: where sums feed a tensor linearly, the float64 sum of the absolute values of
   the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
-  follows sums and Welford means through casts, neg, abs, shape ops, add and sub (magnitudes
-  add), mul or div by a value without one (scaled by its |value|) and the functions that map
-  0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled by the bound, so that gelu(x - mean) is
-  near zero where x - mean is); any other op ends it.
+  follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
+  shape ops, add and sub (magnitudes add), mul or div by a value without one (scaled by
+  its |value|) and the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
+  by the bound, so that gelu(x - mean) is near zero where x - mean is); any other op ends
+  it.
 * terms: how many terms the tracked sums added (a worst-case rounding bound grows with it).
 * indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
   decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
@@ -39,6 +40,7 @@ from kfuse.ir.exprs import (
     Expr,
     GeneratedOp,
     ReductionOp,
+    ScanOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
@@ -126,6 +128,9 @@ class ConditionTracker:
                 total = self.be.reduce("sum", self.size(first), expr.dims, self.f64)
                 mags[out] = total / count
                 terms[out] = count * terms.get(first, 1)
+        elif isinstance(expr, ScanOp):  # each prefix sum: its terms' magnitudes
+            mags[out] = self.be.cumsum(self.size(first), expr.dim, self.f64)
+            terms[out] = self.ev.shapes[first][expr.dim] * terms.get(first, 1)
         elif not any(v in mags for v in inputs):
             return
         elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
@@ -200,6 +205,9 @@ class ConditionTracker:
         elif (row := structural_info(expr)) is not None:
             data = row.data_inputs(expr)
             marks[expr.outputs[0]] = self._structural(expr, [marks.get(t, 0.0) for t in data])
+        elif isinstance(expr, ScanOp) and first in marks:
+            reached = self.be.cumsum(marks[first], expr.dim, self.f64) > 0
+            marks[expr.outputs[0]] = self.be.astype(reached, self.f64)
         elif isinstance(expr, (ReductionOp, WelfordOp)) and first in marks:
             reached = self.be.reduce("sum", marks[first], expr.dims, self.f64) > 0
             for out in expr.outputs:
@@ -248,6 +256,9 @@ class ConditionTracker:
         elif isinstance(expr, ReductionOp) and op == "sum":
             if first in ind:
                 ind[out] = self.be.reduce("sum", ind[first], expr.dims, self.f64) > 0
+        elif isinstance(expr, ScanOp):  # every later prefix sum holds the element
+            if first in ind:
+                ind[out] = self.be.cumsum(ind[first], expr.dim, self.f64) > 0
         elif isinstance(expr, BinaryOp) and op in ("add", "sub", "mul", "div"):
             a, b = expr.inputs
             carried = [ind[v] for v in ((a, b) if op != "div" else (a,)) if v in ind]
