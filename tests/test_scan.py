@@ -303,3 +303,20 @@ def test_gpu_fused_scan_is_one_kernel() -> None:
     x = torch.randn(512, 4000, device="cuda", dtype=torch.bfloat16)
     check_outputs(fd, [x])
     assert len(fd.last_program().launches) == 1
+
+
+# ---- the campaign's strategies ----
+def test_the_scan_kind_draws_a_cumsum_in_every_fusion_and_kfuse_matches() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from kfuse.testing import fusions, inputs_for
+
+    @settings(max_examples=4, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        fd = data.draw(fusions(kinds={"scan"}, max_ops=4))
+        assert any(isinstance(e, ScanOp) for e in fd.fusion.exprs)
+        check_outputs(fd, data.draw(inputs_for(fd, max_elements=256)))
+
+    check()
