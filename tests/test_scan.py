@@ -215,6 +215,19 @@ def test_strided_and_transposed_inputs() -> None:
         check_outputs(fd, [a])
 
 
+def test_outer_axis_scans_of_many_rows_take_a_row_a_thread() -> None:
+    """[3, 40, 3000] along axis 1: 9000 rows side by side in memory, each thread scanning one
+    (block_x 1), in torch's order; a few rows stay with the warps."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Half)
+        fd.add_output(fd.ops.cumsum(fd.ops.mul(x, 2.0), 1))
+    a = _values((3, 40, 3000), DataType.Half)
+    check_outputs(fd, [a])
+    assert [k.block for k in _scan_launches(fd)] == [(1, 256, 1)]
+    check_outputs(fd, [a[:, :, :5].copy()])
+    assert [k.block[0] for k in _scan_launches(fd)] == [32]
+
+
 def test_an_empty_axis_gives_an_empty_output() -> None:
     fd = _cumsum_fd(2, 1, DataType.Float)
     (out,) = fd.execute([np.zeros((3, 0), np.float32)])
@@ -248,6 +261,9 @@ def test_pinned_params_run_as_given() -> None:
     np.testing.assert_allclose(out, np.cumsum(a.astype(np.float64), axis=1), rtol=1e-5, atol=1e-4)
     (launch,) = fd.last_program().launches
     assert launch.block == (64, 2, 1) and launch.grid == (2, 1, 1)
+    hp.block_x, hp.block_y, hp.unroll_factor = 1, 3, 1  # a row a thread
+    (out,) = fd.manual_execute([a], heuristic_params=hp)
+    np.testing.assert_allclose(out, np.cumsum(a.astype(np.float64), axis=1), rtol=1e-5, atol=1e-4)
     hp.block_x = 48
     with pytest.raises(SchedulerError, match="block_x is 48; the scan kernel needs whole warps"):
         fd.manual_execute([a], heuristic_params=hp)

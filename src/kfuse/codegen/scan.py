@@ -16,6 +16,10 @@ threads (whole warps) in chunks of block_x * unroll elements:
    computes and stores every output at that element;
 4. the last thread of the row moves the carry past the chunk.
 
+A scan along an outer axis of many rows takes the serial layout instead (block_x 1): each
+thread scans a row of its own element after element (torch's order), the threads of a warp
+on consecutive rows, which lie side by side in memory there, so every access is coalesced.
+
 Two barriers a chunk order the shared totals and the carry; every thread of the block
 reaches them (rows past the end and elements past the row's end compute nothing), so the
 loops' bounds are the same for all threads of a block. Half and BFloat16 are accumulated in
@@ -118,9 +122,9 @@ def plan_scan(fusion: Fusion) -> ScanPlan:
 
 @dataclass(frozen=True)
 class ScanKernelSpec:
-    """How the kernel is laid out: `block_x` threads a row (whole warps), `block_y` rows a
-    block, `unroll` consecutive elements a thread scans serially in each chunk, indices of
-    `index_type`."""
+    """How the kernel is laid out: `block_x` threads a row (whole warps; 1: each thread
+    scans its row alone, `serial`), `block_y` rows a block, `unroll` consecutive elements a
+    thread scans serially in each chunk, indices of `index_type`."""
 
     rank: int
     dim: int
@@ -128,6 +132,11 @@ class ScanKernelSpec:
     block_x: int
     block_y: int
     unroll: int
+
+    @property
+    def serial(self) -> bool:
+        """Each thread scans a row of its own, element after element."""
+        return self.block_x == 1
 
     @property
     def chunk(self) -> int:
@@ -154,49 +163,75 @@ def emit_scan(plan: ScanPlan, spec: ScanKernelSpec) -> tuple[str, str]:
     code = Code()
     code.extend([runtime_header(), ""])
     code.open_kernel(kernel_header(name, _params(plan, spec), spec.block_x * spec.block_y))
-    bx, by, u, d = spec.block_x, spec.block_y, spec.unroll, spec.dim
+    by, d = spec.block_y, spec.dim
     others = [a for a in range(spec.rank) if a != d]
     code(
         f"typedef {spec.index_type} Index;",
-        f"__shared__ {acc} kf_warp_total[{by}][{bx // WARP}];",
-        f"__shared__ {acc} kf_carry[{by}];",
         f"const Index n_scan = out0.size[{d}];",
         "Index n_rows = 1;",
         *[f"n_rows *= out0.size[{a}];" for a in others],
-        "const int tx = threadIdx.x, ty = threadIdx.y, lane = tx & 31, warp = tx >> 5;",
+        "const int tx = threadIdx.x, ty = threadIdx.y;",
     )
-    operands = [f"in{k}" for k in range(len(plan.input_uses))]
-    operands += [f"out{k}" for k in range(len(plan.fusion.outputs))]
     with code.block(
         f"for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
         f" row0 += (Index)gridDim.x * {by})"
     ):
         code("const Index row = row0 + ty;", "const bool row_ok = row < n_rows;")
+        operands = [f"in{k}" for k in range(len(plan.input_uses))]
+        operands += [f"out{k}" for k in range(len(plan.fusion.outputs))]
         code(*[f"Index base_{op} = 0;" for op in operands])
         with code.block("if (row_ok)"):  # the row's coordinates, innermost first
             code("Index rest = row;")
             for a in reversed(others):
                 code(f"const Index c{a} = rest % out0.size[{a}];", f"rest /= out0.size[{a}];")
                 code(*[f"base_{op} += c{a} * {op}.stride[{a}];" for op in operands])
-        # The carry is reset and moved by one thread only, so no barrier orders the two.
-        code(f"if (tx == {bx - 1}) kf_carry[ty] = {zero};")
-        with code.block(f"for (Index c0 = 0; c0 < n_scan; c0 += {spec.chunk})"):
-            code(f"{acc} v[{u}];")
-            with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
-                code(f"const Index j = c0 + (Index)tx * {u} + k;", f"v[k] = {zero};")
-                with code.block("if (row_ok && j < n_scan)"):
-                    _prologue(code, plan, acc)
-                code("if (k > 0) v[k] = kf::add(v[k - 1], v[k]);")
-            _combine(code, acc, zero, u, bx)
-            with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
-                code(f"const Index j = c0 + (Index)tx * {u} + k;")
-                with code.block("if (row_ok && j < n_scan)"):
-                    _epilogue(code, plan, acc)
-            code(
-                "__syncthreads();",
-                f"if (tx == {bx - 1}) kf_carry[ty] = kf::add(prefix, v[{u - 1}]);",
-            )
+        if spec.serial:
+            _serial_row(code, plan, acc, zero)
+        else:
+            _chunked_row(code, plan, spec, acc, zero)
     return code.kernel_source(), name
+
+
+def _serial_row(code: Code, plan: ScanPlan, acc: str, zero: str) -> None:
+    """The thread's row scanned element after element, in torch's order: the threads of a
+    warp take consecutive rows, which lie side by side in memory where the scanned axis is an
+    outer one (no barrier: rows past the end skip the loop)."""
+    code(f"{acc} prefix = {zero};", f"{acc} v[1];", "const int k = 0;")
+    with code.block("for (Index j = 0; row_ok && j < n_scan; ++j)"):
+        with code.block():
+            _prologue(code, plan, acc)
+        with code.block():
+            _epilogue(code, plan, acc)
+        code("prefix = kf::add(prefix, v[0]);")
+
+
+def _chunked_row(code: Code, plan: ScanPlan, spec: ScanKernelSpec, acc: str, zero: str) -> None:
+    """The row scanned by the block_x threads of the block's row ty, chunk after chunk (the
+    module docstring)."""
+    bx, by, u = spec.block_x, spec.block_y, spec.unroll
+    code(
+        f"__shared__ {acc} kf_warp_total[{by}][{bx // WARP}];",
+        f"__shared__ {acc} kf_carry[{by}];",
+        "const int lane = tx & 31, warp = tx >> 5;",
+        # The carry is reset and moved by one thread only, so no barrier orders the two.
+        f"if (tx == {bx - 1}) kf_carry[ty] = {zero};",
+    )
+    with code.block(f"for (Index c0 = 0; c0 < n_scan; c0 += {spec.chunk})"):
+        code(f"{acc} v[{u}];")
+        with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
+            code(f"const Index j = c0 + (Index)tx * {u} + k;", f"v[k] = {zero};")
+            with code.block("if (row_ok && j < n_scan)"):
+                _prologue(code, plan, acc)
+            code("if (k > 0) v[k] = kf::add(v[k - 1], v[k]);")
+        _combine(code, acc, zero, u, bx)
+        with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
+            code(f"const Index j = c0 + (Index)tx * {u} + k;")
+            with code.block("if (row_ok && j < n_scan)"):
+                _epilogue(code, plan, acc)
+        code(
+            "__syncthreads();",
+            f"if (tx == {bx - 1}) kf_carry[ty] = kf::add(prefix, v[{u - 1}]);",
+        )
 
 
 def _params(plan: ScanPlan, spec: ScanKernelSpec) -> list[str]:

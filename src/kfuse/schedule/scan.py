@@ -9,7 +9,8 @@ read across rows (uncoalesced, in place, no transposed copy). Reductions, a seco
 ops no kernel reads in place are the segmenter's to split off.
 
 Params: `_C.PointwiseParams(SchedulerType.scan)`, of which this scheduler reads
-* block_x: threads scanning one row (a multiple of 32, at most 1024);
+* block_x: threads scanning one row (a multiple of 32, at most 1024), or 1: each thread
+  scans a row of its own serially (the layout for scans along an outer axis);
 * block_y: rows a block scans side by side (block_x * block_y <= 1024);
 * unroll_factor: consecutive elements a thread scans serially in a chunk (1 to 16);
 * grid_x: blocks (grid-strided over the rows);
@@ -17,8 +18,8 @@ Params: `_C.PointwiseParams(SchedulerType.scan)`, of which this scheduler reads
 The other fields keep their defaults (a SchedulerError names one that does not).
 Heuristics: unroll 4 (8 for 2-byte elements); block_x the power of two covering the row in
 one chunk, from 32 (a warp a row: short rows, 8 of them a block) to 1024 (long rows scan
-chunk after chunk); block_y filling 256 threads; grid_x the blocks the rows need, at most 32
-an SM.
+chunk after chunk), or 1 for a scan along an outer axis with at least SERIAL_ROWS_PER_SM
+rows an SM; block_y filling 256 threads; grid_x the blocks the rows need, at most 32 an SM.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ INT32_MAX = 2**31 - 1
 MAX_THREADS = 1024
 BLOCK_THREADS = 256
 BLOCKS_PER_SM = 32
+SERIAL_ROWS_PER_SM = 64
+"""A scan along an outer axis takes a row a thread where the rows give each SM this many
+threads at least (two warps a scheduler); fewer rows are scanned by warps and blocks."""
 _DEFAULTS = {
     "vectorization_factor": 1,
     "unroll_factor_outer": 1,
@@ -89,6 +93,8 @@ class ScanScheduler:
         block_x = WARP
         while block_x < MAX_THREADS and block_x * unroll < length:
             block_x *= 2
+        if plan.dim != plan.rank - 1 and rows >= SERIAL_ROWS_PER_SM * info.device.sm_count:
+            block_x, unroll = 1, 1  # a row a thread: the rows lie side by side in memory
         block_y = max(1, BLOCK_THREADS // block_x)
         params = PointwiseParams(SchedulerType.scan)
         params.block_x, params.block_y, params.unroll_factor = block_x, block_y, unroll
@@ -142,10 +148,10 @@ def _spec(plan: ScanPlan, info: RuntimeInfo, params: Any) -> ScanKernelSpec:
                 f"reads block_x, block_y, unroll_factor and grid_x only (leave it {default!r})"
             )
     bx, by, unroll = int(params.block_x), int(params.block_y), int(params.unroll_factor)
-    if bx % WARP or not WARP <= bx <= MAX_THREADS:
+    if bx != 1 and (bx % WARP or not WARP <= bx <= MAX_THREADS):
         raise SchedulerError(
             f"PointwiseParams.block_x is {bx}; the scan kernel needs whole warps (a multiple "
-            f"of 32, at most {MAX_THREADS})"
+            f"of 32, at most {MAX_THREADS}) or 1 (a row a thread)"
         )
     if by < 1 or bx * by > min(MAX_THREADS, info.device.max_threads_per_block):
         raise SchedulerError(
