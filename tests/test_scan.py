@@ -271,15 +271,18 @@ def test_pinned_params_run_as_given() -> None:
 
 # ---- NVRTC, no GPU needed ----
 @pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Int, DataType.Double])
-def test_nvrtc_compiles_the_scan_kernel(dtype: DataType) -> None:
+@pytest.mark.parametrize("rows", [70, 9000], ids=["chunked", "serial"])
+def test_nvrtc_compiles_the_scan_kernel(dtype: DataType, rows: int) -> None:
     from kfuse.runtime.backends.cuda import compile_to_ptx, nvrtc_options
 
     fd = _cumsum_fd(2, 0, dtype)
-    fd.execute([_values((3, 70), dtype)])
+    fd.execute([_values((3, rows), dtype)])
     source = fd.last_cuda_source()
     (launch,) = _scan_launches(fd)
+    assert (launch.block[0] == 1) == (rows == 9000)
     ptx = compile_to_ptx(source, launch.name, "sm_90", nvrtc_options())
-    assert f".entry {launch.name}" in ptx and "shfl.sync.up" in ptx
+    assert f".entry {launch.name}" in ptx
+    assert ("shfl.sync.up" in ptx) == (rows == 70)  # the serial layout needs no shuffle
 
 
 # ---- on a GPU (the lead runs them) ----
