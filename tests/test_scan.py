@@ -1,7 +1,8 @@
-"""fd.ops.cumsum: nvFuser's definition rules, the scan kernel on the emulator (every dtype,
-rows of one element, odd lengths, rows longer than a block's chunk, scans along outer axes,
-prologue and epilogue fused, special values, integer wrapping), the segmenter splitting
-other work off a scan, pinned params, and NVRTC compiling the kernel without a GPU."""
+"""fd.ops.cumsum (and cumprod, cummax, cummin): nvFuser's definition rules, the scan kernel
+on the emulator (every dtype, rows of one element, odd lengths, rows longer than a block's
+chunk, scans along outer axes, prologue and epilogue fused, special values, integer
+wrapping), the segmenter splitting other work off a scan, pinned params, and NVRTC compiling
+the kernel without a GPU."""
 
 from __future__ import annotations
 
@@ -155,6 +156,67 @@ def test_nvfuser_opinfo_samples(shape: tuple, dim: int) -> None:
         fd = _cumsum_fd(len(shape), dim, dtype)
         a = np.random.default_rng(1).uniform(-2, 3, shape).astype(NUMPY[dtype])
         check_outputs(fd, [a])
+
+
+@pytest.mark.parametrize("method", ["cumprod", "cummax", "cummin"])
+def test_nvfuser_tests_of_the_other_scans(method: str) -> None:
+    """nvFuser's tests/python/direct test_cumprod, test_cummin and test_cummax: [8, 16] along
+    both axes (cummax and cummin: torch's values, nvFuser returns no indices)."""
+    a = _values((8, 16), DataType.Float, seed=4)
+    wide = a.astype(np.float64)
+    expected = {
+        "cumprod": np.cumprod,
+        "cummax": np.maximum.accumulate,
+        "cummin": np.minimum.accumulate,
+    }[method]
+    for dim in (0, 1):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1])
+            fd.add_output(getattr(fd.ops, method)(x, dim))
+        assert f"fd.ops.{method}(T0, dim={dim})" in repr(fd)
+        (out,) = fd.execute([a])
+        np.testing.assert_allclose(out, expected(wide, axis=dim), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["cumprod", "cummax", "cummin"])
+@pytest.mark.parametrize("dtype", list(NUMPY), ids=lambda d: d.value)
+def test_the_other_scans_match_the_reference(method: str, dtype: DataType) -> None:
+    for shape, dim in [((4, 33), 0), ((2, 5001), -1)]:
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+            fd.add_output(getattr(fd.ops, method)(x, dim))
+        if method == "cumprod" and not dtype.is_integral:  # factors near 1 keep it in range
+            a = (1 + 1e-3 * _values(shape, DataType.Double)).astype(NUMPY[dtype])
+        else:
+            a = _values(shape, dtype)
+        check_outputs(fd, [a])
+        if dtype.is_integral or method != "cumprod":  # exact: products wrap as NumPy's
+            (out,) = fd.execute([a])
+            wide = a if dtype.is_integral else a.astype(np.float64)
+            if method == "cumprod":
+                expected = np.cumprod(a, axis=dim, dtype=a.dtype)
+            else:
+                ufunc = np.maximum if method == "cummax" else np.minimum
+                expected = ufunc.accumulate(wide, axis=dim)
+            np.testing.assert_array_equal(out.astype(np.float64), expected.astype(np.float64))
+
+
+def test_running_maxima_and_minima_propagate_nan() -> None:
+    a = np.array([[1.0, 3.0, np.nan, 5.0, -np.inf], [np.inf, -1.0, 2.0, 7.0, 0.5]], np.float32)
+    for method, ufunc in (("cummax", np.maximum), ("cummin", np.minimum)):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1])
+            fd.add_output(getattr(fd.ops, method)(x, 1))
+        (out,) = fd.execute([a])
+        np.testing.assert_array_equal(out, ufunc.accumulate(a, axis=1))
+
+
+def test_a_sum_of_negative_zeros_keeps_its_sign() -> None:
+    """torch's sequential sum starts from the first element: -0.0 stays -0.0 until a +0.0
+    comes (the kernel starts from -0.0, not +0.0)."""
+    fd = _cumsum_fd(1, 0, DataType.Float)
+    (out,) = fd.execute([np.array([-0.0, -0.0, 0.0, -0.0], np.float32)])
+    assert np.signbit(out).tolist() == [True, True, False, False]
 
 
 def test_prologue_and_epilogue_run_in_the_scan_kernel() -> None:

@@ -1,5 +1,5 @@
-"""The scan kernel: one inclusive scan (fd.ops.cumsum) with its pointwise prologue and
-epilogue, generated as one kernel.
+"""The scan kernel: one inclusive scan (fd.ops.cumsum, cumprod, cummax, cummin) with its
+pointwise prologue and epilogue, generated as one kernel.
 
 The reference domain is the scan's output (its axes; the scanned one, `dim`, need not be
 the innermost: every operand is read at its own strides, so a scan along an outer axis reads
@@ -11,8 +11,8 @@ threads (whole warps) in chunks of block_x * unroll elements:
    `unroll` consecutive elements in the accumulator type and scans them serially;
 2. the threads' totals are scanned across the warp with shuffles, the warps' totals are
    put in shared memory, and each thread adds the totals of the warps before it and the
-   row's carry (the sum of the chunks before) to its exclusive prefix;
-3. each element's prefix sum, rounded to the scan's dtype, feeds the epilogue, which
+   row's carry (the chunks before, combined) to its exclusive prefix;
+3. each element's prefix, rounded to the scan's dtype, feeds the epilogue, which
    computes and stores every output at that element;
 4. the last thread of the row moves the carry past the chunk.
 
@@ -23,10 +23,12 @@ on consecutive rows, which lie side by side in memory there, so every access is 
 Two barriers a chunk order the shared totals and the carry; every thread of the block
 reaches them (rows past the end and elements past the row's end compute nothing), so the
 loops' bounds are the same for all threads of a block. Half and BFloat16 are accumulated in
-float (torch's), Float in float, Double in double, integers in their own type with wrapping
-adds (kf::add). Each prefix depends only on the elements it adds, so NaN and infinities
-propagate as in torch's sequential sum; the order of the float additions differs from it,
-which is rounding (the comparison's tolerance grows with the scanned extent).
+float (torch's), Float in float, Double in double, integers in their own type, combined by
+the runtime's reduction functors (SCAN_FUNCTORS: wrapping integer adds and products,
+NaN-propagating max and min). Each prefix depends only on the elements it combines, so NaN
+and infinities propagate as in torch's sequential scan; the order of the float additions and
+products differs from it, which is rounding (the comparison's tolerance grows with the
+scanned extent).
 """
 
 from __future__ import annotations
@@ -149,6 +151,23 @@ def accumulator_ctype(dtype: DataType) -> str:
     return compute_ctype(dtype)
 
 
+SCAN_FUNCTORS = {"sum": "SumOp", "prod": "ProdOp", "max": "MaxOp", "min": "MinOp"}
+"""The runtime's combine functor of each ScanOp.op (kf_reductions.cuh: wrapping integer adds
+and products, NaN-propagating max and min)."""
+
+
+def scan_identity(op: str, dtype: DataType) -> str:
+    """The C++ value a scan of `op` over `dtype` starts from, in its accumulator type. A
+    floating sum starts from -0.0, which x + -0.0 leaves as x even where x is -0.0 (from +0.0,
+    a row of -0.0 would sum to +0.0, where torch's sequential sum keeps -0.0)."""
+    acc = accumulator_ctype(dtype)
+    if op == "sum":
+        return {"float": "-0.0f", "double": "-0.0"}.get(acc, literal(0, dtype))
+    if op == "prod":
+        return "1.0f" if acc == "float" else literal(1, dtype)
+    return f"kf::{SCAN_FUNCTORS[op]}::identity<{acc}>()"
+
+
 def kernel_name(plan: ScanPlan, spec: ScanKernelSpec) -> str:
     """A stable name: the fusion's structure and the spec, hashed."""
     digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
@@ -159,7 +178,7 @@ def emit_scan(plan: ScanPlan, spec: ScanKernelSpec) -> tuple[str, str]:
     """CUDA source and kernel name of `plan` laid out as `spec` (the module docstring)."""
     name = kernel_name(plan, spec)
     acc = accumulator_ctype(plan.result.dtype)
-    zero = literal(0, plan.result.dtype) if acc != "float" else "0.0f"
+    identity = scan_identity(plan.scan.op, plan.result.dtype)
     code = Code()
     code.extend([runtime_header(), ""])
     code.open_kernel(kernel_header(name, _params(plan, spec), spec.block_x * spec.block_y))
@@ -171,6 +190,7 @@ def emit_scan(plan: ScanPlan, spec: ScanKernelSpec) -> tuple[str, str]:
         "Index n_rows = 1;",
         *[f"n_rows *= out0.size[{a}];" for a in others],
         "const int tx = threadIdx.x, ty = threadIdx.y;",
+        f"const kf::{SCAN_FUNCTORS[plan.scan.op]} scan_op{{}};",
     )
     with code.block(
         f"for (Index row0 = (Index)blockIdx.x * {by}; row0 < n_rows;"
@@ -186,26 +206,26 @@ def emit_scan(plan: ScanPlan, spec: ScanKernelSpec) -> tuple[str, str]:
                 code(f"const Index c{a} = rest % out0.size[{a}];", f"rest /= out0.size[{a}];")
                 code(*[f"base_{op} += c{a} * {op}.stride[{a}];" for op in operands])
         if spec.serial:
-            _serial_row(code, plan, acc, zero)
+            _serial_row(code, plan, acc, identity)
         else:
-            _chunked_row(code, plan, spec, acc, zero)
+            _chunked_row(code, plan, spec, acc, identity)
     return code.kernel_source(), name
 
 
-def _serial_row(code: Code, plan: ScanPlan, acc: str, zero: str) -> None:
+def _serial_row(code: Code, plan: ScanPlan, acc: str, identity: str) -> None:
     """The thread's row scanned element after element, in torch's order: the threads of a
     warp take consecutive rows, which lie side by side in memory where the scanned axis is an
     outer one (no barrier: rows past the end skip the loop)."""
-    code(f"{acc} prefix = {zero};", f"{acc} v[1];", "const int k = 0;")
+    code(f"{acc} prefix = {identity};", f"{acc} v[1];", "const int k = 0;")
     with code.block("for (Index j = 0; row_ok && j < n_scan; ++j)"):
         with code.block():
             _prologue(code, plan, acc)
         with code.block():
             _epilogue(code, plan, acc)
-        code("prefix = kf::add(prefix, v[0]);")
+        code("prefix = scan_op(prefix, v[0]);")
 
 
-def _chunked_row(code: Code, plan: ScanPlan, spec: ScanKernelSpec, acc: str, zero: str) -> None:
+def _chunked_row(code: Code, plan: ScanPlan, spec: ScanKernelSpec, acc: str, identity: str) -> None:
     """The row scanned by the block_x threads of the block's row ty, chunk after chunk (the
     module docstring)."""
     bx, by, u = spec.block_x, spec.block_y, spec.unroll
@@ -214,23 +234,23 @@ def _chunked_row(code: Code, plan: ScanPlan, spec: ScanKernelSpec, acc: str, zer
         f"__shared__ {acc} kf_carry[{by}];",
         "const int lane = tx & 31, warp = tx >> 5;",
         # The carry is reset and moved by one thread only, so no barrier orders the two.
-        f"if (tx == {bx - 1}) kf_carry[ty] = {zero};",
+        f"if (tx == {bx - 1}) kf_carry[ty] = {identity};",
     )
     with code.block(f"for (Index c0 = 0; c0 < n_scan; c0 += {spec.chunk})"):
         code(f"{acc} v[{u}];")
         with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
-            code(f"const Index j = c0 + (Index)tx * {u} + k;", f"v[k] = {zero};")
+            code(f"const Index j = c0 + (Index)tx * {u} + k;", f"v[k] = {identity};")
             with code.block("if (row_ok && j < n_scan)"):
                 _prologue(code, plan, acc)
-            code("if (k > 0) v[k] = kf::add(v[k - 1], v[k]);")
-        _combine(code, acc, zero, u, bx)
+            code("if (k > 0) v[k] = scan_op(v[k - 1], v[k]);")
+        _combine(code, acc, identity, u, bx)
         with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
             code(f"const Index j = c0 + (Index)tx * {u} + k;")
             with code.block("if (row_ok && j < n_scan)"):
                 _epilogue(code, plan, acc)
         code(
             "__syncthreads();",
-            f"if (tx == {bx - 1}) kf_carry[ty] = kf::add(prefix, v[{u - 1}]);",
+            f"if (tx == {bx - 1}) kf_carry[ty] = scan_op(prefix, v[{u - 1}]);",
         )
 
 
@@ -277,7 +297,7 @@ def _epilogue(code: Code, plan: ScanPlan, acc: str) -> None:
     """Every output at element j, from the prefix sum and the loaded inputs."""
     domain = plan.epilogue
     result = plan.result
-    code(f"const {acc} scanned = kf::add(prefix, v[k]);")
+    code(f"const {acc} scanned = scan_op(prefix, v[k]);")
     leaves = _loads(code, plan, domain)
     leaves[Use(result, plan.view)] = round_to_dtype("scanned", result.dtype)
     body = emit_body(domain.uses, leaves, _scalar_names(plan), prefix="e")
@@ -288,7 +308,7 @@ def _epilogue(code: Code, plan: ScanPlan, acc: str) -> None:
         code(f"kf::store(out{k}, base_out{k} + j * out{k}.stride[{plan.dim}], {value});")
 
 
-def _combine(code: Code, acc: str, zero: str, unroll: int, block_x: int) -> None:
+def _combine(code: Code, acc: str, identity: str, unroll: int, block_x: int) -> None:
     """`prefix`: the sum of the row's elements before this thread's first one in the chunk
     (the carry, the warps before, the lanes before), from the threads' totals v[unroll-1]."""
     full = "0xffffffffu"
@@ -296,18 +316,18 @@ def _combine(code: Code, acc: str, zero: str, unroll: int, block_x: int) -> None
     with code.block("for (int o = 1; o < 32; o <<= 1)"):
         code(
             f"const {acc} below = __shfl_up_sync({full}, total, o);",
-            "if (lane >= o) total = kf::add(below, total);",
+            "if (lane >= o) total = scan_op(below, total);",
         )
     # The lanes before this one, exactly (total - own total would round, and make NaN of an
     # infinite total).
     code(
         f"{acc} before = __shfl_up_sync({full}, total, 1);",
-        f"if (lane == 0) before = {zero};",
+        f"if (lane == 0) before = {identity};",
         "if (lane == 31) kf_warp_total[ty][warp] = total;",
         "__syncthreads();",
         f"{acc} prefix = kf_carry[ty];",
     )
     if block_x > WARP:
         with code.block("for (int w = 0; w < warp; ++w)"):
-            code("prefix = kf::add(prefix, kf_warp_total[ty][w]);")
-    code("prefix = kf::add(prefix, before);")
+            code("prefix = scan_op(prefix, kf_warp_total[ty][w]);")
+    code("prefix = scan_op(prefix, before);")

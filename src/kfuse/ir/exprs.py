@@ -286,10 +286,11 @@ class WelfordOp(Expr):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ScanOp(Expr):
     """An inclusive scan along axis `dim`: out[..., j, ...] = in[..., 0, ...] op ... op
-    in[..., j, ...], with op "sum" (fd.ops.cumsum, nvFuser's prefixSum). The output has the
-    input's shape and dtype (nvFuser's rule: no promotion); Half and BFloat16 are accumulated
-    in float and each element rounded once (torch's), integers wrap around. An empty axis
-    gives an empty output. kfuse.ir.scan_ops builds it."""
+    in[..., j, ...], with op "sum", "prod", "max" or "min" (fd.ops.cumsum, cumprod, cummax,
+    cummin: nvFuser's scan). The output has the input's shape and dtype (nvFuser's rule: no
+    promotion); Half and BFloat16 are accumulated in float and each element rounded once
+    (torch's), integers wrap around, max and min propagate NaN. An empty axis gives an
+    empty output. kfuse.ir.scan_ops builds it."""
 
     op: str
     dim: int
