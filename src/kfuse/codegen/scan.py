@@ -80,7 +80,12 @@ class ScanPlan:
     def output_view(self, out: TensorView) -> View:
         """An output's view: its axes on the reference domain's (an output has the scan's
         shape; the scheduler checks the extents per call)."""
-        return tuple(None if ax.is_broadcast else i for i, ax in enumerate(out.axes))
+        return own_view(out)
+
+
+def own_view(tv: TensorView) -> View:
+    """A value of the domain's rank read at its own axes (broadcast ones at index 0)."""
+    return tuple(None if ax.is_broadcast else i for i, ax in enumerate(tv.axes))
 
 
 def plan_scan(fusion: Fusion) -> ScanPlan:
@@ -92,7 +97,7 @@ def plan_scan(fusion: Fusion) -> ScanPlan:
     scan = scans[0]
     result = scan.outputs[0]
     assert isinstance(result, TensorView)
-    view: View = tuple(None if ax.is_broadcast else i for i, ax in enumerate(result.axes))
+    view = own_view(result)
     rank = len(view)
     prologue = map_to_domain([(scan.inputs[0], view)], rank)
     outputs: list[tuple[TensorView, View]] = []
@@ -102,9 +107,7 @@ def plan_scan(fusion: Fusion) -> ScanPlan:
                 f"output {out.name} is not of the scan's rank: the scan kernel writes "
                 "outputs of the scan's shape"
             )
-        outputs.append(
-            (out, tuple(None if ax.is_broadcast else i for i, ax in enumerate(out.axes)))
-        )
+        outputs.append((out, own_view(out)))
     epilogue = map_to_domain(list(outputs), rank, stop_at={result: view})
     for use in epilogue.uses:
         if use.val is result and use.view != view:
