@@ -261,6 +261,26 @@ def test_nan_and_infinities_propagate_as_torch_does() -> None:
     np.testing.assert_array_equal(out[:, :10], expected[:, :10])
 
 
+def test_a_cancelling_cumsum_is_judged_by_its_terms_magnitudes() -> None:
+    """1e8 + 1 rounds to 1e8 in float: after - 1e8 the float prefix is 0 where the exact one
+    is 1. The conditioning's prefix magnitudes (2e8 there) bound that rounding; without them
+    the comparison would call it a mismatch."""
+    from kfuse.reference import conditioning, evaluate
+    from kfuse.testing import assert_outputs_close
+
+    fd = _cumsum_fd(1, 0, DataType.Float)
+    a = np.array([1e8, 1.0, -1e8, 1.0, 2.0], np.float32)
+    (out,) = fd.execute([a])
+    assert out[2] != 1.0  # the float sum lost the 1
+    expected = evaluate(fd.fusion, [a])
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [out], expected, [a])
+    magnitudes = conditioning(fd.fusion, [a]).magnitudes
+    np.testing.assert_array_equal(magnitudes[0], np.cumsum(np.abs(a.astype(np.float64))))
+    assert_outputs_close(fd, [out], expected, [a], magnitudes=magnitudes)
+    check_outputs(fd, [a])
+
+
 @pytest.mark.parametrize("dtype", [DataType.Int32, DataType.Int], ids=lambda d: d.value)
 def test_integer_sums_wrap_around(dtype: DataType) -> None:
     info = np.iinfo(NUMPY[dtype])
@@ -307,6 +327,21 @@ def test_the_segmenter_splits_reductions_and_second_scans_off() -> None:
     segments = fd.segments([a])
     assert [s.scheduler for s in segments].count(SchedulerType.scan) == 2
     assert SchedulerType.reduction in [s.scheduler for s in segments]
+    check_outputs(fd, [a])
+
+
+def test_a_scan_read_through_a_permute_is_written_and_read_back() -> None:
+    """The scan kernel reads its result only where it computes it: a transposed use of it
+    takes a segment of its own (the scan's segment writes it)."""
+    from kfuse import schedule
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.permute(fd.ops.cumsum(x, 1), [1, 0]))
+    a = _values((6, 40), DataType.Float)
+    ok, why = schedule.can_schedule(fd.fusion, SchedulerType.scan, [a])
+    assert not ok and "read through a view of other axes" in why
+    assert [s.scheduler for s in fd.segments([a])][0] is SchedulerType.scan
     check_outputs(fd, [a])
 
 
