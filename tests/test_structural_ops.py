@@ -21,6 +21,7 @@ from kfuse.ir.exprs import (
     POINTWISE_EXPRS,
     Expr,
     ReductionOp,
+    ScanOp,
     SizeOp,
     WelfordOp,
 )
@@ -29,7 +30,15 @@ from kfuse.reference import evaluate
 from kfuse.testing.inputs import AXIS_RULES
 
 # The Expr classes that compute values or sizes; every other one is structural.
-COMPUTING = {*POINTWISE_EXPRS, *GENERATED_EXPRS, *LIBRARY_EXPRS, ReductionOp, WelfordOp, SizeOp}
+COMPUTING = {
+    *POINTWISE_EXPRS,
+    *GENERATED_EXPRS,
+    *LIBRARY_EXPRS,
+    ReductionOp,
+    WelfordOp,
+    ScanOp,
+    SizeOp,
+}
 STRUCTURAL_CLASSES = [c for c in EXPR_CLASSES if c not in COMPUTING]
 
 F = DataType.Float

@@ -24,6 +24,7 @@ from kfuse.ir.index_ops import build_gather, build_index_select
 from kfuse.ir.layout_ops import build_segment_set, build_stride_order
 from kfuse.ir.ops import OPS, OpInfo
 from kfuse.ir.resize_ops import build_cat, build_pad, build_select, build_slice
+from kfuse.ir.scan_ops import build_scan
 from kfuse.ir.values import Scalar, TensorView, Val
 
 if TYPE_CHECKING:
@@ -366,6 +367,28 @@ class Ops(LibraryMethods):
         """(avg, m2, count) over dims (see kfuse.ir.WelfordOp)."""
         self._fd.check_open("welford")
         return self._b.welford(x, dims)
+
+    def cumsum(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+        """The inclusive prefix sum of arg along `dim` (negative counts from the end), of
+        arg's shape and dtype (nvFuser's: Int32 stays Int32; cast to Int for torch's)."""
+        self._fd.check_open("cumsum")
+        return build_scan(self._b, "cumsum", arg, dim, init)
+
+    def cumprod(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+        """The inclusive prefix product of arg along `dim`, of arg's shape and dtype."""
+        self._fd.check_open("cumprod")
+        return build_scan(self._b, "cumprod", arg, dim, init)
+
+    def cummax(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+        """The running maximum of arg along `dim` (NaN-propagating), of arg's shape and
+        dtype: torch.cummax's values (nvFuser returns no indices either)."""
+        self._fd.check_open("cummax")
+        return build_scan(self._b, "cummax", arg, dim, init)
+
+    def cummin(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+        """The running minimum of arg along `dim` (NaN-propagating): torch.cummin's values."""
+        self._fd.check_open("cummin")
+        return build_scan(self._b, "cummin", arg, dim, init)
 
     def _count(self, v: TensorView, dims: tuple[int, ...]) -> Val:
         """The number of reduced elements, as an exact Int scalar (product of sizes)."""

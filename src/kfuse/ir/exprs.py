@@ -284,6 +284,20 @@ class WelfordOp(Expr):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ScanOp(Expr):
+    """An inclusive scan along axis `dim`: out[..., j, ...] = in[..., 0, ...] op ... op
+    in[..., j, ...], with op "sum", "prod", "max" or "min" (fd.ops.cumsum, cumprod, cummax,
+    cummin: nvFuser's scan). The output has the input's shape and dtype (nvFuser's rule: no
+    promotion); Half and BFloat16 are accumulated in float and each element rounded once
+    (torch's), integers wrap around, max and min propagate NaN. An empty axis gives an
+    empty output. kfuse.ir.scan_ops builds it."""
+
+    op: str
+    dim: int
+    ATTRS: ClassVar[tuple[str, ...]] = ("op", "dim")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class SizeOp(Expr):
     """out (Int Scalar) = extent of axis `dim` of the input TensorView."""
 
@@ -413,6 +427,7 @@ EXPR_CLASSES: tuple[type[Expr], ...] = (
     GeneratedOp,
     ReductionOp,
     WelfordOp,
+    ScanOp,
     SizeOp,
     MatmulOp,
     LinearOp,

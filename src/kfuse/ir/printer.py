@@ -23,6 +23,7 @@ from kfuse.ir.exprs import (
     LinearOp,
     MatmulOp,
     ReductionOp,
+    ScanOp,
     ScatterOp,
     SdpaBwdOp,
     SdpaFwdOp,
@@ -38,6 +39,7 @@ from kfuse.ir.exprs import (
 from kfuse.ir.generated import generated_call
 from kfuse.ir.ops import fd_call
 from kfuse.ir.random_ops import RANDOM_OPS
+from kfuse.ir.scan_ops import scan_method
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -190,6 +192,8 @@ def _call(expr: Expr, names: Mapping[int, str], style: PrintStyle = KFUSE_STYLE)
         return _reduction_call(expr, a[0], style)
     if isinstance(expr, WelfordOp):
         return f"fd.ops.welford({a[0]}, dims={list(expr.dims)})"
+    if isinstance(expr, ScanOp):
+        return f"fd.ops.{scan_method(expr.op)}({a[0]}, dim={expr.dim})"
     if isinstance(expr, SizeOp):
         return f"fd.ops.size({a[0]}, dim={expr.dim})"
     if isinstance(expr, MatmulOp):

@@ -12,6 +12,7 @@ from kfuse.ir.exprs import (
     Expr,
     GeneratedOp,
     ReductionOp,
+    ScanOp,
     SizeOp,
     TernaryOp,
     UnaryOp,
@@ -90,6 +91,8 @@ def _infer(expr: Expr, shapes: dict[Val, Any], origins: dict[Val, list[Origin]])
         for o in expr.outputs:
             shapes[o] = tuple(shape[i] for i in keep)
             origins[o] = [orig[i] for i in keep]
+    elif isinstance(expr, ScanOp):  # the input's shape, element for element
+        shapes[out], origins[out] = shape, list(orig)
     elif isinstance(expr, LIBRARY_EXPRS):
         from kfuse.ir.library_ops import library_shapes
 

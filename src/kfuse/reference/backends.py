@@ -131,6 +131,21 @@ class NumpyLikeBackend:
             return xp.full(kept, _identity(op, a, xp), dtype=a.dtype)
         return fn(a, axis=dims)
 
+    def scan(self, op: str, a: Any, dim: int, storage: Any) -> Any:
+        """The inclusive prefix sums, products, maxima or minima along `dim`, in `storage`
+        (integers wrap; max and min propagate NaN)."""
+        xp = self.xp
+        a = a.astype(storage, copy=False)
+        if op == "sum":
+            return xp.cumsum(a, axis=dim, dtype=storage)
+        if op == "prod":
+            return xp.cumprod(a, axis=dim, dtype=storage)
+        return (xp.maximum if op == "max" else xp.minimum).accumulate(a, axis=dim)
+
+    def cumsum(self, a: Any, dim: int, storage: Any) -> Any:
+        """The inclusive prefix sums along `dim`, accumulated in `storage` (integers wrap)."""
+        return self.scan("sum", a, dim, storage)
+
     def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
         return self.xp.expand_dims(a, axes) if axes else a
 
@@ -248,6 +263,17 @@ class TorchBackend(NumpyLikeBackend):
             shape = tuple(n for i, n in enumerate(a.shape) if i not in dims)
             return t.full(shape, _identity(op, a, None), dtype=a.dtype, device=a.device)
         return (t.amax if op == "max" else t.amin)(a, dim=dims)
+
+    def scan(self, op: str, a: Any, dim: int, storage: Any) -> Any:
+        t = self.xp
+        a = a.to(storage)
+        if op == "sum":
+            return t.cumsum(a, dim=dim)
+        if op == "prod":
+            return t.cumprod(a, dim=dim)
+        if a.numel() == 0:
+            return a.clone()
+        return (t.cummax if op == "max" else t.cummin)(a, dim=dim).values
 
     def expand_dims(self, a: Any, axes: tuple[int, ...]) -> Any:
         for ax in sorted(axes):

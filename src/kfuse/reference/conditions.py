@@ -5,10 +5,11 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
 * magnitude: where sums feed a tensor linearly, the float64 sum of the absolute values of
   the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
-  follows sums and Welford means through casts, neg, abs, shape ops, add and sub (magnitudes
-  add), mul or div by a value without one (scaled by its |value|) and the functions that map
-  0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled by the bound, so that gelu(x - mean) is
-  near zero where x - mean is); any other op ends it.
+  follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
+  shape ops, add and sub (magnitudes add), mul or div by a value without one (scaled by
+  its |value|) and the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
+  by the bound, so that gelu(x - mean) is near zero where x - mean is); any other op ends
+  it.
 * terms: how many terms the tracked sums added (a worst-case rounding bound grows with it).
 * indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
   decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
@@ -39,6 +40,7 @@ from kfuse.ir.exprs import (
     Expr,
     GeneratedOp,
     ReductionOp,
+    ScanOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
@@ -126,6 +128,9 @@ class ConditionTracker:
                 total = self.be.reduce("sum", self.size(first), expr.dims, self.f64)
                 mags[out] = total / count
                 terms[out] = count * terms.get(first, 1)
+        elif isinstance(expr, ScanOp) and op == "sum":  # each prefix sum: its terms'
+            mags[out] = self.be.cumsum(self.size(first), expr.dim, self.f64)
+            terms[out] = self.ev.shapes[first][expr.dim] * terms.get(first, 1)
         elif not any(v in mags for v in inputs):
             return
         elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
@@ -184,8 +189,12 @@ class ConditionTracker:
         first = expr.inputs[0]
         floating = expr.outputs[0].dtype.is_floating  # type: ignore[union-attr]
         if isinstance(expr, ReductionOp) and expr.op == "prod" and floating:
-            self._mark_products(expr)
+            self._mark_products(expr, lambda a: self.be.reduce("sum", a, expr.dims, self.f64))
             return
+        if isinstance(expr, ScanOp) and expr.op == "prod" and floating:
+            self._mark_products(expr, lambda a: self.be.scan("sum", a, expr.dim, self.f64))
+            if first not in marks:
+                return
         if not any(v in marks for v in expr.inputs):
             return
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
@@ -200,14 +209,22 @@ class ConditionTracker:
         elif (row := structural_info(expr)) is not None:
             data = row.data_inputs(expr)
             marks[expr.outputs[0]] = self._structural(expr, [marks.get(t, 0.0) for t in data])
+        elif isinstance(expr, ScanOp) and first in marks:
+            reached = self.be.cumsum(marks[first], expr.dim, self.f64) > 0
+            mask = self.be.astype(reached, self.f64)
+            out = expr.outputs[0]
+            marks[out] = (
+                mask if out not in marks else self.be.astype((mask + marks[out]) > 0, self.f64)
+            )
         elif isinstance(expr, (ReductionOp, WelfordOp)) and first in marks:
             reached = self.be.reduce("sum", marks[first], expr.dims, self.f64) > 0
             for out in expr.outputs:
                 marks[out] = self.be.astype(reached, self.f64)
 
-    def _mark_products(self, expr: ReductionOp) -> None:
-        """Where the prod's partial products can leave its precision's range (the module
-        docstring); a factor that is NaN makes the product NaN in any order."""
+    def _mark_products(self, expr: Expr, total: Any) -> None:
+        """Where the prod's (or cumprod's) partial products can leave its precision's range
+        (the module docstring); a factor that is NaN makes the product NaN in any order.
+        `total`: the sum of an array over the factors of each result element."""
         import math
 
         be, x = self.be, self.as_f64(expr.inputs[0])
@@ -218,9 +235,9 @@ class ConditionTracker:
         zeros = be.constant(0.0, self.f64, self.ev.like)
         ones = be.constant(1.0, self.f64, self.ev.like)
         logs = be.fn("log2")(be.where(size > 0, size, ones))  # log2 of inf is inf
-        above = be.reduce("sum", be.where(size > 1, logs, zeros), expr.dims, self.f64)
-        below = be.reduce("sum", be.where(size < 1, logs, zeros), expr.dims, self.f64)
-        nan = be.reduce("sum", be.astype(be.fn("isnan")(x), self.f64), expr.dims, self.f64)
+        above = total(be.where(size > 1, logs, zeros))
+        below = total(be.where(size < 1, logs, zeros))
+        nan = total(be.astype(be.fn("isnan")(x), self.f64))
         mask = ((above > largest) | (below < smallest)) & (nan == 0)
         self.order_decides[expr.outputs[0]] = be.astype(mask, self.f64)
 
@@ -248,6 +265,9 @@ class ConditionTracker:
         elif isinstance(expr, ReductionOp) and op == "sum":
             if first in ind:
                 ind[out] = self.be.reduce("sum", ind[first], expr.dims, self.f64) > 0
+        elif isinstance(expr, ScanOp) and op == "sum":  # every later prefix holds it
+            if first in ind:
+                ind[out] = self.be.cumsum(ind[first], expr.dim, self.f64) > 0
         elif isinstance(expr, BinaryOp) and op in ("add", "sub", "mul", "div"):
             a, b = expr.inputs
             carried = [ind[v] for v in ((a, b) if op != "div" else (a,)) if v in ind]

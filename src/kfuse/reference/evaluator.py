@@ -40,6 +40,7 @@ from kfuse.ir.exprs import (
     LinearOp,
     MatmulOp,
     ReductionOp,
+    ScanOp,
     SizeOp,
     TernaryOp,
     UnaryOp,
@@ -209,6 +210,10 @@ class _Evaluator:
             self.env[out] = self.store(red, out.dtype)
         elif isinstance(expr, WelfordOp):
             self.welford(expr)
+        elif isinstance(expr, ScanOp):  # in float64, or float for Half/BFloat16 when "same"
+            a = self.be.astype(self.env[expr.inputs[0]], self.compute_storage(out.dtype))
+            scanned = self.be.scan(expr.op, a, expr.dim, self.compute_storage(out.dtype))
+            self.env[out] = self.store(scanned, out.dtype)
         elif isinstance(expr, (MatmulOp, LinearOp)):
             self.env[out] = self.store(self.library(expr), out.dtype)
         elif isinstance(expr, LIBRARY_EXPRS):

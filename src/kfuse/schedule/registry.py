@@ -13,6 +13,7 @@ from kfuse.schedule.outer_persistent import OuterPersistentScheduler
 from kfuse.schedule.persistent import InnerPersistentScheduler
 from kfuse.schedule.pointwise import PointwiseScheduler
 from kfuse.schedule.reduction import ReductionScheduler
+from kfuse.schedule.scan import ScanScheduler
 from kfuse.schedule.transpose import TransposeScheduler
 from kfuse.schedule.types import Rejection, Scheduler, SchedulerParams, SchedulerType
 
@@ -92,6 +93,7 @@ SCHEDULERS: tuple[Scheduler, ...] = (
     InnerPersistentScheduler(),
     InnerOuterPersistentScheduler(),
     OuterPersistentScheduler(),
+    ScanScheduler(),
     ExprEvalScheduler(),
 )
 """Every scheduler, in the order find_compatible_schedulers reports and execute tries them."""

@@ -26,6 +26,7 @@ class SchedulerType(enum.Enum):
     inner_persistent = "inner_persistent"
     inner_outer_persistent = "inner_outer_persistent"
     outer_persistent = "outer_persistent"
+    scan = "scan"
     expr_eval = "expr_eval"
 
     def __str__(self) -> str:

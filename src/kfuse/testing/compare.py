@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.exprs import LinearOp, MatmulOp, ReductionOp, WelfordOp
+from kfuse.ir.exprs import LinearOp, MatmulOp, ReductionOp, ScanOp, WelfordOp
 from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import layout_of
@@ -273,14 +273,16 @@ def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
 
 
 def output_reduction_size(fusion: Any, output: TensorView, shapes: dict) -> int:
-    """The product of the reduced extents of every reduction (and matmul/linear contraction)
-    on the way to `output` (1 when there is none), for assert_close's reduction_size.
-    `shapes` is Fusion.infer_shapes'."""
+    """The product of the reduced extents of every reduction, matmul/linear contraction and
+    scanned axis on the way to `output` (1 when there is none), for assert_close's
+    reduction_size. `shapes` is Fusion.infer_shapes'."""
     total = 1
     for expr in _cone(fusion, output):
         if isinstance(expr, (ReductionOp, WelfordOp)):
             shape = shapes[expr.inputs[0]]
             total *= max(1, math.prod(shape[d] for d in expr.dims))
+        elif isinstance(expr, ScanOp):  # the longest prefix sum adds the whole axis
+            total *= max(1, shapes[expr.inputs[0]][expr.dim])
         elif isinstance(expr, (MatmulOp, LinearOp)):
             total *= max(1, shapes[expr.inputs[0]][-1])  # products summed per element
     return total

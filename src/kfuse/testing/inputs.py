@@ -34,6 +34,7 @@ from kfuse.ir.exprs import (
     PermuteOp,
     ReductionOp,
     ReshapeOp,
+    ScanOp,
     SizeOp,
     SliceOp,
     SqueezeOp,
@@ -119,7 +120,7 @@ class _AxisClasses:
             return
         if not isinstance(out, TensorView):
             return
-        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
+        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp, CastOp, ScanOp)):  # axes kept
             for i in range(out.ndim):
                 ks = [self._get(t, i) for t in e.inputs if isinstance(t, TensorView)]
                 ks = [k for k in ks if k is not None]

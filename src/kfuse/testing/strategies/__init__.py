@@ -33,6 +33,7 @@ from kfuse.testing.strategies.outputs import (
     resized_intermediates,
 )
 from kfuse.testing.strategies.reductions import normalization_step, reduction_step
+from kfuse.testing.strategies.scans import scan_step
 
 __all__ = ["DEFAULT_DTYPES", "KINDS", "fusions", "one_in"]
 
@@ -45,11 +46,13 @@ KINDS = frozenset(
         "multi_segment",
         "resize",
         "indexing",
+        "scan",
     }
 )
 """Fusion kinds: "resize" and "indexing" draw the data-movement ops (slices, pads and cats;
 index_select, gather and take_along_axis) in every fusion, on top of one of the first four
-kinds' work, so that a campaign over all kinds draws them as often as any other kind."""
+kinds' work, so that a campaign over all kinds draws them as often as any other kind; "scan"
+draws a cumsum (kfuse.testing.strategies.scans) the same way."""
 _BASE_KINDS = ("pointwise", "reduction", "normalization", "multi_reduction")
 DEFAULT_DTYPES = (
     DataType.Float,
@@ -76,7 +79,7 @@ def _fusions(
     aliases: bool,
 ) -> FusionDefinition:
     kind = draw(st.sampled_from(sorted(kinds)))
-    moves = kind if kind in ("resize", "indexing") else None
+    moves = kind if kind in ("resize", "indexing", "scan") else None
     if moves is not None:
         kind = draw(st.sampled_from(_BASE_KINDS))
     rank = draw(st.integers(1, max_rank))
@@ -122,7 +125,10 @@ def _fusions(
             if step == norm_at:
                 normalization_step(gen)
             if step == moves_at:
-                (resized_input_step if moves == "resize" else indexing_step)(draw, fd, gen)
+                if moves == "scan":
+                    scan_step(gen)
+                else:
+                    (resized_input_step if moves == "resize" else indexing_step)(draw, fd, gen)
             if step < n_ops:
                 gen.pointwise_step()
         # Half the resize fusions add cats alone: a slice or pad of computed values runs
@@ -211,10 +217,11 @@ def fusions(
     max_inputs: tensor inputs (>= 1; layer/rms norm may add weight and bias inputs).
     max_ops: pointwise ops per fusion (composites count as one). max_rank: rank of the
     largest input. dtypes: input dtypes to draw from (narrow dtypes also used for output
-    casts). kinds: subset of {"pointwise", "reduction", "normalization", "multi_reduction",
-    "multi_segment"}; "pointwise" fusions contain no ReductionOp/WelfordOp; "multi_segment"
-    fusions need several segments for most inputs (two reductions over different axes,
-    outputs of unrelated shapes, or a matmul/linear with pointwise work after it).
+    casts). kinds: subset of KINDS ("resize", "indexing" and "scan" add their ops to one of
+    the first four's fusions); "pointwise" fusions contain no ReductionOp/WelfordOp;
+    "multi_segment" fusions need several segments for most inputs (two reductions over
+    different axes, outputs of unrelated shapes, or a matmul/linear with pointwise work
+    after it).
     ops: pointwise op names from kfuse.ir.ops.OPS to use (default all). allow_scalars:
     sometimes add a symbolic scalar input. max_outputs: outputs chosen per fusion (a
     reduction or normalization result that no chosen output uses is added as an output too,
