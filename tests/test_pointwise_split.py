@@ -1,4 +1,4 @@
-"""Short rows lengthened by SPLIT inputs (kfuse.schedule.pointwise.split_short_rows): a batch
+"""Short rows lengthened by SPLIT inputs (kfuse.schedule.short_rows.split_short_rows): a batch
 norm's normalization of NCHW images of 7 x 7 walks rows of C x H x W, its per-channel
 statistics through sub-axes of their own, instead of rows of 49 elements. Checked on the
 emulator against the float64 reference (whole vectors, a ragged row end, lanes that read one

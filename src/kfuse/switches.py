@@ -70,7 +70,7 @@ pointwise_mul:16384x8192 bcast_add_contiguous_dim0:16384x8192 scale_bias_relu_fw
 batchnorm_fwd_nhwc:256x2048x7x7 --tc --ab kfuse.switches.ONE_VECTOR_WITHOUT_MATH=True`."""
 
 SPLIT_RAGGED_ROWS = False
-"""Where True, rows shorter than kfuse.schedule.pointwise.LONG_ROW whose length is not a power of
+"""Where True, rows shorter than kfuse.schedule.short_rows.LONG_ROW whose length is not a power of
 two are lengthened too (wants_longer_rows): blocks of a power of two of threads leave part of
 such a row's last block idle. An NCHW batch norm's output pass over [64, 256, 56, 56] bf16 has
 rows of 3136 elements, 392 vectors, which two blocks of 128 threads of two vectors cover with

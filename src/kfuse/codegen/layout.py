@@ -47,7 +47,7 @@ class OperandLayout:
     data_ptr: int
     itemsize: int
     strides: tuple[int, ...]
-    # A pointwise kernel's SPLIT input (kfuse.schedule.pointwise.split_short_rows): the
+    # A pointwise kernel's SPLIT input (kfuse.schedule.short_rows.split_short_rows): the
     # (extent, stride) sub-axes, outermost first, it walks the innermost merged axis through
     # (its strides[-1] is then 0 and unused); () for every other operand.
     inner_split: tuple[tuple[int, int], ...] = ()

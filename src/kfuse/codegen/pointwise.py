@@ -110,7 +110,7 @@ class PointwiseKernelSpec:
     # __launch_bounds__ (False under a register limit: kfuse.codegen.kernel); not in the
     # repr, which names the kernel
     launch_bounds: bool = field(default=True, repr=False)
-    # Per input, for a SPLIT one (kfuse.schedule.pointwise.split_short_rows) whether each of
+    # Per input, for a SPLIT one (kfuse.schedule.short_rows.split_short_rows) whether each of
     # its inner sub-axes is walked (a non-zero stride), () for the others; () when no input
     # is SPLIT. Out of the repr (the kernel's name has a suffix for them instead), so that
     # the names of kernels without SPLIT inputs stay what they were.

@@ -48,6 +48,7 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.short_rows import split_short_rows
 from kfuse.schedule.types import Rejection, SchedulerType
 
 MAX_GRID_Y = 65535
@@ -446,76 +447,6 @@ def indexed_kind(op: OperandLayout, index_kind: str, vector: int, kind: str = ""
     return INDEXED_VEC if whole else INDEXED
 
 
-SHORT_ROW = 256
-"""Merged rows shorter than this many elements are lengthened where inputs allow
-(split_short_rows)."""
-LONG_ROW = 4096
-"""...up to at least this many: 128 threads of two 8-element vectors each take 2048."""
-
-
-def wants_longer_rows(n_inner: int) -> bool:
-    """Whether split_short_rows lengthens rows of `n_inner` elements: shorter than SHORT_ROW,
-    or (switches.SPLIT_RAGGED_ROWS) shorter than LONG_ROW and not a power of two."""
-    if n_inner < SHORT_ROW:
-        return True
-    return switches.SPLIT_RAGGED_ROWS and n_inner < LONG_ROW and n_inner & (n_inner - 1) != 0
-
-
-def split_short_rows(layout: PointwiseLayout) -> PointwiseLayout:
-    """Lengthen a short innermost axis by merging the axes outside it wherever every output
-    walks them contiguously, the inputs that do not becoming SPLIT: they read the longer axis
-    through sub-axes of their own (kfuse.codegen.row_split). Only inputs constant along the
-    short rows (per-row values: stride 0 there) are split; a bias along the rows, which
-    the 2-D schedule reads in vectors, stops the merge.
-
-    A batch norm's normalization of an NCHW bf16 [256, 2048, 7, 7] has per-channel statistics
-    broadcast over H and W, so no merge crosses C and its rows are 49 elements: 98 bytes, no
-    vector access, a block's lanes mostly idle; it ran at 1.0 TB/s on an H200. Merged with C
-    (the statistics walking [C, H x W] with strides [1, 0]), x and y take rows of 100352
-    elements in 16-byte vectors. With switches.SPLIT_RAGGED_ROWS, rows up to LONG_ROW that blocks of
-    a power of two of threads cannot cover without idle lanes are lengthened too
-    (wants_longer_rows)."""
-    if layout.rank < 2 or not wants_longer_rows(layout.n_inner):
-        return layout
-    if any(op.indexed or op.window or op.generated for op in layout.inputs):
-        # an indexed, padded or generated read's row_split would need its own sub-axes
-        return layout
-    sizes = list(layout.sizes)
-    ins = [list(op.strides) for op in layout.inputs]
-    outs = [list(op.strides) for op in layout.outputs]
-    subs: list[list[tuple[int, int]]] = [[] for _ in ins]  # sub-axes of the SPLIT inputs
-
-    def merges(st: list[int]) -> bool:  # axis rank - 2 into the inner one
-        return st[-2] == st[-1] * sizes[-1]
-
-    while len(sizes) >= 2 and sizes[-1] < LONG_ROW and all(merges(st) for st in outs):
-        newly = [k for k, st in enumerate(ins) if not subs[k] and not merges(st)]
-        if any(ins[k][-1] != 0 for k in newly):
-            break  # only inputs constant along the short rows are split (the docstring)
-        for k, st in enumerate(ins):
-            if not subs[k] and not merges(st):
-                subs[k] = [(sizes[-1], st[-1])]
-            if subs[k]:
-                subs[k].insert(0, (sizes[-2], st[-2]))
-        sizes[-1] *= sizes[-2]
-        del sizes[-2]
-        for st in ins + outs:
-            del st[-2]
-    if not any(subs):
-        return layout  # merge_axes merged every axis that merges for all operands already
-
-    def operand(op: OperandLayout, st: list[int], sub: list[tuple[int, int]]) -> OperandLayout:
-        if not sub:
-            return OperandLayout(op.data_ptr, op.itemsize, tuple(st))
-        return OperandLayout(op.data_ptr, op.itemsize, (*st[:-1], 0), tuple(sub))
-
-    return PointwiseLayout(
-        tuple(sizes),
-        [operand(op, st, sub) for op, st, sub in zip(layout.inputs, ins, subs)],
-        [operand(op, st, []) for op, st in zip(layout.outputs, outs)],
-    )
-
-
 def _vector_width(layout: PointwiseLayout) -> int:
     unit = [op for op in layout.inputs + layout.outputs if op.strides[-1] == 1 and not op.generated]
     if not unit:
@@ -567,31 +498,8 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
                 InputOperand(positions[read.table], (*layout.sizes, extent), (*op.strides, stride))
             )
             reads[-1] = (describe_read(read.expr), extent)
-        elif op.inner_split:  # the row axes, then its own sub-axes (kfuse.codegen.row_split)
-            # A padded read only cropped has no window and may be split like any read: its
-            # pointer still starts past what the crop removes.
-            tensor = plan.domain.padded[use].tensor if use in plan.domain.padded else use.val
-            sub_sizes, sub_strides = zip(*op.inner_split)
-            operands.append(
-                InputOperand(
-                    positions[tensor],
-                    (*layout.sizes[:-1], *sub_sizes),
-                    (*op.strides[:-1], *sub_strides),
-                    op.data_ptr - info.layouts[tensor].data_ptr,
-                )
-            )
-        elif use in plan.domain.padded:  # the domain's axes, then (extent, low) per window
-            tensor = plan.domain.padded[use].tensor
-            operands.append(
-                InputOperand(
-                    positions[tensor],
-                    (*layout.sizes, *(extent for _, _, extent in op.window)),
-                    (*op.strides, *(low for _, low, _ in op.window)),
-                    op.data_ptr - info.layouts[tensor].data_ptr,  # past what it crops
-                )
-            )
         else:
-            operands.append(InputOperand(positions[use.val], layout.sizes, op.strides))
+            operands.append(_read_operand(plan, info, layout, use, op, positions))
     operands += [ScalarOperand(s) for s in plan.domain.scalars]
     if stateful := len(generated.stateful_ops(plan.domain)):  # kernel_params' RNG_PARAMS
         operands += [RngStateOperand(stateful, "seed"), RngStateOperand(stateful, "offset")]
@@ -602,3 +510,29 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     grid = (int(params.grid_x), int(params.grid_y), 1)
     block = (int(params.block_x), int(params.block_y), 1)
     return GeneratedKernel(name, source, grid, block, 0, operands, SchedulerType.pointwise, spec)
+
+
+def _read_operand(
+    plan: PointwisePlan,
+    info: RuntimeInfo,
+    layout: PointwiseLayout,
+    use: Use,
+    op: OperandLayout,
+    positions: dict[Any, int],
+) -> Any:
+    """The launch operand of an input read from memory: the domain's axes (a SPLIT read: the
+    row axes, then its own sub-axes, kfuse.codegen.row_split), then (extent, low) per pad
+    window; from past what a pad crops. A pad only cropped has no window and may be split
+    like any read: its operand keeps the crop's offset all the same."""
+    from kfuse.runtime.launch import InputOperand
+
+    padded = plan.domain.padded.get(use)
+    tensor = padded.tensor if padded is not None else cast(TensorView, use.val)
+    offset = op.data_ptr - info.layouts[tensor].data_ptr  # 0 for a plain read
+    if op.inner_split:
+        sub_sizes, sub_strides = zip(*op.inner_split)
+        shape, strides = (*layout.sizes[:-1], *sub_sizes), (*op.strides[:-1], *sub_strides)
+    else:
+        shape = (*layout.sizes, *(extent for _, _, extent in op.window))
+        strides = (*op.strides, *(low for _, low, _ in op.window))
+    return InputOperand(positions[tensor], shape, strides, offset)
