@@ -88,8 +88,10 @@ def _accept_cpu_tensors(impl: ModuleType) -> None:
         # Thunder passes is_cpu=(device is CPU), which nvFuser reads as "a CPU scalar tensor";
         # here every tensor is on the CPU, and only the 0-dim ones are such scalars.
         def define_tensor(self, *args: Any, **kwargs: Any) -> Any:
+            # (Flash attention's UInt64 philox offset is 0-dim but a GPU tensor on a GPU.)
             shape = kwargs.get("shape", args[0] if args else None)
-            if kwargs.get("is_cpu") and shape is not None and len(shape) > 0:
+            uint64 = kwargs.get("dtype") is impl.DataType.UInt64
+            if kwargs.get("is_cpu") and (uint64 or (shape is not None and len(shape) > 0)):
                 kwargs["is_cpu"] = False
             return super().define_tensor(*args, **kwargs)
 
