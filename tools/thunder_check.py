@@ -33,7 +33,7 @@ TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}
 
 # Ops Thunder's nvFuser executor leaves to torch by design: matrix products (unless the
 # nv_enable_linear/matmul options say otherwise), the views around them, and the embedding's
-# backward (Thunder 0.2.6 has no nvFuser translation of it).
+# and nll_loss's backwards (Thunder 0.2.6 has no nvFuser translation of either).
 EXPECTED_ON_TORCH = frozenset(
     {
         "matmul",
@@ -54,6 +54,7 @@ EXPECTED_ON_TORCH = frozenset(
         "clone",
         "shallow_copy",
         "torch.ops.aten.embedding_backward",
+        "torch_nll_loss_backward_impl",
     }
 )
 # Bookkeeping: unpacking, deletion, the RNG state's update, in-place updates' alias records.
@@ -310,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default="", help="comma-separated subset of the steps")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--budget-s", type=float, default=210.0, help="no more timing after this")
+    parser.add_argument(
+        "--budget-s", type=float, default=170.0, help="no timing starts after this many seconds"
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     mode = "emulator" if args.emulator else "quick" if args.quick else "full"
@@ -343,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
                 continue
-            if device == "cuda" and time.perf_counter() - start < args.budget_s:
+            # Timed in one dtype a step (the first it runs in): each peer compiles anew.
+            timed_before = any(t["step"] == name for t in timings)
+            in_budget = time.perf_counter() - start < args.budget_s
+            if device == "cuda" and in_budget and not timed_before:
                 timed = time_peers(thunder, case, args.reps, peers=mode == "full")
                 timings.append({"step": name, "dtype": dtype_name, **timed})
     try:

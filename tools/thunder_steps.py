@@ -126,7 +126,23 @@ def embedding(ids: torch.Tensor, table: torch.Tensor, g: torch.Tensor) -> torch.
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    # No label smoothing: Thunder 0.2.6 sends a smoothed one to nvFuser's cross-entropy
+    # translation, which leaves the smoothing out (its checker refuses it, but the grad
+    # transform does not ask), and its own decomposition differs from torch's too.
     return F.cross_entropy(logits.float(), target, ignore_index=-100)
+
+
+def log_softmax_nll(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    # The loss written out, as older model code does.
+    return F.nll_loss(F.log_softmax(logits.float(), dim=-1), target, ignore_index=-100)
+
+
+def norm_gelu_residual(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, g: torch.Tensor
+) -> torch.Tensor:
+    # A block's pointwise tail: LayerNorm, exact (erf) GELU, residual add, in one region.
+    y = x + F.gelu(F.layer_norm(x, (x.shape[-1],), w, b))
+    return (y.float() * g).sum()
 
 
 def dropout(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -241,6 +257,12 @@ def make_case(name: str, s: Size, dtype: torch.dtype, device: str) -> Case:
         )
     if name == "cross_entropy":
         return Case(cross_entropy, [_leaf((rows, s.vocab), dtype, device), _targets(s, device)])
+    if name == "log_softmax_nll":
+        return Case(log_softmax_nll, [_leaf((rows, s.vocab), dtype, device), _targets(s, device)])
+    if name == "norm_gelu_residual":
+        x = _leaf((rows, h), dtype, device)
+        norm = [_leaf((h,), dtype, device), _leaf((h,), dtype, device)]
+        return Case(norm_gelu_residual, [x, *norm, _fixed((rows, h), torch.float32, device)])
     if name == "sgd":
         return Case(
             sgd_momentum_step, [_fixed((h, f), dtype, device) for _ in range(3)], inplace=True
@@ -262,6 +284,8 @@ STEPS = (
     "gelu_mlp",
     "embedding",
     "cross_entropy",
+    "log_softmax_nll",
+    "norm_gelu_residual",
     "sgd",
     "adam",
 )
