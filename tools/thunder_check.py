@@ -69,7 +69,7 @@ NOT_COMPUTE = (
     "update_aliases",
 )
 # Thunder's nvFuser flash attention takes fp16 and bf16 only (its grad rule refuses others).
-ONLY_DTYPES = {"sdpa": ("bfloat16",)}
+ONLY_DTYPES = {"sdpa": ("bfloat16",), "block": ("bfloat16",)}
 
 
 def import_thunder(emulator: bool) -> Any:
@@ -215,6 +215,35 @@ def check_dropout(thunder: Any, counter: ExecuteCounter, case: Any) -> dict[str,
     return result
 
 
+def check_attention_dropout(thunder: Any, counter: ExecuteCounter, case: Any) -> dict[str, Any]:
+    """Attention written out with dropout (p=0.1) on its probabilities D: the loss
+    sum(g * (D @ v)) is linear in v, so it equals sum(v.grad * v) exactly when the backward
+    replays the forward's mask; and it differs from the loss without dropout."""
+    from thunder.executors.nvfuserex import nvfuserex
+    from thunder_steps import attention_written_out
+
+    def with_dropout(q: Any, k: Any, v: Any, g: Any) -> Any:
+        return attention_written_out(q, k, v, g, dropout_p=0.1)
+
+    jitted = thunder.jit(with_dropout, executors=[nvfuserex])
+    q, k, v, g = _copies(case.args, False)
+    before = counter.calls
+    loss = jitted(q, k, v, g)
+    loss.backward()
+    replayed = _rel_err((v.grad * v.detach()).sum(), loss.detach())
+    plain = attention_written_out(*_copies(case.args, False)).detach()
+    result = {
+        "step": "attention_dropout",
+        "dtype": "float32",
+        "max_rel_err": replayed,
+        "kfuse_executes": counter.calls - before,
+        "matched": replayed < TOLERANCE["float32"] and _rel_err(loss, plain) > 1e-3,
+    }
+    result.update(region_report(thunder, jitted, False))
+    result["ran_on_kfuse"] = result["forward_regions"] > 0 and not result["fallbacks"]
+    return result
+
+
 def _dropout(x: Any) -> Any:
     import torch.nn.functional as F
 
@@ -267,6 +296,13 @@ def time_peers(thunder: Any, case: Any, reps: int, peers: bool) -> dict[str, flo
     return out
 
 
+RANDOM_CHECKS = (
+    ("dropout", check_dropout, "layernorm"),
+    ("attention_dropout", check_attention_dropout, "attention"),
+)
+"""Checks of random ops (label, check, the step whose float32 inputs it takes)."""
+
+
 def _sizes(mode: str) -> Any:
     from thunder_steps import Size
 
@@ -279,7 +315,7 @@ def _sizes(mode: str) -> Any:
 
 def _print_table(results: list[dict[str, Any]], timings: list[dict[str, Any]]) -> None:
     print(
-        f"{'step':<16}{'dtype':<10}{'rel err':>10}  {'regions f/b':>11}  {'kfuse':>5}  ok  on torch"
+        f"{'step':<20}{'dtype':<10}{'rel err':>10}  {'regions f/b':>11}  {'kfuse':>5}  ok  on torch"
     )
     for r in results:
         regions = f"{r.get('forward_regions', '-')}/{r.get('backward_regions', '-')}"
@@ -287,7 +323,7 @@ def _print_table(results: list[dict[str, Any]], timings: list[dict[str, Any]]) -
         err = r.get("max_rel_err", r.get("keep_rate", float("nan")))
         on_torch = ",".join(sorted(set(r.get("on_torch", []))))
         print(
-            f"{r['step']:<16}{r.get('dtype', ''):<10}{err:>10.2e}  {regions:>11}  "
+            f"{r['step']:<20}{r.get('dtype', ''):<10}{err:>10.2e}  {regions:>11}  "
             f"{r.get('kfuse_executes', 0):>5}  {ok:<3} {on_torch}"
             f"{'  ' + r['error'] if 'error' in r else ''}"
         )
@@ -352,15 +388,16 @@ def main(argv: list[str] | None = None) -> int:
             if device == "cuda" and in_budget and not timed_before:
                 timed = time_peers(thunder, case, args.reps, peers=mode == "full")
                 timings.append({"step": name, "dtype": dtype_name, **timed})
-    try:
-        results.append(
-            check_dropout(thunder, counter, make_case("layernorm", size, torch.float32, device))
-        )
-    except Exception as exc:
-        traceback.print_exc()
-        results.append(
-            {"step": "dropout", "matched": False, "error": f"{type(exc).__name__}: {exc}"}
-        )
+    for label, check, inputs_of in RANDOM_CHECKS:
+        try:
+            results.append(
+                check(thunder, counter, make_case(inputs_of, size, torch.float32, device))
+            )
+        except Exception as exc:
+            traceback.print_exc()
+            results.append(
+                {"step": label, "matched": False, "error": f"{type(exc).__name__}: {exc}"}
+            )
     _print_table(results, timings)
     passed = all(r.get("matched") and r.get("ran_on_kfuse") for r in results)
     good = sum(bool(r.get("matched") and r.get("ran_on_kfuse")) for r in results)

@@ -149,6 +149,43 @@ def dropout(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return (F.dropout(x, p=0.1, training=True).float() * g).sum()
 
 
+def transformer_block(
+    x: torch.Tensor,
+    n1: torch.Tensor,
+    wqkv: torch.Tensor,
+    wo: torch.Tensor,
+    n2: torch.Tensor,
+    w1: torch.Tensor,
+    w3: torch.Tensor,
+    w2: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    g: torch.Tensor,
+) -> torch.Tensor:
+    """A pre-norm Llama-style block: RMSNorm, QKV projection, RoPE, causal SDPA, output
+    projection and residual; RMSNorm, SwiGLU MLP and residual. x: [batch, seq, hidden]."""
+    batch, seq, hidden = x.shape
+    heads = hidden // cos.shape[-1]
+    q, k, v = F.linear(_rms(x, n1), wqkv).split(hidden, dim=-1)
+    q, k, v = (t.view(batch, seq, heads, -1).transpose(1, 2) for t in (q, k, v))
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    h = x + F.linear(attn.transpose(1, 2).reshape(batch, seq, hidden), wo)
+    y = _rms(h, n2)
+    out = h + F.linear(F.silu(F.linear(y, w1)) * F.linear(y, w3), w2)
+    return (out.float() * g).sum()
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
 def sgd_momentum_step(p: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor) -> None:
     buf.mul_(0.9).add_(grad)
     p.add_(buf, alpha=-1e-2)
@@ -263,6 +300,16 @@ def make_case(name: str, s: Size, dtype: torch.dtype, device: str) -> Case:
         x = _leaf((rows, h), dtype, device)
         norm = [_leaf((h,), dtype, device), _leaf((h,), dtype, device)]
         return Case(norm_gelu_residual, [x, *norm, _fixed((rows, h), torch.float32, device)])
+    if name == "block":
+        cos, sin = _rope_args(s, dtype, device)[1:3]
+        ws = [_leaf((3 * h, h), dtype, device, w_scale), _leaf((h, h), dtype, device, w_scale)]
+        mlp = [_leaf((f, h), dtype, device, w_scale), _leaf((f, h), dtype, device, w_scale),
+               _leaf((h, f), dtype, device, w_scale)]  # fmt: skip
+        x = _leaf((s.batch, s.seq, h), dtype, device)
+        norms = [_leaf((h,), dtype, device) for _ in range(2)]
+        g = _fixed((s.batch, s.seq, h), torch.float32, device)
+        args = [x, norms[0], *ws, norms[1], *mlp, cos, sin, g]
+        return Case(transformer_block, args, options={"nv_enable_sdpa": True})
     if name == "sgd":
         return Case(
             sgd_momentum_step, [_fixed((h, f), dtype, device) for _ in range(3)], inplace=True
@@ -286,6 +333,7 @@ STEPS = (
     "cross_entropy",
     "log_softmax_nll",
     "norm_gelu_residual",
+    "block",
     "sgd",
     "adam",
 )
