@@ -10,6 +10,7 @@ Thunder with its torch.compile executor and torch.compile alone, in this process
 
     python3 tools/thunder_check.py --json out.json            # the GPU run (~4 minutes, H100)
     python3 tools/thunder_check.py --quick --json out.json    # small sizes, no peers (~1 minute)
+    python3 tools/thunder_check.py --nv-matmul ...            # matmul and linear on kfuse too
     python3 tools/thunder_check.py --emulator   # no GPU: CPU tensors on kfuse's emulator
                                                 # (tools/thunder_emulator_shim.py)
 
@@ -350,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=170.0, help="no timing starts after this many seconds"
     )
+    parser.add_argument(
+        "--nv-matmul",
+        action="store_true",
+        help="Thunder's nv_enable_linear/nv_enable_matmul on: matrix products on kfuse too",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     mode = "emulator" if args.emulator else "quick" if args.quick else "full"
@@ -369,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             torch.manual_seed(0)
             case = make_case(name, size, getattr(torch, dtype_name), device)
+            if args.nv_matmul:
+                case.options.update(nv_enable_linear=True, nv_enable_matmul=True)
             try:
                 results.append(check_step(thunder, counter, name, case, dtype_name))
             except Exception as exc:
