@@ -217,28 +217,51 @@ def check_dropout(thunder: Any, counter: ExecuteCounter, case: Any) -> dict[str,
 
 
 def check_attention_dropout(thunder: Any, counter: ExecuteCounter, case: Any) -> dict[str, Any]:
-    """Attention written out with dropout (p=0.1) on its probabilities D: the loss
-    sum(g * (D @ v)) is linear in v, so it equals sum(v.grad * v) exactly when the backward
-    replays the forward's mask; and it differs from the loss without dropout."""
-    from thunder.executors.nvfuserex import nvfuserex
+    """Attention written out with dropout (p=0.1) on its probabilities (float32)."""
     from thunder_steps import attention_written_out
 
     def with_dropout(q: Any, k: Any, v: Any, g: Any) -> Any:
         return attention_written_out(q, k, v, g, dropout_p=0.1)
 
-    jitted = thunder.jit(with_dropout, executors=[nvfuserex])
+    return _check_replayed_dropout(thunder, counter, case, with_dropout, "attention_dropout", {})
+
+
+def check_sdpa_dropout(thunder: Any, counter: ExecuteCounter, case: Any) -> dict[str, Any]:
+    """Causal SDPA with dropout 0.1 through nvFuser's flash attention (kfuse's sdpfa_fwd and
+    sdpfa_bwd: the backward replays torch's philox state; bf16, CUDA only)."""
+    import torch.nn.functional as F
+
+    def with_dropout(q: Any, k: Any, v: Any, g: Any) -> Any:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True)
+        return (out.float() * g).sum()
+
+    options = {"nv_enable_sdpa": True}
+    return _check_replayed_dropout(thunder, counter, case, with_dropout, "sdpa_dropout", options)
+
+
+def _check_replayed_dropout(
+    thunder: Any, counter: ExecuteCounter, case: Any, fn: Any, label: str, options: dict[str, Any]
+) -> dict[str, Any]:
+    """Attention whose probabilities D a dropout masks: the loss sum(g * (D @ v)) is linear in
+    v, so it equals sum(v.grad * v) when the backward replays the forward's mask (up to the
+    dtype's rounding); and it differs from the loss without dropout (case.fn)."""
+    from thunder.executors.nvfuserex import nvfuserex
+
+    jitted = thunder.jit(fn, executors=[nvfuserex], **options)
     q, k, v, g = _copies(case.args, False)
     before = counter.calls
     loss = jitted(q, k, v, g)
     loss.backward()
-    replayed = _rel_err((v.grad * v.detach()).sum(), loss.detach())
-    plain = attention_written_out(*_copies(case.args, False)).detach()
+    replayed = _rel_err((v.grad.double() * v.detach().double()).sum(), loss.detach())
+    plain = case.fn(*_copies(case.args, False)).detach()
+    dtype_name = str(q.dtype).removeprefix("torch.")
+    tolerance = TOLERANCE[dtype_name]
     result = {
-        "step": "attention_dropout",
-        "dtype": "float32",
+        "step": label,
+        "dtype": dtype_name,
         "max_rel_err": replayed,
         "kfuse_executes": counter.calls - before,
-        "matched": replayed < TOLERANCE["float32"] and _rel_err(loss, plain) > 1e-3,
+        "matched": replayed < tolerance and _rel_err(loss, plain) > 3 * tolerance,
     }
     result.update(region_report(thunder, jitted, False))
     result["ran_on_kfuse"] = result["forward_regions"] > 0 and not result["fallbacks"]
@@ -298,10 +321,13 @@ def time_peers(thunder: Any, case: Any, reps: int, peers: bool) -> dict[str, flo
 
 
 RANDOM_CHECKS = (
-    ("dropout", check_dropout, "layernorm"),
-    ("attention_dropout", check_attention_dropout, "attention"),
+    ("dropout", check_dropout, "layernorm", "float32"),
+    ("attention_dropout", check_attention_dropout, "attention", "float32"),
+    ("sdpa_dropout", check_sdpa_dropout, "sdpa", "bfloat16"),
 )
-"""Checks of random ops (label, check, the step whose float32 inputs it takes)."""
+"""Checks of random ops: label, check, the step and dtype whose inputs it takes."""
+CUDA_ONLY = ("sdpa_dropout",)
+"""torch's flash attention on CPU tensors has no dropout."""
 
 
 def _sizes(mode: str) -> Any:
@@ -396,16 +422,16 @@ def main(argv: list[str] | None = None) -> int:
             if device == "cuda" and in_budget and not timed_before:
                 timed = time_peers(thunder, case, args.reps, peers=mode == "full")
                 timings.append({"step": name, "dtype": dtype_name, **timed})
-    for label, check, inputs_of in RANDOM_CHECKS:
+    for label, check, inputs_of, dtype_name in RANDOM_CHECKS:
+        if device == "cpu" and label in CUDA_ONLY:
+            continue
         try:
-            results.append(
-                check(thunder, counter, make_case(inputs_of, size, torch.float32, device))
-            )
+            case = make_case(inputs_of, size, getattr(torch, dtype_name), device)
+            results.append(check(thunder, counter, case))
         except Exception as exc:
             traceback.print_exc()
-            results.append(
-                {"step": label, "matched": False, "error": f"{type(exc).__name__}: {exc}"}
-            )
+            error = f"{type(exc).__name__}: {exc}"
+            results.append({"step": label, "matched": False, "error": error})
     _print_table(results, timings)
     passed = all(r.get("matched") and r.get("ran_on_kfuse") for r in results)
     good = sum(bool(r.get("matched") and r.get("ran_on_kfuse")) for r in results)
