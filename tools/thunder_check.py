@@ -1,8 +1,9 @@
 """Lightning Thunder drives kfuse: the acceptance check of kfuse as Thunder's nvFuser.
 
 For each training step of tools/thunder_steps.py, and two whole models' steps
-(tools/thunder_models.py: the nanoGPT and Llama 2 that Thunder's wheel ships): thunder.jit with kfuse installed as
-nvfuser_direct (before Thunder's import), forward and backward; the loss and every gradient
+(tools/thunder_models.py: the nanoGPT and Llama 2 that Thunder's wheel ships): thunder.jit
+with kfuse installed as nvfuser_direct (before Thunder's import), forward and backward; the
+loss and every gradient
 compared with eager torch in float64; the trace's fusion regions (nvFusion) counted and kfuse's
 executions counted, with every op Thunder left to torch listed (a compute op there that is not
 a matrix product or a view is a fallback, and fails the step); a dropout checked for its keep
