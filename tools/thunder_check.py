@@ -403,7 +403,7 @@ def _print_table(results: list[dict[str, Any]], timings: list[dict[str, Any]]) -
             print(f"{t['step']:<18}{t['dtype']:<10}" + "".join(f"{t[k]:>24.3f}" for k in labels))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--emulator", action="store_true", help="CPU tensors on kfuse's host emulator"
     )
-    parser.add_argument("--steps", default="", help="comma-separated subset of the steps")
+    parser.add_argument("--steps", default="", help="comma-separated subset of steps and models")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument(
@@ -424,81 +424,110 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Thunder's nv_enable_linear/nv_enable_matmul on: matrix products on kfuse too",
     )
-    parser.add_argument("--json", type=Path, help="write the results here")
-    args = parser.parse_args(argv)
-    mode = "emulator" if args.emulator else "quick" if args.quick else "full"
-    thunder = import_thunder(args.emulator)
-    import torch
-    from thunder_models import MODELS
-    from thunder_steps import STEPS, make_case
+    parser.add_argument("--json", type=Path, help="write the results here (after every step)")
+    return parser.parse_args(argv)
 
-    device = "cpu" if args.emulator else "cuda"
-    counter = ExecuteCounter()
-    size = _sizes(mode)
-    steps = [s for s in args.steps.split(",") if s] or [*STEPS, *MODELS]
-    start = time.perf_counter()
-    results, timings = [], []
-    for name in steps:
-        for dtype_name in args.dtypes.split(","):
-            if dtype_name not in ONLY_DTYPES.get(name, (dtype_name,)):
-                continue
-            torch.manual_seed(0)
-            try:
-                if name in MODELS:
-                    result, case = check_model(thunder, counter, name, size, dtype_name, device)
-                else:
-                    case = make_case(name, size, getattr(torch, dtype_name), device)
-                    if args.nv_matmul:
-                        case.options.update(nv_enable_linear=True, nv_enable_matmul=True)
-                    result = check_step(thunder, counter, name, case, dtype_name)
-                results.append(result)
-            except Exception as exc:
-                traceback.print_exc()
-                results.append(
-                    {
-                        "step": name,
-                        "dtype": dtype_name,
-                        "matched": False,
-                        "error": f"{type(exc).__name__}: {str(exc)[:300]}",
-                    }
-                )
-                continue
-            # Timed in one dtype a step (the first it runs in): each peer compiles anew.
-            timed_before = any(t["step"] == name for t in timings)
-            in_budget = time.perf_counter() - start < args.budget_s
-            if device == "cuda" and in_budget and not timed_before:
-                timed = time_peers(thunder, case, args.reps, peers=mode == "full")
-                timings.append({"step": name, "dtype": dtype_name, **timed})
+
+class Run:
+    """One invocation's settings, results and timings; the JSON is rewritten after every
+    step, so that a run cut short by its time limit still leaves what it found."""
+
+    def __init__(self, args: argparse.Namespace, thunder: Any) -> None:
+        import torch
+
+        self.args, self.thunder = args, thunder
+        self.mode = "emulator" if args.emulator else "quick" if args.quick else "full"
+        self.device = "cpu" if args.emulator else "cuda"
+        self.size = _sizes(self.mode)
+        self.counter = ExecuteCounter()
+        self.start = time.perf_counter()
+        self.results: list[dict[str, Any]] = []
+        self.timings: list[dict[str, Any]] = []
+        device_name = torch.cuda.get_device_name() if self.device == "cuda" else "cpu (emulator)"
+        self.info = {"mode": self.mode, "size": vars(self.size), "torch": torch.__version__,
+                     "thunder": thunder.__version__, "device": device_name}  # fmt: skip
+
+    def record(self, result: dict[str, Any]) -> None:
+        self.results.append(result)
+        ok = "ok" if result.get("matched") and result.get("ran_on_kfuse") else "FAILED"
+        seconds = time.perf_counter() - self.start
+        print(f"[{seconds:5.0f} s] {result['step']} {result.get('dtype', '')}: {ok}", flush=True)
+        self.save()
+
+    def save(self) -> None:
+        if self.args.json:
+            data = {"info": self.info, "results": self.results, "timings": self.timings}
+            self.args.json.write_text(json.dumps(data, indent=1))
+
+    def failed(self, label: str, dtype_name: str, exc: Exception) -> None:
+        traceback.print_exc()
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        self.record({"step": label, "dtype": dtype_name, "matched": False, "error": error})
+
+
+def run_random_checks(run: Run) -> None:
+    import torch
+    from thunder_steps import make_case
+
     for label, check, inputs_of, dtype_name in RANDOM_CHECKS:
-        if device == "cpu" and label in CUDA_ONLY:
+        if run.device == "cpu" and label in CUDA_ONLY:
             continue
         try:
-            case = make_case(inputs_of, size, getattr(torch, dtype_name), device)
-            results.append(check(thunder, counter, case))
+            case = make_case(inputs_of, run.size, getattr(torch, dtype_name), run.device)
+            run.record(check(run.thunder, run.counter, case))
         except Exception as exc:
-            traceback.print_exc()
-            error = f"{type(exc).__name__}: {exc}"
-            results.append({"step": label, "matched": False, "error": error})
-    _print_table(results, timings)
-    passed = all(r.get("matched") and r.get("ran_on_kfuse") for r in results)
-    good = sum(bool(r.get("matched") and r.get("ran_on_kfuse")) for r in results)
-    seconds = time.perf_counter() - start
+            run.failed(label, dtype_name, exc)
+
+
+def run_step(run: Run, name: str, dtype_name: str) -> None:
+    """Check one step (or model) in one dtype, then time it unless timed already."""
+    import torch
+    from thunder_models import MODELS
+    from thunder_steps import make_case
+
+    torch.manual_seed(0)
+    try:
+        if name in MODELS:
+            result, case = check_model(
+                run.thunder, run.counter, name, run.size, dtype_name, run.device
+            )
+        else:
+            case = make_case(name, run.size, getattr(torch, dtype_name), run.device)
+            if run.args.nv_matmul:
+                case.options.update(nv_enable_linear=True, nv_enable_matmul=True)
+            result = check_step(run.thunder, run.counter, name, case, dtype_name)
+    except Exception as exc:
+        run.failed(name, dtype_name, exc)
+        return
+    run.record(result)
+    # Timed in one dtype a step (the first it runs in): each peer compiles anew.
+    timed_before = any(t["step"] == name for t in run.timings)
+    in_budget = time.perf_counter() - run.start < run.args.budget_s
+    if run.device == "cuda" and in_budget and not timed_before:
+        timed = time_peers(run.thunder, case, run.args.reps, peers=run.mode == "full")
+        run.timings.append({"step": name, "dtype": dtype_name, **timed})
+        run.save()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    run = Run(args, import_thunder(args.emulator))
+    from thunder_models import MODELS
+    from thunder_steps import STEPS
+
+    run_random_checks(run)
+    for name in [s for s in args.steps.split(",") if s] or [*STEPS, *MODELS]:
+        for dtype_name in args.dtypes.split(","):
+            if dtype_name in ONLY_DTYPES.get(name, (dtype_name,)):
+                run_step(run, name, dtype_name)
+    _print_table(run.results, run.timings)
+    good = sum(bool(r.get("matched") and r.get("ran_on_kfuse")) for r in run.results)
+    seconds = time.perf_counter() - run.start
     print(
-        f"\nthunder_check: {good} of {len(results)} steps matched and ran on kfuse "
-        f"({mode}, {seconds:.0f} s)"
+        f"\nthunder_check: {good} of {len(run.results)} steps matched and ran on kfuse "
+        f"({run.mode}, {seconds:.0f} s)"
     )
-    if args.json:
-        info = {
-            "mode": mode,
-            "size": vars(size),
-            "torch": torch.__version__,
-            "thunder": thunder.__version__,
-            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (kfuse emulator)",
-        }
-        args.json.write_text(
-            json.dumps({"info": info, "results": results, "timings": timings}, indent=1)
-        )
-    return 0 if passed else 1
+    return 0 if good == len(run.results) else 1
 
 
 if __name__ == "__main__":
