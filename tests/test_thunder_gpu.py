@@ -25,13 +25,13 @@ IMPORT_PROBE = "import kfuse.nvfuser_direct as n; n.install(); import thunder"
 
 
 def _child_env() -> dict[str, str]:
-    # The child imports the kfuse this test imports (installed or src/), and whatever
-    # PYTHONPATH brought Thunder here.
+    # The child sees this process's PYTHONPATH (which may have brought Thunder), then the
+    # folder of the kfuse this test imports, in case only sys.path edits found it.
     import kfuse
 
     kfuse_root = str(Path(kfuse.__file__).resolve().parent.parent)
     path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": kfuse_root + (os.pathsep + path if path else "")}
+    return {**os.environ, "PYTHONPATH": (path + os.pathsep if path else "") + kfuse_root}
 
 
 @pytest.fixture(scope="module")
