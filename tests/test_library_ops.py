@@ -259,6 +259,25 @@ def test_sdpfa_refuses_a_causal_mask_over_unequal_lengths(device: str) -> None:
         fd.execute(_attention_inputs(device))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpfa_in_thunders_positional_order(causal: bool) -> None:
+    """Thunder 0.2.6 calls sdpfa_fwd(query, key, value, dropout_p, is_causal, scale) with all
+    six positional (nvFuser's order before bias and mask), each number a defined scalar and
+    scale None; sdpfa_bwd with its eleven positional, as in nvFuser's python_direct."""
+    with FusionDefinition() as fd:
+        q, k, v, grad = (
+            fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16) for _ in range(4)
+        )
+        dropout_p, is_causal = fd.define_scalar(0.0), fd.define_scalar(causal)
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, dropout_p, is_causal, None)
+        grads = fd.ops.sdpfa_bwd(grad, q, k, v, out, lse, dropout_p, is_causal, seed, offset, None)
+        fd.add_output(out)
+        fd.add_output(lse)
+        for g in grads:
+            fd.add_output(g)
+    _check_attention(fd, _attention_inputs(keys=12 if causal else 10), causal, None)
+
+
 def test_sdpfa_definition_and_input_errors() -> None:
     with FusionDefinition() as fd:
         q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)

@@ -494,3 +494,57 @@ def test_save_repro_inputs_keeps_fake_inputs(installed: Any) -> None:
     namespace: dict[str, Any] = {}
     exec(script.replace("fd.execute(inputs)", "out = fd.execute(inputs)"), namespace)
     assert namespace["out"][0].shape == (3, 4)
+
+
+def test_thunders_flash_attention_forward_then_backward() -> None:
+    """Thunder's nv_enable_sdpa translation, two fusions: the forward's sdpfa_fwd in its
+    positional order, its philox seed [2] and offset [] outputs handed to the backward's
+    fusion, which defines them as UInt64 inputs (torch >= 2.7's type) for sdpfa_bwd. kfuse
+    carries them as Int words; gradients against torch in float64 (CPU torch, no dropout)."""
+    DataType = nvfuser_direct.DataType
+    q, k, v, grad = (torch.randn(1, 2, 8, 16).bfloat16() for _ in range(4))
+
+    def bf16_input(fd: Any) -> Any:
+        return fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4,
+                                dtype=DataType.BFloat16, stride_order=[3, 2, 1, 0])  # fmt: skip
+
+    with nvfuser_direct.FusionDefinition() as fwd:
+        tq, tk, tv = (bf16_input(fwd) for _ in range(3))
+        dropout_p, causal = fwd.define_scalar(0.0, dtype=DataType.Double), fwd.define_scalar(True)
+        for out in fwd.ops.sdpfa_fwd(tq, tk, tv, dropout_p, causal, None):
+            fwd.add_output(out)
+    out, lse, seed, offset = fwd.execute([q, k, v])
+    with nvfuser_direct.FusionDefinition() as bwd:
+        tg, tq, tk, tv, tout = (bf16_input(bwd) for _ in range(5))
+        tlse = bwd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
+        tseed = bwd.define_tensor(shape=[2], contiguity=[True], dtype=DataType.UInt64)
+        toffset = bwd.define_tensor(shape=[], contiguity=[], dtype=DataType.UInt64)
+        dropout_p, causal = bwd.define_scalar(0.0, dtype=DataType.Double), bwd.define_scalar(True)
+        grads = bwd.ops.sdpfa_bwd(
+            tg, tq, tk, tv, tout, tlse, dropout_p, causal, tseed, toffset, None
+        )
+        for g in grads:
+            bwd.add_output(g)
+    got = bwd.execute([grad, q, k, v, out, lse, seed, offset])
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    eager = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+    eager.backward(grad.double())
+    torch.testing.assert_close(out.double(), eager.detach(), rtol=2e-2, atol=2e-2)
+    for g, leaf in zip(got, leaves, strict=True):
+        torch.testing.assert_close(g.double(), leaf.grad, rtol=3e-2, atol=3e-2)
+
+
+def test_uint64_inputs_only_carry_the_philox_state() -> None:
+    """kfuse computes in no unsigned dtype: a UInt64 input that anything but sdpfa_bwd's
+    philox state uses is a DefinitionError naming the use, and so is a UInt64 CPU scalar."""
+    DataType = nvfuser_direct.DataType
+    with pytest.raises(DefinitionError, match="UInt64 input T0 is used by"):
+        with nvfuser_direct.FusionDefinition() as fd:
+            t = fd.define_tensor(shape=[2], contiguity=[True], dtype=DataType.UInt64)
+            fd.add_output(fd.ops.add(t, t))
+    with pytest.raises(DefinitionError, match="the fusion is incomplete"):
+        fd.execute([torch.zeros(2, dtype=torch.int64)])
+    with nvfuser_direct.FusionDefinition() as fd:
+        with pytest.raises(DefinitionError, match="UInt64 CPU scalar"):
+            fd.define_tensor(shape=[], dtype=DataType.UInt64, is_cpu=True)
+        fd.add_output(fd.define_tensor(shape=[-1]))

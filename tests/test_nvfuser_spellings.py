@@ -218,8 +218,11 @@ def test_execute_accepts_thunders_keywords() -> None:
         fd.execute([x_t], _enable_options=["fuse_matmul"])
     with pytest.raises(InputError, match="must be a list of strings"):
         fd.execute([x_t], _disable_options="parallel_compile")
+    # Thunder passes its unset nv_save_fake_inputs option as None: nvFuser reads it as False.
+    (out,) = fd.execute([x_t], device=None, save_repro_inputs=None)
+    torch.testing.assert_close(out, -x_t)
     with pytest.raises(InputError, match="save_repro_inputs must be a bool"):
-        fd.execute([x_t], save_repro_inputs=None)
+        fd.execute([x_t], save_repro_inputs="yes")
 
 
 @pytest.mark.parametrize("dtype", [DataType.Int, DataType.Int32], ids=lambda d: d.value)

@@ -15,6 +15,10 @@
 # The part "host" (not in the default) compares the host cost of cached calls (H1, H1s) with
 # another build's, alternately in separate processes (tools/device_ab.sh): the wheel at
 # KFUSE_VERIFY_OLD_WHEEL (e.g. built from the commit before a refactor, carried in .whl/).
+# The part "thunder" (not in the default) installs the wheels carried in .whl/thunder/
+# (Lightning Thunder 0.2.6 and what it needs that the machine lacks) into a private target on
+# PYTHONPATH and runs tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full
+# run, ~4 minutes; "--quick" for ~1), writing thunder.json and thunder.log.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -58,4 +62,13 @@ fi
 if [[ $parts == *" host "* ]]; then
     OUT="$logs" timeout 300 bash tools/device_ab.sh "${KFUSE_VERIFY_OLD_WHEEL:?a wheel of the build to compare}" \
         "${KFUSE_VERIFY_HOST_ROUNDS:-7}" "H1,H1s" 2>&1 | tail -n 6
+fi
+if [[ $parts == *" thunder "* ]]; then
+    thunder_site="$logs/thunder-site"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$thunder_site" .whl/thunder/*.whl > "$REAL/thunder.log" 2>&1 ||
+        echo "thunder: the carried wheels did not install (see thunder.log)"
+    PYTHONPATH="$thunder_site:$PYTHONPATH" timeout 330 python3 tools/thunder_check.py \
+        ${KFUSE_VERIFY_THUNDER_ARGS:-} --json "$REAL/thunder.json" >> "$REAL/thunder.log" 2>&1
+    grep -v -E "^ *(File|\^|warn)" "$REAL/thunder.log" | tail -n 45
 fi

@@ -49,7 +49,7 @@ class FusionExecution:
         *,
         stream: int | None = None,
         device: Any = None,
-        save_repro_inputs: bool = False,
+        save_repro_inputs: bool | None = False,
         _enable_options: Sequence[str] | None = None,
         _disable_options: Sequence[str] | None = None,
     ) -> list[Any]:
@@ -67,12 +67,13 @@ class FusionExecution:
         torch is not installed); left unset, such a fusion runs on the host emulator.
 
         save_repro_inputs, _enable_options and _disable_options are nvFuser's (Thunder passes
-        them): accepted as nvFuser's types; save_repro_inputs hands the inputs to
+        them): accepted as nvFuser's types (save_repro_inputs None is False: Thunder passes its
+        unset compile option as None); save_repro_inputs hands the inputs to
         `_keep_repro_inputs` (kfuse.nvfuser_direct's definition keeps their descriptions for
         its repro script), and kfuse has no NVFUSER_ENABLE/DISABLE options, so a non-empty
         list is an error.
         """
-        if save_repro_inputs is not False or _enable_options or _disable_options:
+        if save_repro_inputs or _enable_options or _disable_options:
             _check_nvfuser_options(save_repro_inputs, _enable_options, _disable_options)
             if save_repro_inputs:
                 self._keep_repro_inputs(inputs)
@@ -164,7 +165,7 @@ class FusionExecution:
 def _check_nvfuser_options(save_repro_inputs: Any, enable: Any, disable: Any) -> None:
     from kfuse.errors import InputError
 
-    if not isinstance(save_repro_inputs, bool):
+    if save_repro_inputs is not None and not isinstance(save_repro_inputs, bool):
         raise InputError(f"execute: save_repro_inputs must be a bool, got {save_repro_inputs!r}")
     for name, options in (("_enable_options", enable), ("_disable_options", disable)):
         if options is None:

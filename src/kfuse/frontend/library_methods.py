@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.ir.values import TensorView
+from kfuse.ir.values import Scalar, TensorView
 
 
 class LibraryMethods:
@@ -63,8 +63,14 @@ class LibraryMethods:
         (default 0), is_causal (default False) and scale (default 1/sqrt(E)): numbers or
         scalars. philox_seed/offset are Int tensors ([2] and []) of the dropout generator's
         64-bit state, for sdpfa_bwd. Runs on torch tensors (CUDA; on CPU without dropout);
-        bias and mask are not supported (a DefinitionError)."""
+        bias and mask are not supported (a DefinitionError).
+
+        The order before bias and mask existed, (query, key, value, dropout_p, is_causal,
+        scale), is taken too: Thunder 0.2.6 passes its six arguments positionally so. A number
+        or scalar where bias goes, with is_causal and scale left unset, is read that way."""
         self._fd.check_open("sdpfa_fwd")
+        if _is_number_or_scalar(bias) and is_causal is None and scale is None:
+            bias, mask, dropout_p, is_causal, scale = None, None, bias, mask, dropout_p
         from kfuse.ir.attention_ops import build_sdpfa_fwd
 
         return build_sdpfa_fwd(self._b, query, key, value, bias, mask, dropout_p, is_causal, scale)
@@ -112,3 +118,7 @@ class LibraryMethods:
         from kfuse.ir.library_ops import build_grouped_mm
 
         return build_grouped_mm(self._b, mat1, mat2, offsets)
+
+
+def _is_number_or_scalar(value: Any) -> bool:
+    return isinstance(value, (Scalar, bool, int, float))

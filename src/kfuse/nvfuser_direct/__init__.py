@@ -25,6 +25,7 @@ from kfuse.frontend import FusionDefinition as _KfuseFusionDefinition
 from kfuse.ir.printer import NVFUSER_STYLE, fusion_to_python
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.nvfuser_direct.descriptor import compute_tensor_descriptor
+from kfuse.nvfuser_direct.philox_state import check_state_uses, is_uint64
 from kfuse.nvfuser_direct.repro import fake_copies, repro_script
 
 __all__ = [
@@ -58,6 +59,44 @@ class FusionDefinition(_KfuseFusionDefinition):
     __str__ = __repr__
 
     fake_inputs: list[Any] | None = None
+    _philox_state_inputs: list[TensorView] | None = None
+
+    def define_tensor(
+        self,
+        shape: Sequence[int] | None = None,
+        contiguity: Any = None,
+        dtype: Any = DataType.Float,
+        is_cpu: bool = False,
+        stride_order: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """kfuse's define_tensor, and nvFuser's UInt64 tensors as Thunder defines them:
+        flash attention's philox state, an Int tensor of the same 64-bit words that only
+        sdpfa_bwd may take (kfuse.nvfuser_direct.philox_state)."""
+        if not is_uint64(dtype):
+            return super().define_tensor(shape, contiguity, dtype, is_cpu, stride_order, **kwargs)
+        if is_cpu:
+            raise DefinitionError(
+                "define_tensor: a UInt64 CPU scalar tensor: kfuse has no unsigned integers "
+                "(it takes UInt64 only as flash attention's philox state, a GPU tensor)"
+            )
+        tv = super().define_tensor(shape, contiguity, DataType.Int, False, stride_order, **kwargs)
+        assert isinstance(tv, TensorView)  # not a CPU scalar (is_cpu is False)
+        if self._philox_state_inputs is None:
+            self._philox_state_inputs = []
+        self._philox_state_inputs.append(tv)
+        return tv
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is None and self._philox_state_inputs:
+            try:
+                check_state_uses(self.fusion, self._philox_state_inputs)
+            except DefinitionError as err:
+                self._state = "broken"
+                self._broken_by = f"DefinitionError: {err}"
+                raise
+
     # nvFuser's execute unpacks every list or tuple input into scalars (not only those of a
     # define_vector): a printed definition defines a vector's scalars one by one.
     _vector_inputs = True
