@@ -30,6 +30,36 @@ from kfuse.schedule import SchedulerType
 
 __version__ = "0.1.0"
 
+# The public names, for `from kfuse import *` and for type checkers: under mypy --strict a
+# name a package imports is not exported unless listed here. (The lazy submodules reference
+# and testing stay out: `import *` would load them, and testing needs Hypothesis.)
+__all__ = [
+    "CompileError",
+    "CompileParams",
+    "CudaError",
+    "DataType",
+    "DefinitionError",
+    "EmulatorError",
+    "FusionDefinition",
+    "FusionProfile",
+    "HeuristicParams",
+    "InputError",
+    "KernelExecutor",
+    "KernelProfile",
+    "KfuseError",
+    "LaunchParams",
+    "OutOfMemoryError",
+    "ParamsError",
+    "PointwiseParams",
+    "ProfilerError",
+    "PythonProfiler",
+    "ReductionParams",
+    "SchedulerError",
+    "SchedulerType",
+    "manual_seed",
+    "schedule",
+]
+
 # Submodules that are attributes of kfuse without `import kfuse.<name>`, imported on first
 # use: the eager reference and the testing helpers are not part of defining and running
 # fusions, so `import kfuse` does not load them.
