@@ -1,0 +1,281 @@
+"""nvFuser's tests/python/direct tests, ported: each builds the fusion the nvFuser test builds,
+runs it on CPU torch tensors (the host emulator, emulator-sized shapes) and compares with
+torch eager. docs/guides/nvfuser-tests.md lists every nvFuser test and where it is ported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from kfuse.nvfuser_direct import DataType, FusionDefinition
+
+Build = Callable[[FusionDefinition], None]
+
+
+def run(build: Build, inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """The outputs of the fusion `build` defines, for `inputs`."""
+    with FusionDefinition() as fd:
+        build(fd)
+    return list(fd.execute(list(inputs)))
+
+
+# ---- test_python_frontend.py ----
+
+
+def test_basic_fp16() -> None:
+    a, b = torch.randn(2, 4, 8).half(), torch.randn(2, 4, 8).half()
+
+    def build(fd: FusionDefinition) -> None:
+        t0, t1 = fd.from_pytorch(a), fd.from_pytorch(b)
+        scaled = fd.ops.mul(fd.ops.add(t0, t1), fd.define_scalar(3.0))
+        fd.add_output(fd.ops.cast(fd.ops.sum(scaled, [-1], False, DataType.Float), DataType.Half))
+
+    out = run(build, [a, b])[0]
+    assert out.dtype == torch.float16
+    # The Float sum, rounded once to Half: within one Half spacing of the exact sum.
+    exact = ((a.double() + b.double()) * 3).sum(-1)
+    torch.testing.assert_close(out.double(), exact, rtol=2**-10, atol=1e-3)
+
+
+def test_define_noncontiguous_tensor() -> None:
+    # Both inputs are transposed views: kfuse reads their strides.
+    a, b = torch.randn(4, 6).t(), torch.randn(4, 6).t()
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b)))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a + b)
+
+
+def test_define_broadcast_tensor() -> None:
+    a, b = torch.randn(3, 1), torch.randn(3, 5)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+        t1 = fd.from_pytorch(b)
+        fd.add_output(fd.ops.add(t0, t1))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a + b)
+
+
+def test_cast_scalar() -> None:
+    a = torch.ones(2, 4, 8, dtype=torch.int32)
+    b = torch.full((2, 4, 8), 2, dtype=torch.int32)
+
+    def build(fd: FusionDefinition) -> None:
+        total = fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b))
+        three = fd.ops.cast(fd.define_scalar(3.0), DataType.Int32)
+        fd.add_output(fd.ops.sum(fd.ops.mul(total, three), [-1], False, DataType.Int32))
+
+    out = run(build, [a, b])[0]
+    assert out.dtype == torch.int32
+    torch.testing.assert_close(out, torch.sum((a + b) * 3, dim=-1, dtype=torch.int32))
+
+
+def test_cast_double_to_half() -> None:
+    a, b = torch.randn(2, 4, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.ops.cast(fd.from_pytorch(a), DataType.Half)
+        t1 = fd.ops.cast(fd.from_pytorch(b), DataType.Half)
+        fd.add_output(fd.ops.cast(fd.ops.relu(fd.ops.add(t0, t1)), DataType.Half))
+
+    torch.testing.assert_close(run(build, [a, b])[0], torch.relu(a.half() + b.half()))
+
+
+def test_promote_to_double() -> None:
+    a, b = torch.randn(2, 4).half(), torch.randn(2, 4, dtype=torch.float64)
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.relu(fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b))))
+
+    out = run(build, [a, b])[0]
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, torch.relu(a + b))
+
+
+def test_broadcast() -> None:
+    a, b = torch.randn(3), torch.randn(3, 3)
+
+    def build(fd: FusionDefinition) -> None:
+        row = fd.ops.broadcast_in_dim(fd.from_pytorch(a), [3, 3], [1])
+        fd.add_output(fd.ops.add(row, fd.from_pytorch(b)))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a.expand(3, 3) + b)
+
+
+def test_implicit_broadcast_input() -> None:
+    a, b = torch.randn(3), torch.randn(2, 3, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        mid = fd.ops.broadcast_in_dim(fd.from_pytorch(a), [2, 3, 4], [1])
+        fd.add_output(fd.ops.add(mid, fd.from_pytorch(b)))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a[None, :, None] + b)
+
+
+def test_explicit_broadcast_input() -> None:
+    a, b = torch.randn(1, 1, 4), torch.randn(2, 3, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        full = fd.ops.broadcast_in_dim(fd.from_pytorch(a), [2, 3, 4], [0, 1, 2])
+        fd.add_output(fd.ops.add(full, fd.from_pytorch(b)))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a + b)
+
+
+def test_broadcast_mixing() -> None:
+    a, b = torch.randn(3, 1), torch.randn(3)
+
+    def build(fd: FusionDefinition) -> None:
+        t0, t1 = fd.from_pytorch(a), fd.from_pytorch(b)
+        fd.add_output(fd.ops.add(t0, fd.ops.broadcast_in_dim(t1, [3, 3], [0])))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a + b[:, None].expand(3, 3))
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_expanded_reduction(keepdim: bool) -> None:
+    # One stored value seen as a [2, 3] array (both strides 0).
+    x = torch.tensor(1.5).as_strided((2, 3), (0, 0))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[None, None], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(t0, dims=[0], keepdim=keepdim, dtype=DataType.Null))
+
+    torch.testing.assert_close(run(build, [x])[0], x.sum(0, keepdim=keepdim))
+
+
+def test_where() -> None:
+    cond = torch.tensor([[True, False, True], [False, False, True]])
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+
+    def build(fd: FusionDefinition) -> None:
+        c, t0, t1 = (fd.from_pytorch(v) for v in (cond, a, b))
+        fd.add_output(fd.ops.where(c, t0, t1))
+
+    torch.testing.assert_close(run(build, [cond, a, b])[0], torch.where(cond, a, b))
+
+
+def test_where_dtypes() -> None:
+    # The output dtype of where(cond, scalar, scalar) is the scalars' dtype.
+    cond = torch.tensor([False, True])
+    cases = [
+        (3.0, 5.0, None, torch.float64),
+        (3.0, 5.0, DataType.Float, torch.float32),
+        (3, 5, DataType.Int32, torch.int32),
+        (3, 5, None, torch.int64),
+        (True, False, DataType.Bool, torch.bool),
+    ]
+
+    def build(fd: FusionDefinition) -> None:
+        c = fd.from_pytorch(cond)
+        for yes, no, dtype, _ in cases:
+            if dtype is None:
+                pair = fd.define_scalar(yes), fd.define_scalar(no)
+            else:
+                pair = fd.define_scalar(yes, dtype), fd.define_scalar(no, dtype)
+            fd.add_output(fd.ops.where(c, *pair))
+
+    for out, (yes, no, _, torch_dtype) in zip(run(build, [cond]), cases, strict=True):
+        assert out.dtype == torch_dtype
+        torch.testing.assert_close(out, torch.tensor([no, yes], dtype=torch_dtype))
+
+
+def test_welford() -> None:
+    x = torch.randn(3, 5)
+
+    def build(fd: FusionDefinition) -> None:
+        mean, var_sum, n = fd.ops.welford(fd.from_pytorch(x), [-1])
+        fd.add_output(fd.ops.div(var_sum, n))
+        fd.add_output(mean)
+
+    var, mean = run(build, [x])
+    want_var, want_mean = torch.var_mean(x, [-1], correction=0)
+    torch.testing.assert_close(var, want_var)
+    torch.testing.assert_close(mean, want_mean)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_correction(correction: int) -> None:
+    x = torch.randn(3, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.var(fd.from_pytorch(x), [-1], correction))
+
+    torch.testing.assert_close(run(build, [x])[0], torch.var(x, [-1], correction=correction))
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_mean_correction(correction: int) -> None:
+    x = torch.randn(3, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        var, mean = fd.ops.var_mean(fd.from_pytorch(x), [-1], correction)
+        fd.add_output(var)
+        fd.add_output(mean)
+
+    var, mean = run(build, [x])
+    want_var, want_mean = torch.var_mean(x, [-1], correction=correction)
+    torch.testing.assert_close(var, want_var)
+    torch.testing.assert_close(mean, want_mean)
+
+
+def test_all_dim_var_mean() -> None:
+    x = torch.randn(2, 3, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        var, mean = fd.ops.var_mean(fd.from_pytorch(x), [0, 1, 2], 0)
+        fd.add_output(var)
+        fd.add_output(mean)
+
+    var, mean = run(build, [x])
+    want_var, want_mean = torch.var_mean(x, [0, 1, 2], correction=0)
+    torch.testing.assert_close(var, want_var)
+    torch.testing.assert_close(mean, want_mean)
+
+
+def test_zero_size_dim() -> None:
+    x = torch.ones(0, 0)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[0, 0], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.relu(t0))
+
+    out = run(build, [x])[0]
+    assert out.shape == (0, 0)
+
+
+def test_constant_nans() -> None:
+    x = torch.randn(4, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.add(fd.from_pytorch(x), fd.define_scalar(float("nan"))))
+
+    torch.testing.assert_close(run(build, [x])[0], x + float("nan"), equal_nan=True)
+
+
+def test_misaligned_add() -> None:
+    # The first input starts one element into its storage (no vector loads from it).
+    a = torch.ones(1025)[1:]
+    b = torch.arange(1024, dtype=torch.float32)
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b)))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a + b)
+
+
+def test_scalar_only_inputs() -> None:
+    def build(fd: FusionDefinition) -> None:
+        total = fd.ops.add(fd.define_scalar(), fd.define_scalar())
+        one = fd.define_scalar(1.0, DataType.Float)
+        ones = fd.ops.full(shape=[2, 2], fill_value=one, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(ones, total))
+
+    # Without a tensor input kfuse runs on the emulator and returns NumPy arrays.
+    out = torch.as_tensor(run(build, [2.0, 3.0])[0])
+    torch.testing.assert_close(out, torch.full([2, 2], 5.0))
