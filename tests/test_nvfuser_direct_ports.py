@@ -4,12 +4,14 @@ torch eager. docs/guides/nvfuser-tests.md lists every nvFuser test and where it 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 import torch
 
+from kfuse.errors import DefinitionError
 from kfuse.nvfuser_direct import DataType, FusionDefinition
 
 Build = Callable[[FusionDefinition], None]
@@ -613,3 +615,160 @@ def test_contiguous() -> None:
         fd.add_output(fd.ops.sum(t0, [-1]))
     x = torch.as_strided(torch.ones(1), [1, 1], [2, 1])
     torch.testing.assert_close(fd.execute([x])[0], torch.ones(1))
+
+
+# ---- test_high_complexity.py ----
+
+
+def layer_norm_by_hand(fd: FusionDefinition, shape: torch.Size, eps: float) -> None:
+    """nvFuser's test_prim_layer_norm_fwd fusion: mean and variance from sums over the last
+    axis, kept as size-1 axes."""
+    x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float)
+    weight = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+    bias = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+    n = fd.define_scalar(shape[2])
+    mean = fd.ops.div(fd.ops.sum(x, dims=[2], keepdim=True), n)
+    diff = fd.ops.sub(x, mean)
+    var = fd.ops.div(fd.ops.sum(fd.ops.mul(diff, diff), dims=[2], keepdim=True), n)
+    invstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(eps)))
+    w = fd.ops.broadcast_in_dim(weight, shape=list(shape), broadcast_dims=[2])
+    b = fd.ops.broadcast_in_dim(bias, shape=list(shape), broadcast_dims=[2])
+    fd.add_output(fd.ops.add(fd.ops.mul(fd.ops.mul(diff, invstd), w), b))
+    fd.add_output(mean)
+    fd.add_output(invstd)
+
+
+def layer_norm_by_var_mean(fd: FusionDefinition, shape: torch.Size, eps: float) -> None:
+    """The same layer norm with var_mean."""
+    x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float)
+    weight = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+    bias = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+    var, mean = fd.ops.var_mean(x, dims=[2], correction=0, keepdim=True)
+    invstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(eps)))
+    w = fd.ops.broadcast_in_dim(weight, shape=list(shape), broadcast_dims=[2])
+    b = fd.ops.broadcast_in_dim(bias, shape=list(shape), broadcast_dims=[2])
+    fd.add_output(fd.ops.add(fd.ops.mul(fd.ops.mul(fd.ops.sub(x, mean), invstd), w), b))
+    fd.add_output(mean)
+    fd.add_output(invstd)
+
+
+@pytest.mark.parametrize("definition", [layer_norm_by_hand, layer_norm_by_var_mean])
+def test_prim_layer_norm_fwd(definition: Callable[..., None]) -> None:
+    x, weight, bias = torch.randn(4, 8, 64), torch.randn(64), torch.randn(64)
+    eps = 1e-12
+    with FusionDefinition() as fd:
+        definition(fd, x.shape, eps)
+    out, mean, invstd = fd.execute([x, weight, bias])
+    want_mean = x.mean(2, keepdim=True)
+    want_var = ((x - want_mean) ** 2).mean(2, keepdim=True)
+    expected = weight * (x - want_mean) / torch.sqrt(want_var + eps) + bias
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(mean, want_mean)
+    torch.testing.assert_close(invstd, torch.rsqrt(want_var + eps))
+
+
+def test_prim_rms_norm_fwd() -> None:
+    x, weight = torch.randn(4, 8, 64), torch.randn(64)
+    eps = 1e-12
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float
+        )
+        w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        squares = fd.ops.sum(fd.ops.mul(t0, t0), dims=[2], keepdim=True)
+        var = fd.ops.div(squares, fd.define_scalar(x.shape[2]))
+        invstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(eps)))
+        scale = fd.ops.broadcast_in_dim(w, shape=list(x.shape), broadcast_dims=[2])
+        fd.add_output(fd.ops.mul(fd.ops.mul(t0, invstd), scale))
+        fd.add_output(invstd)
+
+    out, invstd = run(build, [x, weight])
+    var = (x * x).mean(2, keepdim=True)
+    torch.testing.assert_close(out, weight * x / torch.sqrt(var + eps))
+    torch.testing.assert_close(invstd, torch.rsqrt(var + eps))
+
+
+def test_cat_symbolic() -> None:
+    # nvFuser's [4, 6, 64, 128] heads at [2, 3, 4, 8]: scaled queries and keys back to
+    # [batch, tokens, heads * size], a cat with a third input on the last axis, and a sum.
+    q, k, other = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8), torch.randn(2, 4, 24)
+    scale = 0.29730177875068026
+
+    def build(fd: FusionDefinition) -> None:
+        s_q, s_k = (
+            fd.define_scalar(None, dtype=DataType.Double),
+            fd.define_scalar(None, dtype=DataType.Double),
+        )
+        t_q = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        t_k = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        t_o = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.Float)
+        keys = fd.ops.permute(
+            fd.ops.permute(fd.ops.mul(t_k, s_k), dims=[0, 1, 3, 2]), dims=[0, 2, 1, 3]
+        )
+        queries = fd.ops.permute(fd.ops.mul(t_q, s_q), dims=[0, 2, 1, 3])
+        flat = [fd.define_scalar(v, dtype=DataType.Int) for v in (2, 4, 24)]
+        joined = fd.ops.cat(
+            [fd.ops.reshape(queries, new_shape=flat), fd.ops.reshape(keys, new_shape=flat), t_o],
+            dim=2,
+        )
+        fd.add_output(joined)
+        fd.add_output(fd.ops.sum(joined, [0, 1], keepdim=False, dtype=DataType.Null))
+
+    joined, total = run(build, [scale, scale, q, k, other])
+    want_q = (q * scale).permute(0, 2, 1, 3).reshape(2, 4, 24)
+    want_k = (k * scale).permute(0, 1, 3, 2).permute(0, 2, 1, 3).reshape(2, 4, 24)
+    want = torch.cat([want_q, want_k, other], dim=2)
+    torch.testing.assert_close(joined, want)
+    torch.testing.assert_close(total, want.sum([0, 1]))
+
+
+@pytest.mark.parametrize("split_heads", [True, False])
+def test_nanogpt_split_mha_linears(split_heads: bool) -> None:
+    # nanoGPT's fused qkv activations [16, 128, 3 * 1024], 16 heads, at [2, 8, 3 * 32], 4 heads.
+    acts = torch.randn(2, 8, 96)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.from_pytorch(acts)
+        for start in (0, 32, 64):
+            part = fd.ops.slice(t0, [0, 0, start], [2, 8, start + 32], [1, 1, 1])
+            if split_heads:
+                part = fd.ops.permute(fd.ops.reshape(part, [2, 8, 4, 8]), [0, 2, 1, 3])
+            fd.add_output(part)
+
+    outs = run(build, [acts])
+    for out, part in zip(outs, acts.split(32, dim=2), strict=True):
+        want = part.reshape(2, 8, 4, 8).transpose(1, 2) if split_heads else part
+        torch.testing.assert_close(out, want)
+
+
+BAD_SLICES = [
+    ([-1, -2], [5, 5], [7, 7], "start of axis 0 is -1"),
+    ([3, 4], [1, 2], [1, 1], "ends at 1, before its start 3"),
+    ([0, 0, 0], [4, 4, 4], [1, 1, 1], "start_indices must be a list of 2"),
+    ([0, 0, 0], [4, 4], [1, 1], "start_indices must be a list of 2"),
+    ([0, 0], [4, 4, 4], [1, 1], "end_indices must be a list of 2"),
+    ([0, 0], [4, 4], [1, 1, 1], "strides must be a list of 2"),
+]
+
+
+@pytest.mark.parametrize("size", [10, 5])
+def test_slice_error_checks(size: int) -> None:
+    """Each slice nvFuser refuses is a DefinitionError naming what is wrong; the legal ones
+    match torch's slicing, past the end too. A stride other than 1 (an nvFuser limitation)
+    is a slice kfuse computes, as torch does."""
+    x = torch.randn(size, size)
+    for start, end, strides, message in BAD_SLICES:
+        with pytest.raises(DefinitionError, match=re.escape(message)), FusionDefinition() as fd:
+            fd.add_output(fd.ops.slice(fd.from_pytorch(x), start, end, strides))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.slice(t0, start_indices=[2, 2], end_indices=[4, 4]))
+        fd.add_output(fd.ops.slice(t0, start_indices=[6, 6], end_indices=[8, 8], strides=[1, 1]))
+        fd.add_output(fd.ops.slice(t0, start_indices=[0, 0], end_indices=[5, 5], strides=[5, 5]))
+
+    no_strides, past_end, strided = run(build, [x])
+    torch.testing.assert_close(no_strides, x[2:4, 2:4])
+    torch.testing.assert_close(past_end, x[6:8, 6:8])
+    torch.testing.assert_close(strided, x[0:5:5, 0:5:5])
