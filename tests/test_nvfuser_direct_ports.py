@@ -772,3 +772,190 @@ def test_slice_error_checks(size: int) -> None:
     torch.testing.assert_close(no_strides, x[2:4, 2:4])
     torch.testing.assert_close(past_end, x[6:8, 6:8])
     torch.testing.assert_close(strided, x[0:5:5, 0:5:5])
+
+
+# ---- test_python_frontend.py, layouts and corner shapes ----
+
+
+def test_expanded_bcast_tensor() -> None:
+    # A 0-dim tensor, a full one and a Bool mask expanded along its last axis (stride 0).
+    # nvFuser's 0-dim CUDA tensor is a tensor; a 0-dim CPU tensor is a CPU scalar, which
+    # from_pytorch defines as such: the values are the same.
+    scalar, full = torch.tensor(1.5), torch.randn(5, 5, 5)
+    mask = torch.randint(0, 2, (5, 5)).bool().unsqueeze(-1).expand(5, 5, 5)
+
+    def build(fd: FusionDefinition) -> None:
+        t0, t1, t2 = fd.from_pytorch(scalar), fd.from_pytorch(full), fd.from_pytorch(mask)
+        fd.add_output(fd.ops.add(t2, fd.ops.add(t0, t1)))
+
+    torch.testing.assert_close(run(build, [scalar, full, mask])[0], scalar + full + mask)
+
+
+def test_pad_prior_cat() -> None:
+    a, b = torch.randn(2, 4), torch.randn(3, 3)
+
+    def build(fd: FusionDefinition) -> None:
+        t0, t1 = fd.from_pytorch(a), fd.from_pytorch(b)
+        fd.add_output(fd.ops.cat([fd.ops.pad(t0, [0, 0, 0, 8]), fd.ops.pad(t1, [0, 0, 0, 7])], 1))
+
+    pad = torch.nn.functional.pad
+    torch.testing.assert_close(
+        run(build, [a, b])[0], torch.cat([pad(a, [0, 0, 0, 8]), pad(b, [0, 0, 0, 7])], 1)
+    )
+
+
+def test_sum_sliced_reshape_to_broadcast() -> None:
+    # The slice keeps one of the last axis' two entries, so the sum over it is a squeeze.
+    x = torch.randn(4, 3, 5, 8)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        split = fd.ops.reshape(t0, new_shape=[2, 3, 5, 8, 2])
+        kept = fd.ops.slice(
+            split, start_indices=[0] * 5, end_indices=[2, 3, 5, 8, 1], strides=[1] * 5
+        )
+        fd.add_output(fd.ops.sum(kept, dims=[4], keepdim=False, dtype=DataType.Null))
+
+    torch.testing.assert_close(run(build, [x])[0], x.reshape(2, 3, 5, 8, 2)[..., 0])
+
+
+def test_mark_alias_pass() -> None:
+    # nvFuser returns a reshape of a contiguous input as a view of it; kfuse's output has the
+    # values (whether it shares the input's storage is not part of kfuse's contract).
+    x = torch.rand(2, 3, 4)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor([2, 3, 4], contiguity=[True, True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.reshape(t0, [2, 12]))
+
+    outs = run(build, [x])
+    assert len(outs) == 1
+    torch.testing.assert_close(outs[0], x.reshape(2, 12))
+
+
+def test_reshape_squeeze_concretization() -> None:
+    x = torch.randn(100).as_strided((2, 5, 10), (50, 10, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float
+        )
+        corner = fd.ops.slice(t0, start_indices=[0, 0, 0], end_indices=[1, 2, 4], strides=[1, 1, 1])
+        one, eight = (
+            fd.define_scalar(1, dtype=DataType.Int),
+            fd.define_scalar(8, dtype=DataType.Int),
+        )
+        fd.add_output(
+            fd.ops.reshape(fd.ops.reshape(corner, new_shape=[one, eight]), new_shape=[eight])
+        )
+
+    torch.testing.assert_close(run(build, [x])[0], x[:1, :2, :4].reshape(8))
+
+
+def test_expanded_to_size_one() -> None:
+    x = torch.randint(0, 10, (1, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.define_tensor(shape=[1, -1], contiguity=[None, None], dtype=DataType.Int))
+
+    torch.testing.assert_close(run(build, [x])[0], x)
+
+
+def test_broadcast_in_dim_no_redundant_set() -> None:
+    # A broadcast_in_dim that broadcasts nothing new is the expand it amounts to.
+    a, b = torch.randn(1, 4), torch.randn(3, 4)
+    results = []
+    for use_expand in (False, True):
+        with FusionDefinition() as fd:
+            t0 = fd.define_tensor(shape=[1, -1], contiguity=[None, True])
+            t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+            wide = (
+                fd.ops.expand(t0, t1.shape())
+                if use_expand
+                else fd.ops.broadcast_in_dim(t0, t1.shape(), [0, 1])
+            )
+            fd.add_output(fd.ops.add(wide, t1))
+        assert "set" not in repr(fd)
+        results.append(fd.execute([a, b])[0])
+    for out in results:
+        torch.testing.assert_close(out, a + b)
+
+
+def test_stride_order_with_explicit_broadcast() -> None:
+    a = torch.randn(3).unsqueeze(-1)
+    b = torch.randn(2, 3).unsqueeze(-1).expand(2, 3, 4).transpose(2, 0)
+    c = torch.randn(5 * 960).as_strided((5, 4, 1, 5, 16), (960, 48, 16, 192, 1))
+    d = torch.randn(6).as_strided((2, 16, 3), (3, 0, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0, t1, t2 = fd.from_pytorch(a), fd.from_pytorch(b), fd.from_pytorch(c)
+        t3 = fd.define_tensor(
+            shape=[-1, 16, 3],
+            contiguity=[None, True, True],
+            dtype=DataType.Float,
+            stride_order=[1, 2, 0],
+        )
+        three = fd.define_scalar(3.0)
+        fd.add_output(fd.ops.add(fd.ops.broadcast(t0, [True, False, False]), t1))
+        fd.add_output(fd.ops.add(t2, three))
+        fd.add_output(fd.ops.mul(t3, three))
+
+    first, second, third = run(build, [a, b, c, d])
+    torch.testing.assert_close(first, a + b)
+    torch.testing.assert_close(second, c + 3.0)
+    torch.testing.assert_close(third, d * 3.0)
+
+
+def test_allocation_domain_concretization() -> None:
+    x = torch.randn(0, dtype=torch.float64).as_strided((1, 0, 1, 1), (0, 1, 1, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[1, -1, 1, 1],
+            contiguity=[True, None, None, None],
+            dtype=DataType.Double,
+            stride_order=[0, 3, 2, 1],
+        )
+        fd.add_output(fd.ops.mul(t0, fd.define_scalar(2.0, dtype=DataType.Double)))
+
+    torch.testing.assert_close(run(build, [x])[0], x * 2.0)
+
+
+def test_allocation_domain_index_select() -> None:
+    # A column-major input (stride order [0, 1]) indexed along its second axis.
+    x = torch.randn(252).as_strided((9, 28), (1, 9))
+    index = torch.randint(0, 28, (4,))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, stride_order=[0, 1]
+        )
+        t1 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(t0, t1, dim=1))
+
+    torch.testing.assert_close(run(build, [x, index])[0], torch.index_select(x, 1, index))
+
+
+NVFUSER_DTYPES = {
+    torch.float64: DataType.Double,
+    torch.float32: DataType.Float,
+    torch.float16: DataType.Half,
+    torch.bfloat16: DataType.BFloat16,
+    torch.float8_e4m3fn: DataType.Float8_e4m3fn,
+    torch.float8_e5m2: DataType.Float8_e5m2,
+}
+
+
+@pytest.mark.parametrize("wide", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("narrow", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_cast_fp8(wide: torch.dtype, narrow: torch.dtype) -> None:
+    # Both directions; Float8_e8m0fnu (Blackwell's scale type) is not a kfuse dtype.
+    for source, target in ((wide, narrow), (narrow, wide)):
+        x = torch.randn(5, 5).to(source)
+
+        def build(fd: FusionDefinition, x: torch.Tensor = x, target: torch.dtype = target) -> None:
+            fd.add_output(fd.ops.cast(fd.from_pytorch(x), dtype=NVFUSER_DTYPES[target]))
+
+        out = run(build, [x])[0]
+        assert out.dtype == target
+        torch.testing.assert_close(out.float(), x.to(target).float(), rtol=0, atol=0)
