@@ -959,3 +959,218 @@ def test_cast_fp8(wide: torch.dtype, narrow: torch.dtype) -> None:
         out = run(build, [x])[0]
         assert out.dtype == target
         torch.testing.assert_close(out.float(), x.to(target).float(), rtol=0, atol=0)
+
+
+# ---- test_repro.py (emulator sizes) ----
+
+
+def test_issue1129() -> None:
+    # Row indices from a [5, 5] Int tensor flattened, then the gathered rows reshaped.
+    index = torch.randint(0, 10, (25,)).as_strided((5, 5), (5, 1))
+    table = torch.randn(40 * 8).as_strided((40, 8), (8, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        rows = fd.ops.index_select(t1, fd.ops.reshape(t0, new_shape=[25]), dim=0)
+        fd.add_output(fd.ops.reshape(rows, new_shape=[5, 5, 8]))
+
+    expected = torch.index_select(table, 0, index.reshape(25)).reshape(5, 5, 8)
+    torch.testing.assert_close(run(build, [index, table])[0], expected)
+
+
+@pytest.mark.parametrize("final_mul", [False, True])
+def test_issue1246(final_mul: bool) -> None:
+    # A cat with an empty input whose strides are those of a larger tensor.
+    x = torch.randn(4 * 16 * 8).as_strided((1, 4, 16, 8), (512, 128, 8, 1))
+    empty = torch.randn(0).as_strided((1, 4, 16, 0), (512, 128, 8, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[1, -1, -1, -1], contiguity=[None, True, True, True], dtype=DataType.Float
+        )
+        t1 = fd.define_tensor(
+            shape=[1, -1, -1, -1], contiguity=[None, True, False, True], dtype=DataType.Float
+        )
+        joined = fd.ops.cat(
+            [fd.ops.mul(t0, fd.define_scalar(2.0, dtype=DataType.Double)), t1], dim=-1
+        )
+        if final_mul:
+            joined = fd.ops.mul(joined, fd.define_scalar(1.0, dtype=DataType.Double))
+        fd.add_output(joined)
+
+    torch.testing.assert_close(run(build, [x, empty])[0], torch.cat([2.0 * x, empty], dim=-1))
+
+
+def test_issue1270() -> None:
+    # Empty BFloat16 inputs (one axis of size 0, a stride of 0) times a full of that shape.
+    a = torch.randn(0, dtype=torch.bfloat16).as_strided((5, 0), (1, 0))
+    b = torch.randn(0, dtype=torch.bfloat16).as_strided((5, 0), (0, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, None], dtype=DataType.BFloat16)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.BFloat16)
+        ones = fd.ops.full(
+            fill_value=fd.define_scalar(1.0, dtype=DataType.Double),
+            shape=[5, 0],
+            dtype=DataType.BFloat16,
+        )
+        ones_f = fd.ops.cast(ones, dtype=DataType.Float)
+        prod_b = fd.ops.mul(fd.ops.cast(t1, dtype=DataType.Float), ones_f)
+        prod_a = fd.ops.mul(fd.ops.cast(t0, dtype=DataType.Float), ones_f)
+        fd.add_output(fd.ops.sum(prod_b, dims=[1], keepdim=False, dtype=DataType.Null))
+        fd.add_output(fd.ops.sum(prod_a, dims=[0], keepdim=False, dtype=DataType.Null))
+
+    rows, cols = run(build, [a, b])
+    torch.testing.assert_close(rows, torch.zeros(5))
+    torch.testing.assert_close(cols, torch.zeros(0))
+
+
+def test_issue1279() -> None:
+    # var_mean over an axis of size 1, with correction 0.
+    x = torch.randn(2, 1, 2, dtype=torch.float16)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, 1, -1], contiguity=[True, None, True], dtype=DataType.Half)
+        var, mean = fd.ops.var_mean(
+            fd.ops.cast(t0, dtype=DataType.Float), dims=[1], correction=0, keepdim=False
+        )
+        fd.add_output(fd.ops.cast(var, dtype=DataType.Half))
+        fd.add_output(fd.ops.cast(mean, dtype=DataType.Half))
+
+    var, mean = run(build, [x])
+    want_var, want_mean = torch.var_mean(x.float(), dim=1, correction=0)
+    torch.testing.assert_close(var, want_var.half())
+    torch.testing.assert_close(mean, want_mean.half())
+
+
+def test_issue1310() -> None:
+    # One input cast twice, each cast read by reductions over different axes.
+    x = torch.randn(4, 8, 16, dtype=torch.bfloat16)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16
+        )
+        first, second = fd.ops.cast(t0, dtype=DataType.Float), fd.ops.cast(t0, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(second, dims=[0, 1], keepdim=False, dtype=DataType.Null))
+        fd.add_output(fd.ops.sum(first, dims=[0, 1], keepdim=False, dtype=DataType.Null))
+        fd.add_output(fd.ops.sum(first, dims=[2], keepdim=False, dtype=DataType.Null))
+
+    outer_a, outer_b, inner = run(build, [x])
+    torch.testing.assert_close(outer_a, x.float().sum([0, 1]))
+    torch.testing.assert_close(outer_b, x.float().sum([0, 1]))
+    torch.testing.assert_close(inner, x.float().sum([2]))
+
+
+def test_issue1691() -> None:
+    a = torch.randn(12).as_strided((1, 3, 4), (12, 4, 1))
+    b = torch.randn(12).as_strided((4, 3), (3, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[1, -1, -1], contiguity=True, dtype=DataType.Float, stride_order=[2, 1, 0]
+        )
+        t1 = fd.define_tensor(
+            shape=[-1, -1], contiguity=True, dtype=DataType.Float, stride_order=[1, 0]
+        )
+        row_sums = fd.ops.reshape(
+            fd.ops.sum(t1, dims=[1], keepdim=False, dtype=DataType.Null), new_shape=[4]
+        )
+        col_sums = fd.ops.reshape(
+            fd.ops.sum(t0, dims=[1, 0], keepdim=False, dtype=DataType.Null), new_shape=[4]
+        )
+        fd.add_output(
+            fd.ops.sum(fd.ops.mul(row_sums, col_sums), dims=[0], keepdim=False, dtype=DataType.Null)
+        )
+
+    torch.testing.assert_close(run(build, [a, b])[0], (a.sum(dim=[0, 1]) * b.sum(dim=1)).sum(dim=0))
+
+
+def test_issue1872() -> None:
+    # No inputs: a full, two slices of it, each cast to Half.
+    def build(fd: FusionDefinition) -> None:
+        ones = fd.ops.full(
+            shape=[fd.define_scalar(5, dtype=DataType.Int)],
+            fill_value=fd.define_scalar(1.0, dtype=DataType.Double),
+            dtype=DataType.Float,
+        )
+        fd.add_output(
+            fd.ops.cast(
+                fd.ops.slice(ones, start_indices=[0], end_indices=[2], strides=[1]),
+                dtype=DataType.Half,
+            )
+        )
+        fd.add_output(
+            fd.ops.cast(
+                fd.ops.slice(ones, start_indices=[2], end_indices=[5], strides=[1]),
+                dtype=DataType.Half,
+            )
+        )
+
+    head, tail = (torch.as_tensor(out) for out in run(build, []))
+    torch.testing.assert_close(head, torch.ones(2, dtype=torch.float16))
+    torch.testing.assert_close(tail, torch.ones(3, dtype=torch.float16))
+
+
+def test_issue2395() -> None:
+    # A Bool mask expanded along its last axis, another broadcast from 2-D, both masking.
+    mask0 = torch.randint(0, 2, (256,), dtype=torch.bool).as_strided((16, 16, 32), (16, 1, 0))
+    values = torch.randn(8192).as_strided((16, 16, 32), (512, 32, 1))
+    mask1 = torch.randint(0, 2, (256,), dtype=torch.bool).as_strided((16, 16), (16, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        c0 = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[True, True, None], dtype=DataType.Bool
+        )
+        v = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float
+        )
+        c1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Bool)
+        c1_b = fd.ops.broadcast_in_dim(c1, shape=[16, 16, 32], broadcast_dims=[0, 1])
+        zero = fd.define_scalar(0.0, dtype=DataType.Double)
+        fd.add_output(
+            fd.ops.slice(v, start_indices=[0, 0, 16], end_indices=[16, 16, 32], strides=[1, 1, 1])
+        )
+        fd.add_output(fd.ops.where(c0, zero, fd.ops.where(c1_b, zero, v)))
+
+    sliced, masked = run(build, [mask0, values, mask1])
+    torch.testing.assert_close(sliced, values[:, :, 16:])
+    expected = torch.where(mask0, 0.0, torch.where(mask1[:, :, None], 0.0, values))
+    torch.testing.assert_close(masked, expected)
+
+
+def test_issue2545() -> None:
+    # Cats of an empty Int tensor with computed ones, in three levels.
+    x, empty = torch.randint(0, 10, (2,)), torch.randint(0, 10, (0,))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        t1 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+
+        def const(v: int) -> Any:
+            return fd.define_scalar(v, dtype=DataType.Int)
+
+        wrapped = fd.ops.add(t0, fd.ops.where(fd.ops.lt(t0, const(0)), const(5), const(0)))
+        first = fd.ops.cat([t1, fd.ops.add(wrapped, const(0))], dim=0)
+        second = fd.ops.cat([t1, fd.ops.add(first, const(0))], dim=0)
+        fd.add_output(fd.ops.add(first, const(10)))
+        fd.add_output(fd.ops.cat([second, fd.ops.add(first, const(5))], dim=0))
+
+    plus_ten, joined = run(build, [x, empty])
+    wrapped = x + torch.where(x < 0, 5, 0)
+    torch.testing.assert_close(plus_ten, wrapped + 10)
+    torch.testing.assert_close(joined, torch.cat([wrapped, wrapped + 5]))
+
+
+def test_issue2549() -> None:
+    a, b = torch.ones(4, 1, dtype=torch.float64), torch.ones(4, 4, dtype=torch.float64)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Double)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Double)
+        fd.add_output(
+            fd.ops.div(t1, fd.ops.broadcast_in_dim(t0, shape=[4, 4], broadcast_dims=[0, 1]))
+        )
+
+    torch.testing.assert_close(run(build, [a, b])[0], b / a)
