@@ -1174,3 +1174,198 @@ def test_issue2549() -> None:
         )
 
     torch.testing.assert_close(run(build, [a, b])[0], b / a)
+
+
+def define_vector_and_rank0(fd: FusionDefinition, rank0: int) -> list[Any]:
+    """A Float vector input, then `rank0` rank-0 Float tensor inputs."""
+    vector = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+    return [vector] + [
+        fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float) for _ in range(rank0)
+    ]
+
+
+def test_issue2664_repro1() -> None:
+    # A rank-0 input updated in place (its value plus 1), that new value also broadcast.
+    vec, one = torch.randn(1024), torch.randn(())
+    before = one.clone()
+
+    def build(fd: FusionDefinition) -> None:
+        t1, t2 = define_vector_and_rank0(fd, 1)
+        bumped = fd.ops.add(t2, fd.define_scalar(1.0, dtype=DataType.Double))
+        wide = fd.ops.broadcast_in_dim(
+            bumped, shape=[fd.define_scalar(1024, dtype=DataType.Int)], broadcast_dims=[]
+        )
+        fd.add_output(bumped, t2)
+        fd.add_output(fd.ops.mul(t1, wide))
+
+    (out,) = run(build, [vec, one])
+    torch.testing.assert_close(one, before + 1.0)
+    torch.testing.assert_close(out, (before + 1.0) * vec)
+
+
+def test_issue2664_repro2() -> None:
+    # The in-place update is a sum of the broadcast rank-0 input, which other outputs read.
+    vec, one = torch.randn(1024), torch.randn(())
+    before = one.clone()
+
+    def build(fd: FusionDefinition) -> None:
+        t1, t2 = define_vector_and_rank0(fd, 1)
+        wide = fd.ops.broadcast_in_dim(
+            t2, shape=[fd.define_scalar(1024, dtype=DataType.Int)], broadcast_dims=[]
+        )
+        fd.add_output(fd.ops.sum(wide, dims=[0], keepdim=False), t2)
+        fd.add_output(fd.ops.mul(t1, wide))
+        fd.add_output(fd.ops.add(t1, wide))
+
+    product, total = run(build, [vec, one])
+    torch.testing.assert_close(one, before * 1024)
+    torch.testing.assert_close(product, before * vec)
+    torch.testing.assert_close(total, vec + before)
+
+
+def test_issue2664_repro3() -> None:
+    # Two rank-0 inputs, each updated with a value computed from the other.
+    vec, first, second = torch.randn(1024), torch.randn(()), torch.randn(())
+    first_before, second_before = first.clone(), second.clone()
+
+    def build(fd: FusionDefinition) -> None:
+        t1, t2, t3 = define_vector_and_rank0(fd, 2)
+        total = fd.ops.sum(
+            fd.ops.add(t1, fd.ops.broadcast_in_dim(t2, shape=t1.shape(), broadcast_dims=[])),
+            dims=[0],
+        )
+        fd.add_output(total, t3)
+        fd.add_output(fd.ops.add(t3, fd.define_scalar(1.0, dtype=DataType.Double)), t2)
+
+    assert run(build, [vec, first, second]) == []
+    torch.testing.assert_close(first, second_before + 1.0)
+    torch.testing.assert_close(second, (vec + first_before).sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_issue2664_repro4() -> None:
+    # nvFuser's [4194304, 128] at [64, 8]: an add with a column, and the column negated in place.
+    col, full = torch.randn(64, 1), torch.randn(64, 8)
+    before = col.clone()
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(t1, t0))
+        fd.add_output(fd.ops.neg(t0), t0)
+
+    (out,) = run(build, [col, full])
+    torch.testing.assert_close(out, before + full)
+    torch.testing.assert_close(col, -before)
+
+
+def test_issue2755() -> None:
+    x = torch.randn(10)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1])
+        head = fd.ops.neg(fd.ops.slice(t0, start_indices=[0], end_indices=[5]))
+        fd.add_output(fd.ops.neg(fd.ops.slice(head, start_indices=[0], end_indices=[2])))
+
+    torch.testing.assert_close(run(build, [x])[0], x[:2])
+
+
+def test_issue3192() -> None:
+    x = torch.randn(1, 1, 2)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor([1, 1, 2], contiguity=True)
+        fd.add_output(fd.ops.slice(fd.ops.squeeze(t0, [0, 1]), [1], [2]))
+
+    torch.testing.assert_close(run(build, [x])[0], x.squeeze([0, 1])[1:2], rtol=0, atol=0)
+
+
+def test_issue3227() -> None:
+    # One [1, 2, 3] input broadcast twice to different extents of axis 1.
+    a = torch.rand(24).as_strided((1, 4, 2, 3), (24, 6, 3, 1))
+    b = torch.rand(30).as_strided((1, 5, 2, 3), (30, 6, 3, 1))
+    c = torch.rand(6).as_strided((1, 2, 3), (6, 3, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[1, 4, 2, 3], contiguity=[None, True, True, True], dtype=DataType.Float
+        )
+        t1 = fd.define_tensor(
+            shape=[1, 5, 2, 3], contiguity=[None, True, True, True], dtype=DataType.Float
+        )
+        t2 = fd.define_tensor(shape=[1, 2, 3], contiguity=[None, True, True], dtype=DataType.Float)
+
+        def ints(*values: int) -> list[Any]:
+            return [fd.define_scalar(v, dtype=DataType.Int) for v in values]
+
+        t3 = fd.ops.broadcast_in_dim(t2, shape=ints(1, 1, 2, 3), broadcast_dims=[1, 2, 3])
+        fd.add_output(
+            fd.ops.add(
+                fd.ops.broadcast_in_dim(t3, shape=ints(1, 4, 2, 3), broadcast_dims=[0, 1, 2, 3]), t0
+            )
+        )
+        fd.add_output(
+            fd.ops.add(
+                fd.ops.broadcast_in_dim(t3, shape=ints(1, 5, 2, 3), broadcast_dims=[0, 1, 2, 3]), t1
+            )
+        )
+
+    four, five = run(build, [a, b, c])
+    torch.testing.assert_close(four, c.unsqueeze(1) + a)
+    torch.testing.assert_close(five, c.unsqueeze(1) + b)
+
+
+def test_issue1273() -> None:
+    x = torch.randn(4).as_strided((2, 2), (2, 1))
+    eps = 1e-5
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        s_eps = fd.define_scalar(None, dtype=DataType.Double)
+        t7 = fd.ops.reshape(t0, new_shape=[2, 1, 2])
+        var, mean = fd.ops.var_mean(t7, dims=[2], correction=0, keepdim=False)
+        invstd = fd.ops.rsqrt(
+            fd.ops.add(fd.ops.broadcast_in_dim(var, shape=[2, 1, 1], broadcast_dims=[0, 1]), s_eps)
+        )
+        mean_b = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(mean, shape=[2, 1, 1], broadcast_dims=[0, 1]),
+            shape=[2, 1, 2],
+            broadcast_dims=[0, 1, 2],
+        )
+        invstd_b = fd.ops.broadcast_in_dim(invstd, shape=[2, 1, 2], broadcast_dims=[0, 1, 2])
+        fd.add_output(
+            fd.ops.reshape(fd.ops.mul(fd.ops.sub(t7, mean_b), invstd_b), new_shape=[2, 2])
+        )
+
+    rows = x.reshape(2, 1, 2)
+    var, mean = rows.var(dim=2, unbiased=False), rows.mean(dim=2)
+    expected = ((rows - mean.unsqueeze(-1)) * torch.rsqrt(var.unsqueeze(-1) + eps)).reshape(2, 2)
+    torch.testing.assert_close(run(build, [x, eps])[0], expected)
+
+
+def test_issue1393() -> None:
+    # Half inputs that are expanded views (zero strides), a product reshaped and broadcast.
+    a = torch.randn(5, dtype=torch.float16).as_strided((3, 4, 5), (0, 0, 1))
+    b = torch.randn(3, dtype=torch.float16).as_strided((3, 4), (1, 0))
+    c = torch.randn(4, dtype=torch.float16).as_strided((3, 4), (0, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[-1, -1, -1], contiguity=[None, None, True], dtype=DataType.Half
+        )
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, None], dtype=DataType.Half)
+        t2 = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.Half)
+        product = fd.ops.cast(
+            fd.ops.mul(
+                fd.ops.cast(t1, dtype=DataType.Float), fd.ops.cast(t2, dtype=DataType.Float)
+            ),
+            dtype=DataType.Half,
+        )
+        column = fd.ops.broadcast_in_dim(
+            fd.ops.reshape(product, new_shape=[3, 4, 1]), shape=[3, 4, 5], broadcast_dims=[0, 1, 2]
+        )
+        scaled = fd.ops.mul(
+            fd.ops.cast(column, dtype=DataType.Float), fd.ops.cast(t0, dtype=DataType.Float)
+        )
+        fd.add_output(fd.ops.cast(scaled, dtype=DataType.Half))
+
+    torch.testing.assert_close(run(build, [a, b, c])[0], a * (b * c).unsqueeze(-1))
