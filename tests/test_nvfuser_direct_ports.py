@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from kfuse.errors import DefinitionError
+from kfuse.errors import DefinitionError, InputError
 from kfuse.nvfuser_direct import DataType, FusionDefinition
 
 Build = Callable[[FusionDefinition], None]
@@ -1369,3 +1369,105 @@ def test_issue1393() -> None:
         fd.add_output(fd.ops.cast(scaled, dtype=DataType.Half))
 
     torch.testing.assert_close(run(build, [a, b, c])[0], a * (b * c).unsqueeze(-1))
+
+
+# ---- test_python_direct.py and the rest of test_python_frontend.py ----
+
+
+def test_fusion_not_defined() -> None:
+    with pytest.raises(DefinitionError, match="finish the definition"):
+        FusionDefinition().execute([torch.randn(4, 4)])
+
+
+def test_fusion_empty() -> None:
+    # nvFuser raises at execute; kfuse already where the block ends.
+    with pytest.raises(DefinitionError, match="the fusion has no outputs"), FusionDefinition():
+        pass
+
+
+def test_define_tensor() -> None:
+    a, b = torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+
+    def build(fd: FusionDefinition) -> None:
+        spec: dict[str, Any] = {
+            "shape": [-1, -1, -1],
+            "contiguity": [True] * 3,
+            "dtype": DataType.Float,
+        }
+        t0 = fd.define_tensor(**spec, is_cpu=False, stride_order=[2, 1, 0])
+        t1 = fd.define_tensor(**spec, is_cpu=False, stride_order=[2, 1, 0])
+        fd.add_output(fd.ops.add(t0, t1))
+
+    torch.testing.assert_close(run(build, [a, b])[0], a + b)
+
+
+def test_mismatched_input_types() -> None:
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float, stride_order=[0])
+        fd.add_output(fd.ops.mul(t0, fd.define_scalar()))
+    x = torch.rand(15)
+    wrong = [
+        ([2.0, 2.0], r"input 0 \(T0\) must be a NumPy, CuPy or torch array, got float"),
+        ([x, x], r"input 1 \(S0\) is a scalar input; got an array of shape \(15,\)"),
+        ([x.half(), 2.0], r"input 0 \(T0\) was defined as Float but the array is Half"),
+        ([x, 2.0 + 1.0j], r"input 1 \(S0\) is a scalar input of dtype Double; got \(2\+1j\)"),
+    ]
+    for inputs, message in wrong:
+        with pytest.raises(InputError, match=message):
+            fd.execute(inputs)
+
+
+def test_replaced_sizes_pr2714() -> None:
+    a = torch.randn(4).as_strided((2, 2), (2, 1))
+    b = torch.randn(4).as_strided((2, 2), (2, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        tanh = fd.ops.tanh(t1)
+        four = fd.define_scalar(4, dtype=DataType.Int)
+        flat_sum = fd.ops.add(
+            fd.ops.reshape(fd.ops.exp(t0), new_shape=[four]), fd.ops.reshape(tanh, new_shape=[four])
+        )
+        fd.add_output(flat_sum)
+        fd.add_output(fd.ops.mul(tanh, fd.ops.reciprocal(t0)))
+        fd.add_output(
+            fd.ops.mul(flat_sum, fd.ops.reciprocal(fd.define_scalar(2.0, dtype=DataType.Double)))
+        )
+
+    flat_sum, ratio, half = run(build, [a, b])
+    want = (a.exp() + b.tanh()).reshape(4)
+    torch.testing.assert_close(flat_sum, want)
+    torch.testing.assert_close(ratio, b.tanh() / a)
+    torch.testing.assert_close(half, want / 2)
+
+
+def test_bcast_squeeze_replace_aliased_output() -> None:
+    # A reshape written into the second input (set, then alias) and also returned.
+    a = torch.randn(1, 1, 576).bfloat16()
+    b = torch.randn(1, 576).bfloat16()
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[1, 1, 576], contiguity=[None, None, True], dtype=DataType.BFloat16
+        )
+        t1 = fd.define_tensor(shape=[1, 576], contiguity=[None, True], dtype=DataType.BFloat16)
+        flat = fd.ops.reshape(t0, new_shape=[1, 576])
+        fd.add_output(fd.ops.set(flat), t1)
+        fd.add_output(flat)
+
+    outs = run(build, [a, b])
+    assert len(outs) == 1
+    torch.testing.assert_close(outs[0], a.squeeze(1))
+    torch.testing.assert_close(b, a.squeeze(1))
+
+
+def test_validate_precomputed_values() -> None:
+    # Comparisons with a NaN scalar input are all False.
+    x = torch.randn(10).as_strided((2, 5), (5, 1))
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.ge(t0, fd.define_scalar(None, dtype=DataType.Double)))
+
+    torch.testing.assert_close(run(build, [x, float("nan")])[0], torch.full((2, 5), False))
