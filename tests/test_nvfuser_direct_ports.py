@@ -1471,3 +1471,64 @@ def test_validate_precomputed_values() -> None:
         fd.add_output(fd.ops.ge(t0, fd.define_scalar(None, dtype=DataType.Double)))
 
     torch.testing.assert_close(run(build, [x, float("nan")])[0], torch.full((2, 5), False))
+
+
+def test_issue2275_repro2() -> None:
+    # Rotary-style halves swapped with a negation, sin + cos, and a cat with an empty slice.
+    x = torch.randn(2, 4, 16, 8).bfloat16()
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.from_pytorch(x)
+        whole = fd.ops.slice(
+            t0, start_indices=[0, 0, 0, 0], end_indices=[2, 4, 16, 8], strides=[1, 1, 1, 1]
+        )
+        first = fd.ops.slice(
+            whole, start_indices=[0, 0, 0, 0], end_indices=[2, 4, 16, 4], strides=[1, 1, 1, 1]
+        )
+        second = fd.ops.slice(
+            whole, start_indices=[0, 0, 0, 4], end_indices=[2, 4, 16, 8], strides=[1, 1, 1, 1]
+        )
+        rotated = fd.ops.cat([fd.ops.cast(fd.ops.neg(second), DataType.BFloat16), first], dim=-1)
+        waves = fd.ops.cast(fd.ops.add(fd.ops.sin(rotated), fd.ops.cos(rotated)), DataType.BFloat16)
+        empty = fd.ops.slice(
+            t0, start_indices=[0, 0, 0, 0], end_indices=[2, 4, 16, 0], strides=[1, 1, 1, 1]
+        )
+        fd.add_output(fd.ops.cat([waves, empty], dim=-1))
+
+    # sin, cos and their sum of BFloat16 values are BFloat16 values, as in torch eager.
+    rotated = torch.cat([-x[..., 4:], x[..., :4]], dim=-1)
+    expected = rotated.sin() + rotated.cos()
+    torch.testing.assert_close(run(build, [x])[0], expected)
+
+
+def test_issue4670() -> None:
+    # No inputs: a causal mask from two iotas (with gt) and a masked BFloat16 fill (with ge).
+    def build(fd: FusionDefinition) -> None:
+        def ints(*values: int) -> list[Any]:
+            return [fd.define_scalar(v, dtype=DataType.Int) for v in values]
+
+        cols = fd.ops.iota(*ints(9, 0, 1), dtype=DataType.Int)
+        rows = fd.ops.iota(*ints(8, 0, 1), dtype=DataType.Int)
+        col_grid = fd.ops.expand(
+            fd.ops.broadcast(cols, is_broadcast_dim=[True, False]),
+            shape=[ints(8)[0], fd.ops.size(cols, dim=0)],
+        )
+        row_grid = fd.ops.expand(
+            fd.ops.broadcast(rows, is_broadcast_dim=[False, True]),
+            shape=[fd.ops.size(rows, dim=0), ints(9)[0]],
+        )
+        fd.add_output(fd.ops.gt(col_grid, row_grid))
+        lowest = fd.define_scalar(-3.38953e38, dtype=DataType.BFloat16)
+        fill = fd.ops.full(shape=ints(8, 9), fill_value=lowest, dtype=DataType.BFloat16)
+        above = fd.ops.ge(fd.ops.sub(col_grid, row_grid), ints(1)[0])
+        fd.add_output(fd.ops.where(above, fill, fd.define_scalar(0.0, dtype=DataType.Double)))
+
+    # Without inputs the emulator returns NumPy arrays (BFloat16 as ml_dtypes' type).
+    mask_array, filled_array = run(build, [])
+    mask = torch.as_tensor(mask_array)
+    filled = torch.as_tensor(filled_array.astype("float32")).bfloat16()
+    cols, rows = torch.arange(9)[None, :], torch.arange(8)[:, None]
+    torch.testing.assert_close(mask, cols > rows)
+    lowest = torch.tensor(-3.38953e38, dtype=torch.bfloat16)
+    expected = torch.where(cols - rows >= 1, lowest, torch.tensor(0.0, dtype=torch.bfloat16))
+    torch.testing.assert_close(filled, expected)
