@@ -1532,3 +1532,39 @@ def test_issue4670() -> None:
     lowest = torch.tensor(-3.38953e38, dtype=torch.bfloat16)
     expected = torch.where(cols - rows >= 1, lowest, torch.tensor(0.0, dtype=torch.bfloat16))
     torch.testing.assert_close(filled, expected)
+
+
+def test_issue3292() -> None:
+    # Nine heads of 64 from [5, 5, 576], seven kept, rotary halves, squares summed, and a cat
+    # with an empty slice; slice and cat spelled with nvFuser's manual_normalization and
+    # manual_padding keywords, as its printed repros write them.
+    x = torch.randn(5, 5, 576)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(
+            shape=[5, 5, 576], contiguity=[True, True, True], dtype=DataType.Float
+        )
+        heads = fd.ops.permute(fd.ops.reshape(t0, new_shape=[5, 5, 1, 9, 64]), dims=[0, 2, 3, 1, 4])
+        kept = fd.ops.slice(
+            heads, [0, 0, 0, 0, 0], [5, 1, 7, 5, 64], [1, 1, 1, 1, 1], manual_normalization=0
+        )
+        t108 = fd.ops.reshape(kept, new_shape=[5, 7, 5, 64])
+
+        def rotate() -> Any:
+            first = fd.ops.slice(
+                t108, [0, 0, 0, 0], [5, 7, 5, 32], [1, 1, 1, 1], manual_normalization=0
+            )
+            second = fd.ops.slice(
+                t108, [0, 0, 0, 32], [5, 7, 5, 64], [1, 1, 1, 1], manual_normalization=0
+            )
+            return fd.ops.cat([fd.ops.neg(second), first], dim=-1, manual_padding=0)
+
+        rotated = rotate()
+        squares = fd.ops.add(fd.ops.mul(t108, t108), fd.ops.mul(rotated, rotated))
+        fd.ops.mul(rotate(), rotate())  # unused, as in nvFuser's repro
+        empty = fd.ops.slice(t108, [0, 0, 0, 0], [5, 7, 5, 0], [1, 1, 1, 1], manual_normalization=0)
+        fd.add_output(fd.ops.cat([squares, empty], dim=-1, manual_padding=0))
+
+    t108 = x.reshape(5, 5, 1, 9, 64).permute(0, 2, 3, 1, 4)[:, :1, :7].reshape(5, 7, 5, 64)
+    rotated = torch.cat([-t108[..., 32:], t108[..., :32]], dim=-1)
+    torch.testing.assert_close(run(build, [x])[0], t108 * t108 + rotated * rotated)
