@@ -4,6 +4,7 @@ torch eager. docs/guides/nvfuser-tests.md lists every nvFuser test and where it 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -1568,3 +1569,28 @@ def test_issue3292() -> None:
     t108 = x.reshape(5, 5, 1, 9, 64).permute(0, 2, 3, 1, 4)[:, :1, :7].reshape(5, 7, 5, 64)
     rotated = torch.cat([-t108[..., 32:], t108[..., :32]], dim=-1)
     torch.testing.assert_close(run(build, [x])[0], t108 * t108 + rotated * rotated)
+
+
+# ---- test_sdpa.py ----
+
+
+def test_softmax_logsumexp() -> None:
+    # All-ones queries, keys and values: every score is E * scale = sqrt(E), so the
+    # log-sum-exp over S keys is log(S) + sqrt(E).
+    batch, heads, queries, keys, size = 1, 1, 4, 4, 8
+    q, k, v = (
+        torch.ones(batch, heads, queries, size).bfloat16(),
+        torch.ones(batch, heads, keys, size).bfloat16(),
+        torch.ones(batch, heads, keys, size).bfloat16(),
+    )
+
+    def build(fd: FusionDefinition) -> None:
+        tensors = [
+            fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16) for _ in range(3)
+        ]
+        _, lse, *_ = fd.ops.sdpfa_fwd(*tensors, dropout_p=None, is_causal=None, scale=None)
+        fd.add_output(lse)
+
+    torch.testing.assert_close(
+        run(build, [q, k, v])[0], torch.full((batch, heads, queries), math.log(keys) + size**0.5)
+    )
