@@ -1571,6 +1571,45 @@ def test_issue3292() -> None:
     torch.testing.assert_close(run(build, [x])[0], t108 * t108 + rotated * rotated)
 
 
+def test_ca_map_concrete_loop_id() -> None:
+    # Broadcasts, squeezes of size-1 axes and permutes around a product with ones.
+    a, b = torch.randn(16, 1, 1), torch.randn(1, 1, 1024)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[16, 1, 1], contiguity=[True, None, None], dtype=DataType.Float)
+        t1 = fd.define_tensor(
+            shape=[1, 1, 1024], contiguity=[None, None, True], dtype=DataType.Float
+        )
+        e = fd.ops.exp(fd.ops.sub(t0, t0))
+        ones = fd.ops.mul(e, fd.ops.reciprocal(e))
+        one = fd.ops.size(ones, dim=1)
+        ints = [fd.define_scalar(v, dtype=DataType.Int) for v in (16, 64, 1024)]
+        heads = fd.ops.permute(
+            fd.ops.reshape(t1, new_shape=[one, one, ints[0], ints[1]]), dims=[0, 2, 1, 3]
+        )
+        t13 = fd.ops.squeeze(heads, dims=[0], squeeze_expanded=True)
+        t15 = fd.ops.broadcast(
+            fd.ops.permute(t13, dims=[0, 2, 1]), is_broadcast_dim=[False, True, False, False]
+        )
+        t16 = fd.ops.mul(fd.ops.broadcast(ones, is_broadcast_dim=[False, False, True, False]), t15)
+        t17 = fd.ops.squeeze(t16, dims=[3], squeeze_expanded=True)
+        t19 = fd.ops.permute(
+            fd.ops.broadcast(t17, is_broadcast_dim=[True, False, False, False]), dims=[0, 2, 1, 3]
+        )
+        fd.add_output(ones)
+        fd.add_output(t13)
+        fd.add_output(fd.ops.reshape(t19, new_shape=[one, one, ints[2]]))
+
+    ones, t13, out = run(build, [a, b])
+    want_ones = torch.exp(a - a) / torch.exp(a - a)
+    want_t13 = b.reshape(1, 1, 16, 64).permute(0, 2, 1, 3).squeeze(0)
+    t16 = want_ones[:, :, None, :] * want_t13.permute(0, 2, 1)[:, None]
+    want_out = t16.squeeze(3)[None].permute(0, 2, 1, 3).reshape(1, 1, 1024)
+    torch.testing.assert_close(ones, want_ones)
+    torch.testing.assert_close(t13, want_t13)
+    torch.testing.assert_close(out, want_out)
+
+
 # ---- test_sdpa.py ----
 
 
