@@ -1610,6 +1610,64 @@ def test_ca_map_concrete_loop_id() -> None:
     torch.testing.assert_close(out, want_out)
 
 
+def test_ws_tma_normalization4() -> None:
+    # An RMS norm backward in BFloat16: nvFuser's [14, 2048, 2048] at [3, 8, 32], with the
+    # gradient of the input, transposed and flat, and the weight's gradient as outputs.
+    b, t, c = 3, 8, 32
+    grad_flat, weight = torch.randn(b * t, c).bfloat16(), torch.randn(c).bfloat16()
+    x, rstd = torch.randn(b, t, c).bfloat16(), torch.rand(b, t, 1) + 0.5
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[b * t, c], contiguity=[True, True], dtype=DataType.BFloat16)
+        t1 = fd.define_tensor(shape=[c], contiguity=[True], dtype=DataType.BFloat16)
+        t2 = fd.define_tensor(shape=[b, t, c], contiguity=[True] * 3, dtype=DataType.BFloat16)
+        t3 = fd.define_tensor(shape=[b, t, 1], contiguity=[True, True, None], dtype=DataType.Float)
+        grad = fd.ops.cast(fd.ops.reshape(t0, new_shape=[b, t, c]), dtype=DataType.Float)
+        w = fd.ops.broadcast_in_dim(
+            fd.ops.cast(t1, dtype=DataType.Float), shape=[b, t, c], broadcast_dims=[2]
+        )
+        t16 = fd.ops.mul(w, grad)
+        xf = fd.ops.cast(t2, dtype=DataType.Float)
+        dot = fd.ops.broadcast_in_dim(
+            fd.ops.sum(fd.ops.mul(xf, t16), dims=[2]), shape=[b, t, 1], broadcast_dims=[0, 1]
+        )
+        t29 = fd.ops.mul(
+            fd.ops.mul(fd.define_scalar(-0.5, dtype=DataType.Double), dot),
+            fd.ops.pow(t3, fd.define_scalar(3.0, dtype=DataType.Double)),
+        )
+        t32 = fd.ops.mul(t29, fd.ops.reciprocal(fd.define_scalar(float(c), dtype=DataType.Double)))
+        t38 = fd.ops.broadcast_in_dim(
+            fd.ops.sum(t32, dims=[2]), shape=[b, t, 1], broadcast_dims=[0, 1]
+        )
+        t49 = fd.ops.mul(
+            xf, fd.ops.broadcast_in_dim(t38, shape=[b, t, c], broadcast_dims=[0, 1, 2])
+        )
+        r = fd.ops.broadcast_in_dim(t3, shape=[b, t, c], broadcast_dims=[0, 1, 2])
+        t53 = fd.ops.cast(
+            fd.ops.add(fd.ops.add(fd.ops.mul(r, t16), t49), t49), dtype=DataType.BFloat16
+        )
+        t59 = fd.ops.reshape(t53, new_shape=[b * t, c])
+        fd.add_output(fd.ops.permute(t59, dims=[1, 0]))
+        fd.add_output(t59)
+        fd.add_output(t53)
+        fd.add_output(
+            fd.ops.cast(
+                fd.ops.sum(fd.ops.mul(fd.ops.mul(xf, r), grad), dims=[0, 1]),
+                dtype=DataType.BFloat16,
+            )
+        )
+
+    transposed, flat, grad_x, grad_w = run(build, [grad_flat, weight, x, rstd])
+    grad, xf = grad_flat.float().reshape(b, t, c), x.float()
+    t16 = weight.float() * grad
+    t38 = (-0.5 * (xf * t16).sum(2, keepdim=True) * rstd**3 / c).sum(2, keepdim=True)
+    want = (rstd * t16 + 2 * xf * t38).bfloat16()
+    torch.testing.assert_close(grad_x, want)
+    torch.testing.assert_close(flat, want.reshape(b * t, c))
+    torch.testing.assert_close(transposed, want.reshape(b * t, c).t())
+    torch.testing.assert_close(grad_w, (xf * rstd * grad).sum([0, 1]).bfloat16())
+
+
 # ---- test_sdpa.py ----
 
 
