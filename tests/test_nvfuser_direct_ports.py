@@ -1668,6 +1668,63 @@ def test_ws_tma_normalization4() -> None:
     torch.testing.assert_close(grad_w, (xf * rstd * grad).sum([0, 1]).bfloat16())
 
 
+def test_ws_tma_normalization3() -> None:
+    # An RMS norm backward adding a residual gradient: nvFuser's [1, 4096, 4096] at [1, 16, 32];
+    # its sums run over axes 0 and 2 (axis 0 has size 1).
+    t, c = 16, 32
+    grad_flat, weight = torch.randn(t, c).bfloat16(), torch.randn(c).bfloat16()
+    x, rstd, residual = (
+        torch.randn(1, t, c).bfloat16(),
+        torch.rand(1, t, 1) + 0.5,
+        torch.randn(1, t, c).bfloat16(),
+    )
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.define_tensor(shape=[t, c], contiguity=[True, True], dtype=DataType.BFloat16)
+        t1 = fd.define_tensor(shape=[c], contiguity=[True], dtype=DataType.BFloat16)
+        t2 = fd.define_tensor(
+            shape=[1, t, c], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        t3 = fd.define_tensor(shape=[1, t, 1], contiguity=[None, True, None], dtype=DataType.Float)
+        t4 = fd.define_tensor(
+            shape=[1, t, c], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        grad = fd.ops.cast(fd.ops.reshape(t0, new_shape=[1, t, c]), dtype=DataType.Float)
+        w = fd.ops.broadcast_in_dim(
+            fd.ops.cast(t1, dtype=DataType.Float), shape=[1, t, c], broadcast_dims=[2]
+        )
+        t17 = fd.ops.mul(w, grad)
+        xf = fd.ops.cast(t2, dtype=DataType.Float)
+        dot = fd.ops.broadcast_in_dim(
+            fd.ops.sum(fd.ops.mul(xf, t17), dims=[0, 2]), shape=[1, t, 1], broadcast_dims=[1]
+        )
+        t30 = fd.ops.mul(
+            fd.ops.mul(fd.define_scalar(-0.5, dtype=DataType.Double), dot),
+            fd.ops.pow(t3, fd.define_scalar(3.0, dtype=DataType.Double)),
+        )
+        t33 = fd.ops.mul(t30, fd.ops.reciprocal(fd.define_scalar(float(c), dtype=DataType.Double)))
+        t38 = fd.ops.broadcast_in_dim(
+            fd.ops.sum(t33, dims=[0, 2]), shape=[1, t], broadcast_dims=[1]
+        )
+        t43 = fd.ops.broadcast_in_dim(t38, shape=[1, t, 1], broadcast_dims=[0, 1])
+        t54 = fd.ops.mul(
+            xf, fd.ops.broadcast_in_dim(t43, shape=[1, t, c], broadcast_dims=[0, 1, 2])
+        )
+        r = fd.ops.broadcast_in_dim(t3, shape=[1, t, c], broadcast_dims=[0, 1, 2])
+        t57 = fd.ops.add(fd.ops.add(fd.ops.mul(r, t17), t54), t54)
+        t61 = fd.ops.add(fd.ops.cast(t4, dtype=DataType.Float), t57)
+        t62 = fd.ops.sum(fd.ops.mul(fd.ops.mul(xf, r), grad), dims=[0, 1])
+        fd.add_output(fd.ops.cast(t62, dtype=DataType.BFloat16))
+        fd.add_output(fd.ops.cast(t61, dtype=DataType.BFloat16))
+
+    grad_w, grad_x = run(build, [grad_flat, weight, x, rstd, residual])
+    grad, xf = grad_flat.float().reshape(1, t, c), x.float()
+    t17 = weight.float() * grad
+    t43 = (-0.5 * (xf * t17).sum(2, keepdim=True) * rstd**3 / c).sum(2, keepdim=True)
+    torch.testing.assert_close(grad_x, (residual.float() + rstd * t17 + 2 * xf * t43).bfloat16())
+    torch.testing.assert_close(grad_w, (xf * rstd * grad).sum([0, 1]).bfloat16())
+
+
 # ---- test_sdpa.py ----
 
 
