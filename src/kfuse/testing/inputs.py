@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError
 from kfuse.ir.exprs import (
+    ArgsortOp,
     BinaryOp,
     BroadcastOp,
     CastOp,
-    ArgsortOp,
     CatOp,
     ExpandOp,
     GatherOp,
@@ -244,7 +244,7 @@ class _AxisClasses:
 
     def _topk(self, e: TopKOp) -> None:
         """Off `dim` the input's axes; along it k, at most the input's axis."""
-        src, k = e.inputs
+        src, k = cast(TensorView, e.inputs[0]), cast(Scalar, e.inputs[1])
         for i in range(src.ndim):
             ka = self._get(src, i)
             if i != e.dim:
@@ -426,9 +426,9 @@ def _positions_within_bounds(fusion: Any, out: list[Any], rng: Any, value_range:
 
 def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
     """For each tensor input that an index op (index_select, gather, take_along_axis,
-    scatter) reads its positions from: its position among the inputs -> the exclusive bound its values
-    must keep under (the size of the axis it indexes, the smallest where it indexes
-    several), given the call's extents (Fusion.infer_shapes)."""
+    scatter) reads its positions from: its position among the inputs -> the exclusive bound
+    its values must keep under (the size of the axis it indexes, the smallest where it
+    indexes several), given the call's extents (Fusion.infer_shapes)."""
     positions = {id(v): k for k, v in enumerate(fusion.inputs)}
     bounds: dict[int, int] = {}
     for e in fusion.exprs:

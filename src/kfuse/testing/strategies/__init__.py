@@ -25,6 +25,7 @@ from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
 from kfuse.testing.strategies.generator import Entry, Gen, factory_step, one_in, random_step
+from kfuse.testing.strategies.library import library_step
 from kfuse.testing.strategies.outputs import (
     add_outputs,
     alias_output,
@@ -32,7 +33,6 @@ from kfuse.testing.strategies.outputs import (
     resized_input_step,
     resized_intermediates,
 )
-from kfuse.testing.strategies.library import library_step
 from kfuse.testing.strategies.reductions import normalization_step, reduction_step
 from kfuse.testing.strategies.scans import scan_step
 
