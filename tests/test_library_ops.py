@@ -139,6 +139,21 @@ def test_scatter_output_intermediate() -> None:
 
 
 @pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_scatter_of_an_empty_index_is_a_copy(framework: str) -> None:
+    """An index with no positions writes nothing (the emulator campaign's torch case: the
+    position check read a torch tensor's size method as its element count)."""
+    x = _randn(4, 3)
+    index = torch.zeros((4, 0), dtype=torch.int32)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.scatter(t0, t1, -1.0, 1))
+    inputs = [x, index] if framework == "torch" else [x.numpy(), index.numpy()]
+    (out,) = fd.execute(inputs)
+    np.testing.assert_array_equal(np.asarray(out), x.numpy())
+
+
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
 def test_scatter_scalar_src(framework: str) -> None:
     x = _randn(16, 32)
     _, ind = torch.topk(x, k=8, dim=0)

@@ -345,6 +345,51 @@ def test_indexing_fusions_index_inside_their_axes(data: st.DataObject) -> None:
             )
 
 
+@given(st.data())
+def test_library_fusions_sort_or_scatter_with_valid_sizes_and_positions(
+    data: st.DataObject,
+) -> None:
+    """Every "library" fusion holds a topk, argsort or scatter; the inputs drawn for it (and
+    refilled for a later call) give each topk an axis of at least k and each scatter
+    positions inside its axis, so that a campaign meets no InputError of its own making."""
+    from kfuse.ir.exprs import ArgsortOp, ScatterOp, TopKOp
+    from kfuse.testing.inputs import refill
+
+    fd = data.draw(fusions(kinds={"library"}, max_rank=3))
+    library = [e for e in fd.fusion.exprs if isinstance(e, (TopKOp, ArgsortOp, ScatterOp))]
+    assert library
+    framework = data.draw(st.sampled_from(["numpy", "torch"]))
+    inputs = data.draw(inputs_for(fd, framework=framework))
+    for call in (inputs, refill(fd, inputs, seed=data.draw(st.integers(0, 99)))):
+        shapes = fd.fusion.infer_shapes(call)  # an InputError here fails the test
+        for e in library:
+            if isinstance(e, ScatterOp):
+                positions = np.asarray(call[fd.fusion.inputs.index(e.inputs[1])])
+                assert positions.size == 0 or (
+                    positions.min() >= 0 and positions.max() < shapes[e.inputs[0]][e.dim]
+                )
+
+
+@given(fusions(kinds={"library"}, max_rank=3))
+def test_library_fusions_check_positions_only_where_ties_cannot_show(
+    fd: FusionDefinition,
+) -> None:
+    """Equal values sort in either order and duplicate scatter positions keep either write:
+    a topk's or argsort's positions never leave the fusion as they are (only the values they
+    select or their sum do), and a scatter of a tensor writes one element a row."""
+    from kfuse.ir.exprs import ArgsortOp, GatherOp, ReductionOp, ScatterOp, TopKOp
+
+    outputs = {id(v) for v in fd.fusion.outputs}
+    for e in fd.fusion.exprs:
+        if isinstance(e, (TopKOp, ArgsortOp)):
+            positions = e.outputs[-1]
+            assert id(positions) not in outputs
+            users = [u for u in fd.fusion.exprs if any(i is positions for i in u.inputs)]
+            assert users and all(isinstance(u, (GatherOp, ReductionOp)) for u in users)
+        if isinstance(e, ScatterOp) and isinstance(e.inputs[2], TensorView):
+            assert e.inputs[1].axes[e.dim].extent == 1
+
+
 def test_the_campaign_finds_a_cat_part_that_another_kernel_reads() -> None:
     """A "resize" example whose cat is written part by part by one kernel and a part of it
     read back by another (the H100 campaign's failure class): the campaign draws it, and

@@ -10,6 +10,7 @@ argsort are a copy and a 0; Thunder never sends them).
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 from kfuse.dtypes import DataType
@@ -149,7 +150,8 @@ def _check_scatter_sizes(expr: ScatterOp, shapes: dict[Val, Any]) -> None:
 def check_scatter_positions(expr: ScatterOp, index: Any, size: int) -> None:
     """InputError unless every position the index holds is inside the scattered axis
     (before any write: out of range, the GPU would write outside the array)."""
-    if index.size == 0:
+    # The shape's product: a torch tensor's size is a method, NumPy's and CuPy's a number.
+    if math.prod(index.shape) == 0:
         return
     lo, hi = int(index.min()), int(index.max())
     if lo < 0 or hi >= size:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError
 from kfuse.ir.exprs import (
+    ArgsortOp,
     BinaryOp,
     BroadcastOp,
     CastOp,
@@ -35,10 +36,12 @@ from kfuse.ir.exprs import (
     ReductionOp,
     ReshapeOp,
     ScanOp,
+    ScatterOp,
     SizeOp,
     SliceOp,
     SqueezeOp,
     TernaryOp,
+    TopKOp,
     UnaryOp,
     WelfordOp,
 )
@@ -88,6 +91,8 @@ class _AxisClasses:
         # Axes a squeeze removes without the definition knowing their size is 1 (symbolic
         # ones): their classes are drawn 1, as any other size would be an InputError.
         self.squeezed: list[Any] = []
+        # Axes a topk of a constant k takes k elements of: their classes are drawn >= k.
+        self.at_least: dict[Any, int] = {}
         for v in fusion.inputs:
             if isinstance(v, TensorView):
                 for i, a in enumerate(v.axes):
@@ -109,6 +114,11 @@ class _AxisClasses:
     def must_be_one(self, k: Any) -> bool:
         """Whether the axes of class `k` meet a squeeze that needs them to be of size 1."""
         return any(self.find(q) == self.find(k) for q in self.squeezed)
+
+    def least_size(self, k: Any) -> int:
+        """The smallest size the axes of class `k` may have (a topk's k, else 0)."""
+        root = self.find(k)
+        return max((n for q, n in self.at_least.items() if self.find(q) == root), default=0)
 
     def _get(self, v: Any, i: int) -> Any:
         return self.axis.get((id(v), i))
@@ -232,6 +242,33 @@ class _AxisClasses:
                 else:
                     self.axis[(id(out), j)] = k
 
+    def _topk(self, e: TopKOp) -> None:
+        """Off `dim` the input's axes; along it k, at most the input's axis."""
+        src, k = cast(TensorView, e.inputs[0]), cast(Scalar, e.inputs[1])
+        for i in range(src.ndim):
+            ka = self._get(src, i)
+            if i != e.dim:
+                for o in e.outputs:
+                    self._set(o, i, ka)
+            elif k.is_constant:
+                if ka is not None:
+                    self.at_least[ka] = max(self.at_least.get(ka, 0), k.value)
+            else:
+                for o in e.outputs:
+                    self._set(o, i, self._scalar(k))
+
+    def _kept_axes(self, e: Any) -> None:
+        """argsort, scatter: the output has its (first) input's axes. A scatter's index is
+        no larger than that input off `dim`: drawn equal (or 1, a broadcast axis)."""
+        src = e.inputs[0]
+        for i in range(src.ndim):
+            self._set(e.outputs[0], i, self._get(src, i))
+        if isinstance(e, ScatterOp):
+            for i in range(src.ndim):
+                k, ka = self._get(e.inputs[1], i), self._get(src, i)
+                if i != e.dim and k is not None and ka is not None:
+                    self.union(k, ka)
+
     def _scalar(self, s: Scalar) -> Any:
         if s.is_constant:
             return None
@@ -251,6 +288,9 @@ AXIS_RULES: dict[type, Callable[[_AxisClasses, Any], None]] = {
     CatOp: _AxisClasses._cat,
     IndexSelectOp: _AxisClasses._index_select,
     GatherOp: _AxisClasses._gather,
+    TopKOp: _AxisClasses._topk,
+    ArgsortOp: _AxisClasses._kept_axes,
+    ScatterOp: _AxisClasses._kept_axes,
 }
 """How each structural op (kfuse.ir.structural) relates its output's axes to its inputs'
 (which must have equal sizes, which take a size of their own)."""
@@ -341,7 +381,8 @@ def _axis_sizes(
             size_of[k] = 1
         if k not in size_of:
             lo = 0 if allow_empty else 1
-            size_of[k] = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(lo, 9)))
+            drawn = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(lo, 9)))
+            size_of[k] = max(drawn, classes.least_size(k))
         return size_of[k]
 
     return size
@@ -384,18 +425,19 @@ def _positions_within_bounds(fusion: Any, out: list[Any], rng: Any, value_range:
 
 
 def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
-    """For each tensor input that an index op (index_select, gather, take_along_axis) reads
-    its positions from: its position among the inputs -> the exclusive bound its values
-    must keep under (the size of the axis it indexes, the smallest where it indexes
-    several), given the call's extents (Fusion.infer_shapes)."""
+    """For each tensor input that an index op (index_select, gather, take_along_axis,
+    scatter) reads its positions from: its position among the inputs -> the exclusive bound
+    its values must keep under (the size of the axis it indexes, the smallest where it
+    indexes several), given the call's extents (Fusion.infer_shapes)."""
     positions = {id(v): k for k, v in enumerate(fusion.inputs)}
     bounds: dict[int, int] = {}
     for e in fusion.exprs:
         row = structural_info(e)
-        if row is None or row.index_input is None:
+        index_input = 1 if isinstance(e, ScatterOp) else None if row is None else row.index_input
+        if index_input is None:
             continue
-        if id(e.inputs[row.index_input]) in positions:
-            k = positions[id(e.inputs[row.index_input])]
+        if id(e.inputs[index_input]) in positions:
+            k = positions[id(e.inputs[index_input])]
             size = extents[e.inputs[0]][e.dim]
             bounds[k] = min(bounds.get(k, size), size)
     return bounds
@@ -460,7 +502,7 @@ def _shrink(
             if not (others or drawn):
                 return  # fixed extents only: nothing to shrink
             k, _ = max(others or drawn, key=lambda kn: kn[1])
-            size_of[k] = max(1, size_of[k] // 2)
+            size_of[k] = max(1, classes.least_size(k), size_of[k] // 2)
         if not over:
             return
         for idx, v in enumerate(fusion.inputs):

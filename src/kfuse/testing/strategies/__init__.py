@@ -25,6 +25,7 @@ from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
 from kfuse.testing.strategies.generator import Entry, Gen, factory_step, one_in, random_step
+from kfuse.testing.strategies.library import library_step
 from kfuse.testing.strategies.outputs import (
     add_outputs,
     alias_output,
@@ -47,12 +48,14 @@ KINDS = frozenset(
         "resize",
         "indexing",
         "scan",
+        "library",
     }
 )
 """Fusion kinds: "resize" and "indexing" draw the data-movement ops (slices, pads and cats;
 index_select, gather and take_along_axis) in every fusion, on top of one of the first four
 kinds' work, so that a campaign over all kinds draws them as often as any other kind; "scan"
-draws a cumsum (kfuse.testing.strategies.scans) the same way."""
+draws a cumsum (kfuse.testing.strategies.scans) the same way, "library" a topk, argsort or
+scatter (kfuse.testing.strategies.library)."""
 _BASE_KINDS = ("pointwise", "reduction", "normalization", "multi_reduction")
 DEFAULT_DTYPES = (
     DataType.Float,
@@ -79,7 +82,7 @@ def _fusions(
     aliases: bool,
 ) -> FusionDefinition:
     kind = draw(st.sampled_from(sorted(kinds)))
-    moves = kind if kind in ("resize", "indexing", "scan") else None
+    moves = kind if kind in ("resize", "indexing", "scan", "library") else None
     if moves is not None:
         kind = draw(st.sampled_from(_BASE_KINDS))
     rank = draw(st.integers(1, max_rank))
@@ -127,6 +130,8 @@ def _fusions(
             if step == moves_at:
                 if moves == "scan":
                     scan_step(gen)
+                elif moves == "library":
+                    library_step(gen)
                 else:
                     (resized_input_step if moves == "resize" else indexing_step)(draw, fd, gen)
             if step < n_ops:
@@ -217,8 +222,8 @@ def fusions(
     max_inputs: tensor inputs (>= 1; layer/rms norm may add weight and bias inputs).
     max_ops: pointwise ops per fusion (composites count as one). max_rank: rank of the
     largest input. dtypes: input dtypes to draw from (narrow dtypes also used for output
-    casts). kinds: subset of KINDS ("resize", "indexing" and "scan" add their ops to one of
-    the first four's fusions); "pointwise" fusions contain no ReductionOp/WelfordOp;
+    casts). kinds: subset of KINDS ("resize", "indexing", "scan" and "library" add their ops
+    to one of the first four's fusions); "pointwise" fusions contain no ReductionOp/WelfordOp;
     "multi_segment" fusions need several segments for most inputs (two reductions over
     different axes, outputs of unrelated shapes, or a matmul/linear with pointwise work
     after it).
