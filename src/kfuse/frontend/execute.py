@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kfuse.runtime import index_checks, profiling_hooks
+from kfuse.runtime.arrays import framework_of
+from kfuse.runtime.device_arg import device_index
 
 if TYPE_CHECKING:
     from kfuse.engine.program import Program
@@ -210,9 +212,6 @@ def _names_inputs_device(device: Any, inputs: Any) -> bool:
     """Whether `device` (execute's device=) is the CUDA device of the first array of
     `inputs`: the call then runs as it would without device= (a mismatch, host arrays or no
     arrays keep device= for the checked path to act on)."""
-    from kfuse.runtime.arrays import framework_of
-    from kfuse.runtime.device_arg import device_index
-
     for a in inputs if isinstance(inputs, (list, tuple)) else ():
         framework = framework_of(a)
         if framework == "torch":
@@ -229,8 +228,8 @@ def _callers_stream(inputs: Any, stream: int | None, device: Any = None) -> Any:
     import contextlib
 
     from kfuse.errors import InputError
-    from kfuse.runtime.arrays import framework_of, layout_of, stream_context
-    from kfuse.runtime.device_arg import check_device_exists, device_index, generated_framework
+    from kfuse.runtime.arrays import layout_of, stream_context
+    from kfuse.runtime.device_arg import check_device_exists, generated_framework
 
     if stream is None:
         return contextlib.nullcontext()
