@@ -433,3 +433,73 @@ def test_grouped_mm_on_cuda_refuses_groups_torch_would_assert_on() -> None:
     (out,) = fd.execute(inputs)
     torch.cuda.synchronize()
     assert out.is_cuda
+
+
+# ---- NaNs with their sign bit set ----
+def _signed_nans(device: str, rows: int = 200) -> object:
+    """Columns of 200 with NaNs both ways round (the sign bit set: x86's default NaN, which
+    `-nan` and 0 * -inf give) among finite values and infinities; 200 rows, past the
+    lengths torch's CUDA sort orders without radix passes."""
+    x = _randn(rows, 3, seed=7).double()
+    x[::7, 0] = -float("nan")
+    x[3::11, 1] = float("nan")
+    x[5::13, 1] = -float("nan")
+    x[::17, 2] = -float("inf")
+    x[1::19, 2] = -float("nan")
+    assert torch.signbit(x[0, 0]) and torch.isnan(x[0, 0])
+    return x.to(device)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_argsort_orders_every_nan_as_the_largest_value(device: str, descending: bool) -> None:
+    """torch's order: NaN above +inf whatever its sign bit. torch 2.11's CUDA radix sort put
+    sign-bit NaNs before -inf; kfuse clears NaNs' sign before sorting, and its reference
+    does too (a GPU campaign met both). Checked against NumPy's stable argsort."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Double)
+        fd.add_output(fd.ops.argsort(x, dim=0, descending=descending, stable=True))
+    x = _signed_nans(device)
+    (order,) = fd.execute([x])
+    a = x.cpu().numpy()
+    want = np.flip(np.argsort(np.flip(a, 0), 0, kind="stable"), 0) if descending else None
+    want = (a.shape[0] - 1 - want) if descending else np.argsort(a, 0, kind="stable")
+    np.testing.assert_array_equal(order.cpu().numpy(), want)
+    (ref,) = evaluate(fd.fusion, [x])
+    np.testing.assert_array_equal(np.asarray(ref.cpu()), want)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_topk_takes_nans_first_whatever_their_sign(device: str) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Double)
+        for largest in (True, False):
+            values, _ = fd.ops.topk(x, 20, dim=0, largest=largest, sorted=True)
+            fd.add_output(values)
+    x = _signed_nans(device)
+    largest, smallest = (v.cpu().numpy() for v in fd.execute([x]))
+    a = np.sort(x.cpu().numpy(), axis=0)  # NaNs last, whatever their sign
+    np.testing.assert_array_equal(largest, np.flip(a, 0)[:20])
+    np.testing.assert_array_equal(smallest, a[:20])
+    for got, want in zip(evaluate(fd.fusion, [x]), (largest, smallest), strict=True):
+        np.testing.assert_array_equal(np.asarray(got.cpu()), want)
+
+
+def test_a_column_major_argsort_feeds_a_reduction_segment() -> None:
+    """torch.argsort of a column-major array returns a column-major one; the segment that
+    sums it beside a full product of the input was accepted for the contiguous layout the
+    segmenter plans intermediates in and had no scheduler in that one (a GPU campaign's
+    SchedulerError): the intermediate is copied into the planned layout."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        product = fd.ops.prod(fd.ops.tanh(x), dims=[0, 1])
+        order = fd.ops.argsort(x, dim=0, descending=True, stable=True)
+        fd.add_output(fd.ops.sum(x, dims=[0, 1]))
+        fd.add_output(fd.ops.sum(order, dims=[0]))
+        fd.add_output(fd.ops.pad(fd.ops.broadcast(product, [True, True]), [1, 2, 2, 1], -1.5))
+    x = _randn(5, 7, seed=3).T
+    total, order_sums, padded = fd.execute([x])
+    torch.testing.assert_close(total, x.sum())
+    assert order_sums.tolist() == [21] * 5  # each column's positions 0..6 once
+    torch.testing.assert_close(padded[2, 1], torch.tanh(x).prod())
+    assert padded[0, 0] == -1.5 and padded.shape == (4, 4)

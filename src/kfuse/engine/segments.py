@@ -22,20 +22,23 @@ been launched (the frameworks' stream-ordered allocators make that safe on the G
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from kfuse.codegen.layout import contiguous_strides
 from kfuse.engine.program import Program
 from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
 from kfuse.engine.signature import program_key
+from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import Expr
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.layout_ops import allocation_order
+from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime import profiling_hooks
-from kfuse.runtime.arrays import ArrayLayout, layout_of, stream_context
+from kfuse.runtime.arrays import ArrayLayout, empty_like_framework, layout_of, stream_context
 from kfuse.runtime.info import RuntimeInfo
 
 CompileSegment = Callable[[Fusion, RuntimeInfo], Program]
@@ -55,8 +58,9 @@ class SegmentStep:
             (new, old, id(old) in parent_inputs)
             for new, old in zip(plan.fusion.inputs, plan.inputs, strict=True)
         ]
-        # program_key -> (Program, the (segment Val, parent Val) pairs of its extents_read)
-        self.programs: dict[tuple, tuple[Program, list[tuple[Val, Val]]]] = {}
+        # program_key -> (Program, the (segment Val, parent Val) pairs of its extents_read,
+        # the positions of the inputs it takes copied into their planned layouts)
+        self.programs: dict[tuple, tuple[Program, list[tuple[Val, Val]], tuple[int, ...]]] = {}
         self.last: Program | None = None  # the Program of the last run
         self._lock = threading.Lock()
 
@@ -100,14 +104,59 @@ class SegmentStep:
             key = program_key(info, None)
             entry = self.programs.get(key)
             if entry is None:
-                entry = self._compile(info, extents)
+                entry = self._compile_or_replan(info, extents, stream)
                 with self._lock:
                     self.programs[key] = entry
-            program, read = entry
+            program, read, replanned = entry
+            if replanned:
+                info = self._as_planned(info, replanned, stream)
             info.extents = {new: extents[old] for new, old in read}
             self.last = program
             with profiling_hooks.segment(program.scheduler, info):  # tags its launches
                 return program.run(info, stream)
+
+    def _compile_or_replan(
+        self, info: RuntimeInfo, extents: dict[Val, Any], stream: Any
+    ) -> tuple[Program, list[tuple[Val, Val]], tuple[int, ...]]:
+        """(the Program, its extents read, the positions of the intermediate inputs it
+        takes copied into their planned layouts: see _as_planned)."""
+        try:
+            return (*self._compile(info, extents), ())
+        except SchedulerError:
+            replanned = self._off_plan(info)
+            if not replanned:
+                raise
+        planned = self._as_planned(info, replanned, stream)
+        return (*self._compile(planned, extents), replanned)
+
+    def _off_plan(self, info: RuntimeInfo) -> tuple[int, ...]:
+        """The positions of the intermediate inputs whose layout is not the one the
+        segmenter accepted this segment for (kfuse.schedule.sub_fusion.synthetic_info:
+        dense, row major or in their stride_order). A library segment may hand on another:
+        torch.argsort of a column-major array returns a column-major one, and a reduction of
+        it beside another over the other axes had no scheduler in that layout."""
+        off = []
+        for k, (new, old, from_parent) in enumerate(self.inputs):
+            if from_parent or not isinstance(new, TensorView):
+                continue
+            assert isinstance(old, TensorView)
+            lay = info.layouts[new]
+            if lay.strides != _planned_strides(old, lay.shape):
+                off.append(k)
+        return tuple(off)
+
+    def _as_planned(
+        self, info: RuntimeInfo, positions: tuple[int, ...], stream: Any
+    ) -> RuntimeInfo:
+        """`info` with the intermediate inputs at `positions` copied into their planned
+        layouts (one framework copy each)."""
+        inputs, layouts = list(info.inputs), dict(info.layouts)
+        for k in positions:
+            new, old, _ = self.inputs[k]
+            assert isinstance(new, TensorView) and isinstance(old, TensorView)
+            inputs[k] = copy_array(info, inputs[k], stream, order=allocation_order(old))
+            layouts[new] = layout_of(inputs[k], f"intermediate {old.name}")
+        return dataclasses.replace(info, inputs=inputs, layouts=layouts)
 
     def _compile(
         self, info: RuntimeInfo, extents: dict[Val, Any]
@@ -190,10 +239,30 @@ def added_exprs(segmented: SegmentedFusion) -> list[Expr]:
     return list(added.values())
 
 
-def copy_array(info: RuntimeInfo, a: Any, stream: int | None, keep_layout: bool = False) -> Any:
+def _planned_strides(v: TensorView, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides the segmenter assumes an intermediate `v` of `shape` has."""
+    order = allocation_order(v)
+    return contiguous_strides(shape) if order is None else ordered_strides(shape, order)
+
+
+def copy_array(
+    info: RuntimeInfo,
+    a: Any,
+    stream: int | None,
+    keep_layout: bool = False,
+    order: tuple[int, ...] | None = None,
+) -> Any:
     """A new contiguous copy of `a` with its framework, on `stream` (None: the framework's
-    current stream) for GPU arrays; with `keep_layout` a dense `a`'s strides are kept."""
+    current stream) for GPU arrays; with `keep_layout` a dense `a`'s strides are kept; with
+    `order`, stored in that stride order (kfuse.runtime.arrays.empty_like_framework)."""
     with stream_context(info.framework, info.device_index, stream):
+        if order is not None:
+            lay = layout_of(a, "an intermediate")
+            out = empty_like_framework(
+                info.framework, lay.shape, lay.dtype, info.device_index, order=order
+            )
+            out[...] = a
+            return out
         if info.framework == "torch":
             import torch
 

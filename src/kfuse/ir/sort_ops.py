@@ -183,6 +183,19 @@ def source_window(src: Any, index: Any) -> Any:
     return src[tuple(slice(0, int(n)) for n in index.shape)]
 
 
+def positive_nans(a: Any) -> Any:
+    """A torch tensor `a` with the sign bit of its NaNs cleared (`a` itself when it holds no
+    floats), for torch's sorts. Every NaN sorts as the largest value in torch's order, but
+    torch's CUDA radix sort orders by bits and puts a NaN with its sign bit set (the NaN
+    that x86 and some CUDA ops make) before -inf: a wrong order that a GPU campaign met in
+    both argsort's output and the reference's (torch 2.11, pytorch/pytorch#190781). NumPy's
+    and CuPy's sorts test for NaN whatever its sign, and torch.topk maps every NaN to its
+    largest key."""
+    if a.dtype.is_floating_point:
+        return a.where(~a.isnan(), a.abs())
+    return a
+
+
 def stable_order(xp: Any, a: Any, dim: int, descending: bool) -> Any:
     """NumPy/CuPy: the positions that sort `a` along `dim` stably, NaN as the largest value
     (torch's order); descending keeps equal elements in their order too."""

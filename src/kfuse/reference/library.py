@@ -21,6 +21,7 @@ from kfuse.ir.exprs import ArgsortOp, Expr, GroupedMmOp, ScatterOp, SdpaBwdOp, S
 from kfuse.ir.library_ops import check_group_offsets
 from kfuse.ir.sort_ops import (
     check_scatter_positions,
+    positive_nans,
     scatter_positions,
     source_window,
     stable_order,
@@ -36,7 +37,7 @@ def library_reference(be: Any, expr: Expr, args: list[Any], scalars: list[Any]) 
 
 def _order(be: Any, a: Any, dim: int, descending: bool) -> Any:
     if be.name == "torch":
-        return be.xp.argsort(a, dim=dim, descending=descending, stable=True)
+        return be.xp.argsort(positive_nans(a), dim=dim, descending=descending, stable=True)
     return stable_order(be.xp, a, dim, descending)
 
 

@@ -19,6 +19,7 @@ from kfuse.ir.exprs import ArgsortOp, Expr, GroupedMmOp, ScatterOp, SdpaBwdOp, S
 from kfuse.ir.library_ops import check_group_offsets
 from kfuse.ir.sort_ops import (
     check_scatter_positions,
+    positive_nans,
     scatter_positions,
     source_window,
     stable_order,
@@ -75,7 +76,8 @@ def _torch_topk(expr: TopKOp, args: list[Any], scalars: list[Any]) -> list[Any]:
 def _torch_argsort(expr: ArgsortOp, args: list[Any], scalars: list[Any]) -> list[Any]:
     import torch
 
-    return [torch.argsort(args[0], dim=expr.dim, descending=expr.descending, stable=expr.stable)]
+    a = positive_nans(args[0])
+    return [torch.argsort(a, dim=expr.dim, descending=expr.descending, stable=expr.stable)]
 
 
 def _torch_scatter(expr: ScatterOp, args: list[Any], scalars: list[Any]) -> list[Any]:
