@@ -255,3 +255,73 @@ def test_sign_of_nan_is_zero_in_the_kernel_the_reference_and_folding(dtype: Data
         folded.add_output(folded.ops.mul(y, folded.ops.sign(folded.define_scalar(float("nan")))))
     (got,) = evaluate(folded, [np.array([3.0], dtype=np.float32)])
     assert got.tolist() == [0.0]
+
+
+# ---- frac, isposinf, isneginf, isreal, mod, threshold: nvFuser's ops, against torch ----
+_SPECIALS = [-0.0, 0.0, -2.0, 2.75, -1.25, 1e4 + 0.5, np.nan, -np.inf, np.inf, 0.5]
+
+
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16, DataType.Half])
+@pytest.mark.parametrize("name", ["frac", "isposinf", "isneginf", "isreal"])
+def test_nvfusers_unary_tests_match_torch_in_the_kernel(name: str, dtype: DataType) -> None:
+    """torch.frac (x - trunc(x): NaN for infinities, a whole number's is 0), torch.isposinf,
+    torch.isneginf, torch.isreal, in the kernel's dtype, special values included."""
+    torch = pytest.importorskip("torch")
+    x = np.array(_SPECIALS, dtype=np.float32).astype(to_numpy_dtype(dtype))
+    fd = _definition(name, [dtype])
+    (got,) = fd.execute([x])
+    t = torch.from_numpy(np.array(_SPECIALS, dtype=np.float32)).to(
+        {DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16}.get(dtype, torch.half)
+    )
+    want = getattr(torch, name)(t).float().numpy()
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want)
+    np.testing.assert_array_equal(np.asarray(evaluate(fd, [x])[0], dtype=np.float32), want)
+
+
+def test_frac_and_the_tests_of_integers() -> None:
+    x = np.array([-7, 0, 5, 2**31 - 1], dtype=np.int32)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        for name in ("frac", "isposinf", "isneginf", "isreal"):
+            fd.add_output(getattr(fd.ops, name)(t))
+    frac, pos, neg, real = fd.execute([x])
+    assert frac.dtype == np.int32 and frac.tolist() == [0, 0, 0, 0]
+    assert pos.tolist() == neg.tolist() == [False] * 4 and real.tolist() == [True] * 4
+
+
+@pytest.mark.parametrize("dtype", [DataType.Int32, DataType.Int])
+def test_mod_of_integers_is_cs_remainder_and_zero_for_a_zero_divisor(dtype: DataType) -> None:
+    """nvFuser's mod is C's % of integers: the remainder has the dividend's sign (torch.fmod),
+    unlike Python's % (fd.ops.remainder); a zero divisor gives 0 in a kernel, as div's does."""
+    torch = pytest.importorskip("torch")
+    a = np.array([7, -7, 7, -7, 0, 13, -(2**31) + 1, 5], dtype=to_numpy_dtype(dtype))
+    b = np.array([3, 3, -3, -3, 4, 1, 7, 0], dtype=to_numpy_dtype(dtype))
+    fd = _definition("mod", [dtype, dtype])
+    (got,) = fd.execute([a, b])
+    want = torch.fmod(torch.from_numpy(a[:-1]), torch.from_numpy(b[:-1])).tolist()
+    assert got.tolist() == [*want, 0] and want[:4] == [1, -1, 1, -1]
+
+
+def test_mod_of_floats_is_a_definition_error_naming_fmod() -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        with pytest.raises(DefinitionError, match="mod"):
+            fd.ops.mod(x, x)
+        fd.add_output(fd.ops.fmod(x, x))
+
+
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16, DataType.Int32])
+def test_threshold_is_torchs(dtype: DataType) -> None:
+    """torch.nn.functional.threshold(x, t, v): x where x > t, else v; NaN stays NaN; a value
+    equal to the threshold is replaced."""
+    torch = pytest.importorskip("torch")
+    values = [-1.0, 0.5, 0.25, 3.0, -np.inf, np.inf, np.nan] if dtype.is_floating else [-1, 0, 1, 5]
+    x = np.array(values, dtype=np.float32).astype(to_numpy_dtype(dtype))
+    t, v = (0.5, -9.0) if dtype.is_floating else (1, -9)
+    with FusionDefinition() as fd:
+        tv = fd.define_tensor(shape=[-1], dtype=dtype)
+        fd.add_output(fd.ops.threshold(tv, t, v))
+    (got,) = fd.execute([x])
+    want = torch.nn.functional.threshold(torch.from_numpy(np.array(values, np.float32)), t, v)
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want.numpy())
+    assert got.dtype == x.dtype

@@ -58,10 +58,14 @@ EXPECTED = {
     "ceil": np.ceil,
     "round": np.rint,
     "trunc": np.trunc,
+    "frac": lambda a: a - np.trunc(a),
     "sign": lambda a: np.where(np.isnan(a), 0, np.sign(a)),  # torch.sign's NaN -> 0
     "isnan": np.isnan,
     "isinf": np.isinf,
     "isfinite": np.isfinite,
+    "isposinf": np.isposinf,
+    "isneginf": np.isneginf,
+    "isreal": lambda a: np.ones(a.shape, np.bool_),
     "signbit": np.signbit,
     "logical_not": lambda a: a == 0,
     "bitwise_not": np.invert,
@@ -70,6 +74,7 @@ EXPECTED = {
     "mul": np.multiply,
     "div": np.divide,
     "fmod": np.fmod,
+    "mod": np.fmod,  # of integers: C's %
     "remainder": np.remainder,
     "pow": np.power,
     "atan2": np.arctan2,
@@ -89,6 +94,7 @@ EXPECTED = {
     "where": lambda c, a, b: np.where(c, a, b),
     "clamp": lambda x, lo, hi: np.clip(x, lo, hi),
     "lerp": lambda s, e, w: s + w * (e - s),
+    "threshold": lambda x, t, v: np.where(x <= t, v, x),
     "erfinv": lambda a: torch.special.erfinv(torch.from_numpy(a)).numpy(),
     "erfcinv": lambda a: torch.special.erfinv(torch.from_numpy(1 - a)).numpy(),
     "lgamma": np.vectorize(math.lgamma),
@@ -117,6 +123,9 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
         return [
             rng.integers(-50, 50, n).astype(np.int32) for _ in range(OPS[op].arity)
         ], DataType.Int32
+    if not OPS[op].accepts_float:  # mod: integers, divisors away from 0, signs mixed
+        a, b = rng.integers(-50, 50, n).astype(np.int32), rng.integers(1, 9, n).astype(np.int32)
+        return [a, np.where(rng.integers(0, 2, n) == 1, -b, b).astype(np.int32)], DataType.Int32
     if op == "where":
         return [
             rng.integers(0, 2, n).astype(np.bool_),
@@ -141,7 +150,11 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
         arrays[1] = np.where(np.abs(arrays[1]) < 0.3, 0.5, arrays[1]).astype(np.float32)
     if op == "clamp":
         arrays[1], arrays[2] = np.minimum(arrays[1], arrays[2]), np.maximum(arrays[1], arrays[2])
-    if op in ("isnan", "isinf", "isfinite"):
+    if op == "frac":
+        arrays[0][:5] = [-0.0, np.inf, -2.0, 2.5, np.nan]
+    if op == "threshold":
+        arrays[0][:3] = [np.nan, arrays[1][3], -np.inf]  # NaN, x equal to its threshold
+    if op in ("isnan", "isinf", "isfinite", "isposinf", "isneginf", "isreal"):
         arrays[0][:3] = [np.nan, np.inf, -np.inf]
     if op == "signbit":
         arrays[0][:4] = [-0.0, 0.0, np.nan, -np.nan]

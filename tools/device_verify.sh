@@ -17,8 +17,9 @@
 # KFUSE_VERIFY_OLD_WHEEL (e.g. built from the commit before a refactor, carried in .whl/).
 # The part "thunder" (not in the default) installs the wheels carried in .whl/thunder/
 # (Lightning Thunder 0.2.6 and what it needs that the machine lacks) into a private target on
-# PYTHONPATH and runs tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full
-# run, ~4 minutes; "--quick" for ~1), writing thunder.json and thunder.log.
+# PYTHONPATH (the part "tests" does too, for the Thunder GPU tests) and runs
+# tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full run, ~4 minutes;
+# "--quick" for ~1), writing thunder.json and thunder.log.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,8 +29,20 @@ export KFUSE_COMMIT="${KFUSE_COMMIT:-unknown}" PYTHONUNBUFFERED=1
 logs="$(mktemp -d)"
 parts=" ${KFUSE_VERIFY_PARTS:-tests campaign models bench} "
 SITE="${KFUSE_SITE:-/tmp/kfuse-site}"
+# Thunder and what it needs, from the wheels carried in .whl/thunder/, in a private target
+# installed once per machine: the GPU tests' Thunder tests and the part "thunder" use it.
+THUNDER_SITE=/tmp/kfuse-thunder-site
+install_thunder() {
+    [ -d "$THUNDER_SITE/thunder" ] && return 0
+    compgen -G ".whl/thunder/*.whl" > /dev/null || return 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$THUNDER_SITE" .whl/thunder/*.whl > "$REAL/thunder-install.log" 2>&1
+}
 if [[ $parts == *" tests "* ]]; then
-    OUT="$logs" KFUSE_LOG_TAIL=8 KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}" \
+    test_path="${PYTHONPATH:-}"
+    install_thunder && test_path="$THUNDER_SITE${test_path:+:$test_path}"
+    PYTHONPATH="$test_path" OUT="$logs" KFUSE_LOG_TAIL=8 \
+        KFUSE_GPU_TEST_TIMEOUT="${KFUSE_GPU_TEST_TIMEOUT:-200}" \
         KFUSE_PROFILER_TEST_TIMEOUT=80 bash tools/device_check.sh true > "$REAL/check.txt" 2>&1
     tail -n 10 "$REAL/check.txt"
     cp "$logs/gpu-tests.log" "$REAL/" 2>/dev/null && grep -E "passed|failed" "$REAL/gpu-tests.log" | tail -n 2
@@ -41,7 +54,8 @@ fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 if [[ $parts == *" campaign "* ]]; then
     budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
-    (cd /tmp && timeout $((budget + 40)) python3 -m kfuse campaign --device cuda --budget "$budget" \
+    # The slack covers the workers' last examples and the summary (40 s lost one).
+    (cd /tmp && timeout $((budget + 75)) python3 -m kfuse campaign --device cuda --budget "$budget" \
         ${KFUSE_VERIFY_CAMPAIGN_SEED:+--seed "$KFUSE_VERIFY_CAMPAIGN_SEED"} \
         --out "$logs/campaign" > "$REAL/campaign.txt" 2>&1)
     tail -n 3 "$REAL/campaign.txt"  # time per example, examples by scheduler, the counts
@@ -64,11 +78,8 @@ if [[ $parts == *" host "* ]]; then
         "${KFUSE_VERIFY_HOST_ROUNDS:-7}" "H1,H1s" 2>&1 | tail -n 6
 fi
 if [[ $parts == *" thunder "* ]]; then
-    thunder_site="$logs/thunder-site"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$thunder_site" .whl/thunder/*.whl > "$REAL/thunder.log" 2>&1 ||
-        echo "thunder: the carried wheels did not install (see thunder.log)"
-    PYTHONPATH="$thunder_site:$PYTHONPATH" timeout 330 python3 tools/thunder_check.py \
-        ${KFUSE_VERIFY_THUNDER_ARGS:-} --json "$REAL/thunder.json" >> "$REAL/thunder.log" 2>&1
+    install_thunder || echo "thunder: the carried wheels did not install (thunder-install.log)"
+    PYTHONPATH="$THUNDER_SITE:$PYTHONPATH" timeout 330 python3 tools/thunder_check.py \
+        ${KFUSE_VERIFY_THUNDER_ARGS:-} --json "$REAL/thunder.json" > "$REAL/thunder.log" 2>&1
     grep -v -E "^ *(File|\^|warn)" "$REAL/thunder.log" | tail -n 45
 fi

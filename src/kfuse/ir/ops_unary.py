@@ -34,6 +34,12 @@ def _signbit(a: Any) -> bool:
     return bool(a < 0)
 
 
+def _frac(a: Any) -> Any:
+    if isinstance(a, float):
+        return a - math.trunc(a) if math.isfinite(a) else math.nan
+    return 0
+
+
 def _gelu_tanh(a: float) -> float:
     return 0.5 * a * (1.0 + math.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a**3)))
 
@@ -235,6 +241,22 @@ def _arith() -> list[OpInfo]:
         _rounding("round", "round half to even", round, numpy="rint"),
         _rounding("trunc", "round toward zero", math.trunc),
         OpInfo(
+            "frac",
+            1,
+            "arith",
+            "same",
+            "x - trunc(x): the fractional part, with x's sign (NaN for infinities; 0 for integers)",
+            _frac,
+            accepts_bool=False,
+            # Exact in every floating dtype: x and trunc(x) share their leading bits.
+            cuda="({0} - kf::trunc({0}))",
+            cuda_int="(({T})0)",
+            precision="exact",
+            discontinuous=True,
+            bound="unit",
+            reference=lambda be, a: a - be.xp.trunc(a),
+        ),
+        OpInfo(
             "sign",
             1,
             "arith",
@@ -276,6 +298,34 @@ def _compare() -> list[OpInfo]:
             "x is neither NaN nor infinite",
             lambda a: not isinstance(a, float) or math.isfinite(a),
             "true",
+        ),
+        test(
+            "isposinf",
+            "x is +inf",
+            lambda a: isinstance(a, float) and a == math.inf,
+            "false",
+            cuda="(kf::isinf({0}) && !signbit({0}))",
+            cuda_int="false",
+            numpy="isposinf",
+        ),
+        test(
+            "isneginf",
+            "x is -inf",
+            lambda a: isinstance(a, float) and a == -math.inf,
+            "false",
+            cuda="(kf::isinf({0}) && signbit({0}))",
+            cuda_int="false",
+            numpy="isneginf",
+        ),
+        # Every dtype kfuse has is real (nvFuser's isreal is false only for complex ones).
+        test(
+            "isreal",
+            "true: x has no imaginary part (kfuse has no complex dtypes)",
+            lambda a: True,
+            "true",
+            cuda="true",
+            cuda_int="true",
+            reference=lambda be, a: (a == a) | (a != a),
         ),
         test(
             "signbit",
