@@ -9,9 +9,10 @@
 # gets: check.txt (the build and test steps' summary), gpu-tests.log, campaign.txt,
 # campaign-summary.json, models.json, models.log, models-charts.tgz, bench-w1-w6.json. The
 # output ends with each part's summary lines. KFUSE_VERIFY_CAMPAIGN_S (default 45) is the
-# campaign's budget. KFUSE_VERIFY_PARTS (default "tests campaign models bench") names the parts
-# to run, for a split over two calls on one warm machine (10 minutes a call): "tests campaign"
-# then "models bench"; a call without "tests" builds kfuse first unless the machine has it.
+# campaign's budget (KFUSE_CAMPAIGN_EXTRA: more options for it, e.g. --favor-ops).
+# KFUSE_VERIFY_PARTS (default "tests campaign models bench") names the parts to run, for a
+# split over two calls on one warm machine (10 minutes a call): "tests campaign" then
+# "models bench"; a call without "tests" builds kfuse first unless the machine has it.
 # The part "host" (not in the default) compares the host cost of cached calls (H1, H1s) with
 # another build's, alternately in separate processes (tools/device_ab.sh): the wheel at
 # KFUSE_VERIFY_OLD_WHEEL (e.g. built from the commit before a refactor, carried in .whl/).
@@ -56,7 +57,7 @@ if [[ $parts == *" campaign "* ]]; then
     budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
     # The slack covers the workers' last examples and the summary (40 s lost one).
     (cd /tmp && timeout $((budget + 75)) python3 -m kfuse campaign --device cuda --budget "$budget" \
-        ${KFUSE_VERIFY_CAMPAIGN_SEED:+--seed "$KFUSE_VERIFY_CAMPAIGN_SEED"} \
+        ${KFUSE_VERIFY_CAMPAIGN_SEED:+--seed "$KFUSE_VERIFY_CAMPAIGN_SEED"} ${KFUSE_CAMPAIGN_EXTRA:-} \
         --out "$logs/campaign" > "$REAL/campaign.txt" 2>&1)
     tail -n 3 "$REAL/campaign.txt"  # time per example, examples by scheduler, the counts
     cp "$logs/campaign/summary.json" "$REAL/campaign-summary.json" 2>/dev/null
