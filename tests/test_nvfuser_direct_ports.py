@@ -356,9 +356,6 @@ def test_expand() -> None:
     torch.testing.assert_close(run(build, [a, b])[0], a.expand(2, 3, 4) * b)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="index_select takes a rank-1 index only (a rank-0 one is a DefinitionError)"
-)
 @pytest.mark.parametrize("dim", [0, 1])
 def test_index_select_scalar_indices(dim: int) -> None:
     # nvFuser's index is a 0-dim CUDA tensor; a 0-dim CPU tensor from from_pytorch would be a
@@ -366,8 +363,9 @@ def test_index_select_scalar_indices(dim: int) -> None:
     x, index = torch.randn(8, 16), torch.tensor(2)
 
     def build(fd: FusionDefinition) -> None:
+        t0 = fd.from_pytorch(x)
         t1 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Int)
-        fd.add_output(fd.ops.index_select(fd.from_pytorch(x), t1, dim))
+        fd.add_output(fd.ops.index_select(t0, t1, dim))
 
     torch.testing.assert_close(run(build, [x, index])[0], torch.index_select(x, dim, index))
 
@@ -482,10 +480,6 @@ def test_define_tensor_contiguity_with_stride_order() -> None:
     torch.testing.assert_close(run(build, [x])[0], x * 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reshape refuses a floating scalar extent (nvFuser's takes 192 * reciprocal(32))",
-)
 def test_reshape_dynamic() -> None:
     # The second extent is 192 // rows, rounded toward minus infinity, worked out of scalar
     # ops the way Thunder's translation of reshape(-1) writes it.

@@ -254,7 +254,8 @@ class Ops(LibraryMethods):
         return build_cat(self._b, tensors, dim, manual_padding)
 
     def index_select(self, arg: Any, index: Any, dim: int) -> TensorView:
-        """arg along axis `dim` at the positions the 1-D integer tensor `index` holds."""
+        """arg along axis `dim` at the positions the 1-D integer tensor `index` holds (a 0-D
+        index: one position, the axis keeping size 1, as torch.index_select)."""
         self._fd.check_open("index_select")
         return build_index_select(self._b, arg, index, dim)
 

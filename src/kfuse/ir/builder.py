@@ -364,6 +364,11 @@ class Builder:
                 ) from None
         if isinstance(e, Scalar):
             self.operand(e, op, i)
+            if e.dtype.is_floating:
+                # nvFuser casts every size to its index type (toward zero): Thunder's
+                # reshape(-1) computes an extent as 192 * reciprocal(rows), a Double.
+                e = self.cast(e, DataType.Int, op=op)
+                assert isinstance(e, Scalar)
             if not e.dtype.is_integral:
                 raise DefinitionError(f"{op}: shape entry {i} {describe(e)} is not an integer")
             return e.value if e.is_constant else e

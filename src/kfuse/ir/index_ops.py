@@ -38,11 +38,13 @@ def build_index_select(
     b: Any, arg: Any, index: Any, dim: Any, op: str = "index_select"
 ) -> TensorView:
     """fd.ops.index_select: `arg` along axis `dim` at the positions of the 1-D integer
-    tensor `index` (the axis takes index's size)."""
+    tensor `index` (the axis takes index's size; a 0-D index is one position)."""
     v = b.tensor(arg, op)
     idx = _index_tensor(b, index, op)
+    if idx.ndim == 0:  # one position, as torch.index_select takes it: the axis keeps size 1
+        idx = b.broadcast(idx, [True])
     if idx.ndim != 1:
-        raise DefinitionError(f"{op}: the index {describe(idx)} must have rank 1")
+        raise DefinitionError(f"{op}: the index {describe(idx)} must have rank 0 or 1")
     (d,) = b.dims(v, [as_index(dim, op, "dim")], op)
     axes = [idx.axes[0] if i == d else a for i, a in enumerate(v.axes)]
     if axes[d].is_broadcast:  # one position: an axis of size 1, not a broadcast one
