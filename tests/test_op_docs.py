@@ -1,0 +1,43 @@
+"""docs/ops.md, the site's op reference, is what tools/gen_op_docs.py writes from fd.ops: an
+op added, removed or changed (its signature, docstring, op-table row or accepted dtypes)
+fails here until the page is regenerated."""
+
+from __future__ import annotations
+
+from kfuse import DataType
+from kfuse.frontend.ops import Ops
+from tools_support import load_tool
+
+gen_op_docs = load_tool("gen_op_docs.py")
+
+
+def test_docs_ops_md_is_up_to_date() -> None:
+    written = gen_op_docs.OUTPUT.read_text()
+    assert written == gen_op_docs.render(), "docs/ops.md is stale: run python3 tools/gen_op_docs.py"
+
+
+def test_every_fd_ops_method_has_a_row() -> None:
+    table = gen_op_docs.rows()
+    listed = [name for entries in table.values() for name, *_ in entries]
+    public = [n for n in dir(Ops) if not n.startswith("_") and callable(getattr(Ops, n))]
+    assert sorted(listed) == sorted(public)
+
+
+def test_the_dtypes_column_is_what_a_definition_accepts() -> None:
+    """The probe sees the builder's checks: bitwise ops take no floats, the attention ops
+    Half and BFloat16 only, the composites floats only, casts everything."""
+    dtypes = {name: d for entries in gen_op_docs.rows().values() for name, _, d, _ in entries}
+    assert dtypes["bitwise_and"] == "Bool, integers"
+    assert dtypes["sdpfa_fwd"] == "Half, BFloat16"
+    assert dtypes["softmax"].startswith("floats")
+    assert dtypes["cast"] == "Bool, integers, floats, Float8"
+    assert dtypes["nextafter"] == "Float, Double"
+
+
+def test_the_first_sentence_stops_at_a_period_outside_brackets() -> None:
+    text = "Slice it (ints. or scalars; e.g. 1). The rest... of it. Then more."
+    assert gen_op_docs.first_sentence(text) == "Slice it (ints. or scalars; e.g. 1)"
+    assert gen_op_docs.first_sentence("One ... two. Three.") == "One ... two"
+    assert gen_op_docs.describe_dtypes([DataType.Half, DataType.Int32, DataType.Int]) == (
+        "integers, Half"
+    )
