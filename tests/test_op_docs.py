@@ -41,3 +41,18 @@ def test_the_first_sentence_stops_at_a_period_outside_brackets() -> None:
     assert gen_op_docs.describe_dtypes([DataType.Half, DataType.Int32, DataType.Int]) == (
         "integers, Half"
     )
+
+
+def test_pointwise_methods_document_their_row() -> None:
+    """help(fd.ops.exp) shows the row's call and meaning and what its dtype rules mean."""
+    from kfuse.ir.ops import OPS
+
+    for row in OPS.values():
+        if row.method_name is None:
+            continue
+        doc = getattr(Ops, row.method_name).__doc__
+        assert doc.startswith(f"{row.method_name}(") and f"): {row.doc}." in doc, row.name
+    assert "a floating operand is a DefinitionError" in Ops.bitwise_and.__doc__
+    assert "computed as Float" in Ops.exp.__doc__
+    assert "The result is Bool" in Ops.lt.__doc__
+    assert "approximate='tanh' gives GELU, tanh approximation" in Ops.gelu.__doc__
