@@ -22,6 +22,7 @@ from kfuse.ir.embedding import build_embedding_fwd
 from kfuse.ir.generated import build_full, build_iota, build_random, build_random_like
 from kfuse.ir.index_ops import build_gather, build_index_select
 from kfuse.ir.layout_ops import build_segment_set, build_stride_order
+from kfuse.ir.op_docstrings import pointwise_docstring
 from kfuse.ir.ops import OPS, OpInfo
 from kfuse.ir.resize_ops import build_cat, build_pad, build_select, build_slice
 from kfuse.ir.scan_ops import build_scan
@@ -39,8 +40,7 @@ def _pointwise_method(row: OpInfo) -> Any:
         return self._b.pointwise(row.bind(args, kwargs), args)
 
     method.__name__ = name
-    keywords = "".join(f", {key}={next(iter(choices))!r}" for key, choices in row.keywords.items())
-    method.__doc__ = f"{name}({', '.join(row.operand_names)}{keywords}): {row.doc}."
+    method.__doc__ = pointwise_docstring(row)
     return method
 
 
@@ -92,12 +92,12 @@ class Ops(LibraryMethods):
         return build_full(self._b, shape, fill_value, dtype)
 
     def zeros(self, shape: Sequence[Any], dtype: Any) -> TensorView:
-        """full(shape, 0, dtype)."""
+        """A tensor of `shape` filled with zeros of dtype: full(shape, 0, dtype)."""
         self._fd.check_open("zeros")
         return build_full(self._b, shape, 0, dtype, op="zeros")
 
     def ones(self, shape: Sequence[Any], dtype: Any) -> TensorView:
-        """full(shape, 1, dtype)."""
+        """A tensor of `shape` filled with ones of dtype: full(shape, 1, dtype)."""
         self._fd.check_open("ones")
         return build_full(self._b, shape, 1, dtype, op="ones")
 
@@ -365,7 +365,9 @@ class Ops(LibraryMethods):
         return self._reduce("min", x, dims, keepdim, dtype)
 
     def welford(self, x: Any, dims: Any) -> tuple[TensorView, TensorView, TensorView]:
-        """(avg, m2, count) over dims (see kfuse.ir.WelfordOp)."""
+        """(avg, m2, count) over dims, as nvFuser's welford: the mean, the sum of squared
+        deviations from it (the biased variance times the count) and the number of elements,
+        in one pass (see kfuse.ir.WelfordOp)."""
         self._fd.check_open("welford")
         return self._b.welford(x, dims)
 
