@@ -256,8 +256,8 @@ class FusionDefinition(FusionExecution):
             )
         if t.dtype is not inp.dtype or len(t.axes) != len(inp.axes):
             raise DefinitionError(
-                f"add_output: {t.name} ({t.dtype.value}, {len(t.axes)} axes) cannot be "
-                f"written into input {inp.name} ({inp.dtype.value}, {len(inp.axes)} axes): "
+                f"add_output: {t.name} ({t.dtype.label}, {len(t.axes)} axes) cannot be "
+                f"written into input {inp.name} ({inp.dtype.label}, {len(inp.axes)} axes): "
                 "dtype and rank must match"
             )
         for k, (a, b) in enumerate(zip(t.axes, inp.axes, strict=True)):
