@@ -10,7 +10,7 @@ as nvFuser's do (kfuse.ir.composite_ops).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import REDUCED_FLOATS, DataType, optional_dtype
@@ -30,6 +30,12 @@ from kfuse.ir.values import Scalar, TensorView, Val
 if TYPE_CHECKING:
     from kfuse.frontend import FusionDefinition
 
+    # The typed signatures of the methods made from the table at the end of this module,
+    # generated from the table (tools/gen_ops_stub.py) so that a type checker sees them.
+    from kfuse.frontend.pointwise_ops import PointwiseOps
+else:
+    PointwiseOps = object
+
 
 def _pointwise_method(row: OpInfo) -> Any:
     name = row.method_name or row.name
@@ -44,16 +50,11 @@ def _pointwise_method(row: OpInfo) -> Any:
     return method
 
 
-class Ops(LibraryMethods):
+class Ops(LibraryMethods, PointwiseOps):
     """The op namespace; create through FusionDefinition (fd.ops)."""
 
     def __init__(self, fd: FusionDefinition) -> None:
         self._fd = fd
-
-    if TYPE_CHECKING:
-        # The pointwise methods (add, exp, where, ...) are made from kfuse.ir.ops.OPS at the
-        # end of this module, one per name.
-        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
     @property
     def _b(self) -> Any:
