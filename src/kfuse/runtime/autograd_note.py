@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from types import FrameType
 from typing import Any
 
 from kfuse.errors import NoAutogradWarning
@@ -38,7 +39,8 @@ def note_requires_grad(array: Any, what: str) -> None:
 
 def _callers_level() -> int:
     """The stacklevel of the first frame outside kfuse: the user's fd.execute call."""
-    level, frame = 2, sys._getframe(2)  # 1: note_requires_grad, 2: its caller
+    level = 2  # 1: note_requires_grad, 2: its caller
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "kfuse":
         level, frame = level + 1, frame.f_back
     return level
