@@ -77,7 +77,7 @@ def test_user_code_type_checks_and_mistakes_do_not(tmp_path: Path) -> None:
     output = _mypy_strict(tmp_path, USER_SCRIPT, MISTAKES)
     assert _errors(output, USER_SCRIPT) == set(), output
     expected = _expected(MISTAKES)
-    assert len(expected) == 10
+    assert len(expected) == 14
     assert _errors(output, MISTAKES) == expected, output
 
 

@@ -32,18 +32,25 @@ HEADER = '''\
 """The typed signatures of fd.ops' pointwise methods, which kfuse.frontend.ops makes from
 the op table at import: a type checker reads them here."""
 
-from typing import Literal, TypeAlias, overload
+from typing import Literal, overload
 
+from kfuse.frontend.operands import Operand, ScalarOperand
 from kfuse.ir.values import Scalar, TensorView, Val
-
-Number: TypeAlias = bool | int | float
-"""A Python number: a constant operand (its dtype: bool Bool, int Int, float Double)."""
-ScalarOperand: TypeAlias = Scalar | Number
-Operand: TypeAlias = Val | Number
 
 class PointwiseOps:
     """fd.ops' pointwise methods, one per row of kfuse.ir.ops.OPS."""
 '''
+
+
+CHECKED_BY_ROW = {
+    "truediv": (
+        "div",
+        "a / b, except that two integer scalars give a Float (div divides them as "
+        "integers, as nvFuser's Int scalar division does)",
+    ),
+}
+"""fd.ops methods written by hand in kfuse.frontend.ops that take their arguments as a
+row's method does (checked by the row: OpInfo.bind): method -> (the row, its doc line)."""
 
 
 def _keywords(row: OpInfo) -> str:
@@ -76,9 +83,7 @@ def _docstring(text: str) -> list[str]:
     return wrapped
 
 
-def _method(row: OpInfo) -> list[str]:
-    name = row.method_name
-    assert name is not None
+def _method(row: OpInfo, name: str, doc: str) -> list[str]:
     lines = []
     for k, (types, result) in enumerate(_overloads(row)):
         params = ", ".join(f"{p}: {t}" for p, t in zip(row.operand_names, types))
@@ -89,7 +94,7 @@ def _method(row: OpInfo) -> list[str]:
             signature = [f"    def {name}(", f"        {inner}", f"    ) -> {result}{body}"]
         lines += ["    @overload", *signature]
         if k == 0:
-            lines += [*_docstring(f"{name}({', '.join(row.operand_names)}): {row.doc}."), ""]
+            lines += [*_docstring(f"{name}({', '.join(row.operand_names)}): {doc}."), ""]
     return lines
 
 
@@ -98,7 +103,9 @@ def render() -> str:
     lines = HEADER.splitlines()
     for row in OPS.values():
         if row.method_name is not None:
-            lines += _method(row)
+            lines += _method(row, row.method_name, row.doc)
+    for name, (op, doc) in CHECKED_BY_ROW.items():
+        lines += _method(OPS[op], name, doc)
     return "\n".join(lines).rstrip() + "\n"
 
 

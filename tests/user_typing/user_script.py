@@ -19,6 +19,7 @@ def biased_softplus(
     with FusionDefinition() as fd:
         t = fd.from_array(x)
         b = fd.define_tensor(shape=[-1], dtype=np.float32)
+        assert b.ndim == 1 and t.ndim == x.ndim
         s = fd.define_scalar(dtype=DataType.Double)
         z = fd.ops.mul(fd.ops.log1p(fd.ops.exp(fd.ops.add(t, b))), s)
         fd.add_output(fd.ops.where(fd.ops.gt(z, 0.0), z, 0.0))

@@ -3,14 +3,10 @@
 """The typed signatures of fd.ops' pointwise methods, which kfuse.frontend.ops makes from
 the op table at import: a type checker reads them here."""
 
-from typing import Literal, TypeAlias, overload
+from typing import Literal, overload
 
+from kfuse.frontend.operands import Operand, ScalarOperand
 from kfuse.ir.values import Scalar, TensorView, Val
-
-Number: TypeAlias = bool | int | float
-"""A Python number: a constant operand (its dtype: bool Bool, int Int, float Double)."""
-ScalarOperand: TypeAlias = Scalar | Number
-Operand: TypeAlias = Val | Number
 
 class PointwiseOps:
     """fd.ops' pointwise methods, one per row of kfuse.ir.ops.OPS."""
@@ -683,3 +679,14 @@ class PointwiseOps:
     ) -> Scalar: ...
     @overload
     def lerp(self, start: Operand, end: Operand, weight: Operand, /) -> Val: ...
+    @overload
+    def truediv(self, a: TensorView, b: Operand, /) -> TensorView:
+        """truediv(a, b): a / b, except that two integer scalars give a Float (div divides them
+        as integers, as nvFuser's Int scalar division does)."""
+
+    @overload
+    def truediv(self, a: Operand, b: TensorView, /) -> TensorView: ...
+    @overload
+    def truediv(self, a: ScalarOperand, b: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def truediv(self, a: Operand, b: Operand, /) -> Val: ...
