@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 
+from gpu_support import cuda_torch
 from kfuse.errors import KfuseWarning, NoAutogradWarning
 from kfuse.frontend import FusionDefinition
 from kfuse.runtime import autograd_note
@@ -58,3 +59,19 @@ def test_no_warning_without_grad(fresh_process: None) -> None:
             fd.execute([torch.zeros(3, requires_grad=True)])
     with pytest.warns(NoAutogradWarning):  # still to be shown: none of those warned
         fd.execute([torch.zeros(3, requires_grad=True)])
+
+
+@pytest.mark.gpu
+def test_a_cuda_tensor_that_requires_grad_warns(fresh_process: None) -> None:
+    """On the GPU too, after calls with plain tensors of the same layout: a Parameter (a
+    weight, of another type than those tensors) is a new layout to the fast path, so the
+    checked path sees it. (A plain tensor that requires grad, of a layout the fast path has
+    cached, is not looked at: docs/INTERFACES.md, Warnings.)"""
+    cuda = cuda_torch()
+    fd = _exp()
+    x = cuda.zeros(1024, device="cuda")
+    for _ in range(3):
+        fd.execute([x])
+    with pytest.warns(NoAutogradWarning):
+        (out,) = fd.execute([cuda.nn.Parameter(cuda.zeros(1024, device="cuda"))])
+    assert not out.requires_grad
