@@ -2,7 +2,8 @@
 
 Pointwise ops (one method per row of the op table kfuse.ir.ops.OPS, its arguments checked
 by the row: OpInfo.bind) accept tensors, scalars and Python
-numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks). Composites
+numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks); their typed
+signatures, for type checkers, are in pointwise_ops.pyi (tools/gen_ops_stub.py). Composites
 (mean, var, var_mean, softmax, log_softmax, layer_norm, rms_norm) expand to primitives and
 compute Half/BFloat16 inputs in Float, returning the input's dtype; addcmul and triu expand
 as nvFuser's do (kfuse.ir.composite_ops).
