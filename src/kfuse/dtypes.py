@@ -79,8 +79,17 @@ class DataType(enum.Enum):
         """The C++ type name the code generator uses for this dtype."""
         return _CUDA_TYPE[self]
 
-    def __repr__(self) -> str:  # printed fusions say DataType.Float
+    @property
+    def label(self) -> str:
+        """The name messages show users: the value, with its width for Int ("Int (int64)"),
+        whose name alone misleads torch users (torch.int is int32) and NumPy users."""
+        return "Int (int64)" if self is DataType.Int else self.value
+
+    def __repr__(self) -> str:  # printed fusions say DataType.Float: Python that runs
         return f"DataType.{self.value}"
+
+    def __str__(self) -> str:  # print(dtype), f"{dtype}": DataType.Int (int64)
+        return f"DataType.{self.label}"
 
 
 _ITEMSIZE = {
@@ -165,7 +174,10 @@ ALL_DTYPES: tuple[DataType, ...] = tuple(d for d in DataType if d not in DECLARE
 
 
 def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
-    """Coerce a DataType, its name ("Float"), or a NumPy/torch/CuPy dtype to DataType.
+    """Coerce a DataType, its name ("Float"), or a NumPy/torch/CuPy dtype to DataType: the
+    one coercion behind every dtype= argument. NumPy's dtypes are taken as np.dtype takes
+    them: np.dtype("float16"), the scalar types (np.float32, np.bool_), and the strings
+    ("float32"), as are torch's (torch.float16).
 
     Raises DefinitionError naming `what` for anything else, and for the dtypes kfuse only
     names (DECLARED_ONLY: Null, the complex types, UInt64, Float4_e2m1fn_x2).
@@ -176,8 +188,9 @@ def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
             dtype = from_array_dtype(value)
         except DefinitionError:
             raise DefinitionError(
-                f"{what}: {value!r} is not a kfuse DataType "
-                f"(expected one of {', '.join(d.name for d in ALL_DTYPES)})"
+                f"{what}: {value!r} is not a kfuse DataType (expected one of "
+                f"{', '.join(d.label for d in ALL_DTYPES)}, its name as a string, or a NumPy "
+                "or torch dtype)"
             ) from None
     if dtype in DECLARED_ONLY:
         raise DefinitionError(f"{what}: DataType.{dtype.value}: {DECLARED_ONLY[dtype]}")
@@ -219,7 +232,13 @@ def to_torch_dtype(dtype: DataType) -> Any:
 
 
 def from_array_dtype(dt: Any) -> DataType:
-    """The DataType of a NumPy, CuPy or torch dtype (duck-typed through its printed name)."""
+    """The DataType of a NumPy, CuPy or torch dtype (duck-typed through its printed name),
+    or of a NumPy scalar type (np.float32, np.bool_, ml_dtypes.bfloat16: CuPy's are NumPy's),
+    which np.dtype turns into its dtype as NumPy's own functions do."""
+    if isinstance(dt, type) and dt.__module__.partition(".")[0] in ("numpy", "ml_dtypes"):
+        import numpy as np  # only when given one of its types, so NumPy is loaded already
+
+        dt = np.dtype(dt)
     name = str(dt)
     if name.startswith("torch."):
         name = name[len("torch.") :]

@@ -34,8 +34,19 @@ class EmulatorError(KfuseError):
     """The host emulator could not build or run generated CUDA source."""
 
 
+class KfuseWarning(UserWarning):
+    """The base class of kfuse's warnings (filter them with warnings.filterwarnings)."""
+
+
+class NoAutogradWarning(KfuseWarning):
+    """A torch input requires grad: kfuse has no autograd, so no gradient flows through a
+    fusion and its outputs do not require grad. Shown once per process."""
+
+
 __all__ = [
     "KfuseError",
+    "KfuseWarning",
+    "NoAutogradWarning",
     "DefinitionError",
     "InputError",
     "SchedulerError",

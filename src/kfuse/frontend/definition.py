@@ -11,7 +11,7 @@ something invalid. Composite ops (mean, var, softmax, layer_norm, ...) expand to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from kfuse.dtypes import DataType, as_dtype, from_array_dtype, optional_dtype
 from kfuse.errors import DefinitionError
@@ -84,6 +84,35 @@ class FusionDefinition(FusionExecution):
             )
 
     # ---- inputs ----
+    # For type checkers: a tensor, unless is_cpu says otherwise (then a Scalar, or either).
+    @overload
+    def define_tensor(
+        self,
+        shape: Sequence[int] | None = None,
+        contiguity: bool | Sequence[bool | None] | None = None,
+        dtype: Any = DataType.Float,
+        is_cpu: Literal[False] = False,
+        stride_order: Sequence[int] | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        static_sizes: bool = False,
+    ) -> TensorView: ...
+
+    @overload
+    def define_tensor(
+        self,
+        shape: Sequence[int] | None = None,
+        contiguity: bool | Sequence[bool | None] | None = None,
+        dtype: Any = DataType.Float,
+        is_cpu: bool = False,
+        stride_order: Sequence[int] | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        static_sizes: bool = False,
+    ) -> Val: ...
+
     def define_tensor(
         self,
         shape: Sequence[int] | None = None,
@@ -256,8 +285,8 @@ class FusionDefinition(FusionExecution):
             )
         if t.dtype is not inp.dtype or len(t.axes) != len(inp.axes):
             raise DefinitionError(
-                f"add_output: {t.name} ({t.dtype.value}, {len(t.axes)} axes) cannot be "
-                f"written into input {inp.name} ({inp.dtype.value}, {len(inp.axes)} axes): "
+                f"add_output: {t.name} ({t.dtype.label}, {len(t.axes)} axes) cannot be "
+                f"written into input {inp.name} ({inp.dtype.label}, {len(inp.axes)} axes): "
                 "dtype and rank must match"
             )
         for k, (a, b) in enumerate(zip(t.axes, inp.axes, strict=True)):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.ir.values import Scalar, TensorView
+from kfuse.frontend.operands import Extent, Operand, ScalarOperand
+from kfuse.ir.values import Scalar, TensorView, Val
 
 
 class LibraryMethods:
@@ -17,7 +18,7 @@ class LibraryMethods:
     _b: Any
 
     def topk(
-        self, arg: Any, k: Any, dim: int = -1, largest: bool = True, sorted: bool = False
+        self, arg: Val, k: Extent, dim: int = -1, largest: bool = True, sorted: bool = False
     ) -> list[TensorView]:
         """[values, indices]: the k largest (smallest unless `largest`) elements of arg along
         `dim` and their Int positions (torch.topk). k: an int or Int scalar, 0 <= k <= the
@@ -28,7 +29,7 @@ class LibraryMethods:
         return build_topk(self._b, arg, k, dim, largest, sorted)
 
     def argsort(
-        self, arg: Any, dim: int = -1, descending: bool = False, stable: bool = False
+        self, arg: Val, dim: int = -1, descending: bool = False, stable: bool = False
     ) -> TensorView:
         """The Int positions that sort arg along `dim` (torch.argsort; NaN sorts as the
         largest value). With `stable`, equal elements keep their order."""
@@ -37,7 +38,7 @@ class LibraryMethods:
 
         return build_argsort(self._b, arg, dim, descending, stable)
 
-    def scatter(self, arg: Any, index: Any, src: Any, dim: int) -> TensorView:
+    def scatter(self, arg: Val, index: Val, src: Operand, dim: int) -> TensorView:
         """Out-of-place torch.scatter(arg, dim, index, src): a copy of arg with src (a tensor
         of arg's dtype and rank, at least the index's size on each axis, or a number) written
         at the index's positions along `dim`. Positions are checked to be inside the axis;
@@ -49,14 +50,14 @@ class LibraryMethods:
 
     def sdpfa_fwd(
         self,
-        query: Any,
-        key: Any,
-        value: Any,
-        bias: Any = None,
-        mask: Any = None,
-        dropout_p: Any = None,
-        is_causal: Any = None,
-        scale: Any = None,
+        query: Val,
+        key: Val,
+        value: Val,
+        bias: Operand | None = None,  # a number: Thunder's positional dropout_p (below)
+        mask: Operand | None = None,
+        dropout_p: ScalarOperand | None = None,
+        is_causal: ScalarOperand | None = None,
+        scale: ScalarOperand | None = None,
     ) -> list[TensorView]:
         """Flash attention's forward: [output, logsumexp, philox_seed, philox_offset] for
         Half/BFloat16 query [N, H, L, E], key [N, H, S, E], value [N, H, S, Ev]. dropout_p
@@ -77,17 +78,17 @@ class LibraryMethods:
 
     def sdpfa_bwd(
         self,
-        grad_output: Any,
-        query: Any,
-        key: Any,
-        value: Any,
-        output: Any,
-        logsumexp: Any,
-        dropout_p: Any,
-        is_causal: Any,
-        philox_seed: Any,
-        philox_offset: Any,
-        scale: Any,
+        grad_output: Val,
+        query: Val,
+        key: Val,
+        value: Val,
+        output: Val,
+        logsumexp: Val,
+        dropout_p: ScalarOperand | None,
+        is_causal: ScalarOperand | None,
+        philox_seed: Val,
+        philox_offset: Val,
+        scale: ScalarOperand | None,
     ) -> list[TensorView]:
         """Flash attention's backward: [grad_query, grad_key, grad_value], from sdpfa_fwd's
         operands and outputs (the same dropout_p, is_causal and scale; scale None: 1/sqrt(E))."""
@@ -109,7 +110,7 @@ class LibraryMethods:
             scale,
         )
 
-    def grouped_mm(self, mat1: Any, mat2: Any, offsets: Any) -> TensorView:
+    def grouped_mm(self, mat1: Val, mat2: Val, offsets: Val) -> TensorView:
         """torch._grouped_mm: matrix products over groups that the 1-D integer `offsets`
         (cumulative group ends) delimit: [m, k] @ [k, n] -> [g, m, n] (groups split k),
         [m, k] @ [g, k, n] -> [m, n] (they split m), [g, m, k] @ [k, n] -> [m, n] (they split

@@ -2,7 +2,8 @@
 
 Pointwise ops (one method per row of the op table kfuse.ir.ops.OPS, its arguments checked
 by the row: OpInfo.bind) accept tensors, scalars and Python
-numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks). Composites
+numbers, promote like PyTorch and broadcast numpy-style (right-aligned ranks); their typed
+signatures, for type checkers, are in pointwise_ops.pyi (tools/gen_ops_stub.py). Composites
 (mean, var, var_mean, softmax, log_softmax, layer_norm, rms_norm) expand to primitives and
 compute Half/BFloat16 inputs in Float, returning the input's dtype; addcmul and triu expand
 as nvFuser's do (kfuse.ir.composite_ops).
@@ -10,12 +11,13 @@ as nvFuser's do (kfuse.ir.composite_ops).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import REDUCED_FLOATS, DataType, optional_dtype
 from kfuse.errors import DefinitionError
 from kfuse.frontend.library_methods import LibraryMethods
+from kfuse.frontend.operands import Dims, Extent, Operand, ScalarOperand
 from kfuse.ir.builder import as_index, as_index_list, describe
 from kfuse.ir.composite_ops import build_addcmul, build_triu
 from kfuse.ir.embedding import build_embedding_fwd
@@ -31,6 +33,12 @@ from kfuse.ir.values import Scalar, TensorView, Val
 if TYPE_CHECKING:
     from kfuse.frontend import FusionDefinition
 
+    # The typed signatures of the methods made from the table at the end of this module,
+    # generated from the table (tools/gen_ops_stub.py) so that a type checker sees them.
+    from kfuse.frontend.pointwise_ops import PointwiseOps
+else:
+    PointwiseOps = object
+
 
 def _pointwise_method(row: OpInfo) -> Any:
     name = row.method_name or row.name
@@ -44,65 +52,67 @@ def _pointwise_method(row: OpInfo) -> Any:
     return method
 
 
-class Ops(LibraryMethods):
+class Ops(LibraryMethods, PointwiseOps):
     """The op namespace; create through FusionDefinition (fd.ops)."""
 
     def __init__(self, fd: FusionDefinition) -> None:
         self._fd = fd
-
-    if TYPE_CHECKING:
-        # The pointwise methods (add, exp, where, ...) are made from kfuse.ir.ops.OPS at the
-        # end of this module, one per name.
-        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
     @property
     def _b(self) -> Any:
         return self._fd._builder
 
     # ---- pointwise extras (the table's ops are methods made at the end of this module) ----
-    def truediv(self, *args: Any, **kwargs: Any) -> Val:
-        """truediv(a, b): div, except that two integer scalars give a Float (div divides
-        them as integers, as nvFuser's Int scalar division does)."""
-        self._fd.check_open("truediv")
-        OPS["div"].bind(args, kwargs, method="truediv")
-        return self._b.true_divide(*args)
+    if not TYPE_CHECKING:  # checked by div's row as the table's methods are; typed as they
+        # are, in pointwise_ops.pyi (tools/gen_ops_stub.py's CHECKED_BY_ROW)
 
-    def cast(self, x: Any, dtype: Any) -> Val:
+        def truediv(self, *args: Any, **kwargs: Any) -> Val:
+            """truediv(a, b): div, except that two integer scalars give a Float (div divides
+            them as integers, as nvFuser's Int scalar division does)."""
+            self._fd.check_open("truediv")
+            OPS["div"].bind(args, kwargs, method="truediv")
+            return self._b.true_divide(*args)
+
+    def cast(self, x: Operand, dtype: Any) -> Val:
         """x converted to dtype."""
         self._fd.check_open("cast")
         return self._b.cast(x, dtype)
 
-    def addcmul(self, x: Any, tensor1: Any, tensor2: Any, value: Any) -> Val:
+    def addcmul(self, x: Operand, tensor1: Operand, tensor2: Operand, value: ScalarOperand) -> Val:
         """x + tensor1 * (tensor2 * value), as nvFuser's addcmul: in the dtype x, tensor1
         and tensor2 promote to; value is a scalar (a number or a scalar Val)."""
         self._fd.check_open("addcmul")
         return build_addcmul(self._b, x, tensor1, tensor2, value)
 
-    def triu(self, arg: Any, diagonal: Any = 0) -> TensorView:
+    def triu(self, arg: Val, diagonal: int = 0) -> TensorView:
         """The upper triangle of the last two axes of arg (2 or more axes): the elements
         whose column - row >= diagonal, the others 0, as torch.triu."""
         self._fd.check_open("triu")
         return build_triu(self._b, arg, diagonal)
 
     # ---- factories (generated values: kfuse.ir.generated) ----
-    def full(self, shape: Sequence[Any], fill_value: Any, dtype: Any) -> TensorView:
+    def full(self, shape: Sequence[Extent], fill_value: ScalarOperand, dtype: Any) -> TensorView:
         """A tensor of `shape` (ints and Int scalars; a constant 1 is a broadcast axis)
         holding fill_value (a number or a scalar) converted to dtype."""
         self._fd.check_open("full")
         return build_full(self._b, shape, fill_value, dtype)
 
-    def zeros(self, shape: Sequence[Any], dtype: Any) -> TensorView:
+    def zeros(self, shape: Sequence[Extent], dtype: Any) -> TensorView:
         """A tensor of `shape` filled with zeros of dtype: full(shape, 0, dtype)."""
         self._fd.check_open("zeros")
         return build_full(self._b, shape, 0, dtype, op="zeros")
 
-    def ones(self, shape: Sequence[Any], dtype: Any) -> TensorView:
+    def ones(self, shape: Sequence[Extent], dtype: Any) -> TensorView:
         """A tensor of `shape` filled with ones of dtype: full(shape, 1, dtype)."""
         self._fd.check_open("ones")
         return build_full(self._b, shape, 1, dtype, op="ones")
 
     def iota(
-        self, length: Any, start: Any = None, step: Any = None, dtype: Any = DataType.Int
+        self,
+        length: Extent,
+        start: ScalarOperand | None = None,
+        step: ScalarOperand | None = None,
+        dtype: Any = DataType.Int,
     ) -> TensorView:
         """The 1-D tensor start, start + step, ... of `length` elements (an int or Int
         scalar) of an integer or floating dtype; start and step (0 and 1 where None) are
@@ -113,12 +123,12 @@ class Ops(LibraryMethods):
     # ---- random numbers (kfuse.ir.random_ops) ----
     def uniform(
         self,
-        minval: Any,
-        maxval: Any,
-        shape: Sequence[Any],
+        minval: ScalarOperand,
+        maxval: ScalarOperand,
+        shape: Sequence[Extent],
         *,
-        rng_seed: Any = None,
-        rng_offset: Any = None,
+        rng_seed: Extent | None = None,
+        rng_offset: Extent | None = None,
         dtype: Any = DataType.Float,
     ) -> TensorView:
         """Uniform random numbers in [minval, maxval) of `shape` and a floating dtype. With
@@ -130,36 +140,40 @@ class Ops(LibraryMethods):
 
     def normal(
         self,
-        mean: Any,
-        std: Any,
-        shape: Sequence[Any],
+        mean: ScalarOperand,
+        std: ScalarOperand,
+        shape: Sequence[Extent],
         *,
-        rng_seed: Any = None,
-        rng_offset: Any = None,
+        rng_seed: Extent | None = None,
+        rng_offset: Extent | None = None,
         dtype: Any = DataType.Float,
     ) -> TensorView:
         """Normal random numbers of `mean` and `std`, as uniform for the rest."""
         self._fd.check_open("normal")
         return build_random(self._b, "normal", mean, std, shape, rng_seed, rng_offset, dtype)
 
-    def rand_like(self, x: Any, *, rng_seed: Any = None, rng_offset: Any = None) -> TensorView:
+    def rand_like(
+        self, x: Val, *, rng_seed: Extent | None = None, rng_offset: Extent | None = None
+    ) -> TensorView:
         """uniform(0, 1) numbers of x's shape and (floating) dtype."""
         self._fd.check_open("rand_like")
         return build_random_like(self._b, "uniform", x, rng_seed, rng_offset, "rand_like")
 
-    def randn_like(self, x: Any, *, rng_seed: Any = None, rng_offset: Any = None) -> TensorView:
+    def randn_like(
+        self, x: Val, *, rng_seed: Extent | None = None, rng_offset: Extent | None = None
+    ) -> TensorView:
         """normal(0, 1) numbers of x's shape and (floating) dtype."""
         self._fd.check_open("randn_like")
         return build_random_like(self._b, "normal", x, rng_seed, rng_offset, "randn_like")
 
     # ---- shape ops ----
-    def broadcast(self, x: Any, is_broadcast_dim: Sequence[bool]) -> TensorView:
+    def broadcast(self, x: Val, is_broadcast_dim: Sequence[bool]) -> TensorView:
         """Insert broadcast axes where is_broadcast_dim is True (nvFuser's broadcast)."""
         self._fd.check_open("broadcast")
         return self._b.broadcast(x, is_broadcast_dim)
 
     def broadcast_in_dim(
-        self, x: Any, shape: Sequence[Any], broadcast_dims: Sequence[int]
+        self, x: Val, shape: Sequence[Extent], broadcast_dims: Sequence[int]
     ) -> TensorView:
         """Place x's axes at broadcast_dims of a tensor of `shape` (ints or Int scalars, e.g.
         fd.ops.shape(y)); the other axes are new, and broadcast axes are expanded to shape."""
@@ -196,12 +210,12 @@ class Ops(LibraryMethods):
         b = self._b.broadcast(v, [i not in dims for i in range(len(shape))], op="broadcast_in_dim")
         return self._b.expand(b, shape, op="broadcast_in_dim")
 
-    def expand(self, x: Any, shape: Sequence[Any]) -> TensorView:
+    def expand(self, x: Val, shape: Sequence[Extent]) -> TensorView:
         """Expand broadcast axes to `shape` (-1 keeps an axis)."""
         self._fd.check_open("expand")
         return self._b.expand(x, shape)
 
-    def squeeze(self, x: Any, dims: Sequence[int], squeeze_expanded: bool = False) -> TensorView:
+    def squeeze(self, x: Val, dims: Sequence[int], squeeze_expanded: bool = False) -> TensorView:
         """Remove the given axes of size 1: broadcast axes, or symbolic ones (-1 where the
         tensor was defined), which must have size 1 on every call (InputError otherwise). A
         broadcast axis that an expand gave an extent is removed only with squeeze_expanded
@@ -209,22 +223,22 @@ class Ops(LibraryMethods):
         self._fd.check_open("squeeze")
         return self._b.squeeze(x, dims, squeeze_expanded)
 
-    def permute(self, x: Any, dims: Sequence[int]) -> TensorView:
+    def permute(self, x: Val, dims: Sequence[int]) -> TensorView:
         """Reorder axes: output axis i is input axis dims[i]."""
         self._fd.check_open("permute")
         return self._b.permute(x, dims)
 
-    def reshape(self, x: Any, new_shape: Sequence[Any]) -> TensorView:
+    def reshape(self, x: Val, new_shape: Sequence[Extent]) -> TensorView:
         """Row-major reshape to new_shape (ints or Int scalars, one -1 allowed)."""
         self._fd.check_open("reshape")
         return self._b.reshape(x, new_shape)
 
     def slice(
         self,
-        arg: Any,
-        start_indices: Sequence[Any],
-        end_indices: Sequence[Any],
-        strides: Sequence[Any] | None = None,
+        arg: Val,
+        start_indices: Sequence[Extent],
+        end_indices: Sequence[Extent],
+        strides: Sequence[int] | None = None,
         manual_normalization: bool = False,
     ) -> TensorView:
         """Elements [start, end) of every axis, every stride-th (ints or Int scalars; strides
@@ -235,50 +249,52 @@ class Ops(LibraryMethods):
         self._fd.check_open("slice")
         return build_slice(self._b, arg, start_indices, end_indices, strides, manual_normalization)
 
-    def select(self, arg: Any, index: Any, dim: int) -> TensorView:
+    def select(self, arg: Val, index: Extent, dim: int) -> TensorView:
         """arg at position `index` (an int or Int scalar, in [0, the axis' size)) of axis
         `dim`, that axis removed."""
         self._fd.check_open("select")
         return build_select(self._b, arg, index, dim)
 
-    def pad(self, arg: Any, pad_widths: Sequence[Any], value: Any = None) -> TensorView:
+    def pad(
+        self, arg: Val, pad_widths: Sequence[Extent], value: ScalarOperand | None = None
+    ) -> TensorView:
         """arg widened by pad_widths in torch.nn.functional.pad's order (the last axis'
         before and after first; ints or Int scalars; negative ones crop), the new elements
         `value` (zero or False by default; of the tensor's kind)."""
         self._fd.check_open("pad")
         return build_pad(self._b, arg, pad_widths, value)
 
-    def cat(self, tensors: Sequence[Any], dim: int = 0, manual_padding: bool = False) -> TensorView:
+    def cat(self, tensors: Sequence[Val], dim: int = 0, manual_padding: bool = False) -> TensorView:
         """The tensors (one dtype and rank) one after another along axis `dim`."""
         self._fd.check_open("cat")
         return build_cat(self._b, tensors, dim, manual_padding)
 
-    def index_select(self, arg: Any, index: Any, dim: int) -> TensorView:
+    def index_select(self, arg: Val, index: Val, dim: int) -> TensorView:
         """arg along axis `dim` at the positions the 1-D integer tensor `index` holds (a 0-D
         index: one position, the axis keeping size 1, as torch.index_select)."""
         self._fd.check_open("index_select")
         return build_index_select(self._b, arg, index, dim)
 
-    def gather(self, arg: Any, index: Any, dim: int) -> TensorView:
+    def gather(self, arg: Val, index: Val, dim: int) -> TensorView:
         """torch.gather: out[..., j, ...] = arg[..., index[..., j, ...], ...] along `dim`; the
         index (of arg's rank) no larger than arg off `dim`, the output of its shape."""
         self._fd.check_open("gather")
         return build_gather(self._b, arg, index, dim, broadcast=False)
 
-    def take_along_axis(self, arg: Any, index: Any, dim: int) -> TensorView:
+    def take_along_axis(self, arg: Val, index: Val, dim: int) -> TensorView:
         """As gather, with the other axes of arg and the index broadcast together."""
         self._fd.check_open("take_along_axis")
         return build_gather(self._b, arg, index, dim, broadcast=True, op="take_along_axis")
 
     def embedding_fwd(
         self,
-        input: Any,
-        weight: Any,
-        padding_idx: Any = None,
-        max_norm: Any = None,
-        norm_type: Any = None,
-        scale_grad_by_freq: Any = None,
-        sparse: Any = None,
+        input: Val,
+        weight: Val,
+        padding_idx: ScalarOperand | None = None,
+        max_norm: ScalarOperand | None = None,
+        norm_type: ScalarOperand | None = None,
+        scale_grad_by_freq: ScalarOperand | None = None,
+        sparse: ScalarOperand | None = None,
     ) -> TensorView:
         """torch.nn.functional.embedding's forward: the rows of the 2-D `weight` at the
         integer ids `input` (any shape), of shape input's + [embedding_dim]; rows whose
@@ -290,32 +306,32 @@ class Ops(LibraryMethods):
         )
 
     # ---- layout ----
-    def stride_order(self, arg: Any, stride_order: Sequence[int]) -> TensorView:
+    def stride_order(self, arg: Val, stride_order: Sequence[int]) -> TensorView:
         """arg, stored in `stride_order` where it is a fusion output (stride_order[i] is
         the rank of axis i's stride, 0 the fastest: [3, 0, 2, 1] is NCHW channels-last);
         the same values anywhere else."""
         self._fd.check_open("stride_order")
         return build_stride_order(self._b, arg, stride_order)
 
-    def segment_set(self, x: Any) -> Val:
+    def segment_set(self, x: Val) -> Val:
         """x, computed in another segment than the one producing it: x is written to
         memory there and read back by the kernel that computes what uses the result."""
         self._fd.check_open("segment_set")
         return build_segment_set(self._b, x)
 
-    def size(self, x: Any, dim: int) -> Scalar:
+    def size(self, x: Val, dim: int) -> Scalar:
         """The extent of axis `dim` of x, an Int scalar."""
         self._fd.check_open("size")
         return self._b.size(x, dim)
 
-    def shape(self, x: Any) -> list[Scalar]:
+    def shape(self, x: Val) -> list[Scalar]:
         """All extents of x, as a list of Int scalars."""
         self._fd.check_open("shape")
         v = self._b.tensor(x, "shape")
         return [self._b.size(v, i) for i in range(v.ndim)]
 
     # ---- library ops (run by the expr_eval scheduler, never generated) ----
-    def matmul(self, a: Any, b: Any) -> TensorView:
+    def matmul(self, a: Val, b: Val) -> TensorView:
         """a @ b with torch.matmul semantics for operands of rank >= 2: [..., n, k] @
         [..., k, m] -> [..., n, m], batch axes broadcast. Floating operands; the result keeps
         their (promoted) dtype, so BFloat16 stays BFloat16."""
@@ -324,7 +340,7 @@ class Ops(LibraryMethods):
 
         return build_matmul(self._b, a, b)
 
-    def linear(self, x: Any, weight: Any, bias: Any = None) -> TensorView:
+    def linear(self, x: Val, weight: Val, bias: Val | None = None) -> TensorView:
         """torch.nn.functional.linear: x [..., k] @ weight[m, k].T + bias[m] (bias optional)."""
         self._fd.check_open("linear")
         from kfuse.ir.library_ops import build_linear
@@ -343,7 +359,9 @@ class Ops(LibraryMethods):
             dims, dtype = None, dims
         return self._b.reduction(op, x, dims, keepdim, dtype)
 
-    def sum(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
+    def sum(
+        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+    ) -> TensorView:
         """Sum over dims (all when None). dtype: accumulate/output dtype; by default ints and
         Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype.
         As in nvFuser, sum(x, DataType.X) sums every axis in dtype X, and dtype=DataType.Null
@@ -351,44 +369,48 @@ class Ops(LibraryMethods):
         return self._reduce("sum", x, dims, keepdim, dtype)
 
     def prod(
-        self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
     ) -> TensorView:
         """Product over dims; dtype rules (and nvFuser's prod(x, dtype)) as for sum."""
         return self._reduce("prod", x, dims, keepdim, dtype)
 
-    def max(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
+    def max(
+        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+    ) -> TensorView:
         """Maximum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
         return self._reduce("max", x, dims, keepdim, dtype)
 
-    def min(self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorView:
+    def min(
+        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+    ) -> TensorView:
         """Minimum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
         return self._reduce("min", x, dims, keepdim, dtype)
 
-    def welford(self, x: Any, dims: Any) -> tuple[TensorView, TensorView, TensorView]:
+    def welford(self, x: Val, dims: Dims) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) over dims, as nvFuser's welford: the mean, the sum of squared
         deviations from it (the biased variance times the count) and the number of elements,
         in one pass (see kfuse.ir.WelfordOp)."""
         self._fd.check_open("welford")
         return self._b.welford(x, dims)
 
-    def cumsum(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+    def cumsum(self, arg: Val, dim: int, init: ScalarOperand | None = None) -> TensorView:
         """The inclusive prefix sum of arg along `dim` (negative counts from the end), of
         arg's shape and dtype (nvFuser's: Int32 stays Int32; cast to Int for torch's)."""
         self._fd.check_open("cumsum")
         return build_scan(self._b, "cumsum", arg, dim, init)
 
-    def cumprod(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+    def cumprod(self, arg: Val, dim: int, init: ScalarOperand | None = None) -> TensorView:
         """The inclusive prefix product of arg along `dim`, of arg's shape and dtype."""
         self._fd.check_open("cumprod")
         return build_scan(self._b, "cumprod", arg, dim, init)
 
-    def cummax(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+    def cummax(self, arg: Val, dim: int, init: ScalarOperand | None = None) -> TensorView:
         """The running maximum of arg along `dim` (NaN-propagating), of arg's shape and
         dtype: torch.cummax's values (nvFuser returns no indices either)."""
         self._fd.check_open("cummax")
         return build_scan(self._b, "cummax", arg, dim, init)
 
-    def cummin(self, arg: Any, dim: int, init: Any = None) -> TensorView:
+    def cummin(self, arg: Val, dim: int, init: ScalarOperand | None = None) -> TensorView:
         """The running minimum of arg along `dim` (NaN-propagating): torch.cummin's values."""
         self._fd.check_open("cummin")
         return build_scan(self._b, "cummin", arg, dim, init)
@@ -413,7 +435,7 @@ class Ops(LibraryMethods):
         return self._b.cast(v, compute, op=op), out
 
     def mean(
-        self, x: Any, dims: Any = None, keepdim: bool = False, dtype: Any = None
+        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
     ) -> TensorView:
         """Mean over dims: sum / N with N the exact product of the reduced sizes."""
         self._fd.check_open("mean")
@@ -424,7 +446,7 @@ class Ops(LibraryMethods):
         return self._b.keepdim(m, dims_n, v.ndim, keepdim, "mean")
 
     def var_mean(
-        self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
+        self, x: Val, dims: Dims = None, correction: int = 1, keepdim: bool = False
     ) -> tuple[TensorView, TensorView]:
         """(variance, mean) over dims via Welford; variance = m2 / (N - correction)."""
         self._fd.check_open("var_mean")
@@ -444,13 +466,13 @@ class Ops(LibraryMethods):
         )
 
     def var(
-        self, x: Any, dims: Any = None, correction: int = 1, keepdim: bool = False
+        self, x: Val, dims: Dims = None, correction: int = 1, keepdim: bool = False
     ) -> TensorView:
         """Variance over dims (Welford), divided by N - correction."""
         return self.var_mean(x, dims, correction, keepdim)[0]
 
     # ---- normalizations ----
-    def softmax(self, x: Any, dim: int = -1) -> TensorView:
+    def softmax(self, x: Val, dim: int = -1) -> TensorView:
         """exp(x - max) / sum(exp(x - max)) along dim."""
         self._fd.check_open("softmax")
         v, out = self._float_input(x, "softmax")
@@ -461,7 +483,7 @@ class Ops(LibraryMethods):
         s = self._b.reduction("sum", e, (d,), True)
         return self._b.cast(self._b.pointwise("div", [e, s]), out)
 
-    def log_softmax(self, x: Any, dim: int = -1) -> TensorView:
+    def log_softmax(self, x: Val, dim: int = -1) -> TensorView:
         """(x - max) - log(sum(exp(x - max))) along dim."""
         self._fd.check_open("log_softmax")
         v, out = self._float_input(x, "log_softmax")
@@ -494,9 +516,9 @@ class Ops(LibraryMethods):
 
     def layer_norm(
         self,
-        x: Any,
-        weight: Any = None,
-        bias: Any = None,
+        x: Val,
+        weight: Val | None = None,
+        bias: Val | None = None,
         *,
         eps: float = 1e-5,
         normalized_ndim: int = 1,
@@ -512,7 +534,7 @@ class Ops(LibraryMethods):
         return self._b.cast(self._affine(y, weight, bias, "layer_norm"), out)
 
     def rms_norm(
-        self, x: Any, weight: Any = None, *, eps: float = 1e-6, normalized_ndim: int = 1
+        self, x: Val, weight: Val | None = None, *, eps: float = 1e-6, normalized_ndim: int = 1
     ) -> TensorView:
         """x * rsqrt(mean(x * x) + eps) * weight over the last normalized_ndim axes."""
         self._fd.check_open("rms_norm")

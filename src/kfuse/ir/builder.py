@@ -41,9 +41,9 @@ from kfuse.ir.values import Axis, Scalar, TensorView, Val
 def describe(v: Any) -> str:
     """A short description of an operand for error messages."""
     if isinstance(v, TensorView):
-        return f"{v.name} (rank {v.ndim} {v.dtype.value} tensor)"
+        return f"{v.name} (rank {v.ndim} {v.dtype.label} tensor)"
     if isinstance(v, Scalar):
-        return f"{v.name} ({v.dtype.value} scalar)"
+        return f"{v.name} ({v.dtype.label} scalar)"
     return f"{v!r} ({type(v).__name__})"
 
 
@@ -165,11 +165,11 @@ class Builder:
             value = bool(value)
         elif dtype.is_integral:
             if isinstance(value, float) and not value.is_integer():
-                raise DefinitionError(f"{op}: {value!r} is not an integer ({dtype.value})")
+                raise DefinitionError(f"{op}: {value!r} is not an integer ({dtype.label})")
             value = int(value)
             lo, hi = INTEGER_RANGE[dtype]
             if not lo <= value <= hi:
-                raise DefinitionError(f"{op}: {value} does not fit in {dtype.value}")
+                raise DefinitionError(f"{op}: {value} does not fit in {dtype.label}")
         else:
             value = float(value)
         name, serial = self.fusion.next_name("C")
@@ -220,7 +220,7 @@ class Builder:
                     bool(value) if dtype is DataType.Bool else float(value), dtype, op=op
                 )
             if isinstance(value, float) and not math.isfinite(value):
-                raise DefinitionError(f"{op}: cannot convert {value} to {dtype.value}")
+                raise DefinitionError(f"{op}: cannot convert {value} to {dtype.label}")
             return self.constant(int(value), dtype, op=op)
         if isinstance(v, TensorView):
             out: Val = self.new_tensor(dtype, v.axes)

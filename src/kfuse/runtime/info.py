@@ -18,6 +18,7 @@ from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout, framework_of, layout_of
+from kfuse.runtime.autograd_note import note_requires_grad
 from kfuse.runtime.device_arg import check_device_exists, device_index, generated_framework
 
 EMULATOR = "emulator"
@@ -72,6 +73,8 @@ def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: Any = None)
         if isinstance(val, TensorView):
             layout = layout_of(arg, what)
             _check_dtype(val, layout, what)
+            if layout.framework == "torch":
+                note_requires_grad(arg, what)
             layouts[val] = layout
             frameworks.add(layout.framework)
         else:
@@ -151,7 +154,7 @@ def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
         name = ML_DTYPES_NAME[val.dtype]
         hint = f" (NumPy's {name} arrays are ml_dtypes.{name}: x.astype(ml_dtypes.{name}))"
     raise InputError(
-        f"{what} was defined as {val.dtype.value} but the array is {layout.dtype.value}{hint}"
+        f"{what} was defined as {val.dtype.label} but the array is {layout.dtype.label}{hint}"
     )
 
 
@@ -170,7 +173,7 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not ok:
         raise InputError(
-            f"{what} is a scalar input of dtype {val.dtype.value}; got {value!r} "
+            f"{what} is a scalar input of dtype {val.dtype.label}; got {value!r} "
             f"({type(arg).__name__})"
         )
     # Nor wrapped: 2**63 for an Int would have been -2**63 in the kernel.
@@ -178,7 +181,7 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
         lowest, highest = INTEGER_RANGE[val.dtype]
         if not lowest <= value <= highest:
             raise InputError(
-                f"{what} is a scalar input of dtype {val.dtype.value}; {value} is outside its "
+                f"{what} is a scalar input of dtype {val.dtype.label}; {value} is outside its "
                 f"range ({lowest} to {highest})"
             )
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -186,7 +189,7 @@ def _check_scalar(val: Val, arg: Any, what: str) -> None:
             float(value)
         except OverflowError:
             raise InputError(
-                f"{what} is a scalar input of dtype {val.dtype.value}; {value} is too large "
+                f"{what} is a scalar input of dtype {val.dtype.label}; {value} is too large "
                 "for a floating-point value"
             ) from None
 
