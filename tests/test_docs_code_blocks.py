@@ -49,7 +49,18 @@ def python_blocks(text: str) -> list[tuple[int, str, bool]]:
 
 
 def run_blocks(path: Path, on_gpu: bool) -> int:
-    """Runs the file's blocks (the GPU ones only `on_gpu`); returns how many ran."""
+    """Runs the file's blocks (the GPU ones only `on_gpu`); returns how many ran. What an
+    example installs process-wide (kfuse.nvfuser_direct.install() aliases the `nvfuser`
+    modules) is undone after it, so that later tests in the process see a clean one."""
+    from kfuse import nvfuser_direct
+
+    try:
+        return _run_blocks(path, on_gpu)
+    finally:
+        nvfuser_direct.uninstall()
+
+
+def _run_blocks(path: Path, on_gpu: bool) -> int:
     namespace: dict = {"__name__": f"doc:{path.name}"}
     ran = 0
     for line, code, needs_gpu in python_blocks(path.read_text()):

@@ -295,6 +295,15 @@ class PointwiseOps:
     @overload
     def trunc(self, x: Operand, /) -> Val: ...
     @overload
+    def frac(self, x: TensorView, /) -> TensorView:
+        """frac(x): x - trunc(x): the fractional part, with x's sign (NaN for infinities; 0 for
+        integers)."""
+
+    @overload
+    def frac(self, x: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def frac(self, x: Operand, /) -> Val: ...
+    @overload
     def sign(self, x: TensorView, /) -> TensorView:
         """sign(x): -1, 0 or 1 as x is negative, zero (or NaN) or positive, as torch.sign."""
 
@@ -326,6 +335,30 @@ class PointwiseOps:
     def isfinite(self, x: ScalarOperand, /) -> Scalar: ...
     @overload
     def isfinite(self, x: Operand, /) -> Val: ...
+    @overload
+    def isposinf(self, x: TensorView, /) -> TensorView:
+        """isposinf(x): x is +inf."""
+
+    @overload
+    def isposinf(self, x: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def isposinf(self, x: Operand, /) -> Val: ...
+    @overload
+    def isneginf(self, x: TensorView, /) -> TensorView:
+        """isneginf(x): x is -inf."""
+
+    @overload
+    def isneginf(self, x: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def isneginf(self, x: Operand, /) -> Val: ...
+    @overload
+    def isreal(self, x: TensorView, /) -> TensorView:
+        """isreal(x): true: x has no imaginary part (kfuse has no complex dtypes)."""
+
+    @overload
+    def isreal(self, x: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def isreal(self, x: Operand, /) -> Val: ...
     @overload
     def signbit(self, x: TensorView, /) -> TensorView:
         """signbit(x): x's sign bit is set: true for -0.0 and a negative NaN; x < 0 for integers."""
@@ -446,6 +479,17 @@ class PointwiseOps:
     def fmod(self, a: ScalarOperand, b: ScalarOperand, /) -> Scalar: ...
     @overload
     def fmod(self, a: Operand, b: Operand, /) -> Val: ...
+    @overload
+    def mod(self, a: TensorView, b: Operand, /) -> TensorView:
+        """mod(a, b): a % b of integers, as C's %: the remainder with a's sign (a zero divisor
+        gives 0 in a kernel); fd.ops.fmod for floats."""
+
+    @overload
+    def mod(self, a: Operand, b: TensorView, /) -> TensorView: ...
+    @overload
+    def mod(self, a: ScalarOperand, b: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def mod(self, a: Operand, b: Operand, /) -> Val: ...
     @overload
     def remainder(self, a: TensorView, b: Operand, /) -> TensorView:
         """remainder(a, b): Python's %: the remainder with b's sign."""
@@ -665,6 +709,20 @@ class PointwiseOps:
     def clamp(self, x: ScalarOperand, lo: ScalarOperand, hi: ScalarOperand, /) -> Scalar: ...
     @overload
     def clamp(self, x: Operand, lo: Operand, hi: Operand, /) -> Val: ...
+    @overload
+    def threshold(self, x: TensorView, threshold: Operand, value: Operand, /) -> TensorView:
+        """threshold(x, threshold, value): x where x > threshold, else value."""
+
+    @overload
+    def threshold(self, x: Operand, threshold: TensorView, value: Operand, /) -> TensorView: ...
+    @overload
+    def threshold(self, x: Operand, threshold: Operand, value: TensorView, /) -> TensorView: ...
+    @overload
+    def threshold(
+        self, x: ScalarOperand, threshold: ScalarOperand, value: ScalarOperand, /
+    ) -> Scalar: ...
+    @overload
+    def threshold(self, x: Operand, threshold: Operand, value: Operand, /) -> Val: ...
     @overload
     def lerp(self, start: TensorView, end: Operand, weight: Operand, /) -> TensorView:
         """lerp(start, end, weight): start + weight * (end - start)."""
