@@ -56,6 +56,9 @@ class Round:
     shrink_seconds: float = 30.0
     example_timeout: float = 300.0
     check_alone: bool = True
+    # Unix time after which the round starts no new example (the campaign's --budget ends
+    # there); a failure found before it is still shrunk, for up to shrink_seconds.
+    stop_at: float | None = None
 
 
 @dataclass
@@ -222,6 +225,11 @@ def run_round(spec: Round) -> RoundResult:
         phases: dict[str, float] = {}
         with timed(phases, "draw"):
             example = data.draw(examples(space))
+        if not shrinking and spec.stop_at is not None and time.time() >= spec.stop_at:
+            # The budget is spent: the round's remaining calls pass at once, uncounted. They
+            # still draw (cheaply), as Hypothesis calls a test that draws less on the same
+            # choices inconsistent.
+            return
         where = (
             f"round {spec.index} of {spec.examples} examples, after "
             f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
