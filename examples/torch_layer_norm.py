@@ -33,4 +33,5 @@ try:
     torch.testing.assert_close(out, expected.bfloat16())
 except AssertionError as exc:
     sys.exit(f"mismatch: {exc}")
-print(f"layer norm ({fd.last_scheduler()}) on {device}: {tuple(out.shape)} {out.dtype}, matches torch")
+shape = tuple(out.shape)
+print(f"layer norm ({fd.last_scheduler()}) on {device}: {shape} {out.dtype}, matches torch")
