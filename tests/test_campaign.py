@@ -465,7 +465,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     proc, out = _emulator_campaign(
-        tmp_path, 3, budget=40, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        tmp_path, 3, budget=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     in_flight = _workers_in_flight(out, 1)
     assert in_flight, "no worker started an example"
