@@ -193,11 +193,7 @@ def _run_pool(
     running: dict[Future, Round] = {}
     assigned = 0  # examples of rounds in flight
     broken = False
-    # Rounds start no example after the budget ends, so the campaign ends within about one
-    # example of it, not one round (a round of first compiles runs for many seconds).
-    stop_at = None
-    if campaign.budget is not None:
-        stop_at = time.time() + campaign.budget - (time.monotonic() - started)
+    stop_at = _stop_time(campaign, started)
     pool = ProcessPoolExecutor(
         max_workers=campaign.workers,
         mp_context=context,
@@ -242,23 +238,15 @@ def _run_pool(
             if broken or (done and not running):
                 break
             if running and _overran(stop_at, summary):
-                progress.note(
-                    "budget spent: the workers are ended, the examples they were running not "
-                    "counted"
-                )
-                for process in multiprocessing.active_children():
-                    process.terminate()  # each removes its in-flight repro (worker.start)
+                progress.note("budget spent: the workers are ended, their examples uncounted")
+                _end_workers()
                 break
             if done:
-                for future in list(running):
-                    if future.cancel():
-                        spec = running.pop(future)
-                        assigned -= spec.examples
+                assigned -= _cancel_waiting(running)
     except KeyboardInterrupt:
-        # Rounds in flight could run for minutes: the workers end now, each removing its
-        # in-flight repro (kfuse.campaign.worker.start), and the shutdown below joins them.
-        for process in multiprocessing.active_children():
-            process.terminate()
+        # Rounds in flight could run for minutes: the workers end now, and the shutdown
+        # below joins them.
+        _end_workers()
         raise
     finally:
         # On a broken pool this joins the workers the pool ended: afterwards only the dead
@@ -268,6 +256,32 @@ def _run_pool(
     if broken:
         _record_crashes(campaign, summary, progress)
     return next_round, per_round, broken
+
+
+def _cancel_waiting(running: dict[Future, Round]) -> int:
+    """Cancel the rounds no worker has started, taking them out of `running`; returns their
+    examples."""
+    cancelled = 0
+    for future in list(running):
+        if future.cancel():
+            cancelled += running.pop(future).examples
+    return cancelled
+
+
+def _stop_time(campaign: Campaign, started: float) -> float | None:
+    """The Unix time after which rounds start no example: where the budget ends, so that the
+    campaign ends within about one example of it, not one round (a round of first compiles
+    runs for many seconds). None without a budget."""
+    if campaign.budget is None:
+        return None
+    return time.time() + campaign.budget - (time.monotonic() - started)
+
+
+def _end_workers() -> None:
+    """End every worker now; each removes its in-flight repro as it ends
+    (kfuse.campaign.worker.start)."""
+    for process in multiprocessing.active_children():
+        process.terminate()
 
 
 OVERRUN_SECONDS = 1.0

@@ -225,16 +225,9 @@ def run_round(spec: Round) -> RoundResult:
         phases: dict[str, float] = {}
         with timed(phases, "draw"):
             example = data.draw(examples(space))
-        if not shrinking and spec.stop_at is not None and time.time() >= spec.stop_at:
-            # The budget is spent: the round's remaining calls pass at once, uncounted. They
-            # still draw (cheaply), as Hypothesis calls a test that draws less on the same
-            # choices inconsistent.
-            return
-        where = (
-            f"round {spec.index} of {spec.examples} examples, after "
-            f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
-            f"{os.getpid()}"
-        )
+        if not shrinking and _budget_spent(spec):
+            return  # the round's remaining calls pass at once, uncounted
+        where = _where(spec, state)
         with timed(phases, "repro"):
             _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
         faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
@@ -272,6 +265,22 @@ def run_round(spec: Round) -> RoundResult:
     return RoundResult(
         spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
     )
+
+
+def _where(spec: Round, state: dict[str, Any]) -> str:
+    """Where in the campaign an example ran, for its repro script."""
+    return (
+        f"round {spec.index} of {spec.examples} examples, after "
+        f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
+        f"{os.getpid()}"
+    )
+
+
+def _budget_spent(spec: Round) -> bool:
+    """Whether the round's stop time has passed. Checked after an example is drawn, not
+    before: Hypothesis calls a test that draws less on the same choices inconsistent, and a
+    draw is cheap."""
+    return spec.stop_at is not None and time.time() >= spec.stop_at
 
 
 def _fresh_state() -> dict[str, Any]:
