@@ -139,6 +139,55 @@ def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
     assert all(f"{name} {n}" in lines[-2] for name, n in reached.items())
 
 
+@pytest.mark.slow
+def test_a_budget_ends_the_campaign_within_seconds_of_it(tmp_path: Path) -> None:
+    """Workers start no example after the budget and are ended soon after it, even while a
+    first example compiles; the progress lines count towards the budget."""
+    out = tmp_path / "run"
+    done = campaign(
+        *("--device", "emulator", "--budget", "6", "--workers", "2", "--seed", "3"),
+        *("--out", str(out)),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seconds"] <= 6 + 3, done.stdout + done.stderr
+    assert "s of 6 s, " in done.stdout and " s left]" in done.stdout
+    assert not list(out.glob("inflight-*")) and not list(out.glob("crash-*"))
+
+
+def test_a_round_starts_no_example_after_its_stop_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KFUSE_DEVICE", "emulator")
+    ran: list[Example] = []
+    monkeypatch.setattr(worker, "check", lambda example, *_: ran.append(example))
+    space = ExampleSpace(kinds=("pointwise",), framework="torch", device="cpu", max_elements=64)
+    spec = worker.Round(0, 11, 5, space, tmp_path, "kfuse campaign (test)")
+    assert worker.run_round(spec).examples == 5 and len(ran) == 5
+    late = worker.Round(1, 12, 5, space, tmp_path, "test", stop_at=time.time() - 1)
+    result = worker.run_round(late)
+    assert result.examples == 0 and len(ran) == 5 and not result.failures
+
+
+def test_progress_lines_show_the_target_and_what_is_left() -> None:
+    import io
+
+    from kfuse.campaign.progress import Progress
+
+    stream = io.StringIO()
+    timed = Progress(Summary(), stream, budget=20.0)
+    timed.every = 0.0
+    timed.refresh(15.2)
+    assert stream.getvalue().startswith("[15 s of 20 s, 5 s left] 0 examples")
+    stream = io.StringIO()
+    counted = Progress(Summary(), stream, examples=500)
+    counted.every = 0.0
+    counted.refresh(3.0)
+    assert stream.getvalue().startswith("[3 s, 500 of 500 examples left] 0 examples")
+    assert Progress(Summary(), stream, budget=20.0).every == 5.0
+
+
 def _example(fd: FusionDefinition, inputs: list) -> Example:
     return Example("pointwise", fd, inputs, special_values=False, refill_seeds=(1, 2))
 
@@ -416,7 +465,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     proc, out = _emulator_campaign(
-        tmp_path, 3, budget=40, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        tmp_path, 3, budget=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     in_flight = _workers_in_flight(out, 1)
     assert in_flight, "no worker started an example"

@@ -28,6 +28,27 @@ def test_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> None:
     assert "source checkout" in result.stderr
 
 
+def test_bench_without_a_gpu_is_one_line_and_status_2() -> None:
+    """From a checkout, on a machine whose CUDA driver cannot be loaded (forced here with
+    KFUSE_CUDA_LIBRARY, so that the test means the same on a GPU machine)."""
+    import os
+
+    checkout = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KFUSE_CUDA_LIBRARY": "/nonexistent/libcuda.so.1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "kfuse", "bench", "--quick"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "needs an NVIDIA GPU" in result.stderr and "no NVIDIA driver" in result.stderr
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize(
     "args, says",
     [

@@ -28,6 +28,8 @@ from kfuse.runtime.kernel_executor import KernelExecutor
 from kfuse.runtime.rng_state import manual_seed
 from kfuse.schedule import SchedulerType
 
+# The one place kfuse's version is written: the build reads this line (pyproject.toml's
+# regex provider), `kfuse info` and `kfuse --version` print it, CHANGELOG.md has its entry.
 __version__ = "0.1.0"
 
 # The public names, for `from kfuse import *` and for type checkers: under mypy --strict a

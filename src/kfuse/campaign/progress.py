@@ -10,14 +10,28 @@ from kfuse.campaign.property import OUTCOMES
 from kfuse.campaign.summary import Summary
 
 LINE_SECONDS = 15.0
+MIN_LINE_SECONDS = 2.0
+"""A short --budget gets a line every quarter of it, but not more often than this."""
 
 
 class Progress:
     """Shows `summary` as it fills; a context manager around the campaign."""
 
-    def __init__(self, summary: Summary, stream: TextIO) -> None:
+    def __init__(
+        self,
+        summary: Summary,
+        stream: TextIO,
+        *,
+        budget: float | None = None,
+        examples: int | None = None,
+    ) -> None:
         self.summary = summary
         self.stream = stream
+        self.budget = budget  # the target the lines count towards: seconds or examples
+        self.examples = examples
+        self.every = LINE_SECONDS
+        if budget is not None:
+            self.every = min(LINE_SECONDS, max(MIN_LINE_SECONDS, budget / 4))
         self.live: Any = None
         self.elapsed = 0.0
         self._last_line = time.monotonic()
@@ -41,7 +55,7 @@ class Progress:
         self.elapsed = elapsed
         if self.live is not None:
             self.live.update(self._table())
-        elif time.monotonic() - self._last_line >= LINE_SECONDS:
+        elif time.monotonic() - self._last_line >= self.every:
             self._last_line = time.monotonic()
             print(self._line(), file=self.stream, flush=True)
 
@@ -63,12 +77,23 @@ class Progress:
     def _rate(self) -> float:
         return self.summary.examples / self.elapsed if self.elapsed > 0 else 0.0
 
+    def _where(self) -> str:
+        """How far the run is towards its target: time left of a budget, examples left of a
+        count."""
+        if self.budget is not None:
+            left = max(0.0, self.budget - self.elapsed)
+            return f"{self.elapsed:.0f} s of {self.budget:g} s, {left:.0f} s left"
+        if self.examples is not None:
+            left_n = max(0, self.examples - self.summary.examples)
+            return f"{self.elapsed:.0f} s, {left_n} of {self.examples} examples left"
+        return f"{self.elapsed:.0f} s"
+
     def _line(self) -> str:
         s = self.summary
         totals = s.totals()
         gpus = " ".join(f"{g}:{n}" for g, n in sorted(s.by_gpu.items()))
         return (
-            f"[{self.elapsed:5.0f} s] {s.examples} examples ({self._rate():.1f}/s), "
+            f"[{self._where()}] {s.examples} examples ({self._rate():.1f}/s), "
             + ", ".join(f"{totals[o]} {o.replace('_', ' ')}" for o in OUTCOMES)
             + (f", {s.crashes} crashes" if s.crashes else "")
             + f"; by device {gpus}"
@@ -79,8 +104,8 @@ class Progress:
 
         s = self.summary
         table = Table(
-            title=f"kfuse campaign: {s.examples} examples in {self.elapsed:.0f} s "
-            f"({self._rate():.1f}/s)" + (f", {s.crashes} worker crashes" if s.crashes else "")
+            title=f"kfuse campaign: {s.examples} examples ({self._rate():.1f}/s) "
+            f"[{self._where()}]" + (f", {s.crashes} worker crashes" if s.crashes else "")
         )
         table.add_column("kind")
         for o in OUTCOMES:

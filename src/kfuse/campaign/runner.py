@@ -59,8 +59,8 @@ class Campaign:
         of campaigns with different seeds, draw different examples."""
         return random.Random(f"{self.seed}:{self.shard[0]}/{self.shard[1]}:{index}").getrandbits(64)
 
-    def round(self, index: int, examples: int) -> Round:
-        """Round `index`, of `examples` examples."""
+    def round(self, index: int, examples: int, stop_at: float | None = None) -> Round:
+        """Round `index`, of `examples` examples, starting none after Unix time `stop_at`."""
         return Round(
             index,
             self.round_seed(index),
@@ -70,6 +70,7 @@ class Campaign:
             self.command,
             self.shrink_seconds,
             self.example_timeout,
+            stop_at=stop_at,
         )
 
     def environment(self) -> dict[str, str]:
@@ -103,7 +104,7 @@ def run(campaign: Campaign) -> Summary:
         # machine from shards that ran at the same time.
         started=round(time.time(), 1),
     )
-    progress = Progress(summary, sys.stdout)
+    progress = Progress(summary, sys.stdout, budget=campaign.budget, examples=campaign.examples)
     context = multiprocessing.get_context("spawn")
     started = time.monotonic()
     next_round = 0
@@ -192,6 +193,7 @@ def _run_pool(
     running: dict[Future, Round] = {}
     assigned = 0  # examples of rounds in flight
     broken = False
+    stop_at = _stop_time(campaign, started)
     pool = ProcessPoolExecutor(
         max_workers=campaign.workers,
         mp_context=context,
@@ -207,7 +209,7 @@ def _run_pool(
                     want = min(want, campaign.examples - summary.examples - assigned)
                     if want <= 0:
                         break
-                spec = campaign.round(next_round, want)
+                spec = campaign.round(next_round, want, stop_at)
                 next_round += 1
                 try:
                     running[pool.submit(run_round, spec)] = spec
@@ -235,16 +237,16 @@ def _run_pool(
             progress.refresh(time.monotonic() - started)
             if broken or (done and not running):
                 break
+            if running and _overran(stop_at, summary):
+                progress.note("budget spent: the workers are ended, their examples uncounted")
+                _end_workers()
+                break
             if done:
-                for future in list(running):
-                    if future.cancel():
-                        spec = running.pop(future)
-                        assigned -= spec.examples
+                assigned -= _cancel_waiting(running)
     except KeyboardInterrupt:
-        # Rounds in flight could run for minutes: the workers end now, each removing its
-        # in-flight repro (kfuse.campaign.worker.start), and the shutdown below joins them.
-        for process in multiprocessing.active_children():
-            process.terminate()
+        # Rounds in flight could run for minutes: the workers end now, and the shutdown
+        # below joins them.
+        _end_workers()
         raise
     finally:
         # On a broken pool this joins the workers the pool ended: afterwards only the dead
@@ -254,6 +256,47 @@ def _run_pool(
     if broken:
         _record_crashes(campaign, summary, progress)
     return next_round, per_round, broken
+
+
+def _cancel_waiting(running: dict[Future, Round]) -> int:
+    """Cancel the rounds no worker has started, taking them out of `running`; returns their
+    examples."""
+    cancelled = 0
+    for future in list(running):
+        if future.cancel():
+            cancelled += running.pop(future).examples
+    return cancelled
+
+
+def _stop_time(campaign: Campaign, started: float) -> float | None:
+    """The Unix time after which rounds start no example: where the budget ends, so that the
+    campaign ends within about one example of it, not one round (a round of first compiles
+    runs for many seconds). None without a budget."""
+    if campaign.budget is None:
+        return None
+    return time.time() + campaign.budget - (time.monotonic() - started)
+
+
+def _end_workers() -> None:
+    """End every worker now; each removes its in-flight repro as it ends
+    (kfuse.campaign.worker.start)."""
+    for process in multiprocessing.active_children():
+        process.terminate()
+
+
+OVERRUN_SECONDS = 1.0
+"""How long examples still running when the budget ends may go on before their workers are
+ended (a worker's first example on the emulator compiles for many seconds)."""
+
+
+def _overran(stop_at: float | None, summary: Summary) -> bool:
+    """Whether the budget ended more than OVERRUN_SECONDS ago and no worker is shrinking a
+    failure (a failing example counted whose record has not come yet): a failure found in
+    time is always shrunk and written, for up to --shrink-seconds."""
+    if stop_at is None or time.time() < stop_at + OVERRUN_SECONDS:
+        return False
+    records = len(summary.failures) - summary.crashes
+    return summary.examples - summary.passed <= records
 
 
 def _drain(messages: Any, summary: Summary, progress: Progress, elapsed: float) -> None:

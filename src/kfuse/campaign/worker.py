@@ -56,6 +56,9 @@ class Round:
     shrink_seconds: float = 30.0
     example_timeout: float = 300.0
     check_alone: bool = True
+    # Unix time after which the round starts no new example (the campaign's --budget ends
+    # there); a failure found before it is still shrunk, for up to shrink_seconds.
+    stop_at: float | None = None
 
 
 @dataclass
@@ -222,11 +225,9 @@ def run_round(spec: Round) -> RoundResult:
         phases: dict[str, float] = {}
         with timed(phases, "draw"):
             example = data.draw(examples(space))
-        where = (
-            f"round {spec.index} of {spec.examples} examples, after "
-            f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
-            f"{os.getpid()}"
-        )
+        if not shrinking and _budget_spent(spec):
+            return  # the round's remaining calls pass at once, uncounted
+        where = _where(spec, state)
         with timed(phases, "repro"):
             _write_repro(spec, inflight, example, "crash", IN_FLIGHT, where)
         faulthandler.dump_traceback_later(spec.example_timeout, exit=True, file=log)
@@ -264,6 +265,22 @@ def run_round(spec: Round) -> RoundResult:
     return RoundResult(
         spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
     )
+
+
+def _where(spec: Round, state: dict[str, Any]) -> str:
+    """Where in the campaign an example ran, for its repro script."""
+    return (
+        f"round {spec.index} of {spec.examples} examples, after "
+        f"{_EXAMPLES_BEFORE + state['examples']} earlier examples in worker process "
+        f"{os.getpid()}"
+    )
+
+
+def _budget_spent(spec: Round) -> bool:
+    """Whether the round's stop time has passed. Checked after an example is drawn, not
+    before: Hypothesis calls a test that draws less on the same choices inconsistent, and a
+    draw is cheap."""
+    return spec.stop_at is not None and time.time() >= spec.stop_at
 
 
 def _fresh_state() -> dict[str, Any]:

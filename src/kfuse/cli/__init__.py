@@ -51,6 +51,16 @@ def _bench(argv: Sequence[str]) -> int:
             "bench: run it from a kfuse source checkout (benchmarks/run.py was not "
             f"found under {Path.cwd()})"
         )
+    if not any(a in ("-h", "--help") for a in argv):
+        from kfuse.cli import bench
+
+        lacking = bench.missing()
+        if lacking is not None:
+            # Not a usage error, but the same contract: one line, status 2, no traceback.
+            raise UsageError(
+                f"bench needs an NVIDIA GPU and torch with CUDA: {lacking}; "
+                "`kfuse demo` runs a fusion on the host emulator"
+            )
     sys.argv = [str(script), *argv]
     runpy.run_path(str(script), run_name="__main__")
     return 0

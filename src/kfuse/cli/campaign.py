@@ -49,7 +49,9 @@ def _parser() -> Parser:
         "--budget",
         type=float,
         metavar="SECONDS",
-        help="run this long (default 60 unless --examples is given)",
+        help="run this long (default 60 unless --examples is given): no example starts "
+        "after it, and one still running a second later is ended uncounted (a failure "
+        "found in time is still shrunk, for up to --shrink-seconds)",
     )
     limit.add_argument("--examples", type=int, metavar="N", help="run this many examples")
     p.add_argument(
