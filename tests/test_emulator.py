@@ -523,3 +523,32 @@ def test_min_and_max_of_two_variables_of_one_type():
     np.testing.assert_array_equal(out[4:8], np.maximum(x[:4], x[4:]))
     np.testing.assert_array_equal(out[8:12], (np.minimum(big, x[:4]) - big).astype(np.int32))
     np.testing.assert_array_equal(out[12:], np.maximum(f, 2.5).astype(np.int32))
+
+
+DIVIDE = r"""
+extern "C" __global__ void divide(const int* a, const int* b, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] / b[i];
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("numerator", "denominator"), [(7, 0), (-(2**31), -1)], ids=["by-zero", "least-by-minus-one"]
+)
+def test_an_integer_fault_in_a_kernel_is_an_error_not_the_end_of_the_process(
+    numerator: int, denominator: int
+) -> None:
+    """x86 raises SIGFPE on an integer division by zero (and on the least int32 over -1), whose
+    default action would end the user's process (a kfuse kernel bug once did that to a
+    campaign); the launch traps it, fails naming the thread, and the next launch runs."""
+    k = EmulatedKernel(DIVIDE, "divide")
+    n = 64
+    a, b, out = np.full(n, 6, np.int32), np.full(n, 3, np.int32), np.zeros(n, np.int32)
+    a[37], b[37] = numerator, denominator
+    err = _launch_with_timeout(k, 2, 32, 0, [a, b, out, n])
+    assert isinstance(err, EmulatorError)
+    assert "integer division by zero" in str(err) and "thread (5,0,0) of block (1,0,0)" in str(err)
+    b[37] = 1
+    assert _launch_with_timeout(k, 2, 32, 0, [a, b, out, n]) is None
+    assert out[0] == 2 and out[37] == numerator

@@ -596,6 +596,35 @@ static void watchdog_stop(Watchdog* w, const struct sigaction* old) {
     pthread_cond_destroy(&w->cv);
 }
 
+// ---- integer faults: a kernel dividing an integer by zero (or INT_MIN by -1) ------------------
+// A GPU gives some value and goes on; the host CPU raises SIGFPE, whose default action ends the
+// user's whole process. While a kernel runs, the launching thread traps it and jumps out of the
+// kernel (as the watchdog does), and the launch fails with a message naming the thread.
+static sigjmp_buf fault_jump;
+static volatile sig_atomic_t fault_armed;
+
+static void fault_handler(int sig) {
+    if (fault_armed) {
+        fault_armed = 0;
+        siglongjmp(fault_jump, 1);
+    }
+    signal(sig, SIG_DFL);  // not ours (another thread, or outside a kernel): as before
+    raise(sig);
+}
+
+static void fault_trap_start(struct sigaction* old) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = &fault_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGFPE, &sa, old);
+}
+
+static void fault_trap_stop(const struct sigaction* old) {
+    fault_armed = 0;
+    sigaction(SIGFPE, old, nullptr);
+}
+
 static pthread_mutex_t launch_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 struct LaunchRequest {
@@ -694,10 +723,20 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
         }
     }
     Watchdog dog;
-    struct sigaction old_action;
+    struct sigaction old_action, old_fpe;
     bool watched = !g.failed && r.watchdog_seconds > 0 &&
                    watchdog_start(&dog, r.watchdog_seconds, &old_action);
-    if (watched && sigsetjmp(watchdog_jump, 1) != 0) {
+    fault_trap_start(&old_fpe);
+    if (sigsetjmp(fault_jump, 1) != 0) {
+        watchdog_armed = 0;
+        g.failed = 1;
+        snprintf(g.err, g.errlen,
+                 "thread (%u,%u,%u) of block (%u,%u,%u): integer division by zero (or of the "
+                 "least integer by -1) in the kernel (SIGFPE on the host; a GPU would have gone "
+                 "on with an undefined value)",
+                 threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);
+    } else if (watched && sigsetjmp(watchdog_jump, 1) != 0) {
+        fault_armed = 0;
         g.failed = 1;
         snprintf(g.err, g.errlen,
                  "thread (%u,%u,%u) of block (%u,%u,%u): kernel spins waiting for another block "
@@ -708,6 +747,7 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
                  r.watchdog_seconds);
     } else {
         watchdog_armed = watched;
+        fault_armed = 1;
         for (unsigned z = 0; z < gridDim.z && !g.failed; ++z)
             for (unsigned y = 0; y < gridDim.y && !g.failed; ++y)
                 for (unsigned x = 0; x < gridDim.x && !g.failed; x += clustered) {
@@ -725,6 +765,7 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
                         run_block_sequential();
                 }
     }
+    fault_trap_stop(&old_fpe);
     if (watched) watchdog_stop(&dog, &old_action);
     *r.bad_ptr = g.bad_ptr;
     if (stacks) munmap(stacks, stride * g.nthreads * clustered);
