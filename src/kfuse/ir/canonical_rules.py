@@ -39,7 +39,9 @@ cheaper form differs on some special value, the rule guards it or does not apply
 * an output f(reshape(v)) -> reshape(f(v)) for an element-wise op f of one tensor operand
   and a computed v: the output is then a reshape, a view of the output's allocation (the
   cast to bf16 after Hugging Face attention backward's reshape to [batch, heads, s, s] made
-  that reshape a copy of its own).
+  that reshape a copy of its own);
+* a gather of element-wise ops or of a pad reads what they act on
+  (kfuse.ir.canonical_gather).
 
 Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
 in Python, whose math.sqrt raises where C's returns NaN.
@@ -52,12 +54,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfuse.dtypes import DataType
+from kfuse.ir.canonical_gather import gather_of_computed
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
     CatOp,
     Expr,
+    GatherOp,
     PermuteOp,
     ReshapeOp,
     SegmentSetOp,
@@ -117,6 +121,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return _reshape_of_elementwise(ctx, expr, inputs)
     if isinstance(expr, SliceOp):
         return _slice_of_elementwise(ctx, expr, inputs)
+    if isinstance(expr, GatherOp):
+        return gather_of_computed(ctx, expr, inputs)
     if isinstance(expr, _ELEMENTWISE) and is_output:
         return _output_of_reshape(ctx, expr, inputs)
     return None
