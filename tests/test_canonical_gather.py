@@ -10,7 +10,7 @@ import numpy as np
 from kfuse.dtypes import DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.canonicalize import canonical_fusion
-from kfuse.ir.exprs import CastOp, GatherOp, PadOp, UnaryOp
+from kfuse.ir.exprs import CastOp, GatherOp, PadOp, ReshapeOp, SqueezeOp, UnaryOp
 from kfuse.reference import evaluate
 from kfuse.schedule.types import SchedulerType
 from kfuse.testing import assert_outputs_close
@@ -104,9 +104,11 @@ def _cross_entropy_forward() -> FusionDefinition:
     return fd
 
 
-def test_cross_entropy_forward_gathers_the_half_logits() -> None:
-    """The library segment (the gather) reads the logits as they are: no segment casts the
-    whole logits to float32 as a framework call; the loss is the definition's."""
+def test_cross_entropy_forward_gathers_the_half_logits_in_a_kernel() -> None:
+    """The gather reads the logits as they are, and with the [rows, 1] -> [rows] reshape a
+    squeeze, a pointwise kernel's indexed read takes it: no library segment (a framework call
+    on every execute, which keeps the region off the host fast path), no cast of the whole
+    logits; the loss is the definition's."""
     fd = _cross_entropy_forward()
     rng = np.random.default_rng(5)
     logits = rng.standard_normal((8, 96)).astype(np.float16)
@@ -114,12 +116,29 @@ def test_cross_entropy_forward_gathers_the_half_logits() -> None:
     target[::3] = -100
     inputs = [logits, target]
     segments = fd.segments(inputs)
-    library = [s for s in segments if s.scheduler is SchedulerType.expr_eval]
-    assert len(library) == 1 and library[0].fusion is not None
-    lib = library[0].fusion
-    (gather,) = [e for e in lib.exprs if isinstance(e, GatherOp)]
-    assert gather.inputs[0] in lib.inputs and gather.inputs[0].dtype is DataType.Half
-    assert not any(isinstance(e, CastOp) and e.inputs[0] in lib.inputs for e in lib.exprs)
+    assert SchedulerType.expr_eval not in [s.scheduler for s in segments]
+    (gathering,) = [s for s in segments if any("GatherOp" in e for e in s.exprs)]
+    assert gathering.scheduler is SchedulerType.pointwise and gathering.fusion is not None
+    (gather,) = [e for e in gathering.fusion.exprs if isinstance(e, GatherOp)]
+    assert gather.inputs[0] in gathering.fusion.inputs
+    assert gather.inputs[0].dtype is DataType.Half
+    assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
+
+
+def test_reshape_of_a_column_to_a_vector_is_a_squeeze() -> None:
+    """reshape([rows, 1] -> [rows]) of a computed value inside a fusion is a squeeze."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 1], dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        rows = fd.ops.size(x, dim=0)
+        flat = fd.ops.reshape(fd.ops.exp(x), new_shape=[rows])
+        fd.add_output(fd.ops.add(flat, y))
+    form = canonical_fusion(fd.fusion)
+    assert not any(isinstance(e, ReshapeOp) for e in form.exprs)
+    assert any(isinstance(e, SqueezeOp) for e in form.exprs)
+    inputs = [np.array([[0.5], [-np.inf], [np.nan]], np.float32), np.ones(3, np.float32)]
+    (segment,) = fd.segments(inputs)
+    assert segment.scheduler is SchedulerType.pointwise
     assert_outputs_close(fd, fd.execute(inputs), evaluate(fd.fusion, inputs), inputs)
 
 
