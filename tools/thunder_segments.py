@@ -188,7 +188,7 @@ def _segment_rows(partition: Any) -> list[SegmentRow]:
         seg_partition = stage_partition(plan.fusion, info, None, segment=False)
         row = SegmentRow(
             plan.scheduler.value,
-            _tensor_bytes(plan.inputs, extents),
+            _kernel_reads(plan.fusion, step.all_extents(extents)),
             _tensor_bytes(plan.outputs, extents),
             [v.name for v in plan.inputs],
             [v.name for v in plan.outputs],
@@ -201,6 +201,23 @@ def _segment_rows(partition: Any) -> list[SegmentRow]:
         for v in plan.outputs:
             env[id(v)] = torch.empty(extents[v], dtype=to_torch_dtype(v.dtype), device=device)
     return rows
+
+
+def _kernel_reads(fusion: Any, extents: dict[Any, Any]) -> int:
+    """Bytes a kernel segment reads: each tensor input once, but one that only gathers read
+    (an indexed read) only the elements they return."""
+    from kfuse.ir.values import TensorView
+
+    total = 0
+    for v in fusion.inputs:
+        if not isinstance(v, TensorView):
+            continue
+        uses = [(e, k) for e in fusion.exprs for k, u in enumerate(e.inputs) if u is v]
+        if uses and all(type(e).__name__ in INDEXED and k == 0 for e, k in uses):
+            total += sum(nbytes(extents[e.outputs[0]], e.outputs[0].dtype) for e, _ in uses)
+        else:
+            total += nbytes(extents[v], v.dtype)
+    return total
 
 
 VIEWS = ("ReshapeOp", "SqueezeOp", "BroadcastOp", "ExpandOp", "PermuteOp", "SliceOp")
