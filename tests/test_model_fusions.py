@@ -21,7 +21,16 @@ torch = pytest.importorskip("torch")
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from models import chart, dropout_rng, measure, pointwise, registry, table  # noqa: E402
+from models import (  # noqa: E402
+    chart,
+    dropout_rng,
+    measure,
+    pointwise,
+    registry,
+    resize,
+    table,
+    thunder_regions,
+)
 from models.case import DTYPES, bytes_moved, first_call  # noqa: E402
 from models.run import load_suite, plan, progress  # noqa: E402
 
@@ -90,7 +99,7 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
 
 
 ONE_KERNEL_CASES = [
-    *registry.PROBE_CASES,
+    *resize.PROBE_CASES,
     *(CASES[name] for name in ("embedding_fwd", "adam_step", "causal_softmax_fwd")),
 ]
 
@@ -125,6 +134,28 @@ def test_single_kernel_cases_match_the_reference(case) -> None:
         assert program.in_place == tuple(
             (k, position) for k, position in enumerate(case.updates)
         ), "every update stored by the kernel itself"
+
+
+@pytest.mark.parametrize("case", thunder_regions.PROBE_CASES, ids=lambda c: c.name)
+def test_thunder_loss_regions_are_generated_kernels_alone(case) -> None:
+    """The loss regions Thunder hands kfuse (probe cases) are right on the emulator, the
+    torch peer's too, and run as generated kernels alone in one program (no library
+    segment: a framework call on every execute keeps a region off the host fast path, and
+    made the whole fp32 logits or a padded copy of them to read one element a row)."""
+    from kfuse.engine.program import SegmentKernelsProgram
+
+    assert registry.case_and_shape(case.name)[0] is case
+    inputs = _inputs(case, case.dtypes[0], case.test_size, "cpu")
+    references = case.reference(*inputs)
+    fd, _ = measure.definition(case, case.dtypes[0])
+    _, outputs = first_call(case, fd.execute, inputs, as_list=True)
+    _check("kfuse", list(outputs), references)
+    _, expected = first_call(case, case.torch_fn, inputs)
+    _check("torch", list(expected), references)
+    assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
+        (o.dtype, tuple(o.shape)) for o in expected
+    ]
+    assert isinstance(fd.last_program(), SegmentKernelsProgram)
 
 
 RANDOM_CASES = [*dropout_rng.NORM_CASES, *dropout_rng.ATTENTION_CASES]

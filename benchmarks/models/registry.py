@@ -16,6 +16,7 @@ from models import (
     resize,
     rope,
     softmax,
+    thunder_regions,
     transpose,
 )
 from models.case import Case
@@ -37,9 +38,10 @@ CASES: list[Case] = [
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
-PROBE_CASES: list[Case] = [*resize.PROBE_CASES]
+PROBE_CASES: list[Case] = [*resize.PROBE_CASES, *thunder_regions.PROBE_CASES]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
-the suite until they have been measured on a GPU: slices and cats around RoPE."""
+the suite until they have been measured on a GPU: slices and cats around RoPE, and the loss
+regions Thunder hands kfuse."""
 
 
 def select(pattern: str) -> list[Case]:

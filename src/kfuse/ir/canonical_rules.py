@@ -39,7 +39,14 @@ cheaper form differs on some special value, the rule guards it or does not apply
 * an output f(reshape(v)) -> reshape(f(v)) for an element-wise op f of one tensor operand
   and a computed v: the output is then a reshape, a view of the output's allocation (the
   cast to bf16 after Hugging Face attention backward's reshape to [batch, heads, s, s] made
-  that reshape a copy of its own).
+  that reshape a copy of its own);
+* reshape(v) to rank 1, not an output, where every axis of v but one has size 1 (a
+  broadcast axis, not expanded, or an axis defined of size 1) -> squeeze(v) of those
+  axes: the element count fixes the one axis left, and a squeeze is what the kernels
+  generate where a reshape is a segment of its own (Thunder's cross entropy reshapes the
+  [rows, 1] gathered logits to [rows]);
+* a gather of element-wise ops or of a pad reads what they act on
+  (kfuse.ir.canonical_gather).
 
 Only exprs producing TensorViews are rewritten: scalar arithmetic is evaluated on the host
 in Python, whose math.sqrt raises where C's returns NaN.
@@ -52,17 +59,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfuse.dtypes import DataType
+from kfuse.ir.canonical_gather import gather_of_computed
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
     CatOp,
     Expr,
+    GatherOp,
     PermuteOp,
     ReshapeOp,
     SegmentSetOp,
     SizeOp,
     SliceOp,
+    SqueezeOp,
     StrideOrderOp,
     TernaryOp,
     UnaryOp,
@@ -114,9 +124,14 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         if done is not None:
             return done
     if isinstance(expr, ReshapeOp) and not is_output:
+        squeezed = _reshape_as_squeeze(ctx, expr, inputs)
+        if squeezed is not None:
+            return squeezed
         return _reshape_of_elementwise(ctx, expr, inputs)
     if isinstance(expr, SliceOp):
         return _slice_of_elementwise(ctx, expr, inputs)
+    if isinstance(expr, GatherOp):
+        return gather_of_computed(ctx, expr, inputs)
     if isinstance(expr, _ELEMENTWISE) and is_output:
         return _output_of_reshape(ctx, expr, inputs)
     return None
@@ -271,6 +286,23 @@ def _reshape_of_elementwise(
         like = expr.outputs if k == len(exprs) - 1 else [ctx.new_val(e.outputs[0].dtype, out.axes)]
         (reshaped[id(e.outputs[0])],) = ctx.emit(type(e), operands, e.attributes(), like)
     return (reshaped[id(inputs[0])],)
+
+
+def _reshape_as_squeeze(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    from kfuse.ir.builder import is_expanded_axis
+
+    value, out = inputs[0], expr.outputs[0]
+    assert isinstance(value, TensorView) and isinstance(out, TensorView)
+    if out.ndim != 1 or value.ndim < 2:
+        return None
+    ones = [
+        d
+        for d, ax in enumerate(value.axes)
+        if ax.is_broadcast or (ax.extent == 1 and not is_expanded_axis(value, d))
+    ]
+    if len(ones) != value.ndim - 1:
+        return None
+    return ctx.emit(SqueezeOp, (value,), {"dims": tuple(ones), "expanded": ()}, expr.outputs)
 
 
 def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:

@@ -138,13 +138,22 @@ class PointwiseScheduler:
                     f"outputs have different shapes ({out.name} is "
                     f"{info.shape(out)}, {plan.reference.name} is {ref_shape})"
                 )
+        read = {id(v) for e in fusion.exprs for v in e.inputs}
         for select in plan.domain.cats.values():
             cat = select.expr
-            if len({info.shape(cast(TensorView, p))[cat.dim] for p in cat.inputs}) == 1:
+            joined = cat.outputs[0]
+            if (
+                len({info.shape(cast(TensorView, p))[cat.dim] for p in cat.inputs}) == 1
+                and joined in fusion.outputs
+                and id(joined) not in read
+            ):
                 # Those are written part by part into their windows (boundary_views), each
                 # a kernel output stored in vectors, where this kernel would select per element.
+                # A cat that other ops read (RoPE's rotated halves times sin) has no windows
+                # to be written into: this kernel computes it, or a library call would make it.
                 raise Rejection(
-                    f"cat {cat.outputs[0].name}: its parts are of one size along its axis"
+                    f"cat {joined.name}: its parts are of one size along its axis, and it is an "
+                    "output that nothing else reads (written part by part into its windows)"
                 )
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
