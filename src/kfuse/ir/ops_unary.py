@@ -184,6 +184,26 @@ def _rounding(name: str, doc: str, fn: Any, numpy: str = "") -> OpInfo:
     )
 
 
+def _frac_row() -> OpInfo:
+    # nvFuser's frac is x - trunc(x), exact in every floating dtype: x and trunc(x) share
+    # their leading bits.
+    return OpInfo(
+        "frac",
+        1,
+        "arith",
+        "same",
+        "x - trunc(x): the fractional part, with x's sign (NaN for infinities; 0 for integers)",
+        _frac,
+        accepts_bool=False,
+        cuda="({0} - kf::trunc({0}))",
+        cuda_int="(({T})0)",
+        precision="exact",
+        discontinuous=True,
+        bound="unit",
+        reference=lambda be, a: a - be.xp.trunc(a),
+    )
+
+
 def _arith() -> list[OpInfo]:
     return [
         # nvFuser's set (a LoadStoreOp): the operand copied into a value of its own, which
@@ -240,22 +260,7 @@ def _arith() -> list[OpInfo]:
         _rounding("ceil", "round toward +inf", math.ceil),
         _rounding("round", "round half to even", round, numpy="rint"),
         _rounding("trunc", "round toward zero", math.trunc),
-        OpInfo(
-            "frac",
-            1,
-            "arith",
-            "same",
-            "x - trunc(x): the fractional part, with x's sign (NaN for infinities; 0 for integers)",
-            _frac,
-            accepts_bool=False,
-            # Exact in every floating dtype: x and trunc(x) share their leading bits.
-            cuda="({0} - kf::trunc({0}))",
-            cuda_int="(({T})0)",
-            precision="exact",
-            discontinuous=True,
-            bound="unit",
-            reference=lambda be, a: a - be.xp.trunc(a),
-        ),
+        _frac_row(),
         OpInfo(
             "sign",
             1,
@@ -268,6 +273,40 @@ def _arith() -> list[OpInfo]:
             discontinuous=True,
             bound="unit",
             reference=_sign_array,
+        ),
+    ]
+
+
+def _infinity_and_real_tests(test: Any) -> list[OpInfo]:
+    """nvFuser's isposinf, isneginf and isreal (`test` makes a compare row, as in _compare)."""
+    return [
+        test(
+            "isposinf",
+            "x is +inf",
+            lambda a: isinstance(a, float) and a == math.inf,
+            "false",
+            cuda="(kf::isinf({0}) && !signbit({0}))",
+            cuda_int="false",
+            numpy="isposinf",
+        ),
+        test(
+            "isneginf",
+            "x is -inf",
+            lambda a: isinstance(a, float) and a == -math.inf,
+            "false",
+            cuda="(kf::isinf({0}) && signbit({0}))",
+            cuda_int="false",
+            numpy="isneginf",
+        ),
+        # Every dtype kfuse has is real (nvFuser's isreal is false only for complex ones).
+        test(
+            "isreal",
+            "true: x has no imaginary part (kfuse has no complex dtypes)",
+            lambda a: True,
+            "true",
+            cuda="true",
+            cuda_int="true",
+            reference=lambda be, a: (a == a) | (a != a),
         ),
     ]
 
@@ -299,34 +338,7 @@ def _compare() -> list[OpInfo]:
             lambda a: not isinstance(a, float) or math.isfinite(a),
             "true",
         ),
-        test(
-            "isposinf",
-            "x is +inf",
-            lambda a: isinstance(a, float) and a == math.inf,
-            "false",
-            cuda="(kf::isinf({0}) && !signbit({0}))",
-            cuda_int="false",
-            numpy="isposinf",
-        ),
-        test(
-            "isneginf",
-            "x is -inf",
-            lambda a: isinstance(a, float) and a == -math.inf,
-            "false",
-            cuda="(kf::isinf({0}) && signbit({0}))",
-            cuda_int="false",
-            numpy="isneginf",
-        ),
-        # Every dtype kfuse has is real (nvFuser's isreal is false only for complex ones).
-        test(
-            "isreal",
-            "true: x has no imaginary part (kfuse has no complex dtypes)",
-            lambda a: True,
-            "true",
-            cuda="true",
-            cuda_int="true",
-            reference=lambda be, a: (a == a) | (a != a),
-        ),
+        *_infinity_and_real_tests(test),
         test(
             "signbit",
             "x's sign bit is set: true for -0.0 and a negative NaN; x < 0 for integers",
