@@ -1742,3 +1742,131 @@ def test_softmax_logsumexp() -> None:
     torch.testing.assert_close(
         run(build, [q, k, v])[0], torch.full((batch, heads, queries), math.log(keys) + size**0.5)
     )
+
+
+# ---- test_repro.py, more ----
+
+
+def test_issue1277() -> None:
+    # Rotary embeddings of queries and keys (the keys transposed), each with its cos and sin
+    # tables as expanded views: the first 4 channels rotate, the other 12 pass through.
+    def table() -> torch.Tensor:
+        return torch.randn(20).as_strided((5, 4, 5, 4), (0, 0, 4, 1))
+
+    q_cos, q_sin, k_cos, k_sin = table(), table(), table(), table()
+    queries, keys_t = torch.randn(5, 4, 5, 16), torch.randn(5, 4, 16, 5)
+    q_scale, k_scale = 0.5, 0.5
+    strided = [None, None, True, True]
+    zero = 0.0
+
+    def rotate(fd: FusionDefinition, x: Any, cos: Any, sin: Any) -> Any:
+        head = fd.ops.slice(x, start_indices=[0, 0, 0, 0], end_indices=[5, 4, 5, 4])
+        tail = fd.ops.slice(x, start_indices=[0, 0, 0, 4], end_indices=[5, 4, 5, 16])
+        by_sin = fd.ops.mul(fd.ops.mul(fd.define_scalar(1.0), head), sin)
+        by_cos = fd.ops.mul(fd.ops.mul(fd.define_scalar(1.0), head), cos)
+        first, second = (
+            fd.ops.slice(by_sin, start_indices=[0, 0, 0, lo], end_indices=[5, 4, 5, lo + 2])
+            for lo in (0, 2)
+        )
+        widths = [0, 0, 0, 0, 0, 0]
+        mixed = fd.ops.add(
+            fd.ops.add(by_cos, fd.ops.pad(fd.ops.neg(first), [2, 0, *widths], zero)),
+            fd.ops.pad(second, [0, 2, *widths], zero),
+        )
+        return fd.ops.add(
+            fd.ops.pad(tail, [4, 0, *widths], zero), fd.ops.pad(mixed, [0, 12, *widths], zero)
+        )
+
+    def build(fd: FusionDefinition) -> None:
+        s_q, s_k = fd.define_scalar(None, dtype=DataType.Double), fd.define_scalar(
+            None, dtype=DataType.Double
+        )
+        tables = [fd.define_tensor(shape=[-1] * 4, contiguity=strided) for _ in range(4)]
+        t_q, t_k = (fd.define_tensor(shape=[-1] * 4, contiguity=True) for _ in range(2))
+        keys = fd.ops.permute(fd.ops.mul(t_k, s_k), dims=[0, 1, 3, 2])
+        fd.add_output(rotate(fd, keys, tables[2], tables[3]))
+        fd.add_output(rotate(fd, fd.ops.mul(t_q, s_q), tables[0], tables[1]))
+
+    def expected(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        head, tail = x[..., :4], x[..., 4:]
+        by_sin, blank = head * sin, torch.zeros_like(head[..., :2])
+        shifted = torch.cat([blank, -by_sin[..., :2]], -1) + torch.cat([by_sin[..., 2:], blank], -1)
+        return torch.cat([head * cos + shifted, tail], -1)
+
+    rotated_keys, rotated_queries = run(
+        build, [q_scale, k_scale, q_cos, q_sin, k_cos, k_sin, queries, keys_t]
+    )
+    torch.testing.assert_close(rotated_queries, expected(queries * q_scale, q_cos, q_sin))
+    torch.testing.assert_close(
+        rotated_keys, expected((keys_t * k_scale).transpose(2, 3), k_cos, k_sin)
+    )
+
+
+def test_issue1953() -> None:
+    # Interleaved rotary embeddings of two [B, H, S, D] inputs laid out as [B, S, H, D]: each
+    # pair of channels (even, odd) is rotated by tables of shape [S, D / 2] that are expanded
+    # over B and H. nvFuser's [128, 256, 6, 24, 2] at [2, 4, 3, 2, 2]; the ten Int inputs
+    # are unused.
+    b, s, h, half = 2, 4, 3, 2
+
+    def table() -> torch.Tensor:
+        return torch.randn(s * half).as_strided((b, s, h, half), (0, half, 0, 1))
+
+    def heads_first() -> torch.Tensor:
+        return torch.randn(b, s, h, 2 * half).bfloat16().permute(0, 2, 1, 3)
+
+    table_a, table_b = table(), table()
+    queries, keys = heads_first(), heads_first()
+    sizes = [b, s, h, half, 2]
+
+    def build(fd: FusionDefinition) -> None:
+        for _ in range(10):
+            fd.define_scalar(None, dtype=DataType.Int)
+        t_a, t_b = (
+            fd.define_tensor(shape=[-1] * 4, contiguity=[None, True, None, True])
+            for _ in range(2)
+        )
+        t_k, t_q = (
+            fd.define_tensor(
+                shape=[-1] * 4, contiguity=True, dtype=DataType.BFloat16, stride_order=[3, 1, 2, 0]
+            )
+            for _ in range(2)
+        )
+        for x in (t_q, t_k):
+            pairs = fd.ops.reshape(
+                fd.ops.permute(fd.ops.cast(x, dtype=DataType.Float), dims=[0, 2, 1, 3]),
+                new_shape=sizes,
+            )
+            even, odd = (
+                fd.ops.sum(
+                    fd.ops.slice(pairs, [0] * 4 + [lo], [*sizes[:4], lo + 1]), dims=[4]
+                )
+                for lo in (0, 1)
+            )
+            second = fd.ops.add(fd.ops.mul(odd, t_a), fd.ops.mul(fd.ops.neg(even), t_b))
+            first = fd.ops.add(fd.ops.mul(odd, t_b), fd.ops.mul(even, t_a))
+            first, second = (
+                fd.ops.broadcast_in_dim(
+                    fd.ops.cast(v, dtype=DataType.BFloat16),
+                    shape=[*sizes[:4], 1],
+                    broadcast_dims=[0, 1, 2, 3],
+                )
+                for v in (first, second)
+            )
+            zero = fd.define_scalar(0.0, dtype=DataType.Double)
+            stacked = fd.ops.add(
+                fd.ops.cast(fd.ops.pad(second, [1, 0] + [0] * 8, zero), dtype=DataType.Float),
+                fd.ops.cast(fd.ops.pad(first, [0, 1] + [0] * 8, zero), dtype=DataType.Float),
+            )
+            fd.add_output(fd.ops.cast(stacked, dtype=DataType.BFloat16))
+
+    def expected(x: torch.Tensor) -> torch.Tensor:
+        pairs = x.float().transpose(1, 2).reshape(sizes)
+        even, odd = pairs[..., 0], pairs[..., 1]
+        first = (odd * table_b + even * table_a).bfloat16()
+        second = (odd * table_a - even * table_b).bfloat16()
+        return torch.stack([first, second], -1)
+
+    out_q, out_k = run(build, [*sizes, *sizes, table_a, table_b, keys, queries])
+    torch.testing.assert_close(out_q, expected(queries))
+    torch.testing.assert_close(out_k, expected(keys))
