@@ -1778,8 +1778,9 @@ def test_issue1277() -> None:
         )
 
     def build(fd: FusionDefinition) -> None:
-        s_q, s_k = fd.define_scalar(None, dtype=DataType.Double), fd.define_scalar(
-            None, dtype=DataType.Double
+        s_q, s_k = (
+            fd.define_scalar(None, dtype=DataType.Double),
+            fd.define_scalar(None, dtype=DataType.Double),
         )
         tables = [fd.define_tensor(shape=[-1] * 4, contiguity=strided) for _ in range(4)]
         t_q, t_k = (fd.define_tensor(shape=[-1] * 4, contiguity=True) for _ in range(2))
@@ -1823,8 +1824,7 @@ def test_issue1953() -> None:
         for _ in range(10):
             fd.define_scalar(None, dtype=DataType.Int)
         t_a, t_b = (
-            fd.define_tensor(shape=[-1] * 4, contiguity=[None, True, None, True])
-            for _ in range(2)
+            fd.define_tensor(shape=[-1] * 4, contiguity=[None, True, None, True]) for _ in range(2)
         )
         t_k, t_q = (
             fd.define_tensor(
@@ -1838,9 +1838,7 @@ def test_issue1953() -> None:
                 new_shape=sizes,
             )
             even, odd = (
-                fd.ops.sum(
-                    fd.ops.slice(pairs, [0] * 4 + [lo], [*sizes[:4], lo + 1]), dims=[4]
-                )
+                fd.ops.sum(fd.ops.slice(pairs, [0] * 4 + [lo], [*sizes[:4], lo + 1]), dims=[4])
                 for lo in (0, 1)
             )
             second = fd.ops.add(fd.ops.mul(odd, t_a), fd.ops.mul(fd.ops.neg(even), t_b))
@@ -1870,3 +1868,96 @@ def test_issue1953() -> None:
     out_q, out_k = run(build, [*sizes, *sizes, table_a, table_b, keys, queries])
     torch.testing.assert_close(out_q, expected(queries))
     torch.testing.assert_close(out_k, expected(keys))
+
+
+def test_issue4444() -> None:
+    # The backward of rotary embeddings for grouped-query attention: query and key gradients
+    # rotated back (each half swapped, one negated, in BFloat16), the query and value
+    # gradients summed over the heads of each group, and the three packed into one
+    # [S, groups * (per_group + 2) * D] matrix, returned with its transpose. nvFuser's
+    # 64 heads in 8 groups, S 16384, D 128 at 4 heads in 2 groups, S 4, D 8.
+    groups, per_group, s, d = 2, 2, 4, 8
+    heads, half = groups * per_group, d // 2
+    shape = [1, heads, s, d]
+    grad_q, grad_k, grad_v = (torch.randn(shape).bfloat16() for _ in range(3))
+    cos, sin = torch.randn(s, d), torch.randn(s, d)
+
+    def build(fd: FusionDefinition) -> None:
+        def heads_input() -> Any:
+            return fd.define_tensor(
+                shape=shape, contiguity=[None, True, True, True], dtype=DataType.BFloat16
+            )
+
+        t_q = heads_input()
+        t_cos, t_sin = (fd.define_tensor(shape=[s, d], contiguity=[True, True]) for _ in range(2))
+        t_k, t_v = heads_input(), heads_input()
+        zero = fd.define_scalar(0.0, dtype=DataType.Double)
+        empty = fd.ops.full(
+            shape=[1, heads, s, 0], fill_value=fd.define_scalar(0), dtype=DataType.BFloat16
+        )
+        zeros = fd.ops.cast(fd.ops.pad(empty, [0, d, 0, 0, 0, 0, 0, 0], zero), DataType.Float)
+        cos_b, sin_b = (
+            fd.ops.broadcast_in_dim(t, shape=shape, broadcast_dims=[2, 3]) for t in (t_cos, t_sin)
+        )
+
+        def unrotate(grad: Any) -> Any:
+            g = fd.ops.cast(
+                fd.ops.slice(grad, [0, 0, 0, 0], shape, manual_normalization=0), DataType.Float
+            )
+            by_cos = fd.ops.cast(fd.ops.mul(cos_b, g), DataType.BFloat16)
+            low = fd.ops.slice(by_cos, [0, 0, 0, 0], [1, heads, s, half], manual_normalization=0)
+            high = fd.ops.slice(by_cos, [0, 0, 0, half], shape, manual_normalization=0)
+            neg_low = fd.ops.cast(fd.ops.neg(fd.ops.cast(low, DataType.Float)), DataType.BFloat16)
+            total = fd.ops.add(
+                fd.ops.add(zeros, fd.ops.mul(sin_b, g)),
+                fd.ops.cast(fd.ops.pad(neg_low, [half, 0, 0, 0, 0, 0, 0, 0], zero), DataType.Float),
+            )
+            high_padded = fd.ops.pad(high, [0, half, 0, 0, 0, 0, 0, 0], zero)
+            return fd.ops.cast(
+                fd.ops.add(total, fd.ops.cast(high_padded, DataType.Float)), DataType.BFloat16
+            )
+
+        grouped = [1, groups, per_group, s, d]
+
+        def group_sum(x: Any) -> Any:
+            summed = fd.ops.sum(
+                fd.ops.cast(fd.ops.reshape(x, new_shape=grouped), DataType.Float), dims=[0, 2]
+            )
+            return fd.ops.broadcast_in_dim(
+                fd.ops.cast(summed, DataType.BFloat16),
+                shape=[1, groups, 1, s, d],
+                broadcast_dims=[1, 3, 4],
+            )
+
+        q_unrotated = unrotate(t_q)
+        packed = fd.ops.cat(
+            [
+                fd.ops.reshape(unrotate(t_k), new_shape=grouped),
+                group_sum(q_unrotated),
+                group_sum(t_v),
+            ],
+            dim=2,
+            manual_padding=0,
+        )
+        width = groups * (per_group + 2) * d
+        rows = fd.ops.reshape(
+            fd.ops.reshape(fd.ops.permute(packed, dims=[0, 3, 1, 2, 4]), new_shape=[1, s, width]),
+            new_shape=[s, width],
+        )
+        fd.add_output(rows)
+        fd.add_output(fd.ops.permute(rows, dims=[1, 0]))
+
+    def unrotated(grad: torch.Tensor) -> torch.Tensor:
+        by_cos = (cos * grad.float()).bfloat16()
+        swapped = torch.cat([by_cos[..., half:], -by_cos[..., :half]], -1)
+        return (sin * grad.float() + swapped.float()).bfloat16()
+
+    def summed(x: torch.Tensor) -> torch.Tensor:
+        return x.float().reshape(1, groups, per_group, s, d).sum(2, keepdim=True).bfloat16()
+
+    keys = unrotated(grad_k).reshape(1, groups, per_group, s, d)
+    packed = torch.cat([keys, summed(unrotated(grad_q)), summed(grad_v)], 2)
+    want = packed.permute(0, 3, 1, 2, 4).reshape(s, -1)
+    rows, columns = run(build, [grad_q, cos, sin, grad_k, grad_v])
+    torch.testing.assert_close(rows, want)
+    torch.testing.assert_close(columns, want.t())
