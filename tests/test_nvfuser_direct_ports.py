@@ -1961,3 +1961,120 @@ def test_issue4444() -> None:
     rows, columns = run(build, [grad_q, cos, sin, grad_k, grad_v])
     torch.testing.assert_close(rows, want)
     torch.testing.assert_close(columns, want.t())
+
+
+def test_issue4459() -> None:
+    # The backward of group norm followed by SiLU, the incoming gradient cropped from a padded
+    # one by a negative pad: nvFuser's 4 images, 32 groups of 10 channels, 64 x 64 at 2
+    # images, 2 groups of 3 channels, 4 x 4. The mean is a column-major [N, G] input.
+    n, groups, per_group, hw = 2, 2, 3, 4
+    c, count = groups * per_group, per_group * hw * hw
+    mean = torch.randn(groups, n).t()
+    rstd = torch.rand(n, groups, 1, 1, 1) + 0.5
+    x = torch.randn(n, groups, per_group, hw, hw)
+    weight, bias = torch.randn(c), torch.randn(c)
+    grad_padded = torch.randn(n, c, hw + 2, hw + 2)
+    grouped, flat = [n, groups, per_group, hw, hw], [n, c, hw, hw]
+
+    def build(fd: FusionDefinition) -> None:
+        t_mean = fd.define_tensor(shape=[n, groups], contiguity=[True, True], stride_order=[0, 1])
+        t_rstd = fd.define_tensor(
+            shape=[n, groups, 1, 1, 1], contiguity=[True, True, None, None, None]
+        )
+        t_x = fd.define_tensor(shape=grouped, contiguity=[True] * 5)
+        t_w, t_b = (fd.define_tensor(shape=[c], contiguity=[True]) for _ in range(2))
+        t_grad = fd.define_tensor(shape=[n, c, hw + 2, hw + 2], contiguity=[True] * 4)
+
+        def per_group_value(t: Any) -> Any:
+            column = fd.ops.broadcast_in_dim(t, shape=[n, groups, 1, 1, 1], broadcast_dims=[0, 1])
+            return fd.ops.broadcast_in_dim(column, shape=grouped, broadcast_dims=[0, 1, 2, 3, 4])
+
+        def per_channel(t: Any) -> Any:
+            column = fd.ops.reshape(t, new_shape=[1, c, 1, 1])
+            return fd.ops.broadcast_in_dim(column, shape=flat, broadcast_dims=[0, 1, 2, 3])
+
+        rstd_b = fd.ops.broadcast_in_dim(t_rstd, shape=grouped, broadcast_dims=[0, 1, 2, 3, 4])
+        centered = fd.ops.sub(t_x, per_group_value(t_mean))
+        normed = fd.ops.reshape(fd.ops.mul(centered, rstd_b), new_shape=flat)
+        w_b = per_channel(t_w)
+        y = fd.ops.add(fd.ops.mul(normed, w_b), per_channel(t_b))
+        exp_neg = fd.ops.exp(fd.ops.neg(y))
+        grad = fd.ops.pad(t_grad, [-1, -1, -1, -1, 0, 0, 0, 0], fd.define_scalar(0.0))
+        sig = fd.ops.reciprocal(fd.ops.add(fd.define_scalar(1.0), exp_neg))
+        through_sig = fd.ops.mul(
+            fd.ops.mul(fd.ops.mul(fd.ops.neg(fd.ops.mul(y, grad)), sig), sig), exp_neg
+        )
+        grad_y = fd.ops.add(fd.ops.mul(sig, grad), fd.ops.neg(through_sig))
+        grad_normed = fd.ops.reshape(fd.ops.mul(w_b, grad_y), new_shape=grouped)
+        dot = fd.ops.sum(fd.ops.mul(centered, grad_normed), dims=[2, 3, 4])
+        rstd_cubed = fd.ops.pow(t_rstd, fd.define_scalar(3.0))
+        by_rstd = fd.ops.mul(rstd_b, grad_normed)
+        grad_rstd = fd.ops.sum(
+            fd.ops.mul(
+                fd.ops.mul(
+                    fd.define_scalar(-0.5),
+                    fd.ops.broadcast_in_dim(dot, shape=[n, groups, 1, 1, 1], broadcast_dims=[0, 1]),
+                ),
+                rstd_cubed,
+            ),
+            dims=[2, 3, 4],
+        )
+        grad_mean = fd.ops.sum(
+            fd.ops.broadcast_in_dim(
+                fd.ops.sum(fd.ops.neg(by_rstd), dims=[2, 3, 4]),
+                shape=[n, groups, 1, 1, 1],
+                broadcast_dims=[0, 1],
+            ),
+            dims=[2, 3, 4],
+        )
+        from_rstd = fd.ops.mul(
+            fd.ops.mul(
+                fd.ops.mul(fd.define_scalar(2.0), per_group_value(grad_rstd)),
+                fd.ops.sub(t_x, per_group_value(t_mean)),
+            ),
+            fd.ops.reciprocal(fd.define_scalar(float(count))),
+        )
+        from_mean = fd.ops.mul(fd.define_scalar(1.0 / count), per_group_value(grad_mean))
+        grad_x = fd.ops.reshape(
+            fd.ops.add(by_rstd, fd.ops.add(from_mean, from_rstd)), new_shape=flat
+        )
+        channels_last = fd.ops.reshape(
+            fd.ops.permute(fd.ops.reshape(grad_x, new_shape=[1, *flat]), dims=[0, 3, 4, 1, 2]),
+            new_shape=[1, 1, hw * hw, n, c],
+        )
+        pixels = fd.ops.sum(channels_last, dims=[0, 1])
+        grad_w = fd.ops.sum(fd.ops.mul(normed, grad_y), dims=[0, 2, 3])
+        grad_b = fd.ops.sum(grad_y, dims=[0, 2, 3])
+        rows = fd.ops.reshape(pixels, new_shape=[hw * hw * n, c])
+        fd.add_output(grad_x)
+        fd.add_output(rows)
+        fd.add_output(fd.ops.permute(rows, dims=[1, 0]))
+        fd.add_output(fd.ops.sum(pixels, dims=[0, 1]))
+        for per_c in (grad_w, grad_b):
+            fd.add_output(
+                fd.ops.reshape(
+                    fd.ops.broadcast_in_dim(per_c, shape=[1, c, 1, 1], broadcast_dims=[1]),
+                    new_shape=[c],
+                )
+            )
+
+    out = run(build, [mean, rstd, x, weight, bias, grad_padded])
+    centered = x - mean[..., None, None, None]
+    normed = (centered * rstd).reshape(flat)
+    y = normed * weight[:, None, None] + bias[:, None, None]
+    sig, grad = torch.sigmoid(y), grad_padded[:, :, 1:-1, 1:-1]
+    grad_y = grad * sig * (1 + y * (1 - sig))
+    grad_normed = (weight[:, None, None] * grad_y).reshape(grouped)
+    dot = (centered * grad_normed).sum([2, 3, 4], keepdim=True)
+    grad_rstd = -0.5 * dot * rstd**3
+    grad_mean = -(rstd * grad_normed).sum([2, 3, 4], keepdim=True)
+    grad_x = (rstd * grad_normed + grad_mean / count + 2 * grad_rstd * centered / count).reshape(
+        flat
+    )
+    rows = grad_x.permute(2, 3, 0, 1).reshape(-1, c)
+    torch.testing.assert_close(out[0], grad_x)
+    torch.testing.assert_close(out[1], rows)
+    torch.testing.assert_close(out[2], rows.t())
+    torch.testing.assert_close(out[3], grad_x.sum([0, 2, 3]))
+    torch.testing.assert_close(out[4], (normed * grad_y).sum([0, 2, 3]))
+    torch.testing.assert_close(out[5], grad_y.sum([0, 2, 3]))
