@@ -2078,3 +2078,89 @@ def test_issue4459() -> None:
     torch.testing.assert_close(out[3], grad_x.sum([0, 2, 3]))
     torch.testing.assert_close(out[4], (normed * grad_y).sum([0, 2, 3]))
     torch.testing.assert_close(out[5], grad_y.sum([0, 2, 3]))
+
+
+def test_issue4888() -> None:
+    # An attention mask built in place (the two boolean masks or-ed into the first, the bias
+    # multiplied by it in place), then sliced to [S, S], broadcast over the heads and added
+    # to scaled scores before a softmax. nvFuser's S 4096 and 32 heads at S 4 and 2 heads.
+    heads, s = 2, 4
+    bias = torch.randn(s, s + 1).bfloat16()
+    mask, extra = torch.rand(s, s + 1) > 0.5, torch.rand(s, s + 1) > 0.5
+    scores = torch.randn(1, heads, s, s).bfloat16()
+    bias_before, mask_before = bias.clone(), mask.clone()
+    scale = 0.0883883
+
+    def build(fd: FusionDefinition) -> None:
+        t_bias = fd.define_tensor(
+            shape=[s, s + 1], contiguity=[True, True], dtype=DataType.BFloat16
+        )
+        t_mask, t_extra = (
+            fd.define_tensor(shape=[s, s + 1], contiguity=[True, True], dtype=DataType.Bool)
+            for _ in range(2)
+        )
+        t_scores = fd.define_tensor(
+            shape=[1, heads, s, s], contiguity=[None, True, True, True], dtype=DataType.BFloat16
+        )
+        merged = fd.ops.set(fd.ops.bitwise_or(t_mask, t_extra))
+        fd.add_output(merged, t_mask)
+        masked = fd.ops.set(
+            fd.ops.cast(
+                fd.ops.mul(
+                    fd.ops.cast(t_bias, DataType.Float), fd.ops.cast(merged, DataType.Float)
+                ),
+                DataType.BFloat16,
+            )
+        )
+        fd.add_output(masked, t_bias)
+        four_d = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(masked, shape=[1, s, s + 1], broadcast_dims=[1, 2]),
+            shape=[1, 1, s, s + 1],
+            broadcast_dims=[0, 2, 3],
+        )
+        square = fd.ops.slice(
+            four_d, [0, 0, 0, 0], [1, 1, s, s], [1, 1, 1, 1], manual_normalization=0
+        )
+        per_head = fd.ops.broadcast_in_dim(
+            square, shape=[1, heads, s, s], broadcast_dims=[0, 1, 2, 3]
+        )
+        logits = fd.ops.add(
+            fd.ops.mul(fd.ops.cast(t_scores, DataType.Float), fd.define_scalar(scale)),
+            fd.ops.cast(per_head, DataType.Float),
+        )
+        row_max = fd.ops.broadcast_in_dim(
+            fd.ops.max(logits, dims=[3]), shape=[1, heads, s, 1], broadcast_dims=[0, 1, 2]
+        )
+        exps = fd.ops.exp(
+            fd.ops.sub(
+                logits,
+                fd.ops.broadcast_in_dim(
+                    row_max, shape=[1, heads, s, s], broadcast_dims=[0, 1, 2, 3]
+                ),
+            )
+        )
+        row_sum = fd.ops.broadcast_in_dim(
+            fd.ops.sum(exps, dims=[3]), shape=[1, heads, s, 1], broadcast_dims=[0, 1, 2]
+        )
+        probs = fd.ops.mul(
+            exps,
+            fd.ops.reciprocal(
+                fd.ops.broadcast_in_dim(
+                    row_sum, shape=[1, heads, s, s], broadcast_dims=[0, 1, 2, 3]
+                )
+            ),
+        )
+        fd.add_output(per_head)
+        fd.add_output(probs)
+        fd.add_output(fd.ops.cast(probs, DataType.BFloat16))
+
+    per_head, probs, probs_bf16 = run(build, [bias, mask, extra, scores])
+    want_mask = mask_before | extra
+    want_bias = (bias_before.float() * want_mask.float()).bfloat16()
+    assert torch.equal(mask, want_mask)
+    torch.testing.assert_close(bias, want_bias)
+    want_per_head = want_bias[:, :s].expand(1, heads, s, s)
+    want_probs = torch.softmax(scores.float() * scale + want_per_head.float(), dim=-1)
+    torch.testing.assert_close(per_head, want_per_head)
+    torch.testing.assert_close(probs, want_probs)
+    torch.testing.assert_close(probs_bf16, want_probs.bfloat16())
