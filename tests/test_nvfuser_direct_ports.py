@@ -2164,3 +2164,164 @@ def test_issue4888() -> None:
     torch.testing.assert_close(per_head, want_per_head)
     torch.testing.assert_close(probs, want_probs)
     torch.testing.assert_close(probs_bf16, want_probs.bfloat16())
+
+
+def test_ws_tma_normalization1() -> None:
+    # Gemma's RMS norm backward (the weight is used as 1 + weight) with the incoming
+    # gradient the sum of two [T, C] matrices and a residual gradient added: nvFuser's
+    # [4096, 3072] at [16, 32].
+    t, c = 16, 32
+    grad_a, grad_b = torch.randn(t, c).bfloat16(), torch.randn(t, c).bfloat16()
+    weight = torch.randn(c).bfloat16()
+    x, rstd = torch.randn(1, t, c).bfloat16(), torch.rand(1, t, 1) + 0.5
+    residual = torch.randn(1, t, c).bfloat16()
+
+    def build(fd: FusionDefinition) -> None:
+        t_ga, t_gb = (
+            fd.define_tensor(shape=[t, c], contiguity=[True, True], dtype=DataType.BFloat16)
+            for _ in range(2)
+        )
+        t_w = fd.define_tensor(shape=[c], contiguity=[True], dtype=DataType.BFloat16)
+        t_x = fd.define_tensor(
+            shape=[1, t, c], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        t_rstd = fd.define_tensor(shape=[1, t, 1], contiguity=[None, True, None])
+        t_res = fd.define_tensor(
+            shape=[1, t, c], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+
+        def as_float_rows(m: Any) -> Any:
+            return fd.ops.cast(fd.ops.reshape(m, new_shape=[1, t, c]), DataType.Float)
+
+        grad = fd.ops.add(as_float_rows(t_gb), as_float_rows(t_ga))
+        scale = fd.ops.add(fd.define_scalar(1.0), fd.ops.cast(t_w, DataType.Float))
+        grad_normed = fd.ops.mul(
+            fd.ops.broadcast_in_dim(scale, shape=[1, t, c], broadcast_dims=[2]), grad
+        )
+        xf = fd.ops.cast(t_x, DataType.Float)
+        dot = fd.ops.broadcast_in_dim(
+            fd.ops.sum(fd.ops.mul(xf, grad_normed), dims=[0, 2]),
+            shape=[1, t, 1],
+            broadcast_dims=[1],
+        )
+        rstd_cubed = fd.ops.pow(t_rstd, fd.define_scalar(3.0, dtype=DataType.Float))
+        per_row = fd.ops.mul(
+            fd.ops.mul(fd.ops.mul(fd.define_scalar(-0.5), dot), rstd_cubed),
+            fd.ops.reciprocal(fd.define_scalar(float(c))),
+        )
+        per_row = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(
+                fd.ops.sum(per_row, dims=[0, 2]), shape=[1, t], broadcast_dims=[1]
+            ),
+            shape=[1, t, 1],
+            broadcast_dims=[0, 1],
+        )
+        from_rstd = fd.ops.mul(
+            xf, fd.ops.broadcast_in_dim(per_row, shape=[1, t, c], broadcast_dims=[0, 1, 2])
+        )
+        rstd_b = fd.ops.broadcast_in_dim(t_rstd, shape=[1, t, c], broadcast_dims=[0, 1, 2])
+        grad_x = fd.ops.add(
+            fd.ops.cast(t_res, DataType.Float),
+            fd.ops.add(fd.ops.add(fd.ops.mul(rstd_b, grad_normed), from_rstd), from_rstd),
+        )
+        grad_w = fd.ops.sum(fd.ops.mul(fd.ops.mul(xf, rstd_b), grad), dims=[0, 1])
+        grad_x_bf16 = fd.ops.cast(grad_x, DataType.BFloat16)
+        rows = fd.ops.reshape(grad_x_bf16, new_shape=[t, c])
+        fd.add_output(fd.ops.permute(rows, dims=[1, 0]))
+        fd.add_output(rows)
+        fd.add_output(grad_x_bf16)
+        fd.add_output(fd.ops.cast(grad_w, DataType.BFloat16))
+
+    columns, rows, grad_x, grad_w = run(build, [grad_a, grad_b, weight, x, rstd, residual])
+    grad = (grad_a.float() + grad_b.float()).reshape(1, t, c)
+    xf, grad_normed = x.float(), (1 + weight.float()) * grad
+    per_row = (-0.5 * (xf * grad_normed).sum(2, keepdim=True) * rstd**3 / c).sum(2, keepdim=True)
+    want = (residual.float() + rstd * grad_normed + 2 * xf * per_row).bfloat16()
+    torch.testing.assert_close(grad_x, want)
+    torch.testing.assert_close(rows, want.reshape(t, c))
+    torch.testing.assert_close(columns, want.reshape(t, c).t())
+    torch.testing.assert_close(grad_w, (xf * rstd * grad).sum([0, 1]).bfloat16())
+
+
+def test_ws_tma_normalization2() -> None:
+    # A layer norm backward over [A, B, C] with the gradient given as [A * B, C] rows:
+    # nvFuser's [288, 512, 128] at [4, 6, 8].
+    a, b, c = 4, 6, 8
+    grad_rows, weight = torch.randn(a * b, c).bfloat16(), torch.randn(c).bfloat16()
+    mean, x = torch.randn(a, b), torch.randn(a, b, c).bfloat16()
+    rstd = torch.rand(a, b, 1) + 0.5
+    shape = [a, b, c]
+
+    def build(fd: FusionDefinition) -> None:
+        t_grad = fd.define_tensor(
+            shape=[a * b, c], contiguity=[True, True], dtype=DataType.BFloat16
+        )
+        t_w = fd.define_tensor(shape=[c], contiguity=[True], dtype=DataType.BFloat16)
+        t_mean = fd.define_tensor(shape=[a, b], contiguity=[True, True])
+        t_x = fd.define_tensor(shape=shape, contiguity=[True] * 3, dtype=DataType.BFloat16)
+        t_rstd = fd.define_tensor(shape=[a, b, 1], contiguity=[True, True, None])
+
+        def per_row(v: Any) -> Any:
+            column = fd.ops.broadcast_in_dim(v, shape=[a, b, 1], broadcast_dims=[0, 1])
+            return fd.ops.broadcast_in_dim(column, shape=shape, broadcast_dims=[0, 1, 2])
+
+        grad_bf16 = fd.ops.reshape(t_grad, new_shape=shape)
+        grad = fd.ops.cast(grad_bf16, DataType.Float)
+        w_b = fd.ops.cast(
+            fd.ops.broadcast_in_dim(t_w, shape=shape, broadcast_dims=[2]), DataType.Float
+        )
+        xf = fd.ops.cast(t_x, DataType.Float)
+        grad_normed = fd.ops.mul(w_b, grad)
+        centered = fd.ops.sub(xf, per_row(t_mean))
+        dot = fd.ops.sum(fd.ops.mul(centered, grad_normed), dims=[2])
+        rstd_b = fd.ops.broadcast_in_dim(t_rstd, shape=shape, broadcast_dims=[0, 1, 2])
+        by_rstd = fd.ops.mul(rstd_b, grad_normed)
+        grad_rstd = fd.ops.sum(
+            fd.ops.mul(
+                fd.ops.mul(
+                    fd.define_scalar(-0.5),
+                    fd.ops.broadcast_in_dim(dot, shape=[a, b, 1], broadcast_dims=[0, 1]),
+                ),
+                fd.ops.pow(t_rstd, fd.define_scalar(3.0)),
+            ),
+            dims=[2],
+        )
+        grad_mean = fd.ops.sum(
+            fd.ops.broadcast_in_dim(
+                fd.ops.sum(fd.ops.neg(by_rstd), dims=[2]), shape=[a, b, 1], broadcast_dims=[0, 1]
+            ),
+            dims=[2],
+        )
+        from_rstd = fd.ops.mul(
+            fd.ops.mul(
+                fd.ops.mul(fd.define_scalar(2.0), per_row(grad_rstd)),
+                fd.ops.sub(xf, per_row(t_mean)),
+            ),
+            fd.ops.reciprocal(fd.define_scalar(float(c))),
+        )
+        from_mean = fd.ops.mul(fd.define_scalar(1.0 / c), per_row(grad_mean))
+        grad_x = fd.ops.add(by_rstd, fd.ops.add(from_mean, from_rstd))
+        grad_x_bf16 = fd.ops.cast(grad_x, DataType.BFloat16)
+        grad_w = fd.ops.sum(fd.ops.mul(fd.ops.mul(centered, rstd_b), grad), dims=[0, 1])
+        grad_b = fd.ops.sum(fd.ops.cast(grad_bf16, DataType.Float), dims=[0, 1])
+        rows = fd.ops.reshape(grad_x_bf16, new_shape=[a * b, c])
+        fd.add_output(fd.ops.permute(rows, dims=[1, 0]))
+        fd.add_output(fd.ops.cast(fd.ops.sum(grad_x, dims=[0, 1]), DataType.BFloat16))
+        fd.add_output(rows)
+        fd.add_output(grad_x_bf16)
+        fd.add_output(fd.ops.cast(grad_w, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(grad_b, DataType.BFloat16))
+
+    out = run(build, [grad_rows, weight, mean, x, rstd])
+    grad, xf = grad_rows.float().reshape(shape), x.float()
+    centered, grad_normed = xf - mean[..., None], weight.float() * grad
+    grad_rstd = -0.5 * (centered * grad_normed).sum(2, keepdim=True) * rstd**3
+    grad_mean = -(rstd * grad_normed).sum(2, keepdim=True)
+    grad_x = rstd * grad_normed + grad_mean / c + 2 * grad_rstd * centered / c
+    rows = grad_x.bfloat16().reshape(a * b, c)
+    torch.testing.assert_close(out[0], rows.t())
+    torch.testing.assert_close(out[1], grad_x.sum([0, 1]).bfloat16())
+    torch.testing.assert_close(out[2], rows)
+    torch.testing.assert_close(out[3], grad_x.bfloat16())
+    torch.testing.assert_close(out[4], (centered * rstd * grad).sum([0, 1]).bfloat16())
+    torch.testing.assert_close(out[5], grad.sum([0, 1]).bfloat16())
