@@ -2325,3 +2325,116 @@ def test_ws_tma_normalization2() -> None:
     torch.testing.assert_close(out[3], grad_x.bfloat16())
     torch.testing.assert_close(out[4], (centered * rstd * grad).sum([0, 1]).bfloat16())
     torch.testing.assert_close(out[5], grad.sum([0, 1]).bfloat16())
+
+
+def test_ws_tma_normalization5() -> None:
+    # Two layer norm backwards that share the input, mean and rstd (stablecode's parallel
+    # attention and MLP branches), summed with a residual gradient; the input is declared with
+    # its token axis outermost. nvFuser's [1, 16384, 2560] at [1, 16, 32].
+    t, c = 16, 32
+    shape = [1, t, c]
+    grad_1, weight_1 = torch.randn(t, c).bfloat16(), torch.randn(c).bfloat16()
+    mean, x, rstd = torch.randn(1, t), torch.randn(1, t, c).bfloat16(), torch.rand(1, t, 1) + 0.5
+    grad_2, weight_2 = torch.randn(t, c).bfloat16(), torch.randn(c).bfloat16()
+    residual = torch.randn(1, t, c).bfloat16()
+
+    def build(fd: FusionDefinition) -> None:
+        def matrix() -> Any:
+            return fd.define_tensor(shape=[t, c], contiguity=[True, True], dtype=DataType.BFloat16)
+
+        def vector() -> Any:
+            return fd.define_tensor(shape=[c], contiguity=[True], dtype=DataType.BFloat16)
+
+        t_g1, t_w1 = matrix(), vector()
+        t_mean = fd.define_tensor(shape=[1, t], contiguity=[None, True])
+        t_x = fd.define_tensor(
+            shape=shape,
+            contiguity=[True, None, True],
+            dtype=DataType.BFloat16,
+            stride_order=[1, 2, 0],
+        )
+        t_rstd = fd.define_tensor(shape=[1, t, 1], contiguity=[None, True, None])
+        t_g2, t_w2 = matrix(), vector()
+        t_res = fd.define_tensor(
+            shape=shape, contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+
+        def full(v: Any) -> Any:
+            return fd.ops.broadcast_in_dim(v, shape=shape, broadcast_dims=[0, 1, 2])
+
+        def token_column(v: Any) -> Any:
+            return fd.ops.broadcast_in_dim(v, shape=[1, t, 1], broadcast_dims=[1])
+
+        xf = fd.ops.cast(t_x, DataType.Float)
+        mean_b = full(fd.ops.broadcast_in_dim(t_mean, shape=[1, t, 1], broadcast_dims=[0, 1]))
+        centered = fd.ops.sub(xf, mean_b)
+        rstd_b = full(t_rstd)
+        rstd_cubed = fd.ops.pow(t_rstd, fd.define_scalar(3.0))
+        inv_c = fd.ops.reciprocal(fd.define_scalar(float(c)))
+
+        def backward(grad: Any, weight: Any) -> tuple[Any, Any]:
+            """The rstd-scaled gradient and the mean and variance terms of one branch."""
+            w = fd.ops.cast(
+                fd.ops.broadcast_in_dim(weight, shape=shape, broadcast_dims=[2]), DataType.Float
+            )
+            grad_normed = fd.ops.mul(w, grad)
+            dot = token_column(fd.ops.sum(fd.ops.mul(centered, grad_normed), dims=[0, 2]))
+            grad_rstd = fd.ops.sum(
+                fd.ops.mul(fd.ops.mul(fd.define_scalar(-0.5), dot), rstd_cubed), dims=[0, 2]
+            )
+            grad_rstd = full(
+                fd.ops.broadcast_in_dim(
+                    fd.ops.broadcast_in_dim(grad_rstd, shape=[1, t], broadcast_dims=[1]),
+                    shape=[1, t, 1],
+                    broadcast_dims=[0, 1],
+                )
+            )
+            by_rstd = fd.ops.mul(rstd_b, grad_normed)
+            grad_mean = fd.ops.sum(
+                token_column(fd.ops.sum(fd.ops.neg(by_rstd), dims=[0, 2])), dims=[0, 2]
+            )
+            grad_mean = full(
+                fd.ops.broadcast_in_dim(
+                    fd.ops.broadcast_in_dim(grad_mean, shape=[1, t], broadcast_dims=[1]),
+                    shape=[1, t, 1],
+                    broadcast_dims=[0, 1],
+                )
+            )
+            from_rstd = fd.ops.mul(
+                fd.ops.mul(fd.ops.mul(fd.define_scalar(2.0), grad_rstd), fd.ops.sub(xf, mean_b)),
+                inv_c,
+            )
+            from_mean = fd.ops.mul(fd.define_scalar(1.0 / c), grad_mean)
+            return by_rstd, fd.ops.add(from_mean, from_rstd)
+
+        g1 = fd.ops.cast(fd.ops.reshape(t_g1, new_shape=shape), DataType.Float)
+        g2 = fd.ops.cast(fd.ops.reshape(t_g2, new_shape=shape), DataType.Float)
+        by_rstd_1, terms_1 = backward(g1, t_w1)
+        by_rstd_2, terms_2 = backward(g2, t_w2)
+        with_first = fd.ops.add(fd.ops.add(fd.ops.cast(t_res, DataType.Float), by_rstd_1), terms_1)
+        grad_x = fd.ops.add(fd.ops.add(with_first, by_rstd_2), terms_2)
+        normed = fd.ops.mul(centered, rstd_b)
+
+        def column_sum(v: Any) -> Any:
+            return fd.ops.cast(fd.ops.sum(v, dims=[0, 1]), DataType.BFloat16)
+
+        fd.add_output(column_sum(g1))
+        fd.add_output(column_sum(fd.ops.mul(normed, g1)))
+        fd.add_output(column_sum(g2))
+        fd.add_output(column_sum(fd.ops.mul(normed, g2)))
+        fd.add_output(fd.ops.cast(grad_x, DataType.BFloat16))
+
+    out = run(build, [grad_1, weight_1, mean, x, rstd, grad_2, weight_2, residual])
+    xf, centered = x.float(), x.float() - mean[..., None]
+    normed, want_x = centered * rstd, residual.float()
+    want_sums = []
+    for grad_rows, weight in ((grad_1, weight_1), (grad_2, weight_2)):
+        grad = grad_rows.float().reshape(shape)
+        grad_normed = weight.float() * grad
+        grad_rstd = -0.5 * (centered * grad_normed).sum(2, keepdim=True) * rstd**3
+        grad_mean = -(rstd * grad_normed).sum(2, keepdim=True)
+        want_x = want_x + rstd * grad_normed + grad_mean / c + 2 * grad_rstd * centered / c
+        want_sums += [grad.sum([0, 1]).bfloat16(), (normed * grad).sum([0, 1]).bfloat16()]
+    for got, want in zip(out[:4], want_sums, strict=True):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(out[4], want_x.bfloat16())
