@@ -2438,3 +2438,70 @@ def test_ws_tma_normalization5() -> None:
     for got, want in zip(out[:4], want_sums, strict=True):
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(out[4], want_x.bfloat16())
+
+
+def test_ws_tma_normalization6() -> None:
+    # Gemma's RMS norm backward (weight used as 1 + weight) with a residual gradient, the
+    # input gradient scaled by a rank-0 tensor input: nvFuser's [1, 4096, 3072] at [1, 16, 32].
+    t, c = 16, 32
+    shape = [1, t, c]
+    weight, grad, x = (
+        torch.randn(c).bfloat16(),
+        torch.randn(shape).bfloat16(),
+        torch.randn(shape).bfloat16(),
+    )
+    rstd, residual, factor = (
+        torch.rand(1, t, 1) + 0.5,
+        torch.randn(shape).bfloat16(),
+        torch.randn(()),
+    )
+
+    def build(fd: FusionDefinition) -> None:
+        t_w = fd.define_tensor(shape=[c], contiguity=[True], dtype=DataType.BFloat16)
+        t_grad, t_x = (
+            fd.define_tensor(shape=shape, contiguity=[None, True, True], dtype=DataType.BFloat16)
+            for _ in range(2)
+        )
+        t_rstd = fd.define_tensor(shape=[1, t, 1], contiguity=[None, True, None])
+        t_res = fd.define_tensor(
+            shape=shape, contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        t_factor = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
+        scale = fd.ops.add(fd.define_scalar(1.0), fd.ops.cast(t_w, DataType.Float))
+        g = fd.ops.cast(t_grad, DataType.Float)
+        grad_normed = fd.ops.mul(fd.ops.broadcast_in_dim(scale, shape=shape, broadcast_dims=[2]), g)
+        xf = fd.ops.cast(t_x, DataType.Float)
+        dot = fd.ops.broadcast_in_dim(
+            fd.ops.sum(fd.ops.mul(xf, grad_normed), dims=[0, 2]),
+            shape=[1, t, 1],
+            broadcast_dims=[1],
+        )
+        per_row = fd.ops.mul(
+            fd.ops.mul(
+                fd.ops.mul(fd.define_scalar(-0.5), dot), fd.ops.pow(t_rstd, fd.define_scalar(3.0))
+            ),
+            fd.ops.reciprocal(fd.define_scalar(float(c))),
+        )
+        per_row = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(
+                fd.ops.sum(per_row, dims=[0, 2]), shape=[1, t], broadcast_dims=[1]
+            ),
+            shape=[1, t, 1],
+            broadcast_dims=[0, 1],
+        )
+        from_rstd = fd.ops.mul(
+            xf, fd.ops.broadcast_in_dim(per_row, shape=shape, broadcast_dims=[0, 1, 2])
+        )
+        rstd_b = fd.ops.broadcast_in_dim(t_rstd, shape=shape, broadcast_dims=[0, 1, 2])
+        local = fd.ops.add(fd.ops.add(fd.ops.mul(rstd_b, grad_normed), from_rstd), from_rstd)
+        grad_x = fd.ops.add(fd.ops.cast(t_res, DataType.Float), local)
+        grad_w = fd.ops.sum(fd.ops.mul(fd.ops.mul(xf, rstd_b), g), dims=[0, 1])
+        fd.add_output(fd.ops.cast(grad_w, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(fd.ops.mul(t_factor, grad_x), DataType.BFloat16))
+
+    grad_w, grad_x = run(build, [weight, grad, x, rstd, residual, factor])
+    xf, grad_normed = x.float(), (1 + weight.float()) * grad.float()
+    per_row = (-0.5 * (xf * grad_normed).sum(2, keepdim=True) * rstd**3 / c).sum(2, keepdim=True)
+    want_x = residual.float() + rstd * grad_normed + 2 * xf * per_row
+    torch.testing.assert_close(grad_x, (factor * want_x).bfloat16())
+    torch.testing.assert_close(grad_w, (xf * rstd * grad.float()).sum([0, 1]).bfloat16())
