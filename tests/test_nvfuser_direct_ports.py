@@ -2505,3 +2505,113 @@ def test_ws_tma_normalization6() -> None:
     want_x = residual.float() + rstd * grad_normed + 2 * xf * per_row
     torch.testing.assert_close(grad_x, (factor * want_x).bfloat16())
     torch.testing.assert_close(grad_w, (xf * rstd * grad.float()).sum([0, 1]).bfloat16())
+
+
+def test_loop_promotion_cyclic_war() -> None:
+    # Grouped-query attention's prologue with its MLP gate: queries, keys and values are
+    # updated (x + 2 * delta), split into heads, the keys and values repeated over the groups
+    # (an 8-D broadcast reshaped to the query heads), queries and keys rotated, and a SiLU
+    # gate of the MLP. nvFuser's 40 query heads on 5 key heads, S 4096, D 128, MLP 16640 at
+    # 4 query heads on 2 key heads, S 4, D 8, MLP 6.
+    repeats, kv_heads, s, d, mlp = 2, 2, 4, 8, 6
+    heads, half = repeats * kv_heads, d // 2
+    cos, sin = torch.randn(s, d).bfloat16(), torch.randn(s, d).bfloat16()
+    widths = [heads * d, kv_heads * d, kv_heads * d, mlp, mlp]
+    bases = [torch.randn(1, s, w).bfloat16() for w in widths]
+    deltas = [torch.randn(1, s, w) for w in widths]
+
+    def build(fd: FusionDefinition) -> None:
+        t_cos, t_sin = (
+            fd.define_tensor(shape=[s, d], contiguity=[True, True], dtype=DataType.BFloat16)
+            for _ in range(2)
+        )
+        t_bases = [
+            fd.define_tensor(
+                shape=[1, s, w], contiguity=[None, True, True], dtype=DataType.BFloat16
+            )
+            for w in widths
+        ]
+        t_deltas = [
+            fd.define_tensor(shape=[1, s, w], contiguity=[None, True, True]) for w in widths
+        ]
+
+        def per_head(table: Any) -> Any:
+            one_head = fd.ops.broadcast_in_dim(
+                fd.ops.reshape(table, new_shape=[1, s, d]),
+                shape=[1, 1, s, d],
+                broadcast_dims=[0, 2, 3],
+            )
+            everywhere = fd.ops.broadcast_in_dim(
+                one_head, shape=[1, heads, s, d], broadcast_dims=[0, 1, 2, 3]
+            )
+            return fd.ops.cast(everywhere, DataType.Float)
+
+        cos_h, sin_h = per_head(t_cos), per_head(t_sin)
+        updated = [
+            fd.ops.add(fd.ops.cast(base, DataType.Float), fd.ops.mul(delta, fd.define_scalar(2.0)))
+            for base, delta in zip(t_bases, t_deltas, strict=True)
+        ]
+        q, k, v = (
+            fd.ops.permute(
+                fd.ops.reshape(fd.ops.cast(u, DataType.BFloat16), new_shape=[1, s, n, d]),
+                dims=[0, 2, 1, 3],
+            )
+            for u, n in zip(updated[:3], [heads, kv_heads, kv_heads], strict=True)
+        )
+        up, gate = updated[3:]
+
+        def repeat(x: Any) -> Any:
+            wide = fd.ops.broadcast_in_dim(
+                x, shape=[1, 1, repeats, kv_heads, 1, s, 1, d], broadcast_dims=[1, 3, 5, 7]
+            )
+            return fd.ops.reshape(wide, new_shape=[1, heads, s, d])
+
+        def rotate(x: Any) -> Any:
+            low = fd.ops.slice(
+                x, [0, 0, 0, 0], [1, heads, s, half], [1, 1, 1, 1], manual_normalization=0
+            )
+            high = fd.ops.slice(
+                x, [0, 0, 0, half], [1, heads, s, d], [1, 1, 1, 1], manual_normalization=0
+            )
+            neg_high = fd.ops.cast(fd.ops.neg(fd.ops.cast(high, DataType.Float)), DataType.BFloat16)
+            swapped = fd.ops.cast(
+                fd.ops.cat([neg_high, low], dim=-1, manual_padding=0), DataType.Float
+            )
+            return fd.ops.add(
+                fd.ops.mul(fd.ops.cast(x, DataType.Float), cos_h), fd.ops.mul(swapped, sin_h)
+            )
+
+        sig = fd.ops.reciprocal(fd.ops.add(fd.define_scalar(1.0), fd.ops.exp(fd.ops.neg(up))))
+        gated = fd.ops.mul(fd.ops.mul(up, sig), gate)
+        fd.add_output(fd.ops.cast(up, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(gate, DataType.BFloat16))
+        fd.add_output(repeat(v))
+        fd.add_output(fd.ops.cast(rotate(q), DataType.BFloat16))
+        fd.add_output(fd.ops.cast(rotate(repeat(k)), DataType.BFloat16))
+        fd.add_output(fd.ops.cast(gated, DataType.BFloat16))
+        fd.add_output(gated)
+
+    out = run(build, [cos, sin, *bases, *deltas])
+    updated = [base.float() + 2 * delta for base, delta in zip(bases, deltas, strict=True)]
+    q, k, v = (
+        u.bfloat16().reshape(1, s, n, d).transpose(1, 2)
+        for u, n in zip(updated[:3], [heads, kv_heads, kv_heads], strict=True)
+    )
+    up, gate = updated[3:]
+
+    def rotated(x: torch.Tensor) -> torch.Tensor:
+        swapped = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return (x.float() * cos.float() + swapped.float() * sin.float()).bfloat16()
+
+    gated = up * torch.sigmoid(up) * gate
+    wants = [
+        up.bfloat16(),
+        gate.bfloat16(),
+        v.repeat(1, repeats, 1, 1),
+        rotated(q),
+        rotated(k.repeat(1, repeats, 1, 1)),
+        gated.bfloat16(),
+        gated,
+    ]
+    for got, want in zip(out, wants, strict=True):
+        torch.testing.assert_close(got, want)
