@@ -2615,3 +2615,74 @@ def test_loop_promotion_cyclic_war() -> None:
     ]
     for got, want in zip(out, wants, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_shared_memory_usage() -> None:
+    # Dropout then RMS norm, backward, on symbolic shapes: the row count and the reciprocal of
+    # the row length come from the input's size. nvFuser's [16, 24578] at [4, 10].
+    rows, cols = 4, 10
+    dropped, residual = torch.randn(rows, cols).bfloat16(), torch.randn(rows, cols).bfloat16()
+    keep, rms = torch.rand(rows, cols) > 0.2, torch.rand(rows, 1) + 0.5
+    grad, weight = torch.randn(rows, cols).bfloat16(), torch.randn(cols).bfloat16()
+    keep_scale = 1.25
+
+    def build(fd: FusionDefinition) -> None:
+        t_dropped, t_res = (
+            fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+            for _ in range(2)
+        )
+        t_keep = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Bool)
+        t_rms = fd.define_tensor(shape=[-1, 1], contiguity=[True, None])
+        t_grad = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        t_w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.BFloat16)
+        d = fd.ops.cast(t_dropped, DataType.Float)
+        keep_f = fd.ops.cast(t_keep, DataType.Float)
+        g = fd.ops.cast(t_grad, DataType.Float)
+        scale = fd.define_scalar(keep_scale, dtype=DataType.Double)
+        two = fd.define_scalar(2.0, dtype=DataType.Double)
+        x = fd.ops.add(fd.ops.cast(t_res, DataType.Float), fd.ops.mul(fd.ops.mul(d, keep_f), scale))
+        full_shape = fd.ops.shape(d)
+        rms_b = fd.ops.broadcast_in_dim(t_rms, shape=full_shape, broadcast_dims=[0, 1])
+        inv_rms = fd.ops.reciprocal(rms_b)
+        w_b = fd.ops.broadcast_in_dim(
+            fd.ops.cast(t_w, DataType.Float), shape=full_shape, broadcast_dims=[1]
+        )
+        grad_w = fd.ops.sum(fd.ops.mul(g, fd.ops.mul(x, inv_rms)), dims=[0])
+        grad_normed = fd.ops.mul(g, w_b)
+        grad_rms = fd.ops.sum(
+            fd.ops.mul(
+                fd.ops.mul(fd.ops.neg(grad_normed), x), fd.ops.reciprocal(fd.ops.pow(rms_b, two))
+            ),
+            dims=[1],
+        )
+        n_rows = fd.ops.size(d, dim=0)
+        grad_ms = fd.ops.mul(
+            fd.ops.mul(
+                fd.ops.broadcast_in_dim(grad_rms, shape=[n_rows, 1], broadcast_dims=[0]),
+                fd.ops.reciprocal(fd.ops.mul(two, t_rms)),
+            ),
+            fd.ops.reciprocal(fd.ops.size(d, dim=1)),
+        )
+        grad_ms = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(
+                fd.ops.sum(grad_ms, dims=[1]), shape=[n_rows, 1], broadcast_dims=[0]
+            ),
+            shape=full_shape,
+            broadcast_dims=[0, 1],
+        )
+        grad_x = fd.ops.add(
+            fd.ops.mul(grad_normed, inv_rms), fd.ops.mul(fd.ops.mul(grad_ms, two), x)
+        )
+        grad_dropped = fd.ops.mul(fd.ops.mul(grad_x, scale), keep_f)
+        fd.add_output(fd.ops.cast(grad_dropped, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(grad_x, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(grad_w, DataType.BFloat16))
+
+    got_dropped, got_x, got_w = run(build, [dropped, residual, keep, rms, grad, weight])
+    x = residual.float() + dropped.float() * keep * keep_scale
+    grad_normed = grad.float() * weight.float()
+    grad_ms = (-grad_normed * x / rms**2).sum(1, keepdim=True) / (2 * rms) / cols
+    want_x = grad_normed / rms + 2 * grad_ms * x
+    torch.testing.assert_close(got_x, want_x.bfloat16())
+    torch.testing.assert_close(got_dropped, (want_x * keep_scale * keep).bfloat16())
+    torch.testing.assert_close(got_w, (grad.float() * x / rms).sum(0).bfloat16())
