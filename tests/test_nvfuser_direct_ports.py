@@ -2686,3 +2686,167 @@ def test_shared_memory_usage() -> None:
     torch.testing.assert_close(got_x, want_x.bfloat16())
     torch.testing.assert_close(got_dropped, (want_x * keep_scale * keep).bfloat16())
     torch.testing.assert_close(got_w, (grad.float() * x / rms).sum(0).bfloat16())
+
+
+def test_domain_map_hang() -> None:
+    # A partial-rotary attention prologue with a tanh GELU: cos and sin tables made in the
+    # fusion from iota positions and two inverse-frequency vectors, gathered by position with
+    # index_select, the first R channels of queries and keys rotated, and sixteen outputs.
+    # nvFuser's S 4096, 32 heads of 80 channels (32 rotated), MLP 10240 at S 4, 2 heads of
+    # 6 channels (4 rotated), MLP 8.
+    s, heads, d, rot, mlp = 4, 2, 6, 4, 8
+    freqs, hidden = rot // 2, heads * d
+    inv_freq_a, inv_freq_b = torch.rand(freqs), torch.rand(freqs)
+    square = torch.randn(s, s)
+    widths = [hidden, hidden, hidden, mlp]
+    bases = [torch.randn(1, s, w).bfloat16() for w in widths]
+    deltas = [torch.randn(1, s, w) for w in widths]
+
+    def build(fd: FusionDefinition) -> None:
+        t_fa, t_fb = (fd.define_tensor(shape=[freqs], contiguity=[True]) for _ in range(2))
+        t_square = fd.define_tensor(shape=[s, s], contiguity=[True, True])
+        t_bases = [
+            fd.define_tensor(
+                shape=[1, s, w], contiguity=[None, True, True], dtype=DataType.BFloat16
+            )
+            for w in widths
+        ]
+        t_deltas = [
+            fd.define_tensor(shape=[1, s, w], contiguity=[None, True, True]) for w in widths
+        ]
+        steps = fd.ops.iota(
+            fd.define_scalar(s), fd.define_scalar(0), fd.define_scalar(1), dtype=DataType.Int
+        )
+        row = fd.ops.broadcast_in_dim(steps, shape=[1, s], broadcast_dims=[1])
+        wrapped = fd.ops.where(
+            fd.ops.lt(row, fd.define_scalar(0)), fd.define_scalar(s), fd.define_scalar(0)
+        )
+        positions = fd.ops.reshape(
+            fd.ops.add(row, fd.ops.cast(wrapped, DataType.Int)), new_shape=[s]
+        )
+        pos_grid = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(
+                fd.ops.cast(steps, DataType.Float), shape=[s, 1], broadcast_dims=[0]
+            ),
+            shape=[s, freqs],
+            broadcast_dims=[0, 1],
+        )
+
+        def angles(inv_freq: Any) -> Any:
+            grid = fd.ops.broadcast_in_dim(
+                fd.ops.broadcast_in_dim(inv_freq, shape=[1, freqs], broadcast_dims=[1]),
+                shape=[s, freqs],
+                broadcast_dims=[0, 1],
+            )
+            product = fd.ops.mul(pos_grid, grid)
+            return fd.ops.cat([product, product], dim=-1, manual_padding=0)
+
+        angles_a, angles_b = angles(t_fa), angles(t_fb)
+        tables = [
+            fd.ops.cast(op(a), DataType.BFloat16)
+            for a in (angles_a, angles_b)
+            for op in (fd.ops.cos, fd.ops.sin)
+        ]
+
+        def gathered(table: Any) -> tuple[Any, Any]:
+            one_head = fd.ops.broadcast_in_dim(
+                fd.ops.reshape(fd.ops.index_select(table, positions, dim=0), new_shape=[1, s, rot]),
+                shape=[1, 1, s, rot],
+                broadcast_dims=[0, 2, 3],
+            )
+            per_head = fd.ops.broadcast_in_dim(
+                one_head, shape=[1, heads, s, rot], broadcast_dims=[0, 1, 2, 3]
+            )
+            return one_head, fd.ops.cast(per_head, DataType.Float)
+
+        (cos_a_1, cos_a), (sin_a_1, sin_a), (_, cos_b), (_, sin_b) = (gathered(t) for t in tables)
+        updated = [
+            fd.ops.add(fd.ops.cast(base, DataType.Float), fd.ops.mul(delta, fd.define_scalar(2.0)))
+            for base, delta in zip(t_bases, t_deltas, strict=True)
+        ]
+        q, k, v = (
+            fd.ops.permute(
+                fd.ops.reshape(fd.ops.cast(u, DataType.BFloat16), new_shape=[1, s, heads, d]),
+                dims=[0, 2, 1, 3],
+            )
+            for u in updated[:3]
+        )
+        up = updated[3]
+
+        def rotate(x: Any) -> Any:
+            def part(t: Any, lo: int, hi: int) -> Any:
+                return fd.ops.slice(
+                    t, [0, 0, 0, lo], [1, heads, s, hi], [1, 1, 1, 1], manual_normalization=0
+                )
+
+            head, rest = part(x, 0, rot), part(x, rot, d)
+            neg_high = fd.ops.cast(
+                fd.ops.neg(fd.ops.cast(part(head, rot // 2, rot), DataType.Float)),
+                DataType.BFloat16,
+            )
+            swapped = fd.ops.cat([neg_high, part(head, 0, rot // 2)], dim=-1, manual_padding=0)
+            turned = fd.ops.add(
+                fd.ops.mul(fd.ops.cast(head, DataType.Float), cos_a),
+                fd.ops.mul(fd.ops.cast(swapped, DataType.Float), sin_a),
+            )
+            return fd.ops.cat(
+                [fd.ops.cast(turned, DataType.BFloat16), rest], dim=-1, manual_padding=0
+            )
+
+        cubic = fd.ops.mul(fd.define_scalar(0.044715), fd.ops.pow(up, fd.define_scalar(3.0)))
+        inner = fd.ops.mul(fd.define_scalar(0.797885), fd.ops.add(up, cubic))
+        gelu = fd.ops.mul(
+            fd.ops.mul(fd.define_scalar(0.5), up),
+            fd.ops.add(fd.define_scalar(1.0), fd.ops.tanh(inner)),
+        )
+        q_rotated, k_rotated = rotate(q), rotate(k)
+        k_float = fd.ops.cast(k_rotated, DataType.Float)
+        for out in (*tables, cos_a_1, sin_a_1, cos_b, sin_b):
+            fd.add_output(out)
+        fd.add_output(fd.ops.cast(t_square, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(up, DataType.BFloat16))
+        fd.add_output(v)
+        fd.add_output(k_rotated)
+        fd.add_output(fd.ops.cast(q_rotated, DataType.Float))
+        fd.add_output(fd.ops.permute(k_float, dims=[0, 1, 3, 2]))
+        fd.add_output(fd.ops.cast(gelu, DataType.BFloat16))
+        fd.add_output(gelu)
+
+    out = run(build, [inv_freq_a, inv_freq_b, square, *bases, *deltas])
+    positions = torch.arange(s, dtype=torch.float32)[:, None]
+    want_tables = []
+    for inv_freq in (inv_freq_a, inv_freq_b):
+        product = positions * inv_freq
+        both = torch.cat([product, product], -1)
+        want_tables += [torch.cos(both).bfloat16(), torch.sin(both).bfloat16()]
+    cos_a, sin_a = want_tables[0].float(), want_tables[1].float()
+    updated = [base.float() + 2 * delta for base, delta in zip(bases, deltas, strict=True)]
+    q, k, v = (u.bfloat16().reshape(1, s, heads, d).transpose(1, 2) for u in updated[:3])
+    up = updated[3]
+
+    def rotated(x: torch.Tensor) -> torch.Tensor:
+        head, half = x[..., :rot], rot // 2
+        swapped = torch.cat([-head[..., half:], head[..., :half]], -1)
+        turned = (head.float() * cos_a + swapped.float() * sin_a).bfloat16()
+        return torch.cat([turned, x[..., rot:]], -1)
+
+    gelu = 0.5 * up * (1 + torch.tanh(0.797885 * (up + 0.044715 * up**3)))
+    k_rotated = rotated(k)
+    wants = [
+        *want_tables,
+        want_tables[0][None, None],
+        want_tables[1][None, None],
+        want_tables[2].float().expand(1, heads, s, rot),
+        want_tables[3].float().expand(1, heads, s, rot),
+        square.bfloat16(),
+        up.bfloat16(),
+        v,
+        k_rotated,
+        rotated(q).float(),
+        k_rotated.float().transpose(2, 3),
+        gelu.bfloat16(),
+        gelu,
+    ]
+    assert len(out) == len(wants)
+    for got, want in zip(out, wants, strict=True):
+        torch.testing.assert_close(got, want)
