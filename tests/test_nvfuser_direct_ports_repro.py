@@ -1116,3 +1116,107 @@ def test_domain_map_hang() -> None:
     assert len(out) == len(wants)
     for got, want in zip(out, wants, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_reshape_cancellation() -> None:
+    # Interleaved rotary halves built by stacking two strided inputs on a new last axis and
+    # reshaping it away, applied to queries and keys whose pass-through channels are sliced
+    # out of a fused QKV projection (sliced, reshaped to heads, sliced again). nvFuser's
+    # S 2048, 4 groups of 6 heads of 256 channels (64 rotated) at S 2, 2 groups of 3 heads
+    # of 12 channels (8 rotated).
+    s, groups, per_group, head_dim, quarter = 2, 2, 3, 12, 4
+    heads, rot = groups * per_group, 2 * quarter
+    qkv_width = 3 * per_group * head_dim
+
+    def every_other() -> torch.Tensor:
+        storage = torch.randn(s * heads * rot - 1).bfloat16()
+        return storage.as_strided((1, s, heads, quarter), (s * heads * rot, heads * rot, rot, 2))
+
+    q_neg, q_pos, k_neg = every_other(), every_other(), every_other()
+    qkv = torch.randn(1, s, groups, qkv_width).bfloat16()
+    k_pos = every_other()
+    sin = torch.randn(s * rot).as_strided((1, s, heads, rot), (s * rot, rot, 0, 1))
+    q_base, k_base = torch.randn(1, s, heads, rot), torch.randn(1, s, heads, rot)
+    quarter_shape, rot_shape = [1, s, heads, quarter], [1, s, heads, rot]
+
+    def build(fd: FusionDefinition) -> None:
+        def strided_half() -> Any:
+            return fd.define_tensor(
+                shape=quarter_shape,
+                contiguity=[None, True, True, False],
+                dtype=DataType.BFloat16,
+                stride_order=[3, 2, 1, 0],
+            )
+
+        t_q_neg, t_q_pos, t_k_neg = strided_half(), strided_half(), strided_half()
+        t_qkv = fd.define_tensor(
+            shape=[1, s, groups, qkv_width],
+            contiguity=[None, True, True, True],
+            dtype=DataType.BFloat16,
+        )
+        t_k_pos = strided_half()
+        t_sin = fd.define_tensor(shape=rot_shape, contiguity=[None, True, None, True])
+        t_q_base, t_k_base = (
+            fd.define_tensor(shape=rot_shape, contiguity=[None, True, True, True]) for _ in range(2)
+        )
+
+        def negated(x: Any) -> Any:
+            return fd.ops.cast(fd.ops.neg(fd.ops.cast(x, DataType.Float)), DataType.BFloat16)
+
+        def interleaved(first: Any, second: Any) -> Any:
+            pair = [
+                fd.ops.broadcast_in_dim(x, shape=[*quarter_shape, 1], broadcast_dims=[0, 1, 2, 3])
+                for x in (first, second)
+            ]
+            stacked = fd.ops.cat(pair, dim=-1, manual_padding=0)
+            return fd.ops.cast(fd.ops.reshape(stacked, new_shape=rot_shape), DataType.Float)
+
+        def pass_through(lo: int) -> Any:
+            part = fd.ops.slice(
+                t_qkv,
+                [0, 0, 0, lo],
+                [1, s, groups, lo + per_group * head_dim],
+                [1, 1, 1, 1],
+                manual_normalization=0,
+            )
+            per_head = fd.ops.reshape(
+                fd.ops.reshape(part, new_shape=[1, s, groups, per_group, head_dim]),
+                new_shape=[1, s, heads, head_dim],
+            )
+            tail = fd.ops.slice(
+                per_head,
+                [0, 0, 0, rot],
+                [1, s, heads, head_dim],
+                [1, 1, 1, 1],
+                manual_normalization=0,
+            )
+            return fd.ops.cast(tail, DataType.Float)
+
+        q_rot = fd.ops.add(t_q_base, fd.ops.mul(interleaved(negated(t_q_neg), t_q_pos), t_sin))
+        queries = fd.ops.permute(
+            fd.ops.cat([q_rot, pass_through(2 * per_group * head_dim)], dim=-1, manual_padding=0),
+            dims=[0, 2, 1, 3],
+        )
+        k_rot = fd.ops.add(t_k_base, fd.ops.mul(interleaved(negated(t_k_neg), t_k_pos), t_sin))
+        keys = fd.ops.cat([k_rot, pass_through(0)], dim=-1, manual_padding=0)
+        fd.add_output(fd.ops.permute(keys, dims=[0, 2, 1, 3]))
+        fd.add_output(fd.ops.cast(queries, DataType.BFloat16))
+        fd.add_output(fd.ops.permute(queries, dims=[0, 1, 3, 2]))
+
+    keys, queries_bf16, queries_t = run(
+        build, [q_neg, q_pos, k_neg, qkv, k_pos, sin, q_base, k_base]
+    )
+
+    def rotated(neg: torch.Tensor, pos: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        pairs = torch.stack([-neg, pos], -1).reshape(rot_shape).float()
+        return base + pairs * sin
+
+    def tail(lo: int) -> torch.Tensor:
+        part = qkv[..., lo : lo + per_group * head_dim].reshape(1, s, heads, head_dim)
+        return part[..., rot:].float()
+
+    want_q = torch.cat([rotated(q_neg, q_pos, q_base), tail(2 * per_group * head_dim)], -1)
+    want_k = torch.cat([rotated(k_neg, k_pos, k_base), tail(0)], -1)
+    torch.testing.assert_close(keys, want_k.transpose(1, 2))
+    torch.testing.assert_close(queries_bf16, want_q.transpose(1, 2).bfloat16())
+    torch.testing.assert_close(queries_t, want_q.transpose(1, 2).transpose(2, 3))
