@@ -1220,3 +1220,161 @@ def test_reshape_cancellation() -> None:
     torch.testing.assert_close(keys, want_k.transpose(1, 2))
     torch.testing.assert_close(queries_bf16, want_q.transpose(1, 2).bfloat16())
     torch.testing.assert_close(queries_t, want_q.transpose(1, 2).transpose(2, 3))
+
+
+def test_reduction_reference_missing_input_ids() -> None:
+    # A rotary backward in Half: query and key gradients (each the sum of a heads-first view
+    # and a tokens-first input) rotated back by pads on a new axis of size 2, the three head
+    # gradients packed into a [S, 3 * H * D] matrix, and per-token [S, D] sums over the heads
+    # of the tables' gradients. nvFuser's S 4096, 16 heads of 128 at S 3, 2 heads of 4.
+    s, heads, d = 3, 2, 4
+    half, width = d // 2, heads * d
+    shape, pairs = [1, s, heads, d], [1, s, heads, 2, half]
+
+    def heads_first() -> torch.Tensor:
+        return (torch.rand(shape) * 2 - 1).half().permute(0, 2, 1, 3)
+
+    def per_token() -> torch.Tensor:
+        return torch.rand(s * d).as_strided(shape, (s * d, d, 0, 1)) * 2 - 1
+
+    q_view, q_extra, k_view = heads_first(), torch.rand(shape).half(), heads_first()
+    table_a, qkv = per_token(), (torch.rand(1, s, 3 * width) * 2 - 1).half()
+    v_view, table_b, v_extra = heads_first(), per_token(), torch.rand(shape).half()
+
+    def build(fd: FusionDefinition) -> None:
+        def half_input(stride_order: list[int], dims: list[int]) -> Any:
+            return fd.define_tensor(
+                shape=dims,
+                contiguity=[None, True, True, True],
+                dtype=DataType.Half,
+                stride_order=stride_order,
+            )
+
+        def table_input() -> Any:
+            return fd.define_tensor(
+                shape=shape, contiguity=[None, True, None, True], stride_order=[3, 2, 1, 0]
+            )
+
+        heads_dims = [1, heads, s, d]
+        t_q_view, t_q_extra = half_input([3, 1, 2, 0], heads_dims), half_input([3, 2, 1, 0], shape)
+        t_k_view, t_a = half_input([3, 1, 2, 0], heads_dims), table_input()
+        t_qkv = fd.define_tensor(
+            shape=[1, s, 3 * width], contiguity=[None, True, True], dtype=DataType.Half
+        )
+        t_v_view, t_b = half_input([3, 1, 2, 0], heads_dims), table_input()
+        t_v_extra = half_input([3, 2, 1, 0], shape)
+
+        def tokens_first(x: Any) -> Any:
+            return fd.ops.cast(fd.ops.permute(x, dims=[0, 2, 1, 3]), DataType.Float)
+
+        def whole(x: Any) -> Any:
+            return fd.ops.slice(x, [0, 0, 0, 0], shape, [1, 1, 1, 1], manual_normalization=0)
+
+        grad_q = whole(fd.ops.add(fd.ops.cast(t_q_extra, DataType.Float), tokens_first(t_q_view)))
+        grad_k = whole(tokens_first(t_k_view))
+        zero = fd.define_scalar(0.0, dtype=DataType.Double)
+
+        def swap_back(x: Any) -> Any:
+            low = fd.ops.slice(
+                x, [0, 0, 0, 0], [1, s, heads, half], [1, 1, 1, 1], manual_normalization=0
+            )
+            high = fd.ops.slice(x, [0, 0, 0, half], shape, [1, 1, 1, 1], manual_normalization=0)
+            first, second = (
+                fd.ops.broadcast_in_dim(
+                    v, shape=[1, s, heads, 1, half], broadcast_dims=[0, 1, 2, 4]
+                )
+                for v in (high, fd.ops.neg(low))
+            )
+            both = fd.ops.add(
+                fd.ops.pad(second, [0, 0, 1, 0, 0, 0, 0, 0, 0, 0], zero),
+                fd.ops.pad(first, [0, 0, 0, 1, 0, 0, 0, 0, 0, 0], zero),
+            )
+            return fd.ops.reshape(both, new_shape=shape)
+
+        def thirds(lo: int) -> Any:
+            part = fd.ops.slice(
+                t_qkv, [0, 0, lo], [1, s, lo + width], [1, 1, 1], manual_normalization=0
+            )
+            return fd.ops.cast(fd.ops.reshape(part, new_shape=shape), DataType.Float)
+
+        def rotate_half(x: Any) -> Any:
+            split = fd.ops.reshape(x, new_shape=pairs)
+
+            def piece(i: int) -> Any:
+                cut = fd.ops.slice(
+                    split,
+                    [0, 0, 0, i, 0],
+                    [1, s, heads, i + 1, half],
+                    [1] * 5,
+                    manual_normalization=0,
+                )
+                return fd.ops.squeeze(cut, dims=[3], squeeze_expanded=False)
+
+            return fd.ops.cat([fd.ops.neg(piece(1)), piece(0)], dim=-1, manual_padding=0)
+
+        empty = fd.ops.full(
+            shape=[1, s, heads, 0], fill_value=fd.define_scalar(0), dtype=DataType.Float
+        )
+        zeros = fd.ops.pad(empty, [0, d, 0, 0, 0, 0, 0, 0], zero)
+        q_back = fd.ops.add(
+            fd.ops.add(swap_back(fd.ops.mul(t_a, grad_q)), fd.ops.mul(t_b, grad_q)), zeros
+        )
+        k_back = fd.ops.add(
+            fd.ops.add(swap_back(fd.ops.mul(t_a, grad_k)), fd.ops.mul(t_b, grad_k)), zeros
+        )
+        v_back = fd.ops.add(fd.ops.cast(t_v_extra, DataType.Float), tokens_first(t_v_view))
+        q_proj, k_proj = thirds(0), thirds(width)
+        packed = fd.ops.cat(
+            [
+                fd.ops.reshape(fd.ops.cast(x, DataType.Half), new_shape=[1, s, width])
+                for x in (k_back, q_back, v_back)
+            ],
+            dim=2,
+            manual_padding=0,
+        )
+        doubled = fd.ops.reshape(
+            fd.ops.mul(fd.define_scalar(2.0), fd.ops.cast(packed, DataType.Float)),
+            new_shape=[s, 3 * width],
+        )
+
+        def token_sum(x: Any) -> Any:
+            return fd.ops.broadcast_in_dim(
+                fd.ops.sum(x, dims=[0, 2]), shape=[1, s, 1, d], broadcast_dims=[1, 3]
+            )
+
+        fd.add_output(fd.ops.permute(doubled, dims=[1, 0]))
+        fd.add_output(doubled)
+        fd.add_output(fd.ops.reshape(packed, new_shape=[s, 3 * width]))
+        fd.add_output(
+            fd.ops.add(token_sum(fd.ops.mul(k_proj, grad_q)), token_sum(fd.ops.mul(q_proj, grad_k)))
+        )
+        fd.add_output(
+            fd.ops.add(
+                token_sum(fd.ops.mul(rotate_half(k_proj), grad_q)),
+                token_sum(fd.ops.mul(rotate_half(q_proj), grad_k)),
+            )
+        )
+
+    out = run(build, [q_view, q_extra, k_view, table_a, qkv, v_view, table_b, v_extra])
+    grad_q = q_extra.float() + q_view.transpose(1, 2).float()
+    grad_k = k_view.transpose(1, 2).float()
+
+    def swapped_back(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x[..., half:], -x[..., :half]], -1)
+
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([-x[..., half:], x[..., :half]], -1)
+
+    q_back = swapped_back(table_a * grad_q) + table_b * grad_q
+    k_back = swapped_back(table_a * grad_k) + table_b * grad_k
+    v_back = v_extra.float() + v_view.transpose(1, 2).float()
+    packed = torch.cat([x.half().reshape(1, s, width) for x in (k_back, q_back, v_back)], 2)
+    q_proj, k_proj = (qkv[..., lo : lo + width].float().reshape(shape) for lo in (0, width))
+    doubled = (2 * packed.float()).reshape(s, -1)
+    torch.testing.assert_close(out[0], doubled.t())
+    torch.testing.assert_close(out[1], doubled)
+    torch.testing.assert_close(out[2], packed.reshape(s, -1))
+    torch.testing.assert_close(out[3], (k_proj * grad_q + q_proj * grad_k).sum(2, keepdim=True))
+    torch.testing.assert_close(
+        out[4], (rotate_half(k_proj) * grad_q + rotate_half(q_proj) * grad_k).sum(2, keepdim=True)
+    )
