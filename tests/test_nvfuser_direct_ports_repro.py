@@ -1378,3 +1378,117 @@ def test_reduction_reference_missing_input_ids() -> None:
     torch.testing.assert_close(
         out[4], (rotate_half(k_proj) * grad_q + rotate_half(q_proj) * grad_k).sum(2, keepdim=True)
     )
+
+
+def test_issue1706() -> None:
+    # Llama 2's RMS norm backward as Thunder traced it, with a BFloat16 round trip after
+    # almost every op; the weight is an expanded [1, 1, C] view, a [10, 32] input is halved on
+    # the side, and the three Int inputs are unused. nvFuser's [1, 4096, 4096] at [1, 8, 16];
+    # nvFuser checks no numbers (the fusion came from a network), so torch eager here repeats
+    # each rounding.
+    t, c = 8, 16
+    shape = [1, t, c]
+    eps = 1e-6
+    grad, side, x = (
+        torch.randn(shape).bfloat16(),
+        torch.randn(10, 32).bfloat16(),
+        torch.randn(shape).bfloat16(),
+    )
+    mean_square = (torch.rand(1, t, 1) + 0.5).bfloat16()
+    weight = torch.randn(1, 1, c).bfloat16().expand(shape)
+
+    def build(fd: FusionDefinition) -> None:
+        s_eps = fd.define_scalar(None, dtype=DataType.Double)
+        for _ in range(3):
+            fd.define_scalar(None, dtype=DataType.Int)
+        t_grad = fd.define_tensor(
+            shape=[1, -1, -1], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        t_side = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        t_x = fd.define_tensor(
+            shape=[1, -1, -1], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        t_ms = fd.define_tensor(
+            shape=[1, -1, 1], contiguity=[None, True, None], dtype=DataType.BFloat16
+        )
+        t_w = fd.define_tensor(
+            shape=[1, -1, -1], contiguity=[None, None, True], dtype=DataType.BFloat16
+        )
+
+        def f32(v: Any) -> Any:
+            return fd.ops.cast(v, DataType.Float)
+
+        def bf16(v: Any) -> Any:
+            return fd.ops.cast(v, DataType.BFloat16)
+
+        half = fd.ops.reciprocal(fd.define_scalar(2.0, dtype=DataType.Double))
+        xf = f32(t_x)
+        inv_rms = fd.ops.rsqrt(f32(t_ms))
+        inv_rms_b = f32(
+            fd.ops.broadcast_in_dim(bf16(inv_rms), shape=shape, broadcast_dims=[0, 1, 2])
+        )
+        normed = bf16(fd.ops.mul(xf, inv_rms_b))
+        g = f32(t_grad)
+        grad_normed = f32(bf16(fd.ops.mul(g, f32(t_w))))
+        grad_w = f32(bf16(fd.ops.sum(f32(bf16(fd.ops.mul(g, f32(normed)))), dims=[0, 1])))
+        dot = f32(
+            fd.ops.broadcast_in_dim(
+                bf16(fd.ops.sum(f32(bf16(fd.ops.mul(grad_normed, xf))), dims=[0, 2])),
+                shape=[1, t, 1],
+                broadcast_dims=[1],
+            )
+        )
+        grad_ms = f32(
+            bf16(
+                f32(
+                    bf16(
+                        fd.ops.mul(
+                            fd.ops.mul(fd.define_scalar(-0.5, dtype=DataType.Double), dot),
+                            fd.ops.pow(inv_rms, fd.define_scalar(3.0, dtype=DataType.Double)),
+                        )
+                    )
+                )
+            )
+        )
+        per_row = fd.ops.sum(fd.ops.mul(grad_ms, fd.ops.reciprocal(s_eps)), dims=[0, 2])
+        per_row = fd.ops.broadcast_in_dim(
+            fd.ops.broadcast_in_dim(
+                fd.ops.broadcast_in_dim(per_row, shape=[1, t], broadcast_dims=[1]),
+                shape=[1, t, 1],
+                broadcast_dims=[0, 1],
+            ),
+            shape=shape,
+            broadcast_dims=[0, 1, 2],
+        )
+        per_row = f32(bf16(per_row))
+        through_rms = bf16(fd.ops.mul(per_row, xf))
+        total = f32(
+            bf16(fd.ops.add(f32(bf16(fd.ops.mul(grad_normed, inv_rms_b))), f32(through_rms)))
+        )
+        grad_x = f32(bf16(fd.ops.add(total, f32(through_rms))))
+        fd.add_output(bf16(fd.ops.mul(f32(t_side), half)))
+        fd.add_output(bf16(fd.ops.mul(grad_w, half)))
+        fd.add_output(bf16(grad_x))
+        fd.add_output(f32(bf16(grad_x)))
+
+    def rounded(v: torch.Tensor) -> torch.Tensor:
+        return v.bfloat16().float()
+
+    side_half, grad_w_half, grad_x_bf16, grad_x = run(
+        build, [eps, 10, t, c, grad, side, x, mean_square, weight]
+    )
+    xf, g = x.float(), grad.float()
+    inv_rms = torch.rsqrt(mean_square.float())
+    inv_rms_r = rounded(inv_rms)
+    normed = rounded(xf * inv_rms_r)
+    grad_normed = rounded(g * weight.float())
+    grad_w = rounded(rounded(g * normed).sum([0, 1]))
+    dot = rounded(rounded(grad_normed * xf).sum(2, keepdim=True))
+    grad_ms = rounded(-0.5 * dot * inv_rms**3)
+    per_row = rounded(grad_ms * (1 / eps))
+    through_rms = rounded(per_row * xf)
+    want_x = rounded(rounded(rounded(grad_normed * inv_rms_r) + through_rms) + through_rms)
+    torch.testing.assert_close(side_half, (side.float() * 0.5).bfloat16())
+    torch.testing.assert_close(grad_w_half, (grad_w * 0.5).bfloat16())
+    torch.testing.assert_close(grad_x_bf16, want_x.bfloat16())
+    torch.testing.assert_close(grad_x, want_x)
