@@ -5,6 +5,7 @@ test_repro.py and test_python_frontend.py; docs/guides/nvfuser-tests.md lists wh
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -1492,3 +1493,65 @@ def test_issue1706() -> None:
     torch.testing.assert_close(grad_w_half, (grad_w * 0.5).bfloat16())
     torch.testing.assert_close(grad_x_bf16, want_x.bfloat16())
     torch.testing.assert_close(grad_x, want_x)
+
+
+# ---- test_high_complexity.py ----
+
+
+def test_nanogpt_mha_dpa() -> None:
+    # nanoGPT's attention probabilities: scaled scores masked with -inf where the causal bias
+    # is 0, a softmax, and dropout with probability 0 (so eager and kfuse agree without
+    # sharing random numbers). nvFuser's [16, 16, 128, 128] scores and [1, 1, 1024, 1024]
+    # bias at [2, 2, 8, 8] and [1, 1, 16, 16]; the bias is a lower triangle of ones here
+    # (nvFuser's random one masks nothing).
+    b, heads, s = 2, 2, 8
+    scores = torch.randn(b, heads, s, s)
+    bias = torch.tril(torch.ones(2 * s, 2 * s)).reshape(1, 1, 2 * s, 2 * s)
+    prob = 0.0
+
+    def build(fd: FusionDefinition) -> None:
+        t_scores = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4)
+        t_bias = fd.define_tensor(shape=[1, 1, -1, -1], contiguity=[None, None, True, True])
+        full = [b, heads, s, s]
+        scaled = fd.ops.mul(t_scores, fd.define_scalar(0.125, dtype=DataType.Double))
+        window = fd.ops.slice(
+            t_bias, start_indices=[0, 0, 0, 0], end_indices=[1, 1, s, s], strides=[1] * 4
+        )
+        masked_out = fd.ops.broadcast_in_dim(
+            fd.ops.eq(fd.define_scalar(0.0, dtype=DataType.Double), window),
+            shape=full,
+            broadcast_dims=[0, 1, 2, 3],
+        )
+        logits = fd.ops.where(
+            masked_out, fd.define_scalar(float("-inf"), dtype=DataType.Double), scaled
+        )
+        # nvFuser's program computes -1 + 4 (the softmax axis) twice and never uses it.
+        fd.ops.add(
+            fd.define_scalar(-1, dtype=DataType.Int), fd.define_scalar(4, dtype=DataType.Int)
+        )
+
+        def over_keys(v: Any) -> Any:
+            column = fd.ops.broadcast_in_dim(v, shape=[b, heads, s, 1], broadcast_dims=[0, 1, 2])
+            return fd.ops.broadcast_in_dim(column, shape=full, broadcast_dims=[0, 1, 2, 3])
+
+        exps = fd.ops.exp(fd.ops.sub(logits, over_keys(fd.ops.max(logits, dims=[3]))))
+        probs = fd.ops.div(exps, over_keys(fd.ops.sum(exps, dims=[3])))
+        sizes = [fd.define_scalar(n, dtype=DataType.Int) for n in full]
+        draws = fd.ops.uniform(
+            fd.define_scalar(0.0, dtype=DataType.Double),
+            fd.define_scalar(1.0, dtype=DataType.Double),
+            shape=sizes,
+            dtype=DataType.Float,
+        )
+        keep = fd.ops.cast(
+            fd.ops.lt(draws, fd.define_scalar(1.0 - prob, dtype=DataType.Double)), DataType.Float
+        )
+        fd.add_output(
+            fd.ops.mul(
+                fd.ops.mul(probs, keep), fd.define_scalar(1.0 / (1.0 - prob), dtype=DataType.Double)
+            )
+        )
+
+    masked = (scores / math.sqrt(64)).masked_fill(bias[:, :, :s, :s] == 0, float("-inf"))
+    want = torch.nn.functional.dropout(torch.softmax(masked, dim=-1), p=prob)
+    torch.testing.assert_close(run(build, [scores, bias])[0], want)
