@@ -1525,10 +1525,6 @@ def test_nanogpt_mha_dpa() -> None:
         logits = fd.ops.where(
             masked_out, fd.define_scalar(float("-inf"), dtype=DataType.Double), scaled
         )
-        # nvFuser's program computes -1 + 4 (the softmax axis) twice and never uses it.
-        fd.ops.add(
-            fd.define_scalar(-1, dtype=DataType.Int), fd.define_scalar(4, dtype=DataType.Int)
-        )
 
         def over_keys(v: Any) -> Any:
             column = fd.ops.broadcast_in_dim(v, shape=[b, heads, s, 1], broadcast_dims=[0, 1, 2])
