@@ -1551,3 +1551,68 @@ def test_nanogpt_mha_dpa() -> None:
     masked = (scores / math.sqrt(64)).masked_fill(bias[:, :, :s, :s] == 0, float("-inf"))
     want = torch.nn.functional.dropout(torch.softmax(masked, dim=-1), p=prob)
     torch.testing.assert_close(run(build, [scores, bias])[0], want)
+
+
+def test_litgpt_variants_gpt_neox_like() -> None:
+    # GPT-NeoX attention's prologue as LitGPT writes it (nvFuser's sizes, already small): a
+    # [B, S, 4 * 3 * 16] projection split into per-head query, key and value, queries and keys
+    # rotated with tables sliced to S rows, each concatenated with an empty slice (nvFuser's
+    # crash in its pad-moving pass), scaled by 0.5, the keys transposed.
+    b, s, heads, d = 5, 5, 4, 16
+    half = d // 2
+    cos_table, sin_table = torch.randn(128, d), torch.randn(128, d)
+    qkv = torch.randn(b, s, heads * 3 * d)
+    per_head = [b, heads, s, d]
+
+    def build(fd: FusionDefinition) -> None:
+        t_cos, t_sin = (fd.define_tensor(shape=[128, d], contiguity=[True, True]) for _ in range(2))
+        t_qkv = fd.define_tensor(shape=[b, s, heads * 3 * d], contiguity=[True] * 3)
+        sizes = [fd.define_scalar(n, dtype=DataType.Int) for n in per_head]
+        cos, sin = (
+            fd.ops.broadcast_in_dim(
+                fd.ops.slice(t, start_indices=[0, 0], end_indices=[s, d], strides=[1, 1]),
+                shape=sizes,
+                broadcast_dims=[2, 3],
+            )
+            for t in (t_cos, t_sin)
+        )
+        split = fd.ops.permute(
+            fd.ops.reshape(t_qkv, new_shape=[b, s, heads, 3, d]), dims=[0, 2, 3, 1, 4]
+        )
+        q, k, v = (
+            fd.ops.reshape(
+                fd.ops.slice(split, [0, 0, i, 0, 0], [b, heads, i + 1, s, d], [1] * 5),
+                new_shape=per_head,
+            )
+            for i in range(3)
+        )
+
+        def part(x: Any, lo: int, hi: int) -> Any:
+            return fd.ops.slice(x, [0, 0, 0, lo], [b, heads, s, hi], [1, 1, 1, 1])
+
+        def rotated(x: Any) -> Any:
+            swapped = fd.ops.cat([fd.ops.neg(part(x, half, d)), part(x, 0, half)], dim=-1)
+            turned = fd.ops.add(fd.ops.mul(x, cos), fd.ops.mul(swapped, sin))
+            return fd.ops.cat([turned, part(x, 0, 0)], dim=-1)
+
+        fd.add_output(v)
+        fd.add_output(cos)
+        fd.add_output(sin)
+        fd.add_output(fd.ops.mul(rotated(q), fd.define_scalar(0.5, dtype=DataType.Double)))
+        fd.add_output(
+            fd.ops.mul(
+                fd.ops.permute(rotated(k), dims=[0, 1, 3, 2]),
+                fd.define_scalar(0.5, dtype=DataType.Double),
+            )
+        )
+
+    out = run(build, [cos_table, sin_table, qkv])
+    q, k, v = qkv.reshape(b, s, heads, 3, d).permute(3, 0, 2, 1, 4)
+    cos, sin = cos_table[:s].expand(per_head), sin_table[:s].expand(per_head)
+
+    def rotated(x: torch.Tensor) -> torch.Tensor:
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    wants = [v, cos, sin, rotated(q) * 0.5, rotated(k).transpose(2, 3) * 0.5]
+    for got, want in zip(out, wants, strict=True):
+        torch.testing.assert_close(got, want)
