@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from kfuse.nvfuser_direct import DataType, FusionDefinition
+from kfuse.reference import philox
 from test_nvfuser_direct_ports import run
 
 
@@ -1616,3 +1618,144 @@ def test_litgpt_variants_gpt_neox_like() -> None:
     wants = [v, cos, sin, rotated(q) * 0.5, rotated(k).transpose(2, 3) * 0.5]
     for got, want in zip(out, wants, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_cat_qwen2_v2() -> None:
+    # Qwen2 attention's prologue: values with a seeded dropout (keep where uniform < 0.9, scale
+    # 1.11111) added to a residual, keys and queries rotated (the cos and sin tables are
+    # transposed views), keys and values repeated over the query heads and every output given
+    # a row-major stride order. nvFuser's S 2048, 4 key heads, 28 query heads, D 128 at S 4,
+    # 2 key heads, 4 query heads, D 8. nvFuser checks no numbers; the mask here comes from
+    # kfuse's NumPy reference of the generator (kfuse.reference.philox) for the same seed and
+    # offset.
+    s, kv_heads, repeats, d = 4, 2, 2, 8
+    heads, half, width = kv_heads * repeats, d // 2, kv_heads * d
+    rng_offset, rng_seed = 25546, 1400552702872758
+    delta = torch.randn(s, width).bfloat16()
+    keys = torch.randn(1, s, kv_heads, d).bfloat16().transpose(1, 2)
+    sin, cos = (torch.randn(1, d, s).bfloat16().transpose(1, 2) for _ in range(2))
+    queries = torch.randn(1, s, heads, d).bfloat16().transpose(1, 2)
+    residual = torch.randn(1, s, width).bfloat16()
+
+    def build(fd: FusionDefinition) -> None:
+        t_delta = fd.define_tensor(
+            shape=[s, width], contiguity=[True, True], dtype=DataType.BFloat16
+        )
+        s_offset, s_seed = (
+            fd.define_scalar(None, dtype=DataType.Int),
+            fd.define_scalar(None, dtype=DataType.Int),
+        )
+
+        def heads_input(n: int) -> Any:
+            return fd.define_tensor(
+                shape=[1, n, s, d],
+                contiguity=[None, True, True, True],
+                dtype=DataType.BFloat16,
+                stride_order=[3, 1, 2, 0],
+            )
+
+        t_keys = heads_input(kv_heads)
+        t_sin, t_cos = (
+            fd.define_tensor(
+                shape=[1, s, d],
+                contiguity=[None, True, True],
+                dtype=DataType.BFloat16,
+                stride_order=[2, 0, 1],
+            )
+            for _ in range(2)
+        )
+        t_queries = heads_input(heads)
+        t_res = fd.define_tensor(
+            shape=[1, s, width], contiguity=[None, True, True], dtype=DataType.BFloat16
+        )
+        draws = fd.ops.uniform(
+            fd.define_scalar(0.0, dtype=DataType.Double),
+            fd.define_scalar(1.0, dtype=DataType.Double),
+            shape=[fd.define_scalar(n, dtype=DataType.Int) for n in (1, s, width)],
+            rng_seed=s_seed,
+            rng_offset=s_offset,
+            dtype=DataType.BFloat16,
+        )
+        keep = fd.ops.cast(
+            fd.ops.lt(draws, fd.define_scalar(0.9, dtype=DataType.Double)), DataType.Float
+        )
+        scaled = fd.ops.mul(
+            fd.ops.cast(fd.ops.reshape(t_delta, new_shape=[1, s, width]), DataType.Float),
+            fd.define_scalar(4.0, dtype=DataType.Double),
+        )
+        dropped = fd.ops.mul(
+            fd.ops.mul(scaled, keep), fd.define_scalar(1.11111, dtype=DataType.Double)
+        )
+        values = fd.ops.cast(
+            fd.ops.add(fd.ops.cast(t_res, DataType.Float), dropped), DataType.BFloat16
+        )
+        values = fd.ops.permute(
+            fd.ops.reshape(values, new_shape=[1, s, kv_heads, d]), dims=[0, 2, 1, 3]
+        )
+        sin_1, cos_1 = (
+            fd.ops.broadcast_in_dim(t, shape=[1, 1, s, d], broadcast_dims=[0, 2, 3])
+            for t in (t_sin, t_cos)
+        )
+
+        def rotated(x: Any, n: int) -> Any:
+            low = fd.ops.slice(
+                x, [0, 0, 0, 0], [1, n, s, half], [1, 1, 1, 1], manual_normalization=0
+            )
+            high = fd.ops.slice(
+                x, [0, 0, 0, half], [1, n, s, d], [1, 1, 1, 1], manual_normalization=0
+            )
+            neg_high = fd.ops.cast(fd.ops.neg(fd.ops.cast(high, DataType.Float)), DataType.BFloat16)
+            swapped = fd.ops.cat([neg_high, low], dim=-1, manual_padding=0)
+            sin_n, cos_n = (
+                fd.ops.cast(
+                    fd.ops.broadcast_in_dim(t, shape=[1, n, s, d], broadcast_dims=[0, 1, 2, 3]),
+                    DataType.Float,
+                )
+                for t in (sin_1, cos_1)
+            )
+            turned = fd.ops.add(
+                fd.ops.mul(fd.ops.cast(x, DataType.Float), cos_n),
+                fd.ops.mul(fd.ops.cast(swapped, DataType.Float), sin_n),
+            )
+            return fd.ops.cast(turned, DataType.BFloat16)
+
+        def repeated(x: Any) -> Any:
+            one = fd.ops.broadcast_in_dim(
+                x, shape=[1, kv_heads, 1, s, d], broadcast_dims=[0, 1, 3, 4]
+            )
+            many = fd.ops.broadcast_in_dim(
+                one, shape=[1, kv_heads, repeats, s, d], broadcast_dims=[0, 1, 2, 3, 4]
+            )
+            return fd.ops.reshape(many, new_shape=[1, heads, s, d])
+
+        keys_rotated = rotated(t_keys, kv_heads)
+        fd.add_output(values)
+        fd.add_output(keys_rotated)
+        for out in (repeated(values), repeated(keys_rotated), rotated(t_queries, heads)):
+            fd.add_output(fd.ops.stride_order(out, stride_order=[3, 2, 1, 0]))
+
+    out = run(build, [delta, rng_offset, rng_seed, keys, sin, cos, queries, residual])
+    draws = philox.uniform(rng_seed, rng_offset, (1, s, width), DataType.BFloat16)
+    keep = torch.from_numpy(draws.astype(np.float32)) < 0.9
+    assert 0 < int(keep.sum()) < keep.numel()  # the seed's mask both keeps and drops
+    values = (residual.float() + delta.float().reshape(1, s, width) * 4 * keep * 1.11111).bfloat16()
+    values = values.reshape(1, s, kv_heads, d).transpose(1, 2)
+
+    def rotated(x: torch.Tensor) -> torch.Tensor:
+        swapped = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return (
+            x.float() * cos.float()[:, None] + swapped.float() * sin.float()[:, None]
+        ).bfloat16()
+
+    keys_rotated = rotated(keys)
+    wants = [
+        values,
+        keys_rotated,
+        values.repeat_interleave(repeats, dim=1),
+        keys_rotated.repeat_interleave(repeats, dim=1),
+        rotated(queries),
+    ]
+    for got, want in zip(out, wants, strict=True):
+        torch.testing.assert_close(got, want)
+    for got in out[2:]:
+        assert got.is_contiguous()
