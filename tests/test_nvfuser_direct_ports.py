@@ -1742,3 +1742,117 @@ def test_softmax_logsumexp() -> None:
     torch.testing.assert_close(
         run(build, [q, k, v])[0], torch.full((batch, heads, queries), math.log(keys) + size**0.5)
     )
+
+
+# ---- test_alphafold3.py ----
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=DefinitionError,
+    reason="kfuse's sdpfa_fwd takes no bias or mask (a DefinitionError) and only 4-D inputs",
+)
+@pytest.mark.parametrize("incoming", [False, True], ids=["outgoing", "incoming"])
+def test_triangle_attention(incoming: bool) -> None:
+    # AlphaFold's triangle attention over a pair representation [B, N, N, C]: a layer norm,
+    # per-head queries, keys and values from linears, a per-head bias from the pair itself,
+    # a key mask, attention over 5-D [B, N, H, N, E] heads, a sigmoid gate and an output
+    # linear; "incoming" runs it on the transposed pair. nvFuser's C 128, 4 heads of 32 at
+    # C 8, 2 heads of 4 (B 3, N 5 as in nvFuser's).
+    b, n, c, heads, e = 3, 5, 8, 2, 4
+    hidden = heads * e
+    pair = torch.randn(b, n, n, c).bfloat16()
+    w_norm, b_norm = torch.randn(c).bfloat16(), torch.randn(c).bfloat16()
+    w_q, w_k = torch.randn(hidden, c).bfloat16(), torch.randn(hidden, c).bfloat16()
+    w_bias = torch.randn(heads, c).bfloat16()
+    mask = torch.rand(b, n, n) > 0.3
+    mask[..., 0] = True  # every query attends to at least one key
+    w_v, w_g = torch.randn(hidden, c).bfloat16(), torch.randn(hidden, c).bfloat16()
+    w_o = torch.randn(c, hidden).bfloat16()
+
+    def build(fd: FusionDefinition) -> None:
+        def weight(*shape: int) -> Any:
+            return fd.define_tensor(shape=list(shape), dtype=DataType.BFloat16, contiguity=True)
+
+        z = fd.define_tensor(shape=[-1, -1, -1, c], dtype=DataType.BFloat16, contiguity=True)
+        t_wn, t_bn, t_wq, t_wk, t_wb = (
+            weight(c),
+            weight(c),
+            weight(hidden, c),
+            weight(hidden, c),
+            weight(heads, c),
+        )
+        t_mask = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Bool, contiguity=True)
+        t_wv, t_wg, t_wo = weight(hidden, c), weight(hidden, c), weight(c, hidden)
+        batch, tokens = fd.ops.size(z, 0), fd.ops.size(z, 1)
+        if incoming:
+            z = fd.ops.permute(z, [0, 2, 1, 3])
+            t_mask = fd.ops.permute(t_mask, [0, 2, 1])
+        zf = fd.ops.cast(z, dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(zf, dims=[-1], correction=0, keepdim=True)
+        inv_std = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5)))
+        whole = fd.ops.shape(zf)
+        scaled = fd.ops.mul(
+            fd.ops.mul(fd.ops.sub(zf, mean), inv_std),
+            fd.ops.broadcast_in_dim(t_wn, shape=whole, broadcast_dims=[-1]),
+        )
+        normed = fd.ops.cast(
+            fd.ops.add(scaled, fd.ops.broadcast_in_dim(t_bn, shape=whole, broadcast_dims=[-1])),
+            dtype=DataType.BFloat16,
+        )
+
+        def per_head(x: Any) -> Any:
+            split = fd.ops.reshape(x, [batch, tokens, tokens, heads, -1])
+            return fd.ops.permute(split, [0, 1, 3, 2, 4])
+
+        q, k, v = (per_head(fd.ops.linear(normed, w)) for w in (t_wq, t_wk, t_wv))
+        bias = fd.ops.broadcast_in_dim(
+            fd.ops.permute(fd.ops.linear(normed, t_wb), [0, 3, 1, 2]),
+            shape=[batch, 1, heads, tokens, tokens],
+            broadcast_dims=[0, 2, 3, 4],
+        )
+        key_mask = fd.ops.broadcast_in_dim(
+            t_mask, shape=[batch, tokens, 1, 1, tokens], broadcast_dims=[0, 1, 4]
+        )
+        attended, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, bias=bias, mask=key_mask, is_causal=False)
+        gate = per_head(fd.ops.sigmoid(fd.ops.linear(normed, t_wg)))
+        gated = fd.ops.cast(fd.ops.mul(attended, gate), dtype=DataType.BFloat16)
+        rows = fd.ops.reshape(fd.ops.permute(gated, [0, 1, 3, 2, 4]), [batch, tokens, tokens, -1])
+        out = fd.ops.linear(rows, t_wo)
+        fd.add_output(fd.ops.permute(out, [0, 2, 1, 3]) if incoming else out)
+
+    (got,) = run(build, [pair, w_norm, b_norm, w_q, w_k, w_bias, mask, w_v, w_g, w_o])
+    z, keys_kept = (pair.transpose(1, 2), mask.transpose(1, 2)) if incoming else (pair, mask)
+    normed = torch.nn.functional.layer_norm(
+        z.float(), [c], w_norm.float(), b_norm.float(), eps=1e-5
+    ).bfloat16()
+
+    def per_head(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(b, n, n, heads, e).permute(0, 1, 3, 2, 4)
+
+    q, k, v = (per_head(torch.nn.functional.linear(normed, w)) for w in (w_q, w_k, w_v))
+    bias = torch.nn.functional.linear(normed, w_bias).permute(0, 3, 1, 2)[:, None]
+    blocked = torch.zeros(b, n, 1, 1, n).masked_fill(~keys_kept[:, :, None, None, :], -math.inf)
+    attended = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=bias.float() + blocked
+    ).bfloat16()
+    gate = per_head(torch.sigmoid(torch.nn.functional.linear(normed, w_g)))
+    rows = (attended * gate).permute(0, 1, 3, 2, 4).reshape(b, n, n, hidden)
+    want = torch.nn.functional.linear(rows, w_o)
+    torch.testing.assert_close(got, want.transpose(1, 2) if incoming else want)
+
+
+def test_broadcast_in_dim_negative_dims() -> None:
+    # test_alphafold3.py's layer norm places its weight with broadcast_dims=[-1]: nvFuser
+    # counts a negative entry from the end of the output shape.
+    x, w = torch.randn(2, 3, 4), torch.randn(4)
+
+    def build(fd: FusionDefinition) -> None:
+        t_x, t_w = fd.from_pytorch(x), fd.from_pytorch(w)
+        fd.add_output(
+            fd.ops.mul(
+                t_x, fd.ops.broadcast_in_dim(t_w, shape=fd.ops.shape(t_x), broadcast_dims=[-1])
+            )
+        )
+
+    torch.testing.assert_close(run(build, [x, w])[0], x * w)

@@ -175,8 +175,9 @@ class Ops(LibraryMethods, PointwiseOps):
     def broadcast_in_dim(
         self, x: Val, shape: Sequence[Extent], broadcast_dims: Sequence[int]
     ) -> TensorView:
-        """Place x's axes at broadcast_dims of a tensor of `shape` (ints or Int scalars, e.g.
-        fd.ops.shape(y)); the other axes are new, and broadcast axes are expanded to shape."""
+        """Place x's axes at broadcast_dims (negative ones count from the end) of a tensor of
+        `shape` (ints or Int scalars, e.g. fd.ops.shape(y)); the other axes are new, and
+        broadcast axes are expanded to shape."""
         self._fd.check_open("broadcast_in_dim")
         if not isinstance(shape, (list, tuple)):
             raise DefinitionError(f"broadcast_in_dim: shape must be a list, got {describe(shape)}")
@@ -198,11 +199,12 @@ class Ops(LibraryMethods, PointwiseOps):
                 f"entries but {describe(v)} has {v.ndim} axes"
             )
         for i, d in enumerate(dims):
-            if not 0 <= d < len(shape):
+            if not -len(shape) <= d < len(shape):
                 raise DefinitionError(
                     f"broadcast_in_dim: broadcast_dims entry {i} ({d!r}) is "
                     f"not an axis of the {len(shape)}-d output shape"
                 )
+        dims = [d % len(shape) for d in dims]  # nvFuser counts a negative entry from the end
         if any(a >= b for a, b in zip(dims, dims[1:], strict=False)):
             raise DefinitionError(
                 f"broadcast_in_dim: broadcast_dims {dims} must be strictly increasing"
