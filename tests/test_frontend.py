@@ -249,6 +249,19 @@ def test_infer_shapes_errors_name_the_input(shapes: list, fragment: str) -> None
         fd.fusion.infer_shapes(shapes)
 
 
+def test_a_floating_reshape_size_is_cast_toward_zero() -> None:
+    """nvFuser casts every reshape size to its index type: a Double scalar size (Thunder's
+    reshape(-1) computes one as numel * reciprocal(rows)) truncates, given or computed."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        rows = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.reshape(x, [rows, -1]))
+        fd.add_output(fd.ops.reshape(x, [fd.define_scalar(3.9), -1]))
+    by_rows, by_constant = fd.execute([np.arange(6.0, dtype=np.float32), 2.7])
+    assert by_rows.shape == (2, 3) and by_constant.shape == (3, 2)
+    np.testing.assert_array_equal(by_rows.ravel(), np.arange(6.0))
+
+
 def test_infer_shapes_reshape_mismatch() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
