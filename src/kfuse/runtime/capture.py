@@ -34,7 +34,12 @@ def capturing(framework: str | None, device: int) -> bool:
         import cupy
 
         with cupy.cuda.Device(device):
-            return bool(cupy.cuda.get_current_stream().is_capturing())
+            try:
+                return bool(cupy.cuda.get_current_stream().is_capturing())
+            except RuntimeError:
+                # The runtime refuses the query for the legacy stream while a blocking
+                # stream captures: work on it would join that capture, so it counts as one.
+                return True
     return False
 
 
