@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpu_support import cuda_torch, requires_gpu
 from kfuse import FusionDefinition
 from kfuse.dtypes import DataType
 from kfuse.engine.program import SegmentedProgram, SegmentKernelsProgram
@@ -235,3 +236,32 @@ def test_the_error_names_the_output_and_both_dtypes() -> None:
     given = np.zeros(3, np.float16)
     with pytest.raises(InputError, match=r"outputs\[0\] \(output T\d+\) has dtype Half"):
         fd.execute([np.ones(3, np.float16)], outputs=[given])
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_a_cached_gpu_call_with_outputs_writes_the_given_array() -> None:
+    """A layout the C++ fast path has cached: a call given outputs= takes the checked path
+    and writes (and returns) the given array, not a new one."""
+    cuda = cuda_torch()
+    fd = _scaled_sum()
+    a, b = cuda.randn(64, 32, device="cuda"), cuda.randn(64, 32, device="cuda")
+    for _ in range(3):
+        fd.execute([a, b])
+    assert fd._executor_cache.fast_calls is not None, "three calls built no fast-path entry"
+    out = cuda.full((64, 32), SENTINEL, device="cuda")
+    (result,) = fd.execute([a, b], outputs=[out])
+    assert result is out
+    cuda.testing.assert_close(out, (a + b) * 2)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_an_output_on_another_device_is_an_input_error() -> None:
+    cuda = cuda_torch()
+    fd = _scaled_sum()
+    a = cuda.ones(4, 8, device="cuda")
+    host = cuda.full((4, 8), SENTINEL)
+    with pytest.raises(InputError, match=r"outputs\[0\] \(output T\d+\) is in host memory"):
+        fd.execute([a, a], outputs=[host])
+    assert (host == SENTINEL).all()
