@@ -147,6 +147,25 @@ def test_several_calls_reuse_the_given_arrays() -> None:
         np.testing.assert_array_equal(out, np.full((3, 3), 4.0 * k, np.float32))
 
 
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_empty_and_single_element_axes_take_any_strides(framework: str) -> None:
+    """Frameworks give such axes different strides; no element's address depends on them."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1])
+        fd.add_output(fd.ops.neg(x))
+    (empty,) = _arrays(framework, (0, 4, 3))
+    (x,) = _arrays(framework, (2, 1, 3))
+    if framework == "torch":
+        odd = torch.full((2, 3), SENTINEL).as_strided((2, 1, 3), (3, 99, 1))
+    else:
+        buffer = np.full((2, 3), SENTINEL, np.float32)
+        odd = np.lib.stride_tricks.as_strided(buffer, (2, 1, 3), (12, 396, 4))
+    for inp, given in [(empty, _empty_like(framework, empty)), (x, odd)]:
+        (result,) = fd.execute([inp], outputs=[given])
+        assert result is given
+        np.testing.assert_array_equal(np.asarray(given), -np.asarray(inp), err_msg=f"{inp.shape}")
+
+
 def _bad_outputs() -> list[tuple[str, Callable[[list[Any]], Any], str]]:
     """(case, outputs made from the inputs [a, b] of _scaled_sum on (4, 8), the error)."""
     f32 = np.float32

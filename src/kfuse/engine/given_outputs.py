@@ -90,8 +90,10 @@ def _checked_layout(info: RuntimeInfo, out: TensorView, array: Any, what: str) -
         raise InputError(f"{what} has shape {lay.shape}; the output has shape {shape}")
     order = allocation_order(out)
     dense = contiguous_strides(shape) if order is None else ordered_strides(shape, order)
-    # An axis of one element has no meaningful stride (frameworks differ on it).
-    if any(n > 1 and s != d for n, s, d in zip(shape, lay.strides, dense, strict=True)):
+    # An axis of one element has no meaningful stride, nor has an empty array any (the
+    # frameworks differ on them).
+    strided = any(n > 1 and s != d for n, s, d in zip(shape, lay.strides, dense, strict=True))
+    if strided and math.prod(shape):
         layout = "row major" if order is None else f"dense in stride order {list(order)}"
         raise InputError(
             f"{what} has strides {lay.strides} (in elements); the kernel writes it {layout}, "
