@@ -93,7 +93,7 @@ def _checked_layout(info: RuntimeInfo, out: TensorView, array: Any, what: str) -
     # An axis of one element has no meaningful stride, nor has an empty array any (the
     # frameworks differ on them).
     strided = any(n > 1 and s != d for n, s, d in zip(shape, lay.strides, dense, strict=True))
-    if strided and math.prod(shape):
+    if strided and 0 not in shape:
         layout = "row major" if order is None else f"dense in stride order {list(order)}"
         raise InputError(
             f"{what} has strides {lay.strides} (in elements); the kernel writes it {layout}, "
