@@ -260,8 +260,8 @@ def test_the_error_names_the_output_and_both_dtypes() -> None:
 @pytest.mark.gpu
 @requires_gpu
 def test_a_cached_gpu_call_with_outputs_writes_the_given_array() -> None:
-    """A layout the C++ fast path has cached: a call given outputs= takes the checked path
-    and writes (and returns) the given array, not a new one."""
+    """A layout the C++ fast path has cached: a call given outputs= takes it there (each
+    output fits exactly) and writes, and returns, the given array."""
     cuda = cuda_torch()
     fd = _scaled_sum()
     a, b = cuda.randn(64, 32, device="cuda"), cuda.randn(64, 32, device="cuda")
@@ -272,6 +272,14 @@ def test_a_cached_gpu_call_with_outputs_writes_the_given_array() -> None:
     (result,) = fd.execute([a, b], outputs=[out])
     assert result is out
     cuda.testing.assert_close(out, (a + b) * 2)
+    out.fill_(SENTINEL)
+    hit = fd._executor_cache.fast_calls.call_into([a, b], [out])
+    assert hit is not None, "the fast path did not take a given output that fits exactly"
+    assert hit[1][0] is out
+    cuda.testing.assert_close(out, (a + b) * 2, msg=lambda m: f"written by the fast path: {m}")
+    # One that does not fit goes to the checked path, which says why.
+    with pytest.raises(InputError, match=r"strides \(1, 64\)"):
+        fd.execute([a, b], outputs=[cuda.empty(32, 64, device="cuda").t()])
 
 
 @pytest.mark.gpu

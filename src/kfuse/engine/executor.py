@@ -83,10 +83,11 @@ class FusionExecutorCache:
         # waiting for the GPU: kfuse.runtime.index_checks): this call reports it.
         index_checks.raise_pending()
         plain = params is None and device is None and profiling_hooks.active is None
-        # Given outputs take the checked path: the C++ fast path allocates its own.
-        plain = plain and outputs is None
         if plain and try_fast and self.fast_calls is not None:
-            hit = self.fast_calls(inputs, stream)
+            if outputs is None:
+                hit = self.fast_calls(inputs, stream)
+            else:  # taken where each given output fits exactly (engine.fast_path)
+                hit = self.fast_calls.call_into(inputs, outputs, stream)
             if hit is not None:
                 self.last_compiled, outputs = hit
                 index_checks.raise_pending()

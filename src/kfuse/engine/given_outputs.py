@@ -13,6 +13,10 @@ input's memory lets one thread overwrite a value another has yet to read; writin
 is what fd.add_output(out, alias_input=inp) is for, where kfuse proves it safe.
 
 All checks run before anything is launched, so a refused call writes nothing.
+
+A cached layout's call makes the same checks in C++ (kfuse._C.FastCall.call_into, against
+kfuse.engine.fast_path.given_outputs): there an array must match exactly (strides of size-1
+axes included), and any that does not sends the call here, which accepts it or says why not.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ class FusionExecution:
         device, the output's dtype and shape, dense in the layout the kernel writes (row major,
         or the fd.ops.stride_order asked for), 16-byte aligned, sharing no memory with an
         input or another output; anything else is an InputError, and nothing is written.
-        Such a call takes the checked path (the C++ fast path allocates its own outputs).
+        A cached layout's call takes the C++ fast path with them where each fits exactly.
 
         device: as nvFuser takes it, a CUDA device index, "cuda:N" or a torch.device. With
         tensor inputs it must name their device; without (outputs made by factories and
@@ -107,11 +107,13 @@ class FusionExecution:
             and device is None
             and executor.fast_calls is not None
             and profiling_hooks.active is None
-            and outputs is None
         ):
             index_checks.raise_pending()
             try:
-                hit = executor.fast_calls(inputs, stream)
+                if outputs is None:
+                    hit = executor.fast_calls(inputs, stream)
+                else:  # taken where each given output fits exactly (engine.fast_path)
+                    hit = executor.fast_calls.call_into(inputs, outputs, stream)
             except (MemoryError, RuntimeError) as exc:
                 _raise_out_of_memory(exc)
             if hit is not None:
