@@ -287,3 +287,126 @@ def test_a_random_ops_seed_and_offset_inputs_are_replayed_per_call() -> None:
         n = sized.define_scalar(dtype=DataType.Int)
         sized.add_output(sized.ops.full([n], 1.0, DataType.Float))
     assert ScalarProgram.of(sized.fusion, sized.fusion.infer_shapes([4])) is None
+
+
+def given_entry(inputs: list) -> FastCall:
+    """A FastCall taking given outputs: one float32 (4, 5) output, row major."""
+    outputs = [(torch.empty_like, (), None, 0)]
+    spans = [(0, t.element_size() * t.numel()) for t in inputs]
+    given = ([(torch.Tensor, torch.float32, torch.Size((4, 5)), (5, 1), 0, -1)], [80], spans)
+    return FastCall(
+        "torch",
+        -1,
+        [layout(t) for t in inputs],
+        outputs,
+        [],
+        [],
+        lambda: 0,
+        (),
+        None,
+        "t",
+        None,
+        given,
+    )
+
+
+def test_call_into_returns_the_given_arrays() -> None:
+    a = torch.randn(4, 5)
+    out = torch.empty(4, 5)
+    hit = given_entry([a]).call_into([torch.randn(4, 5)], [out])
+    assert hit is not None
+    tag, (result,) = hit
+    assert tag == "t" and result is out
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        lambda a: [torch.empty(4, 6)],  # shape
+        lambda a: [torch.empty(4, 5, dtype=torch.float64)],  # dtype
+        lambda a: [torch.empty(5, 4).t()],  # strides
+        lambda a: [torch.empty(21)[1:].view(4, 5)],  # not 16-byte aligned
+        lambda a: [torch.empty(4, 5), torch.empty(4, 5)],  # count
+        lambda a: [],  # count
+        lambda a: [a],  # the input itself
+        lambda a: [a.view(20)[:].view(4, 5)],  # a view of the input
+        lambda a: torch.empty(4, 5),  # not a list
+        lambda a: [2.0],  # not an array
+    ],
+)
+def test_call_into_misses_for_any_output_that_does_not_fit_exactly(outputs: Any) -> None:
+    """A miss sends the call to the checked path, which says what is wrong."""
+    a = torch.randn(4, 5)
+    assert given_entry([a]).call_into([a], outputs(a)) is None
+
+
+def test_call_into_misses_where_outputs_share_memory() -> None:
+    with_two = FastCall(
+        "torch",
+        -1,
+        [layout(torch.randn(4, 5))],
+        [(torch.empty_like, (), None, 0)] * 2,
+        [],
+        [],
+        lambda: 0,
+        (),
+        None,
+        "t",
+        None,
+        (
+            [(torch.Tensor, torch.float32, torch.Size((4, 5)), (5, 1), 0, -1)] * 2,
+            [80, 80],
+            [(0, 80)],
+        ),
+    )
+    a, out = torch.randn(4, 5), torch.empty(4, 5)
+    assert with_two.call_into([a], [out, out]) is None
+    assert with_two.call_into([a], [out, torch.empty(4, 5)]) is not None
+
+
+def test_a_fast_call_without_given_layouts_never_takes_outputs() -> None:
+    a = torch.randn(4, 5)
+    assert entry([a, a], 1).call_into([a, a], [torch.empty(4, 5), torch.empty(2, 3)]) is None
+
+
+def test_the_cache_calls_into_its_entries() -> None:
+    a = torch.randn(4, 5)
+    cache = FastCallCache()
+    cache.add(given_entry([a]))
+    out = torch.empty(4, 5)
+    hit = cache.call_into([a], [out])
+    assert hit is not None and hit[1][0] is out
+    assert cache.call_into([a], [a]) is None
+
+
+def test_given_layouts_match_the_arrays_a_caller_allocates() -> None:
+    """kfuse.engine.fast_path.given_outputs describes each output as a caller allocates it:
+    row major, or in its stride_order; a FastCall built with it takes exactly those."""
+    from kfuse import FusionDefinition
+    from kfuse.engine.fast_path import given_outputs
+    from kfuse.runtime.info import build_runtime_info
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(x))
+        fd.add_output(fd.ops.stride_order(fd.ops.neg(x), [0, 1]))  # column major
+    a = torch.randn(6, 4)
+    fd.execute([a])
+    info = build_runtime_info(fd._executor_cache.fusion, [a])
+    call = FastCall(
+        "torch",
+        -1,
+        [layout(a)],
+        [(torch.empty_like, (), None, 0)] * 2,
+        [],
+        [],
+        lambda: 0,
+        (),
+        None,
+        "t",
+        None,
+        given_outputs(fd.last_program(), info),
+    )
+    row, column = torch.empty(6, 4), torch.empty(4, 6).t()
+    assert call.call_into([a], [row, column]) is not None
+    assert call.call_into([a], [row, torch.empty(6, 4)]) is None  # not in its stride order

@@ -116,14 +116,21 @@ void register_fast_call(nb::module_ &m) {
                          nb::type_slots(gc_slots<FastCall>))
         .def(nb::init<const std::string &, int, std::vector<nb::tuple>, std::vector<nb::tuple>,
                       std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,
-                      nb::object, nb::object, nb::object>(),
+                      nb::object, nb::object, nb::object, nb::object>(),
              "framework"_a, "device"_a, "inputs"_a, "outputs"_a, "workspaces"_a, "launches"_a,
              "stream_callable"_a, "stream_args"_a, "device_callable"_a.none(), "tag"_a.none(),
-             "scalars"_a.none() = nb::none(),
+             "scalars"_a.none() = nb::none(), "given"_a.none() = nb::none(),
              "scalars: callable(inputs) returning the values of the launches' scalar slots "
-             "(required when they have any).")
+             "(required when they have any). given: (a layout spec for each output as the "
+             "inputs' are given, each output's size in bytes, (bytes below, bytes above) each "
+             "input's data pointer) to take the caller's outputs in call_into.")
         .def("__call__", &FastCall::call, "inputs"_a, "stream"_a.none() = nb::none(),
              "(tag, outputs) after launching, or None when the inputs have another layout.")
+        .def("call_into", &FastCall::call_into, "inputs"_a, "outputs"_a,
+             "stream"_a.none() = nb::none(),
+             "(tag, outputs) after launching into `outputs` (a list of arrays, returned as a "
+             "new list of the same objects), or None when the inputs have another layout or "
+             "an output does not fit exactly.")
         .def_prop_ro("tag", &FastCall::tag);
 
     nb::class_<FastCallCache>(m, "FastCallCache", "A fusion's FastCalls, newest first.",
@@ -133,6 +140,8 @@ void register_fast_call(nb::module_ &m) {
                        "FastCalls kept; adding one more drops the oldest.")
         .def("add", &FastCallCache::add, "entry"_a)
         .def("__call__", &FastCallCache::call, "inputs"_a, "stream"_a.none() = nb::none())
+        .def("call_into", &FastCallCache::call_into, "inputs"_a, "outputs"_a,
+             "stream"_a.none() = nb::none())
         .def("__len__", &FastCallCache::size)
         .def("clear", &FastCallCache::clear);
 }

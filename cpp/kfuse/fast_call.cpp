@@ -94,7 +94,7 @@ FastCall::FastCall(const std::string &framework, int device, std::vector<nb::tup
                    std::vector<nb::tuple> outputs, std::vector<nb::tuple> workspaces,
                    std::vector<nb::object> launches, nb::object stream_callable,
                    nb::object stream_args, nb::object device_callable, nb::object tag,
-                   nb::object scalars)
+                   nb::object scalars, nb::object given)
     : device_(device), stream_callable_(std::move(stream_callable)),
       stream_args_(std::move(stream_args)), device_callable_(std::move(device_callable)),
       tag_(std::move(tag)), scalars_(std::move(scalars)) {
@@ -110,12 +110,7 @@ FastCall::FastCall(const std::string &framework, int device, std::vector<nb::tup
                                true});
             continue;
         }
-        if (t.size() != 6)
-            throw nb::value_error("FastCall: an input spec is (type, dtype, shape, strides, "
-                                  "align, device), or (type,) for a scalar input");
-        inputs_.push_back({nb::borrow(t[0]), nb::borrow(t[1]), nb::borrow(t[2]),
-                           nb::borrow(t[3]), nb::cast<int64_t>(t[4]),
-                           nb::cast<int64_t>(t[5])});
+        inputs_.push_back(layout_spec(t));
     }
     buffers(outputs, outputs_);
     buffers(workspaces, workspaces_);
@@ -133,18 +128,70 @@ FastCall::FastCall(const std::string &framework, int device, std::vector<nb::tup
     if (scalar_count_ > 0 && scalars_.is_none())
         throw nb::value_error("FastCall: the launches have scalar slots but no scalar "
                               "program computes their values");
+    if (!given.is_none()) {
+        nb::tuple g = nb::cast<nb::tuple>(given);
+        if (g.size() != 3)
+            throw nb::value_error("FastCall: given is (output layouts, output sizes in bytes, "
+                                  "input spans)");
+        for (nb::handle t : g[0])
+            given_.layouts.push_back(layout_spec(t));
+        for (nb::handle b : g[1])
+            given_.bytes.push_back(nb::cast<int64_t>(b));
+        for (nb::handle s : g[2]) {
+            nb::tuple span = nb::cast<nb::tuple>(s);
+            if (span.size() != 2)
+                throw nb::value_error("FastCall: an input span is (bytes below, bytes above)");
+            given_.input_spans.emplace_back(nb::cast<int64_t>(span[0]),
+                                            nb::cast<int64_t>(span[1]));
+        }
+        if (given_.layouts.size() != outputs_.size() || given_.bytes.size() != outputs_.size() ||
+            given_.input_spans.size() != inputs_.size())
+            throw nb::value_error("FastCall: given needs a layout and a size for each output "
+                                  "and a span for each input");
+        takes_given_ = true;
+    }
+}
+
+InputSpec FastCall::layout_spec(nb::handle spec) {
+    nb::tuple t = nb::cast<nb::tuple>(spec);
+    if (t.size() != 6)
+        throw nb::value_error("FastCall: an input spec is (type, dtype, shape, strides, "
+                              "align, device), or (type,) for a scalar input");
+    return {nb::borrow(t[0]), nb::borrow(t[1]), nb::borrow(t[2]),
+            nb::borrow(t[3]), nb::cast<int64_t>(t[4]), nb::cast<int64_t>(t[5])};
 }
 
 nb::object FastCall::call(nb::handle inputs, nb::handle stream) const {
-    PyObject *seq = inputs.ptr();
-    const bool is_list = PyList_Check(seq), is_tuple = PyTuple_Check(seq);
-    if (!is_list && !is_tuple)
+    Scratch<uintptr_t> input_ptrs(inputs_.size());
+    Scratch<PyObject *> items(inputs_.size());
+    Scratch<ScalarValue> scalars{size_t(scalar_count_)};
+    if (!match_inputs(inputs.ptr(), input_ptrs, items, scalars))
         return nb::none();
-    const Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
-    if (cleared_ || n != Py_ssize_t(inputs_.size()))
+    return launch(input_ptrs, items, scalars, stream, nullptr, nb::handle());
+}
+
+nb::object FastCall::call_into(nb::handle inputs, nb::handle outputs, nb::handle stream) const {
+    if (!takes_given_)
         return nb::none();
     Scratch<uintptr_t> input_ptrs(inputs_.size());
     Scratch<PyObject *> items(inputs_.size());
+    Scratch<ScalarValue> scalars{size_t(scalar_count_)};
+    if (!match_inputs(inputs.ptr(), input_ptrs, items, scalars))
+        return nb::none();
+    Scratch<uintptr_t> given_ptrs(given_.layouts.size());
+    if (!match_given(outputs.ptr(), input_ptrs, given_ptrs))
+        return nb::none();
+    return launch(input_ptrs, items, scalars, stream, &given_ptrs, outputs);
+}
+
+bool FastCall::match_inputs(PyObject *seq, Scratch<uintptr_t> &input_ptrs,
+                            Scratch<PyObject *> &items, Scratch<ScalarValue> &scalars) const {
+    const bool is_list = PyList_Check(seq), is_tuple = PyTuple_Check(seq);
+    if (!is_list && !is_tuple)
+        return false;
+    const Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
+    if (cleared_ || n != Py_ssize_t(inputs_.size()))
+        return false;
     for (size_t i = 0; i < inputs_.size(); ++i) {
         PyObject *t = is_list ? PyList_GetItem(seq, Py_ssize_t(i))
                               : PyTuple_GetItem(seq, Py_ssize_t(i));
@@ -152,25 +199,76 @@ nb::object FastCall::call(nb::handle inputs, nb::handle stream) const {
         if (inputs_[i].scalar) {
             input_ptrs[i] = 0;
             if (reinterpret_cast<PyObject *>(Py_TYPE(t)) != inputs_[i].type.ptr())
-                return nb::none();
+                return false;
         } else if (!matches(inputs_[i], t, input_ptrs[i])) {
-            return nb::none();
+            return false;
         }
     }
-    Scratch<ScalarValue> scalars{size_t(scalar_count_)};
     if (scalar_count_ > 0) {  // a fusion without scalar inputs skips all of this
         if (!scalar_values(seq, scalars))
-            return nb::none();
+            return false;
         for (const PackedLaunch *l : launches_)
             if (!l->accepts(scalars.data()))
-                return nb::none();  // e.g. out of a 32-bit parameter's range: the checked
-                                    // path says so
+                return false;  // e.g. out of a 32-bit parameter's range: the checked path
+                               // says so
     }
+    return true;
+}
+
+bool FastCall::match_given(PyObject *outputs, const Scratch<uintptr_t> &input_ptrs,
+                           Scratch<uintptr_t> &ptrs) const {
+    const bool is_list = PyList_Check(outputs), is_tuple = PyTuple_Check(outputs);
+    if (!is_list && !is_tuple)
+        return false;
+    const Py_ssize_t n = is_list ? PyList_Size(outputs) : PyTuple_Size(outputs);
+    if (n != Py_ssize_t(given_.layouts.size()))
+        return false;
+    for (size_t k = 0; k < given_.layouts.size(); ++k) {
+        PyObject *t = is_list ? PyList_GetItem(outputs, Py_ssize_t(k))
+                              : PyTuple_GetItem(outputs, Py_ssize_t(k));
+        if (!matches(given_.layouts[k], t, ptrs[k]))
+            return false;
+        const uintptr_t low = ptrs[k], high = low + uintptr_t(given_.bytes[k]);
+        if (low == high)
+            continue;  // an empty array shares no memory
+        for (size_t i = 0; i < inputs_.size(); ++i) {
+            const auto &[below, above] = given_.input_spans[i];
+            if (inputs_[i].scalar || below + above == 0)
+                continue;
+            const uintptr_t in_low = input_ptrs[i] - uintptr_t(below);
+            const uintptr_t in_high = input_ptrs[i] + uintptr_t(above);
+            if (low < in_high && in_low < high)
+                return false;
+        }
+        for (size_t j = 0; j < k; ++j) {
+            const uintptr_t other_low = ptrs[j];
+            const uintptr_t other_high = other_low + uintptr_t(given_.bytes[j]);
+            if (other_low != other_high && low < other_high && other_low < high)
+                return false;
+        }
+    }
+    return true;
+}
+
+nb::object FastCall::launch(const Scratch<uintptr_t> &input_ptrs,
+                            const Scratch<PyObject *> &items, const Scratch<ScalarValue> &scalars,
+                            nb::handle stream, const Scratch<uintptr_t> *given_ptrs,
+                            nb::handle given) const {
     if (framework_ == Framework::CuPy && !on_current_device())
         return nb::none();  // cupy allocates on the current device: take the checked path
     uintptr_t raw_stream = stream.is_none() ? current_stream() : nb::cast<uintptr_t>(stream);
     Scratch<uintptr_t> output_ptrs(outputs_.size()), workspace_ptrs(workspaces_.size());
-    nb::list outputs = allocate(outputs_, items, output_ptrs);
+    nb::list outputs;
+    if (given_ptrs != nullptr) {
+        for (size_t k = 0; k < outputs_.size(); ++k)
+            output_ptrs[k] = (*given_ptrs)[k];
+        PyObject *same = PySequence_List(given.ptr());  // the given objects, in a new list
+        if (!same)
+            raise_current();
+        outputs = nb::steal<nb::list>(same);
+    } else {
+        outputs = allocate(outputs_, items, output_ptrs);
+    }
     nb::list workspaces = allocate(workspaces_, items, workspace_ptrs);
     for (const PackedLaunch *l : launches_)
         l->launch(raw_stream, input_ptrs.data(), output_ptrs.data(), workspace_ptrs.data(),
@@ -185,6 +283,8 @@ void FastCall::clear() {
     workspaces_.clear();
     launches_.clear();
     launch_objects_.clear();
+    given_ = GivenOutputs();
+    takes_given_ = false;
     stream_callable_ = stream_args_ = device_callable_ = tag_ = scalars_ = nb::none();
     scalar_count_ = 0;
 }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "packed_launch.h"
@@ -34,6 +35,7 @@ public:
     T &operator[](size_t i) { return data_[i]; }
     const T &operator[](size_t i) const { return data_[i]; }
     T *data() { return data_; }
+    const T *data() const { return data_; }
 
 private:
     static constexpr size_t kInline = 16;
@@ -55,6 +57,16 @@ struct InputSpec {
 // has no float value (then the checked path decides what to do with it).
 bool to_scalar(PyObject *o, ScalarValue &v);
 
+// Arrays a caller gives for the outputs (fd.execute's outputs=): each must match `layout` (the
+// dense layout the kernels store, 16-byte aligned) and span `bytes` bytes; `input_spans` are
+// each input's bytes below and above its data pointer, so that no given output may share
+// memory with an input (threads would store over values others have yet to read).
+struct GivenOutputs {
+    std::vector<InputSpec> layouts;
+    std::vector<int64_t> bytes;
+    std::vector<std::pair<int64_t, int64_t>> input_spans;
+};
+
 // How to allocate one buffer: callable(*args, **kwargs), or callable(inputs[like]).
 struct BufferSpec {
     nb::object callable, args, kwargs;
@@ -66,22 +78,29 @@ public:
     FastCall(const std::string &framework, int device, std::vector<nb::tuple> inputs,
              std::vector<nb::tuple> outputs, std::vector<nb::tuple> workspaces,
              std::vector<nb::object> launches, nb::object stream_callable, nb::object stream_args,
-             nb::object device_callable, nb::object tag, nb::object scalars);
+             nb::object device_callable, nb::object tag, nb::object scalars,
+             nb::object given = nb::none());
 
     // (tag, outputs) after launching, or None when `inputs` do not have this layout.
     nb::object call(nb::handle inputs, nb::handle stream) const;
+
+    // call() writing into `outputs` (a list of the caller's arrays): (tag, outputs) after
+    // launching, or None when the inputs have another layout, the FastCall takes no given
+    // outputs, or one of them does not fit exactly (the checked path then says why).
+    nb::object call_into(nb::handle inputs, nb::handle outputs, nb::handle stream) const;
 
     const nb::object &tag() const { return tag_; }
 
     // Python's cycle collector sees the objects a FastCall holds through these (its tag is
     // the compiled fusion, which a user's objects may lead back to).
     int traverse(visitproc visit, void *arg) const {
-        for (const InputSpec &i : inputs_) {
-            Py_VISIT(i.type.ptr());
-            Py_VISIT(i.dtype.ptr());
-            Py_VISIT(i.shape.ptr());
-            Py_VISIT(i.strides.ptr());
-        }
+        for (const auto *specs : {&inputs_, &given_.layouts})
+            for (const InputSpec &i : *specs) {
+                Py_VISIT(i.type.ptr());
+                Py_VISIT(i.dtype.ptr());
+                Py_VISIT(i.shape.ptr());
+                Py_VISIT(i.strides.ptr());
+            }
         for (const auto *list : {&outputs_, &workspaces_})
             for (const BufferSpec &b : *list) {
                 Py_VISIT(b.callable.ptr());
@@ -103,6 +122,22 @@ public:
 
 private:
     static void buffers(const std::vector<nb::tuple> &specs, std::vector<BufferSpec> &out);
+
+    static InputSpec layout_spec(nb::handle t);
+
+    // The inputs' data pointers (0 for scalars) and objects, and the scalar slots' values:
+    // false when the inputs do not have this FastCall's layout.
+    bool match_inputs(PyObject *seq, Scratch<uintptr_t> &ptrs, Scratch<PyObject *> &items,
+                      Scratch<ScalarValue> &scalars) const;
+
+    // The given outputs' data pointers: false unless each fits its layout and none shares
+    // memory with an input or another output.
+    bool match_given(PyObject *outputs, const Scratch<uintptr_t> &input_ptrs,
+                     Scratch<uintptr_t> &ptrs) const;
+
+    nb::object launch(const Scratch<uintptr_t> &input_ptrs, const Scratch<PyObject *> &items,
+                      const Scratch<ScalarValue> &scalars, nb::handle stream,
+                      const Scratch<uintptr_t> *given_ptrs, nb::handle given) const;
 
     bool matches(const InputSpec &spec, PyObject *t, uintptr_t &ptr) const;
 
@@ -128,6 +163,8 @@ private:
     nb::object stream_callable_, stream_args_, device_callable_, tag_;
     nb::object scalars_;  // callable(inputs) -> tuple of the scalar slots' values, or None
     int scalar_count_ = 0;
+    bool takes_given_ = false;
+    GivenOutputs given_;
 };
 
 // The FastCalls of one fusion, newest first; a call tries each until one matches.
@@ -143,15 +180,11 @@ public:
     }
 
     nb::object call(nb::handle inputs, nb::handle stream) const {
-        // By index, holding each entry: a call runs Python code (attribute reads, allocation),
-        // during which another thread may add an entry and reallocate the vector.
-        for (size_t k = 0; k < entries_.size(); ++k) {
-            nb::object entry = entries_[k];
-            nb::object r = nb::cast<FastCall *>(entry)->call(inputs, stream);
-            if (!r.is_none())
-                return r;
-        }
-        return nb::none();
+        return first_hit(inputs, nb::handle(), stream);
+    }
+
+    nb::object call_into(nb::handle inputs, nb::handle outputs, nb::handle stream) const {
+        return first_hit(inputs, outputs, stream);
     }
 
     size_t size() const { return entries_.size(); }
@@ -164,6 +197,21 @@ public:
     }
 
 private:
+    // The first entry's hit (call_into's when `outputs` is set), or None.
+    nb::object first_hit(nb::handle inputs, nb::handle outputs, nb::handle stream) const {
+        // By index, holding each entry: a call runs Python code (attribute reads, allocation),
+        // during which another thread may add an entry and reallocate the vector.
+        for (size_t k = 0; k < entries_.size(); ++k) {
+            nb::object entry = entries_[k];
+            const FastCall *call = nb::cast<FastCall *>(entry);
+            nb::object r = outputs.is_valid() ? call->call_into(inputs, outputs, stream)
+                                              : call->call(inputs, stream);
+            if (!r.is_none())
+                return r;
+        }
+        return nb::none();
+    }
+
     std::vector<nb::object> entries_;
 };
 

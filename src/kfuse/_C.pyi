@@ -616,14 +616,19 @@ class PackedLaunch:
 class FastCall:
     """One input layout's cached call (kfuse.runtime.fast_path)."""
 
-    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None, scalars: object | None = None) -> None:
+    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None, scalars: object | None = None, given: object | None = None) -> None:
         """
-        scalars: callable(inputs) returning the values of the launches' scalar slots (required when they have any).
+        scalars: callable(inputs) returning the values of the launches' scalar slots (required when they have any). given: (a layout spec for each output as the inputs' are given, each output's size in bytes, (bytes below, bytes above) each input's data pointer) to take the caller's outputs in call_into.
         """
 
     def __call__(self, inputs: object, stream: object | None = None) -> object:
         """
         (tag, outputs) after launching, or None when the inputs have another layout.
+        """
+
+    def call_into(self, inputs: object, outputs: object, stream: object | None = None) -> object:
+        """
+        (tag, outputs) after launching into `outputs` (a list of arrays, returned as a new list of the same objects), or None when the inputs have another layout or an output does not fit exactly.
         """
 
     @property
@@ -640,6 +645,8 @@ class FastCallCache:
     def add(self, entry: object) -> None: ...
 
     def __call__(self, inputs: object, stream: object | None = None) -> object: ...
+
+    def call_into(self, inputs: object, outputs: object, stream: object | None = None) -> object: ...
 
     def __len__(self) -> int: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse.engine import aliasing
+from kfuse.engine import aliasing, given_outputs
 from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
@@ -73,16 +73,21 @@ class FusionExecutorCache:
         device: Any = None,
         params: SchedulerParams | None = None,
         try_fast: bool = True,
+        outputs: Any = None,
     ) -> list[Any]:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly.
-        try_fast=False: the caller already tried fast_calls on these inputs (and missed)."""
+        try_fast=False: the caller already tried fast_calls on these inputs (and missed).
+        outputs: arrays to write the returned outputs into (kfuse.engine.given_outputs)."""
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
         # An earlier call's kernel may have read a position outside its axis (found without
         # waiting for the GPU: kfuse.runtime.index_checks): this call reports it.
         index_checks.raise_pending()
         plain = params is None and device is None and profiling_hooks.active is None
         if plain and try_fast and self.fast_calls is not None:
-            hit = self.fast_calls(inputs, stream)
+            if outputs is None:
+                hit = self.fast_calls(inputs, stream)
+            else:  # taken where each given output fits exactly (engine.fast_path)
+                hit = self.fast_calls.call_into(inputs, outputs, stream)
             if hit is not None:
                 self.last_compiled, outputs = hit
                 index_checks.raise_pending()
@@ -91,6 +96,7 @@ class FusionExecutorCache:
             info = build_runtime_info(self.fusion, inputs, device=device)
             if self.fusion.output_aliases:
                 aliasing.check_targets(info)
+            given = None if outputs is None else given_outputs.placed(info, outputs, self.returned)
             key = program_key(info, params)
             compiled = self._compiled.get(key)
             if compiled is None:
@@ -101,13 +107,22 @@ class FusionExecutorCache:
                 with self._lock:
                     self._compiled[key] = compiled
             self.last_compiled = compiled
+            # Generated kernels store into the given arrays; library calls and segments run
+            # one by one return arrays of their own, copied into the given ones at the end.
+            direct = given is not None and isinstance(compiled, KernelProgram)
             with profiling_hooks.segment(compiled.scheduler, info):  # tags its launches
-                outputs = compiled.run(info, stream)
+                if direct:
+                    assert isinstance(compiled, KernelProgram)
+                    results = compiled.run(info, stream, given)
+                else:
+                    results = compiled.run(info, stream)
             if plain and isinstance(compiled, KernelProgram):  # the others never take it
                 self._remember_fast_call(inputs, compiled, info)
             if self.fusion.output_aliases:
-                return aliasing.finish(info, outputs, stream)
-            return outputs
+                results = aliasing.finish(info, results, stream)
+            if given is not None and not direct:
+                return given_outputs.copied_into(info, given, results, stream)
+            return results
 
     def shown(self, outputs: list[Any]) -> list[Any]:
         """What execute returns of a fast call's outputs: all but those written into inputs

@@ -16,11 +16,14 @@ rng_offset given as scalar inputs). Fusions whose scalar inputs reach a shape or
 stay on the checked path. Outputs written into inputs (kfuse.engine.aliasing) take it only
 where the kernel stores all of them in place: their buffer is then the input itself. Kernels
 with stateful random ops (no rng_seed) stay on the checked path: each launch reserves a new seed
-and offset from the generator (kfuse.runtime.launch.RngStateOperand).
+and offset from the generator (kfuse.runtime.launch.RngStateOperand). Outputs a caller gives
+(execute's outputs=) take it where each has exactly the layout the call would allocate and
+shares no memory with an input or another output (FastCall.call_into, given_outputs).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kfuse.codegen.layout import contiguous_strides
@@ -187,6 +190,52 @@ def _in_place_specs(compiled: Any, specs: list[tuple]) -> list[tuple]:
     return specs
 
 
+def given_outputs(compiled: Any, info: Any) -> tuple | None:
+    """FastCall's `given` (what call_into checks the caller's outputs against): each output's
+    layout spec as the inputs' are made (the dense layout its kernels store, 16-byte
+    aligned), its size in bytes, and each input's memory span around its data pointer; None
+    where some outputs are not returned (written into inputs), which execute's checked path
+    handles."""
+    fusion = info.fusion
+    if compiled.in_place or fusion.hidden_outputs:
+        return None
+    layouts: list[tuple] = []
+    sizes: list[int] = []
+    for o in fusion.outputs:
+        shape = tuple(info.shape(o))
+        order = allocation_order(o)
+        strides = contiguous_strides(shape) if order is None else ordered_strides(shape, order)
+        sizes.append(o.dtype.itemsize * math.prod(shape))
+        if info.framework == "torch":
+            import torch
+
+            from kfuse.dtypes import to_torch_dtype
+
+            dtype, size = to_torch_dtype(o.dtype), torch.Size(shape)
+            layouts.append((torch.Tensor, dtype, size, strides, 0, info.device_index))
+        else:
+            import cupy
+            import numpy
+
+            from kfuse.dtypes import to_numpy_dtype
+
+            dtype = numpy.dtype(to_numpy_dtype(o.dtype))
+            byte_strides = tuple(s * dtype.itemsize for s in strides)
+            layouts.append((cupy.ndarray, dtype, shape, byte_strides, 0, info.device_index))
+    spans = [_span(info.layouts.get(v)) for v in fusion.inputs]
+    return (layouts, sizes, spans)
+
+
+def _span(layout: Any) -> tuple[int, int]:
+    """(bytes below, bytes from) an input's data pointer that its elements occupy; (0, 0)
+    for a scalar input or an empty array."""
+    if layout is None or 0 in layout.shape:
+        return (0, 0)
+    size = layout.dtype.itemsize
+    steps = [(n - 1) * s for n, s in zip(layout.shape, layout.strides, strict=True)]
+    return (-size * sum(x for x in steps if x < 0), size * (1 + sum(x for x in steps if x > 0)))
+
+
 def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[Any]:
     counts = (
         len(info.fusion.inputs),
@@ -262,6 +311,7 @@ def _torch_call(
         None,
         compiled,
         program,
+        given_outputs(compiled, info),
     )
 
 
@@ -302,6 +352,7 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
         cupy.cuda.runtime.getDevice,
         compiled,
         program,
+        given_outputs(compiled, info),
     )
 
 

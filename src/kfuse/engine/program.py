@@ -92,12 +92,21 @@ class KernelProgram(Program):
         ]
         return [*fusion.outputs, *dict.fromkeys(scalars)]
 
-    def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+    def run(
+        self, info: RuntimeInfo, stream: int | None, given: dict[int, Any] | None = None
+    ) -> list[Any]:
+        """`given`: arrays the caller allocated, by output position (checked by
+        kfuse.engine.given_outputs), which the kernels write instead of new ones."""
         fusion = info.fusion
         # An output stored in place is its input's array, neither allocated nor poisoned.
         in_place = dict(self.in_place)
+        given = given or {}
         outputs = [
-            info.inputs[in_place[k]] if k in in_place else _allocate(info, out)
+            info.inputs[in_place[k]]
+            if k in in_place
+            else given[k]
+            if k in given
+            else _allocate(info, out)
             for k, out in enumerate(fusion.outputs)
         ]
         # With poison on, an element that no kernel writes shows as wrong instead of as

@@ -49,6 +49,7 @@ class FusionExecution:
         self,
         inputs: Any,
         *,
+        outputs: Any = None,
         stream: int | None = None,
         device: Any = None,
         save_repro_inputs: bool | None = False,
@@ -62,6 +63,13 @@ class FusionExecution:
         list or tuple). Outputs are new arrays of the inputs' framework on their device,
         produced on the framework's current stream unless `stream` (an integer CUDA stream
         handle) is given.
+
+        outputs: arrays to write the outputs into instead (one per returned output, in
+        order), returned as the result (the same objects): each of the inputs' framework and
+        device, the output's dtype and shape, dense in the layout the kernel writes (row major,
+        or the fd.ops.stride_order asked for), 16-byte aligned, sharing no memory with an
+        input or another output; anything else is an InputError, and nothing is written.
+        A cached layout's call takes the C++ fast path with them where each fits exactly.
 
         device: as nvFuser takes it, a CUDA device index, "cuda:N" or a torch.device. With
         tensor inputs it must name their device; without (outputs made by factories and
@@ -86,7 +94,7 @@ class FusionExecution:
             # allocates (outputs, scratch, segments' intermediates) is then ordered with the
             # launches there, and the framework frees nothing that a launch still uses.
             with _callers_stream(inputs, stream, device):
-                return self.execute(inputs, device=device)
+                return self.execute(inputs, outputs=outputs, device=device)
         if device is not None and _names_inputs_device(device, inputs):
             device = None  # Thunder passes device= on every call: it must not cost the fast path
         executor = self._executor_cache
@@ -102,7 +110,10 @@ class FusionExecution:
         ):
             index_checks.raise_pending()
             try:
-                hit = executor.fast_calls(inputs, stream)
+                if outputs is None:
+                    hit = executor.fast_calls(inputs, stream)
+                else:  # taken where each given output fits exactly (engine.fast_path)
+                    hit = executor.fast_calls.call_into(inputs, outputs, stream)
             except (MemoryError, RuntimeError) as exc:
                 _raise_out_of_memory(exc)
             if hit is not None:
@@ -110,7 +121,7 @@ class FusionExecution:
                 index_checks.raise_pending()
                 return executor.shown(outputs)
         # build_runtime_info checks that the inputs are a list (kfuse.runtime.info.input_list).
-        return self._executor().execute(inputs, device=device, try_fast=False)
+        return self._executor().execute(inputs, device=device, try_fast=False, outputs=outputs)
 
     def _keep_repro_inputs(self, inputs: Any) -> None:
         """What execute(save_repro_inputs=True) does with the inputs: nothing here."""

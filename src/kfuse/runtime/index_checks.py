@@ -25,6 +25,7 @@ from typing import Any
 from kfuse.errors import InputError
 from kfuse.ir.exprs import GatherOp, IndexSelectOp
 from kfuse.ir.index_ops import op_name
+from kfuse.runtime.capture import refuse_under_capture
 
 _ARMED: weakref.WeakSet[IndexChecks] = weakref.WeakSet()
 """Every IndexChecks whose flags exist (raise_pending reads them all)."""
@@ -56,6 +57,20 @@ class IndexChecks:
         `framework` writes, made zero the first time."""
         key = (framework, device)
         if key not in self._flags:
+            # Pinned host memory is allocated by the framework's host allocator, not on
+            # the stream: kfuse makes none while a capture is recording.
+            reads = ", ".join(read[0] for read in self.reads if read is not None)
+            refuse_under_capture(
+                framework,
+                device,
+                f"the kernel of {reads} reports a position outside its axis through pinned "
+                "host memory, which kfuse allocates on the kernel's first launch on a device "
+                "and never while a capture records",
+                "Run the fusion once on this device before capturing (the warm-up run that "
+                "torch.cuda.graph's documentation asks for does it); later captures and "
+                "replays use that memory, and the next kfuse call after a replay reports "
+                "any position outside its axis",
+            )
             global _ANY_ARMED
             self._flags[key] = _mapped_words(2 * len(self.reads), framework, device)
             _ARMED.add(self)

@@ -41,6 +41,7 @@ import threading
 from typing import Any, NamedTuple, Protocol
 
 from kfuse.errors import InputError
+from kfuse.runtime.capture import refuse_under_capture
 
 WORDS_PER_PHILOX_CALL = 4
 _UINT64 = (1 << 64) - 1
@@ -171,4 +172,15 @@ def generator_for(framework: str | None, device: int) -> OffsetGenerator:
     from."""
     if framework == "torch" and device >= 0:
         return torch_cuda_generator(device)
+    # The same reason as torch_cuda_generator's: a captured launch keeps the seed and offset
+    # it was captured with, and kfuse's generator has no device copy for a replay to read.
+    refuse_under_capture(
+        framework,
+        device,
+        "random ops without rng_seed and rng_offset take their seed and offset from kfuse's "
+        "generator when launched, so a captured kernel would draw the capture's numbers "
+        "again on every replay",
+        "Run the fusion outside the graph, or give its random ops rng_seed and rng_offset "
+        "(scalar inputs; a replay then draws the numbers of the values captured)",
+    )
     return _KFUSE_GENERATOR

@@ -45,6 +45,7 @@ from kfuse.ir.index_ops import check_positions, positions
 from kfuse.ir.resize_ops import joined, padded, slice_ranges
 from kfuse.ir.structural import structural_classes
 from kfuse.ir.values import Scalar, TensorView
+from kfuse.runtime.capture import refuse_under_capture
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.library_calls import run_library_call
 from kfuse.schedule.types import Rejection, SchedulerType
@@ -56,6 +57,9 @@ CALLED_EXPRS = (TopKOp, ArgsortOp, ScatterOp, SdpaFwdOp, SdpaBwdOp, GroupedMmOp)
 """Library ops run by kfuse.schedule.library_calls (one call, any number of outputs)."""
 NEW_ARRAY_EXPRS = (*LIBRARY_EXPRS, PadOp, CatOp, IndexSelectOp, GatherOp)
 """Exprs whose result is a new array (the others' may be views of their inputs)."""
+HOST_CHECKED_EXPRS = (IndexSelectOp, GatherOp, ScatterOp, GroupedMmOp)
+"""Exprs whose positions (offsets for grouped_mm) are checked on the host before anything
+reads through them: the check reads device data back, which CUDA graph capture forbids."""
 
 
 def library_expr(fusion: Fusion) -> Expr | None:
@@ -125,6 +129,25 @@ class ExprEvalScheduler:
         return lambda call_info, stream: run_expr_eval(fusion, call_info, stream)
 
 
+def _refuse_host_check_under_capture(expr: Expr, info: RuntimeInfo) -> None:
+    """A kfuse error, not a synchronizing read, when the call is being captured."""
+    from kfuse.ir.index_ops import op_name
+
+    if isinstance(expr, (IndexSelectOp, GatherOp)):
+        name = op_name(expr)
+    else:
+        name = _LIBRARY_NAMES[type(expr)]
+    checked = "offsets" if isinstance(expr, GroupedMmOp) else "index positions"
+    refuse_under_capture(
+        info.framework,
+        info.device_index,
+        f"{name} to {expr.outputs[0].name} runs as a library call (an expr_eval segment) "
+        f"whose {checked} kfuse checks on the host first, reading them back from the GPU: "
+        "that waits for the GPU, which a capture forbids, and a replay would not check again",
+        "Run this fusion outside the captured region",
+    )
+
+
 def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
     """Evaluate the fusion's exprs with the framework of the inputs; new output arrays."""
     from kfuse.runtime.arrays import stream_context
@@ -138,6 +161,8 @@ def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list
             if not isinstance(out, TensorView):
                 continue  # scalar values are in info.extents
             args = [env[id(v)] for v in expr.inputs if isinstance(v, TensorView)]
+            if isinstance(expr, HOST_CHECKED_EXPRS):
+                _refuse_host_check_under_capture(expr, info)
             if isinstance(expr, CALLED_EXPRS):
                 scalars = [_scalar_value(v, info) for v in expr.inputs if isinstance(v, Scalar)]
                 results = run_library_call(info.framework, expr, args, scalars)

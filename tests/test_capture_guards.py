@@ -1,0 +1,78 @@
+"""What kfuse cannot do under CUDA graph capture is a clear InputError, raised before it would
+read device data on the host (kfuse.runtime.capture). On the host emulator, with the capture
+question answered "yes" (monkeypatched): the GPU tests in tests/test_cuda_graphs.py ask
+torch and CuPy for real.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse import DataType, FusionDefinition
+from kfuse.errors import InputError
+from kfuse.runtime import capture
+
+
+@pytest.fixture
+def capturing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture, "capturing", lambda framework, device: True)
+
+
+def _select_rows() -> FusionDefinition:
+    """index_select read inside a generated pointwise kernel (indexed-read flags)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.exp(fd.ops.index_select(t, i, 0)))
+    return fd
+
+
+def _select_rows_of_a_product() -> FusionDefinition:
+    """index_select of a matmul: both in one expr_eval (library) segment."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(fd.ops.matmul(t, fd.ops.permute(t, [1, 0])), i, 0))
+    return fd
+
+
+X = np.arange(24, dtype=np.float32).reshape(6, 4) / 24
+INDEX = np.array([5, 0, 2], np.int64)
+
+
+def test_the_capture_question_is_no_for_host_arrays() -> None:
+    assert capture.capturing("numpy", -1) is False
+    assert capture.capturing("torch", -1) is False
+
+
+def test_a_library_index_select_is_refused_under_capture(capturing: None) -> None:
+    fd = _select_rows_of_a_product()
+    with pytest.raises(InputError, match=r"under CUDA graph capture: index_select to T\d+ runs"):
+        fd.execute([X, INDEX])
+
+
+def test_a_library_index_select_runs_outside_capture() -> None:
+    (out,) = _select_rows_of_a_product().execute([X, INDEX])
+    np.testing.assert_allclose(out, (X @ X.T)[INDEX], rtol=1e-6)
+
+
+def test_indexed_read_flags_are_not_made_under_capture(capturing: None) -> None:
+    with pytest.raises(InputError, match="Run the fusion once on this device before capturing"):
+        _select_rows().execute([X, INDEX])
+
+
+def test_a_fusion_run_once_before_capture_keeps_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    fd = _select_rows()
+    fd.execute([X, INDEX])  # the warm-up run makes the flags
+    monkeypatch.setattr(capture, "capturing", lambda framework, device: True)
+    (out,) = fd.execute([X, np.array([1, 1, 3], np.int64)])
+    np.testing.assert_allclose(out, np.exp(X[[1, 1, 3]]), rtol=1e-6)
+
+
+def test_stateful_random_numbers_of_kfuses_generator_are_refused(capturing: None) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        fd.add_output(fd.ops.add(x, fd.ops.uniform(0.0, 1.0, fd.ops.shape(x))))
+    with pytest.raises(InputError, match="rng_seed and rng_offset"):
+        fd.execute([np.zeros(8, np.float32)])
