@@ -181,7 +181,9 @@ def check_step(
     before = counter.calls
     got = run_once(jitted, _copies(case.args, False), case.inplace)
     ref = run_once(case.fn, _copies(case.args, True), case.inplace)
+    eager = run_once(case.fn, _copies(case.args, False), case.inplace)
     result: dict[str, Any] = {"step": name, "dtype": dtype_name}
+    result["eager_rel_err"] = max(_rel_err(o, r) for o, r in zip(eager, ref, strict=True))
     return _judged(result, thunder, jitted, got, ref, case.inplace, counter.calls - before)
 
 
@@ -224,7 +226,11 @@ def _judged(
     if not inplace:
         ran_on_kfuse = ran_on_kfuse and result["backward_regions"] > 0
     result["ran_on_kfuse"] = ran_on_kfuse and not result["fallbacks"]
-    result["matched"] = result["max_rel_err"] <= TOLERANCE[result["dtype"]]
+    # A step's library call (flash attention in bf16) can be less exact than the tolerance in
+    # eager torch too: kfuse, which calls the same kernel, is then held to twice eager torch's
+    # own error in the step's dtype (eager_rel_err, where the check measured it).
+    allowed = max(TOLERANCE[result["dtype"]], 2 * result.get("eager_rel_err", 0.0))
+    result["matched"] = result["max_rel_err"] <= allowed
     return result
 
 

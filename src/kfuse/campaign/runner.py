@@ -277,11 +277,26 @@ def _stop_time(campaign: Campaign, started: float) -> float | None:
     return time.time() + campaign.budget - (time.monotonic() - started)
 
 
+END_GRACE_SECONDS = 5.0
+"""How long ended workers get to exit before they are killed."""
+
+
 def _end_workers() -> None:
     """End every worker now; each removes its in-flight repro as it ends
-    (kfuse.campaign.worker.start)."""
-    for process in multiprocessing.active_children():
+    (kfuse.campaign.worker.start). One that has not exited END_GRACE_SECONDS later is killed:
+    on a GPU machine a worker inside a CUDA or NVRTC call at the budget's end did not exit,
+    the pool's shutdown waited for it, and the device call's time limit ended the campaign
+    before it wrote its summary."""
+    children = multiprocessing.active_children()
+    for process in children:
         process.terminate()
+    deadline = time.monotonic() + END_GRACE_SECONDS
+    for process in children:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in children:
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)
 
 
 OVERRUN_SECONDS = 1.0

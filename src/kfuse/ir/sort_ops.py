@@ -192,7 +192,9 @@ def positive_nans(a: Any) -> Any:
     and CuPy's sorts test for NaN whatever its sign, and torch.topk maps every NaN to its
     largest key."""
     if a.dtype.is_floating_point:
-        return a.where(~a.isnan(), a.abs())
+        # Not abs(): torch's CUDA abs of a NaN keeps its sign bit (an H100 run showed it). The
+        # fill is Python's NaN, whose sign bit is clear, converted to a's dtype.
+        return a.masked_fill(a.isnan(), float("nan"))
     return a
 
 
