@@ -22,9 +22,10 @@ from kfuse import knobs
 from kfuse.errors import EmulatorError
 from kfuse.runtime import disk_cache
 from kfuse.runtime.bounded_cache import BoundedCache
+from kfuse.runtime.emulator import pch
 
 HEADER_DIR = Path(__file__).resolve().parent
-HEADERS = ("cuda_emu.h", "emu_launch.h")
+HEADERS = (pch.PRELUDE, "cuda_emu.h", "emu_launch.h")
 
 # -O1 keeps a kernel's compile near half a second while running it 5-10x faster than -O0.
 # Strict aliasing is off because CUDA code reinterprets float arrays as float4 and the like.
@@ -132,13 +133,13 @@ def rewrite_extern_shared(source: str) -> str:
 
 
 def translation_unit(source: str, kernel_name: str) -> str:
-    """The text g++ compiles: emulation header, the rewritten kernel source, the launch shim."""
+    """The text g++ compiles: the emulator's headers (one include, which a precompiled header
+    can stand for), the rewritten kernel source, the launch shim."""
     return (
-        '#include "cuda_emu.h"\n'
+        f'#include "{pch.PRELUDE}"\n'
         f'#line 1 "{_SOURCE_NAME}"\n'
         f"{rewrite_extern_shared(source)}\n"
         '#line 1 "kf_emu_shim"\n'
-        '#include "emu_launch.h"\n'
         f"KF_EMU_KERNEL_ENTRY({kernel_name})\n"
     )
 
@@ -217,16 +218,34 @@ def _format_compile_error(kernel_name: str, source: str, log: str) -> str:
 
 
 def _run_compiler(
-    source: str, kernel_name: str, flags: tuple[str, ...], cxx: str, out: Path
+    source: str,
+    kernel_name: str,
+    flags: tuple[str, ...],
+    cxx: str,
+    out: Path,
+    pch_dir: Path | None = None,
 ) -> None:
+    """Compile the kernel into the library `out`; with `pch_dir`, through the precompiled
+    headers there. A failure through them is tried again from the headers' text (and the PCH
+    removed when that succeeds), so a damaged PCH costs a compile, never a kernel."""
     global _compiler_invocations
+    _compiler_invocations += 1
     with tempfile.TemporaryDirectory(prefix="kfuse-emu-") as tmp:
         unit = Path(tmp) / "unit.cpp"
         unit.write_text(translation_unit(source, kernel_name))
-        cmd = [cxx, *flags, f"-I{HEADER_DIR}", "-x", "c++", str(unit), "-o", str(out)]
         env = dict(os.environ, LC_ALL="C")
-        _compiler_invocations += 1
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+
+        def compile_with(*include_dirs: Path) -> subprocess.CompletedProcess[str]:
+            includes = [f"-I{d}" for d in include_dirs]
+            cmd = [cxx, *flags, *includes, "-x", "c++", str(unit), "-o", str(out)]
+            return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+
+        proc = compile_with(pch_dir, HEADER_DIR) if pch_dir is not None else None
+        if proc is None or proc.returncode != 0:
+            from_text = compile_with(HEADER_DIR)
+            if proc is not None and pch_dir is not None and from_text.returncode == 0:
+                pch.discard(pch_dir)
+            proc = from_text
     if proc.returncode != 0:
         raise EmulatorError(_format_compile_error(kernel_name, source, proc.stderr))
 
@@ -246,7 +265,8 @@ def _compile_into(
     tmp = Path(tmp_name)
     lib = directory / f"{key}.so"
     try:
-        _run_compiler(source, kernel_name, flags, cxx, tmp)
+        pch_dir = pch.include_dir(directory, HEADER_DIR, HEADERS, flags, cxx, _compiler_id(cxx))
+        _run_compiler(source, kernel_name, flags, cxx, tmp, pch_dir)
         body = tmp.read_bytes()
         disk_cache.clear_the_way(lib)
         os.replace(tmp, lib)

@@ -1,6 +1,7 @@
 // emu_launch.h: the block scheduler (threads as fibers), barriers, warp collectives and the
-// exported launch entry point of an emulated kernel. Included by the launch shim after the
-// kernel source; KF_EMU_KERNEL_ENTRY(name) then defines the exported C functions.
+// exported launch entry point of an emulated kernel. Included (by emu_prelude.h) before the
+// kernel source, whose names it never uses; the launch shim's KF_EMU_KERNEL_ENTRY(name) after
+// the kernel then defines the exported C functions.
 #pragma once
 
 #include <pthread.h>
