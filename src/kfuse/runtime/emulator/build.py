@@ -1,5 +1,7 @@
 """Build an emulated kernel: rewrite the CUDA source for the host compiler, append the launch
-shim, compile it with g++ into a shared library, and cache the library on disk and in memory.
+shim, compile it with g++ into a shared library linked with the emulator's runtime object
+(through the precompiled header and runtime object of the cache folder, kfuse.runtime.emulator
+.prebuilt), and cache the library on disk and in memory.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from kfuse import knobs
 from kfuse.errors import EmulatorError
 from kfuse.runtime import disk_cache
 from kfuse.runtime.bounded_cache import BoundedCache
-from kfuse.runtime.emulator import pch
+from kfuse.runtime.emulator import prebuilt
 
 HEADER_DIR = Path(__file__).resolve().parent
-HEADERS = (pch.PRELUDE, "cuda_emu.h", "emu_launch.h")
+HEADERS = (prebuilt.PRELUDE, "cuda_emu.h", "emu_launch.h")
 
 # -O1 keeps a kernel's compile near half a second while running it 5-10x faster than -O0.
 # Strict aliasing is off because CUDA code reinterprets float arrays as float4 and the like.
@@ -134,9 +136,10 @@ def rewrite_extern_shared(source: str) -> str:
 
 def translation_unit(source: str, kernel_name: str) -> str:
     """The text g++ compiles: the emulator's headers (one include, which a precompiled header
-    can stand for), the rewritten kernel source, the launch shim."""
+    can stand for), the rewritten kernel source, the launch shim; linked with the runtime
+    object (kfuse.runtime.emulator.prebuilt)."""
     return (
-        f'#include "{pch.PRELUDE}"\n'
+        f'#include "{prebuilt.PRELUDE}"\n'
         f'#line 1 "{_SOURCE_NAME}"\n'
         f"{rewrite_extern_shared(source)}\n"
         '#line 1 "kf_emu_shim"\n'
@@ -223,11 +226,12 @@ def _run_compiler(
     flags: tuple[str, ...],
     cxx: str,
     out: Path,
-    pch_dir: Path | None = None,
+    shared: Path | None = None,
 ) -> None:
-    """Compile the kernel into the library `out`; with `pch_dir`, through the precompiled
-    headers there. A failure through them is tried again from the headers' text (and the PCH
-    removed when that succeeds), so a damaged PCH costs a compile, never a kernel."""
+    """Compile the kernel into the library `out`, through the PCH and runtime object of the
+    prebuilt folder `shared`; without one, or where that fails, from the headers' text and a
+    runtime object of its own (and a failing `shared` is removed, so a damaged file there
+    costs a compile, never a kernel)."""
     global _compiler_invocations
     _compiler_invocations += 1
     with tempfile.TemporaryDirectory(prefix="kfuse-emu-") as tmp:
@@ -235,16 +239,21 @@ def _run_compiler(
         unit.write_text(translation_unit(source, kernel_name))
         env = dict(os.environ, LC_ALL="C")
 
-        def compile_with(*include_dirs: Path) -> subprocess.CompletedProcess[str]:
+        def compile_with(runtime: Path, *include_dirs: Path) -> subprocess.CompletedProcess[str]:
             includes = [f"-I{d}" for d in include_dirs]
-            cmd = [cxx, *flags, *includes, "-x", "c++", str(unit), "-o", str(out)]
+            cmd = [cxx, *flags, *includes, "-x", "c++", str(unit), "-x", "none", str(runtime)]
+            cmd += ["-o", str(out)]
             return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
 
-        proc = compile_with(pch_dir, HEADER_DIR) if pch_dir is not None else None
+        proc = None
+        if shared is not None:
+            proc = compile_with(shared / prebuilt.RUNTIME_OBJECT, shared, HEADER_DIR)
         if proc is None or proc.returncode != 0:
-            from_text = compile_with(HEADER_DIR)
-            if proc is not None and pch_dir is not None and from_text.returncode == 0:
-                pch.discard(pch_dir)
+            own = Path(tmp) / prebuilt.RUNTIME_OBJECT
+            prebuilt.build_runtime(own, HEADER_DIR, flags, cxx)
+            from_text = compile_with(own, HEADER_DIR)
+            if shared is not None and from_text.returncode == 0:
+                prebuilt.discard(shared)
             proc = from_text
     if proc.returncode != 0:
         raise EmulatorError(_format_compile_error(kernel_name, source, proc.stderr))
@@ -265,8 +274,8 @@ def _compile_into(
     tmp = Path(tmp_name)
     lib = directory / f"{key}.so"
     try:
-        pch_dir = pch.include_dir(directory, HEADER_DIR, HEADERS, flags, cxx, _compiler_id(cxx))
-        _run_compiler(source, kernel_name, flags, cxx, tmp, pch_dir)
+        shared = prebuilt.folder(directory, HEADER_DIR, HEADERS, flags, cxx, _compiler_id(cxx))
+        _run_compiler(source, kernel_name, flags, cxx, tmp, shared)
         body = tmp.read_bytes()
         disk_cache.clear_the_way(lib)
         os.replace(tmp, lib)

@@ -1,7 +1,9 @@
-"""The emulator's precompiled header: built once in a cache folder and shared by the kernels
-compiled there; a damaged one (not a PCH, cut short, a FIFO in its place) never costs a
-kernel or hangs a compile, and is built again; kernels compiled through it compute what
-kernels compiled from the headers' text do."""
+"""What the emulator's kernel compiles share (kfuse.runtime.emulator.prebuilt): the
+precompiled header and the runtime object are built once in a cache folder and used by every
+kernel compiled there; a damaged one (other bytes, cut short, a FIFO in its place) never costs
+a kernel or hangs a compile, and is built again; kernels linked with the shared runtime compute
+what kernels compiled without a cache do, and only a kernel that calls a barrier or a warp
+collective asks for fibers."""
 
 from __future__ import annotations
 
@@ -16,11 +18,19 @@ import numpy as np
 import pytest
 
 from kfuse.runtime.bounded_cache import BoundedCache
-from kfuse.runtime.emulator import build, pch
+from kfuse.runtime.emulator import build, prebuilt
 
 DOUBLE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
 PLUS_ONE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] += 1.0f; }\n'
 NEGATE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = -p[threadIdx.x]; }\n'
+# Each thread takes its neighbour's value: right only if the barrier holds every thread until
+# all have read (fiber mode).
+ROTATE = """extern "C" __global__ void k(float* p) {
+    float v = p[(threadIdx.x + 1) % blockDim.x];
+    __syncthreads();
+    p[threadIdx.x] = v;
+}
+"""
 
 
 @pytest.fixture
@@ -34,6 +44,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def launch(source: str) -> np.ndarray:
     """Run kernel `k` of `source` on one block of 8 threads over 1..8."""
     kernel = build.load_kernel(source, "k")
+    assert kernel.uses_fibers == ("__syncthreads" in source)
     data = np.arange(1, 9, dtype=np.float32)
     pointer = ctypes.c_void_p(data.ctypes.data)
     argv = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(pointer), ctypes.c_void_p))
@@ -41,22 +52,40 @@ def launch(source: str) -> np.ndarray:
     err = ctypes.create_string_buffer(256)
     bad = ctypes.c_ulonglong(0)
     rc = kernel.library.kf_emu_launch(
-        grid, block, 0, 1, argv, 0, 0, 0, 0.0, err, len(err), ctypes.byref(bad)
+        grid,
+        block,
+        0,
+        1,
+        argv,
+        kernel.uses_fibers,
+        1 << 40,
+        1 << 16,
+        0.0,
+        err,
+        len(err),
+        ctypes.byref(bad),
     )
     assert rc == 0, err.value
     return data
 
 
-def pch_files(cache: Path) -> list[Path]:
-    return sorted((cache / "emulator").glob(f"pch-*/{pch.PRELUDE}.gch"))
+PARTS = {"pch": f"{prebuilt.PRELUDE}.gch", "runtime": prebuilt.RUNTIME_OBJECT}
 
 
-def test_kernels_of_one_cache_share_one_precompiled_header(cache: Path) -> None:
+def part_files(cache: Path, part: str) -> list[Path]:
+    return sorted((cache / "emulator").glob(f"prebuilt-*/{PARTS[part]}"))
+
+
+def test_kernels_of_one_cache_share_one_prebuilt_folder(cache: Path) -> None:
     np.testing.assert_array_equal(launch(DOUBLE), 2 * np.arange(1, 9))
-    (gch,) = pch_files(cache)
-    built = gch.stat().st_mtime_ns
+    built = {part: part_files(cache, part) for part in PARTS}
+    assert all(len(files) == 1 for files in built.values()), built
+    stamps = {part: files[0].stat().st_mtime_ns for part, files in built.items()}
     np.testing.assert_array_equal(launch(PLUS_ONE), np.arange(2, 10))
-    assert pch_files(cache) == [gch] and gch.stat().st_mtime_ns == built
+    np.testing.assert_array_equal(launch(ROTATE), np.roll(np.arange(1, 9), -1))
+    for part, files in built.items():
+        assert part_files(cache, part) == files
+        assert files[0].stat().st_mtime_ns == stamps[part]
 
 
 def test_a_kernel_compiles_the_same_without_a_usable_cache(
@@ -64,25 +93,27 @@ def test_a_kernel_compiles_the_same_without_a_usable_cache(
 ) -> None:
     monkeypatch.setenv("KFUSE_CACHE_DIR", "off")
     np.testing.assert_array_equal(launch(DOUBLE), 2 * np.arange(1, 9))
+    np.testing.assert_array_equal(launch(ROTATE), np.roll(np.arange(1, 9), -1))
     assert not (cache / "emulator").exists()
 
 
-@pytest.mark.parametrize("damage", ["not_a_pch", "cut_short"])
-def test_a_damaged_precompiled_header_is_built_again(
-    cache: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+@pytest.mark.parametrize("part", ["pch", "runtime"])
+@pytest.mark.parametrize("damage", ["other_bytes", "cut_short"])
+def test_a_damaged_prebuilt_part_is_built_again(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, part: str, damage: str
 ) -> None:
     launch(DOUBLE)
-    (gch,) = pch_files(cache)
-    whole = gch.read_bytes()
-    gch.write_bytes(b"not a PCH" if damage == "not_a_pch" else whole[:100_000])
+    (path,) = part_files(cache, part)
+    whole = path.read_bytes()
+    path.write_bytes(b"other bytes" if damage == "other_bytes" else whole[: len(whole) // 3])
     monkeypatch.setattr(build, "_memory_cache", BoundedCache())
-    # Not a PCH: noticed before the compile; cut short: g++ fails through it, the kernel is
-    # compiled from the headers' text, and the PCH removed.
-    with pytest.warns(RuntimeWarning, match="precompiled header"):
+    # Other bytes: noticed before the compile; cut short: g++ fails through it, the kernel is
+    # compiled from the headers' text with a runtime of its own, and the part removed.
+    with pytest.warns(RuntimeWarning, match="prebuilt part"):
         np.testing.assert_array_equal(launch(PLUS_ONE), np.arange(2, 10))
     np.testing.assert_array_equal(launch(NEGATE), -np.arange(1, 9))
-    (gch,) = pch_files(cache)
-    assert gch.read_bytes()[:4] == b"gpch" and len(gch.read_bytes()) > 100_000
+    (path,) = part_files(cache, part)
+    assert path.read_bytes()[:4] == whole[:4] and len(path.read_bytes()) > len(whole) // 2
 
 
 def test_a_fifo_in_place_of_the_precompiled_header_does_not_block(tmp_path: Path) -> None:
@@ -92,11 +123,11 @@ def test_a_fifo_in_place_of_the_precompiled_header_does_not_block(tmp_path: Path
         import os, sys, warnings
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_emulator_pch import DOUBLE, PLUS_ONE, launch, pch_files
+        from test_emulator_prebuilt import DOUBLE, PLUS_ONE, launch, part_files
         from kfuse.runtime.emulator import build
         from kfuse.runtime.bounded_cache import BoundedCache
         launch(DOUBLE)
-        (gch,) = pch_files(Path(os.environ["KFUSE_CACHE_DIR"]))
+        (gch,) = part_files(Path(os.environ["KFUSE_CACHE_DIR"]), "pch")
         gch.unlink()
         os.mkfifo(gch)
         build._memory_cache = BoundedCache()
