@@ -182,10 +182,13 @@ inline double __longlong_as_double(long long x) { return kf_emu::bit_cast<double
 template <class T> inline T __ldg(const T* p) { return *p; }
 
 // ---- execution state ----------------------------------------------------------------------
-static uint3 threadIdx;
-static uint3 blockIdx;
-static dim3 blockDim;
-static dim3 gridDim;
+// Defined in the runtime object (emu_launch.h with KF_EMU_RUNTIME), compiled once and linked
+// into every kernel library: each library has its own, hidden, as when they were static here.
+#define KF_EMU_HIDDEN __attribute__((visibility("hidden")))
+extern KF_EMU_HIDDEN uint3 threadIdx;
+extern KF_EMU_HIDDEN uint3 blockIdx;
+extern KF_EMU_HIDDEN dim3 blockDim;
+extern KF_EMU_HIDDEN dim3 gridDim;
 static const int warpSize = 32;
 
 #ifndef KF_EMU_DYN_SMEM_BYTES
@@ -193,7 +196,7 @@ static const int warpSize = 32;
 #endif
 // One buffer per loaded kernel: launches of one kernel are serialized and blocks run one
 // after another, so every block gets it to itself.
-alignas(128) static unsigned char kf_emu_dyn_smem[KF_EMU_DYN_SMEM_BYTES];
+alignas(128) extern KF_EMU_HIDDEN unsigned char kf_emu_dyn_smem[KF_EMU_DYN_SMEM_BYTES];
 
 namespace kf_emu {
 
@@ -241,7 +244,7 @@ struct Launch {
     unsigned long long progress;  // bumped at every thread start, switch and collective
     long long spin_total;  // no-effect atomics of the block since anything else happened
 };
-static Launch g;
+extern KF_EMU_HIDDEN Launch g;
 
 __attribute__((format(printf, 1, 2), noinline)) static void fail_message(const char* fmt, ...) {
     if (g.failed) return;
@@ -257,16 +260,17 @@ __attribute__((format(printf, 1, 2), noinline)) static void fail_message(const c
 
 [[noreturn]] __attribute__((noinline)) static void throw_abort() { throw Abort{}; }
 
-// Implemented in emu_launch.h. Defined there (not here) with a marker symbol each, so that the
-// compiled kernel exports kf_emu_uses_fibers only if it really calls a barrier or warp op.
+// Implemented in emu_launch.h. The first three are defined there (not here) with a marker
+// symbol each, so that the compiled kernel exports kf_emu_uses_fibers only if it really calls a
+// barrier or warp op; the others are the runtime object's.
 static void barrier_arrive(int pred);
 static unsigned long long warp_collective(int op, unsigned mask, unsigned long long v, int arg,
                                           int width);
-static void spin_yield();
+KF_EMU_HIDDEN void spin_yield();
 // Thread-block clusters (kf_reductions.cuh's cluster_sync and cluster_load): a barrier over
 // every thread of the cluster, and `local` (this block's shared memory) in block `rank`'s.
 static void cluster_barrier();
-static const void* cluster_map(const void* local, unsigned rank);
+KF_EMU_HIDDEN const void* cluster_map(const void* local, unsigned rank);
 
 // ---- bounds checking (KF_CHECK_BOUNDS, used by kf_memory.cuh when defined) ----------------
 template <class T>

@@ -1,6 +1,7 @@
 // emu_launch.h: the block scheduler (threads as fibers), barriers, warp collectives and the
-// exported launch entry point of an emulated kernel. Included by the launch shim after the
-// kernel source; KF_EMU_KERNEL_ENTRY(name) then defines the exported C functions.
+// exported launch entry point of an emulated kernel. Included (by emu_prelude.h) before the
+// kernel source, whose names it never uses; the launch shim's KF_EMU_KERNEL_ENTRY(name) after
+// the kernel then defines the exported C functions.
 #pragma once
 
 #include <pthread.h>
@@ -26,6 +27,61 @@
                  ", @object\n" #sym ":\n.byte 1\n.popsection")
 
 namespace kf_emu {
+
+struct LaunchRequest {
+    const unsigned* grid;
+    const unsigned* block;
+    unsigned long long shared_mem;
+    unsigned cluster;  // blocks of a thread-block cluster along x (1: none)
+    void** argv;
+    int use_fibers;
+    long long spin_limit;
+    long long stack_bytes;
+    double watchdog_seconds;
+    char* err;
+    int errlen;
+    unsigned long long* bad_ptr;
+};
+
+// The runtime: everything below up to KernelSignature, compiled once (with KF_EMU_RUNTIME) into
+// an object that every kernel library links, so that a kernel's compile only generates the
+// kernel and these wrappers. The wrappers stay in the kernel's own code: each defines its
+// marker symbol, present only where the kernel really calls it.
+KF_EMU_HIDDEN void barrier_arrive_impl(int pred);
+KF_EMU_HIDDEN unsigned long long warp_collective_impl(int op, unsigned mask, unsigned long long v,
+                                                      int arg, int width);
+KF_EMU_HIDDEN void cluster_barrier_impl();
+KF_EMU_HIDDEN int launch(void (*thunk)(void**), const LaunchRequest& r);
+
+__attribute__((noipa)) static void barrier_arrive(int pred) {
+    KF_EMU_MARKER(kf_emu_uses_fibers_barrier);
+    barrier_arrive_impl(pred);
+}
+
+__attribute__((noipa)) static unsigned long long warp_collective(int op, unsigned mask,
+                                                                 unsigned long long v, int arg,
+                                                                 int width) {
+    KF_EMU_MARKER(kf_emu_uses_fibers_warp);
+    return warp_collective_impl(op, mask, v, arg, width);
+}
+
+__attribute__((noipa)) static void cluster_barrier() {
+    KF_EMU_MARKER(kf_emu_uses_fibers_cluster);
+    cluster_barrier_impl();
+}
+
+}  // namespace kf_emu
+
+#ifdef KF_EMU_RUNTIME
+uint3 threadIdx;
+uint3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+alignas(128) unsigned char kf_emu_dyn_smem[KF_EMU_DYN_SMEM_BYTES];
+
+namespace kf_emu {
+
+Launch g;
 
 // ---- context switching -------------------------------------------------------------------
 #ifndef KF_EMU_USE_UCONTEXT
@@ -214,8 +270,7 @@ static void resume(Thread* t) {
     throw_abort();
 }
 
-__attribute__((noipa)) static void barrier_arrive(int pred) {
-    KF_EMU_MARKER(kf_emu_uses_fibers_barrier);
+void barrier_arrive_impl(int pred) {
     if (!g.fibers) not_in_fiber_mode("__syncthreads");
     note_progress();
     Thread* t = g.cur;
@@ -227,10 +282,8 @@ __attribute__((noipa)) static void barrier_arrive(int pred) {
     if (t->state != RUNNABLE) to_scheduler(t);
 }
 
-__attribute__((noipa)) static unsigned long long warp_collective(int op, unsigned mask,
-                                                                 unsigned long long v, int arg,
-                                                                 int width) {
-    KF_EMU_MARKER(kf_emu_uses_fibers_warp);
+unsigned long long warp_collective_impl(int op, unsigned mask, unsigned long long v, int arg,
+                                        int width) {
     if (!g.fibers) not_in_fiber_mode("a warp collective");
     if (width <= 0 || width > 32 || (width & (width - 1)) != 0) {
         fail_message("warp shuffle width %d is not a power of two in [1, 32]", width);
@@ -253,7 +306,7 @@ __attribute__((noipa)) static unsigned long long warp_collective(int op, unsigne
     return t->result;
 }
 
-__attribute__((noinline)) static void spin_yield() {
+void spin_yield() {
     Thread* t = g.cur;
     g.spin_total += 1024;
     if (g.spin_total >= g.spin_limit) {
@@ -402,10 +455,9 @@ static void leave_block() {
     std::memcpy(b.smem + cluster.static_bytes, kf_emu_dyn_smem, cluster.dynamic_bytes);
 }
 
-__attribute__((noipa)) static void cluster_barrier() {
-    KF_EMU_MARKER(kf_emu_uses_fibers_cluster);
+void cluster_barrier_impl() {
     if (cluster.size <= 1) {  // not a cluster launch: the block is the cluster
-        barrier_arrive(0);
+        barrier_arrive_impl(0);
         return;
     }
     note_progress();
@@ -416,7 +468,7 @@ __attribute__((noipa)) static void cluster_barrier() {
     to_scheduler(t);
 }
 
-static const void* cluster_map(const void* local, unsigned rank) {
+const void* cluster_map(const void* local, unsigned rank) {
     const unsigned char* p = static_cast<const unsigned char*>(local);
     if (rank >= static_cast<unsigned>(cluster.size)) {
         fail_message("cluster rank %u out of range: the cluster has %d block(s)", rank,
@@ -627,20 +679,6 @@ static void fault_trap_stop(const struct sigaction* old) {
 
 static pthread_mutex_t launch_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-struct LaunchRequest {
-    const unsigned* grid;
-    const unsigned* block;
-    unsigned long long shared_mem;
-    unsigned cluster;  // blocks of a thread-block cluster along x (1: none)
-    void** argv;
-    int use_fibers;
-    long long spin_limit;
-    long long stack_bytes;
-    double watchdog_seconds;
-    char* err;
-    int errlen;
-    unsigned long long* bad_ptr;
-};
 
 static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
     std::memset(&g, 0, sizeof(g));
@@ -780,12 +818,17 @@ static int launch_locked(void (*thunk)(void**), const LaunchRequest& r) {
     return g.failed ? 1 : 0;
 }
 
-static int launch(void (*thunk)(void**), const LaunchRequest& r) {
+int launch(void (*thunk)(void**), const LaunchRequest& r) {
     pthread_mutex_lock(&launch_mutex);
     int rc = launch_locked(thunk, r);
     pthread_mutex_unlock(&launch_mutex);
     return rc;
 }
+
+}  // namespace kf_emu
+#endif  // KF_EMU_RUNTIME
+
+namespace kf_emu {
 
 template <class F>
 struct KernelSignature;
