@@ -198,4 +198,8 @@ def test_errors_form_one_hierarchy() -> None:
     assert errors.CudaError is kfuse._C.CudaError
     assert errors.CompileError is kfuse._C.CompileError
     for name in errors.__all__:
-        assert issubclass(getattr(errors, name), errors.KfuseError)
+        cls = getattr(errors, name)
+        if issubclass(cls, Warning):  # kfuse's warnings have their own root
+            assert issubclass(cls, errors.KfuseWarning) and issubclass(cls, UserWarning)
+        else:
+            assert issubclass(cls, errors.KfuseError)

@@ -31,8 +31,10 @@ def capturing(framework: str | None, device: int) -> bool:
 
         return bool(torch.cuda.is_current_stream_capturing())
     if framework == "cupy":
-        import cupy
-
+        try:
+            import cupy
+        except ImportError:  # no CuPy: no CuPy stream can be capturing
+            return False
         with cupy.cuda.Device(device):
             try:
                 return bool(cupy.cuda.get_current_stream().is_capturing())
