@@ -21,6 +21,7 @@ from kfuse.ir.exprs import BinaryOp
 from kfuse.runtime.info import build_runtime_info
 from kfuse.runtime.launch import GeneratedKernel
 from kfuse.schedule import SchedulerType
+from small_fusions import sums_over_both_axes
 
 
 def softmax() -> FusionDefinition:
@@ -30,16 +31,6 @@ def softmax() -> FusionDefinition:
         e = fd.ops.exp(fd.ops.sub(x, m))
         s = fd.ops.broadcast(fd.ops.sum(e, dims=[1]), is_broadcast_dim=[False, True])
         fd.add_output(fd.ops.div(e, s))
-    return fd
-
-
-def sums_over_both_axes() -> FusionDefinition:
-    """No single scheduler takes it: a reduction and a normalization segment."""
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1])
-        s0 = fd.ops.sum(x, dims=[0])
-        fd.add_output(fd.ops.add(x, fd.ops.broadcast(s0, is_broadcast_dim=[True, False])))
-        fd.add_output(fd.ops.sum(x, dims=[1]))
     return fd
 
 

@@ -17,37 +17,11 @@ import pytest
 from gpu_support import cuda_torch, requires_gpu
 from kfuse import DataType, FusionDefinition
 from kfuse.errors import InputError
+from small_fusions import relu_of_matmul, scaled_sum, sums_over_both_axes
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
 REPLAYS = 3
-
-
-def _scaled_sum() -> FusionDefinition:
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1])
-        b = fd.define_tensor(shape=[-1])
-        fd.add_output(fd.ops.mul(fd.ops.add(a, b), fd.define_scalar(2.0)))
-    return fd
-
-
-def _sums_over_both_axes() -> FusionDefinition:
-    """Two generated-kernel segments: a reduction over axis 0, then a normalization."""
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1])
-        s0 = fd.ops.sum(x, dims=[0])
-        fd.add_output(fd.ops.add(x, fd.ops.broadcast(s0, is_broadcast_dim=[True, False])))
-        fd.add_output(fd.ops.sum(x, dims=[1]))
-    return fd
-
-
-def _relu_of_matmul() -> FusionDefinition:
-    """A library segment (matmul), then a pointwise one."""
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1, -1])
-        b = fd.define_tensor(shape=[-1, -1])
-        fd.add_output(fd.ops.relu(fd.ops.matmul(a, b)))
-    return fd
 
 
 def _rows_of() -> FusionDefinition:
@@ -86,7 +60,7 @@ def _close(torch: Any, actual: Any, expected: Any, what: str, **tolerances: Any)
 
 def test_torch_graph_replays_a_pointwise_fusion_into_given_outputs() -> None:
     torch = cuda_torch()
-    fd = _scaled_sum()
+    fd = scaled_sum(1)
     a, b = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
     out = torch.empty(4096, device="cuda")
     _warm_up(torch, lambda: fd.execute([a, b], outputs=[out]))
@@ -107,7 +81,7 @@ def test_torch_graph_replays_the_fast_path_call() -> None:
     """Warmed up three times, the captured call is the C++ fast path's: its output, allocated
     in the graph's pool, is rewritten by every replay."""
     torch = cuda_torch()
-    fd = _scaled_sum()
+    fd = scaled_sum(1)
     a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
     _warm_up(torch, lambda: fd.execute([a, b]))
     assert fd._executor_cache.fast_calls is not None, "the warm-up built no fast-path entry"
@@ -125,7 +99,7 @@ def test_torch_graph_replays_the_fast_path_call() -> None:
 def test_torch_graph_captures_a_fusion_never_run_before() -> None:
     """This definition compiles (or loads from the disk cache) its kernel during the capture."""
     torch = cuda_torch()
-    _scaled_sum().execute([torch.ones(8, device="cuda")] * 2)  # kfuse itself initialised
+    scaled_sum(1).execute([torch.ones(8, device="cuda")] * 2)  # kfuse itself initialised
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.tanh(fd.ops.mul(x, fd.define_scalar(0.5))))
@@ -143,7 +117,7 @@ def test_torch_graph_captures_a_fusion_never_run_before() -> None:
 
 def test_torch_graph_replays_a_segmented_fusion() -> None:
     torch = cuda_torch()
-    fd = _sums_over_both_axes()
+    fd = sums_over_both_axes()
     x = torch.randn(300, 500, device="cuda")
     given = [torch.empty(300, 500, device="cuda"), torch.empty(300, device="cuda")]
     _warm_up(torch, lambda: fd.execute([x], outputs=given))
@@ -165,7 +139,7 @@ def test_torch_graph_replays_a_segmented_fusion() -> None:
 
 def test_torch_graph_replays_a_fusion_with_a_matmul_segment() -> None:
     torch = cuda_torch()
-    fd = _relu_of_matmul()
+    fd = relu_of_matmul()
     a, b = torch.randn(64, 32, device="cuda"), torch.randn(32, 48, device="cuda")
     out = torch.empty(64, 48, device="cuda")
     _warm_up(torch, lambda: fd.execute([a, b], outputs=[out]))  # cuBLAS initialised too
@@ -245,7 +219,7 @@ def _cupy() -> Any:
 
 def test_cupy_stream_capture_replays_a_pointwise_fusion_into_given_outputs() -> None:
     cupy = _cupy()
-    fd = _scaled_sum()
+    fd = scaled_sum(1)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         a = cupy.random.standard_normal(4096, dtype=cupy.float32)
@@ -268,7 +242,7 @@ def test_cupy_stream_capture_replays_a_pointwise_fusion_into_given_outputs() -> 
 
 def test_cupy_stream_capture_of_a_fusion_never_run_before() -> None:
     cupy = _cupy()
-    _scaled_sum().execute([cupy.ones(8, cupy.float32)] * 2)  # kfuse itself initialised
+    scaled_sum(1).execute([cupy.ones(8, cupy.float32)] * 2)  # kfuse itself initialised
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.sigmoid(fd.ops.add(x, fd.define_scalar(0.25))))

@@ -18,35 +18,9 @@ from kfuse import FusionDefinition
 from kfuse.dtypes import DataType
 from kfuse.engine.program import SegmentedProgram, SegmentKernelsProgram
 from kfuse.errors import InputError
+from small_fusions import relu_of_matmul, scaled_sum, sums_over_both_axes
 
 SENTINEL = -7.0
-
-
-def _scaled_sum() -> FusionDefinition:
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1, -1])
-        b = fd.define_tensor(shape=[-1, -1])
-        fd.add_output(fd.ops.mul(fd.ops.add(a, b), fd.define_scalar(2.0)))
-    return fd
-
-
-def _sums_over_both_axes() -> FusionDefinition:
-    """Two generated-kernel segments (a reduction, then a normalization)."""
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1])
-        s0 = fd.ops.sum(x, dims=[0])
-        fd.add_output(fd.ops.add(x, fd.ops.broadcast(s0, is_broadcast_dim=[True, False])))
-        fd.add_output(fd.ops.sum(x, dims=[1]))
-    return fd
-
-
-def _relu_of_matmul() -> FusionDefinition:
-    """A library segment (matmul), then a pointwise one."""
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1, -1])
-        b = fd.define_tensor(shape=[-1, -1])
-        fd.add_output(fd.ops.relu(fd.ops.matmul(a, b)))
-    return fd
 
 
 def _arrays(framework: str, *shapes: tuple[int, ...], seed: int = 0) -> list[Any]:
@@ -85,15 +59,15 @@ def _assert_written(expected: list[Any], given: list[Any], returned: list[Any]) 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 def test_a_pointwise_kernel_writes_the_given_array(framework: str) -> None:
     inputs = _arrays(framework, (5, 7), (5, 7))
-    expected, given, returned = _run_both_ways(_scaled_sum, framework, inputs)
+    expected, given, returned = _run_both_ways(scaled_sum, framework, inputs)
     _assert_written(expected, given, returned)
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 def test_a_segmented_fusion_of_kernels_writes_the_given_arrays(framework: str) -> None:
     inputs = _arrays(framework, (30, 50))
-    fd = _sums_over_both_axes()
-    expected = _sums_over_both_axes().execute(inputs)
+    fd = sums_over_both_axes()
+    expected = sums_over_both_axes().execute(inputs)
     given = [_empty_like(framework, e) for e in expected]
     _assert_written(expected, given, fd.execute(inputs, outputs=given))
     # Its segments run as one KernelProgram, whose kernels store into the given arrays.
@@ -103,8 +77,8 @@ def test_a_segmented_fusion_of_kernels_writes_the_given_arrays(framework: str) -
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 def test_a_library_segment_result_is_copied_into_the_given_array(framework: str) -> None:
     inputs = _arrays(framework, (4, 6), (6, 3))
-    fd = _relu_of_matmul()
-    expected = _relu_of_matmul().execute(inputs)
+    fd = relu_of_matmul()
+    expected = relu_of_matmul().execute(inputs)
     given = [_empty_like(framework, e) for e in expected]
     _assert_written(expected, given, fd.execute(inputs, outputs=given))
     assert isinstance(fd.last_program(), SegmentedProgram)
@@ -138,7 +112,7 @@ def test_a_stride_ordered_output_takes_an_array_in_its_order() -> None:
 
 
 def test_several_calls_reuse_the_given_arrays() -> None:
-    fd = _scaled_sum()
+    fd = scaled_sum()
     out = np.empty((3, 3), np.float32)
     for k in range(3):
         a = np.full((3, 3), float(k), np.float32)
@@ -167,7 +141,7 @@ def test_empty_and_single_element_axes_take_any_strides(framework: str) -> None:
 
 
 def _bad_outputs() -> list[tuple[str, Callable[[list[Any]], Any], str]]:
-    """(case, outputs made from the inputs [a, b] of _scaled_sum on (4, 8), the error)."""
+    """(case, outputs made from the inputs [a, b] of scaled_sum on (4, 8), the error)."""
     f32 = np.float32
     return [
         ("not a list", lambda _: np.zeros((4, 8), f32), "outputs must be a list"),
@@ -191,7 +165,7 @@ def _bad_outputs() -> list[tuple[str, Callable[[list[Any]], Any], str]]:
 def test_an_output_that_does_not_fit_is_an_input_error(
     case: str, make: Callable[[list[Any]], Any], message: str
 ) -> None:
-    fd = _scaled_sum()
+    fd = scaled_sum()
     inputs = [np.ones((4, 8), np.float32), np.ones((4, 8), np.float32)]
     before = [a.copy() for a in inputs]
     outputs = make(inputs)
@@ -263,7 +237,7 @@ def test_a_cached_gpu_call_with_outputs_writes_the_given_array() -> None:
     """A layout the C++ fast path has cached: a call given outputs= takes it there (each
     output fits exactly) and writes, and returns, the given array."""
     cuda = cuda_torch()
-    fd = _scaled_sum()
+    fd = scaled_sum()
     a, b = cuda.randn(64, 32, device="cuda"), cuda.randn(64, 32, device="cuda")
     for _ in range(3):
         fd.execute([a, b])
@@ -286,7 +260,7 @@ def test_a_cached_gpu_call_with_outputs_writes_the_given_array() -> None:
 @requires_gpu
 def test_an_output_on_another_device_is_an_input_error() -> None:
     cuda = cuda_torch()
-    fd = _scaled_sum()
+    fd = scaled_sum()
     a = cuda.ones(4, 8, device="cuda")
     host = cuda.full((4, 8), SENTINEL)
     with pytest.raises(InputError, match=r"outputs\[0\] \(output T\d+\) is in host memory"):

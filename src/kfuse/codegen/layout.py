@@ -91,6 +91,14 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def allocated_strides(v: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides in elements of the dense array kfuse allocates for value `v` of `shape`:
+    row major, or in the memory order fd.ops.stride_order asked for (its kernels write it
+    so; a later segment reads it so)."""
+    order = allocation_order(v)
+    return contiguous_strides(shape) if order is None else ordered_strides(shape, order)
+
+
 def output_layout(info: Any, out: Any) -> tuple[tuple[int, ...], int]:
     """(strides, byte offset) of output `out` of the call `info` describes: contiguous in an
     allocation of its own, unless the call writes it into part of a larger array
@@ -99,10 +107,7 @@ def output_layout(info: Any, out: Any) -> tuple[tuple[int, ...], int]:
     view = info.output_views.get(out)
     if view is not None:
         return view
-    order = allocation_order(out)  # fd.ops.stride_order's output: stored in its order
-    if order is not None:
-        return ordered_strides(info.shape(out), order), 0
-    return contiguous_strides(tuple(info.shape(out))), 0
+    return allocated_strides(out, tuple(info.shape(out))), 0
 
 
 def merge_axes(

@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfuse.codegen.layout import contiguous_strides
+from kfuse.codegen.layout import allocated_strides
 from kfuse.ir.exprs import BinaryOp, CastOp, GeneratedOp, TernaryOp, UnaryOp
-from kfuse.ir.layout_ops import allocation_order, ordered_strides
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_scalar
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.arrays import empty_like_framework
@@ -203,8 +203,7 @@ def given_outputs(compiled: Any, info: Any) -> tuple | None:
     sizes: list[int] = []
     for o in fusion.outputs:
         shape = tuple(info.shape(o))
-        order = allocation_order(o)
-        strides = contiguous_strides(shape) if order is None else ordered_strides(shape, order)
+        strides = allocated_strides(o, shape)
         sizes.append(o.dtype.itemsize * math.prod(shape))
         if info.framework == "torch":
             import torch
@@ -262,8 +261,7 @@ def _torch_call(
     for o in info.fusion.outputs:
         shape, dtype = tuple(info.shape(o)), to_torch_dtype(o.dtype)
         # fd.ops.stride_order's output is stored in its order, as its kernels write it.
-        order = allocation_order(o)
-        strides = contiguous_strides(shape) if order is None else ordered_strides(shape, order)
+        order, strides = allocation_order(o), allocated_strides(o, shape)
         # empty_like skips torch.empty's argument parsing (about 2 us of the call): it gives a
         # contiguous array when the input it copies is one of the same shape and dtype.
         like = next(

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfuse.codegen.layout import contiguous_strides
+from kfuse.codegen.layout import allocated_strides
 from kfuse.errors import InputError
-from kfuse.ir.layout_ops import allocation_order, ordered_strides
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.values import TensorView
 from kfuse.runtime.arrays import ArrayLayout, framework_of, layout_of, stream_context
 from kfuse.runtime.info import RuntimeInfo
@@ -92,8 +92,7 @@ def _checked_layout(info: RuntimeInfo, out: TensorView, array: Any, what: str) -
     shape = tuple(info.shape(out))
     if lay.shape != shape:
         raise InputError(f"{what} has shape {lay.shape}; the output has shape {shape}")
-    order = allocation_order(out)
-    dense = contiguous_strides(shape) if order is None else ordered_strides(shape, order)
+    order, dense = allocation_order(out), allocated_strides(out, shape)
     # An axis of one element has no meaningful stride, nor has an empty array any (the
     # frameworks differ on them).
     strided = any(n > 1 and s != d for n, s, d in zip(shape, lay.strides, dense, strict=True))

@@ -27,14 +27,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kfuse.codegen.layout import contiguous_strides
+from kfuse.codegen.layout import allocated_strides
 from kfuse.engine.program import Program
 from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
 from kfuse.engine.signature import program_key
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import Expr
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.layout_ops import allocation_order, ordered_strides
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime import profiling_hooks
@@ -141,7 +141,7 @@ class SegmentStep:
                 continue
             assert isinstance(old, TensorView)
             lay = info.layouts[new]
-            if lay.strides != _planned_strides(old, lay.shape):
+            if lay.strides != allocated_strides(old, lay.shape):
                 off.append(k)
         return tuple(off)
 
@@ -237,12 +237,6 @@ def added_exprs(segmented: SegmentedFusion) -> list[Expr]:
             if any(id(o) not in known for o in e.outputs):
                 added.setdefault(id(e), e)
     return list(added.values())
-
-
-def _planned_strides(v: TensorView, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides the segmenter assumes an intermediate `v` of `shape` has."""
-    order = allocation_order(v)
-    return contiguous_strides(shape) if order is None else ordered_strides(shape, order)
 
 
 def copy_array(

@@ -129,6 +129,13 @@ def manual_seed(seed: int) -> None:
     _KFUSE_GENERATOR.manual_seed(seed)
 
 
+_OUTSIDE_OR_SEEDED = (
+    "Run the fusion outside the graph, or give its random ops rng_seed and rng_offset "
+    "(scalar inputs; a replay then draws the numbers of the values captured)"
+)
+"""What a stateful random op refused under capture can do instead."""
+
+
 def torch_cuda_generator(device: int) -> OffsetGenerator:
     """torch's default CUDA generator of device `device` (CUDA is already initialised when a
     torch CUDA tensor exists; torch.cuda.init() makes sure default_generators is filled)."""
@@ -136,15 +143,15 @@ def torch_cuda_generator(device: int) -> OffsetGenerator:
 
     # Captured, a launch would replay the offset read at capture time on every replay; the
     # device pointers torch's kernels read instead are C++ only (this module's docstring).
-    if torch.cuda.is_current_stream_capturing():
-        raise InputError(
-            "random ops without rng_seed and rng_offset cannot run under CUDA graph capture: "
-            "every replay must read torch's seed and offset through device pointers, which "
-            "torch gives to C++ code only (CUDAGeneratorImpl::philox_cuda_state), so a "
-            "captured kfuse kernel would draw the capture's numbers again on every replay. "
-            "Run the fusion outside the graph, or give its random ops rng_seed and rng_offset "
-            "(scalar inputs; a replay then draws the numbers of the values captured)"
-        )
+    refuse_under_capture(
+        "torch",
+        device,
+        "random ops without rng_seed and rng_offset cannot run: every replay must read "
+        "torch's seed and offset through device pointers, which torch gives to C++ code only "
+        "(CUDAGeneratorImpl::philox_cuda_state), so a captured kfuse kernel would draw the "
+        "capture's numbers again on every replay",
+        _OUTSIDE_OR_SEEDED,
+    )
     torch.cuda.init()
     generators = torch.cuda.default_generators
     if not 0 <= device < len(generators):
@@ -180,7 +187,6 @@ def generator_for(framework: str | None, device: int) -> OffsetGenerator:
         "random ops without rng_seed and rng_offset take their seed and offset from kfuse's "
         "generator when launched, so a captured kernel would draw the capture's numbers "
         "again on every replay",
-        "Run the fusion outside the graph, or give its random ops rng_seed and rng_offset "
-        "(scalar inputs; a replay then draws the numbers of the values captured)",
+        _OUTSIDE_OR_SEEDED,
     )
     return _KFUSE_GENERATOR

@@ -102,8 +102,7 @@ def synthetic_info(
     as a contiguous array read the wrong elements of the output: sum(x) beside cat([x, -x])
     summed x and -x. False where the inputs are not read from memory (inner_outer's column
     side gets its inputs as the row kernel's accumulated values)."""
-    from kfuse.codegen.layout import contiguous_strides
-    from kfuse.ir.layout_ops import allocation_order, ordered_strides
+    from kfuse.codegen.layout import allocated_strides
 
     parent_layouts = {id(v): lay for v, lay in info.layouts.items()}
     args: list[Any] = []
@@ -114,10 +113,8 @@ def synthetic_info(
             lay = parent_layouts.get(id(old))
             if lay is None:
                 # A fresh allocation: aligned (any 256-byte boundary aligns every vector).
-                strides, data_ptr = contiguous_strides(shape), 256
-                order = allocation_order(old)
-                if order is not None:  # a parent output stored in its stride_order's order
-                    strides = ordered_strides(shape, order)
+                # (a parent output stored in its stride_order's order is read so)
+                strides, data_ptr = allocated_strides(old, shape), 256
                 if read_windows and old in info.output_views:
                     strides, offset = info.output_views[old]
                     data_ptr += offset
