@@ -470,17 +470,21 @@ def test_argsort_orders_every_nan_as_the_largest_value(device: str, descending: 
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_topk_takes_nans_first_whatever_their_sign(device: str) -> None:
+@pytest.mark.parametrize("k", [20, 200], ids=["k20", "whole-axis"])
+def test_topk_takes_nans_first_whatever_their_sign(device: str, k: int) -> None:
+    """k = the whole axis: torch's CUDA topk then sorts every value by the radix sort that
+    put sign-bit NaNs before -inf (a GPU campaign's topk of 65 of 65 float32 values)."""
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Double)
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
         for largest in (True, False):
-            values, _ = fd.ops.topk(x, 20, dim=0, largest=largest, sorted=True)
+            values, _ = fd.ops.topk(x, k, dim=0, largest=largest, sorted=True)
             fd.add_output(values)
-    x = _signed_nans(device)
+    x = _signed_nans(device).float()
+    assert torch.signbit(x[0, 0]) and torch.isnan(x[0, 0])
     largest, smallest = (v.cpu().numpy() for v in fd.execute([x]))
     a = np.sort(x.cpu().numpy(), axis=0)  # NaNs last, whatever their sign
-    np.testing.assert_array_equal(largest, np.flip(a, 0)[:20])
-    np.testing.assert_array_equal(smallest, a[:20])
+    np.testing.assert_array_equal(largest, np.flip(a, 0)[:k])
+    np.testing.assert_array_equal(smallest, a[:k])
     for got, want in zip(evaluate(fd.fusion, [x]), (largest, smallest), strict=True):
         np.testing.assert_array_equal(np.asarray(got.cpu()), want)
 

@@ -92,3 +92,28 @@ def test_order_follows_the_product_into_what_is_computed_from_it() -> None:
     compared, total = conditioning(fd, [x]).order_decides
     np.testing.assert_array_equal(compared, np.broadcast_to([[False], [True], [False]], (3, 200)))
     assert total.shape == () and bool(total)
+
+
+def test_a_cumprod_within_its_rounding_of_float32s_largest_may_overflow() -> None:
+    """An H100 campaign (seed 6401, 65fe8f6) met a cumprod over 278,045 factors of 1 +-
+    0.00076 whose prefix products climb to -3.397e38, 0.2% under float32's largest value:
+    the kernel's prefixes rounded past it to -inf. n multiplications round the product by up
+    to n units of float32's precision (1.4% here), so prefixes that close to the end of the
+    range may be anything; those well inside it are still judged."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.cumprod(t0, dim=0))
+    factor = np.float32(1.00044)
+    n = int(np.log(3.39e38) / np.log(np.float64(factor)))  # the whole product: 3.39e38
+    x = np.full(n, factor, np.float32)
+    (expected,) = evaluate(fd, [x])
+    assert 3.38e38 < expected[-1] < 3.39e38
+    (order,) = conditioning(fd, [x]).order_decides
+    assert order[-1] and not order[n // 2]  # 1.8e19 halfway: far from the range's end
+    assert not order[int(n * 0.999)]  # 3.2e38 (6% under): its rounding cannot reach inf
+    actual = expected.astype(np.float32)
+    actual[-1] = np.inf
+    assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+    actual[n // 2] *= 1.5
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])

@@ -188,9 +188,10 @@ def positive_nans(a: Any) -> Any:
     floats), for torch's sorts. Every NaN sorts as the largest value in torch's order, but
     torch's CUDA radix sort orders by bits and puts a NaN with its sign bit set (the NaN
     that x86 and some CUDA ops make) before -inf: a wrong order that a GPU campaign met in
-    both argsort's output and the reference's (torch 2.11, pytorch/pytorch#190781). NumPy's
-    and CuPy's sorts test for NaN whatever its sign, and torch.topk maps every NaN to its
-    largest key."""
+    both argsort's output and the reference's (torch 2.11, pytorch/pytorch#190781), and in
+    torch.topk's sorted output (its selection maps every NaN to the largest key, but the
+    selected values are then sorted by that radix sort). NumPy's and CuPy's sorts test for
+    NaN whatever its sign."""
     if a.dtype.is_floating_point:
         # Not abs(): torch's CUDA abs of a NaN keeps its sign bit (an H100 run showed it). The
         # fill is Python's NaN, whose sign bit is clear, converted to a's dtype.

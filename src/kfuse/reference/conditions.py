@@ -238,7 +238,13 @@ class ConditionTracker:
         above = total(be.where(size > 1, logs, zeros))
         below = total(be.where(size < 1, logs, zeros))
         nan = total(be.astype(be.fn("isnan")(x), self.f64))
-        mask = ((above > largest) | (below < smallest)) & (nan == 0)
+        # Each of the n multiplications rounds by a factor within (1 +- eps), so a product
+        # within n * log2(1 + eps) of the range's end may leave it in the kernel's rounding
+        # though not in float64's (a GPU campaign met a cumprod of 238,975 factors of
+        # 1.00076: exactly -3.397e38, in the kernel -inf).
+        eps = EPSILON[DataType.Double if wide else DataType.Float]
+        slack = total(be.where(size > 0, ones, ones)) * math.log2(1.0 + eps)  # n of each
+        mask = ((above + slack > largest) | (below - slack < smallest)) & (nan == 0)
         self.order_decides[expr.outputs[0]] = be.astype(mask, self.f64)
 
     # ---- indeterminate ----

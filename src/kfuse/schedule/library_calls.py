@@ -69,7 +69,11 @@ def _torch_topk(expr: TopKOp, args: list[Any], scalars: list[Any]) -> list[Any]:
     import torch
 
     (k,) = scalars
-    values, indices = torch.topk(args[0], int(k), expr.dim, expr.largest, expr.sorted)
+    # positive_nans: the selection orders every NaN as the largest value, but the sort of
+    # the selected values (all of them where k is the whole axis) is the radix sort that
+    # puts sign-bit NaNs before -inf (a GPU campaign's topk of k = 65 of 65).
+    a = positive_nans(args[0])
+    values, indices = torch.topk(a, int(k), expr.dim, expr.largest, expr.sorted)
     return [values, indices]
 
 
