@@ -7,7 +7,7 @@ import functools
 from typing import Any
 
 from kfuse.runtime import kernel_cache
-from kfuse.runtime.backends import cubin_info, register_fit, spill_fallback
+from kfuse.runtime.backends import cubin_info, ptxas_workarounds, register_fit, spill_fallback
 from kfuse.runtime.bounded_cache import BoundedCache
 from kfuse.runtime.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 
@@ -57,14 +57,16 @@ def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str,
 
 # What the disk cache's keys name besides the source, architecture and options: how a cubin
 # is made from them (bumped when that changes, so that no older entry is taken for a new one).
-COMPILE_STEPS = "nvrtc, register fit, spill fallback"
+COMPILE_STEPS = "nvrtc, ptxas workarounds, register fit, spill fallback"
 
 
 def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
-    """One NVRTC compile of `source` as nvrtc_program says (no register fit)."""
+    """One NVRTC compile of `source` as nvrtc_program says (no register fit), with the
+    options kfuse.runtime.backends.ptxas_workarounds asks for it."""
     from kfuse import _C
 
     program, headers = nvrtc_program(source, options)
+    options = [*options, *ptxas_workarounds.workaround_options(source)]
     return _C.compile_to_cubin(program, name + ".cu", arch, options, headers)
 
 
