@@ -60,15 +60,16 @@ class LibraryMethods:
         scale: ScalarOperand | None = None,
     ) -> list[TensorView]:
         """Flash attention's forward: [output [N*, H, L, Ev], logsumexp [N*, H, L] Float,
-        philox_seed, philox_offset] for Half/BFloat16 query [N*, H, L, E], key [N*, H, S, E],
-        value [N*, H, S, Ev] (N*: one or more batch axes). bias (the query's dtype) is added
-        to the scaled scores and where the Bool mask is false the score is -inf; each has
-        the query's rank and broadcasts to the scores [N*, H, L, S]; with either, the query
-        may be Float too, and dropout is an InputError. dropout_p (default 0), is_causal
-        (default False) and scale (default 1/sqrt(E)): numbers or scalars. philox_seed/offset
-        are Int tensors ([2] and []) of the dropout generator's 64-bit state, for sdpfa_bwd
-        (zeros with a bias or mask). A query row with no key left gives 0 and a logsumexp of
-        -inf. Runs on torch tensors (CUDA; on CPU without dropout).
+        philox_seed, philox_offset] for query [N*, H, L, E], key [N*, H, S, E], value
+        [N*, H, S, Ev] (N*: one or more batch axes), an optional bias (added to the scaled
+        scores) and an optional Bool mask (false: the score is -inf). Query, key and value
+        are Half or BFloat16 (with a bias or mask, Float too); bias has their dtype and mask
+        is Bool, each of their rank, broadcast to the scores [N*, H, L, S]. dropout_p
+        (default 0; with a bias or mask an InputError), is_causal (default False) and scale
+        (default 1/sqrt(E)): numbers or scalars. philox_seed/offset are Int tensors ([2] and
+        []) of the dropout generator's 64-bit state, for sdpfa_bwd (zeros with a bias or
+        mask). A query row with no key left gives 0 and a logsumexp of -inf. Runs on torch
+        tensors (CUDA; on CPU without dropout).
 
         The order before bias and mask existed, (query, key, value, dropout_p, is_causal,
         scale), is taken too: Thunder 0.2.6 passes its six arguments positionally so. A number
