@@ -167,11 +167,13 @@ def test_a_row_with_every_key_masked_gives_zero_and_a_logsumexp_of_minus_inf() -
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("layout", ["NHSE", "NSHE"])
-def test_nvfusers_bias_and_mask_in_both_query_layouts(layout: str) -> None:
+def test_nvfusers_bias_and_mask_in_both_query_layouts(layout: str, device: str) -> None:
     # nvFuser's test_sdpa_fwd_bias_mask (test_sdpa.py, its sizes): query, key and value
     # defined with the stride order of the layout, a full bias and mask. nvFuser also checks
-    # that its output keeps the query's memory order; kfuse's outputs are row major.
+    # that its output keeps the query's memory order; kfuse's outputs are row major. Its
+    # head size 2 is padded to 8 for CUDA's memory-efficient kernel.
     order = [3, 2, 1, 0] if layout == "NHSE" else [3, 1, 2, 0]
     with FusionDefinition() as fd:
         q, k, v = (
@@ -193,9 +195,14 @@ def test_nvfusers_bias_and_mask_in_both_query_layouts(layout: str) -> None:
 
     q, k, v = laid_out(queries, 0), laid_out(keys, 1), laid_out(keys, 2)
     bias, keep = _randn(n, h, queries, keys, seed=3), _keep(n, h, queries, keys, seed=4)
+    q, k, v, bias, keep = (t.to(device) for t in (q, k, v, bias, keep))
     (out,) = fd.execute([q, k, v, bias, keep])
     attn_mask = (bias + torch.where(keep, 0.0, float("-inf"))).to(bias.dtype)
-    torch.testing.assert_close(out, sdpa(q, k, v, attn_mask=attn_mask))
+    want = sdpa(q, k, v, attn_mask=attn_mask)
+    if device == "cpu":  # the same kernel as kfuse's
+        torch.testing.assert_close(out, want)
+    else:  # eager torch's math attention for head size 2
+        torch.testing.assert_close(out, torch.nan_to_num(want, nan=0.0), rtol=2e-2, atol=2e-2)
     assert out.is_contiguous()
 
 

@@ -28,6 +28,13 @@ its batch and head strides) must be a multiple of 8 elements for 16-bit dtypes, 
 A bias laid out in rows of a multiple of 16 elements meets that for every dtype (torch's
 own dispatcher pads its attn_mask so)."""
 
+_HEAD_ALIGNMENT = 8
+"""The same kernel picks its variant by the alignment of the heads' stride but then requires
+the rows' stride (the head size, for dense operands) to be a multiple of that alignment, up to
+8 elements: torch's own dispatcher keeps it from other head sizes. kfuse pads query, key and
+value with zeros to a head size of a multiple of 8 instead (zeros add nothing to the scores;
+the value's extra columns are cut from the output)."""
+
 
 def attention_scalars(expr: Any, scalars: list[Any], head_size: int) -> tuple[float, bool, float]:
     """(dropout_p, is_causal, scale), the scale 1/sqrt(E) when not given."""
@@ -168,7 +175,7 @@ def _scored_forward(
         )
     else:
         found = aten._scaled_dot_product_efficient_attention(
-            *(_last_axis_dense(t) for t in (q, k, v)),
+            *(_aligned_heads(t) for t in (q, k, v)),
             _aligned_bias(bias4, (*q.shape[:-1], k.shape[-2])),
             True,
             0.0,
@@ -176,15 +183,23 @@ def _scored_forward(
             scale=scale,
         )
         # Its log-sum-exp is padded along the queries to a multiple of 32.
-        out, lse = found[0], found[1][..., : q.shape[-2]]
+        out, lse = found[0][..., : v.shape[-1]], found[1][..., : q.shape[-2]]
     empty = _rows_without_keys(bias4, is_causal, int(q.shape[-2]))
     out = torch.where(empty[..., None], 0.0, out)
     return out, torch.where(empty, -math.inf, lse)
 
 
-def _last_axis_dense(t: Any) -> Any:
-    """The memory-efficient kernel reads rows of unit stride."""
-    return t if t.stride(-1) == 1 else t.contiguous()
+def _aligned_heads(t: Any) -> Any:
+    """`t` itself where its head size and strides are multiples of 8 elements (its last
+    stride 1), else a dense copy with the head size padded with zeros to one."""
+    import torch
+
+    extra = -int(t.shape[-1]) % _HEAD_ALIGNMENT
+    if extra:
+        return torch.nn.functional.pad(t, (0, extra))
+    if t.stride(-1) == 1 and all(s % _HEAD_ALIGNMENT == 0 for s in t.stride()[:-1]):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _aligned_bias(bias: Any, scores: tuple[int, ...]) -> Any:
