@@ -304,8 +304,8 @@ def test_sdpfa_definition_and_input_errors() -> None:
             fd.ops.sdpfa_fwd(r3, r3, r3)
         with pytest.raises(DefinitionError, match="not of query's dtype"):
             fd.ops.sdpfa_fwd(q, f, q)
-        with pytest.raises(DefinitionError, match="no bias or mask"):
-            fd.ops.sdpfa_fwd(q, q, q, bias=q)
+        with pytest.raises(DefinitionError, match="bias T1 .* must be BFloat16"):
+            fd.ops.sdpfa_fwd(q, q, q, bias=f)
         with pytest.raises(DefinitionError, match="is_causal"):
             fd.ops.sdpfa_fwd(q, q, q, is_causal=1.0)
         fd.add_output(q)

@@ -59,12 +59,17 @@ class LibraryMethods:
         is_causal: ScalarOperand | None = None,
         scale: ScalarOperand | None = None,
     ) -> list[TensorView]:
-        """Flash attention's forward: [output, logsumexp, philox_seed, philox_offset] for
-        Half/BFloat16 query [N, H, L, E], key [N, H, S, E], value [N, H, S, Ev]. dropout_p
-        (default 0), is_causal (default False) and scale (default 1/sqrt(E)): numbers or
-        scalars. philox_seed/offset are Int tensors ([2] and []) of the dropout generator's
-        64-bit state, for sdpfa_bwd. Runs on torch tensors (CUDA; on CPU without dropout);
-        bias and mask are not supported (a DefinitionError).
+        """Flash attention's forward: [output [N*, H, L, Ev], logsumexp [N*, H, L] Float,
+        philox_seed, philox_offset] for query [N*, H, L, E], key [N*, H, S, E], value
+        [N*, H, S, Ev] (N*: one or more batch axes), an optional bias (added to the scaled
+        scores) and an optional Bool mask (false: the score is -inf). Query, key and value
+        are Half or BFloat16 (with a bias or mask, Float too); bias has their dtype and mask
+        is Bool, each of their rank, broadcast to the scores [N*, H, L, S]. dropout_p
+        (default 0; with a bias or mask an InputError), is_causal (default False) and scale
+        (default 1/sqrt(E)): numbers or scalars. philox_seed/offset are Int tensors ([2] and
+        []) of the dropout generator's 64-bit state, for sdpfa_bwd (zeros with a bias or
+        mask). A query row with no key left gives 0 and a logsumexp of -inf. Runs on torch
+        tensors (CUDA; on CPU without dropout).
 
         The order before bias and mask existed, (query, key, value, dropout_p, is_causal,
         scale), is taken too: Thunder 0.2.6 passes its six arguments positionally so. A number
@@ -91,7 +96,9 @@ class LibraryMethods:
         scale: ScalarOperand | None,
     ) -> list[TensorView]:
         """Flash attention's backward: [grad_query, grad_key, grad_value], from sdpfa_fwd's
-        operands and outputs (the same dropout_p, is_causal and scale; scale None: 1/sqrt(E))."""
+        operands and outputs (the same dropout_p, is_causal and scale; scale None: 1/sqrt(E)).
+        It takes no bias or mask (nvFuser's neither): an sdpfa_fwd that had one feeding it
+        is a DefinitionError."""
         self._fd.check_open("sdpfa_bwd")
         from kfuse.ir.attention_ops import build_sdpfa_bwd
 

@@ -371,23 +371,29 @@ class ScatterOp(Expr):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SdpaFwdOp(Expr):
-    """Flash attention's forward, nvFuser's sdpfa_fwd: inputs = (query, key, value,
-    dropout_p, is_causal[, scale]) ([N*, H, L, E], [N*, H, S, E], [N*, H, S, Ev]; the
-    Scalars Double, Bool, Double), outputs (output [N*, H, L, Ev] of the query's dtype,
-    logsumexp [N*, H, L] Float, philox_seed [2] and philox_offset [] Int: the 64-bit words
-    of the dropout generator's state, which sdpfa_bwd takes back). `has_scale`: whether
-    the scale is given (else 1/sqrt(E)). Run by torch's flash attention (expr_eval)."""
+    """Flash attention's forward, nvFuser's sdpfa_fwd: inputs = (query, key, value[, bias]
+    [, mask], dropout_p, is_causal[, scale]) ([N*, H, L, E], [N*, H, S, E], [N*, H, S, Ev],
+    N* one or more batch axes; bias of the query's dtype and a Bool mask of its rank, each
+    broadcast to the scores [N*, H, L, S]; the Scalars Double, Bool, Double), outputs
+    (output [N*, H, L, Ev] of the query's dtype, logsumexp [N*, H, L] Float, philox_seed [2]
+    and philox_offset [] Int: the 64-bit words of the dropout generator's state, which
+    sdpfa_bwd takes back). The bias is added to the scaled scores, and where the mask is
+    false the score is -inf. `has_scale`, `has_bias`, `has_mask`: whether each is given
+    (the scale else 1/sqrt(E)). Run by torch's attention kernels (expr_eval)."""
 
     has_scale: bool
-    ATTRS: ClassVar[tuple[str, ...]] = ("has_scale",)
+    has_bias: bool = False
+    has_mask: bool = False
+    ATTRS: ClassVar[tuple[str, ...]] = ("has_scale", "has_bias", "has_mask")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SdpaBwdOp(Expr):
     """Flash attention's backward, nvFuser's sdpfa_bwd: inputs = (grad_output, query, key,
     value, output, logsumexp, philox_seed, philox_offset, dropout_p, is_causal[, scale]),
-    outputs (grad_query, grad_key, grad_value), each of its operand's shape and dtype. Run
-    by torch's flash attention backward (expr_eval)."""
+    outputs (grad_query, grad_key, grad_value), each of its operand's shape and dtype (one
+    or more batch axes, as the forward's). No bias or mask, as in nvFuser. Run by torch's
+    flash attention backward (expr_eval)."""
 
     has_scale: bool
     ATTRS: ClassVar[tuple[str, ...]] = ("has_scale",)

@@ -217,10 +217,13 @@ def _library_call(expr: Any, a: list[str]) -> str:
     if isinstance(expr, ScatterOp):
         return f"fd.ops.scatter({a[0]}, {a[1]}, {a[2]}, dim={expr.dim})"
     if isinstance(expr, SdpaFwdOp):
-        scale = a[5] if expr.has_scale else "None"
+        scored = ["bias"] * expr.has_bias + ["mask"] * expr.has_mask
+        given = "".join(f"{k}={a[3 + i]}, " for i, k in enumerate(scored))
+        n = 3 + len(scored)  # the scalars follow the tensors
+        scale = a[n + 2] if expr.has_scale else "None"
         return (
-            f"fd.ops.sdpfa_fwd({a[0]}, {a[1]}, {a[2]}, dropout_p={a[3]}, is_causal={a[4]}, "
-            f"scale={scale})"
+            f"fd.ops.sdpfa_fwd({a[0]}, {a[1]}, {a[2]}, {given}dropout_p={a[n]}, "
+            f"is_causal={a[n + 1]}, scale={scale})"
         )
     if isinstance(expr, SdpaBwdOp):
         scale = a[10] if expr.has_scale else "None"

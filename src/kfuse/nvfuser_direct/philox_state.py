@@ -3,7 +3,7 @@
 With torch >= 2.7, Thunder types the dropout generator's state that sdpfa_fwd returns (seed
 [2], offset []) as UInt64, and its backward's fusion defines them as UInt64 tensor inputs to
 hand to sdpfa_bwd. kfuse computes in no unsigned dtype; its sdpfa_fwd returns those 64-bit
-words as Int tensors and its sdpfa_bwd takes them so (kfuse.schedule.library_calls). So a
+words as Int tensors and its sdpfa_bwd takes them so (kfuse.schedule.attention_calls). So a
 UInt64 tensor input is defined as an Int tensor of the same words, and it may only be
 sdpfa_bwd's philox_seed or philox_offset, or an output passed through: any other use would
 compute on unsigned values as signed ones, a DefinitionError when the definition closes.

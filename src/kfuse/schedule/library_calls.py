@@ -1,8 +1,9 @@
 """The library calls that run topk, argsort, scatter, flash attention and grouped_mm for the
 expr_eval scheduler, per framework: torch's own ops (torch.topk, torch.argsort,
-torch.scatter, aten's flash attention, torch._grouped_mm), and for NumPy and CuPy their
-argsort and put_along_axis (topk as a stable sort's first k). Attention and grouped_mm have
-no NumPy or CuPy library: such inputs are an InputError that says so.
+torch.scatter, aten's attention kernels (kfuse.schedule.attention_calls), torch._grouped_mm),
+and for NumPy and CuPy their argsort and put_along_axis (topk as a stable sort's first k).
+Attention and grouped_mm have no NumPy or CuPy library: such inputs are an InputError that
+says so.
 
 Each function takes the expr, its tensor operands' arrays and its Scalars' values, and
 returns one new array per output.
@@ -10,7 +11,6 @@ returns one new array per output.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +25,7 @@ from kfuse.ir.sort_ops import (
     stable_order,
 )
 from kfuse.ir.values import TensorView
+from kfuse.schedule.attention_calls import torch_sdpfa_bwd, torch_sdpfa_fwd
 
 
 def run_library_call(framework: str, expr: Expr, args: list[Any], scalars: list[Any]) -> list[Any]:
@@ -93,102 +94,6 @@ def _torch_scatter(expr: ScatterOp, args: list[Any], scalars: list[Any]) -> list
     return [torch.scatter(x, expr.dim, index, scalars[0])]
 
 
-def _attention_scalars(expr: Any, scalars: list[Any], head_size: int) -> tuple[float, bool, float]:
-    dropout_p, is_causal = float(scalars[0]), bool(scalars[1])
-    scale = float(scalars[2]) if expr.has_scale else 1.0 / math.sqrt(head_size)
-    return dropout_p, is_causal, scale
-
-
-def _check_causal_lengths(expr: Expr, q: Any, k: Any, is_causal: bool) -> None:
-    """A causal mask over unequal query and key lengths is an InputError: torch's flash
-    kernels align it differently (aten's CPU kernel at the top left, its CUDA kernel at the
-    bottom right) and torch's own dispatcher keeps flash attention out of that case."""
-    queries, keys = int(q.shape[2]), int(k.shape[2])
-    if is_causal and queries != keys:
-        raise InputError(
-            f"{expr.outputs[0].name}: flash attention with is_causal with {queries} queries "
-            f"and {keys} keys: torch's flash kernels place that mask differently on CPU and "
-            "CUDA; give equal lengths, or the mask as where() before a softmax"
-        )
-
-
-def _on_cpu_without_dropout(expr: Expr, x: Any, dropout_p: float) -> bool:
-    """True for CPU tensors (aten's CPU flash attention, which keeps no generator state for a
-    backward: dropout there is an InputError); False for CUDA tensors."""
-    if x.device.type == "cuda":
-        return False
-    if dropout_p != 0.0:
-        raise InputError(
-            f"{expr.outputs[0].name}: flash attention with dropout_p = {dropout_p} needs CUDA "
-            "tensors (torch's CPU flash attention keeps no dropout state for the backward)"
-        )
-    return True
-
-
-def _torch_sdpfa_fwd(expr: SdpaFwdOp, args: list[Any], scalars: list[Any]) -> list[Any]:
-    import torch
-
-    q, k, v = args
-    dropout_p, is_causal, scale = _attention_scalars(expr, scalars, int(q.shape[-1]))
-    _check_causal_lengths(expr, q, k, is_causal)
-    aten = torch.ops.aten
-    if _on_cpu_without_dropout(expr, q, dropout_p):
-        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, dropout_p, is_causal, scale=scale
-        )
-        zero = torch.zeros((), dtype=torch.int64, device=q.device)
-        return [out, lse, torch.zeros(2, dtype=torch.int64, device=q.device), zero]
-    found = aten._scaled_dot_product_flash_attention(
-        q, k, v, dropout_p, is_causal, False, scale=scale
-    )
-    out, lse, seed, offset = found[0], found[1], found[6], found[7]
-    return [out, lse, _as_words(seed, (2,)), _as_words(offset, ())]
-
-
-def _as_words(state: Any, shape: tuple[int, ...]) -> Any:
-    """torch's philox state (UInt64, or Int64 before torch 2.7) as an Int tensor of
-    `shape`, the same 64-bit words; an empty one (torch's unused offset) as 0."""
-    import torch
-
-    if state.numel() == 0:
-        return torch.zeros(shape, dtype=torch.int64, device=state.device)
-    words = state.view(torch.int64) if state.dtype != torch.int64 else state
-    return words.reshape(shape).clone()
-
-
-def _torch_sdpfa_bwd(expr: SdpaBwdOp, args: list[Any], scalars: list[Any]) -> list[Any]:
-    import torch
-
-    grad, q, k, v, out, lse, seed, offset = args
-    dropout_p, is_causal, scale = _attention_scalars(expr, scalars, int(q.shape[-1]))
-    _check_causal_lengths(expr, q, k, is_causal)
-    aten = torch.ops.aten
-    if _on_cpu_without_dropout(expr, q, dropout_p):
-        grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad, q, k, v, out, lse, dropout_p, is_causal, scale=scale
-        )
-        return list(grads)
-    words = torch.uint64 if hasattr(torch, "uint64") else torch.int64
-    grads = aten._scaled_dot_product_flash_attention_backward(
-        grad,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        None,
-        None,
-        int(q.shape[2]),
-        int(k.shape[2]),
-        dropout_p,
-        is_causal,
-        seed.view(words),
-        offset.view(words),
-        scale=scale,
-    )
-    return list(grads)
-
-
 def _torch_grouped_mm(expr: GroupedMmOp, args: list[Any], scalars: list[Any]) -> list[Any]:
     import torch
 
@@ -200,8 +105,8 @@ _TORCH: dict[type, Callable[[Any, list[Any], list[Any]], list[Any]]] = {
     TopKOp: _torch_topk,
     ArgsortOp: _torch_argsort,
     ScatterOp: _torch_scatter,
-    SdpaFwdOp: _torch_sdpfa_fwd,
-    SdpaBwdOp: _torch_sdpfa_bwd,
+    SdpaFwdOp: torch_sdpfa_fwd,
+    SdpaBwdOp: torch_sdpfa_bwd,
     GroupedMmOp: _torch_grouped_mm,
 }
 
