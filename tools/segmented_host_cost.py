@@ -9,10 +9,12 @@ GPU idle before each call.
 
 The fusions are chains of a pointwise segment and a matmul (a library segment) taken in turn,
 as nvFuser's many-segment host benchmark builds them: 1 segment is the pointwise one alone
-(a KernelProgram), 2, 4, 8 and 16 a SegmentedProgram; "reduction+library" is an
-index_select feeding a reduction (the profile of issue 60).
+(a KernelProgram), 2, 4, 8 and 16 a SegmentedProgram; the last row is an index_select,
+reshape and cast feeding a row sum (the fusion issue 60 profiled). --checked plans no
+replay (kfuse.engine.segmented_replay), so every cached call takes the checked path: the
+cost before replays.
 
-    PYTHONPATH=src python3 tools/segmented_host_cost.py [--reps 2000] [--device cuda]
+    PYTHONPATH=src python3 tools/segmented_host_cost.py [--reps 2000] [--device cuda] [--checked]
 """
 
 from __future__ import annotations
@@ -43,19 +45,18 @@ def chain(segments: int) -> FusionDefinition:
 
 
 def gathered_sum() -> FusionDefinition:
-    """index_select (a library segment) of a reshaped, cast table, then a row sum."""
-    with FusionDefinition() as fd:
-        table = fd.define_tensor(shape=[-1, -1])
-        rows = fd.define_tensor(shape=[-1], dtype=fd_int())
-        picked = fd.ops.index_select(table, rows, dim=0)
-        fd.add_output(fd.ops.sum(fd.ops.mul(picked, picked), dims=[1]))
-    return fd
-
-
-def fd_int() -> Any:
+    """index_select of a [V, 4, 8] bf16 table, reshaped to rows and cast (a library segment),
+    then a row sum (a reduction): the fusion issue 60 profiled."""
     from kfuse import DataType
 
-    return DataType.Int
+    with FusionDefinition() as fd:
+        table = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.BFloat16)
+        rows = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        picked = fd.ops.index_select(table, rows, dim=0)
+        width = fd.ops.mul(fd.ops.size(table, 1), fd.ops.size(table, 2))
+        flat = fd.ops.reshape(picked, new_shape=[fd.ops.size(rows, 0), width])
+        fd.add_output(fd.ops.sum(fd.ops.cast(flat, DataType.Float), dims=[1]))
+    return fd
 
 
 def stub_the_emulator() -> None:
@@ -89,7 +90,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=2000)
     parser.add_argument("--device", choices=("emulator", "cuda"), default="emulator")
+    parser.add_argument("--checked", action="store_true", help="no replays: the checked path")
     args = parser.parse_args()
+    if args.checked:
+        from kfuse.engine.segmented_replay import SegmentedReplays
+
+        SegmentedReplays.add = lambda *args, **kwargs: None  # type: ignore[method-assign]
     if args.device == "cuda":
         import torch
 
@@ -98,6 +104,9 @@ def main() -> None:
 
         def rows(n: int, high: int) -> Any:
             return torch.randint(0, high, (n,), device="cuda")
+
+        def bf16(a: Any) -> Any:
+            return a.to(torch.bfloat16)
 
         sync: Callable[[], None] = torch.cuda.synchronize
         matmul = torch.matmul
@@ -113,6 +122,11 @@ def main() -> None:
         def rows(n: int, high: int) -> Any:
             return rng.integers(0, high, n)
 
+        def bf16(a: Any) -> Any:
+            import ml_dtypes
+
+            return a.astype(ml_dtypes.bfloat16)
+
         def sync() -> None:
             return None
 
@@ -120,23 +134,26 @@ def main() -> None:
     x, y = make(8, 8), make(8, 8)
     matmul_us = per_call_us(lambda: matmul(x, y), args.reps, sync)
     print(f"library call alone (matmul of 8x8): {matmul_us:.1f} us")
-    first = None
+    base = None
     for n in SEGMENTS:
         fd = chain(n)
         us = per_call_us(lambda fd=fd: fd.execute([x, y]), args.reps, sync)
         program = type(fd._executor().last_compiled).__name__
-        matmuls = (n - 1 + 1) // 2
-        own = us - matmuls * matmul_us
-        first = own if first is None else first
-        growth = "" if n == 1 else f", {(own - first) / (n - 1):6.1f} us per extra segment"
+        own = us - (n // 2) * matmul_us
+        # The growth from the smallest segmented call (2 segments) on.
+        growth = ""
+        if base is not None:
+            growth = f", {(own - base) / (n - 2):6.1f} us per segment beyond 2"
+        elif n == 2:
+            base = own
         print(
             f"{n:2d} segments ({program}): {us:8.1f} us a call, {own:8.1f} us less matmuls{growth}"
         )
     fd = gathered_sum()
-    table, picked = make(64, 32), rows(16, 64)
+    table, picked = bf16(make(64, 4, 8)), rows(16, 64)
     us = per_call_us(lambda: fd.execute([table, picked]), args.reps, sync)
     program = type(fd._executor().last_compiled).__name__
-    print(f"index_select -> sum ({program}): {us:8.1f} us a call")
+    print(f"index_select, reshape, cast -> sum ({program}): {us:8.1f} us a call")
 
 
 if __name__ == "__main__":
