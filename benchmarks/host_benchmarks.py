@@ -204,11 +204,13 @@ class Target:
             self._stub_launches()
 
     def _stub_launches(self) -> None:
+        import kfuse.engine.packed_kernel as packed_kernel
         import kfuse.engine.program as program
         from kfuse.runtime.emulator import EmulatedKernel
 
         EmulatedKernel.launch = lambda *args, **kwargs: None  # type: ignore[method-assign]
         program.poison = lambda array: None  # type: ignore[attr-defined]
+        packed_kernel.poison = lambda array: None  # type: ignore[attr-defined]
 
     def inputs(self, case: HostCase, shapes: tuple[tuple[int, ...], ...]) -> list[Any]:
         host = [

@@ -18,11 +18,11 @@ import pytest
 import kfuse.engine.executor as executor
 from kfuse import DataType, FusionDefinition
 from kfuse.engine import compiler
-from kfuse.engine import program as program_module
 from kfuse.engine.program import SegmentedProgram
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.reference import evaluate
+from kfuse.runtime import arrays
 from kfuse.testing import assert_outputs_close
 
 
@@ -251,24 +251,26 @@ def test_an_intermediate_at_another_alignment_runs_its_segment_checked(
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.sum(fd.ops.sum(a * 2.0, -1), -1))
-    real = program_module._allocate
+    real = arrays._empty
 
-    def allocate_at(residue: int) -> Callable[[Any, Any], np.ndarray]:
-        def allocate(info: Any, out: Any) -> np.ndarray:
-            array = real(info, out)
+    def allocate_at(residue: int) -> Callable[..., np.ndarray]:
+        """kfuse's host allocations at data pointers `residue` modulo 16."""
+
+        def allocate(*args: Any) -> np.ndarray:
+            array = real(*args)
             raw = np.empty(array.nbytes + 32, np.uint8)
             start = (residue - raw.ctypes.data) % 16
             return raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
 
         return allocate
 
-    monkeypatch.setattr(program_module, "_allocate", allocate_at(0))
+    monkeypatch.setattr(arrays, "_empty", allocate_at(0))
     for seed in range(3):
         check(fd, [rand(3, 5, seed=seed)])
     replays = fd._executor().replays
     step = fd.last_program().runner.steps[1]
     assert replays.hits == 1 and len(step.programs) == 1
-    monkeypatch.setattr(program_module, "_allocate", allocate_at(4))
+    monkeypatch.setattr(arrays, "_empty", allocate_at(4))
     check(fd, [rand(3, 5, seed=4)])
     assert replays.hits == 2 and len(step.programs) == 2
 

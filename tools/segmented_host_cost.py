@@ -61,11 +61,13 @@ def gathered_sum() -> FusionDefinition:
 
 def stub_the_emulator() -> None:
     """Kernel launches and output poisoning made no-ops (the host work stays)."""
+    import kfuse.engine.packed_kernel as packed_kernel
     import kfuse.engine.program as program
     from kfuse.runtime.emulator import EmulatedKernel
 
     EmulatedKernel.launch = lambda *args, **kwargs: None  # type: ignore[method-assign]
     program.poison = lambda array: None  # type: ignore[attr-defined]
+    packed_kernel.poison = lambda array: None  # type: ignore[attr-defined]
 
 
 def per_call_us(call: Callable[[], Any], reps: int, sync: Callable[[], None]) -> float:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kfuse.engine.fast_path import ScalarProgram, fast_call_for
+from kfuse.engine.packed_kernel import PackedKernel
 from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
 from kfuse.engine.segments import SegmentStep, copy_array
 from kfuse.engine.signature import SCALAR_TYPES, layout_key, shape_inputs
@@ -102,8 +103,9 @@ class _NotPlanned(Exception):
 
 
 class _Step:
-    """One segment's replay: its Program, the extents it reads, and for each intermediate
-    input of a kernel segment the array spec it was planned for."""
+    """One segment's replay: its Program, the extents it reads, and for a kernel segment the
+    array spec each intermediate input was planned for, its FastCall (on a GPU) or its
+    PackedKernel."""
 
     def __init__(self, step: SegmentStep, entry: tuple, info: RuntimeInfo, plan: Any) -> None:
         program, read, replanned = entry
@@ -114,28 +116,35 @@ class _Step:
         # Extents it reads that a scalar input changes, and those fixed by the signature.
         self.changing = [(new, old) for new, old in read if old in plan.changing]
         self.extents = {new: plan.extents[old] for new, old in read}
-        self.planned: dict[int, tuple] = {}
-        for k, (new, _, from_parent) in enumerate(step.inputs):
+        # Per input: (its Val in the segment, the runner's Val, the planned array spec of an
+        # intermediate (None for a fusion input or a scalar)).
+        self.inputs: list[tuple[Val, Val, tuple | None]] = []
+        for k, (new, old, from_parent) in enumerate(step.inputs):
+            spec = None
             if isinstance(new, TensorView) and not from_parent:
-                spec = array_spec(info.inputs[k])
-                assert spec is not None
-                self.planned[k] = spec[0]
+                found = array_spec(info.inputs[k])
+                assert found is not None
+                spec = found[0]
+            self.inputs.append((new, old, spec))
         self.layouts = dict(info.layouts)
-        self.fast = None
-        if self.kernel and not self.checked and info.device_index >= 0:
-            full = RuntimeInfo(
-                info.fusion,
-                info.inputs,
-                info.layouts,
-                step.all_extents(plan.extents),
-                info.framework,
-                info.backend,
-                info.device_index,
-                info.device,
-            )
-            layout = layout_key(info.inputs, full)
-            if layout is not None:
-                self.fast = fast_call_for(info.inputs, program, full, layout)
+        self.fast = self.packed = None
+        if not self.kernel or self.checked:
+            return
+        full = RuntimeInfo(
+            info.fusion,
+            info.inputs,
+            info.layouts,
+            step.all_extents(plan.extents),
+            info.framework,
+            info.backend,
+            info.device_index,
+            info.device,
+        )
+        if info.device_index >= 0 and (layout := layout_key(info.inputs, full)) is not None:
+            self.fast = fast_call_for(info.inputs, program, full, layout)
+        if PackedKernel.packs(program):
+            assert isinstance(program, KernelProgram)
+            self.packed = PackedKernel(program, full, {new for new, _ in self.changing})
 
 
 def _replayable(program: Program) -> bool:
@@ -254,31 +263,39 @@ class SegmentedReplay:
         """One segment's outputs, replayed, or through its checked run where it cannot be."""
         if step.checked:
             return step.step.run(info, extents, env, stream)
-        args: list[Any] = []
-        for new, old, _ in step.step.inputs:
-            args.append(env[id(old)] if isinstance(new, TensorView) else extents[old])
+        args = [
+            env[id(old)] if isinstance(new, TensorView) else extents[old]
+            for new, old, _ in step.inputs
+        ]
         if step.fast is not None:
             hit = step.fast(args, stream)
             if hit is not None:
                 step.step.last = step.program
                 return hit[1]
-        layouts: dict[TensorView, ArrayLayout] = {}  # a library call reads none
-        if step.kernel:
-            for k, (new, old, from_parent) in enumerate(step.step.inputs):
-                if not isinstance(new, TensorView):
-                    continue
-                if from_parent:
-                    layouts[new] = info.layouts[old]  # type: ignore[index]
-                    continue
-                spec = array_spec(args[k])
-                if spec is None or spec[0] != step.planned[k]:
-                    return step.step.run(info, extents, env, stream)  # another layout
-                layouts[new] = _at(step.layouts[new], spec[1])
         read = step.extents
         if step.changing:
             read = dict(read)
             for new, old in step.changing:
                 read[new] = extents[old]
+        layouts: dict[TensorView, ArrayLayout] = {}  # a library call reads none
+        if step.kernel:
+            ptrs = [0] * len(args)
+            for k, (new, old, spec) in enumerate(step.inputs):
+                if not isinstance(new, TensorView):
+                    continue
+                if spec is None:  # a fusion input: its layout is the runner's
+                    layouts[new] = layout = info.layouts[old]  # type: ignore[index]
+                    ptrs[k] = layout.data_ptr
+                    continue
+                found = array_spec(args[k])
+                if found is None or found[0] != spec:  # off its plan: the checked run
+                    return step.step.run(info, extents, env, stream)
+                ptrs[k] = found[1]
+                if step.packed is None:
+                    layouts[new] = _at(step.layouts[new], found[1])
+            if step.packed is not None:
+                step.step.last = step.program
+                return step.packed(ptrs, read, stream)
         segment_info = RuntimeInfo(
             step.step.plan.fusion,
             args,
