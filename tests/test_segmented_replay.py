@@ -310,3 +310,30 @@ def test_every_signature_gets_its_own_plan_up_to_the_limit() -> None:
     for n in reversed(sizes):  # the newest MAX_ENTRIES replay
         check(fd, [rand(n, n, seed=2), rand(n, n, seed=3)])
     assert replays.hits == replays.MAX_ENTRIES
+
+
+def test_a_replayed_random_segment_draws_as_the_checked_path_does() -> None:
+    """A kernel segment with a stateful random op reserves its seed and offset on every
+    launch: replayed calls draw the numbers checked calls draw from the same seed."""
+    import kfuse
+
+    def dropout_after_matmul() -> FusionDefinition:
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1])
+            m = fd.ops.matmul(x, x)
+            keep = fd.ops.lt(fd.ops.rand_like(m), 0.5)
+            fd.add_output(fd.ops.where(keep, m, 0.0))
+        return fd
+
+    x = rand(8, 8)
+    draws = []
+    for replays in (True, False):
+        fd = dropout_after_matmul()
+        if not replays:  # nothing planned: every call checked
+            fd._executor().replays.add = lambda *args: None
+        kfuse.manual_seed(11)
+        draws.append([fd.execute([x])[0] for _ in range(5)])
+        assert fd._executor().replays.hits == (3 if replays else 0)
+    for replayed, checked in zip(*draws, strict=True):
+        np.testing.assert_array_equal(replayed, checked)
+    assert not np.array_equal(draws[0][2], draws[0][3])  # each call draws anew
