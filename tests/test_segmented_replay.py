@@ -337,3 +337,20 @@ def test_a_replayed_random_segment_draws_as_the_checked_path_does() -> None:
     for replayed, checked in zip(*draws, strict=True):
         np.testing.assert_array_equal(replayed, checked)
     assert not np.array_equal(draws[0][2], draws[0][3])  # each call draws anew
+
+
+def test_an_aliased_output_of_a_segmented_fusion_is_never_replayed() -> None:
+    """An output written into an input is staged after every segment (engine.aliasing), on
+    the checked path: each call updates the input, however often the layout repeats."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        w = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.add(x, fd.ops.matmul(x, w)), alias_input=x)
+    state, w_value = rand(4, 4), rand(4, 4, seed=1) / 4
+    expected = state.copy()
+    for _ in range(4):
+        fd.execute([state, w_value])
+        expected = expected + expected @ w_value
+        np.testing.assert_allclose(state, expected, rtol=1e-5, atol=1e-5)
+    assert isinstance(fd.last_program(), SegmentedProgram)
+    assert fd._executor().replays.hits == 0
