@@ -275,16 +275,29 @@ def test_an_intermediate_at_another_alignment_runs_its_segment_checked(
     assert replays.hits == 2 and len(step.programs) == 2
 
 
-def test_outputs_given_take_the_checked_path() -> None:
+def test_outputs_given_are_checked_and_written_by_a_replay() -> None:
     fd, inputs = matmul_chain()
-    for seed in range(3):
-        check(fd, inputs(seed))
-    replays = fd._executor().replays
     given = [np.empty((6, 6), np.float32)]
-    out = fd.execute(inputs(3), outputs=given)
-    assert out[0] is given[0]
-    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs(3)), inputs(3))
-    assert replays.hits == 1
+    for seed in range(2):  # compiles; plans
+        fd.execute(inputs(seed), outputs=given)
+    replays = fd._executor().replays
+    for seed in range(2, 4):
+        args = inputs(seed)
+        out = fd.execute(args, outputs=given)
+        assert out[0] is given[0]
+        assert_outputs_close(fd, out, evaluate(fd.fusion, args), args)
+    assert replays.hits == 2
+    args = inputs(4)
+    with pytest.raises(
+        InputError, match=r"outputs\[0\] \(output T\d+\) has dtype Double; the output is Float"
+    ):
+        fd.execute(args, outputs=[np.empty((6, 6), np.float64)])
+    with pytest.raises(InputError, match="shares memory with input"):
+        fd.execute(args, outputs=[args[1]])
+    with pytest.raises(InputError, match="the fusion returns 1 output"):
+        fd.execute(args, outputs=[])
+    check(fd, args)  # without outputs=: the same plan
+    assert replays.hits == 3
 
 
 def test_a_plan_keeps_none_of_the_callers_arrays() -> None:

@@ -24,9 +24,11 @@ alignment class) makes that segment run through its checked SegmentStep.run, whi
 compiles as on a first call; so does a segment that took its intermediates copied into their
 planned layouts. Everything that protects a call inside the Programs (index checks, the CUDA
 graph capture guards, RNG state reserved per launch, poisoning) runs as on the checked path.
-Not replayed (always the checked path): calls with outputs=, pinned params, device= or a
-PythonProfiler recording, fusions with aliased outputs, and fusions whose scalar inputs reach
-anything but element-wise math.
+Outputs a caller gives (execute's outputs=) are checked as the checked path checks them
+(kfuse.engine.given_outputs, on the planned layouts at the call's pointers) and the results
+copied into them. Not replayed (always the checked path): calls with pinned params, device=
+or a PythonProfiler recording, fusions with aliased outputs, and fusions whose scalar inputs
+reach anything but element-wise math.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kfuse.engine import given_outputs
 from kfuse.engine.fast_path import ScalarProgram, fast_call_for
 from kfuse.engine.packed_kernel import PackedKernel
 from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
@@ -204,6 +207,15 @@ class SegmentedReplay:
         self.reshaped = [
             tuple(parent.shape(o)) if folded is not None else None for o in fusion.outputs
         ]
+        # What execute's outputs= is checked against (given_outputs.placed): the call's
+        # fusion, its inputs' planned layouts and its outputs' shapes.
+        self.call_fusion = fusion
+        self.call_layouts = [
+            (k, v, parent.layouts[v])
+            for k, v in enumerate(fusion.inputs)
+            if isinstance(v, TensorView)
+        ]
+        self.call_shapes: dict[Val, Any] = {o: parent.extents[o] for o in fusion.outputs}
 
     def __call__(self, inputs: list[Any], ptrs: list[int], stream: Any) -> list[Any]:
         """The call's outputs (inputs of this replay's signature; ptrs: their data
@@ -239,6 +251,12 @@ class SegmentedReplay:
                 value = value.reshape(shape)
             results.append(value)
         return results
+
+    def call_info(self, inputs: list[Any], ptrs: list[int]) -> RuntimeInfo:
+        """The call's own RuntimeInfo, as far as outputs= is checked against it: the planned
+        layouts of its inputs at this call's pointers, its outputs' shapes."""
+        layouts = {v: _at(layout, ptrs[k]) for k, v, layout in self.call_layouts}
+        return RuntimeInfo(self.call_fusion, inputs, layouts, self.call_shapes, *self.target)
 
     def _runner_info(self, inputs: list[Any], ptrs: list[int], extents: dict) -> RuntimeInfo:
         """The RuntimeInfo the runner's fusion runs on for this call: the planned layouts at
@@ -357,8 +375,12 @@ class SegmentedReplays:
         """replay_key of `inputs` for this fusion."""
         return replay_key(inputs, self.fusion_inputs, self.sized)
 
-    def __call__(self, inputs: Any, stream: Any) -> tuple[Program, list[Any]] | None:
-        """(the SegmentedProgram, its outputs) for a call of a planned signature, or None."""
+    def __call__(
+        self, inputs: Any, stream: Any, outputs: Any = None
+    ) -> tuple[Program, list[Any]] | None:
+        """(the SegmentedProgram, its outputs) for a call of a planned signature, or None.
+        `outputs`: execute's outputs=, checked as the checked path checks them (an
+        InputError before anything runs), the results copied into them as it copies."""
         if not self.entries:
             return None
         keyed = self.key(inputs)
@@ -367,9 +389,15 @@ class SegmentedReplays:
         replay = self.entries.get(keyed[0])
         if replay is None:
             return None
-        outputs = replay(inputs, keyed[1], stream)
+        inputs, ptrs = list(inputs), keyed[1]
+        if outputs is None:
+            results = replay(inputs, ptrs, stream)
+        else:
+            info = replay.call_info(inputs, ptrs)
+            given = given_outputs.placed(info, outputs, None)
+            results = given_outputs.copied_into(info, given, replay(inputs, ptrs, stream), stream)
         self.hits += 1
-        return replay.compiled, outputs
+        return replay.compiled, results
 
     def add(self, key: tuple, compiled: Any, parent: RuntimeInfo, trace: SegmentTrace) -> None:
         """Plan the call `trace` recorded under `key`, unless it cannot be replayed."""
