@@ -367,3 +367,19 @@ def test_an_aliased_output_of_a_segmented_fusion_is_never_replayed() -> None:
         np.testing.assert_allclose(state, expected, rtol=1e-5, atol=1e-5)
     assert isinstance(fd.last_program(), SegmentedProgram)
     assert fd._executor().replays.hits == 0
+
+
+def test_threads_replaying_one_plan_each_get_their_own_results() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    fd, inputs = matmul_chain()
+    for seed in range(2):  # compiles; plans
+        fd.execute(inputs(seed))
+
+    def run(seed: int) -> None:
+        for k in range(10):
+            check(fd, inputs(100 * seed + k))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(run, range(4)))
+    assert fd._executor().replays.hits >= 1
