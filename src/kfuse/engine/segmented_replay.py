@@ -17,7 +17,8 @@ later call with the same signature:
 * runs each segment's cached Program on a RuntimeInfo made of the plan's layouts at this
   call's data pointers: a kernel segment through its own kfuse._C.FastCall on a GPU (made
   the way a KernelProgram's is, matching the segment's inputs, intermediates included), else
-  KernelProgram.run; a library segment through its LibraryProgram directly.
+  through its PackedKernel (kfuse.engine.packed_kernel), or KernelProgram.run for kernels
+  with stateful random ops; a library segment through its LibraryProgram directly.
 
 An intermediate whose layout is not the planned one (a library call's array at another
 alignment class) makes that segment run through its checked SegmentStep.run, which keys and
@@ -41,11 +42,11 @@ from kfuse.engine.fast_path import ScalarProgram, fast_call_for
 from kfuse.engine.packed_kernel import PackedKernel
 from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
 from kfuse.engine.segments import SegmentStep, copy_array
-from kfuse.engine.signature import SCALAR_TYPES, layout_key, shape_inputs
+from kfuse.engine.signature import array_spec, layout_key, replay_key, shape_inputs
 from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import ArrayLayout, framework_of, strided_view
+from kfuse.runtime.arrays import ArrayLayout, strided_view
 from kfuse.runtime.autograd_note import note_requires_grad
 from kfuse.runtime.info import RuntimeInfo, check_scalar
 
@@ -58,47 +59,6 @@ class SegmentTrace:
 
     info: RuntimeInfo | None = None
     steps: list[tuple[SegmentStep, tuple, RuntimeInfo]] = field(default_factory=list)
-
-
-def array_spec(array: Any) -> tuple[tuple, int] | None:
-    """(what a later array must match: type, dtype, shape, strides as the framework reports
-    them, data pointer & 15, device; the data pointer), or None for a non-array."""
-    framework = framework_of(array)
-    if framework == "numpy":
-        ptr = array.ctypes.data
-        return (type(array), array.dtype, array.shape, array.strides, ptr & 15, None), ptr
-    if framework == "torch":
-        ptr = array.data_ptr()
-        shape, strides = tuple(array.shape), array.stride()
-        return (type(array), array.dtype, shape, strides, ptr & 15, array.device), ptr
-    if framework == "cupy":
-        ptr = array.data.ptr
-        spec = (type(array), array.dtype, array.shape, array.strides, ptr & 15, array.device.id)
-        return spec, ptr
-    return None
-
-
-def replay_key(inputs: Any, fusion_inputs: list[Val], sized: frozenset[int]) -> Any:
-    """(the call's signature as SegmentedReplays keys it, the array inputs' data pointers by
-    position), or None when the inputs cannot take the fast path (not a list or tuple, a
-    scalar given as anything but a Python number, something that is not an array)."""
-    if type(inputs) not in (list, tuple) or len(inputs) != len(fusion_inputs):
-        return None
-    key: list[Any] = []
-    ptrs: list[int] = []
-    for k, (val, arg) in enumerate(zip(fusion_inputs, inputs)):
-        if isinstance(val, Scalar):
-            if type(arg) not in SCALAR_TYPES:
-                return None
-            key.append((type(arg), arg) if k in sized else type(arg))
-            ptrs.append(0)
-            continue
-        spec = array_spec(arg)
-        if spec is None:
-            return None
-        key.append(spec[0])
-        ptrs.append(spec[1])
-    return tuple(key), ptrs
 
 
 class _NotPlanned(Exception):
@@ -410,4 +370,4 @@ class SegmentedReplays:
             del self.entries[next(iter(self.entries))]
 
 
-__all__ = ["SegmentTrace", "SegmentedReplay", "SegmentedReplays", "array_spec", "replay_key"]
+__all__ = ["SegmentTrace", "SegmentedReplay", "SegmentedReplays"]
