@@ -9,7 +9,7 @@ framework, queries the framework's current stream and launches arguments packed 
 path.
 
 Only plain GPU calls take it: no pinned params or device, single-scheduler fusions
-(segmented and library runs keep their own caches). Scalar inputs given as Python numbers
+(library runs keep their own caches; segmented ones replay). Scalar inputs given as Python numbers
 match by type; the values of the scalar parameters they set are computed again on every
 call (ScalarProgram), a generated value's parameters too (a random op's rng_seed and
 rng_offset given as scalar inputs). Fusions whose scalar inputs reach a shape or an output
