@@ -125,8 +125,10 @@ class SegmentedReplay:
 
     def __init__(self, compiled: SegmentedProgram, parent: RuntimeInfo, trace: SegmentTrace):
         fusion = parent.fusion
-        if fusion.output_aliases or trace.info is None:
+        if fusion.output_aliases:
             raise _NotPlanned("aliased outputs")
+        if trace.info is None:
+            raise _NotPlanned("the runner recorded no call")
         scalars = ScalarProgram.of(fusion, parent.extents)
         if scalars is None:
             raise _NotPlanned("a scalar input reaches a shape or an output")
