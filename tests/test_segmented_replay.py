@@ -383,3 +383,20 @@ def test_threads_replaying_one_plan_each_get_their_own_results() -> None:
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(run, range(4)))
     assert fd._executor().replays.hits >= 1
+
+
+def test_a_scalar_input_that_sets_an_extent_keeps_the_checked_path() -> None:
+    """An expand to a row count given as a scalar input, then a matmul: the value reaches a
+    shape, so no call is planned, and each call is right for the rows it asks for."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[1, -1])
+        w = fd.define_tensor(shape=[-1, -1])
+        rows = fd.define_scalar(dtype=DataType.Int)
+        wide = fd.ops.expand(x, shape=[rows, -1])
+        fd.add_output(fd.ops.relu(fd.ops.matmul(wide, w)))
+    x, w = rand(1, 4), rand(4, 3, seed=1)
+    for n in (2, 2, 5, 2, 5, 5, 3, 2):
+        (out,) = fd.execute([x, w, n])
+        np.testing.assert_allclose(out, np.maximum(np.repeat(x, n, 0) @ w, 0), rtol=1e-5)
+    assert isinstance(fd.last_program(), SegmentedProgram)
+    assert len(fd._executor().replays) == 0
