@@ -385,9 +385,9 @@ def test_threads_replaying_one_plan_each_get_their_own_results() -> None:
     assert fd._executor().replays.hits >= 1
 
 
-def test_a_scalar_input_that_sets_an_extent_keeps_the_checked_path() -> None:
-    """An expand to a row count given as a scalar input, then a matmul: the value reaches a
-    shape, so no call is planned, and each call is right for the rows it asks for."""
+def test_a_scalar_input_that_sets_an_extent_is_part_of_the_plan() -> None:
+    """An expand to a row count given as a scalar input, then a matmul: each row count is a
+    signature of its own, planned and replayed apart, and each call is right for its rows."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[1, -1])
         w = fd.define_tensor(shape=[-1, -1])
@@ -399,4 +399,5 @@ def test_a_scalar_input_that_sets_an_extent_keeps_the_checked_path() -> None:
         (out,) = fd.execute([x, w, n])
         np.testing.assert_allclose(out, np.maximum(np.repeat(x, n, 0) @ w, 0), rtol=1e-5)
     assert isinstance(fd.last_program(), SegmentedProgram)
-    assert len(fd._executor().replays) == 0
+    replays = fd._executor().replays
+    assert len(replays) == 2 and replays.hits == 3  # 2 and 5 planned; 2, 5, 2 replayed

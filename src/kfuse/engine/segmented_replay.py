@@ -29,7 +29,8 @@ Outputs a caller gives (execute's outputs=) are checked as the checked path chec
 (kfuse.engine.given_outputs, on the planned layouts at the call's pointers) and the results
 copied into them. Not replayed (always the checked path): calls with pinned params, device=
 or a PythonProfiler recording, fusions with aliased outputs, and fusions whose scalar inputs
-reach anything but element-wise math.
+reach anything but element-wise math (those an extent depends on excepted: their values are
+in the key).
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ class SegmentedReplay:
             raise _NotPlanned("aliased outputs")
         if trace.info is None:
             raise _NotPlanned("the runner recorded no call")
-        scalars = ScalarProgram.of(fusion, parent.extents)
+        # The scalar inputs an extent depends on are in the plan's key by value: fixed.
+        scalars = ScalarProgram.of(fusion, parent.extents, shape_inputs(fusion))
         if scalars is None:
             raise _NotPlanned("a scalar input reaches a shape or an output")
         self.compiled = compiled
