@@ -10,7 +10,7 @@ import pytest
 
 from gpu_support import requires_gpu
 from kfuse import DataType, FusionDefinition
-from kfuse.engine.signature import layout_key, program_key
+from kfuse.engine.signature import layout_key, program_key, replay_key, shape_inputs
 from kfuse.runtime.info import build_runtime_info
 
 
@@ -93,3 +93,42 @@ def test_scalars_that_set_an_extent_are_part_of_the_key() -> None:
         wide, flat = fd.execute([x, n, s])
         np.testing.assert_array_equal(wide, np.repeat(x * s, n + 1, axis=0))
         np.testing.assert_array_equal(flat, np.tile(x[0], n))
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_the_replay_key_and_the_program_key_partition_calls_alike(framework: str) -> None:
+    """replay_key (a segmented fusion's replays, any framework) tells apart exactly the
+    calls program_key tells apart: layouts, alignment, scalar types, and the values of the
+    scalar inputs an extent depends on."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[1, -1])
+        rows = fd.define_scalar(dtype=DataType.Int)
+        scale = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(fd.ops.expand(x, shape=[rows, -1]), scale))
+    base = np.arange(4 * 64, dtype=np.float32)
+    arrays = [
+        base[:64][None, :],
+        base[:64][None, :] + 1,
+        base[1:65][None, :],
+        base[64:128][None, :],
+        base.reshape(4, 64)[::2][:1],
+        base[:32][None, :],
+    ]
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        arrays = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays[:2]] + [
+            torch.from_numpy(base)[1:65][None, :],
+            torch.from_numpy(base)[:32][None, :],
+        ]
+    calls = [[a, n, k] for a in arrays for n in (2, 3) for k in (2.0, 3.0, 2)]
+    described = []
+    sized = shape_inputs(fd.fusion)
+    for inputs in calls:
+        info = build_runtime_info(fd.fusion, inputs, device=None)
+        keyed = replay_key(inputs, fd.fusion.inputs, sized)
+        assert keyed is not None
+        described.append((program_key(info, None), keyed[0]))
+    for (p1, r1), (p2, r2) in itertools.combinations(described, 2):
+        assert (p1 == p2) == (r1 == r2)
+    assert replay_key([arrays[0], 2, np.float64(2.0)], fd.fusion.inputs, sized) is None
+    assert replay_key([arrays[0], 2], fd.fusion.inputs, sized) is None

@@ -16,6 +16,7 @@ from kfuse.engine import aliasing, given_outputs
 from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
+from kfuse.engine.segmented_replay import SegmentedReplays, SegmentTrace
 from kfuse.engine.signature import layout_key, program_key
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime import index_checks, profiling_hooks
@@ -64,6 +65,11 @@ class FusionExecutorCache:
         # change on every call neither pay for building one (a third of a miss) nor push
         # the layouts they do repeat out of the cache.
         self._seen_layouts: dict[tuple, None] = {}
+        # A SegmentedProgram's calls replayed per signature (kfuse.engine.segmented_replay),
+        # planned on a signature's second checked call, as a FastCall is; `replays.hits`
+        # counts the calls they took.
+        self.replays = SegmentedReplays(self.fusion)
+        self._seen_segmented: dict[tuple, None] = {}
 
     def execute(
         self,
@@ -92,6 +98,12 @@ class FusionExecutorCache:
                 self.last_compiled, outputs = hit
                 index_checks.raise_pending()
                 return self.shown(outputs)
+        if plain:
+            replayed = self.replays(inputs, stream, outputs)
+            if replayed is not None:
+                self.last_compiled, results = replayed
+                index_checks.raise_pending()
+                return results
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)
             if self.fusion.output_aliases:
@@ -110,14 +122,23 @@ class FusionExecutorCache:
             # Generated kernels store into the given arrays; library calls and segments run
             # one by one return arrays of their own, copied into the given ones at the end.
             direct = given is not None and isinstance(compiled, KernelProgram)
+            trace = None
+            if plain and isinstance(compiled, SegmentedProgram):
+                trace = self._replay_trace(inputs)
             with profiling_hooks.segment(compiled.scheduler, info):  # tags its launches
                 if direct:
                     assert isinstance(compiled, KernelProgram)
                     results = compiled.run(info, stream, given)
+                elif trace is not None:
+                    assert isinstance(compiled, SegmentedProgram)
+                    results = compiled.run(info, stream, trace[1])
                 else:
                     results = compiled.run(info, stream)
             if plain and isinstance(compiled, KernelProgram):  # the others never take it
                 self._remember_fast_call(inputs, compiled, info)
+            if trace is not None:
+                with self._lock:
+                    self.replays.add(trace[0], compiled, info, trace[1])
             if self.fusion.output_aliases:
                 results = aliasing.finish(info, results, stream)
             if given is not None and not direct:
@@ -151,6 +172,19 @@ class FusionExecutorCache:
                 self.fast_calls = FastCallCache()
             self.fast_calls.add(entry)  # which drops its oldest beyond MAX_ENTRIES, as here
             _add_bounded(self._fast_layouts, layout, self.fast_calls.MAX_ENTRIES)
+
+    def _replay_trace(self, inputs: list[Any]) -> tuple[tuple, SegmentTrace] | None:
+        """(the replay key, a SegmentTrace to record the call in) on a signature's second
+        checked call of a SegmentedProgram, else None: as with FastCalls, callers whose
+        shapes change on every call do not pay for plans they never replay."""
+        keyed = self.replays.key(inputs)
+        if keyed is None:
+            return None
+        with self._lock:
+            first_time = keyed[0] not in self._seen_segmented
+            if first_time:
+                _add_bounded(self._seen_segmented, keyed[0], SEEN_LAYOUTS)
+        return None if first_time else (keyed[0], SegmentTrace())
 
     def segments(self, inputs: list[Any], *, device: Any = None) -> list[Any]:
         """How the fusion runs for these inputs: a list of kfuse.engine.segmenter.Segment

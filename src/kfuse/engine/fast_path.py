@@ -9,7 +9,7 @@ framework, queries the framework's current stream and launches arguments packed 
 path.
 
 Only plain GPU calls take it: no pinned params or device, single-scheduler fusions
-(segmented and library runs keep their own caches). Scalar inputs given as Python numbers
+(library runs keep their own caches; segmented ones replay). Scalar inputs given as Python numbers
 match by type; the values of the scalar parameters they set are computed again on every
 call (ScalarProgram), a generated value's parameters too (a random op's rng_seed and
 rng_offset given as scalar inputs). Fusions whose scalar inputs reach a shape or an output
@@ -94,10 +94,19 @@ class ScalarProgram:
     kernel reads them (or the scalars computed from them) as parameters, and a later call
     needs only the new values: calling the program computes them with the checked path's
     own evaluation (kfuse.ir.shapes.infer_scalar). A scalar input that reaches anything else
-    (a shape, an output) makes the constructor raise NotReplayable."""
+    (a shape, an output) makes the constructor raise NotReplayable, unless its position is
+    in `fixed_inputs`: inputs whose value the caller's cache key holds (a segmented fusion's
+    replays key the values of kfuse.engine.signature.shape_inputs), read from `extents` like
+    the sizes."""
 
-    def __init__(self, fusion: Any, extents: dict[Any, Any]) -> None:
-        self.inputs = [(k, v) for k, v in enumerate(fusion.inputs) if isinstance(v, Scalar)]
+    def __init__(
+        self, fusion: Any, extents: dict[Any, Any], fixed_inputs: frozenset[int] = frozenset()
+    ) -> None:
+        self.inputs = [
+            (k, v)
+            for k, v in enumerate(fusion.inputs)
+            if isinstance(v, Scalar) and k not in fixed_inputs
+        ]
         self._dependent = {id(v) for _, v in self.inputs}
         self.exprs = []  # the scalar expressions that read a scalar input, in order
         for expr in fusion.exprs:
@@ -129,10 +138,12 @@ class ScalarProgram:
         self.operands: list[Any] = []  # the scalar slots' values, by slot index
 
     @classmethod
-    def of(cls, fusion: Any, extents: dict[Any, Any]) -> ScalarProgram | None:
+    def of(
+        cls, fusion: Any, extents: dict[Any, Any], fixed_inputs: frozenset[int] = frozenset()
+    ) -> ScalarProgram | None:
         """The program of `fusion`, or None when a later call cannot replay it."""
         try:
-            return cls(fusion, extents)
+            return cls(fusion, extents, fixed_inputs)
         except NotReplayable:
             return None
 

@@ -236,12 +236,13 @@ class SegmentedProgram(Program):
     # boundary reshapes folded, on views of the call's arrays (None: the fusion itself)
     folded: Any = None
 
-    def run(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+    def run(self, info: RuntimeInfo, stream: int | None, trace: Any = None) -> list[Any]:
+        """`trace`: a kfuse.engine.segmented_replay.SegmentTrace to record the call in."""
         if self.folded is None:
-            return self.runner(info, stream)
+            return self.runner(info, stream, trace)
         from kfuse.engine.boundary_views import folded_call
 
-        outputs = self.runner(folded_call(self.folded, info), stream)
+        outputs = self.runner(folded_call(self.folded, info), stream, trace)
         # An output whose reshape was folded comes back in the reshape input's shape, a new
         # contiguous array, of which the output's shape is a view.
         return [

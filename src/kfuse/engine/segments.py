@@ -96,9 +96,16 @@ class SegmentStep:
         return {new: extents[old] for new, old in self.plan.origin.items()}
 
     def run(
-        self, parent: RuntimeInfo, extents: dict[Val, Any], env: dict[int, Any], stream: Any
+        self,
+        parent: RuntimeInfo,
+        extents: dict[Val, Any],
+        env: dict[int, Any],
+        stream: Any,
+        trace: Any = None,
     ) -> list[Any]:
-        """The segment's outputs for this call (see derive for the arguments)."""
+        """The segment's outputs for this call (see derive for the arguments). `trace`: a
+        kfuse.engine.segmented_replay.SegmentTrace to record the Program and RuntimeInfo
+        the segment ran with in, for a replay of later calls."""
         with profiling_hooks.execution():  # its own frame: the segment's compile time
             info = self.derive(parent, extents, env)
             key = program_key(info, None)
@@ -112,6 +119,8 @@ class SegmentStep:
                 info = self._as_planned(info, replanned, stream)
             info.extents = {new: extents[old] for new, old in read}
             self.last = program
+            if trace is not None:
+                trace.steps.append((self, entry, info))
             with profiling_hooks.segment(program.scheduler, info):  # tags its launches
                 return program.run(info, stream)
 
@@ -190,8 +199,12 @@ class SegmentedRunner:
                 if id(v) not in keep:
                     self.release[last_use.get(id(v), k)].append(id(v))
 
-    def __call__(self, info: RuntimeInfo, stream: int | None) -> list[Any]:
+    def __call__(self, info: RuntimeInfo, stream: int | None, trace: Any = None) -> list[Any]:
+        """The fusion's outputs; `trace` (a SegmentTrace) records what each segment ran
+        with (SegmentStep.run)."""
         fusion = self.segmented.fusion
+        if trace is not None:
+            trace.info = info
         extents = info.extents
         if self.added:
             extents = dict(extents)
@@ -202,7 +215,7 @@ class SegmentedRunner:
             if isinstance(v, TensorView)
         }
         for step, release in zip(self.steps, self.release, strict=True):
-            outs = step.run(info, extents, env, stream)
+            outs = step.run(info, extents, env, stream, trace)
             for v, a in zip(step.plan.outputs, outs, strict=True):
                 env[id(v)] = a
             for key in release:

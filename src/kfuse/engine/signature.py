@@ -12,8 +12,13 @@ shape_inputs). Two descriptions of those same facts exist, for two speeds of mat
   array type, the framework's dtype object, shape, strides as the framework reports them,
   pointer & 15, device), which kfuse._C.FastCall compares field by field against a new
   call's arrays in C++ (cpp/bindings/fast_call.cpp, FastCall::matches) without converting
-  anything. Adding a fact means adding it to both, in this module;
-  tests/test_signature.py checks that they tell the same calls apart.
+  anything;
+* replay_key / array_spec: the same facts in the framework's terms for every framework,
+  NumPy included, with the values of the scalar inputs an extent depends on: the key of a
+  segmented fusion's replays (kfuse.engine.segmented_replay), matched in Python.
+
+Adding a fact means adding it to all of them, in this module; tests/test_signature.py checks
+that they tell the same calls apart.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 from kfuse.ir.exprs import attribute_vals
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.values import Scalar, TensorView
+from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import framework_of
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerParams
@@ -124,3 +129,44 @@ def layout_key(inputs: list[Any], info: Any) -> tuple | None:
         return None
     specs = input_layouts(inputs, info.fusion.inputs)
     return None if specs is None else tuple(specs)
+
+
+def array_spec(array: Any) -> tuple[tuple, int] | None:
+    """(what a later array must match: type, dtype, shape, strides as the framework reports
+    them, data pointer & 15, device; the data pointer), or None for a non-array."""
+    framework = framework_of(array)
+    if framework == "numpy":
+        ptr = array.ctypes.data
+        return (type(array), array.dtype, array.shape, array.strides, ptr & 15, None), ptr
+    if framework == "torch":
+        ptr = array.data_ptr()
+        shape, strides = tuple(array.shape), array.stride()
+        return (type(array), array.dtype, shape, strides, ptr & 15, array.device), ptr
+    if framework == "cupy":
+        ptr = array.data.ptr
+        spec = (type(array), array.dtype, array.shape, array.strides, ptr & 15, array.device.id)
+        return spec, ptr
+    return None
+
+
+def replay_key(inputs: Any, fusion_inputs: list[Val], sized: frozenset[int]) -> Any:
+    """(the call's signature as SegmentedReplays keys it, the array inputs' data pointers by
+    position), or None when the inputs cannot take the fast path (not a list or tuple, a
+    scalar given as anything but a Python number, something that is not an array)."""
+    if type(inputs) not in (list, tuple) or len(inputs) != len(fusion_inputs):
+        return None
+    key: list[Any] = []
+    ptrs: list[int] = []
+    for k, (val, arg) in enumerate(zip(fusion_inputs, inputs)):
+        if isinstance(val, Scalar):
+            if type(arg) not in SCALAR_TYPES:
+                return None
+            key.append((type(arg), arg) if k in sized else type(arg))
+            ptrs.append(0)
+            continue
+        spec = array_spec(arg)
+        if spec is None:
+            return None
+        key.append(spec[0])
+        ptrs.append(spec[1])
+    return tuple(key), ptrs

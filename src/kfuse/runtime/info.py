@@ -78,7 +78,7 @@ def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: Any = None)
             layouts[val] = layout
             frameworks.add(layout.framework)
         else:
-            _check_scalar(val, arg, what)
+            check_scalar(val, arg, what)
     if len(frameworks) > 1:
         raise InputError(
             f"inputs mix array frameworks ({', '.join(sorted(frameworks))}); "
@@ -158,7 +158,7 @@ def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
     )
 
 
-def _check_scalar(val: Val, arg: Any, what: str) -> None:
+def check_scalar(val: Val, arg: Any, what: str) -> None:
     """A scalar input's value must be of its dtype's kind: a bool for Bool, an integer for
     Int and Int32, a number for a floating dtype (a 0-d array of such a value too). Nothing
     is converted silently: 2.7 for an Int would have been truncated to 2."""

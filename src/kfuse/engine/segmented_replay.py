@@ -1,0 +1,377 @@
+"""The host fast path of a segmented fusion: one input signature's call planned once, replayed.
+
+A SegmentedProgram's checked call checks every input and infers every shape (the parent's
+RuntimeInfo), then derives each segment's RuntimeInfo, keys it and reads the intermediates'
+layouts (kfuse.engine.segments). All of that depends only on the call's signature (each
+array input's type, dtype, shape, strides, 16-byte alignment class and device; each scalar
+input's Python type, and its value where an extent depends on it: kfuse.engine.signature),
+but for the data pointers and the values of scalar inputs. So after a checked call the
+executor records what it derived (SegmentTrace) and builds a SegmentedReplay of it, and a
+later call with the same signature:
+
+* checks that the call has that signature (replay_key), and each scalar input's value as the
+  checked path does (kfuse.runtime.info.check_scalar: a value outside its dtype's range is
+  an InputError there too);
+* computes the values of the scalars its scalar inputs reach (kfuse.engine.fast_path's
+  ScalarProgram), the only extents that may change; every other extent is the plan's;
+* runs each segment's cached Program on a RuntimeInfo made of the plan's layouts at this
+  call's data pointers: a kernel segment through its own kfuse._C.FastCall on a GPU (made
+  the way a KernelProgram's is, matching the segment's inputs, intermediates included), else
+  through its PackedKernel (kfuse.engine.packed_kernel), or KernelProgram.run for kernels
+  with stateful random ops; a library segment through its LibraryProgram directly.
+
+An intermediate whose layout is not the planned one (a library call's array at another
+alignment class) makes that segment run through its checked SegmentStep.run, which keys and
+compiles as on a first call; so does a segment that took its intermediates copied into their
+planned layouts. Everything that protects a call inside the Programs (index checks, the CUDA
+graph capture guards, RNG state reserved per launch, poisoning) runs as on the checked path.
+Outputs a caller gives (execute's outputs=) are checked as the checked path checks them
+(kfuse.engine.given_outputs, on the planned layouts at the call's pointers) and the results
+copied into them. Not replayed (always the checked path): calls with pinned params, device=
+or a PythonProfiler recording, fusions with aliased outputs, and fusions whose scalar inputs
+reach anything but element-wise math (those an extent depends on excepted: their values are
+in the key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kfuse.engine import given_outputs
+from kfuse.engine.fast_path import ScalarProgram, fast_call_for
+from kfuse.engine.packed_kernel import PackedKernel
+from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
+from kfuse.engine.segments import SegmentStep, copy_array
+from kfuse.engine.signature import array_spec, layout_key, replay_key, shape_inputs
+from kfuse.ir.layout_ops import allocation_order
+from kfuse.ir.shapes import infer_added
+from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.runtime.arrays import ArrayLayout, strided_view
+from kfuse.runtime.autograd_note import note_requires_grad
+from kfuse.runtime.info import RuntimeInfo, check_scalar
+
+
+@dataclass
+class SegmentTrace:
+    """What a checked call of a SegmentedProgram derived: the RuntimeInfo its runner ran on
+    (the folded fusion's where boundary views were folded) and, per segment in order, the
+    SegmentStep, its Program cache entry and the RuntimeInfo that Program ran on."""
+
+    info: RuntimeInfo | None = None
+    steps: list[tuple[SegmentStep, tuple, RuntimeInfo]] = field(default_factory=list)
+
+
+class _NotPlanned(Exception):
+    """The call cannot be replayed (see the module docstring)."""
+
+
+class _Step:
+    """One segment's replay: its Program, the extents it reads, and for a kernel segment the
+    array spec each intermediate input was planned for, its FastCall (on a GPU) or its
+    PackedKernel."""
+
+    def __init__(self, step: SegmentStep, entry: tuple, info: RuntimeInfo, plan: Any) -> None:
+        program, read, replanned = entry
+        self.step = step
+        self.program: Program = program
+        self.checked = bool(replanned) or not _replayable(program)
+        self.kernel = isinstance(program, KernelProgram)
+        # Extents it reads that a scalar input changes, and those fixed by the signature.
+        self.changing = [(new, old) for new, old in read if old in plan.changing]
+        self.extents = {new: plan.extents[old] for new, old in read}
+        # Per input: (its Val in the segment, the runner's Val, the planned array spec of an
+        # intermediate (None for a fusion input or a scalar)).
+        self.inputs: list[tuple[Val, Val, tuple | None]] = []
+        for k, (new, old, from_parent) in enumerate(step.inputs):
+            spec = None
+            if isinstance(new, TensorView) and not from_parent:
+                found = array_spec(info.inputs[k])
+                assert found is not None
+                spec = found[0]
+            self.inputs.append((new, old, spec))
+        self.layouts = dict(info.layouts)
+        self.fast = self.packed = None
+        if not self.kernel or self.checked:
+            return
+        full = RuntimeInfo(
+            info.fusion,
+            info.inputs,
+            info.layouts,
+            step.all_extents(plan.extents),
+            info.framework,
+            info.backend,
+            info.device_index,
+            info.device,
+        )
+        if info.device_index >= 0 and (layout := layout_key(info.inputs, full)) is not None:
+            self.fast = fast_call_for(info.inputs, program, full, layout)
+        if PackedKernel.packs(program):
+            assert isinstance(program, KernelProgram)
+            self.packed = PackedKernel(program, full, {new for new, _ in self.changing})
+
+
+def _replayable(program: Program) -> bool:
+    """Whether a segment's Program runs from a RuntimeInfo the replay makes: generated
+    kernels that store nothing into an input, or library calls."""
+    if isinstance(program, KernelProgram):
+        return type(program) is KernelProgram and not program.in_place
+    return isinstance(program, LibraryProgram)
+
+
+class SegmentedReplay:
+    """One input signature's call of a SegmentedProgram, planned from a checked call's
+    SegmentTrace (see the module docstring). It keeps no array of the call it was planned
+    from: layouts, extents and Programs only."""
+
+    def __init__(self, compiled: SegmentedProgram, parent: RuntimeInfo, trace: SegmentTrace):
+        fusion = parent.fusion
+        if fusion.output_aliases:
+            raise _NotPlanned("aliased outputs")
+        if trace.info is None:
+            raise _NotPlanned("the runner recorded no call")
+        # The scalar inputs an extent depends on are in the plan's key by value: fixed.
+        scalars = ScalarProgram.of(fusion, parent.extents, shape_inputs(fusion))
+        if scalars is None:
+            raise _NotPlanned("a scalar input reaches a shape or an output")
+        self.compiled = compiled
+        runner, info = compiled.runner, trace.info
+        self.fusion = info.fusion  # the runner's: the folded fusion where views were folded
+        self.target = (info.framework, info.backend, info.device_index, info.device)
+        # What a call checks of its inputs as build_runtime_info does: (position, Val, name)
+        self.checked_inputs = [
+            (k, v, f"input {k} ({v.name})")
+            for k, v in enumerate(fusion.inputs)
+            if isinstance(v, Scalar) or info.framework == "torch"
+        ]
+        extents = dict(info.extents)
+        if runner.added:
+            infer_added(runner.added, extents)
+        self.extents = extents
+        folded = compiled.folded
+        origin = folded.origin if folded is not None else {v: v for v in extents}
+        # The runner fusion's scalars that a scalar input changes -> the parent's Val.
+        self.changing = {
+            v: origin[v]
+            for v in extents
+            if isinstance(v, Scalar) and v in origin and scalars.slot(origin[v]) is not None
+        }
+        self.scalars = scalars if scalars.operands else None
+        self.sources = _sources(info, parent, folded)
+        self.steps = [_Step(step, entry, step_info, self) for step, entry, step_info in trace.steps]
+        self.release = runner.release
+        self.outputs = outputs = runner.segmented.fusion.outputs
+        # Outputs the runner copies: a fusion input, or one listed before (kept in order).
+        self.copied = [
+            id(o) in runner.fusion_inputs or any(o is p for p in outputs[:k])
+            for k, o in enumerate(outputs)
+        ]
+        self.ordered = [allocation_order(o) is not None for o in outputs]
+        # A folded reshape's output comes back in its input's shape (SegmentedProgram.run).
+        self.reshaped = [
+            tuple(parent.shape(o)) if folded is not None else None for o in fusion.outputs
+        ]
+        # What execute's outputs= is checked against (given_outputs.placed): the call's
+        # fusion, its inputs' planned layouts and its outputs' shapes.
+        self.call_fusion = fusion
+        self.call_layouts = [
+            (k, v, parent.layouts[v])
+            for k, v in enumerate(fusion.inputs)
+            if isinstance(v, TensorView)
+        ]
+        self.call_shapes: dict[Val, Any] = {o: parent.extents[o] for o in fusion.outputs}
+
+    def __call__(self, inputs: list[Any], ptrs: list[int], stream: Any) -> list[Any]:
+        """The call's outputs (inputs of this replay's signature; ptrs: their data
+        pointers)."""
+        for k, val, what in self.checked_inputs:
+            if isinstance(val, Scalar):
+                check_scalar(val, inputs[k], what)
+            else:
+                note_requires_grad(inputs[k], what)
+        extents = self.extents
+        if self.scalars is not None:
+            values = dict(zip(self.scalars.operands, self.scalars(inputs), strict=True))
+            extents = dict(extents)
+            for v, old in self.changing.items():
+                extents[v] = values[old]
+        info = self._runner_info(inputs, ptrs, extents)
+        env: dict[int, Any] = {
+            id(v): a for v, a in zip(info.fusion.inputs, info.inputs, strict=True)
+        }
+        for step, release in zip(self.steps, self.release, strict=True):
+            outs = self._run(step, info, extents, env, stream)
+            for out, a in zip(step.step.plan.outputs, outs, strict=True):
+                env[id(out)] = a
+            for key in release:
+                del env[key]
+        results = []
+        for k, out in enumerate(self.outputs):
+            value = env[id(out)]
+            if self.copied[k]:
+                value = copy_array(info, value, stream, keep_layout=self.ordered[k])
+            shape = self.reshaped[k]
+            if shape is not None and tuple(value.shape) != shape:
+                value = value.reshape(shape)
+            results.append(value)
+        return results
+
+    def call_info(self, inputs: list[Any], ptrs: list[int]) -> RuntimeInfo:
+        """The call's own RuntimeInfo, as far as outputs= is checked against it: the planned
+        layouts of its inputs at this call's pointers, its outputs' shapes."""
+        layouts = {v: _at(layout, ptrs[k]) for k, v, layout in self.call_layouts}
+        return RuntimeInfo(self.call_fusion, inputs, layouts, self.call_shapes, *self.target)
+
+    def _runner_info(self, inputs: list[Any], ptrs: list[int], extents: dict) -> RuntimeInfo:
+        """The RuntimeInfo the runner's fusion runs on for this call: the planned layouts at
+        this call's data pointers, its arrays (viewed where a reshape or slice was folded)."""
+        args: list[Any] = []
+        layouts: dict[TensorView, ArrayLayout] = {}
+        for v, (position, layout, view, offset) in zip(self.fusion.inputs, self.sources):
+            if position is None:
+                args.append(extents[layout])
+                continue
+            assert isinstance(v, TensorView)
+            array = inputs[position]
+            if view is not None:
+                array = strided_view(array, *view)
+            args.append(array)
+            layouts[v] = _at(layout, ptrs[position] + offset)
+        return RuntimeInfo(self.fusion, args, layouts, extents, *self.target)
+
+    def _run(
+        self, step: _Step, info: RuntimeInfo, extents: dict, env: dict[int, Any], stream: Any
+    ) -> list[Any]:
+        """One segment's outputs, replayed, or through its checked run where it cannot be."""
+        if step.checked:
+            return step.step.run(info, extents, env, stream)
+        args = [
+            env[id(old)] if isinstance(new, TensorView) else extents[old]
+            for new, old, _ in step.inputs
+        ]
+        if step.fast is not None:
+            hit = step.fast(args, stream)
+            if hit is not None:
+                step.step.last = step.program
+                return hit[1]
+        read = step.extents
+        if step.changing:
+            read = dict(read)
+            for new, old in step.changing:
+                read[new] = extents[old]
+        layouts: dict[TensorView, ArrayLayout] = {}  # a library call reads none
+        if step.kernel:
+            ptrs = [0] * len(args)
+            for k, (new, old, spec) in enumerate(step.inputs):
+                if not isinstance(new, TensorView):
+                    continue
+                if spec is None:  # a fusion input: its layout is the runner's
+                    layouts[new] = layout = info.layouts[old]  # type: ignore[index]
+                    ptrs[k] = layout.data_ptr
+                    continue
+                found = array_spec(args[k])
+                if found is None or found[0] != spec:  # off its plan: the checked run
+                    return step.step.run(info, extents, env, stream)
+                ptrs[k] = found[1]
+                if step.packed is None:
+                    layouts[new] = _at(step.layouts[new], found[1])
+            if step.packed is not None:
+                step.step.last = step.program
+                return step.packed(ptrs, read, stream)
+        segment_info = RuntimeInfo(
+            step.step.plan.fusion,
+            args,
+            layouts,
+            read,
+            info.framework,
+            info.backend,
+            info.device_index,
+            info.device,
+        )
+        step.step.last = step.program
+        return step.program.run(segment_info, stream)
+
+
+def _sources(info: RuntimeInfo, parent: RuntimeInfo, folded: Any) -> list[tuple]:
+    """Per input of the runner's fusion (`info`'s): (the call's input position, its planned
+    layout, where a reshape or slice was folded the view of the call's array it is (shape,
+    strides, elements offset), bytes from the call's data pointer); (None, the Val, None, 0)
+    for a scalar, whose value is an extent."""
+    sources: list[tuple] = []
+    for k, v in enumerate(info.fusion.inputs):
+        if not isinstance(v, TensorView):
+            sources.append((None, v, None, 0))
+            continue
+        position = folded.input_positions[k] if folded is not None else k
+        layout = info.layouts[v]
+        call = parent.layouts[parent.fusion.inputs[position]]  # type: ignore[index]
+        offset = folded.offset(k) if folded is not None else 0
+        view = None
+        if layout.shape != call.shape or layout.strides != call.strides or offset:
+            view = (layout.shape, layout.strides, offset // call.dtype.itemsize)
+        sources.append((position, layout, view, offset))
+    return sources
+
+
+def _at(layout: ArrayLayout, data_ptr: int) -> ArrayLayout:
+    """`layout` at another data pointer (of an array that matched it otherwise)."""
+    return ArrayLayout(
+        layout.framework, layout.dtype, layout.shape, layout.strides, data_ptr, layout.device
+    )
+
+
+class SegmentedReplays:
+    """A SegmentedProgram executor's replays by signature, newest kept (at most MAX_ENTRIES,
+    as many as kfuse._C.FastCallCache keeps), with how many calls they took (`hits`)."""
+
+    MAX_ENTRIES = 8
+
+    def __init__(self, fusion: Any) -> None:
+        self.fusion_inputs = list(fusion.inputs)
+        self.sized = shape_inputs(fusion)
+        self.entries: dict[tuple, SegmentedReplay] = {}
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def key(self, inputs: Any) -> Any:
+        """replay_key of `inputs` for this fusion."""
+        return replay_key(inputs, self.fusion_inputs, self.sized)
+
+    def __call__(
+        self, inputs: Any, stream: Any, outputs: Any = None
+    ) -> tuple[Program, list[Any]] | None:
+        """(the SegmentedProgram, its outputs) for a call of a planned signature, or None.
+        `outputs`: execute's outputs=, checked as the checked path checks them (an
+        InputError before anything runs), the results copied into them as it copies."""
+        if not self.entries:
+            return None
+        keyed = self.key(inputs)
+        if keyed is None:
+            return None
+        replay = self.entries.get(keyed[0])
+        if replay is None:
+            return None
+        inputs, ptrs = list(inputs), keyed[1]
+        if outputs is None:
+            results = replay(inputs, ptrs, stream)
+        else:
+            info = replay.call_info(inputs, ptrs)
+            given = given_outputs.placed(info, outputs, None)
+            results = given_outputs.copied_into(info, given, replay(inputs, ptrs, stream), stream)
+        self.hits += 1
+        return replay.compiled, results
+
+    def add(self, key: tuple, compiled: Any, parent: RuntimeInfo, trace: SegmentTrace) -> None:
+        """Plan the call `trace` recorded under `key`, unless it cannot be replayed."""
+        try:
+            replay = SegmentedReplay(compiled, parent, trace)
+        except _NotPlanned:
+            return
+        self.entries[key] = replay
+        if len(self.entries) > self.MAX_ENTRIES:
+            del self.entries[next(iter(self.entries))]
+
+
+__all__ = ["SegmentTrace", "SegmentedReplay", "SegmentedReplays"]
