@@ -10,6 +10,12 @@ ones that are off wait for a measurement (tools/tuning_plan.txt lists the comman
 
 # ---- measured and on -------------------------------------------------------------------
 
+OUTLINE_HEAVY_MATH = True
+"""A kernel function with two or more calls of sin, cos, tan or lgamma calls them out of line
+(kfuse.codegen.outlined_math). Measured for compile time: nvFuser's many-pointwise-ops host
+benchmark at 8 iterations compiled in 13.2 s inlined, 0.6 s outlined (NVRTC 13.0, sm_90,
+this project's 2-core host); its kernels' speed either way waits for a GPU A/B."""
+
 PREFETCH_NEXT_ROW = True
 """Rows held in shared memory copy their block's next row while the output pass runs
 (ReductionKernelSpec.prefetch_next): a block an SM otherwise leaves the memory idle from the

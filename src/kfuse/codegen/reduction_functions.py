@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kfuse.codegen import bf16_words, generated
+from kfuse.codegen import bf16_words, generated, outlined_math
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
@@ -41,7 +41,8 @@ def scalar_ctype(s: Scalar) -> str:
 
 
 def _function(name: str, ret: str, params: list[str], body: list[str]) -> list[str]:
-    lines = [f"__device__ __forceinline__ {ret} {name}({', '.join(params)}) {{"]
+    wrappers, body = outlined_math.outlined(body)
+    lines = [*wrappers, f"__device__ __forceinline__ {ret} {name}({', '.join(params)}) {{"]
     lines += [f"  {line}" for line in body]
     lines += ["}", ""]
     return lines
