@@ -34,7 +34,14 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.complex_rules import (
+    check_complex_cast,
+    check_complex_operands,
+    check_complex_reduction,
+    result_dtype,
+)
 from kfuse.ir.ops import OPS, REDUCTION_OPS
+from kfuse.ir.scalar_eval import to_python
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 
@@ -159,9 +166,16 @@ class Builder:
                 value = value.item()
             except (ValueError, TypeError):  # an array of several elements, or not a number
                 raise DefinitionError(f"{op}: {value!r} is not a number") from None
-        if not isinstance(value, (bool, int, float)):
+        if not isinstance(value, (bool, int, float, complex)):
             raise DefinitionError(f"{op}: {value!r} is not a number")
-        if dtype is DataType.Bool:
+        if isinstance(value, complex) and not dtype.is_complex:
+            raise DefinitionError(
+                f"{op}: {value!r} is a complex number; {dtype.label} holds no complex value "
+                "(give DataType.ComplexFloat or ComplexDouble, or no dtype)"
+            )
+        if dtype.is_complex:
+            value = complex(value)
+        elif dtype is DataType.Bool:
             value = bool(value)
         elif dtype.is_integral:
             if isinstance(value, float) and not value.is_integer():
@@ -183,7 +197,7 @@ class Builder:
                     f"{op}: operand {pos} ({x.name}) belongs to another FusionDefinition"
                 )
             return x
-        if isinstance(x, (bool, int, float)) or (
+        if isinstance(x, (bool, int, float, complex)) or (
             hasattr(x, "dtype") and getattr(x, "ndim", None) == 0
         ):
             try:
@@ -213,8 +227,12 @@ class Builder:
         dtype = as_dtype(dtype, what=f"{op}: dtype")
         if v.dtype is dtype:
             return v
+        if v.dtype.is_complex or dtype.is_complex:
+            check_complex_cast(v.dtype, dtype, op)
         if isinstance(v, Scalar) and v.is_constant:
             value = v.value
+            if dtype.is_complex or isinstance(value, complex):
+                return self.constant(to_python(value, dtype), dtype, op=op)
             if dtype.is_floating or dtype is DataType.Bool:
                 return self.constant(
                     bool(value) if dtype is DataType.Bool else float(value), dtype, op=op
@@ -247,7 +265,7 @@ class Builder:
             compute = DataType.Bool
         if info.casts_operands:
             vals = [self.cast(v, compute, op=op) for v in vals]
-        out_dtype = DataType.Bool if info.result == "bool" else compute
+        out_dtype = result_dtype(info, compute)
         if cond is not None:
             vals = [cond, *vals]
         vals = self._align(op, vals)
@@ -272,8 +290,9 @@ class Builder:
                         f"{op}: operand {i} {describe(v)} is floating; {op} needs {kinds} operands"
                     )
         dt = promote_types(tensor_dt, weak_dt)
+        check_complex_operands(op, dt, [describe(v) for v in vals])
         if info.category == "float_math" or info.result == "float":
-            if not dt.is_floating and not is_integer_division(op, vals):
+            if not (dt.is_floating or dt.is_complex) and not is_integer_division(op, vals):
                 dt = DataType.Float
         if info.full_precision_only and dt not in (DataType.Float, DataType.Double):
             raise DefinitionError(
@@ -527,12 +546,13 @@ class Builder:
         """sum/prod/max/min over dims; see ReductionOp for the dtype rules."""
         assert op in REDUCTION_OPS
         v = self.tensor(x, op)
+        check_complex_reduction(op, v.dtype)
         norm = self._reduction_dims(v, dims, op)
         out_dtype = None
         given = optional_dtype(dtype, what=f"{op}: dtype")  # DataType.Null: the default
         if given is not None:
             acc = given
-        elif op in ("sum", "prod") and not v.dtype.is_floating:
+        elif op in ("sum", "prod") and not (v.dtype.is_floating or v.dtype.is_complex):
             acc = DataType.Int  # torch: integer and bool sums are int64
         elif op in ("sum", "prod") and v.dtype.is_reduced_float:
             acc, out_dtype = DataType.Float, v.dtype  # accumulate in float, return v's dtype
@@ -574,6 +594,7 @@ class Builder:
     ) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) of x over dims; x is cast to Float unless Float or Double."""
         v = self.tensor(x, op)
+        check_complex_reduction(op, v.dtype)
         norm = self._reduction_dims(v, dims, op)
         acc = v.dtype if v.dtype in (DataType.Float, DataType.Double) else DataType.Float
         src = self.cast(v, acc, op=op)

@@ -1,0 +1,73 @@
+"""The builder's rules for complex values: which ops take them, the dtype an op on them gives,
+the casts to and from them (kfuse.ir.ops_complex holds the rows)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from kfuse.dtypes import COMPLEX_OF, REAL_OF, DataType
+from kfuse.errors import ComplexCastWarning, DefinitionError
+from kfuse.ir.op_info import OpInfo
+from kfuse.ir.ops import OPS
+
+COMPLEX_REDUCTIONS = ("sum",)
+"""The reductions of complex values: a sum (and mean, a sum divided) has its complex meaning;
+prod is left out (its complex product is not the reductions' one operator), and max, min,
+var and welford have none (an order; a variance's real result)."""
+
+
+def check_complex_operands(op: str, promoted: DataType, operands: Sequence[str]) -> None:
+    """DefinitionError where pointwise `op`'s operands (described) promote to `promoted` and
+    the op refuses that: complex operands of an op with no complex meaning, real operands of
+    an op only for complex ones (imag)."""
+    row = OPS[op]
+    if promoted.is_complex and row.on_complex is None:
+        raise DefinitionError(
+            f"{op}: complex operands ({', '.join(operands)}) are not supported: {op} has no "
+            f"meaning on {promoted.value} in kfuse (take fd.ops.real / fd.ops.imag / "
+            "fd.ops.abs first)"
+        )
+    if row.complex_only and not promoted.is_complex:
+        raise DefinitionError(
+            f"{op}: the operand ({', '.join(operands)}) is not complex; {op} takes "
+            "ComplexFloat or ComplexDouble only (as nvFuser's)"
+        )
+
+
+def result_dtype(row: OpInfo, compute: DataType) -> DataType:
+    """The dtype of pointwise `row`'s result when its operands have the compute dtype."""
+    if row.result == "bool":
+        return DataType.Bool
+    if row.result == "complex":
+        return COMPLEX_OF[compute]
+    if compute.is_complex and row.on_complex == "real":
+        return REAL_OF[compute]
+    return compute
+
+
+def check_complex_reduction(op: str, dtype: DataType) -> None:
+    """DefinitionError for a reduction `op` of complex values other than COMPLEX_REDUCTIONS."""
+    if dtype.is_complex and op not in COMPLEX_REDUCTIONS:
+        raise DefinitionError(
+            f"{op}: reductions of {dtype.value} values are not supported (kfuse reduces "
+            f"complex values with {', '.join(COMPLEX_REDUCTIONS)} only; reduce fd.ops.real "
+            "and fd.ops.imag apart)"
+        )
+
+
+def check_complex_cast(src: DataType, dst: DataType, op: str) -> None:
+    """A cast between `src` and `dst` where one is complex: DefinitionError with a float8 type
+    (torch has no such conversion either); ComplexCastWarning where a complex value goes to a
+    real dtype, which keeps its real part only (as torch and nvFuser warn)."""
+    if src.is_float8 or dst.is_float8:
+        raise DefinitionError(
+            f"{op}: casts between {src.value} and {dst.value} are not supported (cast "
+            "through Float)"
+        )
+    if src.is_complex and not dst.is_complex:
+        warnings.warn(
+            f"{op}: casting {src.value} to {dst.label} discards the imaginary part",
+            ComplexCastWarning,
+            stacklevel=4,
+        )
