@@ -41,7 +41,7 @@ from kfuse.ir.complex_rules import (
     result_dtype,
 )
 from kfuse.ir.ops import OPS, REDUCTION_OPS
-from kfuse.ir.scalar_eval import to_python
+from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 
@@ -151,7 +151,14 @@ class Builder:
         )
 
     def new_scalar(self, dtype: DataType, *, is_input: bool = False) -> Scalar:
-        """A fresh non-constant Scalar."""
+        """A fresh non-constant Scalar. Not of a complex dtype: a kernel takes no complex
+        parameter, so complex scalars are constants only (pointwise folds them)."""
+        if dtype.is_complex:
+            raise DefinitionError(
+                f"a symbolic (run-time) {dtype.value} scalar is not supported: complex values "
+                "come from tensors and constants (define_scalar(1+2j)); pass a run-time "
+                "complex number as a 0-d tensor"
+            )
         name, serial = self.fusion.next_name("S")
         return Scalar(name, dtype, None, is_input=is_input, owner=self.owner, serial=serial)
 
@@ -270,6 +277,8 @@ class Builder:
             vals = [cond, *vals]
         vals = self._align(op, vals)
         tensors = [v for v in vals if isinstance(v, TensorView)]
+        if not tensors and (compute.is_complex or out_dtype.is_complex):
+            return self._folded(op, vals, out_dtype)
         if tensors:
             out: Val = self.new_tensor(out_dtype, self._result_axes(op, tensors))
         else:
@@ -277,6 +286,19 @@ class Builder:
         cls = {1: UnaryOp, 2: BinaryOp, 3: TernaryOp}[info.arity]
         self.add(cls(inputs=tuple(vals), outputs=(out,), op=op))
         return out
+
+    def _folded(self, op: str, vals: list[Val], dtype: DataType) -> Scalar:
+        """The constant `op` gives on scalar operands where complex values are involved
+        (new_scalar says why); DefinitionError for a symbolic operand."""
+        values = []
+        for v in vals:
+            if not (isinstance(v, Scalar) and v.is_constant):
+                raise DefinitionError(
+                    f"{op}: {describe(v)} is a symbolic scalar; complex arithmetic on scalars "
+                    "takes constants only (pass a run-time complex number as a 0-d tensor)"
+                )
+            values.append(v.value)
+        return self.constant(eval_scalar(op, values, dtype), dtype, op=op)
 
     def _compute_dtype(self, op: str, vals: list[Val]) -> DataType:
         info = OPS[op]

@@ -226,6 +226,22 @@ struct Cast<complex<T>, bfloat16> {
   }
 };
 
+// A complex value moved across lanes part by part (the reductions' shuffles).
+template <typename T, typename Move>
+__device__ __forceinline__ complex<T> shuffled(complex<T> v, Move move) {
+  return make_complex(move(v.re), move(v.im));
+}
+
 }  // namespace detail
+
+// The sum's identity, 0 + 0i: the generic (T)0 converts no number to an aggregate.
+template <>
+__device__ __forceinline__ complex<float> SumOp::identity<complex<float>>() {
+  return make_complex(0.0f, 0.0f);
+}
+template <>
+__device__ __forceinline__ complex<double> SumOp::identity<complex<double>>() {
+  return make_complex(0.0, 0.0);
+}
 
 }  // namespace kf
