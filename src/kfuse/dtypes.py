@@ -444,6 +444,11 @@ def promote_types(
         weak_cat = max(_CATEGORY[d] for d in weak_dtypes)
         if weak_cat > _CATEGORY[result]:
             if weak_cat == 3:
+                if result.is_float8:
+                    raise DefinitionError(
+                        f"type promotion of {result.value} with a complex scalar is not "
+                        "supported (as in torch): cast the tensor to Float first"
+                    )
                 wide = result is DataType.Double
                 return DataType.ComplexDouble if wide else DataType.ComplexFloat
             result = DataType.Int if weak_cat == 1 else DataType.Float

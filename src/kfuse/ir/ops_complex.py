@@ -117,7 +117,11 @@ COMPLEX_ROWS: list[OpInfo] = _real_imag_rows()
 _ON_COMPLEX: dict[str, dict[str, Any]] = {
     "set": {"on_complex": "complex"},
     "neg": {"on_complex": "complex"},
-    "abs": {"on_complex": "real", "scalar_complex": abs},
+    "abs": {
+        "on_complex": "real",
+        "scalar_complex": abs,
+        "doc": "absolute value; of a complex x its modulus, a Float or Double",
+    },
     "add": {"on_complex": "complex"},
     "sub": {"on_complex": "complex"},
     "mul": {"on_complex": "complex"},

@@ -85,6 +85,8 @@ class Gen:
             cands = self.pool
         # Prefer recent values (chains) but reach back (DAGs).
         e = self.draw(st.sampled_from(cands[-4:] if self.draw(st.booleans()) else cands))
+        if floating and e.val.dtype.is_complex:  # its real part: a cast to Float would warn
+            e = Entry(cast(TensorView, self.fd.ops.real(e.val)), e.exact, e.bound)
         if e.val.dtype in REDUCED_FLOATS or (floating and not e.val.dtype.is_floating):
             e = Entry(cast(TensorView, self.fd.ops.cast(e.val, DataType.Float)), e.exact, e.bound)
         return e
@@ -110,11 +112,21 @@ class Gen:
 
     def unary(self, op: str) -> Entry | None:
         row = OPS[op]
+        if row.complex_only:  # imag: of a complex value made of two drawn parts
+            return self.complex_part(op)
         e = self.guard(op, self.pick(exact=row.discontinuous))
         bound = _unary_bound(row.bound, e.bound)
         v = self.zero_sign_hidden(op, e.val)
         out = build(self.fd, op, [v])
         return Entry(cast(TensorView, out), e.exact and row.precision == "exact", bound)
+
+    def complex_part(self, op: str) -> Entry:
+        """`op` (a part of a complex value) of fd.ops.complex of two drawn floating values:
+        exactly the second one for imag."""
+        re, im = self.pick(floating=True), self.pick(floating=True)
+        o = self.fd.ops
+        z = o.complex(re.val, im.val)  # pick gives them as Float or Double
+        return Entry(cast(TensorView, build(self.fd, op, [z])), re.exact and im.exact, im.bound)
 
     def zero_sign_hidden(self, op: str, v: Any) -> Any:
         """v + 0.0 for an op that shows the sign of a zero (atan2, signbit) of a floating
