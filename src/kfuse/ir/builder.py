@@ -18,6 +18,7 @@ from kfuse.dtypes import (
     python_scalar_dtype,
 )
 from kfuse.errors import DefinitionError
+from kfuse.ir import complex_rules as cx
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
@@ -34,14 +35,7 @@ from kfuse.ir.exprs import (
     WelfordOp,
 )
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.complex_rules import (
-    check_complex_cast,
-    check_complex_operands,
-    check_complex_reduction,
-    result_dtype,
-)
 from kfuse.ir.ops import OPS, REDUCTION_OPS
-from kfuse.ir.scalar_eval import eval_scalar, to_python
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 
@@ -151,14 +145,8 @@ class Builder:
         )
 
     def new_scalar(self, dtype: DataType, *, is_input: bool = False) -> Scalar:
-        """A fresh non-constant Scalar. Not of a complex dtype: a kernel takes no complex
-        parameter, so complex scalars are constants only (pointwise folds them)."""
-        if dtype.is_complex:
-            raise DefinitionError(
-                f"a symbolic (run-time) {dtype.value} scalar is not supported: complex values "
-                "come from tensors and constants (define_scalar(1+2j)); pass a run-time "
-                "complex number as a 0-d tensor"
-            )
+        """A fresh non-constant Scalar (of a real dtype: check_symbolic_scalar)."""
+        cx.check_symbolic_scalar(dtype)
         name, serial = self.fusion.next_name("S")
         return Scalar(name, dtype, None, is_input=is_input, owner=self.owner, serial=serial)
 
@@ -175,13 +163,8 @@ class Builder:
                 raise DefinitionError(f"{op}: {value!r} is not a number") from None
         if not isinstance(value, (bool, int, float, complex)):
             raise DefinitionError(f"{op}: {value!r} is not a number")
-        if isinstance(value, complex) and not dtype.is_complex:
-            raise DefinitionError(
-                f"{op}: {value!r} is a complex number; {dtype.label} holds no complex value "
-                "(give DataType.ComplexFloat or ComplexDouble, or no dtype)"
-            )
-        if dtype.is_complex:
-            value = complex(value)
+        if dtype.is_complex or isinstance(value, complex):
+            value = cx.complex_constant(value, dtype, op)
         elif dtype is DataType.Bool:
             value = bool(value)
         elif dtype.is_integral:
@@ -235,11 +218,11 @@ class Builder:
         if v.dtype is dtype:
             return v
         if v.dtype.is_complex or dtype.is_complex:
-            check_complex_cast(v.dtype, dtype, op)
+            cx.check_complex_cast(v.dtype, dtype, op)
         if isinstance(v, Scalar) and v.is_constant:
             value = v.value
             if dtype.is_complex or isinstance(value, complex):
-                return self.constant(to_python(value, dtype), dtype, op=op)
+                return self.constant(cx.converted(value, dtype), dtype, op=op)
             if dtype.is_floating or dtype is DataType.Bool:
                 return self.constant(
                     bool(value) if dtype is DataType.Bool else float(value), dtype, op=op
@@ -272,13 +255,13 @@ class Builder:
             compute = DataType.Bool
         if info.casts_operands:
             vals = [self.cast(v, compute, op=op) for v in vals]
-        out_dtype = result_dtype(info, compute)
+        out_dtype = cx.result_dtype(info, compute)
         if cond is not None:
             vals = [cond, *vals]
         vals = self._align(op, vals)
         tensors = [v for v in vals if isinstance(v, TensorView)]
         if not tensors and (compute.is_complex or out_dtype.is_complex):
-            return self._folded(op, vals, out_dtype)
+            return self.constant(cx.folded_value(op, vals, out_dtype, describe), out_dtype, op=op)
         if tensors:
             out: Val = self.new_tensor(out_dtype, self._result_axes(op, tensors))
         else:
@@ -286,19 +269,6 @@ class Builder:
         cls = {1: UnaryOp, 2: BinaryOp, 3: TernaryOp}[info.arity]
         self.add(cls(inputs=tuple(vals), outputs=(out,), op=op))
         return out
-
-    def _folded(self, op: str, vals: list[Val], dtype: DataType) -> Scalar:
-        """The constant `op` gives on scalar operands where complex values are involved
-        (new_scalar says why); DefinitionError for a symbolic operand."""
-        values = []
-        for v in vals:
-            if not (isinstance(v, Scalar) and v.is_constant):
-                raise DefinitionError(
-                    f"{op}: {describe(v)} is a symbolic scalar; complex arithmetic on scalars "
-                    "takes constants only (pass a run-time complex number as a 0-d tensor)"
-                )
-            values.append(v.value)
-        return self.constant(eval_scalar(op, values, dtype), dtype, op=op)
 
     def _compute_dtype(self, op: str, vals: list[Val]) -> DataType:
         info = OPS[op]
@@ -312,7 +282,7 @@ class Builder:
                         f"{op}: operand {i} {describe(v)} is floating; {op} needs {kinds} operands"
                     )
         dt = promote_types(tensor_dt, weak_dt)
-        check_complex_operands(op, dt, [describe(v) for v in vals])
+        cx.check_complex_operands(op, dt, [describe(v) for v in vals])
         if info.category == "float_math" or info.result == "float":
             if not (dt.is_floating or dt.is_complex) and not is_integer_division(op, vals):
                 dt = DataType.Float
@@ -568,7 +538,7 @@ class Builder:
         """sum/prod/max/min over dims; see ReductionOp for the dtype rules."""
         assert op in REDUCTION_OPS
         v = self.tensor(x, op)
-        check_complex_reduction(op, v.dtype)
+        cx.check_complex_reduction(op, v.dtype)
         norm = self._reduction_dims(v, dims, op)
         out_dtype = None
         given = optional_dtype(dtype, what=f"{op}: dtype")  # DataType.Null: the default
@@ -616,7 +586,7 @@ class Builder:
     ) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) of x over dims; x is cast to Float unless Float or Double."""
         v = self.tensor(x, op)
-        check_complex_reduction(op, v.dtype)
+        cx.check_complex_reduction(op, v.dtype)
         norm = self._reduction_dims(v, dims, op)
         acc = v.dtype if v.dtype in (DataType.Float, DataType.Double) else DataType.Float
         src = self.cast(v, acc, op=op)

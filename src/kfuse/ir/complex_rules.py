@@ -4,12 +4,15 @@ the casts to and from them (kfuse.ir.ops_complex holds the rows)."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kfuse.dtypes import COMPLEX_OF, REAL_OF, DataType
 from kfuse.errors import ComplexCastWarning, DefinitionError
 from kfuse.ir.op_info import OpInfo
 from kfuse.ir.ops import OPS
+from kfuse.ir.scalar_eval import eval_scalar, to_python
+from kfuse.ir.values import Scalar, Val
 
 COMPLEX_REDUCTIONS = ("sum",)
 """The reductions of complex values: a sum (and mean, a sum divided) has its complex meaning;
@@ -59,15 +62,60 @@ def check_complex_reduction(op: str, dtype: DataType) -> None:
 def check_complex_cast(src: DataType, dst: DataType, op: str) -> None:
     """A cast between `src` and `dst` where one is complex: DefinitionError with a float8 type
     (torch has no such conversion either); ComplexCastWarning where a complex value goes to a
-    real dtype, which keeps its real part only (as torch and nvFuser warn)."""
+    real dtype, which keeps its real part only (as torch and nvFuser warn; Bool, whether
+    either part is nonzero, drops nothing)."""
     if src.is_float8 or dst.is_float8:
         raise DefinitionError(
             f"{op}: casts between {src.value} and {dst.value} are not supported (cast "
             "through Float)"
         )
-    if src.is_complex and not dst.is_complex:
+    if src.is_complex and not (dst.is_complex or dst is DataType.Bool):
         warnings.warn(
             f"{op}: casting {src.value} to {dst.label} discards the imaginary part",
             ComplexCastWarning,
             stacklevel=4,
         )
+
+
+def check_symbolic_scalar(dtype: DataType) -> None:
+    """DefinitionError for a symbolic (run-time) scalar of a complex dtype: a kernel takes no
+    complex parameter, so complex scalars are constants (folded_value makes them)."""
+    if dtype.is_complex:
+        raise DefinitionError(
+            f"a symbolic (run-time) {dtype.value} scalar is not supported: complex values "
+            "come from tensors and constants (define_scalar(1+2j)); pass a run-time "
+            "complex number as a 0-d tensor"
+        )
+
+
+def complex_constant(value: Any, dtype: DataType, op: str) -> complex:
+    """The value of a constant of complex `dtype`; DefinitionError for a complex `value` of a
+    real dtype."""
+    if not dtype.is_complex:
+        raise DefinitionError(
+            f"{op}: {value!r} is a complex number; {dtype.label} holds no complex value "
+            "(give DataType.ComplexFloat or ComplexDouble, or no dtype)"
+        )
+    return complex(value)
+
+
+def folded_value(
+    op: str, vals: Sequence[Val], dtype: DataType, describe: Callable[[Any], str]
+) -> Any:
+    """The value pointwise `op` gives on scalar operands where complex values are involved
+    (a constant: check_symbolic_scalar says why); DefinitionError for a symbolic operand."""
+    values = []
+    for v in vals:
+        if not (isinstance(v, Scalar) and v.is_constant):
+            raise DefinitionError(
+                f"{op}: {describe(v)} is a symbolic scalar; complex arithmetic on scalars "
+                "takes constants only (pass a run-time complex number as a 0-d tensor)"
+            )
+        values.append(v.value)
+    return eval_scalar(op, values, dtype)
+
+
+def converted(value: Any, dtype: DataType) -> Any:
+    """A constant's `value` cast to `dtype` where either is complex (a real dtype keeps the
+    real part)."""
+    return to_python(value, dtype)

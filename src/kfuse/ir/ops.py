@@ -8,11 +8,12 @@ kfuse.ir.ops_binary and kfuse.ir.ops_special; docs/guides/add-an-op.md says how 
   dtype), 'logical' (operands cast to Bool, Bool result), 'bitwise' (Bool or integer only).
 * result: 'same' (the promoted operand dtype), 'float' (promoted, then Float if not floating:
   true division), 'bool', 'complex' (the complex type of Float or Double parts: complex).
-  Complex operands (kfuse.ir.ops_complex) are taken by the rows whose on_complex says so:
-  "complex" keeps the complex dtype, "real" gives its parts' dtype (abs, real, imag). One exception: div of operands that promote to an integer dtype is
-  nvFuser's integer division, an integer rounded toward zero (kfuse.ir.builder.
-  is_integer_division; a zero divisor gives 0 in a kernel, an InputError in a scalar
-  computed on the host); fd.ops.truediv and Python's `/` divide those as Floats.
+  One exception: div of operands that promote to an integer dtype is nvFuser's integer
+  division, an integer rounded toward zero (kfuse.ir.builder.is_integer_division; a zero
+  divisor gives 0 in a kernel, an InputError in a scalar computed on the host);
+  fd.ops.truediv and Python's `/` divide those as Floats. Complex operands
+  (kfuse.ir.ops_complex) are taken by the rows whose on_complex says so: "complex" keeps
+  the complex dtype, "real" gives its parts' dtype (abs, real, imag).
 
 The frontend inserts casts so that every operand of a UnaryOp/BinaryOp/TernaryOp has the op's
 *compute dtype* (for where: the condition is Bool and the two values share the compute dtype);

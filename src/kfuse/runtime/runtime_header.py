@@ -116,11 +116,12 @@ def special_header() -> str:
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the complex numbers' part where it names
-    kf::complex, the float8 part where it names a float8 type, the reads' part where it reads at positions an index tensor holds or inside a pad's
-    window, the random numbers' part where it draws random numbers, the generated reads' part
-    where a reduction kernel reads a generated value, the integer division part where it
-    divides integers, the special functions' part where it calls one of them (erfinv, gcd, a
-    shift, ...); else `source` unchanged.
+    kf::complex, the float8 part where it names a float8 type, the reads' part where it
+    reads at positions an index tensor holds or inside a pad's window, the random numbers'
+    part where it draws random numbers, the generated reads' part where a reduction kernel
+    reads a generated value, the integer division part where it divides integers, the
+    special functions' part where it calls one of them (erfinv, gcd, a shift, ...); else
+    `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""

@@ -141,19 +141,23 @@ __device__ __forceinline__ complex<T> cos(complex<T> z) {
   return make_complex(cos(z.re) * cosh(z.im), -(sin(z.re) * sinh(z.im)));
 }
 
-// tanh(x + iy) = (sinh 2x + i sin 2y) / (cosh 2x + cos 2y). Past |x| = 20 cosh 2x overflows
-// float while the value is within rounding of +-1 + 0i: the limit, its imaginary part
-// 2 sin 2y e^(-2|x|) (zero in float, kept for its sign).
+// tanh(x + iy) in Kahan's form, from sinh x and tan y: with beta = 1 + tan^2 y, the real part
+// is beta cosh x sinh x / (1 + beta sinh^2 x) and the imaginary part tan y / (1 + beta sinh^2 x).
+// No difference cancels (the textbook (sinh 2x + i sin 2y) / (cosh 2x + cos 2y) loses digits
+// near the poles, x = 0, y = pi/2 + k pi). Past |x| = 20 sinh^2 x overflows float while the
+// value is within rounding of +-1 + 0i: the limit, the imaginary part's sign kept.
 template <typename T>
 __device__ __forceinline__ complex<T> tanh(complex<T> z) {
-  const T x2 = z.re + z.re;
-  const T y2 = z.im + z.im;
   if (abs(z.re) > (T)20) {
     const T one = signbit(z.re) ? (T)-1 : (T)1;
-    return make_complex(one, (T)2 * sin(y2) * exp(-abs(x2)));
+    return make_complex(one, (T)4 * sin(z.im) * cos(z.im) * exp((T)-2 * abs(z.re)));
   }
-  const T d = cosh(x2) + cos(y2);
-  return make_complex(sinh(x2) / d, sin(y2) / d);
+  const T t = tan(z.im);
+  const T beta = (T)1 + t * t;
+  const T sh = sinh(z.re);
+  const T ch = cosh(z.re);
+  const T den = (T)1 + beta * sh * sh;
+  return make_complex(beta * ch * sh / den, t / den);
 }
 
 template <typename T>
