@@ -218,11 +218,9 @@ class Builder:
         if v.dtype is dtype:
             return v
         if v.dtype.is_complex or dtype.is_complex:
-            cx.check_complex_cast(v.dtype, dtype, op)
+            return cx.complex_cast(self, v, dtype, op)
         if isinstance(v, Scalar) and v.is_constant:
             value = v.value
-            if dtype.is_complex or isinstance(value, complex):
-                return self.constant(cx.converted(value, dtype), dtype, op=op)
             if dtype.is_floating or dtype is DataType.Bool:
                 return self.constant(
                     bool(value) if dtype is DataType.Bool else float(value), dtype, op=op

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kfuse.dtypes import COMPLEX_OF, REAL_OF, DataType
 from kfuse.errors import ComplexCastWarning, DefinitionError
+from kfuse.ir.exprs import CastOp
 from kfuse.ir.op_info import OpInfo
 from kfuse.ir.ops import OPS
 from kfuse.ir.scalar_eval import eval_scalar, to_python
-from kfuse.ir.values import Scalar, Val
+from kfuse.ir.values import Scalar, TensorView, Val
+
+if TYPE_CHECKING:
+    from kfuse.ir.builder import Builder
 
 COMPLEX_REDUCTIONS = ("sum",)
 """The reductions of complex values: a sum (and mean, a sum divided) has its complex meaning;
@@ -59,22 +63,30 @@ def check_complex_reduction(op: str, dtype: DataType) -> None:
         )
 
 
-def check_complex_cast(src: DataType, dst: DataType, op: str) -> None:
-    """A cast between `src` and `dst` where one is complex: DefinitionError with a float8 type
-    (torch has no such conversion either); ComplexCastWarning where a complex value goes to a
-    real dtype, which keeps its real part only (as torch and nvFuser warn; Bool, whether
-    either part is nonzero, drops nothing)."""
-    if src.is_float8 or dst.is_float8:
-        raise DefinitionError(
-            f"{op}: casts between {src.value} and {dst.value} are not supported (cast "
-            "through Float)"
-        )
-    if src.is_complex and not (dst.is_complex or dst is DataType.Bool):
+def complex_cast(builder: Builder, v: Val, dtype: DataType, op: str) -> Val:
+    """`builder`'s cast of `v` to `dtype` where one of the two is complex: a constant re-made,
+    else a CastOp. A complex value to a real dtype keeps its real part (ComplexCastWarning,
+    as torch and nvFuser warn; Bool, whether either part is nonzero, drops nothing). Between
+    a float8 type and a complex one the cast goes through Float, as torch's does."""
+    if v.dtype.is_complex and not (dtype.is_complex or dtype is DataType.Bool):
         warnings.warn(
-            f"{op}: casting {src.value} to {dst.label} discards the imaginary part",
+            f"{op}: casting {v.dtype.value} to {dtype.label} discards the imaginary part",
             ComplexCastWarning,
             stacklevel=4,
         )
+    if v.dtype.is_float8 or dtype.is_float8:
+        with warnings.catch_warnings():  # warned above, where it is so
+            warnings.simplefilter("ignore", ComplexCastWarning)
+            return builder.cast(builder.cast(v, DataType.Float, op=op), dtype, op=op)
+    if isinstance(v, Scalar) and v.is_constant:
+        return builder.constant(to_python(v.value, dtype), dtype, op=op)
+    out: Val = (
+        builder.new_tensor(dtype, v.axes)
+        if isinstance(v, TensorView)
+        else builder.new_scalar(dtype)
+    )
+    builder.add(CastOp(inputs=(v,), outputs=(out,), dtype=dtype))
+    return out
 
 
 def check_symbolic_scalar(dtype: DataType) -> None:
@@ -113,9 +125,3 @@ def folded_value(
             )
         values.append(v.value)
     return eval_scalar(op, values, dtype)
-
-
-def converted(value: Any, dtype: DataType) -> Any:
-    """A constant's `value` cast to `dtype` where either is complex (a real dtype keeps the
-    real part)."""
-    return to_python(value, dtype)
