@@ -18,6 +18,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS, fd_call
 from kfuse.ir.random_ops import RANDOM_DTYPES
 from kfuse.ir.values import TensorView, Val
+from kfuse.testing.strategies import complex_values
 
 
 def one_in(draw: Any, n: int) -> bool:
@@ -48,6 +49,9 @@ class Gen:
         self.pool: list[Entry] = []
         self.results: list[Entry] = []  # candidates for outputs, newest last
         self.required: list[Entry] = []  # reductions that must reach an output
+        # Complex values (kfuse.testing.strategies.complex_values): only the pointwise ops
+        # that take them draw from here; the pool gets a real part of each.
+        self.complex_pool: list[Entry] = []
 
     # ---- inputs ----
     def add_input(self, rank: int, full: bool, dtype: DataType) -> Entry:
@@ -69,7 +73,10 @@ class Gen:
                 t = self.fd.ops.neg(t)  # exact, as the input is
             t = self.fd.ops.squeeze(t, [squeezed])
         bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
-        e = Entry(t, True, bound)
+        e = Entry(t, True, 3.0 if dtype.is_complex else bound)
+        if dtype.is_complex:
+            self.complex_pool.append(e)
+            e = complex_values.real_of(self, e)
         self.pool.append(e)
         return e
 
@@ -263,10 +270,16 @@ class Gen:
         op = self.draw(st.sampled_from(self.ops))
         arity = OPS[op].arity
         try:
-            e = (self.unary, self.binary, self.ternary)[arity - 1](op)
+            if self.complex_pool and one_in(self.draw, 3):
+                e = complex_values.complex_step(self)
+            else:
+                e = (self.unary, self.binary, self.ternary)[arity - 1](op)
         except DefinitionError:
             return  # e.g. a bitwise op drew floating operands; dead exprs are pruned
         if e is not None and isinstance(e.val, TensorView):
+            if e.val.dtype.is_complex:  # fd.ops.complex, or an op of complex values
+                self.complex_pool.append(e)
+                e = complex_values.real_of(self, e)
             self.pool.append(e)
             self.results.append(e)
 
