@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kfuse import DataType, FusionDefinition
-from kfuse.errors import ComplexCastWarning, DefinitionError
+from kfuse.errors import ComplexCastWarning, DefinitionError, InputError
 from kfuse.reference import evaluate
 from kfuse.testing import assert_outputs_close
 
@@ -308,6 +308,20 @@ def test_kernels_vectorize_complex_loads() -> None:
     (got,) = fd.execute([x])
     _close(got, -x)
     assert "kf::Vec<kf::complex<float>, 2>" in (fd.last_cuda_source() or "")
+
+
+def test_a_complex_array_aligned_below_its_size_is_an_input_error() -> None:
+    """kf::complex<T> is aligned to its size (torch's c10::complex too): a NumPy view of
+    float64 storage from an odd element is 8-byte aligned, which a ComplexDouble load cannot
+    take (torch refuses such a view itself)."""
+    view = np.arange(11, dtype=np.float64)[1:].view(np.complex128)
+    assert view.ctypes.data % 16 == 8
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.neg(fd.define_tensor(shape=[-1], dtype=DataType.ComplexDouble)))
+    with pytest.raises(InputError, match="ComplexDouble array must be aligned to 16 bytes"):
+        fd.execute([view])
+    (got,) = fd.execute([view.copy()])
+    np.testing.assert_array_equal(got, -view)
 
 
 @pytest.mark.gpu
