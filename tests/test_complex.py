@@ -231,6 +231,23 @@ def test_sum_and_mean(dtype: torch.dtype, shape: tuple[int, ...], dims: list[int
     torch.testing.assert_close(mean, x.mean(dims), **tol)
 
 
+def test_indexed_read_of_complex_values() -> None:
+    """The campaign's find: a gather of a part of a complex input reads the complex input at
+    the gathered positions (kf::index_fill's zero of a complex value)."""
+    x = _complex((16, 3, 8), torch.complex64)
+    index = torch.tensor([[[5], [0], [15]]], dtype=torch.int32)
+
+    def build(fd: FusionDefinition, t: list[Any]) -> Any:
+        part = fd.ops.cosh(fd.ops.real(t[0]))
+        return fd.ops.sum(fd.ops.take_along_axis(part, t[1], dim=0), [0])
+
+    (got,) = _run(build, [x, index])
+    want = torch.take_along_dim(torch.cosh(x.real), index.long(), dim=0).sum(0)
+    torch.testing.assert_close(got, want)
+    (direct,) = _run(lambda fd, t: fd.ops.take_along_axis(t[0], t[1], dim=0), [x, index])
+    _close(direct, torch.take_along_dim(x, index.long(), dim=0))
+
+
 def test_where_with_complex_constants() -> None:
     c = torch.tensor([True, False, True])
     x = _complex((3,), torch.complex64)

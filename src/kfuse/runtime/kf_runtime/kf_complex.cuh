@@ -4,8 +4,8 @@
 //
 // kf::complex<T> (T float or double) is C's and torch's layout: the real part, then the imaginary
 // part, aligned to its whole size (8 or 16 bytes), so that a complex64 element moves as one 8-byte
-// access and a Vec of them as 16-byte ones. An aggregate, as half is: it lives in Vec, shared
-// arrays and registers without a constructor. The operators and the kf:: overloads below let the
+// access and a Vec of them as 16-byte ones. Trivially constructible, as half is: it lives in Vec,
+// shared arrays and registers without a constructor running. The operators and the kf:: overloads below let the
 // op table's templates for real operands ("({0} + {1})", "kf::exp({0})") serve complex ones.
 
 namespace kf {
@@ -14,6 +14,10 @@ template <typename T>
 struct alignas(2 * sizeof(T)) complex {
   T re;
   T im;
+  complex() = default;  // trivial: shared arrays, unions and Vec take it
+  // (complex<T>)x of a real x is x + 0i, so that the runtime's generic (T)0 (the zero an
+  // indexed read fills in, a sum's identity) serves complex values too.
+  __device__ __forceinline__ explicit complex(T r) : re(r), im((T)0) {}
 };
 
 template <typename T>
@@ -237,15 +241,5 @@ __device__ __forceinline__ complex<T> shuffled(complex<T> v, Move move) {
 }
 
 }  // namespace detail
-
-// The sum's identity, 0 + 0i: the generic (T)0 converts no number to an aggregate.
-template <>
-__device__ __forceinline__ complex<float> SumOp::identity<complex<float>>() {
-  return make_complex(0.0f, 0.0f);
-}
-template <>
-__device__ __forceinline__ complex<double> SumOp::identity<complex<double>>() {
-  return make_complex(0.0, 0.0);
-}
 
 }  // namespace kf
