@@ -248,6 +248,25 @@ def test_indexed_read_of_complex_values() -> None:
     _close(direct, torch.take_along_dim(x, index.long(), dim=0))
 
 
+def test_factories_and_layout_ops_of_complex_values() -> None:
+    x = _complex((4, 6), torch.complex64)
+
+    def build(fd: FusionDefinition, t: list[Any]) -> Any:
+        filled = fd.ops.full([4, 6], 1 - 2j, DataType.ComplexFloat)
+        return [
+            fd.ops.add(t[0], filled),
+            fd.ops.pad(t[0], [1, 1]),
+            fd.ops.cat([t[0], fd.ops.zeros([4, 6], DataType.ComplexFloat)], 0),
+            fd.ops.permute(fd.ops.mul(t[0], 1j), [1, 0]),
+        ]
+
+    added, padded, joined, turned = _run(build, [x])
+    _close(added, x + (1 - 2j))
+    _close(padded, torch.nn.functional.pad(x, [1, 1]))
+    _close(joined, torch.cat([x, torch.zeros_like(x)], 0))
+    _close(turned, (x * 1j).T)
+
+
 def test_where_with_complex_constants() -> None:
     c = torch.tensor([True, False, True])
     x = _complex((3,), torch.complex64)
@@ -290,6 +309,9 @@ NO_COMPLEX_MEANING: dict[str, Callable[[Any, Any], Any]] = {
     "prod": lambda fd, t: fd.ops.prod(t, [0]),
     "var": lambda fd, t: fd.ops.var(t, [0]),
     "softmax": lambda fd, t: fd.ops.softmax(t, 0),
+    "topk": lambda fd, t: fd.ops.topk(t, 1),
+    "argsort": lambda fd, t: fd.ops.argsort(t),
+    "cumsum": lambda fd, t: fd.ops.cumsum(t, 0),
 }
 
 
