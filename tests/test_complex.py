@@ -291,11 +291,13 @@ def test_printed_definition_rebuilds_the_fusion() -> None:
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1], dtype=DataType.ComplexFloat)
         fd.add_output(fd.ops.mul(t, fd.define_scalar(1.5 - 2j, DataType.ComplexFloat)))
+        fd.add_output(fd.ops.add(t, complex(float("inf"), float("nan"))))
         fd.add_output(fd.ops.abs(t))
     text = repr(fd)
     namespace: dict[str, Any] = {"FusionDefinition": FusionDefinition, "DataType": DataType}
     exec(text, namespace)  # noqa: S102 - the printer's own output
     assert repr(namespace["fd"]) == text
+    assert "complex(float('inf'), float('nan'))" in text
 
 
 NO_COMPLEX_MEANING: dict[str, Callable[[Any, Any], Any]] = {
