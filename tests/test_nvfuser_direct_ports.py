@@ -170,6 +170,9 @@ def test_where_dtypes() -> None:
         (3.0, 5.0, DataType.Float, torch.float32),
         (3, 5, DataType.Int32, torch.int32),
         (3, 5, None, torch.int64),
+        (complex(3.0), complex(5.0), None, torch.complex128),
+        (3.0 + 0j, 5.0 + 0j, DataType.ComplexFloat, torch.complex64),
+        (3.0 + 0j, 5.0 + 0j, DataType.ComplexDouble, torch.complex128),
         (True, False, DataType.Bool, torch.bool),
     ]
 
@@ -185,6 +188,57 @@ def test_where_dtypes() -> None:
     for out, (yes, no, _, torch_dtype) in zip(run(build, [cond]), cases, strict=True):
         assert out.dtype == torch_dtype
         torch.testing.assert_close(out, torch.tensor([no, yes], dtype=torch_dtype))
+
+
+def test_complex_constants() -> None:
+    x = torch.arange(2).type(torch.complex64)
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.mul(fd.from_pytorch(x), fd.define_scalar(complex(3.0, 0.5))))
+
+    (out,) = run(build, [x])
+    assert out.dtype == torch.complex64
+    torch.testing.assert_close(out, x * (3.0 + 0.5j))
+
+
+def test_complex_rsqrt() -> None:
+    a = torch.randn(4, dtype=torch.complex64)
+    b = torch.randn(4, dtype=torch.complex128)
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.rsqrt(fd.from_pytorch(a)))
+        fd.add_output(fd.ops.rsqrt(fd.from_pytorch(b)))
+
+    got_a, got_b = run(build, [a, b])
+    torch.testing.assert_close(got_a, a.rsqrt())
+    torch.testing.assert_close(got_b, b.rsqrt())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex128, torch.complex64])
+def test_real_imag(dtype: torch.dtype) -> None:
+    x = torch.randn(5, dtype=dtype)
+
+    def build(fd: FusionDefinition) -> None:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.real(t0))
+        fd.add_output(fd.ops.imag(t0))
+
+    real, imag = run(build, [x])
+    torch.testing.assert_close(real, torch.real(x))
+    torch.testing.assert_close(imag, torch.imag(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_reduction_complex_number(dtype: torch.dtype) -> None:
+    x = torch.randn(2, 32, dtype=dtype)
+    nv_dtype = DataType.ComplexFloat if dtype == torch.complex64 else DataType.ComplexDouble
+
+    def build(fd: FusionDefinition) -> None:
+        fd.add_output(fd.ops.sum(fd.from_pytorch(x), [-1], False, nv_dtype))
+
+    (out,) = run(build, [x])
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, torch.sum(x, dim=-1))
 
 
 def test_welford() -> None:

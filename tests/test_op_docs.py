@@ -25,12 +25,15 @@ def test_every_fd_ops_method_has_a_row() -> None:
 
 def test_the_dtypes_column_is_what_a_definition_accepts() -> None:
     """The probe sees the builder's checks: bitwise ops take no floats, the attention ops
-    Half and BFloat16 only, the composites floats only, casts everything."""
+    Half and BFloat16 only, the composites floats only, casts everything, imag complex
+    values only and the comparisons of an order no complex ones."""
     dtypes = {name: d for entries in gen_op_docs.rows().values() for name, _, d, _ in entries}
     assert dtypes["bitwise_and"] == "Bool, integers"
     assert dtypes["sdpfa_fwd"] == "Half, BFloat16"
     assert dtypes["softmax"].startswith("floats")
-    assert dtypes["cast"] == "Bool, integers, floats, Float8"
+    assert dtypes["cast"] == "Bool, integers, floats, Float8, complex"
+    assert dtypes["imag"] == "complex"
+    assert dtypes["lt"] == "Bool, integers, floats, Float8"
     assert dtypes["nextafter"] == "Float, Double"
 
 

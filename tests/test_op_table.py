@@ -44,6 +44,9 @@ def _operands(name: str, n: int = 29) -> tuple[list[np.ndarray], list[DataType]]
     """Arrays for op `name`'s operands, inside its domain, with some special values."""
     row = OPS[name]
     rng = np.random.default_rng(sum(map(ord, name)))
+    if row.complex_only:  # imag: parts drawn as a Float operand's are
+        parts = [_operands("add", n)[0][0] for _ in range(2)]
+        return [(parts[0] + 1j * parts[1]).astype(np.complex64)], [DataType.ComplexFloat]
     dtype = DataType.Float if row.accepts_float else DataType.Int32
     lo, hi = _RANGES.get(row.domain or "", (-3.0, 3.0))
     arrays: list[np.ndarray] = []
@@ -90,7 +93,8 @@ def test_every_op_is_generated_and_matches_the_reference(name: str) -> None:
     actual = fd.execute(arrays)  # NumPy inputs: the host emulator runs the generated CUDA
     source = fd.last_cuda_source()
     assert source is not None, f"{name}: no kernel generated"
-    marker = _template_marker(name, "int" if dtypes[-1] is DataType.Int32 else "float")
+    kind = "int" if dtypes[-1] is DataType.Int32 else "float"
+    marker = _template_marker(name, "complex" if dtypes[-1].is_complex else kind)
     if marker is not None:
         assert marker in source, f"{name}: the kernel does not call {marker}"
     assert_outputs_close(fd.fusion, actual, expected, arrays)
@@ -100,8 +104,10 @@ def test_every_op_is_generated_and_matches_the_reference(name: str) -> None:
 def test_every_op_folds_scalars_as_the_reference_evaluates(name: str) -> None:
     """The row's scalar function (constant folding) and its reference function agree."""
     arrays, dtypes = _operands(name, n=7)
-    arrays = [a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays]
-    dtypes = [DataType.Double if dt is DataType.Float else dt for dt in dtypes]
+    wider = {np.float32: np.float64, np.complex64: np.complex128}
+    arrays = [a.astype(wider.get(a.dtype.type, a.dtype)) for a in arrays]
+    widened = {DataType.Float: DataType.Double, DataType.ComplexFloat: DataType.ComplexDouble}
+    dtypes = [widened.get(dt, dt) for dt in dtypes]
     fd = _definition(name, dtypes)
     (reference,) = evaluate(fd, arrays)
     out_dtype = fd.fusion.outputs[0].dtype

@@ -94,6 +94,9 @@ EXPECTED = {
     "where": lambda c, a, b: np.where(c, a, b),
     "clamp": lambda x, lo, hi: np.clip(x, lo, hi),
     "lerp": lambda s, e, w: s + w * (e - s),
+    "real": np.real,
+    "imag": np.imag,
+    "complex": lambda re, im: re + 1j * im,
     "threshold": lambda x, t, v: np.where(x <= t, v, x),
     "erfinv": lambda a: torch.special.erfinv(torch.from_numpy(a)).numpy(),
     "erfcinv": lambda a: torch.special.erfinv(torch.from_numpy(1 - a)).numpy(),
@@ -126,6 +129,9 @@ def _operands(op: str, rng: np.random.Generator) -> tuple[list[np.ndarray], Data
     if not OPS[op].accepts_float:  # mod: integers, divisors away from 0, signs mixed
         a, b = rng.integers(-50, 50, n).astype(np.int32), rng.integers(1, 9, n).astype(np.int32)
         return [a, np.where(rng.integers(0, 2, n) == 1, -b, b).astype(np.int32)], DataType.Int32
+    if OPS[op].complex_only:  # imag
+        parts = rng.normal(size=(2, n))
+        return [(parts[0] + 1j * parts[1]).astype(np.complex64)], DataType.ComplexFloat
     if op == "where":
         return [
             rng.integers(0, 2, n).astype(np.bool_),
@@ -178,7 +184,8 @@ def test_every_op_matches_numpy(op: str) -> None:
         )
         fd.add_output(out)
     (got,) = evaluate(fd, arrays)
-    expected = EXPECTED[op](*[a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays])
+    wider = {np.float32: np.float64, np.complex64: np.complex128}
+    expected = EXPECTED[op](*[a.astype(wider.get(a.dtype.type, a.dtype)) for a in arrays])
     assert_close(got, expected, out.dtype if not out.dtype.is_floating else DataType.Double)
     (got32,) = evaluate(fd, arrays, accumulate="same")
     assert_close(got32, expected, out.dtype)

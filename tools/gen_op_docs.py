@@ -17,12 +17,13 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kfuse import DataType, FusionDefinition
-from kfuse.errors import DefinitionError
+from kfuse.errors import ComplexCastWarning, DefinitionError
 from kfuse.frontend.ops import Ops
 from kfuse.ir.ops import OPS, OpInfo
 
@@ -36,6 +37,7 @@ GROUPS = {
     "integers": (DataType.Int32, DataType.Int),
     "floats": (DataType.Half, DataType.BFloat16, DataType.Float, DataType.Double),
     "Float8": (DataType.Float8_e4m3fn, DataType.Float8_e5m2),
+    "complex": (DataType.ComplexFloat, DataType.ComplexDouble),
 }
 PROBED = tuple(dt for group in GROUPS.values() for dt in group)
 
@@ -172,7 +174,8 @@ def accepted_dtypes(probe: Probe) -> list[DataType]:
     accepted = []
     for dtype in PROBED:
         try:
-            with FusionDefinition() as fd:
+            with FusionDefinition() as fd, warnings.catch_warnings():
+                warnings.simplefilter("ignore", ComplexCastWarning)  # cast's complex probe
                 t = fd.define_tensor(shape=[-1, -1], dtype=dtype)
                 probe(fd, t)
                 fd.add_output(t)  # the probe's result may be a scalar or a list

@@ -36,11 +36,12 @@ class DataType(enum.Enum):
     Float8_e4m3fn = "Float8_e4m3fn"  # 4 exponent bits, 3 mantissa bits; no infinity
     Float8_e5m2 = "Float8_e5m2"  # 5 exponent bits, 2 mantissa bits
     # nvFuser's other names, present so that programs written for nvFuser (Thunder's dtype
-    # map) import; kfuse computes none of them yet (DECLARED_ONLY says why), and Null is
-    # nvFuser's "no dtype": the default where a dtype is optional (optional_dtype).
+    # map) import; kfuse computes none of UInt64 and Float4_e2m1fn_x2 yet (DECLARED_ONLY
+    # says why), and Null is nvFuser's "no dtype": the default where a dtype is optional
+    # (optional_dtype). The complex types are computed (two floating parts, the real first).
     Null = "Null"
-    ComplexFloat = "ComplexFloat"
-    ComplexDouble = "ComplexDouble"
+    ComplexFloat = "ComplexFloat"  # complex64: two Floats
+    ComplexDouble = "ComplexDouble"  # complex128: two Doubles
     UInt64 = "UInt64"
     Float4_e2m1fn_x2 = "Float4_e2m1fn_x2"
 
@@ -68,6 +69,11 @@ class DataType(enum.Enum):
     def is_integral(self) -> bool:
         """True for Int32 and Int (Bool is not integral here)."""
         return self in (DataType.Int32, DataType.Int)
+
+    @property
+    def is_complex(self) -> bool:
+        """True for ComplexFloat and ComplexDouble (not floating: is_floating is False)."""
+        return self in (DataType.ComplexFloat, DataType.ComplexDouble)
 
     @property
     def is_boolean(self) -> bool:
@@ -128,7 +134,13 @@ _CUDA_TYPE = {
     DataType.Double: "double",
     DataType.Float8_e4m3fn: "kf::float8_e4m3fn",
     DataType.Float8_e5m2: "kf::float8_e5m2",
+    DataType.ComplexFloat: "kf::complex<float>",
+    DataType.ComplexDouble: "kf::complex<double>",
 }
+COMPLEX_OF = {DataType.Float: DataType.ComplexFloat, DataType.Double: DataType.ComplexDouble}
+"""The complex dtype whose parts are of a floating dtype (nvFuser's getComplexTypeFromType)."""
+REAL_OF = {c: r for r, c in COMPLEX_OF.items()}
+"""The floating dtype of a complex dtype's real and imaginary parts."""
 ML_DTYPES_NAME = {
     DataType.BFloat16: "bfloat16",
     DataType.Float8_e4m3fn: "float8_e4m3fn",
@@ -142,6 +154,8 @@ _NUMPY_NAME = {
     DataType.Half: "float16",
     DataType.Float: "float32",
     DataType.Double: "float64",
+    DataType.ComplexFloat: "complex64",
+    DataType.ComplexDouble: "complex128",
 }
 _TORCH_NAME = {
     DataType.Bool: "bool",
@@ -153,18 +167,16 @@ _TORCH_NAME = {
     DataType.Double: "float64",
     DataType.Float8_e4m3fn: "float8_e4m3fn",
     DataType.Float8_e5m2: "float8_e5m2",
+    DataType.ComplexFloat: "complex64",
+    DataType.ComplexDouble: "complex128",
 }
 DECLARED_ONLY = {
     DataType.Null: "DataType.Null means no dtype (the default where a dtype is optional)",
-    DataType.ComplexFloat: "complex numbers are not supported by kfuse yet",
-    DataType.ComplexDouble: "complex numbers are not supported by kfuse yet",
     DataType.UInt64: "unsigned integers are not supported by kfuse yet",
     DataType.Float4_e2m1fn_x2: "packed float4 (e2m1) is not supported by kfuse yet",
 }
 """nvFuser's dtypes kfuse names but does not compute, each with the reason a user is told."""
 _DECLARED_TORCH_NAME = {
-    "complex64": DataType.ComplexFloat,
-    "complex128": DataType.ComplexDouble,
     "uint64": DataType.UInt64,
     "float4_e2m1fn_x2": DataType.Float4_e2m1fn_x2,
 }
@@ -180,7 +192,7 @@ def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
     ("float32"), as are torch's (torch.float16).
 
     Raises DefinitionError naming `what` for anything else, and for the dtypes kfuse only
-    names (DECLARED_ONLY: Null, the complex types, UInt64, Float4_e2m1fn_x2).
+    names (DECLARED_ONLY: Null, UInt64, Float4_e2m1fn_x2).
     """
     dtype = _named_dtype(value)
     if dtype is None:
@@ -252,6 +264,8 @@ def from_array_dtype(dt: Any) -> DataType:
         "int": DataType.Int32,
         "long": DataType.Int,
         "bool_": DataType.Bool,
+        "cfloat": DataType.ComplexFloat,
+        "cdouble": DataType.ComplexDouble,
     }
     if name in aliases:
         return aliases[name]
@@ -336,6 +350,8 @@ _CATEGORY = {
     DataType.Double: 2,
     DataType.Float8_e4m3fn: 2,
     DataType.Float8_e5m2: 2,
+    DataType.ComplexFloat: 3,
+    DataType.ComplexDouble: 3,
 }
 # Ranks inside a category; Half and BFloat16 share a rank because neither holds the other.
 _RANK = {
@@ -348,11 +364,13 @@ _RANK = {
     DataType.Double: 3,
     DataType.Float8_e4m3fn: 0,  # never compared: float8 promotes with nothing else
     DataType.Float8_e5m2: 0,
+    DataType.ComplexFloat: 2,  # the rank of its parts' dtype, Float
+    DataType.ComplexDouble: 3,
 }
 
 
 def category(dtype: DataType) -> int:
-    """0 for Bool, 1 for integers, 2 for floating types."""
+    """0 for Bool, 1 for integers, 2 for floating types, 3 for complex types."""
     return _CATEGORY[dtype]
 
 
@@ -360,7 +378,11 @@ def promote_pair(a: DataType, b: DataType) -> DataType:
     """PyTorch's promote_types for two tensor dtypes (Half with BFloat16 gives Float).
 
     A float8 type promotes with itself only, as in torch (and so nvFuser, which promotes
-    through c10::promoteTypes): any other pair with one is a DefinitionError."""
+    through c10::promoteTypes): any other pair with one is a DefinitionError.
+
+    A complex type with a floating one gives the complex type as wide as the wider of the
+    two (ComplexFloat with Double: ComplexDouble), as torch does; with Bool or an integer,
+    the complex type itself."""
     if a is b:
         return a
     if a.is_float8 or b.is_float8:
@@ -368,6 +390,8 @@ def promote_pair(a: DataType, b: DataType) -> DataType:
             f"type promotion of {a.value} with {b.value} is not supported for float8 types "
             "(as in torch): cast one operand to the other's dtype first"
         )
+    if a.is_complex or b.is_complex:
+        return _promote_complex(a, b)
     ca, cb = _CATEGORY[a], _CATEGORY[b]
     if ca != cb:
         return a if ca > cb else b
@@ -377,20 +401,29 @@ def promote_pair(a: DataType, b: DataType) -> DataType:
     return a if ra > rb else b
 
 
+def _promote_complex(a: DataType, b: DataType) -> DataType:
+    """promote_pair where one of a, b is complex: the complex type whose parts hold both."""
+    parts = [REAL_OF.get(d, d) for d in (a, b) if d.is_complex or d.is_floating]
+    widest = DataType.Double if DataType.Double in parts else DataType.Float
+    return COMPLEX_OF[widest]
+
+
 def promote_types(
     tensor_dtypes: Sequence[DataType], weak_dtypes: Sequence[DataType] = ()
 ) -> DataType:
     """The result dtype of an op on tensors and weakly typed scalars, following PyTorch.
 
-    Rules (those of torch.result_type, without complex numbers):
+    Rules (those of torch.result_type):
 
-    * categories are ordered bool < integer < floating;
+    * categories are ordered bool < integer < floating < complex;
     * tensors promote pairwise by `promote_pair`: the higher category wins, inside a category
       the wider type wins, Half with BFloat16 gives Float;
     * scalars (Python numbers and every kfuse Scalar, constant or symbolic, like torch's 0-dim
       "wrapped numbers") are weak: they only matter when their category is higher than every
       tensor's, and then the result is that category's default: Int (int64) for an integer
-      scalar with Bool tensors, Float for a floating scalar with Bool/integer tensors;
+      scalar with Bool tensors, Float for a floating scalar with Bool/integer tensors; a
+      complex scalar gives the tensors' complex counterpart (ComplexDouble for Double,
+      ComplexFloat for the others: torch gives complex32 for Half, which kfuse lacks);
     * with no tensors at all (scalar-only arithmetic) the scalars promote among themselves like
       tensors do, so Int * Double gives Double.
 
@@ -410,12 +443,21 @@ def promote_types(
     if weak_dtypes:
         weak_cat = max(_CATEGORY[d] for d in weak_dtypes)
         if weak_cat > _CATEGORY[result]:
+            if weak_cat == 3:
+                if result.is_float8:
+                    raise DefinitionError(
+                        f"type promotion of {result.value} with a complex scalar is not "
+                        "supported (as in torch): cast the tensor to Float first"
+                    )
+                wide = result is DataType.Double
+                return DataType.ComplexDouble if wide else DataType.ComplexFloat
             result = DataType.Int if weak_cat == 1 else DataType.Float
     return result
 
 
 def python_scalar_dtype(value: Any) -> DataType:
-    """The dtype kfuse gives a Python number: bool -> Bool, int -> Int, float -> Double."""
+    """The dtype kfuse gives a Python number: bool -> Bool, int -> Int, float -> Double,
+    complex -> ComplexDouble (as nvFuser's define_scalar)."""
     if isinstance(value, bool):
         return DataType.Bool
     if isinstance(value, int):
@@ -423,10 +465,7 @@ def python_scalar_dtype(value: Any) -> DataType:
     if isinstance(value, float):
         return DataType.Double
     if isinstance(value, complex):
-        raise DefinitionError(
-            f"{value!r} is a complex number (DataType.ComplexDouble): "
-            f"{DECLARED_ONLY[DataType.ComplexDouble]}"
-        )
+        return DataType.ComplexDouble
     # NumPy scalars and the like: go through their dtype.
     dt = getattr(value, "dtype", None)
     if dt is not None and getattr(value, "ndim", 1) == 0:

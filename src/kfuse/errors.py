@@ -43,10 +43,16 @@ class NoAutogradWarning(KfuseWarning):
     fusion and its outputs do not require grad. Shown once per process."""
 
 
+class ComplexCastWarning(KfuseWarning):
+    """A complex value is cast to a real dtype: its imaginary part is discarded (torch and
+    nvFuser warn the same). Shown where the cast is defined."""
+
+
 __all__ = [
     "KfuseError",
     "KfuseWarning",
     "NoAutogradWarning",
+    "ComplexCastWarning",
     "DefinitionError",
     "InputError",
     "SchedulerError",

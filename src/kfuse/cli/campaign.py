@@ -23,8 +23,14 @@ from typing import Any
 from kfuse.cli.parser import Parser, UsageError
 
 DEFAULT_DTYPE_NAMES = ("Float", "Half", "BFloat16", "Double", "Int32", "Int", "Bool")
-# The float8 types only when asked for (--dtypes): they are new to the campaigns.
-DTYPE_NAMES = (*DEFAULT_DTYPE_NAMES, "Float8_e4m3fn", "Float8_e5m2")
+# The float8 and complex types only when asked for (--dtypes): they are new to the campaigns.
+DTYPE_NAMES = (
+    *DEFAULT_DTYPE_NAMES,
+    "Float8_e4m3fn",
+    "Float8_e5m2",
+    "ComplexFloat",
+    "ComplexDouble",
+)
 
 
 def _parser() -> Parser:

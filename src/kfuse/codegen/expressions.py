@@ -13,7 +13,7 @@ import math
 import struct
 from typing import Any, cast
 
-from kfuse.dtypes import REDUCED_FLOATS, DataType
+from kfuse.dtypes import REAL_OF, REDUCED_FLOATS, DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, Expr, TernaryOp, UnaryOp
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import Scalar
@@ -28,6 +28,10 @@ def literal(value: object, dtype: DataType) -> str:
     """An exact C++ literal for a constant of `dtype` (its compute type)."""
     if dtype is DataType.Bool:
         return "true" if value else "false"
+    if dtype.is_complex:
+        z = complex(cast(Any, value))
+        part = REAL_OF[dtype]
+        return f"kf::make_complex({literal(z.real, part)}, {literal(z.imag, part)})"
     if dtype.is_integral:
         v = int(cast(Any, value))
         if dtype is DataType.Int:
@@ -65,7 +69,9 @@ def expression(expr: Expr, operands: list[str], fast: bool = False) -> str:
     # The operand type decides the template (for where: the values, not the condition).
     row = OPS[expr.op]
     operand_dtype = expr.inputs[1 if row.has_condition else 0].dtype
-    if operand_dtype is DataType.Bool:
+    if operand_dtype.is_complex:
+        kind = "complex"
+    elif operand_dtype is DataType.Bool:
         kind = "bool"
     elif operand_dtype.is_integral:
         kind = "int"

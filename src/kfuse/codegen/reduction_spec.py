@@ -11,6 +11,7 @@ from kfuse.codegen.domain import DomainMap, Use
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.softmax_fold import SoftmaxStatsOp
+from kfuse.dtypes import DataType
 from kfuse.ir.exprs import ReductionOp, WelfordOp
 
 FINALIZE_X = 32
@@ -223,7 +224,7 @@ class Accumulator:
     @property
     def size(self) -> int:
         """Bytes of one accumulator."""
-        base = {"float": 4, "double": 8, "int": 4, "long long": 8, "bool": 1}[self.value_type]
+        base = _CTYPE_SIZE[self.value_type]
         return len(self.partial_fields) * base
 
     @property
@@ -236,6 +237,18 @@ class Accumulator:
     @property
     def partial_type(self) -> str:
         return self.value_type
+
+
+_CTYPE_SIZE = {
+    "float": 4,
+    "double": 8,
+    "int": 4,
+    "long long": 8,
+    "bool": 1,
+    DataType.ComplexFloat.cuda_type: 8,
+    DataType.ComplexDouble.cuda_type: 16,
+}
+"""Bytes of one value of each accumulator compute type."""
 
 
 def accumulators(plan: ReductionPlan) -> list[Accumulator]:

@@ -424,11 +424,14 @@ class Ops(LibraryMethods, PointwiseOps):
             n = self._b.pointwise("mul", [n, self._b.size(v, d)])
         return n
 
-    def _float_input(self, x: Any, op: str, dtype: Any = None) -> tuple[TensorView, DataType]:
-        """x cast for floating math: returns (x in its compute dtype, the result dtype)."""
+    def _float_input(
+        self, x: Any, op: str, dtype: Any = None, *, complex_ok: bool = False
+    ) -> tuple[TensorView, DataType]:
+        """x cast for floating math: returns (x in its compute dtype, the result dtype).
+        `complex_ok`: complex dtypes are taken too (mean)."""
         v = self._b.tensor(x, op)
         out = optional_dtype(dtype, what=f"{op}: dtype") or v.dtype
-        if not out.is_floating:
+        if not (out.is_floating or (complex_ok and out.is_complex)):
             raise DefinitionError(
                 f"{op}: {describe(v)} needs a floating dtype "
                 f"(got {out.value}); cast it or pass dtype="
@@ -441,10 +444,17 @@ class Ops(LibraryMethods, PointwiseOps):
     ) -> TensorView:
         """Mean over dims: sum / N with N the exact product of the reduced sizes."""
         self._fd.check_open("mean")
-        v, out = self._float_input(x, "mean", dtype)
+        v, out = self._float_input(x, "mean", dtype, complex_ok=True)
         dims_n = self._b._reduction_dims(v, dims, "mean")
         s = self._b.reduction("sum", v, dims_n, False, v.dtype)
-        m = self._b.cast(self._b.pointwise("div", [s, self._count(v, dims_n)]), out)
+        n = self._count(v, dims_n)
+        if s.dtype.is_complex:  # each part divided: the count as a complex scalar would be a
+            # run-time complex kernel parameter, which kernels do not take
+            parts = [self._b.pointwise(p, [s]) for p in ("real", "imag")]
+            mean = self._b.pointwise("complex", [self._b.pointwise("div", [p, n]) for p in parts])
+        else:
+            mean = self._b.pointwise("div", [s, n])
+        m = self._b.cast(mean, out)
         return self._b.keepdim(m, dims_n, v.ndim, keepdim, "mean")
 
     def var_mean(

@@ -240,7 +240,7 @@ class PointwiseOps:
     def set(self, x: Operand, /) -> Val: ...
     @overload
     def abs(self, x: TensorView, /) -> TensorView:
-        """abs(x): absolute value."""
+        """abs(x): absolute value; of a complex x its modulus, a Float or Double."""
 
     @overload
     def abs(self, x: ScalarOperand, /) -> Scalar: ...
@@ -353,7 +353,7 @@ class PointwiseOps:
     def isneginf(self, x: Operand, /) -> Val: ...
     @overload
     def isreal(self, x: TensorView, /) -> TensorView:
-        """isreal(x): true: x has no imaginary part (kfuse has no complex dtypes)."""
+        """isreal(x): x's imaginary part is zero (true for every real dtype)."""
 
     @overload
     def isreal(self, x: ScalarOperand, /) -> Scalar: ...
@@ -737,6 +737,32 @@ class PointwiseOps:
     ) -> Scalar: ...
     @overload
     def lerp(self, start: Operand, end: Operand, weight: Operand, /) -> Val: ...
+    @overload
+    def real(self, x: TensorView, /) -> TensorView:
+        """real(x): the real part of a complex x, as its Float or Double; a real x copied."""
+
+    @overload
+    def real(self, x: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def real(self, x: Operand, /) -> Val: ...
+    @overload
+    def imag(self, x: TensorView, /) -> TensorView:
+        """imag(x): the imaginary part of a complex x, as its Float or Double (complex x only)."""
+
+    @overload
+    def imag(self, x: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def imag(self, x: Operand, /) -> Val: ...
+    @overload
+    def complex(self, re: TensorView, im: Operand, /) -> TensorView:
+        """complex(re, im): the complex number re + im i, of two Float or two Double parts."""
+
+    @overload
+    def complex(self, re: Operand, im: TensorView, /) -> TensorView: ...
+    @overload
+    def complex(self, re: ScalarOperand, im: ScalarOperand, /) -> Scalar: ...
+    @overload
+    def complex(self, re: Operand, im: Operand, /) -> Val: ...
     @overload
     def truediv(self, a: TensorView, b: Operand, /) -> TensorView:
         """truediv(a, b): a / b, except that two integer scalars give a Float (div divides them

@@ -18,6 +18,7 @@ from kfuse.dtypes import (
     python_scalar_dtype,
 )
 from kfuse.errors import DefinitionError
+from kfuse.ir import complex_rules as cx
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
@@ -144,7 +145,8 @@ class Builder:
         )
 
     def new_scalar(self, dtype: DataType, *, is_input: bool = False) -> Scalar:
-        """A fresh non-constant Scalar."""
+        """A fresh non-constant Scalar (of a real dtype: check_symbolic_scalar)."""
+        cx.check_symbolic_scalar(dtype)
         name, serial = self.fusion.next_name("S")
         return Scalar(name, dtype, None, is_input=is_input, owner=self.owner, serial=serial)
 
@@ -159,9 +161,11 @@ class Builder:
                 value = value.item()
             except (ValueError, TypeError):  # an array of several elements, or not a number
                 raise DefinitionError(f"{op}: {value!r} is not a number") from None
-        if not isinstance(value, (bool, int, float)):
+        if not isinstance(value, (bool, int, float, complex)):
             raise DefinitionError(f"{op}: {value!r} is not a number")
-        if dtype is DataType.Bool:
+        if dtype.is_complex or isinstance(value, complex):
+            value = cx.complex_constant(value, dtype, op)
+        elif dtype is DataType.Bool:
             value = bool(value)
         elif dtype.is_integral:
             if isinstance(value, float) and not value.is_integer():
@@ -183,7 +187,7 @@ class Builder:
                     f"{op}: operand {pos} ({x.name}) belongs to another FusionDefinition"
                 )
             return x
-        if isinstance(x, (bool, int, float)) or (
+        if isinstance(x, (bool, int, float, complex)) or (
             hasattr(x, "dtype") and getattr(x, "ndim", None) == 0
         ):
             try:
@@ -213,6 +217,8 @@ class Builder:
         dtype = as_dtype(dtype, what=f"{op}: dtype")
         if v.dtype is dtype:
             return v
+        if v.dtype.is_complex or dtype.is_complex:
+            return cx.complex_cast(self, v, dtype, op)
         if isinstance(v, Scalar) and v.is_constant:
             value = v.value
             if dtype.is_floating or dtype is DataType.Bool:
@@ -247,11 +253,13 @@ class Builder:
             compute = DataType.Bool
         if info.casts_operands:
             vals = [self.cast(v, compute, op=op) for v in vals]
-        out_dtype = DataType.Bool if info.result == "bool" else compute
+        out_dtype = cx.result_dtype(info, compute)
         if cond is not None:
             vals = [cond, *vals]
         vals = self._align(op, vals)
         tensors = [v for v in vals if isinstance(v, TensorView)]
+        if not tensors and (compute.is_complex or out_dtype.is_complex):
+            return self.constant(cx.folded_value(op, vals, out_dtype, describe), out_dtype, op=op)
         if tensors:
             out: Val = self.new_tensor(out_dtype, self._result_axes(op, tensors))
         else:
@@ -272,8 +280,9 @@ class Builder:
                         f"{op}: operand {i} {describe(v)} is floating; {op} needs {kinds} operands"
                     )
         dt = promote_types(tensor_dt, weak_dt)
+        cx.check_complex_operands(op, dt, [describe(v) for v in vals])
         if info.category == "float_math" or info.result == "float":
-            if not dt.is_floating and not is_integer_division(op, vals):
+            if not (dt.is_floating or dt.is_complex) and not is_integer_division(op, vals):
                 dt = DataType.Float
         if info.full_precision_only and dt not in (DataType.Float, DataType.Double):
             raise DefinitionError(
@@ -527,12 +536,13 @@ class Builder:
         """sum/prod/max/min over dims; see ReductionOp for the dtype rules."""
         assert op in REDUCTION_OPS
         v = self.tensor(x, op)
+        cx.check_complex_reduction(op, v.dtype)
         norm = self._reduction_dims(v, dims, op)
         out_dtype = None
         given = optional_dtype(dtype, what=f"{op}: dtype")  # DataType.Null: the default
         if given is not None:
             acc = given
-        elif op in ("sum", "prod") and not v.dtype.is_floating:
+        elif op in ("sum", "prod") and not (v.dtype.is_floating or v.dtype.is_complex):
             acc = DataType.Int  # torch: integer and bool sums are int64
         elif op in ("sum", "prod") and v.dtype.is_reduced_float:
             acc, out_dtype = DataType.Float, v.dtype  # accumulate in float, return v's dtype
@@ -574,6 +584,7 @@ class Builder:
     ) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) of x over dims; x is cast to Float unless Float or Double."""
         v = self.tensor(x, op)
+        cx.check_complex_reduction(op, v.dtype)
         norm = self._reduction_dims(v, dims, op)
         acc = v.dtype if v.dtype in (DataType.Float, DataType.Double) else DataType.Float
         src = self.cast(v, acc, op=op)

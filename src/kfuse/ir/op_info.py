@@ -54,7 +54,7 @@ class OpInfo:
     name: str
     arity: int
     category: str  # 'float_math' | 'arith' | 'compare' | 'logical' | 'bitwise'
-    result: str  # 'same' | 'float' | 'bool'
+    result: str  # 'same' | 'float' | 'bool' | 'complex' (the complex type of its parts)
     doc: str  # one line for the docs' op list (docs/guides/ops.md)
     scalar: Callable[..., Any]  # Python numbers -> Python number (constant folding)
     # ---- arguments (the frontend's fd.ops method, the builder's checks) ----
@@ -73,6 +73,13 @@ class OpInfo:
     cuda_int: str | None = None  # integer operands; None = as cuda
     cuda_bool: str | None = None  # Bool operands; None = as cuda
     cuda_fast: str | None = None  # the approximate form (precision 'approximable')
+    # ---- complex operands (kfuse.ir.ops_complex fills these in) ----
+    # None: the op refuses complex operands; "complex": computed in the complex dtype (a
+    # 'bool' result stays Bool); "real": the result is the complex dtype's part (abs).
+    on_complex: str | None = None
+    complex_only: bool = False  # real operands are refused (imag)
+    cuda_complex: str | None = None  # complex operands; None = as cuda
+    scalar_complex: Callable[..., Any] | None = None  # Python complex numbers; None = scalar
     # ---- evaluation ----
     # Operand kinds ('int', 'bool') on which the op is the identity (floor of an integer).
     identity_on: tuple[str, ...] = ()
@@ -97,6 +104,7 @@ class OpInfo:
         assert self.domain is None or self.domain in DOMAINS, self
         assert self.bound in BOUNDS and self.draw in DRAWS, self
         assert (self.cuda_fast is not None) == (self.precision == "approximable"), self
+        assert self.on_complex in (None, "complex", "real"), self
 
     @property
     def operand_names(self) -> tuple[str, ...]:
@@ -110,10 +118,12 @@ class OpInfo:
         return self.name if self.method == "" else self.method
 
     def template(self, operand_kind: str) -> str | None:
-        """The CUDA template for operands of kind 'float', 'int' or 'bool'."""
+        """The CUDA template for operands of kind 'float', 'int', 'bool' or 'complex'."""
         base = f"kf::{self.name}({{0}})" if self.cuda == "" else self.cuda
         if operand_kind in self.identity_on:
             return "{0}"
+        if operand_kind == "complex" and self.cuda_complex is not None:
+            return self.cuda_complex
         if operand_kind == "int" and self.cuda_int is not None:
             return self.cuda_int
         if operand_kind == "bool" and self.cuda_bool is not None:

@@ -7,10 +7,13 @@ kfuse.ir.ops_binary and kfuse.ir.ops_special; docs/guides/add-an-op.md says how 
   'arith' (computed in the promoted dtype), 'compare' (Bool result, operands in the promoted
   dtype), 'logical' (operands cast to Bool, Bool result), 'bitwise' (Bool or integer only).
 * result: 'same' (the promoted operand dtype), 'float' (promoted, then Float if not floating:
-  true division), 'bool'. One exception: div of operands that promote to an integer dtype is
-  nvFuser's integer division, an integer rounded toward zero (kfuse.ir.builder.
-  is_integer_division; a zero divisor gives 0 in a kernel, an InputError in a scalar
-  computed on the host); fd.ops.truediv and Python's `/` divide those as Floats.
+  true division), 'bool', 'complex' (the complex type of Float or Double parts: complex).
+  One exception: div of operands that promote to an integer dtype is nvFuser's integer
+  division, an integer rounded toward zero (kfuse.ir.builder.is_integer_division; a zero
+  divisor gives 0 in a kernel, an InputError in a scalar computed on the host);
+  fd.ops.truediv and Python's `/` divide those as Floats. Complex operands
+  (kfuse.ir.ops_complex) are taken by the rows whose on_complex says so: "complex" keeps
+  the complex dtype, "real" gives its parts' dtype (abs, real, imag).
 
 The frontend inserts casts so that every operand of a UnaryOp/BinaryOp/TernaryOp has the op's
 *compute dtype* (for where: the condition is Bool and the two values share the compute dtype);
@@ -28,19 +31,21 @@ from __future__ import annotations
 
 from kfuse.ir.op_info import OpInfo
 from kfuse.ir.ops_binary import BINARY_ROWS, TERNARY_ROWS
+from kfuse.ir.ops_complex import COMPLEX_ROWS, with_complex_forms
 from kfuse.ir.ops_special import SPECIAL_BINARY_ROWS, SPECIAL_UNARY_ROWS
 from kfuse.ir.ops_unary import UNARY_ROWS
 
 __all__ = ["OPS", "OpInfo", "UNARY_OPS", "BINARY_OPS", "TERNARY_OPS", "REDUCTION_OPS", "fd_call"]
 
 OPS: dict[str, OpInfo] = {
-    row.name: row
+    row.name: with_complex_forms(row)
     for row in (
         *UNARY_ROWS,
         *SPECIAL_UNARY_ROWS,
         *BINARY_ROWS,
         *SPECIAL_BINARY_ROWS,
         *TERNARY_ROWS,
+        *COMPLEX_ROWS,
     )
 }
 """Every pointwise op kfuse knows, by name."""

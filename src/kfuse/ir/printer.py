@@ -7,6 +7,7 @@ prints, for kfuse.nvfuser_direct: tv0.. and c0.., six significant digits, no def
 
 from __future__ import annotations
 
+import cmath
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from kfuse.ir.values import Scalar, TensorView, Val
 def _number(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return f"float('{value}')"
+    if isinstance(value, complex) and not cmath.isfinite(value):  # repr gives (inf+1j)
+        return f"complex({_number(value.real)}, {_number(value.imag)})"
     return repr(value)
 
 
@@ -59,6 +62,8 @@ def _nvfuser_number(value: Any) -> str:
         if math.isinf(value):
             return 'float("-inf")' if value < 0 else 'float("inf")'
         return f"{value:#.6g}"
+    if isinstance(value, complex):
+        return f"complex({_nvfuser_number(value.real)}, {_nvfuser_number(value.imag)})"
     return repr(value)
 
 

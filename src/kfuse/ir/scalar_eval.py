@@ -11,15 +11,22 @@ import math
 import struct
 from typing import Any
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import REAL_OF, DataType
 from kfuse.errors import InputError
 from kfuse.ir.ops import OPS
 
 
 def to_python(value: Any, dtype: DataType) -> Any:
-    """Convert a Python number to the Python kind of `dtype`, with its width and rounding."""
+    """Convert a Python number to the Python kind of `dtype`, with its width and rounding.
+    A complex number in a real dtype keeps its real part (in Bool: whether it is nonzero)."""
+    if dtype.is_complex:
+        value = complex(value)
+        part = REAL_OF[dtype]
+        return complex(to_python(value.real, part), to_python(value.imag, part))
     if dtype is DataType.Bool:
         return bool(value)
+    if isinstance(value, complex):
+        value = value.real
     if dtype.is_integral:
         if isinstance(value, float):
             if not math.isfinite(value):
@@ -52,6 +59,9 @@ def to_python(value: Any, dtype: DataType) -> Any:
 def eval_scalar(op: str, args: list[Any], dtype: DataType) -> Any:
     """Evaluate pointwise `op` on Python numbers; the result has `dtype`'s Python kind."""
     row = OPS[op]
+    if any(isinstance(a, complex) for a in args):
+        fn = row.scalar_complex or row.scalar
+        return to_python(fn(*args), dtype)
     kind = "bool" if dtype is DataType.Bool else "int" if dtype.is_integral else "float"
     if kind in row.identity_on:
         return to_python(args[0], dtype)

@@ -24,7 +24,7 @@ def _sorted_operand(b: Any, arg: Any, dim: Any, op: str) -> tuple[TensorView, in
     v = b.tensor(arg, op)
     if v.ndim == 0:
         raise DefinitionError(f"{op}: {describe(v)} has rank 0; kfuse's {op} takes rank >= 1")
-    if v.dtype is DataType.Bool or v.dtype.is_float8:
+    if v.dtype is DataType.Bool or v.dtype.is_float8 or v.dtype.is_complex:
         raise DefinitionError(
             f"{op}: {describe(v)} is {v.dtype.value}; torch has no {op} of it (cast it first)"
         )

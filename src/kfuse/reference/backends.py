@@ -24,9 +24,13 @@ class NumpyLikeBackend:
 
     # ---- storage ----
     def storage_dtype(self, dtype: DataType, wide: bool) -> Any:
-        """The array dtype holding values of `dtype` (float64 for floats when `wide`)."""
+        """The array dtype holding values of `dtype` (float64 for floats when `wide`,
+        complex128 for complex values then)."""
         if dtype.is_floating and wide:
             return self.xp.float64
+        if dtype.is_complex:
+            wide = wide or dtype is DataType.ComplexDouble
+            return self.xp.complex128 if wide else self.xp.complex64
         return {
             DataType.Bool: self.xp.bool_,
             DataType.Int32: self.xp.int32,
@@ -53,6 +57,9 @@ class NumpyLikeBackend:
     def is_floating(self, a: Any) -> bool:
         return bool(self.xp.asarray(a).dtype.kind == "f")
 
+    def is_complex(self, a: Any) -> bool:
+        return bool(self.xp.asarray(a).dtype.kind == "c")
+
     def to_int_saturating(self, a: Any, dtype: DataType) -> Any:
         """Floating values converted to the integer `dtype` as kfuse's kernels convert them
         (CUDA's cvt.rzi, torch on the GPU): toward zero, out-of-range values saturated, NaN
@@ -75,6 +82,8 @@ class NumpyLikeBackend:
             return a.astype(xp.float32).astype(a.dtype)
         if dtype.is_float8:
             return round_to_float8(a, dtype, xp).astype(a.dtype)
+        if dtype is DataType.ComplexFloat:
+            return a.astype(xp.complex64).astype(a.dtype)
         return a
 
     def constant(self, value: Any, storage: Any, like: Any) -> Any:
@@ -193,6 +202,9 @@ class TorchBackend(NumpyLikeBackend):
         t = self.xp
         if dtype.is_floating and wide:
             return t.float64
+        if dtype.is_complex:
+            wide = wide or dtype is DataType.ComplexDouble
+            return t.complex128 if wide else t.complex64
         return {
             DataType.Bool: t.bool,
             DataType.Int32: t.int32,
@@ -217,9 +229,14 @@ class TorchBackend(NumpyLikeBackend):
     def is_floating(self, a: Any) -> bool:
         return bool(a.is_floating_point())
 
+    def is_complex(self, a: Any) -> bool:
+        return bool(a.is_complex())
+
     def round_to(self, a: Any, dtype: DataType) -> Any:
         if dtype.is_float8:
             return round_to_float8(a, dtype, self.xp).to(a.dtype)
+        if dtype is DataType.ComplexFloat:
+            return a.to(self.xp.complex64).to(a.dtype)
         if dtype.is_floating and dtype is not DataType.Double:
             return a.to(self.storage_dtype(dtype, False)).to(a.dtype)
         return a

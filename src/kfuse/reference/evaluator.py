@@ -146,7 +146,11 @@ class _Evaluator:
 
     def store(self, a: Any, dtype: DataType) -> Any:
         """Convert a computed array to the storage of `dtype` (rounding bf16 and float8 for
-        NumPy and CuPy, which hold them as float32)."""
+        NumPy and CuPy, which hold them as float32). A complex value stored in a real dtype
+        keeps its real part (as torch's conversion, without its warning), in Bool whether it
+        is nonzero."""
+        if not dtype.is_complex and self.be.is_complex(a):
+            a = (a != 0) if dtype is DataType.Bool else self.be.xp.real(a)
         if dtype.is_integral and dtype is not DataType.Bool and self.be.is_floating(a):
             return self.be.to_int_saturating(a, dtype)
         out = self.be.astype(a, self.storage(dtype))
@@ -158,7 +162,7 @@ class _Evaluator:
     def load_input(self, pos: int, val: Val, arg: Any) -> Any:
         if isinstance(val, Scalar):
             value = arg.item() if hasattr(arg, "item") else arg
-            if not isinstance(value, (bool, int, float)):
+            if not isinstance(value, (bool, int, float, complex)):
                 raise InputError(
                     f"input {pos} ({val.name}) must be a number, got {type(arg).__name__}"
                 )
@@ -258,8 +262,9 @@ class _Evaluator:
             if not (isinstance(expr.inputs[0], Scalar) and expr.inputs[0].is_constant)
             else None
         )
-        if expr.dtype.is_floating and self.wide:
-            return self.be.round_to(self.be.astype(src, self.storage(expr.dtype)), expr.dtype)
+        if (expr.dtype.is_floating or expr.dtype.is_complex) and self.wide:
+            held = self.store(src, expr.dtype)
+            return self.be.round_to(held, expr.dtype)
         return self.store(src, expr.dtype)
 
     def pointwise(self, expr: Expr) -> Any:

@@ -85,7 +85,14 @@ def layout_of(array: Any, what: str) -> ArrayLayout:
         else:
             data_ptr = int(array.data.ptr)
             device = int(array.device.id)
-    return ArrayLayout(framework, dtype, shape, strides, data_ptr, device)
+    layout = ArrayLayout(framework, dtype, shape, strides, data_ptr, device)
+    if dtype.is_complex and layout.alignment < dtype.itemsize:
+        # kf::complex<T> is aligned to its size, as torch's c10::complex is: its loads need it.
+        raise InputError(
+            f"{what}: a {dtype.value} array must be aligned to {dtype.itemsize} bytes (its "
+            f"data pointer is {layout.alignment}-byte aligned); pass a copy"
+        )
+    return layout
 
 
 def empty_like_framework(

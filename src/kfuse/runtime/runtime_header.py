@@ -32,6 +32,17 @@ def runtime_header() -> str:
     return "\n".join(path.read_text() for path in _HEADER_PATHS)
 
 
+_COMPLEX_PATH = Path(__file__).with_name("kf_runtime") / "kf_complex.cuh"
+# The names only the complex numbers' part defines.
+_COMPLEX_NAMES = ("kf::complex", "kf::make_complex")
+
+
+@functools.cache
+def complex_header() -> str:
+    """The complex numbers' part of the runtime (kf_complex.cuh), after runtime_header()."""
+    return _COMPLEX_PATH.read_text()
+
+
 @functools.cache
 def float8_header() -> str:
     """The float8 part of the runtime (kf_float8.cuh), which comes after runtime_header()."""
@@ -104,12 +115,13 @@ def special_header() -> str:
 
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
-    between the two where its own code uses them: the float8 part where it names a float8
-    type, the reads' part where it reads at positions an index tensor holds or inside a pad's
-    window, the random numbers' part where it draws random numbers, the generated reads' part
-    where a reduction kernel reads a generated value, the integer division part where it
-    divides integers, the special functions' part where it calls one of them (erfinv, gcd, a
-    shift, ...); else `source` unchanged.
+    between the two where its own code uses them: the complex numbers' part where it names
+    kf::complex, the float8 part where it names a float8 type, the reads' part where it
+    reads at positions an index tensor holds or inside a pad's window, the random numbers'
+    part where it draws random numbers, the generated reads' part where a reduction kernel
+    reads a generated value, the integer division part where it divides integers, the
+    special functions' part where it calls one of them (erfinv, gcd, a shift, ...); else
+    `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -118,6 +130,8 @@ def with_optional_parts(source: str) -> str:
         return source
     own = source[len(header) :]
     parts = []
+    if any(name in own for name in _COMPLEX_NAMES):
+        parts.append(complex_header())
     if any(name in own for name in _FLOAT8_TYPES):
         parts.append(float8_header())
     if any(name in own for name in _READS_NAMES):

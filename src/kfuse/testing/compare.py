@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import REAL_OF, DataType
 from kfuse.ir.exprs import LinearOp, MatmulOp, ReductionOp, ScanOp, WelfordOp
 from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.values import TensorView, Val
@@ -115,6 +115,19 @@ def assert_close(
     e = to_numpy(expected)
     if a.shape != e.shape:
         raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
+    if np.iscomplexobj(a) or np.iscomplexobj(e):  # each part as a value of the parts' dtype
+        for part in (np.real, np.imag):
+            assert_close(
+                part(a),
+                part(e),
+                REAL_OF.get(dtype, dtype),
+                reduction_size,
+                alternative=None if alternative is None else part(to_numpy(alternative)),
+                magnitude=magnitude,
+                indeterminate=indeterminate,
+                order_decides=order_decides,
+            )
+        return
     if a.dtype == np.bool_:
         _assert_bool_bytes(a)
     alt = None if alternative is None else to_numpy(alternative)
@@ -249,8 +262,9 @@ def _not_close(a: Any, e: Any, rtol: float, atol: float) -> tuple[Any, Any]:
 
 def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
     """The least precise floating dtype computed on the way to `output` (its own dtype when it
-    is not floating): errors made there bound the output's accuracy."""
-    if not output.dtype.is_floating:
+    is not floating; a complex output's is that of its parts): errors made there bound the
+    output's accuracy."""
+    if not (output.dtype.is_floating or output.dtype.is_complex):
         return output.dtype
     order = [
         DataType.Float8_e5m2,
@@ -260,7 +274,7 @@ def output_tolerance_dtype(fusion: Any, output: TensorView) -> DataType:
         DataType.Float,
         DataType.Double,
     ]
-    worst = output.dtype
+    worst = REAL_OF.get(output.dtype, output.dtype)
     for expr in _cone(fusion, output):
         for o in expr.outputs:
             if (

@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import REAL_OF, DataType
 from kfuse.errors import InputError
 from kfuse.ir.values import TensorView
 from kfuse.runtime.arrays import numpy_strided
@@ -30,6 +30,11 @@ def _values(rng: Any, dtype: DataType, n: int, value_range: float, special: bool
         return rng.integers(0, 2, n).astype(np.bool_)
     if dtype.is_integral:
         return rng.integers(-8, 9, n).astype(np.int32 if dtype is DataType.Int32 else np.int64)
+    if dtype.is_complex:  # finite parts: infinities' complex results are each library's own
+        parts = [_values(rng, REAL_OF[dtype], n, value_range, False) for _ in range(2)]
+        out = np.empty(n, np.complex64 if dtype is DataType.ComplexFloat else np.complex128)
+        out.real, out.imag = parts
+        return out
     vals = rng.uniform(-value_range, value_range, n)
     if special and n:
         picks = rng.integers(0, n, max(1, n // 8))

@@ -18,6 +18,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS, fd_call
 from kfuse.ir.random_ops import RANDOM_DTYPES
 from kfuse.ir.values import TensorView, Val
+from kfuse.testing.strategies import complex_values
 
 
 def one_in(draw: Any, n: int) -> bool:
@@ -48,6 +49,9 @@ class Gen:
         self.pool: list[Entry] = []
         self.results: list[Entry] = []  # candidates for outputs, newest last
         self.required: list[Entry] = []  # reductions that must reach an output
+        # Complex values (kfuse.testing.strategies.complex_values): only the pointwise ops
+        # that take them draw from here; the pool gets a real part of each.
+        self.complex_pool: list[Entry] = []
 
     # ---- inputs ----
     def add_input(self, rank: int, full: bool, dtype: DataType) -> Entry:
@@ -69,7 +73,10 @@ class Gen:
                 t = self.fd.ops.neg(t)  # exact, as the input is
             t = self.fd.ops.squeeze(t, [squeezed])
         bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
-        e = Entry(t, True, bound)
+        e = Entry(t, True, 3.0 if dtype.is_complex else bound)
+        if dtype.is_complex:
+            self.complex_pool.append(e)
+            e = complex_values.real_of(self, e)
         self.pool.append(e)
         return e
 
@@ -85,6 +92,8 @@ class Gen:
             cands = self.pool
         # Prefer recent values (chains) but reach back (DAGs).
         e = self.draw(st.sampled_from(cands[-4:] if self.draw(st.booleans()) else cands))
+        if floating and e.val.dtype.is_complex:  # its real part: a cast to Float would warn
+            e = Entry(cast(TensorView, self.fd.ops.real(e.val)), e.exact, e.bound)
         if e.val.dtype in REDUCED_FLOATS or (floating and not e.val.dtype.is_floating):
             e = Entry(cast(TensorView, self.fd.ops.cast(e.val, DataType.Float)), e.exact, e.bound)
         return e
@@ -110,11 +119,21 @@ class Gen:
 
     def unary(self, op: str) -> Entry | None:
         row = OPS[op]
+        if row.complex_only:  # imag: of a complex value made of two drawn parts
+            return self.complex_part(op)
         e = self.guard(op, self.pick(exact=row.discontinuous))
         bound = _unary_bound(row.bound, e.bound)
         v = self.zero_sign_hidden(op, e.val)
         out = build(self.fd, op, [v])
         return Entry(cast(TensorView, out), e.exact and row.precision == "exact", bound)
+
+    def complex_part(self, op: str) -> Entry:
+        """`op` (a part of a complex value) of fd.ops.complex of two drawn floating values:
+        exactly the second one for imag."""
+        re, im = self.pick(floating=True), self.pick(floating=True)
+        o = self.fd.ops
+        z = o.complex(re.val, im.val)  # pick gives them as Float or Double
+        return Entry(cast(TensorView, build(self.fd, op, [z])), re.exact and im.exact, im.bound)
 
     def zero_sign_hidden(self, op: str, v: Any) -> Any:
         """v + 0.0 for an op that shows the sign of a zero (atan2, signbit) of a floating
@@ -251,10 +270,16 @@ class Gen:
         op = self.draw(st.sampled_from(self.ops))
         arity = OPS[op].arity
         try:
-            e = (self.unary, self.binary, self.ternary)[arity - 1](op)
+            if self.complex_pool and one_in(self.draw, 3):
+                e = complex_values.complex_step(self)
+            else:
+                e = (self.unary, self.binary, self.ternary)[arity - 1](op)
         except DefinitionError:
             return  # e.g. a bitwise op drew floating operands; dead exprs are pruned
         if e is not None and isinstance(e.val, TensorView):
+            if e.val.dtype.is_complex:  # fd.ops.complex, or an op of complex values
+                self.complex_pool.append(e)
+                e = complex_values.real_of(self, e)
             self.pool.append(e)
             self.results.append(e)
 

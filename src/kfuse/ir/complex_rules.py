@@ -1,0 +1,127 @@
+"""The builder's rules for complex values: which ops take them, the dtype an op on them gives,
+the casts to and from them (kfuse.ir.ops_complex holds the rows)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kfuse.dtypes import COMPLEX_OF, REAL_OF, DataType
+from kfuse.errors import ComplexCastWarning, DefinitionError
+from kfuse.ir.exprs import CastOp
+from kfuse.ir.op_info import OpInfo
+from kfuse.ir.ops import OPS
+from kfuse.ir.scalar_eval import eval_scalar, to_python
+from kfuse.ir.values import Scalar, TensorView, Val
+
+if TYPE_CHECKING:
+    from kfuse.ir.builder import Builder
+
+COMPLEX_REDUCTIONS = ("sum",)
+"""The reductions of complex values: a sum (and mean, a sum divided) has its complex meaning;
+prod is left out (its complex product is not the reductions' one operator), and max, min,
+var and welford have none (an order; a variance's real result)."""
+
+
+def check_complex_operands(op: str, promoted: DataType, operands: Sequence[str]) -> None:
+    """DefinitionError where pointwise `op`'s operands (described) promote to `promoted` and
+    the op refuses that: complex operands of an op with no complex meaning, real operands of
+    an op only for complex ones (imag)."""
+    row = OPS[op]
+    if promoted.is_complex and row.on_complex is None:
+        raise DefinitionError(
+            f"{op}: complex operands ({', '.join(operands)}) are not supported: {op} has no "
+            f"meaning on {promoted.value} in kfuse (take fd.ops.real / fd.ops.imag / "
+            "fd.ops.abs first)"
+        )
+    if row.complex_only and not promoted.is_complex:
+        raise DefinitionError(
+            f"{op}: the operand ({', '.join(operands)}) is not complex; {op} takes "
+            "ComplexFloat or ComplexDouble only (as nvFuser's)"
+        )
+
+
+def result_dtype(row: OpInfo, compute: DataType) -> DataType:
+    """The dtype of pointwise `row`'s result when its operands have the compute dtype."""
+    if row.result == "bool":
+        return DataType.Bool
+    if row.result == "complex":
+        return COMPLEX_OF[compute]
+    if compute.is_complex and row.on_complex == "real":
+        return REAL_OF[compute]
+    return compute
+
+
+def check_complex_reduction(op: str, dtype: DataType) -> None:
+    """DefinitionError for a reduction `op` of complex values other than COMPLEX_REDUCTIONS."""
+    if dtype.is_complex and op not in COMPLEX_REDUCTIONS:
+        raise DefinitionError(
+            f"{op}: reductions of {dtype.value} values are not supported (kfuse reduces "
+            f"complex values with {', '.join(COMPLEX_REDUCTIONS)} only; reduce fd.ops.real "
+            "and fd.ops.imag apart)"
+        )
+
+
+def complex_cast(builder: Builder, v: Val, dtype: DataType, op: str) -> Val:
+    """`builder`'s cast of `v` to `dtype` where one of the two is complex: a constant re-made,
+    else a CastOp. A complex value to a real dtype keeps its real part (ComplexCastWarning,
+    as torch and nvFuser warn; Bool, whether either part is nonzero, drops nothing). Between
+    a float8 type and a complex one the cast goes through Float, as torch's does."""
+    if v.dtype.is_complex and not (dtype.is_complex or dtype is DataType.Bool):
+        warnings.warn(
+            f"{op}: casting {v.dtype.value} to {dtype.label} discards the imaginary part",
+            ComplexCastWarning,
+            stacklevel=4,
+        )
+    if v.dtype.is_float8 or dtype.is_float8:
+        with warnings.catch_warnings():  # warned above, where it is so
+            warnings.simplefilter("ignore", ComplexCastWarning)
+            return builder.cast(builder.cast(v, DataType.Float, op=op), dtype, op=op)
+    if isinstance(v, Scalar) and v.is_constant:
+        return builder.constant(to_python(v.value, dtype), dtype, op=op)
+    out: Val = (
+        builder.new_tensor(dtype, v.axes)
+        if isinstance(v, TensorView)
+        else builder.new_scalar(dtype)
+    )
+    builder.add(CastOp(inputs=(v,), outputs=(out,), dtype=dtype))
+    return out
+
+
+def check_symbolic_scalar(dtype: DataType) -> None:
+    """DefinitionError for a symbolic (run-time) scalar of a complex dtype: a kernel takes no
+    complex parameter, so complex scalars are constants (folded_value makes them)."""
+    if dtype.is_complex:
+        raise DefinitionError(
+            f"a symbolic (run-time) {dtype.value} scalar is not supported: complex values "
+            "come from tensors and constants (define_scalar(1+2j)); pass a run-time "
+            "complex number as a 0-d tensor"
+        )
+
+
+def complex_constant(value: Any, dtype: DataType, op: str) -> complex:
+    """The value of a constant of complex `dtype`; DefinitionError for a complex `value` of a
+    real dtype."""
+    if not dtype.is_complex:
+        raise DefinitionError(
+            f"{op}: {value!r} is a complex number; {dtype.label} holds no complex value "
+            "(give DataType.ComplexFloat or ComplexDouble, or no dtype)"
+        )
+    return complex(value)
+
+
+def folded_value(
+    op: str, vals: Sequence[Val], dtype: DataType, describe: Callable[[Any], str]
+) -> Any:
+    """The value pointwise `op` gives on scalar operands where complex values are involved
+    (a constant: check_symbolic_scalar says why); DefinitionError for a symbolic operand."""
+    values = []
+    for v in vals:
+        if not (isinstance(v, Scalar) and v.is_constant):
+            raise DefinitionError(
+                f"{op}: {describe(v)} is a symbolic scalar; complex arithmetic on scalars "
+                "takes constants only (pass a run-time complex number as a 0-d tensor)"
+            )
+        values.append(v.value)
+    return eval_scalar(op, values, dtype)
