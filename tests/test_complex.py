@@ -394,3 +394,20 @@ def test_cuda_complex_of_parts_and_mean() -> None:
     want = torch.complex(re, im)
     torch.testing.assert_close(mean, want.mean(0))
     torch.testing.assert_close(real_tanh, torch.tanh(want).real)
+
+
+def test_infinite_parts_add_and_subtract_part_by_part() -> None:
+    """A campaign's fusion (seed 6501, 37ed737): complex(2, x) + x - x at x = -inf is
+    nan-infj part by part, whose abs is inf (C's hypot); torch's CPU complex subtraction made it
+    nan+nanj, and the reference took torch's. kfuse's kernel and its reference both add and
+    subtract each part."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        as_complex = fd.ops.cast(x, dtype=DataType.ComplexFloat)
+        joined = fd.ops.add(fd.ops.complex(2.0, x), as_complex)
+        fd.add_output(fd.ops.abs(fd.ops.sub(joined, as_complex)))
+    x = torch.tensor([-float("inf"), 1.5])
+    (actual,) = fd.execute([x])
+    (expected,) = evaluate(fd, [x])
+    torch.testing.assert_close(actual, torch.tensor([float("inf"), (4 + 1.5**2) ** 0.5]))
+    torch.testing.assert_close(expected.float(), actual)

@@ -89,6 +89,43 @@ def _operator(fn: Any) -> Any:
     return lambda be, a, b: fn(a, b)
 
 
+def _part_by_part(fn: Any) -> Any:
+    """A reference function for add and sub: Python's operator, and for torch's complex
+    values each part on its own, as C (and kfuse's kf::complex, and NumPy) add them. torch's
+    CPU complex subtraction gave nan+nanj for (nan-infj) - (-inf+0j) where the parts give
+    nan-infj (a campaign's abs of it: inf, torch's nan)."""
+
+    def apply(be: Any, a: Any, b: Any) -> Any:
+        if be.name != "torch" or not any(_torch_complex(v) for v in (a, b)):
+            return fn(a, b)
+        import torch
+
+        def parts(v: Any) -> tuple[Any, Any]:
+            if isinstance(v, torch.Tensor) and v.is_complex():
+                return v.real, v.imag
+            if isinstance(v, complex):
+                return v.real, v.imag
+            return v, 0.0
+
+        (ra, ia), (rb, ib) = parts(a), parts(b)
+        like = next((v for v in (a, b) if isinstance(v, torch.Tensor) and v.is_complex()), None)
+        if like is None:  # a real tensor and a Python complex: torch's own promotion
+            return fn(a, b)
+        real_dtype = torch.float32 if like.dtype == torch.complex64 else torch.float64
+        real, imag = (
+            torch.as_tensor(fn(x, y), device=like.device).to(real_dtype)
+            for x, y in ((ra, rb), (ia, ib))
+        )
+        real, imag = torch.broadcast_tensors(real, imag)
+        return torch.complex(real, imag)
+
+    return apply
+
+
+def _torch_complex(v: Any) -> bool:
+    return isinstance(v, complex) or bool(getattr(v, "is_complex", lambda: False)())
+
+
 _ARITH: list[OpInfo] = [
     OpInfo(
         "add",
@@ -102,7 +139,7 @@ _ARITH: list[OpInfo] = [
         cuda_int="kf::add({0}, {1})",
         cuda_bool="({0} || {1})",
         infix="+",
-        reference=_operator(operator.add),
+        reference=_part_by_part(operator.add),
         bound="sum",
     ),
     OpInfo(
@@ -154,7 +191,7 @@ _ARITH: list[OpInfo] = [
         cuda="({0} - {1})",
         cuda_int="kf::sub({0}, {1})",
         infix="-",
-        reference=_operator(operator.sub),
+        reference=_part_by_part(operator.sub),
         bound="sum",
     ),
     OpInfo(
