@@ -1,4 +1,4 @@
-"""Shared pytest configuration: Hypothesis profiles and the `gpu` marker.
+"""Shared pytest configuration: Hypothesis profiles, the `gpu` and `extended` markers.
 
 Profiles: `ci` (default; fast) and `campaign` (long runs). Select with the environment
 variable KFUSE_HYPOTHESIS_PROFILE=campaign or pytest's --hypothesis-profile=campaign.
@@ -47,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _leave_out_extended(config, items)
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     reason = _gpu_skip_reason()
@@ -56,6 +57,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def _leave_out_extended(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the `extended` tests unless the -m expression names them: the README's
+    command stays a few minutes on two cores, and CI runs them in a step of their own
+    (`-m extended`, .ci/run)."""
+    if "extended" in (config.getoption("markexpr", "") or ""):
+        return
+    extended = [item for item in items if item.get_closest_marker("extended")]
+    if extended:
+        config.hook.pytest_deselected(items=extended)
+        items[:] = [item for item in items if not item.get_closest_marker("extended")]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -55,16 +55,28 @@ def campaign(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Complete
     ],
 )
 def test_bad_arguments_get_one_line_and_status_2(
-    tmp_path: Path, args: list[str], says: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    says: str,
 ) -> None:
+    """In this process, through `python -m kfuse`'s own entry (kfuse.cli.main): a process
+    each would start Python and import kfuse eleven times (test_help_describes_the_options
+    runs the command as a process)."""
+    from kfuse.cli import main
+
     if args[:2] == ["--device", "cuda"] and _has_gpu():
         pytest.skip("this machine has a GPU: --device cuda is valid here")
-    done = campaign(*args, cwd=tmp_path, timeout=120)
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kfuse campaign"), done.stderr
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    status = main(["campaign", *args])
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kfuse campaign"), err
     assert says in lines[0]
-    assert "Traceback" not in done.stdout + done.stderr
+    assert "Traceback" not in out + err
 
 
 def _has_gpu() -> bool:
@@ -322,7 +334,8 @@ def test_a_failing_round_is_shrunk_into_a_repro(
 ) -> None:
     """A planted bug (any fusion with two or more outputs 'fails'): the round stops, the
     smallest failing example Hypothesis finds is written as a repro, and the record says it
-    does not fail alone (the planted bug is not in the script's process)."""
+    does not fail alone (the planted bug is not in the script's process). The bug fails an
+    example before it runs, so that the shrink compiles only the examples that pass."""
     monkeypatch.setenv("KFUSE_DEVICE", "emulator")
 
     def planted(
@@ -330,9 +343,9 @@ def test_a_failing_round_is_shrunk_into_a_repro(
         phases: dict[str, float] | None = None,
         schedulers: set[str] | None = None,
     ) -> None:
-        check(example, phases, schedulers)
         if len(example.fd.fusion.outputs) > 1:
             raise Mismatch("planted: more than one output")
+        check(example, phases, schedulers)
 
     monkeypatch.setattr(worker, "check", planted)
     monkeypatch.setattr(worker, "_REPROS", 0)
@@ -385,11 +398,12 @@ def test_a_shrink_that_runs_out_of_time_is_not_called_flaky(
 
 
 def _emulator_campaign(
-    tmp_path: Path, seed: int, budget: int = 300, **popen: Any
+    tmp_path: Path, seed: int, limit: tuple[str, str] = ("--budget", "300"), **popen: Any
 ) -> tuple[subprocess.Popen, Path]:
-    """A campaign of two emulator workers started in the background, and its --out folder."""
+    """A campaign of two emulator workers started in the background, and its --out folder;
+    `limit` ends it (a budget, or a count of examples)."""
     out = tmp_path / "run"
-    args = ["--device", "emulator", "--budget", str(budget), "--workers", "2"]
+    args = ["--device", "emulator", *limit, "--workers", "2"]
     process = subprocess.Popen(
         [sys.executable, "-m", "kfuse", "campaign", *args, "--seed", str(seed), "--out", str(out)],
         cwd=tmp_path,
@@ -412,6 +426,7 @@ def _workers_in_flight(out: Path, count: int) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None:
     """SIGINT to the campaign's process group, as Ctrl-C in a terminal sends it: the parent
     ends the workers (which ignore it) at once and writes what was counted."""
@@ -438,6 +453,7 @@ def test_ctrl_c_stops_the_workers_and_writes_the_summary(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_workers_end_when_the_campaign_is_killed(tmp_path: Path) -> None:
     """A parent killed outright (SIGKILL, or a timeout's) leaves no worker running on."""
@@ -464,8 +480,15 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
+    """A count of examples, not a budget: the campaign ends once the new pool has run the
+    examples the dead one left, not after seconds of both workers drawing more."""
     proc, out = _emulator_campaign(
-        tmp_path, 3, budget=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        tmp_path,
+        3,
+        ("--examples", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     in_flight = _workers_in_flight(out, 1)
     assert in_flight, "no worker started an example"
@@ -478,11 +501,14 @@ def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) ->
     (crash,) = [f for f in summary["failures"] if f["outcome"] == "crash"]
     assert crash["worker"] == victim
     assert Path(crash["repro"]).exists() and Path(crash["repro"]).with_suffix(".npz").exists()
-    # The campaign went on after the crash, on a new pool.
-    assert summary["passed"] > 0 and "1 worker crashes" in stdout.strip().splitlines()[-1]
+    # The campaign went on after the crash, on a new pool, to the examples asked for (the
+    # example that died with its worker is counted as the crash, not as an example).
+    assert summary["examples"] == summary["passed"] == 2, summary
+    assert "1 worker crashes" in stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 def test_shards_merge_into_one_summary(tmp_path: Path) -> None:
     paths = []
     for shard in ("0/2", "1/2"):

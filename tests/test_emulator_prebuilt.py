@@ -1,9 +1,10 @@
 """What the emulator's kernel compiles share (kfuse.runtime.emulator.prebuilt): the
-precompiled header and the runtime object are built once in a cache folder and used by every
+precompiled headers and the runtime object are built once in a cache folder and used by every
 kernel compiled there; a damaged one (other bytes, cut short, a FIFO in its place) never costs
 a kernel or hangs a compile, and is built again; kernels linked with the shared runtime compute
 what kernels compiled without a cache do, and only a kernel that calls a barrier or a warp
-collective asks for fibers."""
+collective asks for fibers. A kernel that starts with kfuse's device runtime, as every
+generated one does, includes the precompiled header holding it and keeps its line numbers."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kfuse.errors import EmulatorError
 from kfuse.runtime.bounded_cache import BoundedCache
 from kfuse.runtime.emulator import build, prebuilt
+from kfuse.runtime.runtime_header import runtime_header
 
 DOUBLE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] *= 2.0f; }\n'
 PLUS_ONE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] += 1.0f; }\n'
@@ -44,7 +47,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def launch(source: str) -> np.ndarray:
     """Run kernel `k` of `source` on one block of 8 threads over 1..8."""
     kernel = build.load_kernel(source, "k")
-    assert kernel.uses_fibers == ("__syncthreads" in source)
+    assert kernel.uses_fibers == ("__syncthreads" in source.removeprefix(runtime_header()))
     data = np.arange(1, 9, dtype=np.float32)
     pointer = ctypes.c_void_p(data.ctypes.data)
     argv = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(pointer), ctypes.c_void_p))
@@ -69,7 +72,16 @@ def launch(source: str) -> np.ndarray:
     return data
 
 
-PARTS = {"pch": f"{prebuilt.PRELUDE}.gch", "runtime": prebuilt.RUNTIME_OBJECT}
+PARTS = {
+    "pch": f"{prebuilt.PRELUDE}.gch",
+    "runtime": prebuilt.RUNTIME_OBJECT,
+    "device-pch": prebuilt.DEVICE_RUNTIME_GCH,
+}
+
+
+def generated(source: str) -> str:
+    """`source` after the device runtime, as a generated kernel's source is."""
+    return runtime_header() + source
 
 
 def part_files(cache: Path, part: str) -> list[Path]:
@@ -78,7 +90,7 @@ def part_files(cache: Path, part: str) -> list[Path]:
 
 def test_kernels_of_one_cache_share_one_prebuilt_folder(cache: Path) -> None:
     np.testing.assert_array_equal(launch(DOUBLE), 2 * np.arange(1, 9))
-    built = {part: part_files(cache, part) for part in PARTS}
+    built = {part: part_files(cache, part) for part in ("pch", "runtime")}
     assert all(len(files) == 1 for files in built.values()), built
     stamps = {part: files[0].stat().st_mtime_ns for part, files in built.items()}
     np.testing.assert_array_equal(launch(PLUS_ONE), np.arange(2, 10))
@@ -97,12 +109,38 @@ def test_a_kernel_compiles_the_same_without_a_usable_cache(
     assert not (cache / "emulator").exists()
 
 
-@pytest.mark.parametrize("part", ["pch", "runtime"])
+def test_a_generated_kernel_includes_the_device_runtimes_pch(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the device runtime's PCH is built for generated kernels; they compute what the
+    same sources compiled from their text (no cache) do."""
+    clamp = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = kf::maximum(p[0], 4.0f); }\n'
+    np.testing.assert_array_equal(launch(generated(clamp)), np.full(8, 4))
+    np.testing.assert_array_equal(launch(generated(ROTATE)), np.roll(np.arange(1, 9), -1))
+    assert len(part_files(cache, "device-pch")) == 1 and not part_files(cache, "pch")
+    (header,) = (cache / "emulator").glob(f"prebuilt-*/{prebuilt.DEVICE_RUNTIME}")
+    assert header.read_text().endswith(runtime_header())
+    monkeypatch.setenv("KFUSE_CACHE_DIR", "off")
+    monkeypatch.setattr(build, "_memory_cache", BoundedCache())
+    np.testing.assert_array_equal(launch(generated(clamp)), np.full(8, 4))
+
+
+def test_a_generated_kernels_compile_error_names_its_own_line(cache: Path) -> None:
+    source = generated('extern "C" __global__ void k(float* p) {\n  p[0] = no_such_thing;\n}\n')
+    line = runtime_header().count("\n") + 2
+    with pytest.raises(EmulatorError, match="'no_such_thing' is not defined") as caught:
+        build.load_kernel(source, "k")
+    assert f"kernel source around line {line}:" in str(caught.value)
+    assert f"> {line} |   p[0] = no_such_thing;" in str(caught.value)
+
+
+@pytest.mark.parametrize("part", ["pch", "runtime", "device-pch"])
 @pytest.mark.parametrize("damage", ["other_bytes", "cut_short"])
 def test_a_damaged_prebuilt_part_is_built_again(
     cache: Path, monkeypatch: pytest.MonkeyPatch, part: str, damage: str
 ) -> None:
-    launch(DOUBLE)
+    source = generated if part == "device-pch" else str
+    launch(source(DOUBLE))
     (path,) = part_files(cache, part)
     whole = path.read_bytes()
     path.write_bytes(b"other bytes" if damage == "other_bytes" else whole[: len(whole) // 3])
@@ -110,8 +148,8 @@ def test_a_damaged_prebuilt_part_is_built_again(
     # Other bytes: noticed before the compile; cut short: g++ fails through it, the kernel is
     # compiled from the headers' text with a runtime of its own, and the part removed.
     with pytest.warns(RuntimeWarning, match="prebuilt part"):
-        np.testing.assert_array_equal(launch(PLUS_ONE), np.arange(2, 10))
-    np.testing.assert_array_equal(launch(NEGATE), -np.arange(1, 9))
+        np.testing.assert_array_equal(launch(source(PLUS_ONE)), np.arange(2, 10))
+    np.testing.assert_array_equal(launch(source(NEGATE)), -np.arange(1, 9))
     (path,) = part_files(cache, part)
     assert path.read_bytes()[:4] == whole[:4] and len(path.read_bytes()) > len(whole) // 2
 

@@ -72,6 +72,7 @@ CASES = {
 }
 
 
+@pytest.mark.extended  # NVRTC and nvdisasm for each case: CI's extended step
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_no_three_input_integer_min_max_forms(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str

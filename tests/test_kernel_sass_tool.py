@@ -35,6 +35,7 @@ def test_opcodes_are_counted_without_predicates_and_modifiers() -> None:
     assert counts == {"BSSY": 1, "BRA": 1, "LDG": 2, "FADD": 1, "BSYNC": 1}
 
 
+@pytest.mark.extended  # the tool's process, NVRTC and nvdisasm: CI's extended step
 def test_a_model_case_reports_its_kernels_registers_and_opcodes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     nvrtc_and_nvdisasm_or_skip()

@@ -276,7 +276,15 @@ def test_kfuse_matches_reference_on_emulator_fp32(name: str) -> None:
 
 
 @pytest.mark.slow  # every size of every case, two dtypes, three device profiles
-@pytest.mark.parametrize("profile", ["h100", "h200", "a100"])
+@pytest.mark.parametrize(
+    "profile",
+    # The H200's and A100's walks (6 s each) in CI's extended step.
+    [
+        "h100",
+        pytest.param("h200", marks=pytest.mark.extended),
+        pytest.param("a100", marks=pytest.mark.extended),
+    ],
+)
 def test_every_size_gets_params_its_schedulers_accept(profile: str) -> None:
     """Issue 23's property over the model suite: at every size of every case's sweep (the
     inputs' real layouts, from meta tensors), the automatic heuristics give each segment

@@ -23,6 +23,7 @@ def compared_abs(op: str, constant: float, negate: bool, dtype: DataType) -> Fus
     return fd
 
 
+@pytest.mark.extended  # NVRTC and nvdisasm for each case: CI's extended step
 @pytest.mark.parametrize("dtype", [DataType.Float, DataType.Half])
 @pytest.mark.parametrize(
     "op, constant, negate",

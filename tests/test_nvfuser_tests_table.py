@@ -5,6 +5,7 @@ xfail (so fixing kfuse turns it into a failure until the row says "ported")."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def named_test(where: str) -> tuple[Path, str]:
     return ROOT / match.group(1), match.group(2)
 
 
+@functools.cache  # a port file is parsed once, not once for each of its rows
 def top_level_tests(path: Path) -> dict[str, ast.FunctionDef]:
     tree = ast.parse(path.read_text())
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}

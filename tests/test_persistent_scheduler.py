@@ -168,7 +168,8 @@ def test_w4_softmax_heuristics() -> None:
     assert hp.grid_x * hp.block_y >= 32768 or hp.grid_x >= 132
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+# The A100's compiles in CI's extended step (-m extended); the H100's here.
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.extended), "sm_90"])
 @pytest.mark.parametrize(
     "case", ["softmax", "layer_norm", "rms_norm", "tutorial", "odd", "long_rows"]
 )

@@ -19,6 +19,9 @@ from kfuse.dtypes import DataType
 from test_dump_binaries import compile_as_for_a_gpu, nvrtc_and_nvdisasm_or_skip
 
 torch = pytest.importorskip("torch")
+# Each case compiles a model kernel with NVRTC and reads its SASS (seconds each): a check of
+# the kernels' speed, not of their results, so CI's extended step runs it.
+pytestmark = pytest.mark.extended
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))

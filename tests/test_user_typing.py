@@ -73,6 +73,7 @@ def _expected(script: Path) -> set[tuple[int, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # mypy --strict from a cold cache: half a minute of CPU
 def test_user_code_type_checks_and_mistakes_do_not(tmp_path: Path) -> None:
     output = _mypy_strict(tmp_path, USER_SCRIPT, MISTAKES)
     assert _errors(output, USER_SCRIPT) == set(), output

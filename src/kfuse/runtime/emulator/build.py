@@ -26,6 +26,7 @@ from kfuse.errors import EmulatorError
 from kfuse.runtime import disk_cache
 from kfuse.runtime.bounded_cache import BoundedCache
 from kfuse.runtime.emulator import prebuilt
+from kfuse.runtime.runtime_header import runtime_header
 
 HEADER_DIR = Path(__file__).resolve().parent
 HEADERS = (prebuilt.PRELUDE, "cuda_emu.h", "emu_launch.h")
@@ -154,17 +155,31 @@ def rewrite_extern_shared(source: str) -> str:
     return _EXTERN_SHARED.sub(replace, source)
 
 
-def translation_unit(source: str, kernel_name: str) -> str:
+def translation_unit(source: str, kernel_name: str, device_runtime_included: bool = False) -> str:
     """The text g++ compiles: the emulator's headers (one include, which a precompiled header
     can stand for), the rewritten kernel source, the launch shim; linked with the runtime
-    object (kfuse.runtime.emulator.prebuilt)."""
+    object (kfuse.runtime.emulator.prebuilt). With `device_runtime_included`, for a source
+    that starts with the device runtime (starts_with_device_runtime): one include of the
+    prebuilt header holding the emulator's headers and that text, then the rest of the source
+    at its own line numbers."""
+    first, text = prebuilt.PRELUDE, source
+    if device_runtime_included:
+        first, text = prebuilt.DEVICE_RUNTIME, source[len(runtime_header()) :]
+    line = source.count("\n", 0, len(source) - len(text)) + 1
     return (
-        f'#include "{prebuilt.PRELUDE}"\n'
-        f'#line 1 "{_SOURCE_NAME}"\n'
-        f"{rewrite_extern_shared(source)}\n"
+        f'#include "{first}"\n'
+        f'#line {line} "{_SOURCE_NAME}"\n'
+        f"{rewrite_extern_shared(text)}\n"
         '#line 1 "kf_emu_shim"\n'
         f"KF_EMU_KERNEL_ENTRY({kernel_name})\n"
     )
+
+
+def starts_with_device_runtime(source: str) -> bool:
+    """Whether `source` starts with the device runtime's whole lines (every generated
+    kernel's does), which the prebuilt header can then stand for."""
+    header = runtime_header()
+    return header.endswith("\n") and source.startswith(header)
 
 
 def _cache_key(source: str, kernel_name: str, flags: tuple[str, ...], cxx: str) -> str:
@@ -267,8 +282,12 @@ def _run_compiler(
 
         proc = None
         if shared is not None:
+            included = starts_with_device_runtime(source) and prebuilt.has_device_runtime(shared)
+            if included:
+                unit.write_text(translation_unit(source, kernel_name, device_runtime_included=True))
             proc = compile_with(shared / prebuilt.RUNTIME_OBJECT, shared, HEADER_DIR)
         if proc is None or proc.returncode != 0:
+            unit.write_text(translation_unit(source, kernel_name))
             own = Path(tmp) / prebuilt.RUNTIME_OBJECT
             prebuilt.build_runtime(own, HEADER_DIR, flags, cxx)
             from_text = compile_with(own, HEADER_DIR)
@@ -294,7 +313,16 @@ def _compile_into(
     tmp = Path(tmp_name)
     lib = directory / f"{key}.so"
     try:
-        shared = prebuilt.folder(directory, HEADER_DIR, HEADERS, flags, cxx, _compiler_id(cxx))
+        shared = prebuilt.folder(
+            directory,
+            HEADER_DIR,
+            HEADERS,
+            flags,
+            cxx,
+            _compiler_id(cxx),
+            runtime_header(),
+            with_device_runtime=starts_with_device_runtime(source),
+        )
         _run_compiler(source, kernel_name, flags, cxx, tmp, shared)
         body = tmp.read_bytes()
         disk_cache.clear_the_way(lib)
