@@ -343,9 +343,8 @@ def _compute_and_store(
         f"x{k}[{vectors[k]}]" + ("" if kind == BCAST else "[j]")
         for k, kind in enumerate(spec.input_kinds)
     ]
-    parts = windowed.part_selectors(spec, plan.domain, "i0 + j")
-    with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-        code(call(loaded, [f"y{k}[j]" for k in range(len(outputs))], parts))
+    outs = [f"y{k}[j]" for k in range(len(outputs))]
+    windowed.lane_loops(code, spec, plan.domain, lambda parts: call(loaded, outs, parts))
     for k, kind in enumerate(spec.output_kinds):
         base = out_base(k)
         code.extend(

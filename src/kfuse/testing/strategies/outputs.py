@@ -145,13 +145,15 @@ def _partial_rotary(draw: Any, fd: FusionDefinition, gen: Gen) -> Any:
     """A cat along the last axis of an input: computed parts of its first n elements there
     (one part, or half the time two of n each, as a rotary embedding's rotated halves) and
     the rest of it as it is (a view of the input, of another size): Llama's partial rotary
-    embedding, which one pointwise kernel computes over the cat's output. n up to 8, so that
-    parts' windows are sometimes whole vectors; each part reads its own slice, so an axis
-    shorter than the parts leaves some empty rather than mismatched."""
+    embedding, which one pointwise kernel computes over the cat's output. n up to 32, so that
+    parts' windows are often whole vectors (of 4 floats, 8 bf16 values, 16 bytes: the kernel
+    then picks a vector's part once, codegen.windowed.vector_part_selector); each part reads
+    its own slice, so an axis shorter than the parts leaves some empty rather than
+    mismatched."""
     o = fd.ops
     x: Any = gen.pool[0].val  # the first input, of the fusion's full rank
     rank = x.ndim
-    n = draw(st.sampled_from([1, 2, 4, 8]))
+    n = draw(st.sampled_from([1, 2, 4, 8, 16, 16, 32]))
     widths = [n, n] if draw(st.booleans()) else [n]
     size = o.size(x, rank - 1)
     starts, stops = [0] * rank, [o.size(x, i) for i in range(rank)]

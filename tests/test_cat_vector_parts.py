@@ -1,0 +1,102 @@
+"""Cats whose parts are whole vectors along the inner axis, the form a partial rotary
+embedding takes (cat(rotated halves of the first n features, the rest), n a multiple of the
+vector): the pointwise kernel picks a vector's part once and runs its lanes with that part
+alone (codegen.windowed.vector_part_selector). Random ranks, outer sizes, part widths, dtypes
+and element-wise work in the parts, against the reference; KFUSE_CAT_VECTOR_EXAMPLES sets the
+example count (the emulator campaigns of this kernel form ran it with 400 on each profile)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.reference import evaluate
+from kfuse.testing import assert_outputs_close
+from source_corpus import recorded_sources
+
+torch = pytest.importorskip("torch")
+
+EXAMPLES = int(os.environ.get("KFUSE_CAT_VECTOR_EXAMPLES", "25"))
+LANES = {DataType.Float: 4, DataType.BFloat16: 8, DataType.Half: 8}
+"""Elements of a 16-byte vector: part widths are multiples of it."""
+
+
+@st.composite
+def rotary_cases(draw: st.DrawFn) -> dict:
+    dtype = draw(st.sampled_from(sorted(LANES, key=lambda d: d.name)))
+    lanes = LANES[dtype]
+    n = lanes * draw(st.sampled_from([1, 2, 4]))  # each rotated half
+    rest = lanes * draw(st.integers(0, 6))
+    outer = [draw(st.integers(1, 5)) for _ in range(draw(st.integers(1, 3)))]
+    return {
+        "dtype": dtype,
+        "shape": [*outer, 2 * n + rest],
+        "n": n,
+        "work": draw(st.sampled_from(["rotate", "scale", "mixed"])),
+        "after": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+def rotary(case: dict) -> FusionDefinition:
+    """cat(first, second, x[..., 2n:]) along the last axis, first and second computed from
+    x's first two n-wide windows (and a table broadcast over the outer axes for "rotate")."""
+    shape, n, dtype = case["shape"], case["n"], case["dtype"]
+    rank = len(shape)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dtype)
+        table = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        sizes = [fd.ops.size(x, i) for i in range(rank)]
+
+        def window(lo: int, hi: int) -> object:
+            return fd.ops.slice(x, [0] * (rank - 1) + [lo], [*sizes[:-1], hi])
+
+        x1 = fd.ops.cast(window(0, n), DataType.Float)
+        x2 = fd.ops.cast(window(n, 2 * n), DataType.Float)
+        t = fd.ops.cast(fd.ops.broadcast(table, [True] * (rank - 1) + [False]), DataType.Float)
+        if case["work"] == "rotate":
+            first = fd.ops.sub(fd.ops.mul(x1, t), x2)
+            second = fd.ops.add(fd.ops.mul(x2, t), x1)
+        elif case["work"] == "scale":
+            first, second = fd.ops.mul(x1, 2.0), fd.ops.neg(x2)
+        else:
+            first, second = fd.ops.exp(fd.ops.neg(fd.ops.abs(x2))), fd.ops.mul(x1, t)
+        rest = window(2 * n, shape[-1])
+        parts = [fd.ops.cast(first, dtype), fd.ops.cast(second, dtype), rest]
+        out = fd.ops.cat(parts, dim=rank - 1)
+        if case["after"]:
+            out = fd.ops.cast(fd.ops.mul(fd.ops.abs(out), 3.0), dtype)
+        fd.add_output(out)
+    return fd
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rotary_cases())
+def test_whole_vector_parts_match_the_reference(case: dict) -> None:
+    fd = rotary(case)
+    rng = np.random.default_rng(case["seed"])
+    torch_dtype = {DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16}.get(
+        case["dtype"], torch.float16
+    )
+    x = torch.from_numpy(rng.standard_normal(case["shape"]).astype(np.float32)).to(torch_dtype)
+    table = torch.from_numpy(rng.standard_normal(case["n"]).astype(np.float32)).to(torch_dtype)
+    found: list[tuple[str, str]] = []
+    with recorded_sources(found):  # a definition of its own: no kernel is loaded for it
+        try:
+            rotary(case).execute([x, table])
+        except Exception:  # noqa: BLE001, S110 - its source is the point
+            pass
+    # Whole-vector parts are never chosen per lane (a cat of equal parts at the output is
+    # written part by part instead, with no choice at all).
+    per_lane = re.compile(r"_body\([^;]*window_in\(i0 \+ j")
+    assert not any(per_lane.search(source) for _, source in found)
+    (actual,) = fd.execute([x, table])
+    (expected,) = evaluate(fd, [x, table])
+    assert_outputs_close(fd, [actual], [expected], [x, table])
