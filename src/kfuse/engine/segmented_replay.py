@@ -324,7 +324,7 @@ class SegmentedReplays:
     """A SegmentedProgram executor's replays by signature, newest kept (at most MAX_ENTRIES,
     as many as kfuse._C.FastCallCache keeps), with how many calls they took (`hits`)."""
 
-    MAX_ENTRIES = 8
+    MAX_ENTRIES = 16  # as kfuse._C.FastCallCache's: 10 sizes in turn (nvFuser's dynamic runs) fit
 
     def __init__(self, fusion: Any) -> None:
         self.fusion_inputs = list(fusion.inputs)
