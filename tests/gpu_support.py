@@ -37,3 +37,12 @@ def cuda_torch():  # noqa: ANN201 - torch itself, imported only here
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA")
     return torch
+
+
+def cuda_cupy():  # noqa: ANN201 - CuPy itself, imported only here
+    """CuPy, for a GPU test that runs on CuPy's arrays: skipped, with the reason, where CuPy is
+    missing or sees no device."""
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("CuPy sees no device")
+    return cupy

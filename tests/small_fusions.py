@@ -1,9 +1,10 @@
 """Small fusions several test modules run: one pointwise kernel, two generated-kernel
-segments, a library segment before a kernel."""
+segments, a library segment before a kernel, index_select read in a kernel and in a library
+segment."""
 
 from __future__ import annotations
 
-from kfuse import FusionDefinition
+from kfuse import DataType, FusionDefinition
 
 
 def scaled_sum(rank: int = 2) -> FusionDefinition:
@@ -31,4 +32,23 @@ def relu_of_matmul() -> FusionDefinition:
         a = fd.define_tensor(shape=[-1, -1])
         b = fd.define_tensor(shape=[-1, -1])
         fd.add_output(fd.ops.relu(fd.ops.matmul(a, b)))
+    return fd
+
+
+def rows_of() -> FusionDefinition:
+    """exp of index_select rows: the read and its bounds flags inside a generated kernel."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.exp(fd.ops.index_select(t, i, 0)))
+    return fd
+
+
+def rows_of_a_product() -> FusionDefinition:
+    """index_select of a matmul, both in one library (expr_eval) segment, whose positions
+    kfuse checks on the host."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(fd.ops.matmul(t, fd.ops.permute(t, [1, 0])), i, 0))
     return fd

@@ -9,32 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kfuse import DataType, FusionDefinition
+from kfuse import FusionDefinition
 from kfuse.errors import InputError
 from kfuse.runtime import capture
+from small_fusions import rows_of, rows_of_a_product
 
 
 @pytest.fixture
 def capturing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(capture, "capturing", lambda framework, device: True)
-
-
-def _select_rows() -> FusionDefinition:
-    """index_select read inside a generated pointwise kernel (indexed-read flags)."""
-    with FusionDefinition() as fd:
-        t = fd.define_tensor(shape=[-1, -1])
-        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        fd.add_output(fd.ops.exp(fd.ops.index_select(t, i, 0)))
-    return fd
-
-
-def _select_rows_of_a_product() -> FusionDefinition:
-    """index_select of a matmul: both in one expr_eval (library) segment."""
-    with FusionDefinition() as fd:
-        t = fd.define_tensor(shape=[-1, -1])
-        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        fd.add_output(fd.ops.index_select(fd.ops.matmul(t, fd.ops.permute(t, [1, 0])), i, 0))
-    return fd
 
 
 X = np.arange(24, dtype=np.float32).reshape(6, 4) / 24
@@ -47,23 +30,23 @@ def test_the_capture_question_is_no_for_host_arrays() -> None:
 
 
 def test_a_library_index_select_is_refused_under_capture(capturing: None) -> None:
-    fd = _select_rows_of_a_product()
+    fd = rows_of_a_product()
     with pytest.raises(InputError, match=r"under CUDA graph capture: index_select to T\d+ runs"):
         fd.execute([X, INDEX])
 
 
 def test_a_library_index_select_runs_outside_capture() -> None:
-    (out,) = _select_rows_of_a_product().execute([X, INDEX])
+    (out,) = rows_of_a_product().execute([X, INDEX])
     np.testing.assert_allclose(out, (X @ X.T)[INDEX], rtol=1e-6)
 
 
 def test_indexed_read_flags_are_not_made_under_capture(capturing: None) -> None:
     with pytest.raises(InputError, match="Run the fusion once on this device before capturing"):
-        _select_rows().execute([X, INDEX])
+        rows_of().execute([X, INDEX])
 
 
 def test_a_fusion_run_once_before_capture_keeps_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    fd = _select_rows()
+    fd = rows_of()
     fd.execute([X, INDEX])  # the warm-up run makes the flags
     monkeypatch.setattr(capture, "capturing", lambda framework, device: True)
     (out,) = fd.execute([X, np.array([1, 1, 3], np.int64)])

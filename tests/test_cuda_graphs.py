@@ -14,33 +14,20 @@ from typing import Any
 
 import pytest
 
-from gpu_support import cuda_torch, requires_gpu
-from kfuse import DataType, FusionDefinition
+from gpu_support import cuda_cupy, cuda_torch, requires_gpu
+from kfuse import FusionDefinition
 from kfuse.errors import InputError
-from small_fusions import relu_of_matmul, scaled_sum, sums_over_both_axes
+from small_fusions import (
+    relu_of_matmul,
+    rows_of,
+    rows_of_a_product,
+    scaled_sum,
+    sums_over_both_axes,
+)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
 REPLAYS = 3
-
-
-def _rows_of() -> FusionDefinition:
-    """exp of index_select rows: the read and its bounds flags inside a generated kernel."""
-    with FusionDefinition() as fd:
-        t = fd.define_tensor(shape=[-1, -1])
-        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        fd.add_output(fd.ops.exp(fd.ops.index_select(t, i, 0)))
-    return fd
-
-
-def _rows_of_a_product() -> FusionDefinition:
-    """index_select of a matmul, both in one library (expr_eval) segment, whose positions
-    kfuse checks on the host."""
-    with FusionDefinition() as fd:
-        t = fd.define_tensor(shape=[-1, -1])
-        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        fd.add_output(fd.ops.index_select(fd.ops.matmul(t, fd.ops.permute(t, [1, 0])), i, 0))
-    return fd
 
 
 def _warm_up(torch: Any, run: Callable[[], Any], times: int = 3) -> None:
@@ -157,7 +144,7 @@ def test_torch_graph_replays_a_fusion_with_a_matmul_segment() -> None:
 
 def test_torch_graph_replays_index_select_with_new_indices() -> None:
     torch = cuda_torch()
-    fd = _rows_of()
+    fd = rows_of()
     table = torch.randn(50, 16, device="cuda")
     index = torch.tensor([3, 0, 49, 7], device="cuda")
     _warm_up(torch, lambda: fd.execute([table, index]))
@@ -179,7 +166,7 @@ def test_torch_graph_replays_index_select_with_new_indices() -> None:
 
 def test_index_select_never_run_before_capture_is_refused_and_the_capture_ends() -> None:
     torch = cuda_torch()
-    fd = _rows_of()
+    fd = rows_of()
     table = torch.randn(50, 16, device="cuda")
     index = torch.tensor([3, 0, 49, 7], device="cuda")
     torch.cuda.synchronize()
@@ -196,7 +183,7 @@ def test_index_select_never_run_before_capture_is_refused_and_the_capture_ends()
 
 def test_a_host_checked_index_select_is_refused_under_torch_capture() -> None:
     torch = cuda_torch()
-    fd = _rows_of_a_product()
+    fd = rows_of_a_product()
     t = torch.randn(20, 8, device="cuda")
     index = torch.tensor([4, 19, 0], device="cuda")
     _warm_up(torch, lambda: fd.execute([t, index]))
@@ -210,15 +197,8 @@ def test_a_host_checked_index_select_is_refused_under_torch_capture() -> None:
     _close(torch, out, (t @ t.T)[index], "after the refused capture", rtol=1e-4, atol=1e-4)
 
 
-def _cupy() -> Any:
-    cupy = pytest.importorskip("cupy")
-    if cupy.cuda.runtime.getDeviceCount() == 0:
-        pytest.skip("CuPy sees no device")
-    return cupy
-
-
 def test_cupy_stream_capture_replays_a_pointwise_fusion_into_given_outputs() -> None:
-    cupy = _cupy()
+    cupy = cuda_cupy()
     fd = scaled_sum(1)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
@@ -241,7 +221,7 @@ def test_cupy_stream_capture_replays_a_pointwise_fusion_into_given_outputs() -> 
 
 
 def test_cupy_stream_capture_of_a_fusion_never_run_before() -> None:
-    cupy = _cupy()
+    cupy = cuda_cupy()
     scaled_sum(1).execute([cupy.ones(8, cupy.float32)] * 2)  # kfuse itself initialised
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
@@ -265,7 +245,7 @@ def test_cupy_stream_capture_of_a_fusion_never_run_before() -> None:
 
 
 def test_stateful_random_ops_are_refused_under_cupy_capture() -> None:
-    cupy = _cupy()
+    cupy = cuda_cupy()
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1])
         fd.add_output(fd.ops.add(x, fd.ops.uniform(0.0, 1.0, fd.ops.shape(x))))

@@ -98,8 +98,10 @@ class FusionExecutorCache:
                 self.last_compiled, outputs = hit
                 index_checks.raise_pending()
                 return self.shown(outputs)
-        if plain:
-            replayed = self.replays(inputs, stream, outputs)
+        keyed = None  # the replay key, computed once a call where there are replays
+        if plain and self.replays:
+            keyed = self.replays.key(inputs)
+            replayed = self.replays(keyed, inputs, stream, outputs)
             if replayed is not None:
                 self.last_compiled, results = replayed
                 index_checks.raise_pending()
@@ -124,7 +126,7 @@ class FusionExecutorCache:
             direct = given is not None and isinstance(compiled, KernelProgram)
             trace = None
             if plain and isinstance(compiled, SegmentedProgram):
-                trace = self._replay_trace(inputs)
+                trace = self._replay_trace(inputs, keyed)
             with profiling_hooks.segment(compiled.scheduler, info):  # tags its launches
                 if direct:
                     assert isinstance(compiled, KernelProgram)
@@ -173,11 +175,13 @@ class FusionExecutorCache:
             self.fast_calls.add(entry)  # which drops its oldest beyond MAX_ENTRIES, as here
             _add_bounded(self._fast_layouts, layout, self.fast_calls.MAX_ENTRIES)
 
-    def _replay_trace(self, inputs: list[Any]) -> tuple[tuple, SegmentTrace] | None:
+    def _replay_trace(self, inputs: list[Any], keyed: Any) -> tuple[tuple, SegmentTrace] | None:
         """(the replay key, a SegmentTrace to record the call in) on a signature's second
         checked call of a SegmentedProgram, else None: as with FastCalls, callers whose
-        shapes change on every call do not pay for plans they never replay."""
-        keyed = self.replays.key(inputs)
+        shapes change on every call do not pay for plans they never replay. `keyed`: the
+        key execute computed when it looked for a replay (None: not computed)."""
+        if keyed is None:
+            keyed = self.replays.key(inputs)
         if keyed is None:
             return None
         with self._lock:

@@ -340,14 +340,12 @@ class SegmentedReplays:
         return replay_key(inputs, self.fusion_inputs, self.sized)
 
     def __call__(
-        self, inputs: Any, stream: Any, outputs: Any = None
+        self, keyed: Any, inputs: Any, stream: Any, outputs: Any = None
     ) -> tuple[Program, list[Any]] | None:
         """(the SegmentedProgram, its outputs) for a call of a planned signature, or None.
+        `keyed`: key(inputs), which the executor keeps for planning the call on a miss.
         `outputs`: execute's outputs=, checked as the checked path checks them (an
         InputError before anything runs), the results copied into them as it copies."""
-        if not self.entries:
-            return None
-        keyed = self.key(inputs)
         if keyed is None:
             return None
         replay = self.entries.get(keyed[0])
