@@ -2,12 +2,11 @@
 embedding takes (cat(rotated halves of the first n features, the rest), n a multiple of the
 vector): the pointwise kernel picks a vector's part once and runs its lanes with that part
 alone (codegen.windowed.vector_part_selector). Random ranks, outer sizes, part widths, dtypes
-and element-wise work in the parts, against the reference; KFUSE_CAT_VECTOR_EXAMPLES sets the
-example count (the emulator campaigns of this kernel form ran it with 400 on each profile)."""
+and element-wise work in the parts, against the reference (KFUSE_HYPOTHESIS_PROFILE=campaign
+runs it long, as the emulator campaigns of this kernel form did on each device profile)."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
@@ -23,7 +22,6 @@ from source_corpus import recorded_sources
 
 torch = pytest.importorskip("torch")
 
-EXAMPLES = int(os.environ.get("KFUSE_CAT_VECTOR_EXAMPLES", "25"))
 LANES = {DataType.Float: 4, DataType.BFloat16: 8, DataType.Half: 8}
 """Elements of a 16-byte vector: part widths are multiples of it."""
 
@@ -77,7 +75,7 @@ def rotary(case: dict) -> FusionDefinition:
     return fd
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(rotary_cases())
 def test_whole_vector_parts_match_the_reference(case: dict) -> None:
     fd = rotary(case)
