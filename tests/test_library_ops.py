@@ -507,3 +507,39 @@ def test_a_column_major_argsort_feeds_a_reduction_segment() -> None:
     assert order_sums.tolist() == [21] * 5  # each column's positions 0..6 once
     torch.testing.assert_close(padded[2, 1], torch.tanh(x).prod())
     assert padded[0, 0] == -1.5 and padded.shape == (4, 4)
+
+
+@pytest.mark.parametrize(
+    "framework", ["torch", "numpy", pytest.param("cuda", marks=pytest.mark.gpu)]
+)
+@pytest.mark.parametrize("dtype", [DataType.Int, DataType.Int32])
+def test_a_cast_inside_a_library_segment_converts_as_a_kernel_does(
+    framework: str, dtype: DataType
+) -> None:
+    """The cast of scatter's source runs in the library segment: NaN goes to 0 and values
+    outside the integer type to its nearest end there too, as CUDA's conversion in a kernel
+    gives them (a GPU campaign's scatter of cast(-inf) gave 0 against the kernel's lowest
+    integer; x86's plain conversion gives the lowest integer for all three)."""
+    values = [float("nan"), float("inf"), -float("inf"), 3.7, -3.7, 3e9, -3e9, 1e20, -1e20]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        into = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        index = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.scatter(into, index, fd.ops.cast(x, dtype), 0))
+        fd.add_output(fd.ops.cast(fd.ops.neg(x), dtype))  # the same conversion in a kernel
+    device = "cuda" if framework == "cuda" else "cpu"
+    x = torch.tensor([values], device=device)
+    int_dtype = torch.int64 if dtype is DataType.Int else torch.int32
+    into = torch.full((1, len(values)), 5, dtype=int_dtype, device=device)
+    index = torch.zeros((1, len(values)), dtype=torch.int64, device=device)
+    args = [x, into, index] if framework != "numpy" else [a.numpy() for a in (x, into, index)]
+    assert EE in [s.scheduler for s in fd.segments(args)]
+    scattered, in_kernel = (np.asarray(torch.as_tensor(o).cpu()) for o in fd.execute(args))
+    bits = 64 if dtype is DataType.Int else 32
+    top, bottom = 2 ** (bits - 1) - 1, -(2 ** (bits - 1))
+    three_e9 = (top, bottom) if bits == 32 else (3_000_000_000, -3_000_000_000)
+    want = [0, top, bottom, 3, -3, *three_e9, top, bottom]
+    np.testing.assert_array_equal(scattered[0], want)
+    np.testing.assert_array_equal(in_kernel[0], [0, bottom, top, -3, 3, *want[6:4:-1], bottom, top])
+    for got, expected in zip(evaluate(fd.fusion, args), (scattered, in_kernel), strict=True):
+        np.testing.assert_array_equal(np.asarray(torch.as_tensor(got).cpu()), expected)

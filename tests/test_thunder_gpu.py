@@ -64,7 +64,7 @@ def quick_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_step_matches_eager_float64(quick_results: dict[str, Any]) -> None:
     bad = [
-        f"{r['step']} {r.get('dtype', '')}: {r.get('error') or r.get('max_rel_err')}"
+        f"{r['step']} {r.get('dtype', '')}: {r.get('error') or r.get('max_rel_err') or r}"
         for r in quick_results["results"]
         if not r.get("matched")
     ]

@@ -232,7 +232,10 @@ class _TorchOps:
     def cast(self, a: Any, dtype: DataType) -> Any:
         from kfuse.dtypes import to_torch_dtype
 
-        return a.to(to_torch_dtype(dtype))
+        target = to_torch_dtype(dtype)
+        if a.is_floating_point() and dtype.is_integral:
+            return _float_to_int(self.torch, a, dtype, lambda v: v.to(target))
+        return a.to(target)
 
     def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
         return a.reshape(shape)
@@ -276,6 +279,8 @@ class _NumpyLikeOps:
         return self._finish(y, dtype)
 
     def cast(self, a: Any, dtype: DataType) -> Any:
+        if self.xp.asarray(a).dtype.kind == "f" and dtype.is_integral:
+            return _float_to_int(self.xp, a, dtype, lambda v: self._finish(v, dtype))
         return self._finish(a, dtype)
 
     def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
@@ -289,6 +294,18 @@ class _NumpyLikeOps:
 
     def arange(self, like: Any) -> Any:
         return self.xp.arange
+
+
+def _float_to_int(xp: Any, a: Any, dtype: DataType, convert: Callable[[Any], Any]) -> Any:
+    """Floating values converted to the integer `dtype` (Int32, Int) as kfuse's kernels
+    convert them (CUDA's cvt.rzi): toward zero, NaN to 0, out-of-range values to the type's
+    nearest end. A plain conversion is undefined there (x86 gives the lowest integer for all
+    three), and a cast in a library segment must agree with the same cast in a kernel.
+    `convert` is the framework's conversion of in-range values."""
+    limit = float(2 ** (8 * dtype.itemsize - 1))  # exact in every floating type
+    nan, high, low = xp.isnan(a), a >= limit, a < -limit
+    inside = convert(xp.where(nan | high | low, 0.0, a))
+    return xp.where(low, -int(limit), xp.where(high, int(limit) - 1, inside))
 
 
 def _numpy_ops() -> _NumpyLikeOps:
