@@ -262,6 +262,23 @@ def test_a_floating_reshape_size_is_cast_toward_zero() -> None:
     np.testing.assert_array_equal(by_rows.ravel(), np.arange(6.0))
 
 
+def test_a_run_time_float_scalar_cast_to_an_integer_saturates_as_a_tensor_cast_does() -> None:
+    """A Double scalar input cast to Int beside the same value's tensor cast: both truncate
+    toward zero and saturate at the type's ends (the scalar's cast runs on the host; it
+    wrapped modulo 2**64 before, where the kernel's conversion saturates)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Double)
+        s = fd.define_scalar(dtype=DataType.Double)
+        zero = fd.ops.mul(fd.ops.cast(x, DataType.Int), 0)
+        fd.add_output(fd.ops.add(zero, fd.ops.cast(s, DataType.Int)))
+        fd.add_output(fd.ops.cast(x, DataType.Int))
+    for value in (-1e20, 1e20, 3.7, -3.7, 2.0**63, -(2.0**63)):
+        from_scalar, from_tensor = fd.execute([np.array([value, 1.0]), value])
+        assert from_scalar[0] == from_tensor[0], value
+    assert from_tensor[0] == -(2**63)
+    assert fd.execute([np.array([1e20, 0.0]), 1e20])[0][0] == 2**63 - 1
+
+
 def test_infer_shapes_reshape_mismatch() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])

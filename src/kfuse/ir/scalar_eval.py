@@ -2,7 +2,8 @@
 the op table's scalar functions (kfuse.ir.ops: OpInfo.scalar).
 
 Used by shape inference and by the reference. Results are converted to the output dtype's
-Python kind (bool, int wrapped to the integer width, float rounded for Float/Half/BFloat16/float8).
+Python kind (bool; an integer type's int: an int wrapped to the width, a float truncated and
+saturated; float rounded for Float/Half/BFloat16/float8).
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ def to_python(value: Any, dtype: DataType) -> Any:
     if isinstance(value, complex):
         value = value.real
     if dtype.is_integral:
+        bits = 8 * dtype.itemsize
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise InputError(f"cannot convert {value} to {dtype.value}")
-            value = math.trunc(value)
-        bits = 8 * dtype.itemsize
+            # Toward zero and saturated, as a kernel's conversion (cvt.rzi) gives it; integers
+            # (below) wrap, as torch's integer arithmetic does.
+            top = (1 << (bits - 1)) - 1
+            return max(-top - 1, min(top, math.trunc(value)))
         value = int(value) & ((1 << bits) - 1)
         return value - (1 << bits) if value >= 1 << (bits - 1) else value
     value = float(value)
