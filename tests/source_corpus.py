@@ -157,10 +157,17 @@ def sources_of(entry: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]
 
 
 def digest(schedulers: list[str], kernels: list[tuple[str, str]]) -> str:
+    """The hash of the segments and of each kernel's own code: the runtime header every
+    source starts with is left out (it is a file of its own; a change to it would otherwise
+    change every entry and hide which kernels a change of the generator touched)."""
+    from kfuse.runtime.runtime_header import runtime_header
+
+    header = runtime_header()
     h = hashlib.sha256()
     h.update(("segments: " + ", ".join(schedulers) + "\n").encode())
     for name, source in kernels:
-        h.update(f"// kernel {name}\n{source}\n".encode())
+        own = source[len(header) :] if source.startswith(header) else source
+        h.update(f"// kernel {name}\n{own}\n".encode())
     return h.hexdigest()
 
 

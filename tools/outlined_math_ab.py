@@ -1,7 +1,10 @@
-"""GPU A/B of kfuse.codegen.outlined_math: nvFuser's many-pointwise-ops fusion (a = cos(a) +
-sin(a), n times, fp16 in and out, float inside) over 2^24 elements, its kernel time with the
-heavy calls outlined and inlined (switches.OUTLINE_HEAVY_MATH), torch.compile's beside them,
-each checked against float64 first; and each kfuse variant's first-call (compile) time.
+"""GPU A/B of kfuse.codegen.outlined_math and kfuse.codegen.shared_math: nvFuser's
+many-pointwise-ops fusion (a = cos(a) + sin(a), n times, fp16 in and out, float inside) over
+2^24 elements, its kernel time with the heavy calls outlined or inlined
+(switches.OUTLINE_HEAVY_MATH) and with sin and cos of one value from one sincos call or two
+calls (switches.SHARE_SINCOS), torch.compile's beside them, each checked against float64
+first and the variants' outputs against each other bit for bit; and each kfuse variant's
+first-call (compile) time.
 
     python3 tools/outlined_math_ab.py [N ...]      (default 2 8)
 """
@@ -42,9 +45,15 @@ def main() -> None:
             return chain(a.float(), b.float(), k).half()
 
         compiled = torch.compile(eager, dynamic=False)
-        rows = {}
-        for label, on in (("outlined", True), ("inlined", False)):
-            switches.OUTLINE_HEAVY_MATH = on
+        rows, outputs = {}, {}
+        variants = {
+            "outlined+sincos": (True, True),
+            "outlined": (True, False),
+            "inlined+sincos": (False, True),
+            "inlined": (False, False),
+        }
+        for label, (outline, sincos) in variants.items():
+            switches.OUTLINE_HEAVY_MATH, switches.SHARE_SINCOS = outline, sincos
             with FusionDefinition() as fd:
                 pointwise_ops_fusion(fd, iters)
             started = time.perf_counter()
@@ -53,17 +62,19 @@ def main() -> None:
             first = time.perf_counter() - started
             err = (got.double() - want).abs().max().item()
             us = 1e3 * time_ms(torch, lambda fd=fd: fd.execute([x, y]), 30, before=flush)
-            rows[label] = us
-            print(f"n={iters} kfuse {label}: {us:8.1f} us, first {first:6.2f} s, err {err:.2e}")
+            rows[label], outputs[label] = us, got
+            print(f"n={iters} kfuse {label:16s}: {us:8.1f} us, first {first:6.2f} s, err {err:.2e}")
+        same = all(torch.equal(o, outputs["inlined"]) for o in outputs.values())
         got = compiled(x, y)
         err = (got.double() - want).abs().max().item()
         us = 1e3 * time_ms(torch, lambda c=compiled: c(x, y), 30, before=flush)
+        best = min(rows, key=rows.__getitem__)
         print(
-            f"n={iters} torch.compile: {us:8.1f} us, max err {err:.2e}; "
-            f"outlined/inlined time {rows['outlined'] / rows['inlined']:.3f}, "
-            f"compile/outlined {us / rows['outlined']:.3f}"
+            f"n={iters} torch.compile: {us:8.1f} us, max err {err:.2e}; kfuse variants "
+            f"{'bit-identical' if same else 'DIFFER'}; best {best}, compile/best "
+            f"{us / rows[best]:.3f}"
         )
-    switches.OUTLINE_HEAVY_MATH = True
+    switches.OUTLINE_HEAVY_MATH, switches.SHARE_SINCOS = True, True
 
 
 if __name__ == "__main__":

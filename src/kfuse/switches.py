@@ -23,6 +23,12 @@ OUTLINE_HEAVY_MATH = True
 benchmark at 8 iterations compiled in 13.2 s inlined, 0.6 s outlined (NVRTC 13.0, sm_90,
 this project's 2-core host); its kernels' speed either way waits for a GPU A/B."""
 
+SHARE_SINCOS = True
+"""An element function with sin(v) and cos(v) of one value takes both from one kf::sincos(v)
+call (kfuse.codegen.shared_math), where it called sinf and cosf apart: one argument
+reduction instead of two. Results are the same bit for bit; its speed waits for a GPU A/B
+(tools/outlined_math_ab.py)."""
+
 PREFETCH_NEXT_ROW = True
 """Rows held in shared memory copy their block's next row while the output pass runs
 (ReductionKernelSpec.prefetch_next): a block an SM otherwise leaves the memory idle from the

@@ -24,10 +24,11 @@ import re
 
 from kfuse import switches
 
-HEAVY = ("sin", "cos", "tan", "lgamma")
+HEAVY = ("sin", "cos", "tan", "lgamma", "sincos")
 """kf:: math functions whose inlined copies cost NVRTC the most (measured per call site:
 sin, cos, tan 0.6 s for four chained calls, lgamma 1.1 s; exp, log, tanh, erf, the inverse
-trigonometric and hyperbolic ones 0.2-0.4 s, about what any four calls cost)."""
+trigonometric and hyperbolic ones 0.2-0.4 s, about what any four calls cost); sincos is sin
+and cos of one value (kfuse.codegen.shared_math)."""
 
 OUTLINE_AT = 2
 """Heavy calls in one function from which they are called out of line."""
@@ -49,7 +50,9 @@ def outlined(body: list[str]) -> tuple[list[str], list[str]]:
             f"#ifndef {guard}",
             f"#define {guard}",
             "template <typename T>",
-            f"__device__ __noinline__ T kf_outlined_{fn}(T x) {{ return kf::{fn}(x); }}",
+            f"__device__ __noinline__ auto kf_outlined_{fn}(T x) -> decltype(kf::{fn}(x)) {{",
+            f"  return kf::{fn}(x);",
+            "}",
             "#endif",
         ]
     return wrappers, [_CALL.sub(lambda m: f"kf_outlined_{m.group(1)}(", line) for line in body]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse.codegen import bf16_words, generated, indexed, outlined_math, windowed
+from kfuse.codegen import bf16_words, generated, indexed, outlined_math, shared_math, windowed
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
@@ -429,7 +429,7 @@ def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Ca
         args = [bf16_words.argument(e, u.val.dtype) for e, u in zip(loaded, inputs, strict=True)]
         return f"{name}_body({', '.join(args + scalar_args + list(parts) + outs)});"
 
-    wrappers, body_lines = outlined_math.outlined(body_lines)
+    wrappers, body_lines = outlined_math.outlined(shared_math.paired(body_lines))
     lines = [*wrappers, f"__device__ __forceinline__ void {name}_body({', '.join(body_params)}) {{"]
     lines += [f"  {line}" for line in body_lines]
     return lines + ["}"], call

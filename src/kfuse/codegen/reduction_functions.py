@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kfuse.codegen import bf16_words, generated, outlined_math
+from kfuse.codegen import bf16_words, generated, outlined_math, shared_math
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
@@ -41,7 +41,7 @@ def scalar_ctype(s: Scalar) -> str:
 
 
 def _function(name: str, ret: str, params: list[str], body: list[str]) -> list[str]:
-    wrappers, body = outlined_math.outlined(body)
+    wrappers, body = outlined_math.outlined(shared_math.paired(body))
     lines = [*wrappers, f"__device__ __forceinline__ {ret} {name}({', '.join(params)}) {{"]
     lines += [f"  {line}" for line in body]
     lines += ["}", ""]

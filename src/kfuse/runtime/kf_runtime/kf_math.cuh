@@ -72,6 +72,35 @@ KF_UNARY_MATH(round, rintf, rint)
 
 #undef KF_UNARY_MATH
 
+// sin and cos of one argument (codegen.shared_math pairs them): CUDA's sincosf and sincos run
+// the argument reduction, the costly part, once for both, and give sinf's and cosf's values
+// bit for bit (tests/test_shared_math_gpu.py). The emulator calls the two C functions.
+template <typename T>
+struct SinCos {
+  T sin;
+  T cos;
+};
+__device__ __forceinline__ SinCos<float> sincos(float x) {
+  SinCos<float> r;
+#ifdef KFUSE_USE_PTX
+  ::sincosf(x, &r.sin, &r.cos);
+#else
+  r.sin = ::sinf(x);
+  r.cos = ::cosf(x);
+#endif
+  return r;
+}
+__device__ __forceinline__ SinCos<double> sincos(double x) {
+  SinCos<double> r;
+#ifdef KFUSE_USE_PTX
+  ::sincos(x, &r.sin, &r.cos);
+#else
+  r.sin = ::sin(x);
+  r.cos = ::cos(x);
+#endif
+  return r;
+}
+
 // A float's |x| by clearing its sign bit, not ::fabsf: ptxas (CUDA 13.0, sm_80 and sm_90)
 // folds a comparison of fabsf's result with a constant that every number satisfies
 // (|x| > -1, |x| >= 0, -|x| <= 0) to true, though NaN makes it false. The bit form gives the
