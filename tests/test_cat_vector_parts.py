@@ -98,3 +98,41 @@ def test_whole_vector_parts_match_the_reference(case: dict) -> None:
     (actual,) = fd.execute([x, table])
     (expected,) = evaluate(fd, [x, table])
     assert_outputs_close(fd, [actual], [expected], [x, table])
+
+
+@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
+def test_the_parts_load_their_reads_into_shared_slots(
+    dtype: DataType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each vector loads only its part's reads, into register slots the parts share
+    (codegen.windowed.PartSlots): the rotated parts read three vectors each (their halves of
+    x and the table) and the rest one, so three slots serve seven reads. The same results
+    with the switch off, bit for bit."""
+    from kfuse import switches
+
+    case = {"dtype": dtype, "shape": [3, 5, 2 * 2 * LANES[dtype] + 3 * LANES[dtype]]}
+    case |= {"n": 2 * LANES[dtype], "work": "rotate", "after": False, "seed": 7}
+    rng = np.random.default_rng(7)
+    torch_dtype = torch.bfloat16 if dtype is DataType.BFloat16 else torch.float32
+    x = torch.from_numpy(rng.standard_normal(case["shape"]).astype(np.float32)).to(torch_dtype)
+    table = torch.from_numpy(rng.standard_normal(case["n"]).astype(np.float32)).to(torch_dtype)
+
+    def source_and_result() -> tuple[str, object]:
+        found: list[tuple[str, str]] = []
+        with recorded_sources(found):
+            try:
+                rotary(case).execute([x, table])
+            except Exception:  # noqa: BLE001, S110 - its source is the point
+                pass
+        ((_, source),) = found
+        return source, rotary(case).execute([x, table])[0]
+
+    source, shared = source_and_result()
+    assert "kf_parts[u] = " in source
+    assert re.search(r"kf::Vec<[\w:]+, \d+> xs2\[", source) and "xs3" not in source
+    monkeypatch.setattr(switches, "PART_LOCAL_LOADS", False)
+    source, apart = source_and_result()
+    assert "kf_parts" not in source and "xs0" not in source
+    assert torch.equal(shared, apart)
+    (expected,) = evaluate(rotary(case), [x, table])
+    assert_outputs_close(rotary(case), [shared], [expected], [x, table])

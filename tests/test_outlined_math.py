@@ -1,8 +1,9 @@
-"""sin, cos, tan, lgamma (and sincos, sin and cos of one value) called out of line where a kernel function holds two or more
-(kfuse.codegen.outlined_math): nvFuser's many-pointwise-ops host benchmark compiled in 13.2 s
-with them inlined (8 iterations; 36 s at 22 on an H100 machine), 0.6 s outlined. The values
-are kf::'s own, so results do not change: checked here on the emulator and the GPU against the
-reference, and the source's shape (which calls go out of line) without a GPU."""
+"""sin, cos, tan, lgamma (and sincos, sin and cos of one value) called out of line where a
+kernel function holds two or more (kfuse.codegen.outlined_math): nvFuser's many-pointwise-ops
+host benchmark compiled in 13.2 s with them inlined (8 iterations; 36 s at 22 on an H100
+machine), 0.6 s outlined. The values are kf::'s own, so results do not change: checked here on
+the emulator and the GPU against the reference, and the source's shape (which calls go out of
+line) without a GPU."""
 
 from __future__ import annotations
 

@@ -17,6 +17,13 @@ vector_part_selector), where it selected per lane. Measured as a hand edit of th
 an H100 (bf16, us, per lane -> per vector, torch.compile): rope_partial [8, 32, 4096, 128]
 481.3 -> 374.4 (190.1)."""
 
+PART_LOCAL_LOADS = True
+"""A kernel that picks each vector's cat part once (CAT_PART_PER_VECTOR) loads only that
+part's windowed reads, into register slots the parts share (codegen.windowed.PartSlots),
+where it loaded every part's reads, predicated, and held them all. rope_partial [8, 32, 4096,
+128] bf16 on an H100 held 107 registers a thread (nine reads, two vectors each) and ran at
+374.5 us against torch.compile's 189.8; its speed with the slots waits for a GPU A/B."""
+
 OUTLINE_HEAVY_MATH = True
 """A kernel function with two or more calls of sin, cos, tan or lgamma calls them out of line
 (kfuse.codegen.outlined_math). Measured for compile time: nvFuser's many-pointwise-ops host

@@ -333,10 +333,13 @@ def _compute_and_store(
     call: Callable[..., str],
     vectors: list[str],
     out_base: Callable[[int], str],
+    slots: windowed.PartSlots | None = None,
 ) -> None:
     """Inside a loop that set i0: the element body over one vector of lanes j, input k read
-    from its register vector x<k>[vectors[k]], then each output stored as one vector (or
-    element by element) from out_base(k), its row's first element."""
+    from its register vector x<k>[vectors[k]] (or, for a cat part's read held in `slots`,
+    from its slot in that part's lanes, its fill value in the other parts', which never read
+    it), then each output stored as one vector (or element by element) from out_base(k), its
+    row's first element."""
     vec, outputs = spec.vector, plan.fusion.outputs
     code(*[f"kf::Vec<{o.dtype.cuda_type}, {vec}> y{k};" for k, o in enumerate(outputs)])
     loaded = [
@@ -344,7 +347,24 @@ def _compute_and_store(
         for k, kind in enumerate(spec.input_kinds)
     ]
     outs = [f"y{k}[j]" for k in range(len(outputs))]
-    windowed.lane_loops(code, spec, plan.domain, lambda parts: call(loaded, outs, parts))
+
+    def lane(parts: tuple[str, ...]) -> str:
+        if slots is None:
+            return call(loaded, outs, parts)
+        mine = slots.members[int(parts[0])]
+        args = [
+            loaded[k]
+            if k not in slots.slot_of
+            else f"{slots.slot_of[k]}[{vectors[k]}][j]"
+            if k in mine
+            else windowed.fill(plan.domain, k)
+            for k in range(len(loaded))
+        ]
+        return call(args, outs, parts)
+
+    windowed.lane_loops(
+        code, spec, plan.domain, lane, part_at=None if slots is None else "kf_parts[u]"
+    )
     for k, kind in enumerate(spec.output_kinds):
         base = out_base(k)
         code.extend(
@@ -452,6 +472,8 @@ def _whole_vectors(
     inputs = plan.domain.input_uses
     split = [k for k, kind in enumerate(spec.input_kinds) if kind == SPLIT]
     reads, windows, made = indexed.reads(spec), windowed.reads(spec), generated.reads(spec)
+    slots = windowed.part_slots(spec, plan.domain)
+    in_slots = [k for k in windows if slots is not None and k in slots.slot_of]
     code.extend(
         load_vector_block(
             [u.val.dtype.cuda_type for u in inputs],
@@ -466,14 +488,21 @@ def _whole_vectors(
     )
     for ks, load in (
         (reads, lambda k, indent: indexed.vector_load(spec, k, indent)),  # after their indexes
-        (windows, lambda k, indent: windowed.vector_load(spec, plan.domain, k, indent)),
+        (
+            [k for k in windows if k not in in_slots],
+            lambda k, indent: windowed.vector_load(spec, plan.domain, k, indent),
+        ),
         (split, lambda k, indent: _split_loads(spec, k, f"x{k}[u]", vec, indent)),
         (made, lambda k, indent: generated.vector_load(spec, plan.domain, k, indent)),
     ):
         _unrolled_loads(code, spec, plan, ks, unroll, offset, load)
+    if slots is not None:
+        windowed.slot_loads(code, spec, plan.domain, slots, unroll, offset)
     with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
         code(f"const Index i0 = {offset};")
-        _compute_and_store(code, plan, spec, call, ["u"] * len(inputs), lambda k: f"base_out{k}")
+        _compute_and_store(
+            code, plan, spec, call, ["u"] * len(inputs), lambda k: f"base_out{k}", slots
+        )
 
 
 def _unrolled_loads(

@@ -17,6 +17,7 @@ there is whole vectors, else element by element.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kfuse import switches
@@ -138,13 +139,101 @@ def vector_part_selector(spec: PointwiseKernelSpec, domain: DomainMap) -> str | 
     return part_selectors(spec, domain, "i0")[0]
 
 
+@dataclass(frozen=True)
+class PartSlots:
+    """Register slots that the parts of the kernel's one cat share (switches.PART_LOCAL_LOADS).
+
+    A vector lies in one part (vector_part_selector), so it needs only that part's windowed
+    reads: each part loads its own into the slots, inside a branch on the vector's part,
+    and a slot holds a different input in each part. RoPE with a partial rotary width
+    (rope_partial: three parts reading four, four and one vectors) held all nine reads'
+    vectors for each of a thread's two vectors, 72 registers of 107, which left an H100 SM
+    four blocks of 128 threads, too few loads in flight for the memory.
+
+    members[p]: part p's inputs (WINDOWED_VEC reads inside it), in order; slot_of: each
+    member's slot array; slots: (array name, storage type) of every slot."""
+
+    members: tuple[tuple[int, ...], ...]
+    slot_of: dict[int, str]
+    slots: tuple[tuple[str, str], ...]
+
+
+def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None:
+    """The slots of a kernel whose cat selects a part per vector, or None where it does not,
+    the switch is off, or no two parts' reads would share a slot."""
+    if not switches.PART_LOCAL_LOADS or not switches.CAT_PART_PER_VECTOR:
+        return None
+    if vector_part_selector(spec, domain) is None:
+        return None
+    (cat,) = domain.cats.values()
+    members = tuple(
+        tuple(
+            k
+            for k, u in enumerate(domain.input_uses)
+            if u.part is not None
+            and u.part.cat is cat.expr
+            and u.part.index == p
+            and spec.input_kinds[k] == WINDOWED_VEC
+        )
+        for p in range(len(cat.expr.inputs))
+    )
+    if sum(map(len, members)) <= max(map(len, members), default=0):
+        return None
+    keys: list[tuple[str, int]] = []  # (storage type, n-th of that type in a part)
+    slot_of: dict[int, str] = {}
+    for ks in members:
+        seen: dict[str, int] = {}
+        for k in ks:
+            ctype = domain.input_uses[k].val.dtype.cuda_type
+            key = (ctype, seen.get(ctype, 0))
+            seen[ctype] = key[1] + 1
+            if key not in keys:
+                keys.append(key)
+            slot_of[k] = f"xs{keys.index(key)}"
+    slots = tuple((f"xs{n}", ctype) for n, (ctype, _) in enumerate(keys))
+    return PartSlots(members, slot_of, slots)
+
+
+def slot_loads(
+    code: Code,
+    spec: PointwiseKernelSpec,
+    domain: DomainMap,
+    slots: PartSlots,
+    unroll: int,
+    offset: str,
+) -> None:
+    """Declare the slots and kf_parts[unroll], then per vector u (at element `offset` of the
+    row) its part and that part's reads into the slots."""
+    vec = spec.vector
+    code(f"int kf_parts[{unroll}];")
+    code(*[f"kf::Vec<{ctype}, {vec}> {name}[{unroll}];" for name, ctype in slots.slots])
+    selector = vector_part_selector(spec, domain)
+    with code.block(f"for (int u = 0; u < {unroll}; ++u)", unroll=True):
+        code(f"const Index i0 = {offset};")
+        code(f"kf_parts[u] = {selector};")
+        loading = [(p, ks) for p, ks in enumerate(slots.members) if ks]
+        for n, (p, ks) in enumerate(loading):
+            head = "if" if n == 0 else "else if"
+            with code.block(f"{head} (kf_parts[u] == {p})"):
+                for k in ks:
+                    code(
+                        f"{slots.slot_of[k]}[u] = kf::window_load_vec<{vec}>(in{k}, "
+                        f"base_in{k} + i0, {_inside(spec, k, 'i0')}, {fill(domain, k)});"
+                    )
+
+
 def lane_loops(
-    code: Code, spec: PointwiseKernelSpec, domain: DomainMap, call: Callable[[tuple[str, ...]], str]
+    code: Code,
+    spec: PointwiseKernelSpec,
+    domain: DomainMap,
+    call: Callable[[tuple[str, ...]], str],
+    part_at: str | None = None,
 ) -> None:
     """The loop over a vector's lanes j, `call(parts)` the statement of one lane given the
     part of each cat (part_selectors): one loop choosing per lane, or where the kernel's
     cat has whole-vector windows (vector_part_selector, switches.CAT_PART_PER_VECTOR) the
-    vector's part chosen once and one loop per part, the part a constant in it."""
+    vector's part chosen once (`part_at`: where slot_loads keeps it) and one loop per part,
+    the part a constant in it."""
     vec = spec.vector
     per_vector = vector_part_selector(spec, domain)
     if per_vector is None or not switches.CAT_PART_PER_VECTOR:
@@ -154,7 +243,7 @@ def lane_loops(
     (cat,) = domain.cats.values()
     count = len(cat.expr.inputs)
     with code.block():
-        code(f"const int kf_part = {per_vector};")
+        code(f"const int kf_part = {part_at or per_vector};")
         for p in range(count):
             head = "if" if p == 0 else "else if"
             with code.block(f"{head} (kf_part == {p})" if p < count - 1 else "else"):
