@@ -20,21 +20,23 @@ an H100 (bf16, us, per lane -> per vector, torch.compile): rope_partial [8, 32, 
 PART_LOCAL_LOADS = True
 """A kernel that picks each vector's cat part once (CAT_PART_PER_VECTOR) loads only that
 part's windowed reads, into register slots the parts share (codegen.windowed.PartSlots),
-where it loaded every part's reads, predicated, and held them all. rope_partial [8, 32, 4096,
-128] bf16 on an H100 held 107 registers a thread (nine reads, two vectors each) and ran at
-374.5 us against torch.compile's 189.8; its speed with the slots waits for a GPU A/B."""
+where it loaded every part's reads, predicated, and held them all. Measured on an H100
+(rope_partial [8, 32, 4096, 128] bf16, whole calls, us; all reads -> slots, torch.compile):
+373.6 -> 291.7 (189.4), 107 -> 78 registers a thread."""
 
 OUTLINE_HEAVY_MATH = True
-"""A kernel function with two or more calls of sin, cos, tan or lgamma calls them out of line
-(kfuse.codegen.outlined_math). Measured for compile time: nvFuser's many-pointwise-ops host
-benchmark at 8 iterations compiled in 13.2 s inlined, 0.6 s outlined (NVRTC 13.0, sm_90,
-this project's 2-core host); its kernels' speed either way waits for a GPU A/B."""
+"""A kernel function with three or more calls of sin, cos, tan, lgamma or sincos calls them
+out of line (kfuse.codegen.outlined_math). Measured for compile time: nvFuser's
+many-pointwise-ops host benchmark at 8 iterations compiled in 13.2 s inlined, 0.6 s outlined
+(NVRTC 13.0, sm_90, this project's 2-core host); for speed on an H100 (kernel us, inlined ->
+outlined): 357.3 -> 292.3 without sincos, 202.5 -> 176.2 with it (OUTLINE_AT's numbers)."""
 
 SHARE_SINCOS = True
 """An element function with sin(v) and cos(v) of one value takes both from one kf::sincos(v)
 call (kfuse.codegen.shared_math), where it called sinf and cosf apart: one argument
-reduction instead of two. Results are the same bit for bit; its speed waits for a GPU A/B
-(tools/outlined_math_ab.py)."""
+reduction instead of two, the same values bit for bit. Measured on an H100 (nvFuser's
+many-pointwise-ops fusion, 2^24 fp16 values, kernel us; apart -> shared, torch.compile):
+two iterations inlined 81.4 -> 47.5 (72.0), eight outlined 292.3 -> 176.2 (227.4)."""
 
 PREFETCH_NEXT_ROW = True
 """Rows held in shared memory copy their block's next row while the output pass runs
