@@ -1908,3 +1908,77 @@ def test_broadcast_in_dim_negative_dims() -> None:
         )
 
     torch.testing.assert_close(run(build, [x, w])[0], x * w)
+
+
+# ---- test_cuda_graph.py (newer than the table's snapshot) ----
+
+
+def test_capture_and_replay() -> None:
+    # nvFuser's test runs the fusion five times with kernel reuse off (a new kernel a call).
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(a, b))
+    for _ in range(5):
+        out = fd.execute([x, y], _disable_options=["kernel_reuse"])
+    torch.testing.assert_close(out[0], x + y)
+
+
+# ---- test_inline_definitions.py (newer than the table's snapshot) ----
+
+
+def test_inline_def_reshape() -> None:
+    """A printed definition is the definition as written, symbolic Index sizes included
+    (kfuse prints nvFuser's Index, int64 in both, as Int)."""
+    constant = (
+        "def nvfuser_fusion(fd : FusionDefinition) -> None :\n"
+        "    tv0 = fd.define_tensor(shape=[-1], contiguity=[False], dtype=DataType.Float, "
+        "is_cpu=False)\n"
+        "    tv1 = fd.ops.reshape(tv0, new_shape=[2, 5])\n"
+        "    fd.add_output(tv1)\n"
+    )
+    mixed = constant.replace(
+        "    tv1 = fd.ops.reshape(tv0, new_shape=[2, 5])\n",
+        "    c2 = fd.define_scalar(None, dtype=DataType.Index)\n"
+        "    tv1 = fd.ops.reshape(tv0, new_shape=[2, c2])\n",
+    )
+    for text, printed in (
+        (constant, constant),
+        (mixed, mixed.replace("c2", "c0").replace("DataType.Index", "DataType.Int")),
+    ):
+        namespace: dict[str, Any] = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+        exec(text, namespace)  # noqa: S102 - the test's own definition text
+        with FusionDefinition() as fd:
+            namespace["nvfuser_fusion"](fd)
+        assert str(fd).rstrip("\n") + "\n" == printed
+    (out,) = fd.execute([torch.arange(10.0), 5])
+    torch.testing.assert_close(out, torch.arange(10.0).reshape(2, 5))
+
+
+# ---- test_examples.py (newer than the table's snapshot) ----
+
+
+def test_pointwise(capsys: pytest.CaptureFixture[str]) -> None:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.relu(x))
+    fd.fusion.print()
+    assert "relu" in capsys.readouterr().out
+    x_t = torch.randn(2, 3)
+    [y] = fd.execute([x_t])
+    torch.testing.assert_close(y, x_t.relu())
+
+
+@pytest.mark.parametrize("shape", [[-1, -1], [2, 3]], ids=["symbolic", "concrete"])
+def test_symoblic_reshape_and_concrete_reshape(shape: list[int]) -> None:
+    # nvFuser's test_symoblic_reshape (its spelling) and test_concrete_reshape.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape, dtype=DataType.Float)
+        x = fd.ops.reshape(x, [-1])
+        x = fd.ops.reshape(x, [-1, 2])
+        fd.add_output(x)
+    assert fd.fusion.print_math().count("ReshapeOp") == 2
+    x_t = torch.arange(6, dtype=torch.float32).view(2, 3)
+    [y] = fd.execute([x_t])
+    torch.testing.assert_close(y, x_t.view(-1, 2))

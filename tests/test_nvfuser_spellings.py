@@ -215,8 +215,13 @@ def test_execute_accepts_thunders_keywords() -> None:
         _disable_options=[],
     )
     torch.testing.assert_close(out, -x_t)
-    with pytest.raises(InputError, match="no NVFUSER_ENABLE/DISABLE options"):
-        fd.execute([x_t], _enable_options=["fuse_matmul"])
+    # nvFuser's option names steer its own compiler: accepted, changing nothing in kfuse.
+    (out,) = fd.execute([x_t], _enable_options=["fuse_matmul"], _disable_options=["fma"])
+    torch.testing.assert_close(out, -x_t)
+    with pytest.raises(InputError, match="'kernel_reuse' is not one of nvFuser's options"):
+        fd.execute([x_t], _enable_options=["kernel_reuse"])  # a disable option, not enable
+    with pytest.raises(InputError, match="'fuse_matmull' is not one of nvFuser's options"):
+        fd.execute([x_t], _enable_options=["fuse_matmull"])
     with pytest.raises(InputError, match="must be a list of strings"):
         fd.execute([x_t], _disable_options="parallel_compile")
     # Thunder passes its unset nv_save_fake_inputs option as None: nvFuser reads it as False.

@@ -44,6 +44,11 @@ class DataType(enum.Enum):
     ComplexDouble = "ComplexDouble"  # complex128: two Doubles
     UInt64 = "UInt64"
     Float4_e2m1fn_x2 = "Float4_e2m1fn_x2"
+    Float4_e2m1fn = "Float4_e2m1fn"
+    Float8_e8m0fnu = "Float8_e8m0fnu"  # the block-scale type of MX formats: 8 exponent bits
+    # nvFuser's index type (the type of sizes and positions, define_scalar(dtype=DataType.Index)
+    # for a symbolic size): kfuse indexes in int64, so Index is another name for Int.
+    Index = "Int"
 
     @property
     def itemsize(self) -> int:
@@ -112,6 +117,8 @@ _ITEMSIZE = {
     DataType.ComplexDouble: 16,
     DataType.UInt64: 8,
     DataType.Float4_e2m1fn_x2: 1,
+    DataType.Float4_e2m1fn: 1,
+    DataType.Float8_e8m0fnu: 1,
 }
 REDUCED_FLOATS: tuple[DataType, ...] = (
     DataType.Half,
@@ -174,11 +181,14 @@ DECLARED_ONLY = {
     DataType.Null: "DataType.Null means no dtype (the default where a dtype is optional)",
     DataType.UInt64: "unsigned integers are not supported by kfuse yet",
     DataType.Float4_e2m1fn_x2: "packed float4 (e2m1) is not supported by kfuse yet",
+    DataType.Float4_e2m1fn: "float4 (e2m1) is not supported by kfuse yet",
+    DataType.Float8_e8m0fnu: "float8 e8m0 (MX block scales) is not supported by kfuse yet",
 }
 """nvFuser's dtypes kfuse names but does not compute, each with the reason a user is told."""
 _DECLARED_TORCH_NAME = {
     "uint64": DataType.UInt64,
     "float4_e2m1fn_x2": DataType.Float4_e2m1fn_x2,
+    "float8_e8m0fnu": DataType.Float8_e8m0fnu,
 }
 """Arrays of the declared-only dtypes are recognised, so that using one says which it is."""
 ALL_DTYPES: tuple[DataType, ...] = tuple(d for d in DataType if d not in DECLARED_ONLY)
@@ -192,7 +202,7 @@ def as_dtype(value: Any, *, what: str = "dtype") -> DataType:
     ("float32"), as are torch's (torch.float16).
 
     Raises DefinitionError naming `what` for anything else, and for the dtypes kfuse only
-    names (DECLARED_ONLY: Null, UInt64, Float4_e2m1fn_x2).
+    names (DECLARED_ONLY: Null, UInt64 and the float4 and e8m0 types).
     """
     dtype = _named_dtype(value)
     if dtype is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kfuse.frontend.nvfuser_options import check_execute_options
 from kfuse.runtime import index_checks, profiling_hooks
 from kfuse.runtime.arrays import framework_of
 from kfuse.runtime.device_arg import device_index
@@ -80,11 +81,12 @@ class FusionExecution:
         them): accepted as nvFuser's types (save_repro_inputs None is False: Thunder passes its
         unset compile option as None); save_repro_inputs hands the inputs to
         `_keep_repro_inputs` (kfuse.nvfuser_direct's definition keeps their descriptions for
-        its repro script), and kfuse has no NVFUSER_ENABLE/DISABLE options, so a non-empty
-        list is an error.
+        its repro script); an option list names nvFuser's NVFUSER_ENABLE/DISABLE options,
+        which steer nvFuser's own compiler: kfuse accepts each name nvFuser knows and changes
+        nothing for it, and refuses any other (kfuse.frontend.nvfuser_options).
         """
         if save_repro_inputs or _enable_options or _disable_options:
-            _check_nvfuser_options(save_repro_inputs, _enable_options, _disable_options)
+            check_execute_options(save_repro_inputs, _enable_options, _disable_options)
             if save_repro_inputs:
                 self._keep_repro_inputs(inputs)
         if self._vector_inputs:
@@ -173,23 +175,6 @@ class FusionExecution:
         if self._executor_cache is None or self._executor_cache.last_compiled is None:
             return None
         return self._executor_cache.last_compiled.scheduler
-
-
-def _check_nvfuser_options(save_repro_inputs: Any, enable: Any, disable: Any) -> None:
-    from kfuse.errors import InputError
-
-    if save_repro_inputs is not None and not isinstance(save_repro_inputs, bool):
-        raise InputError(f"execute: save_repro_inputs must be a bool, got {save_repro_inputs!r}")
-    for name, options in (("_enable_options", enable), ("_disable_options", disable)):
-        if options is None:
-            continue
-        if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
-            raise InputError(f"execute: {name} must be a list of strings, got {options!r}")
-        if options:
-            raise InputError(
-                f"execute: {name}={list(options)}: kfuse has no NVFUSER_ENABLE/DISABLE "
-                "options (its own are kfuse.knobs and kfuse.switches)"
-            )
 
 
 def _unpacked_vectors(inputs: Any) -> Any:

@@ -212,6 +212,19 @@ class Fusion:
             lines.append(f"  {self.outputs[out].name} written into {self.inputs[inp].name}")
         return "\n".join(lines)
 
+    def print(self) -> None:
+        """Print the fusion's IR (str(fusion): its inputs, exprs and outputs, kfuse's own form
+        of it), as nvFuser's `fd.fusion.print()` prints nvFuser's."""
+        print(str(self))  # noqa: T201 - printing is what nvFuser's method does
+
+    def print_math(self, from_outputs_only: bool = True) -> str:
+        """The fusion's exprs as text (nvFuser's print_math returns its IR's; this is kfuse's
+        form). from_outputs_only is accepted for nvFuser's signature: a kfuse fusion holds
+        the exprs its outputs need, and a definition's other exprs are dropped when it is
+        built."""
+        del from_outputs_only
+        return str(self)
+
     def __repr__(self) -> str:
         return (
             f"<Fusion {len(self.inputs)} inputs, {len(self.exprs)} exprs, "
