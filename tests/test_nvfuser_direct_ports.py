@@ -1910,7 +1910,7 @@ def test_broadcast_in_dim_negative_dims() -> None:
     torch.testing.assert_close(run(build, [x, w])[0], x * w)
 
 
-# ---- test_cuda_graph.py (newer than the table's snapshot) ----
+# ---- test_cuda_graph.py (an unmerged branch of nvFuser) ----
 
 
 def test_capture_and_replay() -> None:
@@ -1925,7 +1925,7 @@ def test_capture_and_replay() -> None:
     torch.testing.assert_close(out[0], x + y)
 
 
-# ---- test_inline_definitions.py (newer than the table's snapshot) ----
+# ---- test_inline_definitions.py (an unmerged branch of nvFuser) ----
 
 
 def test_inline_def_reshape() -> None:
@@ -1956,7 +1956,7 @@ def test_inline_def_reshape() -> None:
     torch.testing.assert_close(out, torch.arange(10.0).reshape(2, 5))
 
 
-# ---- test_examples.py (newer than the table's snapshot) ----
+# ---- test_examples.py (an unmerged branch of nvFuser) ----
 
 
 def test_pointwise(capsys: pytest.CaptureFixture[str]) -> None:
