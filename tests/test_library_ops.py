@@ -543,3 +543,23 @@ def test_a_cast_inside_a_library_segment_converts_as_a_kernel_does(
     np.testing.assert_array_equal(in_kernel[0], [0, bottom, top, -3, 3, *want[6:4:-1], bottom, top])
     for got, expected in zip(evaluate(fd.fusion, args), (scattered, in_kernel), strict=True):
         np.testing.assert_array_equal(np.asarray(torch.as_tensor(got).cpu()), expected)
+
+
+@pytest.mark.parametrize("source", ["bfloat16", "float16"])
+def test_a_library_segments_cast_of_narrow_numpy_floats_saturates(source: str) -> None:
+    """NumPy's bfloat16 (ml_dtypes: its dtype kind is "V", not "f") and float16 arrays take
+    the same conversion as float32's in a library segment."""
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if source == "bfloat16" else np.float16
+    dtype = DataType.BFloat16 if source == "bfloat16" else DataType.Half
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        into = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        index = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.scatter(into, index, fd.ops.cast(x, DataType.Int32), 0))
+    x = np.array([[np.nan, np.inf, -np.inf, 3.7, -3.7, -60000.0]]).astype(np_dtype)
+    (out,) = fd.execute([x, np.zeros((1, 6), np.int32), np.zeros((1, 6), np.int64)])
+    top = 2**31 - 1
+    expected = [0, top, -top - 1, 3, -3, int(np.float32(x[0, 5]))]
+    np.testing.assert_array_equal(out[0], expected)

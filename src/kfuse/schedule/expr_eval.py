@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kfuse.dtypes import DataType
+from kfuse.dtypes import DataType, from_array_dtype
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     LIBRARY_EXPRS,
@@ -279,8 +279,13 @@ class _NumpyLikeOps:
         return self._finish(y, dtype)
 
     def cast(self, a: Any, dtype: DataType) -> Any:
-        if self.xp.asarray(a).dtype.kind == "f" and dtype.is_integral:
-            return _float_to_int(self.xp, a, dtype, lambda v: self._finish(v, dtype))
+        # by the DataType: ml_dtypes' bfloat16 and float8 arrays have dtype kind "V", not "f"
+        if dtype.is_integral and from_array_dtype(self.xp.asarray(a).dtype).is_floating:
+            import numpy
+
+            # Half's range ends below the integer limits: NumPy warns as it widens them.
+            with numpy.errstate(over="ignore", invalid="ignore"):
+                return _float_to_int(self.xp, a, dtype, lambda v: self._finish(v, dtype))
         return self._finish(a, dtype)
 
     def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
