@@ -18,7 +18,9 @@ import pytest
 
 from gpu_support import requires_gpu
 
-pytestmark = [pytest.mark.gpu, requires_gpu]
+# One worker runs the module (tools/device_check.sh passes --dist loadgroup): its fixture is
+# Thunder's whole quick check, which each worker holding one of these tests would run again.
+pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.xdist_group("thunder")]
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPORT_PROBE = "import kfuse.nvfuser_direct as n; n.install(); import thunder"

@@ -88,10 +88,12 @@ gpu_tests() {
     # The profiler's tests run in a process of their own: CUPTI misbehaving there must not take
     # the other GPU tests' results with it.
     # They run in KFUSE_GPU_TEST_WORKERS processes (pytest-xdist) sharing the one GPU: most of
-    # their time is NVRTC on the CPU.
+    # their time is NVRTC on the CPU. --dist loadgroup keeps a module marked xdist_group on
+    # one worker (the Thunder tests: their fixture runs Thunder's whole check, ~2 minutes).
     local rc=0
     "${limit[@]}" "$PY" -m pytest -m gpu -rfE -p no:cacheprovider --durations=15 \
-        -n "${KFUSE_GPU_TEST_WORKERS:-8}" --ignore=tests/test_profiler_gpu.py tests || rc=1
+        -n "${KFUSE_GPU_TEST_WORKERS:-8}" --dist loadgroup \
+        --ignore=tests/test_profiler_gpu.py tests || rc=1
     local plimit=()
     [ -n "${KFUSE_PROFILER_TEST_TIMEOUT:-}" ] && plimit=(timeout "$KFUSE_PROFILER_TEST_TIMEOUT")
     "${plimit[@]}" "$PY" -m pytest -m gpu -v -rfE -p no:cacheprovider \
