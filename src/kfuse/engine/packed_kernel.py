@@ -14,6 +14,7 @@ KernelProgram.run does), nor programs that store into an input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kfuse import knobs
@@ -21,7 +22,12 @@ from kfuse.dtypes import DataType
 from kfuse.engine.program import KernelProgram
 from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.values import Scalar, Val
-from kfuse.runtime.arrays import current_stream, empty_like_framework, framework_of, poison
+from kfuse.runtime.arrays import (
+    current_stream,
+    empty_like_framework,
+    numpy_data_ptr,
+    poison,
+)
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.kernel_args import TensorArg
 from kfuse.runtime.launch import (
@@ -45,6 +51,7 @@ class PackedKernel:
     def __init__(self, program: KernelProgram, info: RuntimeInfo, changing: set[Val]) -> None:
         fusion = info.fusion
         self.framework, self.device = info.framework, info.device_index
+        self.pointer = _POINTERS[info.framework]
         self.outputs = [
             (tuple(info.shape(o)), o.dtype, f"output {o.name}", allocation_order(o))
             for o in fusion.outputs
@@ -84,9 +91,12 @@ class PackedKernel:
             and not has_rng_state(program.launches)
         )
 
-    def __call__(self, input_ptrs: list[int], extents: dict[Val, Any], stream: Any) -> list[Any]:
-        """The segment's outputs, new arrays, after launching its kernels on `stream` (None:
-        the framework's current one). `extents`: the segment's, this call's scalar values."""
+    def __call__(
+        self, input_ptrs: list[int], extents: dict[Val, Any], stream: Any
+    ) -> tuple[list[Any], list[Any]]:
+        """The segment's outputs, new arrays, and their data pointers (None where it launches
+        nothing), after launching its kernels on `stream` (None: the framework's current
+        one). `extents`: the segment's, this call's scalar values."""
         framework, device = self.framework, self.device
         outputs = [
             empty_like_framework(framework, shape, dtype, device, what=what, order=order)
@@ -100,8 +110,10 @@ class PackedKernel:
             for array in (*outputs, *workspaces):
                 poison(array)
         if not self.launches:
-            return outputs
-        pointers = (input_ptrs, [_pointer(a) for a in outputs], [_pointer(w) for w in workspaces])
+            return outputs, [None] * len(outputs)
+        pointer = self.pointer
+        output_ptrs = [pointer(a) for a in outputs]
+        pointers = (input_ptrs, output_ptrs, [pointer(w) for w in workspaces])
         if stream is None:
             stream = current_stream(framework, device) if device >= 0 else 0
         for kernel, (grid, block, shared_mem), packed, slots, scalars in self.launches:
@@ -113,17 +125,15 @@ class PackedKernel:
             kernel.launch(grid, block, shared_mem, stream, args)
         for checks in self.checks:
             checks.raise_if_read_outside()
-        return outputs
+        return outputs, output_ptrs
 
 
-def _pointer(array: Any) -> int:
-    """The data pointer of an array this module allocated."""
-    framework = framework_of(array)
-    if framework == "numpy":
-        return int(array.ctypes.data)
-    if framework == "torch":
-        return int(array.data_ptr())
-    return int(array.data.ptr)
+_POINTERS: dict[str, Callable[[Any], int]] = {
+    "numpy": numpy_data_ptr,
+    "torch": lambda array: int(array.data_ptr()),
+    "cupy": lambda array: int(array.data.ptr),
+}
+"""The data pointer of an array a PackedKernel allocated, by its framework."""
 
 
 __all__ = ["PackedKernel"]

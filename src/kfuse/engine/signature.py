@@ -28,7 +28,7 @@ from typing import Any
 from kfuse.ir.exprs import attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import framework_of
+from kfuse.runtime.arrays import framework_of, numpy_data_ptr
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerParams
 
@@ -136,7 +136,7 @@ def array_spec(array: Any) -> tuple[tuple, int] | None:
     them, data pointer & 15, device; the data pointer), or None for a non-array."""
     framework = framework_of(array)
     if framework == "numpy":
-        ptr = array.ctypes.data
+        ptr = numpy_data_ptr(array)
         return (type(array), array.dtype, array.shape, array.strides, ptr & 15, None), ptr
     if framework == "torch":
         ptr = array.data_ptr()
