@@ -31,7 +31,7 @@ from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.packed_kernel import PackedKernel
 from kfuse.engine.program import KernelProgram, LibraryProgram, Program
 from kfuse.engine.segments import SegmentStep
-from kfuse.engine.signature import array_spec, layout_key
+from kfuse.engine.signature import array_spec, layout_key, spec_pointer
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout
 from kfuse.runtime.info import RuntimeInfo
@@ -144,10 +144,10 @@ class KernelStep(ReplayStep):
                     return None
                 ptrs[k] = ptr
             else:
-                found = array_spec(values[slot])
-                if found is None or found[0] != spec:  # off its plan: the checked run
+                ptr = spec_pointer(values[slot], spec)
+                if ptr is None:  # off its plan: the checked run
                     return None
-                ptrs[k] = found[1]
+                ptrs[k] = ptr
         self.step.last = self.program
         if self.packed is not None:
             return self.packed(ptrs, self.read(extents), stream)
