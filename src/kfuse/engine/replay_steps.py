@@ -43,7 +43,11 @@ pointers (None: not known)."""
 
 class ReplayStep:
     """What every kind of step knows: its SegmentStep and Program, the extents it reads
-    (those a scalar input changes taken from the call), and where its arguments are."""
+    (those a scalar input changes taken from the call), and where its arguments are.
+    `launches`: whether it launches kernels itself (then the replay passes it the stream
+    to launch on, never None on a GPU)."""
+
+    launches = False
 
     def __init__(
         self, step: SegmentStep, entry: tuple, info: RuntimeInfo, plan: Any, slots: dict[int, int]
@@ -96,6 +100,8 @@ class CheckedStep(ReplayStep):
 
 class KernelStep(ReplayStep):
     """Generated kernels: a FastCall on a GPU, else a PackedKernel or KernelProgram.run."""
+
+    launches = True
 
     def __init__(
         self, step: SegmentStep, entry: tuple, info: RuntimeInfo, plan: Any, slots: dict[int, int]

@@ -51,7 +51,7 @@ from kfuse.engine.signature import replay_key, shape_inputs
 from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import ArrayLayout, strided_view
+from kfuse.runtime.arrays import ArrayLayout, current_stream, strided_view
 from kfuse.runtime.autograd_note import note_requires_grad
 from kfuse.runtime.info import RuntimeInfo, check_scalar
 
@@ -175,8 +175,14 @@ class SegmentedReplay:
             for v, old in self.changing.items():
                 extents[v] = values[old]
         slots, pointers = self._slots(inputs, ptrs, extents)
+        # Kernel segments launch on the framework's current stream, asked once a call, not by
+        # each segment's FastCall; library segments run with no stream context unless one
+        # was given, as on the checked path.
+        launch_stream = stream
+        if stream is None and self.target[2] >= 0:
+            launch_stream = current_stream(self.target[0], self.target[2])
         for step, release in zip(self.steps, self.release, strict=True):
-            done = step.run(slots, pointers, extents, stream)
+            done = step.run(slots, pointers, extents, launch_stream if step.launches else stream)
             if done is None:  # off its plan, or never replayed
                 done = self._checked(step, slots, pointers, extents, stream), None
             outs, out_ptrs = done
