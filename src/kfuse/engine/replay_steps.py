@@ -45,9 +45,10 @@ class ReplayStep:
     """What every kind of step knows: its SegmentStep and Program, the extents it reads
     (those a scalar input changes taken from the call), and where its arguments are.
     `launches`: whether it launches kernels itself (then the replay passes it the stream
-    to launch on, never None on a GPU)."""
+    to launch on, never None on a GPU); `fast`: a kernel segment's FastCall, if any."""
 
     launches = False
+    fast: Any = None
 
     def __init__(
         self, step: SegmentStep, entry: tuple, info: RuntimeInfo, plan: Any, slots: dict[int, int]
