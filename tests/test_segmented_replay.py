@@ -23,6 +23,7 @@ from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.reference import evaluate
 from kfuse.runtime import arrays
+from kfuse.runtime.info import RuntimeInfo
 from kfuse.testing import assert_outputs_close
 
 
@@ -173,6 +174,38 @@ def test_a_planned_signature_replays_without_checking_again(
     assert replays.hits == 4
     assert fd.last_program() is program
     assert fd.last_cuda_source() == program.cuda_source()
+
+
+@pytest.mark.parametrize("make", [matmul_chain, gathered_rows], ids=lambda f: f.__name__)
+def test_a_replayed_call_derives_nothing_per_segment(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay's kernel segments launch as packed and its library segments call the ops
+    bound when the signature was planned: a replayed call makes no RuntimeInfo (a
+    segment's derived info was most of its host cost) and binds no library op again."""
+    from kfuse.schedule import expr_eval
+
+    fd, inputs = make()
+    for seed in range(2):  # compiles; plans
+        check(fd, inputs(seed))
+    made: list[Any] = []
+    real_init, real_bind = RuntimeInfo.__init__, expr_eval._bound_call
+
+    def counted_init(self: RuntimeInfo, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    def counted_bind(*args: Any) -> Any:
+        made.append(args)
+        return real_bind(*args)
+
+    args = inputs(2)
+    with monkeypatch.context() as patched:
+        patched.setattr(RuntimeInfo, "__init__", counted_init)
+        patched.setattr(expr_eval, "_bound_call", counted_bind)
+        out = fd.execute(args)
+    assert made == [] and fd._executor().replays.hits == 1
+    assert_outputs_close(fd, out, evaluate(fd.fusion, args), args)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,14 @@ import pytest
 
 from gpu_support import requires_gpu
 from kfuse import DataType, FusionDefinition
-from kfuse.engine.signature import layout_key, program_key, replay_key, shape_inputs
+from kfuse.engine.signature import (
+    array_spec,
+    layout_key,
+    program_key,
+    replay_key,
+    shape_inputs,
+    spec_pointer,
+)
 from kfuse.runtime.info import build_runtime_info
 
 
@@ -132,3 +139,30 @@ def test_the_replay_key_and_the_program_key_partition_calls_alike(framework: str
         assert (p1 == p2) == (r1 == r2)
     assert replay_key([arrays[0], 2, np.float64(2.0)], fd.fusion.inputs, sized) is None
     assert replay_key([arrays[0], 2], fd.fusion.inputs, sized) is None
+
+
+def test_an_array_matches_a_spec_exactly_where_array_spec_says_so() -> None:
+    """spec_pointer (a replayed segment's check of an intermediate, field by field for NumPy
+    arrays) accepts an array for a spec exactly where array_spec gives that spec, and gives
+    the same data pointer: that of ndarray.ctypes, read-only, strided and empty arrays and
+    ml_dtypes' types included."""
+    import ml_dtypes
+
+    arrays = list(numpy_layouts().values())
+    frozen = np.arange(16, dtype=np.float32)
+    frozen.flags.writeable = False
+    arrays += [
+        frozen,
+        np.empty((0, 4), np.float32),
+        np.zeros(16, ml_dtypes.bfloat16),
+        np.zeros(16, np.float64),
+        np.zeros((4, 4), np.float32, order="F"),
+    ]
+    described = [array_spec(a) for a in arrays]
+    specs = [found[0] for found in described if found is not None]
+    # All told apart but the two arrays of one layout with other values.
+    assert len(specs) == len(arrays) == len(set(specs)) + 1
+    for a, found in zip(arrays, described, strict=True):
+        assert found is not None and found[1] == a.ctypes.data
+        for spec in specs:
+            assert spec_pointer(a, spec) == (found[1] if found[0] == spec else None)

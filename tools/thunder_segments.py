@@ -280,7 +280,9 @@ class HostTimer:
             return real_empty(*args).zero_()
 
         arrays._empty = zeroed  # type: ignore[assignment]
-        real_library = expr_eval.run_expr_eval
+        # Checked and replayed library segments both run their ops through a BoundExprEval
+        # (the replay binds its segments once; run_expr_eval binds on every call).
+        real_library = expr_eval.BoundExprEval.__call__
         timer = self
 
         def timed_library(*args: Any, **kwargs: Any) -> Any:
@@ -290,7 +292,7 @@ class HostTimer:
             finally:
                 timer.library_s += time.perf_counter() - started
 
-        expr_eval.run_expr_eval = timed_library  # type: ignore[assignment]
+        expr_eval.BoundExprEval.__call__ = timed_library  # type: ignore[method-assign]
 
     def measure(self, execute: Any, fd: Any, inputs: list[Any]) -> tuple[float, float, str]:
         """(median host microseconds a call, library microseconds a call, the Program's

@@ -237,13 +237,23 @@ def _named_dtype(value: Any) -> DataType | None:
 def to_numpy_dtype(dtype: DataType) -> Any:
     """The NumPy dtype for `dtype`; BFloat16's and the float8 types' are ml_dtypes' (imported
     only then): ml_dtypes.bfloat16, float8_e4m3fn, float8_e5m2."""
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is not None:  # every allocation asks: np.dtype() of a name costs a few us
+        return found
     import numpy as np
 
     if dtype in ML_DTYPES_NAME:
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, ML_DTYPES_NAME[dtype]))
-    return np.dtype(_NUMPY_NAME[dtype])
+        found = np.dtype(getattr(ml_dtypes, ML_DTYPES_NAME[dtype]))
+    else:
+        found = np.dtype(_NUMPY_NAME[dtype])
+    _NUMPY_DTYPES[dtype] = found
+    return found
+
+
+_NUMPY_DTYPES: dict[DataType, Any] = {}
+"""to_numpy_dtype's answers so far."""
 
 
 def to_torch_dtype(dtype: DataType) -> Any:

@@ -14,6 +14,8 @@ KernelProgram.run does), nor programs that store into an input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kfuse import knobs
@@ -21,7 +23,12 @@ from kfuse.dtypes import DataType
 from kfuse.engine.program import KernelProgram
 from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.values import Scalar, Val
-from kfuse.runtime.arrays import current_stream, empty_like_framework, framework_of, poison
+from kfuse.runtime.arrays import (
+    current_stream,
+    empty_like_framework,
+    numpy_data_ptr,
+    poison,
+)
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.kernel_args import TensorArg
 from kfuse.runtime.launch import (
@@ -44,13 +51,31 @@ class PackedKernel:
 
     def __init__(self, program: KernelProgram, info: RuntimeInfo, changing: set[Val]) -> None:
         fusion = info.fusion
-        self.framework, self.device = info.framework, info.device_index
+        framework, device = info.framework, info.device_index
+        self.framework, self.device = framework, device
+        self.pointer = _POINTERS[framework]
+        # Each buffer's allocation as a call of no arguments.
         self.outputs = [
-            (tuple(info.shape(o)), o.dtype, f"output {o.name}", allocation_order(o))
+            partial(
+                empty_like_framework,
+                framework,
+                tuple(info.shape(o)),
+                o.dtype,
+                device,
+                what=f"output {o.name}",
+                order=allocation_order(o),
+            )
             for o in fusion.outputs
         ]
         self.workspaces = [
-            ((-(-n // 8),), f"workspace {k}")
+            partial(
+                empty_like_framework,
+                framework,
+                (-(-n // 8),),
+                DataType.Double,
+                device,
+                what=f"workspace {k}",
+            )
             for k, n in enumerate(workspace_bytes(program.launches))
         ]
         self.poisoned = info.backend == EMULATOR or knobs.get().poison
@@ -84,46 +109,48 @@ class PackedKernel:
             and not has_rng_state(program.launches)
         )
 
-    def __call__(self, input_ptrs: list[int], extents: dict[Val, Any], stream: Any) -> list[Any]:
-        """The segment's outputs, new arrays, after launching its kernels on `stream` (None:
-        the framework's current one). `extents`: the segment's, this call's scalar values."""
-        framework, device = self.framework, self.device
-        outputs = [
-            empty_like_framework(framework, shape, dtype, device, what=what, order=order)
-            for shape, dtype, what, order in self.outputs
-        ]
-        workspaces = [
-            empty_like_framework(framework, shape, DataType.Double, device, what=what)
-            for shape, what in self.workspaces
-        ]
+    def __call__(
+        self, input_ptrs: list[int], extents: dict[Val, Any], stream: Any
+    ) -> tuple[list[Any], list[Any]]:
+        """The segment's outputs, new arrays, and their data pointers (None where it launches
+        nothing), after launching its kernels on `stream` (None: the framework's current
+        one). `extents`: the segment's, this call's scalar values."""
+        outputs = [allocate() for allocate in self.outputs]
+        workspaces = [allocate() for allocate in self.workspaces]
         if self.poisoned:
             for array in (*outputs, *workspaces):
                 poison(array)
         if not self.launches:
-            return outputs
-        pointers = (input_ptrs, [_pointer(a) for a in outputs], [_pointer(w) for w in workspaces])
+            return outputs, [None] * len(outputs)
+        pointer = self.pointer
+        output_ptrs = [pointer(a) for a in outputs]
+        pointers = (input_ptrs, output_ptrs, [pointer(w) for w in workspaces])
         if stream is None:
-            stream = current_stream(framework, device) if device >= 0 else 0
+            device = self.device
+            stream = current_stream(self.framework, device) if device >= 0 else 0
         for kernel, (grid, block, shared_mem), packed, slots, scalars in self.launches:
             args = list(packed)
             for p, source, index, offset, shape, strides in slots:
-                args[p] = TensorArg(pointers[source][index] + offset, shape, strides)
+                # TensorArg's fields as tuple.__new__ takes them: its generated __new__ is
+                # a Python frame more, for every array argument of every launch.
+                fields = (pointers[source][index] + offset, shape, strides)
+                args[p] = _new_tuple(TensorArg, fields)
             for p, val in scalars:
                 args[p] = scalar_argument(val, extents[val])
             kernel.launch(grid, block, shared_mem, stream, args)
         for checks in self.checks:
             checks.raise_if_read_outside()
-        return outputs
+        return outputs, output_ptrs
 
 
-def _pointer(array: Any) -> int:
-    """The data pointer of an array this module allocated."""
-    framework = framework_of(array)
-    if framework == "numpy":
-        return int(array.ctypes.data)
-    if framework == "torch":
-        return int(array.data_ptr())
-    return int(array.data.ptr)
+_new_tuple = tuple.__new__
+
+_POINTERS: dict[str, Callable[[Any], int]] = {
+    "numpy": numpy_data_ptr,
+    "torch": lambda array: int(array.data_ptr()),
+    "cupy": lambda array: int(array.data.ptr),
+}
+"""The data pointer of an array a PackedKernel allocated, by its framework."""
 
 
 __all__ = ["PackedKernel"]

@@ -14,17 +14,21 @@ later call with the same signature:
   an InputError there too);
 * computes the values of the scalars its scalar inputs reach (kfuse.engine.fast_path's
   ScalarProgram), the only extents that may change; every other extent is the plan's;
-* runs each segment's cached Program on a RuntimeInfo made of the plan's layouts at this
-  call's data pointers: a kernel segment through its own kfuse._C.FastCall on a GPU (made
-  the way a KernelProgram's is, matching the segment's inputs, intermediates included), else
-  through its PackedKernel (kfuse.engine.packed_kernel), or KernelProgram.run for kernels
-  with stateful random ops; a library segment through its LibraryProgram directly.
+* runs each segment's cached Program as a step chosen when the signature was planned
+  (kfuse.engine.replay_steps), on numbered slots of the call's arrays: a kernel segment
+  through its own kfuse._C.FastCall on a GPU (made the way a KernelProgram's is, matching
+  the segment's inputs, intermediates included), else through its PackedKernel
+  (kfuse.engine.packed_kernel), or KernelProgram.run for kernels with stateful random ops;
+  a library segment through its ops bound once (kfuse.schedule.expr_eval.BoundExprEval).
+  Only what changes per call is done per call: no RuntimeInfo is made but where a
+  Program's run reads one.
 
 An intermediate whose layout is not the planned one (a library call's array at another
 alignment class) makes that segment run through its checked SegmentStep.run, which keys and
-compiles as on a first call; so does a segment that took its intermediates copied into their
-planned layouts. Everything that protects a call inside the Programs (index checks, the CUDA
-graph capture guards, RNG state reserved per launch, poisoning) runs as on the checked path.
+compiles as on a first call, on the runner's RuntimeInfo made for it; so does a segment that
+took its intermediates copied into their planned layouts. Everything that protects a call
+inside the Programs (index checks, the CUDA graph capture guards, RNG state reserved per
+launch, poisoning) runs as on the checked path.
 Outputs a caller gives (execute's outputs=) are checked as the checked path checks them
 (kfuse.engine.given_outputs, on the planned layouts at the call's pointers) and the results
 copied into them. Not replayed (always the checked path): calls with pinned params, device=
@@ -39,15 +43,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kfuse.engine import given_outputs
-from kfuse.engine.fast_path import ScalarProgram, fast_call_for
-from kfuse.engine.packed_kernel import PackedKernel
-from kfuse.engine.program import KernelProgram, LibraryProgram, Program, SegmentedProgram
+from kfuse.engine.fast_path import ScalarProgram
+from kfuse.engine.program import Program, SegmentedProgram
+from kfuse.engine.replay_steps import ReplayStep, replay_step
 from kfuse.engine.segments import SegmentStep, copy_array
-from kfuse.engine.signature import array_spec, layout_key, replay_key, shape_inputs
+from kfuse.engine.signature import replay_key, shape_inputs
 from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_added
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import ArrayLayout, strided_view
+from kfuse.runtime.arrays import ArrayLayout, current_stream, strided_view
 from kfuse.runtime.autograd_note import note_requires_grad
 from kfuse.runtime.info import RuntimeInfo, check_scalar
 
@@ -64,59 +68,6 @@ class SegmentTrace:
 
 class _NotPlanned(Exception):
     """The call cannot be replayed (see the module docstring)."""
-
-
-class _Step:
-    """One segment's replay: its Program, the extents it reads, and for a kernel segment the
-    array spec each intermediate input was planned for, its FastCall (on a GPU) or its
-    PackedKernel."""
-
-    def __init__(self, step: SegmentStep, entry: tuple, info: RuntimeInfo, plan: Any) -> None:
-        program, read, replanned = entry
-        self.step = step
-        self.program: Program = program
-        self.checked = bool(replanned) or not _replayable(program)
-        self.kernel = isinstance(program, KernelProgram)
-        # Extents it reads that a scalar input changes, and those fixed by the signature.
-        self.changing = [(new, old) for new, old in read if old in plan.changing]
-        self.extents = {new: plan.extents[old] for new, old in read}
-        # Per input: (its Val in the segment, the runner's Val, the planned array spec of an
-        # intermediate (None for a fusion input or a scalar)).
-        self.inputs: list[tuple[Val, Val, tuple | None]] = []
-        for k, (new, old, from_parent) in enumerate(step.inputs):
-            spec = None
-            if isinstance(new, TensorView) and not from_parent:
-                found = array_spec(info.inputs[k])
-                assert found is not None
-                spec = found[0]
-            self.inputs.append((new, old, spec))
-        self.layouts = dict(info.layouts)
-        self.fast = self.packed = None
-        if not self.kernel or self.checked:
-            return
-        full = RuntimeInfo(
-            info.fusion,
-            info.inputs,
-            info.layouts,
-            step.all_extents(plan.extents),
-            info.framework,
-            info.backend,
-            info.device_index,
-            info.device,
-        )
-        if info.device_index >= 0 and (layout := layout_key(info.inputs, full)) is not None:
-            self.fast = fast_call_for(info.inputs, program, full, layout)
-        if PackedKernel.packs(program):
-            assert isinstance(program, KernelProgram)
-            self.packed = PackedKernel(program, full, {new for new, _ in self.changing})
-
-
-def _replayable(program: Program) -> bool:
-    """Whether a segment's Program runs from a RuntimeInfo the replay makes: generated
-    kernels that store nothing into an input, or library calls."""
-    if isinstance(program, KernelProgram):
-        return type(program) is KernelProgram and not program.in_place
-    return isinstance(program, LibraryProgram)
 
 
 class SegmentedReplay:
@@ -158,19 +109,14 @@ class SegmentedReplay:
         }
         self.scalars = scalars if scalars.operands else None
         self.sources = _sources(info, parent, folded)
-        self.steps = [_Step(step, entry, step_info, self) for step, entry, step_info in trace.steps]
-        self.release = runner.release
-        self.outputs = outputs = runner.segmented.fusion.outputs
-        # Outputs the runner copies: a fusion input, or one listed before (kept in order).
-        self.copied = [
-            id(o) in runner.fusion_inputs or any(o is p for p in outputs[:k])
-            for k, o in enumerate(outputs)
+        self.steps, self.release, self.results = self._numbered(compiled, trace, parent)
+        self.input_layouts = [
+            (k, v, layout)
+            for k, (v, (_, layout, _, _)) in enumerate(zip(self.fusion.inputs, self.sources))
+            if isinstance(v, TensorView)
         ]
-        self.ordered = [allocation_order(o) is not None for o in outputs]
-        # A folded reshape's output comes back in its input's shape (SegmentedProgram.run).
-        self.reshaped = [
-            tuple(parent.shape(o)) if folded is not None else None for o in fusion.outputs
-        ]
+        # What copy_array reads of a RuntimeInfo: the framework and the device.
+        self.target_info = RuntimeInfo(self.fusion, [], {}, {}, *self.target)
         # What execute's outputs= is checked against (given_outputs.placed): the call's
         # fusion, its inputs' planned layouts and its outputs' shapes.
         self.call_fusion = fusion
@@ -180,6 +126,39 @@ class SegmentedReplay:
             if isinstance(v, TensorView)
         ]
         self.call_shapes: dict[Val, Any] = {o: parent.extents[o] for o in fusion.outputs}
+
+    def _numbered(
+        self, compiled: SegmentedProgram, trace: SegmentTrace, parent: RuntimeInfo
+    ) -> tuple[list[ReplayStep], list[list[int]], list[tuple]]:
+        """The steps, each reading and writing numbered slots: the runner fusion's inputs
+        first, then each segment's outputs; per step the slots dropped after it (the
+        runner's release: intermediates no later segment reads); per output of the fusion
+        (its slot, whether the runner copies it (a fusion input, or one listed before),
+        whether the copy keeps a stride_order's layout, the shape a folded reshape's output
+        comes back in (SegmentedProgram.run) or None)."""
+        runner = compiled.runner
+        slots = {id(v): k for k, v in enumerate(self.fusion.inputs)}
+        steps = []
+        for step, entry, step_info in trace.steps:
+            replayed = replay_step(step, entry, step_info, self, slots)
+            for out in step.plan.outputs:
+                slots[id(out)] = len(slots)
+            replayed.outputs = [slots[id(out)] for out in step.plan.outputs]
+            steps.append(replayed)
+        self.width = len(slots)
+        release = [[slots[key] for key in keys] for keys in runner.release]
+        outputs = runner.segmented.fusion.outputs
+        folded = compiled.folded
+        results = [
+            (
+                slots[id(o)],
+                id(o) in runner.fusion_inputs or any(o is p for p in outputs[:k]),
+                allocation_order(o) is not None,
+                tuple(parent.shape(user)) if folded is not None else None,
+            )
+            for k, (o, user) in enumerate(zip(outputs, parent.fusion.outputs, strict=True))
+        ]
+        return steps, release, results
 
     def __call__(self, inputs: list[Any], ptrs: list[int], stream: Any) -> list[Any]:
         """The call's outputs (inputs of this replay's signature; ptrs: their data
@@ -195,22 +174,30 @@ class SegmentedReplay:
             extents = dict(extents)
             for v, old in self.changing.items():
                 extents[v] = values[old]
-        info = self._runner_info(inputs, ptrs, extents)
-        env: dict[int, Any] = {
-            id(v): a for v, a in zip(info.fusion.inputs, info.inputs, strict=True)
-        }
+        slots, pointers = self._slots(inputs, ptrs, extents)
+        # Kernel segments launch on the framework's current stream, asked once a call, not by
+        # each segment's FastCall; library segments run with no stream context unless one
+        # was given, as on the checked path.
+        launch_stream = stream
+        if stream is None and self.target[2] >= 0:
+            launch_stream = current_stream(self.target[0], self.target[2])
         for step, release in zip(self.steps, self.release, strict=True):
-            outs = self._run(step, info, extents, env, stream)
-            for out, a in zip(step.step.plan.outputs, outs, strict=True):
-                env[id(out)] = a
-            for key in release:
-                del env[key]
+            done = step.run(slots, pointers, extents, launch_stream if step.launches else stream)
+            if done is None:  # off its plan, or never replayed
+                done = self._checked(step, slots, pointers, extents, stream), None
+            outs, out_ptrs = done
+            for slot, a in zip(step.outputs, outs, strict=True):
+                slots[slot] = a
+            if out_ptrs is not None:
+                for slot, ptr in zip(step.outputs, out_ptrs, strict=True):
+                    pointers[slot] = ptr
+            for slot in release:
+                slots[slot] = None
         results = []
-        for k, out in enumerate(self.outputs):
-            value = env[id(out)]
-            if self.copied[k]:
-                value = copy_array(info, value, stream, keep_layout=self.ordered[k])
-            shape = self.reshaped[k]
+        for slot, copied, ordered, shape in self.results:
+            value = slots[slot]
+            if copied:
+                value = copy_array(self.target_info, value, stream, keep_layout=ordered)
             if shape is not None and tuple(value.shape) != shape:
                 value = value.reshape(shape)
             results.append(value)
@@ -222,74 +209,36 @@ class SegmentedReplay:
         layouts = {v: _at(layout, ptrs[k]) for k, v, layout in self.call_layouts}
         return RuntimeInfo(self.call_fusion, inputs, layouts, self.call_shapes, *self.target)
 
-    def _runner_info(self, inputs: list[Any], ptrs: list[int], extents: dict) -> RuntimeInfo:
-        """The RuntimeInfo the runner's fusion runs on for this call: the planned layouts at
-        this call's data pointers, its arrays (viewed where a reshape or slice was folded)."""
-        args: list[Any] = []
-        layouts: dict[TensorView, ArrayLayout] = {}
-        for v, (position, layout, view, offset) in zip(self.fusion.inputs, self.sources):
+    def _slots(
+        self, inputs: list[Any], ptrs: list[int], extents: dict
+    ) -> tuple[list[Any], list[Any]]:
+        """The call's slots, the runner fusion's inputs filled in (arrays viewed where a
+        reshape or slice was folded; scalars' values from the extents), and their data
+        pointers (the replay key matched every other fact of their layouts)."""
+        slots: list[Any] = [None] * self.width
+        pointers: list[Any] = [None] * self.width
+        for k, (position, layout, view, offset) in enumerate(self.sources):
             if position is None:
-                args.append(extents[layout])
+                slots[k] = extents[layout]
                 continue
-            assert isinstance(v, TensorView)
             array = inputs[position]
-            if view is not None:
-                array = strided_view(array, *view)
-            args.append(array)
-            layouts[v] = _at(layout, ptrs[position] + offset)
-        return RuntimeInfo(self.fusion, args, layouts, extents, *self.target)
+            slots[k] = array if view is None else strided_view(array, *view)
+            pointers[k] = ptrs[position] + offset
+        return slots, pointers
 
-    def _run(
-        self, step: _Step, info: RuntimeInfo, extents: dict, env: dict[int, Any], stream: Any
+    def _checked(
+        self, step: ReplayStep, slots: list[Any], pointers: list[Any], extents: dict, stream: Any
     ) -> list[Any]:
-        """One segment's outputs, replayed, or through its checked run where it cannot be."""
-        if step.checked:
-            return step.step.run(info, extents, env, stream)
-        args = [
-            env[id(old)] if isinstance(new, TensorView) else extents[old]
-            for new, old, _ in step.inputs
-        ]
-        if step.fast is not None:
-            hit = step.fast(args, stream)
-            if hit is not None:
-                step.step.last = step.program
-                return hit[1]
-        read = step.extents
-        if step.changing:
-            read = dict(read)
-            for new, old in step.changing:
-                read[new] = extents[old]
-        layouts: dict[TensorView, ArrayLayout] = {}  # a library call reads none
-        if step.kernel:
-            ptrs = [0] * len(args)
-            for k, (new, old, spec) in enumerate(step.inputs):
-                if not isinstance(new, TensorView):
-                    continue
-                if spec is None:  # a fusion input: its layout is the runner's
-                    layouts[new] = layout = info.layouts[old]  # type: ignore[index]
-                    ptrs[k] = layout.data_ptr
-                    continue
-                found = array_spec(args[k])
-                if found is None or found[0] != spec:  # off its plan: the checked run
-                    return step.step.run(info, extents, env, stream)
-                ptrs[k] = found[1]
-                if step.packed is None:
-                    layouts[new] = _at(step.layouts[new], found[1])
-            if step.packed is not None:
-                step.step.last = step.program
-                return step.packed(ptrs, read, stream)
-        segment_info = RuntimeInfo(
-            step.step.plan.fusion,
-            args,
-            layouts,
-            read,
-            info.framework,
-            info.backend,
-            info.device_index,
-            info.device,
-        )
-        step.step.last = step.program
-        return step.program.run(segment_info, stream)
+        """One segment's outputs through its checked SegmentStep.run, on the RuntimeInfo
+        the runner's fusion runs on for this call (the planned layouts of its inputs at
+        this call's data pointers)."""
+        args = slots[: len(self.fusion.inputs)]
+        layouts: dict[TensorView, ArrayLayout] = {
+            v: _at(layout, pointers[k]) for k, v, layout in self.input_layouts
+        }
+        info = RuntimeInfo(self.fusion, args, layouts, extents, *self.target)
+        env = {id(old): slots[slot] for slot, old in step.sources if slot >= 0}
+        return step.step.run(info, extents, env, stream)
 
 
 def _sources(info: RuntimeInfo, parent: RuntimeInfo, folded: Any) -> list[tuple]:

@@ -15,7 +15,8 @@ shape_inputs). Two descriptions of those same facts exist, for two speeds of mat
   anything;
 * replay_key / array_spec: the same facts in the framework's terms for every framework,
   NumPy included, with the values of the scalar inputs an extent depends on: the key of a
-  segmented fusion's replays (kfuse.engine.segmented_replay), matched in Python.
+  segmented fusion's replays (kfuse.engine.segmented_replay), matched in Python (an
+  intermediate against its planned array_spec by spec_pointer).
 
 Adding a fact means adding it to all of them, in this module; tests/test_signature.py checks
 that they tell the same calls apart.
@@ -28,7 +29,7 @@ from typing import Any
 from kfuse.ir.exprs import attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
-from kfuse.runtime.arrays import framework_of
+from kfuse.runtime.arrays import framework_of, numpy_data_ptr
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerParams
 
@@ -136,7 +137,7 @@ def array_spec(array: Any) -> tuple[tuple, int] | None:
     them, data pointer & 15, device; the data pointer), or None for a non-array."""
     framework = framework_of(array)
     if framework == "numpy":
-        ptr = array.ctypes.data
+        ptr = numpy_data_ptr(array)
         return (type(array), array.dtype, array.shape, array.strides, ptr & 15, None), ptr
     if framework == "torch":
         ptr = array.data_ptr()
@@ -147,6 +148,20 @@ def array_spec(array: Any) -> tuple[tuple, int] | None:
         spec = (type(array), array.dtype, array.shape, array.strides, ptr & 15, array.device.id)
         return spec, ptr
     return None
+
+
+def spec_pointer(array: Any, spec: tuple) -> int | None:
+    """The data pointer of `array` where array_spec(array) is (`spec`, pointer), else None.
+    A NumPy array (the only framework whose spec holds no device) is compared field by
+    field, without building its spec: a replayed segment checks every intermediate it reads
+    this way, and array_spec costs 4 us of a NumPy array on a slow host."""
+    if spec[5] is None and type(array) is spec[0]:
+        if array.dtype != spec[1] or array.shape != spec[2] or array.strides != spec[3]:
+            return None
+        ptr = numpy_data_ptr(array)
+        return ptr if ptr & 15 == spec[4] else None
+    found = array_spec(array)
+    return found[1] if found is not None and found[0] == spec else None
 
 
 def replay_key(inputs: Any, fusion_inputs: list[Val], sized: frozenset[int]) -> Any:

@@ -9,12 +9,13 @@ stays free of both (and of CUDA).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from kfuse.dtypes import DataType, from_array_dtype
+from kfuse.dtypes import DataType, from_array_dtype, to_numpy_dtype, to_torch_dtype
 from kfuse.errors import DefinitionError, InputError
 
 
@@ -56,6 +57,18 @@ def framework_of(array: Any) -> str | None:
     if module == "numpy" and type(array).__name__ == "ndarray":
         return "numpy"
     return None
+
+
+def numpy_data_ptr(array: Any) -> int:
+    """The data pointer of a NumPy array. ndarray.ctypes builds a helper object on every read
+    (about 3 us on a slow host, a third of a replayed segment's cost there); a ctypes view of
+    the array's buffer gives the same address for the writable, contiguous, non-empty arrays
+    kfuse allocates and a library call returns, and ctypes.data stays the answer for the
+    others (read-only, strided or empty arrays, whose buffer ctypes refuses)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        return int(array.ctypes.data)
 
 
 def layout_of(array: Any, what: str) -> ArrayLayout:
@@ -153,14 +166,10 @@ def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int)
     if framework == "torch":
         import torch
 
-        from kfuse.dtypes import to_torch_dtype
-
         dev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
         return torch.empty(shape, dtype=to_torch_dtype(dtype), device=dev)
     if framework == "cupy":
         import cupy
-
-        from kfuse.dtypes import to_numpy_dtype
 
         if dtype is DataType.BFloat16 or dtype.is_float8:
             raise InputError(
@@ -170,8 +179,8 @@ def _empty(framework: str, shape: tuple[int, ...], dtype: DataType, device: int)
             return cupy.empty(shape, dtype=to_numpy_dtype(dtype))
     import numpy as np
 
-    from kfuse.dtypes import to_numpy_dtype
-
+    # The dtype functions are imported with the module: a from-import inside a function
+    # runs the import machinery on every call (2 us of each allocation on a slow host).
     return np.empty(shape, dtype=to_numpy_dtype(dtype))  # BFloat16, float8: ml_dtypes'
 
 

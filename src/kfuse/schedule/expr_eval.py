@@ -129,8 +129,8 @@ class ExprEvalScheduler:
         return lambda call_info, stream: run_expr_eval(fusion, call_info, stream)
 
 
-def _refuse_host_check_under_capture(expr: Expr, info: RuntimeInfo) -> None:
-    """A kfuse error, not a synchronizing read, when the call is being captured."""
+def _capture_refusal(expr: Expr) -> tuple[str, str]:
+    """What refuse_under_capture says of `expr`, a host-checked op (HOST_CHECKED_EXPRS)."""
     from kfuse.ir.index_ops import op_name
 
     if isinstance(expr, (IndexSelectOp, GatherOp)):
@@ -138,9 +138,7 @@ def _refuse_host_check_under_capture(expr: Expr, info: RuntimeInfo) -> None:
     else:
         name = _LIBRARY_NAMES[type(expr)]
     checked = "offsets" if isinstance(expr, GroupedMmOp) else "index positions"
-    refuse_under_capture(
-        info.framework,
-        info.device_index,
+    return (
         f"{name} to {expr.outputs[0].name} runs as a library call (an expr_eval segment) "
         f"whose {checked} kfuse checks on the host first, reading them back from the GPU: "
         "that waits for the GPU, which a capture forbids, and a replay would not check again",
@@ -150,57 +148,131 @@ def _refuse_host_check_under_capture(expr: Expr, info: RuntimeInfo) -> None:
 
 def run_expr_eval(fusion: Fusion, info: RuntimeInfo, stream: int | None) -> list[Any]:
     """Evaluate the fusion's exprs with the framework of the inputs; new output arrays."""
-    from kfuse.runtime.arrays import stream_context
+    return BoundExprEval(fusion, info)(info.inputs, stream)
 
-    ops = _FRAMEWORK_OPS[info.framework]()
-    env: dict[int, Any] = {id(v): a for v, a in zip(fusion.inputs, info.inputs, strict=True)}
-    fresh: set[int] = set()
-    with stream_context(info.framework, info.device_index, stream):
+
+class BoundExprEval:
+    """run_expr_eval of `fusion` for the framework, device and extents of `info`, each
+    expr's call chosen once (its op, dtype, shape, slice bounds, pad value). A replayed
+    segmented call (kfuse.engine.segmented_replay) binds its library segments once per
+    signature and runs them as these calls alone. What depends on the call's data stays per
+    call: an indexing op's positions are checked before any read, and a host check is
+    refused under CUDA graph capture (kfuse.runtime.capture)."""
+
+    def __init__(self, fusion: Fusion, info: RuntimeInfo) -> None:
+        self.framework, self.device = info.framework, info.device_index
+        ops = _FRAMEWORK_OPS[info.framework]()
+        slots = {id(v): k for k, v in enumerate(fusion.inputs)}
+        fresh: set[int] = set()
+        # (the call, its array arguments' slots, its outputs' slots; several outputs: the
+        # call returns a sequence of them), in order
+        self.calls: list[tuple[Callable[..., Any], list[int], list[int] | int]] = []
         for expr in fusion.exprs:
             out = expr.outputs[0]
             if not isinstance(out, TensorView):
                 continue  # scalar values are in info.extents
-            args = [env[id(v)] for v in expr.inputs if isinstance(v, TensorView)]
+            args = [slots[id(v)] for v in expr.inputs if isinstance(v, TensorView)]
+            call = _bound_call(expr, info, ops)
             if isinstance(expr, HOST_CHECKED_EXPRS):
-                _refuse_host_check_under_capture(expr, info)
+                call = _refusing_under_capture(call, expr, info)
+            for o in expr.outputs:
+                slots[id(o)] = len(slots)
             if isinstance(expr, CALLED_EXPRS):
-                scalars = [_scalar_value(v, info) for v in expr.inputs if isinstance(v, Scalar)]
-                results = run_library_call(info.framework, expr, args, scalars)
-                for o, result in zip(expr.outputs, results, strict=True):
-                    env[id(o)] = result
-                    fresh.add(id(o))
+                self.calls.append((call, args, [slots[id(o)] for o in expr.outputs]))
+                fresh.update(id(o) for o in expr.outputs)
                 continue
-            if isinstance(expr, MatmulOp):
-                env[id(out)] = ops.matmul(args[0], args[1], out.dtype)
-            elif isinstance(expr, LinearOp):
-                env[id(out)] = ops.linear(args, out.dtype)
-            elif isinstance(expr, CastOp):
-                env[id(out)] = ops.cast(args[0], out.dtype)
-            elif isinstance(expr, SliceOp):
-                env[id(out)] = args[0][_index(expr, info)]  # a view; copied if an output
-            elif isinstance(expr, PadOp):
-                fill = expr.inputs[1]
-                assert isinstance(fill, Scalar)
-                value = fill.value if fill.is_constant else info.extents[fill]
-                env[id(out)] = padded(expr, args[0], info.extents, value, ops.full_like(args[0]))
-            elif isinstance(expr, CatOp):
-                env[id(out)] = joined(expr, args, ops.full_like(args[0]))
-            elif isinstance(expr, (IndexSelectOp, GatherOp)):
-                a, index = args
-                check_positions(expr, index, a.shape[expr.dim])  # before any read
-                env[id(out)] = a[positions(expr, a.shape, index, ops.arange(a))]
-            else:
-                env[id(out)] = ops.reshape(args[0], info.shape(out))
+            self.calls.append((call, args, slots[id(out)]))
             if isinstance(expr, NEW_ARRAY_EXPRS):
                 fresh.add(id(out))
-        results = []
+        self.width = len(slots)
+        # Outputs are new arrays: views of inputs and repeated outputs are copied.
+        self.outputs: list[tuple[int, bool]] = []
         seen: set[int] = set()
         for out in fusion.outputs:
-            value = env[id(out)]
-            # Outputs are new arrays: copy views of inputs and repeated outputs.
-            results.append(value if id(out) in fresh and id(out) not in seen else ops.copy(value))
+            self.outputs.append((slots[id(out)], id(out) not in fresh or id(out) in seen))
             seen.add(id(out))
-    return results
+        self.copy = ops.copy
+        # The call alone where it is the whole segment (a matmul of the two inputs, its
+        # product the output): no slots to fill.
+        self.whole: Callable[..., Any] | None = None
+        if len(self.calls) == 1 and self.outputs == [(len(fusion.inputs), False)]:
+            call, args, outs = self.calls[0]
+            if args == list(range(len(fusion.inputs))) and isinstance(outs, int):
+                self.whole = call
+
+    def __call__(self, inputs: list[Any], stream: int | None) -> list[Any]:
+        """The outputs for `inputs` (the fusion's inputs' arrays and scalar values), run on
+        CUDA stream `stream` (None: the framework's current one)."""
+        if stream is None or self.device < 0:  # stream_context's null context
+            if self.whole is not None:
+                return [self.whole(*inputs)]
+            return self._run(inputs)
+        from kfuse.runtime.arrays import stream_context
+
+        with stream_context(self.framework, self.device, stream):
+            return self._run(inputs)
+
+    def _run(self, inputs: list[Any]) -> list[Any]:
+        values = [*inputs, *[None] * (self.width - len(inputs))]
+        for call, args, outs in self.calls:
+            result = call(*[values[k] for k in args])
+            if isinstance(outs, int):
+                values[outs] = result
+            else:
+                for k, a in zip(outs, result, strict=True):
+                    values[k] = a
+        copy = self.copy
+        return [copy(values[k]) if copied else values[k] for k, copied in self.outputs]
+
+
+def _refusing_under_capture(call: Callable[..., Any], expr: Expr, info: RuntimeInfo) -> Any:
+    """`call` after a kfuse error, not a synchronizing read, when the call is captured."""
+    framework, device = info.framework, info.device_index
+    what, way_out = _capture_refusal(expr)
+
+    def refusing(*args: Any) -> Any:
+        refuse_under_capture(framework, device, what, way_out)
+        return call(*args)
+
+    return refusing
+
+
+def _bound_call(expr: Expr, info: RuntimeInfo, ops: Any) -> Callable[..., Any]:
+    """`expr`'s work as a call of its array arguments, for `info`'s extents."""
+    out = expr.outputs[0]
+    assert isinstance(out, TensorView)
+    if isinstance(expr, CALLED_EXPRS):
+        framework = info.framework
+        scalars = [_scalar_value(v, info) for v in expr.inputs if isinstance(v, Scalar)]
+        return lambda *args: run_library_call(framework, expr, list(args), scalars)
+    dtype = out.dtype
+    if isinstance(expr, MatmulOp):
+        return ops.matmul_of(dtype)
+    if isinstance(expr, LinearOp):
+        return lambda *args: ops.linear(list(args), dtype)
+    if isinstance(expr, CastOp):
+        return lambda a: ops.cast(a, dtype)
+    if isinstance(expr, SliceOp):
+        index = _index(expr, info)
+        return lambda a: a[index]  # a view; copied if an output
+    if isinstance(expr, PadOp):
+        fill = expr.inputs[1]
+        assert isinstance(fill, Scalar)
+        value = fill.value if fill.is_constant else info.extents[fill]
+        extents = info.extents
+        return lambda a: padded(expr, a, extents, value, ops.full_like(a))
+    if isinstance(expr, CatOp):
+        return lambda *args: joined(expr, list(args), ops.full_like(args[0]))
+    if isinstance(expr, (IndexSelectOp, GatherOp)):
+        indexed = expr
+
+        def index_into(a: Any, index: Any) -> Any:
+            check_positions(indexed, index, a.shape[indexed.dim])  # before any read
+            return a[positions(indexed, a.shape, index, ops.arange(a))]
+
+        return index_into
+    shape = info.shape(out)
+    return lambda a: ops.reshape(a, shape)
 
 
 def _scalar_value(v: Scalar, info: RuntimeInfo) -> Any:
@@ -225,6 +297,10 @@ class _TorchOps:
 
     def matmul(self, a: Any, b: Any, dtype: DataType) -> Any:
         return self.torch.matmul(a, b)
+
+    def matmul_of(self, dtype: DataType) -> Callable[[Any, Any], Any]:
+        """matmul of `dtype` operands as one call of two arrays."""
+        return self.torch.matmul
 
     def linear(self, args: list[Any], dtype: DataType) -> Any:
         return self.torch.nn.functional.linear(*args)
@@ -259,17 +335,35 @@ class _NumpyLikeOps:
 
     def __init__(self, xp: Any) -> None:
         self.xp = xp
+        # DataType -> the framework's dtype, looked up once (a bound library segment runs
+        # its ops on every replayed call).
+        self._dtypes: dict[DataType, Any] = {}
+
+    def _target(self, dtype: DataType) -> Any:
+        target = self._dtypes.get(dtype)
+        if target is None:
+            from kfuse.dtypes import to_numpy_dtype
+
+            target = self._dtypes[dtype] = to_numpy_dtype(dtype)
+        return target
 
     def _finish(self, value: Any, dtype: DataType) -> Any:
-        from kfuse.dtypes import to_numpy_dtype
-
-        return value.astype(to_numpy_dtype(dtype), copy=False)
+        return value.astype(self._target(dtype), copy=False)
 
     def _wide(self, a: Any, dtype: DataType) -> Any:
         return a.astype(self.xp.float32) if dtype in (DataType.Half, DataType.BFloat16) else a
 
     def matmul(self, a: Any, b: Any, dtype: DataType) -> Any:
         return self._finish(self.xp.matmul(self._wide(a, dtype), self._wide(b, dtype)), dtype)
+
+    def matmul_of(self, dtype: DataType) -> Callable[[Any, Any], Any]:
+        """matmul of `dtype` operands as one call of two arrays: the library's own matmul
+        and the cast to `dtype` (a no-op where it is the product's), unless the operands are
+        widened first."""
+        if dtype in (DataType.Half, DataType.BFloat16):
+            return lambda a, b: self.matmul(a, b, dtype)
+        matmul, target = self.xp.matmul, self._target(dtype)
+        return lambda a, b: matmul(a, b).astype(target, copy=False)
 
     def linear(self, args: list[Any], dtype: DataType) -> Any:
         x, w = self._wide(args[0], dtype), self._wide(args[1], dtype)
