@@ -85,6 +85,16 @@ FROM_WORDS = True
 32-bit words of their vectors (kfuse.codegen.bf16_words, whose docstring has the
 measurements), not as 16-bit values each function widens."""
 
+# ---- on, the GPU's speed not yet measured -------------------------------------------
+
+FMA_CONTRACT = True
+"""A floating sum or difference of a product, in float or double, that nothing else reads is
+written as one kf::fma (kfuse.codegen.contraction): one rounding where there were two, the
+same value wherever a kernel computes it, on the GPU and the emulator alike (kernels are
+compiled with --fmad=false, so the compiler fuses nothing itself). On since the tests and the
+emulator campaigns pass with it; its speed on the GPU waits for an A/B (compute-bound chains:
+`tools/kernel_times.py ... --tc --ab kfuse.switches.FMA_CONTRACT=False`)."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False
