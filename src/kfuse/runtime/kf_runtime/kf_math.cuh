@@ -101,12 +101,6 @@ __device__ __forceinline__ SinCos<double> sincos(double x) {
   return r;
 }
 
-// a * b + c rounded once: the contractions codegen.contraction writes (kernels are compiled
-// with --fmad=false, so no other product is fused). CUDA's fmaf/fma and the host libm's are
-// correctly rounded, so the GPU and the emulator give the same bits.
-__device__ __forceinline__ float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
-__device__ __forceinline__ double fma(double a, double b, double c) { return ::fma(a, b, c); }
-
 // A float's |x| by clearing its sign bit, not ::fabsf: ptxas (CUDA 13.0, sm_80 and sm_90)
 // folds a comparison of fabsf's result with a constant that every number satisfies
 // (|x| > -1, |x| >= 0, -|x| <= 0) to true, though NaN makes it false. The bit form gives the
