@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from exact_fma import exact_fma
 from gpu_support import cuda_torch, requires_gpu
 from kfuse.dtypes import DataType
 from kfuse.engine.program import KernelProgram
@@ -242,8 +243,10 @@ def test_partial_rotary_cats_flatten_and_stay_right() -> None:
     x, cos, sin = rand((2, 5, 20)), rand((5, 4), 1), rand((5, 4), 2)
     (out,) = check(fd, [x, cos, sin])
     x1, x2 = x[..., :4], x[..., 4:8]
-    # The same float32 operations in the same order: the same bits.
-    want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 8:]], axis=-1)
+    # The same float32 operations in the same order, each sum of two products one fma of its
+    # left product (kfuse.codegen.contraction): the same bits.
+    first, second = exact_fma(x1, cos, -(x2 * sin)), exact_fma(x2, cos, x1 * sin)
+    want = np.concatenate([first, second, x[..., 8:]], axis=-1)
     np.testing.assert_array_equal(out, want)
     # One kernel over the cat's output, no cat between kernels, and x itself untouched.
     program = fd.last_program()

@@ -4,8 +4,9 @@ Each is read where its choice is made, at the time it is made (`switches.NAME`, 
 copy), so that a test or an A/B run sets it on this module: `monkeypatch.setattr(switches,
 "SPLIT_RAGGED_ROWS", True)`, or `tools/kernel_times.py ... --ab
 kfuse.switches.SPLIT_RAGGED_ROWS=True`. The ones that are on were measured and kept (their
-other path stays for the A/B and for the tests that check both give the same results); the
-ones that are off wait for a measurement (tools/tuning_plan.txt lists the commands).
+other path stays for the A/B and for the tests that check both give the same results), but
+for the one that says why it is on before its measurement; the ones that are off wait for a
+measurement (tools/tuning_plan.txt lists the commands).
 """
 
 # ---- measured and on -------------------------------------------------------------------
@@ -84,6 +85,20 @@ FROM_WORDS = True
 """bf16 loop values reach the generated element functions as floats converted from the
 32-bit words of their vectors (kfuse.codegen.bf16_words, whose docstring has the
 measurements), not as 16-bit values each function widens."""
+
+# ---- on, the GPU's speed not yet measured --------------------------------------------
+
+FMA_CONTRACT = True
+"""A floating sum or difference of a product, in float or double, that nothing else in the
+fusion reads is written as one kf::fma (kfuse.codegen.contraction), where it was a product
+and a sum: one rounding where there were two, the same value wherever a kernel computes it,
+on the GPU and on the emulator (kernels are compiled with --fmad=false, so the compiler fuses
+nothing itself). On before a GPU measurement because it is the more exact form and the tests
+and emulator campaigns pass with it; off, the kernels are those of before. Of the model
+suite, the norms (layer, RMS, group, batch, instance), gelu_fwd/bwd, silu_mul_bwd and
+scale_bias_relu_fwd get fmas. The A/B: `tools/kernel_times.py rmsnorm_bwd:16384x4096
+layernorm_bwd:16384x4096 gelu_bwd:16384x8192 scale_bias_relu_fwd:16384x8192 --tc --ab
+kfuse.switches.FMA_CONTRACT=False`."""
 
 # ---- off until measured ----------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
+from kfuse.codegen import contraction
 from kfuse.codegen.domain import PartOf, Use, View
 from kfuse.codegen.expressions import compute_ctype, expression, scalar_operand
 from kfuse.dtypes import REDUCED_FLOATS, DataType
@@ -61,6 +62,7 @@ def emit_body(
     prefix: str = "v",
     fast: frozenset[Val] = frozenset(),
     selectors: dict[Use, str] | None = None,
+    fused: frozenset[Val] = frozenset(),
 ) -> Body:
     """Emit `const T name = ...;` for every non-leaf use, in order.
 
@@ -70,7 +72,8 @@ def emit_body(
     selectors: per cat the kernel computes (DomainMap.cats), the C++ int naming the part
     its element is in: each part's values are computed in a branch of their own, so that no
     op ever sees the values that stand in outside a part's window (an integer division by
-    them could trap).
+    them could trap). fused: the products computed inside the fma of the sum that reads them
+    (kfuse.codegen.contraction.products of the fusion).
     """
     names: dict[Use, str] = dict(leaves)
     lines: list[str] = []
@@ -83,16 +86,15 @@ def emit_body(
         val = use.val
         expr = val.definition
         assert expr is not None, f"{val.name} is neither computed nor a leaf"
+        if val in fused:
+            return  # computed inside its sum's fma
         if isinstance(expr, CatOp):
             into.append(f"{compute_ctype(val.dtype)} {name};")
             _emit_parts(use, name, (selectors or {})[use], [u for u in uses if u.part], into)
             return
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
-            operands = [
-                _operand(inp, use, expr, i, names, scalar_params)
-                for i, inp in enumerate(expr.inputs)
-            ]
-            value = round_to_dtype(expression(expr, operands, val in fast), val.dtype)
+            value = _computed(expr, use, val in fast, fused, names, scalar_params)
+            value = round_to_dtype(value, val.dtype)
             if val.dtype is DataType.BFloat16:
                 exact.add(name)
         else:
@@ -133,6 +135,40 @@ def emit_body(
     return Body(lines, names, exact)
 
 
+def _computed(
+    expr: UnaryOp | BinaryOp | TernaryOp | CastOp,
+    use: Use,
+    fast: bool,
+    fused: frozenset[Val],
+    names: dict[Use, str],
+    scalar_params: dict[Scalar, str],
+) -> str:
+    """The C++ expression of `expr`'s value at `use`, in its compute type: the op's template
+    of its operands, or for a sum of one of the `fused` products an fma of the product's
+    factors. A product the function reads as a leaf (a value it is given, already rounded)
+    is not computed here, and is added as it is."""
+    at = contraction.sum_operand(expr, fused)
+    product_use = None if at is None else _operand_use(cast(TensorView, expr.inputs[at]), use)
+    if at is None or product_use is None or product_use in names:
+        operands = [
+            _operand(inp, use, expr, i, names, scalar_params) for i, inp in enumerate(expr.inputs)
+        ]
+        return expression(expr, operands, fast)
+    sum_expr = cast(BinaryOp, expr)
+    mul = cast(BinaryOp, product_use.val.definition)
+    factors = [
+        _operand(f, product_use, mul, i, names, scalar_params) for i, f in enumerate(mul.inputs)
+    ]
+    other = _operand(sum_expr.inputs[1 - at], use, expr, 1 - at, names, scalar_params)
+    return contraction.fma(sum_expr, at, factors, other)
+
+
+def _operand_use(inp: TensorView, use: Use) -> Use:
+    """The use of operand `inp` that `use` (of the expr reading it) reads."""
+    view = tuple(None if ax.is_broadcast else r for ax, r in zip(inp.axes, use.view))
+    return Use(inp, view, use.part)
+
+
 def _operand(
     inp: Val,
     use: Use,
@@ -144,5 +180,4 @@ def _operand(
     if isinstance(inp, Scalar):
         return scalar_operand(inp, scalar_params.get(inp))
     assert isinstance(inp, TensorView)
-    view = tuple(None if ax.is_broadcast else r for ax, r in zip(inp.axes, use.view))
-    return names[Use(inp, view, use.part)]
+    return names[_operand_use(inp, use)]

@@ -22,6 +22,7 @@ from typing import Any
 
 from kfuse.codegen import bf16_words, generated, indexed, outlined_math, shared_math, windowed
 from kfuse.codegen.body import emit_body, from_storage
+from kfuse.codegen.contraction import products
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.kernel import (
@@ -434,8 +435,8 @@ def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Ca
     scalar_params = {s: f"s{k}" for k, s in enumerate(domain.scalars)}
     leaves_compute = {u: from_storage(f"x{k}", u.val.dtype) for k, u in enumerate(inputs)}
     selectors = {use: f"part{c}" for c, use in enumerate(domain.cats)}
-    fast = approximable(plan.fusion)
-    body = emit_body(domain.uses, leaves_compute, scalar_params, fast=fast, selectors=selectors)
+    fast, fused = approximable(plan.fusion), products(plan.fusion)
+    body = emit_body(domain.uses, leaves_compute, scalar_params, "v", fast, selectors, fused)
     body_params = [f"{bf16_words.param_type(u.val.dtype)} x{k}" for k, u in enumerate(inputs)]
     body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
     body_params += [f"int {name}" for name in selectors.values()]  # the part of each cat

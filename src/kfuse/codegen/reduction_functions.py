@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kfuse.codegen import bf16_words, generated, outlined_math, shared_math
+from kfuse.codegen import bf16_words, contraction, generated, outlined_math, shared_math
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
 from kfuse.codegen.expressions import compute_ctype
@@ -59,12 +59,15 @@ def stage_function(
     leaves.update(results)
     leaves.update(hoist.leaves())
     fast = approximable(plan.fusion)
-    body = emit_body(dm.uses, leaves, scalars, fast=fast)
+    fused = contraction.products(plan.fusion)
+    body = emit_body(dm.uses, leaves, scalars, fast=fast, fused=fused)
     r = plan.reductions[k]
     value = body.names[stage_value(plan, k)]
     deps = _result_params(plan, stage_dependencies(plan, k))
     params = _loop_params(plan) + _scalar_params(scalars) + deps + hoist.params()
-    prelude = prelude_function(f"{name}_row", hoist, plan.loop_inputs, scalars, results, deps, fast)
+    prelude = prelude_function(
+        f"{name}_row", hoist, plan.loop_inputs, scalars, results, deps, fast, fused
+    )
     return prelude + _function(
         name, compute_ctype(r.inputs[0].dtype), params, body.lines + [f"return {value};"]
     )
@@ -99,7 +102,8 @@ def full_function(
     leaves.update({stage_value(plan, k): f"c{k}" for k in kept})
     leaves.update(hoist.leaves())
     fast = approximable(plan.fusion)
-    body = emit_body(dm.uses, leaves, scalars, fast=fast)
+    fused = contraction.products(plan.fusion)
+    body = emit_body(dm.uses, leaves, scalars, fast=fast, fused=fused)
     outs = plan.fusion.outputs
     lines = list(body.lines)
     all_results = _result_params(plan, range(len(plan.reductions)))
@@ -107,7 +111,7 @@ def full_function(
     params += [f"{compute_ctype(stage_value(plan, k).val.dtype)} c{k}" for k in kept]
     params += hoist.params()
     prelude = prelude_function(
-        f"{name}_row", hoist, plan.loop_inputs, scalars, results, all_results, fast
+        f"{name}_row", hoist, plan.loop_inputs, scalars, results, all_results, fast, fused
     )
     for k in plan.loop_outputs:
         o = outs[k]
@@ -121,7 +125,8 @@ def epilogue_function(plan: ReductionPlan, name: str, scalars: dict) -> list[str
     dm = plan.epilogue
     leaves = {u: from_storage(f"rx{i}", u.val.dtype) for i, u in enumerate(dm.input_uses)}
     leaves.update(_result_leaves(plan, dm))
-    body = emit_body(dm.uses, leaves, scalars, prefix="e", fast=approximable(plan.fusion))
+    fast, fused = approximable(plan.fusion), contraction.products(plan.fusion)
+    body = emit_body(dm.uses, leaves, scalars, prefix="e", fast=fast, fused=fused)
     outs = plan.fusion.outputs
     lines = list(body.lines)
     params = [f"{u.val.dtype.cuda_type} rx{i}" for i, u in enumerate(dm.input_uses)]
@@ -312,16 +317,19 @@ def row_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hois
     """The row-invariant values of each stage ("stage<k>") and of the full-size outputs
     ("full"), computed once a row (kfuse.codegen.row_invariant)."""
     out = {}
+    fused = contraction.products(plan.fusion)
     for k in range(len(plan.reductions)):
         dm = plan.stages[k]
         results = _result_leaves(plan, dm)
         roots: tuple[Use, ...] = (stage_value(plan, k),)
-        out[f"stage{k}"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots)
+        out[f"stage{k}"] = hoisted(
+            dm, plan.loop_inputs, spec.loop_kinds, results, roots, fused=fused
+        )
     dm = plan.full_map
     roots = tuple(Use(plan.fusion.outputs[k], plan.output_views[k]) for k in plan.loop_outputs)
     varying = tuple(stage_value(plan, k) for k in spec.kept)
     results = _result_leaves(plan, dm)
-    out["full"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots, varying)
+    out["full"] = hoisted(dm, plan.loop_inputs, spec.loop_kinds, results, roots, varying, fused)
     return out
 
 

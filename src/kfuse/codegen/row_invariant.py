@@ -24,7 +24,7 @@ from kfuse.codegen.domain import DomainMap, Use, View, operand_views
 from kfuse.codegen.expressions import compute_ctype
 from kfuse.codegen.layout import BCAST
 from kfuse.ir.exprs import BinaryOp, CastOp, GeneratedOp, TernaryOp, UnaryOp
-from kfuse.ir.values import Scalar, TensorView
+from kfuse.ir.values import Scalar, TensorView, Val
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,11 @@ class Hoisted:
 NONE = Hoisted((), (), ())
 
 
-def operand_uses(use: Use) -> list[Use] | None:
+def operand_uses(use: Use, fused: frozenset[Val] = frozenset()) -> list[Use] | None:
     """The uses `use` is computed from (Scalars left out), or None for a leaf (a fusion input,
-    or a generated value the kernel reads as one)."""
+    or a generated value the kernel reads as one). A sum computed as an fma (`fused`: its
+    product operand's, kfuse.codegen.contraction) reads its product's operands instead: the
+    product is never a value of its own to pass from the prelude."""
     expr = use.val.definition
     if expr is None or isinstance(expr, GeneratedOp):
         return None
@@ -56,7 +58,10 @@ def operand_uses(use: Use) -> list[Use] | None:
         for v in expr.inputs:
             if isinstance(v, TensorView):
                 view = tuple(None if ax.is_broadcast else r for ax, r in zip(v.axes, use.view))
-                out.append(Use(v, view))
+                if v in fused:
+                    out += operand_uses(Use(v, view)) or []
+                else:
+                    out.append(Use(v, view))
         return out
     return [Use(expr.inputs[0], cast(View, operand_views(expr, use.view)[0]))]
 
@@ -68,11 +73,13 @@ def hoisted(
     results: dict[Use, str],
     roots: tuple[Use, ...],
     varying: tuple[Use, ...] = (),
+    fused: frozenset[Val] = frozenset(),
 ) -> Hoisted:
     """The row-invariant frontier of `dm`'s uses: loop inputs broadcast along the row and the
     reduction results `results` are invariant, and so is every value computed only from
     invariant values and Scalars. roots: the uses the function returns or stores; varying:
-    other leaves of the function (kept stage values)."""
+    other leaves of the function (kept stage values); fused: the products computed inside an
+    fma (see operand_uses)."""
     leaves = set(loop_inputs) | set(results) | set(varying)
     invariant = {u for u, kind in zip(loop_inputs, loop_kinds) if kind == BCAST}
     invariant |= set(results)
@@ -80,20 +87,24 @@ def hoisted(
     for u in dm.uses:
         if u in leaves:
             continue
-        deps = operand_uses(u)
+        deps = operand_uses(u, fused)
         if deps is not None and all(d in invariant for d in deps):
             invariant.add(u)
             computed.append(u)
     if not computed:
         return NONE
     read_by_varying = {
-        d for u in dm.uses if u not in invariant for d in (operand_uses(u) or ()) if d in invariant
+        d
+        for u in dm.uses
+        if u not in invariant
+        for d in (operand_uses(u, fused) or ())
+        if d in invariant
     }
     frontier = tuple(u for u in computed if u in read_by_varying or u in roots)
     inputs = tuple(
         i
         for i, (u, kind) in enumerate(zip(loop_inputs, loop_kinds))
-        if kind == BCAST and u in {d for c in computed for d in operand_uses(c) or ()}
+        if kind == BCAST and u in {d for c in computed for d in operand_uses(c, fused) or ()}
     )
     return Hoisted(frontier, tuple(computed), inputs)
 
@@ -106,13 +117,14 @@ def prelude_function(
     results: dict[Use, str],
     result_params: list[str],
     fast: frozenset,
+    fused: frozenset[Val] = frozenset(),
 ) -> list[str]:
     """`name(x_i.., s.., results.., h_n&..)`: the frontier values from the row's values."""
     if not hoist.uses:
         return []
     leaves = {loop_inputs[i]: from_storage(f"x{i}", loop_inputs[i].val.dtype) for i in hoist.inputs}
     leaves.update(results)
-    body = emit_body(list(hoist.invariant), leaves, scalars, prefix="w", fast=fast)
+    body = emit_body(list(hoist.invariant), leaves, scalars, prefix="w", fast=fast, fused=fused)
     params = [f"{loop_inputs[i].val.dtype.cuda_type} x{i}" for i in hoist.inputs]
     params += [f"{compute_ctype(s.dtype)} {n}" for s, n in scalars.items()]
     params += result_params

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from kfuse.codegen import contraction
 from kfuse.codegen.body import emit_body, from_storage, round_to_dtype
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, View, map_to_domain
 from kfuse.codegen.expressions import compute_ctype, literal
@@ -291,7 +292,8 @@ def _prologue(code: Code, plan: ScanPlan, acc: str) -> None:
     """v[k] = the scan's input at element j, computed from the loaded inputs."""
     domain = plan.prologue
     leaves = _loads(code, plan, domain)
-    body = emit_body(domain.uses, leaves, _scalar_names(plan), prefix="p")
+    fused = contraction.products(plan.fusion)
+    body = emit_body(domain.uses, leaves, _scalar_names(plan), prefix="p", fused=fused)
     code(*body.lines)
     code(f"v[k] = ({acc})({body.names[Use(plan.scan.inputs[0], plan.view)]});")
 
@@ -303,7 +305,8 @@ def _epilogue(code: Code, plan: ScanPlan, acc: str) -> None:
     code(f"const {acc} scanned = scan_op(prefix, v[k]);")
     leaves = _loads(code, plan, domain)
     leaves[Use(result, plan.view)] = round_to_dtype("scanned", result.dtype)
-    body = emit_body(domain.uses, leaves, _scalar_names(plan), prefix="e")
+    fused = contraction.products(plan.fusion)
+    body = emit_body(domain.uses, leaves, _scalar_names(plan), prefix="e", fused=fused)
     code(*body.lines)
     for k, out in enumerate(plan.fusion.outputs):
         assert isinstance(out, TensorView)

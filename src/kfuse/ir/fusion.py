@@ -29,6 +29,10 @@ class Fusion:
         # BFloat16 outputs through arithmetic (a segment's, kfuse.engine.segmenter): the
         # fast-math choices (kfuse.codegen.precision) treat them as BFloat16 outputs.
         self.rounded_outputs: tuple[int, ...] = ()
+        # Products a parent fusion reads elsewhere besides the one sum of them a segment
+        # holds: the segment keeps them rounded, not fused into that sum, as the whole fusion
+        # does (kfuse.codegen.contraction).
+        self.rounded_products: frozenset[Val] = frozenset()
         # fd.add_output(out, alias_input=inp): (output position, input position) pairs, the
         # output written into the input's storage (kfuse.engine.aliasing); hidden_outputs:
         # the positions of those outputs that execute does not return (not also added as
@@ -188,6 +192,9 @@ class Fusion:
         parts.append(("outputs", tuple(ref(v) for v in self.outputs)))
         if self.rounded_outputs:  # kernels differ (fast math), so must cache keys
             parts.append(("rounded", self.rounded_outputs))
+        if self.rounded_products:  # kernels differ (contraction), so must cache keys
+            kept = sorted(index[id(v)] for v in self.rounded_products if id(v) in index)
+            parts.append(("rounded products", tuple(kept)))
         if self.output_aliases:  # what execute writes and returns differs
             parts.append(("aliases", self.output_aliases, self.hidden_outputs))
         return tuple(parts)

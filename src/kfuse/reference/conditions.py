@@ -9,7 +9,9 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   shape ops, add and sub (magnitudes add), mul or div by a value without one (scaled by
   its |value|) and the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
   by the bound, so that gelu(x - mean) is near zero where x - mean is); any other op ends
-  it.
+  it. A sum or difference of a product starts one too (its terms' magnitudes), where the
+  kernel may compute it as one fma (switches.FMA_CONTRACT): a * b - b * a is then the
+  rounding of b * a, not 0.
 * terms: how many terms the tracked sums added (a worst-case rounding bound grows with it).
 * indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
   decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kfuse import switches
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -68,6 +71,22 @@ table's OpInfo.slope): a rounding
 error of their argument moves their value by at most bound times as much. A GPU campaign met
 gelu_tanh(x - mean) * w: a row of equal x has x - mean exactly 0 in float64 (gelu 0, times an
 infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an infinity)."""
+
+
+def _may_fuse(expr: Expr) -> bool:
+    """Whether `expr` is a float or double sum or difference with a product operand: the
+    sums the kernels compute as one fma where nothing else reads the product (a superset of
+    kfuse.codegen.contraction's, which this layer does not see), while switches.FMA_CONTRACT
+    is on."""
+    if not (switches.FMA_CONTRACT and isinstance(expr, BinaryOp) and expr.op in ("add", "sub")):
+        return False
+    if expr.outputs[0].dtype not in (DataType.Float, DataType.Double):
+        return False
+    return any(
+        isinstance(v.definition, BinaryOp) and v.definition.op == "mul"
+        for v in expr.inputs
+        if isinstance(v, TensorView)
+    )
 
 
 class ConditionTracker:
@@ -131,6 +150,14 @@ class ConditionTracker:
         elif isinstance(expr, ScanOp) and op == "sum":  # each prefix sum: its terms'
             mags[out] = self.be.cumsum(self.size(first), expr.dim, self.f64)
             terms[out] = self.ev.shapes[first][expr.dim] * terms.get(first, 1)
+        elif _may_fuse(expr):
+            # A sum of a product, which the kernel may compute as one fma (kfuse.codegen.
+            # contraction): one rounding, no longer the twin of the other term's, so where the
+            # two cancel that term's rounding shows (a * b - b * a is it, not 0). A sum's
+            # error, bounded by its terms' magnitudes as any sum's.
+            a, b = expr.inputs
+            mags[out] = self.size(a) + self.size(b)
+            terms[out] = terms.get(a, 1) + terms.get(b, 1)
         elif not any(v in mags for v in inputs):
             return
         elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):

@@ -113,6 +113,16 @@ def special_header() -> str:
     return _SPECIAL_PATH.read_text()
 
 
+_FMA_PATH = Path(__file__).with_name("kf_runtime") / "kf_fma.cuh"
+_FMA_NAMES = ("kf::fma(",)
+
+
+@functools.cache
+def fma_header() -> str:
+    """The fused multiply-add part of the runtime (kf_fma.cuh), after the others."""
+    return _FMA_PATH.read_text()
+
+
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the complex numbers' part where it names
@@ -120,8 +130,8 @@ def with_optional_parts(source: str) -> str:
     reads at positions an index tensor holds or inside a pad's window, the random numbers'
     part where it draws random numbers, the generated reads' part where a reduction kernel
     reads a generated value, the integer division part where it divides integers, the
-    special functions' part where it calls one of them (erfinv, gcd, a shift, ...); else
-    `source` unchanged.
+    special functions' part where it calls one of them (erfinv, gcd, a shift, ...), the
+    fused multiply-add part where it calls kf::fma; else `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -144,6 +154,8 @@ def with_optional_parts(source: str) -> str:
         parts.append(int_div_header())
     if any(name in own for name in _SPECIAL_NAMES):
         parts.append(special_header())
+    if any(name in own for name in _FMA_NAMES):
+        parts.append(fma_header())
     if not parts:
         return source
     return header + "".join("\n" + part for part in parts) + own

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kfuse.codegen import contraction
 from kfuse.codegen.precision import low_values
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import CastOp, Expr, StrideOrderOp, with_attribute_vals
@@ -66,6 +67,7 @@ def build_sub_fusion(
         k for k, o in enumerate(outputs) if id(o) in low and o.dtype is not DataType.BFloat16
     )
     sub.finalize()
+    sub.rounded_products = contraction.parent_rounded(sub, parent, cloned_from)
     # Only what survived finalize's pruning: the Vals the sub-fusion's shape inference knows.
     live = [*sub.inputs, *(o for e in sub.exprs for o in e.outputs)]
     return sub, {v: cloned_from[id(v)] for v in live}

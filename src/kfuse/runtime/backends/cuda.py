@@ -11,13 +11,14 @@ from kfuse.runtime.backends import cubin_info, ptxas_workarounds, register_fit, 
 from kfuse.runtime.bounded_cache import BoundedCache
 from kfuse.runtime.runtime_header import RUNTIME_HEADER_NAME, with_header_included
 
-# --fmad=false: every a * b + c the code generator writes rounds twice, as written, instead
-# of as one fused multiply-add wherever the compiler finds one. Contraction made a value
-# computed twice in one kernel differ by an ulp: a persistent kernel's x - mean(x), with x
-# recomputed in the epilogue as fma(a, b, -mean) while the mean summed round(a * b), was not 0
-# on a row of one element, and 1 / sqrt(var + eps) made that 2e-5 (a campaign mismatch). It
-# also keeps the GPU's arithmetic the emulator's (the host compiler contracts nothing). The
-# math functions' own fma (erff, expf, ...) are explicit and stay.
+# --fmad=false: the compiler fuses no a * b + c of the generated code into a fused
+# multiply-add wherever it finds one. Its contraction made a value computed twice in one
+# kernel differ by an ulp: a persistent kernel's x - mean(x), with x recomputed in the epilogue
+# as fma(a, b, -mean) while the mean summed round(a * b), was not 0 on a row of one element,
+# and 1 / sqrt(var + eps) made that 2e-5 (a campaign mismatch). It also keeps the GPU's
+# arithmetic the emulator's (the host compiler contracts nothing). The fused multiply-adds
+# are the code generator's, explicit kf::fma calls where they cannot make two computations of
+# a value differ (kfuse.codegen.contraction); the math functions' own (erff, expf, ...) stay.
 NVRTC_OPTIONS = ("-std=c++17", "-DKFUSE_USE_PTX", "--fmad=false")
 
 # What makes NVRTC (12.8 and later) faster without changing what it generates: --minimal
