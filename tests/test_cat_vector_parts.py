@@ -129,10 +129,10 @@ def test_the_parts_load_their_reads_into_shared_slots(
 
     source, shared = source_and_result()
     assert "kf_parts[u] = " in source
-    assert re.search(r"kf::Vec<[\w:]+, \d+> xs2\[", source) and "xs3" not in source
+    assert re.search(r"kf::Vec<[\w:]+, \d+> kf_slot2\[", source) and "kf_slot3" not in source
     monkeypatch.setattr(switches, "PART_LOCAL_LOADS", False)
     source, apart = source_and_result()
-    assert "kf_parts" not in source and "xs0" not in source
+    assert "kf_parts" not in source and "kf_slot0" not in source
     assert torch.equal(shared, apart)
     (expected,) = evaluate(rotary(case), [x, table])
     assert_outputs_close(rotary(case), [shared], [expected], [x, table])

@@ -36,7 +36,7 @@ from kfuse.codegen.kernel import (
 from kfuse.codegen.layout import BCAST, INDEXED_VEC, SPLIT, STRIDED, VEC, WINDOWED_VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.registers import register_array
-from kfuse.codegen.row_split import split_lane_loads
+from kfuse.codegen.row_split import split_vector_loads
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.runtime_header import runtime_header
@@ -493,7 +493,7 @@ def _whole_vectors(
             [k for k in windows if k not in in_slots],
             lambda k, indent: windowed.vector_load(spec, plan.domain, k, indent),
         ),
-        (split, lambda k, indent: _split_loads(spec, k, f"x{k}[u]", vec, indent)),
+        (split, lambda k, indent: split_vector_loads(spec, k, f"x{k}[u]", vec, indent)),
         (made, lambda k, indent: generated.vector_load(spec, plan.domain, k, indent)),
     ):
         _unrolled_loads(code, spec, plan, ks, unroll, offset, load)
@@ -548,28 +548,6 @@ def _ragged_end(
             _elements(code, plan, spec, outputs, call)
 
 
-def _split_loads(
-    spec: PointwiseKernelSpec, k: int, target: str, vec: int, indent: str
-) -> list[str]:
-    """target[j] = SPLIT input k's element i0 + j of the row, j < vec (kfuse.codegen.row_split:
-    its sub-axes follow its row axes)."""
-    whole = vec == spec.vector  # else one element at a ragged row end
-    walked = spec.input_splits[k]
-    return split_lane_loads(
-        target,
-        f"in{k}",
-        spec.rank - 1,
-        walked,
-        vec,
-        f"base_in{k}",
-        indent,
-        None,
-        whole and spec.split_uniform[k],
-        whole and spec.split_two[k],
-        f"in{spec.split_sizes_of[k]}" if spec.split_sizes_of else None,
-    )
-
-
 def _elements(
     code: Code,
     plan: PointwisePlan,
@@ -601,7 +579,7 @@ def _elements(
                 code(f"{plan.domain.input_uses[k].val.dtype.cuda_type} xs{k}[1];")
                 with code.block():
                     code("const Index i0 = i;")
-                    code.extend(_split_loads(spec, k, f"xs{k}", 1, code.indent))
+                    code.extend(split_vector_loads(spec, k, f"xs{k}", 1, code.indent))
                 loaded[k] = f"xs{k}[0]"
         parts = windowed.part_selectors(spec, plan.domain, "i")
         code(call(loaded, [f"y{k}" for k in range(len(outputs))], parts))

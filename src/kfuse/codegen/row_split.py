@@ -19,6 +19,11 @@ G = 32 from 2,496 to 1,688 instructions (121 loads to 23), G = 8 from 8,080 to 5
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kfuse.codegen.pointwise import PointwiseKernelSpec
+
 
 def _unwalked_span(split: tuple[tuple[int, int], ...]) -> int | None:
     """Elements of the unwalked (stride 0) sub-axes inside the innermost walked one: how many
@@ -212,3 +217,25 @@ def _step(
 def row_extent(tensor: str, first: int, count: int) -> str:
     """The row's length from `tensor`'s sizes: its one row axis, or its sub-axes' product."""
     return " * ".join(f"{tensor}.size[{d}]" for d in range(first, first + count))
+
+
+def split_vector_loads(
+    spec: PointwiseKernelSpec, k: int, target: str, vec: int, indent: str
+) -> list[str]:
+    """A pointwise kernel's target[j] = SPLIT input k's element i0 + j of the row, j < vec
+    (its sub-axes follow its row axes)."""
+    whole = vec == spec.vector  # else one element at a ragged row end
+    walked = spec.input_splits[k]
+    return split_lane_loads(
+        target,
+        f"in{k}",
+        spec.rank - 1,
+        walked,
+        vec,
+        f"base_in{k}",
+        indent,
+        None,
+        whole and spec.split_uniform[k],
+        whole and spec.split_two[k],
+        f"in{spec.split_sizes_of[k]}" if spec.split_sizes_of else None,
+    )

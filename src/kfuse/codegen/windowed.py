@@ -189,8 +189,8 @@ def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None
             seen[ctype] = key[1] + 1
             if key not in keys:
                 keys.append(key)
-            slot_of[k] = f"xs{keys.index(key)}"
-    slots = tuple((f"xs{n}", ctype) for n, (ctype, _) in enumerate(keys))
+            slot_of[k] = f"kf_slot{keys.index(key)}"
+    slots = tuple((f"kf_slot{n}", ctype) for n, (ctype, _) in enumerate(keys))
     return PartSlots(members, slot_of, slots)
 
 
