@@ -107,6 +107,7 @@ def test_help_describes_the_options(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = campaign(
@@ -152,6 +153,7 @@ def test_a_short_emulator_campaign_writes_its_summary(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 def test_a_budget_ends_the_campaign_within_seconds_of_it(tmp_path: Path) -> None:
     """Workers start no example after the budget and are ended soon after it, even while a
     first example compiles; the progress lines count towards the budget."""
@@ -300,6 +302,7 @@ def test_an_example_with_other_inputs_runs_five_calls(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Path) -> None:
     fd = _two_outputs()
     x = torch.randn(4, 6).to(torch.bfloat16)
@@ -329,6 +332,7 @@ def test_a_repro_script_exits_0_when_it_passes_and_1_when_it_fails(tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # a Hypothesis shrink compiling dozens of kernels: CI's extended step
 def test_a_failing_round_is_shrunk_into_a_repro(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -479,6 +483,7 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # campaign processes for seconds each: CI's extended step
 def test_a_worker_killed_mid_run_is_reported_with_its_example(tmp_path: Path) -> None:
     """A count of examples, not a budget: the campaign ends once the new pool has run the
     examples the dead one left, not after seconds of both workers drawing more."""

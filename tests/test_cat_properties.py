@@ -6,6 +6,7 @@ kernel where one takes it, else runs between kernels; always right against the r
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,9 +59,21 @@ def _fusion(case: dict) -> FusionDefinition:
     return fd
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(cat_cases())
 def test_cats_of_element_wise_work(case: dict) -> None:
+    """The profile's examples (30 in the README's command); CI's extended step runs 120."""
+    _check_cats(case)
+
+
+@pytest.mark.extended
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cat_cases())
+def test_cats_of_element_wise_work_at_length(case: dict) -> None:
+    _check_cats(case)
+
+
+def _check_cats(case: dict) -> None:
     from kfuse.dtypes import to_numpy_dtype
 
     rng = np.random.default_rng(case["seed"])

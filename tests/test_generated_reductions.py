@@ -328,6 +328,7 @@ def test_factories_feeding_a_sum_are_one_reduction_kernel(axis: int) -> None:
 # ---- NVRTC ----
 
 
+@pytest.mark.extended  # NVRTC of every kernel of this module (8 s): CI's extended step
 def test_nvrtc_compiles_every_reduction_kernel_reading_generated_values() -> None:
     # NVRTC is a test dependency: it compiles without a GPU. The kernels: a reduction and its
     # grid form, inner and outer persistent ones (held rows of a wide norm in shared memory),

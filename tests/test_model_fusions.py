@@ -268,6 +268,9 @@ def test_pointwise_fusions_are_one_kernel(name: str, dtype: str) -> None:
 
 
 @pytest.mark.slow
+# Every case again in float32 (a kernel each): CI's extended step; the quick run checks every
+# case in its own dtype (test_kfuse_matches_reference_on_emulator).
+@pytest.mark.extended
 @pytest.mark.parametrize("name", list(CASES))
 def test_kfuse_matches_reference_on_emulator_fp32(name: str) -> None:
     case = CASES[name]

@@ -10,11 +10,17 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from kfuse.nvfuser_direct import DataType, FusionDefinition
 from kfuse.reference import philox
 from test_nvfuser_direct_ports import run
+
+# Long fusions of nvFuser's bug reports, up to a dozen kernels each: CI's extended step. Every
+# op and scheduler they use is checked in the README's command by test_nvfuser_direct_ports.py
+# and the scheduler tests.
+pytestmark = pytest.mark.extended
 
 
 def test_issue1277() -> None:

@@ -302,6 +302,7 @@ def test_row_ends_in_the_middle_of_a_threads_vectors() -> None:
     ),
 )
 @pytest.mark.slow
+@pytest.mark.extended  # NVRTC twice for each random fusion: CI's extended step
 def test_generated_pointwise_kernels_compile_for_sm80_and_sm90(
     data: st.DataObject, fd: FusionDefinition
 ) -> None:

@@ -195,9 +195,22 @@ def test_grid_reduction_paths_are_taken_for_few_outputs() -> None:
     check(fd0, [xt])
 
 
+def _grid_sweep() -> list:
+    """Every (op, kept, parts). The quick run takes sum at every size, max at (70, 37) (more
+    than one load batch and finalize block) and var (a Welford's finalize) there and at the
+    most threads sharing a kept element; the rest is CI's extended step (each case compiles
+    two kernels of its own)."""
+    cases = []
+    for op in ["sum", "max", "var"]:
+        for kept, parts in [(6, 5), (70, 37), (40, 130), (33, 300)]:
+            quick = op == "sum" or (kept, parts) == (70, 37) or (op, parts) == ("var", 300)
+            marks = () if quick else (pytest.mark.extended,)
+            cases.append(pytest.param(op, kept, parts, marks=marks))
+    return cases
+
+
 @pytest.mark.parametrize("inner", [True, False])
-@pytest.mark.parametrize("op", ["sum", "max", "var"])
-@pytest.mark.parametrize(("kept", "parts"), [(6, 5), (70, 37), (40, 130), (33, 300)])
+@pytest.mark.parametrize(("op", "kept", "parts"), _grid_sweep())
 def test_forced_grid_reduction_with_manual_params(
     inner: bool, op: str, kept: int, parts: int
 ) -> None:

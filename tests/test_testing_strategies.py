@@ -390,6 +390,9 @@ def test_library_fusions_check_positions_only_where_ties_cannot_show(
             assert e.inputs[1].axes[e.dim].extent == 1
 
 
+# Runs about 170 examples before one qualifies (a kernel each): CI's extended step. The
+# behaviour itself is checked directly by test_pad_cat.py's cat-part tests.
+@pytest.mark.extended
 def test_the_campaign_finds_a_cat_part_that_another_kernel_reads() -> None:
     """A "resize" example whose cat is written part by part by one kernel and a part of it
     read back by another (the H100 campaign's failure class): the campaign draws it, and
