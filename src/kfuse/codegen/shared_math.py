@@ -27,25 +27,22 @@ def paired(body: list[str]) -> list[str]:
     function's top level) taken from one kf::sincos call."""
     if not switches.SHARE_SINCOS:
         return body
-    first: dict[tuple[str, str, str], int] = {}  # (type, argument, sin|cos) -> line
+    first: dict[tuple[str, str, str], tuple[int, str]] = {}  # (type, argument, fn) -> line
     depth = 0
     for k, line in enumerate(body):
         found = _LINE.match(line)
         if depth == 0 and found is not None:
-            ctype, _, fn, arg = found.groups()
-            first.setdefault((ctype, arg, fn), k)
+            ctype, name, fn, arg = found.groups()
+            first.setdefault((ctype, arg, fn), (k, name))
         depth += line.count("{") - line.count("}")
     out = list(body)
-    for (ctype, arg, fn), k in first.items():
+    for (ctype, arg, fn), (k, name) in first.items():
         if fn != "sin" or (ctype, arg, "cos") not in first:
             continue
-        other = first[(ctype, arg, "cos")]
+        other, other_name = first[(ctype, arg, "cos")]
         both = f"sc_{arg}"
-        for line_at in (k, other):
-            found = _LINE.match(body[line_at])
-            assert found is not None
-            name, part = found.group(2), found.group(3)
-            out[line_at] = f"const {ctype} {name} = {both}.{part};"
+        out[k] = f"const {ctype} {name} = {both}.sin;"
+        out[other] = f"const {ctype} {other_name} = {both}.cos;"
         call = min(k, other)
         out[call] = f"const kf::SinCos<{ctype}> {both} = kf::sincos({arg}); " + out[call]
     return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kfuse.dtypes import DataType, from_array_dtype
+from kfuse.dtypes import DataType
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     LIBRARY_EXPRS,
@@ -251,6 +251,8 @@ def _bound_call(expr: Expr, info: RuntimeInfo, ops: Any) -> Callable[..., Any]:
     if isinstance(expr, LinearOp):
         return lambda *args: ops.linear(list(args), dtype)
     if isinstance(expr, CastOp):
+        if expr.inputs[0].dtype.is_floating and dtype.is_integral:
+            return lambda a: ops.float_to_int(a, dtype)
         return lambda a: ops.cast(a, dtype)
     if isinstance(expr, SliceOp):
         index = _index(expr, info)
@@ -308,10 +310,10 @@ class _TorchOps:
     def cast(self, a: Any, dtype: DataType) -> Any:
         from kfuse.dtypes import to_torch_dtype
 
-        target = to_torch_dtype(dtype)
-        if a.is_floating_point() and dtype.is_integral:
-            return _float_to_int(self.torch, a, dtype, lambda v: v.to(target))
-        return a.to(target)
+        return a.to(to_torch_dtype(dtype))
+
+    def float_to_int(self, a: Any, dtype: DataType) -> Any:
+        return _float_to_int(self.torch, a, dtype, lambda v: self.cast(v, dtype))
 
     def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
         return a.reshape(shape)
@@ -373,14 +375,14 @@ class _NumpyLikeOps:
         return self._finish(y, dtype)
 
     def cast(self, a: Any, dtype: DataType) -> Any:
-        # by the DataType: ml_dtypes' bfloat16 and float8 arrays have dtype kind "V", not "f"
-        if dtype.is_integral and from_array_dtype(self.xp.asarray(a).dtype).is_floating:
-            import numpy
-
-            # Half's range ends below the integer limits: NumPy warns as it widens them.
-            with numpy.errstate(over="ignore", invalid="ignore"):
-                return _float_to_int(self.xp, a, dtype, lambda v: self._finish(v, dtype))
         return self._finish(a, dtype)
+
+    def float_to_int(self, a: Any, dtype: DataType) -> Any:
+        import numpy
+
+        # Half's range ends below the integer limits: NumPy warns as it widens them.
+        with numpy.errstate(over="ignore", invalid="ignore"):
+            return _float_to_int(self.xp, a, dtype, lambda v: self._finish(v, dtype))
 
     def reshape(self, a: Any, shape: tuple[int, ...]) -> Any:
         return self.xp.reshape(a, shape)
@@ -396,11 +398,13 @@ class _NumpyLikeOps:
 
 
 def _float_to_int(xp: Any, a: Any, dtype: DataType, convert: Callable[[Any], Any]) -> Any:
-    """Floating values converted to the integer `dtype` (Int32, Int) as kfuse's kernels
-    convert them (CUDA's cvt.rzi): toward zero, NaN to 0, out-of-range values to the type's
-    nearest end. A plain conversion is undefined there (x86 gives the lowest integer for all
-    three), and a cast in a library segment must agree with the same cast in a kernel.
-    `convert` is the framework's conversion of in-range values."""
+    """A cast of a floating value to the integer `dtype` (Int32, Int) as kfuse's kernels
+    convert it (CUDA's cvt.rzi): toward zero, NaN to 0, out-of-range values to the type's
+    nearest end. Chosen by the cast's DataTypes when the segment's ops are bound, not by the
+    array (NumPy's bfloat16 arrays, ml_dtypes', have dtype kind "V"). A plain conversion is
+    undefined there (x86 gives the lowest integer for all three), and a cast in a library
+    segment must agree with the same cast in a kernel. `convert` is the framework's
+    conversion of in-range values."""
     limit = float(2 ** (8 * dtype.itemsize - 1))  # exact in every floating type
     nan, high, low = xp.isnan(a), a >= limit, a < -limit
     inside = convert(xp.where(nan | high | low, 0.0, a))
