@@ -5,7 +5,9 @@ backward (test_scale_bias_relu_{fwd,bwd}.py), x * x (test_pointwise_mul.py), a v
 along either axis of a contiguous input (test_broadcast_add_fwd.py; its strided form is
 transpose.py's bcast_add_strided_dim0, whose torch function and reference it shares), and
 GELU's backward summed over either axis, a pointwise + reduction fusion
-(test_gelu_bwd_reduction.py).
+(test_gelu_bwd_reduction.py); and nvFuser's many-pointwise-ops host benchmark
+(benchmarks/python/host/test_many_pointwise_ops.py: a = cos(a) + sin(a), n times, on the sum
+of two vectors), whose kernel is compute-bound: its time is the math's, not the memory's.
 
 The definitions keep nvFuser's spelling: GELU's constants as it writes them (0.79788456 for
 sqrt(2 / pi), 0.1070322243 for 3 * 0.044715 * sqrt(2 / pi)), the bias broadcast to [1, hidden]
@@ -88,6 +90,19 @@ def gelu_bwd_definition(dtype: DataType) -> FusionDefinition:
         x, grad, bias = (promote(fd, t, dtype) for t in (x, grad, bias))
         fd.add_output(demote(fd, _gelu_bwd(fd, x, grad, bias), dtype))
     return fd
+
+
+def many_pointwise_ops_definition(iterations: int) -> Any:
+    def define(dtype: DataType) -> FusionDefinition:
+        with FusionDefinition() as fd:
+            x, y = vector(fd, dtype), vector(fd, dtype)
+            a = fd.ops.add(fd.ops.cast(x, DataType.Float), fd.ops.cast(y, DataType.Float))
+            for _ in range(iterations):
+                a = fd.ops.add(fd.ops.cos(a), fd.ops.sin(a))
+            fd.add_output(fd.ops.cast(a, dtype))
+        return fd
+
+    return define
 
 
 def gelu_bwd_reduction_definition(axis: int) -> Any:
@@ -222,6 +237,16 @@ def gelu_bwd_reduction_torch(axis: int) -> Any:
     return fn
 
 
+def many_pointwise_ops_torch(iterations: int) -> Any:
+    def fn(x: Any, y: Any) -> tuple[Any]:
+        a = x.float() + y.float()
+        for _ in range(iterations):
+            a = a.cos() + a.sin()
+        return (a.to(x.dtype),)
+
+    return fn
+
+
 def silu_mul_fwd_torch(x: Any, y: Any) -> tuple[Any]:
     import torch
 
@@ -292,6 +317,16 @@ def gelu_bwd_reference(x: Any, grad: Any, bias: Any) -> tuple[Any]:
 def gelu_bwd_reduction_reference(axis: int) -> Any:
     def fn(x: Any, grad: Any, bias: Any) -> tuple[Any]:
         return (gelu_bwd_reference(x, grad, bias)[0].sum(axis),)
+
+    return fn
+
+
+def many_pointwise_ops_reference(iterations: int) -> Any:
+    def fn(x: Any, y: Any) -> tuple[Any]:
+        a = x.double() + y.double()
+        for _ in range(iterations):
+            a = a.cos() + a.sin()
+        return (a,)
 
     return fn
 
@@ -462,5 +497,21 @@ CASES = [
             ),
         )
         for axis in (0, 1)
+    ),
+    *(
+        sweep_case(
+            "many_pointwise_ops",
+            f"many_pointwise_ops_{iterations}",
+            "test_many_pointwise_ops.py::pointwise_ops_fusion",
+            many_pointwise_ops_definition(iterations),
+            (
+                many_pointwise_ops_torch(iterations),
+                many_pointwise_ops_reference(iterations),
+                _matrices(2),
+            ),
+            # nvFuser's host benchmark runs [13]; its kernel's cost shows at 2^24 values
+            sweep=(((1 << 24,),), ((1 << 24,),), (13,), (1 << 20,)),
+        )
+        for iterations in (2, 8)
     ),
 ]
