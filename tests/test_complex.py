@@ -231,6 +231,37 @@ def test_sum_and_mean(dtype: torch.dtype, shape: tuple[int, ...], dims: list[int
     torch.testing.assert_close(mean, x.mean(dims), **tol)
 
 
+@pytest.mark.parametrize("dtype", list(COMPLEX))
+@pytest.mark.parametrize(
+    ("shape", "dims"), [((4, 30), [1]), ((300, 6), [0]), ((3000,), [0]), ((3, 4, 5), [0, 2])]
+)
+def test_prod(dtype: torch.dtype, shape: tuple[int, ...], dims: list[int]) -> None:
+    """nvFuser's prod of complex values: the complex product (factors near 1, so that the
+    products of 3000 stay finite)."""
+    x = 1 + 0.05 * _complex(shape, dtype)
+    (got,) = _run(lambda fd, t: fd.ops.prod(t[0], dims), [x])
+    want = x
+    for d in sorted(dims, reverse=True):
+        want = want.prod(d)
+    tol = {"rtol": 2e-5, "atol": 1e-5} if dtype == torch.complex64 else {}
+    torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("dtype", list(COMPLEX))
+@pytest.mark.parametrize(("shape", "dim"), [((4, 30), 1), ((300, 6), 0), ((5000,), 0)])
+def test_cumsum_and_cumprod(dtype: torch.dtype, shape: tuple[int, ...], dim: int) -> None:
+    """The scans of complex values: each prefix's complex sum and product (the warp's
+    lanes move the two parts, kf::detail::shfl_up)."""
+    x = _complex(shape, dtype)
+    near_one = 1 + 0.05 * x
+    sums, products = _run(
+        lambda fd, t: [fd.ops.cumsum(t[0], dim), fd.ops.cumprod(t[1], dim)], [x, near_one]
+    )
+    tol = {"rtol": 1e-5, "atol": 1e-4} if dtype == torch.complex64 else {}
+    torch.testing.assert_close(sums, x.cumsum(dim), **tol)
+    torch.testing.assert_close(products, near_one.cumprod(dim), **tol)
+
+
 def test_indexed_read_of_complex_values() -> None:
     """The campaign's find: a gather of a part of a complex input reads the complex input at
     the gathered positions (kf::index_fill's zero of a complex value)."""
@@ -308,12 +339,12 @@ NO_COMPLEX_MEANING: dict[str, Callable[[Any, Any], Any]] = {
     "sigmoid": lambda fd, t: fd.ops.sigmoid(t),
     "bitwise_and": lambda fd, t: fd.ops.bitwise_and(t, t),
     "max": lambda fd, t: fd.ops.max(t, [0]),
-    "prod": lambda fd, t: fd.ops.prod(t, [0]),
     "var": lambda fd, t: fd.ops.var(t, [0]),
     "softmax": lambda fd, t: fd.ops.softmax(t, 0),
     "topk": lambda fd, t: fd.ops.topk(t, 1),
     "argsort": lambda fd, t: fd.ops.argsort(t),
-    "cumsum": lambda fd, t: fd.ops.cumsum(t, 0),
+    "cummax": lambda fd, t: fd.ops.cummax(t, 0),
+    "cummin": lambda fd, t: fd.ops.cummin(t, 0),
 }
 
 
@@ -375,11 +406,18 @@ def test_cuda_tensors(dtype: torch.dtype) -> None:
         fd.add_output(fd.ops.exp(fd.ops.mul(x, y)))
         fd.add_output(fd.ops.abs(fd.ops.div(x, y)))
         fd.add_output(fd.ops.sum(fd.ops.sqrt(x), [1]))
-    prod, quotient, total = fd.execute([a, b])
+        near_one = fd.ops.add(fd.ops.mul(y, 0.05), 1.0)
+        fd.add_output(fd.ops.prod(near_one, [1]))
+        fd.add_output(fd.ops.cumsum(x, 0))
+        fd.add_output(fd.ops.cumprod(near_one, 0))
+    prod, quotient, total, product, sums, products = fd.execute([a, b])
     assert prod.device.type == "cuda" and prod.dtype == dtype
     torch.testing.assert_close(prod, torch.exp(a * b))
     torch.testing.assert_close(quotient, torch.abs(a / b))
     torch.testing.assert_close(total, torch.sqrt(a).sum(1))
+    torch.testing.assert_close(product, (b * 0.05 + 1).prod(1))
+    torch.testing.assert_close(sums, a.cumsum(0), rtol=1e-5, atol=2e-4)
+    torch.testing.assert_close(products, (b * 0.05 + 1).cumprod(0), rtol=1e-5, atol=2e-4)
 
 
 @pytest.mark.gpu

@@ -318,16 +318,19 @@ def _combine(code: Code, acc: str, identity: str, unroll: int, block_x: int) -> 
     """`prefix`: the sum of the row's elements before this thread's first one in the chunk
     (the carry, the warps before, the lanes before), from the threads' totals v[unroll-1]."""
     full = "0xffffffffu"
+    # A complex accumulator moves part by part (the runtime's shuffled); the others, which
+    # the shuffle takes whole, keep the intrinsic.
+    shfl_up = "kf::detail::shfl_up" if "complex" in acc else "__shfl_up_sync"
     code(f"{acc} total = v[{unroll - 1}];")
     with code.block("for (int o = 1; o < 32; o <<= 1)"):
         code(
-            f"const {acc} below = __shfl_up_sync({full}, total, o);",
+            f"const {acc} below = {shfl_up}({full}, total, o);",
             "if (lane >= o) total = scan_op(below, total);",
         )
     # The lanes before this one, exactly (total - own total would round, and make NaN of an
     # infinite total).
     code(
-        f"{acc} before = __shfl_up_sync({full}, total, 1);",
+        f"{acc} before = {shfl_up}({full}, total, 1);",
         f"if (lane == 0) before = {identity};",
         "if (lane == 31) kf_warp_total[ty][warp] = total;",
         "__syncthreads();",

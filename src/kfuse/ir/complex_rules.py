@@ -18,10 +18,10 @@ from kfuse.ir.values import Scalar, TensorView, Val
 if TYPE_CHECKING:
     from kfuse.ir.builder import Builder
 
-COMPLEX_REDUCTIONS = ("sum",)
-"""The reductions of complex values: a sum (and mean, a sum divided) has its complex meaning;
-prod is left out (its complex product is not the reductions' one operator), and max, min,
-var and welford have none (an order; a variance's real result)."""
+COMPLEX_REDUCTIONS = ("sum", "prod")
+"""The reductions of complex values, as nvFuser's: a sum (and mean, a sum divided) and a
+product have their complex meaning (the runtime's SumOp and ProdOp combine kf::complex values
+with its + and *); max, min, var and welford have none (an order; a variance's real result)."""
 
 
 def check_complex_operands(op: str, promoted: DataType, operands: Sequence[str]) -> None:

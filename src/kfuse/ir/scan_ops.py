@@ -27,8 +27,10 @@ SCAN_DTYPES = (
     DataType.BFloat16,
     DataType.Float,
     DataType.Double,
+    DataType.ComplexFloat,
+    DataType.ComplexDouble,
 )
-"""The dtypes a scan takes (and returns)."""
+"""The dtypes a scan takes (and returns); complex ones for cumsum and cumprod only."""
 
 
 SCAN_OPS = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
@@ -53,6 +55,11 @@ def build_scan(b: Any, method: str, arg: Any, dim: Any, init: Any = None) -> Any
         raise DefinitionError(
             f"{method}: {describe(v)} has dtype {v.dtype.value}, which kfuse does not scan; "
             f"cast it to {hint} first (scans take {', '.join(t.value for t in SCAN_DTYPES)})"
+        )
+    if v.dtype.is_complex and SCAN_OPS[method] in ("max", "min"):
+        raise DefinitionError(
+            f"{method}: {describe(v)} is {v.dtype.value}; complex values have no order "
+            "(scan fd.ops.real or fd.ops.abs of it instead)"
         )
     if v.axes[d].is_broadcast:  # one element along the axis: each prefix is the element
         return b.pointwise("set", [v])

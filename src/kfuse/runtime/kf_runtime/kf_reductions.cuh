@@ -284,6 +284,14 @@ struct ShflDown {
     return __shfl_down_sync(mask, x, delta, 32);
   }
 };
+struct ShflUp {
+  unsigned mask;
+  int delta;
+  template <typename U>
+  __device__ __forceinline__ U operator()(U x) const {
+    return __shfl_up_sync(mask, x, delta, 32);
+  }
+};
 struct ShflFrom {
   unsigned mask;
   int src;
@@ -327,6 +335,10 @@ __device__ __forceinline__ T shfl_xor(unsigned mask, const T& v, int lane_mask) 
 template <typename T>
 __device__ __forceinline__ T shfl_down(unsigned mask, const T& v, int delta) {
   return shuffled(v, ShflDown{mask, delta});
+}
+template <typename T>
+__device__ __forceinline__ T shfl_up(unsigned mask, const T& v, int delta) {
+  return shuffled(v, ShflUp{mask, delta});
 }
 template <typename T>
 __device__ __forceinline__ T shfl(unsigned mask, const T& v, int src) {
