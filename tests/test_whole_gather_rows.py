@@ -83,6 +83,29 @@ def test_a_row_the_default_launch_leaves_ragged_is_covered_by_one_block() -> Non
 
 
 @pytest.mark.parametrize(
+    ("width", "tokens", "grid", "block", "vectors"),
+    [
+        (3072, 8192, (1, 8192, 1), (128, 1, 1), 3),  # was two blocks of 128 x 2, one half idle
+        (512, 4096, (1, 2048, 1), (64, 2, 1), 1),  # the default launch, exact already
+    ],
+)
+def test_the_suites_embedding_rows_take_whole_rows(
+    width: int, tokens: int, grid: tuple[int, ...], block: tuple[int, ...], vectors: int
+) -> None:
+    """The model suite's embedding_fwd and its GPU test size (a smaller vocabulary: the
+    launch depends on the rows, not on the table's length), bit for bit."""
+    fd = embedding()
+    table = rand((100, width), dtype=ml_dtypes.bfloat16)
+    ids = np.random.default_rng(7).integers(0, 100, tokens)
+    (out,) = fd.execute([table, ids])
+    np.testing.assert_array_equal(out.view(np.uint16), table[ids].view(np.uint16))
+    launch = _launch(fd)
+    assert launch.name.endswith("_whole")
+    assert (launch.grid, launch.block) == (grid, block)
+    assert f"kf::Vec<kf::bfloat16, 8> x1[{vectors}];" in launch.source
+
+
+@pytest.mark.parametrize(
     ("width", "whole"),
     [(64, True), (96, True), (56, False)],  # 8 and 12 vectors a row, then 7 (no exact tile)
 )
