@@ -14,6 +14,8 @@ Heuristics, from the device and the actual inputs:
   rows (rows_per_thread);
 * blocks of 128-512 threads shaped (x along the inner axis, y along rows) so that short rows
   still fill a block: the 2-D schedule whenever a broadcast or a stride stops the merge;
+  rows read through an index take a tile that covers a row exactly where one exists
+  (gather_row_tile, switches.WHOLE_GATHER_ROWS; 96 threads where those are a row's);
 * int32 indexing unless an offset or the element count needs int64.
 """
 
