@@ -75,7 +75,7 @@ COSTLY_OPS = frozenset(
 
 
 GATHER_MAX_UNROLL = 4
-"""The most vectors a thread that gather_row_tile gives a thread."""
+"""The most vectors gather_row_tile gives a thread."""
 WARP = 32
 
 
