@@ -36,12 +36,14 @@ def embedding(dtype: DataType = DataType.BFloat16, index: DataType = DataType.In
 def _reads_vectors(fd: FusionDefinition) -> bool:
     """Whether the last call, one pointwise kernel, reads its indexed input a vector at a time
     (INDEXED_VEC) where whole vectors lie in the row, as its source shows (INDEXED reads an
-    element at a time, as every kernel does at a row's ragged end)."""
+    element at a time, as every kernel does at a row's ragged end; a kernel whose launch
+    covers its rows exactly, kfuse.codegen.whole_rows, has no ragged end)."""
     program = fd.last_program()
     assert isinstance(program, KernelProgram)
     assert program.schedulers() == [SchedulerType.pointwise]
     source = program.cuda_source() or ""
-    assert "kf::indexed_load(" in source
+    whole = program.launches[0].name.endswith("_whole")
+    assert "kf::indexed_load(" in source or whole
     return "kf::indexed_load_vec<" in source
 
 

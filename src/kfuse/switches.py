@@ -96,6 +96,21 @@ FROM_WORDS = True
 32-bit words of their vectors (kfuse.codegen.bf16_words, whose docstring has the
 measurements), not as 16-bit values each function widens."""
 
+WHOLE_GATHER_ROWS = True
+"""A pointwise kernel with an indexed read (an embedding's rows, index_select, gather) whose
+rows some launch tiles exactly takes that launch: block_x threads of `unroll` vectors (at
+most kfuse.schedule.pointwise.GATHER_MAX_UNROLL) over grid_x blocks that cover a row with no
+vector to spare, chosen where the default launch leaves part of a row's last block idle; and
+such a kernel walks its rows without the ragged-end path, loads the inputs that are constant
+along a row (an embedding's id) once a row and checks each such index once a row
+(kfuse.codegen.whole_rows), where it did so once a vector. Off, both are as before. On before
+its measurement because the default launch of the model suite's embedding_fwd [32064, 3072,
+8192] bf16 (grid (2, 8192) of 128 threads x 2 vectors over rows of 384 vectors) leaves the
+second block of every row half idle and ran below torch.compile on an H100 (kernel 35.7 us
+against 33.6, Nsight Compute), whose Triton kernel takes one row a program with its id loaded
+once; here 128 threads x 3 vectors, one block a row. The A/B: `tools/kernel_times.py
+embedding_fwd:32064x3072x8192 --tc --ab kfuse.switches.WHOLE_GATHER_ROWS=False`."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False

@@ -42,11 +42,33 @@ def _step(spec: PointwiseKernelSpec, k: int) -> str:
     return f"(Index)in{k}.stride[{spec.rank}]"
 
 
-def vector_load(spec: PointwiseKernelSpec, k: int, indent: str) -> list[str]:
+def row_position(spec: PointwiseKernelSpec, k: int) -> str | None:
+    """The checked position of read k once a row, from its index's element x<ix>[0] where
+    that index is constant along the row (BCAST: loaded once a row, kfuse.codegen.
+    whole_rows); None where each lane has its own."""
+    ix = spec.indexed_by[k]
+    return _position(spec, k, f"x{ix}[0]") if spec.input_kinds[ix] == BCAST else None
+
+
+def vector_load(
+    spec: PointwiseKernelSpec, k: int, indent: str, position: str | None = None
+) -> list[str]:
     """Load the read k's u-th vector into x<k>[u], at element i0 of the row (after the other
-    inputs' loads, its index's among them)."""
+    inputs' loads, its index's among them); `position`: the name of its position checked once
+    a row (row_position), where each vector checked its own."""
     vec, kinds = spec.vector, spec.input_kinds
     ix = spec.indexed_by[k]
+    if position is not None:
+        if kinds[k] == INDEXED_VEC:
+            load = f"kf::indexed_load_vec<{vec}>(in{k}, base_in{k} + i0, {position}, "
+            return [f"{indent}x{k}[u] = {load}{_step(spec, k)});"]
+        return [
+            "#pragma unroll",
+            f"{indent}for (int j = 0; j < {vec}; ++j) {{",
+            f"{indent}  x{k}[u][j] = kf::indexed_load(in{k}, base_in{k} + (i0 + j) * step_in{k}, "
+            f"{position}, {_step(spec, k)});",
+            f"{indent}}}",
+        ]
     if kinds[k] == INDEXED_VEC:  # one position for the vector: its index is BCAST
         return [
             f"{indent}{{",

@@ -100,6 +100,12 @@ def store_vector(
     ]
 
 
+def vector_addresses(base: str, k: int) -> tuple[str, str, str]:
+    """Input k's offsets (vector, lane j, broadcast) for load_vector_block from `base`, its
+    row's first element."""
+    return f"{base} + i0", f"{base} + (i0 + j) * step_in{k}", base
+
+
 def load_vector_block(
     ctypes: list[str],
     kinds: tuple[str, ...],

@@ -32,11 +32,13 @@ from kfuse.codegen.kernel import (
     load_vector_block,
     row_count,
     store_vector,
+    vector_addresses,
 )
 from kfuse.codegen.layout import BCAST, INDEXED_VEC, SPLIT, STRIDED, VEC, WINDOWED_VEC
 from kfuse.codegen.precision import approximable
 from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_split import split_vector_loads
+from kfuse.codegen.whole_rows import whole_row_loop
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.runtime.runtime_header import runtime_header
@@ -141,6 +143,9 @@ class PointwiseKernelSpec:
     # merged axes it is padded along, () for the others; () when no input is one. Out of the
     # repr (kernel_name adds a suffix).
     windows: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    # The launch covers a row with its vectors exactly (kfuse.codegen.whole_rows). Out of the
+    # repr (kernel_name adds a suffix).
+    whole_rows: bool = field(default=False, repr=False)
 
     def input_rank(self, k: int) -> int:
         """Rank of input k's kf::Tensor: the merged rank, for a SPLIT input the row axes
@@ -174,6 +179,7 @@ def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
         suffix += f"_rows{spec.rows}_" + "".join("o" if b else "r" for b in spec.row_bcast)
     if spec.indexed_by:
         suffix += "_ix" + "".join("x" if j < 0 else chr(ord("a") + j % 26) for j in spec.indexed_by)
+        suffix += "_whole" if spec.whole_rows else ""
     if spec.windows:
         suffix += "_win" + "_".join("".join(str(a) for a in axes) or "x" for axes in spec.windows)
     return f"kfuse_pointwise_{digest}{suffix}"
@@ -207,6 +213,9 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     operands = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
     if spec.rows > 1:
         _row_groups(code, plan, spec, call, operands)
+        return code.kernel_source(), name
+    if spec.whole_rows:
+        whole_row_loop(code, plan, spec, call, operands, _compute_and_store)
         return code.kernel_source(), name
     with code.block(
         "for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
@@ -297,7 +306,7 @@ def _row_group_vectors(
             str(rows),
             code.indent,
             index,
-            lambda k: _vector_addresses(f"base_in{k} + (Index)u * rstep_in{k}", k),
+            lambda k: vector_addresses(f"base_in{k} + (Index)u * rstep_in{k}", k),
             skip=once,
         )
     )
@@ -309,7 +318,7 @@ def _row_group_vectors(
             "1",
             code.indent,
             index,
-            lambda k: _vector_addresses(f"base_in{k}", k),
+            lambda k: vector_addresses(f"base_in{k}", k),
             skip=each,
         )
     )
@@ -319,12 +328,6 @@ def _row_group_vectors(
         _compute_and_store(
             code, plan, spec, call, vectors, lambda k: f"base_out{k} + (Index)u * rstep_out{k}"
         )
-
-
-def _vector_addresses(base: str, k: int) -> tuple[str, str, str]:
-    """Input k's offsets (vector, lane j, broadcast) for load_vector_block from `base`, its
-    row's first element."""
-    return f"{base} + i0", f"{base} + (i0 + j) * step_in{k}", base
 
 
 def _compute_and_store(
@@ -483,7 +486,7 @@ def _whole_vectors(
             str(unroll),
             code.indent,
             f"const Index i0 = {offset}",
-            lambda k: _vector_addresses(f"base_in{k}", k),
+            lambda k: vector_addresses(f"base_in{k}", k),
             skip=split + reads + windows + made,
         )
     )
