@@ -28,6 +28,8 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_DUMP": "compiler stages to write out as they run, comma-separated: canonicalize, "
     "partition, params, kernels, compile, program (or all)",
     "KFUSE_DUMP_DIR": "folder KFUSE_DUMP writes into (default ./kfuse-dump)",
+    "KFUSE_PARALLEL_COMPILE": "0 compiles a segmented fusion's kernels one after another "
+    "instead of in threads (default 1)",
 }
 
 
@@ -62,6 +64,9 @@ class Knobs:
     lowercase)."""
     dump_dir: str = "kfuse-dump"
     """``KFUSE_DUMP_DIR``: where they go."""
+    parallel_compile: bool = True
+    """``KFUSE_PARALLEL_COMPILE``: compile the kernels of a fusion's segments in threads
+    (kfuse.engine.compile_batch)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Knobs:
@@ -81,6 +86,8 @@ class Knobs:
                 if name.strip()
             ),
             dump_dir=_path(env, "KFUSE_DUMP_DIR") or "kfuse-dump",
+            parallel_compile=env.get("KFUSE_PARALLEL_COMPILE", "").strip().lower()
+            not in ("0", "off", "no", "false"),
         )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kfuse.engine import dump
+from kfuse.engine import compile_batch, dump
 from kfuse.engine.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
 from kfuse.engine.program import (
     KernelProgram,
@@ -340,8 +340,19 @@ class KernelCompiler:
 
     def compile(self, source: str, name: str, info: RuntimeInfo) -> Any:
         """The loaded kernel `name` of `source` (memory cache, disk cache, then NVRTC or the
-        emulator's host compiler)."""
+        emulator's host compiler); inside compile_batch.deferred(), a PendingKernel the
+        batch compiles later, with the other segments' kernels."""
+        batch = compile_batch.current()
+        if batch is not None:
+            device = (info.backend, info.device_index, info.device.name)
+            key = (source, name, *device, self.target_arch(info), self.options)
+            return batch.defer(key, name, lambda: self._compile_now(source, name, info))
         started = profiling_hooks.clock()
+        kernel = self._compile_now(source, name, info)
+        profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
+        return kernel
+
+    def _compile_now(self, source: str, name: str, info: RuntimeInfo) -> Any:
         backend = backend_for(info)
         if info.backend == EMULATOR:
             kernel = backend.compile(source, name, info.device)
@@ -349,7 +360,6 @@ class KernelCompiler:
             kernel = backend.compile(
                 source, name, info.device_index, self.target_arch(info), self.options
             )
-        profiling_hooks.kernel_compiled(name, profiling_hooks.clock() - started)
         return kernel
 
     def target_arch(self, info: RuntimeInfo) -> str:

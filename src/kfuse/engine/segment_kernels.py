@@ -25,10 +25,12 @@ scalar operand whose value only the segmenter's added exprs compute.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from kfuse.engine import compile_batch
 from kfuse.engine.program import KernelProgram, Program, SegmentKernelsProgram
 from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
 from kfuse.engine.segments import added_exprs
@@ -71,11 +73,17 @@ def merge_segments(
     info: RuntimeInfo,
     compile_segment: Callable[[Fusion, RuntimeInfo], Program],
 ) -> SegmentKernelsProgram | None:
-    """The segments of `segmented` (for the call `info` describes) as one program, or None."""
-    try:
-        return _Merger(segmented, info, compile_segment).program()
-    except _NotMerged:
-        return None
+    """The segments of `segmented` (for the call `info` describes) as one program, or None.
+    Their kernels are generated one segment after another and compiled together, in threads
+    (kfuse.engine.compile_batch)."""
+    program: SegmentKernelsProgram | None = None
+    with compile_batch.deferred():
+        with contextlib.suppress(_NotMerged):
+            program = _Merger(segmented, info, compile_segment).program()
+    if program is not None:
+        for launch in program.launches:
+            launch.kernel = compile_batch.loaded(launch.kernel)
+    return program
 
 
 class _Merger:

@@ -73,6 +73,7 @@ class CompiledKernel:
 # the process's memory mappings (kfuse.runtime.bounded_cache).
 _memory_cache: BoundedCache[str, CompiledKernel] = BoundedCache()
 _cache_lock = threading.Lock()
+_building: dict[str, threading.Lock] = {}  # key -> the lock of its build under way
 _compiler_invocations = 0
 _compiler_ids: dict[str, str] = {}
 
@@ -268,7 +269,8 @@ def _run_compiler(
     runtime object of its own (and a failing `shared` is removed, so a damaged file there
     costs a compile, never a kernel)."""
     global _compiler_invocations
-    _compiler_invocations += 1
+    with _cache_lock:
+        _compiler_invocations += 1
     with tempfile.TemporaryDirectory(prefix="kfuse-emu-") as tmp:
         unit = Path(tmp) / "unit.cpp"
         unit.write_text(translation_unit(source, kernel_name))
@@ -402,10 +404,21 @@ def load_kernel(source: str, kernel_name: str, extra_flags: tuple[str, ...] = ()
         raise EmulatorError(f"kernel {kernel_name!r} is not defined in the given source")
     cxx = _compiler()
     flags = CXX_FLAGS + _linker_flags(cxx) + tuple(extra_flags)
+    key = _cache_key(source, kernel_name, flags, cxx)
     with _cache_lock:
-        key = _cache_key(source, kernel_name, flags, cxx)
         hit = _memory_cache.get(key)
-        if hit is None:
-            hit = _build_and_load(source, kernel_name, flags, cxx, key)
-            _memory_cache.put(key, hit)
-        return hit
+        if hit is not None:
+            return hit
+        building = _building.setdefault(key, threading.Lock())
+    # One build per kernel at a time, and kernels of their own in parallel (the kernels of a
+    # segmented fusion compile in threads: kfuse.engine.compile_batch).
+    try:
+        with building:
+            hit = _memory_cache.get(key)  # built by another thread meanwhile
+            if hit is None:
+                hit = _build_and_load(source, kernel_name, flags, cxx, key)
+                _memory_cache.put(key, hit)
+    finally:
+        with _cache_lock:
+            _building.pop(key, None)
+    return hit
