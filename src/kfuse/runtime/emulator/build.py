@@ -74,6 +74,7 @@ class CompiledKernel:
 _memory_cache: BoundedCache[str, CompiledKernel] = BoundedCache()
 _cache_lock = threading.Lock()
 _building: dict[str, threading.Lock] = {}  # key -> the lock of its build under way
+_prebuilt_lock = threading.Lock()
 _compiler_invocations = 0
 _compiler_ids: dict[str, str] = {}
 
@@ -315,16 +316,17 @@ def _compile_into(
     tmp = Path(tmp_name)
     lib = directory / f"{key}.so"
     try:
-        shared = prebuilt.folder(
-            directory,
-            HEADER_DIR,
-            HEADERS,
-            flags,
-            cxx,
-            _compiler_id(cxx),
-            runtime_header(),
-            with_device_runtime=starts_with_device_runtime(source),
-        )
+        with _prebuilt_lock:  # threads building kernels at once build the shared files once
+            shared = prebuilt.folder(
+                directory,
+                HEADER_DIR,
+                HEADERS,
+                flags,
+                cxx,
+                _compiler_id(cxx),
+                runtime_header(),
+                with_device_runtime=starts_with_device_runtime(source),
+            )
         _run_compiler(source, kernel_name, flags, cxx, tmp, shared)
         body = tmp.read_bytes()
         disk_cache.clear_the_way(lib)
