@@ -277,13 +277,16 @@ def test_a_replayed_scalar_input_is_checked_and_used() -> None:
 def test_an_intermediate_at_another_alignment_runs_its_segment_checked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two kernel segments run in turn: the second reads the first's array. Allocated at
-    another alignment class than planned, that segment takes the checked step, which gives
-    it a Program of its own, and the call is still a replay."""
+    """Two kernel segments run in turn: the second reads the first's array, which is also
+    an output (so its own array, not pooled: kfuse.engine.replay_runs). Allocated at another
+    alignment class than planned, that segment takes the checked step, which gives it a
+    Program of its own, and the call is still a replay."""
     monkeypatch.setattr(compiler, "merge_segments", lambda *args: None)
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1])
-        fd.add_output(fd.ops.sum(fd.ops.sum(a * 2.0, -1), -1))
+        rows = fd.ops.sum(a * 2.0, -1)
+        fd.add_output(rows)
+        fd.add_output(fd.ops.sum(rows, -1))
     real = arrays._empty
 
     def allocate_at(residue: int) -> Callable[..., np.ndarray]:

@@ -45,6 +45,7 @@ from typing import Any
 from kfuse.engine import given_outputs
 from kfuse.engine.fast_path import ScalarProgram
 from kfuse.engine.program import Program, SegmentedProgram
+from kfuse.engine.replay_runs import KernelRun, grouped
 from kfuse.engine.replay_steps import ReplayStep, replay_step
 from kfuse.engine.segments import SegmentStep, copy_array
 from kfuse.engine.signature import replay_key, shape_inputs
@@ -110,6 +111,9 @@ class SegmentedReplay:
         self.scalars = scalars if scalars.operands else None
         self.sources = _sources(info, parent, folded)
         self.steps, self.release, self.results = self._numbered(compiled, trace, parent)
+        # Consecutive kernel segments run by one C++ call each (kfuse.engine.replay_runs).
+        result_slots = [slot for slot, _, _, _ in self.results]
+        self.units, self.unit_release = grouped(self.steps, self.release, result_slots, self)
         self.input_layouts = [
             (k, v, layout)
             for k, (v, (_, layout, _, _)) in enumerate(zip(self.fusion.inputs, self.sources))
@@ -181,16 +185,12 @@ class SegmentedReplay:
         launch_stream = stream
         if stream is None and self.target[2] >= 0:
             launch_stream = current_stream(self.target[0], self.target[2])
-        for step, release in zip(self.steps, self.release, strict=True):
-            done = step.run(slots, pointers, extents, launch_stream if step.launches else stream)
-            if done is None:  # off its plan, or never replayed
-                done = self._checked(step, slots, pointers, extents, stream), None
-            outs, out_ptrs = done
-            for slot, a in zip(step.outputs, outs, strict=True):
-                slots[slot] = a
-            if out_ptrs is not None:
-                for slot, ptr in zip(step.outputs, out_ptrs, strict=True):
-                    pointers[slot] = ptr
+        for unit, release in zip(self.units, self.unit_release, strict=True):
+            if not isinstance(unit, KernelRun):
+                self._step(unit, slots, pointers, extents, launch_stream, stream)
+            elif not unit(slots, pointers, extents, launch_stream):
+                for step in unit.steps:  # off the run's plan: one by one
+                    self._step(step, slots, pointers, extents, launch_stream, stream)
             for slot in release:
                 slots[slot] = None
         results = []
@@ -202,6 +202,27 @@ class SegmentedReplay:
                 value = value.reshape(shape)
             results.append(value)
         return results
+
+    def _step(
+        self,
+        step: ReplayStep,
+        slots: list[Any],
+        pointers: list[Any],
+        extents: dict,
+        launch_stream: Any,
+        stream: Any,
+    ) -> None:
+        """Run one step, its outputs (and their data pointers where it knows them) written
+        into the call's slots."""
+        done = step.run(slots, pointers, extents, launch_stream if step.launches else stream)
+        if done is None:  # off its plan, or never replayed
+            done = self._checked(step, slots, pointers, extents, stream), None
+        outs, out_ptrs = done
+        for slot, a in zip(step.outputs, outs, strict=True):
+            slots[slot] = a
+        if out_ptrs is not None:
+            for slot, ptr in zip(step.outputs, out_ptrs, strict=True):
+                pointers[slot] = ptr
 
     def call_info(self, inputs: list[Any], ptrs: list[int]) -> RuntimeInfo:
         """The call's own RuntimeInfo, as far as outputs= is checked against it: the planned
