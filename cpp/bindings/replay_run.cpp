@@ -41,13 +41,17 @@ void register_replay_run(nb::module_ &m) {
                           "one call (kfuse.engine.replay_runs).",
                           nb::type_slots(run_slots))
         .def(nb::init<const std::string &, nb::object, int, std::vector<int>,
-                      std::vector<nb::tuple>, nb::object, std::vector<nb::object>, int>(),
-             "framework"_a, "pointer_of"_a.none(), "table_size"_a, "inputs"_a, "exports"_a,
+                      std::vector<nb::tuple>, std::vector<nb::tuple>, nb::object,
+                      std::vector<nb::object>, int>(),
+             "framework"_a, "pointer_of"_a.none(), "table_size"_a, "inputs"_a, "checked"_a,
+             "exports"_a,
              "pool"_a.none(), "launches"_a, "scalar_count"_a,
              "framework: 'torch', 'cupy' or 'numpy'; pointer_of: callable(array) -> data "
              "pointer, for NumPy arrays; table_size: the pointer table's length (the replay's "
              "slots, then pooled buffers); inputs: the table entries read from the call's "
-             "pointers; exports: (slot, callable, args, kwargs, alignment class or -1) "
+             "pointers; checked: (slot, (type, dtype, shape, strides, alignment class, "
+             "device)) per array from a library segment the run reads, matched per call "
+             "(torch and CuPy; [] for NumPy); exports: (slot, callable, args, kwargs, alignment class or -1) "
              "per array the run makes for later readers; pool: None or (callable, args, kwargs, [(table entry, byte "
              "offset)]) for the buffers only its kernels read; launches: a PackedLaunch "
              "(whose 'input' slots index the table) each, or for the emulator (kernel, grid, "
@@ -57,7 +61,8 @@ void register_replay_run(nb::module_ &m) {
              "stream"_a,
              "Allocate, launch, and write the exported arrays and their data pointers into "
              "`slots` and `pointers`: True, or False before anything is launched when a scalar "
-             "does not fit its parameter or an exported array read by a later kernel of the "
+             "does not fit its parameter, a checked array is off its layout, or an exported "
+             "array read by a later kernel of the "
              "run is at another alignment class than planned.");
 }
 

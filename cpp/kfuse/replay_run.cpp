@@ -9,7 +9,7 @@ constexpr uintptr_t kPoolAlign = 256;  // every framework's allocations start at
 
 [[noreturn]] void raise_current() { throw nb::python_error(); }
 
-PyObject *checked(PyObject *o) {
+PyObject *or_raise(PyObject *o) {
     if (!o)
         raise_current();
     return o;
@@ -38,7 +38,8 @@ PyObject *tuple_new() {
 }  // namespace
 
 ReplayRun::ReplayRun(const std::string &framework, nb::object pointer_of, int table_size,
-                     std::vector<int> inputs, std::vector<nb::tuple> exports, nb::object pool,
+                     std::vector<int> inputs, std::vector<nb::tuple> checked,
+                     std::vector<nb::tuple> exports, nb::object pool,
                      std::vector<nb::object> launches, int scalar_count)
     : pointer_of_(std::move(pointer_of)), table_size_(table_size), inputs_(std::move(inputs)),
       scalar_count_(scalar_count) {
@@ -59,6 +60,16 @@ ReplayRun::ReplayRun(const std::string &framework, nb::object pointer_of, int ta
     };
     for (int k : inputs_)
         entry(k);
+    for (nb::tuple t : checked) {
+        nb::tuple spec = t.size() == 2 ? nb::cast<nb::tuple>(t[1]) : nb::tuple();
+        if (numpy_ || spec.size() != 6)
+            throw nb::value_error("ReplayRun: a checked array is (slot, (type, dtype, shape, "
+                                  "strides, alignment class, device)), for torch or CuPy");
+        checked_.emplace_back(entry(nb::cast<int>(t[0])),
+                              InputSpec{nb::borrow(spec[0]), nb::borrow(spec[1]),
+                                        nb::borrow(spec[2]), nb::borrow(spec[3]),
+                                        nb::cast<int64_t>(spec[4]), nb::cast<int64_t>(spec[5])});
+    }
     for (nb::tuple t : exports) {
         if (t.size() != 5)
             throw nb::value_error("ReplayRun: an export is (slot, callable, args, kwargs, "
@@ -133,11 +144,26 @@ bool ReplayRun::call(nb::handle slots, nb::handle pointers, nb::handle scalars,
     for (const Export &e : exports_)
         if (e.slot >= width)
             throw nb::value_error("ReplayRun: an exported slot is past the slots list");
+    for (const auto &[slot, spec] : checked_) {
+        if (slot >= width)
+            throw nb::value_error("ReplayRun: a checked slot is past the slots list");
+        PyObject *known = PyList_GetItem(pointer_list, slot);
+        if (known != Py_None) {  // an array a kernel made, in its planned layout
+            if (int64_t(as_pointer(known) & 15) != spec.align)
+                return false;
+            continue;
+        }
+        uintptr_t ptr = 0;
+        if (!layout_matches(framework_, spec, PyList_GetItem(slot_list, slot), ptr))
+            return false;
+        if (PyList_SetItem(pointer_list, slot, or_raise(PyLong_FromUnsignedLongLong(ptr))) < 0)
+            raise_current();
+    }
     // The call's scalar values, each in every form a parameter takes.
     Scratch<ScalarValue> values{size_t(scalar_count_)};
     nb::object scalar_tuple;
     if (scalar_count_ > 0) {
-        scalar_tuple = nb::steal(checked(PySequence_Tuple(scalars.ptr())));
+        scalar_tuple = nb::steal(or_raise(PySequence_Tuple(scalars.ptr())));
         if (PyTuple_Size(scalar_tuple.ptr()) < scalar_count_)
             throw nb::value_error("ReplayRun: too few scalar values");
         for (int k = 0; k < scalar_count_; ++k)
@@ -169,7 +195,7 @@ bool ReplayRun::call(nb::handle slots, nb::handle pointers, nb::handle scalars,
         if (e.align >= 0 && int64_t(table[size_t(e.slot)] & 15) != e.align)
             return false;  // the kernels that read it were planned on another class
     }
-    nb::object stream_object = nb::steal(checked(PyLong_FromUnsignedLongLong(stream)));
+    nb::object stream_object = nb::steal(or_raise(PyLong_FromUnsignedLongLong(stream)));
     for (const Launch &l : launches_) {
         if (l.packed != nullptr)
             l.packed->launch(stream, table.data(), nullptr, nullptr, values.data());
@@ -178,7 +204,7 @@ bool ReplayRun::call(nb::handle slots, nb::handle pointers, nb::handle scalars,
     }
     for (size_t k = 0; k < exports_.size(); ++k) {
         const Py_ssize_t slot = exports_[k].slot;
-        PyObject *ptr = checked(PyLong_FromUnsignedLongLong(table[size_t(slot)]));
+        PyObject *ptr = or_raise(PyLong_FromUnsignedLongLong(table[size_t(slot)]));
         if (PyList_SetItem(pointer_list, slot, ptr) < 0)
             raise_current();
         if (PyList_SetItem(slot_list, slot, made[k].release().ptr()) < 0)
@@ -189,16 +215,16 @@ bool ReplayRun::call(nb::handle slots, nb::handle pointers, nb::handle scalars,
 
 void ReplayRun::launch_emulated(const Launch &l, const Scratch<uintptr_t> &table,
                                 PyObject *scalars, PyObject *stream) const {
-    nb::object args = nb::steal(checked(PyList_GetSlice(l.args.ptr(), 0,
+    nb::object args = nb::steal(or_raise(PyList_GetSlice(l.args.ptr(), 0,
                                                         PyList_Size(l.args.ptr()))));
     for (size_t k = 0; k < l.tensors.size(); ++k) {
         const auto &[param, entry] = l.tensors[k];
         PyObject *placeholder = PyList_GetItem(args.ptr(), param);  // borrowed
-        nb::object data = nb::steal(checked(
+        nb::object data = nb::steal(or_raise(
             PyLong_FromUnsignedLongLong(table[size_t(entry)] + uintptr_t(l.offsets[k]))));
-        nb::object fields = nb::steal(checked(PyTuple_Pack(
+        nb::object fields = nb::steal(or_raise(PyTuple_Pack(
             3, data.ptr(), PyTuple_GetItem(placeholder, 1), PyTuple_GetItem(placeholder, 2))));
-        PyObject *arg = checked(PyObject_CallFunctionObjArgs(
+        PyObject *arg = or_raise(PyObject_CallFunctionObjArgs(
             tuple_new(), reinterpret_cast<PyObject *>(Py_TYPE(placeholder)), fields.ptr(),
             nullptr));
         if (PyList_SetItem(args.ptr(), param, arg) < 0)
@@ -210,34 +236,40 @@ void ReplayRun::launch_emulated(const Launch &l, const Scratch<uintptr_t> &table
         if (PyList_SetItem(args.ptr(), param, value) < 0)
             raise_current();
     }
-    nb::object r = nb::steal(checked(PyObject_CallMethodObjArgs(
+    nb::object r = nb::steal(or_raise(PyObject_CallMethodObjArgs(
         l.holder.ptr(), attr_launch(), l.grid.ptr(), l.block.ptr(), l.shared_mem.ptr(), stream,
         args.ptr(), nullptr)));
 }
 
 uintptr_t ReplayRun::pointer(PyObject *array) const {
     if (numpy_) {
-        nb::object p = nb::steal(checked(PyObject_CallFunctionObjArgs(pointer_of_.ptr(), array, nullptr)));
+        nb::object p = nb::steal(or_raise(PyObject_CallFunctionObjArgs(pointer_of_.ptr(), array, nullptr)));
         return as_pointer(p.ptr());
     }
     if (framework_ == Framework::Torch) {
-        nb::object p = nb::steal(checked(PyObject_CallMethodObjArgs(array, attr_data_ptr(),
+        nb::object p = nb::steal(or_raise(PyObject_CallMethodObjArgs(array, attr_data_ptr(),
                                                                     nullptr)));
         return as_pointer(p.ptr());
     }
-    nb::object data = nb::steal(checked(PyObject_GetAttr(array, attr_data())));
-    nb::object p = nb::steal(checked(PyObject_GetAttr(data.ptr(), attr_ptr())));
+    nb::object data = nb::steal(or_raise(PyObject_GetAttr(array, attr_data())));
+    nb::object p = nb::steal(or_raise(PyObject_GetAttr(data.ptr(), attr_ptr())));
     return as_pointer(p.ptr());
 }
 
 nb::object ReplayRun::allocate(const nb::object &callable, const nb::object &args,
                                const nb::object &kwargs) const {
-    return nb::steal(checked(PyObject_Call(callable.ptr(), args.ptr(),
+    return nb::steal(or_raise(PyObject_Call(callable.ptr(), args.ptr(),
                                            kwargs.is_none() ? nullptr : kwargs.ptr())));
 }
 
 int ReplayRun::traverse(visitproc visit, void *arg) const {
     Py_VISIT(pointer_of_.ptr());
+    for (const auto &[slot, spec] : checked_) {
+        Py_VISIT(spec.type.ptr());
+        Py_VISIT(spec.dtype.ptr());
+        Py_VISIT(spec.shape.ptr());
+        Py_VISIT(spec.strides.ptr());
+    }
     for (const Export &e : exports_) {
         Py_VISIT(e.callable.ptr());
         Py_VISIT(e.args.ptr());
@@ -259,6 +291,7 @@ int ReplayRun::traverse(visitproc visit, void *arg) const {
 void ReplayRun::clear() {
     cleared_ = true;
     pointer_of_ = pool_callable_ = pool_args_ = pool_kwargs_ = nb::object();
+    checked_.clear();
     exports_.clear();
     pooled_.clear();
     launches_.clear();

@@ -41,7 +41,9 @@ public:
     // framework: "torch", "cupy" or "numpy"; pointer_of: callable(array) -> data pointer (used
     // for NumPy arrays; None otherwise); table_size: the pointer table's length (the replay's
     // slots, then pooled buffers no slot holds); inputs: the table entries read from the
-    // call's pointer list; exports: (slot, callable, args, kwargs, alignment class) per
+    // call's pointer list; checked: (slot, (type, dtype, shape, strides, alignment class,
+    // device)) per array a library segment made that the run reads (torch and CuPy: matched
+    // here, as a FastCall matches its inputs; a NumPy array is matched by the caller); exports: (slot, callable, args, kwargs, alignment class) per
     // exported array (the class its data pointer modulo 16 must have where a kernel of the run
     // reads it, planned on it; -1: none); pool:
     // None or (callable, args, kwargs, [(table entry, byte offset), ...]); launches: a
@@ -49,13 +51,15 @@ public:
     // [(parameter, table entry, byte offset)], scalar slots [(parameter, scalar index)])
     // (emulator); scalar_count: how many scalar values a call passes.
     ReplayRun(const std::string &framework, nb::object pointer_of, int table_size,
-              std::vector<int> inputs, std::vector<nb::tuple> exports, nb::object pool,
-              std::vector<nb::object> launches, int scalar_count);
+              std::vector<int> inputs, std::vector<nb::tuple> checked,
+              std::vector<nb::tuple> exports, nb::object pool, std::vector<nb::object> launches,
+              int scalar_count);
 
     // Runs the kernels: `slots` and `pointers` are the replay's lists (the exported arrays and
     // their data pointers are written into them), `scalars` a sequence of the scalar slots'
     // values (None when there are none), `stream` the stream to launch on. False, before
-    // anything is launched, when a scalar does not fit its parameter or an exported array is
+    // anything is launched, when a scalar does not fit its parameter, a checked array is off
+    // its planned layout, or an exported array is
     // at another alignment class than the run's kernels were planned on (the caller then runs
     // the segments one by one, whose checks say why or take the checked path).
     bool call(nb::handle slots, nb::handle pointers, nb::handle scalars, uintptr_t stream) const;
@@ -90,6 +94,7 @@ private:
     nb::object pointer_of_;
     int table_size_ = 0;
     std::vector<int> inputs_;
+    std::vector<std::pair<int, InputSpec>> checked_;
     std::vector<Export> exports_;
     nb::object pool_callable_, pool_args_, pool_kwargs_;
     std::vector<std::pair<int, int64_t>> pooled_;

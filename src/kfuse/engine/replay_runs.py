@@ -9,7 +9,8 @@ launches (kfuse.engine.packed_kernel) when the signature is planned:
 
 * the slots the run reads from outside (the call's inputs, earlier segments' outputs) give
   their data pointers; an array a library segment returned is matched to the layout planned
-  for it first (kfuse.engine.signature.spec_pointer), as a KernelStep matches it;
+  for it first, as a KernelStep matches it (torch and CuPy arrays in C++, as a FastCall
+  matches its inputs; NumPy arrays by kfuse.engine.signature.spec_pointer);
 * what the run makes and something after it reads (a library segment, the call's results)
   is each its own framework array, allocated as the step's PackedKernel allocates it: no
   array a caller or a library call holds is a view of memory that a later call reuses
@@ -90,12 +91,18 @@ class KernelRun:
         if self.pooled:
             poisoned = any(packed.poisoned for packed in self.packed)
             pool = (*_allocation(self._pool(framework, device), poisoned), self._offsets())
-        pointer_of = numpy_data_ptr if framework == "numpy" else None
+        pointer_of, matched = None, []
+        if framework == "numpy":  # matched here (spec_pointer), its pointer read by a callable
+            pointer_of = numpy_data_ptr
+        else:  # matched in C++, as a FastCall matches its inputs
+            matched = [(slot, _device_index(spec)) for slot, spec in self.checked]
+            self.checked = []
         self.run = ReplayRun(
             framework,
             pointer_of,
             self.table,
             sorted(outside),
+            matched,
             self.exports,
             pool,
             launches,
@@ -189,6 +196,15 @@ class KernelRun:
         for checks in self.checks:
             checks.raise_if_read_outside()
         return True
+
+
+def _device_index(spec: tuple) -> tuple:
+    """A torch or CuPy array_spec with its device as an index, as torch's get_device()
+    and CuPy's device id give it (what ReplayRun matches): -1 for a CPU tensor."""
+    device = spec[5]
+    if not isinstance(device, int):  # a torch.device
+        device = -1 if device.index is None else device.index
+    return (*spec[:5], device)
 
 
 def _bytes(allocate: partial) -> int:
