@@ -42,10 +42,10 @@ void register_replay_run(nb::module_ &m) {
                           nb::type_slots(run_slots))
         .def(nb::init<const std::string &, nb::object, int, std::vector<int>,
                       std::vector<nb::tuple>, std::vector<nb::tuple>, nb::object,
-                      std::vector<nb::object>, int>(),
+                      std::vector<nb::object>, int, nb::object>(),
              "framework"_a, "pointer_of"_a.none(), "table_size"_a, "inputs"_a, "checked"_a,
              "exports"_a,
-             "pool"_a.none(), "launches"_a, "scalar_count"_a,
+             "pool"_a.none(), "launches"_a, "scalar_count"_a, "poison"_a.none() = nb::none(),
              "framework: 'torch', 'cupy' or 'numpy'; pointer_of: callable(array) -> data "
              "pointer, for NumPy arrays; table_size: the pointer table's length (the replay's "
              "slots, then pooled buffers); inputs: the table entries read from the call's "

@@ -40,8 +40,9 @@ PyObject *tuple_new() {
 ReplayRun::ReplayRun(const std::string &framework, nb::object pointer_of, int table_size,
                      std::vector<int> inputs, std::vector<nb::tuple> checked,
                      std::vector<nb::tuple> exports, nb::object pool,
-                     std::vector<nb::object> launches, int scalar_count)
-    : pointer_of_(std::move(pointer_of)), table_size_(table_size), inputs_(std::move(inputs)),
+                     std::vector<nb::object> launches, int scalar_count, nb::object poison)
+    : pointer_of_(std::move(pointer_of)), poison_(std::move(poison)), table_size_(table_size),
+      inputs_(std::move(inputs)),
       scalar_count_(scalar_count) {
     if (framework == "torch")
         framework_ = Framework::Torch;
@@ -258,12 +259,16 @@ uintptr_t ReplayRun::pointer(PyObject *array) const {
 
 nb::object ReplayRun::allocate(const nb::object &callable, const nb::object &args,
                                const nb::object &kwargs) const {
-    return nb::steal(or_raise(PyObject_Call(callable.ptr(), args.ptr(),
-                                           kwargs.is_none() ? nullptr : kwargs.ptr())));
+    nb::object array = nb::steal(or_raise(PyObject_Call(
+        callable.ptr(), args.ptr(), kwargs.is_none() ? nullptr : kwargs.ptr())));
+    if (!poison_.is_none())
+        nb::steal(or_raise(PyObject_CallFunctionObjArgs(poison_.ptr(), array.ptr(), nullptr)));
+    return array;
 }
 
 int ReplayRun::traverse(visitproc visit, void *arg) const {
     Py_VISIT(pointer_of_.ptr());
+    Py_VISIT(poison_.ptr());
     for (const auto &[slot, spec] : checked_) {
         Py_VISIT(spec.type.ptr());
         Py_VISIT(spec.dtype.ptr());
@@ -290,7 +295,7 @@ int ReplayRun::traverse(visitproc visit, void *arg) const {
 
 void ReplayRun::clear() {
     cleared_ = true;
-    pointer_of_ = pool_callable_ = pool_args_ = pool_kwargs_ = nb::object();
+    pointer_of_ = poison_ = pool_callable_ = pool_args_ = pool_kwargs_ = nb::object();
     checked_.clear();
     exports_.clear();
     pooled_.clear();

@@ -49,11 +49,12 @@ public:
     // None or (callable, args, kwargs, [(table entry, byte offset), ...]); launches: a
     // PackedLaunch each (GPU), or (kernel, grid, block, shared_mem, args, tensor slots
     // [(parameter, table entry, byte offset)], scalar slots [(parameter, scalar index)])
-    // (emulator); scalar_count: how many scalar values a call passes.
+    // (emulator); scalar_count: how many scalar values a call passes; poison: None, or
+    // callable(array) called on each exported array and the pool once allocated.
     ReplayRun(const std::string &framework, nb::object pointer_of, int table_size,
               std::vector<int> inputs, std::vector<nb::tuple> checked,
               std::vector<nb::tuple> exports, nb::object pool, std::vector<nb::object> launches,
-              int scalar_count);
+              int scalar_count, nb::object poison);
 
     // Runs the kernels: `slots` and `pointers` are the replay's lists (the exported arrays and
     // their data pointers are written into them), `scalars` a sequence of the scalar slots'
@@ -83,6 +84,7 @@ private:
     };
 
     uintptr_t pointer(PyObject *array) const;
+    // callable(*args, **kwargs), poisoned where the run poisons.
     nb::object allocate(const nb::object &callable, const nb::object &args,
                         const nb::object &kwargs) const;
     void launch_emulated(const Launch &l, const Scratch<uintptr_t> &table, PyObject *scalars,
@@ -91,7 +93,7 @@ private:
     Framework framework_ = Framework::Torch;
     bool numpy_ = false;
     bool cleared_ = false;
-    nb::object pointer_of_;
+    nb::object pointer_of_, poison_;
     int table_size_ = 0;
     std::vector<int> inputs_;
     std::vector<std::pair<int, InputSpec>> checked_;

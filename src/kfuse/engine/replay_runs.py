@@ -89,8 +89,9 @@ class KernelRun:
             self.checks += packed.checks
         pool = None
         if self.pooled:
-            poisoned = any(packed.poisoned for packed in self.packed)
-            pool = (*_allocation(self._pool(framework, device), poisoned), self._offsets())
+            pool = (*_allocation(self._pool(framework, device)), self._offsets())
+        # Poisoning (the emulator, KFUSE_POISON) is decided when packed, as a PackedKernel's.
+        poisoned = any(packed.poisoned for packed in self.packed)
         pointer_of, matched = None, []
         if framework == "numpy":  # matched here (spec_pointer), its pointer read by a callable
             pointer_of = numpy_data_ptr
@@ -107,6 +108,7 @@ class KernelRun:
             pool,
             launches,
             len(self.scalars),
+            poison if poisoned else None,
         )
         assert self.table >= width
 
@@ -118,7 +120,7 @@ class KernelRun:
         for slot, allocate in zip(step.outputs, packed.outputs, strict=True):
             if slot in read_after:
                 align = 0 if slot in read_inside else -1
-                self.exports.append((slot, *_allocation(allocate, packed.poisoned), align))
+                self.exports.append((slot, *_allocation(allocate), align))
             else:
                 self.pooled.append((slot, _bytes(allocate)))
         entries = []
@@ -213,12 +215,12 @@ def _bytes(allocate: partial) -> int:
     return int(math.prod(shape)) * dtype.itemsize
 
 
-def _allocation(allocate: partial, poisoned: bool) -> tuple[Any, tuple, dict | None]:
+def _allocation(allocate: partial) -> tuple[Any, tuple, dict | None]:
     """(callable, args, kwargs) that make what `allocate` (an empty_like_framework partial)
     makes: the framework's own constructor where that is the same array (a row-major one of
-    torch or NumPy: two Python frames fewer an allocation), poisoned where `poisoned`."""
+    torch on a GPU or of NumPy: two Python frames fewer an allocation)."""
     framework, shape, dtype, device = allocate.args
-    if allocate.keywords.get("order") is None and not poisoned:
+    if allocate.keywords.get("order") is None:
         if framework == "torch" and device >= 0:
             import torch
 
@@ -232,18 +234,7 @@ def _allocation(allocate: partial, poisoned: bool) -> tuple[Any, tuple, dict | N
             from kfuse.dtypes import to_numpy_dtype
 
             return numpy.empty, (shape, numpy.dtype(to_numpy_dtype(dtype))), None
-    return (_poisoned(allocate) if poisoned else allocate), (), None
-
-
-def _poisoned(allocate: Any) -> Any:
-    """`allocate`, its array poisoned (kfuse.runtime.arrays.poison) before it is returned."""
-
-    def allocate_poisoned() -> Any:
-        array = allocate()
-        poison(array)
-        return array
-
-    return allocate_poisoned
+    return allocate, (), None
 
 
 def _launch(
