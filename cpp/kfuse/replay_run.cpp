@@ -28,11 +28,54 @@ PyObject *attr_data() { static PyObject *n = interned("data"); return n; }
 PyObject *attr_ptr() { static PyObject *n = interned("ptr"); return n; }
 PyObject *attr_launch() { static PyObject *n = interned("launch"); return n; }
 
-// tuple.__new__: makes a TensorArg (a NamedTuple) from its fields without its Python __new__.
-PyObject *tuple_new() {
-    static PyObject *f = PyObject_GetAttrString(reinterpret_cast<PyObject *>(&PyTuple_Type),
-                                                "__new__");
-    return f;
+// A tuple of `placeholder`'s type (the emulator's TensorArg, a NamedTuple) holding `data` and
+// the placeholder's shape and strides: allocated through the type's tp_alloc and filled, as
+// tuple.__new__ fills a subclass's instance, without a Python call.
+PyObject *tensor_arg_like(PyObject *placeholder, PyObject *data) {
+    PyTypeObject *type = Py_TYPE(placeholder);
+    if (type == &PyTuple_Type)
+        return or_raise(PyTuple_Pack(3, data, PyTuple_GetItem(placeholder, 1),
+                                     PyTuple_GetItem(placeholder, 2)));
+    auto alloc = reinterpret_cast<allocfunc>(PyType_GetSlot(type, Py_tp_alloc));
+    PyObject *arg = or_raise(alloc(type, 3));
+    PyObject *items[3] = {data, PyTuple_GetItem(placeholder, 1), PyTuple_GetItem(placeholder, 2)};
+    for (Py_ssize_t i = 0; i < 3; ++i) {
+        Py_INCREF(items[i]);
+        if (PyTuple_SetItem(arg, i, items[i]) < 0) {  // steals, also on failure
+            Py_DECREF(arg);
+            raise_current();
+        }
+    }
+    return arg;
+}
+
+// ctypes.addressof(ctypes.c_char.from_buffer(array)): a writable NumPy array's data pointer
+// (kfuse.runtime.arrays.numpy_data_ptr's first way) without a Python frame; 0 with no error
+// set where ctypes refuses the buffer.
+uintptr_t numpy_pointer(PyObject *array) {
+    static PyObject *ctypes = PyImport_ImportModule("ctypes");
+    static PyObject *from_buffer =
+        ctypes ? PyObject_GetAttrString(PyObject_GetAttrString(ctypes, "c_char"), "from_buffer")
+               : nullptr;
+    static PyObject *addressof = ctypes ? PyObject_GetAttrString(ctypes, "addressof") : nullptr;
+    if (!from_buffer || !addressof) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *view = PyObject_CallFunctionObjArgs(from_buffer, array, nullptr);
+    if (!view) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *address = PyObject_CallFunctionObjArgs(addressof, view, nullptr);
+    Py_DECREF(view);
+    if (!address) {
+        PyErr_Clear();
+        return 0;
+    }
+    const uintptr_t ptr = as_pointer(address);
+    Py_DECREF(address);
+    return ptr;
 }
 
 }  // namespace
@@ -223,11 +266,7 @@ void ReplayRun::launch_emulated(const Launch &l, const Scratch<uintptr_t> &table
         PyObject *placeholder = PyList_GetItem(args.ptr(), param);  // borrowed
         nb::object data = nb::steal(or_raise(
             PyLong_FromUnsignedLongLong(table[size_t(entry)] + uintptr_t(l.offsets[k]))));
-        nb::object fields = nb::steal(or_raise(PyTuple_Pack(
-            3, data.ptr(), PyTuple_GetItem(placeholder, 1), PyTuple_GetItem(placeholder, 2))));
-        PyObject *arg = or_raise(PyObject_CallFunctionObjArgs(
-            tuple_new(), reinterpret_cast<PyObject *>(Py_TYPE(placeholder)), fields.ptr(),
-            nullptr));
+        PyObject *arg = tensor_arg_like(placeholder, data.ptr());
         if (PyList_SetItem(args.ptr(), param, arg) < 0)
             raise_current();
     }
@@ -244,6 +283,8 @@ void ReplayRun::launch_emulated(const Launch &l, const Scratch<uintptr_t> &table
 
 uintptr_t ReplayRun::pointer(PyObject *array) const {
     if (numpy_) {
+        if (const uintptr_t ptr = numpy_pointer(array))
+            return ptr;
         nb::object p = nb::steal(or_raise(PyObject_CallFunctionObjArgs(pointer_of_.ptr(), array, nullptr)));
         return as_pointer(p.ptr());
     }
