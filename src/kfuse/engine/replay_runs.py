@@ -75,7 +75,7 @@ class KernelRun:
                     outside.add(slot)
                     if spec is not None and (slot, spec) not in self.checked:
                         self.checked.append((slot, spec))
-        self.table = width = plan.width
+        self.table = plan.width  # the pointer table's length: the slots, then workspaces
         self.exports: list[tuple] = []
         self.pooled: list[tuple[int, int]] = []  # (table entry, bytes)
         self.scalars: list[tuple[Any, Any]] = []  # (segment Val, the runner's Val) per index
@@ -110,7 +110,6 @@ class KernelRun:
             len(self.scalars),
             poison if poisoned else None,
         )
-        assert self.table >= width
 
     def _buffers(
         self, step: KernelStep, packed: PackedKernel, read_after: set[int], read_inside: set[int]
