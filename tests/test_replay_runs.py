@@ -71,16 +71,29 @@ def test_a_run_pools_what_only_its_kernels_read(unmerged: None) -> None:
     assert [slot for slot, *_ in after.exports] == after.steps[1].outputs
 
 
-def test_replayed_outputs_are_right_and_each_calls_own(unmerged: None) -> None:
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_replayed_outputs_are_right_and_each_calls_own(unmerged: None, framework: str) -> None:
+    """Outputs made by a run (torch's through empty_like of a same-shaped input) are new
+    arrays: no later call writes into them, none shares memory with an input."""
     fd = reductions_after_a_matmul()
-    inputs = [[rand(6, 3, seed=s), rand(3, 3, seed=s + 1)] for s in range(5)]
+    inputs = [[rand(6, 6, seed=s), rand(6, 6, seed=s + 1)] for s in range(5)]
+    host = [[a.copy() for a in args] for args in inputs]
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        inputs = [[torch.from_numpy(a) for a in args] for args in inputs]
     outs = [check(fd, args) for args in inputs]
     assert fd._executor().replays.hits == 3
-    for k, args in enumerate(inputs):  # later calls wrote nothing into earlier outputs
+    if framework == "torch":
+        outs = [[a.numpy() for a in out] for out in outs]
+    for k, args in enumerate(host):  # later calls wrote nothing into earlier outputs
         assert_outputs_close(fd, outs[k], evaluate(fd.fusion, args), args)
+    arrays = [a for args in inputs for a in args]
+    if framework == "torch":
+        arrays = [a.numpy() for a in arrays]
     for k, out in enumerate(outs):
         for other in outs[k + 1 :]:
             assert not any(np.shares_memory(a, b) for a in out for b in other)
+        assert not any(np.shares_memory(a, b) for a in out for b in arrays)
 
 
 def test_a_changing_scalar_reaches_every_kernel_of_a_run(unmerged: None) -> None:

@@ -115,11 +115,13 @@ ReplayRun::ReplayRun(const std::string &framework, nb::object pointer_of, int ta
                                         nb::cast<int64_t>(spec[4]), nb::cast<int64_t>(spec[5])});
     }
     for (nb::tuple t : exports) {
-        if (t.size() != 5)
+        if (t.size() != 6)
             throw nb::value_error("ReplayRun: an export is (slot, callable, args, kwargs, "
-                                  "alignment class)");
+                                  "alignment class, like)");
+        const int like = nb::cast<int>(t[5]);
         exports_.push_back({entry(nb::cast<int>(t[0])), nb::borrow(t[1]), nb::borrow(t[2]),
-                            nb::borrow(t[3]), nb::cast<int64_t>(t[4])});
+                            nb::borrow(t[3]), nb::cast<int64_t>(t[4]),
+                            like < 0 ? -1 : entry(like)});
     }
     if (!pool.is_none()) {
         nb::tuple p = nb::cast<nb::tuple>(pool);
@@ -186,7 +188,7 @@ bool ReplayRun::call(nb::handle slots, nb::handle pointers, nb::handle scalars,
         throw nb::type_error("ReplayRun: slots and pointers must be the replay's lists");
     const Py_ssize_t width = PyList_Size(slot_list);
     for (const Export &e : exports_)
-        if (e.slot >= width)
+        if (e.slot >= width || e.like >= width)
             throw nb::value_error("ReplayRun: an exported slot is past the slots list");
     for (const auto &[slot, spec] : checked_) {
         if (slot >= width)
@@ -234,7 +236,13 @@ bool ReplayRun::call(nb::handle slots, nb::handle pointers, nb::handle scalars,
     std::vector<nb::object> made;
     made.reserve(exports_.size());
     for (const Export &e : exports_) {
-        made.push_back(allocate(e.callable, e.args, e.kwargs));
+        if (e.like >= 0) {  // callable(slots[like])
+            nb::object like = nb::steal(or_raise(PyTuple_Pack(1, PyList_GetItem(slot_list,
+                                                                               e.like))));
+            made.push_back(allocate(e.callable, like, nb::none()));
+        } else {
+            made.push_back(allocate(e.callable, e.args, e.kwargs));
+        }
         table[size_t(e.slot)] = pointer(made.back().ptr());
         if (e.align >= 0 && int64_t(table[size_t(e.slot)] & 15) != e.align)
             return false;  // the kernels that read it were planned on another class

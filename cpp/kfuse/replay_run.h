@@ -43,14 +43,16 @@ public:
     // slots, then pooled buffers no slot holds); inputs: the table entries read from the
     // call's pointer list; checked: (slot, (type, dtype, shape, strides, alignment class,
     // device)) per array a library segment made that the run reads (torch and CuPy: matched
-    // here, as a FastCall matches its inputs; a NumPy array is matched by the caller); exports: (slot, callable, args, kwargs, alignment class) per
-    // exported array (the class its data pointer modulo 16 must have where a kernel of the run
-    // reads it, planned on it; -1: none); pool:
-    // None or (callable, args, kwargs, [(table entry, byte offset), ...]); launches: a
-    // PackedLaunch each (GPU), or (kernel, grid, block, shared_mem, args, tensor slots
-    // [(parameter, table entry, byte offset)], scalar slots [(parameter, scalar index)])
-    // (emulator); scalar_count: how many scalar values a call passes; poison: None, or
-    // callable(array) called on each exported array and the pool once allocated.
+    // here, as a FastCall matches its inputs; a NumPy array is matched by the caller);
+    // exports: (slot, callable, args, kwargs, alignment class, like) per exported array (the
+    // class its data pointer modulo 16 must have where a kernel of the run reads it, planned
+    // on it, or -1; like: a slot whose array the callable is called with instead of args and
+    // kwargs, torch.empty_like's way, or -1); pool: None or (callable, args, kwargs,
+    // [(table entry, byte offset), ...]); launches: a PackedLaunch each (GPU), or (kernel,
+    // grid, block, shared_mem, args, tensor slots [(parameter, table entry, byte offset)],
+    // scalar slots [(parameter, scalar index)]) (emulator); scalar_count: how many scalar
+    // values a call passes; poison: None, or callable(array) called on each exported array
+    // and the pool once allocated.
     ReplayRun(const std::string &framework, nb::object pointer_of, int table_size,
               std::vector<int> inputs, std::vector<nb::tuple> checked,
               std::vector<nb::tuple> exports, nb::object pool, std::vector<nb::object> launches,
@@ -73,6 +75,7 @@ private:
         int slot;
         nb::object callable, args, kwargs;
         int64_t align;
+        int like;
     };
     struct Launch {
         const PackedLaunch *packed = nullptr;  // GPU

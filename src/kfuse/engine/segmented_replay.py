@@ -111,14 +111,14 @@ class SegmentedReplay:
         self.scalars = scalars if scalars.operands else None
         self.sources = _sources(info, parent, folded)
         self.steps, self.release, self.results = self._numbered(compiled, trace, parent)
-        # Consecutive kernel segments run by one C++ call each (kfuse.engine.replay_runs).
-        result_slots = [slot for slot, _, _, _ in self.results]
-        self.units, self.unit_release = grouped(self.steps, self.release, result_slots, self)
         self.input_layouts = [
             (k, v, layout)
             for k, (v, (_, layout, _, _)) in enumerate(zip(self.fusion.inputs, self.sources))
             if isinstance(v, TensorView)
         ]
+        # Consecutive kernel segments run by one C++ call each (kfuse.engine.replay_runs).
+        result_slots = [slot for slot, _, _, _ in self.results]
+        self.units, self.unit_release = grouped(self.steps, self.release, result_slots, self)
         # What copy_array reads of a RuntimeInfo: the framework and the device.
         self.target_info = RuntimeInfo(self.fusion, [], {}, {}, *self.target)
         # What execute's outputs= is checked against (given_outputs.placed): the call's
