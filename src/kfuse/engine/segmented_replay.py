@@ -15,11 +15,14 @@ later call with the same signature:
 * computes the values of the scalars its scalar inputs reach (kfuse.engine.fast_path's
   ScalarProgram), the only extents that may change; every other extent is the plan's;
 * runs each segment's cached Program as a step chosen when the signature was planned
-  (kfuse.engine.replay_steps), on numbered slots of the call's arrays: a kernel segment
-  through its own kfuse._C.FastCall on a GPU (made the way a KernelProgram's is, matching
-  the segment's inputs, intermediates included), else through its PackedKernel
-  (kfuse.engine.packed_kernel), or KernelProgram.run for kernels with stateful random ops;
-  a library segment through its ops bound once (kfuse.schedule.expr_eval.BoundExprEval).
+  (kfuse.engine.replay_steps), on numbered slots of the call's arrays: consecutive kernel
+  segments that a PackedKernel packs through one kfuse._C.ReplayRun call
+  (kfuse.engine.replay_runs: the intermediates only their kernels read pooled), and where
+  such a run cannot take the call, each on its own: through its kfuse._C.FastCall on a GPU
+  (made the way a KernelProgram's is, matching the segment's inputs, intermediates
+  included), else through its PackedKernel (kfuse.engine.packed_kernel), or
+  KernelProgram.run for kernels with stateful random ops; a library segment through its ops
+  bound once (kfuse.schedule.expr_eval.BoundExprEval).
   Only what changes per call is done per call: no RuntimeInfo is made but where a
   Program's run reads one.
 
