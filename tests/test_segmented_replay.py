@@ -22,7 +22,6 @@ from kfuse.engine.program import SegmentedProgram
 from kfuse.errors import InputError
 from kfuse.ir.fusion import Fusion
 from kfuse.reference import evaluate
-from kfuse.runtime import arrays
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.testing import assert_outputs_close
 
@@ -277,33 +276,33 @@ def test_a_replayed_scalar_input_is_checked_and_used() -> None:
 def test_an_intermediate_at_another_alignment_runs_its_segment_checked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two kernel segments run in turn: the second reads the first's array. Allocated at
-    another alignment class than planned, that segment takes the checked step, which gives
-    it a Program of its own, and the call is still a replay."""
+    """Two kernel segments run in turn: the second reads the first's array, which is also
+    an output (so its own array, not pooled: kfuse.engine.replay_runs). Allocated at another
+    alignment class than planned, that segment takes the checked step, which gives it a
+    Program of its own, and the call is still a replay."""
     monkeypatch.setattr(compiler, "merge_segments", lambda *args: None)
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1])
-        fd.add_output(fd.ops.sum(fd.ops.sum(a * 2.0, -1), -1))
-    real = arrays._empty
+        rows = fd.ops.sum(a * 2.0, -1)
+        fd.add_output(rows)
+        fd.add_output(fd.ops.sum(rows, -1))
+    real = np.empty
+    residue = [0]
 
-    def allocate_at(residue: int) -> Callable[..., np.ndarray]:
-        """kfuse's host allocations at data pointers `residue` modulo 16."""
+    def empty(shape: Any, dtype: Any = float, **kwargs: Any) -> np.ndarray:
+        """NumPy's allocations (kfuse's among them) at data pointers residue[0] modulo 16."""
+        array = real(shape, dtype, **kwargs)
+        raw = real(array.nbytes + 32, np.uint8)
+        start = (residue[0] - raw.ctypes.data) % 16
+        return raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
 
-        def allocate(*args: Any) -> np.ndarray:
-            array = real(*args)
-            raw = np.empty(array.nbytes + 32, np.uint8)
-            start = (residue - raw.ctypes.data) % 16
-            return raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
-
-        return allocate
-
-    monkeypatch.setattr(arrays, "_empty", allocate_at(0))
+    monkeypatch.setattr(np, "empty", empty)
     for seed in range(3):
         check(fd, [rand(3, 5, seed=seed)])
     replays = fd._executor().replays
     step = fd.last_program().runner.steps[1]
     assert replays.hits == 1 and len(step.programs) == 1
-    monkeypatch.setattr(arrays, "_empty", allocate_at(4))
+    residue[0] = 4
     check(fd, [rand(3, 5, seed=4)])
     assert replays.hits == 2 and len(step.programs) == 2
 

@@ -1,5 +1,6 @@
-"""A segmented fusion's replayed call on a GPU (kfuse.engine.segmented_replay): each kernel
-segment launches through its own FastCall, a library segment through its framework; the
+"""A segmented fusion's replayed call on a GPU (kfuse.engine.segmented_replay): its kernel
+segments launch through replay runs (kfuse.engine.replay_runs), a library segment through
+its framework; the
 replay is right on torch and CuPy arrays, on a caller's stream, and captured into a CUDA graph
 that is replayed with new input values."""
 
@@ -13,6 +14,7 @@ import kfuse.engine.executor as executor
 from gpu_support import cuda_torch, requires_gpu
 from kfuse import FusionDefinition
 from kfuse.engine.program import KernelProgram, SegmentedProgram
+from kfuse.engine.replay_runs import KernelRun
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -36,7 +38,7 @@ def reference(x: Any, y: Any, tanh: Any, links: int = 2) -> Any:
     return a
 
 
-def test_a_replayed_torch_call_launches_each_kernel_segment_through_its_fast_call(
+def test_a_replayed_torch_call_launches_its_kernel_segments_through_replay_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     torch = cuda_torch()
@@ -48,7 +50,10 @@ def test_a_replayed_torch_call_launches_each_kernel_segment_through_its_fast_cal
     assert isinstance(program, SegmentedProgram)
     (replay,) = fd._executor().replays.entries.values()
     kernels = [s for s in replay.steps if isinstance(s.program, KernelProgram)]
-    assert kernels and all(s.fast is not None for s in kernels)
+    in_runs = [s for unit in replay.units if isinstance(unit, KernelRun) for s in unit.steps]
+    assert kernels and in_runs == kernels
+    # A FastCall per kernel segment still stands by, for a call whose run cannot take it.
+    assert all(s.fast is not None for s in kernels)
 
     def no_checked_path(*args: object, **kwargs: object) -> None:
         raise AssertionError("a planned signature took the checked path")

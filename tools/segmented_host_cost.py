@@ -63,11 +63,13 @@ def stub_the_emulator() -> None:
     """Kernel launches and output poisoning made no-ops (the host work stays)."""
     import kfuse.engine.packed_kernel as packed_kernel
     import kfuse.engine.program as program
+    import kfuse.engine.replay_runs as replay_runs
     from kfuse.runtime.emulator import EmulatedKernel
 
     EmulatedKernel.launch = lambda *args, **kwargs: None  # type: ignore[method-assign]
     program.poison = lambda array: None  # type: ignore[attr-defined]
     packed_kernel.poison = lambda array: None  # type: ignore[attr-defined]
+    replay_runs.poison = lambda array: None  # type: ignore[attr-defined]
 
 
 def per_call_us(call: Callable[[], Any], reps: int, sync: Callable[[], None]) -> float:

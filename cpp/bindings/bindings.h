@@ -26,6 +26,8 @@ void register_params(nanobind::module_ &m);
 void register_runtime(nanobind::module_ &m);
 // PackedLaunch, FastCall, FastCallCache: the host fast path of cached calls.
 void register_fast_call(nanobind::module_ &m);
+// ReplayRun: a replayed segmented call's consecutive kernel segments in one call.
+void register_replay_run(nanobind::module_ &m);
 // ProfilerError, the CUPTI profiling session, the record join, KernelProfile, FusionProfile.
 void register_profile(nanobind::module_ &m);
 

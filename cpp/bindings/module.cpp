@@ -8,5 +8,6 @@ NB_MODULE(_C, m) {
     kfuse::bindings::register_params(m);
     kfuse::bindings::register_runtime(m);
     kfuse::bindings::register_fast_call(m);
+    kfuse::bindings::register_replay_run(m);
     kfuse::bindings::register_profile(m);
 }

@@ -299,6 +299,10 @@ void FastCall::buffers(const std::vector<nb::tuple> &specs, std::vector<BufferSp
 }
 
 bool FastCall::matches(const InputSpec &spec, PyObject *t, uintptr_t &ptr) const {
+    return layout_matches(framework_, spec, t, ptr);
+}
+
+bool layout_matches(Framework framework, const InputSpec &spec, PyObject *t, uintptr_t &ptr) {
     if (reinterpret_cast<PyObject *>(Py_TYPE(t)) != spec.type.ptr())
         return false;
     Ref dtype(get(t, attr_dtype()));
@@ -307,7 +311,7 @@ bool FastCall::matches(const InputSpec &spec, PyObject *t, uintptr_t &ptr) const
     Ref shape(get(t, attr_shape()));
     if (!equal(shape.p, spec.shape.ptr()))
         return false;
-    if (framework_ == Framework::Torch) {
+    if (framework == Framework::Torch) {
         Ref strides(call_method(t, attr_stride()));
         if (!equal(strides.p, spec.strides.ptr()))
             return false;

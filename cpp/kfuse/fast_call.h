@@ -53,6 +53,11 @@ struct InputSpec {
     bool scalar = false;
 };
 
+// Whether `array` (a torch tensor or a CuPy array, by `framework`) has exactly the layout
+// `spec` describes; `ptr` receives its data pointer. FastCall matches its inputs with it, and
+// a ReplayRun the intermediates it takes from library segments.
+bool layout_matches(Framework framework, const InputSpec &spec, PyObject *array, uintptr_t &ptr);
+
 // A Python number in every form a scalar parameter may take; false (no error set) when it
 // has no float value (then the checked path decides what to do with it).
 bool to_scalar(PyObject *o, ScalarValue &v);

@@ -652,6 +652,21 @@ class FastCallCache:
 
     def clear(self) -> None: ...
 
+class ReplayRun:
+    """
+    Consecutive kernel segments of a replayed segmented call, run by one call (kfuse.engine.replay_runs).
+    """
+
+    def __init__(self, framework: str, pointer_of: object | None, table_size: int, inputs: Sequence[int], checked: Sequence[tuple], exports: Sequence[tuple], pool: object | None, launches: Sequence[object], scalar_count: int, poison: object | None = None) -> None:
+        """
+        framework: 'torch', 'cupy' or 'numpy'; pointer_of: callable(array) -> data pointer, for NumPy arrays; table_size: the pointer table's length (the replay's slots, then pooled buffers); inputs: the table entries read from the call's pointers; checked: (slot, (type, dtype, shape, strides, alignment class, device)) per array from a library segment the run reads, matched per call (torch and CuPy; [] for NumPy); exports: (slot, callable, args, kwargs, alignment class or -1, like slot or -1: callable(slots[like]) instead) per array the run makes for later readers; pool: None or (callable, args, kwargs, [(table entry, byte offset)]) for the buffers only its kernels read; launches: a PackedLaunch (whose 'input' slots index the table) each, or for the emulator (kernel, grid, block, shared_mem, args, [(parameter, table entry, byte offset)], [(parameter, scalar index)]); scalar_count: the scalar values a call passes; poison: callable(array) called on each exported array and the pool, or None.
+        """
+
+    def __call__(self, slots: object, pointers: object, scalars: object | None, stream: int) -> bool:
+        """
+        Allocate, launch, and write the exported arrays and their data pointers into `slots` and `pointers`: True, or False before anything is launched when a scalar does not fit its parameter, a checked array is off its layout, or an exported array read by a later kernel of the run is at another alignment class than planned.
+        """
+
 class ProfilerError(kfuse._errors_base.KfuseError):
     """
     The profiler (CUPTI) could not be used: no GPU, no CUPTI, another profiler holds it, or CUPTI reported an error.

@@ -15,11 +15,14 @@ later call with the same signature:
 * computes the values of the scalars its scalar inputs reach (kfuse.engine.fast_path's
   ScalarProgram), the only extents that may change; every other extent is the plan's;
 * runs each segment's cached Program as a step chosen when the signature was planned
-  (kfuse.engine.replay_steps), on numbered slots of the call's arrays: a kernel segment
-  through its own kfuse._C.FastCall on a GPU (made the way a KernelProgram's is, matching
-  the segment's inputs, intermediates included), else through its PackedKernel
-  (kfuse.engine.packed_kernel), or KernelProgram.run for kernels with stateful random ops;
-  a library segment through its ops bound once (kfuse.schedule.expr_eval.BoundExprEval).
+  (kfuse.engine.replay_steps), on numbered slots of the call's arrays: consecutive kernel
+  segments that a PackedKernel packs through one kfuse._C.ReplayRun call
+  (kfuse.engine.replay_runs: the intermediates only their kernels read pooled), and where
+  such a run cannot take the call, each on its own: through its kfuse._C.FastCall on a GPU
+  (made the way a KernelProgram's is, matching the segment's inputs, intermediates
+  included), else through its PackedKernel (kfuse.engine.packed_kernel), or
+  KernelProgram.run for kernels with stateful random ops; a library segment through its ops
+  bound once (kfuse.schedule.expr_eval.BoundExprEval).
   Only what changes per call is done per call: no RuntimeInfo is made but where a
   Program's run reads one.
 
@@ -45,6 +48,7 @@ from typing import Any
 from kfuse.engine import given_outputs
 from kfuse.engine.fast_path import ScalarProgram
 from kfuse.engine.program import Program, SegmentedProgram
+from kfuse.engine.replay_runs import KernelRun, grouped
 from kfuse.engine.replay_steps import ReplayStep, replay_step
 from kfuse.engine.segments import SegmentStep, copy_array
 from kfuse.engine.signature import replay_key, shape_inputs
@@ -115,6 +119,9 @@ class SegmentedReplay:
             for k, (v, (_, layout, _, _)) in enumerate(zip(self.fusion.inputs, self.sources))
             if isinstance(v, TensorView)
         ]
+        # Consecutive kernel segments run by one C++ call each (kfuse.engine.replay_runs).
+        result_slots = [slot for slot, _, _, _ in self.results]
+        self.units, self.unit_release = grouped(self.steps, self.release, result_slots, self)
         # What copy_array reads of a RuntimeInfo: the framework and the device.
         self.target_info = RuntimeInfo(self.fusion, [], {}, {}, *self.target)
         # What execute's outputs= is checked against (given_outputs.placed): the call's
@@ -181,16 +188,12 @@ class SegmentedReplay:
         launch_stream = stream
         if stream is None and self.target[2] >= 0:
             launch_stream = current_stream(self.target[0], self.target[2])
-        for step, release in zip(self.steps, self.release, strict=True):
-            done = step.run(slots, pointers, extents, launch_stream if step.launches else stream)
-            if done is None:  # off its plan, or never replayed
-                done = self._checked(step, slots, pointers, extents, stream), None
-            outs, out_ptrs = done
-            for slot, a in zip(step.outputs, outs, strict=True):
-                slots[slot] = a
-            if out_ptrs is not None:
-                for slot, ptr in zip(step.outputs, out_ptrs, strict=True):
-                    pointers[slot] = ptr
+        for unit, release in zip(self.units, self.unit_release, strict=True):
+            if not isinstance(unit, KernelRun):
+                self._step(unit, slots, pointers, extents, launch_stream, stream)
+            elif not unit(slots, pointers, extents, launch_stream):
+                for step in unit.steps:  # off the run's plan: one by one
+                    self._step(step, slots, pointers, extents, launch_stream, stream)
             for slot in release:
                 slots[slot] = None
         results = []
@@ -202,6 +205,27 @@ class SegmentedReplay:
                 value = value.reshape(shape)
             results.append(value)
         return results
+
+    def _step(
+        self,
+        step: ReplayStep,
+        slots: list[Any],
+        pointers: list[Any],
+        extents: dict,
+        launch_stream: Any,
+        stream: Any,
+    ) -> None:
+        """Run one step, its outputs (and their data pointers where it knows them) written
+        into the call's slots."""
+        done = step.run(slots, pointers, extents, launch_stream if step.launches else stream)
+        if done is None:  # off its plan, or never replayed
+            done = self._checked(step, slots, pointers, extents, stream), None
+        outs, out_ptrs = done
+        for slot, a in zip(step.outputs, outs, strict=True):
+            slots[slot] = a
+        if out_ptrs is not None:
+            for slot, ptr in zip(step.outputs, out_ptrs, strict=True):
+                pointers[slot] = ptr
 
     def call_info(self, inputs: list[Any], ptrs: list[int]) -> RuntimeInfo:
         """The call's own RuntimeInfo, as far as outputs= is checked against it: the planned
