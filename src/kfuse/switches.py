@@ -111,6 +111,15 @@ against 33.6, Nsight Compute), whose Triton kernel takes one row a program with 
 once; here 128 threads x 3 vectors, one block a row. The A/B: `tools/kernel_times.py
 embedding_fwd:32064x3072x8192 --tc --ab kfuse.switches.WHOLE_GATHER_ROWS=False`."""
 
+REPLAY_RUNS = True
+"""A replayed segmented call (kfuse.engine.segmented_replay) runs each stretch of
+consecutive kernel segments through one kfuse._C.ReplayRun call (kfuse.engine.replay_runs:
+pointers read, the run's intermediates pooled in one allocation, the launches queued from
+C++) instead of a step a segment. On before its GPU measurement because the emulator's probe
+(tools/segmented_host_cost.py, launches stubbed) went from 14.2-14.7 to 8.2-9.2 us per
+segment beyond two; off, each kernel segment is its own step as before. The A/B:
+tools/segmented_host_cost.py --device cuda with this switch on and off in one call."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kfuse import switches
 from kfuse.engine import given_outputs
 from kfuse.engine.fast_path import ScalarProgram
 from kfuse.engine.program import Program, SegmentedProgram
@@ -121,7 +122,10 @@ class SegmentedReplay:
         ]
         # Consecutive kernel segments run by one C++ call each (kfuse.engine.replay_runs).
         result_slots = [slot for slot, _, _, _ in self.results]
-        self.units, self.unit_release = grouped(self.steps, self.release, result_slots, self)
+        if switches.REPLAY_RUNS:
+            self.units, self.unit_release = grouped(self.steps, self.release, result_slots, self)
+        else:
+            self.units, self.unit_release = list(self.steps), list(self.release)
         # What copy_array reads of a RuntimeInfo: the framework and the device.
         self.target_info = RuntimeInfo(self.fusion, [], {}, {}, *self.target)
         # What execute's outputs= is checked against (given_outputs.placed): the call's
