@@ -122,6 +122,25 @@ def cache_dir() -> Path | None:
     return base / "emulator"
 
 
+def prebuilt_folder(directory: Path) -> Path | None:
+    """The prebuilt folder (precompiled header with the device runtime, runtime object) that
+    generated kernels compiled into the cache folder `directory` with the default flags
+    share, built there first where missing; None where it cannot be built. A private cache
+    can start from a copy of another cache's (the tests' private caches do)."""
+    cxx = _compiler()
+    flags = CXX_FLAGS + _linker_flags(cxx)
+    return prebuilt.folder(
+        directory,
+        HEADER_DIR,
+        HEADERS,
+        flags,
+        cxx,
+        _compiler_id(cxx),
+        runtime_header(),
+        with_device_runtime=True,
+    )
+
+
 def _compiler_id(cxx: str) -> str:
     cached = _compiler_ids.get(cxx)
     if cached is not None:
