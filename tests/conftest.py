@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+import shared_prebuilt
+
 # `ci` is derandomized: the same examples every run, so a submission's CI result does not
 # depend on luck; `campaign` explores new examples each run.
 settings.register_profile(
@@ -110,8 +112,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="module")
 def module_private_cache(tmp_path_factory: pytest.TempPathFactory):
     """KFUSE_CACHE_DIR set to a fresh directory for one test module: its kernels compile into
-    a disk cache of their own, which other modules' entries neither satisfy nor corrupt.
+    a disk cache of their own, which other modules' entries neither satisfy nor corrupt; it
+    starts with a copy of the session cache's prebuilt folder (shared_prebuilt).
     Modules take it with `pytestmark = pytest.mark.usefixtures("module_private_cache")`."""
+    cache = tmp_path_factory.mktemp("kfuse-cache")
+    shared_prebuilt.seed(cache)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kfuse-cache")))
+        mp.setenv("KFUSE_CACHE_DIR", str(cache))
         yield

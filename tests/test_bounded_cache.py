@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import shared_prebuilt
 from gpu_support import requires_gpu
 from kfuse.runtime.bounded_cache import BoundedCache
 from kfuse.runtime.emulator import EmulatedKernel, build
@@ -17,6 +18,7 @@ from kfuse.runtime.emulator import EmulatedKernel, build
 
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    shared_prebuilt.seed(tmp_path / "cache")
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path / "cache"))
     yield
 

@@ -399,9 +399,10 @@ def test_compile_error_names_the_construct_and_shows_the_source():
     assert "> 3 |   __nanosleep(100);" in msg
 
 
-def test_missing_kernel_name_is_reported():
+@pytest.mark.parametrize("name", ["axpy8", "xpy4"])  # xpy4: only the tail of axpy4's name
+def test_missing_kernel_name_is_reported(name: str):
     with pytest.raises(EmulatorError, match="not defined in the given source"):
-        EmulatedKernel(VEC4, "axpy8")
+        EmulatedKernel(VEC4, name)
 
 
 def test_argument_errors_name_the_parameter():

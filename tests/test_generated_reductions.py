@@ -70,17 +70,27 @@ def _drawn_beside_a_reduction(op: str, dtype: DataType, axis: int, hold: bool) -
     return fd
 
 
-@pytest.mark.parametrize("op", ["uniform", "normal"])
-@pytest.mark.parametrize("dtype", RANDOM_DTYPES)
-@pytest.mark.parametrize(
-    ("axis", "hold", "scheduler"),
-    [
+def _draw_cross() -> list:
+    """Every (op, dtype, kernel): the README's command draws both ops of Float in every kernel
+    and every dtype's in the inner persistent one (each dtype's conversion and each kernel's
+    draw where it would load); the rest of the cross is CI's extended step (a kernel each)."""
+    kernels = [
         (1, False, SchedulerType.reduction),
         (0, False, SchedulerType.reduction),
         (1, True, SchedulerType.inner_persistent),
         (0, True, SchedulerType.outer_persistent),
-    ],
-)
+    ]
+    cases = []
+    for axis, hold, scheduler in kernels:
+        for dtype in RANDOM_DTYPES:
+            for op in ["uniform", "normal"]:
+                quick = dtype is DataType.Float or scheduler is SchedulerType.inner_persistent
+                marks = () if quick else (pytest.mark.extended,)
+                cases.append(pytest.param(op, dtype, axis, hold, scheduler, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("op", "dtype", "axis", "hold", "scheduler"), _draw_cross())
 def test_every_reduction_kernel_draws_the_reference_numbers(
     op: str, dtype: DataType, axis: int, hold: bool, scheduler: SchedulerType
 ) -> None:

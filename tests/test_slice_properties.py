@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,9 +81,21 @@ def _fusion(case: dict) -> FusionDefinition:
     return fd
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(sliced_inputs())
 def test_slices_of_inputs_at_random_bounds_and_layouts(case: dict) -> None:
+    """The profile's examples (30 in the README's command); CI's extended step runs 150."""
+    _check_slices(case)
+
+
+@pytest.mark.extended
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sliced_inputs())
+def test_slices_of_inputs_at_random_bounds_and_layouts_at_length(case: dict) -> None:
+    _check_slices(case)
+
+
+def _check_slices(case: dict) -> None:
     x = _array(case)
     kept = x[tuple(slice(a, b, c) for a, b, c in case["bounds"])]
     if case["kind"] == "softmax" and kept.shape[-1] == 0:

@@ -27,8 +27,9 @@ from kfuse.ir import ReductionOp, ReshapeOp, TensorView, WelfordOp
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_close, fusions, inputs_for, tolerance
 
-# find() over campaign examples: what it looks for is a few in a hundred of them; the first
-# found will do (shrinking it would compile dozens of kernels more).
+# find() over campaign examples or inputs: what it looks for is a few in a hundred of them;
+# the first found will do (shrinking it would compile dozens of kernels more, or draw inputs
+# for seconds to make one smaller that shows nothing more).
 _SEARCH = settings(
     max_examples=1000,
     database=None,
@@ -94,7 +95,8 @@ def test_inputs_cover_edge_layouts_and_sizes(layout: str) -> None:
         "empty": lambda a: a.size == 0,
         "prime": lambda a: any(n in (7, 13, 31, 127, 257) for n in a.shape),
     }
-    find(inputs_for(fd), lambda ins: checks[layout](ins[0]))  # raises if never produced
+    # raises if never produced
+    find(inputs_for(fd), lambda ins: checks[layout](ins[0]), settings=_SEARCH)
 
 
 def test_a_long_axis_is_long_and_the_others_shrink_first() -> None:
@@ -112,15 +114,30 @@ def test_a_long_axis_is_long_and_the_others_shrink_first() -> None:
 
     fits()
     # Mostly the innermost axis, sometimes another; sizes past the plain draws' 1025.
-    find(inputs_for(fd, max_elements=limit, long_axis=True), lambda i: i[0].shape[2] > 8192)
-    find(inputs_for(fd, max_elements=limit, long_axis=True), lambda i: i[0].shape[0] > 8192)
+    long_inputs = inputs_for(fd, max_elements=limit, long_axis=True)
+    find(long_inputs, lambda i: i[0].shape[2] > 8192, settings=_SEARCH)
+    find(long_inputs, lambda i: i[0].shape[0] > 8192, settings=_SEARCH)
 
 
-@settings(max_examples=300, database=None)
+@settings(database=None)
 @given(st.data())
 def test_normalizations_of_every_floating_dtype_are_well_formed(data: st.DataObject) -> None:
     """Every pattern the normalization kind draws builds for each floating input dtype (a
-    float8 promotes with no other type: the patterns cast first), float8 included."""
+    float8 promotes with no other type: the patterns cast first), float8 included. The
+    profile's examples (30 in the README's command); CI's extended step draws 300."""
+    _check_normalization_draw(data)
+
+
+@pytest.mark.extended
+@settings(max_examples=300, database=None)
+@given(st.data())
+def test_normalizations_of_every_floating_dtype_are_well_formed_at_length(
+    data: st.DataObject,
+) -> None:
+    _check_normalization_draw(data)
+
+
+def _check_normalization_draw(data: st.DataObject) -> None:
     floating = tuple(d for d in DataType if d.is_floating)
     dtypes = data.draw(st.lists(st.sampled_from(floating), min_size=1, max_size=3, unique=True))
     fd = data.draw(fusions(kinds={"normalization"}, max_rank=4, dtypes=tuple(dtypes)))
@@ -299,6 +316,7 @@ def test_inputs_with_an_empty_axis_still_bound_what_is_left() -> None:
     empty = find(
         inputs_for(fd, framework="torch", max_elements=4096),
         lambda ins: ins[0].shape[0] == 0 and min(ins[0].shape[1:]) > 8,
+        settings=_SEARCH,
     )
     assert math.prod(empty[0].shape[1:]) <= 4096
 

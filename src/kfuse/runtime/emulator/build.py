@@ -124,6 +124,25 @@ def cache_dir() -> Path | None:
     return base / "emulator"
 
 
+def prebuilt_folder(directory: Path) -> Path | None:
+    """The prebuilt folder (precompiled header with the device runtime, runtime object) that
+    generated kernels compiled into the cache folder `directory` with the default flags
+    share, built there first where missing; None where it cannot be built. A private cache
+    can start from a copy of another cache's (the tests' private caches do)."""
+    cxx = _compiler()
+    flags = CXX_FLAGS + _linker_flags(cxx)
+    return prebuilt.folder(
+        directory,
+        HEADER_DIR,
+        HEADERS,
+        flags,
+        cxx,
+        _compiler_id(cxx),
+        runtime_header(),
+        with_device_runtime=True,
+    )
+
+
 def _compiler_id(cxx: str) -> str:
     cached = _compiler_ids.get(cxx)
     if cached is not None:
@@ -398,11 +417,22 @@ def _load(path: Path) -> CompiledKernel:
     return CompiledKernel(library, path, tuple(sizes[i] for i in range(count)), uses_fibers)
 
 
+def _names_a_call(source: str, name: str) -> bool:
+    """Whether the identifier `name` stands in `source` as a whole word followed by `(`. The
+    pattern starts with the name, so that the regex engine scans for it as a literal; one that
+    starts with \\b tries each of a generated source's 60,000 positions (2.5 ms a kernel)."""
+    for match in re.finditer(rf"{name}\s*\(", source):
+        before = source[match.start() - 1] if match.start() else " "
+        if not (before.isalnum() or before == "_"):
+            return True
+    return False
+
+
 def load_kernel(source: str, kernel_name: str, extra_flags: tuple[str, ...] = ()) -> CompiledKernel:
     """Compile (or fetch from the caches) the emulated kernel `kernel_name` of `source`."""
     if not re.fullmatch(r"[A-Za-z_]\w*", kernel_name):
         raise EmulatorError(f"kernel name {kernel_name!r} is not a C identifier")
-    if not re.search(rf"\b{kernel_name}\s*\(", source):
+    if not _names_a_call(source, kernel_name):
         raise EmulatorError(f"kernel {kernel_name!r} is not defined in the given source")
     cxx = _compiler()
     flags = CXX_FLAGS + _linker_flags(cxx) + tuple(extra_flags)
