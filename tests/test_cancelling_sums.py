@@ -42,13 +42,14 @@ def test_magnitudes_follow_sums_through_linear_ops() -> None:
         centred = fd.ops.sub(x, fd.ops.broadcast(mean, [False, True]))
         fd.add_output(mean)
         fd.add_output(centred)
-        fd.add_output(fd.ops.exp(s))  # not linear in the sum: no allowance
+        fd.add_output(fd.ops.exp(s))  # not linear: the sum's, times exp's slope there
         fd.add_output(fd.ops.neg(x))  # no sum at all
     x = np.array([[3.0, -3.0], [1.0, 2.0]], np.float32)
     mean_m, centred_m, exp_m, neg_m = sum_magnitudes(fd, [x])
     np.testing.assert_allclose(mean_m, [3.0, 1.5])  # (|3| + |-3|) / 2, (1 + 2) / 2
     np.testing.assert_allclose(centred_m, [[6.0, 6.0], [2.5, 3.5]])  # |x| + the mean's
-    assert exp_m is None and neg_m is None
+    np.testing.assert_allclose(exp_m, [6.0 * np.exp(0.0), 3.0 * np.exp(3.0)], rtol=1e-5)
+    assert neg_m is None
 
 
 def test_kernel_sized_rounding_of_a_cancelling_sum_passes_and_a_real_error_fails() -> None:
@@ -177,16 +178,50 @@ def test_a_function_of_a_cancelling_sum_keeps_it_near_zero() -> None:
         )
 
 
-def test_functions_without_a_bounded_slope_end_the_magnitude() -> None:
+def test_functions_without_a_bounded_slope_carry_it_by_their_slope_there() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
         centred = fd.ops.sub(x, fd.ops.broadcast(fd.ops.sum(x, dims=[0]), [True]))
         fd.add_output(fd.ops.tanh(centred))
-        fd.add_output(fd.ops.sinh(centred))  # its slope grows without bound
+        fd.add_output(fd.ops.sinh(centred))  # its slope grows without bound: cosh there
+        fd.add_output(fd.ops.log(centred))  # a pole inside the bound at 0: nothing allowed
     x = np.array([1.0, -3.0, 2.0], np.float32)
-    tanh_m, sinh_m = sum_magnitudes(fd, [x])
+    tanh_m, sinh_m, log_m = sum_magnitudes(fd, [x])
     np.testing.assert_allclose(tanh_m, np.abs(x) + 6.0)
-    assert sinh_m is None
+    centred = x.astype(np.float64)  # x - sum(x), and sum(x) is 0
+    np.testing.assert_allclose(sinh_m, np.cosh(centred) * (np.abs(x) + 6.0), rtol=1e-5)
+    assert np.isfinite(log_m).all() and log_m[1] == 0.0  # log(-3): NaN either side
+
+
+def lgamma_of_a_fused_difference() -> tuple[FusionDefinition, list[np.ndarray]]:
+    """The form of an emulator campaign's mismatch (seed 53777451; its fusion had more
+    outputs): lgamma(1 - x * sum(x)), whose product the kernel fuses into the difference as
+    one fma. The difference rounds within its terms' magnitudes either way; lgamma's slope
+    (steep near its poles) moves that rounding past lgamma's own tolerance, and there the
+    float32 reference, rounding twice, came out nearer float64 than the kernel's one
+    rounding."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        total = fd.ops.broadcast(fd.ops.sum(x, dims=[1]), [False, True])
+        fd.add_output(fd.ops.lgamma(fd.ops.sub(1.0, fd.ops.mul(x, total))))
+    x = np.random.default_rng(3).standard_normal((64, 3)).astype(np.float32)
+    return fd, [x]
+
+
+def test_lgamma_of_a_fused_difference_is_judged_by_the_rounding_it_carries() -> None:
+    fd, inputs = lgamma_of_a_fused_difference()
+    (expected,) = evaluate(fd, inputs)
+    (magnitude,), _, _ = conditioning(fd, inputs)
+    assert magnitude is not None and np.isfinite(magnitude).all()
+    moved = expected.astype(np.float32)
+    steep = np.unravel_index(int(np.argmax(magnitude)), magnitude.shape)
+    # An error of the size the difference's rounding makes through lgamma's slope passes...
+    moved[steep] += np.float32(4 * 2.0**-23 * magnitude[steep])
+    assert_outputs_close(fd, [moved], [expected], inputs, magnitudes=[magnitude])
+    # ...a thousand times that does not.
+    moved[steep] = expected[steep] + 1000 * 4 * 2.0**-23 * magnitude[steep] + 1e-3
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [moved], [expected], inputs, magnitudes=[magnitude])
 
 
 def lerp_towards_an_infinity_by_a_cancelling_weight() -> tuple[FusionDefinition, list[np.ndarray]]:

@@ -7,11 +7,13 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
   follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
   shape ops, add and sub (magnitudes add), mul or div by a value without one (scaled by
-  its |value|) and the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
-  by the bound, so that gelu(x - mean) is near zero where x - mean is); any other op ends
-  it. A sum or difference of a product starts one too (its terms' magnitudes), where the
-  kernel may compute it as one fma (switches.FMA_CONTRACT): a * b - b * a is then the
-  rounding of b * a, not 0.
+  its |value|), the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
+  by the bound, so that gelu(x - mean) is near zero where x - mean is) and the other unary
+  functions (scaled by their steepest secant over the operand's rounding bound: exp, lgamma
+  of a cancelling sum move its rounding by their slope there); any other op ends it. A sum
+  or difference of a product starts one too (its terms' magnitudes), where the kernel may
+  compute it as one fma (switches.FMA_CONTRACT): a * b - b * a is then the rounding of
+  b * a, not 0.
 * terms: how many terms the tracked sums added (a worst-case rounding bound grows with it).
 * indeterminate: elements whose value is an infinity or NaN of a sign or kind that rounding
   decides. A tracked value within its rounding bound of zero (x - mean of a row whose mean
@@ -164,6 +166,8 @@ class ConditionTracker:
             mags[out], terms[out] = mags[first], terms[first]
         elif isinstance(expr, UnaryOp) and op in SLOPE_BOUNDS:
             mags[out], terms[out] = mags[first] * SLOPE_BOUNDS[op], terms[first]
+        elif isinstance(expr, UnaryOp) and first.dtype.is_floating:
+            mags[out], terms[out] = self._through(str(op), first), terms[first]
         elif (row := structural_info(expr)) is not None:
             # Elements moved keep their magnitudes; a pad's value is exact: magnitude 0.
             data = row.data_inputs(expr)
@@ -179,6 +183,30 @@ class ConditionTracker:
         elif isinstance(expr, BinaryOp) and op == "div" and expr.inputs[1] not in mags:
             mags[out] = mags[first] / self.size(expr.inputs[1])
             terms[out] = terms[first]
+
+    def _through(self, op: str, x: Val) -> Any:
+        """The magnitude of unary `op`'s value where its operand x is tracked: x's magnitude
+        times the steepest secant of op over x's rounding bound either side, so that op
+        carries x's rounding as it moves it (lgamma of 1 - a * b, whose product the kernel
+        fuses into an fma: the sum rounds within its terms' magnitudes, and near lgamma's
+        steep parts that moves the value by more than its own dtype's tolerance; a GPU-less
+        campaign met it). Where the secant is not finite (a pole, the domain's edge inside
+        the bound) it is 0: as before, nothing is allowed for it."""
+        be = self.be
+        row = OPS[op]
+        reference = row.reference
+        fn = (lambda a: reference(be, a)) if reference is not None else be.fn(row.name)
+        at = self.as_f64(x)
+        mag = self.magnitudes[x]
+        # SUM_ROUNDING (4) times the worst-case bound: kfuse.testing.compare grows a sum's
+        # tolerance by as much.
+        delta = 4.0 * EPSILON[x.dtype] * self.terms[x] * mag  # type: ignore[attr-defined]
+        value = fn(at)
+        move = be.fn("maximum")(abs(fn(at + delta) - value), abs(fn(at - delta) - value))
+        zeros = self.be.constant(0.0, self.f64, self.ev.like)
+        slope = be.where(delta > 0, move / be.where(delta > 0, delta, zeros + 1.0), zeros)
+        finite = be.fn("isfinite")(slope)
+        return be.where(finite, slope, zeros) * mag
 
     def _reduced_count(self, expr: Expr) -> int:
         shape = self.ev.shapes[expr.inputs[0]]
