@@ -8,6 +8,7 @@ runs it long, as the emulator campaigns of this kernel form did on each device p
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,6 +25,10 @@ torch = pytest.importorskip("torch")
 
 LANES = {DataType.Float: 4, DataType.BFloat16: 8, DataType.Half: 8}
 """Elements of a 16-byte vector: part widths are multiples of it."""
+
+
+PER_LANE = re.compile(r"_body\([^;]*(?:kf::window_in\(|\(unsigned\)\()i0 \+ j")
+"""A lane's window check in an element call: the part chosen per lane (64 or 32 bits)."""
 
 
 @st.composite
@@ -93,8 +98,7 @@ def test_whole_vector_parts_match_the_reference(case: dict) -> None:
             pass
     # Whole-vector parts are never chosen per lane (a cat of equal parts at the output is
     # written part by part instead, with no choice at all).
-    per_lane = re.compile(r"_body\([^;]*window_in\(i0 \+ j")
-    assert not any(per_lane.search(source) for _, source in found)
+    assert not any(PER_LANE.search(source) for _, source in found)
     (actual,) = fd.execute([x, table])
     (expected,) = evaluate(fd, [x, table])
     assert_outputs_close(fd, [actual], [expected], [x, table])
@@ -130,9 +134,50 @@ def test_the_parts_load_their_reads_into_shared_slots(
     source, shared = source_and_result()
     assert "kf_parts[u] = " in source
     assert re.search(r"kf::Vec<[\w:]+, \d+> kf_slot2\[", source) and "kf_slot3" not in source
+    # The windows that picked the part hold for all its reads: no check is loaded again.
+    assert re.search(r"kf_slot\d\[u\] = kf::load_vec<", source)
+    assert not re.search(r"kf_slot\d\[u\] = kf::window_load_vec<", source)
+    monkeypatch.setattr(switches, "PART_LOADS_UNCHECKED", False)
+    source, checked = source_and_result()
+    assert re.search(r"kf_slot\d\[u\] = kf::window_load_vec<", source)
+    assert "kf::window_in(" in source and "(unsigned)(i0) - " not in source
+    assert torch.equal(shared, checked)
     monkeypatch.setattr(switches, "PART_LOCAL_LOADS", False)
     source, apart = source_and_result()
     assert "kf_parts" not in source and "kf_slot0" not in source
     assert torch.equal(shared, apart)
     (expected,) = evaluate(rotary(case), [x, table])
     assert_outputs_close(rotary(case), [shared], [expected], [x, table])
+
+
+def _rotary_sources(shape: list[int], n: int) -> list[str]:
+    """The kernel sources of a bf16 rotary case of `shape` on an H200, planned as for the GPU
+    without arrays (as tools/kernel_sass.py plans a model-suite case)."""
+    from kfuse.engine import compiler
+    from planning import gpu_info
+
+    case = {"dtype": DataType.BFloat16, "shape": shape, "n": n, "work": "rotate"}
+    fd = rotary(case | {"after": False, "seed": 0})
+    fusion = compiler.stage_canonicalize(fd.fusion)  # what the executor schedules
+    info = gpu_info(SimpleNamespace(fusion=fusion), [tuple(shape), (n,)], "h200")
+    found: list[tuple[str, str]] = []
+    with recorded_sources(found):
+        compiler.compile_fusion(fusion, info, None, segment=True)
+    return [source for _, source in found]
+
+
+def test_part_slots_take_one_vector_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that loads part slots, big enough for two vectors a thread, takes one, its
+    launch bounds asking for the blocks an SM of 48 registers a thread (10 of 128 threads:
+    switches.PART_SLOTS_ONE_VECTOR); with the switch off, two vectors and the register fit's
+    bounds."""
+    from kfuse import switches
+
+    shape = [1024, 1024, 2 * 8 + 4 * 8]  # 6 vectors a row, 2^20 rows: 23 waves of an H200
+    (source,) = _rotary_sources(shape, 8)
+    assert "kf_parts[1]" in source and "kf_parts[2]" not in source
+    assert re.search(r"__launch_bounds__\(128, 10\)", source)
+    monkeypatch.setattr(switches, "PART_SLOTS_ONE_VECTOR", False)
+    (source,) = _rotary_sources(shape, 8)
+    assert "kf_parts[2]" in source
+    assert re.search(r"__launch_bounds__\(128\)", source)

@@ -55,7 +55,7 @@ def row_checks(spec: PointwiseKernelSpec, d: int) -> list[str]:
     for k in reads(spec):
         for w, axis in enumerate(spec.windows[k]):
             if axis == d:
-                inside = f"kf::window_in(c{d}, {_low(spec, k, w)}, {_extent(spec, k, w)})"
+                inside = window_check(spec, f"c{d}", _low(spec, k, w), _extent(spec, k, w))
                 lines.append(f"win_in{k} = win_in{k} && {inside};")
     return lines
 
@@ -74,11 +74,23 @@ def _inside(spec: PointwiseKernelSpec, k: int, i: str) -> str:
     inner = spec.rank - 1
     checks = [f"win_in{k}"] if any(a != inner for a in spec.windows[k]) else []
     checks += [
-        f"kf::window_in({i}, {_low(spec, k, w)}, {_extent(spec, k, w)})"
+        window_check(spec, i, _low(spec, k, w), _extent(spec, k, w))
         for w, axis in enumerate(spec.windows[k])
         if axis == inner
     ]
     return " && ".join(checks)
+
+
+def window_check(spec: PointwiseKernelSpec, c: str, low: str, extent: str) -> str:
+    """Whether coordinate `c` is in the window [low, low + extent): c - low compared unsigned
+    (a negative difference is a large unsigned one), in 32 bits where the kernel indexes in
+    int and switches.PART_LOADS_UNCHECKED is on, else in 64 (kf::window_in). 32 bits are
+    exact there: c and low are both in [0, 2^31) (a coordinate; a pad's low width or a
+    part's offset, never negative: schedule.pointwise), so c - low wraps only when negative,
+    past any extent."""
+    if spec.index_type == "int" and switches.PART_LOADS_UNCHECKED:
+        return f"((unsigned)({c}) - (unsigned){low} < (unsigned){extent})"
+    return f"kf::window_in({c}, {low}, {extent})"
 
 
 def fill(domain: DomainMap, k: int) -> str:
@@ -131,12 +143,18 @@ def vector_part_selector(spec: PointwiseKernelSpec, domain: DomainMap) -> str | 
     several, or one whose windows split vectors. The kernel then computes each vector's part
     alone, its lanes' loop once per part, instead of selecting per lane among every part's
     values (rope_partial: 481 -> 374 us on an H100, the hand edit of the same form)."""
-    if len(domain.cats) != 1:
-        return None
-    (select,) = domain.cats.values()
-    if any(spec.input_kinds[k] != WINDOWED_VEC for k in select.guards[:-1]):
+    if not _whole_vector_cat(spec.input_kinds, domain):
         return None
     return part_selectors(spec, domain, "i0")[0]
+
+
+def _whole_vector_cat(input_kinds: tuple[str, ...], domain: DomainMap) -> bool:
+    """Whether the kernel computes one cat and every guard but the last of it is a
+    WINDOWED_VEC read (vector_part_selector's condition)."""
+    if len(domain.cats) != 1:
+        return False
+    (select,) = domain.cats.values()
+    return all(input_kinds[k] == WINDOWED_VEC for k in select.guards[:-1])
 
 
 @dataclass(frozen=True)
@@ -158,12 +176,15 @@ class PartSlots:
     slots: tuple[tuple[str, str], ...]
 
 
-def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None:
-    """The slots of a kernel whose cat selects a part per vector, or None where it does not,
-    the switch is off, or no two parts' reads would share a slot."""
+def _part_members(
+    input_kinds: tuple[str, ...], domain: DomainMap
+) -> tuple[tuple[int, ...], ...] | None:
+    """PartSlots.members for a kernel of these input kinds, or None where its cat does not
+    select a part per vector, the switches are off, or no two parts' reads would share a
+    slot."""
     if not switches.PART_LOCAL_LOADS or not switches.CAT_PART_PER_VECTOR:
         return None
-    if vector_part_selector(spec, domain) is None:
+    if not _whole_vector_cat(input_kinds, domain):
         return None
     (cat,) = domain.cats.values()
     members = tuple(
@@ -173,11 +194,26 @@ def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None
             if u.part is not None
             and u.part.cat is cat.expr
             and u.part.index == p
-            and spec.input_kinds[k] == WINDOWED_VEC
+            and input_kinds[k] == WINDOWED_VEC
         )
         for p in range(len(cat.expr.inputs))
     )
     if sum(map(len, members)) <= max(map(len, members), default=0):
+        return None
+    return members
+
+
+def loads_part_local(input_kinds: tuple[str, ...], domain: DomainMap) -> bool:
+    """Whether a kernel of these input kinds over `domain` loads its cat's reads into part
+    slots (part_slots is not None): the scheduler's question, before there is a spec."""
+    return _part_members(input_kinds, domain) is not None
+
+
+def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None:
+    """The slots of a kernel whose cat selects a part per vector, or None where it does not,
+    the switches are off, or no two parts' reads would share a slot."""
+    members = _part_members(spec.input_kinds, domain)
+    if members is None:
         return None
     keys: list[tuple[str, int]] = []  # (storage type, n-th of that type in a part)
     slot_of: dict[int, str] = {}
@@ -216,10 +252,21 @@ def slot_loads(
             head = "if" if n == 0 else "else if"
             with code.block(f"{head} (kf_parts[u] == {p})"):
                 for k in ks:
-                    code(
-                        f"{slots.slot_of[k]}[u] = kf::window_load_vec<{vec}>(in{k}, "
-                        f"base_in{k} + i0, {_inside(spec, k, 'i0')}, {fill(domain, k)});"
-                    )
+                    code(f"{slots.slot_of[k]}[u] = {_slot_load(spec, domain, k)};")
+
+
+def _slot_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int) -> str:
+    """Part member k's vector at element i0 of the row, in a branch of the part the vector
+    lies in. Each member's window along the cat's axis is that part's (its offset, and its
+    extent, which the runtime checks against the other operands': an InputError names the
+    two that differ), so the windows that picked the part put every member inside its own,
+    and the load is unchecked (switches.PART_LOADS_UNCHECKED): no compare, no fill merged."""
+    if switches.PART_LOADS_UNCHECKED:
+        return f"kf::load_vec<{spec.vector}>(in{k}, base_in{k} + i0)"
+    return (
+        f"kf::window_load_vec<{spec.vector}>(in{k}, base_in{k} + i0, "
+        f"{_inside(spec, k, 'i0')}, {fill(domain, k)})"
+    )
 
 
 def lane_loops(
