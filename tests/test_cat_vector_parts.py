@@ -150,34 +150,54 @@ def test_the_parts_load_their_reads_into_shared_slots(
     assert_outputs_close(rotary(case), [shared], [expected], [x, table])
 
 
-def _rotary_sources(shape: list[int], n: int) -> list[str]:
-    """The kernel sources of a bf16 rotary case of `shape` on an H200, planned as for the GPU
-    without arrays (as tools/kernel_sass.py plans a model-suite case)."""
+def _partial_rotary_sources(shape: tuple[int, int, int, int]) -> list[str]:
+    """The kernel sources of GPT-NeoX's partial rotary over a bf16 x of `shape` (the first
+    quarter of D rotated by cos and sin tables of [S, D / 8], the rest of x after it: each
+    rotated part reads four vectors, x's two halves and both tables) on an H200, planned as
+    for the GPU without arrays (as tools/kernel_sass.py plans a model-suite case)."""
     from kfuse.engine import compiler
     from planning import gpu_info
 
-    case = {"dtype": DataType.BFloat16, "shape": shape, "n": n, "work": "rotate"}
-    fd = rotary(case | {"after": False, "seed": 0})
+    bf16, f32 = DataType.BFloat16, DataType.Float
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=bf16)
+        cos, sin = (
+            fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=bf16) for _ in "cs"
+        )
+        b, h, s, d = (fd.ops.size(x, i) for i in range(4))
+        n = fd.ops.div(d, 8)
+
+        def window(lo: object, hi: object, dtype: DataType) -> object:
+            return fd.ops.cast(fd.ops.slice(x, [0, 0, 0, lo], [b, h, s, hi]), dtype)
+
+        x1, x2 = window(0, n, f32), window(n, fd.ops.mul(n, 2), f32)
+        c, t = (
+            fd.ops.cast(fd.ops.broadcast(v, [True, True, False, False]), f32) for v in (cos, sin)
+        )
+        first = fd.ops.cast(fd.ops.sub(fd.ops.mul(x1, c), fd.ops.mul(x2, t)), bf16)
+        second = fd.ops.cast(fd.ops.add(fd.ops.mul(x2, c), fd.ops.mul(x1, t)), bf16)
+        fd.add_output(fd.ops.cat([first, second, window(fd.ops.mul(n, 2), d, bf16)], dim=3))
     fusion = compiler.stage_canonicalize(fd.fusion)  # what the executor schedules
-    info = gpu_info(SimpleNamespace(fusion=fusion), [tuple(shape), (n,)], "h200")
+    table = (shape[2], shape[3] // 8)
+    info = gpu_info(SimpleNamespace(fusion=fusion), [shape, table, table], "h200")
     found: list[tuple[str, str]] = []
     with recorded_sources(found):
         compiler.compile_fusion(fusion, info, None, segment=True)
     return [source for _, source in found]
 
 
-def test_part_slots_take_one_vector_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel that loads part slots, big enough for two vectors a thread, takes one, its
-    launch bounds asking for the blocks an SM of 48 registers a thread (10 of 128 threads:
+def test_heavy_part_slots_take_one_vector_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose part slots two vectors a thread would hold in more than 24 registers
+    (rope_partial's four of 16 bytes: 32) takes one vector a thread, its launch bounds asking
+    for the blocks an SM of 48 registers a thread (10 of 128 threads:
     switches.PART_SLOTS_ONE_VECTOR); with the switch off, two vectors and the register fit's
     bounds."""
     from kfuse import switches
 
-    shape = [1024, 1024, 2 * 8 + 4 * 8]  # 6 vectors a row, 2^20 rows: 23 waves of an H200
-    (source,) = _rotary_sources(shape, 8)
-    assert "kf_parts[1]" in source and "kf_parts[2]" not in source
+    (source,) = _partial_rotary_sources((8, 32, 4096, 128))
+    assert "kf_slot3[1]" in source and "kf_parts[2]" not in source
     assert re.search(r"__launch_bounds__\(128, 10\)", source)
     monkeypatch.setattr(switches, "PART_SLOTS_ONE_VECTOR", False)
-    (source,) = _rotary_sources(shape, 8)
-    assert "kf_parts[2]" in source
+    (source,) = _partial_rotary_sources((8, 32, 4096, 128))
+    assert "kf_slot3[2]" in source and "kf_parts[2]" in source
     assert re.search(r"__launch_bounds__\(128\)", source)

@@ -99,27 +99,30 @@ measurements), not as 16-bit values each function widens."""
 PART_LOADS_UNCHECKED = True
 """A part's reads in its register slots (PART_LOCAL_LOADS) load without their own window
 checks (kfuse.codegen.windowed.slot_loads): the vector's part was picked by those same
-windows (a cat part's reads all have the part's offset and extent along the cat's axis, the
+windows (a cat part's reads all have the part's offset and extent along the cat's axis; the
 runtime checks that their sizes agree), where each read checked its window again and merged
 a fill vector into what it loaded. And where the kernel indexes in int, a window check is
 one 32-bit unsigned compare instead of a 64-bit one (windowed.window_check; every pad and
-cat kernel). sm_90 SASS of rope_partial [8, 32, 4096, 128] bf16 with two vectors a thread:
-1448 -> 904 instructions, the registers unchanged (76 -> 80 under the same 6 blocks an SM),
-PART_SLOTS_ONE_VECTOR's kernel 704 -> 480. On before its measurement, as PART_SLOTS_ONE_VECTOR
-(fewer instructions for the same loads and stores); the A/B: `tools/kernel_times.py
-rope_partial:8x32x4096x128 --tc --ab kfuse.switches.PART_LOADS_UNCHECKED=False`."""
+cat kernel). sm_90 SASS (tools/kernel_sass.py, bf16): rope_partial [8, 32, 4096, 128] at two
+vectors a thread 1448 -> 904 instructions, 76 -> 80 registers (the same 6 blocks an SM), at
+one (PART_SLOTS_ONE_VECTOR) 704 -> 472, 48 registers. Other cats at two vectors take more
+registers, ptxas now keeping both vectors' loads in flight where it had issued the second
+into the first's registers: a rotary with one table ([4096, 256, 112], three slots) 64 ->
+72, one slot 40 -> 48. On before its measurement (fewer instructions, the same loads and
+stores); the A/B: `tools/kernel_times.py rope_partial:8x32x4096x128 --tc --ab
+kfuse.switches.PART_LOADS_UNCHECKED=False`."""
 
 PART_SLOTS_ONE_VECTOR = True
-"""A pointwise kernel that loads a cat's part-local slots (PART_LOCAL_LOADS) takes one vector
-a thread (kfuse.schedule.pointwise.loads_part_local), where it took UNROLL_ROWS: torch.
-compile's shape. rope_partial [8, 32, 4096, 128] bf16 with two vectors held four slots of 16
-bytes each for both, 76 registers, 6 blocks of 128 threads an SM (24 warps), DRAM throughput
-48.5% (Nsight Compute, H100), where torch.compile's kernel had 48 registers and 40 warps
-(76.9%). One vector a thread: 48 registers, 10 blocks, 40 warps, 704 sm_90 instructions
-for the vector's 8 elements (1448 for two), with PART_LOADS_UNCHECKED 480 (and 40 registers
-under a 12-block bound, PART_SLOT_BLOCKS_PER_SM). On before its measurement: the whole
-shape of the kernel torch.compile runs 1.5x faster; the A/B: `tools/kernel_times.py
-rope_partial:8x32x4096x128 --tc --ab kfuse.switches.PART_SLOTS_ONE_VECTOR=False`."""
+"""A pointwise kernel whose cat's part slots (PART_LOCAL_LOADS) two vectors a thread would
+hold in more than 24 registers takes one vector a thread, compiled to 48 registers
+(kfuse.schedule.pointwise.heavy_part_slots, PART_SLOT_REGISTERS): torch.compile's shape.
+rope_partial [8, 32, 4096, 128] bf16 (four slots of 16 bytes) with two vectors took 76
+registers, 6 blocks of 128 threads an SM (24 warps), DRAM throughput 48.5% (Nsight Compute,
+H100), where torch.compile's kernel had 48 registers and 40 warps (76.9%); with one, 48
+registers and 10 blocks (40 warps), 472 sm_90 instructions for its 8 elements (1448 for two
+vectors). On before its measurement, torch.compile's shape of the kernel that runs 1.5x
+faster; the A/B: `tools/kernel_times.py rope_partial:8x32x4096x128 --tc --ab
+kfuse.switches.PART_SLOTS_ONE_VECTOR=False`."""
 
 # ---- off until measured ----------------------------------------------------------------
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kfuse.codegen.domain import DomainMap
     from kfuse.codegen.kernel import Code
     from kfuse.codegen.pointwise import PointwiseKernelSpec
+    from kfuse.dtypes import DataType
 
 
 def reads(spec: PointwiseKernelSpec) -> list[int]:
@@ -203,10 +204,14 @@ def _part_members(
     return members
 
 
-def loads_part_local(input_kinds: tuple[str, ...], domain: DomainMap) -> bool:
-    """Whether a kernel of these input kinds over `domain` loads its cat's reads into part
-    slots (part_slots is not None): the scheduler's question, before there is a spec."""
-    return _part_members(input_kinds, domain) is not None
+def slot_bytes(input_kinds: tuple[str, ...], domain: DomainMap, vector: int) -> int:
+    """The bytes of the part slots a thread holds for each of its vectors (part_slots'),
+    0 where the kernel has none: the scheduler's question, before there is a spec."""
+    members = _part_members(input_kinds, domain)
+    if members is None:
+        return 0
+    keys, _ = _slot_keys(members, domain)
+    return sum(dtype.itemsize * vector for dtype, _ in keys)
 
 
 def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None:
@@ -215,19 +220,28 @@ def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None
     members = _part_members(spec.input_kinds, domain)
     if members is None:
         return None
-    keys: list[tuple[str, int]] = []  # (storage type, n-th of that type in a part)
-    slot_of: dict[int, str] = {}
+    keys, slot_of = _slot_keys(members, domain)
+    slots = tuple((f"kf_slot{n}", dtype.cuda_type) for n, (dtype, _) in enumerate(keys))
+    return PartSlots(members, {k: f"kf_slot{n}" for k, n in slot_of.items()}, slots)
+
+
+def _slot_keys(
+    members: tuple[tuple[int, ...], ...], domain: DomainMap
+) -> tuple[list[tuple[DataType, int]], dict[int, int]]:
+    """The slots, as (storage type, n-th read of that type in a part), and each member's
+    slot: a part's reads of one type take that type's slots in order."""
+    keys: list[tuple[DataType, int]] = []
+    slot_of: dict[int, int] = {}
     for ks in members:
-        seen: dict[str, int] = {}
+        seen: dict[DataType, int] = {}
         for k in ks:
-            ctype = domain.input_uses[k].val.dtype.cuda_type
-            key = (ctype, seen.get(ctype, 0))
-            seen[ctype] = key[1] + 1
+            dtype = domain.input_uses[k].val.dtype
+            key = (dtype, seen.get(dtype, 0))
+            seen[dtype] = key[1] + 1
             if key not in keys:
                 keys.append(key)
-            slot_of[k] = f"kf_slot{keys.index(key)}"
-    slots = tuple((f"kf_slot{n}", ctype) for n, (ctype, _) in enumerate(keys))
-    return PartSlots(members, slot_of, slots)
+            slot_of[k] = keys.index(key)
+    return keys, slot_of
 
 
 def slot_loads(

@@ -179,7 +179,7 @@ class PointwiseScheduler:
             many = 1
         unroll = many if waves >= 4 and vecs_per_row >= many else 1
         rows = rows_per_thread(layout) if waves >= 4 else 1
-        if rows > 1 or (unroll > 1 and loads_part_local(plan, layout, vector)):
+        if rows > 1 or (unroll > 1 and heavy_part_slots(plan, layout, vector)):
             unroll = 1
         # The widest block_x (a power of two, at most `threads`) whose unrolled vectors fit
         # in a row, so that threads are not left with vectors past its end: with 32 threads
@@ -237,7 +237,7 @@ class PointwiseScheduler:
         bounded = params.cparams.maxrregcount is None
         one_vector = int(params.unroll_factor) == 1 and rows == 1
         threads = int(params.block_x) * int(params.block_y)
-        slotted = bounded and one_vector and loads_part_local(plan, layout, vector)
+        slotted = bounded and one_vector and heavy_part_slots(plan, layout, vector)
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -281,20 +281,23 @@ def input_kinds(plan: PointwisePlan, layout: PointwiseLayout, vector: int) -> tu
     return tuple(kinds)
 
 
-def loads_part_local(plan: PointwisePlan, layout: PointwiseLayout, vector: int) -> bool:
+def heavy_part_slots(plan: PointwisePlan, layout: PointwiseLayout, vector: int) -> bool:
     """Whether the kernel loads a cat's part-local slots (kfuse.codegen.windowed.PartSlots)
-    and takes one vector a thread for it (switches.PART_SLOTS_ONE_VECTOR): a part's reads
-    are a slot of registers each, held for every vector of a thread until it is computed, so
-    a second vector costs as many registers again, and the blocks an SM that keep the memory
-    busy (rope_partial: 76 registers and 24 warps with two, 48 and 40 with one)."""
-    return switches.PART_SLOTS_ONE_VECTOR and windowed.loads_part_local(
-        input_kinds(plan, layout, vector), plan.domain
-    )
+    that two vectors a thread would hold in more than half of PART_SLOT_REGISTERS, so that it
+    takes one vector a thread (switches.PART_SLOTS_ONE_VECTOR): a thread holds each
+    vector's slots until it computes it, and the rest of the kernel (each read's base, the
+    loops, the output vector, the lanes' values) takes the other half. rope_partial's four
+    slots of 16 bytes took 76 registers and 24 warps an H100 SM with two vectors, 48 and 40
+    with one; a cat with one or two slots (8 or 16 registers for two vectors) keeps two."""
+    if not switches.PART_SLOTS_ONE_VECTOR:
+        return False
+    held = windowed.slot_bytes(input_kinds(plan, layout, vector), plan.domain, vector) // 4
+    return 2 * held > PART_SLOT_REGISTERS // 2
 
 
 PART_SLOT_REGISTERS = 48
-"""Registers a thread that a kernel loading part-local slots at one vector a thread is
-compiled to (PART_SLOTS_ONE_VECTOR), as its launch bounds' blocks an SM: torch.compile's
+"""Registers a thread that a kernel with heavy part slots (heavy_part_slots) at one vector a
+thread is compiled to, as its launch bounds' blocks an SM: torch.compile's
 Triton kernel for rope_partial [8, 32, 4096, 128] bf16 has 48 (Nsight Compute, H100). Left to
 the register fit, ptxas took 56 (9 blocks of 128 threads an SM, 488 sm_90 instructions);
 bounded to 10 blocks, 48 (472 instructions); to 12, 40 with a 40-byte stack frame."""
