@@ -137,9 +137,13 @@ def test_the_parts_load_their_reads_into_shared_slots(
     # The windows that picked the part hold for all its reads: no check is loaded again.
     assert re.search(r"kf_slot\d\[u\] = kf::load_vec<", source)
     assert not re.search(r"kf_slot\d\[u\] = kf::window_load_vec<", source)
+    assert "(unsigned)(i0) - " in source and "kf::window_in(" not in source
     monkeypatch.setattr(switches, "PART_LOADS_UNCHECKED", False)
     source, checked = source_and_result()
     assert re.search(r"kf_slot\d\[u\] = kf::window_load_vec<", source)
+    assert torch.equal(shared, checked)
+    monkeypatch.setattr(switches, "WINDOW_CHECK_32", False)
+    source, checked = source_and_result()
     assert "kf::window_in(" in source and "(unsigned)(i0) - " not in source
     assert torch.equal(shared, checked)
     monkeypatch.setattr(switches, "PART_LOCAL_LOADS", False)
@@ -150,14 +154,10 @@ def test_the_parts_load_their_reads_into_shared_slots(
     assert_outputs_close(rotary(case), [shared], [expected], [x, table])
 
 
-def _partial_rotary_sources(shape: tuple[int, int, int, int]) -> list[str]:
-    """The kernel sources of GPT-NeoX's partial rotary over a bf16 x of `shape` (the first
-    quarter of D rotated by cos and sin tables of [S, D / 8], the rest of x after it: each
-    rotated part reads four vectors, x's two halves and both tables) on an H200, planned as
-    for the GPU without arrays (as tools/kernel_sass.py plans a model-suite case)."""
-    from kfuse.engine import compiler
-    from planning import gpu_info
-
+def partial_rotary() -> FusionDefinition:
+    """GPT-NeoX's partial rotary over a bf16 x [B, H, S, D]: the first quarter of D rotated
+    by cos and sin tables of [S, D / 8], the rest of x after it (each rotated part reads four
+    vectors where D / 8 is one: x's two halves and both tables)."""
     bf16, f32 = DataType.BFloat16, DataType.Float
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=bf16)
@@ -177,6 +177,16 @@ def _partial_rotary_sources(shape: tuple[int, int, int, int]) -> list[str]:
         first = fd.ops.cast(fd.ops.sub(fd.ops.mul(x1, c), fd.ops.mul(x2, t)), bf16)
         second = fd.ops.cast(fd.ops.add(fd.ops.mul(x2, c), fd.ops.mul(x1, t)), bf16)
         fd.add_output(fd.ops.cat([first, second, window(fd.ops.mul(n, 2), d, bf16)], dim=3))
+    return fd
+
+
+def _partial_rotary_sources(shape: tuple[int, int, int, int]) -> list[str]:
+    """The kernel sources of partial_rotary over an x of `shape` on an H200, planned as for
+    the GPU without arrays (as tools/kernel_sass.py plans a model-suite case)."""
+    from kfuse.engine import compiler
+    from planning import gpu_info
+
+    fd = partial_rotary()
     fusion = compiler.stage_canonicalize(fd.fusion)  # what the executor schedules
     table = (shape[2], shape[3] // 8)
     info = gpu_info(SimpleNamespace(fusion=fusion), [shape, table, table], "h200")
@@ -201,3 +211,33 @@ def test_heavy_part_slots_take_one_vector_a_thread(monkeypatch: pytest.MonkeyPat
     (source,) = _partial_rotary_sources((8, 32, 4096, 128))
     assert "kf_slot3[2]" in source and "kf_parts[2]" in source
     assert re.search(r"__launch_bounds__\(128\)", source)
+
+
+def test_heavy_part_slots_match_the_reference() -> None:
+    """The one-vector kernel of heavy part slots, with its 48-register launch bounds, on the
+    emulator: the partial rotary's bits are its own with the switches off (the checked
+    loads, two vectors where the size allows) and close to the reference."""
+    from kfuse import switches
+
+    rng = np.random.default_rng(11)
+    x = torch.from_numpy(rng.standard_normal((2, 3, 5, 64)).astype(np.float32))
+    angles = rng.standard_normal((5, 8)).astype(np.float32)
+    inputs = [x.bfloat16(), *(torch.from_numpy(f(angles)).bfloat16() for f in (np.cos, np.sin))]
+    found: list[tuple[str, str]] = []
+    with recorded_sources(found):
+        try:
+            partial_rotary().execute(inputs)
+        except Exception:  # noqa: BLE001, S110 - its source is the point
+            pass
+    ((_, source),) = found
+    assert re.search(r"__launch_bounds__\(\d+, \d+\)", source) and "kf_slot3[1]" in source
+    fd = partial_rotary()
+    (actual,) = fd.execute(inputs)
+    (expected,) = evaluate(fd, inputs)
+    assert_outputs_close(fd, [actual], [expected], inputs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(switches, "PART_SLOTS_ONE_VECTOR", False)
+        patch.setattr(switches, "PART_LOADS_UNCHECKED", False)
+        patch.setattr(switches, "WINDOW_CHECK_32", False)
+        (before,) = partial_rotary().execute(inputs)
+    assert torch.equal(actual, before)

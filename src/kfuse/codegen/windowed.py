@@ -85,11 +85,10 @@ def _inside(spec: PointwiseKernelSpec, k: int, i: str) -> str:
 def window_check(spec: PointwiseKernelSpec, c: str, low: str, extent: str) -> str:
     """Whether coordinate `c` is in the window [low, low + extent): c - low compared unsigned
     (a negative difference is a large unsigned one), in 32 bits where the kernel indexes in
-    int and switches.PART_LOADS_UNCHECKED is on, else in 64 (kf::window_in). 32 bits are
-    exact there: c and low are both in [0, 2^31) (a coordinate; a pad's low width or a
-    part's offset, never negative: schedule.pointwise), so c - low wraps only when negative,
-    past any extent."""
-    if spec.index_type == "int" and switches.PART_LOADS_UNCHECKED:
+    int (switches.WINDOW_CHECK_32), else in 64 (kf::window_in). 32 bits are exact there: c
+    and low are both in [0, 2^31) (a coordinate; a pad's low width or a part's offset, never
+    negative: schedule.pointwise), so c - low wraps only when negative, past any extent."""
+    if spec.index_type == "int" and switches.WINDOW_CHECK_32:
         return f"((unsigned)({c}) - (unsigned){low} < (unsigned){extent})"
     return f"kf::window_in({c}, {low}, {extent})"
 
@@ -274,8 +273,9 @@ def _slot_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int) -> str:
     lies in. Each member's window along the cat's axis is that part's (its offset, and its
     extent, which the runtime checks against the other operands': an InputError names the
     two that differ), so the windows that picked the part put every member inside its own,
-    and the load is unchecked (switches.PART_LOADS_UNCHECKED): no compare, no fill merged."""
-    if switches.PART_LOADS_UNCHECKED:
+    and a kernel of one vector a thread loads it unchecked (switches.PART_LOADS_UNCHECKED):
+    no compare, no fill merged."""
+    if switches.PART_LOADS_UNCHECKED and spec.unroll == 1:
         return f"kf::load_vec<{spec.vector}>(in{k}, base_in{k} + i0)"
     return (
         f"kf::window_load_vec<{spec.vector}>(in{k}, base_in{k} + i0, "
