@@ -27,7 +27,7 @@ LANES = {DataType.Float: 4, DataType.BFloat16: 8, DataType.Half: 8}
 """Elements of a 16-byte vector: part widths are multiples of it."""
 
 
-PER_LANE = re.compile(r"_body\([^;]*(?:kf::window_in\(|\(unsigned\)\()i0 \+ j")
+PER_LANE = re.compile(r"_body\([^;]*kf::window_in(?:32)?\(i0 \+ j")
 """A lane's window check in an element call: the part chosen per lane (64 or 32 bits)."""
 
 
@@ -137,14 +137,14 @@ def test_the_parts_load_their_reads_into_shared_slots(
     # The windows that picked the part hold for all its reads: no check is loaded again.
     assert re.search(r"kf_slot\d\[u\] = kf::load_vec<", source)
     assert not re.search(r"kf_slot\d\[u\] = kf::window_load_vec<", source)
-    assert "(unsigned)(i0) - " in source and "kf::window_in(" not in source
+    assert "kf::window_in32(i0, " in source and "kf::window_in(" not in source
     monkeypatch.setattr(switches, "PART_LOADS_UNCHECKED", False)
     source, checked = source_and_result()
     assert re.search(r"kf_slot\d\[u\] = kf::window_load_vec<", source)
     assert torch.equal(shared, checked)
     monkeypatch.setattr(switches, "WINDOW_CHECK_32", False)
     source, checked = source_and_result()
-    assert "kf::window_in(" in source and "(unsigned)(i0) - " not in source
+    assert "kf::window_in(" in source and "kf::window_in32(" not in source
     assert torch.equal(shared, checked)
     monkeypatch.setattr(switches, "PART_LOCAL_LOADS", False)
     source, apart = source_and_result()

@@ -102,22 +102,23 @@ load without their own window checks (kfuse.codegen.windowed.slot_loads): the ve
 was picked by those same windows (a cat part's reads all have the part's offset and extent
 along the cat's axis; the runtime checks that their sizes agree), where each read checked
 its window again and merged a fill vector into what it loaded. sm_90 SASS of rope_partial
-[8, 32, 4096, 128] bf16 at one vector (PART_SLOTS_ONE_VECTOR), 48 registers: 704 -> 472
-instructions with WINDOW_CHECK_32. Not at two vectors: there ptxas took more registers for
-the same kernels (unbounded, bf16 [4096, 256, 112] rotaries of one table whose parts read 1
-to 3 vectors: 40 -> 46, 64 -> 72, float 72 -> 96). On before its measurement (fewer
-instructions, the same loads and stores at the same registers); the A/B:
+[8, 32, 4096, 128] bf16 at one vector (PART_SLOTS_ONE_VECTOR), 48 registers: 632 -> 472
+instructions. Not at two vectors: there ptxas took more registers for the same kernels
+(unbounded, bf16 [4096, 256, 112] rotaries of one table whose parts read 1 to 3 vectors: 40
+-> 46, 64 -> 72, float 72 -> 96). On before its measurement (fewer instructions, the same
+loads and stores at the same registers); the A/B:
 `tools/kernel_times.py rope_partial:8x32x4096x128 --tc --ab
 kfuse.switches.PART_LOADS_UNCHECKED=False`."""
 
 WINDOW_CHECK_32 = True
 """A kernel that indexes in int checks a coordinate against a window (a pad's, a cat part's)
-with one 32-bit unsigned compare instead of a 64-bit one (kfuse.codegen.windowed.
-window_check). sm_90 SASS, bf16, unbounded compiles: a pad of [1024, 1024, 240] by 8 at each
-end of its last axis 552 -> 448 instructions at 32 registers; rotaries of one table [4096,
-256, 112] at two vectors a thread 40 -> 32, 64 -> 56, 48 -> 47 registers (float: 72 -> 80);
-rope_partial at one vector 544 -> 480 (at its bound of 48 registers: 472). On before its
-measurement, as PART_LOADS_UNCHECKED; the A/B: `tools/kernel_times.py
+with one 32-bit unsigned compare instead of a 64-bit one (kf::window_in32, an optional
+runtime part, kf_window32.cuh; kfuse.codegen.windowed.window_check). sm_90 SASS, bf16, as
+the backend compiles them: a pad of [1024, 1024, 240] by 8 at each end of its last axis 552
+-> 448 instructions at 32 registers; rotaries of one table over [4096, 256, 112] at two
+vectors a thread, parts reading 1 to 3 vectors: 40 -> 32, 48 -> 40, 64 -> 56 registers
+(float, 3: 72 -> 80); rope_partial at one vector and 48 registers 528 -> 472 instructions.
+On before its measurement, as PART_LOADS_UNCHECKED; the A/B: `tools/kernel_times.py
 rope_partial:8x32x4096x128 --tc --ab kfuse.switches.WINDOW_CHECK_32=False`."""
 
 PART_SLOTS_ONE_VECTOR = True

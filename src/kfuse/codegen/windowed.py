@@ -85,11 +85,9 @@ def _inside(spec: PointwiseKernelSpec, k: int, i: str) -> str:
 def window_check(spec: PointwiseKernelSpec, c: str, low: str, extent: str) -> str:
     """Whether coordinate `c` is in the window [low, low + extent): c - low compared unsigned
     (a negative difference is a large unsigned one), in 32 bits where the kernel indexes in
-    int (switches.WINDOW_CHECK_32), else in 64 (kf::window_in). 32 bits are exact there: c
-    and low are both in [0, 2^31) (a coordinate; a pad's low width or a part's offset, never
-    negative: schedule.pointwise), so c - low wraps only when negative, past any extent."""
+    int (kf::window_in32, switches.WINDOW_CHECK_32), else in 64 (kf::window_in)."""
     if spec.index_type == "int" and switches.WINDOW_CHECK_32:
-        return f"((unsigned)({c}) - (unsigned){low} < (unsigned){extent})"
+        return f"kf::window_in32({c}, {low}, {extent})"
     return f"kf::window_in({c}, {low}, {extent})"
 
 
