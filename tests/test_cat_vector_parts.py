@@ -241,3 +241,20 @@ def test_heavy_part_slots_match_the_reference() -> None:
         patch.setattr(switches, "WINDOW_CHECK_32", False)
         (before,) = partial_rotary().execute(inputs)
     assert torch.equal(actual, before)
+
+
+@pytest.mark.extended  # NVRTC: CI's extended step
+def test_heavy_part_slots_compile_to_torch_compiles_registers() -> None:
+    """The partial rotary's kernel at the suite's size, compiled as the CUDA backend compiles
+    it for sm_90 (the register fit included), takes at most the 48 registers a thread of
+    torch.compile's kernel (10 blocks of 128 threads an SM) and spills nothing."""
+    from kfuse.runtime.backends.cubin_info import frame_bytes, registers
+    from kfuse.runtime.backends.cuda import fitted_compile, nvrtc_options
+    from test_dump_binaries import nvrtc_or_skip
+
+    nvrtc_or_skip()
+    (source,) = _partial_rotary_sources((8, 32, 4096, 128))
+    name = re.search(r"void __launch_bounds__\([^)]*\) (\w+)\(", source)
+    assert name is not None
+    _, cubin = fitted_compile(source, name.group(1), "sm_90", nvrtc_options())
+    assert registers(cubin) <= 48 and frame_bytes(cubin) == 0
