@@ -288,7 +288,8 @@ def heavy_part_slots(plan: PointwisePlan, layout: PointwiseLayout, vector: int) 
     vector's slots until it computes it, and the rest of the kernel (each read's base, the
     loops, the output vector, the lanes' values) takes the other half. rope_partial's four
     slots of 16 bytes took 76 registers and 24 warps an H100 SM with two vectors, 48 and 40
-    with one; a cat with one or two slots (8 or 16 registers for two vectors) keeps two."""
+    with one; a cat of one to three slots (8 to 24 registers for two vectors) keeps two (a
+    float rotary's three spilled 16 bytes under the 48-register bound, sm_90)."""
     if not switches.PART_SLOTS_ONE_VECTOR:
         return False
     held = windowed.slot_bytes(input_kinds(plan, layout, vector), plan.domain, vector) // 4
@@ -297,10 +298,11 @@ def heavy_part_slots(plan: PointwisePlan, layout: PointwiseLayout, vector: int) 
 
 PART_SLOT_REGISTERS = 48
 """Registers a thread that a kernel with heavy part slots (heavy_part_slots) at one vector a
-thread is compiled to, as its launch bounds' blocks an SM: torch.compile's
-Triton kernel for rope_partial [8, 32, 4096, 128] bf16 has 48 (Nsight Compute, H100). Left to
-the register fit, ptxas took 56 (9 blocks of 128 threads an SM, 488 sm_90 instructions);
-bounded to 10 blocks, 48 (472 instructions); to 12, 40 with a 40-byte stack frame."""
+thread is compiled to, as its launch bounds' blocks an SM: torch.compile's Triton kernel for
+rope_partial [8, 32, 4096, 128] bf16 has 48 (Nsight Compute, H100). sm_90 SASS of kfuse's:
+bounded to 10 blocks of 128 threads an SM, 48 (472 instructions); unbounded, 48 as well
+(480), but ptxas took 56 for it when its window checks were written inline, so the bound
+keeps what the register fit would not; bounded to 12 blocks, 40, no spill (472)."""
 
 
 def part_slot_blocks(threads: int) -> int:
