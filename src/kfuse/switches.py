@@ -5,7 +5,7 @@ copy), so that a test or an A/B run sets it on this module: `monkeypatch.setattr
 "SPLIT_RAGGED_ROWS", True)`, or `tools/kernel_times.py ... --ab
 kfuse.switches.SPLIT_RAGGED_ROWS=True`. The ones that are on were measured and kept (their
 other path stays for the A/B and for the tests that check both give the same results), but
-for the one that says why it is on before its measurement; the ones that are off wait for a
+for those that say why they are on before their measurement; the ones that are off wait for a
 measurement (tools/tuning_plan.txt lists the commands).
 """
 
@@ -119,6 +119,43 @@ C++) instead of a step a segment. On before its GPU measurement because the emul
 (tools/segmented_host_cost.py, launches stubbed) went from 14.2-14.7 to 8.2-9.2 us per
 segment beyond two; off, each kernel segment is its own step as before. The A/B:
 tools/segmented_host_cost.py --device cuda with this switch on and off in one call."""
+
+PART_LOADS_UNCHECKED = True
+"""In a kernel of one vector a thread, a part's reads in its register slots (PART_LOCAL_LOADS)
+load without their own window checks (kfuse.codegen.windowed.slot_loads): the vector's part
+was picked by those same windows (a cat part's reads all have the part's offset and extent
+along the cat's axis; the runtime checks that their sizes agree), where each read checked
+its window again and merged a fill vector into what it loaded. sm_90 SASS of rope_partial
+[8, 32, 4096, 128] bf16 at one vector (PART_SLOTS_ONE_VECTOR), 48 registers: 632 -> 472
+instructions. Not at two vectors: there ptxas took more registers for the same kernels
+(unbounded, bf16 [4096, 256, 112] rotaries of one table whose parts read 1 to 3 vectors: 40
+-> 46, 64 -> 72, float 72 -> 96). On before its measurement (fewer instructions, the same
+loads and stores at the same registers); the A/B:
+`tools/kernel_times.py rope_partial:8x32x4096x128 --tc --ab
+kfuse.switches.PART_LOADS_UNCHECKED=False`."""
+
+WINDOW_CHECK_32 = True
+"""A kernel that indexes in int checks a coordinate against a window (a pad's, a cat part's)
+with one 32-bit unsigned compare instead of a 64-bit one (kf::window_in32, an optional
+runtime part, kf_window32.cuh; kfuse.codegen.windowed.window_check). sm_90 SASS, bf16, as
+the backend compiles them: a pad of [1024, 1024, 240] by 8 at each end of its last axis 552
+-> 448 instructions at 32 registers; rotaries of one table over [4096, 256, 112] at two
+vectors a thread, parts reading 1 to 3 vectors: 40 -> 32, 48 -> 40, 64 -> 56 registers
+(float, 3: 72 -> 80); rope_partial at one vector and 48 registers 528 -> 472 instructions.
+On before its measurement, as PART_LOADS_UNCHECKED; the A/B: `tools/kernel_times.py
+rope_partial:8x32x4096x128 --tc --ab kfuse.switches.WINDOW_CHECK_32=False`."""
+
+PART_SLOTS_ONE_VECTOR = True
+"""A pointwise kernel whose cat's part slots (PART_LOCAL_LOADS) two vectors a thread would
+hold in more than 24 registers takes one vector a thread, compiled to 48 registers
+(kfuse.schedule.pointwise.heavy_part_slots, PART_SLOT_REGISTERS): torch.compile's shape.
+rope_partial [8, 32, 4096, 128] bf16 (four slots of 16 bytes) with two vectors took 76
+registers, 6 blocks of 128 threads an SM (24 warps), DRAM throughput 48.5% (Nsight Compute,
+H100), where torch.compile's kernel had 48 registers and 40 warps (76.9%); with one, 48
+registers and 10 blocks (40 warps), 472 sm_90 instructions for its 8 elements (1448 for two
+vectors). On before its measurement, torch.compile's shape of the kernel that runs 1.5x
+faster; the A/B: `tools/kernel_times.py rope_partial:8x32x4096x128 --tc --ab
+kfuse.switches.PART_SLOTS_ONE_VECTOR=False`."""
 
 # ---- off until measured ----------------------------------------------------------------
 

@@ -110,9 +110,10 @@ class PointwiseKernelSpec:
     index_type: str  # "int" | "long long"
     input_kinds: tuple[str, ...]
     output_kinds: tuple[str, ...]
-    # __launch_bounds__ (False under a register limit: kfuse.codegen.kernel); not in the
-    # repr, which names the kernel
+    # __launch_bounds__ (False under a register limit: kfuse.codegen.kernel) and its second
+    # argument (a register target; None: the register fit's); not in the repr, which names it
     launch_bounds: bool = field(default=True, repr=False)
+    min_blocks: int | None = field(default=None, repr=False)
     # Per input, for a SPLIT one (kfuse.schedule.short_rows.split_short_rows) whether each of
     # its inner sub-axes is walked (a non-zero stride), () for the others; () when no input
     # is SPLIT. Out of the repr (the kernel's name has a suffix for them instead), so that
@@ -202,6 +203,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         spec.launch_bounds,
         [spec.input_rank(k) for k in range(n_in)],
         index_checks=bool(spec.indexed_by),
+        min_blocks=spec.min_blocks,
     )
     code(
         f"typedef {spec.index_type} Index;",
@@ -393,18 +395,20 @@ def open_domain_kernel(
     launch_bounds: bool,
     input_ranks: list[int] | None = None,
     index_checks: bool = False,
+    min_blocks: int | None = None,
 ) -> tuple[Code, Callable[..., str]]:
     """A new Code holding the runtime header, the plan's per-element body function and the
     opened kernel `name` over the plan's domain (pointwise and transpose kernels), and the
     call of the body function. `index_checks`: the kernel has indexed reads, whose flags
-    come last (kfuse.codegen.indexed)."""
+    come last (kfuse.codegen.indexed); `min_blocks`: its launch bounds' second argument."""
     body, call = element_body_function(plan, name)
     code = Code()
     code.extend([runtime_header(), "", *body, ""])
     params = kernel_params(plan, rank, index, input_ranks)
     if index_checks:
         params.append(indexed.FLAGS_PARAM.format(index=index))
-    code.open_kernel(kernel_header(name, params, threads, bounded=launch_bounds))
+    header = kernel_header(name, params, threads, bounded=launch_bounds, min_blocks=min_blocks)
+    code.open_kernel(header)
     return code, call
 
 

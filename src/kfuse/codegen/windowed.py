@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kfuse.codegen.domain import DomainMap
     from kfuse.codegen.kernel import Code
     from kfuse.codegen.pointwise import PointwiseKernelSpec
+    from kfuse.dtypes import DataType
 
 
 def reads(spec: PointwiseKernelSpec) -> list[int]:
@@ -55,7 +56,7 @@ def row_checks(spec: PointwiseKernelSpec, d: int) -> list[str]:
     for k in reads(spec):
         for w, axis in enumerate(spec.windows[k]):
             if axis == d:
-                inside = f"kf::window_in(c{d}, {_low(spec, k, w)}, {_extent(spec, k, w)})"
+                inside = window_check(spec, f"c{d}", _low(spec, k, w), _extent(spec, k, w))
                 lines.append(f"win_in{k} = win_in{k} && {inside};")
     return lines
 
@@ -74,11 +75,20 @@ def _inside(spec: PointwiseKernelSpec, k: int, i: str) -> str:
     inner = spec.rank - 1
     checks = [f"win_in{k}"] if any(a != inner for a in spec.windows[k]) else []
     checks += [
-        f"kf::window_in({i}, {_low(spec, k, w)}, {_extent(spec, k, w)})"
+        window_check(spec, i, _low(spec, k, w), _extent(spec, k, w))
         for w, axis in enumerate(spec.windows[k])
         if axis == inner
     ]
     return " && ".join(checks)
+
+
+def window_check(spec: PointwiseKernelSpec, c: str, low: str, extent: str) -> str:
+    """Whether coordinate `c` is in the window [low, low + extent): c - low compared unsigned
+    (a negative difference is a large unsigned one), in 32 bits where the kernel indexes in
+    int (kf::window_in32, switches.WINDOW_CHECK_32), else in 64 (kf::window_in)."""
+    if spec.index_type == "int" and switches.WINDOW_CHECK_32:
+        return f"kf::window_in32({c}, {low}, {extent})"
+    return f"kf::window_in({c}, {low}, {extent})"
 
 
 def fill(domain: DomainMap, k: int) -> str:
@@ -131,12 +141,18 @@ def vector_part_selector(spec: PointwiseKernelSpec, domain: DomainMap) -> str | 
     several, or one whose windows split vectors. The kernel then computes each vector's part
     alone, its lanes' loop once per part, instead of selecting per lane among every part's
     values (rope_partial: 481 -> 374 us on an H100, the hand edit of the same form)."""
-    if len(domain.cats) != 1:
-        return None
-    (select,) = domain.cats.values()
-    if any(spec.input_kinds[k] != WINDOWED_VEC for k in select.guards[:-1]):
+    if not _whole_vector_cat(spec.input_kinds, domain):
         return None
     return part_selectors(spec, domain, "i0")[0]
+
+
+def _whole_vector_cat(input_kinds: tuple[str, ...], domain: DomainMap) -> bool:
+    """Whether the kernel computes one cat and every guard but the last of it is a
+    WINDOWED_VEC read (vector_part_selector's condition)."""
+    if len(domain.cats) != 1:
+        return False
+    (select,) = domain.cats.values()
+    return all(input_kinds[k] == WINDOWED_VEC for k in select.guards[:-1])
 
 
 @dataclass(frozen=True)
@@ -158,12 +174,15 @@ class PartSlots:
     slots: tuple[tuple[str, str], ...]
 
 
-def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None:
-    """The slots of a kernel whose cat selects a part per vector, or None where it does not,
-    the switch is off, or no two parts' reads would share a slot."""
+def _part_members(
+    input_kinds: tuple[str, ...], domain: DomainMap
+) -> tuple[tuple[int, ...], ...] | None:
+    """PartSlots.members for a kernel of these input kinds, or None where its cat does not
+    select a part per vector, the switches are off, or no two parts' reads would share a
+    slot."""
     if not switches.PART_LOCAL_LOADS or not switches.CAT_PART_PER_VECTOR:
         return None
-    if vector_part_selector(spec, domain) is None:
+    if not _whole_vector_cat(input_kinds, domain):
         return None
     (cat,) = domain.cats.values()
     members = tuple(
@@ -173,25 +192,53 @@ def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None
             if u.part is not None
             and u.part.cat is cat.expr
             and u.part.index == p
-            and spec.input_kinds[k] == WINDOWED_VEC
+            and input_kinds[k] == WINDOWED_VEC
         )
         for p in range(len(cat.expr.inputs))
     )
     if sum(map(len, members)) <= max(map(len, members), default=0):
         return None
-    keys: list[tuple[str, int]] = []  # (storage type, n-th of that type in a part)
-    slot_of: dict[int, str] = {}
+    return members
+
+
+def slot_bytes(input_kinds: tuple[str, ...], domain: DomainMap, vector: int) -> int:
+    """The bytes of the part slots a thread holds for each of its vectors (part_slots'),
+    0 where the kernel has none: the scheduler's question, before there is a spec."""
+    members = _part_members(input_kinds, domain)
+    if members is None:
+        return 0
+    keys, _ = _slot_keys(members, domain)
+    return sum(dtype.itemsize * vector for dtype, _ in keys)
+
+
+def part_slots(spec: PointwiseKernelSpec, domain: DomainMap) -> PartSlots | None:
+    """The slots of a kernel whose cat selects a part per vector, or None where it does not,
+    the switches are off, or no two parts' reads would share a slot."""
+    members = _part_members(spec.input_kinds, domain)
+    if members is None:
+        return None
+    keys, slot_of = _slot_keys(members, domain)
+    slots = tuple((f"kf_slot{n}", dtype.cuda_type) for n, (dtype, _) in enumerate(keys))
+    return PartSlots(members, {k: f"kf_slot{n}" for k, n in slot_of.items()}, slots)
+
+
+def _slot_keys(
+    members: tuple[tuple[int, ...], ...], domain: DomainMap
+) -> tuple[list[tuple[DataType, int]], dict[int, int]]:
+    """The slots, as (storage type, n-th read of that type in a part), and each member's
+    slot: a part's reads of one type take that type's slots in order."""
+    keys: list[tuple[DataType, int]] = []
+    slot_of: dict[int, int] = {}
     for ks in members:
-        seen: dict[str, int] = {}
+        seen: dict[DataType, int] = {}
         for k in ks:
-            ctype = domain.input_uses[k].val.dtype.cuda_type
-            key = (ctype, seen.get(ctype, 0))
-            seen[ctype] = key[1] + 1
+            dtype = domain.input_uses[k].val.dtype
+            key = (dtype, seen.get(dtype, 0))
+            seen[dtype] = key[1] + 1
             if key not in keys:
                 keys.append(key)
-            slot_of[k] = f"kf_slot{keys.index(key)}"
-    slots = tuple((f"kf_slot{n}", ctype) for n, (ctype, _) in enumerate(keys))
-    return PartSlots(members, slot_of, slots)
+            slot_of[k] = keys.index(key)
+    return keys, slot_of
 
 
 def slot_loads(
@@ -216,10 +263,22 @@ def slot_loads(
             head = "if" if n == 0 else "else if"
             with code.block(f"{head} (kf_parts[u] == {p})"):
                 for k in ks:
-                    code(
-                        f"{slots.slot_of[k]}[u] = kf::window_load_vec<{vec}>(in{k}, "
-                        f"base_in{k} + i0, {_inside(spec, k, 'i0')}, {fill(domain, k)});"
-                    )
+                    code(f"{slots.slot_of[k]}[u] = {_slot_load(spec, domain, k)};")
+
+
+def _slot_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int) -> str:
+    """Part member k's vector at element i0 of the row, in a branch of the part the vector
+    lies in. Each member's window along the cat's axis is that part's (its offset, and its
+    extent, which the runtime checks against the other operands': an InputError names the
+    two that differ), so the windows that picked the part put every member inside its own,
+    and a kernel of one vector a thread loads it unchecked (switches.PART_LOADS_UNCHECKED):
+    no compare, no fill merged."""
+    if switches.PART_LOADS_UNCHECKED and spec.unroll == 1:
+        return f"kf::load_vec<{spec.vector}>(in{k}, base_in{k} + i0)"
+    return (
+        f"kf::window_load_vec<{spec.vector}>(in{k}, base_in{k} + i0, "
+        f"{_inside(spec, k, 'i0')}, {fill(domain, k)})"
+    )
 
 
 def lane_loops(

@@ -123,6 +123,16 @@ def fma_header() -> str:
     return _FMA_PATH.read_text()
 
 
+_WINDOW32_PATH = Path(__file__).with_name("kf_runtime") / "kf_window32.cuh"
+_WINDOW32_NAMES = ("kf::window_in32(",)
+
+
+@functools.cache
+def window32_header() -> str:
+    """The 32-bit window check's part of the runtime (kf_window32.cuh), after the others."""
+    return _WINDOW32_PATH.read_text()
+
+
 def with_optional_parts(source: str) -> str:
     """A kernel's `source` (runtime_header(), then its own code) with the optional parts put
     between the two where its own code uses them: the complex numbers' part where it names
@@ -131,7 +141,8 @@ def with_optional_parts(source: str) -> str:
     part where it draws random numbers, the generated reads' part where a reduction kernel
     reads a generated value, the integer division part where it divides integers, the
     special functions' part where it calls one of them (erfinv, gcd, a shift, ...), the
-    fused multiply-add part where it calls kf::fma; else `source` unchanged.
+    fused multiply-add part where it calls kf::fma, the 32-bit window check's where it
+    calls kf::window_in32; else `source` unchanged.
 
     Only such kernels get a part, so a kernel without float8 values or indexed reads has the
     source it had before those existed (the same cubin, cache entries and source corpus)."""
@@ -156,6 +167,8 @@ def with_optional_parts(source: str) -> str:
         parts.append(special_header())
     if any(name in own for name in _FMA_NAMES):
         parts.append(fma_header())
+    if any(name in own for name in _WINDOW32_NAMES):
+        parts.append(window32_header())
     if not parts:
         return source
     return header + "".join("\n" + part for part in parts) + own

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kfuse import switches
+from kfuse.codegen import windowed
 from kfuse.codegen.domain import PaddedRead, PartRead, UnsupportedExpr, Use
 from kfuse.codegen.layout import (
     BCAST,
@@ -49,6 +50,7 @@ from kfuse.ir.exprs import ReductionOp, ReshapeOp, WelfordOp
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView
+from kfuse.runtime.backends import register_fit
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.short_rows import split_short_rows
 from kfuse.schedule.types import Rejection, SchedulerType
@@ -227,7 +229,7 @@ class PointwiseScheduler:
             many = 1
         unroll = many if waves >= 4 and vecs_per_row >= many else 1
         rows = rows_per_thread(layout) if waves >= 4 else 1
-        if rows > 1:
+        if rows > 1 or (unroll > 1 and heavy_part_slots(plan, layout, vector)):
             unroll = 1
         # The widest block_x (a power of two, at most `threads`) whose unrolled vectors fit
         # in a row, so that threads are not left with vectors past its end: with 32 threads
@@ -281,20 +283,13 @@ class PointwiseScheduler:
                 bool(op.inner_split) and read(op.inner_split, vector) for op in layout.inputs
             )
 
-        kinds = [access_kind(op, vector) for op in layout.inputs]
+        kinds = input_kinds(plan, layout, vector)
         indexed_by = _indexed_by(plan)
-        for k, j in enumerate(indexed_by):
-            if j >= 0:
-                kinds[k] = indexed_kind(layout.inputs[k], kinds[j], vector, kinds[k])
         windows = tuple(tuple(axis for axis, _, _ in op.window) for op in layout.inputs)
-        for k, op in enumerate(layout.inputs):
-            if op.window:
-                # A cat's part read whose window along the inner axis is whole vectors: a
-                # vector is inside it or not, whole (not for pads: their sources stay).
-                part = isinstance(plan.domain.padded.get(plan.domain.input_uses[k]), PartRead)
-                kinds[k] = windowed_kind(op, layout.rank, kinds[k], vector if part else 0)
-            if op.generated:
-                kinds[k] = GENERATED
+        bounded = params.cparams.maxrregcount is None
+        one_vector = int(params.unroll_factor) == 1 and rows == 1
+        threads = int(params.block_x) * int(params.block_y)
+        slotted = bounded and one_vector and heavy_part_slots(plan, layout, vector)
         return PointwiseKernelSpec(
             rank=layout.rank,
             vector=vector,
@@ -304,7 +299,8 @@ class PointwiseScheduler:
             index_type=index_type,
             input_kinds=tuple(kinds),
             output_kinds=tuple(access_kind(op, vector) for op in layout.outputs),
-            launch_bounds=params.cparams.maxrregcount is None,
+            launch_bounds=bounded,
+            min_blocks=part_slot_blocks(threads) if slotted else None,
             input_splits=(
                 tuple(tuple(s != 0 for _, s in op.inner_split) for op in layout.inputs)
                 if split
@@ -319,6 +315,52 @@ class PointwiseScheduler:
             windows=windows if any(windows) else (),
             whole_rows=rows == 1 and whole_gather_rows(layout, params),
         )
+
+
+def input_kinds(plan: PointwisePlan, layout: PointwiseLayout, vector: int) -> tuple[str, ...]:
+    """Each input's access kind (kfuse.codegen.layout) at vectors of `vector` elements."""
+    kinds = [access_kind(op, vector) for op in layout.inputs]
+    for k, j in enumerate(_indexed_by(plan)):
+        if j >= 0:
+            kinds[k] = indexed_kind(layout.inputs[k], kinds[j], vector, kinds[k])
+    for k, op in enumerate(layout.inputs):
+        if op.window:
+            # A cat's part read whose window along the inner axis is whole vectors: a
+            # vector is inside it or not, whole (not for pads: their sources stay).
+            part = isinstance(plan.domain.padded.get(plan.domain.input_uses[k]), PartRead)
+            kinds[k] = windowed_kind(op, layout.rank, kinds[k], vector if part else 0)
+        if op.generated:
+            kinds[k] = GENERATED
+    return tuple(kinds)
+
+
+def heavy_part_slots(plan: PointwisePlan, layout: PointwiseLayout, vector: int) -> bool:
+    """Whether the kernel loads a cat's part-local slots (kfuse.codegen.windowed.PartSlots)
+    that two vectors a thread would hold in more than half of PART_SLOT_REGISTERS, so that it
+    takes one vector a thread (switches.PART_SLOTS_ONE_VECTOR): a thread holds each
+    vector's slots until it computes it, and the rest of the kernel (each read's base, the
+    loops, the output vector, the lanes' values) takes the other half. rope_partial's four
+    slots of 16 bytes took 76 registers and 24 warps an H100 SM with two vectors, 48 and 40
+    with one; a cat of one to three slots (8 to 24 registers for two vectors) keeps two (a
+    float rotary's three spilled 16 bytes under the 48-register bound, sm_90)."""
+    if not switches.PART_SLOTS_ONE_VECTOR:
+        return False
+    held = windowed.slot_bytes(input_kinds(plan, layout, vector), plan.domain, vector) // 4
+    return 2 * held > PART_SLOT_REGISTERS // 2
+
+
+PART_SLOT_REGISTERS = 48
+"""Registers a thread that a kernel with heavy part slots (heavy_part_slots) at one vector a
+thread is compiled to, as its launch bounds' blocks an SM: torch.compile's Triton kernel for
+rope_partial [8, 32, 4096, 128] bf16 has 48 (Nsight Compute, H100). sm_90 SASS of kfuse's:
+bounded to 10 blocks of 128 threads an SM, 48 (472 instructions); unbounded, 48 as well
+(480), but ptxas took 56 for it when its window checks were written inline, so the bound
+keeps what the register fit would not; bounded to 12 blocks, 40, no spill (472)."""
+
+
+def part_slot_blocks(threads: int) -> int:
+    """The blocks of `threads` an SM that leave each thread PART_SLOT_REGISTERS."""
+    return max(1, register_fit.REGISTERS_PER_SM // (threads * PART_SLOT_REGISTERS))
 
 
 def _indexed_by(plan: PointwisePlan) -> tuple[int, ...]:
