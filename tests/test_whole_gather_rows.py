@@ -1,5 +1,5 @@
 """Rows read through an index whose launch covers them exactly (switches.WHOLE_GATHER_ROWS,
-kfuse.schedule.pointwise.gather_row_tile, kfuse.codegen.whole_rows): the tile chosen, the
+kfuse.schedule.gather_rows.gather_row_tile, kfuse.codegen.whole_rows): the tile chosen, the
 values against the reference and against the generic loop's, the row's constant inputs
 loaded once a row, and a position outside its axis still an InputError (host emulator; the
 GPU tests at the end, at the model suite's sizes)."""
@@ -19,7 +19,7 @@ from kfuse.engine.program import KernelProgram
 from kfuse.errors import InputError
 from kfuse.frontend import FusionDefinition
 from kfuse.runtime.launch import KernelLaunch
-from kfuse.schedule.pointwise import gather_row_tile
+from kfuse.schedule.gather_rows import gather_row_tile
 from reference_checks import check, rand
 
 

@@ -99,7 +99,7 @@ measurements), not as 16-bit values each function widens."""
 WHOLE_GATHER_ROWS = True
 """A pointwise kernel with an indexed read (an embedding's rows, index_select, gather) whose
 rows some launch tiles exactly takes that launch: block_x threads of `unroll` vectors (at
-most kfuse.schedule.pointwise.GATHER_MAX_UNROLL) over grid_x blocks that cover a row with no
+most kfuse.schedule.gather_rows.GATHER_MAX_UNROLL) over grid_x blocks that cover a row with no
 vector to spare, chosen where the default launch leaves part of a row's last block idle; and
 such a kernel walks its rows without the ragged-end path, loads the inputs that are constant
 along a row (an embedding's id) once a row and checks each such index once a row

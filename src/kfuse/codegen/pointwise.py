@@ -40,7 +40,7 @@ from kfuse.codegen.registers import register_array
 from kfuse.codegen.row_split import split_vector_loads
 from kfuse.codegen.whole_rows import whole_row_loop
 from kfuse.ir.fusion import Fusion
-from kfuse.ir.values import Scalar, TensorView
+from kfuse.ir.values import TensorView
 from kfuse.runtime.runtime_header import runtime_header
 
 
@@ -423,7 +423,8 @@ def kernel_params(
         f"kf::Tensor<{u.val.dtype.cuda_type}, {ranks[k]}, {index}> in{k}"
         for k, u in enumerate(plan.domain.input_uses)
     ]
-    params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(plan.domain.scalars)]
+    # Kernel ABI: Half and BFloat16 scalars travel as float (their compute type).
+    params += [f"{compute_ctype(s.dtype)} s{k}" for k, s in enumerate(plan.domain.scalars)]
     if generated.stateful_ops(plan.domain):  # filled per launch (RngStateOperand)
         params += generated.RNG_PARAMS
     params += [
@@ -445,7 +446,7 @@ def element_body_function(plan: PointwisePlan, name: str) -> tuple[list[str], Ca
     fast, fused = approximable(plan.fusion), products(plan.fusion)
     body = emit_body(domain.uses, leaves_compute, scalar_params, "v", fast, selectors, fused)
     body_params = [f"{bf16_words.param_type(u.val.dtype)} x{k}" for k, u in enumerate(inputs)]
-    body_params += [f"{_scalar_ctype(s)} s{k}" for k, s in enumerate(domain.scalars)]
+    body_params += [f"{compute_ctype(s.dtype)} s{k}" for k, s in enumerate(domain.scalars)]
     body_params += [f"int {name}" for name in selectors.values()]  # the part of each cat
     body_params += [f"{o.dtype.cuda_type}& y{k}" for k, (o, _) in enumerate(outputs)]
     body_lines = list(body.lines)
@@ -596,8 +597,3 @@ def _elements(
                 for k in range(len(outputs))
             ]
         )
-
-
-def _scalar_ctype(s: Scalar) -> str:
-    """Kernel ABI: Half/BFloat16 scalars travel as float."""
-    return compute_ctype(s.dtype)

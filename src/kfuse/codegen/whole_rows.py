@@ -1,6 +1,6 @@
 """The pointwise kernel's rows where its launch covers a row with its vectors exactly
 (PointwiseKernelSpec.whole_rows: grid_x blocks of block_x threads of U vectors, chosen for
-reads through an index by kfuse.schedule.pointwise.gather_row_tile, switches.
+reads through an index by kfuse.schedule.gather_rows.gather_row_tile, switches.
 WHOLE_GATHER_ROWS).
 
 Each thread's U vectors of a row then all lie inside it: no loop along the row, no test of

@@ -52,6 +52,7 @@ from kfuse.ir.ops import OPS
 from kfuse.ir.values import TensorView
 from kfuse.runtime.backends import register_fit
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.gather_rows import gather_row_tile, has_indexed_rows, whole_gather_rows
 from kfuse.schedule.short_rows import split_short_rows
 from kfuse.schedule.types import Rejection, SchedulerType
 
@@ -74,54 +75,6 @@ COSTLY_OPS = frozenset(
     | {"div", "fmod", "remainder", "pow"}
 )
 """Ops whose latency a thread's second vector of loads hides: transcendentals and divisions."""
-
-
-GATHER_MAX_UNROLL = 4
-"""The most vectors gather_row_tile gives a thread."""
-WARP = 32
-
-
-def gather_row_tile(vecs_per_row: int, threads: int, block_x: int, unroll: int) -> tuple[int, int]:
-    """(block_x, unroll) for rows of `vecs_per_row` vectors read through an index
-    (switches.WHOLE_GATHER_ROWS): the given tile where its blocks cover a row exactly, else
-    the first, in order of vectors a thread from `unroll` up to GATHER_MAX_UNROLL and then
-    down to 1, of: a row over one block's threads, whole warps or a divisor of one (a warp
-    never holds part of a row and idle lanes); a row over whole blocks of `threads`; else
-    the given tile, whose last block of a row is left partly idle."""
-    if vecs_per_row % (block_x * unroll) == 0:
-        return block_x, unroll
-    order = [*range(unroll, GATHER_MAX_UNROLL + 1), *range(unroll - 1, 0, -1)]
-    for u in order:
-        across = vecs_per_row // u
-        if (
-            vecs_per_row % u == 0
-            and across <= threads
-            and (across % WARP == 0 or WARP % across == 0)
-        ):
-            return across, u
-    for u in order:
-        if vecs_per_row % (threads * u) == 0:
-            return threads, u
-    return block_x, unroll
-
-
-def whole_gather_rows(layout: PointwiseLayout, params: Any) -> bool:
-    """PointwiseKernelSpec.whole_rows: where switches.WHOLE_GATHER_ROWS is on, whether the
-    launch's vectors are exactly a row's of a kernel with indexed reads and no input that
-    reads its own window or sub-axes or generates its values (the loads kfuse.codegen.
-    whole_rows leaves to the generic loop)."""
-    covered = int(params.grid_x) * int(params.block_x) * int(params.unroll_factor)
-    return (
-        switches.WHOLE_GATHER_ROWS
-        and _has_indexed_rows(layout)
-        and covered * int(params.vectorization_factor) == layout.n_inner
-        and not any(op.inner_split or op.window or op.generated for op in layout.inputs)
-    )
-
-
-def _has_indexed_rows(layout: PointwiseLayout) -> bool:
-    """Whether the kernel walks rows (the 2-D schedule) and reads an input through an index."""
-    return layout.rank > 1 and any(op.indexed is not None for op in layout.inputs)
 
 
 def has_costly_math(fusion: Fusion) -> bool:
@@ -238,7 +191,7 @@ class PointwiseScheduler:
         block_x = 1
         while block_x < threads and block_x * 2 * unroll <= vecs_per_row:
             block_x *= 2
-        if switches.WHOLE_GATHER_ROWS and rows == 1 and _has_indexed_rows(layout):
+        if switches.WHOLE_GATHER_ROWS and rows == 1 and has_indexed_rows(layout):
             block_x, unroll = gather_row_tile(vecs_per_row, threads, block_x, unroll)
         block_y = max(1, threads // block_x)
         params.vectorization_factor = vector
