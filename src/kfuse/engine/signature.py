@@ -33,7 +33,7 @@ from kfuse.runtime.arrays import framework_of, numpy_data_ptr
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerParams
 
-SCALAR_TYPES = (bool, int, float)
+SCALAR_TYPES = (bool, int, float, complex)
 """The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
 anything else take the checked path)."""
 
