@@ -228,6 +228,31 @@ def test_the_fast_paths_program_computes_each_calls_parts() -> None:
     assert sorted(program([z, -3.5 + 0.5j])) == [-3.5, 0.5]
 
 
+def test_a_new_value_needs_no_new_program_and_a_segmented_call_replays() -> None:
+    """The parts are fill values, kernel parameters: every value runs the Program compiled
+    for the first, and a segmented fusion's planned calls (kfuse.engine.segmented_replay)
+    compute each call's parts."""
+    z = _complex((40,), torch.complex64)
+    with FusionDefinition() as fd:
+        x = fd.from_pytorch(z)
+        fd.add_output(fd.ops.mul(x, fd.define_scalar(DataType.ComplexDouble)))
+    for value in (1j, 2 - 1j, 0.5 + 3j):
+        (got,) = fd.execute([z, value])
+        _close(got, z * value)
+    assert len(fd._executor()._compiled) == 1
+    a = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(a)
+        s = fd.define_scalar(DataType.ComplexDouble)
+        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.matmul(t, t), s), dims=[0]))
+    values = (1 + 1j, 2j, -4 + 0.5j, 0.5 - 2j)
+    for value in values:  # planned on the second call, replayed on the third and fourth
+        (got,) = fd.execute([a, value])
+        _close(got, ((a @ a) * value).sum(0).to(torch.complex64))
+    assert len(fd.segments([a, 1j])) == 2
+    assert fd._executor().replays.hits == 2
+
+
 def test_ops_that_take_no_run_time_complex_scalar_say_so() -> None:
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1], dtype=DataType.ComplexFloat)
