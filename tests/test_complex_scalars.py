@@ -224,6 +224,7 @@ def test_the_fast_paths_program_computes_each_calls_parts() -> None:
     kinds = sorted(kind for _, kind, _, _ in launch_slots(launch, program))
     assert kinds == ["input", "output", "scalar", "scalar"]  # the real and imaginary parts
     assert scalar_spec(1 + 2j) == (complex,)  # a Python complex takes the fast path
+    assert scalar_spec(np.complex128(1 + 2j)) is None  # NumPy's, as its other scalars, not
     assert sorted(program([z, 1 + 2j])) == [1.0, 2.0]
     assert sorted(program([z, -3.5 + 0.5j])) == [-3.5, 0.5]
 
