@@ -229,6 +229,18 @@ def test_repro_inputs_round_trip_exactly(tmp_path: Path) -> None:
     assert torch.equal(y, x)
 
 
+def test_a_complex_scalar_input_round_trips(tmp_path: Path) -> None:
+    """JSON has no complex number: a run-time complex scalar is saved as its two parts."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.ComplexFloat)
+        fd.add_output(fd.ops.mul(x, fd.define_scalar(dtype=DataType.ComplexDouble)))
+    z = torch.randn(6, dtype=torch.complex64)
+    path = repro.write(tmp_path, "case", _example(fd, [z, 1.5 - 2j]), "m", "m", "c", "w")
+    _, (y, s) = repro.load(path.with_suffix(".npz"))
+    assert s == 1.5 - 2j and isinstance(s, complex) and torch.equal(y, z)
+    assert "S0 = (1.5-2j)" in path.read_text()
+
+
 def test_other_inputs_round_trip_and_describe_themselves(tmp_path: Path) -> None:
     fd = _two_outputs()
     x = torch.randn(3, 5).to(torch.bfloat16)

@@ -82,8 +82,8 @@ def write(
 
 def _describe(fusion: Any, meta: list[dict[str, Any]]) -> str:
     return "; ".join(
-        f"{v.name} = {m['scalar']!r}"
-        if "scalar" in m
+        f"{v.name} = {_scalar(m)!r}"
+        if _is_scalar(m)
         else f"{v.name} {m['framework']} {m['dtype']} {tuple(m['shape'])} strides "
         f"{tuple(m['strides'])} on {m['device']}"
         for v, m in zip(fusion.inputs, meta)
@@ -105,9 +105,20 @@ def _save_inputs(
             values, entry = _save_array(a)
             arrays[f"{prefix}{k}"] = values
             meta.append(entry)
+        elif isinstance(a, complex):  # JSON has no complex number: its two parts
+            meta.append({"complex": [a.real, a.imag]})
         else:
             meta.append({"scalar": a})
     return meta
+
+
+def _is_scalar(entry: dict[str, Any]) -> bool:
+    return "scalar" in entry or "complex" in entry
+
+
+def _scalar(entry: dict[str, Any]) -> Any:
+    """A saved scalar input's value (_is_scalar)."""
+    return complex(*entry["complex"]) if "complex" in entry else entry["scalar"]
 
 
 def _save_array(a: Any) -> tuple[Any, dict[str, Any]]:
@@ -164,7 +175,7 @@ def load_all(
 
     def rebuilt(saved: Any, entries: list[dict[str, Any]], prefix: str) -> list[Any]:
         return [
-            entry["scalar"] if "scalar" in entry else _rebuild(saved[f"{prefix}{k}"], entry, device)
+            _scalar(entry) if _is_scalar(entry) else _rebuild(saved[f"{prefix}{k}"], entry, device)
             for k, entry in enumerate(entries)
         ]
 

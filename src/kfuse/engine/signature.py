@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.ir.exprs import attribute_vals
+from kfuse.ir.exprs import GeneratedOp, attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import framework_of, numpy_data_ptr
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerParams
 
-SCALAR_TYPES = (bool, int, float)
+SCALAR_TYPES = (bool, int, float, complex)
 """The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
 anything else take the checked path)."""
 
@@ -54,7 +54,10 @@ def shape_inputs(fusion: Fusion) -> frozenset[int]:
         return cached
     pending: list[Any] = []
     for e in fusion.exprs:
-        pending += attribute_vals(e)  # every Scalar an attribute holds is a size or a bound
+        # Every Scalar an attribute holds is a size or a bound, but a generated value's
+        # parameters (a fill value, a seed): kernel parameters, set by each call's values
+        # (a run-time complex scalar reaches kernels as such fill values, its parts).
+        pending += list(e.shape) if isinstance(e, GeneratedOp) else attribute_vals(e)
     inputs = {id(v): k for k, v in enumerate(fusion.inputs)}
     found: set[int] = set()
     seen: set[int] = set()

@@ -145,8 +145,7 @@ class Builder:
         )
 
     def new_scalar(self, dtype: DataType, *, is_input: bool = False) -> Scalar:
-        """A fresh non-constant Scalar (of a real dtype: check_symbolic_scalar)."""
-        cx.check_symbolic_scalar(dtype)
+        """A fresh non-constant Scalar."""
         name, serial = self.fusion.next_name("S")
         return Scalar(name, dtype, None, is_input=is_input, owner=self.owner, serial=serial)
 
@@ -208,6 +207,7 @@ class Builder:
 
     def add(self, expr: Expr) -> Expr:
         """Register an expr with the fusion."""
+        cx.check_kernel_operands(expr)
         return self.fusion.register_expr(expr)
 
     # ---- pointwise ----
@@ -251,6 +251,8 @@ class Builder:
         compute = self._compute_dtype(op, vals)
         if info.category == "logical":
             compute = DataType.Bool
+        if compute.is_complex and any(isinstance(v, TensorView) for v in [cond, *vals]):
+            vals = [cx.complex_operand(self, v, compute, op) for v in vals]
         if info.casts_operands:
             vals = [self.cast(v, compute, op=op) for v in vals]
         out_dtype = cx.result_dtype(info, compute)
@@ -258,8 +260,8 @@ class Builder:
             vals = [cond, *vals]
         vals = self._align(op, vals)
         tensors = [v for v in vals if isinstance(v, TensorView)]
-        if not tensors and (compute.is_complex or out_dtype.is_complex):
-            return self.constant(cx.folded_value(op, vals, out_dtype, describe), out_dtype, op=op)
+        if not tensors and (compute.is_complex or out_dtype.is_complex) and cx.all_constant(vals):
+            return self.constant(cx.folded_value(op, vals, out_dtype), out_dtype, op=op)
         if tensors:
             out: Val = self.new_tensor(out_dtype, self._result_axes(op, tensors))
         else:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kfuse.dtypes import COMPLEX_OF, REAL_OF, DataType
 from kfuse.errors import ComplexCastWarning, DefinitionError
-from kfuse.ir.exprs import CastOp
+from kfuse.ir.exprs import CastOp, Expr
 from kfuse.ir.op_info import OpInfo
 from kfuse.ir.ops import OPS
 from kfuse.ir.scalar_eval import eval_scalar, to_python
@@ -89,15 +89,55 @@ def complex_cast(builder: Builder, v: Val, dtype: DataType, op: str) -> Val:
     return out
 
 
-def check_symbolic_scalar(dtype: DataType) -> None:
-    """DefinitionError for a symbolic (run-time) scalar of a complex dtype: a kernel takes no
-    complex parameter, so complex scalars are constants (folded_value makes them)."""
-    if dtype.is_complex:
-        raise DefinitionError(
-            f"a symbolic (run-time) {dtype.value} scalar is not supported: complex values "
-            "come from tensors and constants (define_scalar(1+2j)); pass a run-time "
-            "complex number as a 0-d tensor"
-        )
+def check_kernel_operands(expr: Expr) -> None:
+    """DefinitionError where tensor op `expr` would read a run-time complex scalar as it is:
+    a kernel takes no complex parameter (the launches pack real numbers), so such a scalar
+    reaches tensors as its parts (as_complex_tensor); an op that has not made it so (a pad's
+    value, an index_fill's) refuses it."""
+    if not any(isinstance(o, TensorView) for o in expr.outputs):
+        return  # a scalar expression: evaluated on the host
+    op = getattr(expr, "op", type(expr).__name__)
+    for v in expr.inputs:
+        if isinstance(v, Scalar) and not v.is_constant and v.dtype.is_complex:
+            raise DefinitionError(
+                f"{op}: {v.name} is a run-time {v.dtype.value} scalar, which {op} does not "
+                "take in kfuse (kernels take no complex parameter; pointwise ops and "
+                "fd.ops.full take run-time complex scalars)"
+            )
+
+
+def as_complex_tensor(
+    builder: Builder,
+    v: Scalar,
+    dtype: DataType,
+    make_part: Callable[[Scalar, DataType], TensorView],
+    op: str,
+) -> TensorView:
+    """A tensor of complex `dtype` holding run-time scalar `v` (a complex one, or a real one
+    promoted to complex: its imaginary part 0). Kernels take real parameters only, so each
+    part is a generated tensor (`make_part(scalar, part dtype)`: fd.ops.full of the shape
+    wanted, no memory) whose fill value the host computes from `v` per call (real(v) and
+    imag(v) are scalar expressions); the kernel joins them where it reads them."""
+    part = REAL_OF[dtype]
+    if not v.dtype.is_complex:
+        return cast(TensorView, builder.cast(make_part(v, part), dtype, op=op))
+    re, im = (cast(Scalar, builder.pointwise(which, [v])) for which in ("real", "imag"))
+    parts = [make_part(re, part), make_part(im, part)]
+    return cast(TensorView, builder.pointwise("complex", parts))
+
+
+def complex_operand(builder: Builder, v: Val, compute: DataType, op: str) -> Val:
+    """Operand `v` of a tensor op computed in complex `compute`: a run-time scalar as a 0-d
+    tensor of that dtype (as_complex_tensor), anything else as it is. The caller has decided
+    the promotion with `v` a scalar, as torch.result_type decides it."""
+    if not isinstance(v, Scalar) or v.is_constant:
+        return v
+    from kfuse.ir.generated import build_full  # generated builds on the builder, and so on this
+
+    def part(s: Scalar, dtype: DataType) -> TensorView:
+        return build_full(builder, [], s, dtype, op=op)
+
+    return as_complex_tensor(builder, v, compute, part, op)
 
 
 def complex_constant(value: Any, dtype: DataType, op: str) -> complex:
@@ -111,17 +151,12 @@ def complex_constant(value: Any, dtype: DataType, op: str) -> complex:
     return complex(value)
 
 
-def folded_value(
-    op: str, vals: Sequence[Val], dtype: DataType, describe: Callable[[Any], str]
-) -> Any:
-    """The value pointwise `op` gives on scalar operands where complex values are involved
-    (a constant: check_symbolic_scalar says why); DefinitionError for a symbolic operand."""
-    values = []
-    for v in vals:
-        if not (isinstance(v, Scalar) and v.is_constant):
-            raise DefinitionError(
-                f"{op}: {describe(v)} is a symbolic scalar; complex arithmetic on scalars "
-                "takes constants only (pass a run-time complex number as a 0-d tensor)"
-            )
-        values.append(v.value)
-    return eval_scalar(op, values, dtype)
+def folded_value(op: str, vals: Sequence[Val], dtype: DataType) -> Any:
+    """The value pointwise `op` gives on constant scalar operands where complex values are
+    involved: a constant (its complex value needs no kernel or host expression)."""
+    return eval_scalar(op, [cast(Scalar, v).value for v in vals], dtype)
+
+
+def all_constant(vals: Sequence[Val]) -> bool:
+    """Whether every operand is a constant scalar."""
+    return all(isinstance(v, Scalar) and v.is_constant for v in vals)

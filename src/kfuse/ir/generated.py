@@ -23,6 +23,7 @@ from typing import Any
 from kfuse.dtypes import DataType, as_dtype
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.builder import as_index, describe
+from kfuse.ir.complex_rules import as_complex_tensor
 from kfuse.ir.exprs import GeneratedOp
 from kfuse.ir.random_ops import (
     RANDOM_OPS,
@@ -208,6 +209,13 @@ def build_full(b: Any, shape: Any, fill_value: Any, dtype: Any, op: str = "full"
     """fd.ops.full: a tensor of `shape` (ints and Int Scalars) holding `fill_value` (a
     number or a Scalar, converted to `dtype`)."""
     dt = _factory_dtype(dtype, op)
+    if dt.is_complex and isinstance(fill_value, Scalar) and not fill_value.is_constant:
+        b.operand(fill_value, op, 1)
+
+        def part(s: Scalar, part_dtype: DataType) -> TensorView:
+            return build_full(b, shape, s, part_dtype, op)
+
+        return as_complex_tensor(b, fill_value, dt, part, op)
     extents = _extents(b, shape, op)
     fill = _param(b, fill_value, dt, op, "fill_value", exact_kind=False)
     return _generated(b, "full", extents, [fill], dt)

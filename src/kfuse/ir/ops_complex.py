@@ -41,8 +41,10 @@ def _nan_safe(fn: Any) -> Any:
 
 
 def _part(which: str) -> Any:
+    # Every Python and NumPy number has .real and .imag: a complex scalar input may be
+    # given as an int or a float (imaginary part 0).
     def part(a: Any) -> Any:
-        return getattr(a, which) if isinstance(a, complex) else a
+        return getattr(a, which)
 
     return part
 

@@ -160,8 +160,9 @@ def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
 
 def check_scalar(val: Val, arg: Any, what: str) -> None:
     """A scalar input's value must be of its dtype's kind: a bool for Bool, an integer for
-    Int and Int32, a number for a floating dtype (a 0-d array of such a value too). Nothing
-    is converted silently: 2.7 for an Int would have been truncated to 2."""
+    Int and Int32, a real number for a floating dtype, any number for a complex one (a 0-d
+    array of such a value too). Nothing is converted silently: 2.7 for an Int would have
+    been truncated to 2, 1j for a Double would have lost its imaginary part."""
     if framework_of(arg) is not None and getattr(arg, "ndim", 0) != 0:
         raise InputError(f"{what} is a scalar input; got an array of shape {tuple(arg.shape)}")
     value = arg.item() if hasattr(arg, "item") else arg
@@ -169,6 +170,8 @@ def check_scalar(val: Val, arg: Any, what: str) -> None:
         ok = isinstance(value, bool)
     elif val.dtype.is_integral:
         ok = isinstance(value, int) and not isinstance(value, bool)
+    elif val.dtype.is_complex:  # a real number is a complex one of imaginary part 0
+        ok = isinstance(value, (int, float, complex)) and not isinstance(value, bool)
     else:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not ok:

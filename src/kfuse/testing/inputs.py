@@ -530,6 +530,12 @@ def _scalar_value(draw: Any, v: Scalar, value_range: float) -> Any:
         return draw(st.booleans())
     if v.dtype.is_integral:
         return draw(st.integers(-4, 4))
+    if v.dtype.is_complex:  # each part as a real scalar's
+        return complex(_real_value(draw, value_range), _real_value(draw, value_range))
+    return _real_value(draw, value_range)
+
+
+def _real_value(draw: Any, value_range: float) -> float:
     return (
         float(draw(st.sampled_from([-2.0, -1.5, -0.5, 0.25, 0.5, 1.0, 1.75, 2.0])))
         * value_range

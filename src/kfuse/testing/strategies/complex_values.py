@@ -4,10 +4,11 @@ dtypes), fd.ops.complex of drawn parts, and the pointwise ops drawn on them.
 A complex value lives in the generator's complex_pool, which only the ops below draw from;
 the pool of real values gets a part of it (real, imag or abs), so every other step
 (reductions, normalizations, indexing, outputs) meets real values as before, and the
-complex computations reach the outputs through their parts. The ops drawn are those whose
-every part is well conditioned on finite operands of modest size (the complex exp, log and
-trigonometric functions, whose parts can be tiny next to |z|, are tested against torch in
-tests/test_complex.py instead).
+complex computations reach the outputs through their parts. A binary op's second operand is
+sometimes a run-time scalar (a real one promoted, or a ComplexDouble input). The ops drawn
+are those whose every part is well conditioned on finite operands of modest size (the
+complex exp, log and trigonometric functions, whose parts can be tiny next to |z|, are
+tested against torch in tests/test_complex.py instead).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
+from kfuse.dtypes import DataType
 from kfuse.ir.ops import OPS
 
 if TYPE_CHECKING:
@@ -43,6 +45,17 @@ def _pick(gen: Gen, exact: bool) -> Entry:
     return gen.draw(st.sampled_from(cands[-4:] if gen.draw(st.booleans()) else cands))
 
 
+def _run_time_scalar(gen: Gen) -> tuple[Any, bool, float]:
+    """A run-time scalar operand (a value given per call, which kernels read as its parts):
+    one of the fusion's real symbolic scalars, promoted to complex, or a new ComplexDouble
+    scalar input (kept out of gen.scalars, which real ops draw from); with its exactness and
+    bound, as Gen.operand gives them (testing.inputs draws each part within the range)."""
+    if gen.draw(st.booleans()):
+        s = gen.draw(st.sampled_from(gen.scalars))
+        return s, True, 2.0 if s.dtype.is_floating else 4.0
+    return gen.fd.define_scalar(dtype=DataType.ComplexDouble), True, 3.0
+
+
 def complex_step(gen: Gen) -> Entry | None:
     """One of DRAWN_ON_COMPLEX (those among the generator's ops) on complex values of the
     pool, with a real value or a complex constant as a binary op's second operand sometimes;
@@ -59,8 +72,11 @@ def complex_step(gen: Gen) -> Entry | None:
         exact = z.exact and row.precision == "exact" and op != "abs"
         return dataclasses.replace(z, val=getattr(o, op)(z.val), exact=exact, bound=bound)
     second = gen.draw(st.integers(0, 2))
-    if second == 0:
-        w: Any = gen.draw(st.sampled_from(_CONSTANTS))
+    w: Any
+    if gen.scalars and gen.draw(st.integers(0, 2)) == 0:  # symbolic scalars are allowed
+        w, w_exact, w_bound = _run_time_scalar(gen)
+    elif second == 0:
+        w = gen.draw(st.sampled_from(_CONSTANTS))
         w_exact, w_bound = True, abs(w)
     else:
         other = _pick(gen, row.discontinuous) if second == 1 else gen.pick(exact=row.discontinuous)
