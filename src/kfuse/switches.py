@@ -96,6 +96,19 @@ FROM_WORDS = True
 32-bit words of their vectors (kfuse.codegen.bf16_words, whose docstring has the
 measurements), not as 16-bit values each function widens."""
 
+REGENERATED_READS = True
+"""The persistent kernels (inner, inner-outer, outer, a row split over a cluster) compute a
+generated read (random numbers, full, iota) again in every pass over the row that reads it,
+at the element's offset, instead of holding it in registers or shared memory with the row
+(kfuse.codegen.reduction_functions.regenerated_inputs); the schedulers count no held bytes
+for it. On before its GPU measurement, by the counts of sm_90 SASS (tools/kernel_sass.py,
+h200 profile, held -> regenerated): see the commit that turned it on. The A/B (kernel us
+against torch.compile): `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
+dropout_layernorm_fwd_rng:16384x4096 dropout_layernorm_fwd_rng:8192x8192
+dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:32768x1024
+dropout_rmsnorm_fwd_rng:16384x4096 dropout_rmsnorm_fwd_rng:8192x8192
+dropout_rmsnorm_fwd_rng:2048x16384 --tc --ab kfuse.switches.REGENERATED_READS=False`."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False

@@ -93,18 +93,19 @@ def element(
     """`expr`'s element at linear index `index` (a CUDA expression), in `storage`: its
     parameters are constants or the kernel's scalars `param_names` (one a parameter; "" for a
     constant), a stateful random op draws at rng_offset + its place in `stateful` (the kernel's
-    stateful ops in the order it first reads them), a random one through PhiloxMemo `memo`."""
+    stateful ops in the order it first reads them), a random one through PhiloxMemo `memo`
+    ("": a Philox call of its own)."""
     params = [scalar_operand(p, name or None) for p, name in zip(expr.params, param_names)]
     at = f"(long long)({index})"
     if is_random(expr):
-        made = _random_value(expr, at, params, stateful, memo)
+        made = _random_value(expr, at, params, stateful, memo or None)
     else:
         made = GENERATORS[expr.op].cuda(at, params, expr.dtype)
     return f"kf::cast<{storage.cuda_type}>({made})"
 
 
 def _random_value(
-    expr: GeneratedOp, index: str, params: list[str], stateful: list[GeneratedOp], memo: str
+    expr: GeneratedOp, index: str, params: list[str], stateful: list[GeneratedOp], memo: str | None
 ) -> str:
     if is_stateful(expr):
         params = [*params, "rng_seed", f"rng_offset + {stateful.index(expr)}"]
@@ -146,17 +147,24 @@ def loop_param(plan: ReductionPlan, i: int) -> str:
     return f"made_in{i}" if i in loop_reads(plan) else f"in{i}"
 
 
-def loop_setup(plan: ReductionPlan) -> list[str]:
+def loop_setup(plan: ReductionPlan, whole_groups: frozenset[int] = frozenset()) -> list[str]:
     """The statements that open a reduction kernel reading its loop inputs: per generated
-    read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others)."""
+    read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others).
+
+    `whole_groups`: random reads computed a vector at a time from an index that is a multiple
+    of four (an inner persistent kernel's regenerated slots: kf::load_vec): they take no
+    memo, so that no Philox block stays live across the kernel (the memo's eight registers
+    spilled a dropout + layer norm forward of [2048, 16384]); each group of four makes one
+    Philox call by common subexpressions alone."""
     names = {id(s): f"s{k}" for k, s in enumerate(plan.scalars)}
     stateful = loop_stateful_ops(plan)
     lines = []
     for i, expr in loop_reads(plan).items():
         storage = plan.loop_inputs[i].val.dtype
         params = [names.get(id(p), "") for p in expr.params]
-        made = element(expr, storage, "e", params, stateful, f"rng_memo{i}")
-        if is_random(expr):
+        memo = "" if i in whole_groups else f"rng_memo{i}"
+        made = element(expr, storage, "e", params, stateful, memo)
+        if is_random(expr) and memo:
             lines.append(f"kf::PhiloxMemo rng_memo{i};")
         lines.append(
             f"const auto in{i} = kf::generated(made_in{i}, [&](long long e) {{ return {made}; }});"

@@ -57,6 +57,7 @@ from kfuse.codegen.persistent_memory import (
     CLUSTER_SLOTS_BYTES,
     WARP,
     prefetched_inputs,
+    regenerated_slots,
     shift_source,
     slot_loops,
     smem_bytes_held,
@@ -137,7 +138,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             cluster=cluster,
         )
     )
-    code(*generated.loop_setup(plan))  # generated reads' in<i>
+    # generated reads' in<i>; the regenerated ones a vector at a time (regenerate_slot)
+    code(*generated.loop_setup(plan, frozenset(regenerated_slots(plan, spec))))
     code(f"typedef {spec.index_type} Index;")
     _shared_memory(code, plan, spec)
     n_red = row_extent("in0", rank - 1, spec.loop_rank(0) - rank + 1)
@@ -239,6 +241,7 @@ def _reduce_held(
 ) -> None:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
+    regenerated = regenerated_slots(plan, spec)  # valid_element_loop computes them a slot
     deps = result_args(plan, stage_dependencies(plan, k))
     code.extend(prelude_lines(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps, code.indent))
     hoisted = tuple(call_args(hoist, f"st{k}_"))
@@ -248,6 +251,8 @@ def _reduce_held(
         loaded = [
             _placeholder(u.val.dtype.cuda_type)
             if i in streamed
+            else held_element(spec, i, "0", "j", streamed=True)
+            if i in regenerated
             else held_element(spec, i, "b", "j", reloaded=reloaded)
             for i, u in enumerate(plan.loop_inputs)
         ]
@@ -335,6 +340,7 @@ def _row_shift(
     137.6 us for the dropout + layer norms)."""
     source = shift_source(spec)
     streamed = streamed_inputs(plan)
+    regenerated = regenerated_slots(plan, spec)  # held by no thread: computed here
     first = f"first{k}"
     values = [
         _placeholder(u.val.dtype.cuda_type)
@@ -342,7 +348,7 @@ def _row_shift(
         else held_element(spec, i, "0", "0")
         if spec.loop_kinds[i] == BCAST
         else f"kf::load(in{i}, base_in{i})"
-        if source == "loaded"
+        if source == "loaded" or i in regenerated
         else f"x{i}[0][0]"
         for i, u in enumerate(plan.loop_inputs)
     ]
@@ -392,7 +398,8 @@ def _store_slot(
     `first`: the first slot of the slot's loop (a group of reloaded slots)."""
     vec = spec.vector
     outs = plan.fusion.outputs
-    streamed = streamed_inputs(plan)
+    # Loaded (streamed) or computed (regenerated) again for the slot, into x<i>[0].
+    streamed = streamed_inputs(plan) | set(regenerated_slots(plan, spec))
     summed = column_partials.accumulated(spec)
     stored = [k for k in plan.loop_outputs if k not in summed]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))

@@ -35,12 +35,25 @@ __device__ __forceinline__ T load(const Generated<T, N, Index, F>& g, Off off) {
   return g.value((long long)off);
 }
 
-// A vector load reads V consecutive elements: those at off, off + 1, ... (unit stride).
+// A vector load reads V consecutive elements: those at off, off + 1, ... (unit stride). Where
+// V is a multiple of four and off is too (rows of a multiple of four elements), each group of
+// four is given its index as (q << 2) | c, c a constant: a random read's subsequence (index / 4)
+// is then the same expression q for the four, and its word (index % 4) the constant c, so the
+// compiler makes the group one Philox call whose words stay in registers. Written off + j,
+// each element paid the PhiloxMemo's test and a word picked by a computed index (a local
+// array: STL in sm_90 SASS). (Other vectors taken by a function out of line made the kernel
+// shorter but spill: its call's saved registers.)
 template <int V, typename T, int N, typename Index, typename F, typename Off>
 __device__ __forceinline__ Vec<T, V> load_vec(const Generated<T, N, Index, F>& g, Off off) {
   Vec<T, V> v;
+  const long long at = (long long)off;
+  if (V % 4 == 0 && (at & 3) == 0) {
 #pragma unroll
-  for (int j = 0; j < V; ++j) v[j] = g.value((long long)off + j);
+    for (int j = 0; j < V; ++j) v[j] = g.value((((at >> 2) + j / 4) << 2) | (j % 4));
+    return v;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = g.value(at + j);
   return v;
 }
 
