@@ -49,6 +49,7 @@ from kfuse.codegen.persistent_loads import (
     load_held,
     load_input_vector,
     load_input_vector_or_zero,
+    regenerate_slot,
     slot_bodies,
     slot_views,
     valid_element_loop,
@@ -108,7 +109,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     registers or shared memory (load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
     prefetched = prefetched_inputs(plan, spec)
-    suffix = spec.whole_suffix() + ("_pf" if prefetched else "")
+    suffix = (
+        spec.whole_suffix() + ("_pf" if prefetched else "") + ("_g" if spec.grouped_reads else "")
+    )
     suffix += column_partials.name_suffix(spec) + spec.split_suffix()
     name = kernel_name(plan, spec, suffix)
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
@@ -398,14 +401,14 @@ def _store_slot(
     `first`: the first slot of the slot's loop (a group of reloaded slots)."""
     vec = spec.vector
     outs = plan.fusion.outputs
-    # Loaded (streamed) or computed (regenerated) again for the slot, into x<i>[0].
-    streamed = streamed_inputs(plan) | set(regenerated_slots(plan, spec))
+    streamed = streamed_inputs(plan)
+    regenerated = regenerated_slots(plan, spec)  # computed again for the slot, as streamed
     summed = column_partials.accumulated(spec)
     stored = [k for k in plan.loop_outputs if k not in summed]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
     loaded = [
         held_element(spec, i, "0", "j", streamed=True)
-        if i in streamed
+        if i in streamed or i in regenerated
         else held_element(spec, i, "b", "j", reloaded=reloaded)
         for i in range(len(plan.loop_inputs))
     ]
@@ -423,6 +426,7 @@ def _store_slot(
             elif spec.loop_kinds[i] != BCAST:
                 declare_input_array(code, plan, spec, i, f"x{i}", 1)
                 load_input_vector(code, spec, i, f"x{i}[0]")
+        regenerate_slot(code, plan, spec, regenerated)
         slot_views(code, plan, spec, reloaded, first)
         with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
             code(f"{name}_full({', '.join(args)});")

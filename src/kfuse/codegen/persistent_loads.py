@@ -299,7 +299,11 @@ def regenerate_slot(
     its lanes are then held_element(spec, i, "0", j, streamed=True)."""
     for i in inputs:
         declare_input_array(code, plan, spec, i, f"x{i}", 1, zero=spec.loop_kinds[i] != VEC)
-        _load_in_row(code, spec, i, f"x{i}[0]")
+        if i in spec.grouped_reads:  # VEC, rows of whole vectors of a multiple of four
+            inside = f"row_ok && {in_row(spec, 'i0 < n_red')}"
+            code(f"x{i}[0] = kf::load_vec_groups<{spec.vector}>(in{i}, base_in{i} + i0, {inside});")
+        else:
+            _load_in_row(code, spec, i, f"x{i}[0]")
 
 
 def in_row(spec: ReductionKernelSpec, test: str) -> str:
