@@ -251,6 +251,25 @@ def test_a_drawn_mask_computed_again_each_pass_or_held_is_the_reference_mask(
         np.testing.assert_allclose(np.asarray(g).astype(np.float64), e, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("regenerated", "in_shared_memory"), [(True, False), (False, True)])
+def test_a_drawn_mask_costs_the_held_row_no_bytes(
+    regenerated: bool, in_shared_memory: bool, monkeypatch: Any
+) -> None:
+    # Held, the float numbers (4 bytes an element) sent a bf16 dropout + layer norm row of
+    # 16384 to shared memory, where its twin with the Bool mask given is held in registers.
+    import ml_dtypes
+
+    from kfuse import schedule, switches
+
+    monkeypatch.setattr(switches, "REGENERATED_READS", regenerated)
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    x = np.empty((2048, 16384), ml_dtypes.bfloat16)
+    w = np.empty((16384,), ml_dtypes.bfloat16)
+    fd = _dropout_norm(DataType.BFloat16, True)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x, x, w, w])
+    assert bool(hp.smem_persistent) is in_shared_memory
+
+
 @pytest.mark.parametrize("regenerated", [True, False], ids=["regenerated", "held"])
 def test_an_outer_norm_draws_the_same_numbers_computed_again_or_held(
     regenerated: bool, monkeypatch: Any

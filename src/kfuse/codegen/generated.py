@@ -25,6 +25,9 @@ through a PhiloxMemo of the read's own. Every load of in<i> the kernel already w
 vectors, guarded vectors, copies into shared memory) then computes what it would have read, at
 the offset it would have read at, which is the element's linear index. The stateful ops are
 numbered over the loop inputs in order, and the kernel takes RNG_PARAMS after its scalars.
+The persistent kernels compute the generated reads a reduction reads again in every pass
+instead of holding them (kfuse.codegen.reduction_functions.regenerated_inputs); the inner
+persistent kernel's take no memo (loop_setup's by_vector).
 """
 
 from __future__ import annotations
@@ -147,22 +150,22 @@ def loop_param(plan: ReductionPlan, i: int) -> str:
     return f"made_in{i}" if i in loop_reads(plan) else f"in{i}"
 
 
-def loop_setup(plan: ReductionPlan, whole_groups: frozenset[int] = frozenset()) -> list[str]:
+def loop_setup(plan: ReductionPlan, by_vector: frozenset[int] = frozenset()) -> list[str]:
     """The statements that open a reduction kernel reading its loop inputs: per generated
     read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others).
 
-    `whole_groups`: random reads computed a vector at a time from an index that is a multiple
-    of four (an inner persistent kernel's regenerated slots: kf::load_vec): they take no
-    memo, so that no Philox block stays live across the kernel (the memo's eight registers
-    spilled a dropout + layer norm forward of [2048, 16384]); each group of four makes one
-    Philox call by common subexpressions alone."""
+    `by_vector`: reads the kernel computes a vector at a time (kf::load_vec, load_vec_groups:
+    an inner persistent kernel's regenerated slots), whose groups of four indices make one
+    Philox call each by common subexpressions alone: they take no memo, whose Philox block
+    stayed live across the kernel (its registers spilled a dropout + layer norm forward of
+    [2048, 16384])."""
     names = {id(s): f"s{k}" for k, s in enumerate(plan.scalars)}
     stateful = loop_stateful_ops(plan)
     lines = []
     for i, expr in loop_reads(plan).items():
         storage = plan.loop_inputs[i].val.dtype
         params = [names.get(id(p), "") for p in expr.params]
-        memo = "" if i in whole_groups else f"rng_memo{i}"
+        memo = "" if i in by_vector else f"rng_memo{i}"
         made = element(expr, storage, "e", params, stateful, memo)
         if is_random(expr) and memo:
             lines.append(f"kf::PhiloxMemo rng_memo{i};")
