@@ -251,6 +251,31 @@ def test_a_drawn_mask_computed_again_each_pass_or_held_is_the_reference_mask(
         np.testing.assert_allclose(np.asarray(g).astype(np.float64), e, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("regenerated", [True, False], ids=["regenerated", "held"])
+@pytest.mark.parametrize("shape", [(6, 1024), (5, 1030)], ids=["whole-groups", "ragged"])
+def test_a_welford_over_drawn_numbers_computed_again_each_pass(
+    regenerated: bool, shape: tuple[int, int], monkeypatch: Any
+) -> None:
+    # The Welford's shift (its row's first value), mean and squared-deviation passes each
+    # compute the numbers again where they are regenerated.
+    from kfuse import switches
+
+    monkeypatch.setattr(switches, "REGENERATED_READS", regenerated)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        u = fd.ops.uniform(0.0, 1.0, fd.ops.shape(x), rng_seed=SEED, rng_offset=OFFSET)
+        h = fd.ops.add(x, u)
+        var, mean = fd.ops.var_mean(h, dims=[1], correction=0)
+        fd.add_output(fd.ops.sub(h, fd.ops.broadcast(mean, [False, True])))
+        fd.add_output(var)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    centred, var = fd.execute([x])
+    assert _schedulers(fd) == [SchedulerType.inner_persistent]
+    h = x.astype(np.float64) + ref.uniform(SEED, OFFSET, shape, DataType.Float)
+    np.testing.assert_allclose(centred, h - h.mean(1, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(var, h.var(1), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(("regenerated", "in_shared_memory"), [(True, False), (False, True)])
 def test_a_drawn_mask_costs_the_held_row_no_bytes(
     regenerated: bool, in_shared_memory: bool, monkeypatch: Any
