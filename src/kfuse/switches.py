@@ -107,7 +107,8 @@ Philox groups): dropout + layer norm forward with the mask drawn [32768, 1024] 1
 1032, 0; [8192, 8192] 8280, 32 -> 2448, 32 (the row-end tests kept: without them it
 spills too, 1760, 32); [2048, 16384] 11112, 32 (rows in shared memory) -> 2464, 32 (in
 registers, the tests kept); dropout + RMS norm forward [32768, 1024] 1088, 32 -> 808, 0;
-[8192, 8192] 7384, 32 -> 2280, 0 (the tests kept: without them 1440, 16). The A/B (kernel us against torch.compile): `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
+[8192, 8192] 7384, 32 -> 2280, 0 (the tests kept: without them 1440, 16). The A/B (kernel
+us against torch.compile): `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
 dropout_layernorm_fwd_rng:16384x4096 dropout_layernorm_fwd_rng:8192x8192
 dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:32768x1024
 dropout_rmsnorm_fwd_rng:16384x4096 dropout_rmsnorm_fwd_rng:8192x8192

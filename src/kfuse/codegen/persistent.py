@@ -93,14 +93,24 @@ from kfuse.ir.exprs import WelfordOp
 from kfuse.runtime.runtime_header import runtime_header
 
 
-def min_blocks_per_sm(threads: int) -> int:
+def min_blocks_per_sm(threads: int, target: int | None = None) -> int:
     """__launch_bounds__' second argument: enough resident blocks that a thread keeps at most
-    REGISTER_TARGET registers (the compiler otherwise keeps every held value converted to
-    float and runs at a fraction of the occupancy bandwidth needs)."""
-    return max(1, min(16, 65536 // (REGISTER_TARGET * threads)))
+    `target` (REGISTER_TARGET) registers (the compiler otherwise keeps every held value
+    converted to float and runs at a fraction of the occupancy bandwidth needs)."""
+    return max(1, min(16, 65536 // ((target or REGISTER_TARGET) * threads)))
 
 
 REGISTER_TARGET = 64
+
+REGENERATED_REGISTER_TARGET = 64
+"""REGISTER_TARGET of a kernel that computes generated reads again every pass (its Philox
+calls' registers beside the held row). As REGISTER_TARGET until measured: at 80, the dropout
++ norm forwards with the mask drawn that hold four vectors a thread no longer spill (sm_90,
+h200 profile: layer norm [8192, 8192] 2448 instructions and 32 bytes of local memory a
+thread with its row-end tests -> 1736 and none without; RMS norm 2280 -> 1432), at three
+blocks of 256 threads an SM instead of four. The A/B: `--ab
+kfuse.codegen.persistent.REGENERATED_REGISTER_TARGET=80` (kfuse.switches.REGENERATED_READS
+has the cases)."""
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
@@ -137,7 +147,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             bounded=spec.launch_bounds,
             min_blocks=column_partials.min_blocks_per_sm(spec)
             if spec.columns
-            else min_blocks_per_sm(threads),
+            else min_blocks_per_sm(
+                threads, REGENERATED_REGISTER_TARGET if regenerated_slots(plan, spec) else None
+            ),
             cluster=cluster,
         )
     )
