@@ -237,6 +237,90 @@ def test_dropout_and_a_norm_are_one_kernel_with_the_philox_mask(
         )
 
 
+@pytest.mark.parametrize("regenerated", [True, False], ids=["regenerated", "held"])
+@pytest.mark.parametrize("shape", [(6, 1024), (5, 1030)], ids=["whole-groups", "ragged"])
+@pytest.mark.parametrize("layer_norm", [True, False], ids=["layernorm", "rmsnorm"])
+def test_a_drawn_mask_computed_again_each_pass_or_held_is_the_reference_mask(
+    regenerated: bool, shape: tuple[int, int], layer_norm: bool, monkeypatch: Any
+) -> None:
+    # switches.REGENERATED_READS: the persistent kernel computes the numbers again in every
+    # pass (a vector of a row of a multiple of four elements in whole Philox calls, others
+    # lane by lane), or holds them with the row; the same mask and norm either way.
+    from kfuse import switches
+
+    monkeypatch.setattr(switches, "REGENERATED_READS", regenerated)
+    rng = np.random.default_rng(3)
+    x1, x2 = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    w, b = (rng.standard_normal(shape[1:]).astype(np.float32) for _ in range(2))
+    fd = _dropout_norm(DataType.Float, layer_norm)
+    got = fd.execute([x1, x2, w, b])
+    assert _schedulers(fd) == [SchedulerType.inner_persistent]
+    want = _dropout_norm_reference(x1, x2, w, b, layer_norm)
+    _same(got[-1], want[-1])
+    for g, e in zip(got[:-1], want[:-1], strict=True):
+        np.testing.assert_allclose(np.asarray(g).astype(np.float64), e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("regenerated", [True, False], ids=["regenerated", "held"])
+@pytest.mark.parametrize("shape", [(6, 1024), (5, 1030)], ids=["whole-groups", "ragged"])
+def test_a_welford_over_drawn_numbers_computed_again_each_pass(
+    regenerated: bool, shape: tuple[int, int], monkeypatch: Any
+) -> None:
+    # The Welford's shift (its row's first value), mean and squared-deviation passes each
+    # compute the numbers again where they are regenerated.
+    from kfuse import switches
+
+    monkeypatch.setattr(switches, "REGENERATED_READS", regenerated)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        u = fd.ops.uniform(0.0, 1.0, fd.ops.shape(x), rng_seed=SEED, rng_offset=OFFSET)
+        h = fd.ops.add(x, u)
+        var, mean = fd.ops.var_mean(h, dims=[1], correction=0)
+        fd.add_output(fd.ops.sub(h, fd.ops.broadcast(mean, [False, True])))
+        fd.add_output(var)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    centred, var = fd.execute([x])
+    assert _schedulers(fd) == [SchedulerType.inner_persistent]
+    h = x.astype(np.float64) + ref.uniform(SEED, OFFSET, shape, DataType.Float)
+    np.testing.assert_allclose(centred, h - h.mean(1, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(var, h.var(1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("regenerated", "in_shared_memory"), [(True, False), (False, True)])
+def test_a_drawn_mask_costs_the_held_row_no_bytes(
+    regenerated: bool, in_shared_memory: bool, monkeypatch: Any
+) -> None:
+    # Held, the float numbers (4 bytes an element) sent a bf16 dropout + layer norm row of
+    # 16384 to shared memory, where its twin with the Bool mask given is held in registers.
+    import ml_dtypes
+
+    from kfuse import schedule, switches
+
+    monkeypatch.setattr(switches, "REGENERATED_READS", regenerated)
+    monkeypatch.setenv("KFUSE_EMULATOR_PROFILE", "h200")
+    x = np.empty((2048, 16384), ml_dtypes.bfloat16)
+    w = np.empty((16384,), ml_dtypes.bfloat16)
+    fd = _dropout_norm(DataType.BFloat16, True)
+    hp = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, [x, x, w, w])
+    assert bool(hp.smem_persistent) is in_shared_memory
+
+
+@pytest.mark.parametrize("regenerated", [True, False], ids=["regenerated", "held"])
+def test_an_outer_norm_draws_the_same_numbers_computed_again_or_held(
+    regenerated: bool, monkeypatch: Any
+) -> None:
+    from kfuse import switches
+
+    monkeypatch.setattr(switches, "REGENERATED_READS", regenerated)
+    shape = (203, 37)
+    fd = _drawn_beside_a_reduction("uniform", DataType.Float, 0, hold=True)
+    outs = fd.execute([np.zeros(shape, np.float32)])
+    assert _schedulers(fd) == [SchedulerType.outer_persistent]
+    want = ref.uniform(SEED, OFFSET, shape, DataType.Float)
+    _same(outs[1], want)
+    _same(outs[0], want - want.max(axis=0))
+
+
 def test_a_draw_feeding_row_and_column_sums_is_one_inner_outer_kernel() -> None:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)

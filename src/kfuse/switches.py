@@ -157,6 +157,24 @@ vectors). On before its measurement, torch.compile's shape of the kernel that ru
 faster; the A/B: `tools/kernel_times.py rope_partial:8x32x4096x128 --tc --ab
 kfuse.switches.PART_SLOTS_ONE_VECTOR=False`."""
 
+REGENERATED_READS = True
+"""The persistent kernels (inner, inner-outer, outer, a row split over a cluster) compute a
+generated read (random numbers, full, iota) again in every pass over the row that reads it,
+at the element's offset, instead of holding it in registers or shared memory with the row
+(kfuse.codegen.reduction_functions.regenerated_inputs); the schedulers count no held bytes
+for it. On before its GPU measurement, by the counts of sm_90 SASS (tools/kernel_sass.py,
+h200 profile, bf16; instructions and local bytes a thread, held -> regenerated in whole
+Philox groups): dropout + layer norm forward with the mask drawn [32768, 1024] 1160, 32 ->
+1032, 0; [8192, 8192] 8280, 32 -> 2448, 32 (the row-end tests kept: without them it
+spills too, 1760, 32); [2048, 16384] 11112, 32 (rows in shared memory) -> 2464, 32 (in
+registers, the tests kept); dropout + RMS norm forward [32768, 1024] 1088, 32 -> 808, 0;
+[8192, 8192] 7384, 32 -> 2280, 0 (the tests kept: without them 1440, 16). The A/B (kernel
+us against torch.compile): `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
+dropout_layernorm_fwd_rng:16384x4096 dropout_layernorm_fwd_rng:8192x8192
+dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:32768x1024
+dropout_rmsnorm_fwd_rng:16384x4096 dropout_rmsnorm_fwd_rng:8192x8192
+dropout_rmsnorm_fwd_rng:2048x16384 --tc --ab kfuse.switches.REGENERATED_READS=False`."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False

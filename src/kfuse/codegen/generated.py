@@ -25,6 +25,9 @@ through a PhiloxMemo of the read's own. Every load of in<i> the kernel already w
 vectors, guarded vectors, copies into shared memory) then computes what it would have read, at
 the offset it would have read at, which is the element's linear index. The stateful ops are
 numbered over the loop inputs in order, and the kernel takes RNG_PARAMS after its scalars.
+The persistent kernels compute the generated reads a reduction reads again in every pass
+instead of holding them (kfuse.codegen.reduction_functions.regenerated_inputs); the inner
+persistent kernel's take no memo (loop_setup's by_vector).
 """
 
 from __future__ import annotations
@@ -93,18 +96,19 @@ def element(
     """`expr`'s element at linear index `index` (a CUDA expression), in `storage`: its
     parameters are constants or the kernel's scalars `param_names` (one a parameter; "" for a
     constant), a stateful random op draws at rng_offset + its place in `stateful` (the kernel's
-    stateful ops in the order it first reads them), a random one through PhiloxMemo `memo`."""
+    stateful ops in the order it first reads them), a random one through PhiloxMemo `memo`
+    ("": a Philox call of its own)."""
     params = [scalar_operand(p, name or None) for p, name in zip(expr.params, param_names)]
     at = f"(long long)({index})"
     if is_random(expr):
-        made = _random_value(expr, at, params, stateful, memo)
+        made = _random_value(expr, at, params, stateful, memo or None)
     else:
         made = GENERATORS[expr.op].cuda(at, params, expr.dtype)
     return f"kf::cast<{storage.cuda_type}>({made})"
 
 
 def _random_value(
-    expr: GeneratedOp, index: str, params: list[str], stateful: list[GeneratedOp], memo: str
+    expr: GeneratedOp, index: str, params: list[str], stateful: list[GeneratedOp], memo: str | None
 ) -> str:
     if is_stateful(expr):
         params = [*params, "rng_seed", f"rng_offset + {stateful.index(expr)}"]
@@ -146,17 +150,24 @@ def loop_param(plan: ReductionPlan, i: int) -> str:
     return f"made_in{i}" if i in loop_reads(plan) else f"in{i}"
 
 
-def loop_setup(plan: ReductionPlan) -> list[str]:
+def loop_setup(plan: ReductionPlan, by_vector: frozenset[int] = frozenset()) -> list[str]:
     """The statements that open a reduction kernel reading its loop inputs: per generated
-    read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others)."""
+    read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others).
+
+    `by_vector`: reads the kernel computes a vector at a time (kf::load_vec, load_vec_groups:
+    an inner persistent kernel's regenerated slots), whose groups of four indices make one
+    Philox call each by common subexpressions alone: they take no memo, whose Philox block
+    stayed live across the kernel (its registers spilled a dropout + layer norm forward of
+    [2048, 16384])."""
     names = {id(s): f"s{k}" for k, s in enumerate(plan.scalars)}
     stateful = loop_stateful_ops(plan)
     lines = []
     for i, expr in loop_reads(plan).items():
         storage = plan.loop_inputs[i].val.dtype
         params = [names.get(id(p), "") for p in expr.params]
-        made = element(expr, storage, "e", params, stateful, f"rng_memo{i}")
-        if is_random(expr):
+        memo = "" if i in by_vector else f"rng_memo{i}"
+        made = element(expr, storage, "e", params, stateful, memo)
+        if is_random(expr) and memo:
             lines.append(f"kf::PhiloxMemo rng_memo{i};")
         lines.append(
             f"const auto in{i} = kf::generated(made_in{i}, [&](long long e) {{ return {made}; }});"

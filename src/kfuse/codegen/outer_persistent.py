@@ -46,6 +46,7 @@ from kfuse.codegen.reduction_functions import (
     functions_source,
     kernel_name,
     loop_arguments,
+    regenerated_inputs,
     result_args,
     row_hoists,
     scalar_names,
@@ -68,10 +69,23 @@ from kfuse.ir.exprs import WelfordOp
 KIND = "outer_persistent"
 
 
-def held_inputs(plan: ReductionPlan) -> list[int]:
-    """Loop inputs a reduction reads: held in registers across the reductions."""
+def held_inputs(plan: ReductionPlan, constant: tuple[bool, ...] = ()) -> list[int]:
+    """Loop inputs a reduction reads: held in registers across the reductions, but generated
+    reads that vary along the reduced axis (`constant`: the kernel's red_constant), which
+    every pass computes again at its element (regenerated)."""
     streamed = streamed_inputs(plan)
-    return [i for i in range(len(plan.loop_inputs)) if i not in streamed]
+    return [
+        i
+        for i in range(len(plan.loop_inputs))
+        if i not in streamed and i not in regenerated(plan, constant)
+    ]
+
+
+def regenerated(plan: ReductionPlan, constant: tuple[bool, ...]) -> set[int]:
+    """Generated reads a reduction reads, not constant along the reduced axis: computed at
+    each element where it is read (regenerated_inputs). One constant along it is held in
+    one slot, as a loaded one is (the lanes' preludes read it outside the slots)."""
+    return {i for i in regenerated_inputs(plan) if not (constant and constant[i])}
 
 
 def _placeholder(ctype: str) -> str:
@@ -90,6 +104,17 @@ def _element(spec: ReductionKernelSpec, i: int, b: str) -> str:
     input constant along the reduced axis holds only slot 0)."""
     b = "0" if red_constant(spec, i) else b
     return f"x{i}[{b}]" if spec.loop_kinds[i] == BCAST else f"x{i}[{b}][j]"
+
+
+def _computed(spec: ReductionKernelSpec, i: int) -> str:
+    """Lane j of generated read i at reduced row r, computed there (regenerated): at the
+    offset _load_slot would load it from."""
+    at = f"base_in{i} + r * rs_in{i}"
+    return (
+        f"kf::load(in{i}, {at})"
+        if spec.loop_kinds[i] == BCAST
+        else (f"kf::load(in{i}, {at} + j * step_in{i})")
+    )
 
 
 def _declare(
@@ -217,8 +242,13 @@ def _stage(
     hoisted: tuple[str, ...] = (),
 ) -> str:
     streamed = streamed_inputs(plan)
+    computed = regenerated(plan, spec.red_constant)
     loaded = [
-        _placeholder(u.val.dtype.cuda_type) if i in streamed else _element(spec, i, b)
+        _placeholder(u.val.dtype.cuda_type)
+        if i in streamed
+        else _computed(spec, i)
+        if i in computed
+        else _element(spec, i, b)
         for i, u in enumerate(plan.loop_inputs)
     ]
     return stage_call(plan, name, k, loaded, hoisted)
@@ -302,8 +332,10 @@ def _store_full(
             for i in constant:
                 _load_slot(code, spec, i, "0", "0")
     hoisted = _lane_preludes(code, plan, spec, f"{name}_full_row", hoist, "fu_", range(n_red))
+    computed = regenerated(plan, spec.red_constant)
     loaded = [
-        _element(spec, i, "0" if i in streamed else "b") for i in range(len(plan.loop_inputs))
+        _computed(spec, i) if i in computed else _element(spec, i, "0" if i in streamed else "b")
+        for i in range(len(plan.loop_inputs))
     ]
     args = loop_arguments(plan, loaded)
     args += list(scalar_names(plan).values()) + result_args(plan, range(n_red))
@@ -361,7 +393,7 @@ def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tup
     code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
     code(*generated.loop_setup(plan))  # generated reads' in<i>
     with outer_columns(code, plan, spec, "(Index)1", list(plan.loop_outputs)):
-        held = held_inputs(plan)
+        held = held_inputs(plan, spec.red_constant)
         for i in held:
             _declare(code, plan, spec, i, 1 if red_constant(spec, i) else spec.unroll)
         with code.block("if (col_ok)"):

@@ -49,6 +49,7 @@ from kfuse.codegen.persistent_loads import (
     load_held,
     load_input_vector,
     load_input_vector_or_zero,
+    regenerate_slot,
     slot_bodies,
     slot_views,
     valid_element_loop,
@@ -57,6 +58,7 @@ from kfuse.codegen.persistent_memory import (
     CLUSTER_SLOTS_BYTES,
     WARP,
     prefetched_inputs,
+    regenerated_slots,
     shift_source,
     slot_loops,
     smem_bytes_held,
@@ -91,14 +93,24 @@ from kfuse.ir.exprs import WelfordOp
 from kfuse.runtime.runtime_header import runtime_header
 
 
-def min_blocks_per_sm(threads: int) -> int:
+def min_blocks_per_sm(threads: int, target: int | None = None) -> int:
     """__launch_bounds__' second argument: enough resident blocks that a thread keeps at most
-    REGISTER_TARGET registers (the compiler otherwise keeps every held value converted to
-    float and runs at a fraction of the occupancy bandwidth needs)."""
-    return max(1, min(16, 65536 // (REGISTER_TARGET * threads)))
+    `target` (REGISTER_TARGET) registers (the compiler otherwise keeps every held value
+    converted to float and runs at a fraction of the occupancy bandwidth needs)."""
+    return max(1, min(16, 65536 // ((target or REGISTER_TARGET) * threads)))
 
 
 REGISTER_TARGET = 64
+
+REGENERATED_REGISTER_TARGET = 64
+"""REGISTER_TARGET of a kernel that computes generated reads again every pass (its Philox
+calls' registers beside the held row). As REGISTER_TARGET until measured: at 80, the dropout
++ norm forwards with the mask drawn that hold four vectors a thread no longer spill (sm_90,
+h200 profile: layer norm [8192, 8192] 2448 instructions and 32 bytes of local memory a
+thread with its row-end tests -> 1736 and none without; RMS norm 2280 -> 1432), at three
+blocks of 256 threads an SM instead of four. The A/B: `--ab
+kfuse.codegen.persistent.REGENERATED_REGISTER_TARGET=80` (kfuse.switches.REGENERATED_READS
+has the cases)."""
 
 
 def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str]:
@@ -107,7 +119,9 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     registers or shared memory (load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
     prefetched = prefetched_inputs(plan, spec)
-    suffix = spec.whole_suffix() + ("_pf" if prefetched else "")
+    suffix = (
+        spec.whole_suffix() + ("_pf" if prefetched else "") + ("_g" if spec.grouped_reads else "")
+    )
     suffix += column_partials.name_suffix(spec) + spec.split_suffix()
     name = kernel_name(plan, spec, suffix)
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
@@ -133,11 +147,14 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             bounded=spec.launch_bounds,
             min_blocks=column_partials.min_blocks_per_sm(spec)
             if spec.columns
-            else min_blocks_per_sm(threads),
+            else min_blocks_per_sm(
+                threads, REGENERATED_REGISTER_TARGET if regenerated_slots(plan, spec) else None
+            ),
             cluster=cluster,
         )
     )
-    code(*generated.loop_setup(plan))  # generated reads' in<i>
+    # generated reads' in<i>; the regenerated ones a vector at a time (regenerate_slot)
+    code(*generated.loop_setup(plan, frozenset(regenerated_slots(plan, spec))))
     code(f"typedef {spec.index_type} Index;")
     _shared_memory(code, plan, spec)
     n_red = row_extent("in0", rank - 1, spec.loop_rank(0) - rank + 1)
@@ -239,6 +256,7 @@ def _reduce_held(
 ) -> None:
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
+    regenerated = regenerated_slots(plan, spec)  # valid_element_loop computes them a slot
     deps = result_args(plan, stage_dependencies(plan, k))
     code.extend(prelude_lines(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps, code.indent))
     hoisted = tuple(call_args(hoist, f"st{k}_"))
@@ -248,6 +266,8 @@ def _reduce_held(
         loaded = [
             _placeholder(u.val.dtype.cuda_type)
             if i in streamed
+            else held_element(spec, i, "0", "j", streamed=True)
+            if i in regenerated
             else held_element(spec, i, "b", "j", reloaded=reloaded)
             for i, u in enumerate(plan.loop_inputs)
         ]
@@ -335,6 +355,7 @@ def _row_shift(
     137.6 us for the dropout + layer norms)."""
     source = shift_source(spec)
     streamed = streamed_inputs(plan)
+    regenerated = regenerated_slots(plan, spec)  # held by no thread: computed here
     first = f"first{k}"
     values = [
         _placeholder(u.val.dtype.cuda_type)
@@ -342,7 +363,7 @@ def _row_shift(
         else held_element(spec, i, "0", "0")
         if spec.loop_kinds[i] == BCAST
         else f"kf::load(in{i}, base_in{i})"
-        if source == "loaded"
+        if source == "loaded" or i in regenerated
         else f"x{i}[0][0]"
         for i, u in enumerate(plan.loop_inputs)
     ]
@@ -393,12 +414,13 @@ def _store_slot(
     vec = spec.vector
     outs = plan.fusion.outputs
     streamed = streamed_inputs(plan)
+    regenerated = regenerated_slots(plan, spec)  # computed again for the slot, as streamed
     summed = column_partials.accumulated(spec)
     stored = [k for k in plan.loop_outputs if k not in summed]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
     loaded = [
         held_element(spec, i, "0", "j", streamed=True)
-        if i in streamed
+        if i in streamed or i in regenerated
         else held_element(spec, i, "b", "j", reloaded=reloaded)
         for i in range(len(plan.loop_inputs))
     ]
@@ -416,6 +438,7 @@ def _store_slot(
             elif spec.loop_kinds[i] != BCAST:
                 declare_input_array(code, plan, spec, i, f"x{i}", 1)
                 load_input_vector(code, spec, i, f"x{i}[0]")
+        regenerate_slot(code, plan, spec, regenerated)
         slot_views(code, plan, spec, reloaded, first)
         with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
             code(f"{name}_full({', '.join(args)});")

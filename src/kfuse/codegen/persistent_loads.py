@@ -21,11 +21,11 @@ from kfuse.codegen.persistent_memory import (
     async_copied,
     held_inputs,
     prefetched_inputs,
+    regenerated_slots,
     slot_loops,
     slot_start,
     smem_slot,
 )
-from kfuse.codegen.reduction_functions import streamed_inputs
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import ReductionKernelSpec
 from kfuse.codegen.registers import register_array
@@ -188,13 +188,13 @@ def load_held(code: Code, plan: ReductionPlan, spec: ReductionKernelSpec) -> Non
     """The row's values this thread holds, loaded once: broadcast inputs as one element,
     the others as held_batch vectors in registers or in shared memory (asynchronous copies
     where they can be), zero-initialised so that lanes past the row end hold defined values."""
-    streamed = streamed_inputs(plan)
+    held = held_inputs(plan, spec)
     for i, (u, kind) in enumerate(zip(plan.loop_inputs, spec.loop_kinds)):
         if kind == BCAST:
             code(f"{u.val.dtype.cuda_type} x{i}[1] = {{}};")
             test = f"row_ok && {in_row(spec, 'n_red > 0')}"
             code(f"if ({test}) x{i}[0] = kf::load(in{i}, base_in{i});")
-        elif i not in streamed and not spec.smem_held and spec.held_batch:
+        elif i in held and not spec.smem_held and spec.held_batch:
             declare_input_array(code, plan, spec, i, f"x{i}", spec.held_batch, zero=kind != VEC)
     if not spec.held_batch:
         return
@@ -285,9 +285,25 @@ def valid_element_loop(
     for first, end, reloaded in slot_loops(spec):
         with slot_bodies(code, plan, spec, first, end, reloaded):
             slot_views(code, plan, spec, reloaded, first)
+            regenerate_slot(code, plan, spec, regenerated_slots(plan, spec))
             with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
                 with code.block(f"if ({test})"):
                     code(*body_of(reloaded))
+
+
+def regenerate_slot(
+    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, inputs: list[int]
+) -> None:
+    """Compute the vector at i0 of each generated read of `inputs` (regenerated_slots) into
+    x<i>[0] where the thread's row exists (zeros elsewhere), as a reloaded slot is loaded:
+    its lanes are then held_element(spec, i, "0", j, streamed=True)."""
+    for i in inputs:
+        declare_input_array(code, plan, spec, i, f"x{i}", 1, zero=spec.loop_kinds[i] != VEC)
+        if i in spec.grouped_reads:  # VEC, rows of whole vectors of a multiple of four
+            inside = f"row_ok && {in_row(spec, 'i0 < n_red')}"
+            code(f"x{i}[0] = kf::load_vec_groups<{spec.vector}>(in{i}, base_in{i} + i0, {inside});")
+        else:
+            _load_in_row(code, spec, i, f"x{i}[0]")
 
 
 def in_row(spec: ReductionKernelSpec, test: str) -> str:

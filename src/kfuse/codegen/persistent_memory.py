@@ -8,7 +8,7 @@ emitter lays the kernel out by them.
 from __future__ import annotations
 
 from kfuse.codegen.layout import BCAST, VEC
-from kfuse.codegen.reduction_functions import streamed_inputs
+from kfuse.codegen.reduction_functions import regenerated_inputs, streamed_inputs
 from kfuse.codegen.reduction_loads import DYNAMIC_SMEM_ALIGN, smem_bytes
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
@@ -45,9 +45,18 @@ def slot_loops(spec: ReductionKernelSpec) -> list[tuple[int, int, bool]]:
 
 
 def held_inputs(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
-    """Loop inputs held across the reductions (not broadcast along the row, not streamed)."""
-    streamed = streamed_inputs(plan)
-    return [i for i, kind in enumerate(spec.loop_kinds) if kind != BCAST and i not in streamed]
+    """Loop inputs held across the reductions (not broadcast along the row, not streamed, not
+    regenerated)."""
+    unheld = streamed_inputs(plan) | regenerated_inputs(plan)
+    return [i for i, kind in enumerate(spec.loop_kinds) if kind != BCAST and i not in unheld]
+
+
+def regenerated_slots(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[int]:
+    """Generated reads not broadcast along the row that a reduction reads: computed into a
+    vector of their own at each slot of every pass (regenerated_inputs), never held. One
+    broadcast along the row is held as one element, as a loaded one is."""
+    regenerated = regenerated_inputs(plan)
+    return [i for i, kind in enumerate(spec.loop_kinds) if kind != BCAST and i in regenerated]
 
 
 def smem_regions(plan: ReductionPlan, spec: ReductionKernelSpec) -> list[tuple[int, int]]:

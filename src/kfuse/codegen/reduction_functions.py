@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kfuse import switches
 from kfuse.codegen import bf16_words, contraction, generated, outlined_math, shared_math
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.domain import Use
@@ -284,6 +285,20 @@ def streamed_inputs(plan: ReductionPlan) -> set[int]:
     full-size outputs are computed instead of being held in registers across the reductions."""
     held = {u for dm in plan.stages for u in dm.input_uses}
     return {i for i, u in enumerate(plan.loop_inputs) if u not in held}
+
+
+def regenerated_inputs(plan: ReductionPlan) -> set[int]:
+    """Loop inputs that are generated reads (full, iota, random numbers: kfuse.codegen.
+    generated) and that a reduction reads: the persistent kernels compute them again at the
+    element's offset in every pass that reads them, as they load a streamed input again,
+    instead of holding them (switches.REGENERATED_READS; empty where it is off). A held
+    uniform() costs 4 bytes an element, more than the bf16 inputs beside it: a dropout +
+    layer norm forward's row went to shared memory where its twin with the Bool mask given
+    stayed in registers."""
+    if not switches.REGENERATED_READS:
+        return set()
+    streamed = streamed_inputs(plan)
+    return {i for i in generated.loop_reads(plan) if i not in streamed}
 
 
 def keepable(plan: ReductionPlan) -> tuple[int, ...]:

@@ -114,6 +114,11 @@ class ReductionKernelSpec:
     # that the next row's loads overlap this row's outputs (kfuse.codegen.persistent
     # prefetched_inputs). Named by emit_persistent ("_pf", where it prefetches), not the repr.
     prefetch_next: bool = field(default=False, repr=False)
+    # persistent: the regenerated reads (kfuse.codegen.persistent_memory.regenerated_slots)
+    # whose every vector starts at a multiple of four elements, as the scheduler found on the
+    # shapes planned for: computed in whole groups of four (kf::load_vec_groups), with no
+    # code for a vector across groups. Named by emit_persistent ("_g"), not the repr.
+    grouped_reads: tuple[int, ...] = field(default=(), repr=False)
 
     def loop_rank(self, i: int) -> int:
         """The rank loop input i is passed with: the kept axes, then the row's axis or, for a

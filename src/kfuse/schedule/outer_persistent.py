@@ -119,7 +119,7 @@ def _input_words(plan: ReductionPlan, layout: ReductionLayout, vector: int, cons
     const = red_constant(layout)
     nbytes = sum(
         plan.loop_inputs[i].val.dtype.itemsize * (1 if layout.loop[i].strides[-2] == 0 else vector)
-        for i in held_inputs(plan)
+        for i in held_inputs(plan, const)
         if bool(const and const[i]) == constant
     )
     return -(-nbytes // 4)

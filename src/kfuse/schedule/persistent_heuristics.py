@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.codegen.reduction_functions import keepable, stage_value, streamed_inputs
+from kfuse.codegen.reduction_functions import (
+    keepable,
+    regenerated_inputs,
+    stage_value,
+    streamed_inputs,
+)
 from kfuse.codegen.reduction_plan import ReductionLayout, ReductionPlan
 from kfuse.codegen.reduction_spec import accumulators
 from kfuse.schedule.reduction_heuristics import pick_vector, pow2_ceil
@@ -30,13 +35,14 @@ VECTORS_PER_THREAD = 4
 
 def held_bytes_per_element(plan: ReductionPlan, layout: ReductionLayout) -> int:
     """Bytes one row element costs to hold: every loop input a reduction reads that is not
-    broadcast along the row (weights and biases are streamed, not held)."""
-    streamed = streamed_inputs(plan)
+    broadcast along the row (weights and biases are streamed, not held), but generated reads
+    (random numbers: computed again by every pass, regenerated_inputs)."""
+    unheld = streamed_inputs(plan) | regenerated_inputs(plan)
     return (
         sum(
             u.val.dtype.itemsize
             for i, (u, op) in enumerate(zip(plan.loop_inputs, layout.loop))
-            if op.red_stride != 0 and i not in streamed
+            if op.red_stride != 0 and i not in unheld
         )
         or 1
     )

@@ -15,6 +15,7 @@ from typing import Any
 from kfuse import switches
 from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
 from kfuse.codegen.persistent_memory import smem_bytes_held, static_smem_bytes
+from kfuse.codegen.reduction_functions import regenerated_inputs
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import ReductionLayout, ReductionPlan, vector_ok
 from kfuse.codegen.reduction_spec import ReductionKernelSpec
@@ -83,9 +84,26 @@ def persistent_spec(
         rows_whole=switches.ROWS_WHOLE
         and bx >= SHORT_ROW_THREADS
         and layout.n_rows % _int(params, "block_y") == 0,
+        grouped_reads=grouped_reads(plan, layout, vector, [kind(op) for op in layout.loop]),
     )
     _check_shared_memory(plan, spec, device)
     return spec
+
+
+def grouped_reads(
+    plan: ReductionPlan, layout: ReductionLayout, vector: int, kinds: list[str]
+) -> tuple[int, ...]:
+    """The regenerated reads (regenerated_inputs) whose every vector starts at a multiple of
+    four elements of the generated tensor (ReductionKernelSpec.grouped_reads): contiguous
+    along the row (VEC), vectors of a multiple of four, rows of whole vectors, and every
+    row's start a multiple of four (its strides along the kept axes)."""
+    if vector % 4 or layout.red_size % vector:
+        return ()
+    return tuple(
+        i
+        for i in sorted(regenerated_inputs(plan))
+        if kinds[i] == VEC and all(s % 4 == 0 for s in layout.loop[i].strides[:-1])
+    )
 
 
 FULL_SLOTS_IN_SHARED_MEMORY = (SchedulerType.inner_outer_persistent,)
