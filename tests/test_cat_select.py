@@ -95,9 +95,27 @@ def assert_one_kernel_like_its_parts(
     return out, parts
 
 
-@pytest.mark.parametrize("widths", [WIDTHS, WHOLE_VECTORS])
-@pytest.mark.parametrize("dim", [2, 1, 0])
-@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Int32])
+def _three_sizes_cross() -> list:
+    """Every (dtype, dim, widths). The README's command runs the inner axis whole (both
+    dtypes, both kinds of windows) and each outer axis with parts of three sizes, in floats
+    along axis 1 and in ints (the remainder) along axis 0; the other six (a kernel each) are
+    CI's extended step."""
+    quick = {(DataType.Float, 1), (DataType.Int32, 0)}
+    return [
+        pytest.param(
+            dtype,
+            dim,
+            widths,
+            id=f"{dtype}-{dim}-widths{k}",
+            marks=() if dim == 2 or (k == 0 and (dtype, dim) in quick) else pytest.mark.extended,
+        )
+        for k, widths in enumerate([WIDTHS, WHOLE_VECTORS])
+        for dim in [2, 1, 0]
+        for dtype in [DataType.Float, DataType.Int32]
+    ]
+
+
+@pytest.mark.parametrize(("dtype", "dim", "widths"), _three_sizes_cross())
 def test_parts_of_three_sizes_are_one_kernel_with_the_parts_bits(
     dtype: DataType, dim: int, widths: tuple[int, ...]
 ) -> None:

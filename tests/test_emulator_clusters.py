@@ -108,3 +108,32 @@ def test_a_grid_the_clusters_do_not_divide_is_refused() -> None:
     k = _kernel(NEIGHBOURS, "neighbours")
     with pytest.raises(EmulatorError, match="not a multiple of the cluster's 4 blocks"):
         k.launch(6, 48, 48 * 4, [np.zeros(6 * 96, np.int32)])
+
+
+# Two kernels of one source, one name the tail of the other's: each kernel's own signature is
+# read (the emulator's messages name its parameters; its launches use its cluster shape).
+TWO_KERNELS = """
+extern "C" __global__ void __cluster_dims__(4, 1, 1) split_sum(const float* x, int n) {}
+__device__ int helper(int sum);
+extern "C" __global__ void __launch_bounds__(128) __cluster_dims__(2, 2, 1)
+sum(float* out, const int rows) {}
+extern "C" __global__ void plain(double* y) { helper(sum_rows(1)); }
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "cluster"),
+    [
+        ("split_sum", ("x", "n"), (4, 1, 1)),
+        ("sum", ("out", "rows"), (2, 2, 1)),
+        ("plain", ("y",), (1, 1, 1)),
+        ("helper", (None,), (1, 1, 1)),  # a device function, not a kernel
+    ],
+)
+def test_a_kernels_parameter_names_and_cluster_shape_are_its_own(
+    name: str, params: tuple[str | None, ...], cluster: tuple[int, int, int]
+) -> None:
+    from kfuse.runtime.emulator.kernel import cluster_dims, parameter_names
+
+    assert parameter_names(TWO_KERNELS, name, len(params)) == params
+    assert cluster_dims(TWO_KERNELS, name) == cluster

@@ -301,9 +301,22 @@ def test_held_inputs_of_different_dtypes_share_shared_memory() -> None:
     assert "kf_held + 0)" in source and "kf_held + 16)" in source
 
 
-@pytest.mark.parametrize("smem", [False, True])
-@pytest.mark.parametrize("n", [1000, 4097])
-@pytest.mark.parametrize("share", ["one", "all"])
+def _held_in_part_cross() -> list:
+    """Every (share, n, smem). The README's command runs three (each value of each, the
+    cp.async one among them: one slot reloaded of 1000-element rows held in shared memory);
+    the other five (three kernels each) are CI's extended step."""
+    quick = {("one", 1000, True), ("all", 1000, False), ("one", 4097, False)}
+    return [
+        pytest.param(
+            share, n, smem, marks=() if (share, n, smem) in quick else pytest.mark.extended
+        )
+        for share in ["one", "all"]
+        for n in [1000, 4097]
+        for smem in [False, True]
+    ]
+
+
+@pytest.mark.parametrize(("share", "n", "smem"), _held_in_part_cross())
 def test_rows_held_in_part_match_the_reference(smem: bool, n: int, share: str) -> None:
     """The last reload_batch_size vectors of each thread are read again from global memory by
     every pass instead of being held: softmax (kept exponentials in registers), a layer norm

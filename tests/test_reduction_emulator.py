@@ -265,9 +265,24 @@ def test_edited_outer_params_stay_correct(edit: dict) -> None:
     check(fd, [x], hp)
 
 
-@pytest.mark.parametrize("op", ["sum", "var"])
-@pytest.mark.parametrize("unroll", [8, 5, 2])
-@pytest.mark.parametrize(("block_y", "grid_y", "tail"), [(4, 2, True), (1, 1, False)])
+def _rows_left_cross() -> list:
+    """Every (op, unroll, threads). The README's command runs the sum at every unroll in both
+    thread layouts and the var (a Welford's rows) at the odd unroll, 5, in both; the var at
+    8 and 2 is CI's extended step."""
+    return [
+        pytest.param(
+            *layout,
+            unroll,
+            op,
+            marks=() if op == "sum" or unroll == 5 else pytest.mark.extended,
+        )
+        for layout in [(4, 2, True), (1, 1, False)]
+        for unroll in [8, 5, 2]
+        for op in ["sum", "var"]
+    ]
+
+
+@pytest.mark.parametrize(("block_y", "grid_y", "tail", "unroll", "op"), _rows_left_cross())
 def test_outer_rows_left_after_the_unrolled_loop(
     op: str, unroll: int, block_y: int, grid_y: int, tail: bool
 ) -> None:
@@ -330,8 +345,21 @@ def _column_epilogue_fd(n_red_dims: int = 1) -> FusionDefinition:
     return fd
 
 
-@pytest.mark.parametrize("n_red", [2, 3, 8, 9, 40])
-@pytest.mark.parametrize("columns", [64, 36])
+def _epilogue_cross() -> list:
+    """Every (columns, n_red). The README's command runs both column counts with one batch of
+    one thread (n_red 3 and 8) and with threads along the reduced axis (9 and 40); n_red 2,
+    and 3 and 9 of the other column count, are CI's extended step (a kernel each)."""
+    quick = {(64, 3), (64, 40), (36, 8), (36, 9)}
+    return [
+        pytest.param(
+            columns, n_red, marks=() if (columns, n_red) in quick else pytest.mark.extended
+        )
+        for columns in [64, 36]
+        for n_red in [2, 3, 8, 9, 40]
+    ]
+
+
+@pytest.mark.parametrize(("columns", "n_red"), _epilogue_cross())
 def test_outer_epilogue_stores_whole_column_groups_as_vectors(n_red: int, columns: int) -> None:
     """The outer kernel finds a thread's group of V consecutive columns once and stores its
     row outputs as one vector each (each column's index was decomposed and its element
