@@ -117,3 +117,41 @@ def test_a_cumprod_within_its_rounding_of_float32s_largest_may_overflow() -> Non
     actual[n // 2] *= 1.5
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+
+
+def column_sums() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[0]))
+    return fd
+
+
+def test_a_sum_whose_partial_sums_can_leave_float32_either_way_is_any_value() -> None:
+    """An emulator campaign's find (seed 7100, its nextafter of +-inf made +-3.4e38 terms):
+    four terms of float32's largest and two of its negative sum to inf in float64 and in a
+    sequential float32 sum, to NaN where the kernel's order met +inf and -inf partials."""
+    big = np.finfo(np.float32).max
+    x = np.ones((6, 3), np.float32)
+    x[:, 0] = [big, big, -big, big, -big, big]  # both signs past the range: any order decides
+    x[:, 1] = [big, big, 1.0, 2.0, 3.0, 4.0]  # one sign only: inf in every order
+    x[:2, 2] = [1e30, -1e30]  # partial sums within the range: judged
+    fd = column_sums()
+    (expected,) = evaluate(fd, [x])
+    (order,) = conditioning(fd, [x]).order_decides
+    (same,) = evaluate(fd, [x], accumulate="same")  # float32: inf where float64 is 6.8e38
+    np.testing.assert_array_equal(order, [True, False, False])
+    with np.errstate(over="ignore"):  # 6.8e38 is inf in float32, as the kernel's
+        actual = expected.astype(np.float32)
+    actual[0] = np.nan  # the kernel's order
+    assert_outputs_close(fd, [actual], [expected], [x], alternative=[same], order_decides=[order])
+    actual[1] = 1.0  # an overflow every order gives is still an infinity
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(
+            fd, [actual], [expected], [x], alternative=[same], order_decides=[order]
+        )
+    actual[1], actual[2] = np.inf, 1e29  # and a sum within the range is still judged
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(
+            fd, [actual], [expected], [x], alternative=[same], order_decides=[order]
+        )
+    check_outputs(fd, [x])  # the campaign's check, on the emulator

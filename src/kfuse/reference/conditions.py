@@ -250,6 +250,10 @@ class ConditionTracker:
             self._mark_products(expr, lambda a: self.be.scan("sum", a, expr.dim, self.f64))
             if first not in marks:
                 return
+        if isinstance(expr, ReductionOp) and expr.op == "sum" and floating:
+            self._mark_overflowing_sums(expr)
+            if first not in marks:
+                return
         if not any(v in marks for v in expr.inputs):
             return
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
@@ -274,7 +278,10 @@ class ConditionTracker:
         elif isinstance(expr, (ReductionOp, WelfordOp)) and first in marks:
             reached = self.be.reduce("sum", marks[first], expr.dims, self.f64) > 0
             for out in expr.outputs:
-                marks[out] = self.be.astype(reached, self.f64)
+                mask = self.be.astype(reached, self.f64)
+                marks[out] = (
+                    mask if out not in marks else self.be.astype((mask + marks[out]) > 0, self.f64)
+                )
 
     def _mark_products(self, expr: Expr, total: Any) -> None:
         """Where the prod's (or cumprod's) partial products can leave its precision's range
@@ -301,6 +308,35 @@ class ConditionTracker:
         slack = total(be.where(size > 0, ones, ones)) * math.log2(1.0 + eps)  # n of each
         mask = ((above + slack > largest) | (below - slack < smallest)) & (nan == 0)
         self.order_decides[expr.outputs[0]] = be.astype(mask, self.f64)
+
+    def _mark_overflowing_sums(self, expr: Expr) -> None:
+        """Where a sum's partial sums can leave its dtype's range in some order and not in
+        another: its positive terms (or its negative ones) add up past the largest value
+        while the other sign's terms could bring the total back, or both signs' do (an
+        emulator campaign met 64 terms of +-3.4e38: float64 and a sequential float32 sum give
+        inf, the kernel's split order one partial +inf and one -inf: NaN). Any value is right
+        there, as for a product whose order decides. A sum whose total is past the range by
+        more than the other sign's terms is an infinity in every order: not marked."""
+        be = self.be
+        x = self.as_f64(expr.inputs[0])
+        dims = expr.dims  # type: ignore[attr-defined]
+        wide = expr.outputs[0].dtype is DataType.Double
+        largest = 1.7976931348623157e308 if wide else 3.4028234663852886e38
+        zeros = be.constant(0.0, self.f64, self.ev.like)
+        nan = be.reduce("sum", be.astype(be.fn("isnan")(x), self.f64), dims, self.f64)
+        pos = be.reduce("sum", be.where(x > 0, x, zeros), dims, self.f64)
+        neg = be.reduce("sum", be.where(x < 0, -x, zeros), dims, self.f64)
+        # float64's own sum of such terms may overflow too: inf in pos or neg is past it
+        near = largest * (1.0 - 2.0**-20)  # a float32 sum's rounding on the way
+        both = (pos > near) & (neg > near)
+        back = ((pos > near) & (neg > 0) & (pos - neg <= largest * (1.0 + 2.0**-20))) | (
+            (neg > near) & (pos > 0) & (neg - pos <= largest * (1.0 + 2.0**-20))
+        )
+        mask = (both | back) & (nan == 0)
+        out = expr.outputs[0]
+        earlier = self.order_decides.get(out)
+        marked = be.astype(mask, self.f64)
+        self.order_decides[out] = marked if earlier is None else be.fn("maximum")(earlier, marked)
 
     # ---- indeterminate ----
     def near_zero(self, v: Val) -> Any:
