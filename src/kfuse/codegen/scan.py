@@ -247,7 +247,7 @@ def _chunked_row(code: Code, plan: ScanPlan, spec: ScanKernelSpec, acc: str, ide
             with code.block("if (row_ok && j < n_scan)"):
                 _prologue(code, plan, acc)
             code("if (k > 0) v[k] = scan_op(v[k - 1], v[k]);")
-        _combine(code, acc, identity, u, bx)
+        _combine(code, acc, identity, u, bx, plan.result.dtype.is_complex)
         with code.block(f"for (int k = 0; k < {u}; ++k)", unroll=True):
             code(f"const Index j = c0 + (Index)tx * {u} + k;")
             with code.block("if (row_ok && j < n_scan)"):
@@ -314,13 +314,15 @@ def _epilogue(code: Code, plan: ScanPlan, acc: str) -> None:
         code(f"kf::store(out{k}, base_out{k} + j * out{k}.stride[{plan.dim}], {value});")
 
 
-def _combine(code: Code, acc: str, identity: str, unroll: int, block_x: int) -> None:
+def _combine(
+    code: Code, acc: str, identity: str, unroll: int, block_x: int, complex_values: bool
+) -> None:
     """`prefix`: the sum of the row's elements before this thread's first one in the chunk
     (the carry, the warps before, the lanes before), from the threads' totals v[unroll-1]."""
     full = "0xffffffffu"
     # A complex accumulator moves part by part (the runtime's shuffled); the others, which
     # the shuffle takes whole, keep the intrinsic.
-    shfl_up = "kf::detail::shfl_up" if "complex" in acc else "__shfl_up_sync"
+    shfl_up = "kf::detail::shfl_up" if complex_values else "__shfl_up_sync"
     code(f"{acc} total = v[{unroll - 1}];")
     with code.block("for (int o = 1; o < 32; o <<= 1)"):
         code(

@@ -130,17 +130,25 @@ def prebuilt_folder(directory: Path) -> Path | None:
     share, built there first where missing; None where it cannot be built. A private cache
     can start from a copy of another cache's (the tests' private caches do)."""
     cxx = _compiler()
-    flags = CXX_FLAGS + _linker_flags(cxx)
-    return prebuilt.folder(
-        directory,
-        HEADER_DIR,
-        HEADERS,
-        flags,
-        cxx,
-        _compiler_id(cxx),
-        runtime_header(),
-        with_device_runtime=True,
-    )
+    return _shared_files(directory, CXX_FLAGS + _linker_flags(cxx), cxx, True)
+
+
+def _shared_files(
+    directory: Path, flags: tuple[str, ...], cxx: str, with_device_runtime: bool
+) -> Path | None:
+    """prebuilt.folder for kernels compiled with `flags` by `cxx` into `directory`, under one
+    lock: threads building kernels at once build the shared files once."""
+    with _prebuilt_lock:
+        return prebuilt.folder(
+            directory,
+            HEADER_DIR,
+            HEADERS,
+            flags,
+            cxx,
+            _compiler_id(cxx),
+            runtime_header(),
+            with_device_runtime=with_device_runtime,
+        )
 
 
 def _compiler_id(cxx: str) -> str:
@@ -335,17 +343,7 @@ def _compile_into(
     tmp = Path(tmp_name)
     lib = directory / f"{key}.so"
     try:
-        with _prebuilt_lock:  # threads building kernels at once build the shared files once
-            shared = prebuilt.folder(
-                directory,
-                HEADER_DIR,
-                HEADERS,
-                flags,
-                cxx,
-                _compiler_id(cxx),
-                runtime_header(),
-                with_device_runtime=starts_with_device_runtime(source),
-            )
+        shared = _shared_files(directory, flags, cxx, starts_with_device_runtime(source))
         _run_compiler(source, kernel_name, flags, cxx, tmp, shared)
         body = tmp.read_bytes()
         disk_cache.clear_the_way(lib)
