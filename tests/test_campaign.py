@@ -629,3 +629,37 @@ def test_poisoned_bool_bytes_fail_the_comparison() -> None:
     out = np.full(5, POISON_BYTE, np.uint8).view(np.bool_)
     with pytest.raises(AssertionError, match="byte other than 0 or 1"):
         assert_close(out, np.ones(5, np.bool_), DataType.Bool)
+
+
+def test_drawn_inputs_keep_every_intermediate_within_the_element_bound() -> None:
+    """max_elements bounds the fusion's intermediates too, not its inputs alone: an index
+    that broadcasts against take_along_axis's input, and an outer product of a column and a
+    row, are each far larger than their inputs (a GPU campaign drew a [2^20, 1, 1023, 2]
+    take_along_axis output, 16 GB in the float64 reference, and ran out of memory)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kfuse.testing.inputs import inputs_for
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        index = fd.define_tensor(shape=[1, -1], dtype=DataType.Int)
+        column = fd.define_tensor(shape=[-1, 1])
+        row = fd.define_tensor(shape=[1, -1])
+        fd.add_output(fd.ops.take_along_axis(x, index, 1))
+        fd.add_output(fd.ops.add(column, row))
+    limit = 256
+    seen = []
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(st.data())
+    def draw(data: Any) -> None:
+        ins = data.draw(inputs_for(fd, framework="numpy", max_elements=limit, long_axis=True))
+        x_, index_, column_, row_ = ins
+        assert x_.size <= limit and index_.size <= limit
+        assert x_.shape[0] * index_.shape[1] <= limit  # take_along_axis's output
+        assert column_.shape[0] * row_.shape[1] <= limit  # the outer product
+        seen.append(x_.shape[0] * index_.shape[1])
+
+    draw()
+    assert max(seen) > limit // 8  # the bound shrinks the sizes, not every example to nothing

@@ -283,8 +283,9 @@ def test_cuda_run_time_complex_scalars(dtype: torch.dtype) -> None:
         (shifted,) = fd.execute(inputs)
         torch.testing.assert_close(shifted, a * alpha_ + s_)
     with FusionDefinition() as fd:
+        x = fd.from_pytorch(a)  # inputs come in definition order: [a, s_]
         s = fd.define_scalar(DataType.ComplexDouble)
-        fd.add_output(fd.ops.sum(fd.ops.mul(fd.from_pytorch(a), s), [1]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, s), [1]))
     for s_ in (1 - 2j, 0.5j):
         (total,) = fd.execute([a, s_])
         torch.testing.assert_close(total, (a * s_).sum(1), rtol=1e-5, atol=1e-4)

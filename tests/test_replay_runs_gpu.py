@@ -1,6 +1,6 @@
 """A replayed segmented call's kernel segments run by kfuse._C.ReplayRun on a GPU
 (kfuse.engine.replay_runs): for torch and CuPy arrays, a replayed call gives what the checked
-call (execute with device=, which never replays) gives, on a fusion with two kernel segments
+call (the executor's execute with device=, which never replays) gives, on a fusion with two kernel segments
 in a row (one run, their intermediate pooled), a library segment (matmul) between kernel
 segments, and a stateful random op (each call draws the generator's next numbers, replayed
 or not); an output never shares memory with another call's."""
@@ -43,6 +43,12 @@ def planned(fd: FusionDefinition, inputs: list[Any]) -> Any:
     return replay
 
 
+def checked_call(fd: FusionDefinition, inputs: list[Any], device: int) -> list[Any]:
+    """The call on the checked path, never replayed: fd.execute would drop a device= that
+    names the inputs' own device (Thunder passes one on every call) and replay the call."""
+    return fd._executor().execute(inputs, device=device)
+
+
 def check_runs(replay: Any) -> None:
     """The plan runs its consecutive kernel segments as one ReplayRun, which pools the
     intermediate that only its own kernels read."""
@@ -66,7 +72,7 @@ def test_a_replayed_torch_call_gives_the_checked_calls_results(
         replayed = fd.execute([x2, y2])
         hits = fd._executor().replays.hits
         torch.manual_seed(seed + k)
-        checked = fd.execute([x2, y2], device=x2.device.index)
+        checked = checked_call(fd, [x2, y2], x2.device.index)
         assert fd._executor().replays.hits == hits == k + 1
         for got, want in zip(replayed, checked, strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -90,7 +96,7 @@ def test_a_replayed_cupy_call_gives_the_checked_calls_results(
         kfuse.manual_seed(11 + k)
         replayed = fd.execute([x2, y])
         kfuse.manual_seed(11 + k)
-        checked = fd.execute([x2, y], device=0)
+        checked = checked_call(fd, [x2, y], 0)
         assert fd._executor().replays.hits == k + 1
         for got, want in zip(replayed, checked, strict=True):
             cupy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -484,37 +484,47 @@ def _shrink(
 ) -> None:
     """Halve the largest sizes until every tensor fits in `limit` elements, counting an empty
     axis as one: a reduction over it (an input of [0, 1025, 1023, 1023] summed over axis 0)
-    still has an output of the other extents. The axes of `long_class` are halved last."""
+    still has an output of the other extents. Every tensor counts, not the inputs alone: a
+    take_along_axis whose index broadcasts against its input (or an outer product of two
+    inputs) makes an intermediate far larger than either, which the GPU and the float64
+    reference would hold (a [2^20, 1, 1023, 2] one ran a GPU campaign's worker out of
+    memory). The axes of `long_class` are halved last."""
+    tensors = [v for v in fusion.inputs if isinstance(v, TensorView)]
+    tensors += [o for e in fusion.exprs for o in e.outputs if isinstance(o, TensorView)]
     for _ in range(64):
         over = False
-        for v, shape in zip(fusion.inputs, shapes, strict=False):
-            if shape is None or math.prod(max(1, n) for n in shape) <= limit:
+        for v in tensors:
+            # An axis of no class (a size of its own: cat's, pad's) is counted as one:
+            # its inputs' axes are bounded already.
+            drawn = [
+                (root, size_of[root])
+                for j in range(v.ndim)
+                if (k := classes.axis.get((id(v), j))) is not None
+                and (root := classes.find(k)) in size_of
+            ]
+            fixed = [a.extent for a in v.axes if a.extent is not None and not a.is_broadcast]
+            if math.prod(max(1, n) for _, n in drawn) * math.prod(max(1, n) for n in fixed) <= limit:
                 continue
-            over = True
             # The largest axis drawn a size (an axis of a fixed extent keeps it), the long
             # axis only when every other is down to one.
-            drawn = [
-                (classes.find(k), shape[j])
-                for j in range(len(shape))
-                if (k := classes.axis.get((id(v), j))) is not None and classes.find(k) in size_of
-            ]
             others = [(k, n) for k, n in drawn if k != long_class and n > 1]
-            if not (others or drawn):
-                return  # fixed extents only: nothing to shrink
+            if not others and not any(n > 1 for _, n in drawn):
+                continue  # fixed extents only: nothing to shrink
+            over = True
             k, _ = max(others or drawn, key=lambda kn: kn[1])
             size_of[k] = max(1, classes.least_size(k), size_of[k] // 2)
         if not over:
-            return
-        for idx, v in enumerate(fusion.inputs):
-            if isinstance(v, TensorView):
-                shapes[idx] = [
-                    1
-                    if a.is_broadcast
-                    else a.extent
-                    if a.extent is not None
-                    else size_of[classes.find(classes.axis[(id(v), i)])]
-                    for i, a in enumerate(v.axes)
-                ]
+            break
+    for idx, v in enumerate(fusion.inputs):
+        if isinstance(v, TensorView):
+            shapes[idx] = [
+                1
+                if a.is_broadcast
+                else a.extent
+                if a.extent is not None
+                else size_of[classes.find(classes.axis[(id(v), i)])]
+                for i, a in enumerate(v.axes)
+            ]
 
 
 def _allowed_layouts(v: TensorView) -> list[str]:
