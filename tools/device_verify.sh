@@ -21,6 +21,13 @@
 # PYTHONPATH (the part "tests" does too, for the Thunder GPU tests) and runs
 # tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full run, ~4 minutes;
 # "--quick" for ~1), writing thunder.json and thunder.log.
+# The part "repros" runs every repro script in KFUSE_VERIFY_REPROS (default .whl/repros: copy
+# ../shared/repros/*/ there, a call carries .whl but not ../shared) and writes repros.txt.
+# The part "ab" runs tools/kernel_times.py on KFUSE_VERIFY_AB_CASES (CASE[:SIZE] ...) with
+# torch.compile and one --ab run per ';'-separated entry of KFUSE_VERIFY_AB (ab.txt). The part
+# "hostcost" runs tools/segmented_host_cost.py on the GPU with switches.REPLAY_RUNS on, then
+# off (hostcost.txt). The part "campaign" takes KFUSE_VERIFY_CAMPAIGN_S seconds; give it what
+# a call has left after the other parts (10 minutes a call, less the start).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -37,7 +44,7 @@ install_thunder() {
     [ -d "$THUNDER_SITE/thunder" ] && return 0
     compgen -G ".whl/thunder/*.whl" > /dev/null || return 1
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$THUNDER_SITE" .whl/thunder/*.whl > "$REAL/thunder-install.log" 2>&1
+        --target "$THUNDER_SITE" .whl/thunder/*.whl > "$logs/thunder-install.log" 2>&1
 }
 if [[ $parts == *" tests "* ]]; then
     test_path="${PYTHONPATH:-}"
@@ -53,6 +60,27 @@ elif [ ! -d "$SITE/kfuse" ]; then  # a fresh machine: build and install only
 fi
 # device_check installed kfuse into its private site (tools/device_check.sh)
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+if [[ $parts == *" repros "* ]]; then
+    for script in "${KFUSE_VERIFY_REPROS:-.whl/repros}"/*.py; do
+        echo "$script: $(cd "$(dirname "$script")" && timeout 120 python3 "$(basename "$script")" 2>&1 | tail -n 1)"
+    done | tee "$REAL/repros.txt"
+fi
+if [[ $parts == *" ab "* ]]; then
+    IFS=';' read -r -a variants <<< "${KFUSE_VERIFY_AB:-}"
+    ab_args=()
+    for v in "${variants[@]}"; do [ -n "$v" ] && ab_args+=(--ab "$v"); done
+    timeout "${KFUSE_VERIFY_AB_S:-200}" python3 tools/kernel_times.py ${KFUSE_VERIFY_AB_CASES:?cases for the part ab} \
+        --tc "${ab_args[@]}" > "$REAL/ab.txt" 2>&1
+    sed -n '/## summary/,$p' "$REAL/ab.txt"
+fi
+if [[ $parts == *" hostcost "* ]]; then
+    for on in True False; do
+        echo "switches.REPLAY_RUNS = $on"
+        timeout 90 python3 -c "import runpy, sys, kfuse.switches as s; s.REPLAY_RUNS = $on; \
+sys.argv = ['segmented_host_cost', '--device', 'cuda', '--reps', '1000']; \
+runpy.run_path('tools/segmented_host_cost.py', run_name='__main__')" 2>&1 | tail -n 8
+    done | tee "$REAL/hostcost.txt"
+fi
 if [[ $parts == *" campaign "* ]]; then
     budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
     # The slack covers the workers' last examples and the summary (40 s lost one).
