@@ -1,9 +1,9 @@
 """A replayed segmented call's kernel segments run by kfuse._C.ReplayRun on a GPU
 (kfuse.engine.replay_runs): for torch and CuPy arrays, a replayed call gives what the checked
-call (the executor's execute with device=, which never replays) gives, on a fusion with two kernel segments
-in a row (one run, their intermediate pooled), a library segment (matmul) between kernel
-segments, and a stateful random op (each call draws the generator's next numbers, replayed
-or not); an output never shares memory with another call's."""
+call (the executor's execute with device=, which never replays) gives, on a fusion with two
+kernel segments in a row (one run, their intermediate pooled), a library segment (matmul)
+between kernel segments, and a stateful random op (each call draws the generator's next
+numbers, replayed or not); an output never shares memory with another call's."""
 
 from __future__ import annotations
 

@@ -175,6 +175,15 @@ dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:32768x1024
 dropout_rmsnorm_fwd_rng:16384x4096 dropout_rmsnorm_fwd_rng:8192x8192
 dropout_rmsnorm_fwd_rng:2048x16384 --tc --ab kfuse.switches.REGENERATED_READS=False`."""
 
+EARLY_OUTPUTS = True
+"""The inner persistent kernel stores the full-size outputs that need no reduction's result
+(the mask a dropout + norm forward draws and returns) in the row's first pass instead of in
+the output pass (kfuse.codegen.early_outputs): the output pass then draws no random numbers
+again. On before its GPU measurement, by the counts of sm_90 SASS (tools/kernel_sass.py); the
+A/B: `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
+dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:8192x8192
+dropout_rmsnorm_fwd_rng:2048x16384 --tc --ab kfuse.switches.EARLY_OUTPUTS=False`."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False

@@ -30,7 +30,9 @@ where it is kept (registers, shared memory regions, slots) is kfuse.codegen.pers
 
 from __future__ import annotations
 
-from kfuse.codegen import column_partials, generated
+from typing import Any
+
+from kfuse.codegen import column_partials, early_outputs, generated
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
     Code,
@@ -119,11 +121,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     registers or shared memory (load_held), each reduction over the held values, the
     full-size outputs and the row's outputs."""
     prefetched = prefetched_inputs(plan, spec)
-    suffix = (
-        spec.whole_suffix() + ("_pf" if prefetched else "") + ("_g" if spec.grouped_reads else "")
-    )
-    suffix += column_partials.name_suffix(spec) + spec.split_suffix()
-    name = kernel_name(plan, spec, suffix)
+    early = early_outputs.early_outputs(plan, spec)
+    name = _name(plan, spec, bool(prefetched), bool(early))
     rank, vec, batch = spec.rank, spec.vector, spec.unroll
     by, kept, cluster = spec.block_y, range(rank - 1), spec.cluster
     code = Code()
@@ -136,6 +135,8 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
             plan, name, stages=True, full=True, epilogue=True, kept=spec.kept, hoists=hoists
         )
     )
+    if early:
+        code.extend(early_outputs.early_function(plan, name))
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     params += column_partials.workspace_params(spec)
     threads = spec.block_x * by
@@ -178,10 +179,12 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         for k in spec.kept:
             ctype = compute_ctype(stage_value(plan, k).val.dtype)
             code(f"{ctype} c{k}[{batch}][{vec}] = {{}};")
-        for acc in accumulators(plan):
-            _reduce_held(code, plan, spec, name, acc.k, hoists[f"stage{acc.k}"])
-        if plan.loop_outputs:
-            _store_full(code, plan, spec, name, hoists["full"])
+        for n, acc in enumerate(accumulators(plan)):
+            # the first pass over the row also stores the outputs that need no result
+            first_early = early if n == 0 else ()
+            _reduce_held(code, plan, spec, name, acc.k, hoists[f"stage{acc.k}"], first_early)
+        if plan.loop_outputs:  # with every output early, still the next row's prefetch
+            _store_full(code, plan, spec, name, hoists["full"], early)
         if plan.row_outputs:  # one thread of the row's (first) block writes them
             first = " && kf_rank == 0" if cluster > 1 else ""
             with code.block(f"if (threadIdx.x == 0{first} && row_ok)"):
@@ -191,6 +194,15 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     if cluster > 1:  # no block may exit while another still reads its shared memory
         code("kf::cluster_sync();")
     return code.kernel_source(), name
+
+
+def _name(plan: ReductionPlan, spec: ReductionKernelSpec, prefetched: bool, early: bool) -> str:
+    """The kernel's name: its hash and suffixes that say which variant of it this is."""
+    suffix = (
+        spec.whole_suffix() + ("_pf" if prefetched else "") + ("_g" if spec.grouped_reads else "")
+    )
+    suffix += column_partials.name_suffix(spec) + spec.split_suffix()
+    return kernel_name(plan, spec, suffix + (early_outputs.SUFFIX if early else ""))
 
 
 def _row_offsets(
@@ -252,8 +264,16 @@ def _placeholder(ctype: str) -> str:
 
 
 def _reduce_held(
-    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, k: int, hoist: Hoisted
+    code: Code,
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    k: int,
+    hoist: Hoisted,
+    early: tuple[int, ...] = (),
 ) -> None:
+    """Reduction k over the held row. `early`: the outputs its first pass also stores
+    (kfuse.codegen.early_outputs; the first reduction's first pass only)."""
     acc = accumulators(plan)[k]
     streamed = streamed_inputs(plan)
     regenerated = regenerated_slots(plan, spec)  # valid_element_loop computes them a slot
@@ -261,9 +281,9 @@ def _reduce_held(
     code.extend(prelude_lines(plan, f"{name}_stage{k}_row", hoist, f"st{k}_", deps, code.indent))
     hoisted = tuple(call_args(hoist, f"st{k}_"))
 
-    def value(reloaded: bool) -> str:
+    def loaded(reloaded: bool) -> list[str]:
         # Stages do not read streamed inputs; they get a placeholder value.
-        loaded = [
+        return [
             _placeholder(u.val.dtype.cuda_type)
             if i in streamed
             else held_element(spec, i, "0", "j", streamed=True)
@@ -271,14 +291,20 @@ def _reduce_held(
             else held_element(spec, i, "b", "j", reloaded=reloaded)
             for i, u in enumerate(plan.loop_inputs)
         ]
-        return stage_call(plan, name, k, loaded, hoisted)
+
+    def value(reloaded: bool) -> str:
+        return stage_call(plan, name, k, loaded(reloaded), hoisted)
 
     def staged(reloaded: bool) -> tuple[list[str], str]:
         """(statements, the element's stage value) for the first pass: a kept stage is
-        computed into c<k> once, for the later passes and the full-size outputs."""
+        computed into c<k> once, for the later passes and the full-size outputs; the early
+        outputs are computed beside it."""
+        stores = early_outputs.compute(plan, name, early, loaded(reloaded)) if early else []
         if k in spec.kept:
-            return [f"c{k}[b][j] = {value(reloaded)};"], f"c{k}[b][j]"
-        return [], value(reloaded)
+            return [f"c{k}[b][j] = {value(reloaded)};", *stores], f"c{k}[b][j]"
+        return stores, value(reloaded)
+
+    hooks = early_outputs.lane_hooks(plan, spec, early)  # around each slot's lanes
 
     def again(reloaded: bool) -> str:
         """The element's stage value in a later pass."""
@@ -292,11 +318,28 @@ def _reduce_held(
             keep, v = staged(reloaded)
             return [*keep, acc.update(f"acc{k}", v)]
 
-        valid_element_loop(code, plan, spec, body)
+        valid_element_loop(code, plan, spec, body, **hooks)
         total = _combined(spec, acc.block_reduce(f"acc{k}", "kf_smem", spec.block_x), acc.functor)
         code(f"const {acc.ctype} red{k} = {total};")
         code(*result_assignments(plan, k, f"red{k}", "n_red"))
         return
+    _welford_held(code, plan, spec, name, k, hoisted, staged, again, hooks)
+
+
+def _welford_held(
+    code: Code,
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    k: int,
+    hoisted: tuple[str, ...],
+    staged: Any,
+    again: Any,
+    hooks: dict[str, Any],
+) -> None:
+    """Welford k over the held row in two passes (mean, then squared deviations); staged and
+    again give an element's stage value in the first pass and in the second."""
+    red = plan.reductions[k]
     t = compute_ctype(red.inputs[0].dtype)
     nan = literal(float("nan"), red.inputs[0].dtype)
     total = _combined(
@@ -316,7 +359,7 @@ def _reduce_held(
         keep, v = staged(reloaded)
         return [*keep, f"sum{k} += {v} - shift{k};"]
 
-    valid_element_loop(code, plan, spec, mean_pass)
+    valid_element_loop(code, plan, spec, mean_pass, **hooks)
     code(f"const {t} r{k}_avg = shift{k} + {total.format(f'sum{k}')} / ({t})n_red;")
     code(f"{t} sq{k} = ({t})0;")
     valid_element_loop(
@@ -387,14 +430,21 @@ def _row_shift(
 
 
 def _store_full(
-    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, name: str, hoist: Hoisted
+    code: Code,
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    name: str,
+    hoist: Hoisted,
+    early: tuple[int, ...] = (),
 ) -> None:
+    """The output pass: the full-size outputs but the `early` ones (stored already)."""
     every = result_args(plan, range(len(plan.reductions)))
     with code.block("if (row_ok)"):
         code.extend(prelude_lines(plan, f"{name}_full_row", hoist, "fu_", every, code.indent))
         for first, end, reloaded in slot_loops(spec):
             with slot_bodies(code, plan, spec, first, end, reloaded):
-                _store_slot(code, plan, spec, name, reloaded, first, call_args(hoist, "fu_"))
+                hoisted = call_args(hoist, "fu_")
+                _store_slot(code, plan, spec, name, reloaded, first, hoisted, early)
         if prefetched_inputs(plan, spec):
             code("kf_prefetched = next_ok;")
 
@@ -407,16 +457,19 @@ def _store_slot(
     reloaded: bool,
     first: int,
     hoisted: list[str],
+    early: tuple[int, ...] = (),
 ) -> None:
     """The full-size outputs of one slot of this thread: computed lane by lane from the row
     values and the reductions' results, stored as one vector where the row allows.
-    `first`: the first slot of the slot's loop (a group of reloaded slots)."""
+    `first`: the first slot of the slot's loop (a group of reloaded slots). The `early`
+    outputs are computed too but not stored (the first pass stored them): the compiler drops
+    them and whatever only they read."""
     vec = spec.vector
     outs = plan.fusion.outputs
     streamed = streamed_inputs(plan)
     regenerated = regenerated_slots(plan, spec)  # computed again for the slot, as streamed
     summed = column_partials.accumulated(spec)
-    stored = [k for k in plan.loop_outputs if k not in summed]
+    stored = [k for k in plan.loop_outputs if k not in summed and k not in early]
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds))
     loaded = [
         held_element(spec, i, "0", "j", streamed=True)

@@ -268,10 +268,17 @@ def _fill_slot(
 
 
 def valid_element_loop(
-    code: Code, plan: ReductionPlan, spec: ReductionKernelSpec, body_of: Any
+    code: Code,
+    plan: ReductionPlan,
+    spec: ReductionKernelSpec,
+    body_of: Any,
+    before_lanes: Any = None,
+    after_lanes: Any = None,
 ) -> None:
     """Run `body_of(reloaded)` (statements) for every element of this thread that lies inside
     the row, over the held slots and then the reloaded ones (which load their vectors first).
+    before_lanes(reloaded) gives statements ahead of a slot's lanes; after_lanes(code) emits
+    what follows them (the first pass's early output stores: kfuse.codegen.early_outputs).
 
     The test is an element's even where rows are whole vectors, and ptxas keeps a branch an
     element for it (BSSY, BRA, BSYNC around each element's few instructions in sm_90 SASS).
@@ -286,9 +293,13 @@ def valid_element_loop(
         with slot_bodies(code, plan, spec, first, end, reloaded):
             slot_views(code, plan, spec, reloaded, first)
             regenerate_slot(code, plan, spec, regenerated_slots(plan, spec))
+            if before_lanes is not None:
+                code(*before_lanes(reloaded))
             with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
                 with code.block(f"if ({test})"):
                     code(*body_of(reloaded))
+            if after_lanes is not None:
+                after_lanes(code)
 
 
 def regenerate_slot(

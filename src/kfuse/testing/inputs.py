@@ -503,7 +503,8 @@ def _shrink(
                 and (root := classes.find(k)) in size_of
             ]
             fixed = [a.extent for a in v.axes if a.extent is not None and not a.is_broadcast]
-            if math.prod(max(1, n) for _, n in drawn) * math.prod(max(1, n) for n in fixed) <= limit:
+            elements = math.prod(max(1, n) for _, n in drawn) * math.prod(max(1, n) for n in fixed)
+            if elements <= limit:
                 continue
             # The largest axis drawn a size (an axis of a fixed extent keeps it), the long
             # axis only when every other is down to one.
