@@ -228,6 +228,7 @@ def test_dropout_and_a_norm_are_one_kernel_with_the_philox_mask(
     assert len(fd.segments(inputs)) == 1
     got = fd.execute(inputs)
     assert _schedulers(fd) == [SchedulerType.inner_persistent]
+    assert "_early(" in fd.last_cuda_source()  # the mask stored in the first pass
     want = _dropout_norm_reference(x1, x2, w, b, layer_norm)
     _same(got[-1], want[-1])  # the mask, drawn in the norm's kernel
     tolerance = 1e-4 if dtype == DataType.Float else 2e-2
@@ -469,6 +470,10 @@ def test_dropout_norms_on_the_gpu_equal_the_emulator(layer_norm: bool) -> None:
     fd = _dropout_norm(DataType.Float, layer_norm)
     gpu = fd.execute([torch.from_numpy(a).cuda() for a in host])
     assert _schedulers(fd) == [SchedulerType.inner_persistent]
+    from kfuse import switches
+
+    # the mask stored in the first pass (kfuse.codegen.early_outputs) where that is on
+    assert ("_early(" in fd.last_cuda_source()) == switches.EARLY_OUTPUTS
     emulated = fd.execute(host)
     _same(gpu[-1].cpu().numpy(), emulated[-1])
     for g, e in zip(gpu[:-1], emulated[:-1], strict=True):
