@@ -21,8 +21,9 @@
 # PYTHONPATH (the part "tests" does too, for the Thunder GPU tests) and runs
 # tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full run, ~4 minutes;
 # "--quick" for ~1), writing thunder.json and thunder.log.
-# The part "repros" runs every repro script in KFUSE_VERIFY_REPROS (default .whl/repros: copy
-# ../shared/repros/*/ there, a call carries .whl but not ../shared) and writes repros.txt.
+# The part "repros" runs every repro script in KFUSE_VERIFY_REPROS (default .whl/repros: a call
+# carries .whl but not ../shared; tools/fetch_device_wheels.sh copies ../shared/repros/*/ there
+# and downloads the wheels .whl needs) and writes repros.txt.
 # The part "ab" runs tools/kernel_times.py on KFUSE_VERIFY_AB_CASES (CASE[:SIZE] ...) with
 # torch.compile and one --ab run per ';'-separated entry of KFUSE_VERIFY_AB (ab.txt). The part
 # "hostcost" runs tools/segmented_host_cost.py on the GPU with switches.REPLAY_RUNS on, then
