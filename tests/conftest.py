@@ -7,7 +7,6 @@ variable KFUSE_HYPOTHESIS_PROFILE=campaign or pytest's --hypothesis-profile=camp
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -59,13 +58,9 @@ def _release_cached_gpu_memory(request: pytest.FixtureRequest) -> Iterator[None]
     yield
     if request.node.get_closest_marker("gpu") is None:
         return
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        cupy.get_default_memory_pool().free_all_blocks()
-        cupy.get_default_pinned_memory_pool().free_all_blocks()
+    from kfuse.testing.gpu_memory import release_cached_gpu_memory
+
+    release_cached_gpu_memory()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kfuse.campaign.property import Example, ExampleSpace, check, examples, outcome_of, timed
+from kfuse.testing.gpu_memory import release_cached_gpu_memory
 
 IN_FLIGHT = (
     "this example was running when its worker process died (a crash, or a hang that "
@@ -259,26 +260,13 @@ def run_round(spec: Round) -> RoundResult:
     finally:
         log.close()
         _remove_in_flight(spec.out)
-        _release_cached_gpu_memory()
+        release_cached_gpu_memory()  # every worker shares the GPU
     if state["gpu_failed"]:
         _end_worker()
     _EXAMPLES_BEFORE += state["examples"] + state["shrink_runs"]
     return RoundResult(
         spec.index, state["examples"], state["shrink_runs"], time.monotonic() - started, failures
     )
-
-
-def _release_cached_gpu_memory() -> None:
-    """Hand the blocks torch's and CuPy's allocators keep cached back to the GPU after each
-    round: every worker process shares the one GPU, and a worker whose largest example
-    left gigabytes cached starves the others' allocations (on an H100 one worker kept
-    49 GB after an example ran out of memory, and the others' examples then failed)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        cupy.get_default_memory_pool().free_all_blocks()
 
 
 def _where(spec: Round, state: dict[str, Any]) -> str:

@@ -29,17 +29,16 @@ from typing import Any
 
 from kfuse import switches
 from kfuse.codegen import column_partials
-from kfuse.codegen.kernel import Code, store_vector
-from kfuse.codegen.persistent_loads import in_row
+from kfuse.codegen.kernel import Code
+from kfuse.codegen.persistent_loads import in_row, store_slot_vectors
 from kfuse.codegen.reduction_functions import (
-    _result_params,
     full_function,
     loop_arguments,
     scalar_names,
     streamed_inputs,
 )
 from kfuse.codegen.reduction_plan import ReductionPlan
-from kfuse.codegen.reduction_spec import ReductionKernelSpec
+from kfuse.codegen.reduction_spec import ReductionKernelSpec, result_vars
 from kfuse.codegen.row_invariant import NONE
 
 SUFFIX = "_eo"  # in the kernel's name where it stores outputs early (profiles, A/Bs)
@@ -92,8 +91,8 @@ def compute(plan: ReductionPlan, name: str, early: tuple[int, ...], loaded: list
     early_set = set(early)
     args = loop_arguments(plan, loaded) + list(scalar_names(plan).values())
     lines = []
-    for n, param in enumerate(_result_params(plan, range(len(plan.reductions)))):
-        ctype = param.rsplit(" ", 1)[0]
+    ctypes = [t for k in range(len(plan.reductions)) for t, _ in result_vars(plan, k)]
+    for n, ctype in enumerate(ctypes):
         lines.append(f"const {ctype} z{n} = static_cast<{ctype}>(0);")
         args.append(f"z{n}")
     outs = plan.fusion.outputs
@@ -111,27 +110,9 @@ def store(
 ) -> None:
     """After a slot's lanes: store each early output's vector as the output pass stores its
     outputs (one vector where the slot lies in the row, else lane by lane)."""
-    vec = spec.vector
     kinds = dict(zip(plan.loop_outputs, spec.output_kinds, strict=True))
     with code.block(f"if (row_ok && {in_row(spec, 'i0 < n_red')})"):
-        with code.block(f"if ({in_row(spec, f'i0 + {vec} <= n_red')})"):
-            for k in early:
-                at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
-                code.extend(
-                    store_vector(
-                        kinds[k], f"out{k}", f"e{k}", vec, code.indent, at=at, element_at=element_at
-                    )
-                )
-            if not spec.exact:
-                code.otherwise()
-                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-                    with code.block("if (i0 + j < n_red)"):
-                        code(
-                            *[
-                                f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, e{k}[j]);"
-                                for k in early
-                            ]
-                        )
+        store_slot_vectors(code, spec, kinds, list(early), "e")
 
 
 def lane_hooks(

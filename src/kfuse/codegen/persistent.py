@@ -40,7 +40,6 @@ from kfuse.codegen.kernel import (
     kernel_header,
     row_count,
     row_loop,
-    store_vector,
 )
 from kfuse.codegen.layout import BCAST, VEC
 from kfuse.codegen.persistent_loads import (
@@ -54,6 +53,7 @@ from kfuse.codegen.persistent_loads import (
     regenerate_slot,
     slot_bodies,
     slot_views,
+    store_slot_vectors,
     valid_element_loop,
 )
 from kfuse.codegen.persistent_memory import (
@@ -504,24 +504,7 @@ def _store_slot(
                 for i in prefetched:
                     target = smem_slot(spec, i, "b")
                     code(f"kf::copy_async(&{target}, in{i}, next_in{i} + i0);")
-        with code.block(f"if ({in_row(spec, f'i0 + {vec} <= n_red')})"):
-            for k in stored:
-                at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
-                code.extend(
-                    store_vector(
-                        kinds[k], f"out{k}", f"y{k}", vec, code.indent, at=at, element_at=element_at
-                    )
-                )
-            if not spec.exact:
-                code.otherwise()
-                with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
-                    with code.block("if (i0 + j < n_red)"):
-                        code(
-                            *[
-                                f"kf::store(out{k}, base_out{k} + (i0 + j) * step_out{k}, y{k}[j]);"
-                                for k in stored
-                            ]
-                        )
+        store_slot_vectors(code, spec, kinds, stored, "y")
 
 
 __all__ = ["emit_persistent"]

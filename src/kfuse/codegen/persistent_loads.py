@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from kfuse.codegen.kernel import Code, load_lanes, load_vector_statement
+from kfuse.codegen.kernel import Code, load_lanes, load_vector_statement, store_vector
 from kfuse.codegen.layout import BCAST, SPLIT, STRIDED, VEC
 from kfuse.codegen.persistent_memory import (
     async_copied,
@@ -315,6 +315,35 @@ def regenerate_slot(
             code(f"x{i}[0] = kf::load_vec_groups<{spec.vector}>(in{i}, base_in{i} + i0, {inside});")
         else:
             _load_in_row(code, spec, i, f"x{i}[0]")
+
+
+def store_slot_vectors(
+    code: Code, spec: ReductionKernelSpec, kinds: dict[int, str], outputs: list[int], array: str
+) -> None:
+    """Store the slot's vector <array><k> of each output k in `outputs` at i0: one vector
+    access where the slot lies inside the row, else lane by lane up to the row's end (the
+    output pass's stores, and the first pass's early ones)."""
+    vec = spec.vector
+    with code.block(f"if ({in_row(spec, f'i0 + {vec} <= n_red')})"):
+        for k in outputs:
+            at, element_at = f"base_out{k} + i0", f"base_out{k} + (i0 + j) * step_out{k}"
+            code.extend(
+                store_vector(
+                    kinds[k],
+                    f"out{k}",
+                    f"{array}{k}",
+                    vec,
+                    code.indent,
+                    at=at,
+                    element_at=element_at,
+                )
+            )
+        if not spec.exact:
+            code.otherwise()
+            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                with code.block("if (i0 + j < n_red)"):
+                    at = "base_out{k} + (i0 + j) * step_out{k}"
+                    code(*[f"kf::store(out{k}, {at.format(k=k)}, {array}{k}[j]);" for k in outputs])
 
 
 def in_row(spec: ReductionKernelSpec, test: str) -> str:
