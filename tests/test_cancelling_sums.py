@@ -253,3 +253,46 @@ def test_a_lerp_whose_weight_cancels_towards_an_infinity_is_indeterminate() -> N
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, [actual], [expected], inputs, indeterminate=[indeterminate])
     check_outputs(fd, inputs)  # the campaign's check, on the emulator
+
+
+def lgamma_of_a_normalized_column() -> tuple[FusionDefinition, list[np.ndarray]]:
+    """A GPU campaign's normalization (seed 31200006, 330d816, failure-3149-223), its form:
+    lgamma of (x - mean) / std over columns. Where a column's x - mean is exactly 0 in
+    float64 (column 0: equal values) lgamma is inf, and the kernel's sum may round to a
+    residue of either sign instead (lgamma 15.5 in the campaign, where its operand came out
+    a rounding away from -2)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        mean, var, _ = fd.ops.welford(x, dims=[0])
+        n = fd.ops.cast(fd.ops.size(x, 0), DataType.Float)
+        centred = fd.ops.sub(x, fd.ops.broadcast(mean, [True, False]))
+        scale = fd.ops.rsqrt(fd.ops.add(fd.ops.div(var, n), 1e-5))
+        normed = fd.ops.mul(centred, fd.ops.broadcast(scale, [True, False]))
+        fd.add_output(fd.ops.cast(fd.ops.lgamma(normed), DataType.Half))
+        fd.add_output(fd.ops.log(fd.ops.sub(fd.ops.abs(normed), 9.0)))  # NaN either way
+    x = np.random.default_rng(5).standard_normal((33, 4)).astype(np.float32)
+    x[:, 0] = np.float32(0.78539819)
+    return fd, [x]
+
+
+def test_a_pole_within_an_operands_rounding_is_any_value() -> None:
+    fd, inputs = lgamma_of_a_normalized_column()
+    expected, logs = evaluate(fd, inputs)
+    assert np.isposinf(expected[:, 0]).all() and np.isfinite(expected[:, 1:]).all()
+    _, _, (order, log_order) = conditioning(fd, inputs)
+    np.testing.assert_array_equal(order[:, 0], True)  # the pole, inside the sums' rounding
+    assert not order[:, 1:].any()  # finite, away from any pole: judged as always
+    assert np.isnan(logs).all() and (log_order is None or not log_order.any())
+    actual = expected.astype(np.float16)
+    actual[:, 0] = 15.5  # a residue's lgamma, as the kernel's was
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual, logs], [expected, logs], inputs)
+    assert_outputs_close(
+        fd, [actual, logs], [expected, logs], inputs, order_decides=[order, log_order]
+    )
+    actual[3, 2] += 1.0  # away from the pole a wrong value still fails
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(
+            fd, [actual, logs], [expected, logs], inputs, order_decides=[order, log_order]
+        )
+    check_outputs(fd, inputs)  # the campaign's check, on the emulator

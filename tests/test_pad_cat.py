@@ -337,3 +337,37 @@ def test_a_sum_of_a_cat_part_made_by_a_sum_reads_its_window() -> None:
         x = rand(shape)
         joined, total = check(fd, [x])
         np.testing.assert_allclose(total, x.sum((0, 1)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("second", ["cat", "reshape", "output"])
+def test_a_value_in_two_folded_outputs_keeps_each_window(second: str) -> None:
+    """A GPU campaign's failure-3139-17: cat([not(a), b], 1) beside cat([not(a), c], 0), the
+    two not(a) one value once canonicalized. Both cats were folded into one kernel whose two
+    outputs were that value, and the output's strides were looked up by the value: the first
+    window was written with the second's row stride (half its rows twice, half never). A
+    part that another output writes too (a second cat, a reshape of it, the value itself)
+    leaves its cat between kernels."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        w = fd.ops.welford(x, dims=[0])[1]  # an outer persistent kernel, as the campaign's
+        a = fd.ops.cast(x, dtype=DataType.Bool)
+        fd.add_output(w)
+        fd.add_output(fd.ops.cat([fd.ops.logical_not(a), a], dim=1))
+        again = fd.ops.logical_not(a)
+        if second == "cat":
+            fd.add_output(fd.ops.cat([again, a], dim=0))
+        elif second == "reshape":
+            fd.add_output(fd.ops.reshape(again, [-1]))
+        else:
+            fd.add_output(again)
+    x = rand((64, 16, 8))
+    x[::3] = 0.0
+    outs = check(fd, [x])
+    mask = x != 0
+    np.testing.assert_array_equal(outs[1], np.concatenate([~mask, mask], axis=1))
+    want = {
+        "cat": np.concatenate([~mask, mask], axis=0),
+        "reshape": (~mask).reshape(-1),
+        "output": ~mask,
+    }[second]
+    np.testing.assert_array_equal(outs[2], want)

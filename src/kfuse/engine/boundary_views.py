@@ -182,9 +182,12 @@ def _foldable(
     consumed = {v for e in fusion.exprs for v in e.inputs}
     in_views: dict[TensorView, ArrayLayout] = {}
     folded: set[Expr] = set()
+    written = _written_elsewhere(fusion)
     for e in fusion.exprs:
         if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed):
-            folded.add(e)
+            if not any(p in written for p in e.inputs):
+                folded.add(e)
+                written.update(e.inputs)
         if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
             in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
             folded.add(e)
@@ -221,6 +224,21 @@ def _foldable_cat(e: CatOp, fusion: Fusion, positions: dict, consumed: set) -> b
         and len(set(parts)) == len(parts)
         and all(p not in positions and p not in fusion.outputs for p in parts)
     )
+
+
+def _written_elsewhere(fusion: Fusion) -> set[Val]:
+    """The values the folded fusion may write as outputs other than a cat's parts: every
+    output and the input of every reshape that makes one (folded, it is written in the
+    output's place). A cat's part must be none of these nor another folded cat's part: the
+    folded fusion's outputs are then distinct values, and each part's strides and window
+    (RuntimeInfo's output views, keyed by the value) are its own. A campaign met
+    cat([not(a), b]) beside cat([not(a), c]): canonicalization makes the two not(a) one value,
+    and its second window's strides were written through for both."""
+    written: set[Val] = set(fusion.outputs)
+    for o in fusion.outputs:
+        if isinstance(o.definition, ReshapeOp):
+            written.add(o.definition.inputs[0])
+    return written
 
 
 def _folded_outputs(

@@ -29,8 +29,11 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   underflows to 0 on the way, whatever the exact product is (a GPU campaign met a prod of
   540,000 factors of 1 +- 0.001 whose exact value is 1e-80: float64 and the reference in
   the kernel's precision gave 0, the kernel's split order inf, two partial products of 3e33
-  meeting first). Any value is right there, and in everything computed from it: every op
-  carries it on but the library ops (matmul, linear), which end it.
+  meeting first). So are the elements of a unary function that meets a pole or its
+  domain's edge within its operand's rounding bound (lgamma, log, 1/x of an x - mean that
+  cancels): the order of the operand's sums decides the side it lands on. Any value is
+  right there, and in everything computed from it: every op carries it on but the library
+  ops (matmul, linear), which end it.
 """
 
 from __future__ import annotations
@@ -167,7 +170,7 @@ class ConditionTracker:
         elif isinstance(expr, UnaryOp) and op in SLOPE_BOUNDS:
             mags[out], terms[out] = mags[first] * SLOPE_BOUNDS[op], terms[first]
         elif isinstance(expr, UnaryOp) and first.dtype.is_floating:
-            mags[out], terms[out] = self._through(str(op), first), terms[first]
+            mags[out], terms[out] = self._through(str(op), first, out), terms[first]
         elif (row := structural_info(expr)) is not None:
             # Elements moved keep their magnitudes; a pad's value is exact: magnitude 0.
             data = row.data_inputs(expr)
@@ -184,14 +187,14 @@ class ConditionTracker:
             mags[out] = mags[first] / self.size(expr.inputs[1])
             terms[out] = terms[first]
 
-    def _through(self, op: str, x: Val) -> Any:
+    def _through(self, op: str, x: Val, out: TensorView) -> Any:
         """The magnitude of unary `op`'s value where its operand x is tracked: x's magnitude
         times the steepest secant of op over x's rounding bound either side, so that op
         carries x's rounding as it moves it (lgamma of 1 - a * b, whose product the kernel
         fuses into an fma: the sum rounds within its terms' magnitudes, and near lgamma's
         steep parts that moves the value by more than its own dtype's tolerance; a GPU-less
         campaign met it). Where the secant is not finite (a pole, the domain's edge inside
-        the bound) it is 0: as before, nothing is allowed for it."""
+        the bound) it is 0, and the element is marked order_decides (_mark_poles)."""
         be = self.be
         row = OPS[op]
         reference = row.reference
@@ -201,12 +204,31 @@ class ConditionTracker:
         # SUM_ROUNDING (4) times the worst-case bound: kfuse.testing.compare grows a sum's
         # tolerance by as much.
         delta = 4.0 * EPSILON[x.dtype] * self.terms[x] * mag  # type: ignore[attr-defined]
-        value = fn(at)
-        move = be.fn("maximum")(abs(fn(at + delta) - value), abs(fn(at - delta) - value))
+        value, above, below = fn(at), fn(at + delta), fn(at - delta)
+        move = be.fn("maximum")(abs(above - value), abs(below - value))
         zeros = self.be.constant(0.0, self.f64, self.ev.like)
         slope = be.where(delta > 0, move / be.where(delta > 0, delta, zeros + 1.0), zeros)
-        finite = be.fn("isfinite")(slope)
-        return be.where(finite, slope, zeros) * mag
+        isfinite = be.fn("isfinite")
+        self._mark_poles(out, isfinite(at) & (delta > 0), [value, above, below])
+        return be.where(isfinite(slope), slope, zeros) * mag
+
+    def _mark_poles(self, out: TensorView, rounded: Any, values: list[Any]) -> None:
+        """Mark `out` order_decides where a unary function met a pole or its domain's edge
+        within its finite operand's rounding bound (`rounded`): of its value and those at
+        the bound's ends (`values`), some are finite and some an infinity or NaN. Which side of the pole the operand lands on
+        is the order its sums added in: a GPU campaign met lgamma of a normalized x - mean
+        that is exactly -2 in float64 and in the kernel's precision (lgamma inf) and a
+        rounding away from it in the kernel (15.5), and log of a residue that is 0 or of
+        either sign."""
+        be, isfinite = self.be, self.be.fn("isfinite")
+        # Finite at some of the three and not at others: a pole or an edge inside the bound
+        # (log of a negative operand is NaN at all three: not rounding's doing).
+        at, above, below = (isfinite(v) for v in values)
+        met = rounded & ((at != above) | (at != below))
+        shape = self.ev.shapes[out]
+        marked = be.broadcast_to(be.astype(met, self.f64), shape)
+        earlier = self.order_decides.get(out)
+        self.order_decides[out] = marked if earlier is None else be.fn("maximum")(earlier, marked)
 
     def _reduced_count(self, expr: Expr) -> int:
         shape = self.ev.shapes[expr.inputs[0]]

@@ -112,15 +112,26 @@ def resized_intermediates(draw: Any, fd: FusionDefinition, gen: Gen, cats_only: 
     output: where that reduction is another kernel, it reads the part back from its window.
     An H100 campaign found two fusions whose reduction read it from elsewhere; they drew a
     cat at one output in 40, its parts rarely computed and read again, and the emulator
-    campaigns before them had met none."""
+    campaigns before them had met none.
+
+    One time in three the second output is made of the first's part again, and one in
+    eight the part is an output of its own too: a value written into two windows, or into a
+    window and an output. A GPU campaign met two cats with one part (two logical_not of one
+    value, made one by canonicalization), whose windows were written through one's strides."""
     o = fd.ops
+    earlier: Any = None  # the first output's part
     for _ in range(draw(st.integers(1, 2))):
         e = gen.pick(full=draw(st.booleans()))
         v: Any = e.val
-        if v.ndim == 0:
+        if earlier is not None and one_in(draw, 3):
+            v = earlier
+        elif v.ndim == 0:
             continue
-        if v.is_input or draw(st.booleans()):  # a part computed here, of any value
+        elif v.is_input or draw(st.booleans()):  # a part computed here, of any value
             v = o.abs(v) if v.dtype is not DataType.Bool else o.logical_not(v)
+        earlier = v
+        if not v.is_input and one_in(draw, 8):
+            fd.add_output(v)
         how = "cat" if cats_only else draw(st.sampled_from(["cat", "cat", "cat", "pad", "slice"]))
         if one_in(draw, 4):
             out = _partial_rotary(draw, fd, gen)
