@@ -410,9 +410,13 @@ def _row_shift(
         else f"x{i}[0][0]"
         for i, u in enumerate(plan.loop_inputs)
     ]
+    # Shared or by a lane, the element is the row's thread 0's alone: only it computes the
+    # value (a drawn random number is a whole Philox call, about 120 instructions, that every
+    # other thread of the row paid for nothing).
+    only_first = "threadIdx.x == 0 && " if source in ("lane", "shared") else ""
     lines = [
         f"{t} {first} = ({t})0;",
-        f"if (row_ok && {in_row(spec, 'n_red > 0')}) {first} = "
+        f"if ({only_first}row_ok && {in_row(spec, 'n_red > 0')}) {first} = "
         f"{stage_call(plan, name, k, values, hoisted)};",
     ]
     bx, by = spec.block_x, spec.block_y

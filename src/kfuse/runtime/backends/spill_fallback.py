@@ -11,8 +11,10 @@ from 1784 to 872 SASS instructions and 125.0 to 110.0 us on an H200; but the sof
 Such a kernel writes its choice between `#ifndef KF_SPILL_FALLBACK` and `#else` (the fallback
 after it, to `#endif`). The CUDA backend compiles it as written; where the cubin then has a
 stack frame (local memory: cubin_info.frame_bytes), it compiles it again with
-KF_SPILL_FALLBACK defined and takes that. The kernel's name and arguments are the same
-either way; the host emulator compiles the first choice.
+KF_SPILL_FALLBACK defined and takes that where its stack frame is smaller (the fallback's
+tests take registers too: a kernel drawing random numbers spilled more with them). The
+kernel's name and arguments are the same either way; the host emulator compiles the first
+choice.
 """
 
 from __future__ import annotations
