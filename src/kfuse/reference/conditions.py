@@ -215,11 +215,10 @@ class ConditionTracker:
     def _mark_poles(self, out: TensorView, rounded: Any, values: list[Any]) -> None:
         """Mark `out` order_decides where a unary function met a pole or its domain's edge
         within its finite operand's rounding bound (`rounded`): of its value and those at
-        the bound's ends (`values`), some are finite and some an infinity or NaN. Which side of the pole the operand lands on
-        is the order its sums added in: a GPU campaign met lgamma of a normalized x - mean
-        that is exactly -2 in float64 and in the kernel's precision (lgamma inf) and a
-        rounding away from it in the kernel (15.5), and log of a residue that is 0 or of
-        either sign."""
+        the bound's ends (`values`), some are finite and some an infinity or NaN. Which side
+        of the pole the operand lands on is the order its sums added in: a GPU campaign met
+        lgamma of a normalized x - mean that is exactly 0 in float64 and in the kernel's
+        precision (lgamma inf) and a residue in the kernel (lgamma 15.5)."""
         be, isfinite = self.be, self.be.fn("isfinite")
         # Finite at some of the three and not at others: a pole or an edge inside the bound
         # (log of a negative operand is NaN at all three: not rounding's doing).

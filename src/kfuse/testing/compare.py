@@ -107,7 +107,7 @@ def assert_close(
     order_decides: a Bool array of the elements whose value the order of a product's
     multiplications decides (kfuse.reference.conditioning: its partial products can leave
     the kernel's range, so some order overflows or underflows on the way), or that of a sum
-    whose rounding moves a function's operand across a pole (lgamma of x - mean at -2):
+    whose rounding moves a function's operand across a pole (lgamma of an x - mean that is 0):
     any value passes there.
     """
     import numpy as np
