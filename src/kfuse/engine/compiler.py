@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from kfuse.engine import compile_batch, dump
 from kfuse.engine.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
+from kfuse.engine.operand_spans import check_operand_spans
 from kfuse.engine.program import (
     KernelProgram,
     LibraryProgram,
@@ -302,6 +303,8 @@ def stage_program(
         program = KernelProgram(scheduler.scheduler_type, params, launches)
         if folded is not None:
             program.folded = folded.reshapes
+    if isinstance(program, KernelProgram):
+        check_operand_spans(program, partition.info)
     dump.stage("program", partition.fusion, lambda: str(program))
     return program
 
