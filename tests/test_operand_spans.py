@@ -67,3 +67,26 @@ def test_a_window_past_its_output_is_a_kfuse_error(how: str) -> None:
     info = build_runtime_info(fd.fusion, inputs)
     with pytest.raises(KfuseError, match=r"internal error .* would write output 0 \(T"):
         check_operand_spans(bad, info)
+
+
+def test_a_merged_program_reading_an_output_through_a_pad_window_runs() -> None:
+    """An emulator campaign's fusion (seed 4244, 2d8e210): m = minimum(a, b) is an output and
+    pad(m) another, made by a later segment of one merged program, which reads m from its
+    output array through the pad's window (two elements of a one-element output: the
+    kernel loads only inside). The check runs on each segment's program as it is built, where
+    an output operand is one a kernel writes, not on the merged one, where it may be read."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[1, 1, 1, 1], dtype=DataType.Int32)
+        total = fd.ops.sum(fd.ops.cast(fd.ops.expand(b, shape=[3, -1, -1, -1]), DataType.Int), [0])
+        m = fd.ops.minimum(b, fd.ops.cast(fd.ops.isposinf(a), dtype=DataType.Int32))
+        fd.add_output(m)
+        fd.add_output(fd.ops.pad(m, [1, 0, 0, 0, 0, 0, 0, 0], 0))
+        fd.add_output(fd.ops.broadcast(total, [True, False, False, False]))
+    a = np.full((1, 1, 1, 1), np.inf, np.float32)
+    b = np.full((1, 1, 1, 1), 5, np.int32)
+    m, padded, total = fd.execute([a, b])
+    np.testing.assert_array_equal(m, [[[[1]]]])
+    np.testing.assert_array_equal(padded, [[[[0, 1]]]])
+    np.testing.assert_array_equal(total, [[[[15]]]])
+    assert type(fd.last_program()).__name__ == "SegmentKernelsProgram"

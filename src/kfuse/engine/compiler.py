@@ -303,7 +303,7 @@ def stage_program(
         program = KernelProgram(scheduler.scheduler_type, params, launches)
         if folded is not None:
             program.folded = folded.reshapes
-    if isinstance(program, KernelProgram):
+    if type(program) is KernelProgram:  # (merged segments: each checked as it was built)
         check_operand_spans(program, partition.info)
     dump.stage("program", partition.fusion, lambda: str(program))
     return program

@@ -17,8 +17,11 @@ kfuse.engine.aliasing accept only those). The check reads a program built for on
 Input operands are not checked so: a padded read's operand describes the window the kernel
 indexes, larger than the input, and the kernel loads only inside the input. Nor are the
 outputs of a segment that are windows of a larger array (RuntimeInfo.output_views): their
-array is the call's, which the folded fusion's own program is checked against; the segments
-of a fusion run one by one (a SegmentedProgram) are not.
+array is the call's, which the folded fusion's own program is checked against. A program of
+segments merged into one (kfuse.engine.segment_kernels) is not checked again: each segment's
+program was as it was built, and in the merged one an output operand may be read (a later
+segment reads a value that is also a fusion output from the output's array, a pad's window
+around it included).
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ def element_span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int,
 
 
 def check_operand_spans(program: Any, info: RuntimeInfo) -> None:
-    """KfuseError where an output operand of `program`'s launches (a KernelProgram's)
-    reaches outside its output on the call `info` describes; see the module docstring."""
+    """KfuseError where an output operand of `program`'s launches (a KernelProgram's, whose
+    output operands are the outputs its kernels write) reaches outside its output on the
+    call `info` describes; see the module docstring."""
     fusion = info.fusion
     for launch in program.launches:
         for op in launch.operands:
