@@ -155,3 +155,40 @@ def test_a_sum_whose_partial_sums_can_leave_float32_either_way_is_any_value() ->
             fd, [actual], [expected], [x], alternative=[same], order_decides=[order]
         )
     check_outputs(fd, [x])  # the campaign's check, on the emulator
+
+
+def column_variances() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        mean, m2, _ = fd.ops.welford(x, dims=[0])
+        fd.add_output(mean)
+        fd.add_output(fd.ops.div(m2, 15.0))
+    return fd
+
+
+def test_a_welford_whose_partial_means_can_differ_past_float32_is_any_value() -> None:
+    """An emulator campaign's find (CI's seed 19, round 38, at 417243d; nextafter of +-inf
+    toward a finite value made +-3.4e38): the variance of 16 floats with float32's largest and
+    its negative among them is 1.5e76 in float64, inf in float32 taken in order, and NaN in
+    the kernel's tree of merges, where the difference of two partial means overflowed."""
+    big = np.finfo(np.float32).max
+    x = np.linspace(-2.0, 2.0, 48, dtype=np.float32).reshape(16, 3)
+    x[[3, 9], 0] = [big, -big]  # the partial means can be 6.8e38 apart: any order decides
+    x[3, 1] = 1e30  # the variance overflows in every order (1e60), the means' differences not
+    fd = column_variances()
+    mean, var = evaluate(fd, [x])
+    order_mean, order_var = conditioning(fd, [x]).order_decides
+    np.testing.assert_array_equal(order_mean, [True, False, False])
+    np.testing.assert_array_equal(order_var, [True, False, False])
+    same = evaluate(fd, [x], accumulate="same")
+    with np.errstate(over="ignore"):
+        actual = [mean.astype(np.float32), var.astype(np.float32)]
+    actual[1][0] = np.nan  # the kernel's tree of merges
+    orders = [order_mean, order_var]
+    assert_outputs_close(fd, actual, [mean, var], [x], alternative=list(same), order_decides=orders)
+    actual[1][1] = np.nan  # an overflow every order gives is still an infinity
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(
+            fd, actual, [mean, var], [x], alternative=list(same), order_decides=orders
+        )
+    check_outputs(fd, [x])  # the campaign's check, on the emulator

@@ -29,11 +29,13 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   underflows to 0 on the way, whatever the exact product is (a GPU campaign met a prod of
   540,000 factors of 1 +- 0.001 whose exact value is 1e-80: float64 and the reference in
   the kernel's precision gave 0, the kernel's split order inf, two partial products of 3e33
-  meeting first). So are the elements of a unary function that meets a pole or its
-  domain's edge within its operand's rounding bound (lgamma, log, 1/x of an x - mean that
-  cancels): the order of the operand's sums decides the side it lands on. Any value is
-  right there, and in everything computed from it: every op carries it on but the library
-  ops (matmul, linear), which end it.
+  meeting first). So are a sum's whose partial sums can leave the range in some order, a
+  Welford reduction's whose partial means can be further apart than the largest value (their
+  difference overflows in some merge orders: inf, then inf - inf), and the elements of a
+  unary function that meets a pole or its domain's edge within its operand's rounding
+  bound (lgamma, log, 1/x of an x - mean that cancels): the order of the operand's sums
+  decides the side it lands on. Any value is right there, and in everything computed from
+  it: every op carries it on but the library ops (matmul, linear), which end it.
 """
 
 from __future__ import annotations
@@ -275,6 +277,10 @@ class ConditionTracker:
             self._mark_overflowing_sums(expr)
             if first not in marks:
                 return
+        if isinstance(expr, WelfordOp) and floating:
+            self._mark_overflowing_welford(expr)
+            if first not in marks:
+                return
         if not any(v in marks for v in expr.inputs):
             return
         if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
@@ -358,6 +364,33 @@ class ConditionTracker:
         earlier = self.order_decides.get(out)
         marked = be.astype(mask, self.f64)
         self.order_decides[out] = marked if earlier is None else be.fn("maximum")(earlier, marked)
+
+    def _mark_overflowing_welford(self, expr: Expr) -> None:
+        """Where a Welford reduction's partial means can be further apart than its dtype's
+        largest value: merging two partials takes their difference, which then overflows to
+        an infinity in some orders (the mean inf, the next difference inf - inf: NaN) and in
+        others not (an emulator campaign met 16 floats with -3.4e38 and 3.4e38 among them: the
+        variance 1.5e76 in float64, inf in float32 taken in order, NaN in the kernel's tree of
+        merges). Any value is right there, for every floating output. A group holding an
+        infinity or NaN is left alone (its mean and variance are that in any order)."""
+        be = self.be
+        x = self.as_f64(expr.inputs[0])
+        dims = expr.dims  # type: ignore[attr-defined]
+        wide = expr.outputs[0].dtype is DataType.Double
+        largest = 1.7976931348623157e308 if wide else 3.4028234663852886e38
+        finite = be.fn("isfinite")(x)
+        zeros = be.constant(0.0, self.f64, self.ev.like)
+        nonfinite = be.reduce("sum", be.astype(~finite, self.f64), dims, self.f64)
+        high = be.reduce("max", be.where(finite, x, zeros - largest), dims, self.f64)
+        low = be.reduce("min", be.where(finite, x, zeros + largest), dims, self.f64)
+        # the partial means lie between the group's extremes; a mean's rounding on the way
+        mask = ((high - low) > largest * (1.0 - 2.0**-20)) & (nonfinite == 0)
+        marked = be.astype(mask, self.f64)
+        for out in expr.outputs:
+            earlier = self.order_decides.get(out)
+            self.order_decides[out] = (
+                marked if earlier is None else be.fn("maximum")(earlier, marked)
+            )
 
     # ---- indeterminate ----
     def near_zero(self, v: Val) -> Any:
