@@ -184,10 +184,9 @@ def _foldable(
     folded: set[Expr] = set()
     written = _written_elsewhere(fusion)
     for e in fusion.exprs:
-        if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed):
-            if not any(p in written for p in e.inputs):
-                folded.add(e)
-                written.update(e.inputs)
+        if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed, written):
+            folded.add(e)
+            written.update(e.inputs)
         if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
             in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
             folded.add(e)
@@ -212,17 +211,18 @@ def _foldable(
     return in_views, folded
 
 
-def _foldable_cat(e: CatOp, fusion: Fusion, positions: dict, consumed: set) -> bool:
+def _foldable_cat(e: CatOp, fusion: Fusion, positions: dict, consumed: set, written: set) -> bool:
     """Whether a cat's parts can be the kernel's outputs, written into their windows of the
     cat's output: it makes one output and nothing else reads it, and its parts are distinct
     values the kernel computes or views of inputs it copies (not inputs themselves, nor
-    outputs of their own)."""
+    values written elsewhere: `written`, _written_elsewhere's and the parts of the cats
+    folded before it)."""
     out, parts = e.outputs[0], e.inputs
     return (
         sum(o is out for o in fusion.outputs) == 1
         and out not in consumed
         and len(set(parts)) == len(parts)
-        and all(p not in positions and p not in fusion.outputs for p in parts)
+        and all(p not in positions and p not in written for p in parts)
     )
 
 

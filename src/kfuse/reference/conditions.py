@@ -80,6 +80,13 @@ gelu_tanh(x - mean) * w: a row of equal x has x - mean exactly 0 in float64 (gel
 infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an infinity)."""
 
 
+def _largest(expr: Expr) -> float:
+    """The largest finite value of the precision `expr`'s (first) output is computed in:
+    float64's for Double, float32's for the others (half and bfloat16 compute in float32)."""
+    wide = expr.outputs[0].dtype is DataType.Double  # type: ignore[union-attr]
+    return 1.7976931348623157e308 if wide else 3.4028234663852886e38
+
+
 def _may_fuse(expr: Expr) -> bool:
     """Whether `expr` is a float or double sum or difference with a product operand: the
     sums the kernels compute as one fma where nothing else reads the product (a superset of
@@ -227,9 +234,7 @@ class ConditionTracker:
         at, above, below = (isfinite(v) for v in values)
         met = rounded & ((at != above) | (at != below))
         shape = self.ev.shapes[out]
-        marked = be.broadcast_to(be.astype(met, self.f64), shape)
-        earlier = self.order_decides.get(out)
-        self.order_decides[out] = marked if earlier is None else be.fn("maximum")(earlier, marked)
+        self._add_order_mark(out, be.broadcast_to(be.astype(met, self.f64), shape))
 
     def _reduced_count(self, expr: Expr) -> int:
         shape = self.ev.shapes[expr.inputs[0]]
@@ -318,7 +323,7 @@ class ConditionTracker:
 
         be, x = self.be, self.as_f64(expr.inputs[0])
         wide = expr.outputs[0].dtype is DataType.Double
-        largest = math.log2(1.7976931348623157e308 if wide else 3.4028234663852886e38)
+        largest = math.log2(_largest(expr))
         smallest = -1022.0 if wide else -126.0  # log2 of the smallest normal value
         size = abs(x)
         zeros = be.constant(0.0, self.f64, self.ev.like)
@@ -336,6 +341,14 @@ class ConditionTracker:
         mask = ((above + slack > largest) | (below - slack < smallest)) & (nan == 0)
         self.order_decides[expr.outputs[0]] = be.astype(mask, self.f64)
 
+    def _add_order_mark(self, out: Val, marked: Any) -> None:
+        """`out` is order_decides where `marked` (a float64 0/1 array of its shape) is 1, as
+        well as where it was already."""
+        earlier = self.order_decides.get(out)
+        self.order_decides[out] = (
+            marked if earlier is None else self.be.fn("maximum")(earlier, marked)
+        )
+
     def _mark_overflowing_sums(self, expr: Expr) -> None:
         """Where a sum's partial sums can leave its dtype's range in some order and not in
         another: its positive terms (or its negative ones) add up past the largest value
@@ -347,8 +360,7 @@ class ConditionTracker:
         be = self.be
         x = self.as_f64(expr.inputs[0])
         dims = expr.dims  # type: ignore[attr-defined]
-        wide = expr.outputs[0].dtype is DataType.Double
-        largest = 1.7976931348623157e308 if wide else 3.4028234663852886e38
+        largest = _largest(expr)
         zeros = be.constant(0.0, self.f64, self.ev.like)
         nan = be.reduce("sum", be.astype(be.fn("isnan")(x), self.f64), dims, self.f64)
         pos = be.reduce("sum", be.where(x > 0, x, zeros), dims, self.f64)
@@ -360,10 +372,7 @@ class ConditionTracker:
             (neg > near) & (pos > 0) & (neg - pos <= largest * (1.0 + 2.0**-20))
         )
         mask = (both | back) & (nan == 0)
-        out = expr.outputs[0]
-        earlier = self.order_decides.get(out)
-        marked = be.astype(mask, self.f64)
-        self.order_decides[out] = marked if earlier is None else be.fn("maximum")(earlier, marked)
+        self._add_order_mark(expr.outputs[0], be.astype(mask, self.f64))
 
     def _mark_overflowing_welford(self, expr: Expr) -> None:
         """Where a Welford reduction's partial means can be further apart than its dtype's
@@ -376,8 +385,7 @@ class ConditionTracker:
         be = self.be
         x = self.as_f64(expr.inputs[0])
         dims = expr.dims  # type: ignore[attr-defined]
-        wide = expr.outputs[0].dtype is DataType.Double
-        largest = 1.7976931348623157e308 if wide else 3.4028234663852886e38
+        largest = _largest(expr)
         finite = be.fn("isfinite")(x)
         zeros = be.constant(0.0, self.f64, self.ev.like)
         nonfinite = be.reduce("sum", be.astype(~finite, self.f64), dims, self.f64)
@@ -385,12 +393,8 @@ class ConditionTracker:
         low = be.reduce("min", be.where(finite, x, zeros + largest), dims, self.f64)
         # the partial means lie between the group's extremes; a mean's rounding on the way
         mask = ((high - low) > largest * (1.0 - 2.0**-20)) & (nonfinite == 0)
-        marked = be.astype(mask, self.f64)
         for out in expr.outputs:
-            earlier = self.order_decides.get(out)
-            self.order_decides[out] = (
-                marked if earlier is None else be.fn("maximum")(earlier, marked)
-            )
+            self._add_order_mark(out, be.astype(mask, self.f64))
 
     # ---- indeterminate ----
     def near_zero(self, v: Val) -> Any:
