@@ -31,6 +31,12 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("KFUSE_HYPOTHESIS_PROFILE", "ci"))
 
+# The program store (kfuse.engine.program_store) keys a stored program by the package's code
+# and switches, not by the heuristics a test patches in the running process: off for the
+# suite, so that every test compiles what it sets up, but for tests/test_program_store.py,
+# which turns it on with a cache of its own. KFUSE_PROGRAM_CACHE=1 runs the suite with it on.
+os.environ.setdefault("KFUSE_PROGRAM_CACHE", "0")
+
 
 def _gpu_skip_reason() -> str | None:
     """None when a GPU is usable, else why GPU tests are skipped: the one wording

@@ -21,6 +21,8 @@
 # PYTHONPATH (the part "tests" does too, for the Thunder GPU tests) and runs
 # tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full run, ~4 minutes;
 # "--quick" for ~1), writing thunder.json and thunder.log.
+# The part "warmpath" runs tools/warm_path_probe.py (W5's first call with warm disk caches, by
+# stage) with the program store on and off, then benchmarks/run.py's C1 (warmpath.txt).
 # The part "repros" runs every repro script in KFUSE_VERIFY_REPROS (default .whl/repros: a call
 # carries .whl but not ../shared; tools/fetch_device_wheels.sh copies ../shared/repros/*/ there
 # and downloads the wheels .whl needs) and writes repros.txt.
@@ -81,6 +83,16 @@ if [[ $parts == *" hostcost "* ]]; then
 sys.argv = ['segmented_host_cost', '--device', 'cuda', '--reps', '1000']; \
 runpy.run_path('tools/segmented_host_cost.py', run_name='__main__')" 2>&1 | tail -n 8
     done | tee "$REAL/hostcost.txt"
+fi
+if [[ $parts == *" warmpath "* ]]; then
+    # W5's first call with the disk caches warm, by stage, from a fresh cache folder, once
+    # with the program store and once without (KFUSE_PROGRAM_CACHE=0), then C1 itself.
+    for store in 1 0; do
+        echo "KFUSE_PROGRAM_CACHE=$store"
+        KFUSE_CACHE_DIR="$(mktemp -d)" KFUSE_PROGRAM_CACHE=$store PYTHONPATH="$PYTHONPATH:benchmarks" \
+            timeout 120 python3 tools/warm_path_probe.py --device cuda --reps 30 2>&1 | tail -n 22
+    done | tee "$REAL/warmpath.txt"
+    timeout 60 python3 benchmarks/run.py --only C1 2>&1 | grep -E "C1 " | tee -a "$REAL/warmpath.txt"
 fi
 if [[ $parts == *" campaign "* ]]; then
     budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"

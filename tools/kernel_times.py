@@ -24,6 +24,7 @@ import argparse
 import ast
 import functools
 import importlib
+import os
 import statistics
 import sys
 from collections.abc import Iterator
@@ -48,8 +49,12 @@ def parse_settings(text: str) -> list[tuple[str, str, Any]]:
 
 @contextmanager
 def settings(entries: list[tuple[str, str, Any]]) -> Iterator[None]:
-    """Set each module attribute for the duration of the block (each must exist)."""
+    """Set each module attribute for the duration of the block (each must exist), with the
+    program store off: it keys a program by the package's code, not by what runs in this
+    process (kfuse.engine.program_store)."""
     saved = []
+    store = os.environ.get("KFUSE_PROGRAM_CACHE")
+    os.environ["KFUSE_PROGRAM_CACHE"] = "0"
     try:
         for module_name, name, value in entries:
             module = importlib.import_module(module_name)
@@ -61,6 +66,10 @@ def settings(entries: list[tuple[str, str, Any]]) -> Iterator[None]:
     finally:
         for module, name, value in reversed(saved):
             setattr(module, name, value)
+        if store is None:
+            os.environ.pop("KFUSE_PROGRAM_CACHE", None)
+        else:
+            os.environ["KFUSE_PROGRAM_CACHE"] = store
 
 
 @contextmanager

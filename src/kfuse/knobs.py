@@ -22,6 +22,8 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_EMULATOR_PROFILE": "device the emulator pretends to be: h100 (default), h200, a100",
     "KFUSE_CACHE_DIR": "folder of the on-disk kernel caches (default ~/.cache/kfuse; 'off' "
     "disables them)",
+    "KFUSE_PROGRAM_CACHE": "0 keeps compiled programs out of the disk cache: each new process "
+    "generates a fusion's kernels again before loading them from the cubin cache (default 1)",
     "KFUSE_POISON": "1 fills every new GPU output and scratch buffer with a poison pattern "
     "before its kernels run, so that an element no kernel writes shows "
     "(the emulator always does)",
@@ -56,6 +58,8 @@ class Knobs:
     """``KFUSE_EMULATOR_PROFILE``: the named DeviceDescription the emulator's heuristics use."""
     cache_dir: str | None = None
     """``KFUSE_CACHE_DIR``: where compiled kernels are cached on disk (``off``: nowhere)."""
+    program_cache: bool = True
+    """``KFUSE_PROGRAM_CACHE``: keep compiled programs on disk (kfuse.engine.program_store)."""
     poison: bool = False
     """``KFUSE_POISON``: fill new GPU outputs and workspaces with
     kfuse.runtime.arrays.POISON_BYTE."""
@@ -79,6 +83,8 @@ class Knobs:
             device=(_path(env, "KFUSE_DEVICE") or "").lower() or None,
             emulator_profile=(_path(env, "KFUSE_EMULATOR_PROFILE") or "h100").lower(),
             cache_dir=env.get("KFUSE_CACHE_DIR", "").strip() or None,
+            program_cache=env.get("KFUSE_PROGRAM_CACHE", "").strip().lower()
+            not in ("0", "off", "no", "false"),
             poison=env.get("KFUSE_POISON", "").strip().lower() not in ("", "0", "off", "no"),
             dump=tuple(
                 name.strip().lower()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse.engine import aliasing, given_outputs
+from kfuse.engine import aliasing, given_outputs, program_store
 from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
@@ -115,7 +115,7 @@ class FusionExecutorCache:
             compiled = self._compiled.get(key)
             if compiled is None:
                 started = profiling_hooks.clock()
-                compiled = self._compile(info, params)
+                compiled = self._compile(info, params, key)
                 aliasing.mark_in_place(compiled, info)
                 profiling_hooks.compiled(profiling_hooks.clock() - started)
                 with self._lock:
@@ -201,7 +201,7 @@ class FusionExecutorCache:
             scheduler, _ = choose_scheduler(self.fusion, info)
             if scheduler is not None:
                 return [_whole(self.fusion, scheduler.scheduler_type)]
-            compiled = self._compile(info, None)
+            compiled = self._compile(info, None, key)
             with self._lock:
                 self._compiled[key] = compiled
         if isinstance(compiled, (SegmentedProgram, SegmentKernelsProgram)):
@@ -215,8 +215,17 @@ class FusionExecutorCache:
             return None
         return self.last_compiled.cuda_source()
 
-    def _compile(self, info: RuntimeInfo, params: SchedulerParams | None) -> Program:
-        return compile_fusion(self.fusion, info, params, segment=True)
+    def _compile(self, info: RuntimeInfo, params: SchedulerParams | None, key: tuple) -> Program:
+        """The Program for the signature `key` (program_key(info, params)): from the program
+        store where it keeps one (the heuristics' programs only), else compiled (and kept)."""
+        if params is not None:
+            return compile_fusion(self.fusion, info, params, segment=True)
+        stored = program_store.load(self.fusion, info, key)
+        if stored is not None:
+            return stored
+        compiled = compile_fusion(self.fusion, info, None, segment=True)
+        program_store.save(self.fusion, info, key, compiled)
+        return compiled
 
 
 def _whole(fusion: Fusion, scheduler_type: SchedulerType, folded: tuple[str, ...] = ()) -> Any:

@@ -36,6 +36,8 @@ from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 _CACHE_KEY = "_canonical_form"
+STRUCTURE_KEY = "_canonical_structure"
+"""Where a canonical fusion keeps its Fusion.structure(), computed as it was built."""
 
 
 def canonical_fusion(fusion: Fusion) -> Fusion:
@@ -83,9 +85,12 @@ class Canonicalizer:
         live = _live_exprs(self.fusion.all_exprs, outputs)
         self.fusion.all_exprs = live
         self.fusion.exprs = list(live)
-        if self.fusion.structure() == self.original.structure():
-            return self.original
-        return self.fusion
+        structure = self.fusion.structure()
+        canonical = self.original if structure == self.original.structure() else self.fusion
+        # Kept for what names the canonical fusion by its structure (the program store's
+        # key): a canonical fusion is never changed once built.
+        canonical.__dict__[STRUCTURE_KEY] = structure
+        return canonical
 
     # ---- what the rules use ----
     def val(self, v: Val) -> Val:

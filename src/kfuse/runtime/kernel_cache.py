@@ -35,9 +35,10 @@ def kernel_identity(source: str, name: str, arch: str, options: str, nvrtc: str)
     }
 
 
-def cache_dir() -> Path | None:
-    """The cache folder, or None when the disk cache is off (KFUSE_CACHE_DIR=off)."""
-    setting = knobs.get().cache_dir
+def cache_dir(settings: knobs.Knobs | None = None) -> Path | None:
+    """The cache folder, or None when the disk cache is off (KFUSE_CACHE_DIR=off); `settings`:
+    the knobs the caller read already."""
+    setting = (settings or knobs.get()).cache_dir
     if setting is not None and setting.lower() in ("off", "none", "0", ""):
         return None
     if setting:

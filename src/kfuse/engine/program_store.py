@@ -1,0 +1,293 @@
+"""The program store: a fusion's KernelProgram for one input signature, kept on disk, so that
+the first call of a fusion in a new process (or of a new definition of a fusion already run)
+skips the compiler's partition, params and kernels stages, code generation most of all, and
+only loads its kernels.
+
+An entry is found by a key over everything a Program is a function of:
+
+* the package's code: every file of the installed kfuse package by path, size and
+  modification time (package_fingerprint, once per process);
+* the canonical fusion's structure (Fusion.structure, which names nothing);
+* the call's signature (kfuse.engine.signature.program_key: target, each input's dtype,
+  shape, strides and alignment class, the scalars an extent depends on) and the device's
+  whole description (or the emulator profile's);
+* the NVRTC version on a GPU (the compile stage keeps the variant of a kernel that spills
+  less, so a program depends on what NVRTC makes of its kernels);
+* the settings of kfuse.switches, which tests and A/B runs change in a running process.
+
+Anything else that steers the compiler inside a running process (a test's or a tool's patch
+of a heuristic) is not in the key: those turn the store off (KFUSE_PROGRAM_CACHE=0), as the
+test suite does but for the tests of this module, and tools/kernel_times.py does for --ab.
+
+Only a KernelProgram of one scheduler is kept: not a LibraryProgram, a SegmentedProgram or
+merged segments (SegmentKernelsProgram), which hold the fusion's segments. Its kernels are
+kept as their sources and names and loaded through the compile stage (the loaded kernels in
+memory, the cubin cache, NVRTC), so that a stored program never brings a cubin the cubin
+cache has not checked. A loaded program gets the output-operand check of a new one
+(kfuse.engine.operand_spans). Entries are kfuse.runtime.disk_cache entries (a checked
+header, atomic writes) in the folder `program` of the cache; one that does not load back
+(truncated, corrupt, a format this code does not read) is removed with a warning and the
+program is compiled again. The payload is a pickle: the store is as trusted as the cubin
+and emulator caches beside it, whose entries run as code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+from kfuse import knobs, switches
+from kfuse.engine.operand_spans import check_operand_spans
+from kfuse.engine.program import KernelProgram, Program
+from kfuse.ir.canonicalize import STRUCTURE_KEY
+from kfuse.ir.fusion import Fusion
+from kfuse.ir.values import Val
+from kfuse.runtime import disk_cache, kernel_cache
+from kfuse.runtime.index_checks import IndexChecks
+from kfuse.runtime.info import EMULATOR, RuntimeInfo
+from kfuse.runtime.runtime_header import runtime_header
+
+FORMAT = "kfuse-program 1"
+"""The entries' format; a change of what a stored program holds must change it (the package
+fingerprint changes with any edit anyway: this names the format in each entry's identity)."""
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+"""The kfuse package's folder, whose files package_fingerprint reads."""
+
+_fingerprint: str | None = None
+
+
+class _NotStorable(Exception):
+    """A program holding something the store does not keep (a Val outside the fusion, the
+    fusion itself)."""
+
+
+def folder() -> Path | None:
+    """Where entries live, the folder `program` beside the cubin cache's; None when the store
+    is off: the disk cache off, KFUSE_PROGRAM_CACHE off, or a stage dumped (KFUSE_DUMP wants
+    the stages to run)."""
+    settings = knobs.get()
+    if not settings.program_cache or settings.dump:
+        return None
+    cubins = kernel_cache.cache_dir(settings)
+    return None if cubins is None else cubins.parent / "program"
+
+
+def package_fingerprint() -> str:
+    """A digest of the kfuse package's files (path, size, modification time; its version is
+    in __init__.py) and the Python version: any edit or reinstall changes it. Computed once
+    per process (about a millisecond)."""
+    global _fingerprint
+    if _fingerprint is None:
+        digest = hashlib.sha256(f"{sys.version_info[:2]}".encode())
+        for directory, subdirs, files in os.walk(PACKAGE_ROOT):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+            for name in sorted(files):
+                path = os.path.join(directory, name)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                relative = os.path.relpath(path, PACKAGE_ROOT)
+                digest.update(f"{relative}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        _fingerprint = digest.hexdigest()
+    return _fingerprint
+
+
+def _switch_settings() -> str:
+    return repr(sorted((k, v) for k, v in vars(switches).items() if k.isupper()))
+
+
+def _fusion_digest(fusion: Fusion) -> str:
+    """The canonical fusion's structure, hashed once per fusion (a canonical fusion does not
+    change once built); "" where an attribute does not pickle (nothing is stored then)."""
+    cached = fusion.__dict__.get("_program_store_digest")
+    if cached is None:
+        # pickled, not repr'd: equal bytes are equal structures, whatever an attribute's repr
+        structure = fusion.__dict__.get(STRUCTURE_KEY) or fusion.structure()
+        try:
+            cached = hashlib.sha256(pickle.dumps(structure, protocol=5)).hexdigest()
+        except (pickle.PicklingError, TypeError, AttributeError):
+            cached = ""
+        fusion.__dict__["_program_store_digest"] = cached
+    return cached
+
+
+def _fusion_vals(fusion: Fusion) -> list[Val]:
+    """The Vals a stored program may name, in an order fixed by the fusion's structure."""
+    cached = fusion.__dict__.get("_program_store_vals")
+    if cached is None:
+        cached = [*fusion.inputs, *(o for e in fusion.exprs for o in e.outputs)]
+        fusion.__dict__["_program_store_vals"] = cached
+    return cached
+
+
+def entry_key(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> str | None:
+    """The key of the program of canonical `fusion` for the call `info` describes, whose
+    kfuse.engine.signature.program_key is `signature` (see the module docstring); None for a
+    fusion the store cannot name."""
+    digest = _fusion_digest(fusion)
+    if not digest:
+        return None
+    nvrtc = ""
+    if info.backend != EMULATOR:
+        from kfuse import _C
+
+        nvrtc = ".".join(str(v) for v in _C.nvrtc_version())
+    return kernel_cache.cache_key(
+        FORMAT,
+        package_fingerprint(),
+        digest,
+        repr(signature),
+        repr(info.device),
+        nvrtc,
+        _switch_settings(),
+    )
+
+
+def _identity() -> dict[str, str]:
+    return {"format": FORMAT}
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a KernelProgram with the fusion's Vals as their positions in _fusion_vals and
+    the C++ params as their to_dict(); refuses the fusion itself."""
+
+    def __init__(self, file: io.BytesIO, vals: dict[int, int]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._vals = vals
+
+    def persistent_id(self, obj: Any) -> Any:
+        from kfuse import _C
+
+        if isinstance(obj, Val):
+            position = self._vals.get(id(obj))
+            if position is None:
+                raise _NotStorable(f"{obj} is not a value of the fusion")
+            return ("val", position)
+        if isinstance(obj, IndexChecks):
+            return ("index_checks", obj.reads)  # its flags are made on the first launch
+        if isinstance(obj, _C.HeuristicParams):
+            return ("heuristic_params", obj.to_dict())
+        if isinstance(obj, _C.CompileParams):
+            return ("compile_params", obj.to_dict())
+        if isinstance(obj, _C.LaunchParams):
+            return ("launch_params", obj.to_dict())
+        if isinstance(obj, Fusion):
+            raise _NotStorable("it holds a fusion")
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, vals: list[Val]) -> None:
+        super().__init__(file)
+        self._vals = vals
+
+    def persistent_load(self, pid: Any) -> Any:
+        from kfuse import _C
+
+        kind, value = pid
+        if kind == "val":
+            return self._vals[value]
+        if kind == "index_checks":
+            return IndexChecks(value)
+        if kind == "heuristic_params":
+            return _C.HeuristicParams.from_dict(value)
+        if kind == "compile_params":
+            return _C.CompileParams.from_dict(value)
+        if kind == "launch_params":
+            return _C.LaunchParams.from_dict(value)
+        raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+
+
+def save(fusion: Fusion, info: RuntimeInfo, signature: tuple, program: Program) -> None:
+    """Keep `program` (compiled for `info`, whose program_key is `signature`) where it is a
+    KernelProgram the store keeps; a program it cannot keep, or a cache it cannot write, is
+    skipped."""
+    if type(program) is not KernelProgram or program.in_place:
+        return
+    place = folder()
+    if place is None:
+        return
+    # Each kernel as its source (the runtime header every source starts with left out: it is
+    # most of the bytes, and the same for every kernel of this build) and name, not loaded.
+    header = runtime_header()
+    kept = dataclasses.replace(
+        program,
+        launches=[
+            dataclasses.replace(launch, kernel=None, source=launch.source.removeprefix(header))
+            for launch in program.launches
+        ],
+    )
+    headed = [launch.source.startswith(header) for launch in program.launches]
+    buffer = io.BytesIO()
+    vals = {id(v): k for k, v in enumerate(_fusion_vals(fusion))}
+    try:
+        _Pickler(buffer, vals).dump((kept, headed))
+    except (_NotStorable, pickle.PicklingError, TypeError, AttributeError):
+        return
+    key = entry_key(fusion, info, signature)
+    if key is None:
+        return
+    try:
+        place.mkdir(parents=True, exist_ok=True)
+        entry = disk_cache.pack(key, _identity(), buffer.getvalue())
+        disk_cache.write_atomically(place / key, entry)
+    except OSError:
+        return
+
+
+def load(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> KernelProgram | None:
+    """The stored program of `fusion` for this call, its kernels loaded, or None (nothing
+    stored, the store off, or a bad entry: removed)."""
+    place = folder()
+    if place is None:
+        return None
+    key = entry_key(fusion, info, signature)
+    if key is None:
+        return None
+    path = place / key
+    try:
+        blob = disk_cache.read_file(path)
+        if blob is None:
+            return None
+        payload = disk_cache.unpack(blob, key, _identity())
+    except disk_cache.BadEntry as exc:
+        disk_cache.discard(path, str(exc))
+        return None
+    try:
+        program, headed = _Unpickler(io.BytesIO(payload), _fusion_vals(fusion)).load()
+        if type(program) is not KernelProgram or len(headed) != len(program.launches):
+            raise pickle.UnpicklingError(f"it holds a {type(program).__name__}")
+    except Exception as exc:  # noqa: BLE001 - any payload that does not load is a bad entry
+        disk_cache.discard(path, f"does not load back ({type(exc).__name__}: {exc})")
+        return None
+    return _loaded(program, headed, info)
+
+
+def _loaded(program: KernelProgram, headed: list[bool], info: RuntimeInfo) -> KernelProgram:
+    """`program` with each launch's source whole again (`headed`: those that start with the
+    runtime header) and its kernel compiled (from the caches) and loaded, checked as a new
+    program is."""
+    from kfuse.engine.compiler import KernelCompiler
+
+    assert program.params is not None
+    compiler = KernelCompiler(program.params.cparams)
+    header = runtime_header()
+    launches = []
+    for launch, whole in zip(program.launches, headed, strict=True):
+        source = header + launch.source if whole else launch.source
+        kernel = compiler.compile(source, launch.name, info)
+        launches.append(dataclasses.replace(launch, kernel=kernel, source=source))
+    program.launches = launches
+    check_operand_spans(program, info)
+    return program
+
+
+__all__ = ["FORMAT", "entry_key", "folder", "load", "package_fingerprint", "save"]

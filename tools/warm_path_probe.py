@@ -1,0 +1,208 @@
+"""Where the first call of a new definition goes, with the on-disk caches warm (issue 60: W5's
+warm path under 1 ms): each compiler stage of kfuse.engine.compiler timed alone, the loaded
+kernel's disk read and module load apart, then whole first calls as benchmarks/run.py's C1
+times them.
+
+Each repetition builds W5's definition anew and forgets every loaded kernel (only the disk
+caches stay warm, as in a new process), so nothing in memory is reused but what a process
+keeps once (imports, the CUDA context, the package's fingerprint). Medians of --reps, in us.
+
+    PYTHONPATH=src:benchmarks python3 tools/warm_path_probe.py [--device cuda] [--reps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def _forget_loaded_kernels(device: str) -> None:
+    """Empty the in-memory caches a new process would not have (the disk caches stay)."""
+    if device == "cuda":
+        from kfuse.runtime.backends.cuda import CUDA_BACKEND
+
+        CUDA_BACKEND._kernels.clear()
+
+
+def _inputs(device: str) -> list[Any]:
+    import torch
+
+    m, n = (32768, 4096) if device == "cuda" else (64, 4096)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn((m, n), generator=gen).to(torch.bfloat16)
+    w = torch.randn((n,), generator=gen).to(torch.bfloat16)
+    return [x.cuda(), w.cuda()] if device == "cuda" else [x, w]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def stage_times(device: str, inputs: list[Any]) -> dict[str, float]:
+    """One first call taken apart: seconds per stage."""
+    from workloads import _rmsnorm_definition
+
+    from kfuse.engine import compiler
+    from kfuse.engine.executor import FusionExecutorCache
+    from kfuse.runtime.info import build_runtime_info
+
+    _forget_loaded_kernels(device)
+    fd = _rmsnorm_definition()
+    marks = [("start", time.perf_counter())]
+
+    def mark(name: str) -> None:
+        marks.append((name, time.perf_counter()))
+
+    executor = FusionExecutorCache(fd.fusion)
+    mark("canonicalize")
+    info = build_runtime_info(executor.fusion, inputs)
+    mark("runtime info")
+    partition = compiler.stage_partition(executor.fusion, info, None, segment=True)
+    mark("partition")
+    params = compiler.stage_params(partition, None)
+    mark("params")
+    kernels = compiler.stage_kernels(partition, params)
+    mark("kernels (codegen)")
+    launches = compiler.stage_compile(partition, params, kernels)
+    mark("compile (disk cache, module load)")
+    program = compiler.stage_program(partition, params, launches)
+    mark("program")
+    program.run(info, None)
+    _sync(device)
+    mark("run (allocate, launch, sync)")
+    return {name: t - marks[k][1] for k, (name, t) in enumerate(marks[1:])}
+
+
+def stored_times(device: str, inputs: list[Any]) -> dict[str, float]:
+    """One first call whose program the program store holds (kfuse.engine.program_store):
+    the stages it runs instead of the compiler's."""
+    from workloads import _rmsnorm_definition
+
+    from kfuse.engine import program_store
+    from kfuse.engine.executor import FusionExecutorCache
+    from kfuse.engine.signature import program_key
+    from kfuse.runtime.info import build_runtime_info
+
+    _forget_loaded_kernels(device)
+    fd = _rmsnorm_definition()
+    marks = [("start", time.perf_counter())]
+
+    def mark(name: str) -> None:
+        marks.append((name, time.perf_counter()))
+
+    executor = FusionExecutorCache(fd.fusion)
+    mark("canonicalize")
+    info = build_runtime_info(executor.fusion, inputs)
+    mark("runtime info")
+    key = program_key(info, None)
+    mark("signature")
+    program = program_store.load(executor.fusion, info, key)
+    mark("program store (key, read, unpickle, kernel load)")
+    if program is None:
+        return {}
+    program.run(info, None)
+    _sync(device)
+    mark("run (allocate, launch, sync)")
+    return {name: t - marks[k][1] for k, (name, t) in enumerate(marks[1:])}
+
+
+def kernel_load_times(device: str, inputs: list[Any]) -> dict[str, float]:
+    """W5's kernel from the disk cache: the entry's read and check, then the module load."""
+    if device != "cuda":
+        return {}
+    from workloads import _rmsnorm_definition
+
+    from kfuse import _C
+    from kfuse.engine.compiler import KernelCompiler
+    from kfuse.runtime import kernel_cache
+    from kfuse.runtime.backends.cuda import COMPILE_STEPS, nvrtc_options
+    from kfuse.runtime.info import build_runtime_info
+
+    fd = _rmsnorm_definition()
+    fd.execute(inputs)
+    program = fd.last_program()
+    launch = program.launches[0]
+    compiler = KernelCompiler(program.params.cparams)
+    arch = compiler.target_arch(build_runtime_info(fd.fusion, inputs))
+    options = " ".join(nvrtc_options(compiler.options))
+    version = ".".join(str(v) for v in _C.nvrtc_version())
+    start = time.perf_counter()
+    key = kernel_cache.cache_key(launch.source, launch.name, arch, options, version, COMPILE_STEPS)
+    identity = kernel_cache.kernel_identity(launch.source, launch.name, arch, options, version)
+    cubin = kernel_cache.load(key, identity)
+    read = time.perf_counter()
+    if cubin is None:
+        return {"disk entry (not found: the key differs from the backend's)": read - start}
+    _C.Kernel(cubin, launch.name, inputs[0].get_device())
+    loaded = time.perf_counter()
+    return {"disk entry read and checked": read - start, "module load": loaded - read}
+
+
+def first_call(device: str, inputs: list[Any]) -> float:
+    """Seconds of C1's measure: a new definition's first execute, synchronized."""
+    from workloads import _rmsnorm_definition
+
+    _forget_loaded_kernels(device)
+    fd = _rmsnorm_definition()
+    _sync(device)
+    start = time.perf_counter()
+    fd.execute(inputs)
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {name: statistics.median(run[name] for run in runs) for name in runs[0]}
+
+
+def _report(title: str, times: dict[str, float]) -> None:
+    print(title)
+    for name, seconds in times.items():
+        print(f"  {name:44s} {seconds * 1e6:9.1f} us")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "emulator"), default="emulator")
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args(argv)
+    inputs = _inputs(args.device)
+    first_call(args.device, inputs)  # fills the disk caches (and the process's one-time work)
+
+    def repeat(f: Callable[[str, list[Any]], Any]) -> list[Any]:
+        return [f(args.device, inputs) for _ in range(args.reps)]
+
+    stages = _medians(repeat(stage_times))
+    _report("W5's first call by stage, disk caches warm (medians):", stages)
+    print(f"  {'sum':44s} {sum(stages.values()) * 1e6:9.1f} us")
+    stored = repeat(stored_times)
+    if stored[0]:
+        stored_medians = _medians(stored)
+        _report("The same call with its program stored (medians):", stored_medians)
+        print(f"  {'sum':44s} {sum(stored_medians.values()) * 1e6:9.1f} us")
+    else:
+        print("The program store holds no program for it (KFUSE_PROGRAM_CACHE=0?)")
+    loads = kernel_load_times(args.device, inputs)
+    if loads:
+        _report(
+            "its kernel's load:",
+            _medians([kernel_load_times(args.device, inputs) for _ in range(args.reps)]),
+        )
+    calls = repeat(first_call)
+    median = statistics.median(calls) * 1e6
+    print(f"whole first call (C1 warm), median of {args.reps}: {median:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
