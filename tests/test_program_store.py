@@ -257,3 +257,91 @@ def test_a_new_definition_loads_the_stored_program_on_the_gpu(
         got = out.float().cpu().numpy().astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
     assert len(compiles) == 1
+
+
+# ---- canonical forms (kfuse.engine.canonical_store) ----
+
+
+@pytest.fixture
+def canonicalizations(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The canonical forms built (not read back from the store)."""
+    from kfuse.ir import canonicalize
+
+    made: list[Any] = []
+    real = canonicalize.Canonicalizer.run
+
+    def counted(self: Any) -> Any:
+        made.append(self.original)
+        return real(self)
+
+    monkeypatch.setattr(canonicalize.Canonicalizer, "run", counted)
+    return made
+
+
+def halved_square() -> FusionDefinition:
+    """pow(x, 2) / 2 + 1: two rules rewrite it (x * x, and * 0.5), so its canonical form is
+    a fusion of its own, with a constant of the definition's (1.0) and one a rule made."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        y = fd.ops.div(fd.ops.pow(x, 2.0), 2.0)
+        fd.add_output(fd.ops.add(y, 1.0))
+    return fd
+
+
+def test_a_new_definition_reads_its_canonical_form_back(
+    store: Path, canonicalizations: list[Any]
+) -> None:
+    from kfuse.ir.printer import fusion_to_python
+
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    first = halved_square()
+    (out,) = first.execute([x])
+    np.testing.assert_allclose(out, x * x / 2 + 1, rtol=1e-6)
+    built = first._executor_cache.fusion
+    assert built is not first.fusion, "no rule rewrote it: this test needs one that does"
+    again = halved_square()
+    (out,) = again.execute([x])
+    np.testing.assert_allclose(out, x * x / 2 + 1, rtol=1e-6)
+    assert len(canonicalizations) == 1, "the second definition canonicalized again"
+    loaded = again._executor_cache.fusion
+    assert fusion_to_python(loaded) == fusion_to_python(built)
+    assert loaded.structure() == built.structure()
+    # the definition's constants are shared, not copied, as canonicalization shares them
+    constants = {
+        id(v) for e in again.fusion.exprs for v in e.inputs if getattr(v, "is_constant", False)
+    }
+    used = [v for e in loaded.exprs for v in e.inputs if getattr(v, "is_constant", False)]
+    assert any(id(v) in constants for v in used)
+
+
+def test_a_definition_that_is_its_own_canonical_form_is_recorded_so(
+    store: Path, canonicalizations: list[Any]
+) -> None:
+    check(rms_norm(), inputs())
+    fd = rms_norm()
+    check(fd, inputs())
+    assert len(canonicalizations) == 1
+    assert fd._executor_cache.fusion is fd.fusion
+
+
+def test_a_canonical_form_that_is_not_the_definitions_is_removed_and_built_again(
+    store: Path, canonicalizations: list[Any]
+) -> None:
+    """Another fusion's entry under this definition's key: checked against the definition,
+    removed with a warning, the definition canonicalized, the results right."""
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    halved_square().execute([x])
+    check(rms_norm(), inputs())
+    folder = store.parent / "canonical"
+    entries = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    assert len(entries) == 2
+    square_entry, norm_entry = entries
+    from kfuse.engine import canonical_store
+    from kfuse.runtime import disk_cache
+
+    blob = square_entry.read_bytes()
+    payload = blob[blob.index(b"\n", len(b"KFUSE-CACHE-ENTRY 2\n")) + 1 :]
+    norm_entry.write_bytes(disk_cache.pack(norm_entry.name, canonical_store._identity(), payload))
+    with pytest.warns(RuntimeWarning, match="does not load back"):
+        check(rms_norm(), inputs())
+    assert len(canonicalizations) == 3

@@ -22,7 +22,9 @@
 # tools/thunder_check.py (KFUSE_VERIFY_THUNDER_ARGS, default none: the full run, ~4 minutes;
 # "--quick" for ~1), writing thunder.json and thunder.log.
 # The part "warmpath" runs tools/warm_path_probe.py (W5's first call with warm disk caches, by
-# stage) with the program store on and off, then benchmarks/run.py's C1 (warmpath.txt).
+# stage) with the program store on and off, then benchmarks/run.py's C1 (warmpath.txt);
+# KFUSE_VERIFY_WARM_PROFILE=N adds a cProfile of N first calls with the store
+# (warmpath-profile.txt).
 # The part "repros" runs every repro script in KFUSE_VERIFY_REPROS (default .whl/repros: a call
 # carries .whl but not ../shared; tools/fetch_device_wheels.sh copies ../shared/repros/*/ there
 # and downloads the wheels .whl needs) and writes repros.txt.
@@ -90,9 +92,12 @@ if [[ $parts == *" warmpath "* ]]; then
     for store in 1 0; do
         echo "KFUSE_PROGRAM_CACHE=$store"
         KFUSE_CACHE_DIR="$(mktemp -d)" KFUSE_PROGRAM_CACHE=$store PYTHONPATH="$PYTHONPATH:benchmarks" \
-            timeout 120 python3 tools/warm_path_probe.py --device cuda --reps 30 2>&1 | tail -n 22
+            timeout 120 python3 tools/warm_path_probe.py --device cuda --reps 30 \
+            --profile "${KFUSE_VERIFY_WARM_PROFILE:-0}" > "$logs/warm-$store.txt" 2>&1
+        head -n 24 "$logs/warm-$store.txt"
     done | tee "$REAL/warmpath.txt"
-    timeout 60 python3 benchmarks/run.py --only C1 2>&1 | grep -E "C1 " | tee -a "$REAL/warmpath.txt"
+    cp "$logs/warm-1.txt" "$REAL/warmpath-profile.txt" 2>/dev/null
+    timeout 90 python3 benchmarks/run.py --only W5,C1 2>&1 | grep -E "C1 " | tee -a "$REAL/warmpath.txt"
 fi
 if [[ $parts == *" campaign "* ]]; then
     budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"

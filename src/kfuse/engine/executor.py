@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse.engine import aliasing, given_outputs, program_store
+from kfuse.engine import aliasing, canonical_store, given_outputs, program_store
 from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
@@ -43,8 +43,14 @@ class FusionExecutorCache:
         # so its signature are built on the canonical fusion, before any Program is looked
         # up. It is a function of the definition alone, so the Programs below are cached by
         # input signature only, and compile_fusion takes it as it is.
+        # (or read back from the disk, where an earlier process kept it: canonical_store)
         self.definition = fusion
-        self.fusion = stage_canonicalize(fusion)
+        stored = canonical_store.load(fusion)
+        if stored is None:
+            self.fusion = stage_canonicalize(fusion)
+            canonical_store.save(fusion, self.fusion)
+        else:
+            self.fusion = stored
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
         # The Program of the last call (kfuse.engine.program: scheduler, params, launches).

@@ -17,13 +17,15 @@ An entry is found by a key over everything a Program is a function of:
 
 Anything else that steers the compiler inside a running process (a test's or a tool's patch
 of a heuristic) is not in the key: those turn the store off (KFUSE_PROGRAM_CACHE=0), as the
-test suite does but for the tests of this module, and tools/kernel_times.py does for --ab.
+test suite does but for the tests of this module, and tools/kernel_times.py does.
 
 Only a KernelProgram of one scheduler is kept: not a LibraryProgram, a SegmentedProgram or
 merged segments (SegmentKernelsProgram), which hold the fusion's segments. Its kernels are
-kept as their sources and names and loaded through the compile stage (the loaded kernels in
-memory, the cubin cache, NVRTC), so that a stored program never brings a cubin the cubin
-cache has not checked. A loaded program gets the output-operand check of a new one
+kept as their names and sources and, on a GPU, their cubins as the cubin cache held them
+(checked there when read, and here by the entry's checksum), so that a load reads one file
+and hashes no kernel source; on the emulator, or where a cubin was missing, they load
+through the compile stage (the loaded kernels in memory, the cubin cache, NVRTC). A loaded
+program gets the output-operand check of a new one
 (kfuse.engine.operand_spans). Entries are kfuse.runtime.disk_cache entries (a checked
 header, atomic writes) in the folder `program` of the cache; one that does not load back
 (truncated, corrupt, a format this code does not read) is removed with a warning and the
@@ -62,21 +64,26 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 _fingerprint: str | None = None
 
+DIGEST_KEY = "_program_store_digest"
+"""Where a canonical fusion keeps fusion_digest's value (kept with a stored canonical form:
+kfuse.engine.canonical_store)."""
+
 
 class _NotStorable(Exception):
     """A program holding something the store does not keep (a Val outside the fusion, the
     fusion itself)."""
 
 
-def folder() -> Path | None:
-    """Where entries live, the folder `program` beside the cubin cache's; None when the store
-    is off: the disk cache off, KFUSE_PROGRAM_CACHE off, or a stage dumped (KFUSE_DUMP wants
-    the stages to run)."""
+def folder(name: str = "program") -> Path | None:
+    """Where entries live, the folder `name` beside the cubin cache's (`program`; the
+    canonical forms' `canonical`: kfuse.engine.canonical_store); None when the store is off:
+    the disk cache off, KFUSE_PROGRAM_CACHE off, or a stage dumped (KFUSE_DUMP wants the
+    stages to run)."""
     settings = knobs.get()
     if not settings.program_cache or settings.dump:
         return None
     cubins = kernel_cache.cache_dir(settings)
-    return None if cubins is None else cubins.parent / "program"
+    return None if cubins is None else cubins.parent / name
 
 
 def package_fingerprint() -> str:
@@ -104,10 +111,10 @@ def _switch_settings() -> str:
     return repr(sorted((k, v) for k, v in vars(switches).items() if k.isupper()))
 
 
-def _fusion_digest(fusion: Fusion) -> str:
+def fusion_digest(fusion: Fusion) -> str:
     """The canonical fusion's structure, hashed once per fusion (a canonical fusion does not
     change once built); "" where an attribute does not pickle (nothing is stored then)."""
-    cached = fusion.__dict__.get("_program_store_digest")
+    cached = fusion.__dict__.get(DIGEST_KEY)
     if cached is None:
         # pickled, not repr'd: equal bytes are equal structures, whatever an attribute's repr
         structure = fusion.__dict__.get(STRUCTURE_KEY) or fusion.structure()
@@ -115,7 +122,7 @@ def _fusion_digest(fusion: Fusion) -> str:
             cached = hashlib.sha256(pickle.dumps(structure, protocol=5)).hexdigest()
         except (pickle.PicklingError, TypeError, AttributeError):
             cached = ""
-        fusion.__dict__["_program_store_digest"] = cached
+        fusion.__dict__[DIGEST_KEY] = cached
     return cached
 
 
@@ -132,7 +139,7 @@ def entry_key(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> str | None
     """The key of the program of canonical `fusion` for the call `info` describes, whose
     kfuse.engine.signature.program_key is `signature` (see the module docstring); None for a
     fusion the store cannot name."""
-    digest = _fusion_digest(fusion)
+    digest = fusion_digest(fusion)
     if not digest:
         return None
     nvrtc = ""
@@ -210,13 +217,17 @@ def save(fusion: Fusion, info: RuntimeInfo, signature: tuple, program: Program) 
     """Keep `program` (compiled for `info`, whose program_key is `signature`) where it is a
     KernelProgram the store keeps; a program it cannot keep, or a cache it cannot write, is
     skipped."""
-    if type(program) is not KernelProgram or program.in_place:
+    if type(program) is not KernelProgram or program.in_place or program.params is None:
         return
     place = folder()
     if place is None:
         return
+    key = entry_key(fusion, info, signature)
+    if key is None:
+        return
     # Each kernel as its source (the runtime header every source starts with left out: it is
-    # most of the bytes, and the same for every kernel of this build) and name, not loaded.
+    # most of the bytes, and the same for every kernel of this build) and name, not loaded,
+    # and on a GPU its cubin, which the load then needs no other entry for.
     header = runtime_header()
     kept = dataclasses.replace(
         program,
@@ -229,11 +240,8 @@ def save(fusion: Fusion, info: RuntimeInfo, signature: tuple, program: Program) 
     buffer = io.BytesIO()
     vals = {id(v): k for k, v in enumerate(_fusion_vals(fusion))}
     try:
-        _Pickler(buffer, vals).dump((kept, headed))
+        _Pickler(buffer, vals).dump((kept, headed, _cubins(program, info)))
     except (_NotStorable, pickle.PicklingError, TypeError, AttributeError):
-        return
-    key = entry_key(fusion, info, signature)
-    if key is None:
         return
     try:
         place.mkdir(parents=True, exist_ok=True)
@@ -241,6 +249,26 @@ def save(fusion: Fusion, info: RuntimeInfo, signature: tuple, program: Program) 
         disk_cache.write_atomically(place / key, entry)
     except OSError:
         return
+
+
+def _cubins(program: KernelProgram, info: RuntimeInfo) -> list[bytes] | None:
+    """The cubin of each launch of `program` from the cubin cache, or None on the emulator or
+    where one is missing (the load then compiles through the caches)."""
+    if info.backend == EMULATOR:
+        return None
+    from kfuse.engine.compiler import KernelCompiler
+    from kfuse.runtime.backends.cuda import CUDA_BACKEND
+
+    assert program.params is not None
+    compiler = KernelCompiler(program.params.cparams)
+    arch = compiler.target_arch(info)
+    cubins = []
+    for launch in program.launches:
+        cubin = CUDA_BACKEND.cached_cubin(launch.source, launch.name, arch, compiler.options)
+        if cubin is None:
+            return None
+        cubins.append(cubin)
+    return cubins
 
 
 def load(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> KernelProgram | None:
@@ -262,28 +290,36 @@ def load(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> KernelProgram |
         disk_cache.discard(path, str(exc))
         return None
     try:
-        program, headed = _Unpickler(io.BytesIO(payload), _fusion_vals(fusion)).load()
+        program, headed, cubins = _Unpickler(io.BytesIO(payload), _fusion_vals(fusion)).load()
         if type(program) is not KernelProgram or len(headed) != len(program.launches):
             raise pickle.UnpicklingError(f"it holds a {type(program).__name__}")
-    except Exception as exc:  # noqa: BLE001 - any payload that does not load is a bad entry
+        if cubins is not None and len(cubins) != len(program.launches):
+            raise pickle.UnpicklingError("its cubins are not one a launch")
+        return _loaded(program, headed, cubins, info)
+    except Exception as exc:  # noqa: BLE001 - any entry that does not load is a bad entry
         disk_cache.discard(path, f"does not load back ({type(exc).__name__}: {exc})")
         return None
-    return _loaded(program, headed, info)
 
 
-def _loaded(program: KernelProgram, headed: list[bool], info: RuntimeInfo) -> KernelProgram:
+def _loaded(
+    program: KernelProgram, headed: list[bool], cubins: list[bytes] | None, info: RuntimeInfo
+) -> KernelProgram:
     """`program` with each launch's source whole again (`headed`: those that start with the
-    runtime header) and its kernel compiled (from the caches) and loaded, checked as a new
-    program is."""
+    runtime header) and its kernel loaded: from its cubin (`cubins`, on a GPU), else compiled
+    through the caches; checked as a new program is."""
+    from kfuse import _C
     from kfuse.engine.compiler import KernelCompiler
 
     assert program.params is not None
     compiler = KernelCompiler(program.params.cparams)
     header = runtime_header()
     launches = []
-    for launch, whole in zip(program.launches, headed, strict=True):
+    for k, (launch, whole) in enumerate(zip(program.launches, headed, strict=True)):
         source = header + launch.source if whole else launch.source
-        kernel = compiler.compile(source, launch.name, info)
+        if cubins is not None and info.backend != EMULATOR:
+            kernel = _C.Kernel(cubins[k], launch.name, info.device_index)
+        else:
+            kernel = compiler.compile(source, launch.name, info)
         launches.append(dataclasses.replace(launch, kernel=kernel, source=source))
     program.launches = launches
     check_operand_spans(program, info)

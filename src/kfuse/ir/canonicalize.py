@@ -51,6 +51,17 @@ def canonical_fusion(fusion: Fusion) -> Fusion:
     return cached
 
 
+def known_canonical_form(definition: Fusion) -> Fusion | None:
+    """The canonical form of `definition` if this process has it already, else None."""
+    return definition.__dict__.get(_CACHE_KEY)
+
+
+def adopt_canonical_form(definition: Fusion, canonical: Fusion) -> None:
+    """Make `canonical` the canonical form canonical_fusion gives for `definition` (one
+    kfuse.engine.canonical_store read back from disk instead of building it)."""
+    definition.__dict__[_CACHE_KEY] = canonical
+
+
 class Canonicalizer:
     """Builds the canonical form of one fusion; the rules call back into it (`emit`,
     `new_val`, `constant`) to add exprs."""
@@ -62,8 +73,10 @@ class Canonicalizer:
         self._env: dict[int, Val] = {}
         # Common-subexpression key -> the canonical expr first emitted with it.
         self._known: dict[tuple, Expr] = {}
-        self._fresh = {kind: _first_free(original, kind) for kind in ("T", "S")}
-        self._serial = 1 + max((v.serial for v in _all_vals(original)), default=0)
+        # The next free name numbers and serial, found on a rule's first new Val (most
+        # fusions need none: the walk over every Val is then saved).
+        self._fresh: dict[str, int] = {}
+        self._serial = -1
 
     def run(self) -> Fusion:
         """The canonical Fusion (or the original when nothing changed)."""
@@ -102,19 +115,28 @@ class Canonicalizer:
 
     def constant(self, value: Any, dtype: DataType) -> Scalar:
         """A new constant Scalar of `dtype` (value already of the dtype's Python kind)."""
-        self._serial += 1
-        return Scalar(f"C{self._serial}", dtype, value, serial=self._serial)
+        serial = self._next_serial()
+        return Scalar(f"C{serial}", dtype, value, serial=serial)
 
     def new_val(self, dtype: DataType, axes: tuple[Axis, ...] | None) -> Val:
         """A fresh Val for an intermediate a rule adds: a TensorView of `axes`, or a
         Scalar when axes is None."""
         kind = "S" if axes is None else "T"
+        if not self._fresh:
+            self._fresh = {k: _first_free(self.original, k) for k in ("T", "S")}
         name = f"{kind}{self._fresh[kind]}"
         self._fresh[kind] += 1
-        self._serial += 1
+        serial = self._next_serial()
         if axes is None:
-            return Scalar(name, dtype, None, serial=self._serial)
-        return TensorView(name, dtype, axes, serial=self._serial)
+            return Scalar(name, dtype, None, serial=serial)
+        return TensorView(name, dtype, axes, serial=serial)
+
+    def _next_serial(self) -> int:
+        """A serial after every Val of the original and every one made so far."""
+        if self._serial < 0:
+            self._serial = 1 + max((v.serial for v in _all_vals(self.original)), default=0)
+        self._serial += 1
+        return self._serial
 
     def emit(
         self, cls: type[Expr], inputs: Sequence[Val], attrs: dict[str, Any], like: Sequence[Val]

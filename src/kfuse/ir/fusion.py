@@ -154,7 +154,7 @@ class Fusion:
         index: dict[int, tuple] = {}
 
         def ref(v: Val) -> tuple:
-            if isinstance(v, Scalar) and v.is_constant:
+            if type(v) is Scalar and v.is_constant:
                 value = v.value
                 if isinstance(value, float) and math.isnan(value):
                     value = "nan"
@@ -163,7 +163,7 @@ class Fusion:
 
         def attr(x: Any) -> Any:
             if isinstance(x, tuple):
-                return tuple(attr(y) for y in x)
+                return tuple([attr(y) for y in x])
             if isinstance(x, Val):
                 return ref(x)
             return x
@@ -175,19 +175,23 @@ class Fusion:
                 parts.append(("tensor", v.dtype.value, v.axes, v.contiguity, v.stride_order))
             else:
                 parts.append(("scalar", v.dtype.value))
+        # (written for speed: a warm first call builds the structure of its canonical fusion)
         for j, e in enumerate(self.exprs):
+            outputs = e.outputs
             parts.append(
                 (
                     type(e).__name__,
-                    tuple(ref(v) for v in e.inputs),
-                    tuple(attr(x) for x in e.attributes().values()),
+                    tuple([ref(v) for v in e.inputs]),
+                    tuple([attr(getattr(e, name)) for name in e.ATTRS]),
                     tuple(
-                        (type(o).__name__, o.dtype.value, getattr(o, "axes", None))
-                        for o in e.outputs
+                        [
+                            (type(o).__name__, o.dtype.value, getattr(o, "axes", None))
+                            for o in outputs
+                        ]
                     ),
                 )
             )
-            for k, o in enumerate(e.outputs):
+            for k, o in enumerate(outputs):
                 index[id(o)] = ("expr", j, k)
         parts.append(("outputs", tuple(ref(v) for v in self.outputs)))
         if self.rounded_outputs:  # kernels differ (fast math), so must cache keys

@@ -24,10 +24,19 @@ def cache_key(*parts: str) -> str:
     return h.hexdigest()
 
 
-def kernel_identity(source: str, name: str, arch: str, options: str, nvrtc: str) -> dict[str, str]:
-    """What an entry must record to be the cubin asked for."""
+def source_digest(source: str) -> str:
+    """The SHA-256 of a kernel's source, which its entry's key and identity both take (the
+    source itself is tens of kilobytes: hashed once)."""
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def kernel_identity(
+    source: str, name: str, arch: str, options: str, nvrtc: str, digest: str | None = None
+) -> dict[str, str]:
+    """What an entry must record to be the cubin asked for (`digest`: source_digest(source)
+    where the caller has it)."""
     return {
-        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "source_sha256": digest or source_digest(source),
         "name": name,
         "arch": arch,
         "options": options,

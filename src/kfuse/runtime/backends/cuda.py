@@ -131,19 +131,35 @@ class CudaBackend:
         kernel = self._kernels.get(key)
         if kernel is not None:
             return kernel
-        all_options = nvrtc_options(options)
-        version = ".".join(str(v) for v in _C.nvrtc_version())
-        disk_key = kernel_cache.cache_key(
-            source, name, arch, " ".join(all_options), version, COMPILE_STEPS
-        )
-        identity = kernel_cache.kernel_identity(source, name, arch, " ".join(all_options), version)
+        disk_key, identity = self._disk_entry(source, name, arch, options)
         cubin = kernel_cache.load(disk_key, identity)
         if cubin is None:
-            cubin = compile_to_cubin(source, name, arch, all_options)
+            cubin = compile_to_cubin(source, name, arch, nvrtc_options(options))
             kernel_cache.store(disk_key, identity, cubin)
         kernel = _C.Kernel(cubin, name, device_index)
         self._kernels.put(key, kernel)
         return kernel
+
+    def cached_cubin(
+        self, source: str, name: str, arch: str, options: tuple[str, ...] = ()
+    ) -> bytes | None:
+        """The cubin the disk cache holds for this kernel (what compile loaded), or None
+        (the disk cache off, or the entry gone): the program store keeps it with the
+        program (kfuse.engine.program_store)."""
+        return kernel_cache.load(*self._disk_entry(source, name, arch, options))
+
+    @staticmethod
+    def _disk_entry(
+        source: str, name: str, arch: str, options: tuple[str, ...]
+    ) -> tuple[str, dict[str, str]]:
+        """The cubin cache's (key, identity) of a kernel: everything its cubin depends on."""
+        from kfuse import _C
+
+        all_options = " ".join(nvrtc_options(options))
+        version = ".".join(str(v) for v in _C.nvrtc_version())
+        digest = kernel_cache.source_digest(source)
+        key = kernel_cache.cache_key(digest, name, arch, all_options, version, COMPILE_STEPS)
+        return key, kernel_cache.kernel_identity(source, name, arch, all_options, version, digest)
 
 
 CUDA_BACKEND = CudaBackend()
