@@ -22,8 +22,9 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_EMULATOR_PROFILE": "device the emulator pretends to be: h100 (default), h200, a100",
     "KFUSE_CACHE_DIR": "folder of the on-disk kernel caches (default ~/.cache/kfuse; 'off' "
     "disables them)",
-    "KFUSE_PROGRAM_CACHE": "0 keeps compiled programs out of the disk cache: each new process "
-    "generates a fusion's kernels again before loading them from the cubin cache (default 1)",
+    "KFUSE_PROGRAM_CACHE": "0 keeps canonical forms and compiled programs out of the disk "
+    "cache: each new process canonicalizes a fusion and generates its kernels again before "
+    "loading them from the cubin cache (default 1)",
     "KFUSE_POISON": "1 fills every new GPU output and scratch buffer with a poison pattern "
     "before its kernels run, so that an element no kernel writes shows "
     "(the emulator always does)",
@@ -59,7 +60,8 @@ class Knobs:
     cache_dir: str | None = None
     """``KFUSE_CACHE_DIR``: where compiled kernels are cached on disk (``off``: nowhere)."""
     program_cache: bool = True
-    """``KFUSE_PROGRAM_CACHE``: keep compiled programs on disk (kfuse.engine.program_store)."""
+    """``KFUSE_PROGRAM_CACHE``: keep canonical forms and compiled programs on disk
+    (kfuse.engine.canonical_store, kfuse.engine.program_store)."""
     poison: bool = False
     """``KFUSE_POISON``: fill new GPU outputs and workspaces with
     kfuse.runtime.arrays.POISON_BYTE."""

@@ -28,7 +28,6 @@ from typing import Any
 
 from kfuse.engine.program_store import DIGEST_KEY, folder, fusion_digest, package_fingerprint
 from kfuse.ir.canonicalize import STRUCTURE_KEY, adopt_canonical_form, known_canonical_form
-from kfuse.ir.exprs import attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime import disk_cache, kernel_cache
@@ -53,7 +52,8 @@ _FIELDS = (
 """What a canonical fusion's entry keeps of its __dict__ (caches other modules attach to a
 fusion, keyed by the ids of this process's objects, are left out)."""
 
-_KEY = "_canonical_store_key"  # a definition's entry key, computed once
+_KEY = "_canonical_store_key"  # a definition's entry key and structure, computed once
+_VALS = "_canonical_store_vals"  # its Vals, as _definition_vals lists them
 
 
 class _NotStorable(Exception):
@@ -62,11 +62,16 @@ class _NotStorable(Exception):
 
 def _definition_vals(definition: Fusion) -> list[Val]:
     """Every Val of the definition a canonical fusion may share or be named after, in
-    definition order."""
-    vals: list[Val] = list(definition.inputs)
-    for e in definition.all_exprs:
-        vals.extend(e.outputs)
-        vals.extend(v for v in (*e.inputs, *attribute_vals(e)) if isinstance(v, Scalar))
+    definition order (kept on the definition: a closed definition does not change): its
+    inputs, each expr's outputs and the constants among its operands (one an attribute alone
+    holds is copied into the entry, not shared: a constant is its value)."""
+    vals: list[Val] | None = definition.__dict__.get(_VALS)
+    if vals is None:
+        vals = list(definition.inputs)
+        for e in definition.all_exprs:
+            vals.extend(e.outputs)
+            vals.extend(v for v in e.inputs if isinstance(v, Scalar) and v.is_constant)
+        definition.__dict__[_VALS] = vals
     return vals
 
 
