@@ -27,6 +27,7 @@ import pickle
 from typing import Any
 
 from kfuse.engine.program_store import DIGEST_KEY, folder, fusion_digest, package_fingerprint
+from kfuse.engine.signature import SHAPE_INPUTS_KEY, shape_inputs
 from kfuse.ir.canonicalize import STRUCTURE_KEY, adopt_canonical_form, known_canonical_form
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -48,9 +49,11 @@ _FIELDS = (
     "in_definition",
     STRUCTURE_KEY,
     DIGEST_KEY,
+    SHAPE_INPUTS_KEY,
 )
-"""What a canonical fusion's entry keeps of its __dict__ (caches other modules attach to a
-fusion, keyed by the ids of this process's objects, are left out)."""
+"""What a canonical fusion's entry keeps of its __dict__: its IR, and the caches a first call
+reads that name no object of this process (kfuse.engine.signature.shape_inputs' positions);
+other caches modules attach to a fusion are left out."""
 
 _KEY = "_canonical_store_key"  # a definition's entry key and structure, computed once
 _VALS = "_canonical_store_vals"  # its Vals, as _definition_vals lists them
@@ -170,13 +173,15 @@ def load(definition: Fusion) -> Fusion | None:
 
 
 def _from_payload(payload: bytes, definition: Fusion) -> Fusion:
-    """The canonical fusion an entry's payload holds: ("same", digest) for a definition that
-    is its own canonical form, else ("fusion", its fields)."""
+    """The canonical fusion an entry's payload holds: ("same", (its digest, its
+    shape_inputs)) for a definition that is its own canonical form, else ("fusion", its
+    fields)."""
     shared = _definition_vals(definition)
     kind, value = _Unpickler(io.BytesIO(payload), shared, _owner(definition)).load()
-    if kind == "same" and isinstance(value, str):
+    if kind == "same" and isinstance(value, tuple) and len(value) == 2:
         definition.__dict__.setdefault(STRUCTURE_KEY, definition.__dict__[_KEY][1])
-        definition.__dict__.setdefault(DIGEST_KEY, value)
+        definition.__dict__.setdefault(DIGEST_KEY, value[0])
+        definition.__dict__.setdefault(SHAPE_INPUTS_KEY, value[1])
         return definition
     if kind != "fusion" or not isinstance(value, dict) or set(value) - set(_FIELDS):
         raise pickle.UnpicklingError("it holds no canonical fusion")
@@ -213,9 +218,10 @@ def save(definition: Fusion, canonical: Fusion) -> None:
     if key is None:
         return
     digest = fusion_digest(canonical)  # kept with it: the program store's key needs it
+    shape_inputs(canonical)  # kept with it: every call's signature needs it
     content: tuple[str, Any]
     if canonical is definition:
-        content = ("same", digest)
+        content = ("same", (digest, shape_inputs(canonical)))
     else:
         content = ("fusion", {k: canonical.__dict__[k] for k in _FIELDS if k in canonical.__dict__})
     shared = {id(v): k for k, v in enumerate(_definition_vals(definition))}

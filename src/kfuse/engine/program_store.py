@@ -36,6 +36,7 @@ and emulator caches beside it, whose entries run as code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import os
@@ -82,6 +83,14 @@ def folder(name: str = "program") -> Path | None:
     settings = knobs.get()
     if not settings.program_cache or settings.dump:
         return None
+    environ = os.environ
+    return _folder(settings, environ.get("XDG_CACHE_HOME"), environ.get("HOME"), name)
+
+
+@functools.lru_cache(maxsize=16)
+def _folder(settings: knobs.Knobs, xdg: str | None, home: str | None, name: str) -> Path | None:
+    """folder()'s Path for these settings and this environment (built once: a first call
+    asks twice, and pathlib's joins cost microseconds)."""
     cubins = kernel_cache.cache_dir(settings)
     return None if cubins is None else cubins.parent / name
 

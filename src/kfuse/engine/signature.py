@@ -33,6 +33,10 @@ from kfuse.runtime.arrays import framework_of, numpy_data_ptr
 from kfuse.runtime.info import RuntimeInfo
 from kfuse.schedule.types import SchedulerParams
 
+SHAPE_INPUTS_KEY = "_shape_inputs"
+"""Where a fusion keeps shape_inputs' answer (kept with a stored canonical form too:
+kfuse.engine.canonical_store)."""
+
 SCALAR_TYPES = (bool, int, float, complex)
 """The Python types a scalar input may have on the fast path (arrays, NumPy scalars and
 anything else take the checked path)."""
@@ -49,7 +53,7 @@ def shape_inputs(fusion: Fusion) -> frozenset[int]:
     reshape's shape, a slice's bounds, a pad's widths, through scalar arithmetic): a
     Program's launches are planned for the shapes, so those values are part of the
     signature. Computed once per fusion."""
-    cached = fusion.__dict__.get("_shape_inputs")
+    cached = fusion.__dict__.get(SHAPE_INPUTS_KEY)
     if cached is not None:
         return cached
     pending: list[Any] = []
@@ -70,7 +74,7 @@ def shape_inputs(fusion: Fusion) -> frozenset[int]:
             found.add(inputs[id(v)])
         elif v.definition is not None:
             pending += list(v.definition.inputs)  # SizeOp's tensor input stops the walk
-    fusion.__dict__["_shape_inputs"] = result = frozenset(found)
+    fusion.__dict__[SHAPE_INPUTS_KEY] = result = frozenset(found)
     return result
 
 
