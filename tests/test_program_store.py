@@ -345,3 +345,23 @@ def test_a_canonical_form_that_is_not_the_definitions_is_removed_and_built_again
     with pytest.warns(RuntimeWarning, match="does not load back"):
         check(rms_norm(), inputs())
     assert len(canonicalizations) == 3
+
+
+def test_a_fusion_without_inputs_keeps_its_canonical_form_and_program(
+    store: Path, canonicalizations: list[Any], compiles: list[Any]
+) -> None:
+    """A factory's fusion (no input to find its definition's owner by): pow(iota, 2) + 1,
+    whose canonical form (iota * iota + 1) is a fusion of its own."""
+
+    def factory() -> FusionDefinition:
+        with FusionDefinition() as fd:
+            i = fd.ops.iota(6, dtype=DataType.Float)
+            fd.add_output(fd.ops.add(fd.ops.pow(i, 2.0), 1.0))
+        return fd
+
+    for _ in range(2):
+        fd = factory()
+        (out,) = fd.execute([])
+        np.testing.assert_array_equal(out, np.arange(6, dtype=np.float32) ** 2 + 1)
+        assert fd._executor_cache.fusion is not fd.fusion
+    assert len(canonicalizations) == 1 and len(compiles) == 1

@@ -102,7 +102,9 @@ def _identity() -> dict[str, str]:
 
 
 def _owner(definition: Fusion) -> Any:
-    return next((v.owner for v in definition.inputs if v.owner is not None), None)
+    """The FusionDefinition the definition's Vals belong to (None for a bare Fusion)."""
+    vals = (*definition.inputs, *definition.outputs)
+    return next((v.owner for v in vals if v.owner is not None), None)
 
 
 class _Pickler(pickle.Pickler):
