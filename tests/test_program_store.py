@@ -365,3 +365,21 @@ def test_a_fusion_without_inputs_keeps_its_canonical_form_and_program(
         np.testing.assert_array_equal(out, np.arange(6, dtype=np.float32) ** 2 + 1)
         assert fd._executor_cache.fusion is not fd.fusion
     assert len(canonicalizations) == 1 and len(compiles) == 1
+
+
+def test_a_new_row_count_reuses_the_compiled_kernel(store: Path, compiles: list[Any]) -> None:
+    """Issue 60: a new shape that a compiled kernel covers compiles nothing again. The rows
+    of a norm are the grid's, not the kernel's: a new row count is a new signature (a new
+    program, from the heuristics again) whose kernel source is the first one's, so the host
+    compiler (NVRTC on a GPU) runs once."""
+    from kfuse.runtime.emulator import build
+
+    fd = rms_norm()
+    check(fd, inputs(rows=40, cols=1024))
+    first = fd.last_program().launches[0].source
+    before = build.compiler_invocations()
+    for rows in (64, 100, 256):
+        check(fd, inputs(rows=rows, cols=1024))
+        assert fd.last_program().launches[0].source == first
+    assert build.compiler_invocations() == before
+    assert len(compiles) == 4  # a program per signature; the kernel compiled once
