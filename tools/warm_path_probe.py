@@ -48,72 +48,77 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def stage_times(device: str, inputs: list[Any]) -> dict[str, float]:
-    """One first call taken apart: seconds per stage."""
+class _Stopwatch:
+    """Seconds between marks, by the name of the step each mark ends."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.steps: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.steps[name] = now - self.last
+        self.last = now
+
+
+def _new_call(device: str, inputs: list[Any], watch: _Stopwatch) -> tuple[Any, Any]:
+    """A new definition's FusionExecutorCache and RuntimeInfo for `inputs`, the loaded
+    kernels forgotten first: the steps every first call starts with, timed."""
     from workloads import _rmsnorm_definition
 
-    from kfuse.engine import compiler
     from kfuse.engine.executor import FusionExecutorCache
     from kfuse.runtime.info import build_runtime_info
 
     _forget_loaded_kernels(device)
     fd = _rmsnorm_definition()
-    marks = [("start", time.perf_counter())]
-
-    def mark(name: str) -> None:
-        marks.append((name, time.perf_counter()))
-
+    watch.last = time.perf_counter()
     executor = FusionExecutorCache(fd.fusion)
-    mark("canonicalize")
+    watch.mark("canonicalize")
     info = build_runtime_info(executor.fusion, inputs)
-    mark("runtime info")
+    watch.mark("runtime info")
+    return executor, info
+
+
+def stage_times(device: str, inputs: list[Any]) -> dict[str, float]:
+    """One first call taken apart: seconds per stage."""
+    from kfuse.engine import compiler
+
+    watch = _Stopwatch()
+    executor, info = _new_call(device, inputs, watch)
     partition = compiler.stage_partition(executor.fusion, info, None, segment=True)
-    mark("partition")
+    watch.mark("partition")
     params = compiler.stage_params(partition, None)
-    mark("params")
+    watch.mark("params")
     kernels = compiler.stage_kernels(partition, params)
-    mark("kernels (codegen)")
+    watch.mark("kernels (codegen)")
     launches = compiler.stage_compile(partition, params, kernels)
-    mark("compile (disk cache, module load)")
+    watch.mark("compile (disk cache, module load)")
     program = compiler.stage_program(partition, params, launches)
-    mark("program")
+    watch.mark("program")
     program.run(info, None)
     _sync(device)
-    mark("run (allocate, launch, sync)")
-    return {name: t - marks[k][1] for k, (name, t) in enumerate(marks[1:])}
+    watch.mark("run (allocate, launch, sync)")
+    return watch.steps
 
 
 def stored_times(device: str, inputs: list[Any]) -> dict[str, float]:
     """One first call whose program the program store holds (kfuse.engine.program_store):
-    the stages it runs instead of the compiler's."""
-    from workloads import _rmsnorm_definition
-
+    the stages it runs instead of the compiler's ({} where it holds none)."""
     from kfuse.engine import program_store
-    from kfuse.engine.executor import FusionExecutorCache
     from kfuse.engine.signature import program_key
-    from kfuse.runtime.info import build_runtime_info
 
-    _forget_loaded_kernels(device)
-    fd = _rmsnorm_definition()
-    marks = [("start", time.perf_counter())]
-
-    def mark(name: str) -> None:
-        marks.append((name, time.perf_counter()))
-
-    executor = FusionExecutorCache(fd.fusion)
-    mark("canonicalize")
-    info = build_runtime_info(executor.fusion, inputs)
-    mark("runtime info")
+    watch = _Stopwatch()
+    executor, info = _new_call(device, inputs, watch)
     key = program_key(info, None)
-    mark("signature")
+    watch.mark("signature")
     program = program_store.load(executor.fusion, info, key)
-    mark("program store (key, read, unpickle, kernel load)")
+    watch.mark("program store (key, read, unpickle, kernel load)")
     if program is None:
         return {}
     program.run(info, None)
     _sync(device)
-    mark("run (allocate, launch, sync)")
-    return {name: t - marks[k][1] for k, (name, t) in enumerate(marks[1:])}
+    watch.mark("run (allocate, launch, sync)")
+    return watch.steps
 
 
 def kernel_load_times(device: str, inputs: list[Any]) -> dict[str, float]:

@@ -155,20 +155,14 @@ def load(definition: Fusion) -> Fusion | None:
     key = _key(definition)
     if key is None:
         return None
-    path = place / key
-    try:
-        blob = disk_cache.read_file(path)
-        if blob is None:
-            return None
-        payload = disk_cache.unpack(blob, key, _identity())
-    except disk_cache.BadEntry as exc:
-        disk_cache.discard(path, str(exc))
+    payload = disk_cache.read_entry(place, key, _identity())
+    if payload is None:
         return None
     try:
         canonical = _from_payload(payload, definition)
         _check_matches(canonical, definition)
     except Exception as exc:  # noqa: BLE001 - any entry that does not load is a bad entry
-        disk_cache.discard(path, f"does not load back ({type(exc).__name__}: {exc})")
+        disk_cache.discard(place / key, f"does not load back ({type(exc).__name__}: {exc})")
         return None
     adopt_canonical_form(definition, canonical)
     return canonical
@@ -232,12 +226,7 @@ def save(definition: Fusion, canonical: Fusion) -> None:
         _Pickler(buffer, shared, _owner(definition)).dump(content)
     except (_NotStorable, pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return
-    payload = buffer.getvalue()
-    try:
-        place.mkdir(parents=True, exist_ok=True)
-        disk_cache.write_atomically(place / key, disk_cache.pack(key, _identity(), payload))
-    except OSError:
-        return
+    disk_cache.write_entry(place, key, _identity(), buffer.getvalue())
 
 
 __all__ = ["FORMAT", "load", "save"]

@@ -226,7 +226,7 @@ def save(fusion: Fusion, info: RuntimeInfo, signature: tuple, program: Program) 
     """Keep `program` (compiled for `info`, whose program_key is `signature`) where it is a
     KernelProgram the store keeps; a program it cannot keep, or a cache it cannot write, is
     skipped."""
-    if type(program) is not KernelProgram or program.in_place or program.params is None:
+    if type(program) is not KernelProgram or program.params is None:
         return
     place = folder()
     if place is None:
@@ -252,12 +252,7 @@ def save(fusion: Fusion, info: RuntimeInfo, signature: tuple, program: Program) 
         _Pickler(buffer, vals).dump((kept, headed, _cubins(program, info)))
     except (_NotStorable, pickle.PicklingError, TypeError, AttributeError):
         return
-    try:
-        place.mkdir(parents=True, exist_ok=True)
-        entry = disk_cache.pack(key, _identity(), buffer.getvalue())
-        disk_cache.write_atomically(place / key, entry)
-    except OSError:
-        return
+    disk_cache.write_entry(place, key, _identity(), buffer.getvalue())
 
 
 def _cubins(program: KernelProgram, info: RuntimeInfo) -> list[bytes] | None:
@@ -289,14 +284,8 @@ def load(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> KernelProgram |
     key = entry_key(fusion, info, signature)
     if key is None:
         return None
-    path = place / key
-    try:
-        blob = disk_cache.read_file(path)
-        if blob is None:
-            return None
-        payload = disk_cache.unpack(blob, key, _identity())
-    except disk_cache.BadEntry as exc:
-        disk_cache.discard(path, str(exc))
+    payload = disk_cache.read_entry(place, key, _identity())
+    if payload is None:
         return None
     try:
         program, headed, cubins = _Unpickler(io.BytesIO(payload), _fusion_vals(fusion)).load()
@@ -306,7 +295,7 @@ def load(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> KernelProgram |
             raise pickle.UnpicklingError("its cubins are not one a launch")
         return _loaded(program, headed, cubins, info)
     except Exception as exc:  # noqa: BLE001 - any entry that does not load is a bad entry
-        disk_cache.discard(path, f"does not load back ({type(exc).__name__}: {exc})")
+        disk_cache.discard(place / key, f"does not load back ({type(exc).__name__}: {exc})")
         return None
 
 

@@ -154,6 +154,28 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
+def read_entry(folder: Path, key: str, identity: dict[str, str]) -> bytes | None:
+    """The payload of the one-file entry `key` in `folder`, checked against the request, or
+    None when there is none or it is bad (then removed, with a warning)."""
+    path = folder / key
+    try:
+        blob = read_file(path)
+        return None if blob is None else unpack(blob, key, identity)
+    except BadEntry as exc:
+        discard(path, str(exc))
+        return None
+
+
+def write_entry(folder: Path, key: str, identity: dict[str, str], payload: bytes) -> None:
+    """Write the one-file entry `key` into `folder` atomically (the folder made first); a
+    cache that cannot be written is skipped, not an error."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(folder / key, pack(key, identity, payload))
+    except OSError:
+        return
+
+
 def clear_the_way(path: Path) -> None:
     """Remove whatever is at `path` unless it is a regular file (a rename onto a directory
     fails, and would keep failing on every later run)."""

@@ -59,24 +59,11 @@ def cache_dir(settings: knobs.Knobs | None = None) -> Path | None:
 def load(key: str, identity: dict[str, str]) -> bytes | None:
     """The cached cubin, or None when there is none or the entry is bad (then removed)."""
     folder = cache_dir()
-    if folder is None:
-        return None
-    path = folder / key
-    try:
-        blob = disk_cache.read_file(path)
-        return None if blob is None else disk_cache.unpack(blob, key, identity)
-    except disk_cache.BadEntry as exc:
-        disk_cache.discard(path, str(exc))
-        return None
+    return None if folder is None else disk_cache.read_entry(folder, key, identity)
 
 
 def store(key: str, identity: dict[str, str], payload: bytes) -> None:
     """Write an entry atomically; a cache that cannot be written is skipped, not an error."""
     folder = cache_dir()
-    if folder is None:
-        return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        disk_cache.write_atomically(folder / key, disk_cache.pack(key, identity, payload))
-    except OSError:
-        return
+    if folder is not None:
+        disk_cache.write_entry(folder, key, identity, payload)
