@@ -29,7 +29,8 @@
 # carries .whl but not ../shared; tools/fetch_device_wheels.sh copies ../shared/repros/*/ there
 # and downloads the wheels .whl needs) and writes repros.txt.
 # The part "ab" runs tools/kernel_times.py on KFUSE_VERIFY_AB_CASES (CASE[:SIZE] ...) with
-# torch.compile and one --ab run per ';'-separated entry of KFUSE_VERIFY_AB (ab.txt). The part
+# torch.compile, one --ab run per ';'-separated entry of KFUSE_VERIFY_AB and one --edit run per
+# file in KFUSE_VERIFY_AB_EDITS (space-separated; e.g. carried in .whl/) (ab.txt). The part
 # "hostcost" runs tools/segmented_host_cost.py on the GPU with switches.REPLAY_RUNS on, then
 # off (hostcost.txt). The part "campaign" takes KFUSE_VERIFY_CAMPAIGN_S seconds; give it what
 # a call has left after the other parts (10 minutes a call, less the start).
@@ -74,6 +75,7 @@ if [[ $parts == *" ab "* ]]; then
     IFS=';' read -r -a variants <<< "${KFUSE_VERIFY_AB:-}"
     ab_args=()
     for v in "${variants[@]}"; do [ -n "$v" ] && ab_args+=(--ab "$v"); done
+    for e in ${KFUSE_VERIFY_AB_EDITS:-}; do ab_args+=(--edit "$e"); done
     timeout "${KFUSE_VERIFY_AB_S:-200}" python3 tools/kernel_times.py ${KFUSE_VERIFY_AB_CASES:?cases for the part ab} \
         --tc "${ab_args[@]}" > "$REAL/ab.txt" 2>&1
     sed -n '/## summary/,$p' "$REAL/ab.txt"
