@@ -71,8 +71,9 @@ def memo_declarations(spec: PointwiseKernelSpec, domain: DomainMap) -> list[str]
     ]
 
 
-def value(domain: DomainMap, k: int, index: str) -> str:
-    """Read k's element at linear index `index`, in its storage type."""
+def value(domain: DomainMap, k: int, index: str, narrow_index: bool = False) -> str:
+    """Read k's element at linear index `index`, in its storage type (`narrow_index`: the
+    kernel indexes with int, as element's)."""
     use = domain.input_uses[k]
     expr = domain.generated[use].expr
     return element(
@@ -82,6 +83,7 @@ def value(domain: DomainMap, k: int, index: str) -> str:
         [f"s{domain.scalars.index(p)}" if not p.is_constant else "" for p in expr.params],
         stateful_ops(domain),
         f"rng_memo{k}",
+        narrow_index,
     )
 
 
@@ -92,38 +94,48 @@ def element(
     param_names: list[str],
     stateful: list[GeneratedOp],
     memo: str,
+    narrow_index: bool = False,
 ) -> str:
     """`expr`'s element at linear index `index` (a CUDA expression), in `storage`: its
     parameters are constants or the kernel's scalars `param_names` (one a parameter; "" for a
     constant), a stateful random op draws at rng_offset + its place in `stateful` (the kernel's
     stateful ops in the order it first reads them), a random one through PhiloxMemo `memo`
-    ("": a Philox call of its own)."""
+    ("": a Philox call of its own). `narrow_index`: the kernel indexes with int, so `index` is
+    below 2^31 (random_cuda's)."""
     params = [scalar_operand(p, name or None) for p, name in zip(expr.params, param_names)]
     at = f"(long long)({index})"
     if is_random(expr):
-        made = _random_value(expr, at, params, stateful, memo or None)
+        made = _random_value(expr, at, params, stateful, memo or None, narrow_index)
     else:
         made = GENERATORS[expr.op].cuda(at, params, expr.dtype)
     return f"kf::cast<{storage.cuda_type}>({made})"
 
 
 def _random_value(
-    expr: GeneratedOp, index: str, params: list[str], stateful: list[GeneratedOp], memo: str | None
+    expr: GeneratedOp,
+    index: str,
+    params: list[str],
+    stateful: list[GeneratedOp],
+    memo: str | None,
+    narrow_index: bool,
 ) -> str:
     if is_stateful(expr):
         params = [*params, "rng_seed", f"rng_offset + {stateful.index(expr)}"]
     a, b = expr.params[:2]
     # nvFuser's standard forms: constant 0 and 1 (the same numbers, two operations fewer)
     standard = a.is_constant and b.is_constant and (a.value, b.value) == (0, 1)
-    return random_cuda(expr.op, index, params, expr.dtype, standard=standard, memo=memo)
+    return random_cuda(
+        expr.op, index, params, expr.dtype, standard=standard, memo=memo, narrow_index=narrow_index
+    )
 
 
 def vector_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, indent: str) -> list[str]:
     """Read k's u-th vector into x<k>[u], at element i0 of the row: each lane its own."""
+    at = f"base_in{k} + (i0 + j) * step_in{k}"
     return [
         "#pragma unroll",
         f"{indent}for (int j = 0; j < {spec.vector}; ++j) {{",
-        f"{indent}  x{k}[u][j] = {value(domain, k, f'base_in{k} + (i0 + j) * step_in{k}')};",
+        f"{indent}  x{k}[u][j] = {value(domain, k, at, spec.index_type == 'int')};",
         f"{indent}}}",
     ]
 
@@ -150,7 +162,9 @@ def loop_param(plan: ReductionPlan, i: int) -> str:
     return f"made_in{i}" if i in loop_reads(plan) else f"in{i}"
 
 
-def loop_setup(plan: ReductionPlan, by_vector: frozenset[int] = frozenset()) -> list[str]:
+def loop_setup(
+    plan: ReductionPlan, index_type: str, by_vector: frozenset[int] = frozenset()
+) -> list[str]:
     """The statements that open a reduction kernel reading its loop inputs: per generated
     read, its memo and in<i>, a kf::Generated of made_in<i> (nothing for the others).
 
@@ -158,7 +172,8 @@ def loop_setup(plan: ReductionPlan, by_vector: frozenset[int] = frozenset()) -> 
     an inner persistent kernel's regenerated slots), whose groups of four indices make one
     Philox call each by common subexpressions alone: they take no memo, whose Philox block
     stayed live across the kernel (its registers spilled a dropout + layer norm forward of
-    [2048, 16384])."""
+    [2048, 16384]). `index_type`: the kernel's Index ("int": the elements' linear indices
+    are below 2^31)."""
     names = {id(s): f"s{k}" for k, s in enumerate(plan.scalars)}
     stateful = loop_stateful_ops(plan)
     lines = []
@@ -166,7 +181,7 @@ def loop_setup(plan: ReductionPlan, by_vector: frozenset[int] = frozenset()) -> 
         storage = plan.loop_inputs[i].val.dtype
         params = [names.get(id(p), "") for p in expr.params]
         memo = "" if i in by_vector else f"rng_memo{i}"
-        made = element(expr, storage, "e", params, stateful, memo)
+        made = element(expr, storage, "e", params, stateful, memo, index_type == "int")
         if is_random(expr) and memo:
             lines.append(f"kf::PhiloxMemo rng_memo{i};")
         lines.append(

@@ -391,7 +391,7 @@ def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tup
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     threads = spec.block_x * spec.block_y
     code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
-    code(*generated.loop_setup(plan))  # generated reads' in<i>
+    code(*generated.loop_setup(plan, spec.index_type))  # generated reads' in<i>
     with outer_columns(code, plan, spec, "(Index)1", list(plan.loop_outputs)):
         held = held_inputs(plan, spec.red_constant)
         for i in held:

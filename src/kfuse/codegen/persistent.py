@@ -155,7 +155,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
         )
     )
     # generated reads' in<i>; the regenerated ones a vector at a time (regenerate_slot)
-    code(*generated.loop_setup(plan, frozenset(regenerated_slots(plan, spec))))
+    code(*generated.loop_setup(plan, spec.index_type, frozenset(regenerated_slots(plan, spec))))
     code(f"typedef {spec.index_type} Index;")
     _shared_memory(code, plan, spec)
     n_red = row_extent("in0", rank - 1, spec.loop_rank(0) - rank + 1)

@@ -581,7 +581,8 @@ def _elements(
             at = f"{base(f'in{k}')} + i * step_in{k}"
             loaded[k] = windowed.element_load(spec, plan.domain, k, at, "i")
         for k in generated.reads(spec):  # computed from its linear index
-            loaded[k] = generated.value(plan.domain, k, f"{base(f'in{k}')} + i * step_in{k}")
+            at = f"{base(f'in{k}')} + i * step_in{k}"
+            loaded[k] = generated.value(plan.domain, k, at, spec.index_type == "int")
         for k, kind in enumerate(spec.input_kinds):
             if kind == SPLIT:  # its element i through its sub-axes, into xs<k>[0]
                 code(f"{plan.domain.input_uses[k].val.dtype.cuda_type} xs{k}[1];")

@@ -82,7 +82,7 @@ def emit_inner(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.extend(functions_source(plan, name, stages=True, full=False, epilogue=parts == 1))
     params = tensor_params(plan, spec, loop=True, row=parts == 1, workspace=parts > 1)
     code.open_kernel(kernel_header(name, params, bx * by, bounded=spec.launch_bounds))
-    code(*generated.loop_setup(plan))  # generated reads' in<i>
+    code(*generated.loop_setup(plan, spec.index_type))  # generated reads' in<i>
     code(
         f"typedef {spec.index_type} Index;",
         f"__shared__ __align__(16) unsigned char kf_smem[{smem_bytes(plan, spec)}];",
@@ -177,7 +177,7 @@ def emit_outer(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str, str
     code.open_kernel(
         kernel_header(name, params, threads, bounded=spec.launch_bounds, min_blocks=spec.min_blocks)
     )
-    code(*generated.loop_setup(plan))  # generated reads' in<i>
+    code(*generated.loop_setup(plan, spec.index_type))  # generated reads' in<i>
     # One block along the reduced axis: the epilogue runs here, at the row operands' bases.
     epilogue = parts == 1 and bool(plan.row_outputs)
     row_ops = epilogue_operands(plan) if epilogue else []

@@ -80,17 +80,20 @@ def random_cuda(
     *,
     standard: bool = False,
     memo: str | None = None,
+    narrow_index: bool = False,
 ) -> str:
     """The element at linear `index` (a CUDA expression) of generator `op` with `params` =
     [a, b, seed, offset] (CUDA expressions), in `dtype`'s compute type (float for Half and
     BFloat16, exactly the rounded value). `standard`: the form without a and b (they are 0
     and 1; the numbers are the same, with two operations fewer). `memo`: a kf::PhiloxMemo the
     kernel declares for this op, so that the elements of one subsequence a thread computes in
-    turn pay for one Philox call."""
+    turn pay for one Philox call. `narrow_index`: `index` is below 2^32 (the kernel indexes
+    with int), so the subsequence's high word is zero and the compiler folds it (3% of the
+    instructions of a dropout + layer norm forward's kernel)."""
     info = RANDOM_OPS[op]
     a, b, seed, offset = params
     per_call = values_per_philox_call(dtype)
-    i = f"(unsigned long long)({index})"
+    i = f"(unsigned long long)((unsigned int)({index}))" if narrow_index else f"(unsigned long long)({index})"
     args = f"(unsigned long long)({seed}), {i} / {per_call}, (unsigned long long)({offset})"
     block = f"{memo}.get({args})" if memo else f"kf::philox({args})"
     component = f"(int)({i} % {per_call})"

@@ -1,6 +1,6 @@
-"""What a cubin says of its (only) kernel, read from its ELF: the registers a thread uses and
-the bytes of local memory (stack frame: spills and arrays ptxas could not keep in
-registers) a thread takes. No GPU needed: the CUDA backend reads them after each NVRTC
+"""What a cubin says of its (only) kernel, read from its ELF: the registers a thread uses, the
+bytes of local memory (stack frame: spills and arrays ptxas could not keep in registers) a
+thread takes and the instructions of its code. No GPU needed: the CUDA backend reads them after each NVRTC
 compile (register_fit, spill_fallback), tools/kernel_sass.py in its report."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import struct
 # ELF: the section of per-kernel attributes and the attributes read from it (EIATTR_REGCOUNT,
 # EIATTR_FRAME_SIZE: each a 4-byte symbol index, then the value).
 _NV_INFO = b".nv.info"
+_TEXT = b".text."  # .text.<function>
 _NV_SHARED = b".nv.shared."  # .nv.shared.<kernel>
 _NV_SHARED_RESERVED = b".nv.shared.reserved."
 _EIATTR_FRAME_SIZE = 0x11
@@ -30,6 +31,12 @@ def frame_bytes(cubin: bytes) -> int:
     stack frame of the cubin's functions (the kernel, and any subroutine ptxas kept, such as
     a division's slow path, which has a frame entry of its own)."""
     return max(_kernel_attributes(cubin, _EIATTR_FRAME_SIZE), default=0)
+
+
+def instructions(cubin: bytes) -> int:
+    """The machine instructions of the cubin's code (its .text sections: the kernel and any
+    subroutine ptxas kept), padding included: from sm_70 on every instruction is 16 bytes."""
+    return sum(size for name, _, size in _sections(cubin) if name.startswith(_TEXT)) // 16
 
 
 def shared_section_bytes(cubin: bytes) -> int:

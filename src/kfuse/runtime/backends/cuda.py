@@ -76,14 +76,14 @@ def fitted_compile(source: str, name: str, arch: str, options: list[str]) -> tup
     its launch bounds fitted to the registers it took where that gives ptxas more
     (kfuse.runtime.backends.register_fit); and where that spills and the source offers a
     fallback, the fallback, fitted the same way (kfuse.runtime.backends.spill_fallback),
-    where it spills less: the dropout + layer norm forward with its mask drawn inside
-    [2048, 16384] bf16 spilled 24 bytes a thread as written and 40 with the fallback's
-    row-end tests (1648 and 1952 sm_90 SASS instructions)."""
+    where it costs less (spill_fallback.prefer_fallback: instructions and stack frame): the
+    dropout + layer norm forward with its mask drawn inside [2048, 16384] bf16 spilled 24
+    bytes a thread as written and 40 with the fallback's row-end tests (1648 and 1952 sm_90
+    SASS instructions)."""
     compiled, cubin = _register_fitted(source, name, arch, options)
-    frame = cubin_info.frame_bytes(cubin)
-    if spill_fallback.offers_fallback(source) and frame > 0:
+    if spill_fallback.offers_fallback(source) and cubin_info.frame_bytes(cubin) > 0:
         fallback = _register_fitted(spill_fallback.fallback_source(source), name, arch, options)
-        if cubin_info.frame_bytes(fallback[1]) < frame:
+        if spill_fallback.prefer_fallback(cubin, fallback[1]):
             return fallback
     return compiled, cubin
 
