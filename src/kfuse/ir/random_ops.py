@@ -93,7 +93,11 @@ def random_cuda(
     info = RANDOM_OPS[op]
     a, b, seed, offset = params
     per_call = values_per_philox_call(dtype)
-    i = f"(unsigned long long)((unsigned int)({index}))" if narrow_index else f"(unsigned long long)({index})"
+    i = (
+        f"(unsigned long long)((unsigned int)({index}))"
+        if narrow_index
+        else f"(unsigned long long)({index})"
+    )
     args = f"(unsigned long long)({seed}), {i} / {per_call}, (unsigned long long)({offset})"
     block = f"{memo}.get({args})" if memo else f"kf::philox({args})"
     component = f"(int)({i} % {per_call})"

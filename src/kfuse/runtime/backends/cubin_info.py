@@ -1,7 +1,7 @@
 """What a cubin says of its (only) kernel, read from its ELF: the registers a thread uses, the
 bytes of local memory (stack frame: spills and arrays ptxas could not keep in registers) a
-thread takes and the instructions of its code. No GPU needed: the CUDA backend reads them after each NVRTC
-compile (register_fit, spill_fallback), tools/kernel_sass.py in its report."""
+thread takes and the instructions of its code. No GPU needed: the CUDA backend reads them
+after each NVRTC compile (register_fit, spill_fallback), tools/kernel_sass.py in its report."""
 
 from __future__ import annotations
 
