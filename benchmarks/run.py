@@ -157,8 +157,10 @@ def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[di
         fd.add_output(fd.ops.mul(fd.ops.add(a, b), 2.0))
     ta = torch.randn(1024, device="cuda")
     tb = torch.randn(1024, device="cuda")
+    tout = torch.empty_like(ta)
     peers: dict[str, Callable[[], Any]] = {
         "kfuse (torch)": lambda: fd.execute([ta, tb]),
+        "kfuse (torch, outputs=)": lambda: fd.execute([ta, tb], outputs=[tout]),
         "torch eager (two ops)": lambda: (ta + tb) * 2,
     }
     try:
@@ -169,7 +171,9 @@ def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[di
             "float32 a, float32 b", "float32 y", "y = (a + b) * 2.0f", "kfuse_bench_h1"
         )
         cout = cupy.empty_like(ca)
+        kout = cupy.empty_like(ca)
         peers["kfuse (cupy)"] = lambda: fd.execute([ca, cb])
+        peers["kfuse (cupy, outputs=)"] = lambda: fd.execute([ca, cb], outputs=[kout])
         peers["cupy ElementwiseKernel (preallocated out)"] = lambda: kernel(ca, cb, cout)
         peers["cupy ElementwiseKernel (allocating)"] = lambda: kernel(ca, cb)
     except Exception as exc:  # noqa: BLE001
@@ -180,12 +184,20 @@ def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[di
         rows.append({"workload": "H1", "peer": name, "us_per_call": us})
         log(f"  H1    {name:42s} {us:7.2f} us per call")
     by_peer = {r["peer"]: r["us_per_call"] for r in rows}
-    ref = by_peer.get("cupy ElementwiseKernel (allocating)")
-    if ref:
+    # kfuse's allocating calls against CuPy's allocating one, outputs= against CuPy's
+    # preallocated one
+    for key, peer, what in (
+        ("ratio_to_cupy_allocating", "cupy ElementwiseKernel (allocating)", "allocating"),
+        ("ratio_to_cupy_preallocated", "cupy ElementwiseKernel (preallocated out)", "preallocated"),
+    ):
+        ref = by_peer.get(peer)
+        if not ref:
+            continue
         for r in rows:
-            if r["peer"].startswith("kfuse"):
-                r["ratio_to_cupy_allocating"] = r["us_per_call"] / ref
-                log(f"  H1    {r['peer']}: {r['us_per_call'] / ref:.2f}x CuPy's allocating call")
+            given = "outputs=" in r["peer"]
+            if r["peer"].startswith("kfuse") and given == (what == "preallocated"):
+                r[key] = r["us_per_call"] / ref
+                log(f"  H1    {r['peer']}: {r[key]:.2f}x CuPy's {what} call")
     return rows
 
 
@@ -295,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     if not wanted or "H1s" in wanted:
         log("H1s: host overhead of a cached call of a fusion of three segments")
         results += segmented_host_overhead(torch, 2000 if args.quick else 10000, log)
+    if not wanted or "G1" in wanted:
+        from graph_replay import graph_replay
+
+        log("G1: ten fusions captured in one CUDA graph, replayed, against their kernels' times")
+        results += graph_replay(torch, log)
     if not wanted or "C1" in wanted:
         log("C1: compile time of W5's kernel")
         results += compile_time(torch, log)

@@ -13,6 +13,9 @@
 # KFUSE_VERIFY_PARTS (default "tests campaign models bench") names the parts to run, for a
 # split over two calls on one warm machine (10 minutes a call): "tests campaign" then
 # "models bench"; a call without "tests" builds kfuse first unless the machine has it.
+# The part "hostfigs" (not in the default) measures issue 60's host figures in one call:
+# tools/launch_floor.cu, benchmarks/run.py's H1, H1s, G1 and C1 (bench-host.json) and
+# tools/segmented_host_cost.py (hostfigs.txt); about 150 s.
 # The part "host" (not in the default) compares the host cost of cached calls (H1, H1s) with
 # another build's, alternately in separate processes (tools/device_ab.sh): the wheel at
 # KFUSE_VERIFY_OLD_WHEEL (e.g. built from the commit before a refactor, carried in .whl/).
@@ -121,6 +124,19 @@ fi
 if [[ $parts == *" bench "* ]]; then
     timeout 60 python3 benchmarks/run.py --only W1,W2,W3,W4,W5,W6 --peers "kfuse,torch.compile" \
         --json "$REAL/bench-w1-w6.json" 2>&1 | grep -E "^  W[1-6] "
+fi
+if [[ $parts == *" hostfigs "* ]]; then
+    # Issue 60's host figures from one process each, in this call: the launch floor
+    # (tools/launch_floor.cu, no Python), H1 (with and without outputs=), H1s, G1 (ten
+    # fusions replayed from a CUDA graph) and C1, then a segmented call's host cost by
+    # segment count.
+    {
+        nvcc -O2 -o "$logs/launch_floor" tools/launch_floor.cu -lcuda > "$logs/nvcc.log" 2>&1 &&
+            timeout 60 "$logs/launch_floor" || echo "launch_floor: no build (nvcc.log)"
+        timeout 150 python3 benchmarks/run.py --only H1,H1s,G1,C1 --json "$REAL/bench-host.json" 2>&1 |
+            grep -E "^  (H1|H1s|G1|C1) "
+        timeout 90 python3 tools/segmented_host_cost.py --device cuda --reps 1000 2>&1 | tail -n 8
+    } | tee "$REAL/hostfigs.txt"
 fi
 if [[ $parts == *" host "* ]]; then
     OUT="$logs" timeout 300 bash tools/device_ab.sh "${KFUSE_VERIFY_OLD_WHEEL:?a wheel of the build to compare}" \
