@@ -311,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         from graph_replay import graph_replay
 
         log("G1: ten fusions captured in one CUDA graph, replayed, against their kernels' times")
-        results += graph_replay(torch, log)
+        try:
+            results += graph_replay(torch, log)
+        except Exception as exc:  # noqa: BLE001 - reported; the workloads after it still run
+            log(f"  G1    failed: {type(exc).__name__}: {exc}")
+            results.append({"workload": "G1", "error": f"{type(exc).__name__}: {exc}"})
     if not wanted or "C1" in wanted:
         log("C1: compile time of W5's kernel")
         results += compile_time(torch, log)
