@@ -295,3 +295,33 @@ def test_a_pole_within_an_operands_rounding_is_any_value() -> None:
             fd, [actual, logs], [expected, logs], inputs, order_decides=[order, log_order]
         )
     check_outputs(fd, inputs)  # the campaign's check, on the emulator
+
+
+def clamped_log_of_a_cumsum() -> FusionDefinition:
+    # A GPU campaign's definition (a6898e1, seed 3061487043, failure-3524-16.py):
+    # a cumulative sum of sinh of integers that cancels to about 0, clamped below 2, then
+    # log(|.| + 0.5). The kernel's prefix sums rounded to 1.7e-4 where float64's is 0.
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        t3 = fd.ops.cumsum(fd.ops.sinh(fd.ops.cast(t0, dtype=DataType.Float)), dim=0)
+        t6 = fd.ops.add(fd.ops.abs(fd.ops.minimum(t3, 2.0)), 0.5)
+        fd.add_output(fd.ops.log(t6))
+    return fd
+
+
+def test_minimum_carries_a_cancelling_scan_to_the_log_after_it() -> None:
+    fd = clamped_log_of_a_cumsum()
+    x = np.zeros((13, 3), np.int32)
+    x[:, 1] = [-6, -2, -6, -7, -1, 2, 5, 0, 6, 6, 7, 1, -5]  # the campaign's column
+    (magnitude,) = sum_magnitudes(fd, [x])
+    # the prefix's terms' magnitudes (about 2000), times log's slope at 0.5
+    assert magnitude is not None and magnitude[12, 1] > 2000
+    (expected,) = evaluate(fd, [x])
+    actual = np.array(expected, dtype=np.float32)
+    actual[12, 1] = np.log(np.float32(0.5) + np.float32(1.68e-4))  # what the kernel gave
+    assert_outputs_close(fd, [actual], [expected], [x], magnitudes=[magnitude])
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x])  # without the magnitude: fails
+    actual[12, 1] = np.log(np.float32(0.5) + np.float32(0.05))  # a real error
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x], magnitudes=[magnitude])

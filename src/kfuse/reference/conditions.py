@@ -6,7 +6,8 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
   follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
-  shape ops, add and sub (magnitudes add), mul or div by a value without one (scaled by
+  shape ops, add, sub, maximum, minimum and clamp (magnitudes add), mul or div by a value
+  without one (scaled by
   its |value|), the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
   by the bound, so that gelu(x - mean) is near zero where x - mean is) and the other unary
   functions (scaled by their steepest secant over the operand's rounding bound: exp, lgamma
@@ -189,6 +190,14 @@ class ConditionTracker:
             a, b = expr.inputs
             mags[out] = self.size(a) + self.size(b)
             terms[out] = terms.get(a, 1) + terms.get(b, 1)
+        elif (isinstance(expr, BinaryOp) and op in ("maximum", "minimum")) or (
+            isinstance(expr, TernaryOp) and op == "clamp"
+        ):
+            # Each operand moves the result at most as far as it moves itself (a slope of 0
+            # or 1): bounded as a sum of the operands would be (a cumulative sum that
+            # cancels to about 0, clamped below 2, then log(|.| + 0.5): a GPU campaign).
+            mags[out] = sum((self.size(v) for v in inputs[1:]), self.size(first))
+            terms[out] = max(terms.get(v, 1) for v in inputs)
         elif isinstance(expr, BinaryOp) and op == "mul" and sum(v in mags for v in inputs) == 1:
             mags[out] = self.size(expr.inputs[0]) * self.size(expr.inputs[1])
             terms[out] = max(terms.get(v, 1) for v in inputs)
