@@ -1,7 +1,8 @@
-"""The repro scripts of wrong results that campaigns found outside the project
-(tests/data/repros/<date>-<device>/, as `kfuse campaign` wrote them), replayed as their
-finders ran them: each must print that kfuse matches the reference on every call, on the
-host emulator and on the GPU."""
+"""The repro scripts of wrong results that GPU campaigns found, outside the project and in it
+(tests/data/repros/<date>-<device>/, as `kfuse campaign` wrote them; a large input saved
+again as float32 of the same values, compressed), replayed as their finders ran them: each
+must print that kfuse matches the reference on every call, on the host emulator and on the
+GPU."""
 
 from __future__ import annotations
 
