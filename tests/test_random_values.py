@@ -34,9 +34,11 @@ CASES = [
 PARAMS = {"uniform": (-0.75, 2.5), "normal": (1.25, 0.5)}
 
 
-def walk_kernel(memo: bool) -> str:
+def walk_kernel(memo: bool, narrow_index: bool = False) -> str:
     """Thread t computes elements t * per_thread ... (+ per_thread - 1), ascending or
-    descending, then strides by the grid; every case's expression writes its output."""
+    descending, then strides by the grid; every case's expression writes its output
+    (`narrow_index`: with the subsequence from the index's 32 bits, as int-indexed kernels
+    take it)."""
     outs, lines = [], []
     for c, (op, dtype, standard) in enumerate(CASES):
         ctype = "double" if dtype == DataType.Double else "float"
@@ -49,6 +51,7 @@ def walk_kernel(memo: bool) -> str:
             dtype,
             standard=standard,
             memo=f"memo{c}" if memo else None,
+            narrow_index=narrow_index,
         )
         lines.append(f"      out{c}.data[e] = {expr};")
     memos = "".join(f"  kf::PhiloxMemo memo{c};\n" for c in range(len(CASES))) if memo else ""
@@ -68,9 +71,11 @@ def walk_kernel(memo: bool) -> str:
     )
 
 
-@pytest.mark.parametrize("memo", [True, False])
-def test_every_walk_gives_the_reference_numbers(memo: bool) -> None:
-    kernel = EmulatedKernel(with_optional_parts(runtime_header() + walk_kernel(memo)), "walk")
+@pytest.mark.parametrize("memo, narrow_index", [(True, False), (False, False), (False, True)])
+def test_every_walk_gives_the_reference_numbers(memo: bool, narrow_index: bool) -> None:
+    source = runtime_header() + walk_kernel(memo, narrow_index)
+    assert ("(unsigned int)(e)" in source) is narrow_index
+    kernel = EmulatedKernel(with_optional_parts(source), "walk")
     n, seed, offset = 1001, -5, 3
     expected = []
     for op, dtype, standard in CASES:
