@@ -155,16 +155,14 @@ def load(definition: Fusion) -> Fusion | None:
     key = _key(definition)
     if key is None:
         return None
-    payload = disk_cache.read_entry(place, key, _identity())
-    if payload is None:
-        return None
-    try:
-        canonical = _from_payload(payload, definition)
-        _check_matches(canonical, definition)
-    except Exception as exc:  # noqa: BLE001 - any entry that does not load is a bad entry
-        disk_cache.discard(place / key, f"does not load back ({type(exc).__name__}: {exc})")
-        return None
-    adopt_canonical_form(definition, canonical)
+    canonical = disk_cache.load_entry(
+        place,
+        key,
+        _identity(),
+        lambda payload: _checked(_from_payload(payload, definition), definition),
+    )
+    if canonical is not None:
+        adopt_canonical_form(definition, canonical)
     return canonical
 
 
@@ -183,6 +181,12 @@ def _from_payload(payload: bytes, definition: Fusion) -> Fusion:
         raise pickle.UnpicklingError("it holds no canonical fusion")
     canonical = Fusion.__new__(Fusion)
     canonical.__dict__.update(value)
+    return canonical
+
+
+def _checked(canonical: Fusion, definition: Fusion) -> Fusion:
+    """`canonical`, once _check_matches has passed it."""
+    _check_matches(canonical, definition)
     return canonical
 
 
@@ -214,10 +218,10 @@ def save(definition: Fusion, canonical: Fusion) -> None:
     if key is None:
         return
     digest = fusion_digest(canonical)  # kept with it: the program store's key needs it
-    shape_inputs(canonical)  # kept with it: every call's signature needs it
+    inputs_of_shape = shape_inputs(canonical)  # kept with it: every call's signature needs it
     content: tuple[str, Any]
     if canonical is definition:
-        content = ("same", (digest, shape_inputs(canonical)))
+        content = ("same", (digest, inputs_of_shape))
     else:
         content = ("fusion", {k: canonical.__dict__[k] for k in _FIELDS if k in canonical.__dict__})
     shared = {id(v): k for k, v in enumerate(_definition_vals(definition))}

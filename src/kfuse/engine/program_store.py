@@ -284,19 +284,20 @@ def load(fusion: Fusion, info: RuntimeInfo, signature: tuple) -> KernelProgram |
     key = entry_key(fusion, info, signature)
     if key is None:
         return None
-    payload = disk_cache.read_entry(place, key, _identity())
-    if payload is None:
-        return None
-    try:
-        program, headed, cubins = _Unpickler(io.BytesIO(payload), _fusion_vals(fusion)).load()
-        if type(program) is not KernelProgram or len(headed) != len(program.launches):
-            raise pickle.UnpicklingError(f"it holds a {type(program).__name__}")
-        if cubins is not None and len(cubins) != len(program.launches):
-            raise pickle.UnpicklingError("its cubins are not one a launch")
-        return _loaded(program, headed, cubins, info)
-    except Exception as exc:  # noqa: BLE001 - any entry that does not load is a bad entry
-        disk_cache.discard(place / key, f"does not load back ({type(exc).__name__}: {exc})")
-        return None
+    return disk_cache.load_entry(
+        place, key, _identity(), lambda payload: _from_payload(payload, fusion, info)
+    )
+
+
+def _from_payload(payload: bytes, fusion: Fusion, info: RuntimeInfo) -> KernelProgram:
+    """The program an entry's payload holds, its kernels loaded; raises where it does not
+    hold one."""
+    program, headed, cubins = _Unpickler(io.BytesIO(payload), _fusion_vals(fusion)).load()
+    if type(program) is not KernelProgram or len(headed) != len(program.launches):
+        raise pickle.UnpicklingError(f"it holds a {type(program).__name__}")
+    if cubins is not None and len(cubins) != len(program.launches):
+        raise pickle.UnpicklingError("its cubins are not one a launch")
+    return _loaded(program, headed, cubins, info)
 
 
 def _loaded(

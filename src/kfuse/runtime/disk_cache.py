@@ -19,8 +19,11 @@ import shutil
 import stat
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MAX_ENTRY_BYTES = 512 << 20
 """The largest entry read (a cubin or library is far smaller; a link to /dev/zero is not)."""
@@ -163,6 +166,21 @@ def read_entry(folder: Path, key: str, identity: dict[str, str]) -> bytes | None
         return None if blob is None else unpack(blob, key, identity)
     except BadEntry as exc:
         discard(path, str(exc))
+        return None
+
+
+def load_entry(
+    folder: Path, key: str, identity: dict[str, str], decode: Callable[[bytes], T]
+) -> T | None:
+    """`decode` of read_entry's payload, or None: no entry, a bad one, or one `decode`
+    raises on (any exception: the entry does not load back; removed, with a warning)."""
+    payload = read_entry(folder, key, identity)
+    if payload is None:
+        return None
+    try:
+        return decode(payload)
+    except Exception as exc:  # noqa: BLE001 - any entry that does not load is a bad entry
+        discard(folder / key, f"does not load back ({type(exc).__name__}: {exc})")
         return None
 
 
