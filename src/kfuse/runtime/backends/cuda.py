@@ -58,7 +58,7 @@ def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str,
 
 # What the disk cache's keys name besides the source, architecture and options: how a cubin
 # is made from them (bumped when that changes, so that no older entry is taken for a new one).
-COMPILE_STEPS = "nvrtc, ptxas workarounds, register fit, spill fallback where it spills less"
+COMPILE_STEPS = "nvrtc, ptxas workarounds (-O0 for zero low words), register fit, spill fallback where it spills less"
 
 
 def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
