@@ -13,12 +13,17 @@ import pytest
 
 import kfuse
 from gpu_support import cuda_torch, requires_gpu
+from kfuse import switches
 from kfuse.dtypes import DataType
 from kfuse.errors import InputError
 from kfuse.reference import philox as ref
 from kfuse.runtime import rng_state
 from kfuse.runtime.emulator import EmulatedKernel
-from kfuse.runtime.runtime_header import runtime_header, with_optional_parts
+from kfuse.runtime.runtime_header import (
+    PHILOX_WIDE_PRODUCTS,
+    runtime_header,
+    with_optional_parts,
+)
 
 # Every kernel of this module compiles into a cache of its own (conftest).
 pytestmark = pytest.mark.usefixtures("module_private_cache")
@@ -201,6 +206,51 @@ def test_nvrtc_compiles_the_random_numbers_part_without_fma(arch: str) -> None:
     ptx = compile_to_ptx(source, "draw", arch, nvrtc_options())
     assert "fma." not in ptx and "lg2.approx" not in ptx and "sin.approx" not in ptx
     assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx
+
+
+def test_wide_products_take_one_instruction_where_two_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kfuse.runtime.backends import cubin_info
+    from kfuse.runtime.backends.cuda import compile_to_cubin, nvrtc_options
+
+    narrow = compile_to_cubin(draw_source(), "draw", "sm_90", nvrtc_options())
+    monkeypatch.setattr(switches, "PHILOX_WIDE_PRODUCTS", True)
+    source = draw_source()
+    # defined on a line of its own before the part (the emulator ignores it: no PTX there)
+    assert f"\n{PHILOX_WIDE_PRODUCTS}\n" in source
+    assert source.index(PHILOX_WIDE_PRODUCTS) < source.index("struct PhiloxBlock")
+    wide = compile_to_cubin(source, "draw", "sm_90", nvrtc_options())
+    # ten rounds of two products in each of the kernel's Philox calls: 20 fewer a call
+    assert cubin_info.instructions(wide) <= cubin_info.instructions(narrow) - 20
+
+
+def test_a_kernel_with_wide_products_is_compiled_narrow_too_and_the_cheaper_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kfuse.runtime.backends import cuda
+
+    monkeypatch.setattr(switches, "PHILOX_WIDE_PRODUCTS", True)
+    compiled: list[str] = []
+
+    def fitted(source: str, name: str, arch: str, options: list[str]) -> tuple[str, bytes]:
+        compiled.append(source)
+        return source, b"wide" if PHILOX_WIDE_PRODUCTS in source else b"narrow"
+
+    # the dropout + RMS norm forward's figures: 168 bytes of frame and 1400 instructions
+    # wide, none and 1896 narrow
+    monkeypatch.setattr(cuda, "_register_fitted", fitted)
+    monkeypatch.setattr(cuda.cubin_info, "frame_bytes", lambda c: 168 if c == b"wide" else 0)
+    monkeypatch.setattr(cuda.cubin_info, "instructions", lambda c: 1400 if c == b"wide" else 1896)
+    source, cubin = cuda.fitted_compile(draw_source(), "draw", "sm_90", [])
+    assert cubin == b"narrow" and PHILOX_WIDE_PRODUCTS not in source
+    assert len(compiled) == 2 and PHILOX_WIDE_PRODUCTS in compiled[0]
+    # without the spill, wide is cheaper
+    monkeypatch.setattr(cuda.cubin_info, "frame_bytes", lambda c: 0)
+    assert cuda.fitted_compile(draw_source(), "draw", "sm_90", [])[1] == b"wide"
+    # the dropout + RMS norm forward [32768, 1024]: 912 instructions wide, 728 narrow
+    monkeypatch.setattr(cuda.cubin_info, "instructions", lambda c: 912 if c == b"wide" else 728)
+    assert cuda.fitted_compile(draw_source(), "draw", "sm_90", [])[1] == b"narrow"
 
 
 def test_the_part_is_only_in_kernels_that_draw() -> None:
@@ -469,7 +519,12 @@ def test_stateful_draws_under_cuda_graph_capture_are_refused(monkeypatch) -> Non
 
 @pytest.mark.gpu
 @requires_gpu
-def test_gpu_draws_the_numpy_numbers_bit_for_bit() -> None:
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide-products"])
+def test_gpu_draws_the_numpy_numbers_bit_for_bit(
+    wide: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(switches, "PHILOX_WIDE_PRODUCTS", wide)
+    assert (PHILOX_WIDE_PRODUCTS in draw_source()) == wide
     torch = cuda_torch()
     n, seed, offset = 100_003, 0xFEDCBA9876543210, (1 << 33) + 17
     ex = kfuse.KernelExecutor()

@@ -206,3 +206,18 @@ FIT_ROW_VECTORS, which narrowed the blocks instead, made those calls 5-11% slowe
 at 0b57a68, benchmarks/results/2026-12-05-0b57a68-h200.md) and was removed. Off until measured,
 as ONE_VECTOR_WITHOUT_MATH: `tools/kernel_times.py batchnorm_bwd_nchw:64x256x56x56
 batchnorm_fwd_nchw:64x256x56x56 --tc --ab kfuse.switches.SPLIT_RAGGED_ROWS=True`."""
+
+PHILOX_WIDE_PRODUCTS = False
+"""Where True, a kernel that draws random numbers computes each Philox round's two 32 x 32-bit
+products with one PTX mul.wide.u32 apiece (kf_philox.cuh under KF_PHILOX_WIDE_PRODUCTS, which
+kfuse.runtime.runtime_header defines before the random numbers' part), where NVVM writes a
+mul.lo and a mul.hi: one IMAD.WIDE.U32 for two IMADs, 20 a Philox call. In sm_90 SASS the
+nanoGPT attention forward drawing its mask went from 2040 to 1664 instructions; the dropout +
+layer norm forward [2048, 16384] from 1560 to 1400 with 8 bytes of stack frame; the dropout +
+RMS norm forward spilled 168 bytes at [2048, 16384] and went from 728 to 912 at [32768, 1024].
+So a kernel is compiled with narrow products too and the cheaper (instructions and stack frame)
+kept (kfuse.runtime.backends.cuda.fitted_compile): the attention gets wide products, the norms
+narrow ones. Issue 57: the drawn masks' rows run 3-5% behind their mask-given twins. Off until
+measured (written 2026-12-07, when no device started). The A/B: `tools/kernel_times.py
+nanogpt_attn_fwd_rng:16x16x512x512 nanogpt_attn_fwd:16x16x512x512 --tc --ab
+kfuse.switches.PHILOX_WIDE_PRODUCTS=True`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from kfuse import switches
 from kfuse.dtypes import DataType
 
 # In this order: each part builds on those before it (kf_base.cuh lists them).
@@ -64,6 +65,11 @@ def reads_header() -> str:
 _PHILOX_PATH = Path(__file__).with_name("kf_runtime") / "kf_philox.cuh"
 # The names only the random numbers' part defines (its functions all start so).
 _PHILOX_NAMES = ("kf::philox", "kf::Philox", "kf::rng_")
+
+
+# The line put before the random numbers' part where kfuse.switches.PHILOX_WIDE_PRODUCTS is on
+# (kfuse.runtime.backends.cuda.fitted_compile takes it out again where that spills more).
+PHILOX_WIDE_PRODUCTS = "#define KF_PHILOX_WIDE_PRODUCTS 1"
 
 
 @functools.cache
@@ -158,6 +164,8 @@ def with_optional_parts(source: str) -> str:
     if any(name in own for name in _READS_NAMES):
         parts.append(reads_header())
     if any(name in own for name in _PHILOX_NAMES):
+        if switches.PHILOX_WIDE_PRODUCTS:
+            parts.append(PHILOX_WIDE_PRODUCTS)
         parts.append(philox_header())
     if any(name in own for name in _GENERATED_NAMES):
         parts.append(generated_header())

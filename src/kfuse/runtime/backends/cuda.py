@@ -9,7 +9,11 @@ from typing import Any
 from kfuse.runtime import kernel_cache
 from kfuse.runtime.backends import cubin_info, ptxas_workarounds, register_fit, spill_fallback
 from kfuse.runtime.bounded_cache import BoundedCache
-from kfuse.runtime.runtime_header import RUNTIME_HEADER_NAME, with_header_included
+from kfuse.runtime.runtime_header import (
+    PHILOX_WIDE_PRODUCTS,
+    RUNTIME_HEADER_NAME,
+    with_header_included,
+)
 
 # --fmad=false: the compiler fuses no a * b + c of the generated code into a fused
 # multiply-add wherever it finds one. Its contraction made a value computed twice in one
@@ -58,7 +62,10 @@ def nvrtc_program(source: str, options: list[str]) -> tuple[str, list[tuple[str,
 
 # What the disk cache's keys name besides the source, architecture and options: how a cubin
 # is made from them (bumped when that changes, so that no older entry is taken for a new one).
-COMPILE_STEPS = "nvrtc, ptxas workarounds (-O0 for zero low words), register fit, spill fallback where it spills less"
+COMPILE_STEPS = (
+    "nvrtc, ptxas workarounds (-O0 for zero low words), register fit, narrow Philox products"
+    " where they cost less, spill fallback where it spills less"
+)
 
 
 def nvrtc_cubin(source: str, name: str, arch: str, options: list[str]) -> bytes:
@@ -79,8 +86,18 @@ def fitted_compile(source: str, name: str, arch: str, options: list[str]) -> tup
     where it costs less (spill_fallback.prefer_fallback: instructions and stack frame): the
     dropout + layer norm forward with its mask drawn inside [2048, 16384] bf16 spilled 24
     bytes a thread as written and 40 with the fallback's row-end tests (1648 and 1952 sm_90
-    SASS instructions)."""
+    SASS instructions). Before the fallback, a source with Philox's wide products
+    (kfuse.switches.PHILOX_WIDE_PRODUCTS) is compiled with narrow ones too, and the cheaper
+    kept (the same cost)."""
     compiled, cubin = _register_fitted(source, name, arch, options)
+    wide = "\n" + PHILOX_WIDE_PRODUCTS + "\n"
+    if wide in source:
+        # Philox's wide products take register pairs: in some kernels that spills, in others
+        # ptxas pays for it in other instructions (kfuse.switches.PHILOX_WIDE_PRODUCTS)
+        narrow_source = source.replace(wide, "\n")
+        narrow = _register_fitted(narrow_source, name, arch, options)
+        if spill_fallback.prefer_fallback(cubin, narrow[1]):
+            source, (compiled, cubin) = narrow_source, narrow
     if spill_fallback.offers_fallback(source) and cubin_info.frame_bytes(cubin) > 0:
         fallback = _register_fitted(spill_fallback.fallback_source(source), name, arch, options)
         if spill_fallback.prefer_fallback(cubin, fallback[1]):

@@ -43,10 +43,20 @@ constexpr unsigned int kKeyStep0 = 0x9E3779B9u;
 constexpr unsigned int kKeyStep1 = 0xBB67AE85u;
 
 __device__ __forceinline__ void philox_round(unsigned int (&c)[4], unsigned int k0, unsigned int k1) {
+#if defined(KF_PHILOX_WIDE_PRODUCTS) && defined(KFUSE_USE_PTX)
+  // Each product whole from one mul.wide.u32 (one IMAD.WIDE.U32), where NVVM writes a mul.lo
+  // and a mul.hi (two IMADs): kfuse.switches.PHILOX_WIDE_PRODUCTS. The same bits.
+  unsigned long long p0, p1;
+  asm("mul.wide.u32 %0, %1, %2;" : "=l"(p0) : "r"(c[0]), "r"(kMul0));
+  asm("mul.wide.u32 %0, %1, %2;" : "=l"(p1) : "r"(c[2]), "r"(kMul1));
+  const unsigned int hi0 = (unsigned int)(p0 >> 32), lo0 = (unsigned int)p0;
+  const unsigned int hi1 = (unsigned int)(p1 >> 32), lo1 = (unsigned int)p1;
+#else
   const unsigned int hi0 = mul_high(kMul0, c[0]);
   const unsigned int lo0 = kMul0 * c[0];
   const unsigned int hi1 = mul_high(kMul1, c[2]);
   const unsigned int lo1 = kMul1 * c[2];
+#endif
   const unsigned int n0 = hi1 ^ c[1] ^ k0;
   const unsigned int n2 = hi0 ^ c[3] ^ k1;
   c[0] = n0;
