@@ -1,10 +1,9 @@
 """Compile options that keep ptxas away from a miscompile it makes in some kernels' code.
 
-NVRTC 13.0's ptxas mishandles 64-bit integers whose low word it knows to be zero (a left
-shift by a constant of 32 or more, a product with or a mask by a constant whose low word is
-zero): it lowers each to a high word beside one zero register shared by all of them, and then
-confuses the register pairs that share it where they are converted to floating point
-(I2F.S64). Two H100 campaigns met it:
+NVRTC 13.0's ptxas mishandles 64-bit integers whose low word it knows to be zero: it lowers
+each to a high word beside one zero register shared by all of them, and then confuses the
+register pairs that share it where they are converted to floating point (I2F.S64). Two H100
+campaigns met it, both with a left shift by 63:
 
 * failure-2843-174 (seed 6401, 65fe8f6), at ptxas -O3: `sum(cast(x << 63, Float))` over 5
   rows in an outer persistent kernel gave, in lane 6 of each vector of 8, one row's lane 4 in
@@ -16,8 +15,10 @@ confuses the register pairs that share it where they are converted to floating p
   (11 I2F.S64 for the PTX's 19 conversions) and used it for every lane; 13 of 257 halves were
   -inf where 0 was right.
 
-The PTX is right both times; at -O0 ptxas converts every value where the PTX does. Kernels
-with such constants are rare (bit manipulation of int64 data; kfuse's own random numbers shift
+The PTX is right both times; at -O0 ptxas converts every value where the PTX does. A product
+with, or a mask by, a constant whose low word is zero gives ptxas the same known-zero low
+word, so such kernels take -O0 too (no campaign has shown one wrong yet). Kernels with such
+constants are rare (bit manipulation of int64 data; kfuse's own random numbers shift
 32-bit words), so they alone pay -O0's slower code, and every other kernel keeps -O3. NVRTC
 13.5's ptxas keeps every conversion of the second kernel at every level; the workaround stays
 for every NVRTC, since users bring their own.
