@@ -1,4 +1,5 @@
-"""The repro scripts of wrong results that GPU campaigns found, outside the project and in it
+"""The repro scripts of wrong results that campaigns found (GPU ones and, where the emulator
+alone met it, emulator ones), outside the project and in it
 (tests/data/repros/<date>-<device>/, as `kfuse campaign` wrote them; a large input saved
 again as float32 of the same values, compressed), replayed as their finders ran them: each
 must print that kfuse matches the reference on every call, on the host emulator and on the

@@ -325,3 +325,43 @@ def test_minimum_carries_a_cancelling_scan_to_the_log_after_it() -> None:
     actual[12, 1] = np.log(np.float32(0.5) + np.float32(0.05))  # a real error
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, [actual], [expected], [x], magnitudes=[magnitude])
+
+
+def lerp_far_past_a_cancelling_start() -> FusionDefinition:
+    # An emulator campaign's definition (08b9aee, seed 7211, failure-7980-632.py), its output
+    # T22 alone: lerp(x - x * sum(x * x), y, float(t << 33)). With t = 1 the weight is 2^33
+    # and end - start about 5e-4, so start's rounding (x * sum(x * x) is about 1.23) comes
+    # out 2^33 times larger: the kernel's -4248575 against float64's -4252787.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Half)
+        y = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        t = fd.define_tensor(shape=[-1, 1, 1, 1], dtype=DataType.Int)
+        xf = fd.ops.cast(x, dtype=DataType.Float)
+        square_sum = fd.ops.sum(fd.ops.mul(xf, xf), dims=[2], keepdim=False)
+        start = fd.ops.sub(xf, fd.ops.mul(xf, fd.ops.broadcast(square_sum, [False, False, True])))
+        weight = fd.ops.cast(
+            fd.ops.bitwise_left_shift(fd.ops.squeeze(t, dims=[0]), 33), DataType.Float
+        )
+        fd.add_output(fd.ops.lerp(start, fd.ops.broadcast(y, [True, True, False]), weight))
+    return fd
+
+
+def test_lerp_carries_its_starts_rounding_times_its_weight() -> None:
+    fd = lerp_far_past_a_cancelling_start()
+    x = np.full((1, 1, 32), -0.337158203125, np.float16)  # the campaign's row: equal values
+    y = np.full(32, 0.8888004422187805, np.float32)
+    t = np.ones((1, 1, 1, 1), np.int64)
+    (magnitude,) = sum_magnitudes(fd, [x, y, t])
+    # start's magnitude (|x| + |x| * 32 x^2, 1.56) and |y| (0.89), times 1 + 2^33
+    assert magnitude is not None and magnitude[0, 0, 3] > 2.0e10
+    (expected,) = evaluate(fd, [x, y, t])
+    assert abs(float(expected[0, 0, 3]) + 4252787.1) < 1.0
+    actual = np.array(expected, dtype=np.float32)
+    actual[0, 0, 3] = -4248575.0  # what the emulated kernel gave
+    assert_outputs_close(fd, [actual], [expected], [x, y, t], magnitudes=[magnitude])
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x, y, t])  # without the magnitude
+    actual[0, 0, 3] = -4.7e6  # a real error (10%)
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x, y, t], magnitudes=[magnitude])
+    check_outputs(fd, [x, y, t])  # the campaign's check, on the emulator

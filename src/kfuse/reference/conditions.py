@@ -6,10 +6,10 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
   follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
-  shape ops, add, sub, maximum, minimum and clamp (magnitudes add), mul or div by a value
-  without one (scaled by
-  its |value|), the functions that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled
-  by the bound, so that gelu(x - mean) is near zero where x - mean is) and the other unary
+  shape ops, add, sub, maximum, minimum and clamp (magnitudes add), lerp (scaled by
+  1 + |weight|), mul or div by a value without one (scaled by its |value|), the functions
+  that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled by the bound, so that
+  gelu(x - mean) is near zero where x - mean is) and the other unary
   functions (scaled by their steepest secant over the operand's rounding bound: exp, lgamma
   of a cancelling sum move its rounding by their slope there); any other op ends it. A sum
   or difference of a product starts one too (its terms' magnitudes), where the kernel may
@@ -198,6 +198,18 @@ class ConditionTracker:
             # cancels to about 0, clamped below 2, then log(|.| + 0.5): a GPU campaign).
             mags[out] = sum((self.size(v) for v in inputs[1:]), self.size(first))
             terms[out] = max(terms.get(v, 1) for v in inputs)
+        elif isinstance(expr, TernaryOp) and op == "lerp":
+            # start + weight * (end - start) or end - (end - start) * (1 - weight) (torch's
+            # two forms): start and end move the result by up to 1 + |weight| times as much,
+            # the weight by |end - start|; so a large weight carries a cancelling operand's
+            # rounding (an emulator campaign: a weight of 2^33 times an end - start of 5e-4
+            # whose start was x - x * sum(x * x)).
+            start, end, weight = expr.inputs
+            scale = 1.0 + abs(self.as_f64(weight))
+            mags[out] = scale * (self.size(start) + self.size(end))
+            if weight in mags:
+                mags[out] = mags[out] + abs(self.as_f64(end) - self.as_f64(start)) * mags[weight]
+            terms[out] = max(terms.get(v, 1) for v in inputs) + 2  # lerp's own roundings
         elif isinstance(expr, BinaryOp) and op == "mul" and sum(v in mags for v in inputs) == 1:
             mags[out] = self.size(expr.inputs[0]) * self.size(expr.inputs[1])
             terms[out] = max(terms.get(v, 1) for v in inputs)
