@@ -89,20 +89,32 @@ def fitted_compile(source: str, name: str, arch: str, options: list[str]) -> tup
     SASS instructions). Before the fallback, a source with Philox's wide products
     (kfuse.switches.PHILOX_WIDE_PRODUCTS) is compiled with narrow ones too, and the cheaper
     kept (the same cost)."""
-    compiled, cubin = _register_fitted(source, name, arch, options)
+    best = _register_fitted(source, name, arch, options)
     wide = "\n" + PHILOX_WIDE_PRODUCTS + "\n"
     if wide in source:
         # Philox's wide products take register pairs: in some kernels that spills, in others
         # ptxas pays for it in other instructions (kfuse.switches.PHILOX_WIDE_PRODUCTS)
-        narrow_source = source.replace(wide, "\n")
-        narrow = _register_fitted(narrow_source, name, arch, options)
-        if spill_fallback.prefer_fallback(cubin, narrow[1]):
-            source, (compiled, cubin) = narrow_source, narrow
-    if spill_fallback.offers_fallback(source) and cubin_info.frame_bytes(cubin) > 0:
-        fallback = _register_fitted(spill_fallback.fallback_source(source), name, arch, options)
-        if spill_fallback.prefer_fallback(cubin, fallback[1]):
-            return fallback
-    return compiled, cubin
+        source, best = _cheaper(source, best, source.replace(wide, "\n"), name, arch, options)
+    if spill_fallback.offers_fallback(source) and cubin_info.frame_bytes(best[1]) > 0:
+        fallback = spill_fallback.fallback_source(source)
+        source, best = _cheaper(source, best, fallback, name, arch, options)
+    return best
+
+
+def _cheaper(
+    source: str,
+    compiled: tuple[str, bytes],
+    alternative: str,
+    name: str,
+    arch: str,
+    options: list[str],
+) -> tuple[str, tuple[str, bytes]]:
+    """(`source`, its fitted compile `compiled`) or (`alternative`, its fitted compile),
+    whichever costs less (spill_fallback.prefer_fallback: instructions and stack frame)."""
+    other = _register_fitted(alternative, name, arch, options)
+    if spill_fallback.prefer_fallback(compiled[1], other[1]):
+        return alternative, other
+    return source, compiled
 
 
 def _register_fitted(source: str, name: str, arch: str, options: list[str]) -> tuple[str, bytes]:
