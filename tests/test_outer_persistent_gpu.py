@@ -54,3 +54,26 @@ def test_outer_norms_on_the_gpu(name: str, dtype: DataType, rows: int, cols: int
     out = fd.execute(inputs)
     assert (fd.last_scheduler() is OP) == held  # longer ones: segmented, still right
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+
+
+@pytest.mark.parametrize("dtype", [DataType.BFloat16, DataType.Float])
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+@pytest.mark.parametrize(("rows", "cols"), [(4096, 1024), (8192, 72), (12544, 256)])
+def test_columns_split_over_a_cluster_on_the_gpu(
+    name: str, dtype: DataType, rows: int, cols: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """switches.OUTER_CLUSTERS: columns one block cannot hold, held by a cluster's blocks
+    (72 columns: a group of 8 cut by the end of the columns, in float)."""
+    from kfuse import switches
+
+    monkeypatch.setattr(switches, "OUTER_CLUSTERS", True)
+    torch = _torch()
+    fd = FUSIONS[name][0](dtype)
+    inputs = _inputs(torch, name, dtype, rows, cols)
+    held, why = schedule.can_schedule(fd.fusion, OP, inputs)
+    out = fd.execute(inputs)
+    assert (fd.last_scheduler() is OP) == held, why
+    if held:
+        params = schedule.compute_heuristics(fd.fusion, OP, inputs)
+        assert params.cluster_size > 1, "a column one block holds: not this test's case"
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)

@@ -33,6 +33,8 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "KFUSE_DUMP_DIR": "folder KFUSE_DUMP writes into (default ./kfuse-dump)",
     "KFUSE_PARALLEL_COMPILE": "0 compiles a segmented fusion's kernels one after another "
     "instead of in threads (default 1)",
+    "KFUSE_SWITCHES": "kfuse.switches to set when kfuse is imported, comma-separated NAME=1 or "
+    "NAME=0 (A/B runs and campaigns of a path that is off; an unknown name is an error)",
 }
 
 
@@ -73,6 +75,9 @@ class Knobs:
     parallel_compile: bool = True
     """``KFUSE_PARALLEL_COMPILE``: compile the kernels of a fusion's segments in threads
     (kfuse.engine.compile_batch)."""
+    switches: tuple[tuple[str, bool], ...] = ()
+    """``KFUSE_SWITCHES``: (name, value) of the kfuse.switches to set at import, as given
+    (kfuse.switches checks the names); InputError for a value that is not 1/0."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Knobs:
@@ -96,7 +101,30 @@ class Knobs:
             dump_dir=_path(env, "KFUSE_DUMP_DIR") or "kfuse-dump",
             parallel_compile=env.get("KFUSE_PARALLEL_COMPILE", "").strip().lower()
             not in ("0", "off", "no", "false"),
+            switches=_switches(env.get("KFUSE_SWITCHES", "")),
         )
+
+
+_TRUE = ("1", "on", "yes", "true")
+_FALSE = ("0", "off", "no", "false")
+
+
+def _switches(text: str) -> tuple[tuple[str, bool], ...]:
+    """ "A=1, B=0" -> (("A", True), ("B", False)); InputError naming what is malformed."""
+    from kfuse.errors import InputError
+
+    out = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not name or value.lower() not in _TRUE + _FALSE:
+            raise InputError(
+                f"KFUSE_SWITCHES: {item.strip()!r} is not NAME=1 or NAME=0 "
+                "(comma-separated, e.g. OUTER_CLUSTERS=1)"
+            )
+        out.append((name, value.lower() in _TRUE))
+    return tuple(out)
 
 
 def get() -> Knobs:

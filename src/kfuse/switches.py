@@ -221,3 +221,48 @@ narrow ones. Issue 57: the drawn masks' rows run 3-5% behind their mask-given tw
 measured (written 2026-12-07, when no device started). The A/B: `tools/kernel_times.py
 nanogpt_attn_fwd_rng:16x16x512x512 nanogpt_attn_fwd:16x16x512x512 --tc --ab
 kfuse.switches.PHILOX_WIDE_PRODUCTS=True`."""
+
+OUTER_CLUSTERS = False
+"""Where True, an outer normalization whose columns are too long for one block to hold (a
+softmax over dim 0 of [4096, 16384], a channels-last batch norm over 12544 rows) is held split
+over the blocks of a thread-block cluster (kfuse.schedule.outer_persistent.CLUSTER_SIZES: each
+block its part of every column; the reductions combine through distributed shared memory),
+where the segmenter splits it into a statistics reduction and a normalizing kernel, which read
+the input twice from memory (55-62% of copy on an H100, 0.99-1.07x torch.compile for the
+softmax backward and the batch and instance norms). Off until measured (written 2026-12-07,
+when no device started): `tools/kernel_times.py softmax_bwd_dim0:4096x16384
+softmax_fwd_dim0:16384x4096 batchnorm_fwd_nhwc:256x2048x7x7 instancenorm_fwd_nhwc:64x256x56x56
+--tc --ab kfuse.switches.OUTER_CLUSTERS=True`."""
+
+
+# ---- set from the environment -------------------------------------------------------------
+
+_DEFAULTS: dict[str, bool] = {
+    name: value for name, value in globals().items() if name.isupper() and isinstance(value, bool)
+}
+"""Every switch and its value as written above, before KFUSE_SWITCHES."""
+
+
+def changed() -> dict[str, bool]:
+    """The switches whose value now differs from _DEFAULTS (set by KFUSE_SWITCHES, a test or an
+    A/B run): what a campaign's summary and repro scripts record."""
+    now = globals()
+    return {name: now[name] for name, value in _DEFAULTS.items() if now[name] != value}
+
+
+def _apply_environment() -> None:
+    """Set the switches KFUSE_SWITCHES names (kfuse.knobs), so that a campaign's worker
+    processes and a tool run in a fresh process take the path asked for."""
+    from kfuse import knobs
+    from kfuse.errors import InputError
+
+    for name, value in knobs.get().switches:
+        if name not in _DEFAULTS:
+            raise InputError(
+                f"KFUSE_SWITCHES names {name!r}, which is no switch of kfuse.switches; the "
+                f"switches are {', '.join(sorted(_DEFAULTS))}"
+            )
+        globals()[name] = value
+
+
+_apply_environment()

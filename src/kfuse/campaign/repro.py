@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kfuse import DataType, FusionDefinition  # noqa: F401 (the definition uses both)
 from kfuse.campaign.repro import replay
-
+{switches}
 {definition}
 if __name__ == "__main__":
     sys.exit(replay(fd, Path(__file__).with_suffix(".npz"), sys.argv[1:]))
@@ -72,12 +72,26 @@ def write(
         where=where,
         inputs=described,
         message=_docstring_safe(message),
+        switches=_switch_lines(),
         definition=repr(example.fd),
     )
     script = folder / f"{name}.py"
     script.write_text(text)
     script.chmod(0o755)
     return script
+
+
+def _switch_lines() -> str:
+    """The script's settings of the kfuse.switches the campaign changed (KFUSE_SWITCHES), so
+    that it replays the paths the example took; nothing where none was changed."""
+    from kfuse import switches
+
+    changed = switches.changed()
+    if not changed:
+        return ""
+    lines = ["from kfuse import switches  # the campaign ran with KFUSE_SWITCHES", ""]
+    lines += [f"switches.{name} = {value!r}" for name, value in sorted(changed.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _describe(fusion: Any, meta: list[dict[str, Any]]) -> str:

@@ -324,12 +324,15 @@ def _require(*modules: str) -> None:
 
 def _info(device: str, gpus: tuple[int, ...], argv: list[str]) -> dict[str, Any]:
     import kfuse
+    from kfuse import switches
 
     info: dict[str, Any] = {
         "kfuse_version": kfuse.__version__,
         "kfuse_commit": os.environ.get("KFUSE_COMMIT") or None,
         "argv": argv,
         "python": sys.version.split()[0],
+        # KFUSE_SWITCHES' paths, which the workers inherit with the environment
+        "switches": switches.changed(),
     }
     if gpus:
         from kfuse import _C

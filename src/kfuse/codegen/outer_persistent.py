@@ -157,11 +157,18 @@ def _load_slot(code: Code, spec: ReductionKernelSpec, i: int, slot: str, row: st
                 code(f"if (j < nvalid) x{i}[{slot}][j] = kf::load(in{i}, {at} + j * step_in{i});")
 
 
+def _row(spec: ReductionKernelSpec) -> str:
+    """The reduced row of this thread's slot b: a cluster's block k holds the k-th part of the
+    column (kf_row0 is its first row)."""
+    row = f"(Index)threadIdx.y + (Index)b * {spec.block_y}"
+    return row if spec.cluster == 1 else f"kf_row0 + {row}"
+
+
 def _slots(code: Code, spec: ReductionKernelSpec, body: list[str]) -> None:
     """`body` for every held element of this thread inside the data: slot b (reduced row r),
     lane j."""
     with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
-        code(f"const Index r = (Index)threadIdx.y + (Index)b * {spec.block_y};")
+        code(f"const Index r = {_row(spec)};")
         with code.block(f"for (int j = 0; j < {spec.vector}; ++j)", unroll=True):
             with code.block("if (col_ok && r < n_red && j < nvalid)"):
                 code(*body)
@@ -193,10 +200,51 @@ def _combined_everywhere(
     give every thread of the column the total, read back from thread y == 0's slots."""
     bx, vec = spec.block_x, spec.vector
     combine_over_y(code, acc, spec.block_y, bx, vec, values)
+    if spec.cluster > 1:
+        _combined_over_cluster(code, acc, spec, values)
+        return
     with code.block():
         code(f"const {acc.ctype}* scratch = reinterpret_cast<const {acc.ctype}*>(kf_smem);")
         code(f"for (int j = 0; j < {vec}; ++j) {values}[j] = scratch[threadIdx.x * {vec} + j];")
     code("__syncthreads();")  # the scratch is free for the next combine
+
+
+def _combined_over_cluster(
+    code: Code, acc: Accumulator, spec: ReductionKernelSpec, values: str
+) -> None:
+    """After the block's combine (its totals in its scratch's first row): the totals of the
+    cluster's blocks combined in rank order, so that every block gets the same bits, by the
+    threads of row y == 0 (a lane's C values through distributed shared memory), and handed
+    to every thread of the column through kf_cluster_total. Two cluster barriers: the first
+    makes every block's totals visible, the second keeps each block's scratch until the
+    others have read it."""
+    vec, ctype = spec.vector, acc.ctype
+    lane = f"threadIdx.x * {vec} + j"
+    code("kf::cluster_sync();")
+    with code.block():
+        code(
+            f"const {ctype}* scratch = reinterpret_cast<const {ctype}*>(kf_smem);",
+            f"{ctype}* total = reinterpret_cast<{ctype}*>(kf_cluster_total);",
+        )
+        with code.block("if (threadIdx.y == 0)"):
+            with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
+                code(f"{ctype} v = kf::cluster_load(&scratch[{lane}], 0u);")
+                with code.block(f"for (unsigned q = 1; q < {spec.cluster}u; ++q)", unroll=True):
+                    code(f"const {ctype} other = kf::cluster_load(&scratch[{lane}], q);")
+                    code(acc.combine("v", "other"))
+                code(f"total[{lane}] = v;")
+        code("__syncthreads();")
+        code(f"for (int j = 0; j < {vec}; ++j) {values}[j] = total[{lane}];")
+    code("kf::cluster_sync();")
+
+
+def cluster_total_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
+    """Shared memory of kf_cluster_total (a cluster's combined totals, one a lane of the
+    block's columns); 0 without a cluster."""
+    if spec.cluster == 1:
+        return 0
+    biggest = max(a.size // len(a.partial_fields) for a in accumulators(plan))
+    return -(-spec.block_x * spec.vector * biggest // 16) * 16
 
 
 def column_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hoisted]:
@@ -342,7 +390,7 @@ def _store_full(
     args += list(hoisted)
     args += [f"y{k}[j]" for k in plan.loop_outputs]
     with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
-        code(f"const Index r = (Index)threadIdx.y + (Index)b * {spec.block_y};")
+        code(f"const Index r = {_row(spec)};")
         with code.block("if (col_ok && r < n_red)"):
             for i in streamed:
                 if i not in constant:
@@ -390,9 +438,19 @@ def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tup
     code.extend(functions_source(plan, name, stages=True, full=True, epilogue=True, hoists=hoists))
     params = tensor_params(plan, spec, loop=True, row=True, workspace=False)
     threads = spec.block_x * spec.block_y
-    code.open_kernel(kernel_header(name, params, threads, bounded=spec.launch_bounds))
+    code.open_kernel(
+        kernel_header(name, params, threads, bounded=spec.launch_bounds, cluster=spec.cluster)
+    )
     code(*generated.loop_setup(plan, spec.index_type))  # generated reads' in<i>
+    if spec.cluster > 1:
+        code(
+            f"__shared__ __align__(16) unsigned char "
+            f"kf_cluster_total[{cluster_total_bytes(plan, spec)}];",
+            f"const unsigned kf_rank = blockIdx.x % {spec.cluster}u;",
+        )
     with outer_columns(code, plan, spec, "(Index)1", list(plan.loop_outputs)):
+        if spec.cluster > 1:
+            code(f"const Index kf_row0 = (Index)kf_rank * {spec.block_y * spec.unroll};")
         held = held_inputs(plan, spec.red_constant)
         for i in held:
             _declare(code, plan, spec, i, 1 if red_constant(spec, i) else spec.unroll)
@@ -403,7 +461,7 @@ def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tup
                         if red_constant(spec, i):
                             _load_slot(code, spec, i, "0", "0")
             with code.block(f"for (int b = 0; b < {spec.unroll}; ++b)", unroll=True):
-                code(f"const Index r = (Index)threadIdx.y + (Index)b * {spec.block_y};")
+                code(f"const Index r = {_row(spec)};")
                 with code.block("if (r < n_red)"):
                     for i in held:
                         if not red_constant(spec, i):
@@ -412,13 +470,16 @@ def emit_outer_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tup
             _reduce(code, plan, spec, name, k, hoists[f"stage{k}"])
         if plan.loop_outputs:
             _store_full(code, plan, spec, name, hoists["full"])
-        if plan.row_outputs:
-            with code.block("if (threadIdx.y == 0 && col_ok)"):
+        if plan.row_outputs:  # by one thread of the column (of the cluster's first block)
+            first = " && kf_rank == 0" if spec.cluster > 1 else ""
+            with code.block(f"if (threadIdx.y == 0 && col_ok{first})"):
                 with code.block(f"for (int j = 0; j < {vec}; ++j)", unroll=True):
                     code("if (j >= nvalid) continue;", "const Index row = outer * n_in + c0 + j;")
                     code(*_results(plan, range(len(plan.reductions))))
                     epilogue_call(code, plan, name, "row", range(spec.rank - 1))
+    if spec.cluster > 1:  # no block may exit while another still reads its shared memory
+        code("kf::cluster_sync();")
     return code.kernel_source(), name
 
 
-__all__ = ["KIND", "emit_outer_persistent", "held_inputs"]
+__all__ = ["KIND", "cluster_total_bytes", "emit_outer_persistent", "held_inputs"]

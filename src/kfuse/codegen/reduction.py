@@ -263,9 +263,16 @@ def outer_columns(
         "const Index n_cols = n_in == 0 ? 0 : n_rows / n_in * nvec_in;",
         f"const Index rstride = {splits} * {by};",
     )
+    # A cluster's blocks (outer_persistent's split columns) share each column group: they
+    # take the groups in step, by the cluster's index in the grid.
+    block, blocks = (
+        ("blockIdx.x", "gridDim.x")
+        if spec.cluster == 1
+        else (f"(blockIdx.x / {spec.cluster})", f"(gridDim.x / {spec.cluster})")
+    )
     with code.block(
-        f"for (Index col0 = (Index)blockIdx.x * {bx}; col0 < n_cols;"
-        f" col0 += (Index)gridDim.x * {bx})"
+        f"for (Index col0 = (Index){block} * {bx}; col0 < n_cols;"
+        f" col0 += (Index){blocks} * {bx})"
     ):
         code(
             "const Index cv = col0 + threadIdx.x;",

@@ -57,7 +57,8 @@ class ReductionKernelSpec:
     # mostly from L2), so a row longer than the chip holds per block still moves once
     reload: int = 0
     # persistent: the row is split over the `cluster` blocks of a thread-block cluster (sm_90+),
-    # whose reductions combine through distributed shared memory; 1: one block per row
+    # whose reductions combine through distributed shared memory; 1: one block per row.
+    # outer_persistent: likewise each column, block k of the cluster holding its k-th part
     cluster: int = 1
     # outer: the rows a thread has left after its whole batches are loaded in batches of
     # halving powers of two rather than one at a time. For threads with few rows in all; it

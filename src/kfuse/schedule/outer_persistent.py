@@ -33,7 +33,13 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.codegen.layout import BCAST, STRIDED, VEC
-from kfuse.codegen.outer_persistent import KIND, emit_outer_persistent, held_inputs
+from kfuse import switches
+from kfuse.codegen.outer_persistent import (
+    KIND,
+    cluster_total_bytes,
+    emit_outer_persistent,
+    held_inputs,
+)
 from kfuse.codegen.reduction_loads import smem_bytes
 from kfuse.codegen.reduction_plan import (
     PlanError,
@@ -47,6 +53,7 @@ from kfuse.codegen.reduction_spec import ReductionKernelSpec, accumulators
 from kfuse.errors import SchedulerError
 from kfuse.ir.fusion import Fusion
 from kfuse.runtime.info import RuntimeInfo
+from kfuse.schedule.persistent import clusters_supported
 from kfuse.schedule.persistent_heuristics import (
     MAX_BATCH,
     MAX_HELD_WORDS,
@@ -138,12 +145,41 @@ def _pow2_floor(n: int) -> int:
     return p
 
 
+CLUSTER_SIZES = (2, 4, 8)
+"""Blocks of a thread-block cluster a column too long for one block is split over
+(switches.OUTER_CLUSTERS), the fewest that hold it: at most the portable cluster size, which
+every sm_90 GPU runs and the emulator emulates."""
+
+
 def choose_held_columns(
-    plan: ReductionPlan, layout: ReductionLayout, device: Any
+    plan: ReductionPlan, layout: ReductionLayout, device: Any, clusters: bool = False
+) -> tuple[int, int, int, int, int]:
+    """(vector, block_x, block_y, batch, cluster) holding whole columns in registers: each in
+    one block, or, where one block cannot hold a column (or only in threads too few along the
+    row to read whole sectors) and the target runs clusters (`clusters`), split over the
+    blocks of a cluster; Rejection when neither holds it."""
+    try:
+        return (*_held_shape(plan, layout, device, layout.red_size, 1), 1)
+    except Rejection as alone:
+        if not (clusters and switches.OUTER_CLUSTERS):
+            raise
+        for cluster in CLUSTER_SIZES:
+            try:
+                rows = -(-layout.red_size // cluster)
+                return (*_held_shape(plan, layout, device, rows, cluster), cluster)
+            except Rejection:
+                continue
+        raise Rejection(
+            f"{alone}; nor is it held split over a cluster of up to {CLUSTER_SIZES[-1]} blocks"
+        ) from None
+
+
+def _held_shape(
+    plan: ReductionPlan, layout: ReductionLayout, device: Any, rows: int, cluster: int
 ) -> tuple[int, int, int, int]:
-    """(vector, block_x, block_y, batch) holding whole columns in registers; Rejection when a
-    column is too long for one block to hold."""
-    n_red, n_in = layout.red_size, layout.kept_sizes[-1]
+    """(vector, block_x, block_y, batch) of blocks that each hold `rows` rows of their columns
+    (the whole column, or a cluster block's part of it); Rejection where they cannot."""
+    n_red, n_in = rows, layout.kept_sizes[-1]
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
     words = slot_words(plan, layout, vector)
@@ -195,11 +231,11 @@ def choose_held_columns(
     bx = max(1, min(WARP, pow2_ceil(cols), threads // by))
     # More, narrower blocks rather than idle SMs, but a block's threads along x still read
     # whole 32-byte sectors of each row (narrower, every sector is fetched for a part).
-    while bx > sector and -(-cols // bx) < device.sm_count:
+    while bx > sector and -(-cols // bx) * cluster < device.sm_count:
         bx //= 2
-    blocks = -(-cols // bx)
+    blocks = -(-cols // bx) * cluster
     per_sm = max(1, 65536 // (bx * by * (held + overhead)))
-    if n_red < SHORT_COLUMN_ROWS and blocks > device.sm_count * per_sm:
+    if layout.red_size < SHORT_COLUMN_ROWS and blocks > device.sm_count * per_sm:
         raise Rejection(
             f"columns of {n_red} rows (fewer than {SHORT_COLUMN_ROWS}) in {blocks} blocks, "
             f"more than the {device.sm_count * per_sm} that run at once: a statistics "
@@ -242,7 +278,7 @@ class OuterPersistentScheduler:
                 "the reduced axis is the innermost in memory, or there is one row or "
                 "column: an inner normalization (inner_persistent's job)"
             )
-        choose_held_columns(plan, layout, info.device)  # Rejection: not held
+        choose_held_columns(plan, layout, info.device, clusters_supported(info))  # Rejection
 
     def kernels(self, fusion: Fusion, info: RuntimeInfo, params: Any) -> list[Any]:
         """The kernel `params` generate for this call (GeneratedKernel; not compiled)."""
@@ -252,7 +288,9 @@ class OuterPersistentScheduler:
         from kfuse._C import ReductionParams
 
         plan, layout = _plan_and_layout(fusion, info)
-        vector, bx, by, batch = choose_held_columns(plan, layout, info.device)
+        vector, bx, by, batch, cluster = choose_held_columns(
+            plan, layout, info.device, clusters_supported(info)
+        )
         n_in = layout.kept_sizes[-1]
         cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
         params = ReductionParams(KIND)
@@ -262,7 +300,8 @@ class OuterPersistentScheduler:
         params.vectorize_iter = vector
         params.unroll_reduction = 1
         params.block_x, params.block_y = bx, by
-        params.grid_x = max(1, min(MAX_GRID_X, -(-cols // bx)))
+        params.cluster_size = cluster  # the blocks of a cluster share each column group
+        params.grid_x = max(1, min(MAX_GRID_X // cluster, -(-cols // bx))) * cluster
         params.grid_y = 1
         params.cparams.index_type = "int64" if layout.needs_int64() else "int32"
         fill_launch_params(params, plan)
@@ -270,19 +309,41 @@ class OuterPersistentScheduler:
 
 
 def outer_persistent_spec(
-    plan: ReductionPlan, layout: ReductionLayout, params: Any, device: Any
+    plan: ReductionPlan,
+    layout: ReductionLayout,
+    params: Any,
+    device: Any,
+    clusters: bool = False,
 ) -> ReductionKernelSpec:
-    """The compile-time description of `params` for this call's layout; SchedulerError naming
-    the field when they cannot run it."""
+    """The compile-time description of `params` for this call's layout; clusters: whether the
+    target runs thread-block clusters (clusters_supported). SchedulerError naming the field
+    when they cannot run it."""
     if not bool(params.persistent):
         raise SchedulerError(f"{KIND} needs ReductionParams.persistent = True")
     if bool(params.fastest_dim_reduction):
         raise SchedulerError(f"{KIND} needs fastest_dim_reduction = False")
-    for field, want in (("reload_batch_size", 0), ("cluster_size", 1), ("grid_y", 1)):
+    for field, want in (("reload_batch_size", 0), ("grid_y", 1)):
         if _int(params, field) != want:
             raise SchedulerError(
                 f"ReductionParams.{field} = {getattr(params, field)}: {KIND} holds whole "
-                f"columns in one block (use {want})"
+                f"columns in registers, a block's or a cluster's (use {want})"
+            )
+    cluster = _int(params, "cluster_size")
+    if cluster != 1:
+        if cluster not in CLUSTER_SIZES:
+            raise SchedulerError(
+                f"ReductionParams.cluster_size = {cluster}: {KIND} splits a column over 1, "
+                f"{', '.join(map(str, CLUSTER_SIZES))} blocks"
+            )
+        if not clusters:
+            raise SchedulerError(
+                f"ReductionParams.cluster_size = {cluster}: thread-block clusters need a GPU "
+                "of compute capability 9.0 or later (or the emulator emulating one)"
+            )
+        if _int(params, "grid_x") % cluster:
+            raise SchedulerError(
+                f"ReductionParams.grid_x = {params.grid_x} must be a multiple of cluster_size "
+                f"= {cluster} (the blocks of a cluster share each column group)"
             )
     if bool(params.smem_persistent):
         raise SchedulerError(f"{KIND} holds columns in registers: smem_persistent must be False")
@@ -290,10 +351,10 @@ def outer_persistent_spec(
     batch = _int(params, "persistent_batch_size")
     validate_common(params, KIND, vector, batch, device)
     by = _int(params, "block_y")
-    if by * batch < layout.red_size:
+    if by * batch * cluster < layout.red_size:
         raise SchedulerError(
-            f"ReductionParams hold block_y * persistent_batch_size = {by} * {batch} rows "
-            f"per column, fewer than the column's {layout.red_size}"
+            f"ReductionParams hold block_y * persistent_batch_size * cluster_size = {by} * "
+            f"{batch} * {cluster} rows per column, fewer than the column's {layout.red_size}"
         )
     axis = layout.rank - 2
 
@@ -319,11 +380,13 @@ def outer_persistent_spec(
         ),
         launch_bounds=params.cparams.maxrregcount is None,
         red_constant=red_constant(layout),
+        cluster=cluster,
     )
-    if smem_bytes(plan, spec) > STATIC_SMEM_LIMIT:
+    smem = smem_bytes(plan, spec) + cluster_total_bytes(plan, spec)
+    if smem > STATIC_SMEM_LIMIT:
         raise SchedulerError(
-            f"ReductionParams need {smem_bytes(plan, spec)} bytes of shared memory for the "
-            f"block combine (limit {STATIC_SMEM_LIMIT}); use fewer threads or a narrower vector"
+            f"ReductionParams need {smem} bytes of shared memory for the block combine "
+            f"(limit {STATIC_SMEM_LIMIT}); use fewer threads or a narrower vector"
         )
     return spec
 
@@ -337,7 +400,7 @@ def outer_persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> A
         layout = reduction_layout(plan, info)
     except PlanError as exc:
         raise SchedulerError(f"{KIND}: {exc}") from None
-    spec = outer_persistent_spec(plan, layout, params, info.device)
+    spec = outer_persistent_spec(plan, layout, params, info.device, clusters_supported(info))
     source, name = emit_outer_persistent(plan, spec)
     ops = operand_list(plan, layout, loop=True, row=True, workspace=None)
     return GeneratedKernel(
