@@ -9,14 +9,17 @@ innermost kept axis contiguous in memory), as the outer reduction kernel lays it
              blockIdx.x by block_x groups
     column   the block's block_y threads along y share it: thread y holds reduced rows
              y, y + block_y, ..., y + (B - 1) * block_y (B = persistent batch) of its V
-             columns in registers. block_y * B >= the column length.
+             columns in registers. block_y * B >= the column length; or, split over the C
+             blocks of a thread-block cluster (spec.cluster), block k holds the rows from
+             k * block_y * B (kf_row0) on, and block_y * B * C >= the column length.
 
 Per column group: load the held rows of every loop input once, then for each reduction in
 order compute its input from the held values (and earlier results), fold it per lane, combine
-the block_y partials per lane in a fixed tree through shared memory and hand the result to
-every thread of the column (all threads then read the combined value back), then compute the
-full-size outputs from the held values and store them, and thread y == 0 writes the column's
-outputs on the kept axes. Welford reductions take two passes over the held values (mean from
+the block_y partials per lane in a fixed tree through shared memory (and, split over a
+cluster, the blocks' totals in rank order through distributed shared memory) and hand the
+result to every thread of the column (all threads then read the combined value back), then
+compute the full-size outputs from the held values and store them, and thread y == 0 (of the
+cluster's first block) writes the column's outputs on the kept axes. Welford reductions take two passes over the held values (mean from
 the column's first value as shift, then the sum of squared deviations), as the inner
 persistent kernel does. Inputs no reduction reads (weight, bias) are not held: they are
 loaded where the full-size outputs are computed.

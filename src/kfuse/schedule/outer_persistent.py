@@ -4,18 +4,24 @@ Takes the reduction fusions inner_persistent leaves to it: the un-reduced values
 again after a reduction (softmax over axis 0, a channels-last batch or instance norm), and
 the reduced axis is not the innermost in memory while the innermost kept axis is (every loop
 operand that walks the reduced axis does so with a stride). Each block holds whole columns
-in registers (kfuse.codegen.outer_persistent); a column longer than one block holds is
-rejected, so the segmenter splits such a fusion (statistics by the reduction scheduler, its
-grid reduction included, then a pointwise kernel). A one-kernel grid-wide combine would need
-a grid barrier, which the kernel ABI has no cooperative launch for.
+in registers (kfuse.codegen.outer_persistent). A column longer than one block holds is, with
+switches.OUTER_CLUSTERS on a target that runs thread-block clusters, held by the blocks of a
+cluster of CLUSTER_SIZES (each its part of the column); otherwise it is rejected, and the
+segmenter splits such a fusion (statistics by the reduction scheduler, its grid reduction
+included, then a pointwise kernel). A one-kernel grid-wide combine would need a grid barrier,
+which the kernel ABI has no cooperative launch for.
 
 ReductionParams ("outer_persistent") as this scheduler reads them (persistent = True,
 fastest_dim_reduction = False):
 * vectorize_iter: V adjacent columns per thread (16-byte accesses along the contiguous axis);
 * block_x: threads along the columns (groups of V); block_y: threads splitting a column;
-* persistent_batch_size: B reduced rows each thread holds: block_y * B must cover a column;
-* grid_x: blocks over the column groups (grid-strided); grid_y must be 1;
-* smem_persistent False, reload_batch_size 0, cluster_size 1, unroll_iter 1;
+* persistent_batch_size: B reduced rows each thread holds: block_y * B * cluster_size must
+  cover a column;
+* cluster_size: 1, or the C blocks of a cluster (2, 4, 8) that share each column group, block
+  k holding rows k * block_y * B on (sm_90 and later, and the emulator);
+* grid_x: blocks over the column groups (grid-strided), a multiple of cluster_size; grid_y
+  must be 1;
+* smem_persistent False, reload_batch_size 0, unroll_iter 1;
 * cparams.index_type as for the reduction scheduler.
 Heuristics: V from 16-byte accesses; block_y so that each thread holds about
 VECTORS_PER_THREAD rows, B the rows left per thread; at most MAX_HELD_WORDS 32-bit registers
