@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kfuse import schedule, switches
 from kfuse.dtypes import DataType
@@ -155,3 +157,56 @@ def test_targets_without_clusters_refuse_them() -> None:
     params = scheduler.heuristics(fd.fusion, gpu_info(fd, [(4096, 16384)] * 2, "h100"))
     with pytest.raises(SchedulerError, match="compute capability 9.0"):
         scheduler.kernels(fd.fusion, a100, params)
+
+
+@st.composite
+def _split_cases(draw: st.DrawFn) -> tuple:
+    """(fusion name, dtype, inputs, params or None): edited params that split small columns
+    over a cluster (any block shape, vector width and grid; a cluster's last blocks may hold
+    nothing), or the heuristics' own for columns longer than one block holds."""
+    import ml_dtypes
+
+    name = draw(st.sampled_from(sorted(FUSIONS)))
+    dtype = draw(st.sampled_from([DataType.Float, DataType.BFloat16, DataType.Half]))
+    heuristics = draw(st.integers(0, 3)) == 0
+    rows = draw(st.integers(2200, 5000) if heuristics else st.integers(2, 300))
+    cols = draw(st.integers(2, 24 if heuristics else 40))  # one column: an inner norm
+    inputs = inputs_for(name, dtype, rows, cols, seed=draw(st.integers(0, 2**16)))
+    if draw(st.booleans()):  # NaN or an infinity somewhere in a column
+        k = draw(st.integers(0, len(inputs) - 1))
+        flat = inputs[k].reshape(-1)
+        flat[draw(st.integers(0, flat.size - 1))] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    if dtype is DataType.BFloat16:
+        assert all(a.dtype in (np.float32, ml_dtypes.bfloat16) for a in inputs)
+    if heuristics:
+        return name, dtype, inputs, None
+    fd = FUSIONS[name][0](dtype)
+    cluster = draw(st.sampled_from([2, 4, 8]))
+    # at most 62 rows a thread (the batch limit is 64, and up to 2 more are drawn below)
+    block_y = draw(st.sampled_from([b for b in (1, 2, 4, 8, 16, 32) if b * cluster * 62 >= rows]))
+    params = schedule.compute_heuristics(fd.fusion, OP, inputs)
+    params.vectorize_iter = draw(st.sampled_from([1, 2, 4]))
+    params.block_x, params.block_y = draw(st.sampled_from([1, 2, 3, 4])), block_y
+    params.persistent_batch_size = -(-rows // (cluster * block_y)) + draw(st.integers(0, 2))
+    params.cluster_size = cluster
+    params.grid_x = cluster * draw(st.integers(1, 3))
+    return name, dtype, inputs, params
+
+
+@given(case=_split_cases())
+def test_split_columns_property(case: tuple) -> None:
+    """Drawn split columns against the reference (the vector width may not suit every
+    operand's alignment: such params are refused by name), and the heuristics' params for
+    columns of 2200 to 5000 rows (most of them split: a block holds about 2048)."""
+    name, dtype, inputs, params = case
+    fd = FUSIONS[name][0](dtype)
+    if params is None:
+        out = fd.execute(inputs)
+        assert fd.last_scheduler() is OP
+    else:
+        try:
+            out = fd.manual_execute(inputs, heuristic_params=params)
+        except SchedulerError as exc:
+            assert "vector width" in str(exc), exc
+            return
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
