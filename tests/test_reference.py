@@ -321,6 +321,19 @@ def test_erfc_does_not_cancel_for_large_arguments() -> None:
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
 
 
+def test_lgamma_is_inf_where_it_passes_the_largest_double() -> None:
+    """C's lgamma (and the kernels') is +inf at the poles and beyond about 2.6e305; Python's
+    math.lgamma raises there. A campaign's float64 reference took lgamma of
+    nextafter(inf, x) = 1.8e308 and stopped with OverflowError (failure-19995-212)."""
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.lgamma(fd.define_tensor(shape=[-1], dtype=DataType.Double)))
+    x = [1.7976931348623157e308, 2.6e305, -1e300, 0.0, 2.5e305, 3.0]
+    want = [math.inf, math.inf, math.inf, math.inf, math.lgamma(2.5e305), math.log(2.0)]
+    for a in (np.array(x), torch.tensor(x, dtype=torch.float64)):
+        (got,) = evaluate(fd.fusion, [a])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15)
+
+
 def test_float_to_integer_casts_saturate_as_the_kernels_do() -> None:
     """NaN becomes 0 and values beyond the integer's range its nearest end, toward zero
     inside it (CUDA's cvt.rzi, torch on the GPU, kfuse's kernels and emulator): the reference

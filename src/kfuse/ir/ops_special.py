@@ -83,11 +83,12 @@ def erfinv(y: float) -> float:
 
 
 def lgamma(a: float) -> float:
-    """log |gamma(a)|: +inf at the poles (0 and the negative integers), as C's lgamma."""
+    """log |gamma(a)|: +inf at the poles (0 and the negative integers) and where it exceeds
+    the largest double (a above about 2.6e305), as C's lgamma; Python's raises there."""
     a = float(a)
     try:
         return math.lgamma(a)
-    except ValueError:
+    except (ValueError, OverflowError):
         return math.inf
 
 
