@@ -365,3 +365,39 @@ def test_lerp_carries_its_starts_rounding_times_its_weight() -> None:
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, [actual], [expected], [x, y, t], magnitudes=[magnitude])
     check_outputs(fd, [x, y, t])  # the campaign's check, on the emulator
+
+
+def lgamma_near_a_pole() -> FusionDefinition:
+    # An emulator campaign's definition (h200 profile, seed 7301, failure-19995-409): lgamma
+    # of a computed value near the pole at -1, where an ulp of the operand moves lgamma by
+    # about 1 / (operand + 1) ulps of 1.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        v = fd.ops.asin(fd.ops.mul(fd.ops.tanh(x), 0.9))
+        fd.add_output(fd.ops.lgamma(v))
+        fd.add_output(fd.ops.exp(v))  # well conditioned: judged about as before
+    return fd
+
+
+def test_a_function_of_a_computed_value_carries_the_values_rounding() -> None:
+    fd = lgamma_near_a_pole()
+    # asin(0.9 tanh(x)) = -0.99983 at x = atanh(sin(-0.99983) / 0.9)
+    x = np.array([np.arctanh(np.sin(-0.99983) / 0.9), 0.3, -0.2], np.float32)
+    expected = evaluate(fd, [x])
+    assert 8.0 < expected[0][0] < 9.5  # near the pole: -log(1.7e-4)
+    lgamma_m, exp_m = sum_magnitudes(fd, [x])
+    # the operand's 4-ulp bound, 4.8e-7, times lgamma's slope there (about 6000)
+    assert 1e3 < lgamma_m[0] < 1e5 and lgamma_m[1] < 10.0
+    assert (exp_m < 4 * np.abs(expected[1])).all()  # a few of |exp| itself: ulps of tolerance
+    actual = [e.astype(np.float32) for e in expected]
+    actual[0][0] += 5.6e-4  # 1.5 ulps of the operand, as the campaign's kernel differed
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, actual, expected, [x])  # judged by the result alone
+    assert_outputs_close(fd, actual, expected, [x], magnitudes=[lgamma_m, exp_m])
+    actual[0][0] += 0.05  # a real error
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, actual, expected, [x], magnitudes=[lgamma_m, exp_m])
+    actual[0][0] = expected[0][0]
+    actual[1][1] *= 1.0 + 1e-4  # exp's tolerance is still its dtype's
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, actual, expected, [x], magnitudes=[lgamma_m, exp_m])

@@ -96,7 +96,9 @@ def test_nan_and_inf_in_a_later_blocks_part_reach_the_whole_column() -> None:
     w, b = np.ones(7, np.float32), np.zeros(7, np.float32)
     y, mean, invstd = (
         np.asarray(a)
-        for a in fd.manual_execute([x, w, b], heuristic_params=_split_params(fd, [x, w, b], 2, 16, 3))
+        for a in fd.manual_execute(
+            [x, w, b], heuristic_params=_split_params(fd, [x, w, b], 2, 16, 3)
+        )
     )
     assert np.isnan(y[..., 3]).all() and np.isnan(mean[3]) and np.isnan(invstd[3])
     assert np.isfinite(y[..., [0, 1, 2, 4, 5, 6]]).all()

@@ -19,10 +19,10 @@ the block_y partials per lane in a fixed tree through shared memory (and, split 
 cluster, the blocks' totals in rank order through distributed shared memory) and hand the
 result to every thread of the column (all threads then read the combined value back), then
 compute the full-size outputs from the held values and store them, and thread y == 0 (of the
-cluster's first block) writes the column's outputs on the kept axes. Welford reductions take two passes over the held values (mean from
-the column's first value as shift, then the sum of squared deviations), as the inner
-persistent kernel does. Inputs no reduction reads (weight, bias) are not held: they are
-loaded where the full-size outputs are computed.
+cluster's first block) writes the column's outputs on the kept axes. Welford reductions take
+two passes over the held values (mean from the column's first value as shift, then the sum of
+squared deviations), as the inner persistent kernel does. Inputs no reduction reads (weight,
+bias) are not held: they are loaded where the full-size outputs are computed.
 
 Inputs the same for every reduced row (stride 0 along the reduced axis: an instance norm
 backward's per-(n, c) mean, a weight) are loaded once a thread (slot 0), and what the stages

@@ -271,8 +271,7 @@ def outer_columns(
         else (f"(blockIdx.x / {spec.cluster})", f"(gridDim.x / {spec.cluster})")
     )
     with code.block(
-        f"for (Index col0 = (Index){block} * {bx}; col0 < n_cols;"
-        f" col0 += (Index){blocks} * {bx})"
+        f"for (Index col0 = (Index){block} * {bx}; col0 < n_cols; col0 += (Index){blocks} * {bx})"
     ):
         code(
             "const Index cv = col0 + threadIdx.x;",

@@ -7,11 +7,16 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
   follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
   shape ops, add, sub, maximum, minimum and clamp (magnitudes add), lerp (scaled by
-  1 + |weight|), mul or div by a value without one (scaled by its |value|), the functions
+  1 + |weight|), mul (the product of the operands' magnitudes, a value without one its
+  |value|), div (by a value without one: scaled by 1 / |value|; by one with one: also
+  |quotient| times the divisor's magnitude, over |divisor|), the functions
   that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled by the bound, so that
   gelu(x - mean) is near zero where x - mean is) and the other unary
   functions (scaled by their steepest secant over the operand's rounding bound: exp, lgamma
-  of a cancelling sum move its rounding by their slope there); any other op ends it. A sum
+  of a cancelling sum move its rounding by their slope there); any other op ends it. A unary
+  function of an untracked value that was itself computed (rounded: a few ulps of it) starts
+  one: its value's size plus its steepest secant over that rounding times the operand's
+  size (lgamma of asin(...) near a pole). A sum
   or difference of a product starts one too (its terms' magnitudes), where the kernel may
   compute it as one fma (switches.FMA_CONTRACT): a * b - b * a is then the rounding of
   b * a, not 0.
@@ -79,6 +84,11 @@ table's OpInfo.slope): a rounding
 error of their argument moves their value by at most bound times as much. A GPU campaign met
 gelu_tanh(x - mean) * w: a row of equal x has x - mean exactly 0 in float64 (gelu 0, times an
 infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an infinity)."""
+
+
+_EXACT_UNARY = ("neg", "abs")
+"""Unary ops that change no bit of a magnitude: their value carries their operand's rounding
+as it is."""
 
 
 def _largest(expr: Expr) -> float:
@@ -173,14 +183,43 @@ class ConditionTracker:
             a, b = expr.inputs
             mags[out] = self.size(a) + self.size(b)
             terms[out] = terms.get(a, 1) + terms.get(b, 1)
-        elif not any(v in mags for v in inputs):
-            return
-        elif isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
+        elif (
+            isinstance(expr, UnaryOp)
+            and first not in mags
+            and op not in _EXACT_UNARY
+            and op not in SLOPE_BOUNDS
+            and first.dtype.is_floating
+            and self._rounded(first)
+        ):
+            # The operand was rounded where it was computed (a few ulps of itself, which the
+            # kernel's math functions and float64 differ by), and the function moves that by
+            # its slope there: lgamma of asin(0.9 * tanh(x)) near the pole at -1 (an emulator
+            # campaign: 1.5 ulps of the operand moved lgamma by 5.6e-4 of 8.7, past float's
+            # tolerance). The value's own rounding is bounded by its size, as a sum's by its
+            # terms': the magnitude is both (never less than |value|, which a later sum of
+            # it adds as its term's magnitude). Well-conditioned functions so gain a few ulps
+            # of their value; an infinity or NaN none (it must still match).
+            value = self.as_f64(out)
+            finite = self.be.fn("isfinite")(value)
+            own = self.be.where(finite, abs(value), self.be.constant(0.0, self.f64, self.ev.like))
+            mags[out], terms[out] = own + self._through(str(op), first, out, self.size(first), 1), 1
+        elif any(v in mags for v in inputs):
+            self._carry_magnitude(expr, out)
+
+    def _carry_magnitude(self, expr: Expr, out: TensorView) -> None:
+        """The magnitude of an op some of whose operands have one (the module docstring's
+        list); nothing where the op ends it."""
+        mags, terms = self.magnitudes, self.terms
+        op = getattr(expr, "op", None)
+        inputs = [v for v in expr.inputs if isinstance(v, (TensorView, Scalar))]
+        first = expr.inputs[0]
+        if isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in _EXACT_UNARY):
             mags[out], terms[out] = mags[first], terms[first]
         elif isinstance(expr, UnaryOp) and op in SLOPE_BOUNDS:
             mags[out], terms[out] = mags[first] * SLOPE_BOUNDS[op], terms[first]
         elif isinstance(expr, UnaryOp) and first.dtype.is_floating:
-            mags[out], terms[out] = self._through(str(op), first, out), terms[first]
+            mags[out] = self._through(str(op), first, out, mags[first], terms[first])
+            terms[out] = terms[first]
         elif (row := structural_info(expr)) is not None:
             # Elements moved keep their magnitudes; a pad's value is exact: magnitude 0.
             data = row.data_inputs(expr)
@@ -210,16 +249,59 @@ class ConditionTracker:
             if weight in mags:
                 mags[out] = mags[out] + abs(self.as_f64(end) - self.as_f64(start)) * mags[weight]
             terms[out] = max(terms.get(v, 1) for v in inputs) + 2  # lerp's own roundings
-        elif isinstance(expr, BinaryOp) and op == "mul" and sum(v in mags for v in inputs) == 1:
+        elif isinstance(expr, BinaryOp) and op == "mul":
+            # (a + da)(b + db) - ab = a db + b da + da db: bounded by the product of the
+            # magnitudes (each at least its value's size), with both operands' terms
             mags[out] = self.size(expr.inputs[0]) * self.size(expr.inputs[1])
-            terms[out] = max(terms.get(v, 1) for v in inputs)
+            terms[out] = sum(terms.get(v, 1) for v in inputs if v in mags) or 1
         elif isinstance(expr, BinaryOp) and op == "div" and expr.inputs[1] not in mags:
             mags[out] = mags[first] / self.size(expr.inputs[1])
             terms[out] = terms[first]
+        elif isinstance(expr, BinaryOp) and op == "div":
+            a, b = expr.inputs
+            mags[out] = self._quotient_magnitude(a, b)
+            terms[out] = terms.get(a, 1) + terms[b]
 
-    def _through(self, op: str, x: Val, out: TensorView) -> Any:
+    def _quotient_magnitude(self, a: Val, b: Val) -> Any:
+        """a / b's magnitude where the divisor b has one: a / b moves by da / b - a db / b^2,
+        so (|a|'s magnitude + |a / b| times b's) / |b|; 0 where b is 0 (the quotient is an
+        infinity or NaN, which must match as it is) or the bound is not finite."""
+        at = self.as_f64(b)
+        zeros = self.be.constant(0.0, self.f64, self.ev.like)
+        nonzero = at != 0
+        safe = self.be.where(nonzero, abs(at), zeros + 1.0)
+        quotient = abs(self.as_f64(a)) / safe
+        moved = (self.size(a) + quotient * self.magnitudes[b]) / safe
+        finite = self.be.fn("isfinite")(moved)
+        return self.be.where(nonzero & finite, moved, zeros)
+
+    def _rounded(self, v: Val) -> bool:
+        """Whether v's float64 value may differ from the kernel's by v's own rounding: it was
+        computed by an op that rounds (not a fusion input, a generated tensor, or moves,
+        negations, absolute values, widening casts and casts of integers of those)."""
+        expr = v.definition if isinstance(v, TensorView) else None
+        if expr is None or isinstance(expr, GeneratedOp):
+            return False
+        source = expr.inputs[0].dtype if expr.inputs else None
+        exact = (
+            structural_info(expr) is not None
+            or (isinstance(expr, UnaryOp) and expr.op in _EXACT_UNARY)
+            or (
+                isinstance(expr, CastOp)
+                and (
+                    not source.is_floating  # type: ignore[union-attr]
+                    or EPSILON.get(source, 0.0) >= EPSILON.get(v.dtype, 1.0)  # type: ignore[arg-type]
+                )
+            )
+        )
+        if not exact:
+            return True
+        return any(self._rounded(u) for u in expr.inputs if isinstance(u, TensorView))
+
+    def _through(self, op: str, x: Val, out: TensorView, mag: Any, terms: int) -> Any:
         """The magnitude of unary `op`'s value where its operand x is tracked: x's magnitude
-        times the steepest secant of op over x's rounding bound either side, so that op
+        `mag` (of `terms` terms) times the steepest secant of op over x's rounding bound
+        either side, so that op
         carries x's rounding as it moves it (lgamma of 1 - a * b, whose product the kernel
         fuses into an fma: the sum rounds within its terms' magnitudes, and near lgamma's
         steep parts that moves the value by more than its own dtype's tolerance; a GPU-less
@@ -230,10 +312,9 @@ class ConditionTracker:
         reference = row.reference
         fn = (lambda a: reference(be, a)) if reference is not None else be.fn(row.name)
         at = self.as_f64(x)
-        mag = self.magnitudes[x]
         # SUM_ROUNDING (4) times the worst-case bound: kfuse.testing.compare grows a sum's
         # tolerance by as much.
-        delta = 4.0 * EPSILON[x.dtype] * self.terms[x] * mag  # type: ignore[attr-defined]
+        delta = 4.0 * EPSILON[x.dtype] * terms * mag  # type: ignore[attr-defined]
         value, above, below = fn(at), fn(at + delta), fn(at - delta)
         move = be.fn("maximum")(abs(above - value), abs(below - value))
         zeros = self.be.constant(0.0, self.f64, self.ev.like)

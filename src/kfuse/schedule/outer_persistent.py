@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse import switches
+from kfuse.codegen.layout import BCAST, STRIDED, VEC
 from kfuse.codegen.outer_persistent import (
     KIND,
     cluster_total_bytes,
@@ -334,23 +334,7 @@ def outer_persistent_spec(
                 f"ReductionParams.{field} = {getattr(params, field)}: {KIND} holds whole "
                 f"columns in registers, a block's or a cluster's (use {want})"
             )
-    cluster = _int(params, "cluster_size")
-    if cluster != 1:
-        if cluster not in CLUSTER_SIZES:
-            raise SchedulerError(
-                f"ReductionParams.cluster_size = {cluster}: {KIND} splits a column over 1, "
-                f"{', '.join(map(str, CLUSTER_SIZES))} blocks"
-            )
-        if not clusters:
-            raise SchedulerError(
-                f"ReductionParams.cluster_size = {cluster}: thread-block clusters need a GPU "
-                "of compute capability 9.0 or later (or the emulator emulating one)"
-            )
-        if _int(params, "grid_x") % cluster:
-            raise SchedulerError(
-                f"ReductionParams.grid_x = {params.grid_x} must be a multiple of cluster_size "
-                f"= {cluster} (the blocks of a cluster share each column group)"
-            )
+    cluster = _cluster_size(params, clusters)
     if bool(params.smem_persistent):
         raise SchedulerError(f"{KIND} holds columns in registers: smem_persistent must be False")
     vector = _int(params, "vectorize_iter")
@@ -395,6 +379,30 @@ def outer_persistent_spec(
             f"(limit {STATIC_SMEM_LIMIT}); use fewer threads or a narrower vector"
         )
     return spec
+
+
+def _cluster_size(params: Any, clusters: bool) -> int:
+    """params.cluster_size where the target can run it (`clusters`: clusters_supported) and
+    the grid is whole clusters; SchedulerError naming the field otherwise."""
+    cluster = _int(params, "cluster_size")
+    if cluster == 1:
+        return 1
+    if cluster not in CLUSTER_SIZES:
+        raise SchedulerError(
+            f"ReductionParams.cluster_size = {cluster}: {KIND} splits a column over 1, "
+            f"{', '.join(map(str, CLUSTER_SIZES))} blocks"
+        )
+    if not clusters:
+        raise SchedulerError(
+            f"ReductionParams.cluster_size = {cluster}: thread-block clusters need a GPU "
+            "of compute capability 9.0 or later (or the emulator emulating one)"
+        )
+    if _int(params, "grid_x") % cluster:
+        raise SchedulerError(
+            f"ReductionParams.grid_x = {params.grid_x} must be a multiple of cluster_size "
+            f"= {cluster} (the blocks of a cluster share each column group)"
+        )
+    return cluster
 
 
 def outer_persistent_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:

@@ -184,7 +184,10 @@ def operand_list(
     ops += [ScalarOperand(s) for s in plan.scalars]
     if loop and (stateful := len(generated.loop_stateful_ops(plan))):
         ops += [RngStateOperand(stateful, "seed"), RngStateOperand(stateful, "offset")]
-    ops += [OutputOperand(k, _shape(layout, op), op.strides) for k, op in enumerate(layout.outputs)]
+    ops += [
+        OutputOperand(k, _output_shape(plan, layout, k, op), op.strides)
+        for k, op in enumerate(layout.outputs)
+    ]
     if workspace:
         ops += workspace
     return ops
@@ -204,6 +207,18 @@ def _shape(layout: ReductionLayout, op: Any) -> tuple[int, ...]:
     that an empty reduction does not make the outputs look empty (kernels read the reduced
     extent from the first loop input)."""
     return layout.sizes if op.red_stride != 0 else layout.sizes[:-1] + (1,)
+
+
+def _output_shape(plan: ReductionPlan, layout: ReductionLayout, k: int, op: Any) -> tuple[int, ...]:
+    """Output k's extents as passed (_shape), but a full-size output of an empty reduction
+    keeps the empty extent even where it does not walk the merged reduced axis: the plan
+    takes such an output only when it has no element (reduction_layout), and the merge
+    stands for an empty group of axes by its first empty one, which the output may broadcast
+    (an output [1, 0, 1] of a sum over the axes 0 and 1 of [0, 0, 1]): as (1, 1) at strides
+    (0, 0) its operand would reach a byte of an array of none."""
+    if k in plan.loop_outputs and layout.sizes[-1] == 0:
+        return layout.sizes
+    return _shape(layout, op)
 
 
 def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any]:
