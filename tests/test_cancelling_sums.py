@@ -401,3 +401,54 @@ def test_a_function_of_a_computed_value_carries_the_values_rounding() -> None:
     actual[1][1] *= 1.0 + 1e-4  # exp's tolerance is still its dtype's
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, actual, expected, [x], magnitudes=[lgamma_m, exp_m])
+
+
+def test_a_pole_inside_a_wide_rounding_bound_is_any_value() -> None:
+    """A GPU campaign (478c30a, failure-3131-105): lgamma of x - x * sum(x * x) over a long
+    row. The float32 sum may round by far more than 1, so the operand's bound holds poles of
+    lgamma (the integers <= 0) between its ends, where lgamma is finite; the kernel's value
+    landed on one (inf), float64's did not (-1.7e7). Elements whose bound holds a pole are any
+    value; the others are still judged."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        s = fd.ops.sum(fd.ops.mul(x, x), dims=[1])
+        v = fd.ops.sub(x, fd.ops.mul(x, fd.ops.broadcast(s, [False, True])))
+        fd.add_output(fd.ops.lgamma(v))
+    x = np.random.default_rng(3).standard_normal((2, 4096)).astype(np.float32)
+    x[1] *= 1e-4  # a row whose sum is small: its bound holds no pole
+    (expected,) = evaluate(fd, [x])
+    _, _, (order,) = conditioning(fd, [x])
+    assert order[0][x[0] > 0.1].all()  # v <= -400: its bound (about 8 |x| here) holds poles
+    assert not order[1].any()
+    actual = expected.astype(np.float32)
+    actual[0, np.argmax(x[0])] = np.inf  # the kernel's value on a pole
+    assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+    actual[1, 5] = expected[1, 5] + 1.0  # a wrong value where no pole is near still fails
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+
+
+def test_lgamma_near_its_zeros_is_accurate_to_ulps_of_one() -> None:
+    """A GPU campaign (478c30a, failure-3126-211): lgamma(lgamma(u)) in double, u near 1,
+    thresholded, then gelu. The inner lgamma is 2.1e-7 there, which the kernel and float64
+    compute to about 4 ulps of 1 (not of 2.1e-7), and the outer lgamma's slope of 5e6 makes
+    that 2.5e-10 of the result (rtol 1e-10): ABSOLUTE_NEAR_ZEROS; threshold carries it."""
+    with FusionDefinition() as fd:
+        u = fd.define_tensor(shape=[-1], dtype=DataType.Double)
+        inner = fd.ops.lgamma(fd.ops.lgamma(u))
+        fd.add_output(fd.ops.gelu(fd.ops.threshold(inner, 0.0, 1.0), approximate="tanh"))
+    u = np.array([1.0 - 2.1e-7 / 0.5772156649, 0.5, 3.5])
+    (expected,) = evaluate(fd, [u])
+    assert 15.0 < expected[0] < 16.0
+    (magnitude,) = sum_magnitudes(fd, [u])
+    actual = expected.copy()
+    actual[0] -= 3.9e-9  # the campaign's kernel: 3.7 ulps of 1 in the inner lgamma
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [u])  # judged by the result alone
+    assert_outputs_close(fd, [actual], [expected], [u], magnitudes=[magnitude])
+    actual[0] = expected[0] - 1e-6  # a real error still fails
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [u], magnitudes=[magnitude])
+    actual[0], actual[2] = expected[0], expected[2] * (1 + 1e-9)  # away from the pole too
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [u], magnitudes=[magnitude])
