@@ -452,3 +452,25 @@ def test_lgamma_near_its_zeros_is_accurate_to_ulps_of_one() -> None:
     actual[0], actual[2] = expected[0], expected[2] * (1 + 1e-9)  # away from the pole too
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, [actual], [expected], [u], magnitudes=[magnitude])
+
+
+def test_the_poles_an_interval_holds() -> None:
+    from kfuse.reference.backends import backend_for
+    from kfuse.reference.function_bounds import holds_pole
+
+    be = backend_for([np.zeros(1)])
+    lo = np.array([-1e6 - 0.3, -2.7, -2.3, 0.2, 0.5, np.nan])
+    hi = lo + np.array([0.6, 0.8, 0.2, 0.5, 2.0, 1.0])
+    np.testing.assert_array_equal(
+        holds_pole(be, "lgamma", lo, hi), [True, True, False, False, False, False]
+    )
+    tan_lo = np.array([1.5, 1.6, -1.6, 4.6, 0.0])
+    tan_hi = np.array([1.6, 4.8, -1.5, 4.8, 1.5])
+    np.testing.assert_array_equal(
+        holds_pole(be, "tan", tan_lo, tan_hi), [True, True, True, True, False]
+    )
+    np.testing.assert_array_equal(
+        holds_pole(be, "reciprocal", np.array([-1.0, 0.0, 1.0]), np.array([1.0, 0.5, 2.0])),
+        [True, True, False],
+    )
+    assert holds_pole(be, "exp", lo, hi) is None

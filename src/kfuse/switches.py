@@ -6,7 +6,7 @@ copy), so that a test or an A/B run sets it on this module: `monkeypatch.setattr
 kfuse.switches.SPLIT_RAGGED_ROWS=True`. The ones that are on were measured and kept (their
 other path stays for the A/B and for the tests that check both give the same results), but
 for those that say why they are on before their measurement; the ones that are off wait for a
-measurement (tools/tuning_plan.txt lists the commands).
+measurement (tools/tuning_plan.txt lists the commands), or were measured slower and say so.
 """
 
 # ---- measured and on -------------------------------------------------------------------
@@ -228,12 +228,14 @@ softmax over dim 0 of [4096, 16384], a channels-last batch norm over 12544 rows)
 over the blocks of a thread-block cluster (kfuse.schedule.outer_persistent.CLUSTER_SIZES: each
 block its part of every column; the reductions combine through distributed shared memory),
 where the segmenter splits it into a statistics reduction and a normalizing kernel, which read
-the input twice from memory (55-62% of copy on an H100, 0.99-1.07x torch.compile for the
-softmax backward and the batch and instance norms). Off until measured (written 2026-12-07,
-when no device started): `tools/kernel_times.py softmax_bwd_dim0:4096x16384
-softmax_fwd_dim0:16384x4096 batchnorm_fwd_nhwc:256x2048x7x7 instancenorm_fwd_nhwc:64x256x56x56
---tc --ab kfuse.switches.OUTER_CLUSTERS=True`."""
-
+the input twice from memory. Measured slower, so off: on an H100 (2026-12-07, at 478c30a,
+bf16, whole calls, us; segmented -> split over a cluster, torch.compile) softmax backward
+over dim 0 [4096, 16384] 221.7 -> 249.2 (223.8), channels-last batch norm forward [256, 2048,
+7, 7] 62.9 -> 142.2 (72.4), instance norm forward [64, 256, 56, 56] 109.8 -> 237.6 (115.2).
+Each block holds its part in registers alone (one block of 512 threads an SM), so an SM
+waits out its cluster's barriers and its next column group's loads with nothing in flight:
+the form is correct (its GPU tests pass) but needs the loads of the next group overlapped
+with the combine, or more blocks an SM, before it can win."""
 
 # ---- set from the environment -------------------------------------------------------------
 

@@ -6,8 +6,8 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   the terms they added. A float32 sum's rounding error is bounded by that, not by the result,
   which cancellation can make exactly zero (kfuse.testing.assert_close's `magnitude`). It
   follows sums, scans (each prefix sum its own) and Welford means through casts, neg, abs,
-  shape ops, add, sub, maximum, minimum, clamp, threshold and where (magnitudes add), lerp (scaled by
-  1 + |weight|), mul (the product of the operands' magnitudes, a value without one its
+  shape ops, add, sub, maximum, minimum, clamp, threshold and where (magnitudes add), lerp
+  (scaled by 1 + |weight|), mul (the product of the operands' magnitudes, a value without one its
   |value|), div (by a value without one: scaled by 1 / |value|; by one with one: also
   |quotient| times the divisor's magnitude, over |divisor|), the functions
   that map 0 to 0 with a bounded slope (SLOPE_BOUNDS: scaled by the bound, so that
@@ -64,6 +64,7 @@ from kfuse.ir.exprs import (
 from kfuse.ir.ops import OPS
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.reference.function_bounds import ABSOLUTE_NEAR_ZEROS, holds_pole
 
 EPSILON: dict[DataType, float] = {
     DataType.Double: 2.0**-52,
@@ -85,14 +86,6 @@ error of their argument moves their value by at most bound times as much. A GPU 
 gelu_tanh(x - mean) * w: a row of equal x has x - mean exactly 0 in float64 (gelu 0, times an
 infinite w NaN) and a residue in the kernel's sum order (gelu of it, times w, an infinity)."""
 
-
-ABSOLUTE_NEAR_ZEROS: dict[str, float] = {"lgamma": 2.0, "sin": 1.0, "cos": 1.0, "tan": 1.0}
-"""Functions accurate to a few ulps of this size, not of their value, near their zeros (the
-kernels' and float64's implementations alike): a value one computed is taken as rounded by a
-few ulps of |value| + this. A GPU campaign (478c30a) met lgamma(lgamma(u)) in double with u
-near lgamma's zero at 1 or 2: the kernel's inner lgamma of 2.1e-7 and float64's differed by
-8.2e-16, 3.7 ulps of 1, and the outer lgamma's slope of 5e6 there made it 2.5e-10 of the
-result."""
 
 _EXACT_UNARY = ("neg", "abs")
 """Unary ops that change no bit of a magnitude: their value carries their operand's rounding
@@ -216,7 +209,7 @@ class ConditionTracker:
             value = self.as_f64(out)
             finite = self.be.fn("isfinite")(value)
             own = self.be.where(finite, abs(value), self.be.constant(0.0, self.f64, self.ev.like))
-            rounded = self.size(first) + ABSOLUTE_NEAR_ZEROS.get(_op_of(first), 0.0)
+            rounded = self.size(first) + ABSOLUTE_NEAR_ZEROS.get(_op_of(first) or "", 0.0)
             mags[out], terms[out] = own + self._through(str(op), first, out, rounded, 1), 1
         elif any(v in mags for v in inputs):
             self._carry_magnitude(expr, out)
@@ -343,27 +336,9 @@ class ConditionTracker:
         zeros = self.be.constant(0.0, self.f64, self.ev.like)
         slope = be.where(delta > 0, move / be.where(delta > 0, delta, zeros + 1.0), zeros)
         isfinite = be.fn("isfinite")
-        inside = self._holds_pole(op, at - delta, at + delta)
+        inside = holds_pole(self.be, op, at - delta, at + delta)
         self._mark_poles(out, isfinite(at) & (delta > 0), [value, above, below], inside)
         return be.where(isfinite(slope), slope, zeros) * mag
-
-    def _holds_pole(self, op: str, lo: Any, hi: Any) -> Any:
-        """Where [lo, hi] holds a pole of unary `op` strictly inside, which the values at
-        its ends and middle need not show (lgamma is finite at -1e6 + 0.3 and +- 0.5 around
-        it, with a pole at -1e6): lgamma's at the integers <= 0, tan's at the odd multiples of
-        pi / 2, reciprocal's at 0; None for other ops. A GPU campaign (478c30a) met lgamma
-        of x - x * sum(x * x) over 682,885 x, whose float32 sum rounds by up to 2e5 and
-        whose kernel value landed on an integer: lgamma inf, float64's -1.7e7."""
-        ceil = self.be.fn("ceil")
-        if op == "lgamma":
-            first = ceil(lo)
-            return (first <= hi) & (first <= 0)
-        if op == "tan":
-            k = ceil(lo / math.pi - 0.5)
-            return (k + 0.5) * math.pi <= hi
-        if op == "reciprocal":
-            return (lo <= 0) & (hi >= 0)
-        return None
 
     def _mark_poles(
         self, out: TensorView, rounded: Any, values: list[Any], inside: Any = None
@@ -379,7 +354,7 @@ class ConditionTracker:
         # (log of a negative operand is NaN at all three: not rounding's doing).
         at, above, below = (isfinite(v) for v in values)
         met = rounded & ((at != above) | (at != below))
-        if inside is not None:  # a pole between the three points (_holds_pole)
+        if inside is not None:  # a pole between the three points (function_bounds.holds_pole)
             met = met | (rounded & inside)
         shape = self.ev.shapes[out]
         self._add_order_mark(out, be.broadcast_to(be.astype(met, self.f64), shape))
