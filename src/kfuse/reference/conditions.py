@@ -315,14 +315,14 @@ class ConditionTracker:
         return any(self._rounded(u) for u in expr.inputs if isinstance(u, TensorView))
 
     def _through(self, op: str, x: Val, out: TensorView, mag: Any, terms: int) -> Any:
-        """The magnitude of unary `op`'s value where its operand x is tracked: x's magnitude
-        `mag` (of `terms` terms) times the steepest secant of op over x's rounding bound
-        either side, so that op
-        carries x's rounding as it moves it (lgamma of 1 - a * b, whose product the kernel
-        fuses into an fma: the sum rounds within its terms' magnitudes, and near lgamma's
-        steep parts that moves the value by more than its own dtype's tolerance; a GPU-less
-        campaign met it). Where the secant is not finite (a pole, the domain's edge inside
-        the bound) it is 0, and the element is marked order_decides (_mark_poles)."""
+        """The magnitude of unary `op`'s value where its operand x has one, `mag` (of
+        `terms` terms): that times the steepest secant of op over x's rounding bound either
+        side, so that op carries x's rounding as it moves it (lgamma of 1 - a * b, whose
+        product the kernel fuses into an fma: the sum rounds within its terms' magnitudes,
+        and near lgamma's steep parts that moves the value by more than its own dtype's
+        tolerance; a GPU-less campaign met it). Where the secant is not finite (a pole, the
+        domain's edge inside the bound) it is 0, and the element is marked order_decides
+        (_mark_poles), as where the bound holds a pole between its ends (holds_pole)."""
         be = self.be
         row = OPS[op]
         reference = row.reference
