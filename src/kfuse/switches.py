@@ -237,6 +237,20 @@ waits out its cluster's barriers and its next column group's loads with nothing 
 the form is correct (its GPU tests pass) but needs the loads of the next group overlapped
 with the combine, or more blocks an SM, before it can win."""
 
+REREAD_REVERSED = False
+"""Where True, a pointwise kernel of a segmented call that reads again an input the segment
+before it read (a normalization's second pass over x after its statistics' reduction: the
+softmax over dim 0, the channels-last batch and instance norms, group norm with one group)
+takes its rows' blocks from the last (kfuse.codegen.pointwise, PointwiseKernelSpec.
+reverse_rows): the reduction read x from its start, so L2 (50 MB on an H100, 60 on an H200)
+holds x's tail when the second pass starts, and read first that tail comes from L2 instead of
+memory. A channels-last batch norm forward of [256, 2048, 7, 7] bf16 reads x (51 MB) twice
+and writes y: at most a third of its traffic. Off until measured (written 2026-12-07, after
+the session's device time was spent): `tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7
+batchnorm_bwd_nhwc:256x2048x7x7 instancenorm_fwd_nhwc:64x256x56x56
+softmax_bwd_dim0:4096x16384 groupnorm_fwd_g1:32x128x64x64 --tc --ab
+kfuse.switches.REREAD_REVERSED=True`."""
+
 # ---- set from the environment -------------------------------------------------------------
 
 _DEFAULTS: dict[str, bool] = {

@@ -15,12 +15,19 @@ is a single row: the 1-D schedule.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kfuse.codegen import bf16_words, generated, indexed, outlined_math, shared_math, windowed
+from kfuse.codegen import (
+    bf16_words,
+    generated,
+    indexed,
+    outlined_math,
+    pointwise_names,
+    shared_math,
+    windowed,
+)
 from kfuse.codegen.body import emit_body, from_storage
 from kfuse.codegen.contraction import products
 from kfuse.codegen.domain import DomainMap, UnsupportedExpr, Use, map_to_domain
@@ -140,6 +147,11 @@ class PointwiseKernelSpec:
     # that holds its positions, -1 for the others; () when no input is one. Out of the repr
     # (kernel_name adds a suffix), like input_splits.
     indexed_by: tuple[int, ...] = field(default=(), repr=False)
+    # The rows' blocks taken from the last (blockIdx.y counted from gridDim.y's end): a
+    # second pass over an input the kernel before it read last reads that input's tail, which
+    # L2 may still hold, first (switches.REREAD_REVERSED). Out of the repr (kernel_name adds
+    # a suffix).
+    reverse_rows: bool = field(default=False, repr=False)
     # Per input, for a padded read (WINDOWED or WINDOWED_VEC: kfuse.codegen.windowed) the
     # merged axes it is padded along, () for the others; () when no input is one. Out of the
     # repr (kernel_name adds a suffix).
@@ -160,30 +172,9 @@ class PointwiseKernelSpec:
         return self.rank + 1 if self.indexed_by and self.indexed_by[k] >= 0 else self.rank
 
 
-def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
-    """A stable name: the scheduler plus a hash of the fusion and the spec, and for SPLIT
-    inputs a suffix naming their walked sub-axes and uniform lanes."""
-    digest = hashlib.sha1(f"{plan.fusion.structure()!r}|{spec!r}".encode()).hexdigest()[:16]
-    suffix = ""
-    if any(spec.input_splits):
-        walked = "_".join("".join("w" if w else "b" for w in s) or "x" for s in spec.input_splits)
-        lanes = "".join(
-            "x" if not split else "u" if u else "t" if t else "e"
-            for split, u, t in zip(
-                spec.input_splits, spec.split_uniform, spec.split_two, strict=True
-            )
-        )
-        suffix = f"_split{walked}_{lanes}"
-        if any(j != k for k, j in enumerate(spec.split_sizes_of)):
-            suffix += "_sz" + "".join(chr(ord("a") + j % 26) for j in spec.split_sizes_of)
-    if spec.rows > 1:
-        suffix += f"_rows{spec.rows}_" + "".join("o" if b else "r" for b in spec.row_bcast)
-    if spec.indexed_by:
-        suffix += "_ix" + "".join("x" if j < 0 else chr(ord("a") + j % 26) for j in spec.indexed_by)
-        suffix += "_whole" if spec.whole_rows else ""
-    if spec.windows:
-        suffix += "_win" + "_".join("".join(str(a) for a in axes) or "x" for axes in spec.windows)
-    return f"kfuse_pointwise_{digest}{suffix}"
+def _block_y(spec: PointwiseKernelSpec) -> str:
+    """The block's index along the rows: blockIdx.y, or counted from the end (reverse_rows)."""
+    return "(gridDim.y - 1u - blockIdx.y)" if spec.reverse_rows else "blockIdx.y"
 
 
 def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str, str]:
@@ -191,7 +182,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
     function, then the kernel: rows over blockIdx.y / threadIdx.y, along each row U vectors of
     V elements per thread, loaded all before any is computed where they lie inside the row
     (_whole_vectors), element by element at the row's ragged end (_ragged_end)."""
-    name = kernel_name(plan, spec)
+    name = pointwise_names.kernel_name(plan, spec)
     rank, vec, unroll = spec.rank, spec.vector, spec.unroll
     n_in, n_out = len(plan.domain.input_uses), len(plan.fusion.outputs)
     code, call = open_domain_kernel(
@@ -220,7 +211,7 @@ def emit_pointwise(plan: PointwisePlan, spec: PointwiseKernelSpec) -> tuple[str,
         whole_row_loop(code, plan, spec, call, operands, _compute_and_store)
         return code.kernel_source(), name
     with code.block(
-        "for (Index row = (Index)blockIdx.y * blockDim.y + threadIdx.y; row < n_rows;",
+        f"for (Index row = (Index){_block_y(spec)} * blockDim.y + threadIdx.y; row < n_rows;",
         "     row += (Index)gridDim.y * blockDim.y)",
     ):
         code(*[f"Index base_{op} = 0;" for op in operands])
@@ -269,7 +260,8 @@ def _row_groups(
     56] bf16 on an H200: 87 -> 69 us)."""
     rank, vec, rows = spec.rank, spec.vector, spec.rows
     with code.block(
-        f"for (Index row = ((Index)blockIdx.y * blockDim.y + threadIdx.y) * {rows}; row < n_rows;",
+        f"for (Index row = ((Index){_block_y(spec)} * blockDim.y + threadIdx.y) * {rows};"
+        " row < n_rows;",
         f"     row += (Index)gridDim.y * blockDim.y * {rows})",
     ):
         code(*[f"Index base_{op} = 0;" for op in operands])

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from kfuse import switches
 from kfuse.engine import compile_batch
 from kfuse.engine.program import KernelProgram, Program, SegmentKernelsProgram
 from kfuse.engine.segmenter import SegmentedFusion, SegmentPlan
@@ -114,8 +115,17 @@ class _Merger:
     def program(self) -> SegmentKernelsProgram:
         launches: list[KernelLaunch] = []
         groups: list[tuple[SchedulerType, int, RuntimeInfo]] = []
+        read_before: set[int] = set()  # ids of the fusion inputs the previous segment read
         for plan in self.segmented.plans:
             segment_info = self._segment_info(plan)
+            if switches.REREAD_REVERSED:
+                warm = frozenset(
+                    v
+                    for v, parent in zip(plan.fusion.inputs, plan.inputs, strict=True)
+                    if isinstance(v, TensorView) and id(parent) in read_before
+                )
+                segment_info = replace(segment_info, warm_inputs=warm)
+            read_before = {id(p) for p in plan.inputs if id(p) in self.input_position}
             program = self.compile_segment(plan.fusion, segment_info)
             if type(program) is not KernelProgram:
                 raise _NotMerged

@@ -41,6 +41,10 @@ class RuntimeInfo:
     # boundary_views): output -> (its strides, bytes from the array's start). Others are
     # contiguous arrays of their own.
     output_views: dict[TensorView, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    # Inputs the kernels run just before this segment's read last (kfuse.engine.
+    # segment_kernels, with switches.REREAD_REVERSED): their tail is likely still in L2, so a
+    # kernel that reads them again may start from their end (kfuse.schedule.pointwise).
+    warm_inputs: frozenset[TensorView] = frozenset()
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         """The concrete shape of any TensorView of the fusion."""

@@ -21,6 +21,7 @@ Heuristics, from the device and the actual inputs:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -536,10 +537,13 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
         RngStateOperand,
         ScalarOperand,
     )
+    from kfuse.schedule import warm_inputs
 
     plan = plan_pointwise(fusion)
     layout = pointwise_layout(plan, info, output_ptrs=None, split=True)
     spec = PointwiseScheduler().kernel_spec(plan, layout, params)
+    if warm_inputs.rereads_warm_input(plan, info) and not spec.whole_rows:
+        spec = dataclasses.replace(spec, reverse_rows=True)
     source, name = emit_pointwise(plan, spec)
     positions = {v: i for i, v in enumerate(fusion.inputs)}
     operands: list[Any] = []
