@@ -14,7 +14,7 @@ import pytest
 
 from kfuse import switches
 from kfuse.errors import InputError
-from kfuse.knobs import Knobs
+from kfuse.knobs import switch_settings
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -28,12 +28,12 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_the_variable_is_parsed_into_names_and_values() -> None:
-    knobs = Knobs.from_environ({"KFUSE_SWITCHES": " OUTER_CLUSTERS=1, FULL_SLOTS=off ,"})
-    assert knobs.switches == (("OUTER_CLUSTERS", True), ("FULL_SLOTS", False))
-    assert Knobs.from_environ({}).switches == ()
+    settings = switch_settings({"KFUSE_SWITCHES": " OUTER_CLUSTERS=1, FULL_SLOTS=off ,"})
+    assert settings == (("OUTER_CLUSTERS", True), ("FULL_SLOTS", False))
+    assert switch_settings({}) == ()
     for bad in ("OUTER_CLUSTERS", "OUTER_CLUSTERS=2", "=1"):
         with pytest.raises(InputError, match="is not NAME=1 or NAME=0"):
-            Knobs.from_environ({"KFUSE_SWITCHES": bad})
+            switch_settings({"KFUSE_SWITCHES": bad})
 
 
 @pytest.mark.slow

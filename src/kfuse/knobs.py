@@ -38,6 +38,10 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
 }
 
 
+_TRUE = ("1", "on", "yes", "true")
+_FALSE = ("0", "off", "no", "false")
+
+
 def _path(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
     return value or None
@@ -75,9 +79,6 @@ class Knobs:
     parallel_compile: bool = True
     """``KFUSE_PARALLEL_COMPILE``: compile the kernels of a fusion's segments in threads
     (kfuse.engine.compile_batch)."""
-    switches: tuple[tuple[str, bool], ...] = ()
-    """``KFUSE_SWITCHES``: (name, value) of the kfuse.switches to set at import, as given
-    (kfuse.switches checks the names); InputError for a value that is not 1/0."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Knobs:
@@ -90,8 +91,7 @@ class Knobs:
             device=(_path(env, "KFUSE_DEVICE") or "").lower() or None,
             emulator_profile=(_path(env, "KFUSE_EMULATOR_PROFILE") or "h100").lower(),
             cache_dir=env.get("KFUSE_CACHE_DIR", "").strip() or None,
-            program_cache=env.get("KFUSE_PROGRAM_CACHE", "").strip().lower()
-            not in ("0", "off", "no", "false"),
+            program_cache=env.get("KFUSE_PROGRAM_CACHE", "").strip().lower() not in _FALSE,
             poison=env.get("KFUSE_POISON", "").strip().lower() not in ("", "0", "off", "no"),
             dump=tuple(
                 name.strip().lower()
@@ -99,20 +99,17 @@ class Knobs:
                 if name.strip()
             ),
             dump_dir=_path(env, "KFUSE_DUMP_DIR") or "kfuse-dump",
-            parallel_compile=env.get("KFUSE_PARALLEL_COMPILE", "").strip().lower()
-            not in ("0", "off", "no", "false"),
-            switches=_switches(env.get("KFUSE_SWITCHES", "")),
+            parallel_compile=env.get("KFUSE_PARALLEL_COMPILE", "").strip().lower() not in _FALSE,
         )
 
 
-_TRUE = ("1", "on", "yes", "true")
-_FALSE = ("0", "off", "no", "false")
-
-
-def _switches(text: str) -> tuple[tuple[str, bool], ...]:
-    """ "A=1, B=0" -> (("A", True), ("B", False)); InputError naming what is malformed."""
+def switch_settings(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, bool], ...]:
+    """``KFUSE_SWITCHES`` ("A=1, B=0" -> (("A", True), ("B", False))): the kfuse.switches to
+    set, read once when kfuse.switches is imported (not in Knobs, which every call reads);
+    kfuse.switches checks the names. InputError naming what is malformed."""
     from kfuse.errors import InputError
 
+    text = (os.environ if environ is None else environ).get("KFUSE_SWITCHES", "")
     out = []
     for item in text.split(","):
         if not item.strip():

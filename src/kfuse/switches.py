@@ -259,11 +259,16 @@ _DEFAULTS: dict[str, bool] = {
 """Every switch and its value as written above, before KFUSE_SWITCHES."""
 
 
+def settings() -> dict[str, bool]:
+    """Every switch and its value now (what kfuse.engine.program_store keys a program by)."""
+    now = globals()
+    return {name: now[name] for name in _DEFAULTS}
+
+
 def changed() -> dict[str, bool]:
     """The switches whose value now differs from _DEFAULTS (set by KFUSE_SWITCHES, a test or an
     A/B run): what a campaign's summary and repro scripts record."""
-    now = globals()
-    return {name: now[name] for name, value in _DEFAULTS.items() if now[name] != value}
+    return {name: value for name, value in settings().items() if value != _DEFAULTS[name]}
 
 
 def _apply_environment() -> None:
@@ -272,7 +277,7 @@ def _apply_environment() -> None:
     from kfuse import knobs
     from kfuse.errors import InputError
 
-    for name, value in knobs.get().switches:
+    for name, value in knobs.switch_settings():
         if name not in _DEFAULTS:
             raise InputError(
                 f"KFUSE_SWITCHES names {name!r}, which is no switch of kfuse.switches; the "

@@ -269,3 +269,12 @@ def row_loop(
         row_ok = "true" if rows_whole or per_block == 1 else "row < n_rows"
         code(f"const Index row = row0 + {thread};", f"const bool row_ok = {row_ok};")
         yield
+
+
+def cluster_block_index(cluster: int) -> tuple[str, str]:
+    """C++ for the block's index among the grid's work units and their count: a cluster's
+    blocks (sm_90 __cluster_dims__(cluster, 1, 1)) share one unit, so both are counted in
+    clusters."""
+    if cluster == 1:
+        return "blockIdx.x", "gridDim.x"
+    return f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})"

@@ -58,6 +58,7 @@ from kfuse.codegen.reduction_functions import (
     streamed_inputs,
     tensor_params,
 )
+from kfuse.codegen.reduction_loads import lane_value_bytes
 from kfuse.codegen.reduction_plan import ReductionPlan
 from kfuse.codegen.reduction_spec import (
     Accumulator,
@@ -246,8 +247,7 @@ def cluster_total_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     block's columns); 0 without a cluster."""
     if spec.cluster == 1:
         return 0
-    biggest = max(a.size // len(a.partial_fields) for a in accumulators(plan))
-    return -(-spec.block_x * spec.vector * biggest // 16) * 16
+    return -(-spec.block_x * spec.vector * lane_value_bytes(plan) // 16) * 16
 
 
 def column_hoists(plan: ReductionPlan, spec: ReductionKernelSpec) -> dict[str, Hoisted]:

@@ -36,6 +36,7 @@ from kfuse.codegen import column_partials, early_outputs, generated
 from kfuse.codegen.expressions import compute_ctype, literal
 from kfuse.codegen.kernel import (
     Code,
+    cluster_block_index,
     decompose,
     kernel_header,
     row_count,
@@ -161,11 +162,7 @@ def emit_persistent(plan: ReductionPlan, spec: ReductionKernelSpec) -> tuple[str
     n_red = row_extent("in0", rank - 1, spec.loop_rank(0) - rank + 1)
     code(f"const Index n_red = {n_red};", *row_count(kept))
     column_partials.declare(code, spec, -(-smem_bytes_held(plan, spec) // 16) * 16)
-    block, blocks = (
-        ("blockIdx.x", "gridDim.x")
-        if cluster == 1
-        else (f"(blockIdx.x / {cluster})", f"(gridDim.x / {cluster})")
-    )
+    block, blocks = cluster_block_index(cluster)
     if prefetched:  # whether this thread's slots of its row were copied by the last row
         code("bool kf_prefetched = false;")
     with row_loop(code, by, "threadIdx.y", block, blocks, spec.rows_whole):

@@ -33,6 +33,7 @@ from kfuse.codegen import generated
 from kfuse.codegen.block_combine import combine_over_y
 from kfuse.codegen.kernel import (
     Code,
+    cluster_block_index,
     decompose,
     kernel_header,
     load_vector,
@@ -265,11 +266,7 @@ def outer_columns(
     )
     # A cluster's blocks (outer_persistent's split columns) share each column group: they
     # take the groups in step, by the cluster's index in the grid.
-    block, blocks = (
-        ("blockIdx.x", "gridDim.x")
-        if spec.cluster == 1
-        else (f"(blockIdx.x / {spec.cluster})", f"(gridDim.x / {spec.cluster})")
-    )
+    block, blocks = cluster_block_index(spec.cluster)
     with code.block(
         f"for (Index col0 = (Index){block} * {bx}; col0 < n_cols; col0 += (Index){blocks} * {bx})"
     ):

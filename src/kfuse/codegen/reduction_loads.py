@@ -14,6 +14,12 @@ from kfuse.codegen.reduction_spec import (
 )
 
 
+def lane_value_bytes(plan: ReductionPlan) -> int:
+    """Bytes of the largest value the outer persistent kernel combines a lane: each
+    reduction's partial (a Welford's two passes combine plain sums of its value type)."""
+    return max(a.size // len(a.partial_fields) for a in accumulators(plan))
+
+
 def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     """Static shared memory the kernel declares for its combines."""
     accs = accumulators(plan)
@@ -24,7 +30,7 @@ def smem_bytes(plan: ReductionPlan, spec: ReductionKernelSpec) -> int:
     if spec.kind == "outer_persistent":
         # per-lane partials; Welford's two passes combine plain sums of its value type
         per *= spec.vector
-        biggest = max(a.size // len(a.partial_fields) for a in accs)
+        biggest = lane_value_bytes(plan)
     if spec.kind == "persistent" and spec.block_x % 32 == 0:
         # Its only use is kf::block_reduce_x, which with rows of whole warps shuffles within
         # each warp and keeps one value a warp. Slots a thread would cost an inner-outer

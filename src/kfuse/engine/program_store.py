@@ -117,7 +117,7 @@ def package_fingerprint() -> str:
 
 
 def _switch_settings() -> str:
-    return repr(sorted((k, v) for k, v in vars(switches).items() if k.isupper()))
+    return repr(sorted(switches.settings().items()))
 
 
 def fusion_digest(fusion: Fusion) -> str:

@@ -210,15 +210,12 @@ def _shape(layout: ReductionLayout, op: Any) -> tuple[int, ...]:
 
 
 def _output_shape(plan: ReductionPlan, layout: ReductionLayout, k: int, op: Any) -> tuple[int, ...]:
-    """Output k's extents as passed (_shape), but a full-size output of an empty reduction
-    keeps the empty extent even where it does not walk the merged reduced axis: the plan
-    takes such an output only when it has no element (reduction_layout), and the merge
-    stands for an empty group of axes by its first empty one, which the output may broadcast
-    (an output [1, 0, 1] of a sum over the axes 0 and 1 of [0, 0, 1]): as (1, 1) at strides
-    (0, 0) its operand would reach a byte of an array of none."""
-    if k in plan.loop_outputs and layout.sizes[-1] == 0:
-        return layout.sizes
-    return _shape(layout, op)
+    """Output k's extents as passed: a full-size output's are the domain's (also where it
+    does not walk the merged reduced axis: an output [1, 0, 1] of a sum over the axes 0 and 1
+    of [0, 0, 1], which the merge stands for by axis 0, which the output broadcasts; as (1, 1)
+    at strides (0, 0) its operand reached a byte of an array of none), a row output's
+    _shape's."""
+    return layout.sizes if k in plan.loop_outputs else _shape(layout, op)
 
 
 def workspace_operands(plan: ReductionPlan, parts: int, n_rows: int) -> list[Any]:
