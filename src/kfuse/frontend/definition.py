@@ -38,11 +38,27 @@ class FusionDefinition(FusionExecution):
     _selected_device: int | None = None
 
     def __init__(self) -> None:
-        self.fusion = Fusion()
-        self.fusion.in_definition = True  # until __exit__ finalizes it
-        self._builder = Builder(self.fusion, self)
+        self._fusion = Fusion()
+        self._fusion.in_definition = True  # until __exit__ finalizes it
+        self._builder = Builder(self._fusion, self)
         self.ops = Ops(self)
         self._state = "new"
+
+    @property
+    def fusion(self) -> Fusion:
+        """The kfuse.ir.Fusion defined (nvFuser's `fd.fusion`): the executor cache's where the
+        definition has one (`fd.fec`, perhaps an equal definition's, shared through an
+        LRUCache), else its own; nvFuser's programs delete their own once cached
+        (`del fd._fusion`)."""
+        if self._executor_cache is not None:
+            return self._executor_cache.definition  # type: ignore[no-any-return]
+        own = self.__dict__.get("_fusion")
+        if own is None:
+            raise DefinitionError(
+                "fd.fusion: the definition's fusion was deleted (del fd._fusion) and it has "
+                "no executor cache (fd.fec) to take it from"
+            )
+        return own  # type: ignore[no-any-return]
 
     # ---- context ----
     def __enter__(self) -> FusionDefinition:

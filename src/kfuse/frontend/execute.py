@@ -22,10 +22,49 @@ if TYPE_CHECKING:
 class FusionExecution:
     """Mixed into FusionDefinition; expects `self.fusion`."""
 
-    fusion: Any
+    if TYPE_CHECKING:
+
+        @property
+        def fusion(self) -> Any: ...
+
     _vector_inputs = False
     _executor_cache: Any = None
     _broken_by = ""  # what the `with` block raised, for a definition it left incomplete
+
+    @property
+    def fec(self) -> Any:
+        """The definition's executor cache (nvFuser's name: FusionExecutorCache), made by its
+        first execute or given from an LRUCache; no attribute before either, as in nvFuser
+        (LruFusionCache tests `hasattr(fd, "fec")`)."""
+        if self._executor_cache is None:
+            raise AttributeError("fec: the definition has not run, and was given no cache")
+        return self._executor_cache
+
+    @fec.setter
+    def fec(self, executor: Any) -> None:
+        # nvFuser's way to share one cache among equal definitions:
+        #     fd.fec = lru_cache.cache_compile(fd.fusion)
+        # A cache made for a different definition would run something else in fd's name,
+        # so that is refused where fd still holds its own fusion to compare.
+        from kfuse.engine.executor import FusionExecutorCache
+        from kfuse.errors import DefinitionError
+
+        if getattr(self, "_state", "closed") != "closed":
+            raise DefinitionError(
+                "fd.fec: finish the definition (leave its `with` block) before giving it a cache"
+            )
+        if not isinstance(executor, FusionExecutorCache):
+            raise DefinitionError(
+                f"fd.fec must be a FusionExecutorCache (from LRUCache.cache_compile), "
+                f"got {type(executor).__name__}"
+            )
+        own = self.__dict__.get("_fusion")
+        if own is not None and own is not executor.definition and own != executor.definition:
+            raise DefinitionError(
+                "fd.fec: the cache was made for a different definition (its fusion is "
+                "not equal to fd.fusion)"
+            )
+        self._executor_cache = executor
 
     def _executor(self) -> Any:
         if self._executor_cache is None:

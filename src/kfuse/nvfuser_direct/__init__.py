@@ -20,17 +20,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from kfuse.dtypes import DataType
+from kfuse.engine.fusion_cache import LRUCache
 from kfuse.errors import DefinitionError, InputError
 from kfuse.frontend import FusionDefinition as _KfuseFusionDefinition
 from kfuse.ir.printer import NVFUSER_STYLE, fusion_to_python
 from kfuse.ir.values import Scalar, TensorView
 from kfuse.nvfuser_direct.descriptor import compute_tensor_descriptor
+from kfuse.nvfuser_direct.lru_cache import LruFusionCache
 from kfuse.nvfuser_direct.philox_state import check_state_uses, is_uint64
 from kfuse.nvfuser_direct.repro import fake_copies, repro_script
 
 __all__ = [
     "DataType",
     "FusionDefinition",
+    "LRUCache",
+    "LruFusionCache",
     "ParallelType",
     "compute_tensor_descriptor",
     "execute_with_dtensors",
