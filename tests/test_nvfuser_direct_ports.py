@@ -1013,6 +1013,48 @@ def test_cast_fp8(wide: torch.dtype, narrow: torch.dtype) -> None:
 # ---- test_repro.py (emulator sizes) ----
 
 
+def test_issue2853() -> None:
+    # A CPU scalar tensor plus a number is a CPU scalar: nvFuser refuses such an output at
+    # execute ("KernelExecutor does not support the Fusion provided"), kfuse when it is added
+    # (an output is a tensor); the GPU tensor's output beside it is not the problem.
+    inputs = [torch.tensor(2.0), torch.randn(3)]
+    with FusionDefinition() as fd:
+        tv0, tv1 = fd.from_pytorch(inputs[0]), fd.from_pytorch(inputs[1])
+        s0 = fd.define_scalar(3.0)
+        t2 = fd.ops.add(tv0, s0)
+        t3 = fd.ops.add(tv1, s0)
+        with pytest.raises(DefinitionError, match="not a tensor; outputs must be tensors"):
+            fd.add_output(t2)
+        fd.add_output(t3)
+    torch.testing.assert_close(fd.execute(inputs)[0], inputs[1] + 3.0)
+
+
+def test_reductions_take_one_axis_as_dim() -> None:
+    # nvFuser's overload sum(arg, dim: int, keepdim, dtype), as its profiler test writes
+    # fd.ops.sum(t, dim=-1); likewise prod, max and min.
+    x = torch.randn(3, 4, 5)
+
+    def build(fd: FusionDefinition) -> None:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.sum(fd.ops.sum(t, dim=-1), dim=-1))
+        fd.add_output(fd.ops.prod(t, dim=0, keepdim=True))
+        fd.add_output(fd.ops.max(t, dim=1))
+        fd.add_output(fd.ops.min(t, dim=-2, dtype=DataType.Double))
+
+    got = run(build, [x])
+    torch.testing.assert_close(got[0], x.sum([-1, -2]))
+    torch.testing.assert_close(got[1], x.prod(0, keepdim=True))
+    torch.testing.assert_close(got[2], x.amax(1))
+    torch.testing.assert_close(got[3], x.double().amin(-2))
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        with pytest.raises(DefinitionError, match="dims or dim, not both"):
+            fd.ops.sum(t, [0], dim=1)
+        with pytest.raises(DefinitionError, match="one axis"):
+            fd.ops.max(t, dim=[0, 1])
+        fd.add_output(t)
+
+
 def test_issue1129() -> None:
     # Row indices from a [5, 5] Int tensor flattened, then the gathered rows reshaped.
     index = torch.randint(0, 10, (25,)).as_strided((5, 5), (5, 1))

@@ -3,6 +3,7 @@ kfuse's status; this keeps it true against kfuse's fd.ops."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -54,3 +55,146 @@ def test_each_rows_status_is_kfuses() -> None:
         if (status == "supported") != callable(getattr(Ops, name, None))
     }
     assert not wrong, f"rows of docs/guides/nvfuser-ops.md to correct: {wrong}"
+
+
+# The keyword names of each fd.ops binding in nvFuser's ops.cpp (the union over its overloads),
+# read off its source at 81c4b22, leaving out the operands' own names (`arg`, `arg1`, `arg2`):
+# kfuse names them x, a, b and so on, and nvFuser's programs, printed repros and Thunder pass
+# operands by position.
+NVFUSER_KEYWORDS = {
+    "argsort": ("descending", "dim", "stable"),
+    "broadcast": ("is_broadcast_dim",),
+    "broadcast_in_dim": ("broadcast_dims", "shape"),
+    "cast": ("dtype",),
+    "cat": ("dim", "manual_padding", "tensors"),
+    "cummax": ("dim", "init"),
+    "cummin": ("dim", "init"),
+    "cumprod": ("dim", "init"),
+    "cumsum": ("dim", "init"),
+    "cutlass_nvfp4_grouped_mm": (
+        "alpha",
+        "dtype",
+        "expert_offsets",
+        "mat1",
+        "mat2",
+        "problem_sizes",
+        "scale1",
+        "scale2",
+        "sf_offsets",
+    ),
+    "embedding_fwd": (
+        "input",
+        "max_norm",
+        "norm_type",
+        "padding_idx",
+        "scale_grad_by_freq",
+        "sparse",
+        "weight",
+    ),
+    "expand": ("shape",),
+    "full": ("dtype", "fill_value", "shape"),
+    "gather": ("dim", "index"),
+    "grouped_mm": (
+        "alpha",
+        "beta",
+        "bias",
+        "dtype",
+        "mat1",
+        "mat2",
+        "offsets",
+        "output_block_scale_dtype",
+        "output_block_scale_size",
+        "output_gamma",
+        "scale1",
+        "scale2",
+    ),
+    "index_select": ("dim", "index"),
+    "iota": ("dtype", "length", "start", "step"),
+    "linear": ("bias",),
+    "max": ("dim", "dims", "dtype", "keepdim"),
+    "min": ("dim", "dims", "dtype", "keepdim"),
+    "normal": ("dtype", "mean", "rng_offset", "rng_seed", "shape", "std"),
+    "nv_block_quantize": ("block_size", "dtype", "global_scale", "input", "swizzle_block_scales"),
+    "nv_grouped_block_quantize": (
+        "block_size",
+        "dtype",
+        "global_scale",
+        "input",
+        "input_offsets",
+        "output_offsets",
+    ),
+    "pad": ("pad_widths", "value"),
+    "permute": ("dims",),
+    "preprocess_grouped_matmul_input_sf": ("input", "input_offsets", "output_offsets"),
+    "prod": ("dim", "dims", "dtype", "keepdim"),
+    "reshape": ("new_shape",),
+    "scaled_mm": (
+        "alpha",
+        "beta",
+        "bias",
+        "dtype",
+        "mat1",
+        "mat2",
+        "output_block_scale_dtype",
+        "output_block_scale_size",
+        "output_gamma",
+        "scale1",
+        "scale2",
+    ),
+    "scatter": ("dim", "index", "src"),
+    "sdpfa_bwd": (
+        "dropout_p",
+        "grad_output",
+        "is_causal",
+        "key",
+        "logsumexp",
+        "output",
+        "philox_offset",
+        "philox_seed",
+        "query",
+        "scale",
+        "value",
+    ),
+    "sdpfa_fwd": ("bias", "dropout_p", "is_causal", "key", "mask", "query", "scale", "value"),
+    "select": ("dim", "index"),
+    "size": ("dim",),
+    "slice": ("end_indices", "manual_normalization", "start_indices", "strides"),
+    "squeeze": ("dims", "squeeze_expanded"),
+    "stride_order": ("stride_order",),
+    "sum": ("dim", "dims", "dtype", "keepdim"),
+    "take_along_axis": ("dim", "index"),
+    "topk": ("dim", "k", "largest", "sorted"),
+    "triu": ("diagonal",),
+    "uniform": ("dtype", "maxval", "minval", "rng_offset", "rng_seed", "shape"),
+    "var": ("correction", "dims", "keepdim"),
+    "var_mean": ("correction", "dims", "keepdim"),
+    "welford": ("dims",),
+}
+
+# nvFuser keywords kfuse does not take, each with why.
+KEYWORD_GAPS = {
+    # nvFuser's second grouped_mm overload multiplies block-scaled narrow-precision operands
+    # (scale1, scale2 required); kfuse has no block quantization (nvfuser-tests.md).
+    "grouped_mm": {
+        "alpha", "beta", "bias", "dtype", "output_block_scale_dtype", "output_block_scale_size",
+        "output_gamma", "scale1", "scale2",
+    },
+}  # fmt: skip
+
+
+def test_kfuse_ops_take_nvfusers_keywords() -> None:
+    """A fusion written with nvFuser's keywords (fd.ops.sum(t, dim=-1), fd.ops.pad(t,
+    pad_widths=...), ...) runs on kfuse unchanged: every keyword of an op kfuse has is one of
+    its parameters."""
+    missing = {}
+    for op, keywords in NVFUSER_KEYWORDS.items():
+        method = getattr(Ops, op, None)
+        if method is None:
+            continue  # an op kfuse lacks: its row in nvfuser-ops.md says so
+        params = inspect.signature(method).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            continue
+        lacking = set(keywords) - set(params) - KEYWORD_GAPS.get(op, set())
+        if lacking:
+            missing[op] = sorted(lacking)
+    assert not missing, f"kfuse's fd.ops lack nvFuser's keywords: {missing}"

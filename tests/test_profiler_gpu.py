@@ -1,13 +1,14 @@
 """PythonProfiler on a GPU: every kernel of an auto-scheduled fusion, a manual_execute, a
 KernelExecutor run and a linear + add fusion (cuBLAS kernels included), kernel times that
 agree with CUDA events, profilers in a row, the model suite's --kernels rows, and a clean
-refusal under torch.profiler."""
+refusal under torch.profiler; nvFuser's two profiler tests of auto-scheduled fusions, ported."""
 
 from __future__ import annotations
 
 import pytest
 
 import kfuse
+import kfuse.nvfuser_direct as nvfuser_direct
 from gpu_support import requires_gpu
 from kfuse import schedule
 from kfuse.dtypes import DataType
@@ -180,6 +181,35 @@ def test_kernel_profile_on_the_gpu() -> None:
     assert all(k["us"] > 0 and k["registers"] > 0 and k["grid"][0] >= 1 for k in kernels)
     # A segment's input bytes count for its first kernel, its output bytes for its last.
     assert sum(k["gbs"] for k in kernels) > 0
+
+
+# ---- nvFuser's profiler tests with generated and library kernels (test_python_direct.py) ----
+
+
+def test_fusion_profiler_auto_scheduled() -> None:
+    inputs = [torch.randn((2, 5), device="cuda:0") for _ in range(2)]
+    with nvfuser_direct.FusionDefinition() as fd:
+        t2 = fd.ops.add(fd.from_pytorch(inputs[0]), fd.from_pytorch(inputs[1]))
+        fd.add_output(fd.ops.sum(fd.ops.sum(t2, dim=-1), dim=-1))
+    with nvfuser_direct.PythonProfiler() as prof:
+        (out,) = fd.execute(inputs)
+    assert prof.profile.segments == 2
+    assert len(prof.profile.kernel_profiles) == 2
+    torch.testing.assert_close(out, (inputs[0] + inputs[1]).sum())
+
+
+def test_fusion_profiler_with_noncodegen_kernels() -> None:
+    shapes = ((2, 4, 16), (2, 4, 16), (16, 16))
+    inputs = [torch.randn(shape, dtype=torch.bfloat16, device="cuda:0") for shape in shapes]
+    with nvfuser_direct.FusionDefinition() as fd:
+        t0, t1, t2 = (fd.from_pytorch(t) for t in inputs)
+        fd.add_output(fd.ops.add(fd.ops.linear(t0, t2), t1))
+    with nvfuser_direct.PythonProfiler() as prof:
+        (out,) = fd.execute(inputs)
+    kernels = prof.profile.kernel_profiles
+    assert len(kernels) == 2
+    assert all(len(k.name) > 0 for k in kernels)
+    torch.testing.assert_close(out, torch.nn.functional.linear(inputs[0], inputs[2]) + inputs[1])
 
 
 # Last in this file: once torch.profiler has run, torch holds CUPTI for the rest of the process,

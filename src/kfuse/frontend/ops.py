@@ -350,8 +350,16 @@ class Ops(LibraryMethods, PointwiseOps):
         return build_linear(self._b, x, weight, bias)
 
     # ---- reductions ----
-    def _reduce(self, op: str, x: Any, dims: Any, keepdim: bool, dtype: Any) -> TensorView:
+    def _reduce(
+        self, op: str, x: Any, dims: Any, keepdim: bool, dtype: Any, dim: Any = None
+    ) -> TensorView:
         self._fd.check_open(op)
+        if dim is not None:  # nvFuser's overload op(arg, dim: int, keepdim, dtype)
+            if dims is not None:
+                raise DefinitionError(f"{op}: give dims or dim, not both")
+            if isinstance(dim, bool) or not isinstance(dim, int):
+                raise DefinitionError(f"{op}: dim must be one axis (an int), got {dim!r}")
+            dims = [dim]
         if isinstance(dims, DataType):  # nvFuser's overload op(arg, dtype): over every axis
             if dtype is not None or keepdim is not False:
                 raise DefinitionError(
@@ -362,31 +370,55 @@ class Ops(LibraryMethods, PointwiseOps):
         return self._b.reduction(op, x, dims, keepdim, dtype)
 
     def sum(
-        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+        self,
+        x: Val,
+        dims: Dims | DataType = None,
+        keepdim: bool = False,
+        dtype: Any = None,
+        *,
+        dim: int | None = None,
     ) -> TensorView:
         """Sum over dims (all when None). dtype: accumulate/output dtype; by default ints and
         Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype.
-        As in nvFuser, sum(x, DataType.X) sums every axis in dtype X, and dtype=DataType.Null
-        is the default."""
-        return self._reduce("sum", x, dims, keepdim, dtype)
+        As in nvFuser, sum(x, DataType.X) sums every axis in dtype X, dtype=DataType.Null
+        is the default, and dim=i (one axis) is dims=[i]."""
+        return self._reduce("sum", x, dims, keepdim, dtype, dim)
 
     def prod(
-        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+        self,
+        x: Val,
+        dims: Dims | DataType = None,
+        keepdim: bool = False,
+        dtype: Any = None,
+        *,
+        dim: int | None = None,
     ) -> TensorView:
         """Product over dims; dtype rules (and nvFuser's prod(x, dtype)) as for sum."""
-        return self._reduce("prod", x, dims, keepdim, dtype)
+        return self._reduce("prod", x, dims, keepdim, dtype, dim)
 
     def max(
-        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+        self,
+        x: Val,
+        dims: Dims | DataType = None,
+        keepdim: bool = False,
+        dtype: Any = None,
+        *,
+        dim: int | None = None,
     ) -> TensorView:
         """Maximum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
-        return self._reduce("max", x, dims, keepdim, dtype)
+        return self._reduce("max", x, dims, keepdim, dtype, dim)
 
     def min(
-        self, x: Val, dims: Dims | DataType = None, keepdim: bool = False, dtype: Any = None
+        self,
+        x: Val,
+        dims: Dims | DataType = None,
+        keepdim: bool = False,
+        dtype: Any = None,
+        *,
+        dim: int | None = None,
     ) -> TensorView:
         """Minimum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
-        return self._reduce("min", x, dims, keepdim, dtype)
+        return self._reduce("min", x, dims, keepdim, dtype, dim)
 
     def welford(self, x: Val, dims: Dims) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) over dims, as nvFuser's welford: the mean, the sum of squared

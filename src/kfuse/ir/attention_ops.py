@@ -22,7 +22,26 @@ from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError, InputError
 from kfuse.ir.builder import describe
 from kfuse.ir.exprs import SdpaBwdOp, SdpaFwdOp
+from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
+
+PHILOX_STATE_POSITIONS = (6, 7)
+"""SdpaBwdOp's inputs: grad_output, query, key, value, output, logsumexp, philox_seed,
+philox_offset, then its scalars."""
+
+
+def is_philox_state_use(expr: Any, tv: TensorView) -> bool:
+    """Whether `expr` takes `tv` only as sdpfa_bwd's philox seed or offset."""
+    places = [i for i, v in enumerate(expr.inputs) if v is tv]
+    return isinstance(expr, SdpaBwdOp) and all(i in PHILOX_STATE_POSITIONS for i in places)
+
+
+def used_only_as_philox_state(fusion: Fusion, tv: TensorView) -> bool:
+    """Whether every use of `tv` in `fusion` (finalized) is sdpfa_bwd's philox seed or
+    offset: such an input holds 64-bit words that nothing computes on, so torch's UInt64
+    state tensors may be given for it as they are."""
+    return all(is_philox_state_use(expr, tv) for expr in fusion.uses(tv))
+
 
 _FLASH_DTYPES = (DataType.Half, DataType.BFloat16)
 _SCORED_DTYPES = (DataType.Half, DataType.BFloat16, DataType.Float)

@@ -29,6 +29,7 @@ from kfuse.nvfuser_direct.descriptor import compute_tensor_descriptor
 from kfuse.nvfuser_direct.lru_cache import LruFusionCache
 from kfuse.nvfuser_direct.philox_state import check_state_uses, is_uint64
 from kfuse.nvfuser_direct.repro import fake_copies, repro_script
+from kfuse.profiler import PythonProfiler
 
 __all__ = [
     "DataType",
@@ -36,6 +37,7 @@ __all__ = [
     "LRUCache",
     "LruFusionCache",
     "ParallelType",
+    "PythonProfiler",
     "compute_tensor_descriptor",
     "execute_with_dtensors",
     "install",

@@ -15,13 +15,9 @@ from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.errors import DefinitionError
-from kfuse.ir.exprs import SdpaBwdOp
+from kfuse.ir.attention_ops import is_philox_state_use
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView
-
-_STATE_POSITIONS = (6, 7)
-"""SdpaBwdOp's inputs: grad_output, query, key, value, output, logsumexp, philox_seed,
-philox_offset, then its scalars."""
 
 
 def is_uint64(dtype: Any) -> bool:
@@ -33,12 +29,11 @@ def check_state_uses(fusion: Fusion, state_inputs: list[TensorView]) -> None:
     """Raise DefinitionError where a UInt64 input feeds anything but sdpfa_bwd's philox
     state (fusion finalized: its exprs are the live ones)."""
     for tv in state_inputs:
-        for expr in fusion.uses(tv):
-            places = [i for i, v in enumerate(expr.inputs) if v is tv]
-            if isinstance(expr, SdpaBwdOp) and all(i in _STATE_POSITIONS for i in places):
-                continue
-            raise DefinitionError(
-                f"define_tensor: the UInt64 input {tv.name} is used by {type(expr).__name__}; "
-                "kfuse has no unsigned integers and takes a UInt64 tensor only as flash "
-                "attention's philox state (sdpfa_bwd's philox_seed or philox_offset)"
-            )
+        for user in fusion.uses(tv):
+            if not is_philox_state_use(user, tv):
+                raise DefinitionError(
+                    f"define_tensor: the UInt64 input {tv.name} is used by "
+                    f"{type(user).__name__}; kfuse has no unsigned integers and takes a UInt64 "
+                    "tensor only as flash attention's philox state (sdpfa_bwd's philox_seed "
+                    "or philox_offset)"
+                )

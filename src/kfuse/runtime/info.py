@@ -15,6 +15,7 @@ from typing import Any
 from kfuse import knobs
 from kfuse.dtypes import INTEGER_RANGE, ML_DTYPES_NAME, DataType
 from kfuse.errors import InputError
+from kfuse.ir.attention_ops import used_only_as_philox_state
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout, framework_of, layout_of
@@ -76,7 +77,7 @@ def build_runtime_info(fusion: Fusion, inputs: list[Any], *, device: Any = None)
         what = f"input {pos} ({val.name})"
         if isinstance(val, TensorView):
             layout = layout_of(arg, what)
-            _check_dtype(val, layout, what)
+            _check_dtype(val, layout, what, fusion)
             if layout.framework == "torch":
                 note_requires_grad(arg, what)
             layouts[val] = layout
@@ -150,9 +151,15 @@ def _placed_by_device(device: int) -> tuple[str, str, int]:
     return generated_framework(), CUDA, device
 
 
-def _check_dtype(val: TensorView, layout: ArrayLayout, what: str) -> None:
+def _check_dtype(val: TensorView, layout: ArrayLayout, what: str, fusion: Fusion) -> None:
     if layout.dtype is val.dtype:
         return
+    if (
+        layout.dtype is DataType.UInt64
+        and val.dtype is DataType.Int
+        and used_only_as_philox_state(fusion, val)
+    ):
+        return  # torch's flash-attention state as torch gives it: the same 64-bit words
     hint = ""
     if val.dtype in ML_DTYPES_NAME and layout.framework == "numpy":
         name = ML_DTYPES_NAME[val.dtype]
