@@ -110,6 +110,41 @@ def output_layout(info: Any, out: Any) -> tuple[tuple[int, ...], int]:
     return allocated_strides(out, tuple(info.shape(out))), 0
 
 
+def in_memory_order(
+    sizes: tuple[int, ...], operands: list[OperandLayout]
+) -> tuple[tuple[int, ...], list[OperandLayout]]:
+    """The reference axes reordered slowest to fastest as the operands store them, where
+    every operand agrees with the last dense one (an output, when outputs come last): a
+    channels-last or stride_order output of inputs in the same order then merges as a
+    row-major one would, into one long unit-stride axis, instead of looking like a
+    transpose along the logical innermost axis. Unchanged where the order is already the
+    logical one, where an operand disagrees (a transpose, for the tiled kernel), and where
+    an operand names reference axes or linear indices (windows, indexed and generated
+    reads, split rows): those stay in the logical order they were built in."""
+    if any(op.window or op.indexed or op.generated or op.inner_split for op in operands):
+        return sizes, operands
+    axes = [r for r, n in enumerate(sizes) if n != 1]
+    dense = [op for op in operands if all(op.strides[r] != 0 for r in axes)]
+    if not dense:
+        return sizes, operands
+    lead = dense[-1].strides
+    order = sorted(axes, key=lambda r: -lead[r])  # stable: ties keep the logical order
+    if order == axes:
+        return sizes, operands
+
+    def agrees(strides: tuple[int, ...]) -> bool:
+        walked = [strides[r] for r in order if strides[r] != 0]
+        return all(a >= b for a, b in zip(walked, walked[1:]))
+
+    if not all(agrees(op.strides) for op in operands):
+        return sizes, operands
+    moved = [r for r, n in enumerate(sizes) if n == 1] + order  # size-1 axes: dropped later
+    return tuple(sizes[r] for r in moved), [
+        OperandLayout(op.data_ptr, op.itemsize, tuple(op.strides[r] for r in moved))
+        for op in operands
+    ]
+
+
 def merge_axes(
     sizes: tuple[int, ...], operands: list[OperandLayout]
 ) -> tuple[tuple[int, ...], list[OperandLayout]]:

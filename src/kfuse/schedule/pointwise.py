@@ -39,6 +39,7 @@ from kfuse.codegen.layout import (
     OperandLayout,
     access_kind,
     contiguous_strides,
+    in_memory_order,
     merge_axes,
     needs_int64,
     output_layout,
@@ -401,7 +402,7 @@ def pointwise_layout(
         strides, offset = output_layout(info, out)
         ptr = (256 if output_ptrs is None else output_ptrs[k]) + offset
         operands.append(OperandLayout(ptr, out.dtype.itemsize, ref_strides(view, strides, rank)))
-    merged_sizes, merged = merge_axes(tuple(sizes), operands)
+    merged_sizes, merged = merge_axes(*in_memory_order(tuple(sizes), operands))
     n_in = len(plan.domain.input_uses)
     result = PointwiseLayout(merged_sizes, merged[:n_in], merged[n_in:])
     return split_short_rows(result) if split else result
