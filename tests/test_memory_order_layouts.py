@@ -7,13 +7,21 @@ before. On the host emulator (CPU tensors), both device profiles; the GPU case i
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from example_budget import examples
 from gpu_support import gpu_count
 from kfuse.codegen.layout import OperandLayout, in_memory_order
+from kfuse.ir.layout_ops import ordered_strides
 from kfuse.nvfuser_direct import DataType, FusionDefinition
+from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
+from kfuse.testing import assert_outputs_close
 
 CL = [3, 0, 2, 1]  # channels last, nvFuser's stride_order of an NCHW tensor
 
@@ -127,3 +135,68 @@ def test_channels_last_outputs_on_the_gpu(dtype: torch.dtype) -> None:
         assert out.stride() == x.stride() and out.dtype == dtype
         torch.testing.assert_close(out, torch.relu(x.float() * w + b).to(dtype))
     assert fd.last_scheduler() is SchedulerType.pointwise
+
+
+# ---- a property: any one memory order, any pointwise chain, broadcasts and special values ----
+
+UNARY = ["exp", "neg", "abs", "relu", "sigmoid", "tanh"]
+BINARY = ["add", "mul", "sub", "maximum"]
+
+
+@st.composite
+def same_order_cases(draw: st.DrawFn) -> tuple[FusionDefinition, list[torch.Tensor], list[int]]:
+    """A fusion of a chain of pointwise ops over a tensor stored in a drawn order (and
+    operands broadcast along drawn axes), its output written in that order."""
+    rank = draw(st.integers(2, 4))
+    shape = [draw(st.integers(1, 9)) for _ in range(rank)]
+    shape[draw(st.integers(0, rank - 1))] = draw(st.integers(1, 64))  # one long axis
+    perm = draw(st.permutations(range(rank)))  # memory order, slowest first
+    order = [0] * rank
+    for speed, axis in enumerate(reversed(perm)):
+        order[axis] = speed
+    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    stored = torch.randn([shape[a] for a in perm], generator=g).to(dtype)
+    if draw(st.booleans()):
+        flat = stored.reshape(-1)
+        flat[draw(st.integers(0, flat.numel() - 1))] = draw(st.sampled_from([math.nan, math.inf]))
+    x = stored.permute([perm.index(a) for a in range(rank)])  # logical axes, stored in perm
+    bcast = [draw(st.booleans()) for _ in range(rank)]
+    y_shape = [1 if b else n for b, n in zip(bcast, shape)]
+    y = torch.randn([y_shape[a] for a in perm], generator=g).to(dtype)
+    if draw(st.integers(0, 3)):  # mostly stored in x's order too, else row major
+        y = y.permute([perm.index(a) for a in range(rank)])
+    else:
+        y = y.permute([perm.index(a) for a in range(rank)]).contiguous()
+    steps = draw(st.lists(st.sampled_from(UNARY + BINARY), min_size=1, max_size=5))
+    with FusionDefinition() as fd:
+        tx, ty = fd.from_pytorch(x), fd.from_pytorch(y)
+        v = fd.ops.cast(tx, DataType.Float)
+        for step in steps:
+            other = fd.ops.cast(ty, DataType.Float)
+            v = getattr(fd.ops, step)(v) if step in UNARY else getattr(fd.ops, step)(v, other)
+        fd.add_output(fd.ops.stride_order(fd.ops.cast(v, tx.dtype), order))
+    return fd, [x, y], order
+
+
+@pytest.mark.parametrize("profile", ["h100", "h200"])
+@settings(max_examples=examples(60), deadline=None)
+@given(case=same_order_cases())
+def test_same_order_layouts_property(
+    profile: str, case: tuple[FusionDefinition, list[torch.Tensor], list[int]]
+) -> None:
+    import os
+
+    fd, inputs, order = case
+    old = os.environ.get("KFUSE_EMULATOR_PROFILE")
+    os.environ["KFUSE_EMULATOR_PROFILE"] = profile
+    try:
+        (out,) = fd.execute(inputs)
+    finally:
+        if old is None:
+            os.environ.pop("KFUSE_EMULATOR_PROFILE")
+        else:
+            os.environ["KFUSE_EMULATOR_PROFILE"] = old
+    (want,) = evaluate(fd.fusion, inputs)
+    assert_outputs_close(fd.fusion, [out], [want], inputs)
+    assert out.stride() == ordered_strides(out.shape, order)
