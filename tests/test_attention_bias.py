@@ -172,8 +172,9 @@ def test_a_row_with_every_key_masked_gives_zero_and_a_logsumexp_of_minus_inf() -
 def test_nvfusers_bias_and_mask_in_both_query_layouts(layout: str, device: str) -> None:
     # nvFuser's test_sdpa_fwd_bias_mask (test_sdpa.py, its sizes): query, key and value
     # defined with the stride order of the layout, a full bias and mask. nvFuser also checks
-    # that its output keeps the query's memory order; kfuse's outputs are row major. Its
-    # head size 2 is padded to 8 for CUDA's memory-efficient kernel.
+    # that its output keeps the query's memory order (as nvFuser's test, through the
+    # stride_order the layout defines). Its head size 2 is padded to 8 for CUDA's
+    # memory-efficient kernel.
     order = [3, 2, 1, 0] if layout == "NHSE" else [3, 1, 2, 0]
     with FusionDefinition() as fd:
         q, k, v = (
@@ -203,7 +204,12 @@ def test_nvfusers_bias_and_mask_in_both_query_layouts(layout: str, device: str) 
         torch.testing.assert_close(out, want)
     else:  # eager torch's math attention for head size 2
         torch.testing.assert_close(out, torch.nan_to_num(want, nan=0.0), rtol=2e-2, atol=2e-2)
-    assert out.is_contiguous()
+    # nvFuser's verify_stride_order: the strides, put in stride_order's ranks, fall.
+    ranked = [0] * 4
+    for axis, rank in enumerate(order):
+        ranked[3 - rank] = out.stride(axis)
+    assert ranked == sorted(ranked, reverse=True), out.stride()
+    assert out.stride() == q.stride()  # the query's layout: dense, in its order
 
 
 def test_a_float_query_with_a_bias() -> None:

@@ -265,6 +265,21 @@ def test_sdpfa_forward_and_backward_on_cpu_torch(causal: bool, scale: float | No
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_attention_outputs_keep_their_operands_memory_order(device: str) -> None:
+    """nvFuser allocates sdpfa_fwd's output in the query's memory order and sdpfa_bwd's
+    gradients in their operands' (its SdpaPropagator): queries, keys and values stored as
+    [N, S, H, E] (each transposed to [N, H, S, E]) give outputs stored so."""
+    fd = _attention_fusion(False, None)
+    stored = _attention_inputs(device)
+    inputs = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in stored]
+    outs = fd.execute(inputs)
+    assert outs[0].stride() == inputs[0].stride()
+    for got, operand in zip(outs[2:], inputs[:3], strict=True):
+        assert got.stride() == operand.stride()
+    _check_attention(fd, inputs, False, None)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_sdpfa_refuses_a_causal_mask_over_unequal_lengths(device: str) -> None:
     """torch's flash kernels align a causal mask over more queries than keys differently (the
     CPU one at the top left, the CUDA one at the bottom right), and torch's own dispatcher

@@ -101,7 +101,17 @@ def torch_sdpfa_fwd(expr: SdpaFwdOp, args: list[Any], scalars: list[Any]) -> lis
         offset = torch.zeros((), dtype=torch.int64, device=q.device)
     else:
         out, lse, seed, offset = _flash_forward(expr, q4, k4, v4, dropout_p, is_causal, scale)
-    return [_restored(out, batch), _restored(lse, batch), seed, offset]
+    return [_in_order_of(q, _restored(out, batch)), _restored(lse, batch), seed, offset]
+
+
+def _in_order_of(model: Any, t: Any) -> Any:
+    """`t` (of `model`'s rank) stored in `model`'s memory order, as nvFuser allocates an
+    attention's output (its query's order) and gradients (their operand's): torch's flash
+    attention gives them so already (no copy then); the kernels that take a bias and the CPU
+    ones give them row major."""
+    slowest_first = sorted(range(model.dim()), key=lambda i: (-model.stride(i), i))
+    back = sorted(range(model.dim()), key=lambda i: slowest_first[i])
+    return t.permute(slowest_first).contiguous().permute(back)
 
 
 def _flash_forward(
@@ -261,4 +271,4 @@ def torch_sdpfa_bwd(expr: SdpaBwdOp, args: list[Any], scalars: list[Any]) -> lis
             offset.view(words),
             scale=scale,
         )
-    return [g.reshape(t.shape) for g, t in zip(grads, (q, k, v), strict=True)]
+    return [_in_order_of(t, g.reshape(t.shape)) for g, t in zip(grads, (q, k, v), strict=True)]
