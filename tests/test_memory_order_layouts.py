@@ -139,7 +139,7 @@ def test_channels_last_outputs_on_the_gpu(dtype: torch.dtype) -> None:
 
 # ---- a property: any one memory order, any pointwise chain, broadcasts and special values ----
 
-UNARY = ["exp", "neg", "abs", "relu", "sigmoid", "tanh"]
+UNARY = ["sin", "neg", "abs", "relu", "sigmoid", "tanh"]  # none amplifies a rounding
 BINARY = ["add", "mul", "sub", "maximum"]
 
 

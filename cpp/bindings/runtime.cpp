@@ -207,6 +207,7 @@ void register_runtime(nb::module_ &m) {
         .def_ro("regs_per_sm", &driver::DeviceProperties::regs_per_sm)
         .def_ro("l2_cache_bytes", &driver::DeviceProperties::l2_cache_bytes)
         .def_ro("total_memory", &driver::DeviceProperties::total_memory)
+        .def_ro("clock_khz", &driver::DeviceProperties::clock_khz)
         .def_ro("memory_clock_khz", &driver::DeviceProperties::memory_clock_khz)
         .def_ro("memory_bus_width", &driver::DeviceProperties::memory_bus_width)
         .def_prop_ro("peak_bandwidth_gbs", &driver::DeviceProperties::peak_bandwidth_gbs,

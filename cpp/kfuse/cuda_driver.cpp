@@ -281,6 +281,7 @@ DeviceProperties query_properties(int index) {
     p.regs_per_sm =
         attribute(dev, cu::DEV_MAX_REGISTERS_PER_MULTIPROCESSOR, "MAX_REGISTERS_PER_MULTIPROCESSOR");
     p.l2_cache_bytes = attribute(dev, cu::DEV_L2_CACHE_SIZE, "L2_CACHE_SIZE");
+    p.clock_khz = attribute_or_zero(dev, cu::DEV_CLOCK_RATE);
     p.memory_clock_khz = attribute_or_zero(dev, cu::DEV_MEMORY_CLOCK_RATE);
     p.memory_bus_width = attribute_or_zero(dev, cu::DEV_GLOBAL_MEMORY_BUS_WIDTH);
     size_t total = 0;

@@ -38,6 +38,7 @@ constexpr int DEV_MAX_GRID_DIM_Z = 7;
 constexpr int DEV_MAX_SHARED_MEMORY_PER_BLOCK = 8;
 constexpr int DEV_WARP_SIZE = 10;
 constexpr int DEV_MAX_REGISTERS_PER_BLOCK = 12;
+constexpr int DEV_CLOCK_RATE = 13;
 constexpr int DEV_MULTIPROCESSOR_COUNT = 16;
 constexpr int DEV_MEMORY_CLOCK_RATE = 36;
 constexpr int DEV_GLOBAL_MEMORY_BUS_WIDTH = 37;
@@ -144,6 +145,7 @@ struct DeviceProperties {
     int regs_per_block = 0, regs_per_sm = 0;
     int64_t l2_cache_bytes = 0;
     int64_t total_memory = 0;
+    int64_t clock_khz = 0;  // the SMs' peak clock (0 where the driver hides it)
     int64_t memory_clock_khz = 0;
     int memory_bus_width = 0;
     double peak_bandwidth_gbs() const;  // 2 (DDR) * clock * bus width / 8, in GB/s

@@ -491,6 +491,9 @@ class DeviceProperties:
     def total_memory(self) -> int: ...
 
     @property
+    def clock_khz(self) -> int: ...
+
+    @property
     def memory_clock_khz(self) -> int: ...
 
     @property

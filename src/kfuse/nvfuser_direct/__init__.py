@@ -186,7 +186,8 @@ _C = types.SimpleNamespace(Scalar=Scalar, TensorView=TensorView)
 
 
 def install() -> None:
-    """Make `import nvfuser_direct` and `import nvfuser` give this module (Thunder 0.2.6 reads
+    """Make `import nvfuser_direct` and `import nvfuser` give this module (and
+    `nvfuser_direct.pytorch_utils` its pytorch_utils; Thunder 0.2.6 reads
     compute_tensor_descriptor from `nvfuser`). Never done on import; a DefinitionError where
     another module of either name is imported already (a real nvFuser: the two cannot share
     a process under one name). Calling it again is harmless."""
@@ -201,6 +202,11 @@ def install() -> None:
             )
     for name in _NAMES:
         sys.modules[name] = this
+    # nvFuser's submodule, under its name too (imported here, so that the name is this one
+    # module, not a second copy made from the package's path).
+    from kfuse.nvfuser_direct import pytorch_utils
+
+    sys.modules["nvfuser_direct.pytorch_utils"] = pytorch_utils
 
 
 def uninstall() -> None:
@@ -209,3 +215,5 @@ def uninstall() -> None:
     for name in _NAMES:
         if sys.modules.get(name) is this:
             del sys.modules[name]
+    if sys.modules.get("nvfuser_direct.pytorch_utils") is getattr(this, "pytorch_utils", None):
+        del sys.modules["nvfuser_direct.pytorch_utils"]
