@@ -279,6 +279,18 @@ def test_attention_outputs_keep_their_operands_memory_order(device: str) -> None
     _check_attention(fd, inputs, False, None)
 
 
+def test_an_attention_output_takes_a_dense_operands_order_only() -> None:
+    from kfuse.schedule.attention_calls import _in_order_of
+
+    t = _randn(2, 3, 5, 4)
+    nshe = _randn(2, 5, 3, 4).transpose(1, 2)
+    placed = _in_order_of(nshe, t)
+    assert placed.stride() == nshe.stride() and torch.equal(placed, t)
+    assert _in_order_of(t, t).data_ptr() == t.data_ptr()  # already in its order: no copy
+    broadcast = _randn(1, 3, 5, 4).expand(2, 3, 5, 4)  # no order of its own along axis 0
+    assert _in_order_of(broadcast, t) is t
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_sdpfa_refuses_a_causal_mask_over_unequal_lengths(device: str) -> None:
     """torch's flash kernels align a causal mask over more queries than keys differently (the

@@ -108,7 +108,10 @@ def _in_order_of(model: Any, t: Any) -> Any:
     """`t` (of `model`'s rank) stored in `model`'s memory order, as nvFuser allocates an
     attention's output (its query's order) and gradients (their operand's): torch's flash
     attention gives them so already (no copy then); the kernels that take a bias and the CPU
-    ones give them row major."""
+    ones give them row major. A model broadcast along an axis (stride 0) has no order to
+    give: `t` as it is."""
+    if any(n > 1 and st == 0 for n, st in zip(model.shape, model.stride())):
+        return t
     slowest_first = sorted(range(model.dim()), key=lambda i: (-model.stride(i), i))
     back = sorted(range(model.dim()), key=lambda i: slowest_first[i])
     return t.permute(slowest_first).contiguous().permute(back)
