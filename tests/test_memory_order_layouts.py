@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from example_budget import examples
 from gpu_support import gpu_count
+from kfuse import switches
 from kfuse.codegen.layout import OperandLayout, in_memory_order
 from kfuse.ir.layout_ops import ordered_strides
 from kfuse.nvfuser_direct import DataType, FusionDefinition
@@ -61,6 +62,19 @@ def test_a_channels_last_output_of_a_channels_last_input_is_one_pointwise_kernel
     assert out.stride() == x.stride()
     torch.testing.assert_close(out, torch.relu(x * w + b))
     assert fd.last_scheduler() is SchedulerType.pointwise
+
+
+def test_the_switch_off_gives_the_transpose_kernel_and_the_same_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x = nchw_last(4, 64, 16, 16)
+    w, b = per_channel(64)
+    (on,) = scale_bias_relu(CL).execute([x, w, b])
+    monkeypatch.setattr(switches, "MEMORY_ORDER_LAYOUTS", False)
+    fd = scale_bias_relu(CL)
+    (off,) = fd.execute([x, w, b])
+    assert fd.last_scheduler() is SchedulerType.transpose
+    assert torch.equal(on, off) and off.stride() == on.stride()
 
 
 def test_a_row_major_output_of_a_channels_last_input_is_still_a_transpose() -> None:

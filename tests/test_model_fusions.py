@@ -24,6 +24,7 @@ sys.path.insert(0, str(BENCHMARKS))
 from models import (  # noqa: E402
     chart,
     dropout_rng,
+    layouts,
     measure,
     pointwise,
     registry,
@@ -100,13 +101,15 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
 
 ONE_KERNEL_CASES = [
     *resize.PROBE_CASES,
+    *layouts.PROBE_CASES,
     *(CASES[name] for name in ("embedding_fwd", "adam_step", "causal_softmax_fwd")),
 ]
 
 
 @pytest.mark.parametrize("case", ONE_KERNEL_CASES, ids=lambda c: c.name)
 def test_single_kernel_cases_match_the_reference(case) -> None:
-    """The tools' probe cases (slices and a cat around RoPE), which the suite never runs, and
+    """The tools' probe cases (slices and a cat around RoPE, a channels-last activation's
+    scale, bias and ReLU), which the suite never runs, and
     the suite's embedding and Adam step written in place are right on the emulator, the
     torch peer's too; each is one kernel (reading views of x, and for the cat writing both
     halves of its output; the Adam step reading four arrays and writing three of them in

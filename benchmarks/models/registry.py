@@ -10,6 +10,7 @@ from models import (
     dropout_rng,
     groupnorm,
     indexing,
+    layouts,
     norms,
     optimizer,
     pointwise,
@@ -38,10 +39,14 @@ CASES: list[Case] = [
 
 FAMILIES = list(dict.fromkeys(c.family for c in CASES))
 
-PROBE_CASES: list[Case] = [*resize.PROBE_CASES, *thunder_regions.PROBE_CASES]
+PROBE_CASES: list[Case] = [
+    *resize.PROBE_CASES,
+    *thunder_regions.PROBE_CASES,
+    *layouts.PROBE_CASES,
+]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
-the suite until they have been measured on a GPU: slices and cats around RoPE, and the loss
-regions Thunder hands kfuse."""
+the suite until they have been measured on a GPU: slices and cats around RoPE, the loss
+regions Thunder hands kfuse, and a channels-last activation's pointwise ops."""
 
 
 def select(pattern: str) -> list[Case]:

@@ -184,6 +184,16 @@ A/B: `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
 dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:8192x8192
 dropout_rmsnorm_fwd_rng:2048x16384 --tc --ab kfuse.switches.EARLY_OUTPUTS=False`."""
 
+MEMORY_ORDER_LAYOUTS = True
+"""A pointwise kernel whose operands all store the reference axes in one order other than the
+logical one (a channels-last input and a channels-last stride_order output) walks the axes in
+that order (kfuse.codegen.layout.in_memory_order), so they merge into long unit-stride rows
+and the fusion is one vectorized pointwise kernel; off, such a fusion is taken for a transpose
+along the logical innermost axis (the transpose scheduler; a tile's A side one element wide
+where every operand agrees). On before its GPU measurement: the emulator's tests and property
+test (tests/test_memory_order_layouts.py) check it. The A/B: `tools/kernel_times.py
+scale_bias_relu_channels_last --tc --ab kfuse.switches.MEMORY_ORDER_LAYOUTS=False`."""
+
 # ---- off until measured ----------------------------------------------------------------
 
 ONE_VECTOR_WITHOUT_MATH = False
@@ -217,10 +227,13 @@ layer norm forward [2048, 16384] from 1560 to 1400 with 8 bytes of stack frame; 
 RMS norm forward spilled 168 bytes at [2048, 16384] and went from 728 to 912 at [32768, 1024].
 So a kernel is compiled with narrow products too and the cheaper (instructions and stack frame)
 kept (kfuse.runtime.backends.cuda.fitted_compile): the attention gets wide products, the norms
-narrow ones. Issue 57: the drawn masks' rows run 3-5% behind their mask-given twins. Off until
-measured (written 2026-12-07, when no device started). The A/B: `tools/kernel_times.py
-nanogpt_attn_fwd_rng:16x16x512x512 nanogpt_attn_fwd:16x16x512x512 --tc --ab
-kfuse.switches.PHILOX_WIDE_PRODUCTS=True`."""
+narrow ones. Issue 57: the drawn masks' rows run 3-5% behind their mask-given twins. Measured
+on an H100 (2026-12-07, at 7648f43, bf16, whole calls, us; off -> on, the mask-given twin):
+nanoGPT attention forward [16, 16, 512, 512] 185.5 -> 183.5 (181.1), dropout + layer norm
+forward [2048, 16384] 80.3 -> 80.1 (76.6): 1% on the attention, within noise on the norm, the
+gap to the twins left. Off: too small to take the second compile it costs. The A/B:
+`tools/kernel_times.py nanogpt_attn_fwd_rng:16x16x512x512 nanogpt_attn_fwd:16x16x512x512
+--tc --ab kfuse.switches.PHILOX_WIDE_PRODUCTS=True`."""
 
 OUTER_CLUSTERS = False
 """Where True, an outer normalization whose columns are too long for one block to hold (a
@@ -244,12 +257,14 @@ softmax over dim 0, the channels-last batch and instance norms, group norm with 
 takes its rows' blocks from the last (kfuse.codegen.pointwise, PointwiseKernelSpec.
 reverse_rows): the reduction read x from its start, so L2 (50 MB on an H100, 60 on an H200)
 holds x's tail when the second pass starts, and read first that tail comes from L2 instead of
-memory. A channels-last batch norm forward of [256, 2048, 7, 7] bf16 reads x (51 MB) twice
-and writes y: at most a third of its traffic. Off until measured (written 2026-12-07, after
-the session's device time was spent): `tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7
-batchnorm_bwd_nhwc:256x2048x7x7 instancenorm_fwd_nhwc:64x256x56x56
-softmax_bwd_dim0:4096x16384 groupnorm_fwd_g1:32x128x64x64 --tc --ab
-kfuse.switches.REREAD_REVERSED=True`."""
+memory. Measured on an H100 (2026-12-07, at 7648f43, bf16, whole calls, us; as is ->
+reversed, torch.compile): channels-last batch norm forward [256, 2048, 7, 7] 62.4 -> 60.6
+(71.6), backward 88.0 -> 85.1 (92.6), softmax backward over dim 0 [4096, 16384] 218.0 ->
+215.5 (219.2); instance norm forward NHWC [64, 256, 56, 56] 109.3 -> 108.7, group norm
+[32, 128, 64, 64] 40.3 -> 40.1. Faster, but off until emulator campaigns with it on
+(KFUSE_SWITCHES=REREAD_REVERSED=1) have run on both device profiles. The A/B:
+`tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7 batchnorm_bwd_nhwc:256x2048x7x7
+softmax_bwd_dim0:4096x16384 --tc --ab kfuse.switches.REREAD_REVERSED=True`."""
 
 # ---- set from the environment -------------------------------------------------------------
 

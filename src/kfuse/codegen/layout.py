@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kfuse import switches
 from kfuse.ir.layout_ops import allocation_order, ordered_strides
 
 INT32_MAX = 2**31 - 1
@@ -121,7 +122,9 @@ def in_memory_order(
     logical one, where an operand disagrees (a transpose, for the tiled kernel), and where
     an operand names reference axes or linear indices (windows, indexed and generated
     reads, split rows): those stay in the logical order they were built in."""
-    if any(op.window or op.indexed or op.generated or op.inner_split for op in operands):
+    if not switches.MEMORY_ORDER_LAYOUTS or any(
+        op.window or op.indexed or op.generated or op.inner_split for op in operands
+    ):
         return sizes, operands
     axes = [r for r, n in enumerate(sizes) if n != 1]
     dense = [op for op in operands if all(op.strides[r] != 0 for r in axes)]
