@@ -184,6 +184,22 @@ A/B: `tools/kernel_times.py dropout_layernorm_fwd_rng:32768x1024
 dropout_layernorm_fwd_rng:2048x16384 dropout_rmsnorm_fwd_rng:8192x8192
 dropout_rmsnorm_fwd_rng:2048x16384 --tc --ab kfuse.switches.EARLY_OUTPUTS=False`."""
 
+REREAD_REVERSED = True
+"""Where True, a pointwise kernel of a segmented call that reads again an input the segment
+before it read (a normalization's second pass over x after its statistics' reduction: the
+softmax over dim 0, the channels-last batch and instance norms, group norm with one group)
+takes its rows' blocks from the last (kfuse.codegen.pointwise, PointwiseKernelSpec.
+reverse_rows): the reduction read x from its start, so L2 (50 MB on an H100, 60 on an H200)
+holds x's tail when the second pass starts, and read first that tail comes from L2 instead of
+memory. Measured on an H100 (2026-12-07, at 7648f43, bf16, whole calls, us; as is ->
+reversed, torch.compile): channels-last batch norm forward [256, 2048, 7, 7] 62.4 -> 60.6
+(71.6), backward 88.0 -> 85.1 (92.6), softmax backward over dim 0 [4096, 16384] 218.0 ->
+215.5 (219.2); instance norm forward NHWC [64, 256, 56, 56] 109.3 -> 108.7, group norm
+[32, 128, 64, 64] 40.3 -> 40.1; its GPU test passed there. On since emulator campaigns of the
+code with it on ran on both device profiles (benchmarks/results/2026-12-07-33d9be1-host.md).
+The A/B: `tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7 batchnorm_bwd_nhwc:256x2048x7x7
+softmax_bwd_dim0:4096x16384 --tc --ab kfuse.switches.REREAD_REVERSED=False`."""
+
 MEMORY_ORDER_LAYOUTS = True
 """A pointwise kernel whose operands all store the reference axes in one order other than the
 logical one (a channels-last input and a channels-last stride_order output) walks the axes in
@@ -250,21 +266,7 @@ waits out its cluster's barriers and its next column group's loads with nothing 
 the form is correct (its GPU tests pass) but needs the loads of the next group overlapped
 with the combine, or more blocks an SM, before it can win."""
 
-REREAD_REVERSED = False
-"""Where True, a pointwise kernel of a segmented call that reads again an input the segment
-before it read (a normalization's second pass over x after its statistics' reduction: the
-softmax over dim 0, the channels-last batch and instance norms, group norm with one group)
-takes its rows' blocks from the last (kfuse.codegen.pointwise, PointwiseKernelSpec.
-reverse_rows): the reduction read x from its start, so L2 (50 MB on an H100, 60 on an H200)
-holds x's tail when the second pass starts, and read first that tail comes from L2 instead of
-memory. Measured on an H100 (2026-12-07, at 7648f43, bf16, whole calls, us; as is ->
-reversed, torch.compile): channels-last batch norm forward [256, 2048, 7, 7] 62.4 -> 60.6
-(71.6), backward 88.0 -> 85.1 (92.6), softmax backward over dim 0 [4096, 16384] 218.0 ->
-215.5 (219.2); instance norm forward NHWC [64, 256, 56, 56] 109.3 -> 108.7, group norm
-[32, 128, 64, 64] 40.3 -> 40.1. Faster, but off until emulator campaigns with it on
-(KFUSE_SWITCHES=REREAD_REVERSED=1) have run on both device profiles. The A/B:
-`tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7 batchnorm_bwd_nhwc:256x2048x7x7
-softmax_bwd_dim0:4096x16384 --tc --ab kfuse.switches.REREAD_REVERSED=True`."""
+
 
 # ---- set from the environment -------------------------------------------------------------
 
