@@ -267,7 +267,6 @@ the form is correct (its GPU tests pass) but needs the loads of the next group o
 with the combine, or more blocks an SM, before it can win."""
 
 
-
 # ---- set from the environment -------------------------------------------------------------
 
 _DEFAULTS: dict[str, bool] = {
