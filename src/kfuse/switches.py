@@ -196,7 +196,7 @@ reversed, torch.compile): channels-last batch norm forward [256, 2048, 7, 7] 62.
 (71.6), backward 88.0 -> 85.1 (92.6), softmax backward over dim 0 [4096, 16384] 218.0 ->
 215.5 (219.2); instance norm forward NHWC [64, 256, 56, 56] 109.3 -> 108.7, group norm
 [32, 128, 64, 64] 40.3 -> 40.1; its GPU test passed there. On since emulator campaigns of the
-code with it on ran on both device profiles (benchmarks/results/2026-12-07-33d9be1-host.md).
+code with it on ran on both device profiles (benchmarks/results/2026-12-07-6f4a3ac-host.md).
 The A/B: `tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7 batchnorm_bwd_nhwc:256x2048x7x7
 softmax_bwd_dim0:4096x16384 --tc --ab kfuse.switches.REREAD_REVERSED=False`."""
 
