@@ -73,10 +73,10 @@ class Ops(LibraryMethods, PointwiseOps):
             OPS["div"].bind(args, kwargs, method="truediv")
             return self._b.true_divide(*args)
 
-    def cast(self, x: Operand, dtype: Any) -> Val:
-        """x converted to dtype."""
+    def cast(self, arg: Operand, dtype: Any) -> Val:
+        """arg converted to dtype."""
         self._fd.check_open("cast")
-        return self._b.cast(x, dtype)
+        return self._b.cast(arg, dtype)
 
     def addcmul(self, x: Operand, tensor1: Operand, tensor2: Operand, value: ScalarOperand) -> Val:
         """x + tensor1 * (tensor2 * value), as nvFuser's addcmul: in the dtype x, tensor1
@@ -167,15 +167,15 @@ class Ops(LibraryMethods, PointwiseOps):
         return build_random_like(self._b, "normal", x, rng_seed, rng_offset, "randn_like")
 
     # ---- shape ops ----
-    def broadcast(self, x: Val, is_broadcast_dim: Sequence[bool]) -> TensorView:
+    def broadcast(self, arg: Val, is_broadcast_dim: Sequence[bool]) -> TensorView:
         """Insert broadcast axes where is_broadcast_dim is True (nvFuser's broadcast)."""
         self._fd.check_open("broadcast")
-        return self._b.broadcast(x, is_broadcast_dim)
+        return self._b.broadcast(arg, is_broadcast_dim)
 
     def broadcast_in_dim(
-        self, x: Val, shape: Sequence[Extent], broadcast_dims: Sequence[int]
+        self, arg: Val, shape: Sequence[Extent], broadcast_dims: Sequence[int]
     ) -> TensorView:
-        """Place x's axes at broadcast_dims (negative ones count from the end) of a tensor of
+        """Place arg's axes at broadcast_dims (negative ones count from the end) of a tensor of
         `shape` (ints or Int scalars, e.g. fd.ops.shape(y)); the other axes are new, and
         broadcast axes are expanded to shape."""
         self._fd.check_open("broadcast_in_dim")
@@ -183,15 +183,15 @@ class Ops(LibraryMethods, PointwiseOps):
             raise DefinitionError(f"broadcast_in_dim: shape must be a list, got {describe(shape)}")
         shape = list(shape)
         if (
-            isinstance(x, Scalar)
-            and not x.is_constant
+            isinstance(arg, Scalar)
+            and not arg.is_constant
             and isinstance(broadcast_dims, (list, tuple))
             and not broadcast_dims
         ):
             # A symbolic scalar (a CPU scalar tensor's value, define_tensor(is_cpu=True))
             # everywhere in a tensor of `shape`.
-            return build_full(self._b, shape, x, x.dtype, op="broadcast_in_dim")
-        v = self._b.tensor(x, "broadcast_in_dim")
+            return build_full(self._b, shape, arg, arg.dtype, op="broadcast_in_dim")
+        v = self._b.tensor(arg, "broadcast_in_dim")
         dims = as_index_list(broadcast_dims, "broadcast_in_dim", "broadcast_dims")
         if len(dims) != v.ndim:
             raise DefinitionError(
@@ -212,28 +212,28 @@ class Ops(LibraryMethods, PointwiseOps):
         b = self._b.broadcast(v, [i not in dims for i in range(len(shape))], op="broadcast_in_dim")
         return self._b.expand(b, shape, op="broadcast_in_dim")
 
-    def expand(self, x: Val, shape: Sequence[Extent]) -> TensorView:
+    def expand(self, arg: Val, shape: Sequence[Extent]) -> TensorView:
         """Expand broadcast axes to `shape` (-1 keeps an axis)."""
         self._fd.check_open("expand")
-        return self._b.expand(x, shape)
+        return self._b.expand(arg, shape)
 
-    def squeeze(self, x: Val, dims: Sequence[int], squeeze_expanded: bool = False) -> TensorView:
+    def squeeze(self, arg: Val, dims: Sequence[int], squeeze_expanded: bool = False) -> TensorView:
         """Remove the given axes of size 1: broadcast axes, or symbolic ones (-1 where the
         tensor was defined), which must have size 1 on every call (InputError otherwise). A
         broadcast axis that an expand gave an extent is removed only with squeeze_expanded
         (its values are the same all along it), as in nvFuser."""
         self._fd.check_open("squeeze")
-        return self._b.squeeze(x, dims, squeeze_expanded)
+        return self._b.squeeze(arg, dims, squeeze_expanded)
 
-    def permute(self, x: Val, dims: Sequence[int]) -> TensorView:
+    def permute(self, arg: Val, dims: Sequence[int]) -> TensorView:
         """Reorder axes: output axis i is input axis dims[i]."""
         self._fd.check_open("permute")
-        return self._b.permute(x, dims)
+        return self._b.permute(arg, dims)
 
-    def reshape(self, x: Val, new_shape: Sequence[Extent]) -> TensorView:
+    def reshape(self, arg: Val, new_shape: Sequence[Extent]) -> TensorView:
         """Row-major reshape to new_shape (ints or Int scalars, one -1 allowed)."""
         self._fd.check_open("reshape")
-        return self._b.reshape(x, new_shape)
+        return self._b.reshape(arg, new_shape)
 
     def slice(
         self,
@@ -321,33 +321,33 @@ class Ops(LibraryMethods, PointwiseOps):
         self._fd.check_open("segment_set")
         return build_segment_set(self._b, x)
 
-    def size(self, x: Val, dim: int) -> Scalar:
-        """The extent of axis `dim` of x, an Int scalar."""
+    def size(self, arg: Val, dim: int) -> Scalar:
+        """The extent of axis `dim` of arg, an Int scalar."""
         self._fd.check_open("size")
-        return self._b.size(x, dim)
+        return self._b.size(arg, dim)
 
-    def shape(self, x: Val) -> list[Scalar]:
-        """All extents of x, as a list of Int scalars."""
+    def shape(self, arg: Val) -> list[Scalar]:
+        """All extents of arg, as a list of Int scalars."""
         self._fd.check_open("shape")
-        v = self._b.tensor(x, "shape")
+        v = self._b.tensor(arg, "shape")
         return [self._b.size(v, i) for i in range(v.ndim)]
 
     # ---- library ops (run by the expr_eval scheduler, never generated) ----
-    def matmul(self, a: Val, b: Val) -> TensorView:
-        """a @ b with torch.matmul semantics for operands of rank >= 2: [..., n, k] @
+    def matmul(self, arg1: Val, arg2: Val) -> TensorView:
+        """arg1 @ arg2 with torch.matmul semantics for operands of rank >= 2: [..., n, k] @
         [..., k, m] -> [..., n, m], batch axes broadcast. Floating operands; the result keeps
         their (promoted) dtype, so BFloat16 stays BFloat16."""
         self._fd.check_open("matmul")
         from kfuse.ir.library_ops import build_matmul
 
-        return build_matmul(self._b, a, b)
+        return build_matmul(self._b, arg1, arg2)
 
-    def linear(self, x: Val, weight: Val, bias: Val | None = None) -> TensorView:
-        """torch.nn.functional.linear: x [..., k] @ weight[m, k].T + bias[m] (bias optional)."""
+    def linear(self, arg1: Val, arg2: Val, bias: Val | None = None) -> TensorView:
+        """torch.nn.functional.linear: arg1 [..., k] @ arg2 [m, k].T + bias[m] (bias optional)."""
         self._fd.check_open("linear")
         from kfuse.ir.library_ops import build_linear
 
-        return build_linear(self._b, x, weight, bias)
+        return build_linear(self._b, arg1, arg2, bias)
 
     # ---- reductions ----
     def _reduce(
@@ -371,7 +371,7 @@ class Ops(LibraryMethods, PointwiseOps):
 
     def sum(
         self,
-        x: Val,
+        arg: Val,
         dims: Dims | DataType = None,
         keepdim: bool = False,
         dtype: Any = None,
@@ -380,52 +380,52 @@ class Ops(LibraryMethods, PointwiseOps):
     ) -> TensorView:
         """Sum over dims (all when None). dtype: accumulate/output dtype; by default ints and
         Bool sum to Int, Half/BFloat16 accumulate in Float and return their own dtype.
-        As in nvFuser, sum(x, DataType.X) sums every axis in dtype X, dtype=DataType.Null
+        As in nvFuser, sum(arg, DataType.X) sums every axis in dtype X, dtype=DataType.Null
         is the default, and dim=i (one axis) is dims=[i]."""
-        return self._reduce("sum", x, dims, keepdim, dtype, dim)
+        return self._reduce("sum", arg, dims, keepdim, dtype, dim)
 
     def prod(
         self,
-        x: Val,
+        arg: Val,
         dims: Dims | DataType = None,
         keepdim: bool = False,
         dtype: Any = None,
         *,
         dim: int | None = None,
     ) -> TensorView:
-        """Product over dims; dtype rules (and nvFuser's prod(x, dtype)) as for sum."""
-        return self._reduce("prod", x, dims, keepdim, dtype, dim)
+        """Product over dims; dtype rules (and nvFuser's prod(arg, dtype)) as for sum."""
+        return self._reduce("prod", arg, dims, keepdim, dtype, dim)
 
     def max(
         self,
-        x: Val,
+        arg: Val,
         dims: Dims | DataType = None,
         keepdim: bool = False,
         dtype: Any = None,
         *,
         dim: int | None = None,
     ) -> TensorView:
-        """Maximum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
-        return self._reduce("max", x, dims, keepdim, dtype, dim)
+        """Maximum over dims (NaN-propagating); keeps arg's dtype unless dtype is given."""
+        return self._reduce("max", arg, dims, keepdim, dtype, dim)
 
     def min(
         self,
-        x: Val,
+        arg: Val,
         dims: Dims | DataType = None,
         keepdim: bool = False,
         dtype: Any = None,
         *,
         dim: int | None = None,
     ) -> TensorView:
-        """Minimum over dims (NaN-propagating); keeps x's dtype unless dtype is given."""
-        return self._reduce("min", x, dims, keepdim, dtype, dim)
+        """Minimum over dims (NaN-propagating); keeps arg's dtype unless dtype is given."""
+        return self._reduce("min", arg, dims, keepdim, dtype, dim)
 
-    def welford(self, x: Val, dims: Dims) -> tuple[TensorView, TensorView, TensorView]:
+    def welford(self, arg: Val, dims: Dims) -> tuple[TensorView, TensorView, TensorView]:
         """(avg, m2, count) over dims, as nvFuser's welford: the mean, the sum of squared
         deviations from it (the biased variance times the count) and the number of elements,
         in one pass (see kfuse.ir.WelfordOp)."""
         self._fd.check_open("welford")
-        return self._b.welford(x, dims)
+        return self._b.welford(arg, dims)
 
     def cumsum(self, arg: Val, dim: int, init: ScalarOperand | None = None) -> TensorView:
         """The inclusive prefix sum of arg along `dim` (negative counts from the end), of
@@ -490,13 +490,13 @@ class Ops(LibraryMethods, PointwiseOps):
         return self._b.keepdim(m, dims_n, v.ndim, keepdim, "mean")
 
     def var_mean(
-        self, x: Val, dims: Dims = None, correction: int = 1, keepdim: bool = False
+        self, arg: Val, dims: Dims = None, correction: int = 1, keepdim: bool = False
     ) -> tuple[TensorView, TensorView]:
         """(variance, mean) over dims via Welford; variance = m2 / (N - correction)."""
         self._fd.check_open("var_mean")
         if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
             raise DefinitionError(f"var_mean: correction must be an int >= 0, got {correction!r}")
-        v, out = self._float_input(x, "var_mean")
+        v, out = self._float_input(arg, "var_mean")
         dims_n = self._b._reduction_dims(v, dims, "var_mean")
         avg, m2, _ = self._b.welford(v, dims_n)
         denom = self._count(v, dims_n)
@@ -510,10 +510,10 @@ class Ops(LibraryMethods, PointwiseOps):
         )
 
     def var(
-        self, x: Val, dims: Dims = None, correction: int = 1, keepdim: bool = False
+        self, arg: Val, dims: Dims = None, correction: int = 1, keepdim: bool = False
     ) -> TensorView:
         """Variance over dims (Welford), divided by N - correction."""
-        return self.var_mean(x, dims, correction, keepdim)[0]
+        return self.var_mean(arg, dims, correction, keepdim)[0]
 
     # ---- normalizations ----
     def softmax(self, x: Val, dim: int = -1) -> TensorView:
