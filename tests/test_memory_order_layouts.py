@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from example_budget import examples
-from gpu_support import gpu_count
+from gpu_support import requires_gpu
 from kfuse import switches
 from kfuse.codegen.layout import OperandLayout, in_memory_order
 from kfuse.ir.layout_ops import ordered_strides
@@ -134,7 +134,7 @@ def test_in_memory_order_reorders_only_where_every_operand_agrees() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU")
+@requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_channels_last_outputs_on_the_gpu(dtype: torch.dtype) -> None:
     x = nchw_last(8, 96, 28, 28, device="cuda", dtype=dtype)

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_support import gpu_count
+from gpu_support import requires_gpu
 from kfuse.nvfuser_direct import DataType, FusionDefinition
 
 N, H, L, S, E = 4, 8, 16, 16, 8
@@ -28,7 +28,7 @@ def case_id(case: Case) -> str:
     return f"dropout{dropout}-causal{causal}-scale{'none' if scale is None else f'{scale:.3g}'}"
 
 
-GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU")]
+GPU_MARKS = [pytest.mark.gpu, requires_gpu]
 PARAMS = [
     pytest.param(
         case, device, id=f"{case_id(case)}-{device}", marks=GPU_MARKS if device == "cuda" else []

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from gpu_support import gpu_count
+from gpu_support import requires_gpu
 from kfuse.errors import InputError
 from kfuse.nvfuser_direct import DataType
 from kfuse.nvfuser_direct.pytorch_utils import (
@@ -84,7 +84,7 @@ def test_an_out_of_memory_test_runs_again_then_is_skipped() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU")
+@requires_gpu
 def test_device_properties_under_nvfusers_keys() -> None:
     props = get_device_properties()
     device = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -14,8 +14,12 @@ from typing import Any
 from kfuse.dtypes import DataType, from_array_dtype
 from kfuse.errors import DefinitionError, InputError
 
-_PYTHON_TYPES = {bool: DataType.Bool, int: DataType.Int, float: DataType.Double}
-_PYTHON_TYPES[complex] = DataType.ComplexDouble
+_PYTHON_TYPES = {
+    bool: DataType.Bool,
+    int: DataType.Int,
+    float: DataType.Double,
+    complex: DataType.ComplexDouble,
+}
 
 
 def torch_dtype_to_nvfuser_dtype(dtype: Any) -> DataType:
