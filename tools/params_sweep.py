@@ -91,6 +91,29 @@ def refill_grid(params: Any, fields: dict[str, int], fd: Any, inputs: list[Any])
             params.block_y = max(1, 128 // int(params.block_x))
             params.grid_x = -(-rows // int(params.block_y))
         fill_launch_params(params, _plan(fd.fusion))
+    elif getattr(params, "scheduler_type", None) is SchedulerType.outer_persistent:
+        refill_outer(params, fields, fd, inputs)
+        fill_launch_params(params, _plan(fd.fusion))
+
+
+def refill_outer(params: Any, fields: dict[str, int], fd: Any, inputs: list[Any]) -> None:
+    """An outer_persistent launch as its heuristics size it: rows a thread to cover a column
+    (unless the grid gives persistent_batch_size), whole clusters over the column groups of
+    the edited vector and block_x."""
+    from kfuse.runtime.info import build_runtime_info
+    from kfuse.schedule.outer_persistent import MAX_GRID_X, _plan_and_layout
+
+    _, layout = _plan_and_layout(fd.fusion, build_runtime_info(fd.fusion, inputs))
+    if "persistent_batch_size" not in fields:
+        holders = int(params.block_y) * int(params.cluster_size)
+        params.persistent_batch_size = -(-layout.red_size // holders)
+    n_in, vector, cluster = (
+        layout.kept_sizes[-1],
+        int(params.vectorize_iter),
+        int(params.cluster_size),
+    )
+    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    params.grid_x = max(1, min(MAX_GRID_X // cluster, -(-cols // int(params.block_x)))) * cluster
 
 
 def transpose_tiles(fd: Any, inputs: list[Any], params: Any) -> int:

@@ -212,6 +212,16 @@ scale_bias_relu_channels_last --tc --ab kfuse.switches.MEMORY_ORDER_LAYOUTS=Fals
 
 # ---- off until measured ----------------------------------------------------------------
 
+STREAMING_REREAD_STORES = False
+"""Where True, the pointwise kernel that reads again an input the kernel before it read
+(REREAD_REVERSED: a normalization's second pass over x) stores its vector outputs with L2's
+evict-first policy (st.global.cs, kf::store_vec_streaming), so that its writes do not push
+out of L2 the part of x it has yet to read: x's tail, which the statistics' reduction read
+last, and with an x of about L2's size (a channels-last batch norm of [256, 2048, 7, 7] bf16,
+51 MB; an H100's L2 is 50 MB) nearly all of it. The same values either way (a cache hint);
+off until measured. The A/B: `tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7
+groupnorm_fwd_g1:32x128x64x64 --tc --ab kfuse.switches.STREAMING_REREAD_STORES=True`."""
+
 ONE_VECTOR_WITHOUT_MATH = False
 """Where True, fusions with no costly op (kfuse.schedule.pointwise.has_costly_math) take one
 vector a thread in either schedule: with nothing to compute between loads, twice the blocks

@@ -21,7 +21,6 @@ Heuristics, from the device and the actual inputs:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -543,8 +542,7 @@ def pointwise_kernel(fusion: Fusion, info: RuntimeInfo, params: Any) -> Any:
     plan = plan_pointwise(fusion)
     layout = pointwise_layout(plan, info, output_ptrs=None, split=True)
     spec = PointwiseScheduler().kernel_spec(plan, layout, params)
-    if warm_inputs.rereads_warm_input(plan, info) and not spec.whole_rows:
-        spec = dataclasses.replace(spec, reverse_rows=True)
+    spec = warm_inputs.for_rereads(spec, plan, info)
     source, name = emit_pointwise(plan, spec)
     positions = {v: i for i, v in enumerate(fusion.inputs)}
     operands: list[Any] = []
