@@ -360,8 +360,10 @@ def _dropout(x: Any) -> Any:
     return F.dropout(x, p=0.1, training=True)
 
 
-def time_step(fn: Any, case: Any, reps: int) -> float:
-    """Median milliseconds of one forward+backward (or one in-place update), CUDA events."""
+def time_step(fn: Any, case: Any, reps: int, breakdown: dict[str, float] | None = None) -> float:
+    """Median milliseconds of one forward+backward (or one in-place update), CUDA events;
+    with `breakdown` (a dict), its kernels' time and count per step put there too
+    (tools/thunder_breakdown.py)."""
     import torch
 
     args = _copies(case.args, False)
@@ -374,6 +376,10 @@ def time_step(fn: Any, case: Any, reps: int) -> float:
 
     for _ in range(3):
         once()
+    if breakdown is not None:
+        from thunder_breakdown import kernel_time
+
+        breakdown.update(kernel_time(once))
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -386,7 +392,9 @@ def time_step(fn: Any, case: Any, reps: int) -> float:
     return times[len(times) // 2]
 
 
-def time_peers(thunder: Any, case: Any, reps: int, peers: bool) -> dict[str, float]:
+def time_peers(
+    thunder: Any, case: Any, reps: int, peers: bool, breakdown: bool = False
+) -> dict[str, float]:
     import torch
     from thunder.executors.nvfuserex import nvfuserex
 
@@ -399,7 +407,10 @@ def time_peers(thunder: Any, case: Any, reps: int, peers: bool) -> dict[str, flo
     out = {}
     for label, fn in engines.items():
         try:
-            out[label] = time_step(fn, case, reps)
+            parts: dict[str, float] | None = {} if breakdown else None
+            out[label] = time_step(fn, case, reps, parts)
+            for key, value in (parts or {}).items():
+                out[f"{label} {key}"] = value
         except Exception as exc:  # a peer's failure is reported, not fatal to the table
             out[label] = float("nan")
             print(f"  timing {label}: {type(exc).__name__}: {str(exc)[:200]}")
@@ -442,9 +453,12 @@ def _print_table(results: list[dict[str, Any]], timings: list[dict[str, Any]]) -
         )
     if timings:
         labels = [k for k in timings[0] if k not in ("step", "dtype")]
-        print(f"\n{'step (ms, median)':<18}{'dtype':<10}" + "".join(f"{k:>24}" for k in labels))
+        widths = [max(24, len(k) + 2) for k in labels]
+        head = "".join(f"{k:>{w}}" for k, w in zip(labels, widths))
+        print(f"\n{'step (ms, median)':<18}{'dtype':<10}" + head)
         for t in timings:
-            print(f"{t['step']:<18}{t['dtype']:<10}" + "".join(f"{t[k]:>24.3f}" for k in labels))
+            cells = "".join(f"{t.get(k, float('nan')):>{w}.3f}" for k, w in zip(labels, widths))
+            print(f"{t['step']:<18}{t['dtype']:<10}" + cells)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -467,6 +481,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--nv-matmul",
         action="store_true",
         help="Thunder's nv_enable_linear/nv_enable_matmul on: matrix products on kfuse too",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="each engine's GPU time and kernel count per step too (tools/thunder_breakdown.py)",
     )
     parser.add_argument("--json", type=Path, help="write the results here (after every step)")
     return parser.parse_args(argv)
@@ -548,7 +567,7 @@ def run_step(run: Run, name: str, dtype_name: str) -> None:
     timed_before = any(t["step"] == name for t in run.timings)
     in_budget = time.perf_counter() - run.start < run.args.budget_s
     if run.device == "cuda" and in_budget and not timed_before:
-        timed = time_peers(run.thunder, case, run.args.reps, peers=run.mode == "full")
+        timed = time_peers(run.thunder, case, run.args.reps, run.mode == "full", run.args.breakdown)
         run.timings.append({"step": name, "dtype": dtype_name, **timed})
         run.save()
 
