@@ -10,11 +10,13 @@ it is as fast as its kernels.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 
-def kernel_time(once: Callable[[], None], reps: int = 5) -> dict[str, float]:
-    """{"kernel_ms": GPU time per step, "kernels": GPU activities per step} over `reps` steps
-    (after one unprofiled step, so that nothing compiles inside the profile)."""
+def kernel_time(once: Callable[[], None], reps: int = 5) -> dict[str, Any]:
+    """{"kernel_ms": GPU time per step, "kernels": GPU activities per step, "by_name": {name:
+    [count, us] per step}} over `reps` steps (after one unprofiled step, so that nothing
+    compiles inside the profile)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -27,4 +29,9 @@ def kernel_time(once: Callable[[], None], reps: int = 5) -> dict[str, float]:
         torch.cuda.synchronize()
     on_gpu = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     total_us = sum(e.time_range.elapsed_us() for e in on_gpu)
-    return {"kernel_ms": total_us / 1e3 / reps, "kernels": len(on_gpu) / reps}
+    by_name: dict[str, list[float]] = {}
+    for e in on_gpu:
+        entry = by_name.setdefault(e.name[:120], [0.0, 0.0])
+        entry[0] += 1 / reps
+        entry[1] += e.time_range.elapsed_us() / reps
+    return {"kernel_ms": total_us / 1e3 / reps, "kernels": len(on_gpu) / reps, "by_name": by_name}
