@@ -106,9 +106,11 @@ def test_nan_and_inf_in_a_later_blocks_part_reach_the_whole_column() -> None:
 
 def test_the_h100_heuristics_split_only_columns_one_block_cannot_hold() -> None:
     """Softmax backward over dim 0 of [4096, 16384] bf16: one block cannot hold a column of
-    the two inputs (the segmenter split it before); a cluster of 4 does, each block 16-byte
-    vectors two threads a row (a sector). [512, 16384] stays in one block; with the switch
-    off the long one is left to the segmenter, and a column too long for 8 blocks still is."""
+    the two inputs (the segmenter split it before); a cluster of 8 blocks of 64 threads along
+    the column does, 8 rows a thread, 16-byte vectors four threads a row (64 bytes:
+    _cluster_shape's measured shape). [512, 16384] stays in one block; with the switch off the
+    long one is left to the segmenter, and so is a column that would leave a thread more than
+    8 rows in a cluster ([8192, 16384]: 16) or a short one ([49, 2**20])."""
     from kfuse.schedule.registry import scheduler_for
     from kfuse.schedule.types import Rejection
     from planning import gpu_info
@@ -117,15 +119,19 @@ def test_the_h100_heuristics_split_only_columns_one_block_cannot_hold() -> None:
     scheduler = scheduler_for(OP)
     info = gpu_info(fd, [(4096, 16384)] * 2, "h100")
     params = scheduler.heuristics(fd.fusion, info)
-    assert params.cluster_size == 4 and params.grid_x % 4 == 0
-    assert params.block_y * params.persistent_batch_size * 4 >= 4096
-    assert params.vectorize_iter == 8 and params.block_x * 8 * 2 >= 32
+    assert (params.cluster_size, params.block_x, params.block_y) == (8, 4, 64)
+    assert params.persistent_batch_size == 8 and params.vectorize_iter == 8
+    assert params.grid_x % 8 == 0
     (kernel,) = scheduler.kernels(fd.fusion, info, params)
-    assert "__cluster_dims__(4, 1, 1)" in kernel.source
+    assert "__cluster_dims__(8, 1, 1)" in kernel.source
     short = scheduler.heuristics(fd.fusion, gpu_info(fd, [(512, 16384)] * 2, "h100"))
     assert short.cluster_size == 1
-    with pytest.raises(Rejection, match="cluster of up to 8 blocks"):
-        scheduler.check(fd.fusion, gpu_info(fd, [(1 << 16, 64)] * 2, "h100"))
+    with pytest.raises(Rejection, match="would hold 16 rows"):
+        scheduler.check(fd.fusion, gpu_info(fd, [(8192, 16384)] * 2, "h100"))
+    # Short columns in many waves are split by the segmenter (SHORT_COLUMN_ROWS), not spread
+    # a few rows a block over a cluster.
+    with pytest.raises(Rejection, match="not longer than one block"):
+        scheduler.check(fd.fusion, gpu_info(fd, [(49, 1 << 20)] * 2, "h100"))
     switches.OUTER_CLUSTERS = False  # the fixture restores it
     with pytest.raises(Rejection, match="too long to hold in one block"):
         scheduler.check(fd.fusion, info)
@@ -171,7 +177,8 @@ def _split_cases(draw: st.DrawFn) -> tuple:
     name = draw(st.sampled_from(sorted(FUSIONS)))
     dtype = draw(st.sampled_from([DataType.Float, DataType.BFloat16, DataType.Half]))
     heuristics = draw(st.integers(0, 3)) == 0
-    rows = draw(st.integers(2200, 5000) if heuristics else st.integers(2, 300))
+    # up to 4096 rows: a cluster of 8 blocks of 64 threads, 8 rows each (_cluster_shape)
+    rows = draw(st.integers(2200, 4096) if heuristics else st.integers(2, 300))
     cols = draw(st.integers(2, 24 if heuristics else 40))  # one column: an inner norm
     inputs = inputs_for(name, dtype, rows, cols, seed=draw(st.integers(0, 2**16)))
     if draw(st.booleans()):  # NaN or an infinity somewhere in a column
@@ -199,7 +206,7 @@ def _split_cases(draw: st.DrawFn) -> tuple:
 def test_split_columns_property(case: tuple) -> None:
     """Drawn split columns against the reference (the vector width may not suit every
     operand's alignment: such params are refused by name), and the heuristics' params for
-    columns of 2200 to 5000 rows (most of them split: a block holds about 2048)."""
+    columns of 2200 to 4096 rows (most of them split: a block holds about 2048)."""
     name, dtype, inputs, params = case
     fd = FUSIONS[name][0](dtype)
     if params is None:

@@ -76,40 +76,16 @@ def test_reversed_rows_match_the_reference(
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("streaming", [False, True])
-def test_the_reversed_second_pass_on_the_gpu(
-    streaming: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_reversed_second_pass_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Channels-last batch norms whose statistics are a reduction of their own, as the model
-    suite's [256, 2048, 7, 7] (12544 rows) and a longer one, with the switch on (and its
-    stores evict-first, STREAMING_REREAD_STORES, or not)."""
+    suite's [256, 2048, 7, 7] (12544 rows) and a longer one, with the switch on."""
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(switches, "REREAD_REVERSED", True)
-    monkeypatch.setattr(switches, "STREAMING_REREAD_STORES", streaming)
     fd = batch_norm_nhwc(DataType.BFloat16)
     for n, c in ((256 * 49, 2048), (64 * 3136, 256)):
         torch.manual_seed(n)
         x = torch.randn(1, n, 1, c, device="cuda").to(torch.bfloat16)
         w, b = (torch.randn(c, device="cuda").to(torch.bfloat16) for _ in range(2))
         out = fd.execute([x, w, b])
-        assert fd.last_program().launches[-1].name.endswith("_rev_cs" if streaming else "_rev")
+        assert fd.last_program().launches[-1].name.endswith("_rev")
         assert_outputs_close(fd, out, evaluate(fd.fusion, [x, w, b]), [x, w, b])
-
-
-@pytest.mark.parametrize("on", [True, False])
-def test_streaming_stores_only_with_their_switch(on: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """switches.STREAMING_REREAD_STORES: the reversed second pass stores its vector outputs
-    evict-first (st.global.cs in its PTX for sm_90), the reduction before it as it was; the
-    same values as the reference on the emulator."""
-    from kfuse.runtime.backends.cuda import compile_to_ptx, nvrtc_options
-
-    monkeypatch.setattr(switches, "REREAD_REVERSED", True)
-    monkeypatch.setattr(switches, "STREAMING_REREAD_STORES", on)
-    fd, inputs = _segmented_batch_norm()
-    out = fd.execute(inputs)
-    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
-    launches = fd.last_program().launches
-    assert launches[-1].name.endswith("_rev_cs" if on else "_rev")
-    for launch in launches:
-        ptx = compile_to_ptx(launch.source, launch.name, "sm_90", nvrtc_options())
-        assert ("st.global.cs" in ptx) == (on and launch is launches[-1]), launch.name

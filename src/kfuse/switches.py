@@ -212,16 +212,6 @@ scale_bias_relu_channels_last --tc --ab kfuse.switches.MEMORY_ORDER_LAYOUTS=Fals
 
 # ---- off until measured ----------------------------------------------------------------
 
-STREAMING_REREAD_STORES = False
-"""Where True, the pointwise kernel that reads again an input the kernel before it read
-(REREAD_REVERSED: a normalization's second pass over x) stores its vector outputs with L2's
-evict-first policy (st.global.cs, kf::store_vec_streaming), so that its writes do not push
-out of L2 the part of x it has yet to read: x's tail, which the statistics' reduction read
-last, and with an x of about L2's size (a channels-last batch norm of [256, 2048, 7, 7] bf16,
-51 MB; an H100's L2 is 50 MB) nearly all of it. The same values either way (a cache hint);
-off until measured. The A/B: `tools/kernel_times.py batchnorm_fwd_nhwc:256x2048x7x7
-groupnorm_fwd_g1:32x128x64x64 --tc --ab kfuse.switches.STREAMING_REREAD_STORES=True`."""
-
 ONE_VECTOR_WITHOUT_MATH = False
 """Where True, fusions with no costly op (kfuse.schedule.pointwise.has_costly_math) take one
 vector a thread in either schedule: with nothing to compute between loads, twice the blocks
@@ -263,18 +253,20 @@ gap to the twins left. Off: too small to take the second compile it costs. The A
 
 OUTER_CLUSTERS = False
 """Where True, an outer normalization whose columns are too long for one block to hold (a
-softmax over dim 0 of [4096, 16384], a channels-last batch norm over 12544 rows) is held split
-over the blocks of a thread-block cluster (kfuse.schedule.outer_persistent.CLUSTER_SIZES: each
-block its part of every column; the reductions combine through distributed shared memory),
-where the segmenter splits it into a statistics reduction and a normalizing kernel, which read
-the input twice from memory. Measured slower, so off: on an H100 (2026-12-07, at 478c30a,
-bf16, whole calls, us; segmented -> split over a cluster, torch.compile) softmax backward
-over dim 0 [4096, 16384] 221.7 -> 249.2 (223.8), channels-last batch norm forward [256, 2048,
-7, 7] 62.9 -> 142.2 (72.4), instance norm forward [64, 256, 56, 56] 109.8 -> 237.6 (115.2).
-Each block holds its part in registers alone (one block of 512 threads an SM), so an SM
-waits out its cluster's barriers and its next column group's loads with nothing in flight:
-the form is correct (its GPU tests pass) but needs the loads of the next group overlapped
-with the combine, or more blocks an SM, before it can win."""
+softmax over dim 0 of [4096, 16384], a channels-last instance norm over 3136 rows) is held
+split over the 8 blocks of a thread-block cluster (kfuse.schedule.outer_persistent.
+_cluster_shape: 64 threads along the column a block, at most 8 rows a thread; the reductions
+combine through distributed shared memory), where the segmenter splits it into a statistics
+reduction and a normalizing kernel, which read the input twice from memory. Off until
+measured on every row it changes. On an H100 (2026-12-07, bf16, L2 flushed, us; segmented ->
+split over a cluster, torch.compile): at 478c30a, with a shape of one block of 512 threads an
+SM, softmax backward over dim 0 [4096, 16384] 221.7 -> 249.2 (223.8), channels-last batch norm
+forward [256, 2048, 7, 7] 62.9 -> 142.2 (72.4), instance norm forward [64, 256, 56, 56] 109.8
+-> 237.6 (115.2); at 627ecbe, swept (tools/params_sweep.py), the softmax backward 218.6 ->
+198.3 in the shape _cluster_shape now takes, the batch norm at best 109.9 (12544 rows: more
+than 8 a thread, so the segmenter keeps it). The A/B: `tools/kernel_times.py
+softmax_fwd_dim0:4096x16384 softmax_bwd_dim0:4096x16384 instancenorm_fwd_nhwc:64x256x56x56
+instancenorm_bwd_nhwc:64x256x56x56 --tc --ab kfuse.switches.OUTER_CLUSTERS=True`."""
 
 
 # ---- set from the environment -------------------------------------------------------------

@@ -88,22 +88,12 @@ def load_vector(
 
 
 def store_vector(
-    kind: str,
-    tensor: str,
-    value: str,
-    vec: int,
-    indent: str,
-    *,
-    at: str,
-    element_at: str,
-    streaming: bool = False,
+    kind: str, tensor: str, value: str, vec: int, indent: str, *, at: str, element_at: str
 ) -> list[str]:
     """Lines storing the V lanes of `value` (a kf::Vec) into `tensor`: one vector access at
-    `at` (VEC), else lane by lane at `element_at`. streaming: a vector access with L2's
-    evict-first policy (kf::store_vec_streaming)."""
+    `at` (VEC), else lane by lane at `element_at`."""
     if kind == VEC:
-        store = "store_vec_streaming" if streaming else "store_vec"
-        return [f"{indent}kf::{store}<{vec}>({tensor}, {at}, {value});"]
+        return [f"{indent}kf::store_vec<{vec}>({tensor}, {at}, {value});"]
     return [
         "#pragma unroll",
         f"{indent}for (int j = 0; j < {vec}; ++j) kf::store({tensor}, {element_at}, {value}[j]);",

@@ -152,10 +152,6 @@ class PointwiseKernelSpec:
     # L2 may still hold, first (switches.REREAD_REVERSED). Out of the repr (kernel_name adds
     # a suffix).
     reverse_rows: bool = field(default=False, repr=False)
-    # Vector outputs stored with L2's evict-first policy, so that what L2 holds of an input
-    # the kernel has yet to read stays there (switches.STREAMING_REREAD_STORES, with
-    # reverse_rows). Out of the repr (kernel_name adds a suffix).
-    streaming_stores: bool = field(default=False, repr=False)
     # Per input, for a padded read (WINDOWED or WINDOWED_VEC: kfuse.codegen.windowed) the
     # merged axes it is padded along, () for the others; () when no input is one. Out of the
     # repr (kernel_name adds a suffix).
@@ -378,7 +374,6 @@ def _compute_and_store(
                 code.indent,
                 at=f"{base} + i0",
                 element_at=f"{base} + (i0 + j) * step_out{k}",
-                streaming=spec.streaming_stores,
             )
         )
 

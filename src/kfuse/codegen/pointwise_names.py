@@ -36,6 +36,4 @@ def kernel_name(plan: PointwisePlan, spec: PointwiseKernelSpec) -> str:
         suffix += "_win" + "_".join("".join(str(a) for a in axes) or "x" for axes in spec.windows)
     if spec.reverse_rows:
         suffix += "_rev"
-    if spec.streaming_stores:
-        suffix += "_cs"
     return f"kfuse_pointwise_{digest}{suffix}"

@@ -6,7 +6,7 @@ the reduced axis is not the innermost in memory while the innermost kept axis is
 operand that walks the reduced axis does so with a stride). Each block holds whole columns
 in registers (kfuse.codegen.outer_persistent). A column longer than one block holds is, with
 switches.OUTER_CLUSTERS on a target that runs thread-block clusters, held by the blocks of a
-cluster of CLUSTER_SIZES (each its part of the column); otherwise it is rejected, and the
+cluster (each block its part of the column: _cluster_shape); otherwise it is rejected, and the
 segmenter splits such a fusion (statistics by the reduction scheduler, its grid reduction
 included, then a pointwise kernel). A one-kernel grid-wide combine would need a grid barrier,
 which the kernel ABI has no cooperative launch for.
@@ -152,9 +152,9 @@ def _pow2_floor(n: int) -> int:
 
 
 CLUSTER_SIZES = (2, 4, 8)
-"""Blocks of a thread-block cluster a column too long for one block is split over
-(switches.OUTER_CLUSTERS), the fewest that hold it: at most the portable cluster size, which
-every sm_90 GPU runs and the emulator emulates."""
+"""The cluster sizes ReductionParams.cluster_size may name (switches.OUTER_CLUSTERS): up to
+the portable cluster size, which every sm_90 GPU runs and the emulator emulates. The
+heuristics split a column too long for one block over the largest (_cluster_shape)."""
 
 
 def choose_held_columns(
@@ -165,36 +165,90 @@ def choose_held_columns(
     row to read whole sectors) and the target runs clusters (`clusters`), split over the
     blocks of a cluster; Rejection when neither holds it."""
     try:
-        return (*_held_shape(plan, layout, device, layout.red_size, 1), 1)
+        return (*_held_shape(plan, layout, device), 1)
     except Rejection as alone:
         if not (clusters and switches.OUTER_CLUSTERS):
             raise
-        for cluster in CLUSTER_SIZES:
-            try:
-                rows = -(-layout.red_size // cluster)
-                return (*_held_shape(plan, layout, device, rows, cluster), cluster)
-            except Rejection:
-                continue
+        try:
+            return _cluster_shape(plan, layout)
+        except Rejection as split:
+            raise Rejection(f"{alone}; {split}") from None
+
+
+CLUSTER_BLOCK_Y = 64
+CLUSTER_ROW_BYTES = 64
+CLUSTER_MAX_BATCH = 8
+"""The launch of a column split over a cluster: CLUSTER_SIZES' largest, CLUSTER_BLOCK_Y
+threads along the column in each block and CLUSTER_ROW_BYTES of each row across a block's
+threads along x, so that several blocks run an SM and overlap one another's loads with their
+barriers; a column that leaves a thread more than CLUSTER_MAX_BATCH rows is split by the
+segmenter instead. On an H100 (2026-12-07, at 627ecbe, bf16, L2 flushed, tools/params_sweep.py)
+the softmax backward over dim 0 of [4096, 16384] took 198-200 us so (cluster 8, block (4, 64),
+8 rows a thread) against 218.6 segmented and 223.8 for torch.compile; the shape the
+single-block rule gave (cluster 4, block (2, 256), one block an SM) 250 us; 16 rows a thread
+(block_y 32) 213, 32 (block_y 16) 420-440 (spilled). A channels-last batch norm of [256, 2048,
+7, 7] (12544 rows: 25 a thread so) was 110 us at its best cluster shape against 60.8
+segmented."""
+
+
+def _cluster_shape(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, int, int, int, int]:
+    """(vector, block_x, block_y, batch, cluster) of a column split over a cluster
+    (CLUSTER_BLOCK_Y); Rejection where the column is no longer than one such block holds, a
+    thread would hold more than CLUSTER_MAX_BATCH rows or the block more registers than an SM
+    has."""
+    cluster, by = CLUSTER_SIZES[-1], CLUSTER_BLOCK_Y
+    if layout.red_size <= by * CLUSTER_MAX_BATCH:
+        # Short columns that one block could hold but for the rules above (sectors, waves of
+        # short columns): a cluster's blocks would each get a few rows and a barrier.
         raise Rejection(
-            f"{alone}; nor is it held split over a cluster of up to {CLUSTER_SIZES[-1]} blocks"
-        ) from None
-
-
-def _held_shape(
-    plan: ReductionPlan, layout: ReductionLayout, device: Any, rows: int, cluster: int
-) -> tuple[int, int, int, int]:
-    """(vector, block_x, block_y, batch) of blocks that each hold `rows` rows of their columns
-    (the whole column, or a cluster block's part of it); Rejection where they cannot."""
-    n_red, n_in = rows, layout.kept_sizes[-1]
+            f"nor split over a cluster: columns of {layout.red_size} rows are not longer "
+            f"than one block of the cluster's shape holds ({by * CLUSTER_MAX_BATCH})"
+        )
+    batch = -(-layout.red_size // (cluster * by))
+    if batch > CLUSTER_MAX_BATCH:
+        raise Rejection(
+            f"nor split over a cluster of {cluster} blocks of {by} threads along it: each "
+            f"thread would hold {batch} rows (at most {CLUSTER_MAX_BATCH})"
+        )
+    n_in = layout.kept_sizes[-1]
     full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
     vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
-    words = slot_words(plan, layout, vector)
-    overhead = (
+    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
+    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    bx = max(1, min(pow2_ceil(cols), CLUSTER_ROW_BYTES // (vector * unit)))
+    thread = batch * slot_words(plan, layout, vector) + _overhead(plan, layout, vector)
+    while bx > 1 and bx * by * thread > 65536:  # narrow vectors: fewer bytes of a row
+        bx //= 2
+    registers = bx * by * thread
+    if registers > 65536:
+        raise Rejection(
+            f"nor split over a cluster of {cluster} blocks: a block of {bx} x {by} threads "
+            f"holding {batch} rows each needs {registers} registers (65536 an SM)"
+        )
+    return vector, bx, by, batch, cluster
+
+
+def _overhead(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
+    """32-bit registers a thread takes besides its held rows: REGISTER_OVERHEAD, the held
+    inputs constant along the column and each reduction's state."""
+    return (
         REGISTER_OVERHEAD
         + _input_words(plan, layout, vector, constant=True)
         + vector
         * sum(STATE_WORDS_WELFORD if a.welford else STATE_WORDS_OTHER for a in accumulators(plan))
     )
+
+
+def _held_shape(
+    plan: ReductionPlan, layout: ReductionLayout, device: Any
+) -> tuple[int, int, int, int]:
+    """(vector, block_x, block_y, batch) of blocks that each hold their columns whole;
+    Rejection where they cannot."""
+    n_red, n_in = layout.red_size, layout.kept_sizes[-1]
+    full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
+    vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
+    words = slot_words(plan, layout, vector)
+    overhead = _overhead(plan, layout, vector)
     max_batch = min(MAX_BATCH, MAX_HELD_WORDS // words)
     cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
     # The threads along x that read one 32-byte sector of a row between them.
@@ -237,9 +291,9 @@ def _held_shape(
     bx = max(1, min(WARP, pow2_ceil(cols), threads // by))
     # More, narrower blocks rather than idle SMs, but a block's threads along x still read
     # whole 32-byte sectors of each row (narrower, every sector is fetched for a part).
-    while bx > sector and -(-cols // bx) * cluster < device.sm_count:
+    while bx > sector and -(-cols // bx) < device.sm_count:
         bx //= 2
-    blocks = -(-cols // bx) * cluster
+    blocks = -(-cols // bx)
     per_sm = max(1, 65536 // (bx * by * (held + overhead)))
     if layout.red_size < SHORT_COLUMN_ROWS and blocks > device.sm_count * per_sm:
         raise Rejection(

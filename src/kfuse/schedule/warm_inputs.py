@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from kfuse import switches
-
 if TYPE_CHECKING:
     from kfuse.codegen.pointwise import PointwiseKernelSpec, PointwisePlan
     from kfuse.runtime.info import RuntimeInfo
@@ -28,10 +26,7 @@ def for_rereads(
     spec: PointwiseKernelSpec, plan: PointwisePlan, info: RuntimeInfo
 ) -> PointwiseKernelSpec:
     """`spec` taking its rows from the last where the kernel rereads a warm input (and its
-    launch is not whole rows), its vector outputs then stored evict-first in L2 with
-    switches.STREAMING_REREAD_STORES; `spec` itself otherwise."""
+    launch is not whole rows); `spec` itself otherwise."""
     if spec.whole_rows or not rereads_warm_input(plan, info):
         return spec
-    return dataclasses.replace(
-        spec, reverse_rows=True, streaming_stores=switches.STREAMING_REREAD_STORES
-    )
+    return dataclasses.replace(spec, reverse_rows=True)

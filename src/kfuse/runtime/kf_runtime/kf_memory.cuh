@@ -102,36 +102,6 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
   *reinterpret_cast<Vec<T, V>*>(p) = v;
 }
 
-// store_vec with L2's evict-first policy (st.global.cs: "cache streaming", likely accessed
-// once): a kernel writing an output nothing in the call reads again stores it so, and L2
-// keeps what it holds of an input the kernel has yet to read (a normalization's second pass
-// over x, switches.STREAMING_REREAD_STORES). The same store on the host compiler.
-template <int V, typename T>
-__device__ __forceinline__ void store_vec_streaming(T* p, const Vec<T, V>& v) {
-#if defined(KFUSE_USE_PTX) && defined(__CUDA_ARCH__)
-  using Word = typename detail::VecWord<(int)sizeof(Vec<T, V>)>::type;
-  union {
-    Vec<T, V> vec;
-    Word word;
-  } u{v};
-  if constexpr (sizeof(Word) == 16) {
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u.word.w[0]),
-                 "r"(u.word.w[1]), "r"(u.word.w[2]), "r"(u.word.w[3])
-                 : "memory");
-  } else if constexpr (sizeof(Word) == 8) {
-    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(u.word.w[0]),
-                 "r"(u.word.w[1])
-                 : "memory");
-  } else if constexpr (sizeof(Word) == 4) {
-    asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(u.word.w[0]) : "memory");
-  } else {
-    store_vec<V>(p, v);  // 1 or 2 bytes: a plain store
-  }
-#else
-  store_vec<V>(p, v);
-#endif
-}
-
 // A vector of 16, 8 or 4 bytes from global to shared memory without passing through
 // registers (cp.async, sm_80 and later): 16 bytes through L2 only (.cg), the smaller ones
 // through L1 (.ca, the only form of those sizes). The copy is complete for the issuing thread
@@ -207,13 +177,6 @@ __device__ __forceinline__ void store_vec(const Tensor<T, N, Index>& t, Off off,
                                           const Vec<T, V>& v) {
   KF_BOUNDS_(t, off, V);
   store_vec<V>(t.data + off, v);
-}
-
-template <int V, typename T, int N, typename Index, typename Off>
-__device__ __forceinline__ void store_vec_streaming(const Tensor<T, N, Index>& t, Off off,
-                                                    const Vec<T, V>& v) {
-  KF_BOUNDS_(t, off, V);
-  store_vec_streaming<V>(t.data + off, v);
 }
 
 }  // namespace kf
