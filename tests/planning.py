@@ -38,17 +38,27 @@ def gpu_info(
     )
 
 
-def kernels_for(fusion: object, info: RuntimeInfo) -> None:
+def kernels_for(fusion: object, info: RuntimeInfo, *, segment: bool = True) -> None:
     """The chosen scheduler's heuristics turned into kernels (SchedulerError if it rejects
-    its own params), or each segment's when the fusion is segmented."""
+    its own params), or each segment's when the fusion is segmented (`segment` False: a
+    segment, which no scheduler may take but with its boundary reshapes folded, as the
+    compiler compiles it)."""
     scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
+    if scheduler is None and not segment:
+        from kfuse.engine.boundary_views import fold_boundary_views
+
+        folded = fold_boundary_views(fusion, info, cats=False)  # type: ignore[arg-type]
+        assert folded is not None, reasons
+        fusion, info = folded.fusion, folded.info
+        scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
+        assert scheduler is not None and scheduler.generates_kernels, reasons
     if scheduler is not None:
         if scheduler.generates_kernels:
             scheduler.kernels(fusion, info, scheduler.heuristics(fusion, info))
         return
     segmented = segment_fusion(fusion, info, "\n".join(reasons))  # type: ignore[arg-type]
     for plan in segmented.plans:
-        kernels_for(plan.fusion, synthetic_info(plan.fusion, plan.inputs, info))
+        kernels_for(plan.fusion, synthetic_info(plan.fusion, plan.inputs, info), segment=False)
 
 
 def schedulers_for(fusion: object, info: RuntimeInfo) -> list[object]:

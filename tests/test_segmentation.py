@@ -362,16 +362,17 @@ def test_printed_library_fusion_rebuilds() -> None:
     assert "fd.ops.matmul(T0, T1)" in repr(fd)
 
 
-def test_reshape_runs_as_its_own_segment() -> None:
-    """A reshape of a value computed with a broadcast operand is no view of an input: a
-    segment."""
+def test_reshape_of_another_segments_value_is_a_view_of_it() -> None:
+    """A reshape of a value computed with a broadcast operand is no view of an input, so the
+    value is a segment's output; that output is contiguous, so the reshape is a view of it,
+    folded into the reduction's operands (no segment of its own: segmenter._folded_taker)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         z = fd.define_tensor(shape=[-1])
         y = fd.ops.reshape(fd.ops.add(x, fd.ops.broadcast(z, is_broadcast_dim=[True, False])), [-1])
         fd.add_output(fd.ops.sum(y, dims=[0]))
     inputs = [rand(3, 4), rand(4)]
-    assert schedulers(fd.segments(inputs)) == [PW, EE, RED]
+    assert schedulers(fd.segments(inputs)) == [PW, RED]
     run_and_check(fd, inputs)
 
 
@@ -439,3 +440,36 @@ def test_the_multi_segment_kind_needs_several_segments() -> None:
 
     count()
     assert sum(n > 1 for n in seen) >= len(seen) // 2
+
+
+def _embedding_sum() -> FusionDefinition:
+    """Thunder's embedding region: rows of a bf16 table at 2-D token ids (embedding_fwd:
+    ids flattened, rows gathered, reshaped back to the ids' shape), cast, scaled, summed."""
+    with FusionDefinition() as fd:
+        ids = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        table = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        g = fd.define_tensor(shape=[-1, -1, -1])
+        rows = fd.ops.embedding_fwd(ids, table, None, None, None, None, None)
+        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(rows, DataType.Float), g), dims=[0, 1, 2]))
+    return fd
+
+
+def test_a_gather_before_a_reshape_stays_a_kernel() -> None:
+    """The gather is a generated kernel (its positions checked on the device, with no wait
+    for the GPU), the reshape of its rows a view folded into the reduction: two kernels, where
+    a library segment (index_select, reshape, cast) checked the ids on the host each call."""
+    import ml_dtypes
+
+    fd = _embedding_sum()
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 50, (3, 11))
+    table = rng.standard_normal((50, 24)).astype(ml_dtypes.bfloat16)
+    inputs = [ids, table, rand(3, 11, 24, seed=8)]
+    assert schedulers(fd.segments(inputs)) == [PW, RED]
+    run_and_check(fd, inputs)
+    gather, reduction = (launch.name for launch in fd.last_program().launches)
+    assert gather.startswith("kfuse_pointwise_") and "_ix" in gather  # an indexed read
+    assert reduction.startswith("kfuse_inner_")
+    ids[1, 4] = 50  # one past the table's rows
+    with pytest.raises(InputError, match="outside"):
+        fd.execute(inputs)

@@ -46,6 +46,7 @@ from kfuse.runtime.launch import (
     ScalarOperand,
 )
 from kfuse.schedule.sub_fusion import build_sub_fusion
+from kfuse.schedule.types import SchedulerType
 
 K = TypeVar("K", GeneratedKernel, KernelLaunch)
 
@@ -366,3 +367,25 @@ def _operands(e: Expr) -> list[Val]:
 def _ordered(exprs: list[Expr]) -> list[Val]:
     """The Vals `exprs` read, each once, in order of first use."""
     return list(dict.fromkeys(v for e in exprs for v in _operands(e)))
+
+
+def folded_scheduler(fusion: Fusion, info: RuntimeInfo) -> SchedulerType | None:
+    """The kernel scheduler that takes a segment's fusion with its boundary reshapes folded
+    into its operands, or None (the segmenter's last question of a group no scheduler takes
+    as it is). A segment's inputs that other segments produce are allocated contiguous, so a
+    reshape of one is a view: an embedding's rows, gathered by one kernel, are read in the
+    ids' shape by the reduction after it, where a reshape segment of its own would have made
+    the gather a host-checked framework index (a synchronization a call). The segment is
+    compiled so (kfuse.engine.compiler: a segment no scheduler takes is folded)."""
+    from kfuse.schedule import rejection_reason
+    from kfuse.schedule.registry import SCHEDULERS
+
+    if not any(isinstance(e, ReshapeOp) for e in fusion.exprs):
+        return None
+    folded = fold_boundary_views(fusion, info, cats=False)
+    if folded is None:
+        return None
+    for s in SCHEDULERS:
+        if s.generates_kernels and rejection_reason(s, folded.fusion, folded.info) is None:
+            return s.scheduler_type
+    return None

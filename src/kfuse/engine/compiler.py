@@ -135,8 +135,8 @@ def stage_partition(
 ) -> Partition:
     """Stage partition. Input: the canonical fusion, the call's RuntimeInfo, the pinned
     params if any. Output: the Partition, in this order of preference: one scheduler takes
-    the fusion (the pinned params' scheduler: SchedulerError if it declines); else (only
-    where `segment`) one kernel scheduler takes it with its boundary views folded, or its
+    the fusion (the pinned params' scheduler: SchedulerError if it declines); else one
+    kernel scheduler takes it with its boundary views folded, or (only where `segment`) its
     segments (kfuse.engine.segmenter) of the folded fusion, else of the fusion itself."""
     scheduler, reasons = _whole_fusion_scheduler(fusion, info, pinned, segment)
     folded_kernel = None
@@ -148,9 +148,20 @@ def stage_partition(
         partition = Partition(fusion, info, scheduler)
     else:
         why = "no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons)
-        partition = _folded_or_segmented(fusion, info, why)
+        partition = (_folded_or_segmented if segment else _folded_segment)(fusion, info, why)
     dump.stage("partition", fusion, partition.describe)
     return partition
+
+
+def _folded_segment(fusion: Fusion, info: RuntimeInfo, why: str) -> Partition:
+    """A segment no scheduler takes as it is: one kernel scheduler's with its boundary
+    reshapes folded (the segmenter accepted it so: segmenter._folded_taker), else
+    SchedulerError with `why`."""
+    folded = fold_boundary_views(fusion, info, cats=False)
+    taker = _taker(folded)
+    if taker is None or not taker.generates_kernels:
+        raise SchedulerError(why)
+    return Partition(fusion, info, taker, folded=folded)
 
 
 def _folded_or_segmented(fusion: Fusion, info: RuntimeInfo, why: str) -> Partition:
@@ -240,10 +251,7 @@ def _whole_fusion_scheduler(
                 )
             raise SchedulerError(f"manual_execute with {type(pinned).__name__}: {reason}")
         return pinned_scheduler, []
-    scheduler, reasons = choose_scheduler(fusion, info)
-    if scheduler is None and not segment:
-        raise SchedulerError("no scheduler takes the whole fusion:\n  " + "\n  ".join(reasons))
-    return scheduler, reasons
+    return choose_scheduler(fusion, info)
 
 
 def stage_params(partition: Partition, pinned: SchedulerParams | None) -> SchedulerParams:

@@ -8,6 +8,12 @@ sub-fusion is accepted by some scheduler for the actual inputs and the group gra
 acyclic: producer -> consumer pairs first, then groups sharing an input, then any pair.
 Each merge restarts the scan, so the result does not depend on dict or set ordering.
 
+A merge never makes a library segment (expr_eval) of a gather that a kernel reads on its own:
+the framework's indexing is checked on the host, waiting for the GPU every call, where a
+generated gather checks its positions on the device. A group no scheduler takes as it is may
+still be a kernel's with its boundary reshapes folded into its operands (a reshape of another
+segment's output is a view of it: kfuse.engine.boundary_views.folded_scheduler).
+
 Pointwise values computed from what segments read anyway (fusion inputs, reduction results,
 fusion outputs) are forwarded: their exprs join no group, and every segment that reads such a
 value computes it again. Otherwise the segment producing it would write it out at full size
@@ -33,6 +39,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from kfuse.engine.boundary_views import folded_scheduler
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -40,6 +47,8 @@ from kfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    GatherOp,
+    IndexSelectOp,
     PermuteOp,
     ReductionOp,
     TernaryOp,
@@ -360,9 +369,29 @@ class _Segmenter:
         siblings = [p for p in unlinked if self._share_input(*p)]
         others = [p for p in unlinked if not self._share_input(*p)]
         for a, b in edges + siblings + others:
-            if self._keeps_acyclic(a, b, succ) and self.accept(a | b)[0] is not None:
+            if self._keeps_acyclic(a, b, succ) and self._merges(a, b):
                 return a, b
         return None
+
+    def _merges(self, a: frozenset[int], b: frozenset[int]) -> bool:
+        """Whether a | b is accepted, and not as a library segment taking a gather that a
+        kernel reads on its own: the framework's indexing checks its positions on the host,
+        waiting for the GPU every call (an embedding over 2-D ids followed by a reshape), where
+        a generated gather checks them on the device."""
+        merged = self.accept(a | b)[0]
+        if merged is None:
+            return False
+        if merged is not SchedulerType.expr_eval:
+            return True
+        return not any(self._generated_gather(g) for g in (a, b))
+
+    def _generated_gather(self, members: frozenset[int]) -> bool:
+        taker = self.accept(members)[0]
+        return (
+            taker is not None
+            and taker is not SchedulerType.expr_eval
+            and any(isinstance(self.exprs[i], (IndexSelectOp, GatherOp)) for i in members)
+        )
 
     def _share_input(self, a: frozenset[int], b: frozenset[int]) -> bool:
         ins_a = frozenset().union(*(self.input_ids[i] for i in a))
@@ -415,7 +444,7 @@ class _Segmenter:
                     break
                 reasons.append(why)
             else:
-                result = (None, "\n  ".join(reasons))
+                result = (folded_scheduler(plan.fusion, info), "\n  ".join(reasons))
             self._accepted[members] = result
         return self._accepted[members]
 
