@@ -54,3 +54,15 @@ def rows_of_a_product() -> FusionDefinition:
         # with the permute would leave the gather to a generated kernel of its own).
         fd.add_output(fd.ops.index_select(fd.ops.linear(t, t), i, 0))
     return fd
+
+
+def embedding_sum() -> FusionDefinition:
+    """Thunder's embedding region: rows of a bf16 table at 2-D token ids (embedding_fwd:
+    ids flattened, rows gathered, reshaped back to the ids' shape), cast, scaled, summed."""
+    with FusionDefinition() as fd:
+        ids = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        table = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        g = fd.define_tensor(shape=[-1, -1, -1])
+        rows = fd.ops.embedding_fwd(ids, table, None, None, None, None, None)
+        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(rows, DataType.Float), g), dims=[0, 1, 2]))
+    return fd

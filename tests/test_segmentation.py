@@ -17,6 +17,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.reference import evaluate
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_outputs_close, fusions, inputs_for
+from small_fusions import embedding_sum
 
 PW, RED, EE = SchedulerType.pointwise, SchedulerType.reduction, SchedulerType.expr_eval
 
@@ -442,25 +443,13 @@ def test_the_multi_segment_kind_needs_several_segments() -> None:
     assert sum(n > 1 for n in seen) >= len(seen) // 2
 
 
-def _embedding_sum() -> FusionDefinition:
-    """Thunder's embedding region: rows of a bf16 table at 2-D token ids (embedding_fwd:
-    ids flattened, rows gathered, reshaped back to the ids' shape), cast, scaled, summed."""
-    with FusionDefinition() as fd:
-        ids = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
-        table = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
-        g = fd.define_tensor(shape=[-1, -1, -1])
-        rows = fd.ops.embedding_fwd(ids, table, None, None, None, None, None)
-        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(rows, DataType.Float), g), dims=[0, 1, 2]))
-    return fd
-
-
 def test_a_gather_before_a_reshape_stays_a_kernel() -> None:
     """The gather is a generated kernel (its positions checked on the device, with no wait
     for the GPU), the reshape of its rows a view folded into the reduction: two kernels, where
     a library segment (index_select, reshape, cast) checked the ids on the host each call."""
     import ml_dtypes
 
-    fd = _embedding_sum()
+    fd = embedding_sum()
     rng = np.random.default_rng(7)
     ids = rng.integers(0, 50, (3, 11))
     table = rng.standard_normal((50, 24)).astype(ml_dtypes.bfloat16)

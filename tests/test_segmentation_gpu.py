@@ -110,3 +110,23 @@ def test_random_multi_segment_fusions(data: st.DataObject) -> None:
     fd = data.draw(fusions(kinds={"multi_segment", "multi_reduction"}, max_ops=4))
     inputs = data.draw(inputs_for(fd, framework="torch", device="cuda", max_elements=4096))
     check(fd, inputs)
+
+
+def test_an_embedding_over_2d_ids_then_a_sum_is_two_kernels() -> None:
+    """Thunder's embedding region (small_fusions.embedding_sum) at a
+    transformer's sizes: the gathered rows read in the ids' shape by the reduction, ids
+    checked on the device; an id past the table is an InputError by the next call at latest."""
+    from kfuse.errors import InputError
+    from small_fusions import embedding_sum
+
+    fd = embedding_sum()
+    g = torch.Generator(device="cuda").manual_seed(3)
+    ids = torch.randint(0, 32768, (4, 1024), generator=g, device="cuda")
+    table = randn(32768, 2048, dtype=torch.bfloat16, seed=4)
+    inputs = [ids, table, randn(4, 1024, 2048, seed=5)]
+    assert [s.scheduler for s in fd.segments(inputs)] == [PW, RED]
+    check(fd, inputs)
+    ids[2, 7] = 32768
+    with pytest.raises(InputError, match="outside"):
+        fd.execute(inputs)
+        fd.execute(inputs)  # the flags of a launch are read by the call after it
