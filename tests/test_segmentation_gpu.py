@@ -113,9 +113,9 @@ def test_random_multi_segment_fusions(data: st.DataObject) -> None:
 
 
 def test_an_embedding_over_2d_ids_then_a_sum_is_two_kernels() -> None:
-    """Thunder's embedding region (small_fusions.embedding_sum) at a
-    transformer's sizes: the gathered rows read in the ids' shape by the reduction, ids
-    checked on the device; an id past the table is an InputError by the next call at latest."""
+    """Thunder's embedding region (small_fusions.embedding_sum) at a transformer's sizes:
+    the gathered rows read in the ids' shape by the reduction, ids checked on the device; an
+    id past the table is an InputError by the next call at latest."""
     from kfuse.errors import InputError
     from small_fusions import embedding_sum
 

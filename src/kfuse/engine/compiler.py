@@ -155,7 +155,7 @@ def stage_partition(
 
 def _folded_segment(fusion: Fusion, info: RuntimeInfo, why: str) -> Partition:
     """A segment no scheduler takes as it is: one kernel scheduler's with its boundary
-    reshapes folded (the segmenter accepted it so: segmenter._folded_taker), else
+    reshapes folded (the segmenter accepted it so: boundary_views.folded_scheduler), else
     SchedulerError with `why`."""
     folded = fold_boundary_views(fusion, info, cats=False)
     taker = _taker(folded)

@@ -180,9 +180,10 @@ CLUSTER_ROW_BYTES = 64
 CLUSTER_MAX_BATCH = 8
 """The launch of a column split over a cluster: CLUSTER_SIZES' largest, CLUSTER_BLOCK_Y
 threads along the column in each block and CLUSTER_ROW_BYTES of each row across a block's
-threads along x, so that several blocks run an SM and overlap one another's loads with their
-barriers; a column that leaves a thread more than CLUSTER_MAX_BATCH rows is split by the
-segmenter instead. On an H100 (2026-12-07, at 627ecbe, bf16, L2 flushed, tools/params_sweep.py)
+threads along x (blocks of 256 threads for 16-byte vectors of bf16, where the single-block
+rule gave 512 holding twice the rows); a column that leaves a thread more than
+CLUSTER_MAX_BATCH rows is split by the segmenter instead. The shape is the sweep's best, not
+a model of why it is. On an H100 (2026-12-07, at 627ecbe, bf16, L2 flushed, tools/params_sweep.py)
 the softmax backward over dim 0 of [4096, 16384] took 198-200 us so (cluster 8, block (4, 64),
 8 rows a thread) against 218.6 segmented and 223.8 for torch.compile; the shape the
 single-block rule gave (cluster 4, block (2, 256), one block an SM) 250 us; 16 rows a thread
