@@ -111,30 +111,33 @@ def test_a_captured_replay_is_rewritten_by_every_graph_replay() -> None:
 
 
 def test_a_replayed_host_checked_library_segment_refuses_capture() -> None:
-    """index_select's positions are checked on the host (a read that a capture forbids): a
-    replayed call is refused under capture as a checked one is, and runs right after."""
+    """scatter's positions are checked on the host (a read that a capture forbids): a
+    replayed call is refused under capture as a checked one is, and runs right after. (A
+    gather a kernel can read is a generated kernel, checked on the device, and is captured.)"""
     torch = cuda_torch()
     from kfuse import DataType
     from kfuse.errors import InputError
 
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1, -1])
-        i = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        rows = fd.ops.index_select(fd.ops.matmul(t, fd.ops.permute(t, [1, 0])), i, 0)
+        i = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        src = fd.define_tensor(shape=[-1, -1])
+        rows = fd.ops.scatter(t, i, src, 0)
         fd.add_output(fd.ops.exp(fd.ops.mul(rows, 0.5)))
     t = torch.randn(20, 8, device="cuda") / 4
-    index = torch.tensor([4, 19, 0], device="cuda")
+    index = torch.tensor([[4, 19, 0, 7, 3, 11, 2, 5]], device="cuda")
+    src = torch.randn(1, 8, device="cuda") / 4
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):  # compiles; plans; replays
-            fd.execute([t, index])
+            fd.execute([t, index, src])
     torch.cuda.current_stream().wait_stream(side)
     assert isinstance(fd.last_program(), SegmentedProgram)
     assert fd._executor().replays.hits == 1
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(InputError, match="under CUDA graph capture"), torch.cuda.graph(graph):
-        fd.execute([t, index])
-    (out,) = fd.execute([t, index])
-    expected = torch.exp((t @ t.T)[index] * 0.5)
+        fd.execute([t, index, src])
+    (out,) = fd.execute([t, index, src])
+    expected = torch.exp(torch.scatter(t, 0, index, src) * 0.5)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
