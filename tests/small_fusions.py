@@ -66,3 +66,14 @@ def embedding_sum() -> FusionDefinition:
         rows = fd.ops.embedding_fwd(ids, table, None, None, None, None, None)
         fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(rows, DataType.Float), g), dims=[0, 1, 2]))
     return fd
+
+
+def exp_of_a_scatter() -> FusionDefinition:
+    """exp(scatter(t, i, src, 0) * 0.5): a library segment (scatter, whose positions kfuse
+    checks on the host) and a pointwise kernel after it."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1])
+        i = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
+        src = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.exp(fd.ops.mul(fd.ops.scatter(t, i, src, 0), 0.5)))
+    return fd

@@ -12,7 +12,7 @@ import pytest
 from kfuse import FusionDefinition
 from kfuse.errors import InputError
 from kfuse.runtime import capture
-from small_fusions import rows_of, rows_of_a_product
+from small_fusions import exp_of_a_scatter, rows_of, rows_of_a_product
 
 
 @pytest.fixture
@@ -59,3 +59,29 @@ def test_stateful_random_numbers_of_kfuses_generator_are_refused(capturing: None
         fd.add_output(fd.ops.add(x, fd.ops.uniform(0.0, 1.0, fd.ops.shape(x))))
     with pytest.raises(InputError, match="rng_seed and rng_offset"):
         fd.execute([np.zeros(8, np.float32)])
+
+
+def test_a_replayed_library_scatter_is_refused_under_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A segmented call replayed from its plan (kfuse.engine.segmented_replay) is refused as
+    a checked one is where a segment checks positions on the host (scatter), and runs after."""
+    from kfuse.engine.program import SegmentedProgram
+
+    fd = exp_of_a_scatter()
+    rng = np.random.default_rng(11)
+    t = rng.standard_normal((20, 8)).astype(np.float32) / 4
+    index = np.array([[4, 19, 0, 7, 3, 11, 2, 5]])
+    src = rng.standard_normal((1, 8)).astype(np.float32) / 4
+    for _ in range(3):  # compiles; plans; replays
+        fd.execute([t, index, src])
+    assert isinstance(fd.last_program(), SegmentedProgram)
+    assert fd._executor().replays.hits == 1
+    monkeypatch.setattr(capture, "capturing", lambda framework, device: True)
+    with pytest.raises(InputError, match="under CUDA graph capture: scatter"):
+        fd.execute([t, index, src])
+    monkeypatch.undo()
+    (out,) = fd.execute([t, index, src])
+    want = t.copy()
+    want[index[0], np.arange(8)] = src[0]
+    np.testing.assert_allclose(out, np.exp(want * 0.5), rtol=1e-6)

@@ -115,15 +115,10 @@ def test_a_replayed_host_checked_library_segment_refuses_capture() -> None:
     replayed call is refused under capture as a checked one is, and runs right after. (A
     gather a kernel can read is a generated kernel, checked on the device, and is captured.)"""
     torch = cuda_torch()
-    from kfuse import DataType
     from kfuse.errors import InputError
+    from small_fusions import exp_of_a_scatter
 
-    with FusionDefinition() as fd:
-        t = fd.define_tensor(shape=[-1, -1])
-        i = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int)
-        src = fd.define_tensor(shape=[-1, -1])
-        rows = fd.ops.scatter(t, i, src, 0)
-        fd.add_output(fd.ops.exp(fd.ops.mul(rows, 0.5)))
+    fd = exp_of_a_scatter()
     t = torch.randn(20, 8, device="cuda") / 4
     index = torch.tensor([[4, 19, 0, 7, 3, 11, 2, 5]], device="cuda")
     src = torch.randn(1, 8, device="cuda") / 4
