@@ -369,14 +369,16 @@ def _ordered(exprs: list[Expr]) -> list[Val]:
     return list(dict.fromkeys(v for e in exprs for v in _operands(e)))
 
 
-def folded_scheduler(fusion: Fusion, info: RuntimeInfo) -> SchedulerType | None:
-    """The kernel scheduler that takes a segment's fusion with its boundary reshapes folded
-    into its operands, or None (the segmenter's last question of a group no scheduler takes
-    as it is). A segment's inputs that other segments produce are allocated contiguous, so a
-    reshape of one is a view: an embedding's rows, gathered by one kernel, are read in the
-    ids' shape by the reduction after it, where a reshape segment of its own would have made
-    the gather a host-checked framework index (a synchronization a call). The segment is
-    compiled so (kfuse.engine.compiler: a segment no scheduler takes is folded)."""
+def folded_for_a_kernel(
+    fusion: Fusion, info: RuntimeInfo
+) -> tuple[FoldedFusion, SchedulerType] | None:
+    """The fusion with its boundary reshapes folded into its operands and the first kernel
+    scheduler (registry order) that takes it so, or None: how a segment that no scheduler
+    takes as it is runs. A segment's inputs that other segments produce are allocated
+    contiguous, so a reshape of one is a view: an embedding's rows, gathered by one kernel,
+    are read in the ids' shape by the reduction after it, where a reshape segment of its own
+    would have made the gather a host-checked framework index (a synchronization a call).
+    The segmenter accepts a group so (folded_scheduler); the compiler compiles it so."""
     from kfuse.schedule import rejection_reason
     from kfuse.schedule.registry import SCHEDULERS
 
@@ -387,5 +389,12 @@ def folded_scheduler(fusion: Fusion, info: RuntimeInfo) -> SchedulerType | None:
         return None
     for s in SCHEDULERS:
         if s.generates_kernels and rejection_reason(s, folded.fusion, folded.info) is None:
-            return s.scheduler_type
+            return folded, s.scheduler_type
     return None
+
+
+def folded_scheduler(fusion: Fusion, info: RuntimeInfo) -> SchedulerType | None:
+    """folded_for_a_kernel's scheduler, or None (the segmenter's last question of a group
+    no scheduler takes as it is)."""
+    found = folded_for_a_kernel(fusion, info)
+    return None if found is None else found[1]

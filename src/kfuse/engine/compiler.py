@@ -33,7 +33,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kfuse.engine import compile_batch, dump
-from kfuse.engine.boundary_views import FoldedFusion, fold_boundary_views, unfold_operands
+from kfuse.engine.boundary_views import (
+    FoldedFusion,
+    fold_boundary_views,
+    folded_for_a_kernel,
+    unfold_operands,
+)
 from kfuse.engine.operand_spans import check_operand_spans
 from kfuse.engine.program import (
     KernelProgram,
@@ -154,14 +159,15 @@ def stage_partition(
 
 
 def _folded_segment(fusion: Fusion, info: RuntimeInfo, why: str) -> Partition:
-    """A segment no scheduler takes as it is: one kernel scheduler's with its boundary
-    reshapes folded (the segmenter accepted it so: boundary_views.folded_scheduler), else
-    SchedulerError with `why`."""
-    folded = fold_boundary_views(fusion, info, cats=False)
-    taker = _taker(folded)
-    if taker is None or not taker.generates_kernels:
+    """A segment no scheduler takes as it is: the kernel scheduler's that takes it with its
+    boundary reshapes folded, as the segmenter accepted it (boundary_views.
+    folded_for_a_kernel), else SchedulerError with `why` (the segments' runner then copies
+    an intermediate handed on in another layout into the planned one and asks again)."""
+    found = folded_for_a_kernel(fusion, info)
+    if found is None:
         raise SchedulerError(why)
-    return Partition(fusion, info, taker, folded=folded)
+    folded, taker = found
+    return Partition(fusion, info, resolve_scheduler(taker), folded=folded)
 
 
 def _folded_or_segmented(fusion: Fusion, info: RuntimeInfo, why: str) -> Partition:
