@@ -45,13 +45,13 @@ def kernels_for(fusion: object, info: RuntimeInfo, *, segment: bool = True) -> N
     compiler compiles it)."""
     scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
     if scheduler is None and not segment:
-        from kfuse.engine.boundary_views import fold_boundary_views
+        from kfuse.engine.boundary_views import folded_for_a_kernel
+        from kfuse.schedule import resolve_scheduler
 
-        folded = fold_boundary_views(fusion, info, cats=False)  # type: ignore[arg-type]
-        assert folded is not None, reasons
-        fusion, info = folded.fusion, folded.info
-        scheduler, reasons = choose_scheduler(fusion, info)  # type: ignore[arg-type]
-        assert scheduler is not None and scheduler.generates_kernels, reasons
+        found = folded_for_a_kernel(fusion, info)  # type: ignore[arg-type]
+        assert found is not None, reasons
+        fusion, info = found[0].fusion, found[0].info
+        scheduler = resolve_scheduler(found[1])
     if scheduler is not None:
         if scheduler.generates_kernels:
             scheduler.kernels(fusion, info, scheduler.heuristics(fusion, info))

@@ -367,7 +367,7 @@ def test_reshape_of_another_segments_value_is_a_view_of_it() -> None:
     """A reshape of a value computed with a broadcast operand is no view of an input, so the
     value is a segment's output; that output is contiguous, so the reshape is a view of it,
     folded into the reduction's operands (no segment of its own:
-    boundary_views.folded_scheduler)."""
+    boundary_views.folded_for_a_kernel)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1])
         z = fd.define_tensor(shape=[-1])

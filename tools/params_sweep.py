@@ -101,18 +101,14 @@ def refill_outer(params: Any, fields: dict[str, int], fd: Any, inputs: list[Any]
     (unless the grid gives persistent_batch_size), whole clusters over the column groups of
     the edited vector and block_x."""
     from kfuse.runtime.info import build_runtime_info
-    from kfuse.schedule.outer_persistent import MAX_GRID_X, _plan_and_layout
+    from kfuse.schedule.outer_persistent import MAX_GRID_X, _plan_and_layout, column_groups
 
     _, layout = _plan_and_layout(fd.fusion, build_runtime_info(fd.fusion, inputs))
     if "persistent_batch_size" not in fields:
         holders = int(params.block_y) * int(params.cluster_size)
         params.persistent_batch_size = -(-layout.red_size // holders)
-    n_in, vector, cluster = (
-        layout.kept_sizes[-1],
-        int(params.vectorize_iter),
-        int(params.cluster_size),
-    )
-    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    cluster = int(params.cluster_size)
+    cols = column_groups(layout, int(params.vectorize_iter))
     params.grid_x = max(1, min(MAX_GRID_X // cluster, -(-cols // int(params.block_x)))) * cluster
 
 

@@ -378,7 +378,7 @@ def folded_for_a_kernel(
     contiguous, so a reshape of one is a view: an embedding's rows, gathered by one kernel,
     are read in the ids' shape by the reduction after it, where a reshape segment of its own
     would have made the gather a host-checked framework index (a synchronization a call).
-    The segmenter accepts a group so (folded_scheduler); the compiler compiles it so."""
+    The segmenter accepts a group so; the compiler compiles it so."""
     from kfuse.schedule import rejection_reason
     from kfuse.schedule.registry import SCHEDULERS
 
@@ -391,10 +391,3 @@ def folded_for_a_kernel(
         if s.generates_kernels and rejection_reason(s, folded.fusion, folded.info) is None:
             return folded, s.scheduler_type
     return None
-
-
-def folded_scheduler(fusion: Fusion, info: RuntimeInfo) -> SchedulerType | None:
-    """folded_for_a_kernel's scheduler, or None (the segmenter's last question of a group
-    no scheduler takes as it is)."""
-    found = folded_for_a_kernel(fusion, info)
-    return None if found is None else found[1]

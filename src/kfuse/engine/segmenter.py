@@ -12,7 +12,7 @@ A merge never makes a library segment (expr_eval) of a gather that a kernel read
 the framework's indexing is checked on the host, waiting for the GPU every call, where a
 generated gather checks its positions on the device. A group no scheduler takes as it is may
 still be a kernel's with its boundary reshapes folded into its operands (a reshape of another
-segment's output is a view of it: kfuse.engine.boundary_views.folded_scheduler).
+segment's output is a view of it: kfuse.engine.boundary_views.folded_for_a_kernel).
 
 Pointwise values computed from what segments read anyway (fusion inputs, reduction results,
 fusion outputs) are forwarded: their exprs join no group, and every segment that reads such a
@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kfuse.engine.boundary_views import folded_scheduler
+from kfuse.engine.boundary_views import folded_for_a_kernel
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -444,7 +444,8 @@ class _Segmenter:
                     break
                 reasons.append(why)
             else:
-                result = (folded_scheduler(plan.fusion, info), "\n  ".join(reasons))
+                folded = folded_for_a_kernel(plan.fusion, info)
+                result = (None if folded is None else folded[1], "\n  ".join(reasons))
             self._accepted[members] = result
         return self._accepted[members]
 

@@ -211,12 +211,9 @@ def _cluster_shape(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, i
             f"nor split over a cluster of {cluster} blocks of {by} threads along it: each "
             f"thread would hold {batch} rows (at most {CLUSTER_MAX_BATCH})"
         )
-    n_in = layout.kept_sizes[-1]
-    full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
-    vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
-    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
-    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
-    bx = max(1, min(pow2_ceil(cols), CLUSTER_ROW_BYTES // (vector * unit)))
+    vector = _vector(plan, layout)
+    cols = column_groups(layout, vector)
+    bx = max(1, min(pow2_ceil(cols), CLUSTER_ROW_BYTES // (vector * _row_unit(layout))))
     thread = batch * slot_words(plan, layout, vector) + _overhead(plan, layout, vector)
     while bx > 1 and bx * by * thread > 65536:  # narrow vectors: fewer bytes of a row
         bx //= 2
@@ -227,6 +224,24 @@ def _cluster_shape(plan: ReductionPlan, layout: ReductionLayout) -> tuple[int, i
             f"holding {batch} rows each needs {registers} registers (65536 an SM)"
         )
     return vector, bx, by, batch, cluster
+
+
+def _vector(plan: ReductionPlan, layout: ReductionLayout) -> int:
+    """Adjacent columns a thread takes: 16-byte accesses along the contiguous kept axis."""
+    full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
+    return pick_vector(layout, layout.rank - 2, layout.kept_sizes[-1], full_outs)
+
+
+def column_groups(layout: ReductionLayout, vector: int) -> int:
+    """The groups of `vector` adjacent columns the grid walks (the innermost kept axis in
+    groups, times the other kept axes)."""
+    n_in = layout.kept_sizes[-1]
+    return (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+
+
+def _row_unit(layout: ReductionLayout) -> int:
+    """Bytes of the narrowest operand contiguous along the columns (4 where none is)."""
+    return min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
 
 
 def _overhead(plan: ReductionPlan, layout: ReductionLayout, vector: int) -> int:
@@ -245,16 +260,14 @@ def _held_shape(
 ) -> tuple[int, int, int, int]:
     """(vector, block_x, block_y, batch) of blocks that each hold their columns whole;
     Rejection where they cannot."""
-    n_red, n_in = layout.red_size, layout.kept_sizes[-1]
-    full_outs = tuple(layout.outputs[k] for k in plan.loop_outputs)
-    vector = pick_vector(layout, layout.rank - 2, n_in, full_outs)
+    n_red = layout.red_size
+    vector = _vector(plan, layout)
     words = slot_words(plan, layout, vector)
     overhead = _overhead(plan, layout, vector)
     max_batch = min(MAX_BATCH, MAX_HELD_WORDS // words)
-    cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+    cols = column_groups(layout, vector)
     # The threads along x that read one 32-byte sector of a row between them.
-    unit = min((op.itemsize for op in layout.loop if op.strides[-2] == 1), default=4)
-    sector = max(1, SECTOR_BYTES // (vector * unit))
+    sector = max(1, SECTOR_BYTES // (vector * _row_unit(layout)))
     wanted_x = min(sector, pow2_ceil(cols))
 
     def threads_for(batch: int) -> int:
@@ -352,8 +365,7 @@ class OuterPersistentScheduler:
         vector, bx, by, batch, cluster = choose_held_columns(
             plan, layout, info.device, clusters_supported(info)
         )
-        n_in = layout.kept_sizes[-1]
-        cols = (layout.n_rows // max(1, n_in)) * -(-n_in // vector)
+        cols = column_groups(layout, vector)
         params = ReductionParams(KIND)
         params.fastest_dim_reduction = False
         params.persistent = True
