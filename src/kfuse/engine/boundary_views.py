@@ -13,7 +13,11 @@ kernels generated for it back onto the call's own inputs, outputs and scalars, s
 Program runs on the call's RuntimeInfo as any other.
 
 A slice of a fusion input is always a view: its first element's offset (the starts times
-the strides) moves the data pointer, a step multiplies a stride. The kernel reads the input
+the strides) moves the data pointer, a step multiplies a stride. So is a slice of such a
+view (a slice of a reshaped slice), and a slice of a permute of one (the permute's strides
+are the view's, reordered); the permute itself stays in the kernel for its other readers.
+A segment's inputs made by other segments are views of their arrays too, so a segment's
+slices fold as an input's do (folded_for_a_kernel). The kernel reads the input
 from there (`InputOperand.byte_offset`), and the view's alignment, which decides whether its
 loads are vectors, is that of the moved pointer. The canonical form moves slices of
 element-wise work onto the inputs first (kfuse.ir.canonical_rules), so that a slice of
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kfuse.codegen.layout import contiguous_strides
-from kfuse.ir.exprs import CatOp, Expr, ReshapeOp, SliceOp, attribute_vals
+from kfuse.ir.exprs import CatOp, Expr, PermuteOp, ReshapeOp, SliceOp, attribute_vals
 from kfuse.ir.fusion import Fusion
 from kfuse.ir.resize_ops import slice_ranges, sliced_shape
 from kfuse.ir.values import Scalar, TensorView, Val
@@ -188,9 +192,11 @@ def _foldable(
         if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed, written):
             folded.add(e)
             written.update(e.inputs)
-        if isinstance(e, SliceOp) and e.inputs[0] in positions and e.outputs[0] not in outputs:
-            in_views[e.outputs[0]] = _sliced_layout(e, info)  # type: ignore[index]
-            folded.add(e)
+        if isinstance(e, SliceOp) and e.outputs[0] not in outputs:
+            of = _view_of(e.inputs[0], positions, in_views, info)
+            if of is not None:
+                in_views[e.outputs[0]] = _sliced_layout(e, of, info)  # type: ignore[index]
+                folded.add(e)
         if not isinstance(e, ReshapeOp):
             continue
         src, dst = e.inputs[0], e.outputs[0]
@@ -333,10 +339,35 @@ def _viewed_input(v: Val, positions: dict) -> Val:
     return v
 
 
-def _sliced_layout(e: SliceOp, info: RuntimeInfo) -> ArrayLayout:
-    """The layout of a slice of a fusion input as a view of the call's array: the pointer
-    moved to the first element it keeps, each stride times its step."""
-    layout = info.layouts[e.inputs[0]]  # type: ignore[index]
+def _view_of(
+    v: Val, positions: dict, in_views: dict[TensorView, ArrayLayout], info: RuntimeInfo
+) -> ArrayLayout | None:
+    """The layout through which a slice of `v` is a view of a call's array: v's own where v
+    is an input or a folded view, the permuted layout of one where v permutes it; None for
+    a value the kernel computes. A permute stays in the kernel for its other readers; a
+    slice of it reads the array directly (Thunder's RoPE slices the halves of q and k after
+    their [b, s, h, d] -> [b, h, s, d] permute, and a slice of the kernel's permute is
+    computed work no kernel generates)."""
+    if v in in_views:
+        return in_views[v]  # type: ignore[index]
+    if v in positions:
+        return info.layouts[v]  # type: ignore[index]
+    e = v.definition
+    if isinstance(e, PermuteOp):
+        of = _view_of(e.inputs[0], positions, in_views, info)
+        if of is not None:
+            return dataclasses.replace(
+                of,
+                shape=tuple(of.shape[a] for a in e.perm),
+                strides=tuple(of.strides[a] for a in e.perm),
+            )
+    return None
+
+
+def _sliced_layout(e: SliceOp, layout: ArrayLayout, info: RuntimeInfo) -> ArrayLayout:
+    """The layout of a slice of `layout` (a fusion input's, or a view of one) as a view of
+    the call's array: the pointer moved to the first element it keeps, each stride times its
+    step."""
     ranges = slice_ranges(e, layout.shape, info.extents)
     shape = sliced_shape(ranges)
     if 0 in shape:  # nothing is read: the pointer stays where the array is
@@ -382,7 +413,7 @@ def folded_for_a_kernel(
     from kfuse.schedule import rejection_reason
     from kfuse.schedule.registry import SCHEDULERS
 
-    if not any(isinstance(e, ReshapeOp) for e in fusion.exprs):
+    if not any(isinstance(e, (ReshapeOp, SliceOp)) for e in fusion.exprs):
         return None
     folded = fold_boundary_views(fusion, info, cats=False)
     if folded is None:

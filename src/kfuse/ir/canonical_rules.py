@@ -27,15 +27,17 @@ cheaper form differs on some special value, the rule guards it or does not apply
   (Hugging Face attention's reshape(scores + mask) to [batch * heads, s, s]). A reshape that
   makes an output stays where it is (an output's reshape is always a view of the output, an
   input's only where the input's strides allow);
-* slice(f(x, y, ...)) -> f(slice(x), slice(y), ...) for fusion inputs x, y, ... and
-  element-wise ops, permutes and broadcasts f between them: each acts on every element
-  alone (or moves it), so it commutes with keeping some of them, the slice's bounds
-  following each axis through the permutes. An operand broadcast along an axis keeps that
-  axis whole (its one value stands for every element), so the rule applies only where the
-  slice keeps the element of every axis the value itself is broadcast along. The slices
-  then read the inputs themselves, each a view of its input's layout (a moved pointer),
-  folded into the kernel's operands (kfuse.engine.boundary_views) instead of a copy of
-  computed values (RoPE's halves of a rotated input);
+* slice(f(x, y, ...)) -> f(slice(x), slice(y), ...) for leaves x, y, ... (fusion inputs
+  and library ops' outputs) and element-wise ops, permutes, broadcasts and expands f
+  between them: each acts on every element alone (or moves it), so it commutes with
+  keeping some of them, the slice's bounds following each axis through the permutes. An
+  operand broadcast along an axis keeps that axis whole (its one value stands for every
+  element), so the rule applies only where the slice keeps the element of every axis the
+  value itself is broadcast along, and keeps every axis an expand widens whole (an extent
+  both fixed numbers show it keeps). The slices then read the leaves themselves, each a
+  view of its layout (a moved pointer), folded into the kernel's operands
+  (kfuse.engine.boundary_views) instead of a copy of computed values (RoPE's halves of a
+  rotated input; in its backward, of sdpfa_bwd's gradients times sin);
 * an output f(reshape(v)) -> reshape(f(v)) for an element-wise op f of one tensor operand
   and a computed v: the output is then a reshape, a view of the output's allocation (the
   cast to bf16 after Hugging Face attention backward's reshape to [batch, heads, s, s] made
@@ -61,10 +63,12 @@ from typing import Any
 from kfuse.dtypes import DataType
 from kfuse.ir.canonical_gather import gather_of_computed
 from kfuse.ir.exprs import (
+    LIBRARY_EXPRS,
     BinaryOp,
     BroadcastOp,
     CastOp,
     CatOp,
+    ExpandOp,
     Expr,
     GatherOp,
     PermuteOp,
@@ -311,7 +315,7 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
     assert isinstance(value, TensorView) and isinstance(out, TensorView)
     if any(ax.is_broadcast and not kept.is_broadcast for ax, kept in zip(value.axes, out.axes)):
         return None  # the slice empties an axis the value is broadcast along
-    if value.is_input or not _movable(value):
+    if _is_leaf(value):
         return None
     bounds = _Bounds(
         tuple(ctx.val(v) for v in expr.starts),
@@ -320,6 +324,16 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
         expr.manual,
         out.axes,
     )
+
+    def cut(m: int) -> bool:
+        """Whether the slice keeps less than all of the value's axis m (known only where
+        both extents are fixed numbers)."""
+        whole, kept = value.axes[m].extent, out.axes[m].extent
+        start = constant_value(bounds.starts[m])
+        return not (whole is not None and kept == whole and start == 0 and bounds.steps[m] == 1)
+
+    if not _movable(value, cut):
+        return None
     return (_moved_slice(ctx, value, bounds, expr.outputs),)
 
 
@@ -352,7 +366,7 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
         axes = tuple(ax if ax.is_broadcast else bounds.axes[m] for ax, m in zip(u.axes, axis_map))
         made = like if u is value else [ctx.new_val(u.dtype, axes)]
         e = u.definition
-        if u.is_input:
+        if _is_leaf(u):
             if all(ax.is_broadcast for ax in u.axes):
                 return u  # one value, read as it is
             whole = [ax.is_broadcast for ax in u.axes]
@@ -371,6 +385,9 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
         elif isinstance(e, BroadcastOp):
             kept = tuple(m for m, new in zip(axis_map, e.is_new_axis) if not new)
             (result,) = ctx.emit(BroadcastOp, (sliced(e.inputs[0], kept),), e.attributes(), made)
+        elif isinstance(e, ExpandOp):  # the slice keeps its expanded axes whole (_movable)
+            moved = sliced(e.inputs[0], axis_map)
+            (result,) = ctx.emit(ExpandOp, (moved, *e.inputs[1:]), e.attributes(), made)
         else:
             assert isinstance(e, _ELEMENTWISE)
             operands = tuple(sliced(w, axis_map) for w in e.inputs)
@@ -407,11 +424,13 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
     _movable."""
     tensors = [u for u in inputs if isinstance(u, TensorView)]
     cats = [u for u in tensors if isinstance(u.definition, CatOp)]
-    if len(cats) != 1 or any(t is not cats[0] and not _movable(t) for t in tensors):
+    if len(cats) != 1:
         return None
     joined = cats[0]
     cat = joined.definition
     assert isinstance(cat, CatOp)
+    if any(t is not joined and not _movable(t, lambda m: m == cat.dim) for t in tensors):
+        return None
     d, out = cat.dim, expr.outputs[0]
     assert isinstance(out, TensorView)
     zero, whole = ctx.constant(0, DataType.Int), ctx.constant(WHOLE, DataType.Int)
@@ -450,15 +469,42 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
     return ctx.emit(CatOp, tuple(parts), {"dim": d}, expr.outputs)
 
 
-def _movable(u: Val) -> bool:
-    """Whether a slice of u can be taken of the fusion inputs it is computed from: through
-    element-wise ops, permutes and broadcasts only."""
-    if not isinstance(u, TensorView) or u.is_input:
+def _is_leaf(u: Val) -> bool:
+    """Whether a slice moved onto u is taken of u itself: a fusion input, or the output of a
+    library op (a segment's input, which its kernel reads through the slice as a view:
+    kfuse.engine.boundary_views; Thunder's RoPE backward slices the halves of sdpfa_bwd's
+    gradients times sin)."""
+    return u.is_input or isinstance(u.definition, LIBRARY_EXPRS)
+
+
+def _movable(u: Val, cut: Any, axis_map: tuple[int, ...] | None = None) -> bool:
+    """Whether a slice of u can be taken of the leaves (_is_leaf) it is computed from:
+    through element-wise ops, permutes, broadcasts, and expands whose expanded axes the
+    slice keeps whole. `cut(m)`: whether the slice keeps less than all of the sliced value's
+    axis m; axis_map[j]: the sliced value's axis that u's axis j is (as in _moved_slice)."""
+    if not isinstance(u, TensorView) or _is_leaf(u):
         return True
+    if axis_map is None:
+        axis_map = tuple(range(u.ndim))
     e = u.definition
-    if isinstance(e, (PermuteOp, BroadcastOp)):
-        return _movable(e.inputs[0])
-    return isinstance(e, _ELEMENTWISE) and all(_movable(w) for w in e.inputs)
+    if isinstance(e, PermuteOp):
+        source_map = [0] * len(e.perm)
+        for i, src in enumerate(e.perm):
+            source_map[src] = axis_map[i]
+        return _movable(e.inputs[0], cut, tuple(source_map))
+    if isinstance(e, BroadcastOp):
+        kept = tuple(m for m, new in zip(axis_map, e.is_new_axis) if not new)
+        return _movable(e.inputs[0], cut, kept)
+    if isinstance(e, ExpandOp):
+        source = e.inputs[0]
+        assert isinstance(source, TensorView)
+        expanded = [
+            m
+            for m, a, b in zip(axis_map, source.axes, u.axes)
+            if a.is_broadcast and not b.is_broadcast
+        ]
+        return not any(cut(m) for m in expanded) and _movable(source, cut, axis_map)
+    return isinstance(e, _ELEMENTWISE) and all(_movable(w, cut, axis_map) for w in e.inputs)
 
 
 def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:

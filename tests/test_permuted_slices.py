@@ -1,0 +1,129 @@
+"""Slices of permuted views and of library outputs read in place (host emulator).
+
+Thunder writes RoPE on a fused QKV projection as slices of the [b, s, 3h] projection,
+reshaped to heads and permuted to [b, heads, s, d], whose halves are then sliced and
+concatenated (rotate_half). Each slice of a permute of an input is a view of the input
+(kfuse.engine.boundary_views), so the whole rotation is one kernel; before, the halves' slices
+and the cat ran as framework copies between four kernels. In its backward, the slices of
+sdpfa_bwd's gradients times sin move onto the library's outputs (kfuse.ir.canonical_rules),
+where the kernel after the library reads them as views too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfuse.dtypes import DataType
+from kfuse.engine.program import KernelProgram
+from kfuse.frontend import FusionDefinition
+from kfuse.ir.canonicalize import canonical_fusion
+from kfuse.ir.exprs import MatmulOp, SliceOp
+from kfuse.schedule import SchedulerType
+from reference_checks import check, rand
+
+B, S, HEADS, D = 2, 8, 3, 8
+H = HEADS * D
+
+
+def rotated(fd: FusionDefinition, qkv: object, part: int, cos: object, sin: object) -> object:
+    """Thunder's RoPE of head-split part `part` of qkv: x * cos + cat(-x2, x1) * sin, with
+    x = permute(reshape(slice(qkv))) in bf16, the math in float."""
+    x = fd.ops.slice(qkv, [0, 0, part * H], [B, S, (part + 1) * H])
+    x = fd.ops.permute(fd.ops.reshape(x, [B, S, HEADS, D]), [0, 2, 1, 3])
+
+    def widened(t: object) -> object:
+        t = fd.ops.expand(fd.ops.broadcast(t, [True, True, False, False]), [B, HEADS, -1, -1])
+        return fd.ops.cast(t, DataType.Float)
+
+    upper = fd.ops.slice(x, [0, 0, 0, D // 2], [B, HEADS, S, D])
+    upper = fd.ops.cast(fd.ops.neg(fd.ops.cast(upper, DataType.Float)), DataType.BFloat16)
+    lower = fd.ops.slice(x, [0, 0, 0, 0], [B, HEADS, S, D // 2])
+    turned = fd.ops.cast(fd.ops.cat([upper, lower], dim=3), DataType.Float)
+    both = fd.ops.add(
+        fd.ops.mul(fd.ops.cast(x, DataType.Float), widened(cos)),
+        fd.ops.mul(turned, widened(sin)),
+    )
+    return fd.ops.cast(both, DataType.BFloat16)
+
+
+def rope_fd(with_v: bool) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        qkv = fd.define_tensor(shape=[B, S, 3 * H], dtype=DataType.BFloat16)
+        cos = fd.define_tensor(shape=[S, D], dtype=DataType.BFloat16)
+        sin = fd.define_tensor(shape=[S, D], dtype=DataType.BFloat16)
+        fd.add_output(rotated(fd, qkv, 0, cos, sin))
+        fd.add_output(rotated(fd, qkv, 1, cos, sin))
+        if with_v:
+            v = fd.ops.slice(qkv, [0, 0, 2 * H], [B, S, 3 * H])
+            fd.add_output(fd.ops.permute(fd.ops.reshape(v, [B, S, HEADS, D]), [0, 2, 1, 3]))
+    return fd
+
+
+def bf16(a: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return a.astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("with_v", [False, True])
+def test_thunders_rope_on_a_fused_projection_is_one_kernel(with_v: bool) -> None:
+    fd = rope_fd(with_v)
+    qkv, cos, sin = bf16(rand((B, S, 3 * H))), bf16(rand((S, D), 1)), bf16(rand((S, D), 2))
+    out = check(fd, [qkv, cos, sin])
+    program = fd.last_program()
+    assert isinstance(program, KernelProgram) and program.scheduler is SchedulerType.pointwise
+    # Spot-check the rotation itself against NumPy: q's first head, first position.
+    x = qkv[0, 0, :D].astype(np.float32)
+    want = x * cos[0].astype(np.float32) + np.concatenate([-x[D // 2 :], x[: D // 2]]) * sin[
+        0
+    ].astype(np.float32)
+    np.testing.assert_allclose(out[0][0, 0, 0].astype(np.float32), want, rtol=1e-2, atol=1e-2)
+    if with_v:
+        np.testing.assert_array_equal(
+            out[2], qkv[:, :, 2 * H :].reshape(B, S, HEADS, D).swapaxes(1, 2)
+        )
+
+
+def test_rope_of_a_strided_projection_reads_through_its_strides() -> None:
+    """The projection itself a view with gaps (every other row of a wider array): the
+    slices' pointers and strides compose with the input's, and the result is right."""
+    fd = rope_fd(True)
+    wide = bf16(rand((B, 2 * S, 3 * H + 4)))
+    qkv = wide[:, ::2, 2 : 2 + 3 * H]
+    check(fd, [qkv, bf16(rand((S, D), 1)), bf16(rand((S, D), 2))])
+
+
+def sliced_product_fd(stop_rows: int) -> FusionDefinition:
+    """slice(matmul(a, b) * expand(broadcast(w))): rows [0, stop_rows), columns [2, 6)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[8], dtype=DataType.Float)
+        weight = fd.ops.expand(fd.ops.broadcast(w, [True, False]), [6, -1])
+        product = fd.ops.mul(fd.ops.exp(fd.ops.matmul(a, b)), weight)
+        fd.add_output(fd.ops.slice(product, [0, 2], [stop_rows, 6]))
+    return fd
+
+
+def test_a_slice_moves_onto_a_library_output_through_an_expand() -> None:
+    """The slice keeps the expanded axis whole: it is taken of the matmul's output (a view
+    the kernel after the matmul reads) and of w, and the program is the matmul and one
+    kernel."""
+    fd = sliced_product_fd(6)
+    a, b, w = rand((6, 5)), rand((5, 8), 1), rand((8,), 2)
+    check(fd, [a, b, w])
+    canonical = canonical_fusion(fd.fusion)
+    sliced = [e.inputs[0].definition for e in canonical.exprs if isinstance(e, SliceOp)]
+    assert any(isinstance(d, MatmulOp) for d in sliced)
+    assert fd.last_program().schedulers() == [SchedulerType.expr_eval, SchedulerType.pointwise]
+
+
+def test_a_slice_that_cuts_an_expanded_axis_stays_where_it_is() -> None:
+    """Rows [0, 4) of an axis expanded to 6: the expand is not moved (its extent would be
+    the slice's), and the result is right."""
+    fd = sliced_product_fd(4)
+    check(fd, [rand((6, 5)), rand((5, 8), 1), rand((8,), 2)])
+    canonical = canonical_fusion(fd.fusion)
+    sliced = [e.inputs[0].definition for e in canonical.exprs if isinstance(e, SliceOp)]
+    assert not any(isinstance(d, MatmulOp) for d in sliced)
