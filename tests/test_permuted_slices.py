@@ -127,3 +127,23 @@ def test_a_slice_that_cuts_an_expanded_axis_stays_where_it_is() -> None:
     canonical = canonical_fusion(fd.fusion)
     sliced = [e.inputs[0].definition for e in canonical.exprs if isinstance(e, SliceOp)]
     assert not any(isinstance(d, MatmulOp) for d in sliced)
+
+
+def test_a_cat_of_slices_of_a_computed_value_written_into_its_windows() -> None:
+    """cat(slice(t) * 3, slice(t) * 3, slice(t)) of t = squeeze(-x) as an output, its parts 4,
+    3 and 0 wide: each part's segment reads its slice of t as a view and writes into its
+    window of the output, at the output's row stride (a campaign met the parts written at
+    their own, folded segments having dropped the window: failure-2956-132)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Int32)
+        t = fd.ops.squeeze(fd.ops.neg(x), dims=[0])
+        rows, cols = fd.ops.size(t, dim=0), fd.ops.size(t, dim=1)
+        parts = [
+            fd.ops.mul(fd.ops.slice(t, [0, 0], [rows, 4]), 3),
+            fd.ops.mul(fd.ops.slice(t, [0, 4], [rows, 8]), 3),
+            fd.ops.slice(t, [0, 8], [rows, cols]),
+        ]
+        fd.add_output(fd.ops.cat(parts, dim=1))
+    x = np.arange(64 * 7, dtype=np.int32).reshape(1, 64, 7)
+    (out,) = check(fd, [x])
+    np.testing.assert_array_equal(out, -3 * x[0])

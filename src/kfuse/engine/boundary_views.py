@@ -157,7 +157,10 @@ def fold_boundary_views(
         info.backend,
         info.device_index,
         info.device,
-        {sub.outputs[k]: view for k, view in output_views.items()},  # type: ignore[misc]
+        {
+            sub.outputs[k]: view
+            for k, view in (*output_views.items(), *_windows_kept(info, new_outputs))
+        },  # type: ignore[misc]
     )
     names = tuple(e.outputs[0].name for e in fusion.exprs if e in folded)
     # The tensor inputs come first in sub.inputs, one for each source.
@@ -189,7 +192,12 @@ def _foldable(
     folded: set[Expr] = set()
     written = _written_elsewhere(fusion)
     for e in fusion.exprs:
-        if cats and isinstance(e, CatOp) and _foldable_cat(e, fusion, positions, consumed, written):
+        if (
+            cats
+            and isinstance(e, CatOp)
+            and e.outputs[0] not in info.output_views  # a window itself: written as it is
+            and _foldable_cat(e, fusion, positions, consumed, written)
+        ):
             folded.add(e)
             written.update(e.inputs)
         if isinstance(e, SliceOp) and e.outputs[0] not in outputs:
@@ -210,6 +218,7 @@ def _foldable(
                 folded.add(e)
         elif (
             dst in outputs
+            and dst not in info.output_views  # a window: its reshape's input is not dense
             and src not in positions
             and fusion.outputs.count(dst) == 1
             and dst not in consumed  # another expression reads the reshaped value
@@ -246,6 +255,16 @@ def _written_elsewhere(fusion: Fusion) -> set[Val]:
         if isinstance(o.definition, ReshapeOp):
             written.add(o.definition.inputs[0])
     return written
+
+
+def _windows_kept(info: RuntimeInfo, outputs: list[Val]) -> list[tuple[int, Any]]:
+    """(k, view) of each of `outputs` that the call writes into a window of a larger array
+    already (RuntimeInfo.output_views: a segment's part of a cat that the whole fusion
+    folded), so that the folded segment's kernel writes it through the window's strides. Its
+    offset stays the caller's to add, as for a segment compiled unfolded: a merged program
+    adds it with the whole fusion's folded cat (unfold_operands)."""
+    views: dict[Any, tuple[tuple[int, ...], int]] = info.output_views
+    return [(k, views[o]) for k, o in enumerate(outputs) if o in views]
 
 
 def _folded_outputs(
