@@ -6,7 +6,8 @@ concatenated (rotate_half). Each slice of a permute of an input is a view of the
 (kfuse.engine.boundary_views), so the whole rotation is one kernel; before, the halves' slices
 and the cat ran as framework copies between four kernels. In its backward, the slices of
 sdpfa_bwd's gradients times sin move onto the library's outputs (kfuse.ir.canonical_rules),
-where the kernel after the library reads them as views too.
+where the kernel after the library reads them as views too, and its pads of the negated
+half become cats with a full, which the kernel computes.
 """
 
 from __future__ import annotations
@@ -147,3 +148,83 @@ def test_a_cat_of_slices_of_a_computed_value_written_into_its_windows() -> None:
     x = np.arange(64 * 7, dtype=np.int32).reshape(1, 64, 7)
     (out,) = check(fd, [x])
     np.testing.assert_array_equal(out, -3 * x[0])
+
+
+def rotation_backward_fd() -> FusionDefinition:
+    """The RoPE backward's rotate_half: with gs = grad * sin (grad a matmul's output, as
+    sdpfa_bwd's gradient is), the gradient of x is grad * cos + pad(gs's upper half, on the
+    right) + pad(-(gs's lower half), on the left)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        cos = fd.define_tensor(shape=[D], dtype=DataType.Float)
+        sin = fd.define_tensor(shape=[D], dtype=DataType.Float)
+        grad = fd.ops.matmul(a, b)
+
+        def row(t: object) -> object:
+            return fd.ops.expand(fd.ops.broadcast(t, [True, False]), [6, -1])
+
+        gs = fd.ops.mul(grad, row(sin))
+        upper = fd.ops.slice(gs, [0, D // 2], [6, D])
+        lower = fd.ops.neg(fd.ops.slice(gs, [0, 0], [6, D // 2]))
+        moved = fd.ops.add(
+            fd.ops.pad(upper, [0, D // 2], value=0.0),
+            fd.ops.pad(lower, [D // 2, 0], value=0.0),
+        )
+        fd.add_output(fd.ops.add(fd.ops.mul(grad, row(cos)), moved))
+    return fd
+
+
+def test_rotation_backward_pads_are_cats_in_the_kernel_after_the_library() -> None:
+    """Each pad of a computed half becomes a cat of it and a full, which the pointwise
+    kernel computes (it reads pads of its inputs only): the program is the matmul and one
+    kernel, and the gradient is right."""
+    fd = rotation_backward_fd()
+    a, b = rand((6, 5)), rand((5, D), 1)
+    cos, sin = rand((D,), 2), rand((D,), 3)
+    (out,) = check(fd, [a, b, cos, sin])
+    assert fd.last_program().schedulers() == [SchedulerType.expr_eval, SchedulerType.pointwise]
+    grad = (a.astype(np.float64) @ b).astype(np.float32)
+    gs = grad * sin
+    half = np.zeros((6, D // 2), np.float32)
+    want = grad * cos + np.concatenate([gs[:, D // 2 :], half], axis=1)
+    want += np.concatenate([half, -gs[:, : D // 2]], axis=1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("widths", "kernels"), [([2, 0], 1), ([0, 4], 1), ([2, 3], 2), ([0, 0, 1, 2], 2)]
+)
+def test_a_pad_of_computed_values_with_a_fill(widths: list[int], kernels: int) -> None:
+    """pad(exp(x) * y, widths, -1.5) read by a square: padded on one side of one axis, a cat
+    with a full in one kernel; on both sides, or along another axis, as before (the pad a
+    kernel of its own). Right either way, NaN and infinities among the inputs included."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        padded = fd.ops.pad(fd.ops.mul(fd.ops.exp(x), y), widths, value=-1.5)
+        fd.add_output(fd.ops.mul(padded, padded))
+    x, y = rand((5, 7)), rand((5, 7), 1)
+    x[1, 2], x[3, 4], y[0, 0] = np.nan, np.inf, -np.inf
+    check(fd, [x, y])
+    assert len(fd.segments([x, y])) == kernels
+
+
+def test_a_gathered_pad_is_left_to_the_gather_rule() -> None:
+    """take_along_axis(pad(exp(x), one column after the end), index), as Thunder's nll_loss
+    writes it: the gather reads the few elements it needs through the pad
+    (kfuse.ir.canonical_gather), so the pad does not become a cat the whole size of x."""
+    from kfuse.ir.exprs import CatOp
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        index = fd.define_tensor(shape=[-1, 1], dtype=DataType.Int)
+        padded = fd.ops.pad(fd.ops.exp(x), [0, 1], value=0.0)
+        fd.add_output(fd.ops.take_along_axis(padded, index, dim=1))
+    x = rand((6, 9))
+    index = np.array([[0], [8], [9], [3], [9], [1]], dtype=np.int64)
+    (out,) = check(fd, [x, index])
+    e = np.exp(x.astype(np.float64))
+    want = [e[0, 0], e[1, 8], 0.0, e[3, 3], 0.0, e[5, 1]]
+    np.testing.assert_allclose(out[:, 0], want, rtol=1e-6)
+    assert not any(isinstance(e, CatOp) for e in canonical_fusion(fd.fusion).exprs)

@@ -50,6 +50,7 @@ from kfuse.ir.exprs import (
     UnaryOp,
     WelfordOp,
 )
+from kfuse.ir.generated import GENERATORS
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 
@@ -151,11 +152,24 @@ class PartRead:
 class CatSelect:
     """A cat along `expr.dim` computed by the kernel: reference axis `axis` is the cat's, and
     `guards[p]` is an input (an index into DomainMap.input_uses) read inside part p with a
-    window along that axis, whose window check selects the part."""
+    window along that axis, whose window check selects the part; None for at most one part
+    that reads none (a full: a pad of a computed value, kfuse.ir.canonical_rules), which is
+    then the part selected where no other's window holds."""
 
     expr: CatOp
     axis: int
-    guards: tuple[int, ...]
+    guards: tuple[int | None, ...]
+
+    @property
+    def default(self) -> int:
+        """The part selected where no checked part's window holds: the one with no guard,
+        else the last (the windows tile the axis, so the last needs no check)."""
+        return self.guards.index(None) if None in self.guards else len(self.guards) - 1
+
+    @property
+    def checked(self) -> list[tuple[int, int]]:
+        """(part, guard) of every part but the default, in order."""
+        return [(p, k) for p, k in enumerate(self.guards) if k is not None and p != self.default]
 
 
 @dataclass
@@ -391,12 +405,14 @@ def _computed_leaf(expr: Expr, use: Use, result: DomainMap, visit: Any) -> bool:
 
 def _read_in_part(use: Use, part: PartOf, stopped: bool, result: DomainMap) -> None:
     """Record `use` (inside `part`) as a PartRead where it is a fusion input. A value made
-    elsewhere (`stopped`), read in place (an indexed or padded read) or generated (whose
-    index would be the cat's, not the part's) has no window of the cat to be read from:
-    UnsupportedExpr."""
+    elsewhere (`stopped`), read in place (an indexed or padded read) or generated from its
+    index (which would be the cat's, not the part's) has no window of the cat to be read
+    from: UnsupportedExpr. A full is the same at every index: computed where it is."""
     expr = use.val.definition
     in_place = expr is not None and (
-        indexed_read_of(expr) or padded_read_of(expr) or isinstance(expr, GeneratedOp)
+        indexed_read_of(expr)
+        or padded_read_of(expr)
+        or (isinstance(expr, GeneratedOp) and GENERATORS[expr.op].uses_index)
     )
     if stopped or in_place:
         raise UnsupportedExpr(
@@ -411,21 +427,21 @@ def _guarded(cat: Use, select: CatSelect, domain: DomainMap) -> CatSelect:
     """`select` (the cat's, used as `cat`) with its guards: per part, its first input read
     with a window along the cat's axis. A part with none (every value it reads is the same
     all along that axis) gives no check that selects it: UnsupportedExpr."""
-    guards = []
+    guards: list[int | None] = []
     for index in range(len(select.expr.inputs)):
         part = PartOf(select.expr, index, cat.view)
         k = next(
             (
                 k
                 for k, u in enumerate(domain.input_uses)
-                if u.part == part and select.axis in u.view
+                if u.part == part and select.axis in u.view and u not in domain.generated
             ),
             None,
         )
-        if k is None:
+        if k is None and None in guards:
             raise UnsupportedExpr(
-                f"cat {select.expr.outputs[0].name}: its part {index} reads no input along "
-                "the cat's axis"
+                f"cat {select.expr.outputs[0].name}: its parts {guards.index(None)} and "
+                f"{index} read no input along the cat's axis"
             )
         guards.append(k)
     return CatSelect(select.expr, select.axis, tuple(guards))

@@ -124,13 +124,12 @@ def element_load(spec: PointwiseKernelSpec, domain: DomainMap, k: int, at: str, 
 def part_selectors(spec: PointwiseKernelSpec, domain: DomainMap, i: str) -> tuple[str, ...]:
     """Per cat the kernel computes (DomainMap.cats), the part that the element at inner
     coordinate `i` of the row falls in: the first part whose guard (a read with a window
-    along the cat's axis) is inside its window, the last where none is. The windows of a
-    cat's parts tile its axis, so exactly one holds."""
+    along the cat's axis) is inside its window, the default part (CatSelect.default) where
+    none is. The windows of a cat's parts tile its axis, so exactly one holds."""
     out = []
     for select in domain.cats.values():
-        checked = select.guards[:-1]
-        chain = "".join(f"{_inside(spec, k, i)} ? {p} : " for p, k in enumerate(checked))
-        out.append(f"({chain}{len(checked)})")
+        chain = "".join(f"{_inside(spec, k, i)} ? {p} : " for p, k in select.checked)
+        out.append(f"({chain}{select.default})")
     return tuple(out)
 
 
@@ -152,7 +151,7 @@ def _whole_vector_cat(input_kinds: tuple[str, ...], domain: DomainMap) -> bool:
     if len(domain.cats) != 1:
         return False
     (select,) = domain.cats.values()
-    return all(input_kinds[k] == WINDOWED_VEC for k in select.guards[:-1])
+    return all(input_kinds[k] == WINDOWED_VEC for _, k in select.checked)
 
 
 @dataclass(frozen=True)
