@@ -47,11 +47,8 @@ cheaper form differs on some special value, the rule guards it or does not apply
   axes: the element count fixes the one axis left, and a squeeze is what the kernels
   generate where a reshape is a segment of its own (Thunder's cross entropy reshapes the
   [rows, 1] gathered logits to [rows]);
-* pad(v) of a v computed element-wise from leaves, on one side of one axis by a fixed
-  width, that neither is an output nor feeds a gather -> cat(full, v) or cat(v, full):
-  the pointwise kernel reads pads of its inputs
-  only, and computes a cat with a full among its parts (Thunder's RoPE backward pads each
-  half of a gradient back to the head's width);
+* pad(v) of element-wise work on one side of one axis, read by more element-wise work ->
+  a cat of it and a full (kfuse.ir.canonical_pads);
 * a gather of element-wise ops or of a pad reads what they act on
   (kfuse.ir.canonical_gather).
 
@@ -67,8 +64,8 @@ from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.canonical_gather import gather_of_computed
+from kfuse.ir.canonical_pads import is_leaf, pad_of_computed
 from kfuse.ir.exprs import (
-    LIBRARY_EXPRS,
     BinaryOp,
     BroadcastOp,
     CastOp,
@@ -76,7 +73,6 @@ from kfuse.ir.exprs import (
     ExpandOp,
     Expr,
     GatherOp,
-    GeneratedOp,
     PadOp,
     PermuteOp,
     ReshapeOp,
@@ -142,7 +138,7 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
     if isinstance(expr, SliceOp):
         return _slice_of_elementwise(ctx, expr, inputs)
     if isinstance(expr, PadOp):
-        return _pad_of_computed(ctx, expr, inputs)
+        return pad_of_computed(ctx, expr, inputs)
     if isinstance(expr, GatherOp):
         return gather_of_computed(ctx, expr, inputs)
     if isinstance(expr, _ELEMENTWISE) and is_output:
@@ -324,7 +320,7 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
     assert isinstance(value, TensorView) and isinstance(out, TensorView)
     if any(ax.is_broadcast and not kept.is_broadcast for ax, kept in zip(value.axes, out.axes)):
         return None  # the slice empties an axis the value is broadcast along
-    if _is_leaf(value):
+    if is_leaf(value):
         return None
     bounds = _Bounds(
         tuple(ctx.val(v) for v in expr.starts),
@@ -375,7 +371,7 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
         axes = tuple(ax if ax.is_broadcast else bounds.axes[m] for ax, m in zip(u.axes, axis_map))
         made = like if u is value else [ctx.new_val(u.dtype, axes)]
         e = u.definition
-        if _is_leaf(u):
+        if is_leaf(u):
             if all(ax.is_broadcast for ax in u.axes):
                 return u  # one value, read as it is
             whole = [ax.is_broadcast for ax in u.axes]
@@ -478,88 +474,12 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
     return ctx.emit(CatOp, tuple(parts), {"dim": d}, expr.outputs)
 
 
-def _pad_of_computed(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
-    """pad(v) of a value computed element-wise from leaves (or slices of them), widened on
-    one side of one axis by a fixed width, read by other element-wise work (not an output,
-    not a gather's source) -> cat(full, v) or cat(v, full) along it. The
-    pointwise kernel reads pads of its inputs only, but computes a cat of parts made from
-    them, a full among them (kfuse.codegen.domain.CatSelect); Thunder's RoPE backward pads
-    each half of a gradient back to the head's width, one on each side."""
-    assert isinstance(expr, PadOp)
-    value, fill = inputs[0], inputs[1]
-    assert isinstance(value, TensorView)
-    if _is_leaf(value) or not _computed_pointwise(value):
-        return None
-    padded = expr.outputs[0]
-    if any(o is padded for o in ctx.original.outputs):
-        # An output pad's value is written first and read back through the pad's window
-        # (a cat as an output, its parts of one size, would be written part by part, which
-        # a part that is an output itself forbids).
-        return None
-    if any(isinstance(e, GatherOp) and e.inputs[0] is padded for e in ctx.original.exprs):
-        return None  # a gather reads the pad's few elements instead (canonical_gather)
-    widths = [
-        (constant_value(ctx.val(lo)), constant_value(ctx.val(hi)))
-        for lo, hi in zip(expr.lows, expr.highs)
-    ]
-    if any(not isinstance(w, int) or w < 0 for pair in widths for w in pair):
-        return None  # a width known only at run time, or a crop
-    sides = [(d, k) for d, pair in enumerate(widths) for k in (0, 1) if pair[k]]
-    if len(sides) != 1:
-        return None  # a cat computed in a kernel holds one full at most
-    ((d, k),) = sides
-    filled = _filled(ctx, value, d, widths[d][k], fill)
-    parts = (value, filled) if k else (filled, value)
-    return ctx.emit(CatOp, parts, {"dim": d}, expr.outputs)
-
-
-def _filled(ctx: Any, like: TensorView, d: int, width: int, fill: Val) -> Val:
-    """full(like's shape with axis d `width` long, fill) of like's dtype, the other axes'
-    extents read from `like` (SizeOp: a constant 1 would make a broadcast axis)."""
-    shape: list[Val] = []
-    axes: list[Axis] = []
-    for k, ax in enumerate(like.axes):
-        if k == d:
-            shape.append(ctx.constant(width, DataType.Int))
-            axes.append(Axis(False, width))
-            continue
-        (size,) = ctx.emit(SizeOp, (like,), {"dim": k}, [ctx.new_val(DataType.Int, None)])
-        shape.append(size)
-        axes.append(Axis(False, ax.extent))
-    operands = tuple(v for v in (*shape, fill) if not (isinstance(v, Scalar) and v.is_constant))
-    attrs = {"op": "full", "shape": tuple(shape), "params": (fill,), "dtype": like.dtype}
-    (made,) = ctx.emit(GeneratedOp, operands, attrs, [ctx.new_val(like.dtype, tuple(axes))])
-    return made
-
-
-def _computed_pointwise(u: Val) -> bool:
-    """Whether u is computed from leaves (_is_leaf) and slices of them by element-wise ops,
-    permutes, broadcasts and expands only: a kernel that reads the leaves computes any of
-    its elements."""
-    if not isinstance(u, TensorView) or _is_leaf(u):
-        return True
-    e = u.definition
-    if isinstance(e, SliceOp):
-        return _is_leaf(e.inputs[0])
-    if isinstance(e, (PermuteOp, BroadcastOp, ExpandOp)):
-        return _computed_pointwise(e.inputs[0])
-    return isinstance(e, _ELEMENTWISE) and all(_computed_pointwise(w) for w in e.inputs)
-
-
-def _is_leaf(u: Val) -> bool:
-    """Whether a slice moved onto u is taken of u itself: a fusion input, or the output of a
-    library op (a segment's input, which its kernel reads through the slice as a view:
-    kfuse.engine.boundary_views; Thunder's RoPE backward slices the halves of sdpfa_bwd's
-    gradients times sin)."""
-    return u.is_input or isinstance(u.definition, LIBRARY_EXPRS)
-
-
 def _movable(u: Val, cut: Any, axis_map: tuple[int, ...] | None = None) -> bool:
     """Whether a slice of u can be taken of the leaves (_is_leaf) it is computed from:
     through element-wise ops, permutes, broadcasts, and expands whose expanded axes the
     slice keeps whole. `cut(m)`: whether the slice keeps less than all of the sliced value's
     axis m; axis_map[j]: the sliced value's axis that u's axis j is (as in _moved_slice)."""
-    if not isinstance(u, TensorView) or _is_leaf(u):
+    if not isinstance(u, TensorView) or is_leaf(u):
         return True
     if axis_map is None:
         axis_map = tuple(range(u.ndim))
