@@ -228,3 +228,15 @@ def test_a_gathered_pad_is_left_to_the_gather_rule() -> None:
     want = [e[0, 0], e[1, 8], 0.0, e[3, 3], 0.0, e[5, 1]]
     np.testing.assert_allclose(out[:, 0], want, rtol=1e-6)
     assert not any(isinstance(e, CatOp) for e in canonical_fusion(fd.fusion).exprs)
+
+
+def test_a_pad_of_a_broadcast_value_stays_a_pad() -> None:
+    """pad(exp(w) broadcast over rows) along the columns, read by an add: the padded value
+    has a broadcast axis, which a full (a cat's part) would not have, so the pad is left as
+    it is, and the result is right."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        row = fd.ops.broadcast(fd.ops.exp(w), [True, False])
+        fd.add_output(fd.ops.add(fd.ops.pad(row, [0, 2], value=1.0), x))
+    check(fd, [rand((4, 7)), rand((5,), 1)])

@@ -153,7 +153,7 @@ class CatSelect:
     """A cat along `expr.dim` computed by the kernel: reference axis `axis` is the cat's, and
     `guards[p]` is an input (an index into DomainMap.input_uses) read inside part p with a
     window along that axis, whose window check selects the part; None for at most one part
-    that reads none (a full: a pad of a computed value, kfuse.ir.canonical_rules), which is
+    that reads none (a full: a pad of a computed value, kfuse.ir.canonical_pads), which is
     then the part selected where no other's window holds."""
 
     expr: CatOp

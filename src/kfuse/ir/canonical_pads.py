@@ -68,6 +68,8 @@ def pad_of_computed(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val,
     if len(sides) != 1:
         return None  # a cat computed in a kernel holds one full at most
     ((d, k),) = sides
+    if any(ax.is_broadcast for ax in value.axes):
+        return None  # a full's axes are the cat's, none of them broadcast
     filled = _filled(ctx, value, d, widths[d][k], fill)
     parts = (value, filled) if k else (filled, value)
     return ctx.emit(CatOp, parts, {"dim": d}, expr.outputs)

@@ -475,7 +475,7 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
 
 
 def _movable(u: Val, cut: Any, axis_map: tuple[int, ...] | None = None) -> bool:
-    """Whether a slice of u can be taken of the leaves (_is_leaf) it is computed from:
+    """Whether a slice of u can be taken of the leaves (is_leaf) it is computed from:
     through element-wise ops, permutes, broadcasts, and expands whose expanded axes the
     slice keeps whole. `cut(m)`: whether the slice keeps less than all of the sliced value's
     axis m; axis_map[j]: the sliced value's axis that u's axis j is (as in _moved_slice)."""
