@@ -240,3 +240,24 @@ def test_a_pad_of_a_broadcast_value_stays_a_pad() -> None:
         row = fd.ops.broadcast(fd.ops.exp(w), [True, False])
         fd.add_output(fd.ops.add(fd.ops.pad(row, [0, 2], value=1.0), x))
     check(fd, [rand((4, 7)), rand((5,), 1)])
+
+
+def test_casts_and_slices_of_a_library_output_go_with_the_kernels_after_it() -> None:
+    """cast(matmul(a, b)) and casts of slices of the product, read by element-wise work: the
+    library segment is the matmul alone (the cast was a framework cast writing the product
+    again at twice the size, the slices copies of the library's output), and the kernels
+    after it read the product in place."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        product = fd.ops.matmul(a, b)
+        wide = fd.ops.cast(product, DataType.Float)
+        left = fd.ops.cast(fd.ops.slice(product, [0, 0], [6, D // 2]), DataType.Float)
+        right = fd.ops.cast(fd.ops.slice(product, [0, D // 2], [6, D]), DataType.Float)
+        fd.add_output(fd.ops.mul(wide, wide))
+        fd.add_output(fd.ops.sub(left, right))
+    inputs = [bf16(rand((6, 5))), bf16(rand((5, D), 1))]
+    check(fd, inputs)
+    first, *rest = fd.segments(inputs)
+    assert first.scheduler is SchedulerType.expr_eval and len(first.exprs) == 1
+    assert rest and all(s.scheduler is SchedulerType.pointwise for s in rest)

@@ -42,6 +42,7 @@ from typing import Any, cast
 from kfuse.engine.boundary_views import folded_for_a_kernel
 from kfuse.errors import SchedulerError
 from kfuse.ir.exprs import (
+    LIBRARY_EXPRS,
     BinaryOp,
     BroadcastOp,
     CastOp,
@@ -51,6 +52,7 @@ from kfuse.ir.exprs import (
     IndexSelectOp,
     PermuteOp,
     ReductionOp,
+    SliceOp,
     TernaryOp,
     UnaryOp,
     WelfordOp,
@@ -217,6 +219,11 @@ class _Segmenter:
         if self.forward == FORWARD_NOTHING:
             return frozenset()
         inputs = {id(v) for v in self.fusion.inputs}
+        # A library op's outputs are in memory as the inputs are: a cast or a slice of one is
+        # computed again by each segment reading it, not a framework cast or a copy made by
+        # the library segment (its outputs are new arrays) before the kernel after it.
+        library = {id(o) for e in self.exprs if isinstance(e, LIBRARY_EXPRS) for o in e.outputs}
+        leaves = inputs | library
         materialized = {
             id(o) for e in self.exprs if isinstance(e, (ReductionOp, WelfordOp)) for o in e.outputs
         } | self.output_ids
@@ -230,11 +237,18 @@ class _Segmenter:
             if any(id(o) in self.output_ids or id(o) in bounds for o in e.outputs):
                 continue
             tensors = [v for v in e.inputs if isinstance(v, TensorView)]
+            if isinstance(e, SliceOp) and id(e.inputs[0]) in library:
+                # A view, read in place (kfuse.engine.boundary_views): what is computed from
+                # it is computed from the library's output.
+                roots[i] = {cast(TensorView, e.inputs[0])}
+                full.add(i)
+                out.add(i)
+                continue
             if self.forward == FORWARD_POINTWISE:
                 if not isinstance(e, _POINTWISE) or not tensors:
                     continue
                 if not all(
-                    id(v) in inputs or id(v) in materialized or self.producer.get(id(v)) in out
+                    id(v) in leaves or id(v) in materialized or self.producer.get(id(v)) in out
                     for v in tensors
                 ):
                     continue
@@ -242,7 +256,7 @@ class _Segmenter:
                 # small: one segment computes it and writes it; only its broadcast and
                 # expand, which are indexing, are forwarded. What comes from a fusion input is
                 # computed again.
-                if any(id(v) in inputs or self.producer.get(id(v)) in full for v in tensors):
+                if any(id(v) in leaves or self.producer.get(id(v)) in full for v in tensors):
                     roots[i] = set().union(
                         *(roots.get(self.producer.get(id(v), -1), {v}) for v in tensors)
                     )
@@ -255,7 +269,7 @@ class _Segmenter:
                 isinstance(e, (CastOp, BroadcastOp)) and len(e.inputs) == len(tensors) == 1
             ):
                 (v,) = tensors
-                if id(v) in inputs or self.producer.get(id(v)) in out:
+                if id(v) in leaves or self.producer.get(id(v)) in out:
                     out.add(i)
         return frozenset(out)
 
