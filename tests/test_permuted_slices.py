@@ -261,3 +261,32 @@ def test_casts_and_slices_of_a_library_output_go_with_the_kernels_after_it() -> 
     first, *rest = fd.segments(inputs)
     assert first.scheduler is SchedulerType.expr_eval and len(first.exprs) == 1
     assert rest and all(s.scheduler is SchedulerType.pointwise for s in rest)
+
+
+@pytest.mark.parametrize("dims", [[0, 1, 2], [2], [0, 1]])
+def test_a_sum_of_a_cat_is_the_cat_of_its_parts_sums(dims: list[int]) -> None:
+    """sum((x * cos + cat(-x2, x1) * sin) * g, dims), the RoPE loss Thunder writes: the
+    element-wise work moves into the cat's parts (canonical_rules), and the sum reads the
+    parts (summed and added where it sums the cat's axis, a cat of their sums where it
+    does not), so no framework cat writes the rotated tensor out first. Right either way."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4, S, D], dtype=DataType.Float)
+        cos = fd.define_tensor(shape=[S, D], dtype=DataType.Float)
+        sin = fd.define_tensor(shape=[S, D], dtype=DataType.Float)
+        g = fd.define_tensor(shape=[4, S, D], dtype=DataType.Float)
+        turned = fd.ops.cat(
+            [
+                fd.ops.neg(fd.ops.slice(x, [0, 0, D // 2], [4, S, D])),
+                fd.ops.slice(x, [0, 0, 0], [4, S, D // 2]),
+            ],
+            dim=2,
+        )
+        wide = [True, False, False]
+        y = fd.ops.add(
+            fd.ops.mul(x, fd.ops.broadcast(cos, wide)),
+            fd.ops.mul(turned, fd.ops.broadcast(sin, wide)),
+        )
+        fd.add_output(fd.ops.sum(fd.ops.mul(y, g), dims=dims))
+    inputs = [rand((4, S, D)), rand((S, D), 1), rand((S, D), 2), rand((4, S, D), 3)]
+    check(fd, inputs)
+    assert SchedulerType.expr_eval not in fd.last_program().schedulers()

@@ -75,6 +75,7 @@ from kfuse.ir.exprs import (
     GatherOp,
     PadOp,
     PermuteOp,
+    ReductionOp,
     ReshapeOp,
     SegmentSetOp,
     SizeOp,
@@ -141,6 +142,8 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return pad_of_computed(ctx, expr, inputs)
     if isinstance(expr, GatherOp):
         return gather_of_computed(ctx, expr, inputs)
+    if isinstance(expr, ReductionOp):
+        return _sum_of_cat(ctx, expr, inputs)
     if isinstance(expr, _ELEMENTWISE) and is_output:
         return _output_of_reshape(ctx, expr, inputs)
     return None
@@ -420,6 +423,37 @@ def _cat_of_cats(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ..
         for w in (u.definition.inputs if u in inner else (u,))  # type: ignore[union-attr]
     ]
     return ctx.emit(CatOp, tuple(parts), {"dim": expr.dim}, expr.outputs)
+
+
+def _sum_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
+    """sum(cat(a, b, ...), dims) -> sum(a, dims) + sum(b, dims) + ... where the cat's axis is
+    summed, else cat(sum(a, dims), sum(b, dims), ...) along it: a reduction kernel computes
+    no cat, and Thunder's RoPE loss summed its rotated halves' cat (made by
+    _elementwise_of_cat), which a framework cat wrote out in full first."""
+    assert isinstance(expr, ReductionOp)
+    joined, out = inputs[0], expr.outputs[0]
+    cat = joined.definition if isinstance(joined, TensorView) else None
+    if expr.op != "sum" or not isinstance(cat, CatOp) or len(cat.inputs) < 2:
+        return None
+    assert isinstance(out, TensorView)
+    d, attrs = cat.dim, expr.attributes()
+    if d in expr.dims:
+        sums = [
+            ctx.emit(ReductionOp, (part,), attrs, [ctx.new_val(out.dtype, out.axes)])[0]
+            for part in cat.inputs
+        ]
+        total = sums[0]
+        for k, part_sum in enumerate(sums[1:], 2):
+            like = expr.outputs if k == len(sums) else [ctx.new_val(out.dtype, out.axes)]
+            (total,) = ctx.emit(BinaryOp, (total, part_sum), {"op": "add"}, like)
+        return (total,)
+    kept = d - sum(1 for r in expr.dims if r < d)  # the cat's axis among the sum's
+    parts = []
+    for part in cat.inputs:
+        assert isinstance(part, TensorView)
+        axes = tuple(part.axes[d] if i == kept else a for i, a in enumerate(out.axes))
+        parts.append(ctx.emit(ReductionOp, (part,), attrs, [ctx.new_val(out.dtype, axes)])[0])
+    return ctx.emit(CatOp, tuple(parts), {"dim": kept}, expr.outputs)
 
 
 def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
