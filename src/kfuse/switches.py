@@ -264,7 +264,10 @@ SM, softmax backward over dim 0 [4096, 16384] 221.7 -> 249.2 (223.8), channels-l
 forward [256, 2048, 7, 7] 62.9 -> 142.2 (72.4), instance norm forward [64, 256, 56, 56] 109.8
 -> 237.6 (115.2); at 627ecbe, swept (tools/params_sweep.py), the softmax backward 218.6 ->
 198.3 in the shape _cluster_shape now takes, the batch norm at best 109.9 (12544 rows: more
-than 8 a thread, so the segmenter keeps it). The A/B: `tools/kernel_times.py
+than 8 a thread, so the segmenter keeps it); at f7468e5, in that shape, on every row it
+changes: the softmax backward 215.7 -> 198.5 (218.4), but the softmax forward 150.2 -> 216.1
+(184.3) and the channels-last instance norm forward 108.5 -> 228.4 (113.5) and backward 177.1
+-> 382.2 (177.9): off. The A/B: `tools/kernel_times.py
 softmax_fwd_dim0:4096x16384 softmax_bwd_dim0:4096x16384 instancenorm_fwd_nhwc:64x256x56x56
 instancenorm_bwd_nhwc:64x256x56x56 --tc --ab kfuse.switches.OUTER_CLUSTERS=True`."""
 
