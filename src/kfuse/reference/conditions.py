@@ -27,7 +27,8 @@ Tracked alongside the float64 evaluation (kfuse.reference.conditioning), per ten
   the sum rounded: float64, the kernel's precision and the kernel each pick one (so is a
   lerp whose weight is such a value and whose end - start is infinite). Such an element
   stays indeterminate through ops that keep a value non-finite (casts, neg, abs, shape ops,
-  add, sub, mul, a division's numerator, sums, lerp); any other op ends it.
+  add, sub, mul, a division's numerator, sums, lerp); any other op ends it. So are complex
+  results whose sign C leaves unspecified (kfuse.reference.complex_signs).
 * order_decides: elements whose value the order of a product's multiplications decides. A
   float32 product of n factors is only as exact as its partial products: where the factors
   above 1 multiply to more than float32's largest value, or those below 1 (not 0) to less
@@ -64,6 +65,7 @@ from kfuse.ir.exprs import (
 from kfuse.ir.ops import OPS
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
+from kfuse.reference.complex_signs import CARRIED_UNARY, track_complex
 from kfuse.reference.function_bounds import ABSOLUTE_NEAR_ZEROS, holds_pole
 
 EPSILON: dict[DataType, float] = {
@@ -141,6 +143,8 @@ class ConditionTracker:
             return  # made, not computed from operands: no sum, no mark reaches it
         if isinstance(out, TensorView):
             self._track_order(expr)
+            if out.dtype.is_complex:
+                track_complex(self, expr, out)  # signs C leaves unspecified
         if not isinstance(out, TensorView) or not out.dtype.is_floating:
             return
         self._track_magnitude(expr, out)
@@ -533,7 +537,7 @@ class ConditionTracker:
         ind = self.indeterminate
         op = getattr(expr, "op", None)
         first = expr.inputs[0]
-        if isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in ("neg", "abs")):
+        if isinstance(expr, CastOp) or (isinstance(expr, UnaryOp) and op in CARRIED_UNARY):
             if first in ind:
                 ind[out] = ind[first]
         elif (row := structural_info(expr)) is not None:
@@ -550,7 +554,7 @@ class ConditionTracker:
             a, b = expr.inputs
             carried = [ind[v] for v in ((a, b) if op != "div" else (a,)) if v in ind]
             carried += self._rounding_decides(op, a, b)
-            self._mark(out, carried)
+            self.mark(out, carried)
         elif isinstance(expr, TernaryOp) and op == "lerp":
             # start + weight * (end - start): a near-zero tracked weight times an infinite
             # difference is +inf, -inf or NaN by the weight's rounding (a campaign met
@@ -561,9 +565,9 @@ class ConditionTracker:
             if small is not None:
                 gap = self.as_f64(end) - self.as_f64(start)
                 carried.append(self.be.astype(small & self.be.fn("isinf")(gap), self.f64))
-            self._mark(out, carried)
+            self.mark(out, carried)
 
-    def _mark(self, out: TensorView, masks: list[Any]) -> None:
+    def mark(self, out: TensorView, masks: list[Any]) -> None:
         """out is indeterminate where any of `masks` (float64 0/1 arrays) is; none: it is not."""
         if not masks:
             return
