@@ -14,8 +14,8 @@ generated gather checks its positions on the device. A group no scheduler takes 
 still be a kernel's with its boundary reshapes folded into its operands (a reshape of another
 segment's output is a view of it: kfuse.engine.boundary_views.folded_for_a_kernel).
 
-Pointwise values computed from what segments read anyway (fusion inputs, reduction results,
-fusion outputs) are forwarded: their exprs join no group, and every segment that reads such a
+Pointwise values computed from what segments read anyway (fusion inputs, library ops' outputs
+and slices of them, reduction results, fusion outputs) are forwarded: their exprs join no group, and every segment that reads such a
 value computes it again. Otherwise the segment producing it would write it out at full size
 and its consumers read it back: a softmax over axis 0 wrote exp(x - max) as fp32 (two bytes
 of x became four written and four read again) between its max and its sum; a bf16 batch norm
