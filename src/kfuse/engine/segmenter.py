@@ -15,13 +15,13 @@ still be a kernel's with its boundary reshapes folded into its operands (a resha
 segment's output is a view of it: kfuse.engine.boundary_views.folded_for_a_kernel).
 
 Pointwise values computed from what segments read anyway (fusion inputs, library ops' outputs
-and slices of them, reduction results, fusion outputs) are forwarded: their exprs join no group, and every segment that reads such a
-value computes it again. Otherwise the segment producing it would write it out at full size
-and its consumers read it back: a softmax over axis 0 wrote exp(x - max) as fp32 (two bytes
-of x became four written and four read again) between its max and its sum; a bf16 batch norm
-wrote its input once more as fp32. Where some scheduler refuses an expr with the values it
-recomputes, forwarding falls back to casts and broadcasts of fusion inputs alone, then to
-none.
+and slices of them, reduction results, fusion outputs) are forwarded: their exprs join no
+group, and every segment that reads such a value computes it again. Otherwise the segment
+producing it would write it out at full size and its consumers read it back: a softmax over
+axis 0 wrote exp(x - max) as fp32 (two bytes of x became four written and four read again)
+between its max and its sum; a bf16 batch norm wrote its input once more as fp32. Where some
+scheduler refuses an expr with the values it recomputes, forwarding falls back to casts and
+broadcasts of fusion inputs alone, then to none.
 
 A segment is a Fusion of its own (cloned exprs; inputs are the fusion inputs it reads, the
 intermediates other segments produce and every non-constant Scalar it uses; outputs are the
