@@ -1,7 +1,7 @@
 """Complex results whose sign C leaves unspecified are marked indeterminate by the reference
 (kfuse.reference.complex_signs), so the comparison takes either infinity there: an emulator
 campaign met imag(sqrt(-complex(inf, NaN))) at -inf in the kernel and +inf in the float64
-reference (failure-513-20, kept in benchmarks/results/2026-12-07-9e8f6cf-host/)."""
+reference (failure-513-20, replayed as a test from tests/data/repros/2026-12-07-emulator/)."""
 
 from __future__ import annotations
 

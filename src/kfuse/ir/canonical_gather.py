@@ -23,20 +23,17 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.dtypes import DataType
+from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value
 from kfuse.ir.exprs import (
     BinaryOp,
-    CastOp,
     Expr,
     GatherOp,
     PadOp,
     SegmentSetOp,
     SizeOp,
     TernaryOp,
-    UnaryOp,
 )
-from kfuse.ir.values import Scalar, TensorView, Val
-
-_ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+from kfuse.ir.values import TensorView, Val
 
 
 def gather_of_computed(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
@@ -54,16 +51,12 @@ def gather_of_computed(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[V
 
 def _padded_end(pad: PadOp, dim: int) -> bool:
     """Whether `pad` only adds elements after the end of axis `dim` (constant widths)."""
-    lows = [_constant(v) for v in pad.lows]
-    highs = [_constant(v) for v in pad.highs]
+    lows = [constant_value(v) for v in pad.lows]
+    highs = [constant_value(v) for v in pad.highs]
     if any(w != 0 for w in lows) or any(w != 0 for i, w in enumerate(highs) if i != dim):
         return False
     high = highs[dim]
     return isinstance(high, int) and high >= 0
-
-
-def _constant(v: Val) -> Any:
-    return v.value if isinstance(v, Scalar) and v.is_constant else None
 
 
 def _gather_of_pad(
@@ -120,7 +113,7 @@ def _gather_of_elementwise(
 def _one_tensor_elementwise(e: Expr | None) -> bool:
     """Whether `e` is an element-wise op with exactly one tensor operand (a segment boundary
     the user placed is kept)."""
-    if not isinstance(e, _ELEMENTWISE) or isinstance(e, SegmentSetOp):
+    if not isinstance(e, ELEMENTWISE) or isinstance(e, SegmentSetOp):
         return False
     return sum(isinstance(u, TensorView) for u in e.inputs) == 1
 

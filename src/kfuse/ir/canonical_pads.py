@@ -1,5 +1,4 @@
-"""Canonical rules for pads (kfuse.ir.canonical_rules calls them), and what counts as a
-leaf of the values those rules and the slice rule move work onto.
+"""Canonical rules for pads (kfuse.ir.canonical_rules calls them).
 
 * pad(v) of a v computed element-wise from leaves, on one side of one axis by a fixed
   width, that neither is an output nor feeds a gather -> cat(full, v) or cat(v, full):
@@ -12,11 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.dtypes import DataType
+from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_leaf
 from kfuse.ir.exprs import (
-    LIBRARY_EXPRS,
-    BinaryOp,
     BroadcastOp,
-    CastOp,
     CatOp,
     ExpandOp,
     Expr,
@@ -26,17 +23,8 @@ from kfuse.ir.exprs import (
     PermuteOp,
     SizeOp,
     SliceOp,
-    TernaryOp,
-    UnaryOp,
 )
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
-
-_ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
-
-
-def _constant(v: Val) -> Any:
-    """A constant's value, or None for any other Val."""
-    return v.value if isinstance(v, Scalar) and v.is_constant else None
 
 
 def pad_of_computed(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
@@ -60,7 +48,8 @@ def pad_of_computed(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val,
     if any(isinstance(e, GatherOp) and e.inputs[0] is padded for e in ctx.original.exprs):
         return None  # a gather reads the pad's few elements instead (canonical_gather)
     widths = [
-        (_constant(ctx.val(lo)), _constant(ctx.val(hi))) for lo, hi in zip(expr.lows, expr.highs)
+        (constant_value(ctx.val(lo)), constant_value(ctx.val(hi)))
+        for lo, hi in zip(expr.lows, expr.highs)
     ]
     if any(not isinstance(w, int) or w < 0 for pair in widths for w in pair):
         return None  # a width known only at run time, or a crop
@@ -105,12 +94,4 @@ def _computed_pointwise(u: Val) -> bool:
         return is_leaf(e.inputs[0])
     if isinstance(e, (PermuteOp, BroadcastOp, ExpandOp)):
         return _computed_pointwise(e.inputs[0])
-    return isinstance(e, _ELEMENTWISE) and all(_computed_pointwise(w) for w in e.inputs)
-
-
-def is_leaf(u: Val) -> bool:
-    """Whether a slice moved onto u is taken of u itself: a fusion input, or the output of a
-    library op (a segment's input, which its kernel reads through the slice as a view:
-    kfuse.engine.boundary_views; Thunder's RoPE backward slices the halves of sdpfa_bwd's
-    gradients times sin)."""
-    return u.is_input or isinstance(u.definition, LIBRARY_EXPRS)
+    return isinstance(e, ELEMENTWISE) and all(_computed_pointwise(w) for w in e.inputs)

@@ -59,12 +59,14 @@ in Python, whose math.sqrt raises where C's returns NaN.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.canonical_gather import gather_of_computed
-from kfuse.ir.canonical_pads import is_leaf, pad_of_computed
+from kfuse.ir.canonical_pads import pad_of_computed
+from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_leaf
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
@@ -85,7 +87,7 @@ from kfuse.ir.exprs import (
     TernaryOp,
     UnaryOp,
 )
-from kfuse.ir.values import Axis, Scalar, TensorView, Val
+from kfuse.ir.values import Axis, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
     DataType.Bool: frozenset(DataType) - {DataType.Bool},
@@ -120,7 +122,7 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return _div_by_power_of_two(ctx, expr, inputs)
     if isinstance(expr, UnaryOp) and expr.op == "reciprocal":
         return _reciprocal_sqrt(ctx, expr, inputs)
-    if isinstance(expr, _ELEMENTWISE):
+    if isinstance(expr, ELEMENTWISE):
         pushed = _elementwise_of_cat(ctx, expr, inputs)
         if pushed is not None:
             return pushed
@@ -144,14 +146,9 @@ def rewrite(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | 
         return gather_of_computed(ctx, expr, inputs)
     if isinstance(expr, ReductionOp):
         return _sum_of_cat(ctx, expr, inputs)
-    if isinstance(expr, _ELEMENTWISE) and is_output:
+    if isinstance(expr, ELEMENTWISE) and is_output:
         return _output_of_reshape(ctx, expr, inputs)
     return None
-
-
-def constant_value(v: Val) -> Any:
-    """A constant's value, or None for any other Val."""
-    return v.value if isinstance(v, Scalar) and v.is_constant else None
 
 
 def is_power_of_two(value: float, compute_ctype: str) -> bool:
@@ -243,9 +240,6 @@ def _cast_of_widening(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Va
     return ctx.emit(CastOp, (source,), {"dtype": expr.dtype}, expr.outputs)
 
 
-_ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
-
-
 def _elementwise_from_inputs(v: Val) -> tuple[list[Expr], list[TensorView]] | None:
     """(the element-wise exprs computing `v` from fusion inputs, each after those it reads,
     `v`'s own last; those inputs), when every tensor along the way has `v`'s rank and no
@@ -267,7 +261,7 @@ def _elementwise_from_inputs(v: Val) -> tuple[list[Expr], list[TensorView]] | No
             leaves.append(u)
             return True
         e = u.definition
-        if not isinstance(e, _ELEMENTWISE) or not all(visit(w) for w in e.inputs):
+        if not isinstance(e, ELEMENTWISE) or not all(visit(w) for w in e.inputs):
             return False
         exprs.append(e)  # after everything it reads
         return True
@@ -397,7 +391,7 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
             moved = sliced(e.inputs[0], axis_map)
             (result,) = ctx.emit(ExpandOp, (moved, *e.inputs[1:]), e.attributes(), made)
         else:
-            assert isinstance(e, _ELEMENTWISE)
+            assert isinstance(e, ELEMENTWISE)
             operands = tuple(sliced(w, axis_map) for w in e.inputs)
             (result,) = ctx.emit(type(e), operands, e.attributes(), made)
         done[key] = result
@@ -508,7 +502,7 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
     return ctx.emit(CatOp, tuple(parts), {"dim": d}, expr.outputs)
 
 
-def _movable(u: Val, cut: Any, axis_map: tuple[int, ...] | None = None) -> bool:
+def _movable(u: Val, cut: Callable[[int], bool], axis_map: tuple[int, ...] | None = None) -> bool:
     """Whether a slice of u can be taken of the leaves (is_leaf) it is computed from:
     through element-wise ops, permutes, broadcasts, and expands whose expanded axes the
     slice keeps whole. `cut(m)`: whether the slice keeps less than all of the sliced value's
@@ -535,7 +529,7 @@ def _movable(u: Val, cut: Any, axis_map: tuple[int, ...] | None = None) -> bool:
             if a.is_broadcast and not b.is_broadcast
         ]
         return not any(cut(m) for m in expanded) and _movable(source, cut, axis_map)
-    return isinstance(e, _ELEMENTWISE) and all(_movable(w, cut, axis_map) for w in e.inputs)
+    return isinstance(e, ELEMENTWISE) and all(_movable(w, cut, axis_map) for w in e.inputs)
 
 
 def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:

@@ -34,9 +34,8 @@ def track_complex(tracker: Any, expr: Expr, out: TensorView) -> None:
     tensors = [v for v in expr.inputs if isinstance(v, TensorView)]
     masks = [ind[v] for v in tensors if v in ind]
     if isinstance(expr, UnaryOp) and expr.op in UNSPECIFIED_SQRT and tensors:
-        z = tracker.ev.env[tensors[0]]
         if tensors[0].dtype.is_complex:
-            xp = be.xp
+            z, xp = tracker.ev.env[tensors[0]], be.xp
             at = (xp.real(z) == -float("inf")) & be.fn("isnan")(xp.imag(z))
             masks.append(be.astype(at, tracker.f64))
     elif not (
