@@ -413,3 +413,26 @@ def test_given_layouts_match_the_arrays_a_caller_allocates() -> None:
     row, column = torch.empty(6, 4), torch.empty(4, 6).t()
     assert call.call_into([a], [row, column]) is not None
     assert call.call_into([a], [row, torch.empty(6, 4)]) is None  # not in its stride order
+
+
+def test_stage_times_reports_each_stage_of_a_call() -> None:
+    """tools/host_call_probe.py's breakdown: every stage of a matching call, timed."""
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    call = entry([a, b], "tag")
+    times = call.stage_times([a, b], repeats=50)
+    assert set(times) == {
+        "match inputs",
+        "stream",
+        "allocate outputs",
+        "allocate workspaces",
+        "launches",
+        "call",
+    }
+    assert times["launches"] == []  # this entry has none
+    assert all(times[k] > 0 for k in ("match inputs", "allocate outputs", "call"))
+    with pytest.raises(ValueError, match="layout"):
+        call.stage_times([torch.randn(3), b], repeats=5)
+    with pytest.raises(ValueError, match="no given outputs"):
+        call.stage_times([a, b], [torch.empty(4, 5), torch.empty(2, 3)], repeats=5)
+    with pytest.raises(ValueError, match="at least 1"):
+        call.stage_times([a, b], repeats=0)

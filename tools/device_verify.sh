@@ -15,7 +15,7 @@
 # "models bench"; a call without "tests" builds kfuse first unless the machine has it.
 # The part "hostfigs" (not in the default) measures issue 60's host figures in one call:
 # tools/launch_floor.cu, benchmarks/run.py's H1, H1s, G1 and C1 (bench-host.json) and
-# tools/segmented_host_cost.py (hostfigs.txt); about 150 s.
+# tools/segmented_host_cost.py and tools/host_call_probe.py (hostfigs.txt); about 170 s.
 # The part "host" (not in the default) compares the host cost of cached calls (H1, H1s) with
 # another build's, alternately in separate processes (tools/device_ab.sh): the wheel at
 # KFUSE_VERIFY_OLD_WHEEL (e.g. built from the commit before a refactor, carried in .whl/).
@@ -136,6 +136,7 @@ if [[ $parts == *" hostfigs "* ]]; then
         timeout 150 python3 benchmarks/run.py --only H1,H1s,G1,C1 --json "$REAL/bench-host.json" 2>&1 |
             grep -E "^  (H1|H1s|G1|C1) "
         timeout 90 python3 tools/segmented_host_cost.py --device cuda --reps 1000 2>&1 | tail -n 8
+        timeout 120 python3 tools/host_call_probe.py --repeats 2000 2>&1
     } | tee "$REAL/hostfigs.txt"
 fi
 if [[ $parts == *" host "* ]]; then

@@ -131,6 +131,13 @@ void register_fast_call(nb::module_ &m) {
              "(tag, outputs) after launching into `outputs` (a list of arrays, returned as a "
              "new list of the same objects), or None when the inputs have another layout or "
              "an output does not fit exactly.")
+        .def("stage_times", &FastCall::stage_times, "inputs"_a, "outputs"_a.none() = nb::none(),
+             "repeats"_a = 1000, "between"_a.none() = nb::none(),
+             "Where a call's host time goes: {stage: median ns} for 'match inputs', 'match "
+             "outputs' (outputs given), 'stream', 'allocate outputs' (none given, freeing "
+             "included), 'allocate workspaces', 'launches' (a list, each launch's) and the "
+             "whole 'call', each stage run `repeats` times on its own; `between` (e.g. "
+             "torch.cuda.synchronize) is called before each launching repetition, untimed.")
         .def_prop_ro("tag", &FastCall::tag);
 
     nb::class_<FastCallCache>(m, "FastCallCache", "A fusion's FastCalls, newest first.",
@@ -143,6 +150,7 @@ void register_fast_call(nb::module_ &m) {
         .def("call_into", &FastCallCache::call_into, "inputs"_a, "outputs"_a,
              "stream"_a.none() = nb::none())
         .def("__len__", &FastCallCache::size)
+        .def("entries", &FastCallCache::entries, "The FastCalls, newest first.")
         .def("clear", &FastCallCache::clear);
 }
 

@@ -96,6 +96,14 @@ public:
 
     const nb::object &tag() const { return tag_; }
 
+    // Where a call's host time goes (fast_call_probe.cpp): the median nanoseconds of each
+    // stage run `repeats` times on its own ("match inputs", "match outputs" where `outputs`
+    // is given, "stream", "allocate outputs" where it is not, "allocate workspaces", a list
+    // "launches" of each launch's, and the whole "call"), `between` called before each
+    // launching repetition, outside the timing (None, or e.g. the framework's synchronize).
+    nb::dict stage_times(nb::handle inputs, nb::handle outputs, int repeats,
+                         nb::handle between) const;
+
     // Python's cycle collector sees the objects a FastCall holds through these (its tag is
     // the compiled fusion, which a user's objects may lead back to).
     int traverse(visitproc visit, void *arg) const {
@@ -197,6 +205,14 @@ public:
 
     size_t size() const { return entries_.size(); }
     void clear() { entries_.clear(); }
+
+    // The FastCalls, newest first (for probes and tests).
+    nb::list entries() const {
+        nb::list out;
+        for (const nb::object &e : entries_)
+            out.append(e);
+        return out;
+    }
 
     int traverse(visitproc visit, void *arg) const {
         for (const nb::object &e : entries_)
