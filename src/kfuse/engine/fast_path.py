@@ -38,6 +38,7 @@ from kfuse.runtime.launch import (
     ScalarOperand,
     WorkspaceOperand,
     has_rng_state,
+    pooled_workspaces,
     workspace_bytes,
 )
 
@@ -50,24 +51,30 @@ def packed_launch(
     n_workspaces: int,
     program: ScalarProgram | None = None,
     target: tuple[str, int] = ("numpy", -1),
+    workspace_offsets: list[int] | None = None,
 ) -> Any:
     """launch's arguments packed once (KernelLaunch.arguments with null pointers, and this
     call's scalar values), with a slot for every array operand and for every scalar operand
     that `program` computes from the scalar inputs. The flags of indexed reads are the same
-    on every call on `target` (framework, device): packed as they are."""
+    on every call on `target` (framework, device): packed as they are. workspace_offsets:
+    each workspace's byte offset in the call's one workspace buffer (pooled_workspaces);
+    None: a buffer each."""
     from kfuse._C import PackedLaunch
 
     args = launch.arguments([0] * n_inputs, [0] * n_outputs, extents, [0] * n_workspaces, target)
-    slots = launch_slots(launch, program)
+    slots = launch_slots(launch, program, workspace_offsets)
     return PackedLaunch(
         launch.kernel, list(launch.grid), list(launch.block), launch.shared_mem, args, slots
     )
 
 
-def launch_slots(launch: Any, program: ScalarProgram | None) -> list[tuple[int, str, int, int]]:
+def launch_slots(
+    launch: Any, program: ScalarProgram | None, workspace_offsets: list[int] | None = None
+) -> list[tuple[int, str, int, int]]:
     """PackedLaunch's slots: (parameter, kind, index, byte offset) for each array operand,
     and for each scalar operand that `program` computes from the scalar inputs. Operands of
-    neither kind (the flags of indexed reads) have no slot: they are packed as they are."""
+    neither kind (the flags of indexed reads) have no slot: they are packed as they are.
+    With `workspace_offsets`, every workspace is a part of workspace buffer 0."""
     slots = []
     for p, op in enumerate(launch.operands):
         if isinstance(op, InputOperand):
@@ -75,7 +82,10 @@ def launch_slots(launch: Any, program: ScalarProgram | None) -> list[tuple[int, 
         elif isinstance(op, OutputOperand):
             slots.append((p, "output", op.index, op.byte_offset))
         elif isinstance(op, WorkspaceOperand):
-            slots.append((p, "workspace", op.index, op.offset))
+            if workspace_offsets is None:
+                slots.append((p, "workspace", op.index, op.offset))
+            else:
+                slots.append((p, "workspace", 0, workspace_offsets[op.index] + op.offset))
         elif isinstance(op, ScalarOperand) and program is not None:
             if (k := program.slot(op.val)) is not None:
                 slots.append((p, "scalar", k, 0))
@@ -253,10 +263,18 @@ def _packed_launches(compiled: Any, info: Any, program: ScalarProgram) -> list[A
         len(workspace_bytes(compiled.launches)),
     )
     target = (info.framework, info.device_index)
+    _, offsets = pooled_workspaces(compiled.launches)
     return [
-        packed_launch(launch, info.extents, *counts, program, target)
+        packed_launch(launch, info.extents, *counts, program, target, offsets)
         for launch in compiled.launches
     ]
+
+
+def _workspace_doubles(compiled: Any) -> list[int]:
+    """The FastCall's workspace buffers, in 8-byte elements: none, or the one that holds
+    every workspace (pooled_workspaces)."""
+    size, offsets = pooled_workspaces(compiled.launches)
+    return [size // 8] if offsets else []
 
 
 def _torch_call(
@@ -298,8 +316,8 @@ def _torch_call(
             )
         )
     workspaces = [
-        (torch.empty_strided, ((-(-n // 8),), (1,)), {"dtype": torch.float64, "device": device}, -1)
-        for n in workspace_bytes(compiled.launches)
+        (torch.empty_strided, ((n,), (1,)), {"dtype": torch.float64, "device": device}, -1)
+        for n in _workspace_doubles(compiled)
     ]
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     stream_args: tuple[Any, ...]
@@ -342,10 +360,7 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
         )
         for o in info.fusion.outputs
     ]
-    workspaces = [
-        (cupy.ndarray, ((-(-n // 8),), "float64"), None, -1)
-        for n in workspace_bytes(compiled.launches)
-    ]
+    workspaces = [(cupy.ndarray, ((n,), "float64"), None, -1) for n in _workspace_doubles(compiled)]
     launches = _packed_launches(compiled, info, program)
     # cupy allocates on, and reports the stream of, the current device: the call only takes
     # the fast path while that is the inputs' device.

@@ -38,6 +38,7 @@ from kfuse.runtime.launch import (
     WorkspaceOperand,
     has_rng_state,
     index_checks_of,
+    pooled_workspaces,
     scalar_argument,
     workspace_bytes,
 )
@@ -67,20 +68,29 @@ class PackedKernel:
             )
             for o in fusion.outputs
         ]
-        self.workspaces = [
+        # The workspaces, one allocation (kfuse.runtime.launch.pooled_workspaces); a replay
+        # run pools them with its intermediates by their sizes.
+        self.workspace_sizes = workspace_bytes(program.launches)
+        size, self.workspace_offsets = pooled_workspaces(program.launches)
+        self.workspaces = (
             partial(
                 empty_like_framework,
                 framework,
-                (-(-n // 8),),
+                (size // 8,),
                 DataType.Double,
                 device,
-                what=f"workspace {k}",
+                what="workspaces",
             )
-            for k, n in enumerate(workspace_bytes(program.launches))
-        ]
+            if self.workspace_offsets
+            else None
+        )
         self.poisoned = info.backend == EMULATOR or knobs.get().poison
         target = (info.framework, info.device_index)
-        counts = ([0] * len(fusion.inputs), [0] * len(fusion.outputs), [0] * len(self.workspaces))
+        counts = (
+            [0] * len(fusion.inputs),
+            [0] * len(fusion.outputs),
+            [0] * len(self.workspace_offsets),
+        )
         self.launches = []
         for launch in program.launches:
             args = launch.arguments(*counts[:2], info.extents, counts[2], target)
@@ -116,15 +126,17 @@ class PackedKernel:
         nothing), after launching its kernels on `stream` (None: the framework's current
         one). `extents`: the segment's, this call's scalar values."""
         outputs = [allocate() for allocate in self.outputs]
-        workspaces = [allocate() for allocate in self.workspaces]
+        pool = None if self.workspaces is None else self.workspaces()
         if self.poisoned:
-            for array in (*outputs, *workspaces):
+            for array in (*outputs, *([] if pool is None else [pool])):
                 poison(array)
         if not self.launches:
             return outputs, [None] * len(outputs)
         pointer = self.pointer
         output_ptrs = [pointer(a) for a in outputs]
-        pointers = (input_ptrs, output_ptrs, [pointer(w) for w in workspaces])
+        base = 0 if pool is None else pointer(pool)
+        workspace_ptrs = [base + offset for offset in self.workspace_offsets]
+        pointers = (input_ptrs, output_ptrs, workspace_ptrs)
         if stream is None:
             device = self.device
             stream = current_stream(self.framework, device) if device >= 0 else 0

@@ -26,7 +26,7 @@ from kfuse.ir.values import TensorView, Val
 from kfuse.runtime import profiling_hooks
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
-from kfuse.runtime.launch import KernelLaunch, ScalarOperand, index_checks_of, workspace_bytes
+from kfuse.runtime.launch import KernelLaunch, ScalarOperand, index_checks_of, pooled_workspaces
 from kfuse.schedule.types import SchedulerParams, SchedulerType
 
 
@@ -127,22 +127,19 @@ class KernelProgram(Program):
         if stream is None:
             on_gpu = info.device_index >= 0
             stream = current_stream(info.framework, info.device_index) if on_gpu else 0
-        # Workspaces (grid reductions' partials) live for this call only; 8-byte elements keep
-        # every framework's allocation aligned for any accumulator type.
-        workspaces = [
-            empty_like_framework(
-                info.framework,
-                (-(-n // 8),),
-                DataType.Double,
-                info.device_index,
-                what=f"workspace {k}",
+        # Workspaces (grid reductions' partials) live for this call only, all in one
+        # allocation (kfuse.runtime.launch.pooled_workspaces); 8-byte elements keep every
+        # framework's allocation aligned for any accumulator type.
+        size, offsets = pooled_workspaces(self.launches)
+        workspace_ptrs: list[int] = []
+        if offsets:
+            pool = empty_like_framework(
+                info.framework, (size // 8,), DataType.Double, info.device_index, what="workspaces"
             )
-            for k, n in enumerate(workspace_bytes(self.launches))
-        ]
-        if poisoned:
-            for array in workspaces:
-                poison(array)
-        workspace_ptrs = [_data_ptr(w) for w in workspaces]
+            if poisoned:
+                poison(pool)
+            base = _data_ptr(pool)
+            workspace_ptrs = [base + offset for offset in offsets]
         self._launch(self.launches, info, stream, (input_ptrs, output_ptrs, workspace_ptrs))
         # A position outside its axis that a finished launch recorded (all of them on the
         # emulator; on a GPU, the next call finds those still running: index_checks).

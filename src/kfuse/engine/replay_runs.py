@@ -130,9 +130,9 @@ class KernelRun:
             else:
                 self.pooled.append((slot, _bytes(allocate)))
         entries = []
-        for allocate in packed.workspaces:
+        for size in packed.workspace_sizes:
             entries.append(self.table)
-            self.pooled.append((self.table, _bytes(allocate)))
+            self.pooled.append((self.table, size))
             self.table += 1
         return entries
 
