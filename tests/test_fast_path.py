@@ -436,3 +436,44 @@ def test_stage_times_reports_each_stage_of_a_call() -> None:
         call.stage_times([a, b], [torch.empty(4, 5), torch.empty(2, 3)], repeats=5)
     with pytest.raises(ValueError, match="at least 1"):
         call.stage_times([a, b], repeats=0)
+
+
+def test_scalar_slots_read_directly_where_no_arithmetic_makes_them() -> None:
+    """ScalarProgram.direct: a scalar input used as given is read as it is (kind 0), a
+    Python float cast to Float rounded to float32 in C++ (kind 1); anything computed on the
+    host (arithmetic, an int's cast to a float) keeps the program."""
+    import numpy as np
+
+    from kfuse import DataType, FusionDefinition
+    from kfuse.engine.fast_path import ScalarProgram
+    from kfuse.ir.values import Scalar, TensorView
+    from kfuse.runtime.info import build_runtime_info
+
+    def direct(make: Any, values: list, types: dict[int, type]) -> list | None:
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+            fd.add_output(make(fd, x))
+        inputs = [np.ones(4, np.float32), *values]
+        info = build_runtime_info(fd.fusion, inputs)
+        program = ScalarProgram.of(fd.fusion, info.extents)
+        assert program is not None
+        for e in fd.fusion.exprs:  # the scalar operands a kernel reads, as packed_launch slots them
+            if isinstance(e.outputs[0], TensorView):
+                for v in e.inputs:
+                    if isinstance(v, Scalar):
+                        program.slot(v)
+        return program.direct(types)
+
+    def scaled(dtype: DataType) -> Any:
+        return lambda fd, x: fd.ops.mul(x, fd.define_scalar(dtype=dtype))
+
+    assert direct(scaled(DataType.Float), [2.0], {1: float}) == [(1, 0)]
+    assert direct(scaled(DataType.Double), [2.0], {1: float}) == [(1, 1)]  # cast to Float
+    assert direct(scaled(DataType.Double), [2], {1: int}) is None  # an int's cast
+    assert direct(scaled(DataType.Int), [2], {1: int}) is None  # cast to Float of an int
+
+    def twice(fd: Any, x: Any) -> Any:
+        s = fd.define_scalar(dtype=DataType.Double)
+        return fd.ops.mul(x, fd.ops.mul(s, 2.0))
+
+    assert direct(twice, [2.0], {1: float}) is None  # arithmetic on the host

@@ -207,3 +207,31 @@ def test_cached_torch_call_runs_on_the_current_stream() -> None:
         (out,) = fd.execute([a, b])  # sees the new `a` only if queued on the same stream
     stream.synchronize()
     torch.testing.assert_close(out, (a + b) * 2)
+
+
+@pytest.mark.gpu
+def test_scalar_inputs_read_directly_give_the_checked_paths_values() -> None:
+    """A scalar input used as it is given, or cast to Float by the frontend, is read by the
+    FastCall without the scalar program (ScalarProgram.direct): its value, rounded to
+    float32 in C++, must be the program's bit for bit, including values that round to zero
+    or to float32's largest, beyond its range (the program's) and NaN."""
+    torch = pytest.importorskip("torch")
+    from kfuse import DataType
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        s = fd.define_scalar(dtype=DataType.Double)  # cast to Float where it meets x
+        k = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.add(fd.ops.mul(x, s), k))
+    t = torch.ones(256, device="cuda")
+    for _ in range(2):  # compiles, then builds the FastCall; later calls are hits
+        fd.execute([t, 1.0, 0])
+    just_above_largest = 3.4028235677973366e38  # rounds down to float32's largest
+    for s_ in (0.1, 1 / 3, -0.0, 1e-46, just_above_largest, 3.5e38, 1e300, float("nan"), -2.5):
+        inputs = [t, s_, 3]
+        assert fd._executor_cache.fast_calls(inputs, None) is not None
+        (fast,) = fd.execute(inputs)
+        (checked,) = fd._executor_cache.execute(inputs, try_fast=False)
+        assert torch.equal(fast.view(torch.int32), checked.view(torch.int32)), s_
+        expected = torch.tensor(s_, dtype=torch.float32).item() + 3
+        assert np.isnan(expected) or fast[0].item() == expected, s_

@@ -116,14 +116,19 @@ void register_fast_call(nb::module_ &m) {
                          nb::type_slots(gc_slots<FastCall>))
         .def(nb::init<const std::string &, int, std::vector<nb::tuple>, std::vector<nb::tuple>,
                       std::vector<nb::tuple>, std::vector<nb::object>, nb::object, nb::object,
-                      nb::object, nb::object, nb::object, nb::object>(),
+                      nb::object, nb::object, nb::object, nb::object, nb::object>(),
              "framework"_a, "device"_a, "inputs"_a, "outputs"_a, "workspaces"_a, "launches"_a,
              "stream_callable"_a, "stream_args"_a, "device_callable"_a.none(), "tag"_a.none(),
              "scalars"_a.none() = nb::none(), "given"_a.none() = nb::none(),
+             "direct_scalars"_a.none() = nb::none(),
              "scalars: callable(inputs) returning the values of the launches' scalar slots "
              "(required when they have any). given: (a layout spec for each output as the "
              "inputs' are given, each output's size in bytes, (bytes below, bytes above) each "
-             "input's data pointer) to take the caller's outputs in call_into.")
+             "input's data pointer) to take the caller's outputs in call_into. "
+             "direct_scalars: (input position, 0 | 1) per scalar slot where each slot's value "
+             "is that scalar input's as given (0) or rounded to float32 (1), read without "
+             "calling `scalars` (which still decides a float32 slot's value beyond float32's "
+             "finite range).")
         .def("__call__", &FastCall::call, "inputs"_a, "stream"_a.none() = nb::none(),
              "(tag, outputs) after launching, or None when the inputs have another layout.")
         .def("call_into", &FastCall::call_into, "inputs"_a, "outputs"_a,

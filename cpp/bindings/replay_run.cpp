@@ -57,7 +57,8 @@ void register_replay_run(nb::module_ &m) {
              "offset)]) for the buffers only its kernels read; launches: a PackedLaunch "
              "(whose 'input' slots index the table) each, or for the emulator (kernel, grid, "
              "block, shared_mem, args, [(parameter, table entry, byte offset)], [(parameter, "
-             "scalar index)]); scalar_count: the scalar values a call passes.")
+             "scalar index)]); scalar_count: the scalar values a call passes; poison: "
+             "callable(array) called on each exported array and the pool, or None.")
         .def("__call__", &ReplayRun::call, "slots"_a, "pointers"_a, "scalars"_a.none(),
              "stream"_a,
              "Allocate, launch, and write the exported arrays and their data pointers into "

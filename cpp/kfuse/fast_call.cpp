@@ -2,6 +2,8 @@
 #include "fast_call.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 
 namespace kfuse {
@@ -94,7 +96,7 @@ FastCall::FastCall(const std::string &framework, int device, std::vector<nb::tup
                    std::vector<nb::tuple> outputs, std::vector<nb::tuple> workspaces,
                    std::vector<nb::object> launches, nb::object stream_callable,
                    nb::object stream_args, nb::object device_callable, nb::object tag,
-                   nb::object scalars, nb::object given)
+                   nb::object scalars, nb::object given, nb::object direct_scalars)
     : device_(device), stream_callable_(std::move(stream_callable)),
       stream_args_(std::move(stream_args)), device_callable_(std::move(device_callable)),
       tag_(std::move(tag)), scalars_(std::move(scalars)) {
@@ -128,6 +130,21 @@ FastCall::FastCall(const std::string &framework, int device, std::vector<nb::tup
     if (scalar_count_ > 0 && scalars_.is_none())
         throw nb::value_error("FastCall: the launches have scalar slots but no scalar "
                               "program computes their values");
+    if (!direct_scalars.is_none()) {
+        for (nb::handle d : direct_scalars) {
+            nb::tuple t = nb::cast<nb::tuple>(d);
+            if (t.size() != 2)
+                throw nb::value_error("FastCall: a direct scalar is (input position, kind)");
+            const int position = nb::cast<int>(t[0]), kind = nb::cast<int>(t[1]);
+            if (position < 0 || size_t(position) >= inputs_.size() ||
+                !inputs_[size_t(position)].scalar || (kind != 0 && kind != 1))
+                throw nb::value_error("FastCall: a direct scalar names a scalar input and a "
+                                      "kind of 0 (as given) or 1 (rounded to float32)");
+            direct_scalars_.emplace_back(position, kind);
+        }
+        if (int(direct_scalars_.size()) < scalar_count_)
+            throw nb::value_error("FastCall: direct scalars need one for each scalar slot");
+    }
     if (!given.is_none()) {
         nb::tuple g = nb::cast<nb::tuple>(given);
         if (g.size() != 3)
@@ -205,7 +222,7 @@ bool FastCall::match_inputs(PyObject *seq, Scratch<uintptr_t> &input_ptrs,
         }
     }
     if (scalar_count_ > 0) {  // a fusion without scalar inputs skips all of this
-        if (!scalar_values(seq, scalars))
+        if (!scalar_values(seq, items, scalars))
             return false;
         for (const PackedLaunch *l : launches_)
             if (!l->accepts(scalars.data()))
@@ -286,6 +303,7 @@ void FastCall::clear() {
     given_ = GivenOutputs();
     takes_given_ = false;
     stream_callable_ = stream_args_ = device_callable_ = tag_ = scalars_ = nb::none();
+    direct_scalars_.clear();
     scalar_count_ = 0;
 }
 
@@ -336,7 +354,30 @@ bool layout_matches(Framework framework, const InputSpec &spec, PyObject *t, uin
     return int64_t(ptr & 15) == spec.align;
 }
 
-bool FastCall::scalar_values(PyObject *inputs, Scratch<ScalarValue> &out) const {
+bool FastCall::direct_scalar_values(const Scratch<PyObject *> &items,
+                                    Scratch<ScalarValue> &out) const {
+    for (int k = 0; k < scalar_count_; ++k) {
+        const auto [position, kind] = direct_scalars_[size_t(k)];
+        ScalarValue &v = out[size_t(k)];
+        if (!to_scalar(items[size_t(position)], v))
+            return false;
+        if (kind == 0)
+            continue;
+        // Rounded to float32 as the scalar program rounds it (kfuse.ir.scalar_eval.to_python:
+        // to nearest, a conversion C++ defines for every value within float32's finite
+        // range); beyond that range, and for NaN, the program decides.
+        if (!(std::fabs(v.f) <= double(std::numeric_limits<float>::max())))
+            return false;
+        v.f = double(float(v.f));
+        v.b = v.f != 0.0;
+    }
+    return true;
+}
+
+bool FastCall::scalar_values(PyObject *inputs, const Scratch<PyObject *> &items,
+                             Scratch<ScalarValue> &out) const {
+    if (!direct_scalars_.empty() && direct_scalar_values(items, out))
+        return true;
     Ref values(PyObject_CallFunctionObjArgs(scalars_.ptr(), inputs, nullptr));
     if (!values)
         raise_current();

@@ -619,9 +619,9 @@ class PackedLaunch:
 class FastCall:
     """One input layout's cached call (kfuse.runtime.fast_path)."""
 
-    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None, scalars: object | None = None, given: object | None = None) -> None:
+    def __init__(self, framework: str, device: int, inputs: Sequence[tuple], outputs: Sequence[tuple], workspaces: Sequence[tuple], launches: Sequence[object], stream_callable: object, stream_args: object, device_callable: object | None, tag: object | None, scalars: object | None = None, given: object | None = None, direct_scalars: object | None = None) -> None:
         """
-        scalars: callable(inputs) returning the values of the launches' scalar slots (required when they have any). given: (a layout spec for each output as the inputs' are given, each output's size in bytes, (bytes below, bytes above) each input's data pointer) to take the caller's outputs in call_into.
+        scalars: callable(inputs) returning the values of the launches' scalar slots (required when they have any). given: (a layout spec for each output as the inputs' are given, each output's size in bytes, (bytes below, bytes above) each input's data pointer) to take the caller's outputs in call_into. direct_scalars: (input position, 0 | 1) per scalar slot where each slot's value is that scalar input's as given (0) or rounded to float32 (1), read without calling `scalars` (which still decides a float32 slot's value beyond float32's finite range).
         """
 
     def __call__(self, inputs: object, stream: object | None = None) -> object:
@@ -632,6 +632,11 @@ class FastCall:
     def call_into(self, inputs: object, outputs: object, stream: object | None = None) -> object:
         """
         (tag, outputs) after launching into `outputs` (a list of arrays, returned as a new list of the same objects), or None when the inputs have another layout or an output does not fit exactly.
+        """
+
+    def stage_times(self, inputs: object, outputs: object | None = None, repeats: int = 1000, between: object | None = None) -> dict:
+        """
+        Where a call's host time goes: {stage: median ns} for 'match inputs', 'match outputs' (outputs given), 'stream', 'allocate outputs' (none given, freeing included), 'allocate workspaces', 'launches' (a list, each launch's) and the whole 'call', each stage run `repeats` times on its own; `between` (e.g. torch.cuda.synchronize) is called before each launching repetition, untimed.
         """
 
     @property
@@ -652,6 +657,9 @@ class FastCallCache:
     def call_into(self, inputs: object, outputs: object, stream: object | None = None) -> object: ...
 
     def __len__(self) -> int: ...
+
+    def entries(self) -> list:
+        """The FastCalls, newest first."""
 
     def clear(self) -> None: ...
 

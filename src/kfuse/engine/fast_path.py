@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 from kfuse.codegen.layout import allocated_strides
+from kfuse.dtypes import DataType
 from kfuse.ir.exprs import BinaryOp, CastOp, GeneratedOp, TernaryOp, UnaryOp
 from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.shapes import infer_scalar
@@ -166,6 +167,28 @@ class ScalarProgram:
                 return k
         self.operands.append(val)
         return len(self.operands) - 1
+
+    def direct(self, types: dict[int, type]) -> list[tuple[int, int]] | None:
+        """FastCall's direct_scalars: (input position, kind) per slot where every slot's
+        value is a scalar input's as given (kind 0) or a Python float input cast to Float
+        (kind 1: rounded to float32 in C++), so that a call computes none in Python; None
+        where one needs this program. `types`: each scalar input's Python type, by position
+        (the FastCall matches it)."""
+        positions = {id(v): k for k, v in self.inputs}
+        casts = {id(e.outputs[0]): e for e in self.exprs if isinstance(e, CastOp)}
+        slots = []
+        for val in self.operands:
+            if id(val) in positions:
+                slots.append((positions[id(val)], 0))
+                continue
+            cast = casts.get(id(val))
+            if cast is None or id(cast.inputs[0]) not in positions:
+                return None
+            k = positions[id(cast.inputs[0])]
+            if types.get(k) is not float or cast.dtype not in (DataType.Float, DataType.Double):
+                return None
+            slots.append((k, 1 if cast.dtype is DataType.Float else 0))
+        return slots
 
     def __call__(self, inputs: Any) -> tuple:
         values: dict[Any, Any] = dict(self.fixed)
@@ -339,7 +362,15 @@ def _torch_call(
         compiled,
         program,
         given_outputs(compiled, info),
+        _direct_scalars(program, specs),
     )
+
+
+def _direct_scalars(program: ScalarProgram, specs: list[tuple]) -> list[tuple[int, int]] | None:
+    """FastCall's direct_scalars for `program` on inputs of these specs (None: none)."""
+    if not program.operands:
+        return None
+    return program.direct({k: spec[0] for k, spec in enumerate(specs) if len(spec) == 1})
 
 
 def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProgram) -> Any:
@@ -377,6 +408,7 @@ def _cupy_call(specs: list[tuple], compiled: Any, info: Any, program: ScalarProg
         compiled,
         program,
         given_outputs(compiled, info),
+        _direct_scalars(program, specs),
     )
 
 
