@@ -24,6 +24,7 @@ from kfuse.ir.exprs import (
     SizeOp,
     SliceOp,
 )
+from kfuse.ir.generated import GENERATORS
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 
@@ -85,11 +86,13 @@ def _filled(ctx: Any, like: TensorView, d: int, width: int, fill: Val) -> Val:
 
 def _computed_pointwise(u: Val) -> bool:
     """Whether u is computed from leaves (is_leaf) and slices of them by element-wise ops,
-    permutes, broadcasts and expands only: a kernel that reads the leaves computes any of
-    its elements."""
+    permutes, broadcasts and expands only (and fulls: no element's index changes them): a
+    kernel that reads the leaves computes any of its elements."""
     if not isinstance(u, TensorView) or is_leaf(u):
         return True
     e = u.definition
+    if isinstance(e, GeneratedOp):  # a full: one value, wherever it is read
+        return not GENERATORS[e.op].uses_index
     if isinstance(e, SliceOp):
         return is_leaf(e.inputs[0])
     if isinstance(e, (PermuteOp, BroadcastOp, ExpandOp)):

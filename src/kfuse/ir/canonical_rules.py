@@ -75,6 +75,7 @@ from kfuse.ir.exprs import (
     ExpandOp,
     Expr,
     GatherOp,
+    GeneratedOp,
     PadOp,
     PermuteOp,
     ReductionOp,
@@ -87,7 +88,8 @@ from kfuse.ir.exprs import (
     TernaryOp,
     UnaryOp,
 )
-from kfuse.ir.values import Axis, TensorView, Val
+from kfuse.ir.generated import GENERATORS
+from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
     DataType.Bool: frozenset(DataType) - {DataType.Bool},
@@ -368,6 +370,11 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
         axes = tuple(ax if ax.is_broadcast else bounds.axes[m] for ax, m in zip(u.axes, axis_map))
         made = like if u is value else [ctx.new_val(u.dtype, axes)]
         e = u.definition
+        if isinstance(e, GeneratedOp):  # index-independent (_movable): the same value
+            one_element = [ctx.new_val(u.dtype, tuple(Axis(True, 1) for _ in u.axes))]
+            (result,) = ctx.emit(GeneratedOp, *_one_element_of(ctx, e, u), one_element)
+            done[key] = result
+            return result
         if is_leaf(u):
             if all(ax.is_broadcast for ax in u.axes):
                 return u  # one value, read as it is
@@ -398,6 +405,17 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
         return result
 
     return sliced(value, tuple(range(value.ndim)))
+
+
+def _one_element_of(ctx: Any, e: GeneratedOp, u: TensorView) -> tuple[tuple, dict[str, Any]]:
+    """(operands, attributes) of `e` (a generated value that no element's index changes, a
+    full) made with every axis a broadcast one: any slice of it holds its one value, which
+    the element-wise ops reading it broadcast as they do any broadcast axis."""
+    one = ctx.constant(1, DataType.Int)
+    shape = (one,) * u.ndim
+    attrs = {"op": e.op, "shape": shape, "params": e.params, "dtype": e.dtype}
+    operands = tuple(v for v in e.params if not (isinstance(v, Scalar) and v.is_constant))
+    return operands, attrs
 
 
 WHOLE = 1 << 62
@@ -509,9 +527,13 @@ def _movable(u: Val, cut: Callable[[int], bool], axis_map: tuple[int, ...] | Non
     axis m; axis_map[j]: the sliced value's axis that u's axis j is (as in _moved_slice)."""
     if not isinstance(u, TensorView) or is_leaf(u):
         return True
+    e = u.definition
+    if isinstance(e, GeneratedOp):
+        # A value no element's index changes (a full) is one value, whatever the slice; the
+        # sliced value itself stays as it is (its slice would have the slice's shape).
+        return axis_map is not None and not GENERATORS[e.op].uses_index
     if axis_map is None:
         axis_map = tuple(range(u.ndim))
-    e = u.definition
     if isinstance(e, PermuteOp):
         source_map = [0] * len(e.perm)
         for i, src in enumerate(e.perm):
