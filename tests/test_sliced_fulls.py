@@ -83,6 +83,36 @@ def test_a_slice_of_a_full_itself_keeps_its_shape() -> None:
     np.testing.assert_array_equal(out, x[1:3, 2:6] + 2.5)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        # slice(abs(full)) with steps: no operand but the full has the extents
+        lambda fd, x: fd.ops.slice(
+            fd.ops.abs(fd.ops.full([4, 6], 0.5, DataType.Float)), [2, 1], [4, 6], [2, 2]
+        ),
+        # the full under another op before it meets x: lerp(x, x, exp(full))
+        lambda fd, x: fd.ops.slice(
+            fd.ops.lerp(x, x, fd.ops.exp(fd.ops.full([4, 6], 0.25, DataType.Float))),
+            [0, 0],
+            [4, 6],
+            [2, 1],
+        ),
+    ],
+    ids=["only_a_full", "a_full_under_exp"],
+)
+def test_a_slice_of_work_whose_extents_only_a_full_has_keeps_its_shape(make: Any) -> None:
+    """An emulator campaign met slices of abs(full) and of lerp(x, x, exp(full)) made
+    (1, 1) and a broadcast clash where the full alone carried the extents: a full is made
+    with broadcast axes only where an operand beside it has them (canonical_rules
+    ._broadcast_full)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(make(fd, x))
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    out = fd.execute([x])
+    assert_outputs_close(fd, out, evaluate(fd.fusion, [x]), [x])
+
+
 def test_a_slice_of_work_on_an_iota_is_not_moved_through_it() -> None:
     """iota's value is its element's index: a slice cannot take it as a full's one value,
     so the slice stays where it is, and the result is right."""

@@ -370,7 +370,7 @@ def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val
         axes = tuple(ax if ax.is_broadcast else bounds.axes[m] for ax, m in zip(u.axes, axis_map))
         made = like if u is value else [ctx.new_val(u.dtype, axes)]
         e = u.definition
-        if isinstance(e, GeneratedOp):  # index-independent (_movable): the same value
+        if isinstance(e, GeneratedOp):  # a full beside a value with its extents (_movable)
             one_element = [ctx.new_val(u.dtype, tuple(Axis(True, 1) for _ in u.axes))]
             (result,) = ctx.emit(GeneratedOp, *_one_element_of(ctx, e, u), one_element)
             done[key] = result
@@ -528,10 +528,6 @@ def _movable(u: Val, cut: Callable[[int], bool], axis_map: tuple[int, ...] | Non
     if not isinstance(u, TensorView) or is_leaf(u):
         return True
     e = u.definition
-    if isinstance(e, GeneratedOp):
-        # A value no element's index changes (a full) is one value, whatever the slice; the
-        # sliced value itself stays as it is (its slice would have the slice's shape).
-        return axis_map is not None and not GENERATORS[e.op].uses_index
     if axis_map is None:
         axis_map = tuple(range(u.ndim))
     if isinstance(e, PermuteOp):
@@ -551,7 +547,30 @@ def _movable(u: Val, cut: Callable[[int], bool], axis_map: tuple[int, ...] | Non
             if a.is_broadcast and not b.is_broadcast
         ]
         return not any(cut(m) for m in expanded) and _movable(source, cut, axis_map)
-    return isinstance(e, ELEMENTWISE) and all(_movable(w, cut, axis_map) for w in e.inputs)
+    if not isinstance(e, ELEMENTWISE):
+        return False
+    return all(_broadcast_full(w, e.inputs) or _movable(w, cut, axis_map) for w in e.inputs)
+
+
+def _broadcast_full(w: Val, operands: tuple[Val, ...]) -> bool:
+    """Whether operand `w` of an element-wise op is a full (a generated value no element's
+    index changes) that _moved_slice may make with broadcast axes: another operand, not a
+    generated value, is non-broadcast on every axis `w` is, so that the sliced op still
+    takes its extents from that one (a campaign met slice(abs(full)) made (1, 1) where the
+    slice is (2, 3))."""
+    if not isinstance(w, TensorView) or not isinstance(w.definition, GeneratedOp):
+        return False
+    if GENERATORS[w.definition.op].uses_index:
+        return False
+    axes = [j for j, ax in enumerate(w.axes) if not ax.is_broadcast]
+    return any(
+        isinstance(o, TensorView)
+        and o is not w
+        and not isinstance(o.definition, GeneratedOp)
+        and o.ndim == w.ndim
+        and all(not o.axes[j].is_broadcast for j in axes)
+        for o in operands
+    )
 
 
 def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
