@@ -295,3 +295,27 @@ def test_stride_order_and_segment_set_on_the_gpu() -> None:
         (out,) = fd.execute([y])
         torch.testing.assert_close(out, y.neg().relu())
         assert len(fd.last_program().launches) == 2
+
+
+@pytest.mark.parametrize("reduced", [False, True], ids=["pointwise", "after_a_reduction"])
+def test_a_reshape_of_a_stride_ordered_output_is_in_row_major_order(reduced: bool) -> None:
+    """Output c stored column-major and reshape(c) as a second output: the reshape's
+    elements are c's in row-major order. Folded into the kernel's operands, the kernel
+    wrote c's column-major layout into the reshape's array (wrong at 75a5da0, found by a
+    test of kfuse.engine.output_views): an output reshape folds only where neither side has
+    a stride order."""
+    x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], dtype=F)
+        v = fd.ops.exp(t0)
+        if reduced:
+            v = fd.ops.sub(t0, fd.ops.broadcast_in_dim(fd.ops.sum(t0, [1]), [4, 6], [0]))
+        c = fd.ops.stride_order(v, [0, 1])
+        fd.add_output(c)
+        fd.add_output(fd.ops.reshape(c, [24]))
+    expected = np.exp(x) if not reduced else x - x.astype(np.float64).sum(1, keepdims=True)
+    for _ in range(3):
+        stored, flat = fd.execute([x])
+        assert element_strides(stored) == (1, 4)
+        np.testing.assert_allclose(stored, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(flat, expected.reshape(24), rtol=1e-5, atol=1e-5)

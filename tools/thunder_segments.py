@@ -371,7 +371,7 @@ class Recorder:
         outputs = [
             torch.zeros(extents[out], dtype=to_torch_dtype(out.dtype)) for out in fusion.outputs
         ]
-        return outputs if executor.returned is None else [outputs[k] for k in executor.returned]
+        return executor.shown(outputs)  # the returned ones, views of others among them
 
 
 def record_step(

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from kfuse.codegen.layout import contiguous_strides
 from kfuse.ir.exprs import CatOp, Expr, PermuteOp, ReshapeOp, SliceOp, attribute_vals
 from kfuse.ir.fusion import Fusion
+from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.resize_ops import slice_ranges, sliced_shape
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.runtime.arrays import ArrayLayout, strided_view
@@ -222,6 +223,11 @@ def _foldable(
             and src not in positions
             and fusion.outputs.count(dst) == 1
             and dst not in consumed  # another expression reads the reshaped value
+            # The input is written in the output's place row major: a stride order of either
+            # would put its elements elsewhere (a reshape of a column-major output came out
+            # in column-major order)
+            and allocation_order(src) is None
+            and allocation_order(dst) is None
         ):
             folded.add(e)
     return in_views, folded

@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kfuse.engine import aliasing, canonical_store, given_outputs, program_store
+from kfuse.engine import aliasing, canonical_store, given_outputs, output_views, program_store
 from kfuse.engine.compiler import choose_scheduler, compile_fusion, stage_canonicalize
 from kfuse.engine.fast_path import fast_call_for
+from kfuse.engine.output_views import OutputViews
 from kfuse.engine.program import KernelProgram, Program, SegmentedProgram, SegmentKernelsProgram
 from kfuse.engine.segmented_replay import SegmentedReplays, SegmentTrace
 from kfuse.engine.signature import layout_key, program_key
@@ -37,7 +38,7 @@ def _add_bounded(keys: dict[tuple, None], key: tuple, limit: int) -> None:
 class FusionExecutorCache:
     """Runs one Fusion, caching its compiled form per input signature."""
 
-    def __init__(self, fusion: Fusion) -> None:
+    def __init__(self, fusion: Fusion, views: bool = True) -> None:
         # The compiler's first stage runs here, once per definition, not in compile_fusion:
         # every call's RuntimeInfo (its layouts and extents, keyed by the fusion's Vals) and
         # so its signature are built on the canonical fusion, before any Program is looked
@@ -51,6 +52,14 @@ class FusionExecutorCache:
             canonical_store.save(fusion, self.fusion)
         else:
             self.fusion = stored
+        # Outputs that are views of other outputs (kfuse.engine.output_views): the fusion
+        # compiled is the core without them, and every call's results are assembled. The
+        # whole fusion runs where a call gives outputs= or pins params (`whole`).
+        self.views: OutputViews | None = None
+        self._whole: FusionExecutorCache | None = None
+        planned = output_views.plan(self.fusion) if views else None
+        if planned is not None:
+            self.fusion, self.views = planned
         self._compiled: dict[tuple, Program] = {}
         self._lock = threading.Lock()
         # The Program of the last call (kfuse.engine.program: scheduler, params, launches).
@@ -90,6 +99,8 @@ class FusionExecutorCache:
         """Run the fusion on `inputs`; `params` pins a scheduler's parameters exactly.
         try_fast=False: the caller already tried fast_calls on these inputs (and missed).
         outputs: arrays to write the returned outputs into (kfuse.engine.given_outputs)."""
+        if self.views is not None and (outputs is not None or params is not None):
+            return self._run_whole(inputs, stream, device, params, outputs)
         # A PythonProfiler needs each call's RuntimeInfo, which the fast path skips.
         # An earlier call's kernel may have read a position outside its axis (found without
         # waiting for the GPU: kfuse.runtime.index_checks): this call reports it.
@@ -111,7 +122,7 @@ class FusionExecutorCache:
             if replayed is not None:
                 self.last_compiled, results = replayed
                 index_checks.raise_pending()
-                return results
+                return self._viewed(results)
         with profiling_hooks.execution():  # no-ops unless a PythonProfiler is recording
             info = build_runtime_info(self.fusion, inputs, device=device)
             if self.fusion.output_aliases:
@@ -151,12 +162,39 @@ class FusionExecutorCache:
                 results = aliasing.finish(info, results, stream)
             if given is not None and not direct:
                 return given_outputs.copied_into(info, given, results, stream)
-            return results
+            return self._viewed(results)
 
     def shown(self, outputs: list[Any]) -> list[Any]:
         """What execute returns of a fast call's outputs: all but those written into inputs
-        and not also added as ordinary outputs (kfuse.engine.aliasing)."""
-        return outputs if self.returned is None else [outputs[k] for k in self.returned]
+        and not also added as ordinary outputs (kfuse.engine.aliasing), with the outputs
+        made as views of others (kfuse.engine.output_views)."""
+        if self.returned is not None:
+            return [outputs[k] for k in self.returned]
+        return self._viewed(outputs)
+
+    def _viewed(self, results: list[Any]) -> list[Any]:
+        """The core fusion's results with the outputs made as views among them."""
+        return results if self.views is None else self.views.assembled(results)
+
+    def _run_whole(
+        self, inputs: list[Any], stream: Any, device: Any, params: Any, outputs: Any
+    ) -> list[Any]:
+        """A call that the whole fusion runs (`whole`), its Program this one's last."""
+        whole = self.whole()
+        results = whole.execute(
+            inputs, stream=stream, device=device, params=params, outputs=outputs
+        )
+        self.last_compiled = whole.last_compiled
+        return results
+
+    def whole(self) -> FusionExecutorCache:
+        """The executor of the whole fusion, no output made as a view: what runs a call
+        given outputs= (each given array is written by the kernels) or pinned params."""
+        if self._whole is None:
+            with self._lock:
+                if self._whole is None:
+                    self._whole = FusionExecutorCache(self.definition, views=False)
+        return self._whole
 
     def _remember_fast_call(self, inputs: list[Any], compiled: Program, info: Any) -> None:
         layout = layout_key(inputs, info)

@@ -153,8 +153,10 @@ class FusionExecution:
             try:
                 if outputs is None:
                     hit = executor.fast_calls(inputs, stream)
-                else:  # taken where each given output fits exactly (engine.fast_path)
+                elif executor.views is None:  # where each given output fits exactly
                     hit = executor.fast_calls.call_into(inputs, outputs, stream)
+                else:  # the whole fusion writes every given array (engine.output_views)
+                    hit = None
             except (MemoryError, RuntimeError) as exc:
                 _raise_out_of_memory(exc)
             if hit is not None:
