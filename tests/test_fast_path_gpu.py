@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import struct
+
 import numpy as np
 import pytest
 
@@ -226,12 +229,21 @@ def test_scalar_inputs_read_directly_give_the_checked_paths_values() -> None:
     t = torch.ones(256, device="cuda")
     for _ in range(2):  # compiles, then builds the FastCall; later calls are hits
         fd.execute([t, 1.0, 0])
-    just_above_largest = 3.4028235677973366e38  # rounds down to float32's largest
+    # above float32's largest by less than half its last place: rounds down to it (the
+    # program's; the C++ reads only values within the range)
+    just_above_largest = float(np.finfo(np.float32).max) * (1 + 2.0**-26)
     for s_ in (0.1, 1 / 3, -0.0, 1e-46, just_above_largest, 3.5e38, 1e300, float("nan"), -2.5):
         inputs = [t, s_, 3]
         assert fd._executor_cache.fast_calls(inputs, None) is not None
         (fast,) = fd.execute(inputs)
         (checked,) = fd._executor_cache.execute(inputs, try_fast=False)
         assert torch.equal(fast.view(torch.int32), checked.view(torch.int32)), s_
-        expected = torch.tensor(s_, dtype=torch.float32).item() + 3
+        # x * s + k in float32: s rounded to float32 (to nearest; beyond the largest float32
+        # by half its last place, infinite), the sum rounded again
+        try:
+            s32 = struct.unpack("f", struct.pack("f", s_))[0]
+        except OverflowError:
+            s32 = math.copysign(math.inf, s_)
+        with np.errstate(over="ignore"):
+            expected = float(np.float32(np.float32(s32) + np.float32(3)))
         assert np.isnan(expected) or fast[0].item() == expected, s_
