@@ -102,8 +102,7 @@ class FusionExecution:
         and Python numbers for scalar inputs, in definition order (a define_vector's as one
         list or tuple). Outputs are new arrays of the inputs' framework on their device,
         produced on the framework's current stream unless `stream` (an integer CUDA stream
-        handle) is given; an output that is a reshape of another output (to a shape of
-        numbers) is a view of that output's array, as in nvFuser (kfuse.engine.output_views).
+        handle) is given; a reshape of another output is a view of its array (output_views).
 
         outputs: arrays to write the outputs into instead (one per returned output, in
         order), returned as the result (the same objects): each of the inputs' framework and

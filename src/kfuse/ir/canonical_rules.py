@@ -527,9 +527,9 @@ def _movable(u: Val, cut: Callable[[int], bool], axis_map: tuple[int, ...] | Non
     axis m; axis_map[j]: the sliced value's axis that u's axis j is (as in _moved_slice)."""
     if not isinstance(u, TensorView) or is_leaf(u):
         return True
-    e = u.definition
     if axis_map is None:
         axis_map = tuple(range(u.ndim))
+    e = u.definition
     if isinstance(e, PermuteOp):
         source_map = [0] * len(e.perm)
         for i, src in enumerate(e.perm):
