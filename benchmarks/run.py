@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workloads import WORKLOADS, Workload  # noqa: E402
+from workloads import WORKLOADS, Workload, h1_definition, h1s_definition  # noqa: E402
 
 
 def time_ms(
@@ -149,12 +149,7 @@ def run_workload(
 
 def host_overhead(torch: Any, calls: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """H1: wall-clock microseconds per cached call of out = (a + b) * 2 on fp32 [1024]."""
-    from kfuse import FusionDefinition
-
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1], contiguity=True)
-        b = fd.define_tensor(shape=[-1], contiguity=True)
-        fd.add_output(fd.ops.mul(fd.ops.add(a, b), 2.0))
+    fd = h1_definition()
     ta = torch.randn(1024, device="cuda")
     tb = torch.randn(1024, device="cuda")
     tout = torch.empty_like(ta)
@@ -220,14 +215,7 @@ def segmented_host_overhead(torch: Any, calls: int, log: Callable[[str], None]) 
     """H1s: wall-clock microseconds per cached call of a fusion of three segments (a row sum,
     then two column sums of what the rows scaled; all generated kernels, one program), fp32
     [64, 64]: the host cost of a segmented call, beside H1's one kernel."""
-    from kfuse import FusionDefinition
-
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        y = fd.ops.mul(x, fd.ops.sum(x, dims=[1], keepdim=True))
-        z = fd.ops.mul(y, fd.ops.sum(y, dims=[0], keepdim=True))
-        w = fd.ops.sub(z, fd.ops.max(z, dims=[1], keepdim=True))
-        fd.add_output(fd.ops.sum(w, dims=[0]))
+    fd = h1s_definition()
     tx = torch.randn(64, 64, device="cuda")
     segments = len(fd.segments([tx]))
     us = _us_per_call(torch, lambda: fd.execute([tx]), calls)

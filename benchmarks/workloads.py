@@ -148,6 +148,27 @@ def _softmax_reference(x: Any) -> Any:
     return torch.softmax(x.double(), dim=-1)
 
 
+def h1_definition() -> FusionDefinition:
+    """H1's fusion: out = (a + b) * 2 on fp32 vectors (a host cost workload: one kernel)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], contiguity=True)
+        b = fd.define_tensor(shape=[-1], contiguity=True)
+        fd.add_output(fd.ops.mul(fd.ops.add(a, b), 2.0))
+    return fd
+
+
+def h1s_definition() -> FusionDefinition:
+    """H1s's fusion: a row sum, then two column sums of what the rows scaled (three
+    segments, all generated kernels, one program)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        y = fd.ops.mul(x, fd.ops.sum(x, dims=[1], keepdim=True))
+        z = fd.ops.mul(y, fd.ops.sum(y, dims=[0], keepdim=True))
+        w = fd.ops.sub(z, fd.ops.max(z, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.sum(w, dims=[0]))
+    return fd
+
+
 def _rmsnorm_definition() -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)

@@ -26,17 +26,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kfuse import FusionDefinition
 
-
-def h1() -> FusionDefinition:
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1], contiguity=True)
-        b = fd.define_tensor(shape=[-1], contiguity=True)
-        fd.add_output(fd.ops.mul(fd.ops.add(a, b), 2.0))
-    return fd
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from workloads import h1_definition as h1  # noqa: E402  (benchmarks/run.py's H1, H1s)
+from workloads import h1s_definition as h1s  # noqa: E402
 
 
 def h1_scalar() -> FusionDefinition:
@@ -45,16 +42,6 @@ def h1_scalar() -> FusionDefinition:
         b = fd.define_tensor(shape=[-1], contiguity=True)
         s = fd.define_scalar()
         fd.add_output(fd.ops.mul(fd.ops.add(a, b), s))
-    return fd
-
-
-def h1s() -> FusionDefinition:
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        y = fd.ops.mul(x, fd.ops.sum(x, dims=[1], keepdim=True))
-        z = fd.ops.mul(y, fd.ops.sum(y, dims=[0], keepdim=True))
-        w = fd.ops.sub(z, fd.ops.max(z, dims=[1], keepdim=True))
-        fd.add_output(fd.ops.sum(w, dims=[0]))
     return fd
 
 

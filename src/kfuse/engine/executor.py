@@ -170,7 +170,8 @@ class FusionExecutorCache:
         made as views of others (kfuse.engine.output_views)."""
         if self.returned is not None:
             return [outputs[k] for k in self.returned]
-        return self._viewed(outputs)
+        views = self.views  # read here, not through _viewed: every fast-path hit returns here
+        return outputs if views is None else views.assembled(outputs)
 
     def _viewed(self, results: list[Any]) -> list[Any]:
         """The core fusion's results with the outputs made as views among them."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kfuse.dtypes import DataType
-from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_leaf
+from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_full, is_leaf
 from kfuse.ir.exprs import (
     BroadcastOp,
     CatOp,
@@ -24,7 +24,6 @@ from kfuse.ir.exprs import (
     SizeOp,
     SliceOp,
 )
-from kfuse.ir.generated import GENERATORS
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 
@@ -91,8 +90,8 @@ def _computed_pointwise(u: Val) -> bool:
     if not isinstance(u, TensorView) or is_leaf(u):
         return True
     e = u.definition
-    if isinstance(e, GeneratedOp):  # a full: one value, wherever it is read
-        return not GENERATORS[e.op].uses_index
+    if isinstance(e, GeneratedOp):  # an iota's values depend on where they are read
+        return is_full(u)
     if isinstance(e, SliceOp):
         return is_leaf(e.inputs[0])
     if isinstance(e, (PermuteOp, BroadcastOp, ExpandOp)):

@@ -66,7 +66,7 @@ from typing import Any
 from kfuse.dtypes import DataType
 from kfuse.ir.canonical_gather import gather_of_computed
 from kfuse.ir.canonical_pads import pad_of_computed
-from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_leaf
+from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_full, is_leaf
 from kfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
@@ -88,7 +88,6 @@ from kfuse.ir.exprs import (
     TernaryOp,
     UnaryOp,
 )
-from kfuse.ir.generated import GENERATORS
 from kfuse.ir.values import Axis, Scalar, TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
@@ -558,9 +557,7 @@ def _broadcast_full(w: Val, operands: tuple[Val, ...]) -> bool:
     generated value, is non-broadcast on every axis `w` is, so that the sliced op still
     takes its extents from that one (a campaign met slice(abs(full)) made (1, 1) where the
     slice is (2, 3))."""
-    if not isinstance(w, TensorView) or not isinstance(w.definition, GeneratedOp):
-        return False
-    if GENERATORS[w.definition.op].uses_index:
+    if not isinstance(w, TensorView) or not is_full(w):
         return False
     axes = [j for j, ax in enumerate(w.axes) if not ax.is_broadcast]
     return any(

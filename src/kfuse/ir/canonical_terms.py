@@ -1,12 +1,13 @@
 """What the canonical rules (kfuse.ir.canonical_rules, canonical_gather, canonical_pads) ask
-of the values they rewrite: which exprs act on every element alone, a constant's value, and
-which values are leaves that moved work is taken of."""
+of the values they rewrite: which exprs act on every element alone, a constant's value,
+which values are leaves that moved work is taken of, and which are one value everywhere."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kfuse.ir.exprs import LIBRARY_EXPRS, BinaryOp, CastOp, TernaryOp, UnaryOp
+from kfuse.ir.exprs import LIBRARY_EXPRS, BinaryOp, CastOp, GeneratedOp, TernaryOp, UnaryOp
+from kfuse.ir.generated import GENERATORS
 from kfuse.ir.values import Scalar, Val
 
 ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
@@ -24,3 +25,10 @@ def is_leaf(u: Val) -> bool:
     kfuse.engine.boundary_views; Thunder's RoPE backward slices the halves of sdpfa_bwd's
     gradients times sin)."""
     return u.is_input or isinstance(u.definition, LIBRARY_EXPRS)
+
+
+def is_full(u: Val) -> bool:
+    """Whether u is a generated value that no element's index changes (fd.ops.full): one
+    value wherever it is read, of any slice of it."""
+    e = u.definition
+    return isinstance(e, GeneratedOp) and not GENERATORS[e.op].uses_index
