@@ -19,7 +19,7 @@ from kfuse.dtypes import DataType
 from kfuse.engine.program import KernelProgram
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.canonicalize import canonical_fusion
-from kfuse.ir.exprs import MatmulOp, SliceOp
+from kfuse.ir.exprs import ExpandOp, MatmulOp, SliceOp
 from kfuse.schedule import SchedulerType
 from reference_checks import check, rand
 
@@ -120,14 +120,29 @@ def test_a_slice_moves_onto_a_library_output_through_an_expand() -> None:
     assert fd.last_program().schedulers() == [SchedulerType.expr_eval, SchedulerType.pointwise]
 
 
-def test_a_slice_that_cuts_an_expanded_axis_stays_where_it_is() -> None:
-    """Rows [0, 4) of an axis expanded to 6: the expand is not moved (its extent would be
-    the slice's), and the result is right."""
+def test_a_slice_that_cuts_an_expanded_axis_drops_the_expand() -> None:
+    """Rows [0, 4) of an axis expanded to 6, beside exp(matmul), which has that axis: the
+    slice is taken of the matmul's output and w is read broadcast, without the expand (whose
+    extent would be the slice's); the result is right."""
     fd = sliced_product_fd(4)
     check(fd, [rand((6, 5)), rand((5, 8), 1), rand((8,), 2)])
     canonical = canonical_fusion(fd.fusion)
     sliced = [e.inputs[0].definition for e in canonical.exprs if isinstance(e, SliceOp)]
-    assert not any(isinstance(d, MatmulOp) for d in sliced)
+    assert any(isinstance(d, MatmulOp) for d in sliced)
+    assert not any(isinstance(e, ExpandOp) for e in canonical.exprs)
+
+
+def test_a_slice_of_an_expand_alone_stays_where_it_is() -> None:
+    """Nothing beside the expand has the axis it expands: the slice is not moved through it
+    (the expand's extent would be the slice's)."""
+    with FusionDefinition() as fd:
+        w = fd.define_tensor(shape=[8], dtype=DataType.Float)
+        weight = fd.ops.expand(fd.ops.broadcast(w, [True, False]), [6, -1])
+        fd.add_output(fd.ops.slice(fd.ops.exp(weight), [0, 2], [4, 6]))
+    w = rand((8,), 2)
+    check(fd, [w])
+    canonical = canonical_fusion(fd.fusion)
+    assert any(isinstance(e, ExpandOp) for e in canonical.exprs)
 
 
 def test_a_cat_of_slices_of_a_computed_value_written_into_its_windows() -> None:

@@ -139,3 +139,42 @@ def test_the_rope_backward_with_a_full_on_the_gpu() -> None:
         out = fd.execute(inputs)
         assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
     assert fd.last_scheduler().name == "pointwise"
+
+
+def test_the_rope_backward_with_a_cuda_loss_gradient_is_one_kernel() -> None:
+    """On a GPU the loss's gradient reaches Thunder's RoPE backward as a 0-d tensor
+    expanded to the gradient's shape (on the host, a CPU scalar filling a full): the slices
+    move through the expand too, dropped beside the gradient, which has its axes."""
+    batch, heads, seq, dim = 2, 2, 8, 8
+    half = dim // 2
+    with FusionDefinition() as fd:
+        loss_grad = fd.define_tensor(shape=[], dtype=DataType.Float)
+        grad = fd.define_tensor(shape=[batch, heads, seq, dim], dtype=DataType.Float)
+        cos = fd.define_tensor(shape=[seq, dim], dtype=DataType.BFloat16)
+        sin = fd.define_tensor(shape=[seq, dim], dtype=DataType.BFloat16)
+        shape = [batch, heads, seq, dim]
+        g = fd.ops.mul(grad, fd.ops.broadcast_in_dim(loss_grad, shape=shape, broadcast_dims=[]))
+
+        def widened(t: Any) -> Any:
+            b = fd.ops.broadcast(t, is_broadcast_dim=[True, True, False, False])
+            return fd.ops.cast(fd.ops.expand(b, shape=[batch, heads, -1, -1]), DataType.Float)
+
+        rotated = fd.ops.cast(fd.ops.mul(widened(sin), g), DataType.BFloat16)
+        first = fd.ops.slice(rotated, [0, 0, 0, 0], [batch, heads, seq, half], [1, 1, 1, 1])
+        second = fd.ops.slice(rotated, [0, 0, 0, half], shape, [1, 1, 1, 1])
+        right = fd.ops.pad(second, [0, half, 0, 0, 0, 0, 0, 0], 0.0)
+        negated = fd.ops.cast(fd.ops.neg(fd.ops.cast(first, DataType.Float)), DataType.BFloat16)
+        left = fd.ops.pad(negated, [half, 0, 0, 0, 0, 0, 0, 0], 0.0)
+        total = fd.ops.add(fd.ops.mul(widened(cos), g), fd.ops.cast(right, DataType.Float))
+        total = fd.ops.add(total, fd.ops.cast(left, DataType.Float))
+        fd.add_output(fd.ops.cast(total, DataType.BFloat16))
+    gen = torch.Generator().manual_seed(0)
+    inputs = [
+        torch.tensor(0.5),
+        torch.randn(batch, heads, seq, dim, generator=gen),
+        torch.randn(seq, dim, generator=gen).bfloat16(),
+        torch.randn(seq, dim, generator=gen).bfloat16(),
+    ]
+    assert [s.scheduler.name for s in fd.segments(inputs)] == ["pointwise"]
+    out = fd.execute(inputs)
+    assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)

@@ -59,25 +59,20 @@ in Python, whose math.sqrt raises where C's returns NaN.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kfuse.dtypes import DataType
 from kfuse.ir.canonical_gather import gather_of_computed
 from kfuse.ir.canonical_pads import pad_of_computed
-from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_full, is_leaf
+from kfuse.ir.canonical_slices import WHOLE, Bounds, movable, moved_slice
+from kfuse.ir.canonical_terms import ELEMENTWISE, constant_value, is_leaf
 from kfuse.ir.exprs import (
     BinaryOp,
-    BroadcastOp,
     CastOp,
     CatOp,
-    ExpandOp,
     Expr,
     GatherOp,
-    GeneratedOp,
     PadOp,
-    PermuteOp,
     ReductionOp,
     ReshapeOp,
     SegmentSetOp,
@@ -88,7 +83,7 @@ from kfuse.ir.exprs import (
     TernaryOp,
     UnaryOp,
 )
-from kfuse.ir.values import Axis, Scalar, TensorView, Val
+from kfuse.ir.values import TensorView, Val
 
 EXACT_WIDENINGS: dict[DataType, frozenset[DataType]] = {
     DataType.Bool: frozenset(DataType) - {DataType.Bool},
@@ -320,7 +315,7 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
         return None  # the slice empties an axis the value is broadcast along
     if is_leaf(value):
         return None
-    bounds = _Bounds(
+    bounds = Bounds(
         tuple(ctx.val(v) for v in expr.starts),
         tuple(ctx.val(v) for v in expr.stops),
         expr.steps,
@@ -335,90 +330,10 @@ def _slice_of_elementwise(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tupl
         start = constant_value(bounds.starts[m])
         return not (whole is not None and kept == whole and start == 0 and bounds.steps[m] == 1)
 
-    if not _movable(value, cut):
+    dropped: set[tuple[int, tuple[int, ...]]] = set()
+    if not movable(value, cut, dropped=dropped):
         return None
-    return (_moved_slice(ctx, value, bounds, expr.outputs),)
-
-
-@dataclass(frozen=True)
-class _Bounds:
-    """A slice of a value being moved onto its inputs: per axis of the value its start,
-    stop and step, and the sliced value's axes."""
-
-    starts: tuple[Any, ...]  # Int Scalars
-    stops: tuple[Any, ...]
-    steps: tuple[int, ...]
-    manual: bool
-    axes: tuple[Axis, ...]
-
-
-def _moved_slice(ctx: Any, value: TensorView, bounds: _Bounds, like: Any) -> Val:
-    """`value` (_movable) sliced by `bounds`, the slices taken of the fusion inputs it is
-    computed from, the result defined as `like` (Vals to name it after)."""
-    zero, one = ctx.constant(0, DataType.Int), ctx.constant(1, DataType.Int)
-    done: dict[tuple, Val] = {}
-
-    def sliced(u: Val, axis_map: tuple[int, ...]) -> Val:
-        """u with the slice taken; axis_map[j] is the sliced value's axis that u's axis j
-        becomes (u's broadcast axes keep their one element)."""
-        if not isinstance(u, TensorView):
-            return u
-        key = (id(u), axis_map)
-        if key in done:
-            return done[key]
-        axes = tuple(ax if ax.is_broadcast else bounds.axes[m] for ax, m in zip(u.axes, axis_map))
-        made = like if u is value else [ctx.new_val(u.dtype, axes)]
-        e = u.definition
-        if isinstance(e, GeneratedOp):  # a full beside a value with its extents (_movable)
-            one_element = [ctx.new_val(u.dtype, tuple(Axis(True, 1) for _ in u.axes))]
-            (result,) = ctx.emit(GeneratedOp, *_one_element_of(ctx, e, u), one_element)
-            done[key] = result
-            return result
-        if is_leaf(u):
-            if all(ax.is_broadcast for ax in u.axes):
-                return u  # one value, read as it is
-            whole = [ax.is_broadcast for ax in u.axes]
-            lo = tuple(zero if w else bounds.starts[m] for w, m in zip(whole, axis_map))
-            hi = tuple(one if w else bounds.stops[m] for w, m in zip(whole, axis_map))
-            steps = tuple(1 if w else bounds.steps[m] for w, m in zip(whole, axis_map))
-            scalars = tuple(dict.fromkeys(v for v in (*lo, *hi) if not v.is_constant))
-            attrs = {"starts": lo, "stops": hi, "steps": steps, "manual": bounds.manual}
-            (result,) = ctx.emit(SliceOp, (u, *scalars), attrs, made)
-        elif isinstance(e, PermuteOp):
-            source_map = [0] * len(e.perm)
-            for i, src in enumerate(e.perm):
-                source_map[src] = axis_map[i]
-            moved = sliced(e.inputs[0], tuple(source_map))
-            (result,) = ctx.emit(PermuteOp, (moved,), e.attributes(), made)
-        elif isinstance(e, BroadcastOp):
-            kept = tuple(m for m, new in zip(axis_map, e.is_new_axis) if not new)
-            (result,) = ctx.emit(BroadcastOp, (sliced(e.inputs[0], kept),), e.attributes(), made)
-        elif isinstance(e, ExpandOp):  # the slice keeps its expanded axes whole (_movable)
-            moved = sliced(e.inputs[0], axis_map)
-            (result,) = ctx.emit(ExpandOp, (moved, *e.inputs[1:]), e.attributes(), made)
-        else:
-            assert isinstance(e, ELEMENTWISE)
-            operands = tuple(sliced(w, axis_map) for w in e.inputs)
-            (result,) = ctx.emit(type(e), operands, e.attributes(), made)
-        done[key] = result
-        return result
-
-    return sliced(value, tuple(range(value.ndim)))
-
-
-def _one_element_of(ctx: Any, e: GeneratedOp, u: TensorView) -> tuple[tuple, dict[str, Any]]:
-    """(operands, attributes) of `e` (a generated value that no element's index changes, a
-    full) made with every axis a broadcast one: any slice of it holds its one value, which
-    the element-wise ops reading it broadcast as they do any broadcast axis."""
-    one = ctx.constant(1, DataType.Int)
-    shape = (one,) * u.ndim
-    attrs = {"op": e.op, "shape": shape, "params": e.params, "dtype": e.dtype}
-    operands = tuple(v for v in e.params if not (isinstance(v, Scalar) and v.is_constant))
-    return operands, attrs
-
-
-WHOLE = 1 << 62
-"""The end of an axis a moved slice keeps whole: clamped to the axis' size."""
+    return (moved_slice(ctx, value, bounds, expr.outputs, dropped),)
 
 
 def _cat_of_cats(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
@@ -471,7 +386,7 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
     """f(cat(a, b), y) -> cat(f(a, y[window of a]), f(b, y[window of b])) along the cat's
     axis, the other operands' windows sliced off their inputs (an operand broadcast along
     that axis taken whole); None unless exactly one operand is a cat and the others are
-    _movable."""
+    movable."""
     tensors = [u for u in inputs if isinstance(u, TensorView)]
     cats = [u for u in tensors if isinstance(u.definition, CatOp)]
     if len(cats) != 1:
@@ -479,7 +394,7 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
     joined = cats[0]
     cat = joined.definition
     assert isinstance(cat, CatOp)
-    if any(t is not joined and not _movable(t, lambda m: m == cat.dim) for t in tensors):
+    if any(t is not joined and not movable(t, lambda m: m == cat.dim) for t in tensors):
         return None
     d, out = cat.dim, expr.outputs[0]
     assert isinstance(out, TensorView)
@@ -501,14 +416,14 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
                 operands.append(part)
             elif isinstance(u, TensorView) and not u.axes[d].is_broadcast:
                 window = tuple(part.axes[d] if i == d else a for i, a in enumerate(u.axes))
-                bounds = _Bounds(
+                bounds = Bounds(
                     tuple(start if i == d else zero for i in range(u.ndim)),
                     tuple(stop if i == d else whole for i in range(u.ndim)),
                     (1,) * u.ndim,
                     False,
                     window,
                 )
-                operands.append(_moved_slice(ctx, u, bounds, [ctx.new_val(u.dtype, window)]))
+                operands.append(moved_slice(ctx, u, bounds, [ctx.new_val(u.dtype, window)]))
             else:
                 operands.append(u)
         (value,) = ctx.emit(
@@ -517,57 +432,6 @@ def _elementwise_of_cat(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[
         parts.append(value)
         start = stop
     return ctx.emit(CatOp, tuple(parts), {"dim": d}, expr.outputs)
-
-
-def _movable(u: Val, cut: Callable[[int], bool], axis_map: tuple[int, ...] | None = None) -> bool:
-    """Whether a slice of u can be taken of the leaves (is_leaf) it is computed from:
-    through element-wise ops, permutes, broadcasts, and expands whose expanded axes the
-    slice keeps whole. `cut(m)`: whether the slice keeps less than all of the sliced value's
-    axis m; axis_map[j]: the sliced value's axis that u's axis j is (as in _moved_slice)."""
-    if not isinstance(u, TensorView) or is_leaf(u):
-        return True
-    if axis_map is None:
-        axis_map = tuple(range(u.ndim))
-    e = u.definition
-    if isinstance(e, PermuteOp):
-        source_map = [0] * len(e.perm)
-        for i, src in enumerate(e.perm):
-            source_map[src] = axis_map[i]
-        return _movable(e.inputs[0], cut, tuple(source_map))
-    if isinstance(e, BroadcastOp):
-        kept = tuple(m for m, new in zip(axis_map, e.is_new_axis) if not new)
-        return _movable(e.inputs[0], cut, kept)
-    if isinstance(e, ExpandOp):
-        source = e.inputs[0]
-        assert isinstance(source, TensorView)
-        expanded = [
-            m
-            for m, a, b in zip(axis_map, source.axes, u.axes)
-            if a.is_broadcast and not b.is_broadcast
-        ]
-        return not any(cut(m) for m in expanded) and _movable(source, cut, axis_map)
-    if not isinstance(e, ELEMENTWISE):
-        return False
-    return all(_broadcast_full(w, e.inputs) or _movable(w, cut, axis_map) for w in e.inputs)
-
-
-def _broadcast_full(w: Val, operands: tuple[Val, ...]) -> bool:
-    """Whether operand `w` of an element-wise op is a full (a generated value no element's
-    index changes) that _moved_slice may make with broadcast axes: another operand, not a
-    generated value, is non-broadcast on every axis `w` is, so that the sliced op still
-    takes its extents from that one (a campaign met slice(abs(full)) made (1, 1) where the
-    slice is (2, 3))."""
-    if not isinstance(w, TensorView) or not is_full(w):
-        return False
-    axes = [j for j, ax in enumerate(w.axes) if not ax.is_broadcast]
-    return any(
-        isinstance(o, TensorView)
-        and o is not w
-        and not isinstance(o.definition, GeneratedOp)
-        and o.ndim == w.ndim
-        and all(not o.axes[j].is_broadcast for j in axes)
-        for o in operands
-    )
 
 
 def _output_of_reshape(ctx: Any, expr: Expr, inputs: tuple[Val, ...]) -> tuple[Val, ...] | None:
