@@ -9,7 +9,8 @@
 # gets: check.txt (the build and test steps' summary), gpu-tests.log, campaign.txt,
 # campaign-summary.json, models.json, models.log, models-charts.tgz, bench-w1-w6.json. The
 # output ends with each part's summary lines. KFUSE_VERIFY_CAMPAIGN_S (default 45) is the
-# campaign's budget (KFUSE_CAMPAIGN_EXTRA: more options for it, e.g. --favor-ops).
+# campaign's budget (KFUSE_CAMPAIGN_EXTRA: more options for it, e.g. --favor-ops); `fill`
+# runs the campaign after every other part, for the rest of the call's 600 s.
 # KFUSE_VERIFY_PARTS (default "tests campaign models bench") names the parts to run, for a
 # split over two calls on one warm machine (10 minutes a call): "tests campaign" then
 # "models bench"; a call without "tests" builds kfuse first unless the machine has it.
@@ -104,8 +105,17 @@ if [[ $parts == *" warmpath "* ]]; then
     cp "$logs/warm-1.txt" "$REAL/warmpath-profile.txt" 2>/dev/null
     timeout 90 python3 benchmarks/run.py --only W5,C1 2>&1 | grep -E "C1 " | tee -a "$REAL/warmpath.txt"
 fi
-if [[ $parts == *" campaign "* ]]; then
+# The campaign part; KFUSE_VERIFY_CAMPAIGN_S=fill runs it last, for what the call has left
+# (KFUSE_VERIFY_CALL_S, default 600 s, less the time so far and 100 s of slack).
+campaign() {
     budget="${KFUSE_VERIFY_CAMPAIGN_S:-45}"
+    if [ "$budget" = fill ]; then
+        budget=$(( ${KFUSE_VERIFY_CALL_S:-600} - SECONDS - 100 ))
+        if [ "$budget" -lt 20 ]; then
+            echo "campaign: skipped, ${budget} s left of the call"
+            return
+        fi
+    fi
     # The slack covers the workers' last examples and the summary (40 s lost one).
     (cd /tmp && timeout $((budget + 75)) python3 -m kfuse campaign --device cuda --budget "$budget" \
         ${KFUSE_VERIFY_CAMPAIGN_SEED:+--seed "$KFUSE_VERIFY_CAMPAIGN_SEED"} ${KFUSE_CAMPAIGN_EXTRA:-} \
@@ -116,6 +126,9 @@ if [[ $parts == *" campaign "* ]]; then
     # (compgen: `ls failure-* crash-*` fails when either kind is absent, which lost them)
     (cd "$logs/campaign" 2>/dev/null && repros=$(compgen -G "failure-*"; compgen -G "crash-*"; true) &&
         [ -n "$repros" ] && tar czf "$REAL/campaign-repros.tgz" $repros 2>/dev/null)
+}
+if [[ $parts == *" campaign "* && ${KFUSE_VERIFY_CAMPAIGN_S:-45} != fill ]]; then
+    campaign
 fi
 if [[ $parts == *" models "* ]]; then
     KFUSE_MODELS_QUICK= KFUSE_MODELS_TIMEOUT=230 KFUSE_MODELS_BUDGET=210 OUT="$REAL" \
@@ -148,4 +161,7 @@ if [[ $parts == *" thunder "* ]]; then
     PYTHONPATH="$THUNDER_SITE:$PYTHONPATH" timeout 330 python3 tools/thunder_check.py \
         ${KFUSE_VERIFY_THUNDER_ARGS:-} --json "$REAL/thunder.json" > "$REAL/thunder.log" 2>&1
     grep -v -E "^ *(File|\^|warn)" "$REAL/thunder.log" | tail -n 45
+fi
+if [[ $parts == *" campaign "* && ${KFUSE_VERIFY_CAMPAIGN_S:-45} == fill ]]; then
+    campaign
 fi
