@@ -25,6 +25,7 @@ from models import (  # noqa: E402
     chart,
     dropout_rng,
     layouts,
+    mask_traffic,
     measure,
     pointwise,
     registry,
@@ -102,6 +103,7 @@ def test_the_tools_name_a_case_and_size_as_case_colon_size() -> None:
 ONE_KERNEL_CASES = [
     *resize.PROBE_CASES,
     *layouts.PROBE_CASES,
+    *mask_traffic.PROBE_CASES,
     *(CASES[name] for name in ("embedding_fwd", "adam_step", "causal_softmax_fwd")),
 ]
 
@@ -109,7 +111,8 @@ ONE_KERNEL_CASES = [
 @pytest.mark.parametrize("case", ONE_KERNEL_CASES, ids=lambda c: c.name)
 def test_single_kernel_cases_match_the_reference(case) -> None:
     """The tools' probe cases (slices and a cat around RoPE, a channels-last activation's
-    scale, bias and ReLU), which the suite never runs, and
+    scale, bias and ReLU, a dropout's mask read, written and drawn), which the suite never
+    runs, and
     the suite's embedding and Adam step written in place are right on the emulator, the
     torch peer's too; each is one kernel (reading views of x, and for the cat writing both
     halves of its output; the Adam step reading four arrays and writing three of them in
@@ -124,7 +127,8 @@ def test_single_kernel_cases_match_the_reference(case) -> None:
     _, outputs = first_call(case, fd.execute, inputs, as_list=True)
     _check("kfuse", list(outputs), references)
     _, expected = first_call(case, case.torch_fn, inputs)
-    _check("torch", list(expected), references)
+    # A torch peer that draws its own random numbers is checked against its own mask's.
+    _check("torch", list(expected), case.reference_for("torch", inputs, expected, references))
     # The torch peer's outputs are what bytes_moved counts: they must be kfuse's in kind.
     assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
         (o.dtype, tuple(o.shape)) for o in expected
@@ -154,7 +158,8 @@ def test_thunder_loss_regions_are_generated_kernels_alone(case) -> None:
     _, outputs = first_call(case, fd.execute, inputs, as_list=True)
     _check("kfuse", list(outputs), references)
     _, expected = first_call(case, case.torch_fn, inputs)
-    _check("torch", list(expected), references)
+    # A torch peer that draws its own random numbers is checked against its own mask's.
+    _check("torch", list(expected), case.reference_for("torch", inputs, expected, references))
     assert [(o.dtype, tuple(o.shape)) for o in outputs] == [
         (o.dtype, tuple(o.shape)) for o in expected
     ]

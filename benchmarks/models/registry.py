@@ -11,6 +11,7 @@ from models import (
     groupnorm,
     indexing,
     layouts,
+    mask_traffic,
     norms,
     optimizer,
     pointwise,
@@ -43,10 +44,12 @@ PROBE_CASES: list[Case] = [
     *resize.PROBE_CASES,
     *thunder_regions.PROBE_CASES,
     *layouts.PROBE_CASES,
+    *mask_traffic.PROBE_CASES,
 ]
 """Cases the tools take by name (kernel_times, peer_kernels, params_sweep) that are not in
 the suite until they have been measured on a GPU: slices and cats around RoPE, the loss
-regions Thunder hands kfuse, and a channels-last activation's pointwise ops."""
+regions Thunder hands kfuse, a channels-last activation's pointwise ops, and a dropout's
+mask read, written and drawn."""
 
 
 def select(pattern: str) -> list[Case]:
