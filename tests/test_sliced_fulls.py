@@ -12,6 +12,7 @@ import pytest
 
 from kfuse import DataType, FusionDefinition
 from kfuse.engine.compiler import stage_canonicalize
+from kfuse.errors import InputError
 from kfuse.ir.exprs import GeneratedOp, SliceOp
 from kfuse.reference import evaluate
 from kfuse.testing import assert_outputs_close
@@ -178,3 +179,37 @@ def test_the_rope_backward_with_a_cuda_loss_gradient_is_one_kernel() -> None:
     assert [s.scheduler.name for s in fd.segments(inputs)] == ["pointwise"]
     out = fd.execute(inputs)
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)
+
+
+def _expanded_to(cut_first: bool) -> FusionDefinition:
+    """x * expand(g, x's sizes) of x [?, ?] and g [1, ?], sliced: the first axis (which the
+    expand expands) cut by its start where `cut_first`, else the second (whose size g has
+    already, and the expand asks all the same) cut at both ends."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        g = fd.define_tensor(shape=[1, -1], dtype=DataType.Float)
+        rows, columns = fd.ops.size(x, 0), fd.ops.size(x, 1)
+        y = fd.ops.mul(x, fd.ops.expand(g, shape=[rows, columns]))
+        if cut_first:
+            fd.add_output(fd.ops.slice(y, [1, 0], [rows, columns]))
+        else:
+            fd.add_output(fd.ops.slice(y, [0, 1], [rows, fd.ops.sub(columns, 1)]))
+    return fd
+
+
+@pytest.mark.parametrize("cut_first", [True, False], ids=["expanded axis cut", "checked axis cut"])
+def test_an_expand_that_asks_the_size_an_axis_has_keeps_its_check(cut_first: bool) -> None:
+    """An expand asks a size of an axis its input has already (not broadcast): each call
+    checks that the input's size is that one. A slice cutting that axis cannot move past the
+    expand (its input would be cut and fail the check: a campaign met it, InputError on a
+    valid call), and an expand with such an axis is not dropped beside an operand with its
+    extents (the check would go with it: a wider g was read in part, no error)."""
+    fd = _expanded_to(cut_first)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    g = np.arange(4, dtype=np.float32).reshape(1, 4)
+    (out,) = fd.execute([x, g])
+    expected = (x * g)[1:, :] if cut_first else (x * g)[:, 1:3]
+    np.testing.assert_array_equal(out, expected)
+    wider = np.arange(5, dtype=np.float32).reshape(1, 5)
+    with pytest.raises(InputError, match="asked to be"):
+        _expanded_to(cut_first).execute([x, wider])

@@ -144,7 +144,10 @@ def movable(
             for m, a, b in zip(axis_map, source.axes, u.axes)
             if a.is_broadcast and not b.is_broadcast
         ]
-        return not any(cut(m) for m in expanded) and movable(source, cut, axis_map, dropped)
+        checked = [axis_map[j] for j in _checked_axes(e)]
+        if any(cut(m) for m in (*expanded, *checked)):
+            return False
+        return movable(source, cut, axis_map, dropped)
     if not isinstance(e, ELEMENTWISE):
         return False
     for w in e.inputs:
@@ -167,6 +170,8 @@ def _covered_expand(w: Val, operands: tuple[Val, ...]) -> bool:
     expanded to the gradient's shape, where on the host it is a scalar filling a full."""
     if not isinstance(w, TensorView) or not isinstance(w.definition, ExpandOp):
         return False
+    if _checked_axes(w.definition):  # dropped, the expand would no longer check them
+        return False
     source = w.definition.inputs[0]
     assert isinstance(source, TensorView)
     expanded = [
@@ -182,6 +187,22 @@ def _covered_expand(w: Val, operands: tuple[Val, ...]) -> bool:
         and all(not o.axes[j].is_broadcast for j in expanded)
         for o in operands
     )
+
+
+def _checked_axes(e: ExpandOp) -> list[int]:
+    """The axes of `e` that it does not expand but asks a size of (an expand of an axis its
+    input has already: shape inference checks per call that the input's size is that one).
+    A slice cutting one cannot move past the expand, whose input would then be of the cut
+    size and fail the check (a campaign met it: an Int input expanded to another input's
+    size, sliced short of its end), and an expand with one cannot be dropped (the check
+    would go with it)."""
+    source = e.inputs[0]
+    assert isinstance(source, TensorView)
+    return [
+        j
+        for j, (ext, a) in enumerate(zip(e.extents, source.axes))
+        if ext is not None and not a.is_broadcast
+    ]
 
 
 def _broadcast_full(w: Val, operands: tuple[Val, ...]) -> bool:
