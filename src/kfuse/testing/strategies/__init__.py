@@ -29,6 +29,7 @@ from kfuse.testing.strategies.library import library_step
 from kfuse.testing.strategies.outputs import (
     add_outputs,
     alias_output,
+    expanded_input_step,
     indexing_step,
     resized_input_step,
     resized_intermediates,
@@ -99,14 +100,7 @@ def _fusions(
             gen.scalars.append(
                 fd.define_scalar(dtype=draw(st.sampled_from([DataType.Double, DataType.Int])))
             )
-        # A full or an iota mask among the operands, where every op may be drawn (a mask
-        # compares; a fusion drawn for a few ops keeps to them). One fusion in three each,
-        # for factories and random numbers: new, they are drawn more than any one op.
-        if {"lt", "ge"} <= set(ops) and one_in(draw, 3):
-            factory_step(draw, fd, gen)
-        # Random numbers (a dropout mask compares and selects), stateless.
-        if {"lt", "where"} <= set(ops) and one_in(draw, 3):
-            random_step(draw, fd, gen)
+        _made_operands(draw, fd, gen, ops, moves)
         n_ops = draw(st.integers(1, max_ops))
         if kind == "multi_segment":
             _multi_segment(draw, fd, gen, n_ops, max_outputs)
@@ -147,6 +141,22 @@ def _fusions(
         if aliases:
             alias_output(draw, fd, gen)
     return fd
+
+
+def _made_operands(
+    draw: Any, fd: FusionDefinition, gen: Gen, ops: tuple, moves: str | None
+) -> None:
+    """Operands made in the fusion, into gen's pool, one fusion in three each: a full or an
+    iota mask, where every op may be drawn (a mask compares; a fusion drawn for a few ops
+    keeps to them); random numbers (a dropout mask compares and selects), stateless; and in
+    a resize fusion an input expanded to the full shape, whose work the resize slices. New,
+    they are drawn more than any one op."""
+    if {"lt", "ge"} <= set(ops) and one_in(draw, 3):
+        factory_step(draw, fd, gen)
+    if {"lt", "where"} <= set(ops) and one_in(draw, 3):
+        random_step(draw, fd, gen)
+    if moves == "resize" and one_in(draw, 3):
+        expanded_input_step(draw, fd, gen)
 
 
 def _multi_segment(draw: Any, fd: FusionDefinition, gen: Gen, n_ops: int, max_outputs: int) -> None:

@@ -212,6 +212,28 @@ def resized_input_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     gen.required.append(entry)
 
 
+def expanded_input_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+    """A new input of fewer axes (0-d half the time) written out to the first input's shape
+    by broadcast_in_dim (a broadcast and an expand) into the pool, as Thunder hands a loss's
+    gradient (a 0-d tensor expanded) to a backward region: a slice of the element-wise work
+    reading it then cuts an expanded axis, which the canonical form moves onto the expand's
+    input where another operand gives the extents (kfuse.ir.canonical_slices)."""
+    o = fd.ops
+    first: Any = gen.pool[0].val
+    if first.ndim == 0:
+        return
+    rank = 0 if draw(st.booleans()) else draw(st.integers(1, first.ndim))
+    dtype = draw(st.sampled_from([d for d in gen.dtypes if not d.is_complex] or [DataType.Float]))
+    shape = [1 if one_in(draw, 3) else -1 for _ in range(rank)]
+    t: Any = fd.define_tensor(shape=shape, dtype=dtype)
+    # Right-aligned, as numpy broadcasting pairs the axes.
+    wide = o.broadcast_in_dim(
+        t, shape=o.shape(first), broadcast_dims=list(range(first.ndim - rank, first.ndim))
+    )
+    bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
+    gen.pool.append(Entry(wide, True, bound))
+
+
 def indexing_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     """index_select, gather or take_along_axis of a value of the fusion at positions an
     integer input holds (inputs_for draws them inside the axis), sometimes with an
