@@ -20,17 +20,28 @@ from kfuse.testing import assert_outputs_close
 torch = pytest.importorskip("torch")
 
 
-def rope_backward(batch: int = 2, heads: int = 2, seq: int = 8, dim: int = 8) -> FusionDefinition:
+def rope_backward(
+    batch: int = 2, heads: int = 2, seq: int = 8, dim: int = 8, cuda_loss: bool = False
+) -> FusionDefinition:
     """Thunder's RoPE backward as it hands it to nvFuser (shapes given as numbers): the
-    gradient times a full, times cos and sin, its halves sliced, rotated and padded back."""
+    gradient times a full, times cos and sin, its halves sliced, rotated and padded back.
+    `cuda_loss`: the loss's gradient a 0-d tensor expanded to the gradient's shape instead
+    of a scalar filling a full, as it comes from a loss on a GPU."""
     half = dim // 2
+    shape = [batch, heads, seq, dim]
     with FusionDefinition() as fd:
-        scale = fd.define_scalar(None, dtype=DataType.Float)
-        grad = fd.define_tensor(shape=[batch, heads, seq, dim], dtype=DataType.Float)
+        if cuda_loss:
+            loss_grad = fd.define_tensor(shape=[], dtype=DataType.Float)
+        else:
+            scale = fd.define_scalar(None, dtype=DataType.Float)
+        grad = fd.define_tensor(shape=shape, dtype=DataType.Float)
         cos = fd.define_tensor(shape=[seq, dim], dtype=DataType.BFloat16)
         sin = fd.define_tensor(shape=[seq, dim], dtype=DataType.BFloat16)
-        full = fd.ops.full(shape=[batch, heads, seq, dim], fill_value=scale, dtype=DataType.Float)
-        g = fd.ops.mul(grad, full)
+        if cuda_loss:
+            loss = fd.ops.broadcast_in_dim(loss_grad, shape=shape, broadcast_dims=[])
+        else:
+            loss = fd.ops.full(shape=shape, fill_value=scale, dtype=DataType.Float)
+        g = fd.ops.mul(grad, loss)
 
         def widened(t: Any) -> Any:
             b = fd.ops.broadcast(t, is_broadcast_dim=[True, True, False, False])
@@ -146,36 +157,8 @@ def test_the_rope_backward_with_a_cuda_loss_gradient_is_one_kernel() -> None:
     """On a GPU the loss's gradient reaches Thunder's RoPE backward as a 0-d tensor
     expanded to the gradient's shape (on the host, a CPU scalar filling a full): the slices
     move through the expand too, dropped beside the gradient, which has its axes."""
-    batch, heads, seq, dim = 2, 2, 8, 8
-    half = dim // 2
-    with FusionDefinition() as fd:
-        loss_grad = fd.define_tensor(shape=[], dtype=DataType.Float)
-        grad = fd.define_tensor(shape=[batch, heads, seq, dim], dtype=DataType.Float)
-        cos = fd.define_tensor(shape=[seq, dim], dtype=DataType.BFloat16)
-        sin = fd.define_tensor(shape=[seq, dim], dtype=DataType.BFloat16)
-        shape = [batch, heads, seq, dim]
-        g = fd.ops.mul(grad, fd.ops.broadcast_in_dim(loss_grad, shape=shape, broadcast_dims=[]))
-
-        def widened(t: Any) -> Any:
-            b = fd.ops.broadcast(t, is_broadcast_dim=[True, True, False, False])
-            return fd.ops.cast(fd.ops.expand(b, shape=[batch, heads, -1, -1]), DataType.Float)
-
-        rotated = fd.ops.cast(fd.ops.mul(widened(sin), g), DataType.BFloat16)
-        first = fd.ops.slice(rotated, [0, 0, 0, 0], [batch, heads, seq, half], [1, 1, 1, 1])
-        second = fd.ops.slice(rotated, [0, 0, 0, half], shape, [1, 1, 1, 1])
-        right = fd.ops.pad(second, [0, half, 0, 0, 0, 0, 0, 0], 0.0)
-        negated = fd.ops.cast(fd.ops.neg(fd.ops.cast(first, DataType.Float)), DataType.BFloat16)
-        left = fd.ops.pad(negated, [half, 0, 0, 0, 0, 0, 0, 0], 0.0)
-        total = fd.ops.add(fd.ops.mul(widened(cos), g), fd.ops.cast(right, DataType.Float))
-        total = fd.ops.add(total, fd.ops.cast(left, DataType.Float))
-        fd.add_output(fd.ops.cast(total, DataType.BFloat16))
-    gen = torch.Generator().manual_seed(0)
-    inputs = [
-        torch.tensor(0.5),
-        torch.randn(batch, heads, seq, dim, generator=gen),
-        torch.randn(seq, dim, generator=gen).bfloat16(),
-        torch.randn(seq, dim, generator=gen).bfloat16(),
-    ]
+    fd = rope_backward(cuda_loss=True)
+    inputs = [torch.tensor(0.5), *rope_inputs(0)[1:]]
     assert [s.scheduler.name for s in fd.segments(inputs)] == ["pointwise"]
     out = fd.execute(inputs)
     assert_outputs_close(fd, out, evaluate(fd.fusion, inputs), inputs)

@@ -75,12 +75,7 @@ def plan(fusion: Fusion) -> tuple[Fusion, OutputViews] | None:
         return None
     taken = {v.position for v in views}
     positions = tuple(k for k in range(len(fusion.outputs)) if k not in taken)
-    core = Fusion()
-    core.inputs = list(fusion.inputs)
-    core.outputs = [fusion.outputs[k] for k in positions]
-    core.all_exprs = list(fusion.exprs)
-    live = core._live_expr_ids()
-    core.exprs = [e for e in fusion.exprs if id(e) in live]
+    core = fusion.with_outputs([fusion.outputs[k] for k in positions])
     return core, OutputViews(tuple(views), positions)
 
 

@@ -179,14 +179,7 @@ def _covered_expand(w: Val, operands: tuple[Val, ...]) -> bool:
         for j, (a, b) in enumerate(zip(source.axes, w.axes))
         if a.is_broadcast and not b.is_broadcast
     ]
-    return any(
-        isinstance(o, TensorView)
-        and o is not w
-        and not isinstance(o.definition, (GeneratedOp, ExpandOp))
-        and o.ndim == w.ndim
-        and all(not o.axes[j].is_broadcast for j in expanded)
-        for o in operands
-    )
+    return _extents_beside(w, expanded, operands, (GeneratedOp, ExpandOp))
 
 
 def _checked_axes(e: ExpandOp) -> list[int]:
@@ -214,10 +207,19 @@ def _broadcast_full(w: Val, operands: tuple[Val, ...]) -> bool:
     if not isinstance(w, TensorView) or not is_full(w):
         return False
     axes = [j for j, ax in enumerate(w.axes) if not ax.is_broadcast]
+    return _extents_beside(w, axes, operands, (GeneratedOp,))
+
+
+def _extents_beside(
+    w: TensorView, axes: list[int], operands: tuple[Val, ...], not_made_by: tuple[type, ...]
+) -> bool:
+    """Whether another of `operands`, of w's rank and not made by an expr of the types
+    `not_made_by`, is unbroadcast on every one of w's `axes`: an element-wise op then takes
+    their extents from it when w is made broadcast along them."""
     return any(
         isinstance(o, TensorView)
         and o is not w
-        and not isinstance(o.definition, GeneratedOp)
+        and not isinstance(o.definition, not_made_by)
         and o.ndim == w.ndim
         and all(not o.axes[j].is_broadcast for j in axes)
         for o in operands

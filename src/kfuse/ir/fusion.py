@@ -94,16 +94,22 @@ class Fusion:
         under the names they have now. A new object each time, so that nothing computed
         from it (the canonical form, cached on the Fusion it is asked for) outlives the
         exprs and outputs added after it."""
-        snapshot = Fusion()
-        snapshot.inputs = list(self.inputs)
-        snapshot.outputs = list(self.outputs)
-        snapshot.all_exprs = list(self.all_exprs)
-        live = self._live_expr_ids()
-        snapshot.exprs = [e for e in self.all_exprs if id(e) in live]
+        snapshot = self.with_outputs(self.outputs)
         snapshot.rounded_outputs = self.rounded_outputs
         snapshot.output_aliases = self.output_aliases
         snapshot.hidden_outputs = self.hidden_outputs
         return snapshot
+
+    def with_outputs(self, outputs: list[TensorView]) -> Fusion:
+        """A finished Fusion of this one's inputs, `outputs` (Vals of this fusion) and the
+        exprs they need, in this fusion's order, sharing its Vals under their names."""
+        kept = Fusion()
+        kept.inputs = list(self.inputs)
+        kept.outputs = list(outputs)
+        kept.all_exprs = list(self.all_exprs)
+        live = kept._live_expr_ids()
+        kept.exprs = [e for e in self.all_exprs if id(e) in live]
+        return kept
 
     def _live_expr_ids(self) -> set[int]:
         """The ids of the exprs that the outputs need."""

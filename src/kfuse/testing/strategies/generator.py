@@ -34,6 +34,12 @@ class Entry:
     bound: float  # an upper bound of |value| for inputs within the default value range
 
 
+def input_bound(dtype: DataType) -> float:
+    """An upper bound of |value| of a real input of `dtype` as kfuse.testing.inputs draws it
+    (floats within its default value_range of 2, small integers, Bool)."""
+    return 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
+
+
 class Gen:
     def __init__(
         self,
@@ -72,8 +78,7 @@ class Gen:
             if plain and self.draw(st.booleans()):
                 t = self.fd.ops.neg(t)  # exact, as the input is
             t = self.fd.ops.squeeze(t, [squeezed])
-        bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
-        e = Entry(t, True, 3.0 if dtype.is_complex else bound)
+        e = Entry(t, True, 3.0 if dtype.is_complex else input_bound(dtype))
         if dtype.is_complex:
             self.complex_pool.append(e)
             e = complex_values.real_of(self, e)

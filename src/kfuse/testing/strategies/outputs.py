@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.values import Val
-from kfuse.testing.strategies.generator import Entry, Gen, one_in
+from kfuse.testing.strategies.generator import Entry, Gen, input_bound, one_in
 
 
 def add_outputs(
@@ -230,8 +230,7 @@ def expanded_input_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     wide = o.broadcast_in_dim(
         t, shape=o.shape(first), broadcast_dims=list(range(first.ndim - rank, first.ndim))
     )
-    bound = 1.0 if dtype is DataType.Bool else 8.0 if not dtype.is_floating else 2.0
-    gen.pool.append(Entry(wide, True, bound))
+    gen.pool.append(Entry(wide, True, input_bound(dtype)))
 
 
 def indexing_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
