@@ -433,3 +433,34 @@ def test_elementwise_chain_before_the_reshape_is_one_kernel() -> None:
         fd.add_output(fd.ops.softmax(rows, -1))
     _check(fd, [rand((3, 4, 9))])
     assert fd.last_scheduler() is IP
+
+
+@pytest.mark.parametrize("rolled", [False, True])
+def test_cat_part_that_a_later_segment_reads_reshaped(rolled: bool) -> None:
+    """cat([m, not(m)]) of a reduction's mask m beside reshape(f(reshape(m))): the segment
+    after the reduction writes m into its window of the cat and passes reshape(m) on to the
+    rest. That reshape is not folded: folded, m was its output twice and the window's strides
+    (kept by value) were used for the reshaped array as well: an internal error where they
+    reach past it (the campaign's find), the elements written elsewhere where they do not.
+    With the roll (a cat of the merged axis's slices), reshape(m) goes to another segment."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        s = fd.ops.sum(x, dims=[0, 2])
+        m = fd.ops.isinf(fd.ops.broadcast(s, is_broadcast_dim=[True, False, True]))
+        n0, n1, n2 = (fd.ops.size(m, dim=k) for k in range(3))
+        flat = fd.ops.reshape(m, new_shape=[n0, fd.ops.mul(n1, n2)])
+        if rolled:
+            head = fd.ops.slice(flat, [0, 0], [n0, 3])
+            tail = fd.ops.slice(flat, [0, 3], [n0, fd.ops.mul(n1, n2)])
+            worked = fd.ops.cat([tail, head], dim=1)
+        else:
+            worked = fd.ops.logical_not(flat)
+        fd.add_output(fd.ops.reshape(worked, new_shape=[n0, n1, n2]))
+        fd.add_output(fd.ops.cat([m, fd.ops.logical_not(m)], dim=2))
+    x = rand((1, 7, 8))
+    x[0, 2, 3] = np.inf
+    out = _check(fd, [x])
+    mask = np.isinf(x.sum(axis=(0, 2))).reshape(1, 7, 1)
+    expected = np.roll(mask.reshape(1, 7), -3, 1) if rolled else ~mask.reshape(1, 7)
+    np.testing.assert_array_equal(out[0].reshape(1, 7), expected)
+    np.testing.assert_array_equal(out[1], np.concatenate([mask, ~mask], axis=2))

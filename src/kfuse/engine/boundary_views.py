@@ -220,6 +220,12 @@ def _foldable(
         elif (
             dst in outputs
             and dst not in info.output_views  # a window: its reshape's input is not dense
+            # A window's reshape (a segment's cat part that a later segment reads reshaped):
+            # folded, the value would be written twice, and the window's strides, which
+            # RuntimeInfo keys by value, would be used for the reshaped output too (a
+            # campaign met one written with a cat's row stride into an array of a seventh of
+            # the span).
+            and src not in info.output_views
             and src not in positions
             and fusion.outputs.count(dst) == 1
             and dst not in consumed  # another expression reads the reshaped value
