@@ -36,6 +36,7 @@ from kfuse.testing.strategies.outputs import (
 )
 from kfuse.testing.strategies.reductions import normalization_step, reduction_step
 from kfuse.testing.strategies.scans import scan_step
+from kfuse.testing.strategies.views import viewed_step
 
 __all__ = ["DEFAULT_DTYPES", "KINDS", "fusions", "one_in"]
 
@@ -116,11 +117,17 @@ def _fusions(
         special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red, max_size=n_red)))
         norm_at = draw(st.integers(0, n_ops)) if kind == "normalization" else -1
         moves_at = draw(st.integers(0, n_ops)) if moves is not None else -1
+        # A view round trip (kfuse.testing.strategies.views): in half the resize fusions,
+        # whose slices and cats it moves through, and one in six of the others.
+        viewed = one_in(draw, 2 if moves == "resize" else 6)
+        viewed_at = draw(st.integers(0, n_ops)) if viewed else -1
         for step in range(n_ops + 1):
             for _ in range(special_at.count(step)):
                 reduction_step(gen)
             if step == norm_at:
                 normalization_step(gen)
+            if step == viewed_at:
+                viewed_step(draw, fd, gen)
             if step == moves_at:
                 if moves == "scan":
                     scan_step(gen)

@@ -1,0 +1,131 @@
+"""The fusion generator's views in the middle of the work: a value of the full shape seen
+through a permute or a reshape, worked on there, and seen back, and the rotary embedding's
+halves (a reshape that splits the last axis, slices and a cat of them, a reshape back), as
+Thunder writes attention's heads and RoPE. Before this, the generator drew permutes only on
+outputs and reshapes only inside a group norm, so the canonical form's rules that move
+slices, pads and cats through views, and the schedulers' handling of a view between
+element-wise ops, met them only in the hand-written tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kfuse.dtypes import DataType
+from kfuse.frontend import FusionDefinition
+from kfuse.testing.strategies.generator import Entry, Gen, one_in
+
+
+def viewed_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+    """One view round trip of a full value into the pool (a permute, or a reshape merging
+    two neighbouring axes), or a rotary embedding of a new input into the results."""
+    how = draw(st.sampled_from(["permuted", "merged", "rotary"]))
+    if how == "rotary":
+        _rotary(draw, fd, gen)
+        return
+    e = gen.pick(full=True)
+    if e.val.ndim < 2:
+        return
+    viewed = _permuted(draw, fd, gen, e) if how == "permuted" else _merged(draw, fd, gen, e)
+    gen.pool.append(viewed)
+    gen.results.append(viewed)
+
+
+def _worked(draw: Any, fd: FusionDefinition, v: Any, bound: float) -> tuple[Any, bool, float]:
+    """An element-wise op of `v` where the view has it (exact ones mostly: the pool then
+    keeps the value exact), or none; its value, exactness and bound."""
+    o = fd.ops
+    how = draw(st.sampled_from(["none", "neg", "abs", "scale"]))
+    if how == "none" or v.dtype is DataType.Bool:
+        return v, True, bound
+    if how == "neg":
+        return o.neg(v), True, bound
+    if how == "abs":
+        return o.abs(v), True, bound
+    return o.mul(v, 2.0 if v.dtype.is_floating else 3), True, bound * 3.0
+
+
+def _permuted(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
+    """permute(e), an op there (sometimes of another full value permuted the same way, as
+    attention adds a bias to its transposed scores), then the inverse permute."""
+    o = fd.ops
+    rank = e.val.ndim
+    order = list(draw(st.permutations(range(rank)).filter(lambda p: list(p) != sorted(p))))
+    v, exact, bound = _worked(draw, fd, o.permute(e.val, dims=order), e.bound)
+    exact = exact and e.exact
+    if one_in(draw, 2):
+        other = gen.pick(full=True)
+        if other.val.ndim == rank and _addable(v, other.val):
+            v = o.add(v, o.permute(other.val, dims=order))
+            exact, bound = False, bound + other.bound
+    inverse = [order.index(i) for i in range(rank)]
+    return Entry(o.permute(v, dims=inverse), exact, bound)
+
+
+def _merged(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
+    """reshape(e) with axes i and i + 1 merged, an op there, sometimes a roll along the
+    merged axis (a cat of its two slices, which the canonical form cannot move past the
+    reshape back), then the reshape back to e's sizes."""
+    o = fd.ops
+    x = e.val
+    rank = x.ndim
+    i = draw(st.integers(0, rank - 2))
+    sizes = [o.size(x, k) for k in range(rank)]
+    merged = [*sizes[:i], o.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]]
+    v, exact, bound = _worked(draw, fd, o.reshape(x, new_shape=merged), e.bound)
+    if one_in(draw, 3):
+        n = draw(st.sampled_from([1, 2, 3]))
+        starts, stops = [0] * (rank - 1), list(merged)
+        # A roll by n where the merged axis has n elements or more; shorter, slicing clamps.
+        head = o.slice(v, starts, [*stops[:i], n, *stops[i + 1 :]])
+        tail = o.slice(v, [*starts[:i], n, *starts[i + 1 :]], stops)
+        v = o.cat([tail, head], dim=i)
+    return Entry(o.reshape(v, new_shape=sizes), exact and e.exact, bound)
+
+
+def _rotary(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+    """A rotary embedding of a new floating input [..., D] (D even, a fixed extent, so that
+    the split is exact): rotate_half as Llama writes it (the halves as [2, D/2]) or as GPT-J
+    interleaves them ([D/2, 2]) by a reshape, slices and a cat of the halves negated, the
+    reshape back, x * cos + rotate_half(x) * sin with cos and sin inputs of the same shape
+    (or of the last axis alone, broadcast), sometimes with the first two axes swapped
+    before it, as attention lays out [batch, sequence, heads, dim]."""
+    o = fd.ops
+    rank = max(2, min(gen.rank, 4))
+    d = draw(st.sampled_from([2, 4, 8, 16, 64]))
+    floating = [t for t in gen.dtypes if t.is_floating and not t.is_complex] or [DataType.Float]
+    dt = draw(st.sampled_from(floating))
+    x: Any = fd.define_tensor(shape=[-1] * (rank - 1) + [d], dtype=dt)
+    if dt not in (DataType.Float, DataType.Double):  # Half, BFloat16, float8: in float
+        x = o.cast(x, DataType.Float)
+    if rank >= 3 and one_in(draw, 2):
+        x = o.permute(x, dims=[1, 0, *range(2, rank)])
+    lead = [o.size(x, k) for k in range(rank - 1)]
+    interleaved = draw(st.booleans())
+    pairs = [*lead, d // 2, 2] if interleaved else [*lead, 2, d // 2]
+    split = o.reshape(x, new_shape=pairs)
+    half = rank if interleaved else rank - 1  # the axis of the two halves
+    starts, stops = [0] * (rank + 1), list(pairs)
+    first = o.slice(split, starts, [*stops[:half], 1, *stops[half + 1 :]])
+    second = o.slice(split, [*starts[:half], 1, *starts[half + 1 :]], stops)
+    rotated = o.reshape(o.cat([o.neg(second), first], dim=half), new_shape=[*lead, d])
+    # cos and sin: of x's shape, or of its last axis alone (broadcast over the rest)
+    angle_shape = [d] if one_in(draw, 2) else [-1] * (rank - 1) + [d]
+    shape = o.shape(x)
+    angles = []
+    for _ in ("cos", "sin"):
+        a: Any = fd.define_tensor(shape=angle_shape, dtype=dt)
+        if a.dtype is not x.dtype:
+            a = o.cast(a, x.dtype)
+        angles.append(o.broadcast_in_dim(a, shape, [rank - 1]) if a.ndim == 1 else a)
+    c, s = angles
+    out = o.add(o.mul(x, c), o.mul(rotated, s))
+    entry = Entry(out, False, 8.0)
+    gen.results.append(entry)
+    gen.required.append(entry)
+
+
+def _addable(a: Any, b: Any) -> bool:
+    """Whether two full values may be added: neither Bool (an add of Bools is an error)."""
+    return a.dtype is not DataType.Bool and b.dtype is not DataType.Bool
