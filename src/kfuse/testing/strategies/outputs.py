@@ -1,6 +1,6 @@
-"""The fusion generator's outputs and data movement: outputs (sometimes permuted, cast to a
-narrow dtype, sliced, padded or concatenated, stored in another memory order, or copied by
-a segment of their own), resized inputs and intermediates, and indexing
+"""The fusion generator's outputs and data movement: outputs (sometimes permuted, reshaped,
+cast to a narrow dtype, sliced, padded or concatenated, stored in another memory order, or
+copied by a segment of their own), resized inputs and intermediates, and indexing
 (index_select, gather, take_along_axis) of the fusion's values."""
 
 from __future__ import annotations
@@ -40,7 +40,24 @@ def add_outputs(
             order = _axis_order(draw, v.ndim)
         if order is not None:
             v = fd.ops.permute(v, dims=order)
+        if v.ndim > 1 and one_in(draw, 8):
+            v = _reshaped(draw, fd, v)
         fd.add_output(_laid_out(draw, fd, _maybe_resized(draw, fd, v, gen.ops, resized_one_in)))
+
+
+def _reshaped(draw: Any, fd: FusionDefinition, v: Any) -> Any:
+    """`v` reshaped with two neighbouring axes merged, or flattened whole, as models hand on
+    attention's heads ([B, S, H, D] to [B, S, H * D]): folded into the kernel's output
+    (kfuse.engine.boundary_views) where nothing else stands in the way, a copy otherwise."""
+    o = fd.ops
+    sizes = [o.size(v, k) for k in range(v.ndim)]
+    if draw(st.booleans()):
+        flat = sizes[0]
+        for size in sizes[1:]:
+            flat = o.mul(flat, size)
+        return o.reshape(v, new_shape=[flat])
+    i = draw(st.integers(0, v.ndim - 2))
+    return o.reshape(v, new_shape=[*sizes[:i], o.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]])
 
 
 def _laid_out(draw: Any, fd: FusionDefinition, v: Any) -> Any:
