@@ -18,18 +18,52 @@ from kfuse.testing.strategies.generator import Entry, Gen, one_in
 
 
 def viewed_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
-    """One view round trip of a full value into the pool (a permute, or a reshape merging
-    two neighbouring axes), or a rotary embedding of a new input into the results."""
-    how = draw(st.sampled_from(["permuted", "merged", "rotary"]))
+    """One view round trip of a full value into the pool (a permute, a reshape merging two
+    neighbouring axes, or a roll or a shift along an axis, of the same shape again), or a
+    rotary embedding of a new input into the results."""
+    how = draw(st.sampled_from(["permuted", "merged", "moved", "rotary"]))
     if how == "rotary":
         _rotary(draw, fd, gen)
         return
     e = gen.pick(full=True)
-    if e.val.ndim < 2:
+    if e.val.ndim < (1 if how == "moved" else 2):
         return
-    viewed = _permuted(draw, fd, gen, e) if how == "permuted" else _merged(draw, fd, gen, e)
+    if how == "moved":
+        viewed = _moved(draw, fd, e)
+    else:
+        viewed = _permuted(draw, fd, gen, e) if how == "permuted" else _merged(draw, fd, gen, e)
     gen.pool.append(viewed)
     gen.results.append(viewed)
+
+
+def _moved(draw: Any, fd: FusionDefinition, e: Entry) -> Entry:
+    """e rolled along an axis by n (a cat of its two slices) or shifted by n (padded by n at
+    one end, sliced back to its size at the other, as a causal convolution shifts a
+    sequence), n up to 3: of e's shape, so that the work after it reads a cat or a pad of
+    computed values in the middle of the fusion, not only at an output."""
+    o = fd.ops
+    x = e.val
+    rank = x.ndim
+    k = draw(st.integers(0, rank - 1))
+    n = draw(st.sampled_from([1, 2, 3]))
+    sizes = [o.size(x, i) for i in range(rank)]
+    starts = [0] * rank
+    if draw(st.booleans()):
+        head = o.slice(x, starts, [*sizes[:k], n, *sizes[k + 1 :]])
+        tail = o.slice(x, [*starts[:k], n, *starts[k + 1 :]], sizes)
+        return Entry(o.cat([tail, head], dim=k), e.exact, e.bound)
+    widths = [0] * (2 * rank)
+    at_start = draw(st.booleans())
+    # pad's widths run from the last axis: (before, after) of axis rank - 1 first
+    widths[2 * (rank - 1 - k) + (0 if at_start else 1)] = n
+    fills = {"bool": True, "int": 3, "float": -1.5}
+    kind = "bool" if x.dtype is DataType.Bool else "float" if x.dtype.is_floating else "int"
+    fill = draw(st.sampled_from([None, fills[kind]]))
+    padded = o.pad(x, widths, fill)
+    first = [*starts[:k], 0 if at_start else n, *starts[k + 1 :]]
+    stop = sizes[k] if at_start else o.add(sizes[k], n)
+    shifted = o.slice(padded, first, [*sizes[:k], stop, *sizes[k + 1 :]])
+    return Entry(shifted, e.exact, max(e.bound, 3.0))
 
 
 def _worked(draw: Any, fd: FusionDefinition, v: Any, bound: float) -> tuple[Any, bool, float]:
