@@ -26,6 +26,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir import ReductionOp, ReshapeOp, TensorView, WelfordOp
 from kfuse.schedule import SchedulerType
 from kfuse.testing import assert_close, fusions, inputs_for, tolerance
+from kfuse.testing.strategies import KINDS
 
 # find() over campaign examples or inputs: what it looks for is a few in a hundred of them;
 # the first found will do (shrinking it would compile dozens of kernels more, or draw inputs
@@ -135,6 +136,19 @@ def test_normalizations_of_every_floating_dtype_are_well_formed_at_length(
     data: st.DataObject,
 ) -> None:
     _check_normalization_draw(data)
+
+
+@pytest.mark.extended
+@settings(max_examples=1500, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_every_kind_draws_well_formed_definitions_at_the_campaigns_sizes(
+    data: st.DataObject,
+) -> None:
+    """Every kind at the campaign's rank and op count builds: a strategy that draws an
+    invalid definition (the view step once sliced a broadcast axis by a symbolic bound) is
+    a bug of the campaign itself, which stops it whole."""
+    fd = data.draw(fusions(kinds=KINDS, max_rank=4, max_ops=10, aliases=True))
+    assert fd.fusion.outputs
 
 
 def _check_normalization_draw(data: st.DataObject) -> None:

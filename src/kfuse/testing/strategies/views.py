@@ -44,7 +44,11 @@ def _moved(draw: Any, fd: FusionDefinition, e: Entry) -> Entry:
     o = fd.ops
     x = e.val
     rank = x.ndim
-    k = draw(st.integers(0, rank - 1))
+    # A broadcast axis is sliced only by constant bounds (and has nothing to move).
+    movable = [i for i, axis in enumerate(x.axes) if not axis.is_broadcast]
+    if not movable:
+        return e
+    k = draw(st.sampled_from(movable))
     n = draw(st.sampled_from([1, 2, 3]))
     sizes = [o.size(x, i) for i in range(rank)]
     starts = [0] * rank
@@ -61,8 +65,9 @@ def _moved(draw: Any, fd: FusionDefinition, e: Entry) -> Entry:
     fill = draw(st.sampled_from([None, fills[kind]]))
     padded = o.pad(x, widths, fill)
     first = [*starts[:k], 0 if at_start else n, *starts[k + 1 :]]
-    stop = sizes[k] if at_start else o.add(sizes[k], n)
-    shifted = o.slice(padded, first, [*sizes[:k], stop, *sizes[k + 1 :]])
+    stops = [o.size(padded, i) for i in range(rank)]  # whole axes: a broadcast one stays one
+    stops[k] = sizes[k] if at_start else o.add(sizes[k], n)
+    shifted = o.slice(padded, first, stops)
     return Entry(shifted, e.exact, max(e.bound, 3.0))
 
 
@@ -108,7 +113,7 @@ def _merged(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
     sizes = [o.size(x, k) for k in range(rank)]
     merged = [*sizes[:i], o.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]]
     v, exact, bound = _worked(draw, fd, o.reshape(x, new_shape=merged), e.bound)
-    if one_in(draw, 3):
+    if not v.axes[i].is_broadcast and one_in(draw, 3):
         n = draw(st.sampled_from([1, 2, 3]))
         starts, stops = [0] * (rank - 1), list(merged)
         # A roll by n where the merged axis has n elements or more; shorter, slicing clamps.
