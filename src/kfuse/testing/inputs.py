@@ -436,8 +436,12 @@ def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
         index_input = 1 if isinstance(e, ScatterOp) else None if row is None else row.index_input
         if index_input is None:
             continue
-        if id(e.inputs[index_input]) in positions:
-            k = positions[id(e.inputs[index_input])]
+        index = e.inputs[index_input]
+        # Through views of the positions (embedding_fwd flattens its ids to one axis).
+        while isinstance(index.definition, (ReshapeOp, PermuteOp, SqueezeOp, BroadcastOp)):
+            index = index.definition.inputs[0]
+        if id(index) in positions:
+            k = positions[id(index)]
             size = extents[e.inputs[0]][e.dim]
             bounds[k] = min(bounds.get(k, size), size)
     return bounds

@@ -26,6 +26,7 @@ from kfuse.frontend import FusionDefinition
 from kfuse.ir.ops import OPS
 from kfuse.testing.strategies.generator import Entry, Gen, factory_step, one_in, random_step
 from kfuse.testing.strategies.library import library_step
+from kfuse.testing.strategies.model_ops import model_op_step
 from kfuse.testing.strategies.outputs import (
     add_outputs,
     alias_output,
@@ -121,6 +122,8 @@ def _fusions(
         # whose slices and cats it moves through, and one in six of the others.
         viewed = one_in(draw, 2 if moves == "resize" else 6)
         viewed_at = draw(st.integers(0, n_ops)) if viewed else -1
+        # triu, addcmul or embedding_fwd (kfuse.testing.strategies.model_ops): one in six.
+        modelled_at = draw(st.integers(0, n_ops)) if one_in(draw, 6) else -1
         for step in range(n_ops + 1):
             for _ in range(special_at.count(step)):
                 reduction_step(gen)
@@ -128,6 +131,8 @@ def _fusions(
                 normalization_step(gen)
             if step == viewed_at:
                 viewed_step(draw, fd, gen)
+            if step == modelled_at:
+                model_op_step(draw, fd, gen)
             if step == moves_at:
                 if moves == "scan":
                     scan_step(gen)
