@@ -104,8 +104,8 @@ def _permuted(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
 
 def _merged(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
     """reshape(e) with axes i and i + 1 merged, an op there, sometimes a roll along the
-    merged axis (a cat of its two slices, which the canonical form cannot move past the
-    reshape back), then the reshape back to e's sizes."""
+    merged axis (a cat of its two slices, whose seam falls inside a row of the axes it
+    merged), then the reshape back to e's sizes."""
     o = fd.ops
     x = e.val
     rank = x.ndim
