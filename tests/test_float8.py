@@ -358,6 +358,36 @@ def test_campaign_examples_with_float8_dtypes_pass_on_the_emulator(kind: str) ->
     assert any(drawn), "no example had a float8 input"
 
 
+def _indexed_reads(dtype: DataType) -> FusionDefinition:
+    """index_select, gather and take_along_axis of a float8 tensor (an embedding table in
+    float8, as quantized models keep one), one of them widened to Float after the read."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=dtype)
+        ids = fd.define_tensor([-1], dtype=DataType.Int)
+        positions = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.index_select(x, ids, 0))
+        fd.add_output(fd.ops.gather(x, positions, 1))
+        taken = fd.ops.take_along_axis(x, positions, 1)
+        fd.add_output(fd.ops.mul(fd.ops.cast(taken, DataType.Float), 2.0))
+    return fd
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.value)
+def test_indexed_reads_of_float8_values(dtype: DataType) -> None:
+    """The reads compile for a float8 tensor (they did not: the out-of-range fill had no
+    float8 value, found by an emulator campaign with float8 inputs) and read its values
+    exactly; a position outside the axis is still an InputError naming it."""
+    fd = _indexed_reads(dtype)
+    x = (np.random.default_rng(3).standard_normal((9, 13)) * 30).astype(_ML[dtype])
+    ids = np.array([8, 0, 3, 3], np.int64)
+    positions = np.random.default_rng(4).integers(0, 13, (9, 5)).astype(np.int32)
+    outputs = fd.execute([x, ids, positions])
+    check(fd, outputs, [x, ids, positions])
+    np.testing.assert_array_equal(outputs[0].view(np.uint8), x[ids].view(np.uint8))
+    with pytest.raises(InputError, match="13"):
+        fd.execute([x, ids, np.full((9, 5), 13, np.int32)])
+
+
 # ---------------------------------------------------------------------------------------------
 # The generated sources: the float8 part only where it is used, and NVRTC compiles it
 # ---------------------------------------------------------------------------------------------
@@ -378,6 +408,8 @@ def _float8_kernel_sources() -> list[tuple[str, str]]:
     with recorded_sources(found):
         _casts_and_math(E4M3, E5M2).execute([x4, np.ones(300, np.float32)])
         norm.execute([np.ones((64, 1000), np.float32).astype(ml_dtypes.float8_e5m2)])
+        positions = np.zeros((64, 3), np.int32)
+        _indexed_reads(E4M3).execute([x4, np.arange(5), positions])
     return found
 
 
@@ -461,6 +493,26 @@ def test_gpu_float8_reduction(dtype: DataType) -> None:
     x = (torch.randn(513, 4099, device="cuda") * 8).to(_TORCH[dtype])
     outputs = fd.execute([x])
     check(fd, outputs, [x])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.value)
+def test_gpu_indexed_reads_of_float8_values(dtype: DataType) -> None:
+    """As on the emulator: NVRTC compiles the reads, which return the table's bytes; an id
+    outside it is an InputError and the context stays usable."""
+    fd = _indexed_reads(dtype)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = (torch.randn(4099, 257, device="cuda", generator=gen) * 30).to(_TORCH[dtype])
+    ids = torch.randint(0, 4099, (1031,), device="cuda", generator=gen)
+    positions = torch.randint(0, 257, (4099, 64), device="cuda", generator=gen, dtype=torch.int32)
+    outputs = fd.execute([x, ids, positions])
+    check(fd, outputs, [x, ids, positions])
+    assert torch.equal(outputs[0].view(torch.uint8), x[ids].view(torch.uint8))
+    with pytest.raises(InputError):
+        fd.execute([x, torch.full_like(ids, 4099), positions])
+    assert torch.equal(
+        fd.execute([x, ids, positions])[0].view(torch.uint8), x[ids].view(torch.uint8)
+    )
 
 
 @pytest.mark.gpu

@@ -6,13 +6,32 @@
 
 namespace kf {
 
+// Whether T is a float8 storage type (kf_float8.cuh, which comes before this part where a
+// kernel has float8 values: a struct of one byte, `bits`); this part names neither type, so
+// that it compiles without that part too.
+template <typename T, typename = void>
+struct IsFloat8Storage {
+  static constexpr bool value = false;
+};
+template <typename T>
+struct IsFloat8Storage<T, decltype(void(T{}.bits))> {
+  static constexpr bool value = sizeof(T) == 1;
+};
+
 // What an indexed read gives at a position outside its axis: NaN for the floating types, so
 // that the wrong element shows in everything computed from it, and 0 (false) for the others.
 // The read itself never leaves the tensor, and the host raises an InputError naming the
-// position (kfuse.runtime.index_checks).
+// position (kfuse.runtime.index_checks). float8's NaN is 0x7f in both formats (e4m3fn has no
+// other; e5m2's, as torch writes it); a float8 type has no conversion from 0 to fall back on.
 template <typename T>
 __device__ __forceinline__ T index_fill() {
-  return (T)0;
+  if constexpr (IsFloat8Storage<T>::value) {
+    T nan{};
+    nan.bits = 0x7f;
+    return nan;
+  } else {
+    return (T)0;
+  }
 }
 template <>
 __device__ __forceinline__ float index_fill<float>() {
