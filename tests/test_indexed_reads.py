@@ -147,6 +147,31 @@ def test_a_position_outside_its_axis_is_an_input_error_and_the_next_call_runs(ba
     assert out.shape == (3, 64)
 
 
+def _two_reads_of_one_index() -> Any:
+    """A gather and a take_along_axis of one table at one index tensor: one kernel's two
+    indexed reads (the InputError's test of an emulator campaign with float8 inputs)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        positions = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.gather(x, positions, 1))
+        fd.add_output(fd.ops.take_along_axis(x, positions, 1))
+    return fd
+
+
+def test_a_call_whose_reads_find_several_bad_positions_raises_once() -> None:
+    """Both reads find the bad position: the call raises once, naming the first and counting
+    the other, and clears both records. Before, it cleared the first only, and the next call,
+    valid, raised the second's error."""
+    fd = _two_reads_of_one_index()
+    x = rand((9, 13))
+    good = np.zeros((9, 5), np.int32)
+    check(fd, [x, good])
+    with pytest.raises(InputError, match=r"gather along axis 1: .*13.*\(1 more read outside"):
+        fd.execute([x, np.full((9, 5), 13, np.int32)])
+    for _ in range(3):  # compiled, cached, then the host fast path
+        check(fd, [x, good])
+
+
 def test_a_position_recorded_by_a_kernel_still_running_is_raised_by_the_next_call() -> None:
     """On a GPU the launch may not have finished when its call returns: its record is found
     by the next call of any fusion, which raises it (the flags as a kernel leaves them)."""
@@ -210,3 +235,24 @@ def test_a_position_outside_its_axis_on_the_gpu_leaves_the_context_usable() -> N
     torch.cuda.synchronize()
     check(fd, [table, good])
     assert torch.equal(torch.ones(4, device="cuda").sum(), torch.tensor(4.0, device="cuda"))
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_several_bad_positions_on_the_gpu_raise_once() -> None:
+    """Two reads of one bad index on the GPU: one InputError (from the call or the next one),
+    then every valid call runs, through the fast path too."""
+    torch = cuda_torch()
+    fd = _two_reads_of_one_index()
+    x = torch.randn((900, 130), device="cuda")
+    good = torch.randint(0, 130, (900, 50), device="cuda", dtype=torch.int32)
+    check(fd, [x, good])
+    bad = good.clone()
+    bad[7, 3] = 130
+    with pytest.raises(InputError, match="an index holds 130"):
+        fd.execute([x, bad])
+        torch.cuda.synchronize()
+        fd.execute([x, good])
+    torch.cuda.synchronize()
+    for _ in range(3):
+        check(fd, [x, good])

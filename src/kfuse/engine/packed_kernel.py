@@ -29,6 +29,7 @@ from kfuse.runtime.arrays import (
     numpy_data_ptr,
     poison,
 )
+from kfuse.runtime.index_checks import raise_for
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.kernel_args import TensorArg
 from kfuse.runtime.launch import (
@@ -150,8 +151,8 @@ class PackedKernel:
             for p, val in scalars:
                 args[p] = scalar_argument(val, extents[val])
             kernel.launch(grid, block, shared_mem, stream, args)
-        for checks in self.checks:
-            checks.raise_if_read_outside()
+        if self.checks:
+            raise_for(self.checks)
         return outputs, output_ptrs
 
 

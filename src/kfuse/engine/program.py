@@ -25,6 +25,7 @@ from kfuse.ir.layout_ops import allocation_order
 from kfuse.ir.values import TensorView, Val
 from kfuse.runtime import profiling_hooks
 from kfuse.runtime.arrays import current_stream, empty_like_framework, poison
+from kfuse.runtime.index_checks import raise_for
 from kfuse.runtime.info import EMULATOR, RuntimeInfo
 from kfuse.runtime.launch import KernelLaunch, ScalarOperand, index_checks_of, pooled_workspaces
 from kfuse.schedule.types import SchedulerParams, SchedulerType
@@ -143,8 +144,9 @@ class KernelProgram(Program):
         self._launch(self.launches, info, stream, (input_ptrs, output_ptrs, workspace_ptrs))
         # A position outside its axis that a finished launch recorded (all of them on the
         # emulator; on a GPU, the next call finds those still running: index_checks).
-        for checks in index_checks_of(self.launches):
-            checks.raise_if_read_outside()
+        checks = index_checks_of(self.launches)
+        if checks:
+            raise_for(checks)
         return outputs
 
     def _launch(

@@ -45,6 +45,7 @@ from kfuse.engine.packed_kernel import PackedKernel
 from kfuse.engine.replay_steps import KernelStep, ReplayStep
 from kfuse.engine.signature import spec_pointer
 from kfuse.runtime.arrays import empty_like_framework, numpy_data_ptr, poison
+from kfuse.runtime.index_checks import raise_for
 from kfuse.runtime.launch import scalar_argument
 
 POOL_ALIGN = 256
@@ -201,8 +202,8 @@ class KernelRun:
             return False
         for step in self.steps:
             step.step.last = step.program
-        for checks in self.checks:
-            checks.raise_if_read_outside()
+        if self.checks:
+            raise_for(self.checks)
         return True
 
 

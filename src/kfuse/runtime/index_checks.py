@@ -20,6 +20,7 @@ call: that call raises, and the earlier call's outputs hold NaN where the positi
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from kfuse.errors import InputError
@@ -78,9 +79,10 @@ class IndexChecks:
         owner, _ = self._flags[key]
         return _address(owner)
 
-    def raise_if_read_outside(self) -> None:
-        """InputError for a position outside its axis that a launch has recorded (and its
-        flags cleared for the next one); nothing while none has."""
+    def reads_outside(self) -> list[str]:
+        """What every position outside its axis that a launch has recorded says (none while
+        none has), its flags cleared for the next launch."""
+        found = []
         for _, words in self._flags.values():
             for k, read in enumerate(self.reads):
                 if read is None or int(words[2 * k + 1]) != 1:
@@ -89,20 +91,39 @@ class IndexChecks:
                 words[2 * k : 2 * k + 2] = 0
                 value = value - (1 << 64) if value >= 1 << 63 else value
                 what, extent = read
-                raise InputError(
+                found.append(
                     f"{what}: an index holds {value}, outside the axis (size {extent}); "
                     f"positions are in [0, {extent}). The kernel read no element there: the "
                     "call that read it gave NaN (0 for integers and Bool) at that position"
                 )
+        return found
+
+    def raise_if_read_outside(self) -> None:
+        """InputError for the positions outside their axes that launches have recorded
+        (raise_for); nothing while none has."""
+        raise_for((self,))
+
+
+def raise_for(checks: Iterable[IndexChecks]) -> None:
+    """InputError for the positions outside their axes that launches of `checks` recorded,
+    naming the first, after every one's flags are cleared: a call whose reads found several
+    (a gather and a take_along_axis of one bad index) raises once, and no later call raises
+    again for what it did not read."""
+    found = [message for c in checks for message in c.reads_outside()]
+    if not found:
+        return
+    more = len(found) - 1
+    raise InputError(
+        found[0] + (f" ({more} more read{'s' * (more > 1)} outside an axis too)" if more else "")
+    )
 
 
 def raise_pending() -> None:
     """Raise the InputError of any position outside its axis that a kernel recorded since
-    the last check (IndexChecks.raise_if_read_outside); nothing when none did."""
+    the last check (raise_for over every kernel's flags); nothing when none did."""
     if not _ANY_ARMED:
         return
-    for checks in list(_ARMED):
-        checks.raise_if_read_outside()
+    raise_for(list(_ARMED))
 
 
 def _mapped_words(n: int, framework: str, device: int) -> tuple[Any, Any]:
