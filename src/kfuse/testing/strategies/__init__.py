@@ -109,39 +109,7 @@ def _fusions(
             if aliases:
                 alias_output(draw, fd, gen)
             return fd
-        if kind == "reduction":
-            n_red = 1
-        elif kind == "multi_reduction":
-            n_red = draw(st.integers(2, 3))
-        else:
-            n_red = 0
-        special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red, max_size=n_red)))
-        norm_at = draw(st.integers(0, n_ops)) if kind == "normalization" else -1
-        moves_at = draw(st.integers(0, n_ops)) if moves is not None else -1
-        # A view round trip (kfuse.testing.strategies.views): in half the resize fusions,
-        # whose slices and cats it moves through, and one in six of the others.
-        viewed = one_in(draw, 2 if moves == "resize" else 6)
-        viewed_at = draw(st.integers(0, n_ops)) if viewed else -1
-        # triu, addcmul or embedding_fwd (kfuse.testing.strategies.model_ops): one in six.
-        modelled_at = draw(st.integers(0, n_ops)) if one_in(draw, 6) else -1
-        for step in range(n_ops + 1):
-            for _ in range(special_at.count(step)):
-                reduction_step(gen)
-            if step == norm_at:
-                normalization_step(gen)
-            if step == viewed_at:
-                viewed_step(draw, fd, gen)
-            if step == modelled_at:
-                model_op_step(draw, fd, gen)
-            if step == moves_at:
-                if moves == "scan":
-                    scan_step(gen)
-                elif moves == "library":
-                    library_step(gen)
-                else:
-                    (resized_input_step if moves == "resize" else indexing_step)(draw, fd, gen)
-            if step < n_ops:
-                gen.pointwise_step()
+        _work(draw, fd, gen, kind, moves, n_ops)
         # Half the resize fusions add cats alone: a slice or pad of computed values runs
         # between kernels, and a fusion with one does not fold its cats (their parts'
         # kernels writing into the windows) at all.
@@ -153,6 +121,46 @@ def _fusions(
         if aliases:
             alias_output(draw, fd, gen)
     return fd
+
+
+def _work(
+    draw: Any, fd: FusionDefinition, gen: Gen, kind: str, moves: str | None, n_ops: int
+) -> None:
+    """A fusion's work, step by step: `n_ops` pointwise ops, with its kind's reductions or
+    normalization, its data movement (`moves`) and sometimes a view round trip and one of
+    Thunder's ops, each at a drawn step."""
+    if kind == "reduction":
+        n_red = 1
+    elif kind == "multi_reduction":
+        n_red = draw(st.integers(2, 3))
+    else:
+        n_red = 0
+    special_at = sorted(draw(st.lists(st.integers(0, n_ops), min_size=n_red, max_size=n_red)))
+    norm_at = draw(st.integers(0, n_ops)) if kind == "normalization" else -1
+    moves_at = draw(st.integers(0, n_ops)) if moves is not None else -1
+    # A view round trip (kfuse.testing.strategies.views): in half the resize fusions,
+    # whose slices and cats it moves through, and one in six of the others.
+    viewed_at = draw(st.integers(0, n_ops)) if one_in(draw, 2 if moves == "resize" else 6) else -1
+    # triu, addcmul or embedding_fwd (kfuse.testing.strategies.model_ops): one in six.
+    modelled_at = draw(st.integers(0, n_ops)) if one_in(draw, 6) else -1
+    for step in range(n_ops + 1):
+        for _ in range(special_at.count(step)):
+            reduction_step(gen)
+        if step == norm_at:
+            normalization_step(gen)
+        if step == viewed_at:
+            viewed_step(draw, fd, gen)
+        if step == modelled_at:
+            model_op_step(draw, fd, gen)
+        if step == moves_at:
+            if moves == "scan":
+                scan_step(gen)
+            elif moves == "library":
+                library_step(gen)
+            else:
+                (resized_input_step if moves == "resize" else indexing_step)(draw, fd, gen)
+        if step < n_ops:
+            gen.pointwise_step()
 
 
 def _made_operands(
