@@ -358,20 +358,22 @@ def test_resize_fusions_always_resize(fd: FusionDefinition) -> None:
 
 @given(st.data())
 def test_indexing_fusions_index_inside_their_axes(data: st.DataObject) -> None:
-    """Every "indexing" fusion holds an index op reading its positions from an input, and
-    the inputs drawn for it (and refilled for a later call) hold positions inside the axis
-    they index, so that a campaign meets no InputError of its own making."""
+    """Every "indexing" fusion holds an index op reading its positions from an input (or a
+    view of one: embedding_fwd flattens its ids), and the inputs drawn for it (and refilled
+    for a later call) hold positions inside the axis they index, so that a campaign meets no
+    InputError of its own making."""
     from kfuse.ir.exprs import GatherOp, IndexSelectOp
-    from kfuse.testing.inputs import refill
+    from kfuse.testing.inputs import position_source, refill
 
     fd = data.draw(fusions(kinds={"indexing"}, max_rank=3))
     index_ops = [e for e in fd.fusion.exprs if isinstance(e, (IndexSelectOp, GatherOp))]
-    assert index_ops and all(e.inputs[1].is_input for e in index_ops)
+    assert index_ops and all(position_source(e.inputs[1]).is_input for e in index_ops)
     inputs = data.draw(inputs_for(fd, framework="numpy"))
     for call in (inputs, refill(fd, inputs, seed=data.draw(st.integers(0, 99)))):
         shapes = fd.fusion.infer_shapes(call)
         for e in index_ops:
-            positions = np.asarray(call[fd.fusion.inputs.index(e.inputs[1])])
+            source = position_source(e.inputs[1])
+            positions = np.asarray(call[fd.fusion.inputs.index(source)])
             assert positions.size == 0 or (
                 positions.min() >= 0 and positions.max() < shapes[e.inputs[0]][e.dim]
             )

@@ -424,6 +424,14 @@ def _positions_within_bounds(fusion: Any, out: list[Any], rng: Any, value_range:
         out[pos] = refilled_array(rng, v, out[pos], value_range, False, positions=bound)
 
 
+def position_source(index: Any) -> Any:
+    """The value an index op's positions are a view of (themselves where they are none):
+    embedding_fwd flattens its ids to one axis, and the values stay the ids'."""
+    while isinstance(index.definition, (ReshapeOp, PermuteOp, SqueezeOp, BroadcastOp)):
+        index = index.definition.inputs[0]
+    return index
+
+
 def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
     """For each tensor input that an index op (index_select, gather, take_along_axis,
     scatter) reads its positions from: its position among the inputs -> the exclusive bound
@@ -436,10 +444,7 @@ def position_bounds(fusion: Any, extents: dict) -> dict[int, int]:
         index_input = 1 if isinstance(e, ScatterOp) else None if row is None else row.index_input
         if index_input is None:
             continue
-        index = e.inputs[index_input]
-        # Through views of the positions (embedding_fwd flattens its ids to one axis).
-        while isinstance(index.definition, (ReshapeOp, PermuteOp, SqueezeOp, BroadcastOp)):
-            index = index.definition.inputs[0]
+        index = position_source(e.inputs[index_input])
         if id(index) in positions:
             k = positions[id(index)]
             size = extents[e.inputs[0]][e.dim]

@@ -141,7 +141,8 @@ def _work(
     # A view round trip (kfuse.testing.strategies.views): in half the resize fusions,
     # whose slices and cats it moves through, and one in six of the others.
     viewed_at = draw(st.integers(0, n_ops)) if one_in(draw, 2 if moves == "resize" else 6) else -1
-    # triu, addcmul or embedding_fwd (kfuse.testing.strategies.model_ops): one in six.
+    # triu or addcmul, or in indexing fusions embedding_fwd (strategies.model_ops): one in
+    # six.
     modelled_at = draw(st.integers(0, n_ops)) if one_in(draw, 6) else -1
     for step in range(n_ops + 1):
         for _ in range(special_at.count(step)):
@@ -149,9 +150,9 @@ def _work(
         if step == norm_at:
             normalization_step(gen)
         if step == viewed_at:
-            viewed_step(draw, fd, gen)
+            viewed_step(draw, fd, gen, moves)
         if step == modelled_at:
-            model_op_step(draw, fd, gen)
+            model_op_step(draw, fd, gen, moves)
         if step == moves_at:
             if moves == "scan":
                 scan_step(gen)

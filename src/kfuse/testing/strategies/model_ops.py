@@ -17,10 +17,19 @@ from kfuse.frontend import FusionDefinition
 from kfuse.testing.strategies.generator import Entry, Gen, one_in
 
 
-def model_op_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
-    """One of triu or addcmul of the pool's values into the pool, or an embedding lookup
-    of new inputs into the results."""
-    how = draw(st.sampled_from(["triu", "addcmul", "embedding"]))
+def model_op_step(draw: Any, fd: FusionDefinition, gen: Gen, moves: str | None) -> None:
+    """One of triu or addcmul of the pool's values into the pool, where the fusion may use
+    their ops (gen.ops), or in an indexing fusion (`moves`) an embedding lookup of new inputs
+    into the results."""
+    ops = set(gen.ops)
+    choices = [
+        *(["triu"] if {"le", "where"} <= ops else []),
+        *(["addcmul"] if {"add", "mul"} <= ops else []),
+        *(["embedding"] if moves == "indexing" else []),
+    ]
+    if not choices:
+        return
+    how = draw(st.sampled_from(choices))
     if how == "embedding":
         _embedding(draw, fd, gen)
         return

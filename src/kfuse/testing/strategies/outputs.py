@@ -40,7 +40,7 @@ def add_outputs(
             order = _axis_order(draw, v.ndim)
         if order is not None:
             v = fd.ops.permute(v, dims=order)
-        if v.ndim > 1 and one_in(draw, 8):
+        if v.ndim > 1 and "mul" in gen.ops and one_in(draw, 8):  # sizes' product: a mul
             v = _reshaped(draw, fd, v)
         fd.add_output(_laid_out(draw, fd, _maybe_resized(draw, fd, v, gen.ops, resized_one_in)))
 

@@ -17,11 +17,21 @@ from kfuse.frontend import FusionDefinition
 from kfuse.testing.strategies.generator import Entry, Gen, one_in
 
 
-def viewed_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
+def viewed_step(draw: Any, fd: FusionDefinition, gen: Gen, moves: str | None) -> None:
     """One view round trip of a full value into the pool (a permute, a reshape merging two
-    neighbouring axes, or a roll or a shift along an axis, of the same shape again), or a
-    rotary embedding of a new input into the results."""
-    how = draw(st.sampled_from(["permuted", "merged", "moved", "rotary"]))
+    neighbouring axes, or a roll or a shift along an axis, of the same shape again), or in
+    a resize fusion (`moves`) a rotary embedding of a new input into the results. The ops
+    between the views are the fusion's own (gen.ops)."""
+    # The rotary embedding adds inputs (only in resize fusions, whose slices and cats it
+    # draws) and its math (where the fusion may use it).
+    rotary = moves == "resize" and {"neg", "mul", "add"} <= set(gen.ops)
+    # A merge's extent is a product of sizes (a mul, where the fusion may use it).
+    merged = "mul" in gen.ops
+    how = draw(
+        st.sampled_from(
+            ["permuted", "moved", *(["merged"] if merged else []), *(["rotary"] if rotary else [])]
+        )
+    )
     if how == "rotary":
         _rotary(draw, fd, gen)
         return
@@ -29,14 +39,14 @@ def viewed_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     if e.val.ndim < (1 if how == "moved" else 2):
         return
     if how == "moved":
-        viewed = _moved(draw, fd, e)
+        viewed = _moved(draw, fd, e, gen.ops)
     else:
         viewed = _permuted(draw, fd, gen, e) if how == "permuted" else _merged(draw, fd, gen, e)
     gen.pool.append(viewed)
     gen.results.append(viewed)
 
 
-def _moved(draw: Any, fd: FusionDefinition, e: Entry) -> Entry:
+def _moved(draw: Any, fd: FusionDefinition, e: Entry, gen_ops: tuple[str, ...]) -> Entry:
     """e rolled along an axis by n (a cat of its two slices) or shifted by n (padded by n at
     one end, sliced back to its size at the other, as a causal convolution shifts a
     sequence), n up to 3: of e's shape, so that the work after it reads a cat or a pad of
@@ -57,7 +67,8 @@ def _moved(draw: Any, fd: FusionDefinition, e: Entry) -> Entry:
         tail = o.slice(x, [*starts[:k], n, *starts[k + 1 :]], sizes)
         return Entry(o.cat([tail, head], dim=k), e.exact, e.bound)
     widths = [0] * (2 * rank)
-    at_start = draw(st.booleans())
+    # A shift toward the start slices up to size + n (an add, where the fusion may use it).
+    at_start = "add" not in gen_ops or draw(st.booleans())
     # pad's widths run from the last axis: (before, after) of axis rank - 1 first
     widths[2 * (rank - 1 - k) + (0 if at_start else 1)] = n
     fills = {"bool": True, "int": 3, "float": -1.5}
@@ -71,11 +82,14 @@ def _moved(draw: Any, fd: FusionDefinition, e: Entry) -> Entry:
     return Entry(shifted, e.exact, max(e.bound, 3.0))
 
 
-def _worked(draw: Any, fd: FusionDefinition, v: Any, bound: float) -> tuple[Any, bool, float]:
+def _worked(
+    draw: Any, fd: FusionDefinition, v: Any, bound: float, gen_ops: tuple[str, ...]
+) -> tuple[Any, bool, float]:
     """An element-wise op of `v` where the view has it (exact ones mostly: the pool then
     keeps the value exact), or none; its value, exactness and bound."""
     o = fd.ops
-    how = draw(st.sampled_from(["none", "neg", "abs", "scale"]))
+    allowed = {"neg": "neg", "abs": "abs", "scale": "mul"}
+    how = draw(st.sampled_from(["none", *(k for k, op in allowed.items() if op in gen_ops)]))
     if how == "none" or v.dtype is DataType.Bool:
         return v, True, bound
     if how == "neg":
@@ -91,9 +105,9 @@ def _permuted(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
     o = fd.ops
     rank = e.val.ndim
     order = list(draw(st.permutations(range(rank)).filter(lambda p: list(p) != sorted(p))))
-    v, exact, bound = _worked(draw, fd, o.permute(e.val, dims=order), e.bound)
+    v, exact, bound = _worked(draw, fd, o.permute(e.val, dims=order), e.bound, gen.ops)
     exact = exact and e.exact
-    if one_in(draw, 2):
+    if "add" in gen.ops and one_in(draw, 2):
         other = gen.pick(full=True)
         if other.val.ndim == rank and _addable(v, other.val):
             v = o.add(v, o.permute(other.val, dims=order))
@@ -112,7 +126,7 @@ def _merged(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
     i = draw(st.integers(0, rank - 2))
     sizes = [o.size(x, k) for k in range(rank)]
     merged = [*sizes[:i], o.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]]
-    v, exact, bound = _worked(draw, fd, o.reshape(x, new_shape=merged), e.bound)
+    v, exact, bound = _worked(draw, fd, o.reshape(x, new_shape=merged), e.bound, gen.ops)
     if not v.axes[i].is_broadcast and one_in(draw, 3):
         n = draw(st.sampled_from([1, 2, 3]))
         starts, stops = [0] * (rank - 1), list(merged)
