@@ -98,11 +98,6 @@ class IndexChecks:
                 )
         return found
 
-    def raise_if_read_outside(self) -> None:
-        """InputError for the positions outside their axes that launches have recorded
-        (raise_for); nothing while none has."""
-        raise_for((self,))
-
 
 def raise_for(checks: Iterable[IndexChecks]) -> None:
     """InputError for the positions outside their axes that launches of `checks` recorded,

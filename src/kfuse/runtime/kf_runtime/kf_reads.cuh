@@ -8,15 +8,16 @@ namespace kf {
 
 // Whether T is a float8 storage type (kf_float8.cuh, which comes before this part where a
 // kernel has float8 values: a struct of one byte, `bits`); this part names neither type, so
-// that it compiles without that part too.
-template <typename T, typename = void>
-struct IsFloat8Storage {
-  static constexpr bool value = false;
-};
+// that it compiles without that part too. Functions, not a trait's static member, which NVRTC
+// would emit into the PTX as a global.
 template <typename T>
-struct IsFloat8Storage<T, decltype(void(T{}.bits))> {
-  static constexpr bool value = sizeof(T) == 1;
-};
+__device__ constexpr auto is_float8_storage(int) -> decltype((void)T{}.bits, bool()) {
+  return sizeof(T) == 1;
+}
+template <typename T>
+__device__ constexpr bool is_float8_storage(long) {
+  return false;
+}
 
 // What an indexed read gives at a position outside its axis: NaN for the floating types, so
 // that the wrong element shows in everything computed from it, and 0 (false) for the others.
@@ -25,7 +26,7 @@ struct IsFloat8Storage<T, decltype(void(T{}.bits))> {
 // other; e5m2's, as torch writes it); a float8 type has no conversion from 0 to fall back on.
 template <typename T>
 __device__ __forceinline__ T index_fill() {
-  if constexpr (IsFloat8Storage<T>::value) {
+  if constexpr (is_float8_storage<T>(0)) {
     T nan{};
     nan.bits = 0x7f;
     return nan;
