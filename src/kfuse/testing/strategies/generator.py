@@ -85,6 +85,10 @@ class Gen:
         self.pool.append(e)
         return e
 
+    def real_floating_dtypes(self) -> list[DataType]:
+        """The fusion's real floating dtypes (Float where it has none), for a new input."""
+        return [d for d in self.dtypes if d.is_floating and not d.is_complex] or [DataType.Float]
+
     def pick(self, *, exact: bool = False, full: bool = False, floating: bool = False) -> Entry:
         cands = [
             e for e in self.pool if (e.exact or not exact) and (not full or e.val.ndim == self.rank)

@@ -71,8 +71,7 @@ def _embedding(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     scaled to that norm where it is larger), sometimes with an element-wise op after it, as
     an output (its shape is its own)."""
     o = fd.ops
-    floating = [d for d in gen.dtypes if d.is_floating and not d.is_complex] or [DataType.Float]
-    dtype = draw(st.sampled_from(floating))
+    dtype = draw(st.sampled_from(gen.real_floating_dtypes()))
     weight: Any = fd.define_tensor(shape=[-1, -1], dtype=dtype)
     ids_rank = draw(st.integers(1, 2))
     ids: Any = fd.define_tensor(

@@ -13,6 +13,7 @@ from kfuse.dtypes import REDUCED_FLOATS, DataType
 from kfuse.frontend import FusionDefinition
 from kfuse.ir.values import Val
 from kfuse.testing.strategies.generator import Entry, Gen, input_bound, one_in
+from kfuse.testing.strategies.views import axis_order, merged_sizes, pad_fill
 
 
 def add_outputs(
@@ -30,14 +31,14 @@ def add_outputs(
     # made of, all in the same one (a fusion the transpose scheduler takes whole), and
     # sometimes a single output does (one that takes segments).
     moved = gen.rank > 1 and one_in(draw, 4)
-    common = _axis_order(draw, gen.rank) if moved else None
+    common = axis_order(draw, gen.rank) if moved else None
     for e in chosen:
         v: Any = e.val
         if narrow and v.dtype.is_floating and e.bound < 6e4 and draw(st.booleans()):
             v = fd.ops.cast(v, draw(st.sampled_from(narrow)))
         order = common if v.ndim == gen.rank else None
         if order is None and v.ndim > 1 and one_in(draw, 16):
-            order = _axis_order(draw, v.ndim)
+            order = axis_order(draw, v.ndim)
         if order is not None:
             v = fd.ops.permute(v, dims=order)
         if v.ndim > 1 and "mul" in gen.ops and one_in(draw, 8):  # sizes' product: a mul
@@ -56,8 +57,7 @@ def _reshaped(draw: Any, fd: FusionDefinition, v: Any) -> Any:
         for size in sizes[1:]:
             flat = o.mul(flat, size)
         return o.reshape(v, new_shape=[flat])
-    i = draw(st.integers(0, v.ndim - 2))
-    return o.reshape(v, new_shape=[*sizes[:i], o.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]])
+    return o.reshape(v, new_shape=merged_sizes(fd, sizes, draw(st.integers(0, v.ndim - 2))))
 
 
 def _laid_out(draw: Any, fd: FusionDefinition, v: Any) -> Any:
@@ -65,7 +65,7 @@ def _laid_out(draw: Any, fd: FusionDefinition, v: Any) -> Any:
     (fd.ops.stride_order: the comparison checks its strides), and one in 16 is copied by a
     segment of its own (fd.ops.segment_set)."""
     if v.ndim > 1 and one_in(draw, 8):
-        v = fd.ops.stride_order(v, _axis_order(draw, v.ndim))
+        v = fd.ops.stride_order(v, axis_order(draw, v.ndim))
     if one_in(draw, 16):
         v = fd.ops.segment_set(v)
     return v
@@ -84,9 +84,7 @@ def _maybe_resized(
         return _sliced(draw, fd, v, ops)
     if how == "pad":
         widths = [draw(st.integers(0, 2)) for _ in range(2 * draw(st.integers(1, v.ndim)))]
-        fills = {"bool": True, "int": 3, "float": -1.5}
-        kind = "bool" if v.dtype is DataType.Bool else "float" if v.dtype.is_floating else "int"
-        return fd.ops.pad(v, widths, draw(st.sampled_from([None, fills[kind]])))
+        return fd.ops.pad(v, widths, pad_fill(draw, v.dtype))
     negated = v.dtype is not DataType.Bool and "neg" in ops and draw(st.booleans())
     other = fd.ops.neg(v) if negated else v
     return fd.ops.cat([v, other], dim=draw(st.integers(-v.ndim, v.ndim - 1)))
@@ -212,9 +210,7 @@ def resized_input_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     padded = draw(st.booleans())
     if padded:
         widths = [draw(st.integers(-1, 2)) for _ in range(2 * draw(st.integers(1, x.ndim)))]
-        fills = {"bool": True, "int": 3, "float": -1.5}
-        kind = "bool" if x.dtype is DataType.Bool else "float" if x.dtype.is_floating else "int"
-        x = o.pad(x, widths, draw(st.sampled_from([None, fills[kind]])))
+        x = o.pad(x, widths, pad_fill(draw, x.dtype))
     if x.dtype in REDUCED_FLOATS:
         x = o.cast(x, DataType.Float)
     v = x if padded and draw(st.booleans()) else _sliced(draw, fd, x, gen.ops)
@@ -289,11 +285,6 @@ def indexing_step(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     entry = Entry(out, e.exact, e.bound * 1100.0 + 3.0)
     gen.results.append(entry)
     gen.required.append(entry)
-
-
-def _axis_order(draw: Any, rank: int) -> list[int]:
-    """A permutation of `rank` axes other than the identity."""
-    return list(draw(st.permutations(range(rank)).filter(lambda p: list(p) != sorted(p))))
 
 
 def _cone_ids(vals: list[Val]) -> set[int]:

@@ -17,6 +17,33 @@ from kfuse.frontend import FusionDefinition
 from kfuse.testing.strategies.generator import Entry, Gen, one_in
 
 
+def axis_order(draw: Any, rank: int) -> list[int]:
+    """A permutation of `rank` axes other than the identity."""
+    return list(draw(st.permutations(range(rank)).filter(lambda p: list(p) != sorted(p))))
+
+
+def pad_fill(draw: Any, dtype: DataType) -> Any:
+    """A pad's fill for a value of `dtype`: the default (None) or a constant of its kind."""
+    kind = "bool" if dtype is DataType.Bool else "float" if dtype.is_floating else "int"
+    return draw(st.sampled_from([None, {"bool": True, "int": 3, "float": -1.5}[kind]]))
+
+
+def merged_sizes(fd: FusionDefinition, sizes: list[Any], i: int) -> list[Any]:
+    """`sizes` (a value's, fd.ops.size of each axis) with those of axes i and i + 1 merged
+    into their product (a mul)."""
+    return [*sizes[:i], fd.ops.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]]
+
+
+def _rolled(fd: FusionDefinition, v: Any, k: int, n: int, sizes: list[Any]) -> Any:
+    """v (of `sizes`) rolled back by n along axis k: a cat of its slice from n on and its
+    first n (all of it, and nothing after, where the axis is shorter: slicing clamps)."""
+    o = fd.ops
+    starts = [0] * v.ndim
+    head = o.slice(v, starts, [*sizes[:k], n, *sizes[k + 1 :]])
+    tail = o.slice(v, [*starts[:k], n, *starts[k + 1 :]], sizes)
+    return o.cat([tail, head], dim=k)
+
+
 def viewed_step(draw: Any, fd: FusionDefinition, gen: Gen, moves: str | None) -> None:
     """One view round trip of a full value into the pool (a permute, a reshape merging two
     neighbouring axes, or a roll or a shift along an axis, of the same shape again), or in
@@ -63,18 +90,13 @@ def _moved(draw: Any, fd: FusionDefinition, e: Entry, gen_ops: tuple[str, ...]) 
     sizes = [o.size(x, i) for i in range(rank)]
     starts = [0] * rank
     if draw(st.booleans()):
-        head = o.slice(x, starts, [*sizes[:k], n, *sizes[k + 1 :]])
-        tail = o.slice(x, [*starts[:k], n, *starts[k + 1 :]], sizes)
-        return Entry(o.cat([tail, head], dim=k), e.exact, e.bound)
+        return Entry(_rolled(fd, x, k, n, sizes), e.exact, e.bound)
     widths = [0] * (2 * rank)
     # A shift toward the start slices up to size + n (an add, where the fusion may use it).
     at_start = "add" not in gen_ops or draw(st.booleans())
     # pad's widths run from the last axis: (before, after) of axis rank - 1 first
     widths[2 * (rank - 1 - k) + (0 if at_start else 1)] = n
-    fills = {"bool": True, "int": 3, "float": -1.5}
-    kind = "bool" if x.dtype is DataType.Bool else "float" if x.dtype.is_floating else "int"
-    fill = draw(st.sampled_from([None, fills[kind]]))
-    padded = o.pad(x, widths, fill)
+    padded = o.pad(x, widths, pad_fill(draw, x.dtype))
     first = [*starts[:k], 0 if at_start else n, *starts[k + 1 :]]
     stops = [o.size(padded, i) for i in range(rank)]  # whole axes: a broadcast one stays one
     stops[k] = sizes[k] if at_start else o.add(sizes[k], n)
@@ -104,12 +126,12 @@ def _permuted(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
     attention adds a bias to its transposed scores), then the inverse permute."""
     o = fd.ops
     rank = e.val.ndim
-    order = list(draw(st.permutations(range(rank)).filter(lambda p: list(p) != sorted(p))))
+    order = axis_order(draw, rank)
     v, exact, bound = _worked(draw, fd, o.permute(e.val, dims=order), e.bound, gen.ops)
     exact = exact and e.exact
     if "add" in gen.ops and one_in(draw, 2):
         other = gen.pick(full=True)
-        if other.val.ndim == rank and _addable(v, other.val):
+        if other.val.ndim == rank and DataType.Bool not in (v.dtype, other.val.dtype):
             v = o.add(v, o.permute(other.val, dims=order))
             exact, bound = False, bound + other.bound
     inverse = [order.index(i) for i in range(rank)]
@@ -125,15 +147,10 @@ def _merged(draw: Any, fd: FusionDefinition, gen: Gen, e: Entry) -> Entry:
     rank = x.ndim
     i = draw(st.integers(0, rank - 2))
     sizes = [o.size(x, k) for k in range(rank)]
-    merged = [*sizes[:i], o.mul(sizes[i], sizes[i + 1]), *sizes[i + 2 :]]
+    merged = merged_sizes(fd, sizes, i)
     v, exact, bound = _worked(draw, fd, o.reshape(x, new_shape=merged), e.bound, gen.ops)
     if not v.axes[i].is_broadcast and one_in(draw, 3):
-        n = draw(st.sampled_from([1, 2, 3]))
-        starts, stops = [0] * (rank - 1), list(merged)
-        # A roll by n where the merged axis has n elements or more; shorter, slicing clamps.
-        head = o.slice(v, starts, [*stops[:i], n, *stops[i + 1 :]])
-        tail = o.slice(v, [*starts[:i], n, *starts[i + 1 :]], stops)
-        v = o.cat([tail, head], dim=i)
+        v = _rolled(fd, v, i, draw(st.sampled_from([1, 2, 3])), merged)
     return Entry(o.reshape(v, new_shape=sizes), exact and e.exact, bound)
 
 
@@ -147,8 +164,7 @@ def _rotary(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     o = fd.ops
     rank = max(2, min(gen.rank, 4))
     d = draw(st.sampled_from([2, 4, 8, 16, 64]))
-    floating = [t for t in gen.dtypes if t.is_floating and not t.is_complex] or [DataType.Float]
-    dt = draw(st.sampled_from(floating))
+    dt = draw(st.sampled_from(gen.real_floating_dtypes()))
     x: Any = fd.define_tensor(shape=[-1] * (rank - 1) + [d], dtype=dt)
     if dt not in (DataType.Float, DataType.Double):  # Half, BFloat16, float8: in float
         x = o.cast(x, DataType.Float)
@@ -177,8 +193,3 @@ def _rotary(draw: Any, fd: FusionDefinition, gen: Gen) -> None:
     entry = Entry(out, False, 8.0)
     gen.results.append(entry)
     gen.required.append(entry)
-
-
-def _addable(a: Any, b: Any) -> bool:
-    """Whether two full values may be added: neither Bool (an add of Bools is an error)."""
-    return a.dtype is not DataType.Bool and b.dtype is not DataType.Bool
