@@ -386,11 +386,8 @@ class ConditionTracker:
         for k, v in enumerate(expr.inputs):
             if k == 0 or row.joins:
                 a = next(data)
-                # A mark kept at a broadcast's shape (an element-wise op of a broadcast value
-                # leaves it so) is the value's in full before a reshape counts its elements.
-                full = tuple(shapes[v])
-                if hasattr(a, "shape") and tuple(a.shape) != full:
-                    a = self.be.broadcast_to(a, full)
+                if hasattr(a, "shape") and tuple(a.shape) != tuple(shapes[v]):  # a broadcast's
+                    a = self.be.broadcast_to(a, tuple(shapes[v]))  # marks, in full (a reshape)
                 args.append(a if hasattr(a, "shape") else self._zeros(shapes[v], a))
             elif k == row.fill_input:
                 args.append(0.0)
