@@ -49,7 +49,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kfuse import switches
 from kfuse.dtypes import DataType
 from kfuse.ir.exprs import (
     BinaryOp,
@@ -67,17 +66,8 @@ from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference.complex_signs import CARRIED_UNARY, track_complex
 from kfuse.reference.function_bounds import ABSOLUTE_NEAR_ZEROS, holds_pole
-
-EPSILON: dict[DataType, float] = {
-    DataType.Double: 2.0**-52,
-    DataType.Float: 2.0**-23,
-    DataType.Half: 2.0**-10,
-    DataType.BFloat16: 2.0**-7,
-    DataType.Float8_e4m3fn: 2.0**-3,
-    DataType.Float8_e5m2: 2.0**-2,
-}
-"""Each floating dtype's unit roundoff doubled (its spacing at 1): a value that a sum of n
-terms rounded is within n of these times its terms' magnitudes of the exact result."""
+from kfuse.reference.order_marks import OrderMarks
+from kfuse.reference.rounding import EPSILON, may_fuse
 
 SLOPE_BOUNDS: dict[str, float] = {
     name: row.slope for name, row in OPS.items() if row.slope is not None
@@ -100,30 +90,7 @@ def _op_of(v: Val) -> str | None:
     return expr.op if isinstance(expr, UnaryOp) else None
 
 
-def _largest(expr: Expr) -> float:
-    """The largest finite value of the precision `expr`'s (first) output is computed in:
-    float64's for Double, float32's for the others (half and bfloat16 compute in float32)."""
-    wide = expr.outputs[0].dtype is DataType.Double  # type: ignore[union-attr]
-    return 1.7976931348623157e308 if wide else 3.4028234663852886e38
-
-
-def _may_fuse(expr: Expr) -> bool:
-    """Whether `expr` is a float or double sum or difference with a product operand: the
-    sums the kernels compute as one fma where nothing else reads the product (a superset of
-    kfuse.codegen.contraction's, which this layer does not see), while switches.FMA_CONTRACT
-    is on."""
-    if not (switches.FMA_CONTRACT and isinstance(expr, BinaryOp) and expr.op in ("add", "sub")):
-        return False
-    if expr.outputs[0].dtype not in (DataType.Float, DataType.Double):
-        return False
-    return any(
-        isinstance(v.definition, BinaryOp) and v.definition.op == "mul"
-        for v in expr.inputs
-        if isinstance(v, TensorView)
-    )
-
-
-class ConditionTracker:
+class ConditionTracker(OrderMarks):
     """The module docstring's magnitude, terms and indeterminate of every tensor an evaluator
     (kfuse.reference.evaluator._Evaluator) computes, fed one expr at a time after it ran."""
 
@@ -186,7 +153,7 @@ class ConditionTracker:
         elif isinstance(expr, ScanOp) and op == "sum":  # each prefix sum: its terms'
             mags[out] = self.be.cumsum(self.size(first), expr.dim, self.f64)
             terms[out] = self.ev.shapes[first][expr.dim] * terms.get(first, 1)
-        elif _may_fuse(expr):
+        elif may_fuse(expr):
             # A sum of a product, which the kernel may compute as one fma (kfuse.codegen.
             # contraction): one rounding, no longer the twin of the other term's, so where the
             # two cancel that term's rounding shows (a * b - b * a is it, not 0). A sum's
@@ -394,136 +361,6 @@ class ConditionTracker:
             else:
                 args.append(self.value(v))  # sizes, bounds, positions
         return row.reference(self.be, expr, args, shapes, self._zeros)
-
-    # ---- order_decides ----
-    def _track_order(self, expr: Expr) -> None:
-        marks = self.order_decides
-        first = expr.inputs[0]
-        floating = expr.outputs[0].dtype.is_floating  # type: ignore[union-attr]
-        if isinstance(expr, ReductionOp) and expr.op == "prod" and floating:
-            self._mark_products(expr, lambda a: self.be.reduce("sum", a, expr.dims, self.f64))
-            return
-        if isinstance(expr, ScanOp) and expr.op == "prod" and floating:
-            self._mark_products(expr, lambda a: self.be.scan("sum", a, expr.dim, self.f64))
-            if first not in marks:
-                return
-        if isinstance(expr, ReductionOp) and expr.op == "sum" and floating:
-            self._mark_overflowing_sums(expr)
-            if first not in marks:
-                return
-        if isinstance(expr, WelfordOp) and floating:
-            self._mark_overflowing_welford(expr)
-            if first not in marks:
-                return
-        if not any(v in marks for v in expr.inputs):
-            return
-        if isinstance(expr, (UnaryOp, BinaryOp, TernaryOp, CastOp)):
-            # Arrays of the inputs' shapes, whose sizes broadcast as the op's operands do.
-            mask: Any = 0.0
-            for v in expr.inputs:
-                if v in marks:
-                    mask = mask + marks[v]
-            for out in expr.outputs:
-                shape = self.ev.shapes[out]
-                marks[out] = self.be.broadcast_to(self.be.astype(mask > 0, self.f64), shape)
-        elif (row := structural_info(expr)) is not None:
-            data = row.data_inputs(expr)
-            marks[expr.outputs[0]] = self._structural(expr, [marks.get(t, 0.0) for t in data])
-        elif isinstance(expr, ScanOp) and first in marks:
-            reached = self.be.cumsum(marks[first], expr.dim, self.f64) > 0
-            mask = self.be.astype(reached, self.f64)
-            out = expr.outputs[0]
-            marks[out] = (
-                mask if out not in marks else self.be.astype((mask + marks[out]) > 0, self.f64)
-            )
-        elif isinstance(expr, (ReductionOp, WelfordOp)) and first in marks:
-            reached = self.be.reduce("sum", marks[first], expr.dims, self.f64) > 0
-            for out in expr.outputs:
-                mask = self.be.astype(reached, self.f64)
-                marks[out] = (
-                    mask if out not in marks else self.be.astype((mask + marks[out]) > 0, self.f64)
-                )
-
-    def _mark_products(self, expr: Expr, total: Any) -> None:
-        """Where the prod's (or cumprod's) partial products can leave its precision's range
-        (the module docstring); a factor that is NaN makes the product NaN in any order.
-        `total`: the sum of an array over the factors of each result element."""
-        import math
-
-        be, x = self.be, self.as_f64(expr.inputs[0])
-        wide = expr.outputs[0].dtype is DataType.Double
-        largest = math.log2(_largest(expr))
-        smallest = -1022.0 if wide else -126.0  # log2 of the smallest normal value
-        size = abs(x)
-        zeros = be.constant(0.0, self.f64, self.ev.like)
-        ones = be.constant(1.0, self.f64, self.ev.like)
-        logs = be.fn("log2")(be.where(size > 0, size, ones))  # log2 of inf is inf
-        above = total(be.where(size > 1, logs, zeros))
-        below = total(be.where(size < 1, logs, zeros))
-        nan = total(be.astype(be.fn("isnan")(x), self.f64))
-        # Each of the n multiplications rounds by a factor within (1 +- eps), so a product
-        # within n * log2(1 + eps) of the range's end may leave it in the kernel's rounding
-        # though not in float64's (a GPU campaign met a cumprod of 238,975 factors of
-        # 1.00076: exactly -3.397e38, in the kernel -inf).
-        eps = EPSILON[DataType.Double if wide else DataType.Float]
-        slack = total(be.where(size > 0, ones, ones)) * math.log2(1.0 + eps)  # n of each
-        mask = ((above + slack > largest) | (below - slack < smallest)) & (nan == 0)
-        self.order_decides[expr.outputs[0]] = be.astype(mask, self.f64)
-
-    def _add_order_mark(self, out: Val, marked: Any) -> None:
-        """`out` is order_decides where `marked` (a float64 0/1 array of its shape) is 1, as
-        well as where it was already."""
-        earlier = self.order_decides.get(out)
-        self.order_decides[out] = (
-            marked if earlier is None else self.be.fn("maximum")(earlier, marked)
-        )
-
-    def _mark_overflowing_sums(self, expr: Expr) -> None:
-        """Where a sum's partial sums can leave its dtype's range in some order and not in
-        another: its positive terms (or its negative ones) add up past the largest value
-        while the other sign's terms could bring the total back, or both signs' do (an
-        emulator campaign met 64 terms of +-3.4e38: float64 and a sequential float32 sum give
-        inf, the kernel's split order one partial +inf and one -inf: NaN). Any value is right
-        there, as for a product whose order decides. A sum whose total is past the range by
-        more than the other sign's terms is an infinity in every order: not marked."""
-        be = self.be
-        x = self.as_f64(expr.inputs[0])
-        dims = expr.dims  # type: ignore[attr-defined]
-        largest = _largest(expr)
-        zeros = be.constant(0.0, self.f64, self.ev.like)
-        nan = be.reduce("sum", be.astype(be.fn("isnan")(x), self.f64), dims, self.f64)
-        pos = be.reduce("sum", be.where(x > 0, x, zeros), dims, self.f64)
-        neg = be.reduce("sum", be.where(x < 0, -x, zeros), dims, self.f64)
-        # float64's own sum of such terms may overflow too: inf in pos or neg is past it
-        near = largest * (1.0 - 2.0**-20)  # a float32 sum's rounding on the way
-        both = (pos > near) & (neg > near)
-        back = ((pos > near) & (neg > 0) & (pos - neg <= largest * (1.0 + 2.0**-20))) | (
-            (neg > near) & (pos > 0) & (neg - pos <= largest * (1.0 + 2.0**-20))
-        )
-        mask = (both | back) & (nan == 0)
-        self._add_order_mark(expr.outputs[0], be.astype(mask, self.f64))
-
-    def _mark_overflowing_welford(self, expr: Expr) -> None:
-        """Where a Welford reduction's partial means can be further apart than its dtype's
-        largest value: merging two partials takes their difference, which then overflows to
-        an infinity in some orders (the mean inf, the next difference inf - inf: NaN) and in
-        others not (an emulator campaign met 16 floats with -3.4e38 and 3.4e38 among them: the
-        variance 1.5e76 in float64, inf in float32 taken in order, NaN in the kernel's tree of
-        merges). Any value is right there, for every floating output. A group holding an
-        infinity or NaN is left alone (its mean and variance are that in any order)."""
-        be = self.be
-        x = self.as_f64(expr.inputs[0])
-        dims = expr.dims  # type: ignore[attr-defined]
-        largest = _largest(expr)
-        finite = be.fn("isfinite")(x)
-        zeros = be.constant(0.0, self.f64, self.ev.like)
-        nonfinite = be.reduce("sum", be.astype(~finite, self.f64), dims, self.f64)
-        high = be.reduce("max", be.where(finite, x, zeros - largest), dims, self.f64)
-        low = be.reduce("min", be.where(finite, x, zeros + largest), dims, self.f64)
-        # the partial means lie between the group's extremes; a mean's rounding on the way
-        mask = ((high - low) > largest * (1.0 - 2.0**-20)) & (nonfinite == 0)
-        for out in expr.outputs:
-            self._add_order_mark(out, be.astype(mask, self.f64))
 
     # ---- indeterminate ----
     def near_zero(self, v: Val) -> Any:
