@@ -229,6 +229,15 @@ def test_execute_accepts_thunders_keywords() -> None:
     torch.testing.assert_close(out, -x_t)
     with pytest.raises(InputError, match="save_repro_inputs must be a bool"):
         fd.execute([x_t], save_repro_inputs="yes")
+    # Mistakes with no truth value, or a false one, are refused as clearly.
+    with pytest.raises(InputError, match="save_repro_inputs must be a bool"):
+        fd.execute([x_t], save_repro_inputs=np.ones(3))
+    with pytest.raises(InputError, match="save_repro_inputs must be a bool"):
+        fd.execute([x_t], save_repro_inputs=0)
+    with pytest.raises(InputError, match="_enable_options must be a list of strings"):
+        fd.execute([x_t], _enable_options=0)
+    with pytest.raises(InputError, match="_disable_options must be a list of strings"):
+        fd.execute([x_t], _disable_options=np.array(["fma"]))
 
 
 @pytest.mark.parametrize("dtype", [DataType.Int, DataType.Int32], ids=lambda d: d.value)
