@@ -66,6 +66,18 @@ DISABLE_OPTIONS = frozenset(
 """nvFuser's NVFUSER_DISABLE names (csrc/options.cpp, getDisableOptions)."""
 
 
+def execute_options_given(save_repro_inputs: Any, enable: Any, disable: Any) -> bool:
+    """Whether execute's nvFuser keywords hold anything to check: identity tests, not truth
+    values (a NumPy array passed by mistake has none, and a false mistake, 0 or "", must still
+    meet check_execute_options); Thunder's unset values (None, False, []) skip the check on
+    every call."""
+    return (
+        not (save_repro_inputs is None or save_repro_inputs is False)
+        or not (enable is None or (type(enable) is list and not enable))
+        or not (disable is None or (type(disable) is list and not disable))
+    )
+
+
 def check_execute_options(save_repro_inputs: Any, enable: Any, disable: Any) -> None:
     """InputError unless save_repro_inputs is a bool (or None) and each options list is a
     list of nvFuser's option names."""
