@@ -120,3 +120,27 @@ def test_an_exact_value_near_half_overflow_is_judged() -> None:
     actual = np.array([np.inf, np.inf], np.float16)
     with pytest.raises(AssertionError, match="not close"):
         assert_outputs_close(fd, [actual], [expected], [x])
+
+
+def test_lgamma_of_gelu_of_a_negative_value_may_meet_its_pole() -> None:
+    """An emulator campaign (seed 8203, failure-6830-196 in tests/data/repros/2026-12-08-
+    emulator/) met log(|lgamma(gelu(x))| + 0.5) at x = -5.548: float32's gelu (the kernels',
+    and torch's) is x * 0.5 * (1 + erf(x / sqrt(2))), whose sum cancels to 0 there: -0.0, and
+    lgamma's pole; float64's gelu is -8.0e-8 and lgamma 16.3. gelu's value is accurate to a
+    few ulps of |x| (kfuse.reference.function_bounds.OPERAND_SCALED_ERRORS), so lgamma of it
+    may be anything past 16 there; at x = -1 or 2 it is judged."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.lgamma(fd.ops.gelu(fd.ops.mul(x, 1.0))))
+    x = np.array([-5.548276, -1.0, 2.0], np.float32)
+    (expected,) = evaluate(fd, [x])
+    assert 16 < expected[0] < 17
+    (order,) = conditioning(fd, [x]).order_decides
+    np.testing.assert_array_equal(order, [True, False, False])
+    actual = expected.astype(np.float32)
+    actual[0] = np.inf
+    assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+    actual[1] *= 1.01
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(fd, [actual], [expected], [x], order_decides=[order])
+    check_outputs(fd, [x])

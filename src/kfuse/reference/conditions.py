@@ -65,7 +65,7 @@ from kfuse.ir.ops import OPS
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference.complex_signs import CARRIED_UNARY, track_complex
-from kfuse.reference.function_bounds import ABSOLUTE_NEAR_ZEROS, holds_pole
+from kfuse.reference.function_bounds import ABSOLUTE_NEAR_ZEROS, OPERAND_SCALED_ERRORS, holds_pole
 from kfuse.reference.order_marks import OrderMarks
 from kfuse.reference.rounding import EPSILON, may_fuse
 
@@ -180,7 +180,7 @@ class ConditionTracker(OrderMarks):
             value = self.as_f64(out)
             finite = self.be.fn("isfinite")(value)
             own = self.be.where(finite, abs(value), self.be.constant(0.0, self.f64, self.ev.like))
-            rounded = self.size(first) + ABSOLUTE_NEAR_ZEROS.get(_op_of(first) or "", 0.0)
+            rounded = self._computed_size(first)
             mags[out], terms[out] = own + self._through(str(op), first, out, rounded, 1), 1
         elif any(v in mags for v in inputs):
             self._carry_magnitude(expr, out)
@@ -261,6 +261,18 @@ class ConditionTracker(OrderMarks):
         moved = (self.size(a) + quotient * self.magnitudes[b]) / safe
         finite = self.be.fn("isfinite")(moved)
         return self.be.where(nonzero & finite, moved, zeros)
+
+    def _computed_size(self, v: Val) -> Any:
+        """The size whose few ulps bound a computed value v's rounding: |v|, plus the
+        absolute size of the function that computed it where it is accurate to that near
+        its zeros (ABSOLUTE_NEAR_ZEROS), plus its operand's size where its value is
+        accurate to a few ulps of that (OPERAND_SCALED_ERRORS: gelu of a negative x)."""
+        op = _op_of(v) or ""
+        size = self.size(v) + ABSOLUTE_NEAR_ZEROS.get(op, 0.0)
+        if op in OPERAND_SCALED_ERRORS:
+            x = v.definition.inputs[0]  # type: ignore[union-attr]
+            size = size + OPERAND_SCALED_ERRORS[op] * self.size(x)
+        return size
 
     def _rounded(self, v: Val) -> bool:
         """Whether v's float64 value may differ from the kernel's by v's own rounding: it was

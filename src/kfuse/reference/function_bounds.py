@@ -16,6 +16,13 @@ near lgamma's zero at 1 or 2: the kernel's inner lgamma of 2.1e-7 and float64's 
 8.2e-16, 3.7 ulps of 1, and the outer lgamma's slope of 5e6 there made it 2.5e-10 of the
 result."""
 
+OPERAND_SCALED_ERRORS: dict[str, float] = {"gelu": 1.0, "gelu_tanh": 1.0}
+"""Functions x * f(x) whose f is a sum that cancels (gelu's 0.5 (1 + erf), gelu_tanh's 0.5
+(1 + tanh)): for negative x the kernels' f (and torch's) is 0 or a few ulps of 1 where
+float64's is tiny, so their value is accurate to a few ulps of this times |x|, not of
+itself. An emulator campaign met lgamma(gelu(-5.548)): float32's gelu is -0.0 (lgamma inf),
+float64's -8.0e-8 (lgamma 16.3)."""
+
 
 def holds_pole(be: Any, op: str, lo: Any, hi: Any) -> Any:
     """Where [lo, hi] (float64 arrays of the reference backend `be`) holds a pole of unary
