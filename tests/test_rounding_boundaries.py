@@ -6,7 +6,7 @@ kernels':
   The float64 reference computed nextafter in float64: float64's largest (-1.8e308) where
   the kernel's Float op gives float32's (-3.4e38); times y that is +inf, and NaN against x,
   where the kernel's value is -inf and the output 0. A Float nextafter is now computed in
-  float32 (OpInfo.in_own_dtype).
+  float32 (as OpInfo.scalar_of_dtype says its value depends on the dtype).
 * failure-3604-958: a float32 cumulative sum of 98,989 terms cast to Half, at 65504 in float64
   and past 65520 (where Half's rounding overflows) in the kernel's order: inf. Elements whose
   value is within their rounding bound of a narrowing cast's overflow may be either

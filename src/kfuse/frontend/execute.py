@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kfuse.frontend.nvfuser_options import check_execute_options, execute_options_given
+from kfuse.frontend.nvfuser_options import check_execute_options
 from kfuse.runtime import index_checks, profiling_hooks
 from kfuse.runtime.arrays import framework_of
 from kfuse.runtime.device_arg import device_index
@@ -124,7 +124,7 @@ class FusionExecution:
         which steer nvFuser's own compiler: kfuse accepts each name nvFuser knows and changes
         nothing for it, and refuses any other (kfuse.frontend.nvfuser_options).
         """
-        if execute_options_given(save_repro_inputs, _enable_options, _disable_options):
+        if not (save_repro_inputs is False and _enable_options is _disable_options is None):
             check_execute_options(save_repro_inputs, _enable_options, _disable_options)
             if save_repro_inputs is True:
                 self._keep_repro_inputs(inputs)

@@ -66,21 +66,11 @@ DISABLE_OPTIONS = frozenset(
 """nvFuser's NVFUSER_DISABLE names (csrc/options.cpp, getDisableOptions)."""
 
 
-def execute_options_given(save_repro_inputs: Any, enable: Any, disable: Any) -> bool:
-    """Whether execute's nvFuser keywords hold anything to check: identity tests, not truth
-    values (a NumPy array passed by mistake has none, and a false mistake, 0 or "", must still
-    meet check_execute_options); Thunder's unset values (None, False, []) skip the check on
-    every call."""
-    return (
-        not (save_repro_inputs is None or save_repro_inputs is False)
-        or not (enable is None or (type(enable) is list and not enable))
-        or not (disable is None or (type(disable) is list and not disable))
-    )
-
-
 def check_execute_options(save_repro_inputs: Any, enable: Any, disable: Any) -> None:
     """InputError unless save_repro_inputs is a bool (or None) and each options list is a
-    list of nvFuser's option names."""
+    list of nvFuser's option names. execute calls it unless the keywords are its defaults,
+    tested by identity (an array passed by mistake has no truth value, and a false mistake,
+    0 or "", must still be checked); Thunder's unset values (None, False, []) pass first."""
     from kfuse.errors import InputError
 
     if save_repro_inputs is not None and not isinstance(save_repro_inputs, bool):
@@ -89,7 +79,7 @@ def check_execute_options(save_repro_inputs: Any, enable: Any, disable: Any) -> 
         ("_enable_options", enable, ENABLE_OPTIONS),
         ("_disable_options", disable, DISABLE_OPTIONS),
     ):
-        if options is None:
+        if options is None or (type(options) is list and not options):
             continue
         if not isinstance(options, Sequence) or isinstance(options, str):
             raise InputError(f"execute: {name} must be a list of strings, got {options!r}")

@@ -84,14 +84,12 @@ class OpInfo:
     # Operand kinds ('int', 'bool') on which the op is the identity (floor of an integer).
     identity_on: tuple[str, ...] = ()
     scalar_int: Callable[..., Any] | None = None  # integer scalars, where they differ (div)
-    # (the result's DataType, *numbers), where the result depends on the dtype's width (shifts).
+    # (the result's DataType, *numbers), where the result depends on the dtype's width (shifts)
+    # or representation (nextafter: the next float32 after an infinity is float32's largest,
+    # not float64's; the float64 reference computes such a Float op on tensors in float32).
     scalar_of_dtype: Callable[..., Any] | None = None
     # (backend, *arrays) -> array; None = the framework's function spelled numpy / torch.
     reference: Callable[..., Any] | None = None
-    # The value is defined by the dtype's representation (nextafter: the next float32 after
-    # an infinity is float32's largest, not float64's): the float64 reference computes a
-    # Float op in float32.
-    in_own_dtype: bool = False
     numpy: str = ""  # NumPy's (and CuPy's) function name; "" = name
     torch: str = ""  # torch's function name; "" = name
     # ---- precision and drawing ----

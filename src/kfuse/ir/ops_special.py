@@ -265,7 +265,6 @@ SPECIAL_BINARY_ROWS: list[OpInfo] = [
         accepts_bool=False,
         full_precision_only=True,
         scalar_of_dtype=_nextafter_of,
-        in_own_dtype=True,
         cuda="kf::nextafter({0}, {1})",
         bound="max",
         draw="floating",

@@ -67,7 +67,7 @@ from kfuse.ir.values import Scalar, TensorView, Val
 from kfuse.reference.complex_signs import CARRIED_UNARY, track_complex
 from kfuse.reference.function_bounds import ABSOLUTE_NEAR_ZEROS, OPERAND_SCALED_ERRORS, holds_pole
 from kfuse.reference.order_marks import OrderMarks
-from kfuse.reference.rounding import EPSILON, may_fuse
+from kfuse.reference.rounding import EPSILON, SUM_ROUNDING, may_fuse
 
 SLOPE_BOUNDS: dict[str, float] = {
     name: row.slope for name, row in OPS.items() if row.slope is not None
@@ -311,9 +311,7 @@ class ConditionTracker(OrderMarks):
         reference = row.reference
         fn = (lambda a: reference(be, a)) if reference is not None else be.fn(row.name)
         at = self.as_f64(x)
-        # SUM_ROUNDING (4) times the worst-case bound: kfuse.testing.compare grows a sum's
-        # tolerance by as much.
-        delta = 4.0 * EPSILON[x.dtype] * terms * mag  # type: ignore[attr-defined]
+        delta = SUM_ROUNDING * EPSILON[x.dtype] * terms * mag  # type: ignore[attr-defined]
         value, above, below = fn(at), fn(at + delta), fn(at - delta)
         move = be.fn("maximum")(abs(above - value), abs(below - value))
         zeros = self.be.constant(0.0, self.f64, self.ev.like)

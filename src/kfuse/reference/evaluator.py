@@ -277,7 +277,7 @@ class _Evaluator:
         kind = "bool" if compute is DataType.Bool else "int" if compute.is_integral else ""
         if kind in row.identity_on:
             return args[0]
-        if row.in_own_dtype and self.wide and compute is DataType.Float:
+        if row.scalar_of_dtype is not None and self.wide and compute is DataType.Float:
             narrow = self.be.storage_dtype(DataType.Float, False)
             value = self.be.fn(row.name)(*(self.be.astype(a, narrow) for a in args))
             return self.be.astype(value, self.compute_storage(compute))

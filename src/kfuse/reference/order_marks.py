@@ -7,6 +7,7 @@ _rounded)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kfuse.dtypes import DataType
@@ -22,7 +23,14 @@ from kfuse.ir.exprs import (
 )
 from kfuse.ir.structural import structural_info
 from kfuse.ir.values import Val
-from kfuse.reference.rounding import EPSILON, OVERFLOW_AT, fused_products, largest_finite, may_fuse
+from kfuse.reference.rounding import (
+    EPSILON,
+    OVERFLOW_AT,
+    SUM_ROUNDING,
+    fused_products,
+    largest_finite,
+    may_fuse,
+)
 
 
 class OrderMarks:
@@ -35,14 +43,10 @@ class OrderMarks:
     magnitudes: dict[Val, Any]
     terms: dict[Val, int]
 
-    def as_f64(self, v: Val) -> Any:  # ConditionTracker's
-        raise NotImplementedError
-
-    def _structural(self, expr: Expr, arrays: list[Any]) -> Any:  # ConditionTracker's
-        raise NotImplementedError
-
-    def _rounded(self, v: Val) -> bool:  # ConditionTracker's
-        raise NotImplementedError
+    # ConditionTracker's methods these call
+    as_f64: Callable[[Val], Any]
+    _structural: Callable[[Expr, list[Any]], Any]
+    _rounded: Callable[[Val], bool]
 
     def _track_order(self, expr: Expr) -> None:
         self._carry_order(expr)
@@ -217,9 +221,9 @@ class OrderMarks:
         at = self.as_f64(x)
         eps = EPSILON[source]
         if x in self.magnitudes:
-            delta = 4.0 * eps * self.terms[x] * self.magnitudes[x]
+            delta = SUM_ROUNDING * eps * self.terms[x] * self.magnitudes[x]
         elif self._rounded(x):
-            delta = 4.0 * eps * abs(at)
+            delta = SUM_ROUNDING * eps * abs(at)
         else:
             return  # an input's exact value: the cast rounds it one way everywhere
         near = be.fn("isfinite")(at) & (abs(abs(at) - OVERFLOW_AT[target]) <= delta)

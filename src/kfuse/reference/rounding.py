@@ -21,6 +21,14 @@ EPSILON: dict[DataType, float] = {
 """Each floating dtype's unit roundoff doubled (its spacing at 1): a value that a sum of n
 terms rounded is within n of these times its terms' magnitudes of the exact result."""
 
+SUM_ROUNDING = 4.0
+"""A sum's allowance from its terms' magnitudes (kfuse.testing.assert_close's `magnitude`),
+in units of the compute precision's epsilon times sqrt(terms): float32's own bound for a sum
+of n terms is (n - 1) / 2 epsilon times the sum of |terms|, plus the terms' own rounding (an
+ulp or two each); this covers both up to about 60 terms and grows like a random walk beyond.
+The condition tracking (kfuse.reference.conditions, order_marks) takes a value's rounding
+bound as this many times epsilon x terms x magnitude, the same allowance."""
+
 OVERFLOW_AT: dict[DataType, float] = {
     DataType.Float: 2.0**128 - 2.0**103,
     DataType.Half: 65520.0,

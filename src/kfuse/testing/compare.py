@@ -9,6 +9,7 @@ from kfuse.dtypes import REAL_OF, DataType
 from kfuse.ir.exprs import LinearOp, MatmulOp, ReductionOp, ScanOp, WelfordOp
 from kfuse.ir.layout_ops import allocation_order, ordered_strides
 from kfuse.ir.values import TensorView, Val
+from kfuse.reference.rounding import SUM_ROUNDING
 from kfuse.runtime.arrays import layout_of
 
 # (rtol, atol) for one op's worth of rounding, per dtype.
@@ -23,12 +24,6 @@ TOLERANCES: dict[DataType, tuple[float, float]] = {
     DataType.Float8_e5m2: (2.5e-1, 1.6e-5),
 }
 
-
-SUM_ROUNDING = 4.0
-"""A sum's allowance from its terms' magnitudes (assert_close's `magnitude`), in units of
-the compute precision's epsilon times sqrt(terms): float32's own bound for a sum of n terms
-is (n - 1) / 2 epsilon times the sum of |terms|, plus the terms' own rounding (an ulp or two
-each); this covers both up to about 60 terms and grows like a random walk beyond."""
 
 ALTERNATIVE_MULTIPLIER = 3.0
 """How many times the same-precision reference's error a kernel's error may be (see
